@@ -1,0 +1,2 @@
+//! `tarq`: the task-queue broker binary.
+fn main() {}
