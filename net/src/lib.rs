@@ -1,1 +1,4 @@
-//! The tarq server library: the IPROTO codec, the event loop, sessions and parked takes.
+//! The tarq server library: the IPROTO codec ([`iproto`]), the event loop, sessions and parked
+//! takes. The `tarq` binary in `main.rs` only parses flags and starts the loop.
+
+pub mod iproto;
