@@ -1,17 +1,25 @@
-//! The deadline heap: one indexed binary min-heap holding every pending deadline of every task
-//! (runat of a Waiting task, TTL expiry, TTR of a Taken task). Each task's slot records where
-//! its entries sit, so an ack or release removes its entry at once in O(log n): no stale
-//! entries, hence nothing to skip in `advance` and nothing that piles up. Ties on time are
-//! broken by (id, kind), which makes the order of `advance` fully deterministic.
+//! The deadline heap: an indexed binary min-heap holding at most one entry per task — its
+//! earliest pending deadline (runat of a Waiting task, TTL expiry, TTR of a Taken task). The
+//! task's slot records the entry's position, so an ack, a release or a fired deadline updates
+//! or removes the entry in place in O(log n): no stale entries exist, nothing piles up and
+//! `advance` never skips garbage. Entries order by (time, id), which makes `advance` fully
+//! deterministic; one entry per task keeps the heap at 16 bytes a task at most.
 
 use crate::queue::Slots;
 use crate::{Micros, TaskId};
 
-/// "No position": the slot has no entry of that kind.
+/// "No position": the slot has no entry, or a link points nowhere.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// What a deadline does when it falls due. The order matters for ties at the same time and
-/// id: an expiry wins, since the task is deleted anyway.
+/// Slot keys are packed into 30 bits of an entry (the top 2 hold the kind).
+pub(crate) const SLOT_BITS: u32 = 30;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+
+/// `Entry::tie` for an id that does not fit in it: compare the full ids from the slots.
+const TIE_BIG: u32 = u32::MAX;
+
+/// What a deadline does when it falls due. At equal times the smaller kind is the task's
+/// deadline: an expiry wins over a promotion, since the task is deleted anyway.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Kind {
     /// TTL passed: delete the task, whatever its state.
@@ -22,20 +30,57 @@ pub(crate) enum Kind {
     Ttr = 2,
 }
 
-/// One pending deadline. 24 bytes: `at` and `id` inline so that sifting never reads a slot.
+impl Kind {
+    fn from_bits(b: u32) -> Kind {
+        match b {
+            0 => Kind::Expire,
+            1 => Kind::Promote,
+            _ => Kind::Ttr,
+        }
+    }
+}
+
+/// One pending deadline in 16 bytes. `tie` is the task id when it fits in 32 bits (always,
+/// short of four billion tasks), so equal times order without reading a slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
     pub at: Micros,
-    pub id: TaskId,
-    pub slot: u32,
-    pub kind: Kind,
+    tie: u32,
+    slot_kind: u32,
 }
 
 impl Entry {
-    #[inline]
-    fn key(&self) -> (Micros, TaskId, Kind) {
-        (self.at, self.id, self.kind)
+    pub fn new(at: Micros, id: TaskId, slot: u32, kind: Kind) -> Entry {
+        debug_assert!(slot <= SLOT_MASK);
+        Entry {
+            at,
+            tie: u32::try_from(id).unwrap_or(TIE_BIG),
+            slot_kind: slot | (kind as u32) << SLOT_BITS,
+        }
     }
+
+    pub fn slot(&self) -> u32 {
+        self.slot_kind & SLOT_MASK
+    }
+
+    pub fn kind(&self) -> Kind {
+        Kind::from_bits(self.slot_kind >> SLOT_BITS)
+    }
+}
+
+/// `a` fires before `b`: by time, then by task id.
+#[inline]
+fn less(a: &Entry, b: &Entry, slots: &Slots) -> bool {
+    if a.at != b.at {
+        return a.at < b.at;
+    }
+    if a.tie != b.tie {
+        return a.tie < b.tie;
+    }
+    if a.tie != TIE_BIG {
+        return false; // the same task
+    }
+    slots[a.slot() as usize].id < slots[b.slot() as usize].id
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +101,11 @@ impl DeadlineHeap {
         &self.v[pos as usize]
     }
 
+    /// Bytes held (for the memory figure).
+    pub fn capacity_bytes(&self) -> usize {
+        self.v.capacity() * std::mem::size_of::<Entry>()
+    }
+
     /// Adds an entry and records its position in its slot.
     pub fn push(&mut self, e: Entry, slots: &mut Slots) {
         self.v.push(e);
@@ -63,73 +113,67 @@ impl DeadlineHeap {
         self.sift_up(pos, slots);
     }
 
+    /// Replaces the entry at `pos` (a task's deadline changed) and restores the order.
+    pub fn update(&mut self, pos: u32, e: Entry, slots: &mut Slots) {
+        let pos = pos as usize;
+        self.v[pos] = e;
+        if self.sift_up(pos, slots) == pos {
+            self.sift_down(pos, slots);
+        }
+    }
+
     /// Removes the entry at `pos` (as recorded in its slot) and marks the slot as having none.
-    pub fn remove(&mut self, pos: u32, slots: &mut Slots) -> Entry {
+    pub fn remove(&mut self, pos: u32, slots: &mut Slots) {
         let pos = pos as usize;
         let last = self.v.len() - 1;
         self.v.swap(pos, last);
         let e = self.v.pop().expect("remove from an empty heap");
-        set_pos(slots, &e, NIL);
-        if pos < last {
+        slots[e.slot() as usize].heap_pos = NIL;
+        if pos < last && self.sift_up(pos, slots) == pos {
             // The entry moved into the hole may belong above or below it.
-            let moved = self.sift_up(pos, slots);
-            if moved == pos {
-                self.sift_down(pos, slots);
-            }
-        }
-        e
-    }
-
-    /// Removes the earliest entry.
-    pub fn pop(&mut self, slots: &mut Slots) -> Option<Entry> {
-        if self.v.is_empty() {
-            None
-        } else {
-            Some(self.remove(0, slots))
+            self.sift_down(pos, slots);
         }
     }
 
     fn sift_up(&mut self, mut pos: usize, slots: &mut Slots) -> usize {
         let e = self.v[pos];
-        let key = e.key();
         while pos > 0 {
             let parent = (pos - 1) / 2;
-            if self.v[parent].key() <= key {
+            if !less(&e, &self.v[parent], slots) {
                 break;
             }
             self.v[pos] = self.v[parent];
-            set_pos(slots, &self.v[pos], pos as u32);
+            slots[self.v[pos].slot() as usize].heap_pos = pos as u32;
             pos = parent;
         }
         self.v[pos] = e;
-        set_pos(slots, &e, pos as u32);
+        slots[e.slot() as usize].heap_pos = pos as u32;
         pos
     }
 
     fn sift_down(&mut self, mut pos: usize, slots: &mut Slots) {
         let n = self.v.len();
         let e = self.v[pos];
-        let key = e.key();
         loop {
             let l = 2 * pos + 1;
             if l >= n {
                 break;
             }
             let r = l + 1;
-            let c = if r < n && self.v[r].key() < self.v[l].key() {
+            let c = if r < n && less(&self.v[r], &self.v[l], slots) {
                 r
             } else {
                 l
             };
-            if key <= self.v[c].key() {
+            if !less(&self.v[c], &e, slots) {
                 break;
             }
             self.v[pos] = self.v[c];
-            set_pos(slots, &self.v[pos], pos as u32);
+            slots[self.v[pos].slot() as usize].heap_pos = pos as u32;
             pos = c;
         }
         self.v[pos] = e;
-        set_pos(slots, &e, pos as u32);
+        slots[e.slot() as usize].heap_pos = pos as u32;
     }
 
     /// Panics unless the heap order holds and every entry's slot points back at it.
@@ -138,31 +182,22 @@ impl DeadlineHeap {
             if i > 0 {
                 let parent = &self.v[(i - 1) / 2];
                 assert!(
-                    parent.key() <= e.key(),
-                    "heap order broken at {i}: parent {parent:?} > {e:?}"
+                    !less(e, parent, slots),
+                    "heap order broken at {i}: {e:?} before its parent {parent:?}"
                 );
             }
             let s = slots
-                .get(e.slot as usize)
+                .get(e.slot() as usize)
                 .unwrap_or_else(|| panic!("heap entry {e:?} points at a free slot"));
-            assert_eq!(s.id, e.id, "heap entry {e:?} points at task {}", s.id);
-            let recorded = match e.kind {
-                Kind::Expire => s.ttl_pos,
-                Kind::Promote | Kind::Ttr => s.tm_pos,
-            };
             assert_eq!(
-                recorded as usize, i,
-                "slot of {e:?} records position {recorded}"
+                s.heap_pos as usize, i,
+                "slot of {e:?} records another position"
+            );
+            assert_eq!(
+                e.tie,
+                u32::try_from(s.id).unwrap_or(TIE_BIG),
+                "tie of {e:?}"
             );
         }
-    }
-}
-
-#[inline]
-fn set_pos(slots: &mut Slots, e: &Entry, pos: u32) {
-    let s = &mut slots[e.slot as usize];
-    match e.kind {
-        Kind::Expire => s.ttl_pos = pos,
-        Kind::Promote | Kind::Ttr => s.tm_pos = pos,
     }
 }

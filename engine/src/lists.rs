@@ -1,47 +1,320 @@
-//! The per-status ordered lists: every task of one status, ordered by (pri, id), so the head of
-//! the ready list is the next task to take. This first version keeps a `BTreeMap` per list;
-//! the intrusive skiplist replaces it behind the same methods.
+//! The per-status lists: an intrusive, doubly linked skiplist per status (Ready, Taken,
+//! Waiting) over arena slot keys, ordered by (pri, id), so the head of the ready list is the
+//! next task to take. Links are u32 slot keys, not pointers. Level 0 — the one every
+//! operation touches — lives in the task's own slot (`next0`, `prev0`); the upper levels of
+//! the one task in four that has them live in a side arena of towers (`Towers`), at an
+//! offset the slot records (`up`), so the slot stays small.
+//!
+//! Every level is doubly linked and the list keeps both its heads and its tails (the tail
+//! fingers), hence: pop of the head O(height), removal of any node O(height) with no search,
+//! append after the tail or before the head O(height) with no search, insertion elsewhere
+//! O(log n) expected. Heights come from the queue's own xorshift generator (p = 1/4), so a run
+//! is reproducible.
 
-use std::collections::BTreeMap;
-
+use crate::heap::NIL;
 use crate::queue::Slots;
+use crate::Status;
 
-#[derive(Debug, Default)]
-pub(crate) struct OrdList {
-    map: BTreeMap<(i64, u64), u32>,
+/// Levels at p = 1/4 stay balanced up to 4^16 = 4 billion nodes, past the arena's limit.
+pub(crate) const MAX_LEVEL: usize = 16;
+
+/// Upper levels (1..height) of every node taller than 1, as (next, prev) pairs.
+#[derive(Debug)]
+pub(crate) struct Towers {
+    links: Vec<u32>,
+    /// Free runs by node height: a freed tower is reused by the next node of that height.
+    free: [Vec<u32>; MAX_LEVEL + 1],
 }
 
-impl OrdList {
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn first(&self) -> Option<u32> {
-        self.map.first_key_value().map(|(_, &k)| k)
-    }
-
-    pub fn insert(&mut self, slots: &mut Slots, node: u32) {
-        let s = &slots[node as usize];
-        let prev = self.map.insert((s.pri, s.id), node);
-        debug_assert!(prev.is_none(), "task {} inserted twice", s.id);
-    }
-
-    pub fn remove(&mut self, slots: &mut Slots, node: u32) {
-        let s = &slots[node as usize];
-        let was = self.map.remove(&(s.pri, s.id));
-        debug_assert_eq!(was, Some(node), "task {} not in its list", s.id);
-    }
-
-    pub fn iter<'a>(&'a self, _slots: &'a Slots) -> impl Iterator<Item = u32> + 'a {
-        self.map.values().copied()
-    }
-
-    /// Panics unless every node is in (pri, id) order; returns the count walked.
-    pub fn check(&self, slots: &Slots) -> usize {
-        for (&(pri, id), &k) in &self.map {
-            let s = &slots[k as usize];
-            assert_eq!((s.pri, s.id), (pri, id), "list key of slot {k} is stale");
+impl Default for Towers {
+    fn default() -> Self {
+        Towers {
+            links: Vec::new(),
+            free: std::array::from_fn(|_| Vec::new()),
         }
-        self.map.len()
+    }
+}
+
+impl Towers {
+    /// A tower for a node of height `h` (NIL for height 1: level 0 lives in the slot).
+    pub fn alloc(&mut self, h: u8) -> u32 {
+        if h <= 1 {
+            return NIL;
+        }
+        if let Some(off) = self.free[h as usize].pop() {
+            return off;
+        }
+        let off = self.links.len();
+        self.links.resize(off + 2 * (h as usize - 1), NIL);
+        u32::try_from(off).expect("tower arena beyond u32 offsets")
+    }
+
+    pub fn release(&mut self, h: u8, off: u32) {
+        if h > 1 {
+            self.free[h as usize].push(off);
+        }
+    }
+
+    /// Bytes held (for the memory figure).
+    pub fn capacity_bytes(&self) -> usize {
+        4 * (self.links.capacity() + self.free.iter().map(Vec::capacity).sum::<usize>())
+    }
+
+    /// Panics unless the towers of live nodes (offset, height) are in bounds and disjoint.
+    pub fn check(&self, mut used: Vec<(u32, u8)>) {
+        used.sort_unstable();
+        let mut end = 0usize;
+        for (off, h) in used {
+            let off = off as usize;
+            assert!(off >= end, "towers overlap at offset {off}");
+            end = off + 2 * (h as usize - 1);
+            assert!(end <= self.links.len(), "tower at {off} beyond the arena");
+        }
+    }
+}
+
+#[inline]
+fn key(slots: &Slots, k: u32) -> (i64, u64) {
+    let s = &slots[k as usize];
+    (s.pri, s.id)
+}
+
+#[inline]
+fn next(slots: &Slots, tw: &Towers, k: u32, i: usize) -> u32 {
+    let s = &slots[k as usize];
+    if i == 0 {
+        s.next0
+    } else {
+        tw.links[s.up as usize + 2 * (i - 1)]
+    }
+}
+
+#[inline]
+fn prev(slots: &Slots, tw: &Towers, k: u32, i: usize) -> u32 {
+    let s = &slots[k as usize];
+    if i == 0 {
+        s.prev0
+    } else {
+        tw.links[s.up as usize + 2 * (i - 1) + 1]
+    }
+}
+
+#[inline]
+fn set_next(slots: &mut Slots, tw: &mut Towers, k: u32, i: usize, v: u32) {
+    let s = &mut slots[k as usize];
+    if i == 0 {
+        s.next0 = v;
+    } else {
+        tw.links[s.up as usize + 2 * (i - 1)] = v;
+    }
+}
+
+#[inline]
+fn set_prev(slots: &mut Slots, tw: &mut Towers, k: u32, i: usize, v: u32) {
+    let s = &mut slots[k as usize];
+    if i == 0 {
+        s.prev0 = v;
+    } else {
+        tw.links[s.up as usize + 2 * (i - 1) + 1] = v;
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct SkipList {
+    /// First node at each level (NIL when the level is empty).
+    head: [u32; MAX_LEVEL],
+    /// Last node at each level: the tail fingers that make appends search-free.
+    tail: [u32; MAX_LEVEL],
+    /// Levels in use: `head[i] != NIL` exactly for `i < levels`.
+    levels: usize,
+    len: usize,
+}
+
+impl Default for SkipList {
+    fn default() -> Self {
+        SkipList {
+            head: [NIL; MAX_LEVEL],
+            tail: [NIL; MAX_LEVEL],
+            levels: 0,
+            len: 0,
+        }
+    }
+}
+
+impl SkipList {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The node with the lowest (pri, id). O(1).
+    pub fn first(&self) -> Option<u32> {
+        (self.head[0] != NIL).then_some(self.head[0])
+    }
+
+    /// Links node `k` (not in any list) at its place by (pri, id).
+    pub fn insert(&mut self, slots: &mut Slots, tw: &mut Towers, k: u32) {
+        let h = slots[k as usize].height as usize;
+        let kk = key(slots, k);
+        if self.len == 0 || kk > key(slots, self.tail[0]) {
+            // After the tail: the common case for puts (ids only grow) and takes.
+            for i in 0..h {
+                let p = self.tail[i];
+                set_prev(slots, tw, k, i, p);
+                set_next(slots, tw, k, i, NIL);
+                if p == NIL {
+                    self.head[i] = k;
+                } else {
+                    set_next(slots, tw, p, i, k);
+                }
+                self.tail[i] = k;
+            }
+        } else if kk < key(slots, self.head[0]) {
+            // Before the head: a released task that was the oldest goes back first.
+            for i in 0..h {
+                let n = self.head[i];
+                set_next(slots, tw, k, i, n);
+                set_prev(slots, tw, k, i, NIL);
+                if n == NIL {
+                    self.tail[i] = k;
+                } else {
+                    set_prev(slots, tw, n, i, k);
+                }
+                self.head[i] = k;
+            }
+        } else {
+            debug_assert_ne!(kk, key(slots, self.tail[0]), "task {} listed twice", kk.1);
+            let top = self.levels.max(h);
+            let mut x = NIL; // NIL stands for the list head here
+            for i in (0..top).rev() {
+                loop {
+                    let nx = if x == NIL {
+                        self.head[i]
+                    } else {
+                        next(slots, tw, x, i)
+                    };
+                    if nx != NIL && key(slots, nx) < kk {
+                        x = nx;
+                    } else {
+                        break;
+                    }
+                }
+                if i < h {
+                    self.link_after(slots, tw, x, k, i);
+                }
+            }
+        }
+        self.levels = self.levels.max(h);
+        self.len += 1;
+    }
+
+    fn link_after(&mut self, slots: &mut Slots, tw: &mut Towers, x: u32, k: u32, i: usize) {
+        let n = if x == NIL {
+            self.head[i]
+        } else {
+            next(slots, tw, x, i)
+        };
+        set_next(slots, tw, k, i, n);
+        set_prev(slots, tw, k, i, x);
+        if x == NIL {
+            self.head[i] = k;
+        } else {
+            set_next(slots, tw, x, i, k);
+        }
+        if n == NIL {
+            self.tail[i] = k;
+        } else {
+            set_prev(slots, tw, n, i, k);
+        }
+    }
+
+    /// Unlinks node `k` from this list. O(height), no search.
+    pub fn remove(&mut self, slots: &mut Slots, tw: &mut Towers, k: u32) {
+        let h = slots[k as usize].height as usize;
+        for i in 0..h {
+            let p = prev(slots, tw, k, i);
+            let n = next(slots, tw, k, i);
+            if p == NIL {
+                self.head[i] = n;
+            } else {
+                set_next(slots, tw, p, i, n);
+            }
+            if n == NIL {
+                self.tail[i] = p;
+            } else {
+                set_prev(slots, tw, n, i, p);
+            }
+        }
+        while self.levels > 0 && self.head[self.levels - 1] == NIL {
+            self.levels -= 1;
+        }
+        self.len -= 1;
+    }
+
+    /// Panics unless every level is sorted by (pri, id), doubly linked consistently, ends at
+    /// its tail, holds exactly the nodes of this status tall enough for it, and `levels` and
+    /// `len` are right. Returns the count. O(n).
+    pub fn check(&self, slots: &Slots, tw: &Towers, status: Status) -> usize {
+        let mut tall = [0usize; MAX_LEVEL];
+        for i in 0..MAX_LEVEL {
+            if i >= self.levels {
+                assert_eq!(
+                    (self.head[i], self.tail[i]),
+                    (NIL, NIL),
+                    "{status:?} list: level {i} above {} in use",
+                    self.levels
+                );
+                assert_eq!(
+                    tall[i], 0,
+                    "{status:?} list: nodes taller than {} levels",
+                    self.levels
+                );
+                continue;
+            }
+            let (mut k, mut p, mut count) = (self.head[i], NIL, 0usize);
+            while k != NIL {
+                let s = slots
+                    .get(k as usize)
+                    .unwrap_or_else(|| panic!("{status:?} list links free slot {k} at level {i}"));
+                assert_eq!(
+                    s.status, status,
+                    "task {} ({:?}) in the {status:?} list",
+                    s.id, s.status
+                );
+                assert!(
+                    s.height as usize > i,
+                    "task {} of height {} at level {i}",
+                    s.id,
+                    s.height
+                );
+                assert_eq!(
+                    prev(slots, tw, k, i),
+                    p,
+                    "{status:?} list: back link of {} at {i}",
+                    s.id
+                );
+                if p != NIL {
+                    assert!(
+                        key(slots, p) < key(slots, k),
+                        "{status:?} list unsorted at level {i}"
+                    );
+                }
+                if i == 0 {
+                    for t in tall.iter_mut().take(s.height as usize) {
+                        *t += 1;
+                    }
+                }
+                count += 1;
+                assert!(count <= slots.len(), "{status:?} list: cycle at level {i}");
+                p = k;
+                k = next(slots, tw, k, i);
+            }
+            assert_eq!(p, self.tail[i], "{status:?} list: tail finger of level {i}");
+            assert_eq!(
+                count, tall[i],
+                "{status:?} list: level {i} misses tall nodes"
+            );
+        }
+        assert_eq!(tall[0], self.len, "{status:?} list: length");
+        tall[0]
     }
 }

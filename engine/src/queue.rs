@@ -1,109 +1,99 @@
 //! `Queue`: the state machine of tasks (Ready, Taken, Waiting) and every transition between
-//! them. It owns the arena of task slots, the id index, the three status lists, the deadline
-//! heap, the per-session taken lists, the counters and the event journal. Nothing here blocks
-//! or reads a clock; deadlines fire only inside `advance`, never as a side effect of a call.
+//! them. It owns the arena of task slots, the id index, the three status skiplists and their
+//! towers, the deadline heap, the sessions and their taken lists, the counters and the event
+//! journal. Nothing here blocks or reads a clock; deadlines fire only inside `advance`, never
+//! as a side effect of another call. Parked takes are the server's (`tarq-net`).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use hashbrown::HashTable;
 use slab::Slab;
 
-use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
-use crate::lists::OrdList;
+use crate::heap::{DeadlineHeap, Entry, Kind, NIL, SLOT_BITS};
+use crate::lists::{SkipList, Towers, MAX_LEVEL};
 use crate::{
     Advance, Event, Micros, PutOptions, QueueError, RestoredTask, SessionId, Stats, Status, Task,
     TaskId, TaskRef,
 };
 
-/// The arena of task slots; a slot's key (u32) is what every list and heap entry links by.
+/// The arena of task slots; a slot's key (u32) is what lists, towers and the heap link by.
 pub(crate) type Slots = Slab<Slot>;
 
 /// The session that owns tasks restored as Taken (no session survives a restart).
 const RESTORED_OWNER: SessionId = 0;
 
-/// Slot keys are u32 to halve the links; this many live tasks is far past any memory budget
-/// (4 billion tasks at ~100 bytes each is 400 GB).
-const MAX_TASKS: usize = u32::MAX as usize - 1;
+/// Slot keys must fit the heap entry's 30 bits. 2^30 tasks at ~110 bytes each would be
+/// 118 GB, five times this machine's memory, so the limit is never the one that bites.
+const MAX_TASKS: usize = (1 << SLOT_BITS) - 1;
 
+/// Seed of the skiplist height generator: fixed, so runs are reproducible.
+const HEIGHT_SEED: u64 = 0x2545_F491_4F6C_DD1D;
+
+/// `Slot::flags`: the task has a TTL (`ttl` is valid).
 const HAS_TTL: u8 = 1;
+/// `Slot::flags`: the task has a TTR (`ttr` is valid).
 const HAS_TTR: u8 = 2;
+/// `Slot::flags`: taken by `take` with a TTR, so `t` holds when it returns (tasks restored as
+/// Taken have no TTR deadline: `release_all_taken` ends recovery).
+const TTR_ARMED: u8 = 4;
 
-/// One task in the arena: its fields, its payload and the links that thread it through the
-/// status list, the deadline heap and its session's taken list.
+/// One task in the arena: 96 bytes of fields and links, plus the payload's own allocation.
+/// State-specific fields share storage: `t` is runat while Waiting and the TTR time while
+/// Taken; the session fields mean something only while Taken.
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub id: TaskId,
     pub pri: i64,
     pub created: Micros,
-    /// When Waiting becomes Ready; 0 unless Waiting.
-    pub runat: Micros,
-    /// Valid when `flags & HAS_TTL` (a `u64` plus a bit instead of `Option<u64>`: 8 bytes less).
+    /// Valid when `flags & HAS_TTL`.
     pub ttl: Micros,
     /// Valid when `flags & HAS_TTR`.
     pub ttr: Micros,
-    /// Valid while Taken.
-    pub owner: SessionId,
+    /// Waiting: runat. Taken with `TTR_ARMED`: when the TTR returns it. Else 0.
+    pub t: Micros,
+    /// The raw MessagePack bytes received.
     pub data: Box<[u8]>,
-    /// Position of the TTL entry in the heap, or NIL.
-    pub ttl_pos: u32,
-    /// Position of the runat (Waiting) or TTR (Taken) entry in the heap, or NIL.
-    pub tm_pos: u32,
-    /// Links of the owner's taken list (take order), NIL at the ends or when not Taken.
+    /// Position of this task's entry in the deadline heap, or NIL.
+    pub heap_pos: u32,
+    /// Taken: index of the owner in `Queue::sessions`.
+    pub sess: u32,
+    /// Taken: links of the owner's taken list (take order).
     pub s_prev: u32,
     pub s_next: u32,
+    /// Level 0 of the status skiplist.
+    pub next0: u32,
+    pub prev0: u32,
+    /// Offset of the upper levels in `Towers`, NIL for height 1.
+    pub up: u32,
     pub status: Status,
     pub flags: u8,
+    /// Skiplist height, 1..=MAX_LEVEL, fixed for the task's life.
+    pub height: u8,
 }
 
-impl Slot {
-    fn ttl(&self) -> Option<Micros> {
-        (self.flags & HAS_TTL != 0).then_some(self.ttl)
-    }
-
-    fn ttr(&self) -> Option<Micros> {
-        (self.flags & HAS_TTR != 0).then_some(self.ttr)
-    }
-
-    fn view(&self) -> TaskRef<'_> {
-        TaskRef {
-            id: self.id,
-            status: self.status,
-            runat: self.runat,
-            pri: self.pri,
-            ttl: self.ttl(),
-            ttr: self.ttr(),
-            created: self.created,
-            owner: (self.status == Status::Taken).then_some(self.owner),
-            data: &self.data,
-        }
-    }
-
-    fn into_task(self) -> Task {
-        let owner = (self.status == Status::Taken).then_some(self.owner);
-        Task {
-            id: self.id,
-            status: self.status,
-            runat: self.runat,
-            pri: self.pri,
-            ttl: self.ttl(),
-            ttr: self.ttr(),
-            created: self.created,
-            owner,
-            data: self.data,
-        }
-    }
+/// The layout of `slab`'s private entry type, to size the arena (`overhead_bytes`).
+#[allow(dead_code)]
+enum SlabEntry<T> {
+    Vacant(usize),
+    Occupied(T),
 }
 
-/// Ends of one session's taken list.
+/// The slot's layout is the bulk of the per-task overhead (ARCHITECTURE.md gives the
+/// budget); keep it from growing by accident. The slab's entry reuses the status niche.
+const _: () = assert!(std::mem::size_of::<Slot>() == 96);
+const _: () = assert!(std::mem::size_of::<SlabEntry<Slot>>() == 96);
+
+/// One session holding tasks: its id and the ends of its taken list (take order).
 #[derive(Clone, Copy, Debug)]
-struct SessionList {
+struct Session {
+    sid: SessionId,
     head: u32,
     tail: u32,
     len: u32,
 }
 
-/// Ids and session ids are small counters: a multiplicative hash spreads them well enough and
-/// costs one multiply instead of SipHash's ~20 ns.
+/// Session ids are small counters: one multiply spreads them (SipHash costs ~20 ns).
 #[derive(Default, Clone, Copy)]
 pub(crate) struct IdHasher(u64);
 
@@ -113,19 +103,30 @@ impl Hasher for IdHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            self.write_u64(self.0 ^ u64::from(b));
         }
     }
     fn write_u64(&mut self, n: u64) {
-        // Fibonacci hashing: the high bits (which hashbrown uses for its tags) depend on all
-        // input bits.
-        self.0 = (n ^ (n >> 32))
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(26);
+        self.0 = fold_mul(n);
     }
 }
 
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+/// A folded 64x64->128 multiply: every output bit depends on every input bit.
+#[inline]
+fn fold_mul(x: u64) -> u64 {
+    let p = u128::from(x) * 0x9E37_79B9_7F4A_7C15;
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Hash of a task id for the index. Runs of 8 consecutive ids land in 8 adjacent buckets with
+/// distinct tags (the top 7 bits), and the runs themselves are spread by a full mix: FIFO
+/// traffic (put n, n+1, ...; ack in the same order) hits one cache line per 8 ids, while no
+/// pattern of live ids piles onto one bucket.
+#[inline]
+fn hash_id(id: TaskId) -> u64 {
+    let run = fold_mul(id >> 3);
+    ((run << 3) | (id & 7)) ^ ((id & 7) << 60)
+}
 
 fn list_ix(s: Status) -> usize {
     match s {
@@ -135,24 +136,49 @@ fn list_ix(s: Status) -> usize {
     }
 }
 
-/// The queue. See the crate docs and `ARCHITECTURE.md` for the data structures.
-#[derive(Debug, Default)]
+/// The queue. See the crate docs and the "engine" section of `ARCHITECTURE.md`.
+#[derive(Debug)]
 pub struct Queue {
     slots: Slots,
-    index: IdMap<u32>,
+    /// id -> slot key. Holds only the u32 key: ids are compared in the slot, which every
+    /// lookup reads anyway, so a bucket costs 4 bytes plus 1 control byte.
+    index: HashTable<u32>,
     /// Ready, Taken, Waiting — indexed by `list_ix`.
-    lists: [OrdList; 3],
+    lists: [SkipList; 3],
+    towers: Towers,
     heap: DeadlineHeap,
-    sessions: IdMap<SessionList>,
+    sessions: Slab<Session>,
+    session_ix: HashMap<SessionId, u32, BuildHasherDefault<IdHasher>>,
+    /// xorshift64 state for skiplist heights.
+    rng: u64,
     last_id: TaskId,
     stats: Stats,
     journal_on: bool,
     journal: Vec<Event>,
 }
 
+impl Default for Queue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Queue {
     pub fn new() -> Self {
-        Self::default()
+        Queue {
+            slots: Slab::new(),
+            index: HashTable::new(),
+            lists: Default::default(),
+            towers: Towers::default(),
+            heap: DeadlineHeap::default(),
+            sessions: Slab::new(),
+            session_ix: HashMap::default(),
+            rng: HEIGHT_SEED,
+            last_id: 0,
+            stats: Stats::default(),
+            journal_on: false,
+            journal: Vec::new(),
+        }
     }
 
     /// Adds a task: Ready, or Waiting until `now + delay`. Ids go up by one from `last_id`.
@@ -162,29 +188,36 @@ impl Queue {
             .checked_add(1)
             .expect("task ids exhausted (last id is u64::MAX)");
         self.last_id = id;
-        let (status, runat) = if opts.delay == 0 {
-            (Status::Ready, 0)
-        } else {
-            (Status::Waiting, now.saturating_add(opts.delay))
-        };
         let k = self.insert_slot(id, opts.pri, now, opts.ttl, opts.ttr, data);
-        self.enter(k, status, runat, RESTORED_OWNER, None);
+        if opts.delay == 0 {
+            self.enter(k, Status::Ready, 0);
+        } else {
+            self.enter(k, Status::Waiting, now.saturating_add(opts.delay));
+        }
+        self.reschedule(k);
         self.stats.puts += 1;
         self.log(Event::Put { id });
-        self.slots[k as usize].view()
+        self.view(k)
     }
 
     /// Takes the ready task with the lowest (pri, id) for session `sid`, if any.
     pub fn take(&mut self, now: Micros, sid: SessionId) -> Option<TaskRef<'_>> {
         let k = self.lists[list_ix(Status::Ready)].first()?;
         self.leave(k);
-        let s = &self.slots[k as usize];
-        let ttr_at = s.ttr().map(|t| now.saturating_add(t));
+        let s = &mut self.slots[k as usize];
         let id = s.id;
-        self.enter(k, Status::Taken, 0, sid, ttr_at);
+        let ttr_at = if s.flags & HAS_TTR != 0 {
+            s.flags |= TTR_ARMED;
+            now.saturating_add(s.ttr)
+        } else {
+            0
+        };
+        self.enter(k, Status::Taken, ttr_at);
+        self.session_append(sid, k);
+        self.reschedule(k);
         self.stats.takes += 1;
         self.log(Event::Taken { id, sid });
-        Some(self.slots[k as usize].view())
+        Some(self.view(k))
     }
 
     /// Deletes a task taken by `sid` and returns it as it was (status Taken).
@@ -208,86 +241,99 @@ impl Queue {
         let k = self.owned(sid, id)?;
         self.leave(k);
         let runat = if delay == 0 {
-            self.enter(k, Status::Ready, 0, RESTORED_OWNER, None);
             0
         } else {
-            let runat = now.saturating_add(delay);
-            self.enter(k, Status::Waiting, runat, RESTORED_OWNER, None);
-            runat
+            now.saturating_add(delay)
         };
+        let status = if delay == 0 {
+            Status::Ready
+        } else {
+            Status::Waiting
+        };
+        self.enter(k, status, runat);
+        self.reschedule(k);
         self.stats.releases += 1;
         self.log(Event::Released { id, runat });
-        Ok(self.slots[k as usize].view())
+        Ok(self.view(k))
     }
 
-    /// Returns every task `sid` holds to Ready, in the order it took them. O(tasks it holds).
+    /// Returns every task `sid` holds to Ready, in the order it took them, and forgets the
+    /// session. O(tasks it holds).
     pub fn release_session(&mut self, sid: SessionId) -> usize {
-        let Some(list) = self.sessions.remove(&sid) else {
+        let Some(ix) = self.session_ix.remove(&sid) else {
             return 0;
         };
-        let mut k = list.head;
+        let session = self.sessions.remove(ix as usize);
+        let mut k = session.head;
         let mut n = 0;
         while k != NIL {
             let s = &mut self.slots[k as usize];
             let next = s.s_next;
-            // The whole list is dropped at once: detach the node so `leave` skips it.
+            let id = s.id;
+            // The whole list goes at once: detach the node so `leave` skips the session.
             s.s_prev = NIL;
             s.s_next = NIL;
-            s.owner = RESTORED_OWNER;
-            let id = s.id;
-            self.leave_detached(k);
-            self.enter(k, Status::Ready, 0, RESTORED_OWNER, None);
+            s.sess = NIL;
+            self.leave(k);
+            self.enter(k, Status::Ready, 0);
+            self.reschedule(k);
             self.stats.auto_released += 1;
             self.log(Event::AutoReleased { id });
             n += 1;
             k = next;
         }
-        debug_assert_eq!(n, list.len as usize);
+        debug_assert_eq!(n, session.len as usize);
         n
     }
 
-    /// Returns every Taken task to Ready, in (pri, id) order (restart: no session survives).
+    /// Returns every Taken task to Ready, in (pri, id) order (restart: no session survives),
+    /// and forgets every session.
     pub fn release_all_taken(&mut self) -> usize {
         let mut n = 0;
         while let Some(k) = self.lists[list_ix(Status::Taken)].first() {
             let id = self.slots[k as usize].id;
             self.leave(k);
-            self.enter(k, Status::Ready, 0, RESTORED_OWNER, None);
+            self.enter(k, Status::Ready, 0);
+            self.reschedule(k);
             self.stats.auto_released += 1;
             self.log(Event::AutoReleased { id });
             n += 1;
         }
+        self.sessions.clear();
+        self.session_ix.clear();
         n
     }
 
     /// Fires due deadlines (`at <= now`) in (time, id) order, at most `budget` of them:
-    /// Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready).
+    /// Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready). O(budget log n).
     pub fn advance(&mut self, now: Micros, budget: usize) -> Advance {
         let mut processed = 0;
         while processed < budget {
-            match self.heap.peek() {
-                Some(e) if e.at <= now => {}
+            let e = match self.heap.peek() {
+                Some(e) if e.at <= now => *e,
                 _ => break,
-            }
-            let e = self.heap.pop(&mut self.slots).expect("peeked");
-            let k = e.slot;
-            match e.kind {
+            };
+            let k = e.slot();
+            let id = self.slots[k as usize].id;
+            match e.kind() {
                 Kind::Expire => {
                     self.delete(k);
                     self.stats.expired += 1;
-                    self.log(Event::Expired { id: e.id });
+                    self.log(Event::Expired { id });
                 }
                 Kind::Promote => {
                     self.leave(k);
-                    self.enter(k, Status::Ready, 0, RESTORED_OWNER, None);
+                    self.enter(k, Status::Ready, 0);
+                    self.reschedule(k);
                     self.stats.promoted += 1;
-                    self.log(Event::Promoted { id: e.id });
+                    self.log(Event::Promoted { id });
                 }
                 Kind::Ttr => {
                     self.leave(k);
-                    self.enter(k, Status::Ready, 0, RESTORED_OWNER, None);
+                    self.enter(k, Status::Ready, 0);
+                    self.reschedule(k);
                     self.stats.ttr_returned += 1;
-                    self.log(Event::TtrReturned { id: e.id });
+                    self.log(Event::TtrReturned { id });
                 }
             }
             processed += 1;
@@ -298,14 +344,13 @@ impl Queue {
         }
     }
 
-    /// The earliest pending deadline, if any.
+    /// The earliest pending deadline, if any. O(1).
     pub fn next_deadline(&self) -> Option<Micros> {
         self.heap.peek().map(|e| e.at)
     }
 
     pub fn get(&self, id: TaskId) -> Option<TaskRef<'_>> {
-        let &k = self.index.get(&id)?;
-        Some(self.slots[k as usize].view())
+        self.find(id).map(|k| self.view(k))
     }
 
     /// Counts now and operations since start. O(1).
@@ -345,9 +390,10 @@ impl Queue {
     }
 
     /// Recovery: adds a task as it was. Taken comes back owned by session 0 (call
-    /// `release_all_taken` once recovery is done) and without a TTR deadline. Journals nothing.
+    /// `release_all_taken` once recovery is done) and without a TTR deadline. `last_id` rises
+    /// to the id. Journals nothing, counts no operation.
     pub fn restore(&mut self, task: RestoredTask) -> Result<(), QueueError> {
-        if self.index.contains_key(&task.id) {
+        if self.find(task.id).is_some() {
             return Err(QueueError::Duplicate(task.id));
         }
         self.last_id = self.last_id.max(task.id);
@@ -359,18 +405,13 @@ impl Queue {
             task.ttr,
             task.data,
         );
-        let runat = if task.status == Status::Waiting {
-            task.runat
-        } else {
-            0
-        };
-        self.enter(k, task.status, runat, RESTORED_OWNER, None);
+        self.enter_restored(k, task.status, task.runat);
         Ok(())
     }
 
     /// Recovery: removes a task (ack or expiry replay). Journals nothing.
     pub fn restore_remove(&mut self, id: TaskId) -> Option<Task> {
-        let &k = self.index.get(&id)?;
+        let k = self.find(id)?;
         Some(self.delete(k))
     }
 
@@ -382,10 +423,9 @@ impl Queue {
         status: Status,
         runat: Micros,
     ) -> Result<(), QueueError> {
-        let &k = self.index.get(&id).ok_or(QueueError::NotFound(id))?;
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
         self.leave(k);
-        let runat = if status == Status::Waiting { runat } else { 0 };
-        self.enter(k, status, runat, RESTORED_OWNER, None);
+        self.enter_restored(k, status, runat);
         Ok(())
     }
 
@@ -396,10 +436,23 @@ impl Queue {
 
     /// Every live task, in no particular order (snapshots).
     pub fn iter(&self) -> impl Iterator<Item = TaskRef<'_>> {
-        self.slots.iter().map(|(_, s)| s.view())
+        self.slots.iter().map(|(k, _)| self.view(k as u32))
     }
 
-    /// Panics with a message naming the broken invariant. O(n log n); for tests and debugging.
+    /// Bytes the engine holds beyond the payloads: the arena, index, towers, heap and session
+    /// tables as allocated (capacity, not length). For the memory figure in benches and tests.
+    pub fn overhead_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.slots.capacity() * size_of::<SlabEntry<Slot>>()
+            + self.index.capacity() * (size_of::<u32>() + 1)
+            + self.towers.capacity_bytes()
+            + self.heap.capacity_bytes()
+            + self.sessions.capacity() * size_of::<SlabEntry<Session>>()
+            + self.session_ix.capacity() * (size_of::<(SessionId, u32)>() + 1)
+            + self.journal.capacity() * size_of::<Event>()
+    }
+
+    /// Panics with a message naming the broken invariant. O(n log n): for tests and debugging.
     pub fn check_invariants(&self) {
         let n = self.slots.len();
         assert_eq!(
@@ -408,34 +461,22 @@ impl Queue {
             "index holds {} ids for {n} tasks",
             self.index.len()
         );
-        for (&id, &k) in &self.index {
-            let s = self
-                .slots
-                .get(k as usize)
-                .unwrap_or_else(|| panic!("index maps {id} to free slot {k}"));
-            assert_eq!(
-                s.id, id,
-                "index maps {id} to slot {k} holding task {}",
-                s.id
-            );
-        }
         let mut listed = 0;
         for status in [Status::Ready, Status::Taken, Status::Waiting] {
-            let list = &self.lists[list_ix(status)];
-            listed += list.check(&self.slots);
-            for k in list.iter(&self.slots) {
-                let s = &self.slots[k as usize];
-                assert_eq!(
-                    s.status, status,
-                    "task {} is {:?} in the {status:?} list",
-                    s.id, s.status
-                );
-            }
+            listed += self.lists[list_ix(status)].check(&self.slots, &self.towers, status);
         }
         assert_eq!(listed, n, "lists hold {listed} tasks, arena {n}");
         self.heap.check(&self.slots);
         let mut entries = 0;
+        let mut towers = Vec::new();
         for (k, s) in self.slots.iter() {
+            let k = k as u32;
+            assert_eq!(
+                self.find(s.id),
+                Some(k),
+                "index does not find task {} at {k}",
+                s.id
+            );
             assert!(
                 s.id != 0 && s.id <= self.last_id,
                 "task {} beyond last id {}",
@@ -443,76 +484,72 @@ impl Queue {
                 self.last_id
             );
             assert!(
-                s.status == Status::Waiting || s.runat == 0,
-                "task {} is {:?} with runat {}",
-                s.id,
-                s.status,
-                s.runat
+                (1..=MAX_LEVEL).contains(&(s.height as usize)),
+                "task {} height",
+                s.id
             );
-            if s.flags & HAS_TTL != 0 {
-                assert_ne!(
-                    s.ttl_pos, NIL,
-                    "task {} has a ttl but no expiry entry",
-                    s.id
-                );
-                let e = self.heap.get(s.ttl_pos);
-                assert_eq!(e.slot as usize, k);
-                assert_eq!(
-                    e.at,
-                    s.created.saturating_add(s.ttl),
-                    "task {} expiry time",
-                    s.id
-                );
-                entries += 1;
-            } else {
-                assert_eq!(
-                    s.ttl_pos, NIL,
-                    "task {} has no ttl but an expiry entry",
-                    s.id
-                );
+            assert_eq!(s.up == NIL, s.height == 1, "task {} tower", s.id);
+            if s.height > 1 {
+                towers.push((s.up, s.height));
             }
             match s.status {
-                Status::Ready => {
-                    assert_eq!(s.tm_pos, NIL, "ready task {} has a timer", s.id)
-                }
-                Status::Waiting => {
-                    assert_ne!(s.tm_pos, NIL, "waiting task {} has no runat entry", s.id);
-                    let e = self.heap.get(s.tm_pos);
-                    assert_eq!(
-                        (e.kind, e.at),
-                        (Kind::Promote, s.runat),
-                        "task {} runat",
-                        s.id
-                    );
-                    entries += 1;
-                }
+                Status::Ready => assert_eq!(s.t, 0, "ready task {} keeps a time", s.id),
+                Status::Waiting => {}
                 Status::Taken => {
-                    if s.tm_pos != NIL {
-                        let e = self.heap.get(s.tm_pos);
-                        assert_eq!(e.kind, Kind::Ttr, "taken task {} timer kind", s.id);
-                        assert!(
-                            s.flags & HAS_TTR != 0,
-                            "task {} has a TTR entry, no ttr",
-                            s.id
-                        );
-                        entries += 1;
+                    if s.flags & TTR_ARMED != 0 {
+                        assert!(s.flags & HAS_TTR != 0, "task {} armed without a ttr", s.id);
+                    } else {
+                        assert_eq!(s.t, 0, "taken task {} keeps a time", s.id);
                     }
                 }
             }
             if s.status != Status::Taken {
+                assert_eq!(s.flags & TTR_ARMED, 0, "task {} armed but not taken", s.id);
                 assert_eq!(
-                    (s.s_prev, s.s_next),
-                    (NIL, NIL),
-                    "task {} in a session list",
+                    (s.s_prev, s.s_next, s.sess),
+                    (NIL, NIL, NIL),
+                    "task {} session",
                     s.id
                 );
             }
+            match Self::due(s) {
+                Some((at, kind)) => {
+                    assert_ne!(
+                        s.heap_pos, NIL,
+                        "task {} has deadline {at} but no entry",
+                        s.id
+                    );
+                    let e = self.heap.get(s.heap_pos);
+                    assert_eq!(
+                        (e.at, e.kind(), e.slot()),
+                        (at, kind, k),
+                        "task {} entry",
+                        s.id
+                    );
+                    entries += 1;
+                }
+                None => assert_eq!(s.heap_pos, NIL, "task {} has no deadline, an entry", s.id),
+            }
         }
         assert_eq!(entries, self.heap.len(), "heap holds entries of no task");
+        self.towers.check(towers);
+        assert_eq!(
+            self.sessions.len(),
+            self.session_ix.len(),
+            "session tables disagree"
+        );
         let mut in_sessions = 0;
-        for (&sid, list) in &self.sessions {
-            assert!(list.len > 0, "session {sid} kept with an empty list");
-            let (mut k, mut prev, mut len) = (list.head, NIL, 0);
+        for (&sid, &ix) in &self.session_ix {
+            let session = self
+                .sessions
+                .get(ix as usize)
+                .unwrap_or_else(|| panic!("session {sid} maps to free entry {ix}"));
+            assert_eq!(
+                session.sid, sid,
+                "session {sid} maps to session {}",
+                session.sid
+            );
+            let (mut k, mut prev, mut len) = (session.head, NIL, 0);
             while k != NIL {
                 let s = &self.slots[k as usize];
                 assert_eq!(
@@ -523,22 +560,22 @@ impl Queue {
                     s.status
                 );
                 assert_eq!(
-                    s.owner, sid,
-                    "task {} owned by {} in session {sid}",
-                    s.id, s.owner
+                    s.sess, ix,
+                    "task {} of session {sid} points at {}",
+                    s.id, s.sess
                 );
                 assert_eq!(s.s_prev, prev, "session {sid}: task {} back link", s.id);
                 prev = k;
                 k = s.s_next;
                 len += 1;
                 assert!(
-                    len <= list.len,
+                    len <= session.len,
                     "session {sid} list longer than {}",
-                    list.len
+                    session.len
                 );
             }
-            assert_eq!(prev, list.tail, "session {sid} tail");
-            assert_eq!(len, list.len, "session {sid} length");
+            assert_eq!(prev, session.tail, "session {sid} tail");
+            assert_eq!(len, session.len, "session {sid} length");
             in_sessions += len as usize;
         }
         let taken = self.lists[list_ix(Status::Taken)].len();
@@ -556,24 +593,93 @@ impl Queue {
         }
     }
 
+    fn find(&self, id: TaskId) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .find(hash_id(id), |&k| slots[k as usize].id == id)
+            .copied()
+    }
+
+    fn view(&self, k: u32) -> TaskRef<'_> {
+        let s = &self.slots[k as usize];
+        TaskRef {
+            id: s.id,
+            status: s.status,
+            runat: if s.status == Status::Waiting { s.t } else { 0 },
+            pri: s.pri,
+            ttl: (s.flags & HAS_TTL != 0).then_some(s.ttl),
+            ttr: (s.flags & HAS_TTR != 0).then_some(s.ttr),
+            created: s.created,
+            owner: (s.status == Status::Taken).then(|| self.owner_of(s)),
+            data: &s.data,
+        }
+    }
+
+    fn owner_of(&self, s: &Slot) -> SessionId {
+        self.sessions[s.sess as usize].sid
+    }
+
+    /// The task's earliest pending deadline: TTL expiry, runat, or armed TTR.
+    fn due(s: &Slot) -> Option<(Micros, Kind)> {
+        let ttl = (s.flags & HAS_TTL != 0).then(|| (s.created.saturating_add(s.ttl), Kind::Expire));
+        let timer = match s.status {
+            Status::Waiting => Some((s.t, Kind::Promote)),
+            Status::Taken if s.flags & TTR_ARMED != 0 => Some((s.t, Kind::Ttr)),
+            _ => None,
+        };
+        match (ttl, timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Brings the task's heap entry in line with its deadlines after a transition.
+    fn reschedule(&mut self, k: u32) {
+        let s = &self.slots[k as usize];
+        let pos = s.heap_pos;
+        match (Self::due(s), pos) {
+            (None, NIL) => {}
+            (None, pos) => self.heap.remove(pos, &mut self.slots),
+            (Some((at, kind)), NIL) => {
+                let e = Entry::new(at, s.id, k, kind);
+                self.heap.push(e, &mut self.slots);
+            }
+            (Some((at, kind)), pos) => {
+                let e = Entry::new(at, s.id, k, kind);
+                self.heap.update(pos, e, &mut self.slots);
+            }
+        }
+    }
+
     /// The slot of task `id` if `sid` holds it, else the seed's error for why not.
     fn owned(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
-        let &k = self.index.get(&id).ok_or(QueueError::NotFound(id))?;
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
         let s = &self.slots[k as usize];
         if s.status != Status::Taken {
             return Err(QueueError::NotTaken(id));
         }
-        if s.owner != sid {
+        let owner = self.owner_of(s);
+        if owner != sid {
             return Err(QueueError::NotOwner {
                 id,
-                owner: s.owner,
+                owner,
                 caller: sid,
             });
         }
         Ok(k)
     }
 
-    /// Allocates a slot (in no list yet), indexes it and schedules its expiry.
+    fn next_height(&mut self) -> u8 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        // Two bits per level: p = 1/4. x is never 0, so trailing_zeros < 64.
+        1 + (x.trailing_zeros() as usize / 2).min(MAX_LEVEL - 1) as u8
+    }
+
+    /// Allocates and indexes a slot, in no list and with no deadline yet.
     fn insert_slot(
         &mut self,
         id: TaskId,
@@ -584,161 +690,153 @@ impl Queue {
         data: Box<[u8]>,
     ) -> u32 {
         assert!(self.slots.len() < MAX_TASKS, "more than {MAX_TASKS} tasks");
+        let height = self.next_height();
+        let up = self.towers.alloc(height);
         let flags =
             if ttl.is_some() { HAS_TTL } else { 0 } | if ttr.is_some() { HAS_TTR } else { 0 };
         let k = self.slots.insert(Slot {
             id,
             pri,
             created,
-            runat: 0,
             ttl: ttl.unwrap_or(0),
             ttr: ttr.unwrap_or(0),
-            owner: RESTORED_OWNER,
+            t: 0,
             data,
-            ttl_pos: NIL,
-            tm_pos: NIL,
+            heap_pos: NIL,
+            sess: NIL,
             s_prev: NIL,
             s_next: NIL,
+            next0: NIL,
+            prev0: NIL,
+            up,
             // Not in any list yet; `enter` sets the real status.
             status: Status::Ready,
             flags,
+            height,
         }) as u32;
-        self.index.insert(id, k);
-        if let Some(ttl) = ttl {
-            let at = created.saturating_add(ttl);
-            self.heap.push(
-                Entry {
-                    at,
-                    id,
-                    slot: k,
-                    kind: Kind::Expire,
-                },
-                &mut self.slots,
-            );
-        }
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash_id(id), k, |&j| hash_id(slots[j as usize].id));
         k
     }
 
-    /// Puts an unlisted slot into `status`: its list, its timer, its session.
-    fn enter(
-        &mut self,
-        k: u32,
-        status: Status,
-        runat: Micros,
-        owner: SessionId,
-        ttr_at: Option<Micros>,
-    ) {
+    /// Puts an unlisted slot into the list of `status`, with `t` (runat or TTR time).
+    /// The caller adds the session (Taken) and reschedules.
+    fn enter(&mut self, k: u32, status: Status, t: Micros) {
         let s = &mut self.slots[k as usize];
         s.status = status;
-        s.runat = runat;
-        let id = s.id;
-        self.lists[list_ix(status)].insert(&mut self.slots, k);
+        s.t = t;
+        self.lists[list_ix(status)].insert(&mut self.slots, &mut self.towers, k);
+    }
+
+    /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
+    fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
         match status {
-            Status::Ready => {}
-            Status::Waiting => self.heap.push(
-                Entry {
-                    at: runat,
-                    id,
-                    slot: k,
-                    kind: Kind::Promote,
-                },
-                &mut self.slots,
-            ),
+            Status::Ready => self.enter(k, status, 0),
+            Status::Waiting => self.enter(k, status, runat),
             Status::Taken => {
-                self.slots[k as usize].owner = owner;
-                self.session_append(owner, k);
-                if let Some(at) = ttr_at {
-                    self.heap.push(
-                        Entry {
-                            at,
-                            id,
-                            slot: k,
-                            kind: Kind::Ttr,
-                        },
-                        &mut self.slots,
-                    );
-                }
+                self.enter(k, status, 0);
+                self.session_append(RESTORED_OWNER, k);
             }
         }
+        self.reschedule(k);
     }
 
-    /// Takes a slot out of its status: list, timer (runat/TTR) and session. The TTL stays.
+    /// Takes a slot out of its list and, if Taken, out of its session and unarmed. The heap
+    /// entry stays until the caller reschedules or deletes.
     fn leave(&mut self, k: u32) {
-        if self.slots[k as usize].status == Status::Taken {
-            self.session_remove(k);
+        let s = &mut self.slots[k as usize];
+        let status = s.status;
+        if status == Status::Taken {
+            s.flags &= !TTR_ARMED;
+            if s.sess != NIL {
+                self.session_remove(k);
+            }
         }
-        self.leave_detached(k);
-    }
-
-    /// `leave` for a slot already out of its session list.
-    fn leave_detached(&mut self, k: u32) {
-        let s = &self.slots[k as usize];
-        let (status, tm) = (s.status, s.tm_pos);
-        self.lists[list_ix(status)].remove(&mut self.slots, k);
-        if tm != NIL {
-            self.heap.remove(tm, &mut self.slots);
-        }
-        self.slots[k as usize].runat = 0;
+        self.lists[list_ix(status)].remove(&mut self.slots, &mut self.towers, k);
+        self.slots[k as usize].t = 0;
     }
 
     /// Removes a task from every structure and returns it as it was.
     fn delete(&mut self, k: u32) -> Task {
         let s = &self.slots[k as usize];
-        let (status, runat) = (s.status, s.runat);
+        let owner = (s.status == Status::Taken).then(|| self.owner_of(s));
+        let runat = if s.status == Status::Waiting { s.t } else { 0 };
+        let (status, pos, id, height, up) = (s.status, s.heap_pos, s.id, s.height, s.up);
         self.leave(k);
-        let ttl_pos = self.slots[k as usize].ttl_pos;
-        if ttl_pos != NIL {
-            self.heap.remove(ttl_pos, &mut self.slots);
+        if pos != NIL {
+            self.heap.remove(pos, &mut self.slots);
         }
-        let mut slot = self.slots.remove(k as usize);
-        self.index.remove(&slot.id);
-        // `leave` cleared runat; give the caller the task as it was.
-        slot.status = status;
-        slot.runat = runat;
-        slot.into_task()
+        let slots = &self.slots;
+        if let Ok(entry) = self
+            .index
+            .find_entry(hash_id(id), |&j| slots[j as usize].id == id)
+        {
+            entry.remove();
+        }
+        self.towers.release(height, up);
+        let s = self.slots.remove(k as usize);
+        Task {
+            id,
+            status,
+            runat,
+            pri: s.pri,
+            ttl: (s.flags & HAS_TTL != 0).then_some(s.ttl),
+            ttr: (s.flags & HAS_TTR != 0).then_some(s.ttr),
+            created: s.created,
+            owner,
+            data: s.data,
+        }
     }
 
+    /// Appends a newly Taken slot to the taken list of `sid`, creating the session entry on
+    /// its first take (it lives until `release_session`).
     fn session_append(&mut self, sid: SessionId, k: u32) {
-        let list = self.sessions.entry(sid).or_insert(SessionList {
-            head: NIL,
-            tail: NIL,
-            len: 0,
-        });
-        let tail = list.tail;
+        let ix = match self.session_ix.get(&sid) {
+            Some(&ix) => ix,
+            None => {
+                let ix = self.sessions.insert(Session {
+                    sid,
+                    head: NIL,
+                    tail: NIL,
+                    len: 0,
+                }) as u32;
+                self.session_ix.insert(sid, ix);
+                ix
+            }
+        };
+        let session = &mut self.sessions[ix as usize];
+        let tail = session.tail;
         if tail == NIL {
-            list.head = k;
+            session.head = k;
         } else {
             self.slots[tail as usize].s_next = k;
         }
-        list.tail = k;
-        list.len += 1;
+        session.tail = k;
+        session.len += 1;
         let s = &mut self.slots[k as usize];
+        s.sess = ix;
         s.s_prev = tail;
         s.s_next = NIL;
     }
 
     fn session_remove(&mut self, k: u32) {
         let s = &mut self.slots[k as usize];
-        let (sid, prev, next) = (s.owner, s.s_prev, s.s_next);
+        let (ix, prev, next) = (s.sess, s.s_prev, s.s_next);
+        s.sess = NIL;
         s.s_prev = NIL;
         s.s_next = NIL;
-        let list = self
-            .sessions
-            .get_mut(&sid)
-            .expect("a taken task's session has a list");
+        let session = &mut self.sessions[ix as usize];
         if prev == NIL {
-            list.head = next;
+            session.head = next;
         } else {
             self.slots[prev as usize].s_next = next;
         }
         if next == NIL {
-            list.tail = prev;
+            session.tail = prev;
         } else {
             self.slots[next as usize].s_prev = prev;
         }
-        list.len -= 1;
-        if list.len == 0 {
-            self.sessions.remove(&sid);
-        }
+        session.len -= 1;
     }
 }

@@ -629,3 +629,89 @@ fn iter_visits_every_task() {
     let copy = q.get(1).unwrap().to_task();
     assert_eq!(copy.status, Status::Taken);
 }
+
+#[test]
+fn ids_past_32_bits_still_fire_in_id_order() {
+    // Heap entries keep a 32-bit copy of the id for ties; beyond it they compare full ids.
+    let mut q = Queue::new();
+    q.set_last_id(u64::from(u32::MAX) - 3);
+    for _ in 0..8 {
+        put(
+            &mut q,
+            T0,
+            "x",
+            PutOptions {
+                ttl: Some(10),
+                ..Default::default()
+            },
+        );
+    }
+    q.set_last_id(u64::MAX - 20);
+    for _ in 0..4 {
+        put(
+            &mut q,
+            T0,
+            "x",
+            PutOptions {
+                ttl: Some(10),
+                ..Default::default()
+            },
+        );
+    }
+    q.set_journal(true);
+    for _ in 0..12 {
+        assert_eq!(q.advance(T0 + 10, 1).processed, 1);
+        q.check_invariants();
+    }
+    let ids: Vec<TaskId> = q
+        .drain_events()
+        .map(|e| match e {
+            Event::Expired { id } => id,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    let first = u64::from(u32::MAX) - 2;
+    let want: Vec<TaskId> = (first..first + 8)
+        .chain(u64::MAX - 19..u64::MAX - 15)
+        .collect();
+    assert_eq!(ids, want);
+}
+
+#[test]
+fn deep_lists_keep_order_through_releases_and_expiry() {
+    // Enough tasks for tall skiplists; releases land in the middle, expiry removes anywhere.
+    let mut q = Queue::new();
+    for i in 0..3000u64 {
+        let ttl = (i % 7 == 0).then_some(100 + i % 50);
+        put(
+            &mut q,
+            T0,
+            "x",
+            PutOptions {
+                pri: (i % 5) as i64,
+                ttl,
+                ..Default::default()
+            },
+        );
+    }
+    let mut taken = vec![];
+    for _ in 0..1000 {
+        taken.push(q.take(T0, 1).unwrap().id);
+    }
+    for id in taken.iter().step_by(3) {
+        q.release(T0, 1, *id, 0).unwrap();
+    }
+    q.check_invariants();
+    q.advance(T0 + 120, usize::MAX);
+    q.check_invariants();
+    let held = q.stats().taken as usize;
+    assert!(held < 1000 - 334, "some taken tasks expired");
+    assert_eq!(q.release_session(1), held);
+    q.check_invariants();
+    let mut last = (i64::MIN, 0);
+    while let Some(t) = q.take(T0, 2) {
+        assert!((t.pri, t.id) > last, "taken out of (pri, id) order");
+        last = (t.pri, t.id);
+    }
+    q.check_invariants();
+}
