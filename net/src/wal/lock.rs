@@ -1,0 +1,60 @@
+//! The data directory's lock file: one `tarq` per directory. `flock` is released by the kernel
+//! when the process dies, so a crash never leaves a stale lock behind; the pid written into
+//! the file only makes the refusal message useful.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::WalError;
+
+pub const LOCK_FILE: &str = "tarq.lock";
+
+/// Held for as long as the process uses the directory.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// Locks `dir` (creating it when missing), or says who holds it.
+    pub fn acquire(dir: &Path) -> Result<DirLock, WalError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| WalError::io(format!("creating {}", dir.display()), e))?;
+        let path = dir.join(LOCK_FILE);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| WalError::io(format!("opening {}", path.display()), e))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(WalError::Locked {
+                    dir: dir.to_path_buf(),
+                    holder: holder.trim().to_owned(),
+                });
+            }
+            return Err(WalError::io(format!("locking {}", path.display()), err));
+        }
+        let pid = std::process::id();
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| writeln!(file, "{pid}"));
+        written.map_err(|e| WalError::io(format!("writing {}", path.display()), e))?;
+        Ok(DirLock { _file: file, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

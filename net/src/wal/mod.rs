@@ -1,0 +1,844 @@
+//! Durability: the write-ahead log with group commit, snapshots, recovery and the data
+//! directory's lock. The server loop drives it; it owns every file in the data directory.
+//!
+//! How the loop uses it, once per turn:
+//! 1. execute the requests of the turn against the `Queue` (journal on);
+//!    before a put/ack/release, `check_writable()` — when the disk failed, the call gets
+//!    `WalError::WriteFailed` ("WAL write failed: No space left on device") without touching
+//!    the queue; takes and stats go on;
+//! 2. `append_turn(&mut queue)` encodes the turn's events, `submit()` writes them as one batch
+//!    (one `write`) and returns its `BatchId`; replies to put/ack/release wait for that batch;
+//!    take replies need not (a take lost in a crash comes back ready, as every taken task does
+//!    at start, so it is the same either way);
+//! 3. `poll(&mut queue)` learns what the sync thread made durable, retries a failed disk, and
+//!    walks a running snapshot a bounded step;
+//! 4. send the held replies of every batch `<= durable_upto()`; sleep no longer than
+//!    `timeout()`. The sync and snapshot threads wake the loop through the `mio::Waker` given
+//!    to `set_waker`.
+//!
+//! `WalMode::Write` makes a batch durable when `write` returns (it survives the process, not
+//! the machine); `WalMode::Fsync` when the sync thread's `fdatasync` returns; `WalMode::None`
+//! writes no WAL (snapshots still work).
+
+pub mod format;
+pub mod lock;
+pub mod recovery;
+pub mod snapshot;
+pub mod storage;
+mod sync;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tarq_engine::{Event, Queue, Status, TaskId};
+
+use format::{Kind, FILE_HEADER_LEN, INPROGRESS_SUFFIX, SNAP_SUFFIX, WAL_SUFFIX};
+pub use lock::DirLock;
+pub use recovery::{RecoveryReport, TornTail};
+pub use storage::{Crash, FsStorage, MemStorage, Storage, StorageFile};
+
+/// Numbers the batches (loop turns) submitted: 1, 2, ...; 0 means "none".
+pub type BatchId = u64;
+
+/// A segment is closed and a new one started past this size: small enough that removing
+/// obsolete WAL after a snapshot frees space in useful steps, large enough that rotation
+/// (one file creation and directory sync) is rare.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+/// A snapshot starts once this much WAL was written since the last one: replaying 256 MiB
+/// (a few million records) adds well under a second to recovery.
+pub const DEFAULT_SNAPSHOT_EVERY_BYTES: u64 = 256 << 20;
+/// Snapshots kept; the WAL from the oldest kept one on is kept too. Two, so a snapshot found
+/// damaged at start still has a predecessor.
+pub const DEFAULT_KEEP_SNAPSHOTS: usize = 2;
+/// After a write or sync failure the WAL retries this often: soon enough that service
+/// resumes within a blink of the disk having room again, rare enough to cost nothing.
+pub const RETRY_INTERVAL: Duration = Duration::from_millis(200);
+/// While the disk fails, takes and timers still change the queue and their records wait in
+/// memory; past this many bytes takes are refused too, so a long outage cannot eat the RAM.
+pub const MAX_PENDING_BYTES: usize = 64 << 20;
+/// `flush`/`snapshot_now` re-check their deadline at least this often while blocked.
+const BLOCKING_STEP: Duration = Duration::from_millis(10);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WalMode {
+    /// No WAL: only snapshots persist.
+    None,
+    /// A turn is durable once written (survives a process crash, not a power loss).
+    #[default]
+    Write,
+    /// A turn is durable once synced (survives a power loss).
+    Fsync,
+}
+
+impl FromStr for WalMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(WalMode::None),
+            "write" => Ok(WalMode::Write),
+            "fsync" => Ok(WalMode::Fsync),
+            _ => Err(format!(
+                "unknown WAL mode {s:?}: expected none, write or fsync"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for WalMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WalMode::None => "none",
+            WalMode::Write => "write",
+            WalMode::Fsync => "fsync",
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct WalConfig {
+    pub mode: WalMode,
+    pub segment_bytes: u64,
+    /// 0: snapshots only on demand.
+    pub snapshot_every_bytes: u64,
+    pub keep_snapshots: usize,
+    pub force_recovery: bool,
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        Self {
+            mode: WalMode::default(),
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            snapshot_every_bytes: DEFAULT_SNAPSHOT_EVERY_BYTES,
+            keep_snapshots: DEFAULT_KEEP_SNAPSHOTS,
+            force_recovery: false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "WAL file {file} is damaged at offset {offset}: {reason}; \
+         start with --force-recovery to skip the damage (what it held is lost)"
+    )]
+    Corrupt {
+        file: String,
+        offset: u64,
+        reason: String,
+    },
+    /// The disk failed; changing calls are refused until a retry succeeds.
+    #[error("WAL write failed: {0}")]
+    WriteFailed(String),
+    #[error("data directory {} is in use by another tarq process (pid {holder}); refusing to start", dir.display())]
+    Locked { dir: PathBuf, holder: String },
+}
+
+impl WalError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        WalError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// "No space left on device", without Rust's " (os error 28)".
+fn describe(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+/// Wakes the loop from the WAL's threads, once the server has handed over its waker.
+#[derive(Clone, Default)]
+pub(crate) struct Notify(Arc<OnceLock<Arc<mio::Waker>>>);
+
+impl Notify {
+    fn wake(&self) {
+        if let Some(w) = self.0.get() {
+            if let Err(e) = w.wake() {
+                tracing::warn!(error = %e, "waking the loop failed");
+            }
+        }
+    }
+}
+
+/// Figures for `queue.stats()` and logs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WalStats {
+    pub records: u64,
+    pub batches: u64,
+    pub bytes_written: u64,
+    pub writes: u64,
+    pub syncs: u64,
+    pub write_errors: u64,
+    pub snapshots: u64,
+    /// Bytes of records not yet durable (waiting for a write, a sync, or a failed disk).
+    pub pending_bytes: u64,
+}
+
+struct Batch {
+    id: BatchId,
+    first_seq: u64,
+    last_seq: u64,
+    /// Its bytes in `Wal::buf`.
+    start: usize,
+    end: usize,
+}
+
+struct Segment {
+    file: Arc<dyn StorageFile>,
+    name: String,
+    bytes: u64,
+}
+
+struct Failure {
+    message: String,
+    retry_at: Instant,
+}
+
+enum SnapState {
+    Idle,
+    Walking(snapshot::Walk),
+    /// The end record is queued; commit once synced and the WAL covers `end_seq`.
+    Sealed {
+        end_seq: u64,
+        synced: bool,
+        committing: bool,
+        started: Instant,
+    },
+}
+
+pub struct Wal {
+    storage: Arc<dyn Storage>,
+    cfg: WalConfig,
+    notify: Notify,
+    /// The last sequence number given to a record.
+    last_seq: u64,
+    /// Bytes of every batch not yet durable, then the open batch; `batches` index into it.
+    buf: Vec<u8>,
+    batches: VecDeque<Batch>,
+    /// `buf[unwritten..]` is not yet written to the current segment.
+    unwritten: usize,
+    /// The open batch (records appended since the last submit): its start in `buf`, first seq.
+    open: Option<(usize, u64)>,
+    submitted: BatchId,
+    durable: BatchId,
+    /// Records up to here are durable.
+    durable_seq: u64,
+    segment: Option<Segment>,
+    failed: Option<Failure>,
+    sync: Option<sync::SyncThread>,
+    writer: snapshot::Writer,
+    snap: SnapState,
+    snapshot_requested: bool,
+    bytes_since_snapshot: u64,
+    events: Vec<Event>,
+    vanished: Vec<TaskId>,
+    stats: WalStats,
+    _lock: Option<DirLock>,
+}
+
+impl Wal {
+    /// Locks `dir`, recovers the queue from it and opens the WAL for writing.
+    pub fn open_dir(
+        dir: impl Into<PathBuf>,
+        cfg: WalConfig,
+    ) -> Result<(Wal, Queue, RecoveryReport), WalError> {
+        let dir = dir.into();
+        let lock = DirLock::acquire(&dir)?;
+        let storage = FsStorage::new(&dir)
+            .map_err(|e| WalError::io(format!("opening {}", dir.display()), e))?;
+        let (mut wal, queue, report) = Wal::open(Arc::new(storage), cfg)?;
+        wal._lock = Some(lock);
+        Ok((wal, queue, report))
+    }
+
+    /// Recovers the queue from `storage` and opens the WAL for writing.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        cfg: WalConfig,
+    ) -> Result<(Wal, Queue, RecoveryReport), WalError> {
+        let rec = recovery::recover(&*storage, cfg.force_recovery)?;
+        let report = rec.report;
+        if let Some(t) = &report.torn {
+            let cut = if t.offset < FILE_HEADER_LEN as u64 {
+                storage.remove(&t.file)
+            } else {
+                storage.open_append(&t.file).and_then(|f| {
+                    f.truncate(t.offset)?;
+                    f.sync()
+                })
+            };
+            cut.map_err(|e| WalError::io(format!("cutting the torn tail of {}", t.file), e))?;
+            tracing::warn!(file = %t.file, offset = t.offset, bytes = t.bytes, "cut the WAL's torn tail");
+        }
+        let names = storage
+            .list()
+            .map_err(|e| WalError::io("listing the data directory", e))?;
+        for n in names.iter().filter(|n| n.ends_with(INPROGRESS_SUFFIX)) {
+            storage
+                .remove(n)
+                .map_err(|e| WalError::io(format!("removing {n}"), e))?;
+        }
+        storage
+            .sync_dir()
+            .map_err(|e| WalError::io("syncing the data directory", e))?;
+        let notify = Notify::default();
+        let sync = match cfg.mode {
+            WalMode::Fsync => Some(
+                sync::SyncThread::start(storage.clone(), notify.clone())
+                    .map_err(|e| WalError::io("starting the sync thread", e))?,
+            ),
+            _ => None,
+        };
+        let writer = snapshot::Writer::start(storage.clone(), notify.clone())
+            .map_err(|e| WalError::io("starting the snapshot thread", e))?;
+        let mut queue = rec.queue;
+        queue.set_journal(cfg.mode != WalMode::None);
+        tracing::info!(
+            tasks = queue.len(),
+            snapshot = ?report.snapshot,
+            records = report.records,
+            released = report.released,
+            elapsed_ms = report.elapsed.as_millis() as u64,
+            "recovered"
+        );
+        let wal = Wal {
+            snapshot_requested: !report.lost.is_empty(),
+            storage,
+            cfg,
+            notify,
+            last_seq: rec.last_seq,
+            buf: Vec::new(),
+            batches: VecDeque::new(),
+            unwritten: 0,
+            open: None,
+            submitted: 0,
+            durable: 0,
+            durable_seq: rec.last_seq,
+            segment: None,
+            failed: None,
+            sync,
+            writer,
+            snap: SnapState::Idle,
+            bytes_since_snapshot: 0,
+            events: Vec::new(),
+            vanished: Vec::new(),
+            stats: WalStats::default(),
+            _lock: None,
+        };
+        Ok((wal, queue, report))
+    }
+
+    /// The threads wake the loop through `waker` when a sync or a snapshot step completes.
+    pub fn set_waker(&self, waker: Arc<mio::Waker>) {
+        let _ = self.notify.0.set(waker);
+    }
+
+    pub fn mode(&self) -> WalMode {
+        self.cfg.mode
+    }
+
+    /// `Err(WriteFailed)` while the disk fails: put, ack and release must be refused.
+    pub fn check_writable(&self) -> Result<(), WalError> {
+        match &self.failed {
+            Some(f) => Err(WalError::WriteFailed(f.message.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// False once records of a failing disk pile up past `MAX_PENDING_BYTES`: refuse takes too.
+    pub fn accepts_takes(&self) -> bool {
+        self.buf.len() < MAX_PENDING_BYTES
+    }
+
+    fn record(&mut self, kind: Kind) -> usize {
+        self.last_seq += 1;
+        if self.open.is_none() {
+            self.open = Some((self.buf.len(), self.last_seq));
+        }
+        self.stats.records += 1;
+        format::begin_record(&mut self.buf, self.last_seq, kind)
+    }
+
+    fn status_record(&mut self, id: TaskId, status: Status, runat: u64) {
+        let at = self.record(Kind::Status);
+        format::encode_status(&mut self.buf, id, status, runat);
+        format::end_record(&mut self.buf, at);
+    }
+
+    /// Encodes the events the queue journaled since the last call into the open batch.
+    pub fn append_turn(&mut self, queue: &mut Queue) {
+        if self.cfg.mode == WalMode::None {
+            queue.drain_events().for_each(drop);
+            return;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(queue.drain_events());
+        for &ev in &events {
+            let id = match ev {
+                Event::Put { id }
+                | Event::Taken { id, .. }
+                | Event::Acked { id }
+                | Event::Released { id, .. }
+                | Event::Promoted { id }
+                | Event::Expired { id }
+                | Event::TtrReturned { id }
+                | Event::AutoReleased { id } => id,
+            };
+            if self.vanished.contains(&id) {
+                continue;
+            }
+            match ev {
+                Event::Put { id } => match queue.get(id) {
+                    // Logged as it is now: later events of this turn are replayed on top.
+                    Some(t) => {
+                        let at = self.record(Kind::Put);
+                        format::encode_task(&mut self.buf, &t);
+                        format::end_record(&mut self.buf, at);
+                    }
+                    // Put and removed within this turn: nothing to log for it at all.
+                    None => self.vanished.push(id),
+                },
+                Event::Taken { id, .. } => self.status_record(id, Status::Taken, 0),
+                Event::Released { id, runat: 0 } => self.status_record(id, Status::Ready, 0),
+                Event::Released { id, runat } => self.status_record(id, Status::Waiting, runat),
+                Event::Promoted { id } | Event::TtrReturned { id } | Event::AutoReleased { id } => {
+                    self.status_record(id, Status::Ready, 0)
+                }
+                Event::Acked { id } | Event::Expired { id } => {
+                    let at = self.record(Kind::Remove);
+                    self.buf.extend_from_slice(&id.to_le_bytes());
+                    format::end_record(&mut self.buf, at);
+                }
+            }
+        }
+        self.vanished.clear();
+        events.clear();
+        self.events = events;
+    }
+
+    /// Closes the open batch and writes it (one write for the whole turn). Returns the batch
+    /// the turn's replies wait for: the last one submitted, even when this turn logged nothing.
+    pub fn submit(&mut self) -> BatchId {
+        let Some((start, first_seq)) = self.open.take() else {
+            return self.submitted;
+        };
+        let at = self.record(Kind::Commit);
+        format::end_record(&mut self.buf, at);
+        self.open = None;
+        self.submitted += 1;
+        self.stats.batches += 1;
+        self.batches.push_back(Batch {
+            id: self.submitted,
+            first_seq,
+            last_seq: self.last_seq,
+            start,
+            end: self.buf.len(),
+        });
+        if self.failed.is_none() {
+            self.write_pending();
+        }
+        self.submitted
+    }
+
+    /// Every reply of batches up to this one may be sent.
+    pub fn durable_upto(&self) -> BatchId {
+        if self.cfg.mode == WalMode::None {
+            self.submitted
+        } else {
+            self.durable
+        }
+    }
+
+    /// Writes every submitted byte not yet written; on failure enters the failed state.
+    fn write_pending(&mut self) {
+        let end = self.batches.back().map_or(self.unwritten, |b| b.end);
+        if self.unwritten >= end {
+            return;
+        }
+        if let Err(e) = self.try_write(end) {
+            self.fail(e);
+        }
+    }
+
+    fn try_write(&mut self, end: usize) -> std::io::Result<()> {
+        if self.segment.is_none() {
+            let first = self
+                .batches
+                .iter()
+                .find(|b| b.start == self.unwritten)
+                .expect("unwritten bytes start a batch");
+            let name = format::segment_name(first.first_seq);
+            let file = self.storage.create(&name)?;
+            if let Some(s) = &self.sync {
+                s.set_segment(file.clone());
+            }
+            // Set before the header write: a failure must abandon this file too.
+            self.segment = Some(Segment {
+                file: file.clone(),
+                name,
+                bytes: 0,
+            });
+            file.write_all(&format::file_header(format::WAL_MAGIC, first.first_seq))?;
+            self.segment.as_mut().expect("just set").bytes = FILE_HEADER_LEN as u64;
+        }
+        let seg = self.segment.as_mut().expect("segment open");
+        let bytes = &self.buf[self.unwritten..end];
+        seg.file.write_all(bytes)?;
+        let n = bytes.len() as u64;
+        seg.bytes += n;
+        self.stats.writes += 1;
+        self.stats.bytes_written += n;
+        self.bytes_since_snapshot += n;
+        self.unwritten = end;
+        let last = self.batches.back().expect("wrote a batch").id;
+        let rotate = seg.bytes >= self.cfg.segment_bytes;
+        if rotate {
+            tracing::debug!(segment = %seg.name, bytes = seg.bytes, "WAL segment full; the next turn starts a new one");
+            self.segment = None;
+        }
+        match &self.sync {
+            Some(s) => s.request(last),
+            None => self.set_durable(last),
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, e: std::io::Error) {
+        let message = describe(&e);
+        self.stats.write_errors += 1;
+        if self.failed.is_none() {
+            tracing::error!(error = %message, "WAL write failed: refusing changes until the disk takes writes again");
+        }
+        self.failed = Some(Failure {
+            message,
+            retry_at: Instant::now() + RETRY_INTERVAL,
+        });
+        // The segment may hold a partial turn: abandon it and rewrite every turn that is not
+        // durable into a new segment starting at that turn's sequence number.
+        self.segment = None;
+        self.unwritten = self.batches.front().map_or(self.buf.len(), |b| b.start);
+        if let Some(s) = &self.sync {
+            s.abandon(self.durable);
+        }
+    }
+
+    fn set_durable(&mut self, upto: BatchId) {
+        if upto <= self.durable {
+            return;
+        }
+        self.durable = upto;
+        let mut cut = 0;
+        while let Some(b) = self.batches.front() {
+            if b.id > upto {
+                break;
+            }
+            cut = b.end;
+            self.durable_seq = b.last_seq;
+            self.batches.pop_front();
+        }
+        self.buf.drain(..cut);
+        self.unwritten -= cut;
+        for b in &mut self.batches {
+            b.start -= cut;
+            b.end -= cut;
+        }
+        if let Some((start, _)) = &mut self.open {
+            *start -= cut;
+        }
+    }
+
+    /// Once per loop turn, after `submit`: collects sync results, retries a failed disk and
+    /// advances a running snapshot by a bounded step.
+    pub fn poll(&mut self, queue: &mut Queue) {
+        // Events the server did not append yet join the next batch (the snapshot needs them
+        // logged before it names its end).
+        self.append_turn(queue);
+        if let Some(s) = &self.sync {
+            let p = s.progress();
+            self.stats.syncs = p.syncs;
+            if let Some(e) = p.error {
+                self.fail(e);
+            } else if self.failed.is_none() {
+                self.set_durable(p.done);
+            }
+        }
+        if let Some(f) = &self.failed {
+            if Instant::now() >= f.retry_at {
+                self.failed = None;
+                self.write_pending();
+                if self.failed.is_none() {
+                    tracing::info!("WAL writes succeed again: accepting changes");
+                }
+            }
+        }
+        self.stats.pending_bytes = self.buf.len() as u64;
+        self.poll_snapshot(queue);
+    }
+
+    /// How long the loop may sleep before the WAL needs `poll` again (threads use the waker).
+    pub fn timeout(&self) -> Option<Duration> {
+        if let SnapState::Walking(_) = self.snap {
+            return Some(Duration::ZERO);
+        }
+        self.failed
+            .as_ref()
+            .map(|f| f.retry_at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Asks for a snapshot (`queue.snapshot()`); false when one is already running.
+    pub fn request_snapshot(&mut self) -> bool {
+        if matches!(self.snap, SnapState::Idle) {
+            self.snapshot_requested = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn snapshot_running(&self) -> bool {
+        !matches!(self.snap, SnapState::Idle)
+    }
+
+    pub fn stats(&self) -> WalStats {
+        self.stats.clone()
+    }
+
+    fn on_writer(&mut self, msg: snapshot::FromWriter) {
+        match msg {
+            snapshot::FromWriter::Synced => {
+                if let SnapState::Sealed { synced, .. } = &mut self.snap {
+                    *synced = true;
+                }
+            }
+            snapshot::FromWriter::Committed { name, removed } => {
+                self.stats.snapshots += 1;
+                tracing::info!(file = %name, removed = ?removed, "snapshot done");
+                self.snap = SnapState::Idle;
+            }
+            snapshot::FromWriter::Failed(e) => {
+                tracing::error!(error = %describe(&e), "snapshot failed; will try again later");
+                self.snap = SnapState::Idle;
+                // Try again after as much WAL again as triggered this one, not at once.
+                self.bytes_since_snapshot = 0;
+            }
+        }
+    }
+
+    fn poll_snapshot(&mut self, queue: &mut Queue) {
+        while let Ok(msg) = self.writer.rx.try_recv() {
+            self.on_writer(msg);
+        }
+        if matches!(self.snap, SnapState::Idle) && self.failed.is_none() {
+            let due = self.cfg.snapshot_every_bytes > 0
+                && self.bytes_since_snapshot >= self.cfg.snapshot_every_bytes;
+            if self.snapshot_requested || due {
+                self.start_snapshot(queue);
+            }
+        }
+        if let SnapState::Walking(walk) = &mut self.snap {
+            // `poll` appended every journaled event first, so `last_seq` covers all the walk saw.
+            match walk.step(queue, &self.writer.tx, self.last_seq) {
+                snapshot::Step::Walking => {}
+                snapshot::Step::Sealed { end_seq } => {
+                    self.snap = SnapState::Sealed {
+                        end_seq,
+                        synced: false,
+                        committing: false,
+                        started: Instant::now(),
+                    };
+                }
+                snapshot::Step::Broken => {
+                    tracing::error!("snapshot writer thread is gone");
+                    self.snap = SnapState::Idle;
+                }
+            }
+        }
+        if let SnapState::Sealed {
+            end_seq,
+            synced: true,
+            committing,
+            started,
+        } = &mut self.snap
+        {
+            let covered = self.cfg.mode == WalMode::None || self.durable_seq >= *end_seq;
+            if covered && !*committing {
+                tracing::debug!(
+                    end_seq = *end_seq,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "committing the snapshot"
+                );
+                let keep = self.cfg.keep_snapshots.max(1);
+                if self
+                    .writer
+                    .tx
+                    .send(snapshot::ToWriter::Commit { keep })
+                    .is_err()
+                {
+                    tracing::error!("snapshot writer thread is gone");
+                    self.snap = SnapState::Idle;
+                } else {
+                    *committing = true;
+                }
+            }
+        }
+    }
+
+    fn start_snapshot(&mut self, queue: &mut Queue) {
+        // The snapshot starts at a turn boundary: log what the queue journaled so far.
+        self.append_turn(queue);
+        self.submit();
+        self.snapshot_requested = false;
+        self.bytes_since_snapshot = 0;
+        let start_seq = self.last_seq;
+        if self
+            .writer
+            .tx
+            .send(snapshot::ToWriter::Begin { start_seq })
+            .is_err()
+        {
+            tracing::error!("snapshot writer thread is gone");
+            return;
+        }
+        tracing::info!(start_seq, tasks = queue.len(), "snapshot started");
+        self.snap = SnapState::Walking(snapshot::Walk::new());
+    }
+
+    /// Tests and shutdown: drives `poll` until every submitted batch is durable.
+    pub fn flush(&mut self, queue: &mut Queue, timeout: Duration) -> Result<(), WalError> {
+        self.append_turn(queue);
+        let target = self.submit();
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.poll(queue);
+            if self.durable_upto() >= target {
+                return Ok(());
+            }
+            if let Some(f) = &self.failed {
+                return Err(WalError::WriteFailed(f.message.clone()));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(WalError::WriteFailed(
+                    "timed out waiting for the WAL to sync".into(),
+                ));
+            }
+            if let Some(s) = &self.sync {
+                s.wait_done(target, left);
+            }
+        }
+    }
+
+    /// Tests, shutdown and benches: takes a snapshot now and waits until it is committed.
+    /// Returns the snapshot's file name.
+    pub fn snapshot_now(
+        &mut self,
+        queue: &mut Queue,
+        timeout: Duration,
+    ) -> Result<String, WalError> {
+        let deadline = Instant::now() + timeout;
+        let before = self.stats.snapshots;
+        while self.snapshot_running() {
+            self.step_blocking(queue, deadline)?;
+        }
+        self.request_snapshot();
+        let timed_out = || {
+            WalError::io(
+                "snapshot",
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            )
+        };
+        loop {
+            self.step_blocking(queue, deadline)?;
+            self.check_writable()?;
+            if !self.snapshot_running() && !self.snapshot_requested {
+                if self.stats.snapshots > before {
+                    let names = self
+                        .storage
+                        .list()
+                        .map_err(|e| WalError::io("listing", e))?;
+                    return names
+                        .into_iter()
+                        .filter(|n| n.ends_with(SNAP_SUFFIX))
+                        .max()
+                        .ok_or_else(|| {
+                            WalError::io(
+                                "snapshot",
+                                std::io::Error::other("no snapshot file after commit"),
+                            )
+                        });
+                }
+                return Err(WalError::io(
+                    "snapshot",
+                    std::io::Error::other("the snapshot failed; see the log"),
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(timed_out());
+            }
+        }
+    }
+
+    fn step_blocking(&mut self, queue: &mut Queue, deadline: Instant) -> Result<(), WalError> {
+        self.append_turn(queue);
+        self.submit();
+        self.poll(queue);
+        if Instant::now() >= deadline {
+            return Err(WalError::io(
+                "snapshot",
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ));
+        }
+        if matches!(self.snap, SnapState::Sealed { .. }) {
+            if let Some(s) = &self.sync {
+                s.wait_done(self.submitted, BLOCKING_STEP);
+            }
+            // Wait for the writer's next report instead of spinning.
+            if let Ok(msg) = self.writer.rx.recv_timeout(BLOCKING_STEP) {
+                self.on_writer(msg);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Files a new snapshot makes unnecessary: snapshots beyond the newest `keep`, and WAL segments
+/// whose every record precedes the oldest kept snapshot.
+pub fn files_to_remove(names: &[String], keep: usize) -> Vec<String> {
+    let mut snaps: Vec<(u64, &String)> = names
+        .iter()
+        .filter_map(|n| Some((format::parse_name(n, SNAP_SUFFIX)?, n)))
+        .collect();
+    snaps.sort_unstable_by(|a, b| b.cmp(a));
+    if snaps.is_empty() || keep == 0 {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = snaps.iter().skip(keep).map(|(_, n)| (*n).clone()).collect();
+    let oldest_kept = snaps[snaps.len().min(keep) - 1].0;
+    let mut segs: Vec<(u64, &String)> = names
+        .iter()
+        .filter_map(|n| Some((format::parse_name(n, WAL_SUFFIX)?, n)))
+        .collect();
+    segs.sort_unstable();
+    for w in segs.windows(2) {
+        // Every record of w[0] is below w[1]'s first one.
+        if w[1].0 <= oldest_kept + 1 {
+            out.push(w[0].1.clone());
+        }
+    }
+    out
+}

@@ -1,0 +1,408 @@
+//! The directory the WAL and snapshots live in, behind a small trait: `FsStorage` is the real
+//! disk, `MemStorage` is a fault-injecting stand-in for tests. `MemStorage` keeps every file's
+//! written bytes apart from its synced bytes (and the directory's entries apart from the synced
+//! directory), so a test can "crash" the machine, losing what was never synced or keeping a torn
+//! prefix of it, and can make the Nth write fail the way a full or dying disk does.
+//! What goes into the files is `format`'s business; when to sync is `Wal`'s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A directory of files. Names are plain file names, never paths.
+pub trait Storage: Send + Sync + 'static {
+    /// Creates `name` empty (replacing any file of that name), open for appending.
+    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Opens an existing `name` for appending at its end.
+    fn open_append(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Opens `name` for reading from its start.
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>>;
+    /// Replaces `to` by `from` atomically (durable once `sync_dir` returns).
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// The names of every file in the directory, in no particular order.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// Makes creations, renames and removals so far durable.
+    fn sync_dir(&self) -> io::Result<()>;
+}
+
+/// One open file. Methods take `&self` so the loop can write while the sync thread syncs the
+/// same file (a write that returned before `sync` started is covered by it).
+pub trait StorageFile: Send + Sync {
+    /// Appends all of `buf`; on error a prefix of it may have been written.
+    fn write_all(&self, buf: &[u8]) -> io::Result<()>;
+    /// Makes every byte written before the call durable.
+    fn sync(&self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (used to cut a torn tail at recovery).
+    fn truncate(&self, len: u64) -> io::Result<()>;
+}
+
+/// The real directory on disk.
+pub struct FsStorage {
+    dir: PathBuf,
+}
+
+impl FsStorage {
+    /// Uses `dir`, creating it when missing.
+    pub fn new(dir: impl Into<PathBuf>) -> io::Result<Self> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)?;
+        Ok(Self { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+struct FsFile(File);
+
+impl StorageFile for FsFile {
+    fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        // `&File` is `Write`; the file is opened with O_APPEND so every write lands at the end.
+        (&self.0).write_all(buf)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+impl Storage for FsStorage {
+    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        // O_APPEND by hand: std refuses `append` together with `truncate`.
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .custom_flags(libc::O_APPEND)
+            .open(self.dir.join(name))?;
+        Ok(Arc::new(FsFile(f)))
+    }
+    fn open_append(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        let f = OpenOptions::new().append(true).open(self.dir.join(name))?;
+        Ok(Arc::new(FsFile(f)))
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(File::open(self.dir.join(name))?))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        fs::rename(self.dir.join(from), self.dir.join(to))
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        fs::remove_file(self.dir.join(name))
+    }
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                if let Some(name) = entry.file_name().to_str() {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        Ok(names)
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// What survives a simulated crash beyond the synced bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crash {
+    /// The process died (`kill -9`): the kernel keeps every written byte and directory change.
+    Process,
+    /// The machine lost power: only synced bytes and synced directory entries survive, plus up
+    /// to this many bytes of each file's unsynced appended tail (a torn write).
+    Power { torn_keep: usize },
+}
+
+#[derive(Default)]
+struct MemFile {
+    data: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+#[derive(Default)]
+struct MemInner {
+    files: HashMap<u64, MemFile>,
+    dir: BTreeMap<String, u64>,
+    durable_dir: BTreeMap<String, u64>,
+    next_inode: u64,
+    /// Writes so far (every file), numbering the writes that faults refer to.
+    writes: u64,
+    syncs: u64,
+    /// Free space left: a write that does not fit writes what fits, then fails with ENOSPC.
+    space_left: Option<u64>,
+    /// The write with this number keeps only `.1` bytes and then the "process" is dead.
+    die_at_write: Option<(u64, usize)>,
+    /// The sync with this number fails with EIO.
+    fail_sync_at: Option<u64>,
+    /// After `die_at_write` fired every call fails: the process is gone.
+    dead: bool,
+}
+
+/// An in-memory directory with fault injection; clones share the same directory.
+#[derive(Clone, Default)]
+pub struct MemStorage {
+    inner: Arc<Mutex<MemInner>>,
+}
+
+struct MemHandle {
+    inner: Arc<Mutex<MemInner>>,
+    inode: u64,
+}
+
+fn dead_err() -> io::Error {
+    io::Error::other("simulated crash: the process is gone")
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
+impl MemStorage {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemInner> {
+        // A panicking test thread must not hide the directory from the next assertion.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Limits the free space to `bytes` (`None`: unlimited).
+    pub fn set_space_left(&self, bytes: Option<u64>) {
+        self.lock().space_left = bytes;
+    }
+
+    /// The `n`th write from now (1 = the next) keeps only `keep` bytes, then every call fails.
+    pub fn die_at_write(&self, n: u64, keep: usize) {
+        let mut g = self.lock();
+        g.die_at_write = Some((g.writes + n, keep));
+    }
+
+    /// The `n`th sync from now (1 = the next) fails with EIO.
+    pub fn fail_sync_at(&self, n: u64) {
+        let mut g = self.lock();
+        g.fail_sync_at = Some(g.syncs + n);
+    }
+
+    /// Writes done so far.
+    pub fn writes(&self) -> u64 {
+        self.lock().writes
+    }
+
+    /// Simulates a crash and a reboot: afterwards the directory holds what survived, every
+    /// fault is cleared, and handles opened before keep writing into files no name reaches.
+    pub fn crash(&self, how: Crash) {
+        let mut g = self.lock();
+        let g = &mut *g;
+        if let Crash::Power { torn_keep } = how {
+            g.dir = g.durable_dir.clone();
+            for f in g.files.values_mut() {
+                let mut survived = f.durable.clone();
+                if f.data.len() > f.durable.len() && f.data.starts_with(&f.durable) {
+                    let tail = &f.data[f.durable.len()..];
+                    survived.extend_from_slice(&tail[..torn_keep.min(tail.len())]);
+                }
+                f.data = survived;
+            }
+        }
+        // Every surviving byte and entry is on disk after the reboot.
+        for f in g.files.values_mut() {
+            f.durable = f.data.clone();
+        }
+        g.durable_dir = g.dir.clone();
+        // Old handles must not change the files the next process opens: move survivors to new
+        // inodes.
+        let mut files = HashMap::new();
+        let mut dir = BTreeMap::new();
+        for (name, inode) in &g.dir {
+            let f = g.files.remove(inode).unwrap_or_default();
+            g.next_inode += 1;
+            files.insert(g.next_inode, f);
+            dir.insert(name.clone(), g.next_inode);
+        }
+        g.files = files;
+        g.durable_dir = dir.clone();
+        g.dir = dir;
+        g.space_left = None;
+        g.die_at_write = None;
+        g.fail_sync_at = None;
+        g.dead = false;
+    }
+
+    /// The current bytes of `name` (what a reader would see now).
+    pub fn contents(&self, name: &str) -> Option<Vec<u8>> {
+        let g = self.lock();
+        g.dir.get(name).map(|i| g.files[i].data.clone())
+    }
+
+    /// Overwrites one byte of `name` in place, as a disk that rots would.
+    pub fn corrupt(&self, name: &str, offset: usize, byte: u8) {
+        let mut g = self.lock();
+        let inode = g.dir[name];
+        let f = g.files.get_mut(&inode).expect("named file exists");
+        f.data[offset] = byte;
+        f.durable = f.data.clone();
+    }
+
+    /// Replaces `name` with `bytes`, as synced.
+    pub fn put_file(&self, name: &str, bytes: Vec<u8>) {
+        let mut g = self.lock();
+        g.next_inode += 1;
+        let inode = g.next_inode;
+        g.files.insert(
+            inode,
+            MemFile {
+                data: bytes.clone(),
+                durable: bytes,
+            },
+        );
+        g.dir.insert(name.to_owned(), inode);
+        g.durable_dir.insert(name.to_owned(), inode);
+    }
+
+    fn check_alive(g: &MemInner) -> io::Result<()> {
+        if g.dead {
+            Err(dead_err())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Storage for MemStorage {
+    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        let mut g = self.lock();
+        Self::check_alive(&g)?;
+        g.next_inode += 1;
+        let inode = g.next_inode;
+        g.files.insert(inode, MemFile::default());
+        g.dir.insert(name.to_owned(), inode);
+        Ok(Arc::new(MemHandle {
+            inner: self.inner.clone(),
+            inode,
+        }))
+    }
+    fn open_append(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        let g = self.lock();
+        Self::check_alive(&g)?;
+        let inode = *g
+            .dir
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(Arc::new(MemHandle {
+            inner: self.inner.clone(),
+            inode,
+        }))
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
+        let g = self.lock();
+        Self::check_alive(&g)?;
+        let inode = g
+            .dir
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(Box::new(io::Cursor::new(g.files[inode].data.clone())))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut g = self.lock();
+        Self::check_alive(&g)?;
+        let inode = g
+            .dir
+            .remove(from)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        g.dir.insert(to.to_owned(), inode);
+        Ok(())
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        let mut g = self.lock();
+        Self::check_alive(&g)?;
+        g.dir
+            .remove(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(())
+    }
+    fn list(&self) -> io::Result<Vec<String>> {
+        let g = self.lock();
+        Self::check_alive(&g)?;
+        Ok(g.dir.keys().cloned().collect())
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        let mut g = self.lock();
+        Self::check_alive(&g)?;
+        g.durable_dir = g.dir.clone();
+        Ok(())
+    }
+}
+
+impl MemHandle {
+    fn lock(&self) -> MutexGuard<'_, MemInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl StorageFile for MemHandle {
+    fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        let mut g = self.lock();
+        let g = &mut *g;
+        MemStorage::check_alive(g)?;
+        g.writes += 1;
+        let mut len = buf.len();
+        let mut result = Ok(());
+        if let Some((n, keep)) = g.die_at_write {
+            if g.writes == n {
+                len = len.min(keep);
+                g.dead = true;
+                result = Err(dead_err());
+            }
+        }
+        if let Some(space) = g.space_left {
+            if (len as u64) > space {
+                len = space as usize;
+                result = Err(enospc());
+            }
+            g.space_left = Some(space - len as u64);
+        }
+        g.files
+            .get_mut(&self.inode)
+            .expect("open file exists")
+            .data
+            .extend_from_slice(&buf[..len]);
+        result
+    }
+    fn sync(&self) -> io::Result<()> {
+        let mut g = self.lock();
+        MemStorage::check_alive(&g)?;
+        g.syncs += 1;
+        if g.fail_sync_at == Some(g.syncs) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let f = g.files.get_mut(&self.inode).expect("open file exists");
+        f.durable = f.data.clone();
+        Ok(())
+    }
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        let mut g = self.lock();
+        MemStorage::check_alive(&g)?;
+        let f = g.files.get_mut(&self.inode).expect("open file exists");
+        f.data.truncate(len as usize);
+        Ok(())
+    }
+}
+
+/// Reads a whole file (WAL segments are bounded by `SEGMENT_BYTES` plus one batch).
+pub fn read_all(storage: &dyn Storage, name: &str) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    storage.open_read(name)?.read_to_end(&mut buf)?;
+    Ok(buf)
+}
