@@ -1,6 +1,9 @@
-//! The tarq server library: the IPROTO codec ([`iproto`]), the event loop, sessions and parked
-//! takes, and durability ([`wal`]: WAL, snapshots, recovery). The `tarq` binary in `main.rs`
-//! only parses flags and starts the loop.
+//! The tarq server library: the IPROTO codec ([`iproto`]), the configuration ([`config`]), the
+//! event loop with its sessions and parked takes ([`server`]), and durability ([`wal`]: WAL,
+//! snapshots, recovery). The `tarq` binary in `main.rs` only parses flags, sets up logging and
+//! runs a [`server::Server`].
 
+pub mod config;
 pub mod iproto;
+pub mod server;
 pub mod wal;

@@ -1,0 +1,315 @@
+//! The server's configuration: command-line flags (clap) and the same names in a `--config`
+//! TOML file, merged into one [`Config`]. A flag given on the command line wins over the file,
+//! the file over the default. Later issues add their settings here, in the same style: a field in
+//! [`Cli`], the same field in [`FileConfig`], a default, and a line in [`Config`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::Deserialize;
+
+use crate::iproto::DEFAULT_MAX_FRAME_BYTES;
+
+/// Default `--listen`: Tarantool's port, on loopback only until the operator opens it.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:3301";
+
+/// Default `--data-dir`.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+
+/// Default `--max-connections`: below the common soft limit of 1024 open files, leaving room for
+/// the listener and data files. Each connection holds at least a 16 KiB read buffer.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
+
+/// Default `--max-write-backlog`: replies a client has not read yet, per connection. Twice the
+/// default frame cap, so one maximal reply always fits while a client that never reads is cut
+/// off after a bounded amount.
+pub const DEFAULT_MAX_WRITE_BACKLOG: usize = 2 * DEFAULT_MAX_FRAME_BYTES;
+
+/// Smallest `--max-frame-bytes` accepted: a request header and a small call fit in it.
+pub const MIN_FRAME_BYTES: usize = 64;
+
+/// Highest connection count a token can address (the slot index has 32 bits in a token).
+pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
+
+/// The command line of `tarq`.
+#[derive(Debug, Clone, Default, Parser)]
+#[command(
+    name = "tarq",
+    version,
+    about = "tarq: a task-queue broker speaking Tarantool's binary protocol (IPROTO)",
+    after_help = "Every flag can also be set in the TOML file given with --config, under the same \
+                  name (for example `max-connections = 100`); a flag on the command line wins \
+                  over the file."
+)]
+pub struct Cli {
+    /// TOML file with settings under the same names as these flags.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on [default: 127.0.0.1:3301].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Directory for the queue's data files (created if missing) [default: ./data].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Pin the event-loop thread to this CPU core (unpinned when absent).
+    #[arg(long, value_name = "N")]
+    pub cpu: Option<usize>,
+
+    /// Most simultaneous client connections; more are refused with an error [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// Largest request frame in bytes; a bigger one gets an error and the connection is closed
+    /// [default: 16777216 (16 MiB)].
+    #[arg(long, value_name = "BYTES")]
+    pub max_frame_bytes: Option<usize>,
+
+    /// Most unread reply bytes held for one connection before it is disconnected; at least twice
+    /// --max-frame-bytes [default: 33554432 (32 MiB), or twice --max-frame-bytes if more].
+    #[arg(long, value_name = "BYTES")]
+    pub max_write_backlog: Option<usize>,
+
+    /// Log level: error, warn, info, debug or trace [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+
+    /// Require clients to authenticate as this user (chap-sha1) before calling anything.
+    #[arg(long, value_name = "NAME", requires = "password")]
+    pub user: Option<String>,
+
+    /// The password of --user.
+    #[arg(long, value_name = "SECRET", requires = "user")]
+    pub password: Option<String>,
+
+    /// Benchmark mode: answer every CALL at once with an empty result, without the queue.
+    #[arg(long)]
+    pub null: bool,
+}
+
+/// The `--config` file: the same names as the flags, all optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub cpu: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub max_frame_bytes: Option<usize>,
+    pub max_write_backlog: Option<usize>,
+    pub log_level: Option<String>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub null: Option<bool>,
+}
+
+/// A user allowed to authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+/// Log levels accepted by `--log-level`.
+pub const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+/// The resolved configuration the server runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub cpu: Option<usize>,
+    pub max_connections: usize,
+    pub max_frame_bytes: usize,
+    pub max_write_backlog: usize,
+    pub log_level: String,
+    pub auth: Option<Credentials>,
+    pub null: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            cpu: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_write_backlog: DEFAULT_MAX_WRITE_BACKLOG,
+            log_level: "info".into(),
+            auth: None,
+            null: false,
+        }
+    }
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bad config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Merges flags over the `--config` file (if any) over the defaults, then validates.
+    pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let d = Config::default();
+        let user = cli.user.or(file.user);
+        let password = cli.password.or(file.password);
+        let auth = match (user, password) {
+            (Some(user), Some(password)) => Some(Credentials { user, password }),
+            (None, None) => None,
+            (Some(_), None) => return Err(invalid("user is set but password is not")),
+            (None, Some(_)) => return Err(invalid("password is set but user is not")),
+        };
+        let max_frame_bytes = cli
+            .max_frame_bytes
+            .or(file.max_frame_bytes)
+            .unwrap_or(d.max_frame_bytes);
+        let cfg = Config {
+            listen: cli.listen.or(file.listen).unwrap_or(d.listen),
+            data_dir: cli.data_dir.or(file.data_dir).unwrap_or(d.data_dir),
+            cpu: cli.cpu.or(file.cpu),
+            max_connections: cli
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(d.max_connections),
+            max_frame_bytes,
+            // Unless set, the backlog follows a raised frame cap so one reply always fits.
+            max_write_backlog: cli
+                .max_write_backlog
+                .or(file.max_write_backlog)
+                .unwrap_or(d.max_write_backlog.max(2 * max_frame_bytes)),
+            log_level: cli.log_level.or(file.log_level).unwrap_or(d.log_level),
+            auth,
+            null: cli.null || file.null.unwrap_or(false),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks the limits against each other; the error names the setting and its value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !LOG_LEVELS.contains(&self.log_level.as_str()) {
+            return Err(invalid(format!(
+                "log-level '{}' is not one of {}",
+                self.log_level,
+                LOG_LEVELS.join(", ")
+            )));
+        }
+        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS_LIMIT {
+            return Err(invalid(format!(
+                "max-connections {} must be between 1 and {MAX_CONNECTIONS_LIMIT}",
+                self.max_connections
+            )));
+        }
+        if self.max_frame_bytes < MIN_FRAME_BYTES || self.max_frame_bytes > u32::MAX as usize {
+            return Err(invalid(format!(
+                "max-frame-bytes {} must be between {MIN_FRAME_BYTES} and {}",
+                self.max_frame_bytes,
+                u32::MAX
+            )));
+        }
+        if self.max_write_backlog < 2 * self.max_frame_bytes {
+            return Err(invalid(format!(
+                "max-write-backlog {} must be at least twice max-frame-bytes ({})",
+                self.max_write_backlog, self.max_frame_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(msg.into())
+}
+
+fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, ConfigError> {
+        let mut argv = vec!["tarq"];
+        argv.extend_from_slice(args);
+        Config::from_cli(Cli::try_parse_from(argv).unwrap())
+    }
+
+    #[test]
+    fn no_arguments_give_the_defaults() {
+        assert_eq!(parse(&[]).unwrap(), Config::default());
+        assert_eq!(Config::default().listen.to_string(), "127.0.0.1:3301");
+        assert_eq!(Config::default().max_frame_bytes, 16 << 20);
+    }
+
+    #[test]
+    fn flags_win_over_the_file_which_wins_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:4000\"\nmax-connections = 7\nlog-level = \"debug\"\n\
+             user = \"u\"\npassword = \"p\"\n",
+        )
+        .unwrap();
+        let cfg = parse(&["--config", path.to_str().unwrap(), "--max-connections", "9"]).unwrap();
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:4000");
+        assert_eq!(cfg.max_connections, 9);
+        assert_eq!(cfg.log_level, "debug");
+        assert_eq!(
+            cfg.auth,
+            Some(Credentials {
+                user: "u".into(),
+                password: "p".into()
+            })
+        );
+        assert_eq!(cfg.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(&path, "max-conections = 7\n").unwrap();
+        let e = parse(&["--config", path.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max-conections"), "{e}");
+        let e = parse(&["--log-level", "loud"]).unwrap_err().to_string();
+        assert!(e.contains("log-level 'loud'"), "{e}");
+        let e = parse(&["--max-frame-bytes", "1000000", "--max-write-backlog", "10"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max-write-backlog 10"), "{e}");
+        let e = parse(&["--max-connections", "0"]).unwrap_err().to_string();
+        assert!(e.contains("max-connections 0"), "{e}");
+        assert!(Cli::try_parse_from(["tarq", "--user", "u"]).is_err());
+    }
+}

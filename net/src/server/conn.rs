@@ -1,0 +1,247 @@
+//! One client connection: its socket, session id, read buffer and reply buffer. The loop owns
+//! control flow; this file only moves bytes between the socket and the two buffers and reports
+//! what happened, so that only the loop ever frees a connection's slot.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+use mio::net::TcpStream;
+use tarq_engine::SessionId;
+
+use super::journal::Ticket;
+use crate::iproto::greeting::SALT_LEN;
+
+/// Initial (and resting) read buffer: Tarantool's `readahead`, enough for a pipelined burst of
+/// small requests in one read.
+pub const READ_BUF_BYTES: usize = 16 * 1024;
+
+/// Bytes read from one connection in one turn before the loop moves on to the others; the rest
+/// waits for the next turn, so a fast sender cannot starve the others.
+pub const READ_BUDGET_BYTES: usize = 1024 * 1024;
+
+/// A buffer that grew past this (for a big frame) shrinks back when it empties, so an idle
+/// connection holds little memory.
+pub const SHRINK_ABOVE_BYTES: usize = 1024 * 1024;
+
+/// Sent bytes at the front of the reply buffer are dropped once they exceed this, keeping the
+/// buffer from creeping while replies are still held behind a durability ticket.
+const COMPACT_SENT_BYTES: usize = 64 * 1024;
+
+/// Bytes received but not yet executed. `buf[head..tail]` is live; it grows (doubling) only as
+/// bytes actually arrive, never to a size a client merely announces.
+#[derive(Debug)]
+pub struct ReadBuf {
+    buf: Vec<u8>,
+    head: usize,
+    tail: usize,
+}
+
+impl Default for ReadBuf {
+    /// An empty placeholder, allocating nothing (the loop swaps it in while executing).
+    fn default() -> Self {
+        ReadBuf {
+            buf: Vec::new(),
+            head: 0,
+            tail: 0,
+        }
+    }
+}
+
+impl ReadBuf {
+    pub fn new() -> Self {
+        ReadBuf {
+            buf: vec![0; READ_BUF_BYTES],
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.head..self.tail]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.head += n;
+        debug_assert!(self.head <= self.tail);
+        if self.head == self.tail {
+            self.head = 0;
+            self.tail = 0;
+            if self.buf.len() > SHRINK_ABOVE_BYTES {
+                self.buf = vec![0; READ_BUF_BYTES];
+            }
+        }
+    }
+
+    /// Makes room for more input: compacts, or doubles up to `max` bytes. False when the
+    /// buffer is at `max` and full (the frame in it exceeds the cap; the caller refuses it).
+    fn make_room(&mut self, max: usize) -> bool {
+        if self.tail < self.buf.len() {
+            return true;
+        }
+        if self.head > 0 {
+            self.buf.copy_within(self.head..self.tail, 0);
+            self.tail -= self.head;
+            self.head = 0;
+            return true;
+        }
+        if self.buf.len() >= max {
+            return false;
+        }
+        let new_len = (self.buf.len() * 2).min(max);
+        self.buf.resize(new_len, 0);
+        true
+    }
+
+    /// Reads until the socket would block, it closes, or `budget` bytes came in.
+    pub fn fill(&mut self, src: &mut impl Read, max: usize, budget: usize) -> ReadOutcome {
+        let mut got = 0;
+        loop {
+            if got >= budget {
+                return ReadOutcome::Budget;
+            }
+            if !self.make_room(max) {
+                return ReadOutcome::Full;
+            }
+            match src.read(&mut self.buf[self.tail..]) {
+                Ok(0) => return ReadOutcome::Eof,
+                Ok(n) => {
+                    self.tail += n;
+                    got += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Drained,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return ReadOutcome::Error(e),
+            }
+        }
+    }
+}
+
+/// How a read burst ended.
+#[derive(Debug)]
+pub enum ReadOutcome {
+    /// Everything available was read.
+    Drained,
+    /// The per-turn budget ran out with more (maybe) waiting: read again next turn.
+    Budget,
+    /// The buffer is at its cap and full: a frame over the limit is being sent.
+    Full,
+    /// The peer closed its side.
+    Eof,
+    Error(io::Error),
+}
+
+/// Replies waiting to be written. `out[sent..released]` may be written now;
+/// `out[released..]` is held until durability tickets in `holds` pass.
+#[derive(Debug, Default)]
+pub struct OutBuf {
+    pub out: Vec<u8>,
+    sent: usize,
+    released: usize,
+    /// (ticket, end offset in `out`) for replies held until that ticket is durable.
+    holds: VecDeque<(Ticket, usize)>,
+}
+
+impl OutBuf {
+    /// Bytes queued and not yet written, held or not.
+    pub fn backlog(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Whether bytes were appended since the last [`hold`](Self::hold).
+    fn unheld(&self) -> usize {
+        self.holds.back().map_or(self.released, |&(_, end)| end)
+    }
+
+    /// Holds everything appended this turn until `ticket` is durable.
+    pub fn hold(&mut self, ticket: Ticket) {
+        if self.out.len() > self.unheld() {
+            self.holds.push_back((ticket, self.out.len()));
+        }
+    }
+
+    pub fn has_holds(&self) -> bool {
+        !self.holds.is_empty()
+    }
+
+    /// Releases the replies of every ticket up to `durable`.
+    pub fn release(&mut self, durable: Ticket) {
+        while let Some(&(t, end)) = self.holds.front() {
+            if t > durable {
+                break;
+            }
+            self.released = end;
+            self.holds.pop_front();
+        }
+    }
+
+    /// Whether released bytes wait to be written.
+    pub fn has_released(&self) -> bool {
+        self.released > self.sent
+    }
+
+    /// One write of everything released. Returns the bytes written (0 when the socket is full).
+    pub fn write_to(&mut self, dst: &mut impl Write) -> io::Result<usize> {
+        if self.released == self.sent {
+            return Ok(0);
+        }
+        let n = loop {
+            match dst.write(&self.out[self.sent..self.released]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        self.sent += n;
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+            self.released = 0;
+            if self.out.capacity() > SHRINK_ABOVE_BYTES {
+                self.out = Vec::with_capacity(READ_BUF_BYTES);
+            }
+        } else if self.sent == self.released && self.sent > COMPACT_SENT_BYTES {
+            let sent = self.sent;
+            self.out.drain(..sent);
+            self.sent = 0;
+            self.released -= sent;
+            for h in &mut self.holds {
+                h.1 -= sent;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// A live connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    /// Distinguishes this connection from earlier ones in the same slot (tokens carry it).
+    pub gen: u32,
+    pub sid: SessionId,
+    /// The greeting's salt, for chap-sha1.
+    pub salt: [u8; SALT_LEN],
+    /// Allowed to call functions (always, unless the server requires a user).
+    pub authenticated: bool,
+    pub rbuf: ReadBuf,
+    pub out: OutBuf,
+    /// Keys of this connection's parked takes.
+    pub parked: Vec<usize>,
+    /// Queued in the loop's list of connections to read this turn.
+    pub to_read: bool,
+    /// Queued in the loop's list of connections to flush this turn.
+    pub to_flush: bool,
+    /// Closing: its session is released; flush what is released, then free the slot.
+    pub closing: Option<Closing>,
+}
+
+/// Why and how a connection is closing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closing {
+    pub reason: &'static str,
+    /// Write what is released before closing (a goodbye error, replies to a half-close).
+    pub flush: bool,
+}

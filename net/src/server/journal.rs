@@ -1,0 +1,68 @@
+//! The seam between the event loop and durability. The loop runs each turn as
+//! read → execute (engine events handed to [`Journal::record`] after every call) →
+//! [`Journal::commit`] → flush, and holds each connection's replies of a turn until
+//! [`Journal::durable`] reaches that turn's ticket. [`NoJournal`] (no WAL) makes every turn
+//! durable at once; the WAL (`net/src/wal/`, owned by the durability engineer) implements the
+//! same trait with group commit and wakes the loop through the [`mio::Waker`] it is given.
+
+use std::sync::Arc;
+
+use tarq_engine::{Event, Micros, Queue};
+
+/// Names one loop turn's batch of records. Tickets grow by one per commit, from 1.
+pub type Ticket = u64;
+
+/// What the loop needs from durability.
+pub trait Journal: Send {
+    /// Whether the engine must keep its event journal (`Queue::set_journal`). When false the
+    /// loop never drains events and `record` is never called.
+    fn wants_events(&self) -> bool;
+
+    /// One engine event of the current turn, in order. `queue` is the state right after the
+    /// call that produced it (read a put task with `queue.get(id)`).
+    fn record(&mut self, queue: &Queue, event: Event);
+
+    /// The turn's execution is over: start making its records durable. Returns the turn's
+    /// ticket; the replies of the turn are held until [`durable`](Self::durable) reaches it.
+    fn commit(&mut self, now: Micros) -> Ticket;
+
+    /// The newest ticket whose records are durable (every earlier one is too).
+    fn durable(&mut self) -> Ticket;
+
+    /// When the loop must wake up for the journal's sake (a group-commit timer), if ever.
+    fn next_wakeup(&self) -> Option<Micros> {
+        None
+    }
+
+    /// Gives the journal the loop's waker, for a sync finished on another thread.
+    fn attach_waker(&mut self, _waker: Arc<mio::Waker>) {}
+
+    /// `queue.snapshot()`: `None` when this journal has no snapshots (the call is then not
+    /// defined), else the result to report or an error message.
+    fn snapshot(&mut self, _queue: &Queue, _now: Micros) -> Option<Result<String, String>> {
+        None
+    }
+}
+
+/// No durability: every turn is durable the moment it commits.
+#[derive(Debug, Default)]
+pub struct NoJournal {
+    ticket: Ticket,
+}
+
+impl Journal for NoJournal {
+    fn wants_events(&self) -> bool {
+        false
+    }
+
+    fn record(&mut self, _queue: &Queue, _event: Event) {}
+
+    fn commit(&mut self, _now: Micros) -> Ticket {
+        self.ticket += 1;
+        self.ticket
+    }
+
+    fn durable(&mut self) -> Ticket {
+        self.ticket
+    }
+}

@@ -1,0 +1,848 @@
+//! The event loop: one mio thread does everything a request needs — accept, read, decode, call
+//! the engine, encode, write — like Tarantool's TX thread, with no locks and no thread hops.
+//!
+//! A turn is: poll (timeout = the nearest engine deadline, parked-take deadline or journal
+//! wake-up) → read the clock once → accept and collect readable connections → fire due engine
+//! deadlines → read each connection until it would block (or its per-turn budget) and execute
+//! every complete frame, handing engine events to the journal after each call → time out parked
+//! takes → commit the turn to the journal → write each connection's released replies with one
+//! write. Connections return their fate through `closing`; only the flush phase frees a slot,
+//! and tokens carry a generation so a stale event for a reused slot is ignored.
+
+pub mod calls;
+pub mod conn;
+pub mod journal;
+pub mod parked;
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+use tarq_engine::{Event, Micros, Queue, TaskRef};
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::iproto::codes::*;
+use crate::iproto::mp::write;
+use crate::iproto::request::{self, RequestKind};
+use crate::iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
+use calls::{Call, CallError, ServerStats};
+use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES};
+use journal::{Journal, NoJournal, Ticket};
+use parked::{Parked, MAX_PARKED_PER_CONN};
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+/// Connection tokens are `generation << 32 | (slot + FIRST_CONN_TOKEN)`.
+const FIRST_CONN_TOKEN: usize = 2;
+
+/// Engine deadlines (promotions, expiries, TTR returns) fired per turn. Enough to keep up with
+/// any realistic rate (it runs every turn, and the loop spins while work is left), small enough
+/// that a million tasks expiring at once cost each turn well under a millisecond.
+pub const ADVANCE_BUDGET: usize = 1024;
+
+/// Readiness events taken per poll; more simply wait for the next turn.
+const EVENTS_CAPACITY: usize = 1024;
+
+/// Pause before accepting again after running out of file descriptors, so the loop keeps serving
+/// the connections it has instead of spinning on a failing accept.
+const ACCEPT_BACKOFF: Micros = 50_000;
+
+/// Where the frame decoder stops buffering: the largest frame plus its largest size prefix.
+const MAX_PREFIX: usize = 9;
+
+/// Error code sent to a connection refused at `--max-connections`. Tarantool has no such limit
+/// and so no code for it; 0 (ER_UNKNOWN) still makes every client raise an error with the
+/// message.
+const ER_UNKNOWN: u32 = 0;
+
+/// The wall clock as microseconds since the Unix epoch.
+pub fn wall_clock() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as Micros)
+}
+
+/// Stops a running server from another thread.
+#[derive(Clone)]
+pub struct ServerHandle {
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+}
+
+impl ServerHandle {
+    /// Asks the loop to stop; `run` returns after the current turn.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // A failed wake only delays the stop until the next event.
+        let _ = self.waker.wake();
+    }
+}
+
+/// The server: a listener, the queue and every connection, driven by [`Server::run`].
+pub struct Server {
+    poll: Poll,
+    listener: TcpListener,
+    waker: Arc<Waker>,
+    stop: Arc<AtomicBool>,
+    cfg: Config,
+    /// `sha1(sha1(password))` of the configured user, if any.
+    hash2: Option<[u8; auth::SCRAMBLE_LEN]>,
+    uuid: [u8; 16],
+    queue: Queue,
+    journal: Box<dyn Journal>,
+    conns: Slab<Conn>,
+    parked: Parked,
+    /// Connections to read this turn (readable events, or left over from the budget).
+    read_list: Vec<usize>,
+    /// Connections that stopped at their read budget: read again next turn.
+    read_again: Vec<usize>,
+    /// Connections with replies or a close to flush this turn.
+    flush_list: Vec<usize>,
+    /// Connections whose replies wait for a durability ticket: (slot, generation).
+    holding: Vec<(usize, u32)>,
+    /// The engine has due deadlines left over from its budget.
+    engine_behind: bool,
+    accept_paused_until: Option<Micros>,
+    next_sid: u64,
+    next_gen: u32,
+    /// The turn's clock reading: the `now` of every engine call in the turn.
+    now: Micros,
+    /// Engine events on their way to the journal.
+    events: Vec<Event>,
+}
+
+fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| io::Error::other(format!("no randomness: {e}")))?;
+    Ok(b)
+}
+
+impl Server {
+    /// Binds the listener and creates the data directory; no WAL.
+    pub fn bind(cfg: Config) -> io::Result<Server> {
+        Server::with_journal(cfg, Box::new(NoJournal::default()))
+    }
+
+    /// Binds with a journal (durability) behind the commit hook.
+    pub fn with_journal(cfg: Config, mut journal: Box<dyn Journal>) -> io::Result<Server> {
+        cfg.validate().map_err(io::Error::other)?;
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot create data dir {}: {e}", cfg.data_dir.display()),
+            )
+        })?;
+        let poll = Poll::new()?;
+        let mut listener = TcpListener::bind(cfg.listen).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen))
+        })?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        journal.attach_waker(Arc::clone(&waker));
+        let mut queue = Queue::new();
+        queue.set_journal(journal.wants_events());
+        let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
+        Ok(Server {
+            poll,
+            listener,
+            waker,
+            stop: Arc::new(AtomicBool::new(false)),
+            hash2,
+            uuid: random_bytes()?,
+            queue,
+            journal,
+            conns: Slab::new(),
+            parked: Parked::default(),
+            read_list: Vec::new(),
+            read_again: Vec::new(),
+            flush_list: Vec::new(),
+            holding: Vec::new(),
+            engine_behind: false,
+            accept_paused_until: None,
+            next_sid: 1,
+            next_gen: 0,
+            now: wall_clock(),
+            events: Vec::new(),
+            cfg,
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            stop: Arc::clone(&self.stop),
+            waker: Arc::clone(&self.waker),
+        }
+    }
+
+    /// The queue, for recovery before `run` (the durability engineer restores into it).
+    pub fn queue_mut(&mut self) -> &mut Queue {
+        &mut self.queue
+    }
+
+    /// Runs the loop on the calling thread (pinned to `--cpu` if set) until shut down.
+    pub fn run(&mut self) -> io::Result<()> {
+        if let Some(cpu) = self.cfg.cpu {
+            pin_to(cpu)?;
+        }
+        info!(
+            listen = %self.local_addr()?,
+            null = self.cfg.null,
+            auth = self.cfg.auth.is_some(),
+            "tarq serving"
+        );
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        while !self.stop.load(Ordering::SeqCst) {
+            let timeout = self.poll_timeout();
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            self.now = wall_clock();
+            if self.accept_paused_until.is_some_and(|t| t <= self.now) {
+                self.accept_paused_until = None;
+                self.accept_all();
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept_all(),
+                    WAKER => {}
+                    Token(t) => {
+                        let Some(idx) = self.slot_of(t) else { continue };
+                        let c = &mut self.conns[idx];
+                        if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !c.to_read
+                        {
+                            c.to_read = true;
+                            self.read_list.push(idx);
+                        }
+                        if ev.is_writable() {
+                            mark_flush(&mut self.conns, &mut self.flush_list, idx);
+                        }
+                    }
+                }
+            }
+            self.turn();
+        }
+        info!(connections = self.conns.len(), "tarq stopped");
+        Ok(())
+    }
+
+    /// The live slot a token names, or None for a stale token (the slot was freed or reused).
+    fn slot_of(&self, token: usize) -> Option<usize> {
+        let idx = (token & 0xffff_ffff).checked_sub(FIRST_CONN_TOKEN)?;
+        let gen = (token >> 32) as u32;
+        self.conns
+            .get(idx)
+            .filter(|c| c.gen == gen && c.closing.is_none())
+            .map(|_| idx)
+    }
+
+    fn poll_timeout(&mut self) -> Option<Duration> {
+        if self.engine_behind || !self.read_again.is_empty() || !self.flush_list.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let next = [
+            self.queue.next_deadline(),
+            self.parked.next_deadline(),
+            self.journal.next_wakeup(),
+            self.accept_paused_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
+        // mio rounds a sub-millisecond timeout up, so a deadline is never slept past.
+        Some(Duration::from_micros(next.saturating_sub(wall_clock())))
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e) => {
+                    // Out of file descriptors (or memory): keep serving, retry a little later.
+                    warn!(error = %e, "accept failed; pausing accepts");
+                    self.accept_paused_until = Some(self.now + ACCEPT_BACKOFF);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+        let salt = match random_bytes::<{ greeting::SALT_LEN }>() {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(%peer, error = %e, "connection dropped");
+                return;
+            }
+        };
+        let hello = greeting::encode(&self.uuid, &salt);
+        if self.conns.len() >= self.cfg.max_connections {
+            // Refused cleanly: the greeting, then an error every client reports, then close.
+            let mut msg = hello.to_vec();
+            let text = format!(
+                "Too many connections: the limit is {} (--max-connections)",
+                self.cfg.max_connections
+            );
+            response::error(&mut msg, 0, ER_UNKNOWN, &text);
+            // One best-effort write into a fresh socket buffer; the close follows regardless.
+            let _ = stream.write(&msg);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            warn!(%peer, limit = self.cfg.max_connections, "connection refused: limit reached");
+            return;
+        }
+        // Latency over batching: each turn already coalesces its replies into one write.
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(%peer, error = %e, "TCP_NODELAY not set");
+        }
+        let entry = self.conns.vacant_entry();
+        let idx = entry.key();
+        self.next_gen = self.next_gen.wrapping_add(1);
+        let gen = self.next_gen;
+        let token = Token(((gen as usize) << 32) | (idx + FIRST_CONN_TOKEN));
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            warn!(%peer, error = %e, "connection dropped: cannot register");
+            return;
+        }
+        let sid = self.next_sid;
+        self.next_sid += 1;
+        let mut out = OutBuf::default();
+        out.out.extend_from_slice(&hello);
+        // The greeting depends on no state change: it goes out at once, ahead of any ticket.
+        out.hold(0);
+        out.release(0);
+        entry.insert(Conn {
+            stream,
+            peer,
+            gen,
+            sid,
+            salt,
+            authenticated: self.cfg.auth.is_none(),
+            rbuf: ReadBuf::new(),
+            out,
+            parked: Vec::new(),
+            to_read: false,
+            to_flush: false,
+            closing: None,
+        });
+        mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        info!(sid, %peer, connections = self.conns.len(), "connection opened");
+    }
+
+    /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
+    fn turn(&mut self) {
+        if !self.cfg.null {
+            let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
+            self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
+            if adv.processed > 0 {
+                self.drain_events();
+                self.serve_parked();
+            }
+        }
+
+        let mut list = std::mem::take(&mut self.read_list);
+        list.append(&mut self.read_again);
+        for &idx in &list {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.to_read = false;
+                self.read_and_execute(idx);
+            }
+        }
+        list.clear();
+        self.read_list = list;
+
+        while let Some((key, p)) = self.parked.pop_expired(self.now) {
+            if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
+                forget_parked(c, key);
+                response::empty_data(
+                    out_of(&mut self.conns, &mut self.flush_list, p.conn),
+                    p.sync,
+                );
+            }
+        }
+
+        self.commit_and_flush();
+    }
+
+    fn drain_events(&mut self) {
+        if self.journal.wants_events() {
+            // Copied out first: `record` reads the queue the drain borrows. Reused, no allocation.
+            self.events.extend(self.queue.drain_events());
+            for ev in self.events.drain(..) {
+                self.journal.record(&self.queue, ev);
+            }
+        }
+    }
+
+    /// Reads what the connection has and executes every complete frame in it.
+    fn read_and_execute(&mut self, idx: usize) {
+        let cap = self.cfg.max_frame_bytes + MAX_PREFIX;
+        let c = &mut self.conns[idx];
+        if c.closing.is_some() {
+            return;
+        }
+        let outcome = c.rbuf.fill(&mut c.stream, cap, READ_BUDGET_BYTES);
+        // Borrow the input out of the connection while executing: replies go to `self.conns`.
+        let rbuf = std::mem::take(&mut c.rbuf);
+        let data = rbuf.data();
+        let mut used = 0;
+        while self.conns[idx].closing.is_none() {
+            match split_frame(&data[used..], self.cfg.max_frame_bytes) {
+                Ok(Some(f)) => {
+                    self.execute(idx, &data[used + f.prefix..used + f.total()]);
+                    used += f.total();
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // The stream cannot be resynchronised: say why (sync 0), then close.
+                    let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                    response::error(out, 0, ER_INVALID_MSGPACK, &e.to_string());
+                    self.begin_close(idx, "framing error", true);
+                    break;
+                }
+            }
+        }
+        let mut rbuf = rbuf;
+        rbuf.consume(used);
+        let c = &mut self.conns[idx];
+        c.rbuf = rbuf;
+        if c.closing.is_some() {
+            return;
+        }
+        match outcome {
+            ReadOutcome::Drained => {}
+            ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
+            ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
+            ReadOutcome::Error(e) => {
+                debug!(sid = c.sid, error = %e, "read failed");
+                self.begin_close(idx, "read error", false);
+            }
+        }
+    }
+
+    /// Executes one request frame and queues its reply (or parks it).
+    fn execute(&mut self, idx: usize, frame: &[u8]) {
+        let req = match request::decode(frame) {
+            Ok(r) => r,
+            Err(e) => {
+                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                response::error(out, e.sync, e.code, &e.message);
+                return;
+            }
+        };
+        let sync = req.sync;
+        match req.kind {
+            RequestKind::Ping => {
+                response::ok_empty(out_of(&mut self.conns, &mut self.flush_list, idx), sync)
+            }
+            RequestKind::Call {
+                function,
+                args,
+                call16,
+            } => {
+                if !self.conns[idx].authenticated {
+                    let msg = format!(
+                        "Execute access to function '{function}' is denied for user 'guest'"
+                    );
+                    let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                    response::error(out, sync, ER_ACCESS_DENIED, &msg);
+                } else if self.cfg.null {
+                    response::empty_data(out_of(&mut self.conns, &mut self.flush_list, idx), sync);
+                } else {
+                    self.call(idx, sync, function, args, call16);
+                }
+            }
+            RequestKind::Auth {
+                user,
+                method,
+                scramble,
+            } => self.authenticate(idx, sync, user, method, scramble),
+            RequestKind::Id { .. } => {
+                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                response::id(out, sync, response::ID_VERSION);
+            }
+            RequestKind::Select { space } => {
+                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                if SYSTEM_SPACES.contains(&space) {
+                    response::empty_data(out, sync);
+                } else {
+                    let msg = format!("Space '{space}' does not exist");
+                    response::error(out, sync, ER_NO_SUCH_SPACE, &msg);
+                }
+            }
+            RequestKind::Eval => {
+                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                response::error(out, sync, ER_UNKNOWN_REQUEST_TYPE, "Unknown request type 8");
+            }
+            RequestKind::Other(t) => {
+                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                let msg = format!("Unknown request type {t}");
+                response::error(out, sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
+            }
+        }
+    }
+
+    fn authenticate(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        user: &str,
+        method: Option<&str>,
+        scramble: Option<&[u8]>,
+    ) {
+        let c = &mut self.conns[idx];
+        let verdict = match (&self.cfg.auth, &self.hash2) {
+            // An open server accepts every AUTH, as Tarantool's guest-everything setup does.
+            (None, _) | (_, None) => Ok(()),
+            (Some(_), _) if user == "guest" && scramble.is_none() => {
+                // Becoming guest is allowed; calling still needs the configured user.
+                c.authenticated = false;
+                Ok(())
+            }
+            (Some(cred), Some(hash2)) => {
+                if user != cred.user {
+                    Err((ER_NO_SUCH_USER, format!("User '{user}' is not found")))
+                } else if method.is_some_and(|m| m != auth::CHAP_SHA1) {
+                    let m = method.unwrap_or_default();
+                    Err((
+                        ER_ILLEGAL_PARAMS,
+                        format!("Illegal parameters, unknown authentication method '{m}'"),
+                    ))
+                } else if scramble.is_some_and(|s| auth::check(&c.salt, s, hash2)) {
+                    c.authenticated = true;
+                    Ok(())
+                } else {
+                    Err((
+                        ER_PASSWORD_MISMATCH,
+                        format!("Incorrect password supplied for user '{user}'"),
+                    ))
+                }
+            }
+        };
+        let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+        match verdict {
+            Ok(()) => response::ok_empty(out, sync),
+            Err((code, msg)) => response::error(out, sync, code, &msg),
+        }
+    }
+
+    /// A queue call.
+    fn call(&mut self, idx: usize, sync: u64, function: &str, args: &[u8], call16: bool) {
+        let sid = self.conns[idx].sid;
+        let now = self.now;
+        let call = match calls::parse(function, args) {
+            Ok(c) => c,
+            Err(e) => {
+                let code = match e {
+                    CallError::NoSuchProc(_) => ER_NO_SUCH_PROC,
+                    CallError::BadArgs(_) => ER_PROC_LUA,
+                };
+                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                response::error(out, sync, code, &e.to_string());
+                return;
+            }
+        };
+        let mut wake = false;
+        match call {
+            Call::Put { data, opts } => {
+                let t = self.queue.put(now, data.into(), opts);
+                wake = opts.delay == 0;
+                reply_task(&mut self.conns, &mut self.flush_list, idx, sync, call16, &t);
+            }
+            Call::Take { timeout } => match self.queue.take(now, sid) {
+                Some(t) => reply_task(&mut self.conns, &mut self.flush_list, idx, sync, call16, &t),
+                None if timeout == 0 => {
+                    response::empty_data(out_of(&mut self.conns, &mut self.flush_list, idx), sync)
+                }
+                None => {
+                    let c = &mut self.conns[idx];
+                    if c.parked.len() >= MAX_PARKED_PER_CONN {
+                        let msg = format!(
+                            "Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}"
+                        );
+                        let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                        response::error(out, sync, ER_PROC_LUA, &msg);
+                    } else {
+                        let key = self.parked.park(
+                            idx,
+                            c.gen,
+                            sid,
+                            sync,
+                            call16,
+                            now.saturating_add(timeout),
+                        );
+                        c.parked.push(key);
+                    }
+                }
+            },
+            Call::Ack { id } => match self.queue.ack(now, sid, id) {
+                Ok(t) => reply_task(
+                    &mut self.conns,
+                    &mut self.flush_list,
+                    idx,
+                    sync,
+                    call16,
+                    &t.as_ref(),
+                ),
+                Err(e) => self.reply_error(idx, sync, &e.to_string()),
+            },
+            Call::Release { id, delay } => match self.queue.release(now, sid, id, delay) {
+                Ok(t) => {
+                    wake = delay == 0;
+                    reply_task(&mut self.conns, &mut self.flush_list, idx, sync, call16, &t);
+                }
+                Err(e) => self.reply_error(idx, sync, &e.to_string()),
+            },
+            Call::Stats => {
+                let s = self.queue.stats();
+                let server = ServerStats {
+                    connections: self.conns.len() as u64,
+                    parked_takes: self.parked.len() as u64,
+                };
+                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                let start = response::begin_data(out, sync, 1);
+                if call16 {
+                    write::array_len(out, 1);
+                }
+                calls::write_stats(out, &s, &server);
+                response::finish(out, start);
+            }
+            Call::Snapshot => match self.journal.snapshot(&self.queue, now) {
+                None => {
+                    let e = CallError::NoSuchProc(function.to_string());
+                    let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                    response::error(out, sync, ER_NO_SUCH_PROC, &e.to_string());
+                }
+                Some(Ok(text)) => {
+                    let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+                    let start = response::begin_data(out, sync, 1);
+                    if call16 {
+                        write::array_len(out, 1);
+                    }
+                    write::str(out, &text);
+                    response::finish(out, start);
+                }
+                Some(Err(msg)) => self.reply_error(idx, sync, &msg),
+            },
+        }
+        self.drain_events();
+        if wake {
+            self.serve_parked();
+        }
+    }
+
+    fn reply_error(&mut self, idx: usize, sync: u64, msg: &str) {
+        let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+        response::error(out, sync, ER_PROC_LUA, msg);
+    }
+
+    /// Hands ready tasks to parked takes, oldest waiter first.
+    fn serve_parked(&mut self) {
+        while !self.parked.is_empty() && self.queue.stats().ready > 0 {
+            let Some((key, p)) = self.parked.pop_oldest() else {
+                break;
+            };
+            let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) else {
+                continue;
+            };
+            forget_parked(c, key);
+            let Some(t) = self.queue.take(self.now, p.sid) else {
+                break;
+            };
+            reply_task(
+                &mut self.conns,
+                &mut self.flush_list,
+                p.conn,
+                p.sync,
+                p.call16,
+                &t,
+            );
+            self.drain_events();
+        }
+    }
+
+    /// Ends a session: its parked takes are dropped, its tasks go back to ready at once (waking
+    /// parked takes of others), and the slot is freed in the flush phase — after one last write
+    /// of what is released when `flush` is set.
+    fn begin_close(&mut self, idx: usize, reason: &'static str, flush: bool) {
+        let c = &mut self.conns[idx];
+        if c.closing.is_some() {
+            return;
+        }
+        c.closing = Some(Closing { reason, flush });
+        for key in std::mem::take(&mut c.parked) {
+            self.parked.remove(key);
+        }
+        let (sid, peer) = (c.sid, c.peer);
+        let released = if self.cfg.null {
+            0
+        } else {
+            self.queue.release_session(sid)
+        };
+        self.drain_events();
+        if released > 0 {
+            self.serve_parked();
+        }
+        mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        info!(sid, %peer, reason, released, "connection closed");
+    }
+
+    fn finish_close(&mut self, idx: usize) {
+        let mut c = self.conns.remove(idx);
+        // Deregistering a socket about to be closed cannot matter if it fails.
+        let _ = self.poll.registry().deregister(&mut c.stream);
+    }
+
+    /// Commits the turn, releases the replies that are durable, and writes them: one write per
+    /// connection.
+    fn commit_and_flush(&mut self) {
+        let ticket: Ticket = self.journal.commit(self.now);
+        let mut list = std::mem::take(&mut self.flush_list);
+        for &idx in &list {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.out.hold(ticket);
+            }
+        }
+        let durable = self.journal.durable();
+        for &idx in &list {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.out.release(durable);
+                if c.out.has_holds() {
+                    self.holding.push((idx, c.gen));
+                }
+            }
+        }
+        if !self.holding.is_empty() {
+            let conns = &mut self.conns;
+            self.holding.retain(|&(idx, gen)| {
+                let Some(c) = conns.get_mut(idx).filter(|c| c.gen == gen) else {
+                    return false;
+                };
+                c.out.release(durable);
+                if c.out.has_released() && !c.to_flush {
+                    c.to_flush = true;
+                    list.push(idx);
+                }
+                c.out.has_holds()
+            });
+            self.holding.sort_unstable();
+            self.holding.dedup();
+        }
+        for &idx in &list {
+            let Some(c) = self.conns.get_mut(idx) else {
+                continue;
+            };
+            c.to_flush = false;
+            if let Some(closing) = c.closing {
+                if closing.flush && !c.out.has_holds() {
+                    let _ = c.out.write_to(&mut c.stream);
+                }
+                if !closing.flush || !c.out.has_holds() {
+                    self.finish_close(idx);
+                }
+                continue;
+            }
+            match c.out.write_to(&mut c.stream) {
+                Ok(_) if c.out.backlog() > self.cfg.max_write_backlog => {
+                    let (sid, backlog) = (c.sid, c.out.backlog());
+                    warn!(
+                        sid,
+                        backlog,
+                        limit = self.cfg.max_write_backlog,
+                        "client does not read its replies"
+                    );
+                    self.begin_close(idx, "write backlog over limit", false);
+                    self.finish_close(idx);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    debug!(sid = c.sid, error = %e, "write failed");
+                    self.begin_close(idx, "write error", false);
+                    self.finish_close(idx);
+                }
+            }
+        }
+        list.clear();
+        // Closes above may have queued replies to others: they go out next turn (timeout 0).
+        if self.flush_list.is_empty() {
+            self.flush_list = list;
+        }
+    }
+}
+
+/// The reply buffer of a connection, which is queued for this turn's flush.
+fn out_of<'a>(conns: &'a mut Slab<Conn>, flush: &mut Vec<usize>, idx: usize) -> &'a mut Vec<u8> {
+    mark_flush(conns, flush, idx);
+    &mut conns[idx].out.out
+}
+
+fn mark_flush(conns: &mut Slab<Conn>, flush: &mut Vec<usize>, idx: usize) {
+    let c = &mut conns[idx];
+    if !c.to_flush {
+        c.to_flush = true;
+        flush.push(idx);
+    }
+}
+
+/// Drops a parked take's key from its connection (at most MAX_PARKED_PER_CONN, usually one).
+fn forget_parked(c: &mut Conn, key: usize) {
+    if let Some(pos) = c.parked.iter().position(|&k| k == key) {
+        c.parked.swap_remove(pos);
+    }
+}
+
+fn reply_task(
+    conns: &mut Slab<Conn>,
+    flush: &mut Vec<usize>,
+    idx: usize,
+    sync: u64,
+    call16: bool,
+    t: &TaskRef<'_>,
+) {
+    let out = out_of(conns, flush, idx);
+    let start = response::begin_data(out, sync, 1);
+    if call16 {
+        write::array_len(out, 1);
+    }
+    calls::write_task(out, t);
+    response::finish(out, start);
+}
+
+/// Pins the calling thread to a CPU core.
+fn pin_to(cpu: usize) -> io::Result<()> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let Some(core) = cores.iter().find(|c| c.id == cpu) else {
+        let ids: Vec<String> = cores.iter().map(|c| c.id.to_string()).collect();
+        return Err(io::Error::other(format!(
+            "--cpu {cpu}: no such core (available: {})",
+            ids.join(", ")
+        )));
+    };
+    if !core_affinity::set_for_current(*core) {
+        return Err(io::Error::other(format!(
+            "--cpu {cpu}: pinning the loop thread failed"
+        )));
+    }
+    info!(cpu, "event loop pinned");
+    Ok(())
+}

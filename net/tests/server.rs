@@ -1,0 +1,543 @@
+//! End-to-end tests of the `tarq` server: a real server on a free loopback port, driven with raw
+//! IPROTO frames built by the codec's client side. Covers the queue calls and their errors,
+//! sessions, parked takes, delays, and every kind of bad input the issue names.
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rmpv::Value;
+use tarq_net::iproto::client;
+use tarq_net::iproto::codes::*;
+use tarq_net::iproto::{auth, types};
+
+fn s(v: &str) -> Value {
+    Value::from(v)
+}
+
+#[test]
+fn greeting_is_128_bytes_with_version_uuid_and_salt() {
+    let srv = TestServer::start();
+    let c = srv.connect();
+    assert_eq!(c.greeting.version, "2.6.0");
+    assert_eq!(c.greeting.protocol, "Binary");
+    assert_eq!(c.greeting.uuid.len(), 36);
+    assert_eq!(c.greeting.salt.len(), 32);
+    let c2 = srv.connect();
+    assert_ne!(
+        c.greeting.salt, c2.greeting.salt,
+        "a fresh salt per connection"
+    );
+    assert_eq!(c.greeting.uuid, c2.greeting.uuid, "one uuid per server");
+}
+
+#[test]
+fn ping_echoes_sync_with_schema_version_and_empty_body() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let r = c.ping();
+    assert_eq!((r.code, r.schema_version), (0, Some(1)));
+    assert_eq!(r.body, [0x80]);
+    // A python-style ping: fixint length, sync 0, schema version 0 in the header.
+    c.send(&[0x07, 0x83, 0x00, 0x40, 0x01, 0x00, 0x05, 0x00]);
+    let r = c.recv();
+    assert_eq!((r.sync, r.code), (0, 0));
+}
+
+#[test]
+fn put_take_release_ack_round_trip() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let t = c.call("queue.put", &[s("hello")]).one();
+    assert_eq!(
+        t.to_string(),
+        r#"{"id": 1, "status": "R", "runat": 0, "data": "hello"}"#
+    );
+    let payload = Value::Array(vec![Value::from(1), map(&[("k", Value::Nil)])]);
+    let t2 = c.call("queue.put", std::slice::from_ref(&payload)).one();
+    assert_eq!(
+        (id_of(&t2), field(&t2, "data")),
+        (2, &payload),
+        "payload comes back as sent"
+    );
+
+    let t = c.call("queue.take", &[]).one();
+    assert_eq!((id_of(&t), status_of(&t)), (1, "T"));
+    let t = c.call("queue.release", &[Value::from(1)]).one();
+    assert_eq!((id_of(&t), status_of(&t)), (1, "R"));
+    // Released back to its place by id: taken again before task 2.
+    let t = c.call("queue.take", &[Value::from(0)]).one();
+    assert_eq!(id_of(&t), 1);
+    let t = c.call("queue.ack", &[s("1")]).one(); // id as a decimal string
+    assert_eq!((id_of(&t), status_of(&t)), (1, "T"));
+    let t = c.call("queue.take", &[]).one();
+    assert_eq!(id_of(&t), 2);
+    c.call("queue.ack", &[Value::from(2)]).one();
+    assert_eq!(
+        c.call("queue.take", &[]).ok(),
+        Vec::<Value>::new(),
+        "nothing ready: no value"
+    );
+
+    let st = c.call("queue.stats", &[]).one();
+    for (k, v) in [
+        ("total", 0),
+        ("ready", 0),
+        ("taken", 0),
+        ("waiting", 0),
+        ("puts", 2),
+        ("acks", 2),
+    ] {
+        assert_eq!(field(&st, k).as_u64(), Some(v), "stats.{k} in {st}");
+    }
+}
+
+#[test]
+fn call16_wraps_results_as_tuples() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let r = c.call16("queue.put", &[s("x")]).ok();
+    assert_eq!(r.len(), 1);
+    let tuple = r[0].as_array().expect("a tuple");
+    assert_eq!(status_of(&tuple[0]), "R");
+    assert_eq!(c.call16("queue.take", &[]).ok().len(), 1);
+    assert_eq!(c.call16("queue.take", &[]).ok(), Vec::<Value>::new());
+}
+
+#[test]
+fn put_options_and_their_errors() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let opts = map(&[
+        ("pri", Value::from(-5)),
+        ("ttl", Value::from(60)),
+        ("ttr", Value::from(1.5)),
+    ]);
+    let t = c.call("queue.put", &[s("p"), opts]).one();
+    assert_eq!(field(&t, "pri").as_i64(), Some(-5));
+    assert_eq!(field(&t, "ttl").as_f64(), Some(60.0));
+    assert_eq!(field(&t, "ttr").as_f64(), Some(1.5));
+    let bad = c.call("queue.put", &[s("p"), map(&[("foo", Value::from(1))])]);
+    assert_eq!(bad.err(ER_PROC_LUA), "unknown option 'foo'");
+    assert!(bad.has_stack, "errors carry the MP_ERROR stack too");
+    let bad = c.call("queue.put", &[s("p"), map(&[("delay", s("soon"))])]);
+    assert_eq!(
+        bad.err(ER_PROC_LUA),
+        "option 'delay' must be a number, got string"
+    );
+    let bad = c.call("queue.take", &[s("x")]);
+    assert_eq!(
+        bad.err(ER_PROC_LUA),
+        "option 'timeout' must be a number, got string"
+    );
+    let bad = c.call("queue.nope", &[]);
+    assert_eq!(
+        bad.err(ER_NO_SUCH_PROC),
+        "Procedure 'queue.nope' is not defined"
+    );
+    let bad = c.call("queue.snapshot", &[]);
+    assert_eq!(
+        bad.err(ER_NO_SUCH_PROC),
+        "Procedure 'queue.snapshot' is not defined"
+    );
+    assert_eq!(c.ping().code, 0, "errors keep the connection");
+}
+
+#[test]
+fn ownership_errors_use_the_seed_wording() {
+    let srv = TestServer::start();
+    let mut a = srv.connect(); // session 1
+    let mut b = srv.connect(); // session 2
+    a.call("queue.put", &[s("one")]).one();
+    a.call("queue.put", &[s("two")]).one();
+    let t = a.call("queue.take", &[]).one();
+    assert_eq!(id_of(&t), 1);
+    assert_eq!(
+        b.call("queue.ack", &[Value::from(1)]).err(ER_PROC_LUA),
+        "Task 1 taken by 1. Not you (2)"
+    );
+    assert_eq!(
+        b.call("queue.release", &[Value::from(1)]).err(ER_PROC_LUA),
+        "Task 1 taken by 1. Not you (2)"
+    );
+    assert_eq!(
+        b.call("queue.ack", &[Value::from(2)]).err(ER_PROC_LUA),
+        "Task 2 not taken by anybody"
+    );
+    assert_eq!(
+        b.call("queue.ack", &[Value::from(99)]).err(ER_PROC_LUA),
+        "Task {99} was not found"
+    );
+    assert_eq!(
+        b.call("queue.ack", &[]).err(ER_PROC_LUA),
+        "Task id required"
+    );
+    assert_eq!(
+        b.call("queue.release", &[Value::Nil]).err(ER_PROC_LUA),
+        "Task id required"
+    );
+    assert_eq!(
+        a.call("queue.ack", &[Value::from(1)]).code,
+        0,
+        "the owner still can"
+    );
+}
+
+#[test]
+fn disconnect_returns_taken_tasks_and_wakes_a_parked_take() {
+    let srv = TestServer::start();
+    let mut a = srv.connect();
+    let mut b = srv.connect();
+    a.call("queue.put", &[s("job")]).one();
+    assert_eq!(id_of(&a.call("queue.take", &[]).one()), 1);
+    let sync = b.send_call("queue.take", &[Value::from(10)]);
+    // b is parked (nothing ready); prove it by a ping overtaking it.
+    assert_eq!(b.ping().code, 0);
+    drop(a);
+    let r = b.recv();
+    assert_eq!(r.sync, sync);
+    let t = r.one();
+    assert_eq!((id_of(&t), status_of(&t)), (1, "T"));
+    let st = b.call("queue.stats", &[]).one();
+    assert_eq!(field(&st, "auto_released").as_u64(), Some(1));
+}
+
+#[test]
+fn delayed_put_becomes_ready_on_time() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let start = Instant::now();
+    let t = c
+        .call(
+            "queue.put",
+            &[s("later"), map(&[("delay", Value::from(0.2))])],
+        )
+        .one();
+    assert_eq!(status_of(&t), "W");
+    let runat = field(&t, "runat").as_f64().expect("runat is a float");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (runat - now - 0.2).abs() < 1.0,
+        "runat {runat} is about now + 0.2 ({now})"
+    );
+    assert_eq!(
+        c.call("queue.take", &[]).ok(),
+        Vec::<Value>::new(),
+        "not ready yet"
+    );
+    let t = c.call("queue.take", &[Value::from(5)]).one();
+    let waited = start.elapsed();
+    assert_eq!(id_of(&t), 1);
+    assert!(
+        waited >= Duration::from_millis(190),
+        "ready too early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(4),
+        "ready far too late: {waited:?}"
+    );
+}
+
+#[test]
+fn take_timeout_answers_with_no_value() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let start = Instant::now();
+    assert_eq!(
+        c.call("queue.take", &[Value::from(0.1)]).ok(),
+        Vec::<Value>::new()
+    );
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(95),
+        "timed out early: {waited:?}"
+    );
+}
+
+#[test]
+fn blocking_take_is_woken_by_a_put_from_another_connection() {
+    let srv = TestServer::start();
+    let mut consumer = srv.connect();
+    let mut producer = srv.connect();
+    let sync = consumer.send_call("queue.take", &[Value::from(10)]);
+    assert_eq!(consumer.ping().code, 0); // the take is parked by now
+    producer.call("queue.put", &[s("wake")]).one();
+    let r = consumer.recv();
+    assert_eq!(r.sync, sync);
+    assert_eq!(field(&r.one(), "data").as_str(), Some("wake"));
+}
+
+#[test]
+fn parked_takes_are_served_oldest_first() {
+    let srv = TestServer::start();
+    let mut first = srv.connect();
+    let mut second = srv.connect();
+    let mut producer = srv.connect();
+    first.send_call("queue.take", &[Value::from(10)]);
+    assert_eq!(first.ping().code, 0);
+    second.send_call("queue.take", &[Value::from(10)]);
+    assert_eq!(second.ping().code, 0);
+    producer.call("queue.put", &[s("a")]).one();
+    assert_eq!(field(&first.recv().one(), "data").as_str(), Some("a"));
+    producer.call("queue.put", &[s("b")]).one();
+    assert_eq!(field(&second.recv().one(), "data").as_str(), Some("b"));
+}
+
+#[test]
+fn pipelined_requests_are_not_blocked_by_a_parked_take() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let mut out = Vec::new();
+    client::call(&mut out, 1, "queue.take", &args(&[Value::from(10)]));
+    client::ping(&mut out, 2);
+    client::call(&mut out, 3, "queue.stats", &args(&[]));
+    client::call(&mut out, 4, "queue.put", &args(&[s("later")]));
+    c.send(&out); // all four in one write
+    let syncs: Vec<u64> = (0..4).map(|_| c.recv().sync).collect();
+    // The put (4) wakes the parked take (1) in the same turn; 2 and 3 never wait for 1.
+    assert_eq!(syncs[..2], [2, 3], "replies: {syncs:?}");
+    let mut rest = syncs[2..].to_vec();
+    rest.sort();
+    assert_eq!(rest, [1, 4]);
+}
+
+#[test]
+fn broken_framing_gets_an_error_then_close() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    c.send(&[0xa1, b'x']); // a string where the length should be
+    let replies = c.expect_closed();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].sync, 0);
+    assert!(replies[0].err(ER_INVALID_MSGPACK).contains("packet length"));
+}
+
+#[test]
+fn a_huge_announced_frame_is_refused_at_once() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let start = Instant::now();
+    c.send(&[0xce, 0xff, 0xff, 0xff, 0xff, 0x82]);
+    let replies = c.expect_closed();
+    assert_eq!(replies.len(), 1);
+    let msg = replies[0].err(ER_INVALID_MSGPACK);
+    assert_eq!(
+        msg,
+        "Invalid MsgPack - too big packet size in the header: 4294967295 (the limit is 16777216)"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // The server is fine.
+    assert_eq!(srv.connect().ping().code, 0);
+}
+
+#[test]
+fn a_frame_over_a_custom_limit_is_refused() {
+    let srv = TestServer::with(|c| c.max_frame_bytes = 1024);
+    let mut c = srv.connect();
+    c.call("queue.put", &[s(&"x".repeat(900))]).one();
+    let sync = c.send_call("queue.put", &[s(&"x".repeat(2000))]);
+    assert!(sync > 0);
+    let replies = c.expect_closed();
+    assert!(replies[0]
+        .err(ER_INVALID_MSGPACK)
+        .contains("the limit is 1024"));
+}
+
+#[test]
+fn a_bad_body_gets_an_error_with_its_sync_and_the_connection_stays() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    // CALL whose args are a number, not an array.
+    let r = c.request(|o, sync| {
+        client::raw(o, types::CALL, sync, &[0x82, 0x22, 0xa1, b'f', 0x21, 0x05])
+    });
+    assert!(r.err(ER_INVALID_MSGPACK).contains("expected array"));
+    // CALL without a function name.
+    let r = c.request(|o, sync| client::raw(o, types::CALL, sync, &[0x81, 0x21, 0x90]));
+    assert_eq!(
+        r.err(ER_MISSING_REQUEST_FIELD),
+        "Missing mandatory field 'function name' in request"
+    );
+    // Truncated MessagePack inside a complete frame.
+    let r = c.request(|o, sync| client::raw(o, types::CALL, sync, &[0x82, 0x22, 0xa5, b'f']));
+    assert!(r.err(ER_INVALID_MSGPACK).contains("packet body"));
+    assert_eq!(c.ping().code, 0);
+}
+
+#[test]
+fn deep_nesting_is_refused_without_crashing() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let mut a = vec![0x91];
+    a.extend(std::iter::repeat_n(0x91, 100_000));
+    a.push(0x01);
+    let r = c.request(|o, sync| client::call(o, sync, "queue.put", &a));
+    assert!(
+        r.err(ER_INVALID_MSGPACK)
+            .contains("nesting deeper than 128 levels"),
+        "{r:?}"
+    );
+    assert_eq!(
+        c.call("queue.stats", &[]).one().as_map().map(|_| ()),
+        Some(())
+    );
+    assert_eq!(
+        field(&c.call("queue.stats", &[]).one(), "total").as_u64(),
+        Some(0),
+        "nothing was put"
+    );
+}
+
+#[test]
+fn unknown_request_types_and_eval_get_48_and_the_connection_stays() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let r = c.request(|o, sync| client::raw(o, 2, sync, &[0x80]));
+    assert_eq!(r.err(ER_UNKNOWN_REQUEST_TYPE), "Unknown request type 2");
+    let r = c.request(|o, sync| client::eval(o, sync, "return 1", &[0x90]));
+    assert_eq!(r.err(ER_UNKNOWN_REQUEST_TYPE), "Unknown request type 8");
+    assert_eq!(c.ping().code, 0);
+}
+
+#[test]
+fn id_and_schema_selects_answer_like_tarantool() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let r = c.request(|o, sync| client::id(o, sync, 6, &[2]));
+    assert_eq!(r.code, 0);
+    assert_eq!(r.body, b"\x83\x54\x03\x55\x90\x5b\xa9chap-sha1");
+    for space in [281, 289, 277, 341] {
+        let r = c.request(|o, sync| client::select(o, sync, space));
+        assert_eq!(r.ok(), Vec::<Value>::new(), "space {space}");
+    }
+    let r = c.request(|o, sync| client::select(o, sync, 512));
+    assert_eq!(r.err(ER_NO_SUCH_SPACE), "Space '512' does not exist");
+}
+
+#[test]
+fn auth_with_a_configured_user() {
+    let srv = TestServer::with(|c| {
+        c.auth = Some(tarq_net::config::Credentials {
+            user: "app".into(),
+            password: "s3cret".into(),
+        })
+    });
+    let mut c = srv.connect();
+    assert_eq!(
+        c.call("queue.put", &[s("x")]).err(ER_ACCESS_DENIED),
+        "Execute access to function 'queue.put' is denied for user 'guest'"
+    );
+    assert_eq!(c.ping().code, 0, "ping needs no auth");
+    let r = c.request(client::auth_guest);
+    assert_eq!(r.code, 0, "guest may authenticate");
+    let salt = c.greeting.salt.clone();
+    let r = c.request(|o, sync| client::auth(o, sync, "app", &auth::scramble(&salt, "wrong")));
+    assert_eq!(
+        r.err(ER_PASSWORD_MISMATCH),
+        "Incorrect password supplied for user 'app'"
+    );
+    let r = c.request(|o, sync| client::auth(o, sync, "bob", &auth::scramble(&salt, "s3cret")));
+    assert_eq!(r.err(ER_NO_SUCH_USER), "User 'bob' is not found");
+    assert_eq!(c.call("queue.put", &[s("x")]).code, ER_ACCESS_DENIED);
+    let r = c.request(|o, sync| client::auth(o, sync, "app", &auth::scramble(&salt, "s3cret")));
+    assert_eq!(r.code, 0);
+    assert_eq!(status_of(&c.call("queue.put", &[s("x")]).one()), "R");
+    // The scramble is bound to this connection's salt.
+    let mut other = srv.connect();
+    let r = other.request(|o, sync| client::auth(o, sync, "app", &auth::scramble(&salt, "s3cret")));
+    assert_eq!(r.code, ER_PASSWORD_MISMATCH);
+}
+
+#[test]
+fn connection_limit_refuses_cleanly() {
+    let srv = TestServer::with(|c| c.max_connections = 2);
+    let mut a = srv.connect();
+    let mut b = srv.connect();
+    assert_eq!(a.ping().code, 0);
+    assert_eq!(b.ping().code, 0);
+    let mut refused = srv.connect(); // the greeting still comes
+    let replies = refused.expect_closed();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(
+        replies[0].err(0),
+        "Too many connections: the limit is 2 (--max-connections)"
+    );
+    assert_eq!(a.ping().code, 0, "the others are unaffected");
+    drop(b);
+    // Once the server has seen the close, a new connection gets in.
+    wait_until("a free connection slot", || {
+        let mut c = srv.connect();
+        let mut out = Vec::new();
+        client::ping(&mut out, 7);
+        c.send(&out);
+        c.try_recv().is_some_and(|r| r.code == 0 && r.sync == 7)
+    });
+}
+
+#[test]
+fn a_client_that_never_reads_is_cut_off_and_others_are_unaffected() {
+    let srv = TestServer::with(|c| {
+        c.max_frame_bytes = 16 * 1024;
+        c.max_write_backlog = 64 * 1024;
+    });
+    let mut hog = srv.connect();
+    let mut good = srv.connect();
+    let payload = "y".repeat(8 * 1024);
+    let mut batch = Vec::new();
+    for _ in 0..64 {
+        client::call(&mut batch, 1, "queue.put", &args(&[s(&payload)]));
+    }
+    // Send puts and never read: the replies pile up in the kernel, then in the server.
+    hog.stream.set_write_timeout(Some(WAIT)).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut cut_off = false;
+    while Instant::now() < deadline {
+        if hog.stream.write_all(&batch).is_err() {
+            cut_off = true;
+            break;
+        }
+        assert_eq!(good.ping().code, 0, "the other client is served meanwhile");
+    }
+    assert!(cut_off, "the non-reading client was never disconnected");
+    assert_eq!(good.ping().code, 0);
+    let st = good.call("queue.stats", &[]).one();
+    assert_eq!(field(&st, "connections").as_u64(), Some(1), "{st}");
+}
+
+#[test]
+fn null_mode_answers_every_call_empty() {
+    let srv = TestServer::with(|c| c.null = true);
+    let mut c = srv.connect();
+    assert_eq!(c.call("queue.put", &[s("x")]).ok(), Vec::<Value>::new());
+    assert_eq!(c.call("anything.at.all", &[]).ok(), Vec::<Value>::new());
+    assert_eq!(c.ping().code, 0);
+}
+
+#[test]
+fn many_pipelined_requests_in_one_write_all_get_replies_in_order() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let mut out = Vec::new();
+    for i in 0..2000u64 {
+        client::call(&mut out, i + 1, "queue.put", &args(&[Value::from(i)]));
+    }
+    c.send(&out);
+    for i in 0..2000u64 {
+        let r = c.recv();
+        assert_eq!(r.sync, i + 1);
+        assert_eq!(field(&r.one(), "data").as_u64(), Some(i));
+    }
+    // And a frame split across writes is reassembled.
+    let mut out = Vec::new();
+    client::call(&mut out, 9999, "queue.take", &args(&[]));
+    for b in &out {
+        c.stream.write_all(std::slice::from_ref(b)).unwrap();
+    }
+    let r = c.recv();
+    assert_eq!((r.sync, id_of(&r.one())), (9999, 1));
+}
