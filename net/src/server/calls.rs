@@ -467,6 +467,9 @@ mod tests {
             r#"{"id": 1, "status": "W", "runat": 2.5, "data": ["hello"], "pri": 2, "ttr": 1}"#
         );
         let ttr = &v.as_map().unwrap()[5].1;
-        assert!(matches!(ttr, rmpv::Value::F64(x) if *x == 1.0), "seconds are floats: {ttr:?}");
+        assert!(
+            matches!(ttr, rmpv::Value::F64(x) if *x == 1.0),
+            "seconds are floats: {ttr:?}"
+        );
     }
 }
