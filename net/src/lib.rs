@@ -4,6 +4,7 @@
 //! runs a [`server::Server`].
 
 pub mod config;
+pub mod fuzz;
 pub mod iproto;
 pub mod server;
 pub mod wal;

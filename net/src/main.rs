@@ -1,6 +1,8 @@
 //! `tarq`: the task-queue broker binary. Parses flags (and `--config`), sets up logging, binds
 //! the server and runs its loop on the main thread until SIGINT or SIGTERM.
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 use clap::Parser;
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -18,6 +20,8 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, never into log files or pipes.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 
     let mut server = Server::bind(cfg)?;

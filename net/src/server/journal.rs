@@ -22,9 +22,16 @@ pub trait Journal: Send {
     /// call that produced it (read a put task with `queue.get(id)`).
     fn record(&mut self, queue: &Queue, event: Event);
 
+    /// Called once per turn right after the poll, before any request runs: the place to take
+    /// in a finished sync or snapshot.
+    fn turn_start(&mut self, _queue: &mut Queue, _now: Micros) {}
+
     /// The turn's execution is over: start making its records durable. Returns the turn's
     /// ticket; the replies of the turn are held until [`durable`](Self::durable) reaches it.
-    fn commit(&mut self, now: Micros) -> Ticket;
+    /// A journal that prefers to read the engine's events in one go may drain
+    /// `queue.drain_events()` here instead of taking them one by one in `record` (whatever the
+    /// loop has not handed to `record` is still in the queue).
+    fn commit(&mut self, queue: &mut Queue, now: Micros) -> Ticket;
 
     /// The newest ticket whose records are durable (every earlier one is too).
     fn durable(&mut self) -> Ticket;
@@ -57,7 +64,7 @@ impl Journal for NoJournal {
 
     fn record(&mut self, _queue: &Queue, _event: Event) {}
 
-    fn commit(&mut self, _now: Micros) -> Ticket {
+    fn commit(&mut self, _queue: &mut Queue, _now: Micros) -> Ticket {
         self.ticket += 1;
         self.ticket
     }

@@ -351,6 +351,7 @@ impl Server {
 
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
     fn turn(&mut self) {
+        self.journal.turn_start(&mut self.queue, self.now);
         if !self.cfg.null {
             let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
             self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
@@ -716,7 +717,7 @@ impl Server {
     /// Commits the turn, releases the replies that are durable, and writes them: one write per
     /// connection.
     fn commit_and_flush(&mut self) {
-        let ticket: Ticket = self.journal.commit(self.now);
+        let ticket: Ticket = self.journal.commit(&mut self.queue, self.now);
         let mut list = std::mem::take(&mut self.flush_list);
         for &idx in &list {
             if let Some(c) = self.conns.get_mut(idx) {
