@@ -1,0 +1,378 @@
+//! Real clients against a real server: Tarantool's own net.box (a Lua script run by the
+//! `tarantool` binary) and the PyPI `tarantool` connector (a Python script) each run the seed's
+//! flow from `tests/clients/` against the `tarq` binary, unchanged. The same scripts also run
+//! against the seed queue itself on a real Tarantool (the reference), which proves the scripts
+//! check the behaviour clients actually get. This file owns the processes (server, reference,
+//! scripts) and their deadlines; what is checked lives in the scripts.
+//!
+//! A client that is not installed fails the test under `CI=true` (the test command installs
+//! them); elsewhere the test prints a notice and passes.
+
+use std::fs::File;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How long a server gets to accept connections: tarq starts in milliseconds, Tarantool in
+/// about half a second; this leaves room for a machine busy building.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a whole script may run: the flows take 1-2 s (one 1 s delay); their own calls are
+/// bounded by 10-20 s, so a hung server shows up as a script failure before this.
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(90);
+/// Pause between two checks of a process or port being ready: a polling interval, not a wait
+/// for anything in particular.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Tries at starting a server on a free port: another process may take the port between our
+/// probe and the server's bind.
+const START_TRIES: usize = 3;
+/// The tail of a server's log shown when a script fails.
+const LOG_TAIL_BYTES: usize = 4000;
+
+/// Which client drives the flow.
+#[derive(Clone, Copy)]
+enum Client {
+    NetBox,
+    Python,
+}
+
+impl Client {
+    fn name(self) -> &'static str {
+        match self {
+            Client::NetBox => "net.box (Debian package `tarantool`)",
+            Client::Python => "the PyPI `tarantool` connector",
+        }
+    }
+
+    /// Whether the client can run here, or why not.
+    fn available(self) -> Result<(), String> {
+        let (program, args): (&str, &[&str]) = match self {
+            Client::NetBox => ("tarantool", &["--version"]),
+            Client::Python => ("python3", &["-c", "import tarantool"]),
+        };
+        match Command::new(program).args(args).output() {
+            Ok(out) if out.status.success() => Ok(()),
+            Ok(out) => Err(format!(
+                "`{program} {}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+            Err(e) => Err(format!("cannot run `{program}`: {e}")),
+        }
+    }
+
+    fn command(self, port: u16, reference: bool) -> Command {
+        let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
+        let mut cmd = match self {
+            Client::NetBox => {
+                let mut c = Command::new("tarantool");
+                c.arg(scripts.join("netbox_flow.lua"));
+                c
+            }
+            Client::Python => {
+                let mut c = Command::new("python3");
+                c.arg(scripts.join("python_flow.py"));
+                c
+            }
+        };
+        cmd.arg(port.to_string());
+        if reference {
+            cmd.arg("reference");
+        }
+        cmd
+    }
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Whether the test can go on: a missing prerequisite fails under CI, elsewhere it is a notice.
+fn prerequisite<T>(what: &str, check: Result<T, String>) -> Option<T> {
+    match check {
+        Ok(v) => Some(v),
+        Err(why) if in_ci() => panic!(
+            "{what} is required under CI=true but unusable: {why}\n\
+             (`bash .ci/test` installs the clients before running the tests)"
+        ),
+        Err(why) => {
+            eprintln!("NOTICE: skipping, {what} is unusable here: {why}");
+            None
+        }
+    }
+}
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A running server process with its data directory, killed and removed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    /// What the process printed (stdout and stderr).
+    out: PathBuf,
+    /// A log file and the line it shows once the server serves requests, for servers that
+    /// accept connections before they are ready.
+    ready_when: Option<(PathBuf, &'static str)>,
+    _dir: TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The name of the reference Tarantool's log file in its work dir.
+const TARANTOOL_LOG: &str = "tarantool.log";
+
+impl Server {
+    /// Starts tarq on a free port and waits until the port accepts connections.
+    fn tarq() -> Server {
+        Server::start("tarq", None, |port, dir| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_tarq"));
+            cmd.arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("--data-dir")
+                .arg(dir);
+            cmd
+        })
+    }
+
+    /// Starts the seed queue on a real Tarantool and waits until `queue` is defined (it
+    /// listens before that, so a connect is not enough: its log says when it is ready).
+    fn reference(init_lua: &Path) -> Server {
+        let ready = Some((TARANTOOL_LOG, "entering the event loop"));
+        Server::start("the reference Tarantool queue", ready, |port, dir| {
+            let mut cmd = Command::new("tarantool");
+            cmd.arg(init_lua)
+                .env("WORKDIR", dir)
+                .env("LISTEN", format!("127.0.0.1:{port}"))
+                .env("LOGFILE", dir.join(TARANTOOL_LOG))
+                .current_dir(dir);
+            cmd
+        })
+    }
+
+    fn start(
+        what: &str,
+        ready_when: Option<(&str, &'static str)>,
+        command: impl Fn(u16, &Path) -> Command,
+    ) -> Server {
+        let mut last_error = String::new();
+        for _ in 0..START_TRIES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let out = dir.path().join("server.out");
+            let file = File::create(&out).expect("create the server's output file");
+            let port = free_port();
+            let child = command(port, dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(file.try_clone().expect("dup output file")))
+                .stderr(Stdio::from(file))
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+            let ready_when = ready_when.map(|(name, line)| (dir.path().join(name), line));
+            let mut server = Server {
+                child,
+                port,
+                out,
+                ready_when,
+                _dir: dir,
+            };
+            match server.wait_ready() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("{what} did not start in {START_TRIES} tries: {last_error}");
+    }
+
+    /// Waits until the server accepts connections (and shows its ready line, if it has one),
+    /// or fails with its output if it exits or the deadline passes.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Err(format!("exited with {status}:\n{}", self.logs()));
+            }
+            let ready = match &self.ready_when {
+                Some((log, line)) => read_lossy(log).contains(line),
+                None => true,
+            };
+            if ready && TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return Err(format!(
+                    "not ready on {addr} after {START_DEADLINE:?}:\n{}",
+                    self.logs()
+                ));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// The tails of what the server wrote, for failure messages.
+    fn logs(&self) -> String {
+        let mut text = tail(&read_lossy(&self.out));
+        if let Some((log, _)) = &self.ready_when {
+            text += &format!("\n--- {} ---\n{}", log.display(), tail(&read_lossy(log)));
+        }
+        text
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = File::open(path) {
+        let _ = f.read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn tail(s: &str) -> String {
+    let start = s.len().saturating_sub(LOG_TAIL_BYTES);
+    let start = (start..s.len())
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(s.len());
+    s[start..].to_string()
+}
+
+/// How a script ended and what it printed.
+struct Run {
+    /// `None` when it was killed at the deadline.
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` to completion, or kills it once `deadline` has passed.
+fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Run {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let until = Instant::now() + deadline;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(POLL_INTERVAL);
+    };
+    Run {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    }
+}
+
+/// Runs the client's flow script against `server` and fails with everything both printed.
+fn run_flow(client: Client, server: &Server, reference: bool) {
+    let target = if reference {
+        "the reference queue"
+    } else {
+        "tarq"
+    };
+    let cmd = client.command(server.port, reference);
+    let shown = format!("{cmd:?}");
+    let run = run_with_deadline(cmd, SCRIPT_DEADLINE);
+    let outcome = match run.status {
+        Some(s) if s.success() && run.stdout.contains("\nOK: ") => {
+            print!("{}", run.stdout);
+            return;
+        }
+        Some(s) if s.success() => "exited 0 without its OK line".to_string(),
+        Some(s) => format!("failed ({s})"),
+        None => format!("did not finish within {SCRIPT_DEADLINE:?}"),
+    };
+    panic!(
+        "{} flow against {target} {outcome}: {shown}\n--- script stdout ---\n{}\n\
+         --- script stderr ---\n{}\n--- server output ---\n{}",
+        client.name(),
+        run.stdout,
+        run.stderr,
+        server.logs()
+    );
+}
+
+fn against_tarq(client: Client) {
+    if prerequisite(client.name(), client.available()).is_none() {
+        return;
+    }
+    let server = Server::tarq();
+    run_flow(client, &server, false);
+}
+
+/// Where the reference material lives: `shared/` beside the repository (two levels up from a
+/// worktree under `wt/`).
+const SEED_INIT_LUA: &str = "shared/reference/tarantool-seed/init.lua";
+
+/// The seed queue's `init.lua`, looked for in the ancestors of this crate.
+fn seed_init_lua() -> Result<PathBuf, String> {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .map(|dir| dir.join(SEED_INIT_LUA))
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("no {SEED_INIT_LUA} above {}", crate_dir.display()))
+}
+
+fn against_reference(client: Client) {
+    let ready = prerequisite(client.name(), client.available()).and_then(|()| {
+        prerequisite(
+            "Tarantool (runs the reference queue)",
+            Client::NetBox.available(),
+        )
+    });
+    let Some(init) = ready.and_then(|()| prerequisite("the seed queue", seed_init_lua())) else {
+        return;
+    };
+    let server = Server::reference(&init);
+    run_flow(client, &server, true);
+}
+
+#[test]
+fn netbox_runs_the_seed_flow_against_tarq() {
+    against_tarq(Client::NetBox);
+}
+
+#[test]
+fn python_connector_runs_the_seed_flow_against_tarq() {
+    against_tarq(Client::Python);
+}
+
+#[test]
+fn netbox_flow_holds_against_the_reference_queue() {
+    against_reference(Client::NetBox);
+}
+
+#[test]
+fn python_flow_holds_against_the_reference_queue() {
+    against_reference(Client::Python);
+}
