@@ -16,16 +16,30 @@ pub const SALT_LEN: usize = 32;
 pub const VERSION: &str = "2.6.0";
 
 /// Builds the greeting: `Tarantool 2.6.0 (Binary) <uuid>` and the base64 salt, each line padded
-/// with spaces to 63 bytes and ended by `\n`.
+/// with spaces to 63 bytes and ended by `\n`. The UUID is shown as an RFC 4122 version 4 UUID
+/// (see [`uuid_v4`]), whatever random bytes it was made from.
 pub fn encode(uuid: &[u8; 16], salt: &[u8; SALT_LEN]) -> [u8; GREETING_LEN] {
     let mut out = [b' '; GREETING_LEN];
-    let line1 = format!("Tarantool {VERSION} (Binary) {}", format_uuid(uuid));
+    let line1 = format!(
+        "Tarantool {VERSION} (Binary) {}",
+        format_uuid(&uuid_v4(*uuid))
+    );
     out[..line1.len()].copy_from_slice(line1.as_bytes());
     out[63] = b'\n';
     let line2 = STANDARD.encode(salt);
     out[64..64 + line2.len()].copy_from_slice(line2.as_bytes());
     out[127] = b'\n';
     out
+}
+
+/// Stamps 16 random bytes as an RFC 4122 version 4 UUID (version nibble 4, variant bits 10).
+/// net.box 2.6 validates the greeting's UUID (`tt_uuid_validate`) and refuses the connection
+/// with "Invalid greeting" when the variant bits are 111: raw random bytes did that on one
+/// server start in eight.
+pub fn uuid_v4(mut b: [u8; 16]) -> [u8; 16] {
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    b
 }
 
 /// Formats 16 bytes as a canonical 8-4-4-4-12 lowercase UUID.
@@ -137,6 +151,23 @@ mod tests {
         assert_eq!(g.protocol, "Binary");
         assert_eq!(g.uuid, "ff19421f-f5bb-4b5f-b8c6-bc4411f873da");
         assert_eq!(g.salt, salt().to_vec());
+    }
+
+    /// Regression: a UUID with variant bits 111 made net.box 2.6 refuse the greeting.
+    #[test]
+    fn greeting_uuid_is_always_rfc4122_v4() {
+        for byte in 0..=255u8 {
+            let g = parse(&encode(&[byte; 16], &salt())).unwrap();
+            let version = &g.uuid[14..15];
+            let variant = u8::from_str_radix(&g.uuid[19..20], 16).unwrap();
+            assert_eq!(version, "4", "uuid {} from byte {byte:#x}", g.uuid);
+            assert_eq!(
+                variant & 0b1100,
+                0b1000,
+                "uuid {} from byte {byte:#x}",
+                g.uuid
+            );
+        }
     }
 
     #[test]
