@@ -30,6 +30,8 @@ local CALL_TIMEOUT = 10
 local WAKE_TIMEOUT = 5
 -- The delay of the delayed put, in seconds: long enough for a few calls to see it waiting.
 local DELAY = 1
+-- A take timeout that must run out (nothing will be put): short, to keep the flow fast.
+local SHORT_TIMEOUT = 0.2
 -- Clock slack when comparing the client's clock with a runat the server computed.
 local CLOCK_SLACK = 0.05
 -- An id no fresh queue holds: tarq counts from 1, the seed's ids are ~1.8e18.
@@ -300,6 +302,14 @@ local function main()
         fail('call_16 queue.stats returned %s, want [[stats]]', show(r))
     end
     expect(tonumber(r[1][1].total), 0, 'call_16 queue.stats total')
+
+    step('a take that times out answers no value, after its timeout')
+    before = clock.time()
+    take_none(c1, SHORT_TIMEOUT)
+    local waited = clock.time() - before
+    if waited < SHORT_TIMEOUT - CLOCK_SLACK then
+        fail('take(%s) answered after %.3f s, before its timeout', SHORT_TIMEOUT, waited)
+    end
 
     step('the queue is empty again')
     check_stats(c1, { total = 0, ready = 0, taken = 0, waiting = 0 })

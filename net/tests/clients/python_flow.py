@@ -27,6 +27,8 @@ CALL_TIMEOUT = 20.0
 WAKE_TIMEOUT = 5.0
 # The delay of the delayed put, in seconds: long enough for a few calls to see it waiting.
 DELAY = 1.0
+# A take timeout that must run out (nothing will be put): short, to keep the flow fast.
+SHORT_TIMEOUT = 0.2
 # Clock slack when comparing this client's clock with a runat the server computed.
 CLOCK_SLACK = 0.05
 # How long to wait for the server to show a parked take (polling queue.stats).
@@ -64,7 +66,7 @@ class Conn(tarantool.Connection):
         self.sent = threading.Event()
         super().__init__(*args, **kwargs)
 
-    def _sendall(self, data):
+    def _sendall(self, data):  # the connector's one write path (1.x)
         super()._sendall(data)
         self.sent.set()
 
@@ -164,6 +166,8 @@ def ownership(id):
 
 def main(port):
     step("connect, ping, an empty queue")
+    if not hasattr(tarantool.Connection, "_sendall"):
+        fail(f"connector {tarantool.__version__} has no Connection._sendall for Conn to hook")
     c1 = connect(port)
     c1.ping()
     check_stats(c1, total=0, ready=0, taken=0, waiting=0)
@@ -317,6 +321,13 @@ def main(port):
         fail(f"call_16 queue.stats returned {res!r}, want [[stats]]")
     expect(res[0][0]["total"], 0, "call_16 queue.stats total")
     c16.close()
+
+    step("a take that times out answers no value, after its timeout")
+    before = time.monotonic()
+    take_none(c1, SHORT_TIMEOUT)
+    waited = time.monotonic() - before
+    if waited < SHORT_TIMEOUT - CLOCK_SLACK:
+        fail(f"take({SHORT_TIMEOUT}) answered after {waited:.3f} s, before its timeout")
 
     step("the queue is empty again")
     check_stats(c1, total=0, ready=0, taken=0, waiting=0)
