@@ -232,12 +232,11 @@ impl Server {
     }
 }
 
+/// A file's text, or "" while it does not exist yet.
 fn read_lossy(path: &Path) -> String {
-    let mut bytes = Vec::new();
-    if let Ok(mut f) = File::open(path) {
-        let _ = f.read_to_end(&mut bytes);
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+    std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 fn tail(s: &str) -> String {
