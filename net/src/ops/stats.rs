@@ -1,0 +1,204 @@
+//! The one list of figures an operator sees: [`Snapshot`] gathers the engine's [`Stats`], the
+//! server's own counts and the WAL's figures, and [`Snapshot::metrics`] turns them into named
+//! values. `queue.stats()` ([`Snapshot::write_msgpack`]), the Graphite push and the Prometheus
+//! page all read that one list, so a figure added here shows up in all three with the same name.
+//!
+//! Gathering the figures is the loop's job (it owns the queue and the connections); this file
+//! only names and encodes them.
+
+use tarq_engine::{Micros, Stats};
+
+use crate::iproto::mp::write;
+
+/// Figures the server keeps beside the engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerFigures {
+    /// Client connections open now.
+    pub connections: u64,
+    /// Client connections accepted since start.
+    pub connections_accepted: u64,
+    /// `take(timeout)` requests waiting now.
+    pub parked_takes: u64,
+    /// `take(timeout)` requests that had to wait, since start.
+    pub takes_parked: u64,
+}
+
+/// Figures of the write-ahead log, when one is on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalFigures {
+    /// Records appended since start.
+    pub records: u64,
+    /// Bytes appended since start.
+    pub bytes: u64,
+}
+
+/// Everything the server reports, read at one instant of the loop. Cheap to build (a copy of a
+/// few counters), so the loop builds one whenever a report is due.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub engine: Stats,
+    pub server: ServerFigures,
+    pub wal: Option<WalFigures>,
+    /// `Queue::last_id()`: ids are a counter from 1 that survives restarts.
+    pub last_id: u64,
+    /// Time since the server started.
+    pub uptime: Micros,
+}
+
+/// How a figure behaves over time (Prometheus' `# TYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A level that goes up and down (tasks ready now).
+    Gauge,
+    /// A count since start that only grows.
+    Counter,
+}
+
+/// One named figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// The key in `queue.stats()` and the last part of the Graphite path
+    /// (`queue.stats.<name>`); Prometheus calls it `tarq_<name>` (plus `_total` for counters).
+    pub name: &'static str,
+    pub kind: Kind,
+    /// One line for Prometheus' `# HELP`.
+    pub help: &'static str,
+    pub value: u64,
+}
+
+/// Figures before the WAL's; the seed's four counts come first, as `queue.stats()` had them.
+const BASE_METRICS: usize = 19;
+
+impl Snapshot {
+    /// Every figure, in a stable order: the counts of now, then the counters since start, then
+    /// the WAL's (only when a WAL is on).
+    pub fn metrics(&self) -> impl Iterator<Item = Metric> {
+        use Kind::{Counter, Gauge};
+        let (e, s) = (&self.engine, &self.server);
+        let m = |name, kind, help, value| Metric {
+            name,
+            kind,
+            help,
+            value,
+        };
+        let base: [Metric; BASE_METRICS] = [
+            m("total", Gauge, "Tasks in the queue now.", e.total),
+            m("ready", Gauge, "Tasks ready to be taken now.", e.ready),
+            m(
+                "waiting",
+                Gauge,
+                "Delayed tasks waiting for their time now.",
+                e.waiting,
+            ),
+            m(
+                "taken",
+                Gauge,
+                "Tasks taken and not yet acked now.",
+                e.taken,
+            ),
+            m(
+                "connections",
+                Gauge,
+                "Client connections open now.",
+                s.connections,
+            ),
+            m(
+                "parked_takes",
+                Gauge,
+                "Takes waiting for a task now.",
+                s.parked_takes,
+            ),
+            m("puts", Counter, "Tasks put since start.", e.puts),
+            m("takes", Counter, "Tasks taken since start.", e.takes),
+            m("acks", Counter, "Tasks acked since start.", e.acks),
+            m(
+                "releases",
+                Counter,
+                "Tasks released since start.",
+                e.releases,
+            ),
+            m(
+                "promoted",
+                Counter,
+                "Delayed tasks that became ready since start.",
+                e.promoted,
+            ),
+            m(
+                "expired",
+                Counter,
+                "Tasks deleted by their TTL since start.",
+                e.expired,
+            ),
+            m(
+                "ttr_returned",
+                Counter,
+                "Taken tasks returned to ready by their TTR since start.",
+                e.ttr_returned,
+            ),
+            m(
+                "auto_released",
+                Counter,
+                "Tasks returned to ready when their session closed, since start.",
+                e.auto_released,
+            ),
+            m(
+                "connections_accepted",
+                Counter,
+                "Client connections accepted since start.",
+                s.connections_accepted,
+            ),
+            m(
+                "takes_parked",
+                Counter,
+                "Takes that waited for a task, since start.",
+                s.takes_parked,
+            ),
+            m(
+                "uptime_seconds",
+                Gauge,
+                "Seconds since the server started.",
+                self.uptime / 1_000_000,
+            ),
+            // Ids are a counter from 1, so the last one is the number of puts ever, across
+            // restarts: a cheap cross-check against `puts` (which counts since start).
+            m(
+                "last_id",
+                Gauge,
+                "The highest task id given out.",
+                self.last_id,
+            ),
+            m(
+                "wal_enabled",
+                Gauge,
+                "1 when a write-ahead log makes tasks durable, else 0.",
+                u64::from(self.wal.is_some()),
+            ),
+        ];
+        let wal = self.wal.map(|w| {
+            [
+                m(
+                    "wal_records",
+                    Counter,
+                    "Records written to the WAL since start.",
+                    w.records,
+                ),
+                m(
+                    "wal_bytes",
+                    Counter,
+                    "Bytes written to the WAL since start.",
+                    w.bytes,
+                ),
+            ]
+        });
+        base.into_iter().chain(wal.into_iter().flatten())
+    }
+
+    /// `queue.stats()`: a MessagePack map of every figure, name → unsigned integer.
+    pub fn write_msgpack(&self, out: &mut Vec<u8>) {
+        write::map_len(out, self.metrics().count() as u32);
+        for m in self.metrics() {
+            write::str(out, m.name);
+            write::uint(out, m.value);
+        }
+    }
+}

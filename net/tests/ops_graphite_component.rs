@@ -1,0 +1,212 @@
+//! The Graphite pusher driven by a minimal mio loop, against plain sockets on 127.0.0.1: the
+//! line format, UDP, and reconnecting (with backoff) after Graphite goes away and comes back.
+//! The same pusher inside the running server is tested in `ops_server.rs`.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, UdpSocket};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mio::{Events, Poll};
+use tarq_engine::Micros;
+use tarq_net::ops::graphite::{Graphite, Target};
+use tarq_net::ops::stats::Snapshot;
+use tarq_net::ops::GRAPHITE_TOKEN;
+
+/// Every wait in these tests ends by this.
+const DEADLINE: Duration = Duration::from_secs(10);
+/// A fast cadence so the tests take milliseconds.
+const INTERVAL: Micros = 20_000;
+
+fn now() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as Micros
+}
+
+fn snapshot() -> Snapshot {
+    let mut s = Snapshot::default();
+    s.engine.ready = 3;
+    s.engine.puts = 11;
+    s.server.connections = 2;
+    s
+}
+
+/// Runs the pusher's loop until `done` returns true (checked after each poll).
+fn drive(g: &mut Graphite, poll: &mut Poll, mut done: impl FnMut(&Graphite) -> bool) {
+    let mut events = Events::with_capacity(16);
+    let end = Instant::now() + DEADLINE;
+    while !done(g) {
+        assert!(Instant::now() < end, "no progress within {DEADLINE:?}");
+        let timeout = g
+            .next_timer()
+            .map(|t| Duration::from_micros(t.saturating_sub(now())))
+            .unwrap_or(Duration::from_millis(10))
+            .min(Duration::from_millis(50));
+        poll.poll(&mut events, Some(timeout)).unwrap();
+        let t = now();
+        for ev in events.iter() {
+            g.on_event(ev, t);
+        }
+        g.tick(t, &snapshot());
+    }
+}
+
+/// Reads lines from every connection accepted on `listener` into a channel.
+fn collect_lines(listener: TcpListener) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { return };
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    rx
+}
+
+fn check_line(line: &str) -> (String, u64) {
+    let parts: Vec<&str> = line.split(' ').collect();
+    assert_eq!(parts.len(), 3, "{line:?}");
+    let name = parts[0]
+        .strip_prefix("queue.stats.")
+        .expect(line)
+        .to_string();
+    let value: u64 = parts[1].parse().expect(line);
+    let ts: u64 = parts[2].parse().expect(line);
+    let wall = now() / 1_000_000;
+    assert!(ts <= wall && ts + 5 >= wall, "timestamp {ts} vs now {wall}");
+    (name, value)
+}
+
+#[test]
+fn tcp_lines_carry_every_figure_with_a_timestamp() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target: Target = format!("tcp://{}", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let rx = collect_lines(listener);
+    let mut poll = Poll::new().unwrap();
+    let mut g = Graphite::new(target, INTERVAL, now());
+    g.register(poll.registry(), GRAPHITE_TOKEN, now()).unwrap();
+
+    let names: Vec<&str> = snapshot().metrics().map(|m| m.name).collect();
+    let mut seen = std::collections::HashMap::new();
+    drive(&mut g, &mut poll, |_| {
+        while let Ok(line) = rx.try_recv() {
+            let (name, value) = check_line(&line);
+            seen.insert(name, value);
+        }
+        names.iter().all(|n| seen.contains_key(*n))
+    });
+    assert_eq!(seen["ready"], 3);
+    assert_eq!(seen["puts"], 11);
+    assert_eq!(seen["connections"], 2);
+    assert_eq!(seen["total"], 0);
+    assert!(g.is_connected());
+    assert_eq!(g.counters().connects, 1);
+}
+
+#[test]
+fn udp_datagrams_carry_the_same_lines() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let target: Target = format!("udp://{}", socket.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let mut poll = Poll::new().unwrap();
+    let mut g = Graphite::new(target, INTERVAL, now());
+    g.register(poll.registry(), GRAPHITE_TOKEN, now()).unwrap();
+
+    let mut seen = std::collections::HashMap::new();
+    let mut buf = [0u8; 2048];
+    drive(&mut g, &mut poll, |_| {
+        if let Ok(n) = socket.recv(&mut buf) {
+            let text = std::str::from_utf8(&buf[..n]).unwrap();
+            assert!(
+                text.ends_with('\n'),
+                "a datagram holds whole lines: {text:?}"
+            );
+            for line in text.lines() {
+                let (name, value) = check_line(line);
+                seen.insert(name, value);
+            }
+        }
+        seen.contains_key("ready") && seen.contains_key("uptime_seconds")
+    });
+    assert_eq!(seen["ready"], 3);
+}
+
+#[test]
+fn a_graphite_that_goes_away_and_comes_back_gets_lines_again() {
+    // Graphite is down at start: the port is free (bound once, then released).
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let target: Target = format!("tcp://{addr}").parse().unwrap();
+    let mut poll = Poll::new().unwrap();
+    let mut g = Graphite::new(target, INTERVAL, now());
+    g.register(poll.registry(), GRAPHITE_TOKEN, now()).unwrap();
+
+    // Refused connects are retried while samples wait in the buffer.
+    drive(&mut g, &mut poll, |g| g.counters().samples >= 3);
+    assert!(!g.is_connected());
+    assert!(g.buffered() > 0, "samples wait for Graphite");
+
+    // Graphite comes up: the buffered samples arrive (the retry is at most a few backoffs away).
+    let listener = TcpListener::bind(addr).unwrap();
+    let rx = collect_lines(listener.try_clone().unwrap());
+    let mut lines = 0;
+    drive(&mut g, &mut poll, |g| {
+        while let Ok(line) = rx.try_recv() {
+            check_line(&line);
+            lines += 1;
+        }
+        g.is_connected() && lines > 3 * snapshot().metrics().count()
+    });
+    assert_eq!(g.counters().connects, 1);
+    drop(listener);
+}
+
+#[test]
+fn a_closed_connection_is_reopened() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target: Target = format!("tcp://{}", listener.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let mut poll = Poll::new().unwrap();
+    let mut g = Graphite::new(target, INTERVAL, now());
+    g.register(poll.registry(), GRAPHITE_TOKEN, now()).unwrap();
+
+    // Accept the first connection and close it at once: the pusher must notice and reconnect.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (first, _) = listener.accept().unwrap();
+        drop(first);
+        let (second, _) = listener.accept().unwrap();
+        let mut r = BufReader::new(second);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        tx.send(line).unwrap();
+    });
+    let mut got = None;
+    drive(&mut g, &mut poll, |_| {
+        got = got.take().or_else(|| rx.try_recv().ok());
+        got.is_some()
+    });
+    let line = got.unwrap();
+    // A whole line, not the tail of one cut by the first connection's close.
+    check_line(line.trim_end());
+    assert!(g.counters().connects >= 2, "{:?}", g.counters());
+}
