@@ -224,6 +224,45 @@ pub fn task_id(data: &[u8]) -> Result<Option<u64>, MpError> {
     Ok(None)
 }
 
+/// The fields of a task a consumer acts on: its `id` and its `data` as raw MessagePack bytes
+/// (exactly what the server stored or re-encoded: a bin, a string, anything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskFields<'a> {
+    pub id: Option<u64>,
+    pub data: Option<&'a [u8]>,
+}
+
+/// The task in a queue call's DATA (`[{...}]`, or `[[{...}]]` from CALL_16) with its payload,
+/// for clients that need the data back (the loadgen reads its timing stamp from it); `None`
+/// when DATA is empty or holds nil (a take that found nothing).
+pub fn task(data: &[u8]) -> Result<Option<TaskFields<'_>>, MpError> {
+    let mut r = Reader::new(data);
+    if r.read_array_len()? == 0 || r.eat_nil() {
+        return Ok(None);
+    }
+    let call16 = matches!(
+        r.peek_marker()?,
+        rmp::Marker::FixArray(_) | rmp::Marker::Array16 | rmp::Marker::Array32
+    );
+    if call16 && (r.read_array_len()? == 0 || r.eat_nil()) {
+        return Ok(None);
+    }
+    let mut fields = TaskFields {
+        id: None,
+        data: None,
+    };
+    for _ in 0..r.read_map_len()? {
+        match r.read_str_bytes()? {
+            b"id" => fields.id = Some(r.read_uint()?),
+            b"data" => fields.data = Some(r.skip_value()?),
+            _ => {
+                r.skip_value()?;
+            }
+        }
+    }
+    Ok(Some(fields))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::codes::ER_PROC_LUA;
@@ -320,6 +359,30 @@ mod tests {
         let r = decode(&rest[5..]).unwrap();
         assert!(r.is_ok());
         assert_eq!((r.data, r.body), (None, &[0x80][..]));
+    }
+
+    #[test]
+    fn task_returns_id_and_raw_data_in_every_shape() {
+        assert_eq!(task(&[0x90]), Ok(None));
+        assert_eq!(task(&[0x91, 0xc0]), Ok(None));
+        assert_eq!(task(&[0x91, 0x90]), Ok(None));
+        let want = TaskFields {
+            id: Some(u64::MAX),
+            data: Some(&b"\xc4\x02hi"[..]),
+        };
+        let call =
+            b"\x91\x83\xa2id\xcf\xff\xff\xff\xff\xff\xff\xff\xff\xa6status\xa1T\xa4data\xc4\x02hi";
+        assert_eq!(task(call), Ok(Some(want)));
+        let call16 = b"\x91\x91\x82\xa4data\xc4\x02hi\xa2id\xcf\xff\xff\xff\xff\xff\xff\xff\xff";
+        assert_eq!(task(call16), Ok(Some(want)));
+        assert_eq!(
+            task(b"\x91\x81\xa6status\xa1R"),
+            Ok(Some(TaskFields {
+                id: None,
+                data: None
+            }))
+        );
+        assert!(task(b"\x91\x81\xa2id").is_err());
     }
 
     #[test]
