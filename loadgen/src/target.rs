@@ -1,0 +1,399 @@
+//! The systems under test and how to start them: our `tarq` release build (also in its `--null`
+//! mode, the loadgen's ceiling), Debian's `tarantool` running the reference queue, `beanstalkd`
+//! and `redis-server`. `--spawn` starts one on a free port and a fresh temporary data
+//! directory, pinned to one core, waits until it answers (with a deadline), and stops it when
+//! the run is over.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a spawned target gets to answer: Tarantool needs about a second to create its
+/// spaces; a debug build of tarq or a loaded machine more.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between readiness probes: short against the start-up times above, long enough not to
+/// flood the starting process with connections.
+const PROBE_INTERVAL: Duration = Duration::from_millis(25);
+/// Grace period after SIGTERM before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for one probe connection's round trip.
+const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Where the reference queue lives, relative to an ancestor of the workspace.
+const SEED_INIT: &str = "shared/reference/tarantool-seed/init.lua";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// tarq over IPROTO.
+    Tarq,
+    /// Debian's Tarantool running the reference queue, over IPROTO.
+    Tarantool,
+    /// beanstalkd: put / reserve-with-timeout / delete.
+    Beanstalkd,
+    /// Redis reliable queue: LPUSH / BLMOVE into a processing list / LREM.
+    Redis,
+    /// tarq --null: every call answered at once with an empty result (the loadgen's ceiling).
+    Null,
+}
+
+impl Target {
+    pub const ALL: [Target; 5] = [
+        Target::Tarq,
+        Target::Tarantool,
+        Target::Beanstalkd,
+        Target::Redis,
+        Target::Null,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Tarq => "tarq",
+            Target::Tarantool => "tarantool",
+            Target::Beanstalkd => "beanstalkd",
+            Target::Redis => "redis",
+            Target::Null => "null",
+        }
+    }
+
+    /// The port a target listens on by default, for `--addr` without `--spawn`.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Target::Tarq | Target::Tarantool | Target::Null => 3301,
+            Target::Beanstalkd => 11300,
+            Target::Redis => 6379,
+        }
+    }
+
+    /// Debian package and program for the peers; `None` for our own binary.
+    pub fn package(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Target::Tarantool => Some(("tarantool", "tarantool")),
+            Target::Beanstalkd => Some(("beanstalkd", "beanstalkd")),
+            Target::Redis => Some(("redis-server", "redis-server")),
+            Target::Tarq | Target::Null => None,
+        }
+    }
+
+    /// Speaks IPROTO (the shared codec drives it).
+    pub fn is_iproto(self) -> bool {
+        matches!(self, Target::Tarq | Target::Tarantool | Target::Null)
+    }
+
+    /// `None` when the target can be started here, else why not (with the install line).
+    pub fn unavailable(self) -> Option<String> {
+        let (package, program) = self.package()?;
+        if find_in_path(program).is_some() {
+            None
+        } else {
+            Some(format!(
+                "{program} is not installed; install it with: apt-get install -y {package}"
+            ))
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to start a target.
+#[derive(Clone, Debug)]
+pub struct SpawnOptions {
+    /// Pin the target to this core.
+    pub cpu: Option<usize>,
+    /// The tarq binary; default `<workspace>/target/release/tarq`.
+    pub tarq_bin: Option<PathBuf>,
+    /// Run `cargo build --release -p tarq-net` first even if the binary exists (the suite does,
+    /// so it never measures a stale build; cargo makes it a no-op when nothing changed).
+    pub rebuild: bool,
+}
+
+/// A started target; stopped when dropped.
+pub struct Spawned {
+    pub target: Target,
+    pub addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    // Kept for its Drop: the data directory disappears with the target.
+    _dir: tempfile::TempDir,
+}
+
+impl Spawned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stop with SIGTERM, then SIGKILL after a grace period.
+    pub fn stop(mut self) -> Result<()> {
+        self.terminate()
+    }
+
+    fn terminate(&mut self) -> Result<()> {
+        if self.child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        // SAFETY: kill(2) on our own child's pid; the child is not reaped yet (try_wait above).
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+        }
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// The last lines of the target's log, for error messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.terminate();
+    }
+}
+
+/// The workspace root (where `target/` and `results/` live).
+pub fn workspace_root() -> PathBuf {
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if built_in.join("Cargo.toml").exists() {
+        built_in.canonicalize().unwrap_or(built_in)
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+    }
+}
+
+/// The reference queue's `init.lua`: `$TARQ_SEED_INIT`, or `shared/reference/...` beside the
+/// workspace or any of its ancestors.
+pub fn seed_init() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("TARQ_SEED_INIT") {
+        return Ok(PathBuf::from(p));
+    }
+    let root = workspace_root();
+    root.ancestors()
+        .map(|dir| dir.join(SEED_INIT))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            anyhow!(
+                "cannot find {SEED_INIT} above {}; set TARQ_SEED_INIT to the reference init.lua",
+                root.display()
+            )
+        })
+}
+
+/// The tarq release binary, built when missing (or always with `rebuild`).
+pub fn tarq_binary(opts: &SpawnOptions) -> Result<PathBuf> {
+    if let Some(bin) = &opts.tarq_bin {
+        return Ok(bin.clone());
+    }
+    let root = workspace_root();
+    let bin = root.join("target/release/tarq");
+    if opts.rebuild || !bin.exists() {
+        eprintln!("building the tarq release binary: cargo build --release -p tarq-net");
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--release", "-p", "tarq-net"])
+            .current_dir(&root)
+            .status()
+            .context("running cargo build --release -p tarq-net")?;
+        if !status.success() {
+            bail!("cargo build --release -p tarq-net failed ({status})");
+        }
+    }
+    if !bin.exists() {
+        bail!("{} does not exist after the build", bin.display());
+    }
+    Ok(bin)
+}
+
+/// Start `target` on a free port and a fresh data directory and wait until it answers.
+pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
+    if let Some(why) = target.unavailable() {
+        bail!(why);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("tarq-loadgen-{}-", target.name()))
+        .tempdir()
+        .context("creating a temporary data directory")?;
+    let port = free_port()?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let log = dir.path().join(format!("{}.log", target.name()));
+    let mut cmd = match target {
+        Target::Tarq | Target::Null => {
+            let mut c = Command::new(tarq_binary(opts)?);
+            if target == Target::Null {
+                c.arg("--null");
+            }
+            c.arg("--listen")
+                .arg(addr.to_string())
+                .arg("--data-dir")
+                .arg(dir.path());
+            c
+        }
+        Target::Tarantool => {
+            let mut c = Command::new("tarantool");
+            c.arg(seed_init()?)
+                .env("WORKDIR", dir.path())
+                .env("LISTEN", addr.to_string())
+                .env("LOGFILE", &log);
+            c
+        }
+        Target::Beanstalkd => {
+            let mut c = Command::new("beanstalkd");
+            c.args(["-l", "127.0.0.1", "-p", &port.to_string()]);
+            c
+        }
+        Target::Redis => {
+            let mut c = Command::new("redis-server");
+            c.args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ])
+            .arg(dir.path());
+            c
+        }
+    };
+    let log_file = std::fs::File::create(if target == Target::Tarantool {
+        dir.path().join("stdout.log")
+    } else {
+        log.clone()
+    })?;
+    cmd.current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file);
+    if let Some(cpu) = opts.cpu {
+        pin_child(&mut cmd, cpu);
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {target}: {cmd:?}"))?;
+    let mut spawned = Spawned {
+        target,
+        addr,
+        child,
+        log,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = spawned.child.try_wait()? {
+            bail!(
+                "{target} exited during start-up ({status}); its log ends with:\n{}",
+                spawned.log_tail()
+            );
+        }
+        match probe(target, addr) {
+            Ok(()) => return Ok(spawned),
+            Err(e) if Instant::now() >= deadline => {
+                let _ = spawned.terminate();
+                bail!(
+                    "{target} did not answer on {addr} within {READY_TIMEOUT:?} (last probe: {e:#}); its log ends with:\n{}",
+                    spawned.log_tail()
+                );
+            }
+            Err(_) => std::thread::sleep(PROBE_INTERVAL),
+        }
+    }
+}
+
+/// One readiness check: the target answers a real request (for Tarantool, `queue.stats`, since
+/// it listens before the queue module is loaded).
+pub fn probe(target: Target, addr: SocketAddr) -> Result<()> {
+    let mut s = TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
+    s.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
+    s.set_write_timeout(Some(PROBE_IO_TIMEOUT))?;
+    match target {
+        Target::Tarq | Target::Tarantool | Target::Null => crate::proto::iproto::probe(&mut s),
+        Target::Redis => expect_reply(&mut s, b"PING\r\n", b"+PONG"),
+        Target::Beanstalkd => expect_reply(&mut s, b"stats\r\n", b"OK "),
+    }
+}
+
+fn expect_reply(s: &mut TcpStream, request: &[u8], prefix: &[u8]) -> Result<()> {
+    s.write_all(request)?;
+    let mut buf = [0u8; 64];
+    let mut got = 0;
+    while got < prefix.len() {
+        let n = s.read(&mut buf[got..])?;
+        if n == 0 {
+            bail!("connection closed after {got} bytes");
+        }
+        got += n;
+    }
+    if &buf[..prefix.len()] != prefix {
+        bail!(
+            "expected {:?}, got {:?}",
+            String::from_utf8_lossy(prefix),
+            String::from_utf8_lossy(&buf[..got])
+        );
+    }
+    Ok(())
+}
+
+/// A port the kernel just handed out and released; the target binds it right after.
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Pin the child (and every thread it starts) to `cpu` before it runs.
+fn pin_child(cmd: &mut Command, cpu: usize) {
+    // SAFETY: the closure runs between fork and exec; it only builds a cpu_set_t on the stack
+    // and calls sched_setaffinity, both async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || set_affinity(cpu));
+    }
+}
+
+/// Pin the calling thread (and children it later forks) to one core.
+pub fn set_affinity(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data, all-zero is the empty set; CPU_SET bounds-checks nothing
+    // beyond the set size, which we check against CPU_SETSIZE first.
+    unsafe {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+fn log_tail(path: &Path) -> String {
+    /// Lines of a target's log quoted in an error.
+    const TAIL_LINES: usize = 15;
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
+}
