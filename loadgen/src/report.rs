@@ -57,9 +57,7 @@ impl Machine {
             .map(|(_, v)| v.trim().to_string())
             .unwrap_or_else(|| "unknown".into());
         Machine {
-            cores: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            cores: crate::target::online_cores(),
             cpu_model,
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
             loadavg_before: loadavg(),

@@ -201,9 +201,7 @@ pub struct Finished {
 pub fn run(args: &RunArgs) -> Result<Finished> {
     args.validate()?;
     let (target_cpu, cpu) = if args.spawn {
-        let two_cores = std::thread::available_parallelism()
-            .map(|n| n.get() >= 2)
-            .unwrap_or(false);
+        let two_cores = target::online_cores() >= 2;
         (
             args.target_cpu.or(two_cores.then_some(TARGET_CORE)),
             args.cpu.or(two_cores.then_some(LOADGEN_CORE)),

@@ -1,7 +1,779 @@
-//! placeholder
-use anyhow::Result;
-#[derive(clap::Args, Debug, Clone)]
-pub struct SuiteArgs {}
-pub fn run(_a: &SuiteArgs) -> Result<()> {
+//! `tarq-loadgen suite`: the standard comparison matrix. Every target × connection shape ×
+//! pipelining depth in closed loop, the null target for the loadgen's own ceiling, then tarq in
+//! open loop at fractions of its best closed-loop rate. Each run is spawned fresh and pinned
+//! (target on core 0, loadgen on core 1). Everything lands in `results/<date>-<commit>/`
+//! (one JSON and three `.hgrm` per run, `suite.json`, SVG charts), and `results/README.md` is
+//! regenerated from those files: the comparison table, ratios to each peer, the goals, the
+//! plots and the exact commands. Nobody edits a result by hand.
+
+use crate::plot;
+use crate::report::{self, thousands, Machine, Summary};
+use crate::single::{self, RunArgs};
+use crate::target::{self, SpawnOptions, Target};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The goals the table is checked against (issue 5), on this 2-core machine.
+const GOAL_VS_TARANTOOL: f64 = 10.0;
+const GOAL_VS_BEANSTALKD: f64 = 3.0;
+const GOAL_VS_REDIS: f64 = 1.0;
+const GOAL_DEPTH16_MSGS: f64 = 300_000.0;
+const GOAL_P99_US_AT_HALF: f64 = 1_000.0;
+
+#[derive(Args, Clone, Debug)]
+pub struct SuiteArgs {
+    /// Measured time per run.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Warm-up per run.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Targets to measure (missing peers are skipped and reported).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Target::ALL)]
+    pub targets: Vec<Target>,
+    /// Connection shapes as PRODUCERSxCONSUMERS.
+    #[arg(long, value_delimiter = ',', default_values_t = ["4x4".to_string(), "32x32".to_string()])]
+    pub shapes: Vec<String>,
+    /// Pipelining depths.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16])]
+    pub depths: Vec<usize>,
+    /// Open-loop rates as percentages of tarq's best closed-loop rate (empty: none).
+    #[arg(long, value_delimiter = ',', default_values_t = [25u32, 50, 75])]
+    pub open_loop: Vec<u32>,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 64)]
+    pub payload: usize,
+    /// Results directory (default: the workspace's results/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// A remark recorded with the results, e.g. what else the machine was doing.
+    #[arg(long)]
+    pub note: Option<String>,
+    /// tarq binary (default: target/release/tarq, rebuilt first).
+    #[arg(long)]
+    pub tarq_bin: Option<PathBuf>,
+    /// Only regenerate results/README.md and the charts from the newest (or this) results
+    /// directory, without running anything.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
+    pub report_only: Option<PathBuf>,
+}
+
+/// `suite.json`: what the suite ran, in order, and where each run's figures are.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SuiteRecord {
+    pub commit: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub machine: Machine,
+    pub note: Option<String>,
+    pub command: String,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub payload: usize,
+    pub runs: Vec<RunEntry>,
+    /// Targets that could not run here, with the reason.
+    pub skipped: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunEntry {
+    pub label: String,
+    pub target: Target,
+    pub producers: usize,
+    pub consumers: usize,
+    pub depth: usize,
+    pub rate: Option<f64>,
+    /// Percentage of tarq's best closed-loop rate, for open-loop runs.
+    pub rate_pct: Option<u32>,
+    pub command: String,
+    /// File name of the run's JSON inside the suite directory, when it succeeded.
+    pub json: Option<String>,
+    pub error: Option<String>,
+}
+
+fn parse_shape(s: &str) -> Result<(usize, usize)> {
+    let (p, c) = s
+        .split_once(['x', '+'])
+        .with_context(|| format!("shape {s:?} is not PRODUCERSxCONSUMERS"))?;
+    let p: usize = p.trim().parse().with_context(|| format!("shape {s:?}"))?;
+    let c: usize = c.trim().parse().with_context(|| format!("shape {s:?}"))?;
+    if p == 0 || c == 0 {
+        bail!("shape {s:?} needs at least one producer and one consumer");
+    }
+    Ok((p, c))
+}
+
+pub fn run(args: &SuiteArgs) -> Result<()> {
+    let results = args
+        .out
+        .clone()
+        .unwrap_or_else(|| target::workspace_root().join("results"));
+    if let Some(dir) = &args.report_only {
+        let dir = if dir.as_os_str().is_empty() {
+            newest_suite(&results)?
+        } else {
+            dir.clone()
+        };
+        return write_readme(&results, &dir);
+    }
+    let shapes: Vec<(usize, usize)> = args
+        .shapes
+        .iter()
+        .map(|s| parse_shape(s))
+        .collect::<Result<_>>()?;
+
+    let mut skipped = Vec::new();
+    let mut targets = Vec::new();
+    for &t in &args.targets {
+        match t.unavailable() {
+            Some(why) => {
+                eprintln!("skipping {t}: {why}");
+                skipped.push(format!("{t}: {why}"));
+            }
+            None if !targets.contains(&t) => targets.push(t),
+            None => {}
+        }
+    }
+    let needs_tarq = targets
+        .iter()
+        .any(|t| matches!(t, Target::Tarq | Target::Null));
+    let tarq_bin = if needs_tarq {
+        Some(target::tarq_binary(&SpawnOptions {
+            cpu: None,
+            tarq_bin: args.tarq_bin.clone(),
+            rebuild: args.tarq_bin.is_none(),
+        })?)
+    } else {
+        None
+    };
+
+    let commit = report::commit();
+    let started = chrono::Utc::now();
+    let dir = fresh_dir(
+        &results,
+        &format!("{}-{commit}", started.format("%Y-%m-%d")),
+    )?;
+    eprintln!("writing results to {}", dir.display());
+    let mut record = SuiteRecord {
+        commit,
+        started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        finished_at: String::new(),
+        machine: Machine::probe(),
+        note: args.note.clone(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        duration_s: args.duration.as_secs_f64(),
+        warmup_s: args.warmup.as_secs_f64(),
+        payload: args.payload,
+        runs: Vec::new(),
+        skipped,
+    };
+
+    let base = |t: Target, p: usize, c: usize, d: usize| {
+        let mut a = RunArgs::shape(t, p, c, d);
+        a.duration = args.duration;
+        a.warmup = args.warmup;
+        a.payload = args.payload;
+        a.tarq_bin = tarq_bin.clone();
+        a
+    };
+    let mut tarq_best: Option<(f64, RunArgs)> = None;
+    for &t in &targets {
+        for &(p, c) in &shapes {
+            for &d in &args.depths {
+                let a = base(t, p, c, d);
+                if let Some(s) = one(&dir, &a, None, &mut record)? {
+                    if t == Target::Tarq && tarq_best.as_ref().is_none_or(|b| s.msgs_per_s > b.0) {
+                        tarq_best = Some((s.msgs_per_s, a.clone()));
+                    }
+                }
+            }
+        }
+    }
+    if let Some((best, a)) = &tarq_best {
+        for &pct in &args.open_loop {
+            let mut open = a.clone();
+            open.rate = Some((best * f64::from(pct) / 100.0).round().max(1.0));
+            one(&dir, &open, Some(pct), &mut record)?;
+        }
+    } else if !args.open_loop.is_empty() {
+        eprintln!("no open-loop runs: tarq has no closed-loop result to take fractions of");
+    }
+
+    record.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    record.machine.loadavg_after = report::loadavg();
+    std::fs::write(
+        dir.join("suite.json"),
+        serde_json::to_string_pretty(&record)? + "\n",
+    )?;
+    write_readme(&results, &dir)?;
+    eprintln!("done: {}", results.join("README.md").display());
     Ok(())
+}
+
+/// Run one cell, record it, and keep going when it fails (the failure is recorded).
+fn one(
+    dir: &Path,
+    a: &RunArgs,
+    rate_pct: Option<u32>,
+    record: &mut SuiteRecord,
+) -> Result<Option<Summary>> {
+    let label = a.label();
+    let mut a = a.clone();
+    a.json = Some(dir.join(format!("{label}.json")));
+    a.hgrm = Some(dir.join(&label).to_string_lossy().into_owned());
+    let mut entry = RunEntry {
+        label: label.clone(),
+        target: a.target,
+        producers: a.producers,
+        consumers: a.consumers,
+        depth: a.depth,
+        rate: a.rate,
+        rate_pct,
+        command: a.command_line(),
+        json: None,
+        error: None,
+    };
+    let result = match single::run(&a) {
+        Ok(f) => {
+            let s = f.summary;
+            eprintln!(
+                "{label:<32} {:>10} msgs/s  e2e p50 {:>8.1} µs  p99 {:>9.1} µs  loadgen CPU {:>3.0}%  target CPU {}",
+                thousands(s.msgs_per_s),
+                s.e2e_us.p50,
+                s.e2e_us.p99,
+                s.loadgen_cpu * 100.0,
+                s.target_cpu.map(|t| format!("{:.0}%", t * 100.0)).unwrap_or_default()
+            );
+            entry.json = Some(format!("{label}.json"));
+            Some(s)
+        }
+        Err(e) => {
+            eprintln!("{label:<32} FAILED: {e:#}");
+            entry.error = Some(format!("{e:#}"));
+            None
+        }
+    };
+    record.runs.push(entry);
+    Ok(result)
+}
+
+/// `results/<name>`, or `<name>-2`, `-3`… when a suite already wrote there.
+fn fresh_dir(results: &Path, name: &str) -> Result<PathBuf> {
+    /// More same-day, same-commit suites than anyone runs.
+    const MAX_SUFFIX: usize = 100;
+    for i in 1..=MAX_SUFFIX {
+        let dir = if i == 1 {
+            results.join(name)
+        } else {
+            results.join(format!("{name}-{i}"))
+        };
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            return Ok(dir);
+        }
+    }
+    bail!("{MAX_SUFFIX} result directories named {name} already exist")
+}
+
+/// Every suite directory under `results/` (those holding a `suite.json`), oldest first.
+fn suites(results: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs: Vec<(String, PathBuf)> = Vec::new();
+    for entry in
+        std::fs::read_dir(results).with_context(|| format!("reading {}", results.display()))?
+    {
+        let path = entry?.path();
+        if let Ok(text) = std::fs::read_to_string(path.join("suite.json")) {
+            if let Ok(rec) = serde_json::from_str::<SuiteRecord>(&text) {
+                dirs.push((rec.started_at, path));
+            }
+        }
+    }
+    dirs.sort();
+    Ok(dirs.into_iter().map(|(_, p)| p).collect())
+}
+
+fn newest_suite(results: &Path) -> Result<PathBuf> {
+    suites(results)?
+        .pop()
+        .with_context(|| format!("no suite results under {}", results.display()))
+}
+
+/// A loaded suite: its record and each successful run's summary (same order as the record).
+struct Loaded {
+    record: SuiteRecord,
+    runs: Vec<(RunEntry, Option<Summary>)>,
+}
+
+fn load(dir: &Path) -> Result<Loaded> {
+    let text = std::fs::read_to_string(dir.join("suite.json"))
+        .with_context(|| format!("reading {}/suite.json", dir.display()))?;
+    let record: SuiteRecord = serde_json::from_str(&text)?;
+    let mut runs = Vec::new();
+    for e in &record.runs {
+        let s = match &e.json {
+            Some(f) => Some(Summary::read_json(&dir.join(f))?),
+            None => None,
+        };
+        runs.push((e.clone(), s));
+    }
+    Ok(Loaded { record, runs })
+}
+
+impl Loaded {
+    fn closed(&self, t: Target, p: usize, c: usize, d: usize) -> Option<&Summary> {
+        self.runs.iter().find_map(|(e, s)| {
+            (e.rate.is_none()
+                && e.target == t
+                && e.producers == p
+                && e.consumers == c
+                && e.depth == d)
+                .then_some(s.as_ref())
+                .flatten()
+        })
+    }
+
+    /// The closed-loop cells, in the order they ran.
+    fn cells(&self) -> Vec<(usize, usize, usize)> {
+        let mut cells = Vec::new();
+        for (e, _) in &self.runs {
+            let cell = (e.producers, e.consumers, e.depth);
+            if e.rate.is_none() && !cells.contains(&cell) {
+                cells.push(cell);
+            }
+        }
+        cells
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        let mut ts = Vec::new();
+        for (e, _) in &self.runs {
+            if e.rate.is_none() && !ts.contains(&e.target) {
+                ts.push(e.target);
+            }
+        }
+        ts
+    }
+
+    fn open(&self) -> Vec<(&RunEntry, &Summary)> {
+        self.runs
+            .iter()
+            .filter(|(e, _)| e.rate.is_some())
+            .filter_map(|(e, s)| s.as_ref().map(|s| (e, s)))
+            .collect()
+    }
+}
+
+fn cell_name(p: usize, c: usize, d: usize) -> String {
+    format!("p{p}c{c}-d{d}")
+}
+
+/// Draw the suite's charts into its directory; returns (title, file name) pairs.
+fn draw(dir: &Path, l: &Loaded) -> Result<Vec<(String, String)>> {
+    let mut charts = Vec::new();
+    for (p, c, d) in l.cells() {
+        let present: Vec<&Summary> = l
+            .targets()
+            .into_iter()
+            .filter_map(|t| l.closed(t, p, c, d))
+            .collect();
+        if present.is_empty() {
+            continue;
+        }
+        let name = format!("latency-{}.svg", cell_name(p, c, d));
+        let title = format!("put→ack latency by percentile, {p}+{c} connections, depth {d}");
+        plot::latency(
+            &dir.join(&name),
+            &title,
+            &present
+                .iter()
+                .map(|s| (s.config.target.to_string(), s.spectra.e2e.clone()))
+                .collect::<Vec<_>>(),
+        )?;
+        charts.push((title, name));
+        let name = format!("throughput-{}.svg", cell_name(p, c, d));
+        let title = format!("throughput over time, {p}+{c} connections, depth {d}");
+        plot::throughput(
+            &dir.join(&name),
+            &title,
+            &present
+                .iter()
+                .map(|s| (s.config.target.to_string(), s.series.clone()))
+                .collect::<Vec<_>>(),
+        )?;
+        charts.push((title, name));
+    }
+    let open = l.open();
+    if !open.is_empty() {
+        let name = "latency-open-loop.svg".to_string();
+        let title =
+            "tarq open loop: put→ack latency by percentile at fractions of its maximum".to_string();
+        plot::latency(
+            &dir.join(&name),
+            &title,
+            &open
+                .iter()
+                .map(|(e, s)| {
+                    (
+                        format!(
+                            "{}% ({} msgs/s)",
+                            e.rate_pct.unwrap_or(0),
+                            thousands(e.rate.unwrap_or(0.0))
+                        ),
+                        s.spectra.e2e.clone(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        charts.push((title, name));
+    }
+    Ok(charts)
+}
+
+fn ratio(a: Option<&Summary>, b: Option<&Summary>) -> Option<f64> {
+    let (a, b) = (a?, b?);
+    (b.msgs_per_s > 0.0).then(|| a.msgs_per_s / b.msgs_per_s)
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "–".into())
+}
+
+fn fmt_msgs(s: Option<&Summary>) -> String {
+    s.map(|s| thousands(s.msgs_per_s))
+        .unwrap_or_else(|| "–".into())
+}
+
+/// Regenerate `results/README.md` (and the charts) from the suite in `dir`.
+pub fn write_readme(results: &Path, dir: &Path) -> Result<()> {
+    let l = load(dir)?;
+    let charts = draw(dir, &l)?;
+    let rel = dir
+        .strip_prefix(results)
+        .unwrap_or(dir)
+        .to_string_lossy()
+        .into_owned();
+    let text = render(&rel, &l, &charts, &suites(results)?, results);
+    std::fs::write(results.join("README.md"), text)
+        .with_context(|| format!("writing {}/README.md", results.display()))
+}
+
+fn render(
+    rel: &str,
+    l: &Loaded,
+    charts: &[(String, String)],
+    all: &[PathBuf],
+    results: &Path,
+) -> String {
+    let r = &l.record;
+    let mut o = String::new();
+    let _ = writeln!(o, "# Benchmark results\n");
+    let _ = writeln!(
+        o,
+        "Generated by `tarq-loadgen suite` from the files in [`{rel}/`]({rel}/); do not edit by hand \
+         (re-run the suite, or `tarq-loadgen suite --report-only` to redraw this page).\n"
+    );
+    let _ = writeln!(
+        o,
+        "One message is a put by a producer connection, then a take and an ack by a consumer \
+         connection, each on its own connection. Every target was started fresh by the loadgen \
+         (`--spawn`, empty temporary data directory) and pinned to core 0; the loadgen, one \
+         single-threaded pipelining client, ran on core 1. Closed loop: as fast as the target \
+         answers, with at most (producers + consumers) × depth messages put and not yet acked. \
+         Latencies are put→ack per message (`e2e`), put round trip (`put`) and take sent → ack \
+         answered (`cycle`), in microseconds.\n"
+    );
+    let _ = writeln!(o, "## This run\n");
+    let _ = writeln!(
+        o,
+        "- commit `{}`, {} → {}",
+        r.commit, r.started_at, r.finished_at
+    );
+    let _ = writeln!(
+        o,
+        "- machine: {} cores, {}, Linux {}; load average {} before, {} after",
+        r.machine.cores,
+        r.machine.cpu_model,
+        r.machine.kernel,
+        r.machine.loadavg_before,
+        r.machine.loadavg_after
+    );
+    let _ = writeln!(
+        o,
+        "- each run: {} s measured after {} s warm-up, {}-byte payloads",
+        r.duration_s, r.warmup_s, r.payload
+    );
+    if let Some(n) = &r.note {
+        let _ = writeln!(o, "- note: {n}");
+    }
+    for s in &r.skipped {
+        let _ = writeln!(o, "- skipped {s}");
+    }
+    let _ = writeln!(o, "- command: `{}`\n", r.command);
+
+    // The comparison table.
+    let targets = l.targets();
+    let peers: Vec<Target> = targets
+        .iter()
+        .copied()
+        .filter(|t| !matches!(t, Target::Tarq | Target::Null))
+        .collect();
+    let _ = writeln!(o, "## Throughput (msgs/s, closed loop)\n");
+    let mut header = String::from("| connections | depth |");
+    let mut rule = String::from("|---|---|");
+    for t in &targets {
+        let _ = write!(header, " {t} |");
+        rule.push_str("---:|");
+    }
+    if targets.contains(&Target::Tarq) {
+        for p in &peers {
+            let _ = write!(header, " tarq / {p} |");
+            rule.push_str("---:|");
+        }
+        if targets.contains(&Target::Null) {
+            header.push_str(" tarq / null |");
+            rule.push_str("---:|");
+        }
+    }
+    let _ = writeln!(o, "{header}\n{rule}");
+    for (p, c, d) in l.cells() {
+        let mut row = format!("| {p}+{c} | {d} |");
+        for &t in &targets {
+            let _ = write!(row, " {} |", fmt_msgs(l.closed(t, p, c, d)));
+        }
+        if targets.contains(&Target::Tarq) {
+            let tarq = l.closed(Target::Tarq, p, c, d);
+            for &peer in &peers {
+                let _ = write!(
+                    row,
+                    " {} |",
+                    fmt_ratio(ratio(tarq, l.closed(peer, p, c, d)))
+                );
+            }
+            if targets.contains(&Target::Null) {
+                let _ = write!(
+                    row,
+                    " {} |",
+                    ratio(tarq, l.closed(Target::Null, p, c, d))
+                        .map(|x| format!("{:.0}%", x * 100.0))
+                        .unwrap_or_else(|| "–".into())
+                );
+            }
+        }
+        let _ = writeln!(o, "{row}");
+    }
+    let _ = writeln!(
+        o,
+        "\n`null` is tarq `--null`, which answers every call at once with an empty result: the \
+         loadgen's ceiling on this machine at that shape, so `tarq / null` reads as the fraction \
+         of what the load generator can drive.\n"
+    );
+
+    // Goals.
+    let _ = writeln!(o, "## Goals (issue 5)\n");
+    let _ = writeln!(o, "| goal | measured | met |\n|---|---|---|");
+    let cells = l.cells();
+    for (peer, goal) in [
+        (Target::Tarantool, GOAL_VS_TARANTOOL),
+        (Target::Beanstalkd, GOAL_VS_BEANSTALKD),
+        (Target::Redis, GOAL_VS_REDIS),
+    ] {
+        let ratios: Vec<f64> = cells
+            .iter()
+            .filter_map(|&(p, c, d)| {
+                ratio(l.closed(Target::Tarq, p, c, d), l.closed(peer, p, c, d))
+            })
+            .collect();
+        if ratios.is_empty() {
+            continue;
+        }
+        let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = ratios.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            o,
+            "| tarq ≥ {goal}× {peer} at the same shape | {min:.2}× – {max:.2}× | {} |",
+            met(min >= goal)
+        );
+    }
+    let best16 = cells
+        .iter()
+        .filter(|c| c.2 == 16)
+        .filter_map(|&(p, c, d)| l.closed(Target::Tarq, p, c, d))
+        .map(|s| s.msgs_per_s)
+        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))));
+    if let Some(b) = best16 {
+        let _ = writeln!(
+            o,
+            "| tarq closed loop ≥ {} msgs/s at depth 16 | {} msgs/s | {} |",
+            thousands(GOAL_DEPTH16_MSGS),
+            thousands(b),
+            met(b >= GOAL_DEPTH16_MSGS)
+        );
+    }
+    if let Some((e, s)) = l.open().into_iter().find(|(e, _)| e.rate_pct == Some(50)) {
+        let _ = writeln!(
+            o,
+            "| put→ack p99 ≤ {} µs at 50% of tarq's maximum | {:.0} µs at {} msgs/s | {} |",
+            GOAL_P99_US_AT_HALF,
+            s.e2e_us.p99,
+            thousands(e.rate.unwrap_or(0.0)),
+            met(s.e2e_us.p99 <= GOAL_P99_US_AT_HALF)
+        );
+    }
+    let _ = writeln!(o);
+
+    // Open loop.
+    let open = l.open();
+    if !open.is_empty() {
+        let _ = writeln!(o, "## tarq open loop\n");
+        let _ = writeln!(
+            o,
+            "Messages sent on a fixed schedule; every latency counts from the intended send time, \
+             so a stall shows in full (no coordinated omission).\n"
+        );
+        let _ = writeln!(
+            o,
+            "| rate | of max | achieved msgs/s | put→ack p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for (e, s) in &open {
+            let _ = writeln!(
+                o,
+                "| {} | {}% | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                thousands(e.rate.unwrap_or(0.0)),
+                e.rate_pct.unwrap_or(0),
+                thousands(s.msgs_per_s),
+                s.e2e_us.p50,
+                s.e2e_us.p90,
+                s.e2e_us.p99,
+                s.e2e_us.p999,
+                s.e2e_us.max
+            );
+        }
+        let _ = writeln!(o);
+    }
+
+    // Every run.
+    let _ = writeln!(o, "## Every run\n");
+    let _ = writeln!(
+        o,
+        "| run | msgs/s | errors | put p50 / p99 | cycle p50 / p99 | e2e p50 / p99 / p99.9 | loadgen CPU | target CPU |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (e, s) in &l.runs {
+        match s {
+            Some(s) => {
+                let _ = writeln!(
+                    o,
+                    "| [{}]({rel}/{}.json) | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0}% | {} |",
+                    e.label,
+                    e.label,
+                    thousands(s.msgs_per_s),
+                    s.errors,
+                    s.put_us.p50,
+                    s.put_us.p99,
+                    s.cycle_us.p50,
+                    s.cycle_us.p99,
+                    s.e2e_us.p50,
+                    s.e2e_us.p99,
+                    s.e2e_us.p999,
+                    s.loadgen_cpu * 100.0,
+                    s.target_cpu
+                        .map(|t| format!("{:.0}%", t * 100.0))
+                        .unwrap_or_else(|| "–".into())
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    o,
+                    "| {} | failed: {} | | | | | | |",
+                    e.label,
+                    e.error
+                        .as_deref()
+                        .unwrap_or("?")
+                        .replace('\n', " ")
+                        .replace('|', "\\|")
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nCPU is the share of one core used over the measured window (from `/proc/<pid>/stat`): \
+         a loadgen near 100% may be the bottleneck; a target near 100% is saturated. Latencies in µs.\n"
+    );
+
+    if !charts.is_empty() {
+        let _ = writeln!(o, "## Charts\n");
+        for (title, file) in charts {
+            let _ = writeln!(o, "### {title}\n\n![{title}]({rel}/{file})\n");
+        }
+    }
+
+    let _ = writeln!(o, "## How to reproduce\n");
+    let _ = writeln!(
+        o,
+        "Peers come from Debian: `apt-get install -y tarantool beanstalkd redis-server` \
+         (Tarantool runs `shared/reference/tarantool-seed/init.lua`, the reference queue). \
+         The whole suite (it rebuilds `target/release/tarq` first):\n\n```sh\n\
+         cargo run --release -p tarq-loadgen -- suite --duration {}s --warmup {}s\n```\n",
+        r.duration_s, r.warmup_s
+    );
+    let _ = writeln!(o, "Each run on its own (add `--json FILE --hgrm PREFIX --svg PREFIX` for the outputs):\n\n```sh");
+    for (e, _) in &l.runs {
+        let _ = writeln!(o, "{}", e.command);
+    }
+    let _ = writeln!(o, "```\n");
+    let _ = writeln!(
+        o,
+        "Files per run in the suite directory: `<run>.json` (configuration, commit, machine, \
+         every figure, the per-second series and the percentile spectra) and \
+         `<run>-{{put,cycle,e2e}}.hgrm` (HdrHistogram percentile distributions, values in µs).\n"
+    );
+
+    if all.len() > 1 {
+        let _ = writeln!(o, "## Earlier suites\n");
+        for d in all.iter().rev() {
+            let name = d.strip_prefix(results).unwrap_or(d).to_string_lossy();
+            if name != rel {
+                let _ = writeln!(o, "- [`{name}/`]({name}/)");
+            }
+        }
+        let _ = writeln!(o);
+    }
+    o
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok {
+        "yes"
+    } else {
+        "**no**"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse() {
+        assert_eq!(parse_shape("4x4").unwrap(), (4, 4));
+        assert_eq!(parse_shape("32+16").unwrap(), (32, 16));
+        assert!(parse_shape("4")
+            .unwrap_err()
+            .to_string()
+            .contains("PRODUCERSxCONSUMERS"));
+        assert!(parse_shape("0x1").is_err());
+    }
+
+    #[test]
+    fn fresh_dirs_never_reuse_a_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = fresh_dir(tmp.path(), "2024-01-01-abc").unwrap();
+        let b = fresh_dir(tmp.path(), "2024-01-01-abc").unwrap();
+        assert_ne!(a, b);
+        assert!(b.ends_with("2024-01-01-abc-2"));
+    }
 }

@@ -383,6 +383,12 @@ pub fn set_affinity(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Online cores of the machine, not the affinity mask a pinned loadgen sees.
+pub fn online_cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
+}
+
 fn find_in_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
