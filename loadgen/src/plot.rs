@@ -96,6 +96,7 @@ pub fn latency(path: &Path, title: &str, runs: &[(String, Vec<(f64, f64)>)]) -> 
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(12)
+        .margin_right(36)
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d((1f64..MAX_X).log_scale(), (min_y..max_y).log_scale())

@@ -10,10 +10,11 @@
 //! counts from it, so a stall delays the schedule's measurements instead of hiding them
 //! (no coordinated omission).
 //!
-//! Latencies: `put` = put sent (intended, in open loop) → reply; `cycle` = the take that
-//! delivered the message sent → its ack answered (it includes time a take spent parked on the
-//! server when nothing was ready); `e2e` = put sent (intended) → ack answered, read from the
-//! stamp in the payload.
+//! Latencies: `put` = put sent (intended, in open loop) → reply; `e2e` = put sent (intended) →
+//! ack answered, read from the stamp in the payload; `cycle` = take → ack answered, counted from
+//! the later of the take's send and the message's put, so a take parked on an empty queue does
+//! not count its idle wait (then cycle ≈ e2e), while with a backlog it is the consumer's take +
+//! ack round trips and e2e adds the time spent queued.
 
 use crate::payload::{self, PayloadWriter};
 use crate::proto::{Driver, Kind, Reply, Request, Role};
@@ -125,7 +126,8 @@ impl Outcome {
 struct Pending {
     sync: u64,
     kind: Kind,
-    /// Put: the (intended) send time. Take and ack: when the slot's take was sent.
+    /// Put: the (intended) send time. Take: when it was sent. Ack: where the cycle latency
+    /// starts (the later of the take's send and the message's put).
     start_ns: u64,
     /// Ack: the message's put time from its stamp.
     origin_ns: u64,
@@ -588,7 +590,7 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
             tx.send(
                 Request::Ack { id, data },
                 Kind::Ack,
-                p.start_ns,
+                p.start_ns.max(origin),
                 origin,
                 ours,
                 &mut sh.dirty,
@@ -598,7 +600,7 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
             Some(origin) => tx.send(
                 Request::Ack { id: 0, data: &[] },
                 Kind::Ack,
-                p.start_ns,
+                p.start_ns.max(origin),
                 origin,
                 true,
                 &mut sh.dirty,

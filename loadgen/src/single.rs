@@ -81,6 +81,9 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Pin neither the target nor the loadgen (tests on a shared machine).
+    #[arg(long, conflicts_with_all = ["cpu", "target_cpu"])]
+    pub no_pin: bool,
 }
 
 impl RunArgs {
@@ -106,6 +109,7 @@ impl RunArgs {
             svg: None,
             tarq_bin: None,
             quiet: false,
+            no_pin: false,
         }
     }
 
@@ -149,6 +153,9 @@ impl RunArgs {
         }
         if let Some(w) = self.window {
             s.push_str(&format!(" --window {w}"));
+        }
+        if self.no_pin {
+            s.push_str(" --no-pin");
         }
         if self.take_timeout != 0.1 {
             s.push_str(&format!(" --take-timeout {}", self.take_timeout));
@@ -200,7 +207,9 @@ pub struct Finished {
 /// Run once as the flags say; prints nothing but the progress bar.
 pub fn run(args: &RunArgs) -> Result<Finished> {
     args.validate()?;
-    let (target_cpu, cpu) = if args.spawn {
+    let (target_cpu, cpu) = if args.no_pin {
+        (None, None)
+    } else if args.spawn {
         let two_cores = target::online_cores() >= 2;
         (
             args.target_cpu.or(two_cores.then_some(TARGET_CORE)),

@@ -56,6 +56,9 @@ pub struct SuiteArgs {
     /// tarq binary (default: target/release/tarq, rebuilt first).
     #[arg(long)]
     pub tarq_bin: Option<PathBuf>,
+    /// Pin neither the targets nor the loadgen.
+    #[arg(long)]
+    pub no_pin: bool,
     /// Only regenerate results/README.md and the charts from the newest (or this) results
     /// directory, without running anything.
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
@@ -178,6 +181,7 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         a.warmup = args.warmup;
         a.payload = args.payload;
         a.tarq_bin = tarq_bin.clone();
+        a.no_pin = args.no_pin;
         a
     };
     let mut tarq_best: Option<(f64, RunArgs)> = None;
@@ -483,8 +487,10 @@ fn render(
          (`--spawn`, empty temporary data directory) and pinned to core 0; the loadgen, one \
          single-threaded pipelining client, ran on core 1. Closed loop: as fast as the target \
          answers, with at most (producers + consumers) × depth messages put and not yet acked. \
-         Latencies are put→ack per message (`e2e`), put round trip (`put`) and take sent → ack \
-         answered (`cycle`), in microseconds.\n"
+         Latencies, in microseconds: `e2e` put sent → ack answered, per message (from the \
+         intended send time in open loop); `put` the put's round trip; `cycle` take → ack \
+         answered, counted from the later of the take's send and the message's put (so a \
+         consumer's idle wait on an empty queue is not counted).\n"
     );
     let _ = writeln!(o, "## This run\n");
     let _ = writeln!(
@@ -498,8 +504,8 @@ fn render(
         r.machine.cores,
         r.machine.cpu_model,
         r.machine.kernel,
-        r.machine.loadavg_before,
-        r.machine.loadavg_after
+        loadavg3(&r.machine.loadavg_before),
+        loadavg3(&r.machine.loadavg_after)
     );
     let _ = writeln!(
         o,
@@ -565,12 +571,15 @@ fn render(
         }
         let _ = writeln!(o, "{row}");
     }
-    let _ = writeln!(
-        o,
-        "\n`null` is tarq `--null`, which answers every call at once with an empty result: the \
+    if targets.contains(&Target::Null) {
+        let _ = writeln!(
+            o,
+            "\n`null` is tarq `--null`, which answers every call at once with an empty result: the \
          loadgen's ceiling on this machine at that shape, so `tarq / null` reads as the fraction \
-         of what the load generator can drive.\n"
-    );
+         of what the load generator can drive."
+        );
+    }
+    let _ = writeln!(o);
 
     // Goals.
     let _ = writeln!(o, "## Goals (issue 5)\n");
@@ -743,6 +752,11 @@ fn render(
         let _ = writeln!(o);
     }
     o
+}
+
+/// The 1, 5 and 15 minute load averages of a `/proc/loadavg` line.
+fn loadavg3(line: &str) -> String {
+    line.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
 fn met(ok: bool) -> &'static str {
