@@ -756,7 +756,10 @@ fn render(
 
 /// The 1, 5 and 15 minute load averages of a `/proc/loadavg` line.
 fn loadavg3(line: &str) -> String {
-    line.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    line.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn met(ok: bool) -> &'static str {

@@ -31,7 +31,10 @@ fn tarq_bin() -> PathBuf {
             .current_dir(&root)
             .status()
             .expect("running cargo build -p tarq-net");
-        assert!(status.success(), "cargo build -p tarq-net --bin tarq failed");
+        assert!(
+            status.success(),
+            "cargo build -p tarq-net --bin tarq failed"
+        );
         let dir = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target"));
@@ -72,7 +75,10 @@ fn args(t: Target, out: &Path) -> RunArgs {
 /// JSON on disk has every key the issue names.
 fn check(s: &Summary, out: &Path) {
     assert_eq!(s.errors, 0, "first error: {:?}", s.first_error);
-    assert!(s.msgs_per_s > 0.0 && s.e2e_us.count > 0, "no message completed: {s:?}");
+    assert!(
+        s.msgs_per_s > 0.0 && s.e2e_us.count > 0,
+        "no message completed: {s:?}"
+    );
     assert_eq!(s.e2e_us.count, s.cycle_us.count);
     assert_eq!(s.foreign_messages, 0);
     for p in [&s.put_us, &s.cycle_us, &s.e2e_us] {
@@ -83,8 +89,18 @@ fn check(s: &Summary, out: &Path) {
         );
     }
     // Each message's take→ack lies inside its put→ack, so every percentile keeps that order.
-    assert!(s.e2e_us.p50 >= s.cycle_us.p50, "{:?} vs {:?}", s.e2e_us, s.cycle_us);
-    assert!(s.e2e_us.max >= s.cycle_us.max, "{:?} vs {:?}", s.e2e_us, s.cycle_us);
+    assert!(
+        s.e2e_us.p50 >= s.cycle_us.p50,
+        "{:?} vs {:?}",
+        s.e2e_us,
+        s.cycle_us
+    );
+    assert!(
+        s.e2e_us.max >= s.cycle_us.max,
+        "{:?} vs {:?}",
+        s.e2e_us,
+        s.cycle_us
+    );
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
@@ -103,7 +119,10 @@ fn check(s: &Summary, out: &Path) {
     assert!(json["series"].as_array().is_some_and(|s| !s.is_empty()));
     for name in ["put", "cycle", "e2e"] {
         let hgrm = std::fs::read_to_string(out.join(format!("run-{name}.hgrm"))).unwrap();
-        assert!(hgrm.contains("Percentile") && hgrm.contains("#[Max"), "{hgrm}");
+        assert!(
+            hgrm.contains("Percentile") && hgrm.contains("#[Max"),
+            "{hgrm}"
+        );
     }
 }
 
@@ -138,8 +157,16 @@ fn open_loop_sends_on_schedule() {
     let s = run_and_check(&a, out.path());
     assert_eq!(s.config.rate, Some(RATE));
     // The loadgen never sends ahead of the schedule; it may fall behind on a loaded machine.
-    assert!(s.puts_per_s <= RATE * 1.05, "{} puts/s at rate {RATE}", s.puts_per_s);
-    assert!(s.puts_per_s >= RATE * 0.5, "{} puts/s at rate {RATE}", s.puts_per_s);
+    assert!(
+        s.puts_per_s <= RATE * 1.05,
+        "{} puts/s at rate {RATE}",
+        s.puts_per_s
+    );
+    assert!(
+        s.puts_per_s >= RATE * 0.5,
+        "{} puts/s at rate {RATE}",
+        s.puts_per_s
+    );
 }
 
 #[test]
@@ -199,7 +226,10 @@ fn suite_writes_results_and_readme() {
         "tarq-loadgen --target tarq --spawn --producers 1 --consumers 1 --depth 4",
         "note: test run",
     ] {
-        assert!(readme.contains(needle), "README lacks {needle:?}:\n{readme}");
+        assert!(
+            readme.contains(needle),
+            "README lacks {needle:?}:\n{readme}"
+        );
     }
     let dirs: Vec<_> = std::fs::read_dir(out.path())
         .unwrap()
