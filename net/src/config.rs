@@ -6,10 +6,13 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::iproto::DEFAULT_MAX_FRAME_BYTES;
+use crate::ops::ctl::CtlArgs;
+use crate::ops::graphite::{self, Target};
+use crate::ops::OpsConfig;
 
 /// Default `--listen`: Tarantool's port, on loopback only until the operator opens it.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3301";
@@ -40,9 +43,14 @@ pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
     about = "tarq: a task-queue broker speaking Tarantool's binary protocol (IPROTO)",
     after_help = "Every flag can also be set in the TOML file given with --config, under the same \
                   name (for example `max-connections = 100`); a flag on the command line wins \
-                  over the file."
+                  over the file.",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    /// `tarq ctl ...`: a client of a running server instead of a server.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// TOML file with settings under the same names as these flags.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -88,6 +96,27 @@ pub struct Cli {
     /// Benchmark mode: answer every CALL at once with an empty result, without the queue.
     #[arg(long)]
     pub null: bool,
+
+    /// Push stats to Graphite's plaintext port every --graphite-interval, as lines
+    /// `queue.stats.<name> <value> <unix_seconds>`: tcp://HOST:PORT or udp://HOST:PORT
+    /// [default: off].
+    #[arg(long, value_name = "URL")]
+    pub graphite: Option<String>,
+
+    /// Seconds between Graphite pushes [default: 1].
+    #[arg(long, value_name = "SECONDS")]
+    pub graphite_interval: Option<f64>,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Subcommands of the binary.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Talk to a running tarq: put, take, ack, release, stats, or an interactive console.
+    Ctl(CtlArgs),
 }
 
 /// The `--config` file: the same names as the flags, all optional.
@@ -104,6 +133,9 @@ pub struct FileConfig {
     pub user: Option<String>,
     pub password: Option<String>,
     pub null: Option<bool>,
+    pub graphite: Option<String>,
+    pub graphite_interval: Option<f64>,
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// A user allowed to authenticate.
@@ -128,6 +160,8 @@ pub struct Config {
     pub log_level: String,
     pub auth: Option<Credentials>,
     pub null: bool,
+    /// Graphite push and Prometheus metrics.
+    pub ops: OpsConfig,
 }
 
 impl Default for Config {
@@ -142,6 +176,7 @@ impl Default for Config {
             log_level: "info".into(),
             auth: None,
             null: false,
+            ops: OpsConfig::default(),
         }
     }
 }
@@ -200,6 +235,16 @@ impl Config {
             log_level: cli.log_level.or(file.log_level).unwrap_or(d.log_level),
             auth,
             null: cli.null || file.null.unwrap_or(false),
+            ops: OpsConfig {
+                graphite: match cli.graphite.or(file.graphite) {
+                    Some(url) => Some(url.parse::<Target>().map_err(|e| invalid(e.to_string()))?),
+                    None => None,
+                },
+                graphite_interval: graphite_interval(
+                    cli.graphite_interval.or(file.graphite_interval),
+                )?,
+                metrics_listen: cli.metrics_listen.or(file.metrics_listen),
+            },
         };
         cfg.validate()?;
         Ok(cfg)
@@ -235,6 +280,23 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Longest `--graphite-interval`: a day; Graphite's retentions rarely keep anything coarser.
+pub const MAX_GRAPHITE_INTERVAL_SECS: f64 = 86_400.0;
+
+/// `--graphite-interval` in microseconds, checked.
+fn graphite_interval(secs: Option<f64>) -> Result<u64, ConfigError> {
+    let Some(secs) = secs else {
+        return Ok(graphite::DEFAULT_INTERVAL);
+    };
+    let min = graphite::MIN_INTERVAL as f64 / 1e6;
+    if !(min..=MAX_GRAPHITE_INTERVAL_SECS).contains(&secs) {
+        return Err(invalid(format!(
+            "graphite-interval {secs} must be between {min} and {MAX_GRAPHITE_INTERVAL_SECS} seconds"
+        )));
+    }
+    Ok((secs * 1e6).round() as u64)
 }
 
 fn invalid(msg: impl Into<String>) -> ConfigError {
@@ -311,5 +373,28 @@ mod tests {
         let e = parse(&["--max-connections", "0"]).unwrap_err().to_string();
         assert!(e.contains("max-connections 0"), "{e}");
         assert!(Cli::try_parse_from(["tarq", "--user", "u"]).is_err());
+    }
+
+    #[test]
+    fn ops_settings_parse_and_bad_ones_are_named() {
+        let cfg = parse(&[
+            "--graphite",
+            "udp://127.0.0.1:2003",
+            "--graphite-interval",
+            "0.5",
+            "--metrics-listen",
+            "127.0.0.1:9100",
+        ])
+        .unwrap();
+        assert_eq!(cfg.ops.graphite.unwrap().to_string(), "udp://127.0.0.1:2003");
+        assert_eq!(cfg.ops.graphite_interval, 500_000);
+        assert_eq!(cfg.ops.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(parse(&[]).unwrap().ops, OpsConfig::default());
+        let e = parse(&["--graphite", "127.0.0.1:2003"]).unwrap_err().to_string();
+        assert!(e.contains("'127.0.0.1:2003' must start with tcp:// or udp://"), "{e}");
+        let e = parse(&["--graphite-interval", "0"]).unwrap_err().to_string();
+        assert!(e.contains("graphite-interval 0 must be between"), "{e}");
+        let cli = Cli::try_parse_from(["tarq", "ctl", "--addr", "127.0.0.1:1", "stats"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Ctl(_))));
     }
 }

@@ -1,42 +1,31 @@
 //! `tarq`: the task-queue broker binary. Parses flags (and `--config`), sets up logging, binds
-//! the server and runs its loop on the main thread until SIGINT or SIGTERM.
+//! the server and runs its loop on the main thread until SIGINT or SIGTERM (SIGHUP reloads the
+//! configuration). `tarq ctl ...` is a client of a running server instead.
 
 use std::io::IsTerminal;
 
 use anyhow::Context;
 use clap::Parser;
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
-use tarq_net::config::{Cli, Config};
+use tarq_net::config::{Cli, Command, Config};
+use tarq_net::ops::{ctl, logging};
 use tarq_net::server::Server;
-use tracing::info;
 
 fn main() -> anyhow::Result<()> {
-    let cfg = Config::from_cli(Cli::parse())?;
-    let level: tracing::Level = cfg
-        .log_level
-        .parse()
-        .with_context(|| format!("log-level '{}'", cfg.log_level))?;
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, never into log files or pipes.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let mut cli = Cli::parse();
+    if let Some(Command::Ctl(args)) = cli.command.take() {
+        return ctl::run(args, &mut std::io::stdout().lock());
+    }
+    let cfg = Config::from_cli(cli.clone())?;
+    // Colours only for a person at a terminal, never into log files or pipes.
+    logging::init(&cfg.log_level, std::io::stderr().is_terminal())?;
 
     let mut server = Server::bind(cfg)?;
-    let handle = server.handle();
-    let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
-    // Signals arrive on their own thread, off the request path; it only wakes the loop.
-    std::thread::Builder::new()
-        .name("tarq-signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                info!(signal = sig, "shutting down");
-                handle.shutdown();
-            }
-        })
-        .context("starting the signal thread")?;
+    // SIGHUP reads the same command line over the (possibly edited) --config file.
+    server
+        .handle_signals(Box::new(move || {
+            Config::from_cli(cli.clone()).map_err(|e| e.to_string())
+        }))
+        .context("installing signal handlers")?;
     server.run().context("event loop failed")?;
     Ok(())
 }

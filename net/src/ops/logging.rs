@@ -33,14 +33,15 @@ pub fn parse_level(level: &str) -> Result<LevelFilter, LogError> {
     }
 }
 
-/// Installs the global subscriber at `level` (once per process).
-pub fn init(level: &str) -> Result<(), LogError> {
+/// Installs the global subscriber at `level` (once per process), writing to stderr, in colour
+/// when `ansi`.
+pub fn init(level: &str, ansi: bool) -> Result<(), LogError> {
     let filter = parse_level(level)?;
     let (layer, handle) = reload::Layer::new(filter);
     LEVEL.set(handle).map_err(|_| LogError::AlreadySet)?;
     tracing_subscriber::registry()
         .with(layer)
-        .with(fmt::layer().with_writer(std::io::stderr))
+        .with(fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
         .try_init()
         .map_err(|_| LogError::AlreadySet)
 }

@@ -4,7 +4,7 @@
 //! - [`graphite`]: the periodic push to Graphite's plaintext port (TCP or UDP);
 //! - [`metrics`]: `GET /metrics` for Prometheus and the request service-time histogram;
 //! - [`signals`]: SIGTERM/SIGINT (graceful stop) and SIGHUP (reload) as loop events;
-
+//! - [`reload`]: which settings a SIGHUP can change live;
 //! - [`logging`]: the log subscriber with a level that a reload can change;
 //! - [`ctl`] and [`console`]: `tarq ctl`, a client for operators.
 //!
@@ -19,6 +19,7 @@ pub mod ctl;
 pub mod graphite;
 pub mod logging;
 pub mod metrics;
+pub mod reload;
 
 pub mod signals;
 pub mod stats;

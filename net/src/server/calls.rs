@@ -1,8 +1,9 @@
 //! The queue's stored functions as seen on the wire: decoding a CALL's raw args into a [`Call`]
 //! (with errors that name the option or argument at fault, in the seed's wording where it has
-//! one), and encoding tasks and stats into a reply. Executing a call is the loop's job.
+//! one), and encoding tasks into a reply (`queue.stats()` is [`crate::ops::stats::Snapshot`]).
+//! Executing a call is the loop's job.
 
-use tarq_engine::{Micros, PutOptions, Stats, Status, TaskId, TaskRef};
+use tarq_engine::{Micros, PutOptions, Status, TaskId, TaskRef};
 
 use crate::iproto::mp::{marker_name, write, MpError, Reader};
 
@@ -243,38 +244,6 @@ pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>) {
     if let Some(ttr) = t.ttr {
         write::str(out, "ttr");
         write_seconds(out, ttr);
-    }
-}
-
-/// Server-side figures added to `queue.stats()`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ServerStats {
-    pub connections: u64,
-    pub parked_takes: u64,
-}
-
-/// `queue.stats()`: the four counts of the seed first, then counters since start.
-pub fn write_stats(out: &mut Vec<u8>, s: &Stats, server: &ServerStats) {
-    let fields: [(&str, u64); 14] = [
-        ("total", s.total),
-        ("ready", s.ready),
-        ("waiting", s.waiting),
-        ("taken", s.taken),
-        ("puts", s.puts),
-        ("takes", s.takes),
-        ("acks", s.acks),
-        ("releases", s.releases),
-        ("promoted", s.promoted),
-        ("expired", s.expired),
-        ("ttr_returned", s.ttr_returned),
-        ("auto_released", s.auto_released),
-        ("connections", server.connections),
-        ("parked_takes", server.parked_takes),
-    ];
-    write::map_len(out, fields.len() as u32);
-    for (k, v) in fields {
-        write::str(out, k);
-        write::uint(out, v);
     }
 }
 

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use tarq_engine::{Event, Micros, Queue};
 
+use crate::ops::stats::WalFigures;
+
 /// Names one loop turn's batch of records. Tickets grow by one per commit, from 1.
 pub type Ticket = u64;
 
@@ -48,6 +50,17 @@ pub trait Journal: Send {
     /// defined), else the result to report or an error message.
     fn snapshot(&mut self, _queue: &Queue, _now: Micros) -> Option<Result<String, String>> {
         None
+    }
+
+    /// The WAL's figures for `queue.stats()`, Graphite and Prometheus; `None` without a WAL.
+    fn figures(&self) -> Option<WalFigures> {
+        None
+    }
+
+    /// The server is stopping (SIGTERM/SIGINT): write and sync everything recorded so far, then
+    /// return. Called once, after the last turn; an error is logged and the exit stays clean.
+    fn shutdown(&mut self, _queue: &mut Queue) -> Result<(), String> {
+        Ok(())
     }
 }
 

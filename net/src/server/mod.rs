@@ -8,6 +8,10 @@
 //! takes → commit the turn to the journal → write each connection's released replies with one
 //! write. Connections return their fate through `closing`; only the flush phase frees a slot,
 //! and tokens carry a generation so a stale event for a reused slot is ignored.
+//!
+//! The operator's side ([`crate::ops::Ops`]: Graphite, `/metrics`, signals) rides on the same
+//! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
+//! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
 pub mod calls;
 pub mod conn;
@@ -18,7 +22,7 @@ use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -27,11 +31,14 @@ use tarq_engine::{Event, Micros, Queue, TaskRef};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::ops::signals::{self, Request};
+use crate::ops::stats::{ServerFigures, Snapshot};
+use crate::ops::{reload, Ops};
 use crate::iproto::codes::*;
 use crate::iproto::mp::write;
 use crate::iproto::request::{self, RequestKind};
 use crate::iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
-use calls::{Call, CallError, ServerStats};
+use calls::{Call, CallError};
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES};
 use journal::{Journal, NoJournal, Ticket};
 use parked::{Parked, MAX_PARKED_PER_CONN};
@@ -60,6 +67,14 @@ const MAX_PREFIX: usize = 9;
 /// and so no code for it; 0 (ER_UNKNOWN) still makes every client raise an error with the
 /// message.
 const ER_UNKNOWN: u32 = 0;
+
+/// Longest a graceful stop waits for replies in flight to become durable and be written; a
+/// client that does not read its replies cannot hold the exit longer than this.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Re-reads the configuration for a SIGHUP (given by `main`: the same command line over the
+/// `--config` file as at start).
+pub type Reloader = Box<dyn FnMut() -> Result<Config, String> + Send>;
 
 /// The wall clock as microseconds since the Unix epoch.
 pub fn wall_clock() -> Micros {
@@ -115,6 +130,11 @@ pub struct Server {
     now: Micros,
     /// Engine events on their way to the journal.
     events: Vec<Event>,
+    /// Graphite, `/metrics`, signals, and the service-time histogram.
+    ops: Ops,
+    reloader: Option<Reloader>,
+    connections_accepted: u64,
+    takes_parked: u64,
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -149,6 +169,7 @@ impl Server {
         let mut queue = Queue::new();
         queue.set_journal(journal.wants_events());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
+        let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         Ok(Server {
             poll,
             listener,
@@ -170,6 +191,10 @@ impl Server {
             next_gen: 0,
             now: wall_clock(),
             events: Vec::new(),
+            ops,
+            reloader: None,
+            connections_accepted: 0,
+            takes_parked: 0,
             cfg,
         })
     }
@@ -183,6 +208,34 @@ impl Server {
         ServerHandle {
             stop: Arc::clone(&self.stop),
             waker: Arc::clone(&self.waker),
+        }
+    }
+
+    /// The bound `/metrics` address, when `--metrics-listen` is set (useful with port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.ops.metrics_addr()
+    }
+
+    /// Handles SIGTERM/SIGINT (graceful stop) and SIGHUP (`reloader` re-reads the
+    /// configuration) on this loop. Process-wide: for the binary, not for servers in tests.
+    pub fn handle_signals(&mut self, reloader: Reloader) -> io::Result<()> {
+        self.reloader = Some(reloader);
+        self.ops.handle_signals()
+    }
+
+    /// Every figure of `queue.stats()`, Graphite and `/metrics`, as of now.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            engine: self.queue.stats(),
+            server: ServerFigures {
+                connections: self.conns.len() as u64,
+                connections_accepted: self.connections_accepted,
+                parked_takes: self.parked.len() as u64,
+                takes_parked: self.takes_parked,
+            },
+            wal: self.journal.figures(),
+            last_id: self.queue.last_id(),
+            uptime: self.ops.uptime(self.now),
         }
     }
 
@@ -220,6 +273,7 @@ impl Server {
                 match ev.token() {
                     LISTENER => self.accept_all(),
                     WAKER => {}
+                    t if Ops::owns(t) => self.ops.on_event(ev, self.now),
                     Token(t) => {
                         let Some(idx) = self.slot_of(t) else { continue };
                         let c = &mut self.conns[idx];
@@ -234,10 +288,83 @@ impl Server {
                     }
                 }
             }
+            for request in self.ops.take_requests() {
+                match request {
+                    Request::Stop { signal } => {
+                        info!(signal = signals::name(signal), "stopping");
+                        self.stop.store(true, Ordering::SeqCst);
+                    }
+                    Request::Reload => self.reload(),
+                }
+            }
             self.turn();
         }
+        self.stop_gracefully();
         info!(connections = self.conns.len(), "tarq stopped");
         Ok(())
+    }
+
+    /// SIGHUP: re-reads the configuration and applies what can change live.
+    fn reload(&mut self) {
+        let Some(load) = &mut self.reloader else {
+            return;
+        };
+        match load() {
+            Ok(new) => {
+                reload::apply(&mut self.cfg, new, &mut self.ops, self.now);
+                self.hash2 = self.cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
+            }
+            Err(e) => warn!(error = %e, "configuration not reloaded: the running one stays"),
+        }
+    }
+
+    /// The end of `run`: stops accepting, answers parked takes with no value (as a timeout
+    /// would), writes the replies in flight once durable (within [`STOP_GRACE`]), then has the
+    /// journal write and sync everything.
+    pub fn stop_gracefully(&mut self) {
+        // Deregistered, new connections wait in the kernel's backlog until the exit resets them.
+        let _ = self.poll.registry().deregister(&mut self.listener);
+        while let Some((key, p)) = self.parked.pop_oldest() {
+            if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
+                forget_parked(c, key);
+                response::empty_data(
+                    out_of(&mut self.conns, &mut self.flush_list, p.conn),
+                    p.sync,
+                );
+            }
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        loop {
+            self.now = wall_clock();
+            self.journal.turn_start(&mut self.queue, self.now);
+            self.commit_and_flush();
+            let pending = self.holding.len()
+                + self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| c.out.backlog() > 0)
+                    .count();
+            if pending == 0 {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                warn!(pending, "stopping with replies not written (clients not reading)");
+                break;
+            }
+            // Woken by writability or by the journal's sync; the short cap covers neither.
+            let wait = left.min(Duration::from_millis(10));
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    warn!(error = %e, "poll failed while stopping");
+                    break;
+                }
+            }
+        }
+        if let Err(e) = self.journal.shutdown(&mut self.queue) {
+            warn!(error = %e, "the journal did not stop cleanly");
+        }
     }
 
     /// The live slot a token names, or None for a stale token (the slot was freed or reused).
@@ -259,6 +386,7 @@ impl Server {
             self.parked.next_deadline(),
             self.journal.next_wakeup(),
             self.accept_paused_until,
+            self.ops.next_timer(),
         ]
         .into_iter()
         .flatten()
@@ -346,6 +474,7 @@ impl Server {
             closing: None,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        self.connections_accepted += 1;
         info!(sid, %peer, connections = self.conns.len(), "connection opened");
     }
 
@@ -382,6 +511,11 @@ impl Server {
             }
         }
 
+        if self.ops.is_due(self.now) {
+            let snapshot = self.snapshot();
+            self.ops.tick(self.now, &snapshot);
+        }
+
         self.commit_and_flush();
     }
 
@@ -407,11 +541,16 @@ impl Server {
         let rbuf = std::mem::take(&mut c.rbuf);
         let data = rbuf.data();
         let mut used = 0;
+        // Service times chain: each request's end is the next one's start, one clock read each.
+        let mut started = Instant::now();
         while self.conns[idx].closing.is_none() {
             match split_frame(&data[used..], self.cfg.max_frame_bytes) {
                 Ok(Some(f)) => {
                     self.execute(idx, &data[used + f.prefix..used + f.total()]);
                     used += f.total();
+                    let done = Instant::now();
+                    self.ops.service.record(done - started);
+                    started = done;
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -584,6 +723,7 @@ impl Server {
                         let out = out_of(&mut self.conns, &mut self.flush_list, idx);
                         response::error(out, sync, ER_PROC_LUA, &msg);
                     } else {
+                        self.takes_parked += 1;
                         let key = self.parked.park(
                             idx,
                             c.gen,
@@ -615,17 +755,13 @@ impl Server {
                 Err(e) => self.reply_error(idx, sync, &e.to_string()),
             },
             Call::Stats => {
-                let s = self.queue.stats();
-                let server = ServerStats {
-                    connections: self.conns.len() as u64,
-                    parked_takes: self.parked.len() as u64,
-                };
+                let snapshot = self.snapshot();
                 let out = out_of(&mut self.conns, &mut self.flush_list, idx);
                 let start = response::begin_data(out, sync, 1);
                 if call16 {
                     write::array_len(out, 1);
                 }
-                calls::write_stats(out, &s, &server);
+                snapshot.write_msgpack(out);
                 response::finish(out, start);
             }
             Call::Snapshot => match self.journal.snapshot(&self.queue, now) {

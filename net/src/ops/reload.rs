@@ -1,0 +1,173 @@
+//! SIGHUP: the server re-reads its configuration (the `--config` file under the same command
+//! line) and applies what can change while it runs — the log level, the Graphite target and
+//! interval, the connection and frame limits, the credentials — and logs each setting that
+//! needs a restart instead (the listen address, the data dir, the CPU, the metrics address, and
+//! any setting not listed here as live).
+//!
+//! Reading the file is the caller's (the loop holds a closure from `main`); this file decides
+//! and applies.
+
+use tracing::{info, warn};
+use tracing_subscriber::filter::LevelFilter;
+
+use super::{logging, Ops};
+use crate::config::Config;
+use tarq_engine::Micros;
+
+/// What a reload did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Settings now in force, as `name: old -> new`.
+    pub applied: Vec<String>,
+    /// Settings that changed in the file but stay as they are until a restart, with why.
+    pub kept: Vec<String>,
+}
+
+/// Applies `new` over `current` where it can change live, and names every difference.
+/// The log level is only recorded here; [`apply`] sets it.
+pub fn merge(current: &mut Config, new: Config) -> Outcome {
+    let mut out = Outcome::default();
+    macro_rules! live {
+        ($($field:ident).+, $name:literal) => {
+            if current.$($field).+ != new.$($field).+ {
+                out.applied.push(format!(
+                    "{}: {:?} -> {:?}",
+                    $name, current.$($field).+, new.$($field).+
+                ));
+                current.$($field).+ = new.$($field).+.clone();
+            }
+        };
+    }
+    macro_rules! restart {
+        ($($field:ident).+, $name:literal) => {
+            if current.$($field).+ != new.$($field).+ {
+                out.kept.push(format!(
+                    "{} stays {:?} until a restart (the file says {:?})",
+                    $name, current.$($field).+, new.$($field).+
+                ));
+            }
+        };
+    }
+    live!(log_level, "log-level");
+    live!(max_connections, "max-connections");
+    live!(max_frame_bytes, "max-frame-bytes");
+    live!(max_write_backlog, "max-write-backlog");
+    live!(ops.graphite_interval, "graphite-interval (µs)");
+    if current.ops.graphite != new.ops.graphite {
+        let show = |t: Option<super::graphite::Target>| {
+            t.map_or_else(|| "off".to_string(), |t| t.to_string())
+        };
+        out.applied.push(format!(
+            "graphite: {} -> {}",
+            show(current.ops.graphite),
+            show(new.ops.graphite)
+        ));
+        current.ops.graphite = new.ops.graphite;
+    }
+    if current.auth != new.auth {
+        // The password itself never goes to the log.
+        out.applied.push("user/password: changed (new connections use them)".into());
+        current.auth = new.auth.clone();
+    }
+    restart!(listen, "listen");
+    restart!(data_dir, "data-dir");
+    restart!(cpu, "cpu");
+    restart!(null, "null");
+    restart!(ops.metrics_listen, "metrics-listen");
+    // Settings added later (and not made live above) are caught here, whatever they are.
+    let mut rest = new;
+    rest.listen = current.listen;
+    rest.data_dir = current.data_dir.clone();
+    rest.cpu = current.cpu;
+    rest.null = current.null;
+    rest.ops.metrics_listen = current.ops.metrics_listen;
+    if rest != *current {
+        out.kept.push("other settings changed and need a restart".into());
+    }
+    out
+}
+
+/// Applies a reloaded configuration: merges it into `current`, retargets Graphite, sets the log
+/// level, and logs one line saying what changed and one naming what could not.
+pub fn apply(current: &mut Config, new: Config, ops: &mut Ops, now: Micros) -> Outcome {
+    let old_level = current.log_level.clone();
+    let mut out = merge(current, new);
+    out.kept.extend(ops.reconfigure(&current.ops, now));
+    let new_level = current.log_level.clone();
+    let quieter = logging::parse_level(&new_level)
+        .is_ok_and(|l| l < LevelFilter::INFO && old_level != new_level);
+    // Logged at the more verbose of the two levels, so the line is seen either way.
+    if quieter {
+        report(&out);
+    }
+    if old_level != new_level {
+        if let Err(e) = logging::set_level(&new_level) {
+            out.applied.retain(|a| !a.starts_with("log-level"));
+            out.kept.push(format!("log-level stays {old_level}: {e}"));
+            current.log_level = old_level;
+        }
+    }
+    if !quieter {
+        report(&out);
+    }
+    out
+}
+
+fn report(out: &Outcome) {
+    if out.applied.is_empty() {
+        info!("configuration reloaded: nothing to change");
+    } else {
+        info!(changes = %out.applied.join("; "), "configuration reloaded");
+    }
+    if !out.kept.is_empty() {
+        warn!(kept = %out.kept.join("; "), "configuration reloaded in part");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Credentials;
+
+    #[test]
+    fn live_settings_change_and_the_others_are_named() {
+        let mut cur = Config::default();
+        let mut new = Config::default();
+        new.log_level = "debug".into();
+        new.max_connections = 7;
+        new.ops.graphite = Some("tcp://127.0.0.1:2003".parse().unwrap());
+        new.auth = Some(Credentials {
+            user: "u".into(),
+            password: "secret".into(),
+        });
+        new.listen = "127.0.0.1:4000".parse().unwrap();
+        new.ops.metrics_listen = Some("127.0.0.1:9100".parse().unwrap());
+        let out = merge(&mut cur, new);
+        assert_eq!(cur.log_level, "debug");
+        assert_eq!(cur.max_connections, 7);
+        assert!(cur.ops.graphite.is_some() && cur.auth.is_some());
+        assert_eq!(cur.listen, Config::default().listen, "listen needs a restart");
+        assert_eq!(cur.ops.metrics_listen, None);
+        let applied = out.applied.join("\n");
+        for want in [
+            "log-level: \"info\" -> \"debug\"",
+            "max-connections: 1000 -> 7",
+            "graphite: off -> tcp://127.0.0.1:2003",
+            "user/password: changed",
+        ] {
+            assert!(applied.contains(want), "{want} in {applied}");
+        }
+        assert!(!applied.contains("secret"), "passwords stay out of logs");
+        let kept = out.kept.join("\n");
+        assert!(kept.contains("listen stays 127.0.0.1:3301"), "{kept}");
+        assert!(kept.contains("metrics-listen stays None"), "{kept}");
+        assert!(!kept.contains("other settings"), "{kept}");
+    }
+
+    #[test]
+    fn an_unchanged_file_changes_nothing() {
+        let mut cur = Config::default();
+        let out = merge(&mut cur, Config::default());
+        assert_eq!(out, Outcome::default());
+    }
+}
