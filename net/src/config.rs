@@ -386,13 +386,26 @@ mod tests {
             "127.0.0.1:9100",
         ])
         .unwrap();
-        assert_eq!(cfg.ops.graphite.unwrap().to_string(), "udp://127.0.0.1:2003");
+        assert_eq!(
+            cfg.ops.graphite.unwrap().to_string(),
+            "udp://127.0.0.1:2003"
+        );
         assert_eq!(cfg.ops.graphite_interval, 500_000);
-        assert_eq!(cfg.ops.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(
+            cfg.ops.metrics_listen,
+            Some("127.0.0.1:9100".parse().unwrap())
+        );
         assert_eq!(parse(&[]).unwrap().ops, OpsConfig::default());
-        let e = parse(&["--graphite", "127.0.0.1:2003"]).unwrap_err().to_string();
-        assert!(e.contains("'127.0.0.1:2003' must start with tcp:// or udp://"), "{e}");
-        let e = parse(&["--graphite-interval", "0"]).unwrap_err().to_string();
+        let e = parse(&["--graphite", "127.0.0.1:2003"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'127.0.0.1:2003' must start with tcp:// or udp://"),
+            "{e}"
+        );
+        let e = parse(&["--graphite-interval", "0"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("graphite-interval 0 must be between"), "{e}");
         let cli = Cli::try_parse_from(["tarq", "ctl", "--addr", "127.0.0.1:1", "stats"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Ctl(_))));

@@ -183,6 +183,8 @@ struct Client {
     written: usize,
     /// Waiting for the page (the figures come from the loop).
     wants_stats: bool,
+    /// The response is sent and the write side shut: reading until the client closes.
+    draining: bool,
     deadline: Micros,
 }
 
@@ -333,6 +335,7 @@ impl MetricsServer {
                         out: Vec::new(),
                         written: 0,
                         wants_stats: false,
+                        draining: false,
                         deadline: now + HTTP_TIMEOUT,
                     });
                 }
@@ -398,8 +401,26 @@ impl MetricsServer {
                 Err(_) => return self.close(idx),
             }
         }
-        if !c.out.is_empty() {
-            self.close(idx);
+        if c.out.is_empty() {
+            return;
+        }
+        // Sent. Closing with unread input would make the kernel answer with a reset that can
+        // destroy the response before the client reads it (a 431 leaves most of a request
+        // unread), so: half-close, drain what the client still sends, close at its EOF (or at
+        // the deadline).
+        if !c.draining {
+            c.draining = true;
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        }
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            match c.stream.read(&mut chunk) {
+                Ok(0) => return self.close(idx),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close(idx),
+            }
         }
     }
 

@@ -66,7 +66,8 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     }
     if current.auth != new.auth {
         // The password itself never goes to the log.
-        out.applied.push("user/password: changed (new connections use them)".into());
+        out.applied
+            .push("user/password: changed (new connections use them)".into());
         current.auth = new.auth.clone();
     }
     restart!(listen, "listen");
@@ -82,7 +83,8 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     rest.null = current.null;
     rest.ops.metrics_listen = current.ops.metrics_listen;
     if rest != *current {
-        out.kept.push("other settings changed and need a restart".into());
+        out.kept
+            .push("other settings changed and need a restart".into());
     }
     out
 }
@@ -113,6 +115,16 @@ pub fn apply(current: &mut Config, new: Config, ops: &mut Ops, now: Micros) -> O
     out
 }
 
+/// A multi-line error (TOML's point at the offending line with a caret) as one log line.
+pub fn one_line(error: &str) -> String {
+    error
+        .lines()
+        .map(|l| l.trim().trim_start_matches('|').trim())
+        .filter(|l| !l.is_empty() && l.chars().any(|c| c != '^'))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 fn report(out: &Outcome) {
     if out.applied.is_empty() {
         info!("configuration reloaded: nothing to change");
@@ -128,25 +140,35 @@ fn report(out: &Outcome) {
 mod tests {
     use super::*;
     use crate::config::Credentials;
+    use crate::ops::OpsConfig;
 
     #[test]
     fn live_settings_change_and_the_others_are_named() {
         let mut cur = Config::default();
-        let mut new = Config::default();
-        new.log_level = "debug".into();
-        new.max_connections = 7;
-        new.ops.graphite = Some("tcp://127.0.0.1:2003".parse().unwrap());
-        new.auth = Some(Credentials {
-            user: "u".into(),
-            password: "secret".into(),
-        });
-        new.listen = "127.0.0.1:4000".parse().unwrap();
-        new.ops.metrics_listen = Some("127.0.0.1:9100".parse().unwrap());
+        let new = Config {
+            log_level: "debug".into(),
+            max_connections: 7,
+            auth: Some(Credentials {
+                user: "u".into(),
+                password: "secret".into(),
+            }),
+            listen: "127.0.0.1:4000".parse().unwrap(),
+            ops: OpsConfig {
+                graphite: Some("tcp://127.0.0.1:2003".parse().unwrap()),
+                metrics_listen: Some("127.0.0.1:9100".parse().unwrap()),
+                ..OpsConfig::default()
+            },
+            ..Config::default()
+        };
         let out = merge(&mut cur, new);
         assert_eq!(cur.log_level, "debug");
         assert_eq!(cur.max_connections, 7);
         assert!(cur.ops.graphite.is_some() && cur.auth.is_some());
-        assert_eq!(cur.listen, Config::default().listen, "listen needs a restart");
+        assert_eq!(
+            cur.listen,
+            Config::default().listen,
+            "listen needs a restart"
+        );
         assert_eq!(cur.ops.metrics_listen, None);
         let applied = out.applied.join("\n");
         for want in [

@@ -31,13 +31,13 @@ use tarq_engine::{Event, Micros, Queue, TaskRef};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::ops::signals::{self, Request};
-use crate::ops::stats::{ServerFigures, Snapshot};
-use crate::ops::{reload, Ops};
 use crate::iproto::codes::*;
 use crate::iproto::mp::write;
 use crate::iproto::request::{self, RequestKind};
 use crate::iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
+use crate::ops::signals::{self, Request};
+use crate::ops::stats::{ServerFigures, Snapshot};
+use crate::ops::{reload, Ops};
 use calls::{Call, CallError};
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES};
 use journal::{Journal, NoJournal, Ticket};
@@ -314,7 +314,10 @@ impl Server {
                 reload::apply(&mut self.cfg, new, &mut self.ops, self.now);
                 self.hash2 = self.cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
             }
-            Err(e) => warn!(error = %e, "configuration not reloaded: the running one stays"),
+            Err(e) => warn!(
+                error = %reload::one_line(&e),
+                "configuration not reloaded: the running one stays"
+            ),
         }
     }
 
@@ -350,7 +353,10 @@ impl Server {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                warn!(pending, "stopping with replies not written (clients not reading)");
+                warn!(
+                    pending,
+                    "stopping with replies not written (clients not reading)"
+                );
                 break;
             }
             // Woken by writability or by the journal's sync; the short cap covers neither.
