@@ -13,6 +13,7 @@ use crate::iproto::DEFAULT_MAX_FRAME_BYTES;
 use crate::ops::ctl::CtlArgs;
 use crate::ops::graphite::{self, Target};
 use crate::ops::OpsConfig;
+use crate::wal::{WalConfig, WalMode};
 
 /// Default `--listen`: Tarantool's port, on loopback only until the operator opens it.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3301";
@@ -110,6 +111,25 @@ pub struct Cli {
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+
+    /// When a change counts as durable: none (no WAL, snapshots only), write (written to the
+    /// OS: survives a crash of tarq) or fsync (synced: survives a power loss) [default: write].
+    #[arg(long, value_name = "MODE")]
+    pub wal_mode: Option<WalMode>,
+
+    /// Start even when a WAL file is damaged in the middle: skip the damage and log what was
+    /// lost (otherwise such a start stops with an error naming the file and offset).
+    #[arg(long)]
+    pub force_recovery: bool,
+
+    /// Take a snapshot after this many bytes of WAL; 0: only on demand (`queue.snapshot()`)
+    /// [default: 268435456 (256 MiB)].
+    #[arg(long, value_name = "BYTES")]
+    pub snapshot_every_bytes: Option<u64>,
+
+    /// Snapshots to keep (with the WAL the oldest of them needs) [default: 2].
+    #[arg(long, value_name = "N")]
+    pub keep_snapshots: Option<usize>,
 }
 
 /// Subcommands of the binary.
@@ -136,6 +156,10 @@ pub struct FileConfig {
     pub graphite: Option<String>,
     pub graphite_interval: Option<f64>,
     pub metrics_listen: Option<SocketAddr>,
+    pub wal_mode: Option<String>,
+    pub force_recovery: Option<bool>,
+    pub snapshot_every_bytes: Option<u64>,
+    pub keep_snapshots: Option<usize>,
 }
 
 /// A user allowed to authenticate.
@@ -162,6 +186,8 @@ pub struct Config {
     pub null: bool,
     /// Graphite push and Prometheus metrics.
     pub ops: OpsConfig,
+    /// WAL, snapshots and recovery.
+    pub wal: WalConfig,
 }
 
 impl Default for Config {
@@ -177,6 +203,7 @@ impl Default for Config {
             auth: None,
             null: false,
             ops: OpsConfig::default(),
+            wal: WalConfig::default(),
         }
     }
 }
@@ -245,6 +272,25 @@ impl Config {
                 )?,
                 metrics_listen: cli.metrics_listen.or(file.metrics_listen),
             },
+            wal: WalConfig {
+                mode: match (cli.wal_mode, file.wal_mode) {
+                    (Some(m), _) => m,
+                    (None, Some(s)) => s
+                        .parse()
+                        .map_err(|e: String| invalid(format!("wal-mode: {e}")))?,
+                    (None, None) => d.wal.mode,
+                },
+                force_recovery: cli.force_recovery || file.force_recovery.unwrap_or(false),
+                snapshot_every_bytes: cli
+                    .snapshot_every_bytes
+                    .or(file.snapshot_every_bytes)
+                    .unwrap_or(d.wal.snapshot_every_bytes),
+                keep_snapshots: cli
+                    .keep_snapshots
+                    .or(file.keep_snapshots)
+                    .unwrap_or(d.wal.keep_snapshots),
+                ..d.wal
+            },
         };
         cfg.validate()?;
         Ok(cfg)
@@ -252,6 +298,9 @@ impl Config {
 
     /// Checks the limits against each other; the error names the setting and its value.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.wal.keep_snapshots == 0 {
+            return Err(invalid("keep-snapshots 0 must be at least 1"));
+        }
         if !LOG_LEVELS.contains(&self.log_level.as_str()) {
             return Err(invalid(format!(
                 "log-level '{}' is not one of {}",

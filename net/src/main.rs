@@ -9,6 +9,7 @@ use clap::Parser;
 use tarq_net::config::{Cli, Command, Config};
 use tarq_net::ops::{ctl, logging};
 use tarq_net::server::Server;
+use tarq_net::wal::{Wal, WalJournal};
 
 fn main() -> anyhow::Result<()> {
     let mut cli = Cli::parse();
@@ -19,7 +20,14 @@ fn main() -> anyhow::Result<()> {
     // Colours only for a person at a terminal, never into log files or pipes.
     logging::init(&cfg.log_level, std::io::stderr().is_terminal())?;
 
-    let mut server = Server::bind(cfg)?;
+    let mut server = if cfg.null {
+        Server::bind(cfg)?
+    } else {
+        // Locks the data directory, then recovers the queue from its snapshot and WAL.
+        let (wal, queue, _report) = Wal::open_dir(&cfg.data_dir, cfg.wal.clone())
+            .with_context(|| format!("opening the data directory {}", cfg.data_dir.display()))?;
+        Server::with_journal(cfg, Box::new(WalJournal::new(wal, queue)))?
+    };
     // SIGHUP reads the same command line over the (possibly edited) --config file.
     server
         .handle_signals(Box::new(move || {

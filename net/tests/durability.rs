@@ -530,7 +530,10 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
     wal.append_turn(&mut q);
     let take_turn = wal.submit();
     wal.poll(&mut q);
-    assert!(wal.is_durable(take_turn), "a take's reply does not wait for the disk");
+    assert!(
+        wal.is_durable(take_turn),
+        "a take's reply does not wait for the disk"
+    );
     assert!(!wal.is_durable(held), "the put's reply does");
     assert!(wal.check_writable().is_err(), "still full");
 

@@ -166,8 +166,13 @@ impl OutBuf {
 
     /// Releases the replies of every ticket up to `durable`.
     pub fn release(&mut self, durable: Ticket) {
+        self.release_if(|t| t <= durable);
+    }
+
+    /// Releases replies in order while their ticket is durable (see `Journal::is_durable`).
+    pub fn release_if(&mut self, durable: impl Fn(Ticket) -> bool) {
         while let Some(&(t, end)) = self.holds.front() {
-            if t > durable {
+            if !durable(t) {
                 break;
             }
             self.released = end;

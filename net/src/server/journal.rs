@@ -46,6 +46,30 @@ pub trait Journal: Send {
     /// Gives the journal the loop's waker, for a sync finished on another thread.
     fn attach_waker(&mut self, _waker: Arc<mio::Waker>) {}
 
+    /// The queue recovered from disk, taken once when the server is built (`None`: start
+    /// with an empty queue).
+    fn recovered_queue(&mut self) -> Option<Queue> {
+        None
+    }
+
+    /// Whether turn `ticket`'s replies may go out although an earlier turn still waits (a turn
+    /// of takes only while a put's sync runs or the disk is full). Beyond the prefix rule of
+    /// [`durable`](Self::durable), which always holds.
+    fn is_durable(&self, _ticket: Ticket) -> bool {
+        false
+    }
+
+    /// `Err(message)` while changes cannot be made durable (a full or failing disk): put, ack
+    /// and release are refused with that message before they touch the queue.
+    fn writable(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// False when even takes must be refused (the records a failing disk holds back piled up).
+    fn accepts_takes(&self) -> bool {
+        true
+    }
+
     /// `queue.snapshot()`: `None` when this journal has no snapshots (the call is then not
     /// defined), else the result to report or an error message.
     fn snapshot(&mut self, _queue: &Queue, _now: Micros) -> Option<Result<String, String>> {

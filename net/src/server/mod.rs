@@ -166,7 +166,7 @@ impl Server {
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
-        let mut queue = Queue::new();
+        let mut queue = journal.recovered_queue().unwrap_or_default();
         queue.set_journal(journal.wants_events());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
@@ -708,6 +708,18 @@ impl Server {
                 return;
             }
         };
+        // A failing disk refuses changes before they touch the queue; takes go on.
+        let refused = match call {
+            Call::Put { .. } | Call::Ack { .. } | Call::Release { .. } => {
+                self.journal.writable().err()
+            }
+            Call::Take { .. } if !self.journal.accepts_takes() => self.journal.writable().err(),
+            _ => None,
+        };
+        if let Some(msg) = refused {
+            self.reply_error(idx, sync, &msg);
+            return;
+        }
         let mut wake = false;
         match call {
             Call::Put { data, opts } => {
@@ -867,9 +879,11 @@ impl Server {
             }
         }
         let durable = self.journal.durable();
+        let journal = &self.journal;
+        let is_durable = |t: Ticket| t <= durable || journal.is_durable(t);
         for &idx in &list {
             if let Some(c) = self.conns.get_mut(idx) {
-                c.out.release(durable);
+                c.out.release_if(is_durable);
                 if c.out.has_holds() {
                     self.holding.push((idx, c.gen));
                 }
@@ -881,7 +895,7 @@ impl Server {
                 let Some(c) = conns.get_mut(idx).filter(|c| c.gen == gen) else {
                     return false;
                 };
-                c.out.release(durable);
+                c.out.release_if(is_durable);
                 if c.out.has_released() && !c.to_flush {
                     c.to_flush = true;
                     list.push(idx);

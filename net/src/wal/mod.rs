@@ -21,6 +21,7 @@
 //! writes no WAL (snapshots still work).
 
 pub mod format;
+mod journal;
 pub mod lock;
 pub mod recovery;
 pub mod snapshot;
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 use tarq_engine::{Event, Queue, Status, TaskId};
 
 use format::{Kind, FILE_HEADER_LEN, INPROGRESS_SUFFIX, SNAP_SUFFIX, WAL_SUFFIX};
+pub use journal::WalJournal;
 pub use lock::DirLock;
 pub use recovery::{RecoveryReport, TornTail};
 pub use storage::{Crash, FsStorage, MemStorage, Storage, StorageFile};
@@ -98,7 +100,7 @@ impl fmt::Display for WalMode {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalConfig {
     pub mode: WalMode,
     pub segment_bytes: u64,
@@ -397,6 +399,19 @@ impl Wal {
         let mut events = std::mem::take(&mut self.events);
         events.extend(queue.drain_events());
         for &ev in &events {
+            self.record_event(queue, ev);
+        }
+        events.clear();
+        self.events = events;
+    }
+
+    /// Encodes one event into the open batch. `queue` is the state after the event's call or
+    /// later in the same turn (a put is logged as its task is then).
+    pub fn record_event(&mut self, queue: &Queue, ev: Event) {
+        if self.cfg.mode == WalMode::None {
+            return;
+        }
+        {
             let id = match ev {
                 Event::Put { id }
                 | Event::Taken { id, .. }
@@ -408,7 +423,7 @@ impl Wal {
                 | Event::AutoReleased { id } => id,
             };
             if self.vanished.contains(&id) {
-                continue;
+                return;
             }
             match ev {
                 Event::Put { id } => match queue.get(id) {
@@ -443,15 +458,13 @@ impl Wal {
                 }
             }
         }
-        self.vanished.clear();
-        events.clear();
-        self.events = events;
     }
 
     /// Ends the turn: closes the open batch and writes it (one write for the whole turn).
     /// Returns the turn's number, which its replies wait for (see `is_durable`).
     pub fn submit(&mut self) -> BatchId {
         self.submitted += 1;
+        self.vanished.clear();
         let Some((start, first_seq)) = self.open.take() else {
             return self.submitted;
         };

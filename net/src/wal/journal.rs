@@ -1,0 +1,90 @@
+//! `Wal` behind the server's `Journal` seam (`server::journal`): the loop hands over every
+//! engine event, commits once per turn, and releases a turn's replies when `is_durable` says so.
+//! The recovered queue is handed to the server once, when it is built.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tarq_engine::{Event, Micros, Queue};
+
+use super::{Wal, WalMode};
+use crate::server::journal::{Journal, Ticket};
+
+pub struct WalJournal {
+    wal: Wal,
+    recovered: Option<Queue>,
+}
+
+impl WalJournal {
+    /// `queue` is what `Wal::open` recovered.
+    pub fn new(wal: Wal, queue: Queue) -> Self {
+        Self {
+            wal,
+            recovered: Some(queue),
+        }
+    }
+}
+
+fn wall_clock() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as Micros)
+}
+
+impl Journal for WalJournal {
+    fn wants_events(&self) -> bool {
+        self.wal.mode() != WalMode::None
+    }
+
+    fn record(&mut self, queue: &Queue, event: Event) {
+        self.wal.record_event(queue, event);
+    }
+
+    fn turn_start(&mut self, queue: &mut Queue, _now: Micros) {
+        self.wal.poll(queue);
+    }
+
+    fn commit(&mut self, queue: &mut Queue, _now: Micros) -> Ticket {
+        // Whatever the loop did not hand to `record` is still journaled in the queue.
+        self.wal.append_turn(queue);
+        self.wal.submit()
+    }
+
+    fn durable(&mut self) -> Ticket {
+        self.wal.durable_upto()
+    }
+
+    fn is_durable(&self, ticket: Ticket) -> bool {
+        self.wal.is_durable(ticket)
+    }
+
+    fn next_wakeup(&self) -> Option<Micros> {
+        self.wal
+            .timeout()
+            .map(|d| wall_clock() + d.as_micros() as Micros)
+    }
+
+    fn attach_waker(&mut self, waker: Arc<mio::Waker>) {
+        self.wal.set_waker(waker);
+    }
+
+    fn snapshot(&mut self, _queue: &Queue, _now: Micros) -> Option<Result<String, String>> {
+        Some(Ok(if self.wal.request_snapshot() {
+            "snapshot started".to_owned()
+        } else {
+            "a snapshot is already running".to_owned()
+        }))
+    }
+
+    fn recovered_queue(&mut self) -> Option<Queue> {
+        self.recovered.take()
+    }
+
+    fn writable(&self) -> Result<(), String> {
+        self.wal.check_writable().map_err(|e| e.to_string())
+    }
+
+    fn accepts_takes(&self) -> bool {
+        self.wal.accepts_takes()
+    }
+}

@@ -1,0 +1,337 @@
+//! Durability of the real `tarq` binary: `kill -9` in the middle of load in fsync mode, then a
+//! restart on the same directory must hold every put whose reply arrived (unless the ack's
+//! reply arrived too), none whose ack was answered, and nothing taken. And a second `tarq` on
+//! a directory in use is refused with a clear message.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{field, id_of, Client, WAIT};
+use rmpv::Value;
+use tarq_net::iproto::client;
+use tarq_net::iproto::split_frame;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tarq");
+const PRODUCERS: usize = 8;
+const CONSUMERS: usize = 8;
+/// Puts and acks answered before the kill: enough that the kill lands amid steady load.
+const PUTS_BEFORE_KILL: u64 = 2000;
+const ACKS_BEFORE_KILL: u64 = 500;
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+struct Tarq {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Tarq {
+    fn start(dir: &Path, addr: SocketAddr, extra: &[&str]) -> Tarq {
+        let mut child = Command::new(BIN)
+            .args([
+                "--listen",
+                &addr.to_string(),
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--log-level",
+                "info",
+            ])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Tarq { child, lines }
+    }
+
+    fn wait_for_line(&self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) if l.contains(needle) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("no log line with {needle:?} within {WAIT:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for Tarq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client that reports a dead server as an error instead of panicking.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    sync: u64,
+}
+
+enum Answer {
+    Data(Vec<Value>),
+    Error(String),
+}
+
+impl Conn {
+    fn open(addr: SocketAddr) -> std::io::Result<Conn> {
+        let mut stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(WAIT))?;
+        stream.set_nodelay(true)?;
+        let mut g = [0u8; client::GREETING_LEN];
+        stream.read_exact(&mut g)?;
+        Ok(Conn {
+            stream,
+            buf: Vec::new(),
+            sync: 0,
+        })
+    }
+
+    fn call(&mut self, function: &str, args: &[Value]) -> std::io::Result<Answer> {
+        self.sync += 1;
+        let mut a = Vec::new();
+        rmpv::encode::write_value(&mut a, &Value::Array(args.to_vec())).unwrap();
+        let mut out = Vec::new();
+        client::call(&mut out, self.sync, function, &a);
+        self.stream.write_all(&out)?;
+        loop {
+            if let Some(f) = split_frame(&self.buf, usize::MAX)
+                .map_err(|e| std::io::Error::other(format!("{e:?}")))?
+            {
+                let r = client::decode(&self.buf[f.prefix..f.total()])
+                    .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+                assert_eq!(
+                    r.sync, self.sync,
+                    "replies in order on a depth-1 connection"
+                );
+                let answer = match (r.error, r.data) {
+                    (Some(e), _) => Answer::Error(e.to_string()),
+                    (None, Some(d)) => match rmpv::decode::read_value(&mut &d[..]).unwrap() {
+                        Value::Array(v) => Answer::Data(v),
+                        other => panic!("DATA is not an array: {other}"),
+                    },
+                    (None, None) => Answer::Data(Vec::new()),
+                };
+                self.buf.drain(..f.total());
+                return Ok(answer);
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    /// id → payload of every put whose reply arrived.
+    put: BTreeMap<u64, String>,
+    /// ids whose ack's reply arrived.
+    acked: BTreeSet<u64>,
+    /// ids an ack was sent for (it may have been done and made durable without its reply
+    /// arriving before the kill).
+    ack_sent: BTreeSet<u64>,
+}
+
+#[test]
+fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let addr = free_port();
+    let tarq = Tarq::start(&data, addr, &["--wal-mode", "fsync"]);
+    tarq.wait_for_line("tarq serving");
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let puts = Arc::new(AtomicU64::new(0));
+    let acks = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for p in 0..PRODUCERS {
+        let (seen, puts, stop) = (seen.clone(), puts.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let Ok(mut c) = Conn::open(addr) else { return };
+            for n in 0.. {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let payload = format!("p{p}-{n}");
+                match c.call("queue.put", &[Value::from(payload.as_str())]) {
+                    Ok(Answer::Data(v)) => {
+                        let id = id_of(&v[0]);
+                        seen.lock().unwrap().put.insert(id, payload);
+                        puts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Answer::Error(e)) => panic!("put refused: {e}"),
+                    Err(_) => return, // the server is gone
+                }
+            }
+        }));
+    }
+    for _ in 0..CONSUMERS {
+        let (seen, acks, stop) = (seen.clone(), acks.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let Ok(mut c) = Conn::open(addr) else { return };
+            let mut released = BTreeSet::new();
+            while !stop.load(Ordering::Relaxed) {
+                let task = match c.call("queue.take", &[Value::from(0.05)]) {
+                    Ok(Answer::Data(v)) if v.is_empty() => continue,
+                    Ok(Answer::Data(v)) => v[0].clone(),
+                    Ok(Answer::Error(e)) => panic!("take failed: {e}"),
+                    Err(_) => return,
+                };
+                let id = id_of(&task);
+                // One task in eight is released once (and taken again later), the rest acked.
+                let release = id % 8 == 0 && released.insert(id);
+                let (f, args) = if release {
+                    ("queue.release", vec![Value::from(id)])
+                } else {
+                    ("queue.ack", vec![Value::from(id)])
+                };
+                if !release {
+                    seen.lock().unwrap().ack_sent.insert(id);
+                }
+                match c.call(f, &args) {
+                    Ok(Answer::Data(_)) if f == "queue.ack" => {
+                        seen.lock().unwrap().acked.insert(id);
+                        acks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Answer::Data(_)) => {}
+                    Ok(Answer::Error(e)) => panic!("{f} {id} failed: {e}"),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+
+    // Kill in the middle of the load, once it is well under way.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while puts.load(Ordering::Relaxed) < PUTS_BEFORE_KILL
+        || acks.load(Ordering::Relaxed) < ACKS_BEFORE_KILL
+    {
+        let (p, a) = (puts.load(Ordering::Relaxed), acks.load(Ordering::Relaxed));
+        assert!(
+            Instant::now() < deadline,
+            "the load makes progress ({p} puts, {a} acks)"
+        );
+        std::thread::yield_now();
+    }
+    let mut tarq = tarq;
+    tarq.child.kill().unwrap(); // SIGKILL
+    tarq.child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert!(
+        seen.acked.len() as u64 >= ACKS_BEFORE_KILL,
+        "acks before the kill: {}",
+        seen.acked.len()
+    );
+
+    // Restart on the same directory.
+    let addr = free_port();
+    let tarq = Tarq::start(&data, addr, &["--wal-mode", "fsync"]);
+    tarq.wait_for_line("tarq serving");
+    let mut c = Client::connect(addr);
+    let stats = c.call("queue.stats", &[]).one();
+    assert_eq!(
+        field(&stats, "taken").as_u64(),
+        Some(0),
+        "nothing is left taken: {stats}"
+    );
+    let total = field(&stats, "total").as_u64().unwrap();
+    let mut present = BTreeMap::new();
+    loop {
+        let r = c.call("queue.take", &[]).ok();
+        let Some(t) = r.first() else { break };
+        let id = id_of(t);
+        present.insert(id, field(t, "data").as_str().unwrap().to_owned());
+        assert!(present.len() as u64 <= total, "take returns each task once");
+    }
+    assert_eq!(
+        present.len() as u64,
+        total,
+        "every task was ready and taken once"
+    );
+    for (id, payload) in &seen.put {
+        if seen.acked.contains(id) {
+            assert!(
+                !present.contains_key(id),
+                "task {id} was acked, yet it is back"
+            );
+        } else if !seen.ack_sent.contains(id) {
+            assert_eq!(
+                present.get(id),
+                Some(payload),
+                "task {id}'s put was answered, yet it is missing"
+            );
+        }
+    }
+    let max = present
+        .keys()
+        .chain(seen.put.keys())
+        .max()
+        .copied()
+        .unwrap_or(0);
+    let fresh = id_of(&c.call("queue.put", &[Value::from("after restart")]).one());
+    assert!(
+        fresh > max,
+        "ids continue above the largest seen: {fresh} after {max}"
+    );
+}
+
+#[test]
+fn a_second_tarq_on_the_same_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = Tarq::start(&data, free_port(), &[]);
+    first.wait_for_line("tarq serving");
+    let out = Command::new(BIN)
+        .args([
+            "--listen",
+            &free_port().to_string(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the second process must not start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let pid = first.child.id().to_string();
+    assert!(
+        err.contains("in use by another tarq process") && err.contains(&pid),
+        "{err}"
+    );
+}
