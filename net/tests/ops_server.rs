@@ -448,3 +448,32 @@ fn sighup_with_a_broken_config_keeps_the_running_one() {
     );
     assert_eq!(Client::connect(t.addr).ping().code, 0);
 }
+
+#[test]
+fn help_documents_the_ops_flags_and_ctl_commands() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--graphite ",
+        "--graphite-interval",
+        "--metrics-listen",
+        "ctl",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+    let out = Command::new(BIN).args(["ctl", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "put",
+        "take",
+        "ack",
+        "release",
+        "stats",
+        "console",
+        "--addr",
+        "127.0.0.1:3301",
+    ] {
+        assert!(help.contains(word), "ctl --help lacks {word}:\n{help}");
+    }
+}
