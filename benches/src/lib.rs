@@ -1,1 +1,6 @@
-//! Shared helpers for the criterion benches under `benches/`.
+//! Shared helpers for the criterion benches under `benches/`: the `BTreeMap` baseline queue
+//! the engine's skiplists are measured against (`baseline`), and the code that turns a bench
+//! run into a dated JSON record under `results/` with the commit and the machine (`report`).
+
+pub mod baseline;
+pub mod report;

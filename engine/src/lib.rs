@@ -7,6 +7,7 @@
 mod heap;
 mod lists;
 mod queue;
+mod sessions;
 
 pub use queue::Queue;
 

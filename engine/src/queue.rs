@@ -4,14 +4,14 @@
 //! journal. Nothing here blocks or reads a clock; deadlines fire only inside `advance`, never
 //! as a side effect of another call. Parked takes are the server's (`tarq-net`).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 
 use hashbrown::HashTable;
 use slab::Slab;
 
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL, SLOT_BITS};
 use crate::lists::{SkipList, Towers, MAX_LEVEL};
+use crate::sessions::Sessions;
 use crate::{
     Advance, Event, Micros, PutOptions, QueueError, RestoredTask, SessionId, Stats, Status, Task,
     TaskId, TaskRef,
@@ -38,9 +38,9 @@ const HAS_TTR: u8 = 2;
 /// Taken have no TTR deadline: `release_all_taken` ends recovery).
 const TTR_ARMED: u8 = 4;
 
-/// One task in the arena: 96 bytes of fields and links, plus the payload's own allocation.
-/// State-specific fields share storage: `t` is runat while Waiting and the TTR time while
-/// Taken; the session fields mean something only while Taken.
+/// One task in the arena: 88 bytes of fields and links, plus the payload's own allocation.
+/// State-specific data shares storage or lives elsewhere: `t` is runat while Waiting and the
+/// TTR time while Taken; the owner and take order live in a claim only while Taken.
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub id: TaskId,
@@ -56,11 +56,8 @@ pub(crate) struct Slot {
     pub data: Box<[u8]>,
     /// Position of this task's entry in the deadline heap, or NIL.
     pub heap_pos: u32,
-    /// Taken: index of the owner in `Queue::sessions`.
-    pub sess: u32,
-    /// Taken: links of the owner's taken list (take order).
-    pub s_prev: u32,
-    pub s_next: u32,
+    /// Taken: the claim in `Queue::sessions` (owner and take order), else NIL.
+    pub held: u32,
     /// Level 0 of the status skiplist.
     pub next0: u32,
     pub prev0: u32,
@@ -81,17 +78,8 @@ enum SlabEntry<T> {
 
 /// The slot's layout is the bulk of the per-task overhead (ARCHITECTURE.md gives the
 /// budget); keep it from growing by accident. The slab's entry reuses the status niche.
-const _: () = assert!(std::mem::size_of::<Slot>() == 96);
-const _: () = assert!(std::mem::size_of::<SlabEntry<Slot>>() == 96);
-
-/// One session holding tasks: its id and the ends of its taken list (take order).
-#[derive(Clone, Copy, Debug)]
-struct Session {
-    sid: SessionId,
-    head: u32,
-    tail: u32,
-    len: u32,
-}
+const _: () = assert!(std::mem::size_of::<Slot>() == 88);
+const _: () = assert!(std::mem::size_of::<SlabEntry<Slot>>() == 88);
 
 /// Session ids are small counters: one multiply spreads them (SipHash costs ~20 ns).
 #[derive(Default, Clone, Copy)]
@@ -147,8 +135,7 @@ pub struct Queue {
     lists: [SkipList; 3],
     towers: Towers,
     heap: DeadlineHeap,
-    sessions: Slab<Session>,
-    session_ix: HashMap<SessionId, u32, BuildHasherDefault<IdHasher>>,
+    sessions: Sessions,
     /// xorshift64 state for skiplist heights.
     rng: u64,
     last_id: TaskId,
@@ -171,8 +158,7 @@ impl Queue {
             lists: Default::default(),
             towers: Towers::default(),
             heap: DeadlineHeap::default(),
-            sessions: Slab::new(),
-            session_ix: HashMap::default(),
+            sessions: Sessions::default(),
             rng: HEIGHT_SEED,
             last_id: 0,
             stats: Stats::default(),
@@ -260,29 +246,24 @@ impl Queue {
     /// Returns every task `sid` holds to Ready, in the order it took them, and forgets the
     /// session. O(tasks it holds).
     pub fn release_session(&mut self, sid: SessionId) -> usize {
-        let Some(ix) = self.session_ix.remove(&sid) else {
+        let Some(mut h) = self.sessions.detach(sid) else {
             return 0;
         };
-        let session = self.sessions.remove(ix as usize);
-        let mut k = session.head;
         let mut n = 0;
-        while k != NIL {
+        while h != NIL {
+            let (k, next) = self.sessions.pop_detached(h);
             let s = &mut self.slots[k as usize];
-            let next = s.s_next;
             let id = s.id;
-            // The whole list goes at once: detach the node so `leave` skips the session.
-            s.s_prev = NIL;
-            s.s_next = NIL;
-            s.sess = NIL;
+            // The claim is gone with its session: `leave` must not unlink it again.
+            s.held = NIL;
             self.leave(k);
             self.enter(k, Status::Ready, 0);
             self.reschedule(k);
             self.stats.auto_released += 1;
             self.log(Event::AutoReleased { id });
             n += 1;
-            k = next;
+            h = next;
         }
-        debug_assert_eq!(n, session.len as usize);
         n
     }
 
@@ -300,7 +281,6 @@ impl Queue {
             n += 1;
         }
         self.sessions.clear();
-        self.session_ix.clear();
         n
     }
 
@@ -447,8 +427,7 @@ impl Queue {
             + self.index.capacity() * (size_of::<u32>() + 1)
             + self.towers.capacity_bytes()
             + self.heap.capacity_bytes()
-            + self.sessions.capacity() * size_of::<SlabEntry<Session>>()
-            + self.session_ix.capacity() * (size_of::<(SessionId, u32)>() + 1)
+            + self.sessions.capacity_bytes()
             + self.journal.capacity() * size_of::<Event>()
     }
 
@@ -505,12 +484,9 @@ impl Queue {
             }
             if s.status != Status::Taken {
                 assert_eq!(s.flags & TTR_ARMED, 0, "task {} armed but not taken", s.id);
-                assert_eq!(
-                    (s.s_prev, s.s_next, s.sess),
-                    (NIL, NIL, NIL),
-                    "task {} session",
-                    s.id
-                );
+                assert_eq!(s.held, NIL, "task {} is {:?} with a claim", s.id, s.status);
+            } else {
+                assert_ne!(s.held, NIL, "taken task {} has no claim", s.id);
             }
             match Self::due(s) {
                 Some((at, kind)) => {
@@ -533,51 +509,24 @@ impl Queue {
         }
         assert_eq!(entries, self.heap.len(), "heap holds entries of no task");
         self.towers.check(towers);
-        assert_eq!(
-            self.sessions.len(),
-            self.session_ix.len(),
-            "session tables disagree"
-        );
-        let mut in_sessions = 0;
-        for (&sid, &ix) in &self.session_ix {
-            let session = self
-                .sessions
-                .get(ix as usize)
-                .unwrap_or_else(|| panic!("session {sid} maps to free entry {ix}"));
+        let in_sessions = self.sessions.check(|k, sid, h| {
+            let s = self
+                .slots
+                .get(k as usize)
+                .unwrap_or_else(|| panic!("session {sid} claims free slot {k}"));
             assert_eq!(
-                session.sid, sid,
-                "session {sid} maps to session {}",
-                session.sid
+                s.status,
+                Status::Taken,
+                "task {} held by {sid} is {:?}",
+                s.id,
+                s.status
             );
-            let (mut k, mut prev, mut len) = (session.head, NIL, 0);
-            while k != NIL {
-                let s = &self.slots[k as usize];
-                assert_eq!(
-                    s.status,
-                    Status::Taken,
-                    "task {} in session {sid} is {:?}",
-                    s.id,
-                    s.status
-                );
-                assert_eq!(
-                    s.sess, ix,
-                    "task {} of session {sid} points at {}",
-                    s.id, s.sess
-                );
-                assert_eq!(s.s_prev, prev, "session {sid}: task {} back link", s.id);
-                prev = k;
-                k = s.s_next;
-                len += 1;
-                assert!(
-                    len <= session.len,
-                    "session {sid} list longer than {}",
-                    session.len
-                );
-            }
-            assert_eq!(prev, session.tail, "session {sid} tail");
-            assert_eq!(len, session.len, "session {sid} length");
-            in_sessions += len as usize;
-        }
+            assert_eq!(
+                s.held, h,
+                "task {} held by {sid} points at another claim",
+                s.id
+            );
+        });
         let taken = self.lists[list_ix(Status::Taken)].len();
         assert_eq!(
             in_sessions, taken,
@@ -616,7 +565,7 @@ impl Queue {
     }
 
     fn owner_of(&self, s: &Slot) -> SessionId {
-        self.sessions[s.sess as usize].sid
+        self.sessions.owner(s.held)
     }
 
     /// The task's earliest pending deadline: TTL expiry, runat, or armed TTR.
@@ -703,9 +652,7 @@ impl Queue {
             t: 0,
             data,
             heap_pos: NIL,
-            sess: NIL,
-            s_prev: NIL,
-            s_next: NIL,
+            held: NIL,
             next0: NIL,
             prev0: NIL,
             up,
@@ -749,8 +696,9 @@ impl Queue {
         let status = s.status;
         if status == Status::Taken {
             s.flags &= !TTR_ARMED;
-            if s.sess != NIL {
-                self.session_remove(k);
+            if s.held != NIL {
+                self.sessions.remove(s.held);
+                s.held = NIL;
             }
         }
         self.lists[list_ix(status)].remove(&mut self.slots, &mut self.towers, k);
@@ -789,54 +737,9 @@ impl Queue {
         }
     }
 
-    /// Appends a newly Taken slot to the taken list of `sid`, creating the session entry on
-    /// its first take (it lives until `release_session`).
+    /// Records the claim of session `sid` on a newly Taken slot.
     fn session_append(&mut self, sid: SessionId, k: u32) {
-        let ix = match self.session_ix.get(&sid) {
-            Some(&ix) => ix,
-            None => {
-                let ix = self.sessions.insert(Session {
-                    sid,
-                    head: NIL,
-                    tail: NIL,
-                    len: 0,
-                }) as u32;
-                self.session_ix.insert(sid, ix);
-                ix
-            }
-        };
-        let session = &mut self.sessions[ix as usize];
-        let tail = session.tail;
-        if tail == NIL {
-            session.head = k;
-        } else {
-            self.slots[tail as usize].s_next = k;
-        }
-        session.tail = k;
-        session.len += 1;
-        let s = &mut self.slots[k as usize];
-        s.sess = ix;
-        s.s_prev = tail;
-        s.s_next = NIL;
-    }
-
-    fn session_remove(&mut self, k: u32) {
-        let s = &mut self.slots[k as usize];
-        let (ix, prev, next) = (s.sess, s.s_prev, s.s_next);
-        s.sess = NIL;
-        s.s_prev = NIL;
-        s.s_next = NIL;
-        let session = &mut self.sessions[ix as usize];
-        if prev == NIL {
-            session.head = next;
-        } else {
-            self.slots[prev as usize].s_next = next;
-        }
-        if next == NIL {
-            session.tail = prev;
-        } else {
-            self.slots[next as usize].s_prev = prev;
-        }
-        session.len -= 1;
+        let h = self.sessions.append(sid, k);
+        self.slots[k as usize].held = h;
     }
 }
