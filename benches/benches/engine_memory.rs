@@ -49,6 +49,9 @@ const PAYLOAD: usize = 8;
 const SESSIONS: u64 = 64;
 const T0: u64 = 1_700_000_000_000_000;
 
+/// Fills a queue with N tasks of one kind.
+type Build = Box<dyn FnOnce(&mut Queue)>;
+
 fn live() -> usize {
     LIVE.load(Ordering::Relaxed)
 }
@@ -79,7 +82,7 @@ fn main() {
         return;
     }
     let mut out = serde_json::Map::new();
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut Queue)>)> = vec![
+    let cases: Vec<(&str, Build)> = vec![
         (
             "ready",
             Box::new(|q: &mut Queue| {
