@@ -24,9 +24,11 @@ const SIZES: [usize; 3] = [0, 100_000, 1_000_000];
 const CHUNK: u64 = 10_000;
 /// Tasks held taken and released in one batch of the release bench.
 const WORK: usize = 1024;
-/// Deadlines one `advance` step may handle. The server's loop budget should be of this order:
-/// about half a millisecond of work at the measured cost per expiry.
+/// Deadlines one `advance` step may handle in the criterion bench: the server's loop budget
+/// (`tarq_net::server::ADVANCE_BUDGET`).
 const ADVANCE_BUDGET: usize = 1024;
+/// Budgets the timed drain compares: the server's, and half of it.
+const DRAIN_BUDGETS: [usize; 2] = [512, 1024];
 /// Due tasks in the advance benches.
 const EXPIRING: usize = 1_000_000;
 /// Ready-list priorities in the release bench are spread over this many values.
@@ -372,14 +374,14 @@ fn thread_cpu() -> Duration {
 
 /// Times every step of draining EXPIRING due tasks with ADVANCE_BUDGET per step, by the wall
 /// clock and by this thread's CPU time.
-fn drain_steps(mut step: impl FnMut() -> usize) -> Value {
-    let mut wall = Vec::with_capacity(EXPIRING / ADVANCE_BUDGET + 1);
-    let mut cpu = Vec::with_capacity(EXPIRING / ADVANCE_BUDGET + 1);
+fn drain_steps(budget: usize, mut step: impl FnMut(usize) -> usize) -> Value {
+    let mut wall = Vec::with_capacity(EXPIRING / budget + 1);
+    let mut cpu = Vec::with_capacity(EXPIRING / budget + 1);
     let mut expired = 0;
     let (start, start_cpu) = (Instant::now(), thread_cpu());
     loop {
         let (t, c) = (Instant::now(), thread_cpu());
-        let n = step();
+        let n = step(budget);
         let (dt, dc) = (t.elapsed(), thread_cpu() - c);
         if n == 0 {
             break;
@@ -409,24 +411,35 @@ fn drain_steps(mut step: impl FnMut() -> usize) -> Value {
     })
 }
 
-/// The worst single `advance` step while draining 1M due tasks, per size and implementation.
+/// The worst single `advance` step while draining 1M due tasks, per size, budget and
+/// implementation.
 fn advance_drain() -> Value {
     let due = T0 + 1;
     let mut out = serde_json::Map::new();
     for &n in &SIZES {
-        let mut q = engine_with(n);
-        for _ in 0..EXPIRING {
-            q.put(T0, payload(), ttl_opts(1));
+        let mut per_budget = serde_json::Map::new();
+        for &budget in &DRAIN_BUDGETS {
+            let mut q = engine_with(n);
+            for _ in 0..EXPIRING {
+                q.put(T0, payload(), ttl_opts(1));
+            }
+            let tarq = drain_steps(budget, |b| q.advance(due, b).processed);
+            drop(q);
+            let mut base = baseline_with(n);
+            for _ in 0..EXPIRING {
+                base.put(T0, payload(), 0, Some(1));
+            }
+            let btree = drain_steps(budget, |b| base.advance(due, b));
+            println!(
+                "advance drain of {EXPIRING} due at {n} resident, budget {budget}: \
+                 tarq {tarq}, btreemap {btree}"
+            );
+            per_budget.insert(
+                budget.to_string(),
+                json!({ "tarq": tarq, "btreemap": btree }),
+            );
         }
-        let tarq = drain_steps(|| q.advance(due, ADVANCE_BUDGET).processed);
-        drop(q);
-        let mut b = baseline_with(n);
-        for _ in 0..EXPIRING {
-            b.put(T0, payload(), 0, Some(1));
-        }
-        let base = drain_steps(|| b.advance(due, ADVANCE_BUDGET));
-        println!("advance drain of {EXPIRING} due at {n} resident: tarq {tarq}, btreemap {base}");
-        out.insert(n.to_string(), json!({ "tarq": tarq, "btreemap": base }));
+        out.insert(n.to_string(), Value::Object(per_budget));
     }
     Value::Object(out)
 }

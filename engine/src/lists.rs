@@ -22,15 +22,17 @@ pub(crate) const MAX_LEVEL: usize = 16;
 #[derive(Debug)]
 pub(crate) struct Towers {
     links: Vec<u32>,
-    /// Free runs by node height: a freed tower is reused by the next node of that height.
-    free: [Vec<u32>; MAX_LEVEL + 1],
+    /// Free towers by node height, chained through their own first word (NIL ends a chain): a
+    /// freed tower is reused by the next node of that height, and freeing never allocates —
+    /// a growing side list did, and its reallocation was the slowest step of a mass expiry.
+    free: [u32; MAX_LEVEL + 1],
 }
 
 impl Default for Towers {
     fn default() -> Self {
         Towers {
             links: Vec::new(),
-            free: std::array::from_fn(|_| Vec::new()),
+            free: [NIL; MAX_LEVEL + 1],
         }
     }
 }
@@ -41,7 +43,9 @@ impl Towers {
         if h <= 1 {
             return NIL;
         }
-        if let Some(off) = self.free[h as usize].pop() {
+        let off = self.free[h as usize];
+        if off != NIL {
+            self.free[h as usize] = self.links[off as usize];
             return off;
         }
         let off = self.links.len();
@@ -51,17 +55,30 @@ impl Towers {
 
     pub fn release(&mut self, h: u8, off: u32) {
         if h > 1 {
-            self.free[h as usize].push(off);
+            self.links[off as usize] = self.free[h as usize];
+            self.free[h as usize] = off;
         }
     }
 
     /// Bytes held (for the memory figure).
     pub fn capacity_bytes(&self) -> usize {
-        4 * (self.links.capacity() + self.free.iter().map(Vec::capacity).sum::<usize>())
+        4 * self.links.capacity()
     }
 
-    /// Panics unless the towers of live nodes (offset, height) are in bounds and disjoint.
+    /// Panics unless the towers of live nodes (offset, height) and the free towers are in
+    /// bounds and disjoint.
     pub fn check(&self, mut used: Vec<(u32, u8)>) {
+        for h in 2..=MAX_LEVEL {
+            let mut off = self.free[h];
+            while off != NIL {
+                used.push((off, h as u8));
+                assert!(
+                    used.len() <= self.links.len(),
+                    "free towers of height {h} loop"
+                );
+                off = self.links[off as usize];
+            }
+        }
         used.sort_unstable();
         let mut end = 0usize;
         for (off, h) in used {
