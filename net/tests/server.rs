@@ -541,3 +541,23 @@ fn many_pipelined_requests_in_one_write_all_get_replies_in_order() {
     let r = c.recv();
     assert_eq!((r.sync, id_of(&r.one())), (9999, 1));
 }
+
+#[test]
+fn a_slow_reader_gets_every_reply_once_it_reads() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let payload = "z".repeat(8 * 1024);
+    let mut out = Vec::new();
+    for i in 0..1500u64 {
+        client::call(&mut out, i + 1, "queue.put", &args(&[s(&payload)]));
+    }
+    // ~12 MB of replies: far more than the socket buffers hold, so the server must wait for
+    // writability and resume; nothing is read until every request has been sent.
+    c.stream.set_write_timeout(Some(WAIT)).unwrap();
+    c.send(&out);
+    for i in 0..1500u64 {
+        let r = c.recv();
+        assert_eq!((r.sync, r.code), (i + 1, 0));
+    }
+    assert_eq!(c.ping().code, 0);
+}

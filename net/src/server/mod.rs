@@ -450,11 +450,11 @@ impl Server {
         self.next_gen = self.next_gen.wrapping_add(1);
         let gen = self.next_gen;
         let token = Token(((gen as usize) << 32) | (idx + FIRST_CONN_TOKEN));
-        if let Err(e) = self.poll.registry().register(
-            &mut stream,
-            token,
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut stream, token, Interest::READABLE)
+        {
             warn!(%peer, error = %e, "connection dropped: cannot register");
             return;
         }
@@ -475,6 +475,8 @@ impl Server {
             rbuf: ReadBuf::new(),
             out,
             parked: Vec::new(),
+            token,
+            want_write: false,
             to_read: false,
             to_flush: false,
             closing: None,
@@ -931,7 +933,30 @@ impl Server {
                     self.begin_close(idx, "write backlog over limit", false);
                     self.finish_close(idx);
                 }
-                Ok(_) => {}
+                Ok(_) => {
+                    // Ask for writability only while the socket is full: an always-on
+                    // edge-triggered WRITABLE would wake the loop after every ACK.
+                    let blocked = c.out.has_released();
+                    if blocked != c.want_write {
+                        let interest = if blocked {
+                            Interest::READABLE | Interest::WRITABLE
+                        } else {
+                            Interest::READABLE
+                        };
+                        match self
+                            .poll
+                            .registry()
+                            .reregister(&mut c.stream, c.token, interest)
+                        {
+                            Ok(()) => c.want_write = blocked,
+                            Err(e) => {
+                                warn!(sid = c.sid, error = %e, "cannot change socket interest");
+                                self.begin_close(idx, "poll error", false);
+                                self.finish_close(idx);
+                            }
+                        }
+                    }
+                }
                 Err(e) => {
                     debug!(sid = c.sid, error = %e, "write failed");
                     self.begin_close(idx, "write error", false);

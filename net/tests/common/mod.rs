@@ -251,6 +251,9 @@ impl Client {
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    panic!("no reply within {WAIT:?}")
+                }
                 Err(e) => panic!("read failed: {e}"),
             }
         }
