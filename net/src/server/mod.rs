@@ -341,6 +341,13 @@ impl Server {
         loop {
             self.now = wall_clock();
             self.journal.turn_start(&mut self.queue, self.now);
+            // No events are dispatched here: retry every connection with replies left.
+            for (idx, c) in self.conns.iter_mut() {
+                if c.out.has_released() && !c.to_flush {
+                    c.to_flush = true;
+                    self.flush_list.push(idx);
+                }
+            }
             self.commit_and_flush();
             let pending = self.holding.len()
                 + self

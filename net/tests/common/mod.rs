@@ -49,6 +49,11 @@ impl TestServer {
         }
     }
 
+    /// Asks the server to stop (gracefully); `Drop` still waits for it.
+    pub fn shutdown(&self) {
+        self.handle.shutdown();
+    }
+
     pub fn connect(&self) -> Client {
         Client::connect(self.addr)
     }
