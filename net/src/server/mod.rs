@@ -18,7 +18,7 @@ pub mod conn;
 pub mod journal;
 pub mod parked;
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -71,6 +71,10 @@ const ER_UNKNOWN: u32 = 0;
 /// Longest a graceful stop waits for replies in flight to become durable and be written; a
 /// client that does not read its replies cannot hold the exit longer than this.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// After the replies of a stop are out, how long clients get to close their side (they see our
+/// FIN and normally close at once); one that does not is closed regardless.
+pub const STOP_LINGER: Duration = Duration::from_secs(1);
 
 /// Re-reads the configuration for a SIGHUP (given by `main`: the same command line over the
 /// `--config` file as at start).
@@ -377,6 +381,38 @@ impl Server {
         }
         if let Err(e) = self.journal.shutdown(&mut self.queue) {
             warn!(error = %e, "the journal did not stop cleanly");
+        }
+        self.linger(deadline.min(Instant::now() + STOP_LINGER), &mut events);
+    }
+
+    /// The replies are out: send each client a FIN after them and read (and drop) what it
+    /// still sends until it closes, or until `until`. Exiting with unread input would make the
+    /// kernel send a reset, and a reset can destroy replies the client has not read yet.
+    fn linger(&mut self, until: Instant, events: &mut Events) {
+        for (_, c) in self.conns.iter_mut() {
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        }
+        let mut open: Vec<usize> = self.conns.iter().map(|(idx, _)| idx).collect();
+        let mut chunk = [0u8; 4096];
+        while !open.is_empty() {
+            open.retain(|&idx| loop {
+                match self.conns[idx].stream.read(&mut chunk) {
+                    Ok(0) => return false,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            });
+            let left = until.saturating_duration_since(Instant::now());
+            if open.is_empty() || left.is_zero() {
+                break;
+            }
+            if let Err(e) = self.poll.poll(events, Some(left)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    break;
+                }
+            }
         }
     }
 
