@@ -477,3 +477,23 @@ fn help_documents_the_ops_flags_and_ctl_commands() {
         assert!(help.contains(word), "ctl --help lacks {word}:\n{help}");
     }
 }
+
+#[test]
+fn sighup_applies_a_new_connection_limit_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tarq.toml");
+    std::fs::write(&cfg, "max-connections = 10\n").unwrap();
+    let mut t = Tarq::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let mut first = Client::connect(t.addr);
+    assert_eq!(first.ping().code, 0);
+    std::fs::write(&cfg, "max-connections = 1\n").unwrap();
+    t.signal("HUP");
+    t.wait_for_line("max-connections: 10 -> 1");
+    // The second connection gets the greeting, then the limit's error, then the close.
+    let mut second = Client::connect(t.addr);
+    let replies = second.expect_closed();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    let msg = replies[0].error.clone().unwrap_or_default();
+    assert!(msg.contains("the limit is 1"), "{msg}");
+    assert_eq!(first.ping().code, 0, "the first connection is not affected");
+}
