@@ -91,8 +91,12 @@ fn main() {
             data.truncate(PAYLOAD);
             // Every tenth task delayed, every seventh with a TTL: the snapshot carries both.
             let opts = PutOptions {
-                delay: if n % 10 == 0 { 3_600_000_000 } else { 0 },
-                ttl: (n % 7 == 0).then_some(86_400_000_000),
+                delay: if n.is_multiple_of(10) {
+                    3_600_000_000
+                } else {
+                    0
+                },
+                ttl: n.is_multiple_of(7).then_some(86_400_000_000),
                 ..PutOptions::default()
             };
             q.put(now, data.into(), opts);
