@@ -122,7 +122,10 @@ fn the_metrics_page_passes_promtool_and_counts_requests() {
     c.call("queue.put", &[Value::from("x")]).one();
     let task = c.call("queue.take", &[]).one();
     c.call("queue.release", &[Value::from(id_of(&task))]).one();
-    assert_eq!(c.ping().code, 0);
+    // 32 requests in all: every one counted, one in 16 timed.
+    for _ in 0..29 {
+        assert_eq!(c.ping().code, 0);
+    }
 
     let (status, page) = http_get(metrics, "/metrics");
     assert_eq!(status, 200, "{page}");
@@ -132,8 +135,9 @@ fn the_metrics_page_passes_promtool_and_counts_requests() {
         "# TYPE tarq_ready gauge\ntarq_ready 1\n",
         "# TYPE tarq_connections gauge\ntarq_connections 1\n",
         "# TYPE tarq_request_duration_seconds histogram\n",
-        "tarq_request_duration_seconds_bucket{le=\"+Inf\"} 4\n",
-        "tarq_request_duration_seconds_count 4\n",
+        "# TYPE tarq_requests_total counter\ntarq_requests_total 32\n",
+        "tarq_request_duration_seconds_bucket{le=\"+Inf\"} 2\n",
+        "tarq_request_duration_seconds_count 2\n",
     ] {
         assert!(page.contains(line), "{line:?} not in:\n{page}");
     }
@@ -476,4 +480,24 @@ fn help_documents_the_ops_flags_and_ctl_commands() {
     ] {
         assert!(help.contains(word), "ctl --help lacks {word}:\n{help}");
     }
+}
+
+#[test]
+fn sighup_applies_a_new_connection_limit_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tarq.toml");
+    std::fs::write(&cfg, "max-connections = 10\n").unwrap();
+    let mut t = Tarq::start_in(dir, &["--config", cfg.to_str().unwrap()]);
+    let mut first = Client::connect(t.addr);
+    assert_eq!(first.ping().code, 0);
+    std::fs::write(&cfg, "max-connections = 1\n").unwrap();
+    t.signal("HUP");
+    t.wait_for_line("max-connections: 10 -> 1");
+    // The second connection gets the greeting, then the limit's error, then the close.
+    let mut second = Client::connect(t.addr);
+    let replies = second.expect_closed();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    let msg = replies[0].error.clone().unwrap_or_default();
+    assert!(msg.contains("the limit is 1"), "{msg}");
+    assert_eq!(first.ping().code, 0, "the first connection is not affected");
 }

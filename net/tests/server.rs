@@ -541,3 +541,46 @@ fn many_pipelined_requests_in_one_write_all_get_replies_in_order() {
     let r = c.recv();
     assert_eq!((r.sync, id_of(&r.one())), (9999, 1));
 }
+
+#[test]
+fn a_slow_reader_gets_every_reply_once_it_reads() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let payload = "z".repeat(8 * 1024);
+    let mut out = Vec::new();
+    for i in 0..1500u64 {
+        client::call(&mut out, i + 1, "queue.put", &args(&[s(&payload)]));
+    }
+    // ~12 MB of replies: far more than the socket buffers hold, so the server must wait for
+    // writability and resume; nothing is read until every request has been sent.
+    c.stream.set_write_timeout(Some(WAIT)).unwrap();
+    c.send(&out);
+    for i in 0..1500u64 {
+        let r = c.recv();
+        assert_eq!((r.sync, r.code), (i + 1, 0));
+    }
+    assert_eq!(c.ping().code, 0);
+}
+
+#[test]
+fn a_graceful_stop_writes_every_reply_to_a_slow_reader() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let payload = "w".repeat(8 * 1024);
+    let mut out = Vec::new();
+    for i in 0..1000u64 {
+        client::call(&mut out, i + 1, "queue.put", &args(&[s(&payload)]));
+    }
+    client::ping(&mut out, 5000);
+    c.stream.set_write_timeout(Some(WAIT)).unwrap();
+    c.send(&out);
+    // Once the server has executed every put, every reply is queued (the ping's last).
+    wait_until("every request read", || {
+        let mut probe = srv.connect();
+        field(&probe.call("queue.stats", &[]).one(), "puts").as_u64() == Some(1000)
+    });
+    srv.shutdown();
+    let replies = c.expect_closed();
+    assert_eq!(replies.len(), 1001, "every reply written before the exit");
+    assert_eq!(replies[1000].sync, 5000);
+}

@@ -1,8 +1,8 @@
 //! SIGHUP: the server re-reads its configuration (the `--config` file under the same command
 //! line) and applies what can change while it runs — the log level, the Graphite target and
 //! interval, the connection and frame limits, the credentials — and logs each setting that
-//! needs a restart instead (the listen address, the data dir, the CPU, the metrics address, and
-//! any setting not listed here as live).
+//! needs a restart instead (the listen address, the data dir, the CPU, the metrics address, the
+//! WAL settings, and any setting not listed here as live).
 //!
 //! Reading the file is the caller's (the loop holds a closure from `main`); this file decides
 //! and applies.
@@ -75,6 +75,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     restart!(cpu, "cpu");
     restart!(null, "null");
     restart!(ops.metrics_listen, "metrics-listen");
+    restart!(wal, "the WAL settings (wal-mode, snapshots)");
     // Settings added later (and not made live above) are caught here, whatever they are.
     let mut rest = new;
     rest.listen = current.listen;
@@ -82,6 +83,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     rest.cpu = current.cpu;
     rest.null = current.null;
     rest.ops.metrics_listen = current.ops.metrics_listen;
+    rest.wal = current.wal.clone();
     if rest != *current {
         out.kept
             .push("other settings changed and need a restart".into());

@@ -21,6 +21,8 @@ pub struct ServerFigures {
     pub parked_takes: u64,
     /// `take(timeout)` requests that had to wait, since start.
     pub takes_parked: u64,
+    /// Requests executed since start (every kind: calls, pings, auths, ...).
+    pub requests: u64,
 }
 
 /// Figures of the write-ahead log, when one is on.
@@ -67,7 +69,7 @@ pub struct Metric {
 }
 
 /// Figures before the WAL's; the seed's four counts come first, as `queue.stats()` had them.
-const BASE_METRICS: usize = 19;
+const BASE_METRICS: usize = 20;
 
 impl Snapshot {
     /// Every figure, in a stable order: the counts of now, then the counters since start, then
@@ -152,6 +154,12 @@ impl Snapshot {
                 Counter,
                 "Takes that waited for a task, since start.",
                 s.takes_parked,
+            ),
+            m(
+                "requests",
+                Counter,
+                "Requests executed since start.",
+                s.requests,
             ),
             m(
                 "uptime_seconds",

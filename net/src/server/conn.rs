@@ -235,6 +235,10 @@ pub struct Conn {
     pub out: OutBuf,
     /// Keys of this connection's parked takes.
     pub parked: Vec<usize>,
+    /// The poll token: slot and generation.
+    pub token: mio::Token,
+    /// Registered for WRITABLE: set only while replies wait for room in the socket.
+    pub want_write: bool,
     /// Queued in the loop's list of connections to read this turn.
     pub to_read: bool,
     /// Queued in the loop's list of connections to flush this turn.

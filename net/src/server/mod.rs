@@ -18,7 +18,7 @@ pub mod conn;
 pub mod journal;
 pub mod parked;
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -71,6 +71,10 @@ const ER_UNKNOWN: u32 = 0;
 /// Longest a graceful stop waits for replies in flight to become durable and be written; a
 /// client that does not read its replies cannot hold the exit longer than this.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// After the replies of a stop are out, how long clients get to close their side (they see our
+/// FIN and normally close at once); one that does not is closed regardless.
+pub const STOP_LINGER: Duration = Duration::from_secs(1);
 
 /// Re-reads the configuration for a SIGHUP (given by `main`: the same command line over the
 /// `--config` file as at start).
@@ -232,6 +236,7 @@ impl Server {
                 connections_accepted: self.connections_accepted,
                 parked_takes: self.parked.len() as u64,
                 takes_parked: self.takes_parked,
+                requests: self.ops.service.requests(),
             },
             wal: self.journal.figures(),
             last_id: self.queue.last_id(),
@@ -341,6 +346,13 @@ impl Server {
         loop {
             self.now = wall_clock();
             self.journal.turn_start(&mut self.queue, self.now);
+            // No events are dispatched here: retry every connection with replies left.
+            for (idx, c) in self.conns.iter_mut() {
+                if c.out.has_released() && !c.to_flush {
+                    c.to_flush = true;
+                    self.flush_list.push(idx);
+                }
+            }
             self.commit_and_flush();
             let pending = self.holding.len()
                 + self
@@ -370,6 +382,38 @@ impl Server {
         }
         if let Err(e) = self.journal.shutdown(&mut self.queue) {
             warn!(error = %e, "the journal did not stop cleanly");
+        }
+        self.linger(deadline.min(Instant::now() + STOP_LINGER), &mut events);
+    }
+
+    /// The replies are out: send each client a FIN after them and read (and drop) what it
+    /// still sends until it closes, or until `until`. Exiting with unread input would make the
+    /// kernel send a reset, and a reset can destroy replies the client has not read yet.
+    fn linger(&mut self, until: Instant, events: &mut Events) {
+        for (_, c) in self.conns.iter_mut() {
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        }
+        let mut open: Vec<usize> = self.conns.iter().map(|(idx, _)| idx).collect();
+        let mut chunk = [0u8; 4096];
+        while !open.is_empty() {
+            open.retain(|&idx| loop {
+                match self.conns[idx].stream.read(&mut chunk) {
+                    Ok(0) => return false,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            });
+            let left = until.saturating_duration_since(Instant::now());
+            if open.is_empty() || left.is_zero() {
+                break;
+            }
+            if let Err(e) = self.poll.poll(events, Some(left)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    break;
+                }
+            }
         }
     }
 
@@ -450,11 +494,11 @@ impl Server {
         self.next_gen = self.next_gen.wrapping_add(1);
         let gen = self.next_gen;
         let token = Token(((gen as usize) << 32) | (idx + FIRST_CONN_TOKEN));
-        if let Err(e) = self.poll.registry().register(
-            &mut stream,
-            token,
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut stream, token, Interest::READABLE)
+        {
             warn!(%peer, error = %e, "connection dropped: cannot register");
             return;
         }
@@ -475,6 +519,8 @@ impl Server {
             rbuf: ReadBuf::new(),
             out,
             parked: Vec::new(),
+            token,
+            want_write: false,
             to_read: false,
             to_flush: false,
             closing: None,
@@ -547,16 +593,16 @@ impl Server {
         let rbuf = std::mem::take(&mut c.rbuf);
         let data = rbuf.data();
         let mut used = 0;
-        // Service times chain: each request's end is the next one's start, one clock read each.
-        let mut started = Instant::now();
         while self.conns[idx].closing.is_none() {
             match split_frame(&data[used..], self.cfg.max_frame_bytes) {
                 Ok(Some(f)) => {
+                    // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
+                    let started = self.ops.service.count_request().then(Instant::now);
                     self.execute(idx, &data[used + f.prefix..used + f.total()]);
                     used += f.total();
-                    let done = Instant::now();
-                    self.ops.service.record(done - started);
-                    started = done;
+                    if let Some(t0) = started {
+                        self.ops.service.record(t0.elapsed());
+                    }
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -931,7 +977,30 @@ impl Server {
                     self.begin_close(idx, "write backlog over limit", false);
                     self.finish_close(idx);
                 }
-                Ok(_) => {}
+                Ok(_) => {
+                    // Ask for writability only while the socket is full: an always-on
+                    // edge-triggered WRITABLE would wake the loop after every ACK.
+                    let blocked = c.out.has_released();
+                    if blocked != c.want_write {
+                        let interest = if blocked {
+                            Interest::READABLE | Interest::WRITABLE
+                        } else {
+                            Interest::READABLE
+                        };
+                        match self
+                            .poll
+                            .registry()
+                            .reregister(&mut c.stream, c.token, interest)
+                        {
+                            Ok(()) => c.want_write = blocked,
+                            Err(e) => {
+                                warn!(sid = c.sid, error = %e, "cannot change socket interest");
+                                self.begin_close(idx, "poll error", false);
+                                self.finish_close(idx);
+                            }
+                        }
+                    }
+                }
                 Err(e) => {
                     debug!(sid = c.sid, error = %e, "write failed");
                     self.begin_close(idx, "write error", false);

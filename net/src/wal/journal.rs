@@ -3,12 +3,17 @@
 //! The recovered queue is handed to the server once, when it is built.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tarq_engine::{Event, Micros, Queue};
 
 use super::{Wal, WalMode};
+use crate::ops::stats::WalFigures;
 use crate::server::journal::{Journal, Ticket};
+
+/// Longest a graceful stop waits for the WAL (or, without one, the snapshot) to be on disk:
+/// well under the 90 s a service manager gives a stop before it kills.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct WalJournal {
     wal: Wal,
@@ -86,5 +91,22 @@ impl Journal for WalJournal {
 
     fn accepts_takes(&self) -> bool {
         self.wal.accepts_takes()
+    }
+
+    fn figures(&self) -> Option<WalFigures> {
+        if self.wal.mode() == WalMode::None {
+            return None;
+        }
+        let s = self.wal.stats();
+        Some(WalFigures {
+            records: s.records,
+            bytes: s.bytes_written,
+        })
+    }
+
+    fn shutdown(&mut self, queue: &mut Queue) -> Result<(), String> {
+        self.wal
+            .close(queue, SHUTDOWN_TIMEOUT)
+            .map_err(|e| e.to_string())
     }
 }

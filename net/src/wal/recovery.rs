@@ -45,6 +45,8 @@ pub struct RecoveryReport {
     pub lost: Vec<String>,
     /// Tasks that were taken and came back ready.
     pub released: usize,
+    /// Time spent loading the snapshot (the rest of `elapsed` is the WAL).
+    pub snapshot_load: Duration,
     pub elapsed: Duration,
 }
 
@@ -207,6 +209,7 @@ pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError
         tracing::warn!("no usable snapshot: replaying the WAL from its beginning");
     }
 
+    report.snapshot_load = t0.elapsed();
     let mut r = Replay {
         force,
         queue,

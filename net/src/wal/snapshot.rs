@@ -298,13 +298,70 @@ pub struct Loaded {
     pub tasks: u64,
 }
 
+/// Decoded blocks in flight from the reading thread to the restoring one: enough to keep both
+/// busy, few enough that a fast reader holds at most a few MiB of decoded tasks.
+const LOAD_QUEUE_BLOCKS: usize = 4;
+
+enum Loading {
+    /// The tasks of one block and the block's offset (for error messages).
+    Tasks(Vec<RestoredTask>, u64),
+    End(Loaded),
+}
+
 /// Loads `name` into `queue` (which must be empty). Any flaw makes the whole snapshot invalid:
-/// the error says what and where.
+/// the error says what and where. A second thread reads, checks and decodes the blocks while
+/// this one restores the tasks into the queue: on two cores recovery takes about as long as the
+/// engine needs to insert the tasks.
 pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Loaded, String> {
-    let mut r = std::io::BufReader::with_capacity(
-        1 << 20,
-        storage.open_read(name).map_err(|e| e.to_string())?,
-    );
+    let reader = storage.open_read(name).map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::sync_channel(LOAD_QUEUE_BLOCKS);
+    std::thread::scope(|scope| {
+        let decoder = std::thread::Builder::new()
+            .name("tarq-snap-load".into())
+            .spawn_scoped(scope, move || {
+                let sent = decode(reader, &tx);
+                if let Err(e) = sent {
+                    // The receiver learns of the failure through the channel.
+                    let _ = tx.send(Err(e));
+                }
+            })
+            .map_err(|e| format!("starting the snapshot reader: {e}"))?;
+        let mut tasks = 0u64;
+        let result = 'recv: loop {
+            match rx.recv() {
+                Ok(Ok(Loading::Tasks(batch, offset))) => {
+                    for t in batch {
+                        let id = t.id;
+                        if let Err(e) = queue.restore(t) {
+                            break 'recv Err(format!("block at offset {offset}: task {id}: {e}"));
+                        }
+                        tasks += 1;
+                    }
+                }
+                Ok(Ok(Loading::End(l))) => break Ok(l),
+                Ok(Err(e)) => break Err(e),
+                Err(_) => break Err("the snapshot reader stopped".to_owned()),
+            }
+        };
+        drop(rx);
+        let _ = decoder.join();
+        let loaded = result?;
+        if loaded.tasks != tasks {
+            return Err(format!(
+                "restored {tasks} tasks, the file holds {}",
+                loaded.tasks
+            ));
+        }
+        Ok(loaded)
+    })
+}
+
+type Sender = mpsc::SyncSender<Result<Loading, String>>;
+
+/// Reads and checks every record of a snapshot, sending decoded blocks; `Err` says what is
+/// wrong and where.
+fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), String> {
+    let mut r = std::io::BufReader::with_capacity(1 << 20, reader);
     let mut header = [0u8; FILE_HEADER_LEN];
     r.read_exact(&mut header)
         .map_err(|e| format!("reading the header: {e}"))?;
@@ -336,45 +393,40 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         }
         expect_block += 1;
         let mut body = Body(rec.body);
+        let at = |e: String| format!("at offset {offset}: {e}");
         match rec.kind {
             Kind::SnapTasks => {
-                let count = body.u32().map_err(|e| format!("at offset {offset}: {e}"))?;
+                let count = body.u32().map_err(at)?;
+                let mut batch = Vec::with_capacity(count as usize);
                 for _ in 0..count {
-                    let t: RestoredTask = body
-                        .task()
-                        .map_err(|e| format!("at offset {offset}: {e}"))?;
-                    let id = t.id;
-                    queue
-                        .restore(t)
-                        .map_err(|e| format!("at offset {offset}: task {id}: {e}"))?;
+                    batch.push(body.task().map_err(at)?);
                 }
-                body.finish()
-                    .map_err(|e| format!("at offset {offset}: {e}"))?;
+                body.finish().map_err(at)?;
                 tasks += u64::from(count);
+                if tx.send(Ok(Loading::Tasks(batch, offset))).is_err() {
+                    return Ok(()); // the restoring side gave up
+                }
             }
             Kind::SnapEnd => {
-                let end_seq = body.u64().map_err(|e| format!("at offset {offset}: {e}"))?;
-                let last_id = body.u64().map_err(|e| format!("at offset {offset}: {e}"))?;
-                let count = body.u64().map_err(|e| format!("at offset {offset}: {e}"))?;
-                body.finish()
-                    .map_err(|e| format!("at offset {offset}: {e}"))?;
+                let end_seq = body.u64().map_err(at)?;
+                let last_id = body.u64().map_err(at)?;
+                let count = body.u64().map_err(at)?;
+                body.finish().map_err(at)?;
                 if count != tasks {
                     return Err(format!(
                         "end record counts {count} tasks, the blocks hold {tasks}"
                     ));
                 }
-                return Ok(Loaded {
+                let loaded = Loaded {
                     start_seq,
                     end_seq,
                     last_id,
                     tasks,
-                });
+                };
+                let _ = tx.send(Ok(Loading::End(loaded)));
+                return Ok(());
             }
-            other => {
-                return Err(format!(
-                    "at offset {offset}: {other:?} record in a snapshot"
-                ))
-            }
+            other => return Err(at(format!("{other:?} record in a snapshot"))),
         }
         offset += rec.end as u64;
     }

@@ -49,6 +49,11 @@ impl TestServer {
         }
     }
 
+    /// Asks the server to stop (gracefully); `Drop` still waits for it.
+    pub fn shutdown(&self) {
+        self.handle.shutdown();
+    }
+
     pub fn connect(&self) -> Client {
         Client::connect(self.addr)
     }
@@ -251,6 +256,9 @@ impl Client {
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    panic!("no reply within {WAIT:?}")
+                }
                 Err(e) => panic!("read failed: {e}"),
             }
         }

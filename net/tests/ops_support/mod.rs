@@ -141,6 +141,11 @@ impl Tarq {
             .unwrap()
     }
 
+    /// The directory (with the data dir in it), for a next server; this one must have exited.
+    pub fn take_dir(&mut self) -> tempfile::TempDir {
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
