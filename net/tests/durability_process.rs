@@ -335,3 +335,64 @@ fn a_second_tarq_on_the_same_data_dir_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn queue_snapshot_over_the_wire_then_a_restart_recovers_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let addr = free_port();
+    let tarq = Tarq::start(
+        &data,
+        addr,
+        &["--snapshot-every-bytes", "0", "--keep-snapshots", "1"],
+    );
+    tarq.wait_for_line("tarq serving");
+    let mut c = Client::connect(addr);
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        ids.push(id_of(
+            &c.call("queue.put", &[Value::from(format!("s{i}"))]).one(),
+        ));
+    }
+    let taken = id_of(&c.call("queue.take", &[]).one());
+    c.call("queue.ack", &[Value::from(taken)]).one();
+    let answer = c.call("queue.snapshot", &[]).one();
+    assert_eq!(answer.as_str(), Some("snapshot started"), "{answer}");
+    tarq.wait_for_line("snapshot done");
+    let snaps: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        .collect();
+    assert_eq!(snaps.len(), 1, "one snapshot file");
+    // A change after the snapshot lives only in the WAL.
+    let late = id_of(&c.call("queue.put", &[Value::from("late")]).one());
+    drop(c);
+    drop(tarq); // SIGKILL
+
+    let addr = free_port();
+    let tarq = Tarq::start(&data, addr, &[]);
+    let line = tarq.wait_for_line("recovered");
+    assert!(line.contains(".snap"), "recovery used the snapshot: {line}");
+    tarq.wait_for_line("tarq serving");
+    let mut c = Client::connect(addr);
+    let stats = c.call("queue.stats", &[]).one();
+    assert_eq!(
+        field(&stats, "total").as_u64(),
+        Some(50),
+        "49 left of the first 50, plus the late one: {stats}"
+    );
+    let mut back = BTreeSet::new();
+    loop {
+        let r = c.call("queue.take", &[]).ok();
+        let Some(t) = r.first() else { break };
+        back.insert(id_of(t));
+    }
+    let want: BTreeSet<u64> = ids
+        .iter()
+        .copied()
+        .filter(|&id| id != taken)
+        .chain([late])
+        .collect();
+    assert_eq!(back, want);
+}

@@ -66,6 +66,9 @@ pub const MAX_PENDING_BYTES: usize = 64 << 20;
 /// written back by the kernel long ago (dirty pages expire after 30 s by default; this many
 /// segments are 512 MiB of WAL).
 const MAX_ROTATED_UNSYNCED: usize = 8;
+/// A snapshot walk whose writer queue is full looks again after this long: the disk writes a
+/// 1 MiB block in about this time, and the loop does not spin meanwhile.
+const SNAPSHOT_STALL_RECHECK: Duration = Duration::from_millis(1);
 /// `flush`/`snapshot_now` re-check their deadline at least this often while blocked.
 const BLOCKING_STEP: Duration = Duration::from_millis(10);
 
@@ -646,8 +649,15 @@ impl Wal {
 
     /// How long the loop may sleep before the WAL needs `poll` again (threads use the waker).
     pub fn timeout(&self) -> Option<Duration> {
-        if let SnapState::Walking(_) = self.snap {
-            return Some(Duration::ZERO);
+        // A requested snapshot starts, and a walk advances, at the next `poll`; a walk waiting
+        // for the writer thread to take a block checks back a little later instead of spinning.
+        match &self.snap {
+            SnapState::Walking(w) if w.is_stalled() => return Some(SNAPSHOT_STALL_RECHECK),
+            SnapState::Walking(_) => return Some(Duration::ZERO),
+            SnapState::Idle if self.snapshot_requested && self.failed.is_none() => {
+                return Some(Duration::ZERO)
+            }
+            _ => {}
         }
         self.failed
             .as_ref()

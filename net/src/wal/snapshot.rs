@@ -224,6 +224,11 @@ impl Walk {
         )
     }
 
+    /// The writer's queue was full at the last step.
+    pub fn is_stalled(&self) -> bool {
+        self.stalled.is_some()
+    }
+
     /// Hands `msg` to the writer without blocking the loop: `Ok(false)` keeps it for the next
     /// turn when the writer's queue is full.
     fn send(&mut self, tx: &SyncSender<ToWriter>, msg: ToWriter) -> Result<bool, ()> {
