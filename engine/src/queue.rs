@@ -116,6 +116,29 @@ fn hash_id(id: TaskId) -> u64 {
     ((run << 3) | (id & 7)) ^ ((id & 7) << 60)
 }
 
+/// Ok if slot `k` (task `id`) is Taken by `sid`, else the seed's error for why not.
+fn check_owner(
+    slots: &Slots,
+    sessions: &Sessions,
+    k: u32,
+    sid: SessionId,
+    id: TaskId,
+) -> Result<(), QueueError> {
+    let s = &slots[k as usize];
+    if s.status != Status::Taken {
+        return Err(QueueError::NotTaken(id));
+    }
+    let owner = sessions.owner(s.held);
+    if owner != sid {
+        return Err(QueueError::NotOwner {
+            id,
+            owner,
+            caller: sid,
+        });
+    }
+    Ok(())
+}
+
 fn list_ix(s: Status) -> usize {
     match s {
         Status::Ready => 0,
@@ -208,8 +231,16 @@ impl Queue {
 
     /// Deletes a task taken by `sid` and returns it as it was (status Taken).
     pub fn ack(&mut self, _now: Micros, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
-        let k = self.owned(sid, id)?;
-        let task = self.delete(k);
+        // One probe of the index both finds the task and, once ownership is checked, unlinks it.
+        let slots = &self.slots;
+        let entry = self
+            .index
+            .find_entry(hash_id(id), |&j| slots[j as usize].id == id)
+            .map_err(|_| QueueError::NotFound(id))?;
+        let k = *entry.get();
+        check_owner(&self.slots, &self.sessions, k, sid, id)?;
+        entry.remove();
+        let task = self.delete_unindexed(k);
         self.stats.acks += 1;
         self.log(Event::Acked { id });
         Ok(task)
@@ -603,18 +634,7 @@ impl Queue {
     /// The slot of task `id` if `sid` holds it, else the seed's error for why not.
     fn owned(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
-        let s = &self.slots[k as usize];
-        if s.status != Status::Taken {
-            return Err(QueueError::NotTaken(id));
-        }
-        let owner = self.owner_of(s);
-        if owner != sid {
-            return Err(QueueError::NotOwner {
-                id,
-                owner,
-                caller: sid,
-            });
-        }
+        check_owner(&self.slots, &self.sessions, k, sid, id)?;
         Ok(k)
     }
 
@@ -707,6 +727,19 @@ impl Queue {
 
     /// Removes a task from every structure and returns it as it was.
     fn delete(&mut self, k: u32) -> Task {
+        let slots = &self.slots;
+        let id = slots[k as usize].id;
+        if let Ok(entry) = self
+            .index
+            .find_entry(hash_id(id), |&j| slots[j as usize].id == id)
+        {
+            entry.remove();
+        }
+        self.delete_unindexed(k)
+    }
+
+    /// `delete` for a task already out of the index.
+    fn delete_unindexed(&mut self, k: u32) -> Task {
         let s = &self.slots[k as usize];
         let owner = (s.status == Status::Taken).then(|| self.owner_of(s));
         let runat = if s.status == Status::Waiting { s.t } else { 0 };
@@ -714,13 +747,6 @@ impl Queue {
         self.leave(k);
         if pos != NIL {
             self.heap.remove(pos, &mut self.slots);
-        }
-        let slots = &self.slots;
-        if let Ok(entry) = self
-            .index
-            .find_entry(hash_id(id), |&j| slots[j as usize].id == id)
-        {
-            entry.remove();
         }
         self.towers.release(height, up);
         let s = self.slots.remove(k as usize);

@@ -44,25 +44,30 @@ pub(crate) struct Sessions {
     live: usize,
     list: Slab<Session>,
     by_sid: HashMap<SessionId, u32, BuildHasherDefault<IdHasher>>,
+    /// The last session that took, `(sid, index + 1)` (0 = none): a connection usually takes
+    /// several times in a row, and this skips the hash lookup.
+    last: (SessionId, u32),
 }
 
 impl Sessions {
     /// Records that session `sid` took `slot`, after its earlier claims; returns the claim.
     /// A session's entry is made on its first take and kept until `detach`.
     pub fn append(&mut self, sid: SessionId, slot: u32) -> u32 {
-        let ix = match self.by_sid.get(&sid) {
-            Some(&ix) => ix,
-            None => {
-                let ix = self.list.insert(Session {
-                    sid,
-                    head: NIL,
-                    tail: NIL,
-                    len: 0,
-                }) as u32;
-                self.by_sid.insert(sid, ix);
-                ix
-            }
+        let ix = if self.last.1 != 0 && self.last.0 == sid {
+            self.last.1 - 1
+        } else if let Some(&ix) = self.by_sid.get(&sid) {
+            ix
+        } else {
+            let ix = self.list.insert(Session {
+                sid,
+                head: NIL,
+                tail: NIL,
+                len: 0,
+            }) as u32;
+            self.by_sid.insert(sid, ix);
+            ix
         };
+        self.last = (sid, ix + 1);
         let tail = self.list[ix as usize].tail;
         let rec = Held {
             slot,
@@ -131,6 +136,9 @@ impl Sessions {
     /// `pop_detached`.
     pub fn detach(&mut self, sid: SessionId) -> Option<u32> {
         let ix = self.by_sid.remove(&sid)?;
+        if self.last.0 == sid {
+            self.last = (0, 0);
+        }
         Some(self.list.remove(ix as usize).head)
     }
 
@@ -148,6 +156,7 @@ impl Sessions {
         self.free = 0;
         self.list.clear();
         self.by_sid.clear();
+        self.last = (0, 0);
     }
 
     pub fn capacity_bytes(&self) -> usize {
