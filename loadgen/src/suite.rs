@@ -41,7 +41,7 @@ pub struct SuiteArgs {
     /// Pipelining depths.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16])]
     pub depths: Vec<usize>,
-    /// Open-loop rates as percentages of tarq's best closed-loop rate (empty: none).
+    /// Open-loop rates, as percentages of tarq's best closed-loop rate.
     #[arg(long, value_delimiter = ',', default_values_t = [25u32, 50, 75])]
     pub open_loop: Vec<u32>,
     /// Payload bytes per message.
