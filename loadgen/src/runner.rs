@@ -22,10 +22,12 @@ use crate::stats::{Latency, Series};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mio::net::TcpStream;
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// Initial read buffer per connection: holds a full pipeline of replies of ordinary size, so the
@@ -41,10 +43,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Progress bar refresh and closed-loop poll timeout: often enough to look live, rarely enough
 /// to cost nothing.
 const TICK: Duration = Duration::from_millis(100);
-/// In open loop the thread sleeps in `poll` only when the next send is further away than this;
-/// closer than that it polls without blocking, since epoll's millisecond timeout would send
-/// late and the delay would show up as latency that is the loadgen's, not the target's.
-const SPIN_THRESHOLD: Duration = Duration::from_millis(2);
+/// In open loop the thread sleeps until the next send on a timerfd (epoll's own timeout has
+/// millisecond granularity: puts would go out late and the delay would count as the target's
+/// latency). Closer than this it polls without blocking instead: re-arming the timer would cost
+/// more than the wait. Spinning longer is no cure: on a shared core a thread that never sleeps
+/// loses the scheduler's favour and then runs late by whole time slices.
+const SPIN_THRESHOLD: Duration = Duration::from_micros(20);
+/// The poll token of the open-loop timer; connections use their index.
+const TIMER_TOKEN: Token = Token(usize::MAX);
 /// A run stops early when errors pass this count and outnumber successes: the target is
 /// refusing the workload and the figures would mean nothing.
 const MAX_ERRORS: u64 = 10_000;
@@ -133,6 +139,8 @@ struct Pending {
     origin_ns: u64,
     /// Ack: the message was put by this run (counted in the window and the figures).
     ours: bool,
+    /// Take: it may wait for a message (always, unless the driver's takes block).
+    wait: bool,
 }
 
 /// The writing half of a connection, apart from its read buffer so a reply borrowed from that
@@ -147,8 +155,14 @@ struct Tx<D> {
     pending: VecDeque<Pending>,
     /// Open loop: puts that fell due while the pipeline was full, by intended time.
     backlog: VecDeque<u64>,
-    /// Null mode: consumer slots waiting for a message to exist.
+    /// Consumer slots with nothing in flight: in null mode waiting for a message to exist;
+    /// with blocking takes, waiting for the connection's one blocking take to return.
+    /// Invariant: a consumer's `pending.len() + parked == depth`.
     parked: usize,
+    /// The driver's waiting take blocks the connection (`Driver::blocking_takes`).
+    blocking: bool,
+    /// A blocking take is in flight (then it is the last request in the pipeline).
+    waiting: bool,
 }
 
 impl<D: Driver> Tx<D> {
@@ -168,10 +182,43 @@ impl<D: Driver> Tx<D> {
             start_ns,
             origin_ns,
             ours,
+            wait: false,
         });
         if !self.dirty {
             self.dirty = true;
             dirty.push(self.idx);
+        }
+    }
+
+    fn send_take(&mut self, wait: bool, now: u64, dirty: &mut Vec<usize>) {
+        self.send(Request::Take { wait }, Kind::Take, now, 0, false, dirty);
+        if let Some(p) = self.pending.back_mut() {
+            p.wait = wait;
+        }
+        if self.blocking && wait {
+            self.waiting = true;
+        }
+    }
+
+    /// A consumer slot needs a take. Where a waiting take blocks the connection, only the
+    /// tail of an otherwise empty pipeline may wait; other slots take without waiting, or park
+    /// while the blocking take is out (anything sent behind it would be stuck anyway).
+    fn want_take(&mut self, now: u64, dirty: &mut Vec<usize>) {
+        if !self.blocking {
+            self.send_take(true, now, dirty);
+        } else if self.waiting {
+            self.parked += 1;
+        } else {
+            let wait = self.pending.is_empty();
+            self.send_take(wait, now, dirty);
+        }
+    }
+
+    /// With blocking takes, a parked slot waits once the pipeline has drained.
+    fn settle(&mut self, now: u64, dirty: &mut Vec<usize>) {
+        if self.blocking && !self.waiting && self.pending.is_empty() && self.parked > 0 {
+            self.parked -= 1;
+            self.send_take(true, now, dirty);
         }
     }
 
@@ -288,6 +335,7 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
             Role::Consumer
         };
         let mut driver = make(run_id);
+        let blocking = driver.blocking_takes();
         let mut std_stream = std::net::TcpStream::connect_timeout(&cfg.addr, CONNECT_TIMEOUT)
             .with_context(|| format!("connecting to {}", cfg.addr))?;
         std_stream.set_nodelay(true)?;
@@ -319,6 +367,8 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
                 pending: VecDeque::with_capacity(cfg.depth),
                 backlog: VecDeque::new(),
                 parked: 0,
+                blocking,
+                waiting: false,
             },
         });
     }
@@ -357,13 +407,28 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
     let mut rr_open = 0usize;
     let mut rr_closed = 0usize;
 
-    // Every consumer slot starts with a take in flight.
+    // Every consumer slot starts by asking for a message.
     for conn in conns[cfg.producers..].iter_mut() {
         for _ in 0..cfg.depth {
-            conn.tx
-                .send(Request::Take, Kind::Take, 0, 0, false, &mut sh.dirty);
+            conn.tx.want_take(0, &mut sh.dirty);
         }
     }
+
+    let timer = match cfg.rate {
+        Some(_) => {
+            let t = Timer::new().context("creating the send timer")?;
+            poll.registry()
+                .register(
+                    &mut SourceFd(&t.fd.as_raw_fd()),
+                    TIMER_TOKEN,
+                    Interest::READABLE,
+                )
+                .context("registering the send timer")?;
+            Some(t)
+        }
+        None => None,
+    };
+    let mut armed_for = u64::MAX;
 
     let progress = progress_bar(cfg, total_ns);
     let mut last_tick = Instant::now();
@@ -417,8 +482,7 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
                 while conn.tx.parked > 0 && budget > 0 {
                     conn.tx.parked -= 1;
                     budget -= 1;
-                    conn.tx
-                        .send(Request::Take, Kind::Take, now, 0, false, &mut sh.dirty);
+                    conn.tx.send_take(true, now, &mut sh.dirty);
                 }
             }
         }
@@ -428,17 +492,22 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
             flush(&mut conns[idx])?;
         }
 
-        let timeout = match interval_ns {
-            Some(interval) => {
+        let until_end = Duration::from_nanos(sh.end_ns.saturating_sub(now));
+        let timeout = match (interval_ns, &timer) {
+            (Some(interval), Some(timer)) => {
                 let due = (next_due_k as f64 * interval) as u64;
                 let wait = Duration::from_nanos(due.saturating_sub(sh.now()));
-                if wait > SPIN_THRESHOLD {
-                    (wait - Duration::from_millis(1)).min(TICK)
-                } else {
+                if wait <= SPIN_THRESHOLD {
                     Duration::ZERO
+                } else {
+                    if armed_for != due {
+                        timer.arm_in(wait).context("arming the send timer")?;
+                        armed_for = due;
+                    }
+                    TICK.min(until_end)
                 }
             }
-            None => TICK.min(Duration::from_nanos(sh.end_ns.saturating_sub(now))),
+            _ => TICK.min(until_end),
         };
         match poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
@@ -446,6 +515,12 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
             Err(e) => return Err(e).context("polling"),
         }
         for ev in events.iter() {
+            if ev.token() == TIMER_TOKEN {
+                if let Some(t) = &timer {
+                    t.clear();
+                }
+                continue;
+            }
             let idx = ev.token().0;
             let conn = &mut conns[idx];
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -580,6 +655,9 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
             }
         }
         Reply::Task { id, data } => {
+            if p.wait {
+                tx.waiting = false;
+            }
             let (origin, ours) = match payload::read(sh.run, data) {
                 Some(stamp) => (stamp.origin_ns, true),
                 None => {
@@ -595,6 +673,13 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
                 ours,
                 &mut sh.dirty,
             );
+            // A message was there, so more may be: one parked slot tries again without
+            // waiting. One per delivery ramps every slot up within `depth` messages when there
+            // is a backlog, and costs one empty take per message when there is none.
+            if tx.blocking && tx.parked > 0 {
+                tx.parked -= 1;
+                tx.send_take(false, now, &mut sh.dirty);
+            }
         }
         Reply::NoTask if sh.null_mode => match sh.virtual_ready.pop_front() {
             Some(origin) => tx.send(
@@ -611,7 +696,14 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
             if measuring {
                 sh.empty_takes += 1;
             }
-            tx.send(Request::Take, Kind::Take, now, 0, false, &mut sh.dirty);
+            if p.wait || !tx.blocking {
+                // A waiting take timed out: wait again.
+                tx.waiting = false;
+                tx.want_take(now, &mut sh.dirty);
+            } else {
+                // Nothing ready: park until the pipeline drains, then one slot waits.
+                tx.parked += 1;
+            }
         }
         Reply::Acked => {
             sh.acks_all += 1;
@@ -624,7 +716,7 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
                     sh.series.ack(now - sh.measure_start_ns);
                 }
             }
-            tx.send(Request::Take, Kind::Take, now, 0, false, &mut sh.dirty);
+            tx.want_take(now, &mut sh.dirty);
         }
         Reply::Error(msg) => {
             sh.error(now, p.kind, msg);
@@ -642,12 +734,18 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
                     if p.kind == Kind::Ack && p.ours {
                         sh.in_system = sh.in_system.saturating_sub(1);
                     }
-                    tx.send(Request::Take, Kind::Take, now, 0, false, &mut sh.dirty);
+                    if p.wait {
+                        tx.waiting = false;
+                    }
+                    tx.want_take(now, &mut sh.dirty);
                 }
             }
         }
     }
-    debug_assert!(tx.pending.len() <= sh.depth + 1 || tx.role == Role::Producer);
+    if tx.role == Role::Consumer {
+        tx.settle(now, &mut sh.dirty);
+        debug_assert_eq!(tx.pending.len() + tx.parked, sh.depth, "consumer slots");
+    }
 }
 
 /// Write what is buffered; a would-block leaves the rest for the writable event.
@@ -686,6 +784,63 @@ fn progress_bar(cfg: &RunConfig, total_ns: u64) -> ProgressBar {
     );
     pb.set_prefix(cfg.label.clone());
     pb
+}
+
+/// A one-shot timerfd on CLOCK_MONOTONIC (the clock `Instant` reads), polled like a socket:
+/// the open-loop schedule sleeps in epoll with microsecond precision.
+struct Timer {
+    fd: OwnedFd,
+}
+
+impl Timer {
+    fn new() -> io::Result<Timer> {
+        // SAFETY: timerfd_create has no memory preconditions; a non-negative result is a fresh
+        // descriptor that we own from here on.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned by timerfd_create and nothing else owns it.
+        Ok(Timer {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Fire once, `after` from now (at least 1 ns: zero would disarm it).
+    fn arm_in(&self, after: Duration) -> io::Result<()> {
+        let after = after.max(Duration::from_nanos(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: after.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: spec is a valid itimerspec; a null old_value is allowed.
+        let rc =
+            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Consume the expiry so the next one is a new readiness edge.
+    fn clear(&self) {
+        let mut ticks = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into an 8-byte buffer; EAGAIN is harmless.
+        unsafe {
+            libc::read(self.fd.as_raw_fd(), ticks.as_mut_ptr().cast(), ticks.len());
+        }
+    }
 }
 
 /// A value unique to this run, stamped into every payload and used to name its keys/tubes.

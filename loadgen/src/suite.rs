@@ -41,7 +41,7 @@ pub struct SuiteArgs {
     /// Pipelining depths.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16])]
     pub depths: Vec<usize>,
-    /// Open-loop rates as percentages of tarq's best closed-loop rate (empty: none).
+    /// Open-loop rates, as percentages of tarq's best closed-loop rate.
     #[arg(long, value_delimiter = ',', default_values_t = [25u32, 50, 75])]
     pub open_loop: Vec<u32>,
     /// Payload bytes per message.
@@ -490,7 +490,11 @@ fn render(
          Latencies, in microseconds: `e2e` put sent → ack answered, per message (from the \
          intended send time in open loop); `put` the put's round trip; `cycle` take → ack \
          answered, counted from the later of the take's send and the message's put (so a \
-         consumer's idle wait on an empty queue is not counted).\n"
+         consumer's idle wait on an empty queue is not counted).\n\n\
+         Durability as each target was started: tarq with its defaults (WAL mode `write`: every \
+         change written to the OS before the reply, like the reference's `wal_mode = 'write'`); \
+         Tarantool running the reference queue with its `init.lua` defaults; Redis with \
+         `--save '' --appendonly no` and beanstalkd without `-b` (both in memory only).\n"
     );
     let _ = writeln!(o, "## This run\n");
     let _ = writeln!(

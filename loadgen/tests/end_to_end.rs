@@ -170,21 +170,31 @@ fn open_loop_sends_on_schedule() {
 }
 
 #[test]
-fn closed_loop_against_redis() {
+fn closed_and_open_loop_against_redis() {
     if !peer_present(Target::Redis) {
         return;
     }
     let out = tempfile::tempdir().unwrap();
     run_and_check(&args(Target::Redis, out.path()), out.path());
+    // At a low open-loop rate the queue is mostly empty: consumers park behind one blocking
+    // take per connection, and every message must still come through.
+    let mut a = args(Target::Redis, out.path());
+    a.rate = Some(1_000.0);
+    run_and_check(&a, out.path());
 }
 
 #[test]
-fn closed_loop_against_beanstalkd() {
+fn closed_and_open_loop_against_beanstalkd() {
     if !peer_present(Target::Beanstalkd) {
         return;
     }
     let out = tempfile::tempdir().unwrap();
     run_and_check(&args(Target::Beanstalkd, out.path()), out.path());
+    // At a low open-loop rate the queue is mostly empty: consumers park behind one blocking
+    // take per connection, and every message must still come through.
+    let mut a = args(Target::Beanstalkd, out.path());
+    a.rate = Some(1_000.0);
+    run_and_check(&a, out.path());
 }
 
 #[test]

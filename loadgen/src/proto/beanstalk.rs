@@ -72,8 +72,9 @@ impl Driver for BeanstalkDriver {
                 out.extend_from_slice(data);
                 out.extend_from_slice(b"\r\n");
             }
-            Request::Take => {
-                let _ = write!(out, "reserve-with-timeout {}\r\n", self.timeout_s);
+            Request::Take { wait } => {
+                let timeout = if wait { self.timeout_s } else { 0 };
+                let _ = write!(out, "reserve-with-timeout {timeout}\r\n");
             }
             Request::Ack { id, .. } => {
                 let _ = write!(out, "delete {id}\r\n");
@@ -151,6 +152,10 @@ impl Driver for BeanstalkDriver {
     }
 
     fn ordered(&self) -> bool {
+        true
+    }
+
+    fn blocking_takes(&self) -> bool {
         true
     }
 }
@@ -238,11 +243,12 @@ mod tests {
         let mut d = driver();
         let mut out = Vec::new();
         d.encode(&mut out, Request::Put(b"a\r\nb"));
-        d.encode(&mut out, Request::Take);
+        d.encode(&mut out, Request::Take { wait: true });
+        d.encode(&mut out, Request::Take { wait: false });
         d.encode(&mut out, Request::Ack { id: 42, data: b"" });
         assert_eq!(
             out,
-            b"put 1024 0 60 4\r\na\r\nb\r\nreserve-with-timeout 1\r\ndelete 42\r\n"
+            &b"put 1024 0 60 4\r\na\r\nb\r\nreserve-with-timeout 1\r\nreserve-with-timeout 0\r\ndelete 42\r\n"[..]
         );
     }
 }

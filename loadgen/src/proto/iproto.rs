@@ -93,7 +93,8 @@ impl Driver for IprotoDriver {
                 write::bin(&mut self.scratch, data);
                 client::call(out, sync, "queue.put", &self.scratch);
             }
-            Request::Take => client::call(out, sync, "queue.take", &self.take_args),
+            // A parked take does not hold up the connection, so every take may wait.
+            Request::Take { .. } => client::call(out, sync, "queue.take", &self.take_args),
             Request::Ack { id, .. } => {
                 self.scratch.clear();
                 write::array_len(&mut self.scratch, 1);
@@ -165,6 +166,10 @@ impl Driver for IprotoDriver {
     }
 
     fn ordered(&self) -> bool {
+        false
+    }
+
+    fn blocking_takes(&self) -> bool {
         false
     }
 }
@@ -244,7 +249,7 @@ mod tests {
         let mut d = IprotoDriver::new(0.25);
         let mut out = Vec::new();
         let s1 = d.encode(&mut out, Request::Put(b"payload"));
-        let s2 = d.encode(&mut out, Request::Take);
+        let s2 = d.encode(&mut out, Request::Take { wait: true });
         let s3 = d.encode(
             &mut out,
             Request::Ack {

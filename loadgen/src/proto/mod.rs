@@ -34,8 +34,9 @@ pub enum Kind {
 pub enum Request<'a> {
     /// Enqueue a message with this payload.
     Put(&'a [u8]),
-    /// Take one message, waiting at most the driver's take timeout when none is ready.
-    Take,
+    /// Take one message. With `wait`, wait up to the driver's take timeout when none is ready;
+    /// without, answer at once (only drivers whose waiting take blocks the connection use that).
+    Take { wait: bool },
     /// Acknowledge a taken message: IPROTO and beanstalkd use the id, Redis the value itself.
     Ack { id: u64, data: &'a [u8] },
 }
@@ -97,6 +98,12 @@ pub trait Driver {
     /// True when replies come back in request order (RESP, beanstalkd), false when they are
     /// matched by sync (IPROTO).
     fn ordered(&self) -> bool;
+
+    /// True when a waiting take holds up every later request on its connection (Redis's
+    /// `BLMOVE`, beanstalkd's `reserve-with-timeout`): the runner then keeps at most one such
+    /// take in flight per connection, and only at the tail of its pipeline. IPROTO's parked
+    /// take does not block the connection.
+    fn blocking_takes(&self) -> bool;
 }
 
 /// Short printable excerpt of raw bytes for error messages.

@@ -1,6 +1,7 @@
 //! Redis (RESP2) driver for the reliable-queue pattern: `LPUSH queue v` to put,
 //! `BLMOVE queue processing RIGHT LEFT timeout` to take (the value moves atomically into a
-//! processing list, so a crashed consumer loses nothing), `LREM processing 1 v` to ack.
+//! processing list, so a crashed consumer loses nothing; `LMOVE` when the take must not block),
+//! `LREM processing 1 v` to ack.
 //! Replies come back in request order. The RESP value parser here is a small, bounded one:
 //! only what those three commands can answer.
 
@@ -172,7 +173,7 @@ impl Driver for RedisDriver {
     fn encode(&mut self, out: &mut Vec<u8>, req: Request<'_>) -> u64 {
         match req {
             Request::Put(v) => write_command(out, &[b"LPUSH", &self.queue, v]),
-            Request::Take => write_command(
+            Request::Take { wait: true } => write_command(
                 out,
                 &[
                     b"BLMOVE",
@@ -182,6 +183,10 @@ impl Driver for RedisDriver {
                     b"LEFT",
                     &self.timeout,
                 ],
+            ),
+            Request::Take { wait: false } => write_command(
+                out,
+                &[b"LMOVE", &self.queue, &self.processing, b"RIGHT", b"LEFT"],
             ),
             Request::Ack { data, .. } => {
                 write_command(out, &[b"LREM", &self.processing, b"1", data])
@@ -218,6 +223,10 @@ impl Driver for RedisDriver {
     }
 
     fn ordered(&self) -> bool {
+        true
+    }
+
+    fn blocking_takes(&self) -> bool {
         true
     }
 }
@@ -293,13 +302,20 @@ mod tests {
         assert_eq!(out, b"*3\r\n$5\r\nLPUSH\r\n$1\r\nq\r\n$4\r\na\r\nb\r\n");
         let mut d = RedisDriver::new(1, 0.1);
         let mut out = Vec::new();
-        d.encode(&mut out, Request::Take);
-        let (v, _) = parse(&out).unwrap().unwrap();
+        d.encode(&mut out, Request::Take { wait: true });
+        let (v, used) = parse(&out).unwrap().unwrap();
         let Value::Array(items) = v else {
             panic!("not an array")
         };
         assert_eq!(items[0], Value::Bulk(b"BLMOVE"));
         assert_eq!(items[5], Value::Bulk(b"0.1"));
+        d.encode(&mut out, Request::Take { wait: false });
+        let (v, _) = parse(&out[used..]).unwrap().unwrap();
+        let Value::Array(items) = v else {
+            panic!("not an array")
+        };
+        assert_eq!(items.len(), 5);
+        assert_eq!(items[0], Value::Bulk(b"LMOVE"));
     }
 
     #[test]

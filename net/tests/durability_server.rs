@@ -1,0 +1,114 @@
+//! The server over a disk that fills up (the fault-injecting `MemStorage` behind the real WAL):
+//! the put being written when the disk filled waits, later puts/acks/releases get "WAL write
+//! failed: No space left on device", takes and stats go on, and once there is room again the
+//! held put is answered and changes are accepted, without a restart.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::{field, id_of, Client, WAIT};
+use rmpv::Value;
+use tarq_net::config::Config;
+use tarq_net::server::Server;
+use tarq_net::wal::{Crash, MemStorage, Wal, WalConfig, WalJournal, WalMode};
+
+const ER_PROC_LUA: u32 = 32;
+
+fn start(
+    storage: &MemStorage,
+) -> (
+    std::net::SocketAddr,
+    tarq_net::server::ServerHandle,
+    std::thread::JoinHandle<std::io::Result<()>>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let wal_cfg = WalConfig {
+        mode: WalMode::Write,
+        ..WalConfig::default()
+    };
+    let (wal, queue, _) = Wal::open(Arc::new(storage.clone()), wal_cfg.clone()).expect("open");
+    let cfg = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().join("data"),
+        wal: wal_cfg,
+        ..Config::default()
+    };
+    let mut server =
+        Server::with_journal(cfg, Box::new(WalJournal::new(wal, queue))).expect("bind");
+    let addr = server.local_addr().unwrap();
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || {
+        let _dir = dir;
+        server.run()
+    });
+    (addr, handle, thread)
+}
+
+#[test]
+fn a_full_disk_refuses_changes_serves_takes_and_recovers_by_itself() {
+    let storage = MemStorage::new();
+    let (addr, handle, thread) = start(&storage);
+    let mut a = Client::connect(addr);
+    let mut b = Client::connect(addr);
+    let first = id_of(&a.call("queue.put", &[Value::from("first")]).one());
+    let second = id_of(&a.call("queue.put", &[Value::from("second")]).one());
+
+    storage.set_space_left(Some(0));
+    // This put is executed, but its turn cannot be written: its reply waits.
+    let writes = storage.writes();
+    let held_sync = b.send_call("queue.put", &[Value::from("held")]);
+    // Wait for the failed write of that turn, so the next call is in a later turn.
+    let deadline = Instant::now() + WAIT;
+    while storage.writes() == writes {
+        assert!(Instant::now() < deadline, "the held put's turn is written");
+        std::thread::yield_now();
+    }
+    // Changes after the failure are refused at once, with the reason.
+    let msg = a
+        .call("queue.put", &[Value::from("refused")])
+        .err(ER_PROC_LUA);
+    assert_eq!(msg, "WAL write failed: No space left on device");
+    // Takes of existing tasks and stats keep working.
+    let t = a.call("queue.take", &[]).one();
+    assert_eq!(id_of(&t), first);
+    let stats = a.call("queue.stats", &[]).one();
+    assert!(field(&stats, "total").as_u64().unwrap() >= 2, "{stats}");
+    let ack = a.call("queue.ack", &[Value::from(first)]);
+    assert_eq!(
+        ack.err(ER_PROC_LUA),
+        "WAL write failed: No space left on device"
+    );
+
+    // Room again: the retry writes the held turn, its reply arrives, changes are accepted.
+    storage.set_space_left(None);
+    let r = b.recv();
+    assert_eq!(r.sync, held_sync);
+    let held = id_of(&r.one());
+    let ack = a.call("queue.ack", &[Value::from(first)]).one();
+    assert_eq!(id_of(&ack), first);
+
+    handle.shutdown();
+    thread.join().unwrap().expect("clean stop");
+    storage.crash(Crash::Process);
+    let (_wal, q, _) = Wal::open(Arc::new(storage.clone()), WalConfig::default()).unwrap();
+    assert!(
+        q.get(first).is_none(),
+        "the ack made after the disk recovered stays"
+    );
+    assert!(
+        q.get(second).is_some() && q.get(held).is_some(),
+        "nothing acknowledged was lost"
+    );
+    assert!(
+        q.iter().all(|t| t.data != rmp_str("refused")),
+        "refused puts never happened"
+    );
+}
+
+fn rmp_str(s: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    rmpv::encode::write_value(&mut v, &Value::from(s)).unwrap();
+    v
+}
