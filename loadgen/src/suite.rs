@@ -161,6 +161,19 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         &format!("{}-{commit}", started.format("%Y-%m-%d")),
     )?;
     eprintln!("writing results to {}", dir.display());
+    if let Some(load) = report::loadavg()
+        .split_whitespace()
+        .next()
+        .and_then(|l| l.parse::<f64>().ok())
+    {
+        /// Above this 1-minute load average other work competes for the two pinned cores.
+        const BUSY_LOAD: f64 = 1.0;
+        if load > BUSY_LOAD {
+            eprintln!(
+                "warning: load average {load} before the suite; other work on the machine will depress the figures (say so with --note)"
+            );
+        }
+    }
     let mut record = SuiteRecord {
         commit,
         started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
