@@ -129,10 +129,16 @@ pub struct Summary {
     pub put_us: Percentiles,
     pub cycle_us: Percentiles,
     pub e2e_us: Percentiles,
+    /// Open loop only: how late puts left after their intended send time (the loadgen's own
+    /// delay; a large value means the loadgen could not keep the schedule).
+    pub send_lag_us: Option<Percentiles>,
     /// Fraction of a core the loadgen used: near 1.0 means it may be the bottleneck.
     pub loadgen_cpu: f64,
     /// Fraction of a core the spawned target used.
     pub target_cpu: Option<f64>,
+    /// Cores' worth of CPU every other process on the machine used during the window (known
+    /// when the target's is): other work that disturbed the run.
+    pub other_cpu: Option<f64>,
     pub series: Vec<SeriesPoint>,
     pub spectra: Spectra,
 }
@@ -146,6 +152,7 @@ impl Summary {
         o: &Outcome,
     ) -> Summary {
         machine.loadavg_after = loadavg();
+        let open_loop = config.rate.is_some();
         Summary {
             label,
             config,
@@ -163,8 +170,13 @@ impl Summary {
             put_us: o.put.percentiles(),
             cycle_us: o.cycle.percentiles(),
             e2e_us: o.e2e.percentiles(),
+            send_lag_us: open_loop.then(|| o.send_lag.percentiles()),
             loadgen_cpu: o.loadgen_cpu,
             target_cpu: o.target_cpu,
+            other_cpu: match (o.machine_cpu, o.target_cpu) {
+                (Some(m), Some(t)) => Some((m - t - o.loadgen_cpu).max(0.0)),
+                _ => None,
+            },
             series: o.series.points(),
             spectra: Spectra {
                 put: o.put.spectrum(),
@@ -212,11 +224,15 @@ impl Summary {
             "  {:<14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
             "latency (µs)", "p50", "p90", "p99", "p99.9", "max", "count"
         );
-        for (name, p) in [
+        let mut rows = vec![
             ("put", &self.put_us),
             ("take→ack", &self.cycle_us),
             ("put→ack", &self.e2e_us),
-        ] {
+        ];
+        if let Some(lag) = &self.send_lag_us {
+            rows.push(("send lag", lag));
+        }
+        for (name, p) in rows {
             let _ = writeln!(
                 out,
                 "  {name:<14}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>12}",
@@ -227,9 +243,13 @@ impl Summary {
             .target_cpu
             .map(|t| format!("{:.0}%", t * 100.0))
             .unwrap_or_else(|| "n/a".into());
+        let others = self
+            .other_cpu
+            .map(|t| format!(", other processes {:.0}%", t * 100.0))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  CPU: loadgen {:.0}% of a core, target {target_cpu}; load average {} → {}",
+            "  CPU: loadgen {:.0}% of a core, target {target_cpu}{others}; load average {} → {}",
             self.loadgen_cpu * 100.0,
             first_field(&self.machine.loadavg_before),
             first_field(&self.machine.loadavg_after)

@@ -45,10 +45,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const TICK: Duration = Duration::from_millis(100);
 /// In open loop the thread sleeps until the next send on a timerfd (epoll's own timeout has
 /// millisecond granularity: puts would go out late and the delay would count as the target's
-/// latency). Closer than this it polls without blocking instead: re-arming the timer would cost
-/// more than the wait. Spinning longer is no cure: on a shared core a thread that never sleeps
-/// loses the scheduler's favour and then runs late by whole time slices.
-const SPIN_THRESHOLD: Duration = Duration::from_micros(20);
+/// latency), but wakes at most once per this quantum and sends everything due as one batch:
+/// at high rates a wake-up and a write per message would make the loadgen the bottleneck. A
+/// put can thus leave up to this much after its intended time, which its latency includes.
+/// It never spins: on a shared core a thread that never sleeps loses the scheduler's favour
+/// and then runs late by whole time slices.
+const SEND_QUANTUM: Duration = Duration::from_micros(50);
 /// The poll token of the open-loop timer; connections use their index.
 const TIMER_TOKEN: Token = Token(usize::MAX);
 /// A run stops early when errors pass this count and outnumber successes: the target is
@@ -74,6 +76,10 @@ pub struct RunConfig {
     /// Null target: the server answers every call with an empty result, so the loadgen keeps
     /// the queue itself (a put's reply makes a message available to a take).
     pub null_mode: bool,
+    /// Busy-poll instead of sleeping in `poll`: no wake-up delay on the loadgen's side, so
+    /// send times and latencies are exact, at the price of a whole core (use it pinned to a
+    /// core of its own on a quiet machine; its CPU share then reads 100%).
+    pub spin: bool,
     /// Draw a progress bar on stderr (hidden anyway when stderr is not a terminal).
     pub progress: bool,
     /// Shown next to the progress bar.
@@ -96,6 +102,9 @@ pub struct Outcome {
     pub put: Latency,
     pub cycle: Latency,
     pub e2e: Latency,
+    /// Open loop: how late each put left after its intended time (the loadgen's own delay,
+    /// already included in the put and e2e latencies).
+    pub send_lag: Latency,
     pub puts: u64,
     pub acks: u64,
     pub errors: u64,
@@ -110,6 +119,9 @@ pub struct Outcome {
     pub loadgen_cpu: f64,
     /// The same for the target process, when known.
     pub target_cpu: Option<f64>,
+    /// CPU the whole machine used over the window, in cores (all processes, from /proc/stat):
+    /// what is left after the loadgen and the target is other work disturbing the run.
+    pub machine_cpu: Option<f64>,
 }
 
 impl Outcome {
@@ -268,6 +280,7 @@ struct Shared {
     put: Latency,
     cycle: Latency,
     e2e: Latency,
+    send_lag: Latency,
     puts: u64,
     acks: u64,
     acks_all: u64,
@@ -298,7 +311,10 @@ impl Shared {
         }
     }
 
-    fn send_put<D: Driver>(&mut self, tx: &mut Tx<D>, origin_ns: u64) {
+    fn send_put<D: Driver>(&mut self, tx: &mut Tx<D>, origin_ns: u64, now: u64) {
+        if self.open_loop && self.measuring(now) {
+            self.send_lag.record_ns(now.saturating_sub(origin_ns));
+        }
         let seq = self.seq;
         self.seq += 1;
         let data = self.payload.write(seq, origin_ns);
@@ -392,6 +408,7 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
         put: Latency::new(),
         cycle: Latency::new(),
         e2e: Latency::new(),
+        send_lag: Latency::new(),
         puts: 0,
         acks: 0,
         acks_all: 0,
@@ -415,7 +432,12 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
     }
 
     let timer = match cfg.rate {
-        Some(_) => {
+        Some(_) if !cfg.spin => {
+            // Timer wake-ups may otherwise be deferred by the default 50 µs slack.
+            // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
+            unsafe {
+                libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+            }
             let t = Timer::new().context("creating the send timer")?;
             poll.registry()
                 .register(
@@ -426,14 +448,14 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
                 .context("registering the send timer")?;
             Some(t)
         }
-        None => None,
+        _ => None,
     };
     let mut armed_for = u64::MAX;
 
     let progress = progress_bar(cfg, total_ns);
     let mut last_tick = Instant::now();
     let mut last_acks = 0u64;
-    let mut cpu_at_start: Option<(f64, Option<f64>)> = None;
+    let mut cpu_at_start: Option<(f64, Option<f64>, Option<f64>)> = None;
     let mut events = Events::with_capacity(EVENTS_CAPACITY);
 
     loop {
@@ -445,31 +467,40 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
             cpu_at_start = Some((
                 cpu_seconds("self").unwrap_or(0.0),
                 cfg.target_pid.and_then(|pid| cpu_seconds(&pid.to_string())),
+                machine_cpu_seconds(),
             ));
         }
 
-        // Open loop: issue every put that has fallen due.
+        // Open loop: issue every put that has fallen due, as one batch on as few producers as
+        // possible (one write each), starting with a different producer every batch.
         if let Some(interval) = interval_ns {
+            let mut p = 0;
             loop {
                 let due = (next_due_k as f64 * interval) as u64;
                 if due > now {
                     break;
                 }
                 next_due_k += 1;
-                let conn = &mut conns[rr_open % cfg.producers];
-                rr_open = rr_open.wrapping_add(1);
-                if conn.tx.pending.len() < cfg.depth {
-                    sh.send_put(&mut conn.tx, due);
+                while p < cfg.producers
+                    && conns[(rr_open + p) % cfg.producers].tx.pending.len() >= cfg.depth
+                {
+                    p += 1;
+                }
+                if p < cfg.producers {
+                    let conn = &mut conns[(rr_open + p) % cfg.producers];
+                    sh.send_put(&mut conn.tx, due, now);
                 } else {
-                    conn.tx.backlog.push_back(due);
+                    // Every pipeline is full: the put waits for a reply, already late.
+                    conns[rr_open % cfg.producers].tx.backlog.push_back(due);
                 }
             }
+            rr_open = rr_open.wrapping_add(1);
         } else {
             // Closed loop: top every producer up, rotating who goes first.
             for k in 0..cfg.producers {
                 let conn = &mut conns[(rr_closed + k) % cfg.producers];
                 while conn.tx.pending.len() < cfg.depth && sh.in_system < sh.window {
-                    sh.send_put(&mut conn.tx, now);
+                    sh.send_put(&mut conn.tx, now, now);
                 }
             }
             rr_closed = rr_closed.wrapping_add(1);
@@ -494,18 +525,16 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
 
         let until_end = Duration::from_nanos(sh.end_ns.saturating_sub(now));
         let timeout = match (interval_ns, &timer) {
+            _ if cfg.spin => Duration::ZERO,
             (Some(interval), Some(timer)) => {
                 let due = (next_due_k as f64 * interval) as u64;
-                let wait = Duration::from_nanos(due.saturating_sub(sh.now()));
-                if wait <= SPIN_THRESHOLD {
-                    Duration::ZERO
-                } else {
-                    if armed_for != due {
-                        timer.arm_in(wait).context("arming the send timer")?;
-                        armed_for = due;
-                    }
-                    TICK.min(until_end)
+                let wake = due.max(now + SEND_QUANTUM.as_nanos() as u64);
+                if armed_for != wake {
+                    let wait = Duration::from_nanos(wake.saturating_sub(sh.now()));
+                    timer.arm_in(wait).context("arming the send timer")?;
+                    armed_for = wake;
                 }
+                TICK.min(until_end)
             }
             _ => TICK.min(until_end),
         };
@@ -551,7 +580,7 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
     }
     progress.finish_and_clear();
 
-    let (cpu0, target0) = cpu_at_start.unwrap_or((0.0, None));
+    let (cpu0, target0, machine0) = cpu_at_start.unwrap_or((0.0, None, None));
     let measured = Duration::from_nanos(sh.end_ns - sh.measure_start_ns);
     let secs = measured.as_secs_f64();
     let loadgen_cpu = (cpu_seconds("self").unwrap_or(0.0) - cpu0) / secs;
@@ -559,10 +588,15 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
         (Some(pid), Some(t0)) => cpu_seconds(&pid.to_string()).map(|t| (t - t0) / secs),
         _ => None,
     };
+    let machine_cpu = match (machine0, machine_cpu_seconds()) {
+        (Some(a), Some(b)) => Some((b - a) / secs),
+        _ => None,
+    };
     Ok(Outcome {
         put: sh.put,
         cycle: sh.cycle,
         e2e: sh.e2e,
+        send_lag: sh.send_lag,
         puts: sh.puts,
         acks: sh.acks,
         errors: sh.errors,
@@ -573,6 +607,7 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
         series: sh.series,
         loadgen_cpu,
         target_cpu,
+        machine_cpu,
     })
 }
 
@@ -650,7 +685,7 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
             }
             if sh.open_loop {
                 if let Some(due) = tx.backlog.pop_front() {
-                    sh.send_put(tx, due);
+                    sh.send_put(tx, due, now);
                 }
             }
         }
@@ -726,7 +761,7 @@ fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply
                     sh.in_system = sh.in_system.saturating_sub(1);
                     if sh.open_loop {
                         if let Some(due) = tx.backlog.pop_front() {
-                            sh.send_put(tx, due);
+                            sh.send_put(tx, due, now);
                         }
                     }
                 }
@@ -850,6 +885,21 @@ fn run_nonce() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     t ^ (u64::from(std::process::id()) << 40)
+}
+
+/// Busy CPU time of the whole machine so far (every core, every process), in seconds.
+pub fn machine_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
+    let busy = f.get(..8)?.iter().sum::<f64>() - f[3] - f[4];
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(busy / hz.max(1) as f64)
 }
 
 /// CPU time (user + system) consumed so far by `/proc/<pid>`, in seconds.

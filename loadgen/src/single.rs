@@ -78,6 +78,11 @@ pub struct RunArgs {
     /// tarq binary to spawn (default: target/release/tarq, built when missing).
     #[arg(long)]
     pub tarq_bin: Option<PathBuf>,
+    /// Busy-poll instead of sleeping between events: exact send times and latencies without
+    /// the loadgen's own wake-up delay, at the price of a whole core (its CPU then reads 100%).
+    /// For a loadgen pinned to a core of its own on a quiet machine.
+    #[arg(long)]
+    pub spin: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -108,6 +113,7 @@ impl RunArgs {
             hgrm: None,
             svg: None,
             tarq_bin: None,
+            spin: false,
             quiet: false,
             no_pin: false,
         }
@@ -153,6 +159,9 @@ impl RunArgs {
         }
         if let Some(w) = self.window {
             s.push_str(&format!(" --window {w}"));
+        }
+        if self.spin {
+            s.push_str(" --spin");
         }
         if self.no_pin {
             s.push_str(" --no-pin");
@@ -248,6 +257,7 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
         rate: args.rate,
         window: args.window(),
         null_mode: args.target == Target::Null,
+        spin: args.spin,
         progress: !args.quiet,
         label: args.label(),
         target_pid: spawned.as_ref().map(|s| s.pid()),

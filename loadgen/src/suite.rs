@@ -44,6 +44,12 @@ pub struct SuiteArgs {
     /// Open-loop rates, as percentages of tarq's best closed-loop rate.
     #[arg(long, value_delimiter = ',', default_values_t = [25u32, 50, 75])]
     pub open_loop: Vec<u32>,
+    /// Connection shape of the open-loop runs.
+    #[arg(long, default_value = "4x4")]
+    pub open_shape: String,
+    /// Pipelining depth of the open-loop runs.
+    #[arg(long, default_value_t = 16)]
+    pub open_depth: usize,
     /// Payload bytes per message.
     #[arg(long, default_value_t = 64)]
     pub payload: usize,
@@ -59,6 +65,10 @@ pub struct SuiteArgs {
     /// Pin neither the targets nor the loadgen.
     #[arg(long)]
     pub no_pin: bool,
+    /// Let the open-loop runs sleep between events instead of busy-polling (for a shared
+    /// machine: the loadgen's wake-up delay then adds to every latency).
+    #[arg(long)]
+    pub no_spin: bool,
     /// Only regenerate results/README.md and the charts from the newest (or this) results
     /// directory, without running anything.
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
@@ -197,6 +207,12 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         a.no_pin = args.no_pin;
         a
     };
+    let open_shape = parse_shape(&args.open_shape)?;
+    // The open-loop runs take fractions of tarq's rate at their own shape (every message sent
+    // on its own costs the loadgen more than a closed loop's batches, so a rate reached with
+    // many connections in closed loop says little about an open loop with few), or of its
+    // best rate when that shape is not in the matrix.
+    let mut tarq_at_open: Option<(f64, RunArgs)> = None;
     let mut tarq_best: Option<(f64, RunArgs)> = None;
     for &t in &targets {
         for &(p, c) in &shapes {
@@ -206,14 +222,19 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
                     if t == Target::Tarq && tarq_best.as_ref().is_none_or(|b| s.msgs_per_s > b.0) {
                         tarq_best = Some((s.msgs_per_s, a.clone()));
                     }
+                    if t == Target::Tarq && (p, c) == open_shape && d == args.open_depth {
+                        tarq_at_open = Some((s.msgs_per_s, a.clone()));
+                    }
                 }
             }
         }
     }
-    if let Some((best, a)) = &tarq_best {
+    if let Some((best, a)) = tarq_at_open.as_ref().or(tarq_best.as_ref()) {
         for &pct in &args.open_loop {
             let mut open = a.clone();
             open.rate = Some((best * f64::from(pct) / 100.0).round().max(1.0));
+            // Latency is what open loop measures: no wake-up delay of the loadgen's own in it.
+            open.spin = !args.no_spin;
             one(&dir, &open, Some(pct), &mut record)?;
         }
     } else if !args.open_loop.is_empty() {
@@ -427,7 +448,8 @@ fn draw(dir: &Path, l: &Loaded) -> Result<Vec<(String, String)>> {
     if !open.is_empty() {
         let name = "latency-open-loop.svg".to_string();
         let title =
-            "tarq open loop: put→ack latency by percentile at fractions of its maximum".to_string();
+            "tarq open loop: put→ack latency by percentile at fractions of its closed-loop rate"
+                .to_string();
         plot::latency(
             &dir.join(&name),
             &title,
@@ -642,10 +664,13 @@ fn render(
     if let Some((e, s)) = l.open().into_iter().find(|(e, _)| e.rate_pct == Some(50)) {
         let _ = writeln!(
             o,
-            "| put→ack p99 ≤ {} µs at 50% of tarq's maximum | {:.0} µs at {} msgs/s | {} |",
+            "| put→ack p99 ≤ {} µs at 50% of tarq's maximum | {:.0} µs at {} msgs/s ({}+{}, depth {}) | {} |",
             GOAL_P99_US_AT_HALF,
             s.e2e_us.p99,
             thousands(e.rate.unwrap_or(0.0)),
+            e.producers,
+            e.consumers,
+            e.depth,
             met(s.e2e_us.p99 <= GOAL_P99_US_AT_HALF)
         );
     }
@@ -657,17 +682,28 @@ fn render(
         let _ = writeln!(o, "## tarq open loop\n");
         let _ = writeln!(
             o,
-            "Messages sent on a fixed schedule; every latency counts from the intended send time, \
-             so a stall shows in full (no coordinated omission).\n"
+            "Messages sent on a fixed schedule at a fraction of tarq's closed-loop rate at the same \
+             shape; every latency counts from the intended send time, so a stall shows in full \
+             (no coordinated omission). {}`send lag` is how late puts left after their intended \
+             time (the loadgen's share of the latency).\n",
+            if open.iter().all(|(e, _)| e.command.contains(" --spin")) {
+                "The loadgen busy-polls here (`--spin`), so its own wake-up delay is not in the \
+                 figures. "
+            } else {
+                "The loadgen slept between events here, so its own wake-up delay is in the figures. "
+            }
         );
         let _ = writeln!(
             o,
-            "| rate | of max | achieved msgs/s | put→ack p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| connections | depth | rate | of max | achieved msgs/s | put→ack p50 | p90 | p99 | p99.9 | max | send lag p99 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for (e, s) in &open {
             let _ = writeln!(
                 o,
-                "| {} | {}% | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                "| {}+{} | {} | {} | {}% | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+                e.producers,
+                e.consumers,
+                e.depth,
                 thousands(e.rate.unwrap_or(0.0)),
                 e.rate_pct.unwrap_or(0),
                 thousands(s.msgs_per_s),
@@ -675,7 +711,10 @@ fn render(
                 s.e2e_us.p90,
                 s.e2e_us.p99,
                 s.e2e_us.p999,
-                s.e2e_us.max
+                s.e2e_us.max,
+                s.send_lag_us
+                    .map(|l| format!("{:.1}", l.p99))
+                    .unwrap_or_else(|| "–".into())
             );
         }
         let _ = writeln!(o);
@@ -685,14 +724,14 @@ fn render(
     let _ = writeln!(o, "## Every run\n");
     let _ = writeln!(
         o,
-        "| run | msgs/s | errors | put p50 / p99 | cycle p50 / p99 | e2e p50 / p99 / p99.9 | loadgen CPU | target CPU |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| run | msgs/s | errors | put p50 / p99 | cycle p50 / p99 | e2e p50 / p99 / p99.9 | loadgen CPU | target CPU | other CPU |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (e, s) in &l.runs {
         match s {
             Some(s) => {
                 let _ = writeln!(
                     o,
-                    "| [{}]({rel}/{}.json) | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0}% | {} |",
+                    "| [{}]({rel}/{}.json) | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0}% | {} | {} |",
                     e.label,
                     e.label,
                     thousands(s.msgs_per_s),
@@ -705,15 +744,14 @@ fn render(
                     s.e2e_us.p99,
                     s.e2e_us.p999,
                     s.loadgen_cpu * 100.0,
-                    s.target_cpu
-                        .map(|t| format!("{:.0}%", t * 100.0))
-                        .unwrap_or_else(|| "–".into())
+                    pct(s.target_cpu),
+                    pct(s.other_cpu)
                 );
             }
             None => {
                 let _ = writeln!(
                     o,
-                    "| {} | failed: {} | | | | | | |",
+                    "| {} | failed: {} | | | | | | | |",
                     e.label,
                     e.error
                         .as_deref()
@@ -727,7 +765,10 @@ fn render(
     let _ = writeln!(
         o,
         "\nCPU is the share of one core used over the measured window (from `/proc/<pid>/stat`): \
-         a loadgen near 100% may be the bottleneck; a target near 100% is saturated. Latencies in µs.\n"
+         a loadgen near 100% may be the bottleneck (except in `--spin` runs, which busy-poll); a \
+         target near 100% is saturated. Other CPU is what every other process on the machine \
+         used meanwhile (from `/proc/stat`): anything but a few percent means the run was \
+         disturbed. Latencies in µs.\n"
     );
 
     if !charts.is_empty() {
@@ -769,6 +810,11 @@ fn render(
         let _ = writeln!(o);
     }
     o
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map(|t| format!("{:.0}%", t * 100.0))
+        .unwrap_or_else(|| "–".into())
 }
 
 /// The 1, 5 and 15 minute load averages of a `/proc/loadavg` line.

@@ -81,6 +81,9 @@ fn check(s: &Summary, out: &Path) {
     );
     assert_eq!(s.e2e_us.count, s.cycle_us.count);
     assert_eq!(s.foreign_messages, 0);
+    // The loadgen's own send delay is measured exactly when there is a schedule to keep.
+    assert_eq!(s.send_lag_us.is_some(), s.config.rate.is_some());
+    assert!(s.target_cpu.is_some() && s.other_cpu.is_some(), "spawned: CPU is accounted");
     for p in [&s.put_us, &s.cycle_us, &s.e2e_us] {
         assert!(p.count > 0);
         assert!(
@@ -218,11 +221,14 @@ fn suite_writes_results_and_readme() {
         shapes: vec!["1x1".into()],
         depths: vec![1, 4],
         open_loop: vec![50],
+        open_shape: "1x1".into(),
+        open_depth: 4,
         payload: 32,
         out: Some(out.path().to_path_buf()),
         note: Some("test run".into()),
         tarq_bin: Some(tarq_bin()),
         no_pin: true,
+        no_spin: true,
         report_only: None,
     };
     suite::run(&sa).unwrap();
