@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the comparison matrix and regenerate results/README.md.
+    /// Run the comparison matrix and regenerate its section of results/README.md.
     Suite(suite::SuiteArgs),
 }
 

@@ -83,7 +83,10 @@ fn check(s: &Summary, out: &Path) {
     assert_eq!(s.foreign_messages, 0);
     // The loadgen's own send delay is measured exactly when there is a schedule to keep.
     assert_eq!(s.send_lag_us.is_some(), s.config.rate.is_some());
-    assert!(s.target_cpu.is_some() && s.other_cpu.is_some(), "spawned: CPU is accounted");
+    assert!(
+        s.target_cpu.is_some() && s.other_cpu.is_some(),
+        "spawned: CPU is accounted"
+    );
     for p in [&s.put_us, &s.cycle_us, &s.e2e_us] {
         assert!(p.count > 0);
         assert!(
