@@ -951,11 +951,19 @@ impl Server {
             self.holding.sort_unstable();
             self.holding.dedup();
         }
+        // Out of the list before any write: a close below may queue a reply to a connection
+        // further down (a task released to its parked take). That reply was appended after
+        // this turn's hold, so this pass cannot write it; unflagged, the connection goes into
+        // the next turn's list instead of waiting for its client's next request.
+        for &idx in &list {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.to_flush = false;
+            }
+        }
         for &idx in &list {
             let Some(c) = self.conns.get_mut(idx) else {
                 continue;
             };
-            c.to_flush = false;
             if let Some(closing) = c.closing {
                 if closing.flush && !c.out.has_holds() {
                     let _ = c.out.write_to(&mut c.stream);
@@ -1071,4 +1079,108 @@ fn pin_to(cpu: usize) -> io::Result<()> {
     }
     info!(cpu, "event loop pinned");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iproto::client;
+    use std::net::TcpStream as StdStream;
+    use tarq_engine::PutOptions;
+
+    /// Every wait here ends by then.
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn server() -> (Server, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("data"),
+            ..Config::default()
+        };
+        (Server::bind(cfg).unwrap(), dir)
+    }
+
+    /// Connects a client and has the server accept it; returns its slot and the client side.
+    fn connect(s: &mut Server) -> (usize, StdStream) {
+        let client = StdStream::connect(s.local_addr().unwrap()).unwrap();
+        let known: Vec<usize> = s.conns.iter().map(|(i, _)| i).collect();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            s.accept_all();
+            if let Some((i, _)) = s.conns.iter().find(|(i, _)| !known.contains(i)) {
+                return (i, client);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the connection was never accepted"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    /// Runs loop turns (no poll: nothing here waits for readiness) until `client` has received
+    /// `n` replies after the greeting; returns their syncs.
+    fn replies(s: &mut Server, client: &mut StdStream, n: usize) -> Vec<u64> {
+        client.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + WAIT;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut syncs = Vec::new();
+        let mut greeted = false;
+        while syncs.len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "only replies {syncs:?} arrived, {n} expected"
+            );
+            s.now = wall_clock();
+            s.turn();
+            match client.read(&mut chunk) {
+                Ok(0) => panic!("closed after replies {syncs:?}"),
+                Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("read failed: {e}"),
+            }
+            if !greeted && buf.len() >= greeting::GREETING_LEN {
+                buf.drain(..greeting::GREETING_LEN);
+                greeted = true;
+            }
+            while let (true, Ok(Some(f))) = (greeted, split_frame(&buf, usize::MAX)) {
+                syncs.push(client::decode(&buf[f.prefix..f.total()]).unwrap().sync);
+                buf.drain(..f.total());
+            }
+        }
+        syncs
+    }
+
+    /// Regression: a connection closed while the turn's replies were being written (over its
+    /// write backlog) handed its task to the parked take of a connection further down the same
+    /// flush list. That reply was appended after the turn's hold and the connection stayed
+    /// flagged as queued, so the reply sat unsent until the client happened to send again.
+    #[test]
+    fn a_reply_queued_by_a_close_during_the_flush_is_written() {
+        let (mut s, _dir) = server();
+        let (hog, _hog_client) = connect(&mut s); // never reads
+        let (waiter, mut waiter_client) = connect(&mut s);
+        s.now = wall_clock();
+        s.commit_and_flush(); // the greetings
+        s.queue
+            .put(s.now, Box::new([0xa1, b'x']), PutOptions::default());
+        // The hog takes the task; the waiter's take(10) parks.
+        s.call(hog, 1, calls::TAKE, &[0x90], false);
+        s.call(waiter, 7, calls::TAKE, &[0x91, 0x0a], false);
+        assert_eq!(s.parked.len(), 1);
+        // The hog is flushed first, with far more than its socket takes: over its backlog
+        // limit once that write returns. The waiter is flushed after it (a ping reply).
+        s.cfg.max_write_backlog = 1 << 20;
+        let junk = vec![0u8; 32 << 20];
+        out_of(&mut s.conns, &mut s.flush_list, hog).extend_from_slice(&junk);
+        s.execute(waiter, &[0x82, 0x00, 0x40, 0x01, 0x08]);
+        assert_eq!(s.flush_list, [hog, waiter]);
+        s.commit_and_flush();
+        assert!(!s.conns.contains(hog), "the hog was cut off");
+        let mut got = replies(&mut s, &mut waiter_client, 2);
+        got.sort_unstable();
+        assert_eq!(got, [7, 8], "the ping's reply and the woken take's");
+    }
 }
