@@ -282,6 +282,9 @@ impl Server {
                     Token(t) => {
                         let Some(idx) = self.slot_of(t) else { continue };
                         let c = &mut self.conns[idx];
+                        if ev.is_read_closed() || ev.is_error() {
+                            c.read_closed = true;
+                        }
                         if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !c.to_read
                         {
                             c.to_read = true;
@@ -522,6 +525,7 @@ impl Server {
             token,
             want_write: false,
             to_read: false,
+            read_closed: false,
             to_flush: false,
             closing: None,
         });
@@ -588,7 +592,9 @@ impl Server {
         if c.closing.is_some() {
             return;
         }
-        let outcome = c.rbuf.fill(&mut c.stream, cap, READ_BUDGET_BYTES);
+        let outcome = c
+            .rbuf
+            .fill(&mut c.stream, cap, READ_BUDGET_BYTES, c.read_closed);
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let rbuf = std::mem::take(&mut c.rbuf);
         let data = rbuf.data();
