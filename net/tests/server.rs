@@ -584,3 +584,65 @@ fn a_graceful_stop_writes_every_reply_to_a_slow_reader() {
     assert_eq!(replies.len(), 1001, "every reply written before the exit");
     assert_eq!(replies[1000].sync, 5000);
 }
+
+/// A frame around raw header and body bytes, whatever they hold.
+fn frame(header_and_body: &[u8]) -> Vec<u8> {
+    let mut out = vec![0xce];
+    out.extend_from_slice(&(header_and_body.len() as u32).to_be_bytes());
+    out.extend_from_slice(header_and_body);
+    out
+}
+
+#[test]
+fn a_bad_header_in_a_good_frame_gets_an_error_and_the_connection_stays() {
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    // (header and body bytes, the sync the error must carry, what the message names)
+    let mut deep_header = vec![0x83, 0x00, 0x40, 0x01, 0x0d, 0x0b];
+    deep_header.extend(std::iter::repeat_n(0x91, 100_000));
+    deep_header.push(0x01);
+    let cases: Vec<(Vec<u8>, u64, &str)> = vec![
+        // The header is an array, not a map: no sync can be read.
+        (vec![0x92, 0x00, 0x40], 0, "packet header"),
+        // A map without the request type.
+        (vec![0x81, 0x01, 0x0a], 10, "no request type"),
+        // A header key that is a string.
+        (vec![0x82, 0xa1, b'k', 0x00, 0x01, 0x0b], 0, "packet header"),
+        // The reserved byte 0xc1 as the sync.
+        (vec![0x82, 0x00, 0x40, 0x01, 0xc1], 0, "packet header"),
+        // A ping with bytes after its body.
+        (
+            vec![0x82, 0x00, 0x40, 0x01, 0x0c, 0x80, 0x01],
+            12,
+            "after the body",
+        ),
+        // An unknown header key whose value nests 100k deep.
+        (deep_header, 0, "nesting deeper than 128 levels"),
+    ];
+    for (bytes, sync, names) in cases {
+        c.send(&frame(&bytes));
+        let r = c.recv();
+        assert_eq!(r.sync, sync, "{r:?}");
+        let msg = r.err(ER_INVALID_MSGPACK);
+        assert!(msg.contains(names), "{msg:?} should name {names:?}");
+        assert_eq!(c.ping().code, 0, "the connection stays after {msg:?}");
+    }
+    // A function name that is not UTF-8, and the reserved byte inside the arguments.
+    let r = c.request(|o, sync| {
+        client::raw(
+            o,
+            types::CALL,
+            sync,
+            &[0x82, 0x22, 0xa2, 0xff, 0xfe, 0x21, 0x90],
+        )
+    });
+    assert!(r.err(ER_INVALID_MSGPACK).contains("UTF-8"), "{r:?}");
+    let r = c.request(|o, sync| client::call(o, sync, "queue.put", &[0x91, 0xc1]));
+    assert!(r.err(ER_INVALID_MSGPACK).contains("reserved byte"), "{r:?}");
+    let st = c.call("queue.stats", &[]).one();
+    assert_eq!(
+        field(&st, "total").as_u64(),
+        Some(0),
+        "nothing was put: {st}"
+    );
+}
