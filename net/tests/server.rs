@@ -646,3 +646,40 @@ fn a_bad_header_in_a_good_frame_gets_an_error_and_the_connection_stays() {
         "nothing was put: {st}"
     );
 }
+
+#[test]
+fn element_counts_are_bounded_and_a_task_at_the_bounds_comes_back() {
+    use tarq_net::iproto::mp::{MAX_DEPTH, MAX_ELEMENTS};
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    // A payload of `n` nils: with the args array and the payload array itself, `n + 2` values.
+    let put = |c: &mut Client, n: usize| {
+        let mut a = vec![0x91, 0xdd];
+        a.extend_from_slice(&(n as u32).to_be_bytes());
+        a.resize(a.len() + n, 0xc0);
+        c.request(|o, sync| client::call(o, sync, "queue.put", &a))
+    };
+    let r = put(&mut c, MAX_ELEMENTS);
+    assert!(
+        r.err(ER_INVALID_MSGPACK)
+            .contains(&format!("more than {MAX_ELEMENTS} elements")),
+        "{r:?}"
+    );
+    // Just under the bound is a task like any other, and its reply (the payload wrapped in the
+    // task map and the body) decodes.
+    let t = put(&mut c, MAX_ELEMENTS - 2).one();
+    assert_eq!(
+        field(&t, "data").as_array().map(Vec::len),
+        Some(MAX_ELEMENTS - 2)
+    );
+    // The same at the depth bound: the args array and 127 more levels.
+    let mut a = vec![0x91; MAX_DEPTH];
+    a.push(0x01);
+    let t = c
+        .request(|o, sync| client::call(o, sync, "queue.put", &a))
+        .one();
+    let taken = c.call("queue.take", &[]).one();
+    assert_eq!(id_of(&taken), id_of(&t) - 1);
+    let st = c.call("queue.stats", &[]).one();
+    assert_eq!(field(&st, "total").as_u64(), Some(2), "{st}");
+}

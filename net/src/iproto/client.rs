@@ -2,7 +2,9 @@
 //! ([`greeting::parse`](super::greeting::parse)), encode requests (CALL/CALL_16 with raw
 //! MessagePack args, PING, AUTH, ID, SELECT, EVAL, or any type with a raw body), split replies
 //! with [`split_frame`](super::split_frame) and decode them into a [`Response`] that borrows the
-//! raw DATA bytes or the error message.
+//! raw DATA bytes or the error message. Reply values are bounded by the reply limits of
+//! [`mp`](super::mp), which leave room for the task map and body around a payload the server
+//! accepted at the request limits.
 //!
 //! Requests are framed like net.box's: `0xce` + u32 length, header `{0x00: type, 0x01: sync}`.
 
@@ -163,7 +165,7 @@ pub fn decode(frame: &[u8]) -> Result<Response<'_>, ResponseError> {
             keys::SYNC => sync = r.read_uint()?,
             keys::SCHEMA_VERSION => schema_version = Some(r.read_uint()?),
             _ => {
-                r.skip_value()?;
+                r.skip_reply_value()?;
             }
         }
     }
@@ -185,11 +187,11 @@ pub fn decode(frame: &[u8]) -> Result<Response<'_>, ResponseError> {
     if !r.is_empty() {
         for _ in 0..r.read_map_len()? {
             match r.read_uint()? {
-                keys::DATA => resp.data = Some(r.skip_value()?),
+                keys::DATA => resp.data = Some(r.skip_reply_value()?),
                 keys::ERROR_24 => resp.error = Some(r.read_str()?),
-                keys::ERROR => resp.error_stack = Some(r.skip_value()?),
+                keys::ERROR => resp.error_stack = Some(r.skip_reply_value()?),
                 _ => {
-                    r.skip_value()?;
+                    r.skip_reply_value()?;
                 }
             }
         }
@@ -219,7 +221,7 @@ pub fn task_id(data: &[u8]) -> Result<Option<u64>, MpError> {
         if is_id {
             return r.read_uint().map(Some);
         }
-        r.skip_value()?;
+        r.skip_reply_value()?;
     }
     Ok(None)
 }
@@ -254,9 +256,9 @@ pub fn task(data: &[u8]) -> Result<Option<TaskFields<'_>>, MpError> {
     for _ in 0..r.read_map_len()? {
         match r.read_str_bytes()? {
             b"id" => fields.id = Some(r.read_uint()?),
-            b"data" => fields.data = Some(r.skip_value()?),
+            b"data" => fields.data = Some(r.skip_reply_value()?),
             _ => {
-                r.skip_value()?;
+                r.skip_reply_value()?;
             }
         }
     }

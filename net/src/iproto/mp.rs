@@ -4,7 +4,8 @@
 //!
 //! Nothing here allocates while reading: every string or value read borrows from the input.
 //! The skipper never recurses, so no input — however deeply nested — can overflow the stack;
-//! its depth and element count are bounded by [`MAX_DEPTH`] and [`MAX_ELEMENTS`].
+//! its depth and element count are bounded by [`MAX_DEPTH`] and [`MAX_ELEMENTS`] (requests), or
+//! by [`REPLY_MAX_DEPTH`] and [`REPLY_MAX_ELEMENTS`] (replies, which wrap what was accepted).
 
 use rmp::decode::bytes::BytesReadError;
 use rmp::decode::{self, Bytes, NumValueReadError, ValueReadError};
@@ -19,6 +20,20 @@ pub const MAX_DEPTH: usize = 128;
 /// payload is a message, not a database: a million elements is far beyond any real one, and the
 /// cap bounds the decode work a single frame can cost the loop to a few milliseconds.
 pub const MAX_ELEMENTS: usize = 1 << 20;
+
+/// Levels a reply adds around a value the server accepted: the body map, the DATA array,
+/// CALL_16's tuple and the task map. A payload at [`MAX_DEPTH`] must come back decodable.
+pub const REPLY_WRAP_DEPTH: usize = 4;
+
+/// Values a reply adds around an accepted payload: those four containers, the task's other keys
+/// and values (id, status, runat, pri, ttl, ttr: 12) and the `data` key; 32 covers them.
+pub const REPLY_WRAP_ELEMENTS: usize = 32;
+
+/// Deepest nesting a client accepts in a reply.
+pub const REPLY_MAX_DEPTH: usize = MAX_DEPTH + REPLY_WRAP_DEPTH;
+
+/// Most values a client accepts in one reply value.
+pub const REPLY_MAX_ELEMENTS: usize = MAX_ELEMENTS + REPLY_WRAP_ELEMENTS;
 
 /// Why a MessagePack value could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,10 +52,10 @@ pub enum MpError {
     Utf8(usize),
     #[error("reserved byte 0xc1 at byte {0}")]
     Reserved(usize),
-    #[error("nesting deeper than {MAX_DEPTH} levels at byte {0}")]
-    TooDeep(usize),
-    #[error("more than {MAX_ELEMENTS} elements in one value at byte {0}")]
-    TooManyElements(usize),
+    #[error("nesting deeper than {limit} levels at byte {at}")]
+    TooDeep { at: usize, limit: usize },
+    #[error("more than {limit} elements in one value at byte {at}")]
+    TooManyElements { at: usize, limit: usize },
 }
 
 /// A short name of the MessagePack family a marker belongs to, for error messages.
@@ -217,16 +232,33 @@ impl<'a> Reader<'a> {
     /// Iterative: a fixed stack of "children still to read" counters, one per open container,
     /// bounded by [`MAX_DEPTH`]; the total number of values by [`MAX_ELEMENTS`].
     pub fn skip_value(&mut self) -> Result<&'a [u8], MpError> {
+        self.skip_value_within::<MAX_DEPTH>(MAX_ELEMENTS)
+    }
+
+    /// [`skip_value`](Self::skip_value) bounded by [`REPLY_MAX_DEPTH`] and
+    /// [`REPLY_MAX_ELEMENTS`]: a reply holds a value the server accepted, wrapped.
+    pub fn skip_reply_value(&mut self) -> Result<&'a [u8], MpError> {
+        self.skip_value_within::<REPLY_MAX_DEPTH>(REPLY_MAX_ELEMENTS)
+    }
+
+    /// [`skip_value`](Self::skip_value) with `DEPTH` levels and `max_elements` values at most.
+    pub fn skip_value_within<const DEPTH: usize>(
+        &mut self,
+        max_elements: usize,
+    ) -> Result<&'a [u8], MpError> {
         let start = self.pos;
-        let mut pending = [0u64; MAX_DEPTH];
+        let mut pending = [0u64; DEPTH];
         let mut depth = 0usize;
         let mut elements = 0usize;
         loop {
             let at = self.pos;
             let marker = Marker::from_u8(self.take(1)?[0]);
             elements += 1;
-            if elements > MAX_ELEMENTS {
-                return Err(MpError::TooManyElements(at));
+            if elements > max_elements {
+                return Err(MpError::TooManyElements {
+                    at,
+                    limit: max_elements,
+                });
             }
             let children = match marker {
                 Marker::FixPos(_)
@@ -259,8 +291,8 @@ impl<'a> Reader<'a> {
                 Marker::Reserved => return Err(MpError::Reserved(at)),
             };
             if children > 0 {
-                if depth == MAX_DEPTH {
-                    return Err(MpError::TooDeep(at));
+                if depth == DEPTH {
+                    return Err(MpError::TooDeep { at, limit: DEPTH });
                 }
                 // Every child takes at least one byte: a count beyond the input is a lie.
                 if children > (self.buf.len() - self.pos) as u64 {
@@ -431,12 +463,32 @@ mod tests {
         );
         assert_eq!(
             Reader::new(&nested(MAX_DEPTH + 1)).skip_value(),
-            Err(MpError::TooDeep(MAX_DEPTH))
+            Err(MpError::TooDeep {
+                at: MAX_DEPTH,
+                limit: MAX_DEPTH
+            })
         );
         assert!(matches!(
             Reader::new(&nested(100_000)).skip_value(),
-            Err(MpError::TooDeep(_))
+            Err(MpError::TooDeep { .. })
         ));
+    }
+
+    #[test]
+    fn replies_may_wrap_a_value_at_the_request_bounds() {
+        let wrapped = nested(MAX_DEPTH + REPLY_WRAP_DEPTH);
+        assert!(Reader::new(&wrapped).skip_value().is_err());
+        assert_eq!(
+            Reader::new(&wrapped).skip_reply_value().unwrap().len(),
+            wrapped.len()
+        );
+        assert_eq!(
+            Reader::new(&nested(REPLY_MAX_DEPTH + 1)).skip_reply_value(),
+            Err(MpError::TooDeep {
+                at: REPLY_MAX_DEPTH,
+                limit: REPLY_MAX_DEPTH
+            })
+        );
     }
 
     #[test]
@@ -447,7 +499,7 @@ mod tests {
         v.resize(v.len() + n, 0x00);
         assert!(matches!(
             Reader::new(&v).skip_value(),
-            Err(MpError::TooManyElements(_))
+            Err(MpError::TooManyElements { .. })
         ));
         let mut ok = vec![0xdd];
         ok.extend_from_slice(&((n - 1) as u32).to_be_bytes());
