@@ -683,3 +683,77 @@ fn element_counts_are_bounded_and_a_task_at_the_bounds_comes_back() {
     let st = c.call("queue.stats", &[]).one();
     assert_eq!(field(&st, "total").as_u64(), Some(2), "{st}");
 }
+
+#[test]
+fn misbehaving_clients_neither_crash_the_server_nor_touch_others_tasks() {
+    let srv = TestServer::start();
+    let mut owner = srv.connect();
+    for data in ["a", "b", "c"] {
+        owner.call("queue.put", &[s(data)]).one();
+    }
+    let held = id_of(&owner.call("queue.take", &[]).one());
+
+    // Frames with a valid size and random contents, and raw random bytes, from a fixed seed.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..64 {
+        let mut c = srv.connect();
+        let len = (next() % 64) as usize;
+        let junk: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if round % 2 == 0 {
+            c.send(&frame(&junk));
+            c.send(&frame(&junk[..len / 2]));
+        } else {
+            c.send(&junk);
+        }
+        // Whatever it gets back, a half-close ends it.
+        let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        c.expect_closed();
+    }
+    // The classic offenders, each on its own connection.
+    for bytes in [
+        vec![0xa1, b'x'],                         // not a size
+        vec![0xce, 0xff, 0xff, 0xff, 0xff, 0x82], // 4 GiB announced
+    ] {
+        let mut c = srv.connect();
+        c.send(&bytes);
+        assert_eq!(c.expect_closed().len(), 1);
+    }
+    let mut deep = vec![0x91; 100_000];
+    deep.push(0x01);
+    let mut c = srv.connect();
+    c.send(&frame(&deep)); // 100k levels where a header should be
+    c.recv().err(ER_INVALID_MSGPACK);
+    let r = c.request(|o, sync| client::call(o, sync, "queue.put", &[&[0x91][..], &deep].concat()));
+    r.err(ER_INVALID_MSGPACK);
+    drop(c);
+    // Someone else's task can be neither acked nor released by another connection.
+    let mut other = srv.connect();
+    for f in ["queue.ack", "queue.release"] {
+        let msg = other.call(f, &[Value::from(held)]).err(ER_PROC_LUA);
+        assert!(msg.contains("Not you"), "{msg}");
+    }
+    drop(other);
+
+    let st = owner.call("queue.stats", &[]).one();
+    let count = |k: &str| field(&st, k).as_u64();
+    assert_eq!(
+        (count("total"), count("ready"), count("taken")),
+        (Some(3), Some(2), Some(1)),
+        "{st}"
+    );
+    assert_eq!(
+        id_of(&owner.call("queue.ack", &[Value::from(held)]).one()),
+        held
+    );
+    let mut rest: Vec<u64> = (0..2)
+        .map(|_| id_of(&owner.call("queue.take", &[]).one()))
+        .collect();
+    rest.sort_unstable();
+    assert_eq!(rest, [held + 1, held + 2]);
+}
