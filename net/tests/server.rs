@@ -757,3 +757,38 @@ fn misbehaving_clients_neither_crash_the_server_nor_touch_others_tasks() {
     rest.sort_unstable();
     assert_eq!(rest, [held + 1, held + 2]);
 }
+
+#[test]
+fn a_client_that_half_closes_gets_every_reply_before_the_close() {
+    const TASKS: u64 = 1000;
+    let srv = TestServer::start();
+    let mut c = srv.connect();
+    let payload = "h".repeat(8 * 1024);
+    let mut out = Vec::new();
+    for i in 0..TASKS {
+        client::call(&mut out, i + 1, "queue.put", &args(&[s(&payload)]));
+    }
+    c.stream.set_write_timeout(Some(WAIT)).unwrap();
+    c.send(&out);
+    for _ in 0..TASKS {
+        c.recv().one();
+    }
+    // Small takes with big replies (~8 MB, far more than one write into the socket takes), all
+    // read in one turn together with the end of the client's stream: it has said all it will
+    // say, but still reads.
+    out.clear();
+    for i in 0..TASKS {
+        client::call(&mut out, i + 1, "queue.take", &args(&[]));
+    }
+    c.send(&out);
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let replies = c.expect_closed();
+    assert_eq!(
+        replies.len(),
+        TASKS as usize,
+        "a reply to every request, then the close"
+    );
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!((r.sync, r.code), (i as u64 + 1, 0));
+    }
+}

@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 
 use mio::net::TcpStream;
-use tarq_engine::SessionId;
+use tarq_engine::{Micros, SessionId};
 
 use super::journal::Ticket;
 use crate::iproto::greeting::SALT_LEN;
@@ -273,6 +273,8 @@ pub struct Closing {
     pub reason: &'static str,
     /// Write what is released before closing (a goodbye error, replies to a half-close).
     pub flush: bool,
+    /// With `flush`: when the slot is freed even if replies are still unwritten.
+    pub until: Micros,
 }
 
 #[cfg(test)]

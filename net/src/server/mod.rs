@@ -72,6 +72,11 @@ const ER_UNKNOWN: u32 = 0;
 /// client that does not read its replies cannot hold the exit longer than this.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long a closing connection that is owed replies (its client shut its side after sending,
+/// or sent broken framing) gets to take them, however many writes that needs. A client that
+/// has stopped reading cannot hold its slot and buffers longer; one that reads gets every reply.
+pub const CLOSE_LINGER: Micros = 5_000_000;
+
 /// After the replies of a stop are out, how long clients get to close their side (they see our
 /// FIN and normally close at once); one that does not is closed regardless.
 pub const STOP_LINGER: Duration = Duration::from_secs(1);
@@ -125,6 +130,9 @@ pub struct Server {
     flush_list: Vec<usize>,
     /// Connections whose replies wait for a durability ticket: (slot, generation).
     holding: Vec<(usize, u32)>,
+    /// Closing connections still writing the replies owed to them: (slot, generation, the
+    /// time their slot is freed regardless).
+    lingering: Vec<(usize, u32, Micros)>,
     /// The engine has due deadlines left over from its budget.
     engine_behind: bool,
     accept_paused_until: Option<Micros>,
@@ -189,6 +197,7 @@ impl Server {
             read_again: Vec::new(),
             flush_list: Vec::new(),
             holding: Vec::new(),
+            lingering: Vec::new(),
             engine_behind: false,
             accept_paused_until: None,
             next_sid: 1,
@@ -282,6 +291,13 @@ impl Server {
                     Token(t) => {
                         let Some(idx) = self.slot_of(t) else { continue };
                         let c = &mut self.conns[idx];
+                        if c.closing.is_some() {
+                            // Only the replies it is owed matter now.
+                            if ev.is_writable() || ev.is_error() || ev.is_write_closed() {
+                                mark_flush(&mut self.conns, &mut self.flush_list, idx);
+                            }
+                            continue;
+                        }
                         if ev.is_read_closed() || ev.is_error() {
                             c.read_closed = true;
                         }
@@ -420,14 +436,12 @@ impl Server {
         }
     }
 
-    /// The live slot a token names, or None for a stale token (the slot was freed or reused).
+    /// The live slot a token names (closing or not), or None for a stale token (the slot was
+    /// freed or reused).
     fn slot_of(&self, token: usize) -> Option<usize> {
         let idx = (token & 0xffff_ffff).checked_sub(FIRST_CONN_TOKEN)?;
         let gen = (token >> 32) as u32;
-        self.conns
-            .get(idx)
-            .filter(|c| c.gen == gen && c.closing.is_none())
-            .map(|_| idx)
+        self.conns.get(idx).filter(|c| c.gen == gen).map(|_| idx)
     }
 
     fn poll_timeout(&mut self) -> Option<Duration> {
@@ -440,6 +454,7 @@ impl Server {
             self.journal.next_wakeup(),
             self.accept_paused_until,
             self.ops.next_timer(),
+            self.lingering.iter().map(|&(_, _, until)| until).min(),
         ]
         .into_iter()
         .flatten()
@@ -565,6 +580,19 @@ impl Server {
                     p.sync,
                 );
             }
+        }
+
+        if !self.lingering.is_empty() {
+            // Past its deadline a lingering connection is flushed one last time and freed.
+            let (now, conns, flush) = (self.now, &mut self.conns, &mut self.flush_list);
+            self.lingering.retain(|&(idx, gen, until)| {
+                let live = conns.get(idx).is_some_and(|c| c.gen == gen);
+                if live && until <= now {
+                    mark_flush(conns, flush, idx);
+                    return false;
+                }
+                live
+            });
         }
 
         if self.ops.is_due(self.now) {
@@ -896,7 +924,11 @@ impl Server {
         if c.closing.is_some() {
             return;
         }
-        c.closing = Some(Closing { reason, flush });
+        c.closing = Some(Closing {
+            reason,
+            flush,
+            until: self.now.saturating_add(CLOSE_LINGER),
+        });
         for key in std::mem::take(&mut c.parked) {
             self.parked.remove(key);
         }
@@ -912,6 +944,31 @@ impl Server {
         }
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         info!(sid, %peer, reason, released, "connection closed");
+    }
+
+    /// Registers the connection for writability too (`on`) or for reading only. False when the
+    /// poll refused: the caller closes the connection.
+    fn set_write_interest(&mut self, idx: usize, on: bool) -> bool {
+        let c = &mut self.conns[idx];
+        let interest = if on {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        match self
+            .poll
+            .registry()
+            .reregister(&mut c.stream, c.token, interest)
+        {
+            Ok(()) => {
+                c.want_write = on;
+                true
+            }
+            Err(e) => {
+                warn!(sid = c.sid, error = %e, "cannot change socket interest");
+                false
+            }
+        }
     }
 
     fn finish_close(&mut self, idx: usize) {
@@ -971,10 +1028,21 @@ impl Server {
                 continue;
             };
             if let Some(closing) = c.closing {
-                if closing.flush && !c.out.has_holds() {
-                    let _ = c.out.write_to(&mut c.stream);
+                // With holds it waits in `holding` for its replies to become durable.
+                if closing.flush && c.out.has_holds() {
+                    continue;
                 }
-                if !closing.flush || !c.out.has_holds() {
+                // The replies owed go out in as many writes as it takes, until the deadline.
+                let owed = closing.flush
+                    && c.out.write_to(&mut c.stream).is_ok()
+                    && c.out.has_released()
+                    && self.now < closing.until;
+                if owed && (c.want_write || self.set_write_interest(idx, true)) {
+                    let gen = self.conns[idx].gen;
+                    if !self.lingering.iter().any(|&(i, g, _)| (i, g) == (idx, gen)) {
+                        self.lingering.push((idx, gen, closing.until));
+                    }
+                } else {
                     self.finish_close(idx);
                 }
                 continue;
@@ -995,24 +1063,9 @@ impl Server {
                     // Ask for writability only while the socket is full: an always-on
                     // edge-triggered WRITABLE would wake the loop after every ACK.
                     let blocked = c.out.has_released();
-                    if blocked != c.want_write {
-                        let interest = if blocked {
-                            Interest::READABLE | Interest::WRITABLE
-                        } else {
-                            Interest::READABLE
-                        };
-                        match self
-                            .poll
-                            .registry()
-                            .reregister(&mut c.stream, c.token, interest)
-                        {
-                            Ok(()) => c.want_write = blocked,
-                            Err(e) => {
-                                warn!(sid = c.sid, error = %e, "cannot change socket interest");
-                                self.begin_close(idx, "poll error", false);
-                                self.finish_close(idx);
-                            }
-                        }
+                    if blocked != c.want_write && !self.set_write_interest(idx, blocked) {
+                        self.begin_close(idx, "poll error", false);
+                        self.finish_close(idx);
                     }
                 }
                 Err(e) => {
@@ -1188,5 +1241,25 @@ mod tests {
         let mut got = replies(&mut s, &mut waiter_client, 2);
         got.sort_unstable();
         assert_eq!(got, [7, 8], "the ping's reply and the woken take's");
+    }
+
+    #[test]
+    fn a_closing_client_that_does_not_read_is_freed_at_its_deadline() {
+        let (mut s, _dir) = server();
+        let (hog, _hog_client) = connect(&mut s); // never reads
+        s.now = wall_clock();
+        let junk = vec![0u8; 32 << 20];
+        out_of(&mut s.conns, &mut s.flush_list, hog).extend_from_slice(&junk);
+        s.begin_close(hog, "closed by peer", true);
+        s.commit_and_flush();
+        assert!(s.conns.contains(hog), "still owed replies: lingering");
+        assert_eq!(s.lingering.len(), 1);
+        s.now = s.conns[hog].closing.unwrap().until - 1;
+        s.turn();
+        assert!(s.conns.contains(hog), "not before its deadline");
+        s.now += 1;
+        s.turn();
+        assert!(!s.conns.contains(hog), "freed at its deadline");
+        assert!(s.lingering.is_empty());
     }
 }
