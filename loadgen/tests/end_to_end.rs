@@ -232,6 +232,7 @@ fn suite_writes_results_and_readme() {
         tarq_bin: Some(tarq_bin()),
         no_pin: true,
         no_spin: true,
+        attempts: 1,
         report_only: None,
     };
     suite::run(&sa).unwrap();
