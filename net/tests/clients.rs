@@ -8,18 +8,21 @@
 //! A client that is not installed fails the test under `CI=true` (the test command installs
 //! them); elsewhere the test prints a notice and passes.
 
+mod support;
+
 use std::fs::File;
 use std::io::Read;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::{free_port, prerequisite, Proc, Tarq};
 use tempfile::TempDir;
 
-/// How long a server gets to accept connections: tarq starts in milliseconds, Tarantool in
-/// about half a second; this leaves room for a machine busy building.
+/// How long the reference Tarantool gets to accept connections: it starts in about half a
+/// second; this leaves room for a machine busy building.
 const START_DEADLINE: Duration = Duration::from_secs(20);
 /// How long a whole script may run: the flows take 1-2 s (one 1 s delay); their own calls are
 /// bounded by 10-20 s, so a hung server shows up as a script failure before this.
@@ -27,8 +30,8 @@ const SCRIPT_DEADLINE: Duration = Duration::from_secs(90);
 /// Pause between two checks of a process or port being ready: a polling interval, not a wait
 /// for anything in particular.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// Tries at starting a server on a free port: another process may take the port between our
-/// probe and the server's bind.
+/// Tries at starting the reference on a free port: another process may take the port between
+/// our probe and its bind (Tarantool cannot report a port it got from port 0, as tarq does).
 const START_TRIES: usize = 3;
 /// The tail of a server's log shown when a script fails.
 const LOG_TAIL_BYTES: usize = 4000;
@@ -87,104 +90,50 @@ impl Client {
     }
 }
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Whether the test can go on: a missing prerequisite fails under CI, elsewhere it is a notice.
-fn prerequisite<T>(what: &str, check: Result<T, String>) -> Option<T> {
-    match check {
-        Ok(v) => Some(v),
-        Err(why) if in_ci() => panic!(
-            "{what} is required under CI=true but unusable: {why}\n\
-             (`bash .ci/test` installs the clients before running the tests)"
-        ),
-        Err(why) => {
-            eprintln!("NOTICE: skipping, {what} is unusable here: {why}");
-            None
-        }
-    }
-}
-
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
-}
-
-/// A running server process with its data directory, killed and removed on drop.
-struct Server {
-    child: Child,
+/// The reference Tarantool with its data directory, killed on drop (before the directory goes).
+struct Reference {
+    proc: Proc,
     port: u16,
     /// What the process printed (stdout and stderr).
     out: PathBuf,
-    /// A log file and the line it shows once the server serves requests, for servers that
-    /// accept connections before they are ready.
-    ready_when: Option<(PathBuf, &'static str)>,
+    /// Its log file, which shows a line once it serves requests (it accepts connections
+    /// before that).
+    log: PathBuf,
     _dir: TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The name of the reference Tarantool's log file in its work dir.
 const TARANTOOL_LOG: &str = "tarantool.log";
+/// The line of that log that says the queue is defined.
+const TARANTOOL_READY: &str = "entering the event loop";
 
-impl Server {
-    /// Starts tarq on a free port and waits until the port accepts connections.
-    fn tarq() -> Server {
-        Server::start("tarq", None, |port, dir| {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_tarq"));
-            cmd.arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--data-dir")
-                .arg(dir);
-            cmd
-        })
-    }
-
+impl Reference {
     /// Starts the seed queue on a real Tarantool and waits until `queue` is defined (it
     /// listens before that, so a connect is not enough: its log says when it is ready).
-    fn reference(init_lua: &Path) -> Server {
-        let ready = Some((TARANTOOL_LOG, "entering the event loop"));
-        Server::start("the reference Tarantool queue", ready, |port, dir| {
-            let mut cmd = Command::new("tarantool");
-            cmd.arg(init_lua)
-                .env("WORKDIR", dir)
-                .env("LISTEN", format!("127.0.0.1:{port}"))
-                .env("LOGFILE", dir.join(TARANTOOL_LOG))
-                .current_dir(dir);
-            cmd
-        })
-    }
-
-    fn start(
-        what: &str,
-        ready_when: Option<(&str, &'static str)>,
-        command: impl Fn(u16, &Path) -> Command,
-    ) -> Server {
+    fn start(init_lua: &Path) -> Reference {
         let mut last_error = String::new();
         for _ in 0..START_TRIES {
             let dir = tempfile::tempdir().expect("temp dir");
             let out = dir.path().join("server.out");
             let file = File::create(&out).expect("create the server's output file");
             let port = free_port();
-            let child = command(port, dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(file.try_clone().expect("dup output file")))
-                .stderr(Stdio::from(file))
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-            let ready_when = ready_when.map(|(name, line)| (dir.path().join(name), line));
-            let mut server = Server {
-                child,
+            let log = dir.path().join(TARANTOOL_LOG);
+            let proc = Proc::spawn(
+                Command::new("tarantool")
+                    .arg(init_lua)
+                    .env("WORKDIR", dir.path())
+                    .env("LISTEN", format!("127.0.0.1:{port}"))
+                    .env("LOGFILE", &log)
+                    .current_dir(dir.path())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::from(file.try_clone().expect("dup output file")))
+                    .stderr(Stdio::from(file)),
+            );
+            let mut server = Reference {
+                proc,
                 port,
                 out,
-                ready_when,
+                log,
                 _dir: dir,
             };
             match server.wait_ready() {
@@ -192,27 +141,24 @@ impl Server {
                 Err(e) => last_error = e,
             }
         }
-        panic!("{what} did not start in {START_TRIES} tries: {last_error}");
+        panic!("the reference Tarantool queue did not start in {START_TRIES} tries: {last_error}");
     }
 
-    /// Waits until the server accepts connections (and shows its ready line, if it has one),
-    /// or fails with its output if it exits or the deadline passes.
+    /// Waits until the server shows its ready line and accepts connections, or fails with its
+    /// output if it exits or the deadline passes.
     fn wait_ready(&mut self) -> Result<(), String> {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let deadline = Instant::now() + START_DEADLINE;
         loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
+            if let Some(status) = self.proc.0.try_wait().expect("try_wait") {
                 return Err(format!("exited with {status}:\n{}", self.logs()));
             }
-            let ready = match &self.ready_when {
-                Some((log, line)) => read_lossy(log).contains(line),
-                None => true,
-            };
-            if ready && TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok() {
+            if read_lossy(&self.log).contains(TARANTOOL_READY)
+                && TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok()
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let _ = self.child.kill();
                 return Err(format!(
                     "not ready on {addr} after {START_DEADLINE:?}:\n{}",
                     self.logs()
@@ -224,11 +170,12 @@ impl Server {
 
     /// The tails of what the server wrote, for failure messages.
     fn logs(&self) -> String {
-        let mut text = tail(&read_lossy(&self.out));
-        if let Some((log, _)) = &self.ready_when {
-            text += &format!("\n--- {} ---\n{}", log.display(), tail(&read_lossy(log)));
-        }
-        text
+        format!(
+            "{}\n--- {} ---\n{}",
+            tail(&read_lossy(&self.out)),
+            self.log.display(),
+            tail(&read_lossy(&self.log))
+        )
     }
 }
 
@@ -291,14 +238,15 @@ fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Run {
     }
 }
 
-/// Runs the client's flow script against `server` and fails with everything both printed.
-fn run_flow(client: Client, server: &Server, reference: bool) {
+/// Runs the client's flow script against the server on `port` and fails with everything both
+/// printed (`logs` gives the server's side).
+fn run_flow(client: Client, port: u16, reference: bool, logs: impl FnOnce() -> String) {
     let target = if reference {
         "the reference queue"
     } else {
         "tarq"
     };
-    let cmd = client.command(server.port, reference);
+    let cmd = client.command(port, reference);
     let shown = format!("{cmd:?}");
     let run = run_with_deadline(cmd, SCRIPT_DEADLINE);
     let outcome = match run.status {
@@ -316,7 +264,7 @@ fn run_flow(client: Client, server: &Server, reference: bool) {
         client.name(),
         run.stdout,
         run.stderr,
-        server.logs()
+        logs()
     );
 }
 
@@ -324,8 +272,11 @@ fn against_tarq(client: Client) {
     if prerequisite(client.name(), client.available()).is_none() {
         return;
     }
-    let server = Server::tarq();
-    run_flow(client, &server, false);
+    let mut server = Tarq::start(&[]);
+    run_flow(client, server.addr.port(), false, || {
+        server.lines.drain(POLL_INTERVAL);
+        tail(&server.log().join("\n"))
+    });
 }
 
 /// Where the reference material lives: `shared/` beside the repository (two levels up from a
@@ -352,8 +303,8 @@ fn against_reference(client: Client) {
     let Some(init) = ready.and_then(|()| prerequisite("the seed queue", seed_init_lua())) else {
         return;
     };
-    let server = Server::reference(&init);
-    run_flow(client, &server, true);
+    let server = Reference::start(&init);
+    run_flow(client, server.port, true, || server.logs());
 }
 
 #[test]

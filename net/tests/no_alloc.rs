@@ -9,15 +9,15 @@
 //!
 //! Its own test binary because the allocator is process-wide.
 
-mod common;
+mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use common::{args, Client};
 use rmpv::Value;
+use support::{args, field, id_of, wait_until, Client, TestServer};
 use tarq_net::config::Config;
 use tarq_net::iproto::client;
 use tarq_net::server::Server;
@@ -69,8 +69,13 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// The counter is process-wide: tests that read it run one at a time.
+/// The counters are process-wide: under `cargo test` (threads, not processes) the tests of this
+/// binary run one at a time, servers included.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Cycles run before counting, so every buffer and table reaches its working size.
 const WARM_UP: u64 = 2_000;
@@ -86,53 +91,11 @@ const CONNS: usize = 8;
 /// request; 8 leaves room for a few such firsts (one was seen in 20 000 cycles).
 const GROWTH_SLACK: u64 = 8;
 
-/// A server on its own tracked thread; stopped and joined on drop.
-struct Tracked {
-    addr: std::net::SocketAddr,
-    handle: tarq_net::server::ServerHandle,
-    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Tracked {
-    fn start() -> Tracked {
-        Tracked::with(|_| {})
-    }
-
-    fn with(tweak: impl FnOnce(&mut Config)) -> Tracked {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().join("data"),
-            ..Config::default()
-        };
-        tweak(&mut cfg);
-        let mut server = Server::bind(cfg).expect("server binds");
-        let addr = server.local_addr().unwrap();
-        let handle = server.handle();
-        let thread = std::thread::spawn(move || {
-            TRACKED.set(true);
-            server.run()
-        });
-        Tracked {
-            addr,
-            handle,
-            thread: Some(thread),
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-        if let Some(t) = self.thread.take() {
-            let res = t.join().expect("server thread panicked");
-            if !std::thread::panicking() {
-                res.expect("server loop failed");
-            }
-        }
-    }
+/// A server whose thread's allocations are counted.
+fn tracked_server(tweak: impl FnOnce(&mut Config)) -> TestServer {
+    let (cfg, dir) = TestServer::config(tweak);
+    let server = Server::bind(cfg).expect("server binds");
+    TestServer::spawn(server, dir, || TRACKED.set(true))
 }
 
 /// A payload like the loadgen's: a short binary string.
@@ -140,51 +103,49 @@ fn payload(i: u64) -> Vec<u8> {
     args(&[Value::Binary(i.to_le_bytes().repeat(4))])
 }
 
-/// One put → take → ack cycle per request in flight, `depth` of each kind sent in one write;
-/// every reply is checked.
-fn cycles(c: &mut Client, depth: u64) {
-    let mut out = Vec::new();
-    for i in 0..depth {
-        client::call(&mut out, i + 1, "queue.put", &payload(i));
+/// Sends `depth` calls on every connection (all of them written before any reply is read, so
+/// the server sees them together), then reads and checks every reply; returns each
+/// connection's replies. `call(conn, i)` names the function and args of request `i`.
+fn phase(
+    conns: &mut [Client],
+    depth: u64,
+    call: impl Fn(usize, u64) -> (&'static str, Vec<u8>),
+) -> Vec<Vec<Value>> {
+    for (n, c) in conns.iter_mut().enumerate() {
+        let mut out = Vec::new();
+        for i in 0..depth {
+            let (function, a) = call(n, i);
+            client::call(&mut out, i + 1, function, &a);
+        }
+        c.send(&out);
     }
-    c.send(&out);
-    for i in 0..depth {
-        let r = c.recv();
-        assert_eq!(r.sync, i + 1);
-        r.one();
-    }
-    out.clear();
-    for i in 0..depth {
-        client::call(&mut out, i + 1, "queue.take", &args(&[]));
-    }
-    c.send(&out);
-    let mut ids = Vec::new();
-    for i in 0..depth {
-        let r = c.recv();
-        assert_eq!(r.sync, i + 1);
-        ids.push(common::id_of(&r.one()));
-    }
-    out.clear();
-    for (i, id) in ids.iter().enumerate() {
-        client::call(
-            &mut out,
-            i as u64 + 1,
-            "queue.ack",
-            &args(&[Value::from(*id)]),
-        );
-    }
-    c.send(&out);
-    for i in 0..depth {
-        let r = c.recv();
-        assert_eq!(r.sync, i + 1);
-        r.one();
-    }
+    conns
+        .iter_mut()
+        .map(|c| {
+            (0..depth)
+                .map(|i| {
+                    let r = c.recv();
+                    assert_eq!(r.sync, i + 1);
+                    r.one()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// One put → take → ack cycle per request in flight on every connection.
+fn cycles(conns: &mut [Client], depth: u64) {
+    phase(conns, depth, |_, i| ("queue.put", payload(i)));
+    let taken = phase(conns, depth, |_, _| ("queue.take", args(&[])));
+    phase(conns, depth, |n, i| {
+        let id = id_of(&taken[n][i as usize]);
+        ("queue.ack", args(&[Value::from(id)]))
+    });
 }
 
 /// Runs `round` (which does `cycles_per_round` put/take/ack cycles) through a warm-up, then
 /// counts the server's allocations over the rest; returns allocations per request.
 fn per_request(what: &str, cycles_per_round: u64, mut round: impl FnMut()) -> f64 {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..WARM_UP.div_ceil(cycles_per_round) {
         round();
     }
@@ -208,85 +169,42 @@ fn per_request(what: &str, cycles_per_round: u64, mut round: impl FnMut()) -> f6
 
 #[test]
 fn depth_one_cycles_allocate_only_the_payload() {
-    let srv = Tracked::start();
-    let mut c = Client::connect(srv.addr);
+    let _serial = serial();
+    let srv = tracked_server(|_| {});
+    let mut c = [Client::connect(srv.addr)];
     per_request("depth 1", 1, || cycles(&mut c, 1));
 }
 
 #[test]
 fn pipelined_cycles_allocate_only_the_payload() {
-    let srv = Tracked::start();
-    let mut c = Client::connect(srv.addr);
+    let _serial = serial();
+    let srv = tracked_server(|_| {});
+    let mut c = [Client::connect(srv.addr)];
     per_request("depth 16", DEPTH, || cycles(&mut c, DEPTH));
 }
 
 #[test]
 fn many_connections_in_one_turn_allocate_only_the_payload() {
-    let srv = Tracked::start();
+    let _serial = serial();
+    let srv = tracked_server(|_| {});
     let mut conns: Vec<Client> = (0..CONNS).map(|_| Client::connect(srv.addr)).collect();
-    let per_round = CONNS as u64 * DEPTH;
-    per_request("8 connections at depth 16", per_round, || {
-        // Every connection's puts go out before any reply is read, so the server sees them
-        // together; then the takes, then the acks.
-        let mut outs: Vec<Vec<u8>> = Vec::with_capacity(CONNS);
-        for _ in &conns {
-            let mut out = Vec::new();
-            for i in 0..DEPTH {
-                client::call(&mut out, i + 1, "queue.put", &payload(i));
-            }
-            outs.push(out);
-        }
-        for (c, out) in conns.iter_mut().zip(&outs) {
-            c.send(out);
-        }
-        for c in &mut conns {
-            for _ in 0..DEPTH {
-                c.recv().one();
-            }
-        }
-        let mut ids: Vec<Vec<u64>> = Vec::with_capacity(CONNS);
-        for c in &mut conns {
-            let mut out = Vec::new();
-            for i in 0..DEPTH {
-                client::call(&mut out, i + 1, "queue.take", &args(&[]));
-            }
-            c.send(&out);
-        }
-        for c in &mut conns {
-            ids.push((0..DEPTH).map(|_| common::id_of(&c.recv().one())).collect());
-        }
-        for (c, ids) in conns.iter_mut().zip(&ids) {
-            let mut out = Vec::new();
-            for (i, id) in ids.iter().enumerate() {
-                client::call(
-                    &mut out,
-                    i as u64 + 1,
-                    "queue.ack",
-                    &args(&[Value::from(*id)]),
-                );
-            }
-            c.send(&out);
-        }
-        for c in &mut conns {
-            for _ in 0..DEPTH {
-                c.recv().one();
-            }
-        }
+    per_request("8 connections at depth 16", CONNS as u64 * DEPTH, || {
+        cycles(&mut conns, DEPTH)
     });
 }
 
 #[test]
 fn an_announced_frame_is_not_allocated_before_it_arrives() {
+    let _serial = serial();
     /// Announced: far more than the server may allocate for this test to pass.
     const ANNOUNCED: u32 = 256 << 20;
     /// What the server may allocate while it reads the start of that frame and closes.
     const MOST: u64 = 1 << 20;
-    let srv = Tracked::with(|c| {
+    let srv = tracked_server(|c| {
         c.max_frame_bytes = 2 * ANNOUNCED as usize;
         c.max_write_backlog = 4 * ANNOUNCED as usize;
     });
     let mut watcher = Client::connect(srv.addr);
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = BYTES.load(Ordering::Relaxed);
     {
         let mut c = Client::connect(srv.addr);
@@ -302,9 +220,9 @@ fn an_announced_frame_is_not_allocated_before_it_arrives() {
             "no reply to an unfinished frame"
         );
     }
-    common::wait_until("the server to drop the connection", || {
+    wait_until("the server to drop the connection", || {
         let st = watcher.call("queue.stats", &[]).one();
-        common::field(&st, "connections").as_u64() == Some(1)
+        field(&st, "connections").as_u64() == Some(1)
     });
     let allocated = BYTES.load(Ordering::Relaxed) - before;
     println!("a {ANNOUNCED}-byte frame announced, 4 KiB sent: {allocated} bytes allocated");

@@ -3,54 +3,28 @@
 //! what carbon stored read back from its whisper files with `whisper-fetch`. Missing tools fail
 //! under `CI=true` (the test command installs them); elsewhere the test prints a notice.
 
-mod common;
-mod ops_support;
+mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::Client;
-use ops_support::*;
 use rmpv::Value;
+use support::*;
 
 /// carbon-cache is Python and Twisted: its start takes a second or two, more on a busy machine.
 const CARBON_WAIT: Duration = Duration::from_secs(60);
 
-/// A carbon-cache in the foreground, killed on drop.
+/// A carbon-cache in the foreground, killed on drop, its stdout read line by line.
 struct Carbon {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    log: Vec<String>,
+    _proc: Proc,
+    lines: Lines,
 }
 
 impl Carbon {
+    /// The next line carbon writes that contains `needle`.
     fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + CARBON_WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    self.log.push(l.clone());
-                    if l.contains(needle) {
-                        return l;
-                    }
-                }
-                Err(_) => panic!(
-                    "carbon-cache logged no {needle:?} within {CARBON_WAIT:?}:\n{}",
-                    self.log.join("\n")
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for Carbon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.lines.wait_for_new(needle, CARBON_WAIT)
     }
 }
 
@@ -95,32 +69,20 @@ fn start_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
         "[tarq]\npattern = .*\nretentions = 1s:1h\n",
     )
     .unwrap();
-    let mut child = Command::new(carbon)
-        .arg(format!("--config={}", dir.join("carbon.conf").display()))
-        .arg(format!(
-            "--pidfile={}",
-            dir.join("pid/carbon.pid").display()
-        ))
-        .args(["--debug", "start"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut c = Carbon {
-        child,
-        lines: rx,
-        log: Vec::new(),
-    };
+    let mut proc = Proc::spawn(
+        Command::new(carbon)
+            .arg(format!("--config={}", dir.join("carbon.conf").display()))
+            .arg(format!(
+                "--pidfile={}",
+                dir.join("pid/carbon.pid").display()
+            ))
+            .args(["--debug", "start"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let lines = Lines::read(proc.0.stdout.take().unwrap());
+    let mut c = Carbon { _proc: proc, lines };
     c.wait_for(&format!("CarbonReceiverFactory starting on {port}"));
     c
 }
@@ -205,7 +167,7 @@ fn carbon_cache_stores_what_tarq_pushes() {
         assert!(
             Instant::now() < deadline,
             "carbon did not store {stored:?} within {CARBON_WAIT:?}; its log:\n{}",
-            carbon.log.join("\n")
+            carbon.lines.log.join("\n")
         );
         // New points arrive every 0.2 s; the next carbon write is the event to wait for.
         carbon.wait_for("datapoints for queue.stats.");

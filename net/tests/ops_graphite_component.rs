@@ -2,6 +2,8 @@
 //! line format, UDP, and reconnecting (with backoff) after Graphite goes away and comes back.
 //! The same pusher inside the running server is tested in `ops_server.rs`.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, UdpSocket};
 use std::sync::mpsc;
@@ -12,6 +14,8 @@ use tarq_engine::Micros;
 use tarq_net::ops::graphite::{Graphite, Target};
 use tarq_net::ops::stats::Snapshot;
 use tarq_net::ops::GRAPHITE_TOKEN;
+
+use support::{collect_tcp_lines, graphite_line_aged, CLOSED};
 
 /// Every wait in these tests ends by this.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -53,38 +57,25 @@ fn drive(g: &mut Graphite, poll: &mut Poll, mut done: impl FnMut(&Graphite) -> b
     }
 }
 
-/// Reads lines from every connection accepted on `listener` into a channel.
+/// How old a line's timestamp may be: the pusher runs right here, on this thread.
+const MAX_AGE_SECS: u64 = 5;
+
+fn check_line(line: &str) -> (String, u64) {
+    graphite_line_aged(line, MAX_AGE_SECS)
+}
+
+/// The lines of every connection accepted on `listener`, without the end-of-connection marks.
 fn collect_lines(listener: TcpListener) -> mpsc::Receiver<String> {
+    let all = collect_tcp_lines(listener);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { return };
-                    if tx.send(line).is_err() {
-                        return;
-                    }
-                }
-            });
+        for line in all {
+            if line != CLOSED && tx.send(line).is_err() {
+                return;
+            }
         }
     });
     rx
-}
-
-fn check_line(line: &str) -> (String, u64) {
-    let parts: Vec<&str> = line.split(' ').collect();
-    assert_eq!(parts.len(), 3, "{line:?}");
-    let name = parts[0]
-        .strip_prefix("queue.stats.")
-        .expect(line)
-        .to_string();
-    let value: u64 = parts[1].parse().expect(line);
-    let ts: u64 = parts[2].parse().expect(line);
-    let wall = now() / 1_000_000;
-    assert!(ts <= wall && ts + 5 >= wall, "timestamp {ts} vs now {wall}");
-    (name, value)
 }
 
 #[test]

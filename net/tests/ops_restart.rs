@@ -3,12 +3,10 @@
 //! delays, a task that was taken is ready again, ids continue; and every reply a client got
 //! before the stop names a task that is there after it.
 
-mod common;
-mod ops_support;
+mod support;
 
-use common::{field, id_of, map, status_of, Client};
-use ops_support::*;
 use rmpv::Value;
+use support::*;
 
 fn stats(c: &mut Client) -> Value {
     c.call("queue.stats", &[]).one()
@@ -25,12 +23,12 @@ fn restart(mut t: Tarq, mode: &str) -> Tarq {
     assert!(
         status.success(),
         "{mode}: exit status {status:?}\n{}",
-        t.log.join("\n")
+        t.log().join("\n")
     );
     assert!(
-        !t.log.iter().any(|l| l.contains("did not stop cleanly")),
+        !t.log().iter().any(|l| l.contains("did not stop cleanly")),
         "{mode}: {}",
-        t.log.join("\n")
+        t.log().join("\n")
     );
     let dir = t.take_dir();
     Tarq::start_in(dir, &["--wal-mode", mode])
@@ -118,7 +116,7 @@ fn every_reply_sent_before_a_stop_names_a_task_that_survives_it() {
                 &mut burst,
                 i + 1,
                 "queue.put",
-                &common::args(&[Value::from(i)]),
+                &support::args(&[Value::from(i)]),
             );
         }
         c.send(&burst);

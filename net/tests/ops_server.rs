@@ -3,8 +3,7 @@
 //! signals — SIGTERM/SIGINT stop gracefully with exit 0, SIGHUP reloads the log level and the
 //! Graphite target. (A real carbon-cache receiver is in `ops_carbon.rs`.)
 
-mod common;
-mod ops_support;
+mod support;
 
 use std::io::Write;
 use std::net::{TcpListener, UdpSocket};
@@ -12,9 +11,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use common::{field, id_of, Client};
-use ops_support::*;
 use rmpv::Value;
+use support::*;
 
 /// Fast pushes so the tests take milliseconds, not seconds.
 const FAST: &str = "0.05";
@@ -77,7 +75,10 @@ fn graphite_over_udp_gets_the_same_lines() {
     let mut c = Client::connect(t.addr);
     c.call(
         "queue.put",
-        &[Value::from("x"), common::map(&[("delay", Value::from(60))])],
+        &[
+            Value::from("x"),
+            support::map(&[("delay", Value::from(60))]),
+        ],
     )
     .one();
     // A sample may span datagrams: wait for both figures.
@@ -107,11 +108,11 @@ fn an_absent_graphite_never_stalls_serving() {
     assert!(warned.contains(&target), "{warned}");
     // One warning for the outage, not one per retry.
     let n = t
-        .log
+        .log()
         .iter()
         .filter(|l| l.contains("graphite: cannot connect"))
         .count();
-    assert_eq!(n, 1, "{:?}", t.log);
+    assert_eq!(n, 1, "{:?}", t.log());
 }
 
 #[test]
@@ -317,7 +318,7 @@ fn the_console_sends_each_line_as_a_call() {
 /// Waits for a take parked on `c` to be registered server-side (stats show it).
 fn wait_parked(t: &Tarq, n: u64) {
     let mut probe = Client::connect(t.addr);
-    common::wait_until("the take to park", || {
+    support::wait_until("the take to park", || {
         field(&probe.call("queue.stats", &[]).one(), "parked_takes").as_u64() == Some(n)
     });
 }
@@ -362,7 +363,7 @@ fn sighup_changes_the_log_level() {
     std::fs::write(&cfg, "log-level = \"warn\"\n").unwrap();
     t.signal("HUP");
     let reloaded = t.wait_for_line("log-level: \"info\" -> \"warn\"");
-    let mark = t.log.len();
+    let mark = t.log().len();
     assert!(reloaded.contains("configuration reloaded"), "{reloaded}");
     let mut quiet = Client::connect(t.addr);
     quiet.ping();
@@ -371,12 +372,12 @@ fn sighup_changes_the_log_level() {
     std::fs::write(&cfg, "log-level = \"info\"\n").unwrap();
     t.signal("HUP");
     t.wait_for_line_after(mark, "log-level: \"warn\" -> \"info\"");
-    let between = &t.log[mark..];
+    let between = &t.log()[mark..];
     assert!(
         !between.iter().any(|l| l.contains("connection opened")),
         "at warn, connections are not logged: {between:?}"
     );
-    let mark = t.log.len();
+    let mark = t.log().len();
     Client::connect(t.addr).ping();
     t.wait_for_line_after(mark, "connection opened");
 }

@@ -2,13 +2,13 @@
 //! IPROTO frames built by the codec's client side. Covers the queue calls and their errors,
 //! sessions, parked takes, delays, and every kind of bad input the issue names.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::*;
 use rmpv::Value;
+use support::*;
 use tarq_net::iproto::client;
 use tarq_net::iproto::codes::*;
 use tarq_net::iproto::{auth, types};

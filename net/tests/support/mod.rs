@@ -1,0 +1,733 @@
+//! The one harness of the end-to-end tests. Every wait has a deadline; nothing sleeps a fixed
+//! time; every server listens on `127.0.0.1:0` and says which port it got, so tests running in
+//! parallel can never collide on a port.
+//!
+//! - [`TestServer`]: a server in-process on a thread, stopped and joined on drop;
+//! - [`Tarq`]: the built `tarq` binary as a child process, its log lines read as events (the
+//!   address it serves on is taken from its "tarq serving" line), killed on drop;
+//! - [`Proc`] and [`Lines`]: any child process killed on drop, and an output stream of it read
+//!   line by line (also for carbon-cache and the like);
+//! - [`Client`]: a blocking raw-frame client on the codec's client side, and [`Reply`];
+//! - [`prerequisite`] and [`tool`]: the CI rule for external tools (missing under `CI=true`
+//!   fails; elsewhere a notice);
+//! - Graphite lines and a raw HTTP GET, for the operating tests.
+//!
+//! The durability tests reach it as `common` (`tests/common/mod.rs` re-exports this module).
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rmpv::Value;
+use tarq_net::config::Config;
+use tarq_net::iproto::client::{self, Greeting, GREETING_LEN};
+use tarq_net::iproto::split_frame;
+use tarq_net::server::{Server, ServerHandle};
+
+/// The `tarq` binary cargo built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_tarq");
+
+/// How long any single wait in a test may take before it fails: generous, since the machine
+/// may be busy building; a healthy server answers in milliseconds.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+// ---------------------------------------------------------------------------------------------
+// In-process server
+
+/// A server running in this process on its own thread, on a free port with a temporary data
+/// dir; stopped gracefully and joined on drop.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    handle: ServerHandle,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        TestServer::with(|_| {})
+    }
+
+    /// A server with the default configuration changed by `tweak`.
+    pub fn with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let (cfg, dir) = TestServer::config(tweak);
+        TestServer::spawn(Server::bind(cfg).expect("server binds"), dir, || {})
+    }
+
+    /// A configuration listening on `127.0.0.1:0` with its data dir in a new temporary
+    /// directory (returned: it must live as long as the server), changed by `tweak`.
+    pub fn config(tweak: impl FnOnce(&mut Config)) -> (Config, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("data"),
+            ..Config::default()
+        };
+        tweak(&mut cfg);
+        (cfg, dir)
+    }
+
+    /// Runs a server built by the caller (a journal, a hook) on a new thread; `on_thread`
+    /// runs first on that thread.
+    pub fn spawn(
+        mut server: Server,
+        dir: tempfile::TempDir,
+        on_thread: impl FnOnce() + Send + 'static,
+    ) -> TestServer {
+        let addr = server.local_addr().unwrap();
+        let handle = server.handle();
+        let thread = std::thread::spawn(move || {
+            on_thread();
+            server.run()
+        });
+        TestServer {
+            addr,
+            handle,
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+
+    /// Asks the server to stop (gracefully); `Drop` still waits for it.
+    pub fn shutdown(&self) {
+        self.handle.shutdown();
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(self.addr)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+        if let Some(t) = self.thread.take() {
+            let res = t.join().expect("server thread panicked");
+            if !std::thread::panicking() {
+                res.expect("server loop failed");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes
+
+/// Lines of a child's output stream, read on a thread into a channel; every line read so far is
+/// kept in `log` for assertions about what was (not) written.
+pub struct Lines {
+    rx: mpsc::Receiver<String>,
+    pub log: Vec<String>,
+}
+
+impl Lines {
+    /// Starts reading `stream` line by line.
+    pub fn read(stream: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            log: Vec::new(),
+        }
+    }
+
+    /// The first line from index `from` of `log` on that contains `needle`, reading more
+    /// lines while none does; `None` after `within`, or once the stream has ended without it.
+    pub fn find_after(&mut self, from: usize, needle: &str, within: Duration) -> Option<String> {
+        if let Some(l) = self.log.iter().skip(from).find(|l| l.contains(needle)) {
+            return Some(l.clone());
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(l) => {
+                    self.log.push(l.clone());
+                    if l.contains(needle) {
+                        return Some(l);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// A line containing `needle`, among those already read too; fails after `within`.
+    pub fn wait_for(&mut self, needle: &str, within: Duration) -> String {
+        self.wait_for_after(0, needle, within)
+    }
+
+    /// A line containing `needle` from index `from` of `log` on; fails after `within`.
+    pub fn wait_for_after(&mut self, from: usize, needle: &str, within: Duration) -> String {
+        self.find_after(from, needle, within).unwrap_or_else(|| {
+            panic!(
+                "no line with {needle:?} within {within:?}; lines:\n{}",
+                self.log.join("\n")
+            )
+        })
+    }
+
+    /// The next line not read yet that contains `needle`; fails after `within`.
+    pub fn wait_for_new(&mut self, needle: &str, within: Duration) -> String {
+        let from = self.log.len();
+        self.wait_for_after(from, needle, within)
+    }
+
+    /// Takes in every line that arrives within `within` (until the stream ends, at most).
+    pub fn drain(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while let Ok(l) = self
+            .rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.log.push(l);
+        }
+    }
+}
+
+/// A child process, killed and reaped on drop.
+pub struct Proc(pub Child);
+
+impl Proc {
+    pub fn spawn(cmd: &mut Command) -> Proc {
+        Proc(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}")),
+        )
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Sends a signal by name (`TERM`, `HUP`, ...) with `kill`.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit; fails after [`WAIT`].
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {} did not exit within {WAIT:?}",
+                self.0.id()
+            );
+            std::thread::sleep(Duration::from_millis(5)); // polling a child has no event to wait on
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `tarq` with its stderr read line by line; killed on drop.
+pub struct Tarq {
+    pub proc: Proc,
+    pub lines: Lines,
+    pub addr: SocketAddr,
+    pub metrics: Option<SocketAddr>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Tarq {
+    /// Starts `tarq` on a free port (`--listen 127.0.0.1:0`) with a data dir in a temporary
+    /// directory and `args`, and waits until it serves.
+    pub fn start(args: &[&str]) -> Tarq {
+        let dir = tempfile::tempdir().unwrap();
+        Tarq::start_in(dir, args)
+    }
+
+    /// Like [`start`](Self::start) in a given directory (its `data` subdirectory is the data
+    /// dir), so a second server can reuse the first one's data.
+    pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Tarq {
+        let data = dir.path().join("data");
+        let mut all = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        Tarq::start_with_args(dir, &all)
+    }
+
+    /// Starts `tarq` with exactly `args` (no listen address or data dir added: a config file
+    /// may give them) and waits until it serves; `dir` lives as long as the process.
+    pub fn start_with_args(dir: tempfile::TempDir, args: &[&str]) -> Tarq {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut proc = Proc::spawn(&mut cmd);
+        let lines = Lines::read(proc.0.stderr.take().unwrap());
+        let mut t = Tarq {
+            proc,
+            lines,
+            addr: "127.0.0.1:0".parse().unwrap(),
+            metrics: None,
+            dir,
+        };
+        let serving = t.wait_for_line("tarq serving");
+        t.addr = addr_in(&serving, "listen=").expect("the serving line names the address");
+        t.metrics = t
+            .lines
+            .log
+            .iter()
+            .find(|l| l.contains("serving Prometheus metrics"))
+            .and_then(|l| addr_in(l, "listen="));
+        t
+    }
+
+    /// Every log line read so far.
+    pub fn log(&self) -> &[String] {
+        &self.lines.log
+    }
+
+    /// Waits for a log line containing `needle` (lines already read count) and returns it.
+    pub fn wait_for_line(&mut self, needle: &str) -> String {
+        self.lines.wait_for(needle, WAIT)
+    }
+
+    /// Waits for a line containing `needle` among the lines from index `from` on.
+    pub fn wait_for_line_after(&mut self, from: usize, needle: &str) -> String {
+        self.lines.wait_for_after(from, needle, WAIT)
+    }
+
+    pub fn signal(&self, name: &str) {
+        self.proc.signal(name);
+    }
+
+    /// Waits for the process to exit, then takes in whatever it logged on the way out.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let status = self.proc.wait_exit();
+        self.lines.drain(Duration::from_secs(1));
+        status
+    }
+
+    /// Runs `tarq ctl --addr <this server> args...`.
+    pub fn ctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(["ctl", "--addr", &self.addr.to_string()])
+            .args(args)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap()
+    }
+
+    /// The directory (with the data dir in it), for a next server; this one must have exited.
+    pub fn take_dir(&mut self) -> tempfile::TempDir {
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// The address after `key` in a log line (`listen=127.0.0.1:3301`).
+pub fn addr_in(line: &str, key: &str) -> Option<SocketAddr> {
+    let rest = &line[line.find(key)? + key.len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// A port nobody listens on right now (bound, then released): for an address that must refuse
+/// connections, or for a program that cannot report the port it got from port 0.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `cond` holds, checking every few milliseconds, failing after [`WAIT`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// External tools
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Whether the test can go on: a missing tool fails under CI, elsewhere it is a notice.
+pub fn prerequisite<T>(what: &str, check: Result<T, String>) -> Option<T> {
+    match check {
+        Ok(v) => Some(v),
+        Err(why) if in_ci() => panic!(
+            "{what} is required under CI=true but unusable: {why}\n\
+             (`bash .ci/test` installs it before running the tests)"
+        ),
+        Err(why) => {
+            eprintln!("NOTICE: skipping, {what} is unusable here: {why}");
+            None
+        }
+    }
+}
+
+/// The path of an executable on PATH.
+pub fn tool(name: &str) -> Result<PathBuf, String> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+        .ok_or_else(|| format!("{name} is not on PATH"))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw-frame client
+
+/// A decoded reply, owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub sync: u64,
+    pub code: u32,
+    pub schema_version: Option<u64>,
+    pub data: Option<Value>,
+    pub error: Option<String>,
+    pub has_stack: bool,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// The DATA array, asserting the reply is OK.
+    pub fn ok(&self) -> Vec<Value> {
+        assert_eq!(self.code, 0, "expected OK, got {self:?}");
+        match &self.data {
+            Some(Value::Array(a)) => a.clone(),
+            other => panic!("no DATA array: {other:?}"),
+        }
+    }
+
+    /// The single task (or stats map) a queue call returned.
+    pub fn one(&self) -> Value {
+        let d = self.ok();
+        assert_eq!(d.len(), 1, "expected one value, got {d:?}");
+        d[0].clone()
+    }
+
+    /// The error message, asserting the code.
+    pub fn err(&self, code: u32) -> String {
+        assert_eq!(self.code, code, "expected error {code}, got {self:?}");
+        self.error.clone().expect("error message")
+    }
+}
+
+/// A field of a map with string keys.
+pub fn field<'a>(v: &'a Value, key: &str) -> &'a Value {
+    v.as_map()
+        .unwrap_or_else(|| panic!("not a map: {v}"))
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no key {key} in {v}"))
+}
+
+pub fn id_of(task: &Value) -> u64 {
+    field(task, "id").as_u64().expect("id is a uint")
+}
+
+pub fn status_of(task: &Value) -> &str {
+    field(task, "status").as_str().expect("status is a string")
+}
+
+/// Encodes call arguments.
+pub fn args(values: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &Value::Array(values.to_vec())).unwrap();
+    out
+}
+
+pub fn map(pairs: &[(&str, Value)]) -> Value {
+    Value::Map(
+        pairs
+            .iter()
+            .map(|(k, v)| (Value::from(*k), v.clone()))
+            .collect(),
+    )
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    pub greeting: Greeting,
+    buf: Vec<u8>,
+    next_sync: u64,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut g = [0u8; GREETING_LEN];
+        stream.read_exact(&mut g).expect("greeting");
+        let greeting = client::parse_greeting(&g).expect("valid greeting");
+        Client {
+            stream,
+            greeting,
+            buf: Vec::new(),
+            next_sync: 1,
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    fn sync(&mut self) -> u64 {
+        let s = self.next_sync;
+        self.next_sync += 1;
+        s
+    }
+
+    /// Sends a CALL; returns its sync.
+    pub fn send_call(&mut self, function: &str, a: &[Value]) -> u64 {
+        let sync = self.sync();
+        let mut out = Vec::new();
+        client::call(&mut out, sync, function, &args(a));
+        self.send(&out);
+        sync
+    }
+
+    /// A CALL and its reply (asserting the sync matches).
+    pub fn call(&mut self, function: &str, a: &[Value]) -> Reply {
+        let sync = self.send_call(function, a);
+        let r = self.recv();
+        assert_eq!(r.sync, sync, "reply to another request: {r:?}");
+        r
+    }
+
+    pub fn call16(&mut self, function: &str, a: &[Value]) -> Reply {
+        let sync = self.sync();
+        let mut out = Vec::new();
+        client::call16(&mut out, sync, function, &args(a));
+        self.send(&out);
+        let r = self.recv();
+        assert_eq!(r.sync, sync);
+        r
+    }
+
+    pub fn ping(&mut self) -> Reply {
+        let sync = self.sync();
+        let mut out = Vec::new();
+        client::ping(&mut out, sync);
+        self.send(&out);
+        let r = self.recv();
+        assert_eq!(r.sync, sync);
+        r
+    }
+
+    /// Sends a request built by `build(out, sync)` and returns its reply.
+    pub fn request(&mut self, build: impl FnOnce(&mut Vec<u8>, u64)) -> Reply {
+        let sync = self.sync();
+        let mut out = Vec::new();
+        build(&mut out, sync);
+        self.send(&out);
+        let r = self.recv();
+        assert_eq!(r.sync, sync);
+        r
+    }
+
+    /// The next reply, waiting at most [`WAIT`].
+    pub fn recv(&mut self) -> Reply {
+        self.try_recv()
+            .expect("a reply before the connection closed")
+    }
+
+    /// The next reply, or None when the server closed the connection.
+    pub fn try_recv(&mut self) -> Option<Reply> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(f) = split_frame(&self.buf, usize::MAX).expect("reply framing") {
+                assert_eq!(self.buf[0], 0xce, "replies use a 0xce length");
+                let r = client::decode(&self.buf[f.prefix..f.total()]).expect("reply decodes");
+                let reply = Reply {
+                    sync: r.sync,
+                    code: r.code,
+                    schema_version: r.schema_version,
+                    data: r
+                        .data
+                        .map(|d| rmpv::decode::read_value(&mut &d[..]).expect("DATA decodes")),
+                    error: r.error.map(str::to_string),
+                    has_stack: r.error_stack.is_some(),
+                    body: r.body.to_vec(),
+                };
+                self.buf.drain(..f.total());
+                return Some(reply);
+            }
+            assert!(Instant::now() < deadline, "no reply within {WAIT:?}");
+            let mut chunk = [0u8; 64 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    panic!("no reply within {WAIT:?}")
+                }
+                Err(e) => panic!("read failed: {e}"),
+            }
+        }
+    }
+
+    /// Asserts the server closes the connection (after any replies, which are returned).
+    pub fn expect_closed(&mut self) -> Vec<Reply> {
+        let mut replies = Vec::new();
+        while let Some(r) = self.try_recv() {
+            replies.push(r);
+        }
+        replies
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graphite and HTTP
+
+/// `GET path` over a plain socket; returns the status code and the body.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http_raw(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: tarq\r\n\r\n").as_bytes(),
+    )
+}
+
+/// Sends `request` as is and reads the response until the server closes.
+pub fn http_raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(request).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {resp:?}"));
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// How old a Graphite line's timestamp may be for a running server (a busy machine may delay
+/// a push by seconds).
+pub const GRAPHITE_MAX_AGE_SECS: u64 = 30;
+
+/// One Graphite plaintext line, checked: `queue.stats.<name> <value> <unix_seconds>` with a
+/// timestamp of about now (at most [`GRAPHITE_MAX_AGE_SECS`] old).
+pub fn graphite_line(line: &str) -> (String, u64) {
+    graphite_line_aged(line, GRAPHITE_MAX_AGE_SECS)
+}
+
+/// [`graphite_line`] with a timestamp at most `max_age` seconds old.
+pub fn graphite_line_aged(line: &str, max_age: u64) -> (String, u64) {
+    let parts: Vec<&str> = line.split(' ').collect();
+    assert_eq!(parts.len(), 3, "not a Graphite line: {line:?}");
+    let name = parts[0]
+        .strip_prefix("queue.stats.")
+        .unwrap_or_else(|| panic!("not a queue.stats line: {line:?}"));
+    let value: u64 = parts[1]
+        .parse()
+        .unwrap_or_else(|_| panic!("bad value: {line:?}"));
+    let ts: u64 = parts[2]
+        .parse()
+        .unwrap_or_else(|_| panic!("bad time: {line:?}"));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        ts <= now && ts + max_age >= now,
+        "timestamp {ts} is not about now ({now})"
+    );
+    (name.to_string(), value)
+}
+
+/// Sent by [`collect_tcp_lines`] when a connection ends.
+pub const CLOSED: &str = "<connection closed>";
+
+/// Reads lines from every connection accepted on `listener` into a channel, then [`CLOSED`]
+/// when that connection ends.
+pub fn collect_tcp_lines(listener: TcpListener) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(CLOSED.to_string());
+            });
+        }
+    });
+    rx
+}
+
+/// Receives from `rx` until `done` holds for the figures seen so far (latest value per name).
+pub fn wait_for_figures(
+    rx: &mpsc::Receiver<String>,
+    what: &str,
+    mut done: impl FnMut(&HashMap<String, u64>) -> bool,
+) -> HashMap<String, u64> {
+    let mut seen = HashMap::new();
+    let deadline = Instant::now() + WAIT;
+    while !done(&seen) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line == CLOSED => {}
+            Ok(line) => {
+                let (name, value) = graphite_line(&line);
+                seen.insert(name, value);
+            }
+            Err(_) => panic!("{what}: not seen within {WAIT:?}; figures: {seen:?}"),
+        }
+    }
+    seen
+}
