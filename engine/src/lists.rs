@@ -1,6 +1,6 @@
-//! The per-status lists: an intrusive, doubly linked skiplist per status (Ready, Taken,
-//! Waiting) over arena slot keys, ordered by (pri, id), so the head of the ready list is the
-//! next task to take. Links are u32 slot keys, not pointers. Level 0 — the one every
+//! The per-status lists: an intrusive, doubly linked skiplist for Ready and one for Waiting
+//! over arena slot keys, ordered by (pri, id), so the head of the ready list is the next task
+//! to take (Taken tasks are listed by their session instead, see `sessions.rs`). Links are u32 slot keys, not pointers. Level 0 — the one every
 //! operation touches — lives in the task's own slot (`next0`, `prev0`); the upper levels of
 //! the one task in four that has them live in a side arena of towers (`Towers`), at an
 //! offset the slot records (`up`), so the slot stays small.

@@ -39,8 +39,10 @@ const HAS_TTR: u8 = 2;
 const TTR_ARMED: u8 = 4;
 
 /// One task in the arena: 88 bytes of fields and links, plus the payload's own allocation.
-/// State-specific data shares storage or lives elsewhere: `t` is runat while Waiting and the
-/// TTR time while Taken; the owner and take order live in a claim only while Taken.
+/// State-specific data shares storage: `t` is runat while Waiting and the TTR time while
+/// Taken; `next0` / `prev0` link the status skiplist while Ready or Waiting and the owner's
+/// take-order list while Taken (a Taken task is in no skiplist), `sess` names the owner.
+/// So a taken task costs nothing beyond its slot.
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub id: TaskId,
@@ -56,9 +58,9 @@ pub(crate) struct Slot {
     pub data: Box<[u8]>,
     /// Position of this task's entry in the deadline heap, or NIL.
     pub heap_pos: u32,
-    /// Taken: the claim in `Queue::sessions` (owner and take order), else NIL.
-    pub held: u32,
-    /// Level 0 of the status skiplist.
+    /// Taken: the owner's index in `Queue::sessions`, else NIL.
+    pub sess: u32,
+    /// Ready / Waiting: level 0 of the status skiplist. Taken: the owner's list, in take order.
     pub next0: u32,
     pub prev0: u32,
     /// Offset of the upper levels in `Towers`, NIL for height 1.
@@ -128,7 +130,7 @@ fn check_owner(
     if s.status != Status::Taken {
         return Err(QueueError::NotTaken(id));
     }
-    let owner = sessions.owner(s.held);
+    let owner = sessions.owner(s.sess);
     if owner != sid {
         return Err(QueueError::NotOwner {
             id,
@@ -139,11 +141,12 @@ fn check_owner(
     Ok(())
 }
 
+/// The skiplist of a Ready or Waiting task. Taken tasks are in their session's list instead.
 fn list_ix(s: Status) -> usize {
     match s {
         Status::Ready => 0,
-        Status::Taken => 1,
-        Status::Waiting => 2,
+        Status::Waiting => 1,
+        Status::Taken => unreachable!("taken tasks are listed by their session"),
     }
 }
 
@@ -154,8 +157,8 @@ pub struct Queue {
     /// id -> slot key. Holds only the u32 key: ids are compared in the slot, which every
     /// lookup reads anyway, so a bucket costs 4 bytes plus 1 control byte.
     index: HashTable<u32>,
-    /// Ready, Taken, Waiting — indexed by `list_ix`.
-    lists: [SkipList; 3],
+    /// Ready, Waiting — indexed by `list_ix`. Taken tasks are listed by `sessions`.
+    lists: [SkipList; 2],
     towers: Towers,
     heap: DeadlineHeap,
     sessions: Sessions,
@@ -221,8 +224,7 @@ impl Queue {
         } else {
             0
         };
-        self.enter(k, Status::Taken, ttr_at);
-        self.session_append(sid, k);
+        self.enter_taken(k, sid, ttr_at);
         self.reschedule(k);
         self.stats.takes += 1;
         self.log(Event::Taken { id, sid });
@@ -277,32 +279,36 @@ impl Queue {
     /// Returns every task `sid` holds to Ready, in the order it took them, and forgets the
     /// session. O(tasks it holds).
     pub fn release_session(&mut self, sid: SessionId) -> usize {
-        let Some(mut h) = self.sessions.detach(sid) else {
+        let Some(mut k) = self.sessions.detach(sid) else {
             return 0;
         };
         let mut n = 0;
-        while h != NIL {
-            let (k, next) = self.sessions.pop_detached(h);
-            let s = &mut self.slots[k as usize];
-            let id = s.id;
-            // The claim is gone with its session: `leave` must not unlink it again.
-            s.held = NIL;
+        while k != NIL {
+            // Out of the detached session's list (its `sess` cleared): `leave` must not
+            // unlink it again.
+            let next = self.sessions.pop_detached(&mut self.slots, k);
+            let id = self.slots[k as usize].id;
             self.leave(k);
             self.enter(k, Status::Ready, 0);
             self.reschedule(k);
             self.stats.auto_released += 1;
             self.log(Event::AutoReleased { id });
             n += 1;
-            h = next;
+            k = next;
         }
         n
     }
 
     /// Returns every Taken task to Ready, in (pri, id) order (restart: no session survives),
     /// and forgets every session.
+    /// O(t log t) for t taken tasks: they are listed by session, so this sorts them (once per
+    /// restart, not on the request path).
     pub fn release_all_taken(&mut self) -> usize {
+        let mut taken = self.sessions.taken_slots(&self.slots);
+        let slots = &self.slots;
+        taken.sort_unstable_by_key(|&k| (slots[k as usize].pri, slots[k as usize].id));
         let mut n = 0;
-        while let Some(k) = self.lists[list_ix(Status::Taken)].first() {
+        for k in taken {
             let id = self.slots[k as usize].id;
             self.leave(k);
             self.enter(k, Status::Ready, 0);
@@ -369,7 +375,7 @@ impl Queue {
         Stats {
             total: self.slots.len() as u64,
             ready: self.lists[list_ix(Status::Ready)].len() as u64,
-            taken: self.lists[list_ix(Status::Taken)].len() as u64,
+            taken: self.sessions.len() as u64,
             waiting: self.lists[list_ix(Status::Waiting)].len() as u64,
             ..self.stats
         }
@@ -445,6 +451,16 @@ impl Queue {
         self.last_id = self.last_id.max(id);
     }
 
+    /// Makes room for `additional` more tasks in the arena and the id index, so loading a
+    /// snapshot of known size grows neither step by step (each doubling of the index rehashes
+    /// every id). Towers, heap and sessions grow with what the tasks turn out to need.
+    pub fn reserve(&mut self, additional: usize) {
+        self.slots.reserve(additional);
+        let slots = &self.slots;
+        self.index
+            .reserve(additional, |&j| hash_id(slots[j as usize].id));
+    }
+
     /// Every live task, in no particular order (snapshots).
     pub fn iter(&self) -> impl Iterator<Item = TaskRef<'_>> {
         self.slots.iter().map(|(k, _)| self.view(k as u32))
@@ -472,10 +488,11 @@ impl Queue {
             self.index.len()
         );
         let mut listed = 0;
-        for status in [Status::Ready, Status::Taken, Status::Waiting] {
+        for status in [Status::Ready, Status::Waiting] {
             listed += self.lists[list_ix(status)].check(&self.slots, &self.towers, status);
         }
-        assert_eq!(listed, n, "lists hold {listed} tasks, arena {n}");
+        listed += self.sessions.check(&self.slots);
+        assert_eq!(listed, n, "lists and sessions hold {listed} tasks, arena {n}");
         self.heap.check(&self.slots);
         let mut entries = 0;
         let mut towers = Vec::new();
@@ -515,9 +532,9 @@ impl Queue {
             }
             if s.status != Status::Taken {
                 assert_eq!(s.flags & TTR_ARMED, 0, "task {} armed but not taken", s.id);
-                assert_eq!(s.held, NIL, "task {} is {:?} with a claim", s.id, s.status);
+                assert_eq!(s.sess, NIL, "task {} is {:?} with an owner", s.id, s.status);
             } else {
-                assert_ne!(s.held, NIL, "taken task {} has no claim", s.id);
+                assert_ne!(s.sess, NIL, "taken task {} has no owner", s.id);
             }
             match Self::due(s) {
                 Some((at, kind)) => {
@@ -540,29 +557,6 @@ impl Queue {
         }
         assert_eq!(entries, self.heap.len(), "heap holds entries of no task");
         self.towers.check(towers);
-        let in_sessions = self.sessions.check(|k, sid, h| {
-            let s = self
-                .slots
-                .get(k as usize)
-                .unwrap_or_else(|| panic!("session {sid} claims free slot {k}"));
-            assert_eq!(
-                s.status,
-                Status::Taken,
-                "task {} held by {sid} is {:?}",
-                s.id,
-                s.status
-            );
-            assert_eq!(
-                s.held, h,
-                "task {} held by {sid} points at another claim",
-                s.id
-            );
-        });
-        let taken = self.lists[list_ix(Status::Taken)].len();
-        assert_eq!(
-            in_sessions, taken,
-            "{taken} taken tasks, {in_sessions} in sessions"
-        );
     }
 
     // ---- internals ----
@@ -596,7 +590,7 @@ impl Queue {
     }
 
     fn owner_of(&self, s: &Slot) -> SessionId {
-        self.sessions.owner(s.held)
+        self.sessions.owner(s.sess)
     }
 
     /// The task's earliest pending deadline: TTL expiry, runat, or armed TTR.
@@ -672,7 +666,7 @@ impl Queue {
             t: 0,
             data,
             heap_pos: NIL,
-            held: NIL,
+            sess: NIL,
             next0: NIL,
             prev0: NIL,
             up,
@@ -687,8 +681,8 @@ impl Queue {
         k
     }
 
-    /// Puts an unlisted slot into the list of `status`, with `t` (runat or TTR time).
-    /// The caller adds the session (Taken) and reschedules.
+    /// Puts an unlisted slot into the list of `status` (Ready or Waiting), with `t` (runat).
+    /// The caller reschedules.
     fn enter(&mut self, k: u32, status: Status, t: Micros) {
         let s = &mut self.slots[k as usize];
         s.status = status;
@@ -696,32 +690,39 @@ impl Queue {
         self.lists[list_ix(status)].insert(&mut self.slots, &mut self.towers, k);
     }
 
+    /// Makes an unlisted slot Taken by `sid`, last in its take order, with `t` (TTR time or
+    /// 0). The caller sets `TTR_ARMED` and reschedules.
+    fn enter_taken(&mut self, k: u32, sid: SessionId, t: Micros) {
+        let s = &mut self.slots[k as usize];
+        s.status = Status::Taken;
+        s.t = t;
+        self.sessions.append(&mut self.slots, sid, k);
+    }
+
     /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
     fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
         match status {
             Status::Ready => self.enter(k, status, 0),
             Status::Waiting => self.enter(k, status, runat),
-            Status::Taken => {
-                self.enter(k, status, 0);
-                self.session_append(RESTORED_OWNER, k);
-            }
+            Status::Taken => self.enter_taken(k, RESTORED_OWNER, 0),
         }
         self.reschedule(k);
     }
 
-    /// Takes a slot out of its list and, if Taken, out of its session and unarmed. The heap
-    /// entry stays until the caller reschedules or deletes.
+    /// Takes a slot out of its list: its status skiplist, or if Taken its session's list
+    /// (unless `release_session` already did) and unarmed. The heap entry stays until the
+    /// caller reschedules or deletes.
     fn leave(&mut self, k: u32) {
         let s = &mut self.slots[k as usize];
         let status = s.status;
         if status == Status::Taken {
             s.flags &= !TTR_ARMED;
-            if s.held != NIL {
-                self.sessions.remove(s.held);
-                s.held = NIL;
+            if s.sess != NIL {
+                self.sessions.remove(&mut self.slots, k);
             }
+        } else {
+            self.lists[list_ix(status)].remove(&mut self.slots, &mut self.towers, k);
         }
-        self.lists[list_ix(status)].remove(&mut self.slots, &mut self.towers, k);
         self.slots[k as usize].t = 0;
     }
 
@@ -761,11 +762,5 @@ impl Queue {
             owner,
             data: s.data,
         }
-    }
-
-    /// Records the claim of session `sid` on a newly Taken slot.
-    fn session_append(&mut self, sid: SessionId, k: u32) {
-        let h = self.sessions.append(sid, k);
-        self.slots[k as usize].held = h;
     }
 }

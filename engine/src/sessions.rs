@@ -1,9 +1,9 @@
-//! Who holds what: the sessions that have taken tasks and, per session, the list of its
-//! claims in take order, so that `release_session` costs O(tasks it holds) and an ack or
-//! release unlinks its claim in O(1). A claim ("held" record, 16 bytes) exists only while a
-//! task is Taken and lives in a pool of its own rather than in the task's slot: most tasks are
-//! Ready or Waiting, and keeping the owner and its links out of the slot keeps every slot
-//! 12 bytes smaller.
+//! Who holds what: the sessions that have taken tasks and, per session, the list of its taken
+//! tasks in take order, so that `release_session` costs O(tasks it holds) and an ack or
+//! release unlinks its task in O(1). The list is intrusive and costs a taken task no byte
+//! beyond its slot: a Taken task is in no status skiplist (nothing needs Taken tasks in
+//! (pri, id) order but a restart, which sorts them once), so its level-0 links (`next0`,
+//! `prev0`) thread it into its session's list instead, and `sess` names the session.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -11,22 +11,10 @@ use std::hash::BuildHasherDefault;
 use slab::Slab;
 
 use crate::heap::NIL;
-use crate::queue::IdHasher;
-use crate::SessionId;
+use crate::queue::{IdHasher, Slots};
+use crate::{SessionId, Status};
 
-/// One claim: a taken slot, its session and its neighbours in the session's list.
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    /// The task's slot key; on the free list, unused.
-    slot: u32,
-    /// Index of the owner in `Sessions::list`.
-    sess: u32,
-    prev: u32,
-    /// Next claim of the session; on the free list, the next free record.
-    next: u32,
-}
-
-/// One session holding tasks: its id and the ends of its claim list (take order).
+/// One session holding tasks: its id and the ends of its list of taken slots (take order).
 #[derive(Clone, Copy, Debug)]
 struct Session {
     sid: SessionId,
@@ -37,10 +25,7 @@ struct Session {
 
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    held: Vec<Held>,
-    /// Head of the free records of `held`, chained through `next` (0 = none, else index + 1,
-    /// so that `Default` gives an empty pool).
-    free: u32,
+    /// Taken tasks, over all sessions.
     live: usize,
     list: Slab<Session>,
     by_sid: HashMap<SessionId, u32, BuildHasherDefault<IdHasher>>,
@@ -50,90 +35,76 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
-    /// Records that session `sid` took `slot`, after its earlier claims; returns the claim.
-    /// A session's entry is made on its first take and kept until `detach`.
-    pub fn append(&mut self, sid: SessionId, slot: u32) -> u32 {
+    /// Taken tasks, over all sessions. O(1).
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Records that session `sid` took slot `k` (in no list), after its earlier tasks: links
+    /// the slot's `next0` / `prev0` into the session's list and sets its `sess`. A session's
+    /// entry is made on its first take and kept until `detach`.
+    pub fn append(&mut self, slots: &mut Slots, sid: SessionId, k: u32) {
         let ix = if self.last.1 != 0 && self.last.0 == sid {
             self.last.1 - 1
         } else if let Some(&ix) = self.by_sid.get(&sid) {
             ix
         } else {
-            let ix = self.list.insert(Session {
+            let ix = u32::try_from(self.list.insert(Session {
                 sid,
                 head: NIL,
                 tail: NIL,
                 len: 0,
-            }) as u32;
+            }))
+            .expect("sessions fit u32");
             self.by_sid.insert(sid, ix);
             ix
         };
         self.last = (sid, ix + 1);
-        let tail = self.list[ix as usize].tail;
-        let rec = Held {
-            slot,
-            sess: ix,
-            prev: tail,
-            next: NIL,
-        };
-        let h = if self.free != 0 {
-            let h = self.free - 1;
-            let next_free = self.held[h as usize].next;
-            self.free = if next_free == NIL { 0 } else { next_free + 1 };
-            self.held[h as usize] = rec;
-            h
-        } else {
-            self.held.push(rec);
-            u32::try_from(self.held.len() - 1).expect("claims fit u32")
-        };
         let session = &mut self.list[ix as usize];
+        let tail = session.tail;
+        let s = &mut slots[k as usize];
+        s.sess = ix;
+        s.prev0 = tail;
+        s.next0 = NIL;
         if tail == NIL {
-            session.head = h;
+            session.head = k;
         } else {
-            self.held[tail as usize].next = h;
+            slots[tail as usize].next0 = k;
         }
-        session.tail = h;
+        session.tail = k;
         session.len += 1;
         self.live += 1;
-        h
     }
 
-    /// The session holding claim `h`.
-    pub fn owner(&self, h: u32) -> SessionId {
-        self.list[self.held[h as usize].sess as usize].sid
+    /// The session at index `ix` (a Taken slot's `sess`).
+    pub fn owner(&self, ix: u32) -> SessionId {
+        self.list[ix as usize].sid
     }
 
-    /// Drops claim `h` (ack, release, TTR, expiry). O(1).
-    pub fn remove(&mut self, h: u32) {
-        let Held {
-            sess, prev, next, ..
-        } = self.held[h as usize];
-        let session = &mut self.list[sess as usize];
+    /// Unlinks Taken slot `k` from its session's list and clears its `sess`. O(1).
+    pub fn remove(&mut self, slots: &mut Slots, k: u32) {
+        let s = &mut slots[k as usize];
+        let (ix, prev, next) = (s.sess, s.prev0, s.next0);
+        s.sess = NIL;
+        s.prev0 = NIL;
+        s.next0 = NIL;
+        let session = &mut self.list[ix as usize];
         if prev == NIL {
             session.head = next;
         } else {
-            self.held[prev as usize].next = next;
+            slots[prev as usize].next0 = next;
         }
         if next == NIL {
             session.tail = prev;
         } else {
-            self.held[next as usize].prev = prev;
+            slots[next as usize].prev0 = prev;
         }
         session.len -= 1;
-        self.free_record(h);
-    }
-
-    fn free_record(&mut self, h: u32) {
-        let rec = &mut self.held[h as usize];
-        rec.slot = NIL;
-        rec.sess = NIL;
-        rec.prev = NIL;
-        rec.next = if self.free == 0 { NIL } else { self.free - 1 };
-        self.free = h + 1;
         self.live -= 1;
     }
 
-    /// Forgets session `sid` and returns its first claim (NIL if none); walk the rest with
-    /// `pop_detached`.
+    /// Forgets session `sid` and returns its first taken slot (NIL if none); walk the rest
+    /// with `pop_detached`.
     pub fn detach(&mut self, sid: SessionId) -> Option<u32> {
         let ix = self.by_sid.remove(&sid)?;
         if self.last.0 == sid {
@@ -142,18 +113,34 @@ impl Sessions {
         Some(self.list.remove(ix as usize).head)
     }
 
-    /// Frees claim `h` of a detached session; returns its slot and the next claim.
-    pub fn pop_detached(&mut self, h: u32) -> (u32, u32) {
-        let Held { slot, next, .. } = self.held[h as usize];
-        self.free_record(h);
-        (slot, next)
+    /// Takes slot `k` of a detached session out of the session list (clearing its links and
+    /// `sess`); returns the next slot of that session.
+    pub fn pop_detached(&mut self, slots: &mut Slots, k: u32) -> u32 {
+        let s = &mut slots[k as usize];
+        let next = s.next0;
+        s.sess = NIL;
+        s.prev0 = NIL;
+        s.next0 = NIL;
+        self.live -= 1;
+        next
     }
 
-    /// Forgets every session (all claims must be gone).
+    /// Every taken slot, session by session in take order.
+    pub fn taken_slots(&self, slots: &Slots) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.live);
+        for (_, session) in &self.list {
+            let mut k = session.head;
+            while k != NIL {
+                out.push(k);
+                k = slots[k as usize].next0;
+            }
+        }
+        out
+    }
+
+    /// Forgets every session (all taken tasks must be gone).
     pub fn clear(&mut self) {
         debug_assert_eq!(self.live, 0, "sessions cleared while tasks are held");
-        self.held.clear();
-        self.free = 0;
         self.list.clear();
         self.by_sid.clear();
         self.last = (0, 0);
@@ -161,14 +148,14 @@ impl Sessions {
 
     pub fn capacity_bytes(&self) -> usize {
         use std::mem::size_of;
-        self.held.capacity() * size_of::<Held>()
-            + self.list.capacity() * (size_of::<Session>() + 8)
+        self.list.capacity() * (size_of::<Session>() + 8)
             + self.by_sid.capacity() * (size_of::<(SessionId, u32)>() + 1)
     }
 
-    /// Panics unless every session's list is consistent; calls `visit(slot, sid, h)` for
-    /// each claim so the queue can check the slot's side. Returns the claims walked.
-    pub fn check(&self, mut visit: impl FnMut(u32, SessionId, u32)) -> usize {
+    /// Panics unless every session's list is consistent: each node is a live Taken slot
+    /// pointing back at its session, back links mirror forward links, tail and length agree.
+    /// Returns the taken slots walked.
+    pub fn check(&self, slots: &Slots) -> usize {
         assert_eq!(
             self.list.len(),
             self.by_sid.len(),
@@ -185,18 +172,26 @@ impl Sessions {
                 "session {sid} maps to session {}",
                 session.sid
             );
-            let (mut h, mut prev, mut len) = (session.head, NIL, 0);
-            while h != NIL {
-                let rec = self.held[h as usize];
+            let (mut k, mut prev, mut len) = (session.head, NIL, 0);
+            while k != NIL {
+                let s = slots
+                    .get(k as usize)
+                    .unwrap_or_else(|| panic!("session {sid} holds free slot {k}"));
                 assert_eq!(
-                    rec.sess, ix,
-                    "claim {h} of session {sid} points at {}",
-                    rec.sess
+                    s.status,
+                    Status::Taken,
+                    "task {} held by {sid} is {:?}",
+                    s.id,
+                    s.status
                 );
-                assert_eq!(rec.prev, prev, "session {sid}: claim {h} back link");
-                visit(rec.slot, sid, h);
-                prev = h;
-                h = rec.next;
+                assert_eq!(
+                    s.sess, ix,
+                    "task {} held by {sid} points at session {}",
+                    s.id, s.sess
+                );
+                assert_eq!(s.prev0, prev, "session {sid}: back link of task {}", s.id);
+                prev = k;
+                k = s.next0;
                 len += 1;
                 assert!(
                     len <= session.len,
@@ -210,7 +205,7 @@ impl Sessions {
         }
         assert_eq!(
             walked, self.live,
-            "{} claims live, {walked} in sessions",
+            "{} tasks taken, {walked} in sessions",
             self.live
         );
         walked
