@@ -492,7 +492,10 @@ impl Queue {
             listed += self.lists[list_ix(status)].check(&self.slots, &self.towers, status);
         }
         listed += self.sessions.check(&self.slots);
-        assert_eq!(listed, n, "lists and sessions hold {listed} tasks, arena {n}");
+        assert_eq!(
+            listed, n,
+            "lists and sessions hold {listed} tasks, arena {n}"
+        );
         self.heap.check(&self.slots);
         let mut entries = 0;
         let mut towers = Vec::new();

@@ -733,7 +733,11 @@ fn reserve_keeps_every_task_and_makes_room() {
         q.overhead_bytes()
     );
     for &id in &ids {
-        assert_eq!(q.get(id).map(|t| t.id), Some(id), "task {id} lost by reserve");
+        assert_eq!(
+            q.get(id).map(|t| t.id),
+            Some(id),
+            "task {id} lost by reserve"
+        );
     }
     assert_eq!(q.get(ids[0]).unwrap().owner, Some(7));
     for i in 0..10_000 {
