@@ -20,8 +20,8 @@ pub const READ_BUF_BYTES: usize = 16 * 1024;
 /// waits for the next turn, so a fast sender cannot starve the others.
 pub const READ_BUDGET_BYTES: usize = 1024 * 1024;
 
-/// A buffer that grew past this (for a big frame) shrinks back when it empties, so an idle
-/// connection holds little memory.
+/// A reply buffer that grew past this (for a big burst of replies) shrinks back when it has
+/// been written out, so an idle connection holds little memory.
 pub const SHRINK_ABOVE_BYTES: usize = 1024 * 1024;
 
 /// Sent bytes at the front of the reply buffer are dropped once they exceed this, keeping the
@@ -61,14 +61,20 @@ impl ReadBuf {
         &self.buf[self.head..self.tail]
     }
 
+    /// Drops the first `n` live bytes (every frame executed in a turn, at once). A buffer that
+    /// grew for a burst goes back to [`READ_BUF_BYTES`] once it is empty, so a connection
+    /// holds its resting size between bursts. That costs one reallocation per burst that
+    /// outgrew the resting size (thousands of requests), never one per request: the loop calls
+    /// this once per read, and a burst that fits never grows.
     pub fn consume(&mut self, n: usize) {
         self.head += n;
         debug_assert!(self.head <= self.tail);
         if self.head == self.tail {
             self.head = 0;
             self.tail = 0;
-            if self.buf.len() > SHRINK_ABOVE_BYTES {
-                self.buf = vec![0; READ_BUF_BYTES];
+            if self.buf.len() > READ_BUF_BYTES {
+                self.buf.truncate(READ_BUF_BYTES);
+                self.buf.shrink_to_fit();
             }
         }
     }
@@ -327,5 +333,39 @@ mod tests {
             ReadOutcome::Drained
         ));
         assert_eq!((b.data().len(), src.1), (READ_BUF_BYTES + 1, 2));
+    }
+
+    #[test]
+    fn a_buffer_grown_by_a_burst_returns_to_its_resting_size_once_drained() {
+        /// A pipelined burst far over the resting size: the buffer doubles up to 1 MiB for it
+        /// (the size that used to stay).
+        static BURST: [u8; 512 * 1024] = [7; 512 * 1024];
+        let mut b = ReadBuf::new();
+        // A slice reads like a socket holding the whole burst: every read fills the room.
+        let mut src: &[u8] = &BURST;
+        assert!(matches!(
+            b.fill(&mut src, 4 << 20, 2 * BURST.len(), false),
+            ReadOutcome::Drained | ReadOutcome::Eof
+        ));
+        assert_eq!(b.data().len(), BURST.len(), "the whole burst was read");
+        assert!(b.buf.len() >= BURST.len(), "it grew: {}", b.buf.len());
+        // Partly executed: the live bytes stay, and so does the room they need.
+        b.consume(BURST.len() - 3);
+        assert_eq!(b.data(), [7, 7, 7]);
+        assert!(b.buf.len() >= BURST.len());
+        // Drained: back to the resting size, in length and in memory held.
+        b.consume(3);
+        assert!(b.data().is_empty());
+        assert_eq!(
+            (b.buf.len(), b.buf.capacity()),
+            (READ_BUF_BYTES, READ_BUF_BYTES)
+        );
+        // And it still reads (and grows) as before.
+        let mut src = Chunks(vec![b"abc"], 0);
+        assert!(matches!(
+            b.fill(&mut src, 4 << 20, READ_BUDGET_BYTES, false),
+            ReadOutcome::Drained
+        ));
+        assert_eq!(b.data(), b"abc");
     }
 }
