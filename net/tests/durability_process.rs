@@ -3,89 +3,33 @@
 //! reply arrived too), none whose ack was answered, and nothing taken. And a second `tarq` on
 //! a directory in use is refused with a clear message.
 
-mod common;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{field, id_of, Client, WAIT};
 use rmpv::Value;
+use support::{field, id_of, Client, Tarq, BIN, WAIT};
 use tarq_net::iproto::client;
 use tarq_net::iproto::split_frame;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tarq");
 const PRODUCERS: usize = 8;
 const CONSUMERS: usize = 8;
 /// Puts and acks answered before the kill: enough that the kill lands amid steady load.
 const PUTS_BEFORE_KILL: u64 = 2000;
 const ACKS_BEFORE_KILL: u64 = 500;
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-struct Tarq {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Tarq {
-    fn start(dir: &Path, addr: SocketAddr, extra: &[&str]) -> Tarq {
-        let mut child = Command::new(BIN)
-            .args([
-                "--listen",
-                &addr.to_string(),
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "--log-level",
-                "info",
-            ])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Tarq { child, lines }
-    }
-
-    fn wait_for_line(&self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(l) if l.contains(needle) => return l,
-                Ok(_) => {}
-                Err(_) => panic!("no log line with {needle:?} within {WAIT:?}"),
-            }
-        }
-    }
-}
-
-impl Drop for Tarq {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `tarq` with its data dir in `dir` (a restart passes the previous run's directory), logging
+/// at info level (recovery and snapshots are logged there), once it serves.
+fn tarq_in(dir: tempfile::TempDir, extra: &[&str]) -> Tarq {
+    let mut args = vec!["--log-level", "info"];
+    args.extend_from_slice(extra);
+    Tarq::start_in(dir, &args)
 }
 
 /// A client that reports a dead server as an error instead of panicking.
@@ -166,11 +110,8 @@ struct Seen {
 
 #[test]
 fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let addr = free_port();
-    let tarq = Tarq::start(&data, addr, &["--wal-mode", "fsync"]);
-    tarq.wait_for_line("tarq serving");
+    let tarq = tarq_in(tempfile::tempdir().unwrap(), &["--wal-mode", "fsync"]);
+    let addr = tarq.addr;
 
     let seen = Arc::new(Mutex::new(Seen::default()));
     let puts = Arc::new(AtomicU64::new(0));
@@ -247,8 +188,8 @@ fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
         std::thread::yield_now();
     }
     let mut tarq = tarq;
-    tarq.child.kill().unwrap(); // SIGKILL
-    tarq.child.wait().unwrap();
+    tarq.proc.0.kill().unwrap(); // SIGKILL
+    tarq.proc.0.wait().unwrap();
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().expect("client thread");
@@ -261,10 +202,8 @@ fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
     );
 
     // Restart on the same directory.
-    let addr = free_port();
-    let tarq = Tarq::start(&data, addr, &["--wal-mode", "fsync"]);
-    tarq.wait_for_line("tarq serving");
-    let mut c = Client::connect(addr);
+    let tarq = tarq_in(tarq.take_dir(), &["--wal-mode", "fsync"]);
+    let mut c = Client::connect(tarq.addr);
     let stats = c.call("queue.stats", &[]).one();
     assert_eq!(
         field(&stats, "taken").as_u64(),
@@ -314,14 +253,12 @@ fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
 
 #[test]
 fn a_second_tarq_on_the_same_data_dir_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let first = Tarq::start(&data, free_port(), &[]);
-    first.wait_for_line("tarq serving");
+    let first = tarq_in(tempfile::tempdir().unwrap(), &[]);
+    let data = first.path("data");
     let out = Command::new(BIN)
         .args([
             "--listen",
-            &free_port().to_string(),
+            "127.0.0.1:0",
             "--data-dir",
             data.to_str().unwrap(),
         ])
@@ -329,7 +266,7 @@ fn a_second_tarq_on_the_same_data_dir_is_refused() {
         .unwrap();
     assert!(!out.status.success(), "the second process must not start");
     let err = String::from_utf8_lossy(&out.stderr);
-    let pid = first.child.id().to_string();
+    let pid = first.proc.id().to_string();
     assert!(
         err.contains("in use by another tarq process") && err.contains(&pid),
         "{err}"
@@ -338,16 +275,12 @@ fn a_second_tarq_on_the_same_data_dir_is_refused() {
 
 #[test]
 fn queue_snapshot_over_the_wire_then_a_restart_recovers_from_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let addr = free_port();
-    let tarq = Tarq::start(
-        &data,
-        addr,
+    let mut tarq = tarq_in(
+        tempfile::tempdir().unwrap(),
         &["--snapshot-every-bytes", "0", "--keep-snapshots", "1"],
     );
-    tarq.wait_for_line("tarq serving");
-    let mut c = Client::connect(addr);
+    let data = tarq.path("data");
+    let mut c = Client::connect(tarq.addr);
     let mut ids = Vec::new();
     for i in 0..50 {
         ids.push(id_of(
@@ -368,14 +301,13 @@ fn queue_snapshot_over_the_wire_then_a_restart_recovers_from_it() {
     // A change after the snapshot lives only in the WAL.
     let late = id_of(&c.call("queue.put", &[Value::from("late")]).one());
     drop(c);
-    drop(tarq); // SIGKILL
+    tarq.proc.0.kill().unwrap(); // SIGKILL
+    tarq.proc.0.wait().unwrap();
 
-    let addr = free_port();
-    let tarq = Tarq::start(&data, addr, &[]);
+    let mut tarq = tarq_in(tarq.take_dir(), &[]);
     let line = tarq.wait_for_line("recovered");
     assert!(line.contains(".snap"), "recovery used the snapshot: {line}");
-    tarq.wait_for_line("tarq serving");
-    let mut c = Client::connect(addr);
+    let mut c = Client::connect(tarq.addr);
     let stats = c.call("queue.stats", &[]).one();
     assert_eq!(
         field(&stats, "total").as_u64(),

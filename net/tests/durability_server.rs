@@ -3,55 +3,36 @@
 //! failed: No space left on device", takes and stats go on, and once there is room again the
 //! held put is answered and changes are accepted, without a restart.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{field, id_of, Client, WAIT};
 use rmpv::Value;
-use tarq_net::config::Config;
+use support::{field, id_of, TestServer, WAIT};
 use tarq_net::server::Server;
 use tarq_net::wal::{Crash, MemStorage, Wal, WalConfig, WalJournal, WalMode};
 
 const ER_PROC_LUA: u32 = 32;
 
-fn start(
-    storage: &MemStorage,
-) -> (
-    std::net::SocketAddr,
-    tarq_net::server::ServerHandle,
-    std::thread::JoinHandle<std::io::Result<()>>,
-) {
-    let dir = tempfile::tempdir().unwrap();
+/// A server whose WAL (in write mode) lives in `storage`.
+fn start(storage: &MemStorage) -> TestServer {
     let wal_cfg = WalConfig {
         mode: WalMode::Write,
         ..WalConfig::default()
     };
     let (wal, queue, _) = Wal::open(Arc::new(storage.clone()), wal_cfg.clone()).expect("open");
-    let cfg = Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().join("data"),
-        wal: wal_cfg,
-        ..Config::default()
-    };
-    let mut server =
-        Server::with_journal(cfg, Box::new(WalJournal::new(wal, queue))).expect("bind");
-    let addr = server.local_addr().unwrap();
-    let handle = server.handle();
-    let thread = std::thread::spawn(move || {
-        let _dir = dir;
-        server.run()
-    });
-    (addr, handle, thread)
+    let (cfg, dir) = TestServer::config(|c| c.wal = wal_cfg);
+    let server = Server::with_journal(cfg, Box::new(WalJournal::new(wal, queue))).expect("bind");
+    TestServer::spawn(server, dir, || {})
 }
 
 #[test]
 fn a_full_disk_refuses_changes_serves_takes_and_recovers_by_itself() {
     let storage = MemStorage::new();
-    let (addr, handle, thread) = start(&storage);
-    let mut a = Client::connect(addr);
-    let mut b = Client::connect(addr);
+    let server = start(&storage);
+    let mut a = server.connect();
+    let mut b = server.connect();
     let first = id_of(&a.call("queue.put", &[Value::from("first")]).one());
     let second = id_of(&a.call("queue.put", &[Value::from("second")]).one());
 
@@ -89,8 +70,7 @@ fn a_full_disk_refuses_changes_serves_takes_and_recovers_by_itself() {
     let ack = a.call("queue.ack", &[Value::from(first)]).one();
     assert_eq!(id_of(&ack), first);
 
-    handle.shutdown();
-    thread.join().unwrap().expect("clean stop");
+    drop(server); // a clean stop: shut down, joined, its loop's result checked
     storage.crash(Crash::Process);
     let (_wal, q, _) = Wal::open(Arc::new(storage.clone()), WalConfig::default()).unwrap();
     assert!(

@@ -11,8 +11,6 @@
 //! - [`prerequisite`] and [`tool`]: the CI rule for external tools (missing under `CI=true`
 //!   fails; elsewhere a notice);
 //! - Graphite lines and a raw HTTP GET, for the operating tests.
-//!
-//! The durability tests reach it as `common` (`tests/common/mod.rs` re-exports this module).
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::collections::HashMap;
