@@ -198,7 +198,10 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         finished_at: String::new(),
         machine: Machine::probe(),
         note: args.note.clone(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: std::env::args()
+            .map(|a| shell_quote(&a))
+            .collect::<Vec<_>>()
+            .join(" "),
         duration_s: args.duration.as_secs_f64(),
         warmup_s: args.warmup.as_secs_f64(),
         payload: args.payload,
@@ -728,7 +731,7 @@ fn render(
         let max = ratios.iter().copied().fold(0.0, f64::max);
         let _ = writeln!(
             o,
-            "| tarq ≥ {goal}× {peer} at the same shape | {min:.2}× – {max:.2}× | {} |",
+            "| tarq ≥ {goal}× {peer} at every shape | {min:.2}× – {max:.2}× | {} |",
             met(min >= goal)
         );
     }
@@ -905,6 +908,18 @@ fn render(
     o
 }
 
+/// `a` as a POSIX shell word: unchanged when it is plain, else in single quotes.
+fn shell_quote(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c));
+    if plain {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
 fn pct(v: Option<f64>) -> String {
     v.map(|t| format!("{:.0}%", t * 100.0))
         .unwrap_or_else(|| "–".into())
@@ -955,6 +970,14 @@ mod tests {
             twice,
             format!("{others}\n{}\n## durability\n\nmore\n", block(2))
         );
+    }
+
+    #[test]
+    fn commands_are_quoted_for_the_shell() {
+        assert_eq!(shell_quote("--duration"), "--duration");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
     }
 
     #[test]
