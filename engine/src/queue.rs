@@ -338,19 +338,19 @@ impl Queue {
                     self.stats.expired += 1;
                     self.log(Event::Expired { id });
                 }
-                Kind::Promote => {
+                // A due `runat` (Waiting) and a due TTR (Taken) both put the task back in
+                // the ready list at its (pri, id) place; they differ only in what they count.
+                kind @ (Kind::Promote | Kind::Ttr) => {
                     self.leave(k);
                     self.enter(k, Status::Ready, 0);
                     self.reschedule(k);
-                    self.stats.promoted += 1;
-                    self.log(Event::Promoted { id });
-                }
-                Kind::Ttr => {
-                    self.leave(k);
-                    self.enter(k, Status::Ready, 0);
-                    self.reschedule(k);
-                    self.stats.ttr_returned += 1;
-                    self.log(Event::TtrReturned { id });
+                    if kind == Kind::Promote {
+                        self.stats.promoted += 1;
+                        self.log(Event::Promoted { id });
+                    } else {
+                        self.stats.ttr_returned += 1;
+                        self.log(Event::TtrReturned { id });
+                    }
                 }
             }
             processed += 1;
