@@ -20,9 +20,11 @@ pub const READ_BUF_BYTES: usize = 16 * 1024;
 /// waits for the next turn, so a fast sender cannot starve the others.
 pub const READ_BUDGET_BYTES: usize = 1024 * 1024;
 
-/// A reply buffer that grew past this (for a big burst of replies) shrinks back when it has
-/// been written out, so an idle connection holds little memory.
-pub const SHRINK_ABOVE_BYTES: usize = 1024 * 1024;
+/// A reply buffer that grew past this (for a burst of replies) shrinks back to
+/// `READ_BUF_BYTES` once it has been written out, so an idle connection holds little memory
+/// (at `--max-connections` 1000, 64 MiB at most rather than a GiB). The reallocation is paid
+/// once per emptied burst of at least this many bytes: nothing next to writing them.
+pub const SHRINK_ABOVE_BYTES: usize = 64 * 1024;
 
 /// Sent bytes at the front of the reply buffer are dropped once they exceed this, keeping the
 /// buffer from creeping while replies are still held behind a durability ticket.
@@ -300,6 +302,23 @@ mod tests {
             buf[..c.len()].copy_from_slice(c);
             Ok(c.len())
         }
+    }
+
+    #[test]
+    fn a_reply_buffer_grown_by_a_burst_shrinks_back_once_written() {
+        let mut o = OutBuf::default();
+        o.out.extend_from_slice(&[1u8; 4 * SHRINK_ABOVE_BYTES]);
+        o.hold(Ticket::default());
+        o.release(Ticket::default());
+        let mut sink = Vec::new();
+        // Written in part: the buffer keeps its room for the rest.
+        let mut room = vec![0u8; 2 * SHRINK_ABOVE_BYTES];
+        assert_eq!(o.write_to(&mut &mut room[..]).unwrap(), room.len());
+        assert!(o.out.capacity() >= 4 * SHRINK_ABOVE_BYTES);
+        // Written out: back to the base size.
+        o.write_to(&mut sink).unwrap();
+        assert_eq!(o.backlog(), 0);
+        assert_eq!(o.out.capacity(), READ_BUF_BYTES);
     }
 
     #[test]
