@@ -258,19 +258,12 @@ impl Queue {
         delay: Micros,
     ) -> Result<TaskRef<'_>, QueueError> {
         let k = self.owned(sid, id)?;
-        self.leave(k);
-        let runat = if delay == 0 {
-            0
+        let (status, runat) = if delay == 0 {
+            (Status::Ready, 0)
         } else {
-            now.saturating_add(delay)
+            (Status::Waiting, now.saturating_add(delay))
         };
-        let status = if delay == 0 {
-            Status::Ready
-        } else {
-            Status::Waiting
-        };
-        self.enter(k, status, runat);
-        self.reschedule(k);
+        self.move_to(k, status, runat);
         self.stats.releases += 1;
         self.log(Event::Released { id, runat });
         Ok(self.view(k))
@@ -288,9 +281,7 @@ impl Queue {
             // unlink it again.
             let next = self.sessions.pop_detached(&mut self.slots, k);
             let id = self.slots[k as usize].id;
-            self.leave(k);
-            self.enter(k, Status::Ready, 0);
-            self.reschedule(k);
+            self.move_to(k, Status::Ready, 0);
             self.stats.auto_released += 1;
             self.log(Event::AutoReleased { id });
             n += 1;
@@ -310,9 +301,7 @@ impl Queue {
         let mut n = 0;
         for k in taken {
             let id = self.slots[k as usize].id;
-            self.leave(k);
-            self.enter(k, Status::Ready, 0);
-            self.reschedule(k);
+            self.move_to(k, Status::Ready, 0);
             self.stats.auto_released += 1;
             self.log(Event::AutoReleased { id });
             n += 1;
@@ -341,9 +330,7 @@ impl Queue {
                 // A due `runat` (Waiting) and a due TTR (Taken) both put the task back in
                 // the ready list at its (pri, id) place; they differ only in what they count.
                 kind @ (Kind::Promote | Kind::Ttr) => {
-                    self.leave(k);
-                    self.enter(k, Status::Ready, 0);
-                    self.reschedule(k);
+                    self.move_to(k, Status::Ready, 0);
                     if kind == Kind::Promote {
                         self.stats.promoted += 1;
                         self.log(Event::Promoted { id });
@@ -682,6 +669,14 @@ impl Queue {
         self.index
             .insert_unique(hash_id(id), k, |&j| hash_id(slots[j as usize].id));
         k
+    }
+
+    /// Moves a listed task into the list of `status` (Ready or Waiting) with `t` (runat), and
+    /// brings its deadline in line: every release, auto-release, promotion and TTR return.
+    fn move_to(&mut self, k: u32, status: Status, t: Micros) {
+        self.leave(k);
+        self.enter(k, status, t);
+        self.reschedule(k);
     }
 
     /// Puts an unlisted slot into the list of `status` (Ready or Waiting), with `t` (runat).
