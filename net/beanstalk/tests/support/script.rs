@@ -311,7 +311,7 @@ pub fn play(addr: &str, steps: &[Step]) -> String {
     let mut conns: BTreeMap<u8, Conn> = BTreeMap::new();
     let mut ids = Ids::default();
     let mut out = String::new();
-    let mut open = |conns: &mut BTreeMap<u8, Conn>, c: u8| {
+    let open = |conns: &mut BTreeMap<u8, Conn>, c: u8| {
         conns.entry(c).or_insert_with(|| Conn {
             stream: TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}")),
             buf: Vec::new(),
