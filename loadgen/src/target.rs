@@ -79,11 +79,6 @@ impl Target {
         }
     }
 
-    /// Speaks IPROTO (the shared codec drives it).
-    pub fn is_iproto(self) -> bool {
-        matches!(self, Target::Tarq | Target::Tarantool | Target::Null)
-    }
-
     /// `None` when the target can be started here, else why not (with the install line).
     pub fn unavailable(self) -> Option<String> {
         let (package, program) = self.package()?;

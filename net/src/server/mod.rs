@@ -256,11 +256,6 @@ impl Server {
         }
     }
 
-    /// The queue, for recovery before `run` (the durability engineer restores into it).
-    pub fn queue_mut(&mut self) -> &mut Queue {
-        &mut self.queue
-    }
-
     /// Runs the loop on the calling thread (pinned to `--cpu` if set) until shut down.
     pub fn run(&mut self) -> io::Result<()> {
         if let Some(cpu) = self.cfg.cpu {
