@@ -319,7 +319,9 @@ pub fn probe(target: Target, addr: SocketAddr) -> Result<()> {
     s.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
     s.set_write_timeout(Some(PROBE_IO_TIMEOUT))?;
     match target {
-        Target::Tarq | Target::Tarantool | Target::Null => crate::proto::iproto::probe(&mut s),
+        Target::Tarq | Target::Tarantool | Target::Null => {
+            crate::proto::iproto::probe(s, PROBE_IO_TIMEOUT)
+        }
         Target::Redis => expect_reply(&mut s, b"PING\r\n", b"+PONG"),
         Target::Beanstalkd => expect_reply(&mut s, b"stats\r\n", b"OK "),
     }
