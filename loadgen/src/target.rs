@@ -79,11 +79,6 @@ impl Target {
         }
     }
 
-    /// Speaks IPROTO (the shared codec drives it).
-    pub fn is_iproto(self) -> bool {
-        matches!(self, Target::Tarq | Target::Tarantool | Target::Null)
-    }
-
     /// `None` when the target can be started here, else why not (with the install line).
     pub fn unavailable(self) -> Option<String> {
         let (package, program) = self.package()?;
@@ -324,7 +319,9 @@ pub fn probe(target: Target, addr: SocketAddr) -> Result<()> {
     s.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
     s.set_write_timeout(Some(PROBE_IO_TIMEOUT))?;
     match target {
-        Target::Tarq | Target::Tarantool | Target::Null => crate::proto::iproto::probe(&mut s),
+        Target::Tarq | Target::Tarantool | Target::Null => {
+            crate::proto::iproto::probe(s, PROBE_IO_TIMEOUT)
+        }
         Target::Redis => expect_reply(&mut s, b"PING\r\n", b"+PONG"),
         Target::Beanstalkd => expect_reply(&mut s, b"stats\r\n", b"OK "),
     }

@@ -1,4 +1,4 @@
-//! The tarq server library: the IPROTO codec ([`iproto`]), the configuration ([`config`]), the
+//! The tarq server library: the configuration ([`config`]), the
 //! event loop with its sessions and parked takes ([`server`]), and durability ([`wal`]: WAL,
 //! snapshots, recovery), and operating it ([`ops`]: stats, Graphite, Prometheus, signals, `tarq
 //! ctl`). The `tarq` binary in `main.rs` only parses flags, sets up logging and
@@ -6,7 +6,6 @@
 
 pub mod config;
 pub mod fuzz;
-pub mod iproto;
 pub mod ops;
 pub mod server;
 pub mod wal;

@@ -664,3 +664,14 @@ fn the_real_disk_round_trips() {
     assert!(report.snapshot.is_some());
     assert_eq!(model(&q), want);
 }
+
+#[test]
+fn a_segment_named_zero_recovers_without_underflow() {
+    use tarq_net::wal::format::{file_header, segment_name, WAL_MAGIC};
+    let storage = MemStorage::new();
+    storage.put_file(&segment_name(0), file_header(WAL_MAGIC, 0).to_vec());
+    let (_wal, q, report) = open(&storage, cfg(WalMode::Write));
+    assert_eq!(q.iter().count(), 0, "an empty segment restores no task");
+    assert_eq!(report.segments, 1, "the segment named 0 is read");
+    assert!(report.torn.is_none(), "{:?}", report.torn);
+}

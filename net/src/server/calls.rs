@@ -5,7 +5,7 @@
 
 use tarq_engine::{Micros, PutOptions, Status, TaskId, TaskRef};
 
-use crate::iproto::mp::{marker_name, write, MpError, Reader};
+use tarq_iproto::mp::{marker_name, write, MpError, Reader};
 
 /// Longest duration accepted for delay/ttl/ttr/timeout: a century, far beyond any real use,
 /// and small enough that `now + duration` in microseconds can never overflow.

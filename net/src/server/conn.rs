@@ -10,7 +10,7 @@ use mio::net::TcpStream;
 use tarq_engine::{Micros, SessionId};
 
 use super::journal::Ticket;
-use crate::iproto::greeting::SALT_LEN;
+use tarq_iproto::greeting::SALT_LEN;
 
 /// Initial (and resting) read buffer: Tarantool's `readahead`, enough for a pipelined burst of
 /// small requests in one read.

@@ -31,10 +31,6 @@ use tarq_engine::{Event, Micros, Queue, TaskRef};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::iproto::codes::*;
-use crate::iproto::mp::write;
-use crate::iproto::request::{self, RequestKind};
-use crate::iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
 use crate::ops::signals::{self, Request};
 use crate::ops::stats::{ServerFigures, Snapshot};
 use crate::ops::{reload, Ops};
@@ -42,6 +38,10 @@ use calls::{Call, CallError};
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES};
 use journal::{Journal, NoJournal, Ticket};
 use parked::{Parked, MAX_PARKED_PER_CONN};
+use tarq_iproto::codes::*;
+use tarq_iproto::mp::write;
+use tarq_iproto::request::{self, RequestKind};
+use tarq_iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -254,11 +254,6 @@ impl Server {
             last_id: self.queue.last_id(),
             uptime: self.ops.uptime(self.now),
         }
-    }
-
-    /// The queue, for recovery before `run` (the durability engineer restores into it).
-    pub fn queue_mut(&mut self) -> &mut Queue {
-        &mut self.queue
     }
 
     /// Runs the loop on the calling thread (pinned to `--cpu` if set) until shut down.
@@ -1146,9 +1141,9 @@ fn pin_to(cpu: usize) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iproto::client;
     use std::net::TcpStream as StdStream;
     use tarq_engine::PutOptions;
+    use tarq_iproto::client;
 
     /// Every wait here ends by then.
     const WAIT: Duration = Duration::from_secs(10);

@@ -30,8 +30,6 @@ pub const RECORD_HEADER_LEN: usize = 24;
 /// frame limit is 16 MiB by default) and the snapshot block size, yet small enough that a
 /// damaged length field is recognised as damage instead of a reason to read gigabytes.
 pub const MAX_RECORD_BODY: usize = 1 << 30;
-/// Bytes of a task in a record besides its payload.
-pub const TASK_FIXED_LEN: usize = 8 + 1 + 1 + 8 + 8 + 8 + 8 + 8 + 4;
 
 pub const WAL_SUFFIX: &str = ".xlog";
 pub const SNAP_SUFFIX: &str = ".snap";
