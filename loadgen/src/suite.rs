@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The goals the table is checked against (issue 5), on this 2-core machine.
+/// The goals the table is checked against, on this 2-core machine.
 const GOAL_VS_TARANTOOL: f64 = 10.0;
 const GOAL_VS_BEANSTALKD: f64 = 3.0;
 const GOAL_VS_REDIS: f64 = 1.0;
@@ -26,11 +26,11 @@ const GOAL_P99_US_AT_HALF: f64 = 1_000.0;
 
 #[derive(Args, Clone, Debug)]
 pub struct SuiteArgs {
-    /// Measured time per run.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    /// Measured time per run: seconds (5) or with a unit (5s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = single::parse_duration)]
     pub duration: Duration,
-    /// Warm-up per run.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    /// Warm-up per run, as --duration.
+    #[arg(long, default_value = "1s", value_parser = single::parse_duration)]
     pub warmup: Duration,
     /// Targets to measure (missing peers are skipped and reported).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Target::ALL)]
@@ -167,6 +167,7 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             cpu: None,
             tarq_bin: args.tarq_bin.clone(),
             rebuild: args.tarq_bin.is_none(),
+            args: Vec::new(),
         })?)
     } else {
         None
@@ -710,7 +711,7 @@ fn render(
     let _ = writeln!(o);
 
     // Goals.
-    let _ = writeln!(o, "### Goals (issue 5)\n");
+    let _ = writeln!(o, "### Goals\n");
     let _ = writeln!(o, "| goal | measured | met |\n|---|---|---|");
     let cells = l.cells();
     for (peer, goal) in [
