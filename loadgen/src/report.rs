@@ -300,26 +300,7 @@ impl Summary {
             self.errors,
             self.empty_takes
         );
-        let _ = writeln!(
-            out,
-            "  {:<14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
-            "latency (µs)", "p50", "p90", "p99", "p99.9", "max", "count"
-        );
-        let mut rows = vec![
-            ("put", &self.put_us),
-            ("take→ack", &self.cycle_us),
-            ("put→ack", &self.e2e_us),
-        ];
-        if let Some(lag) = &self.send_lag_us {
-            rows.push(("send lag", lag));
-        }
-        for (name, p) in rows {
-            let _ = writeln!(
-                out,
-                "  {name:<14}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>12}",
-                p.p50, p.p90, p.p99, p.p999, p.max, p.count
-            );
-        }
+        self.latency_rows(&mut out);
         let _ = writeln!(
             out,
             "  stall: {:.1} µs on connection {} ({} reply) {:.2} s into the window",
@@ -363,6 +344,30 @@ impl Summary {
 }
 
 impl Summary {
+    /// One line per latency of the headline window.
+    fn latency_rows(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "  {:<14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
+            "latency (µs)", "p50", "p90", "p99", "p99.9", "max", "count"
+        );
+        let mut rows = vec![
+            ("put", &self.put_us),
+            ("take→ack", &self.cycle_us),
+            ("put→ack", &self.e2e_us),
+        ];
+        if let Some(lag) = &self.send_lag_us {
+            rows.push(("send lag", lag));
+        }
+        for (name, p) in rows {
+            let _ = writeln!(
+                out,
+                "  {name:<14}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>12}",
+                p.p50, p.p90, p.p99, p.p999, p.max, p.count
+            );
+        }
+    }
+
     /// One line per phase: its rates, tail latencies and stall.
     fn phase_rows(&self, out: &mut String) {
         let _ = writeln!(
