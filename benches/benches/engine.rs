@@ -223,40 +223,45 @@ fn pri_of(i: usize) -> i64 {
     ((x >> 33) % PRI_SPREAD) as i64
 }
 
-fn bench_release(c: &mut Criterion) {
-    let mut g = c.benchmark_group("release_deep");
-    let mid = (PRI_SPREAD / 2) as i64;
-    for &n in &SIZES {
-        // n ready tasks spread over priorities, WORK tasks of the middle priority held taken:
-        // every release lands in the middle of the ready list, by (pri, id).
-        let mut q = Queue::new();
-        for i in 0..n {
-            let pri = pri_of(i);
+/// `n` ready tasks spread over priorities, and WORK tasks of priority `mid` held taken: every
+/// release lands in the middle of the ready list, by (pri, id). Returns the held ids.
+fn deep_queue_with_held_tasks(n: usize, mid: i64) -> (Queue, Vec<u64>) {
+    let mut q = Queue::new();
+    for i in 0..n {
+        let pri = pri_of(i);
+        q.put(
+            T0,
+            payload(),
+            PutOptions {
+                pri,
+                ..Default::default()
+            },
+        );
+    }
+    let work: Vec<u64> = (0..WORK)
+        .map(|_| {
             q.put(
                 T0,
                 payload(),
                 PutOptions {
-                    pri,
+                    pri: mid,
                     ..Default::default()
                 },
-            );
-        }
-        let work: Vec<u64> = (0..WORK)
-            .map(|_| {
-                q.put(
-                    T0,
-                    payload(),
-                    PutOptions {
-                        pri: mid,
-                        ..Default::default()
-                    },
-                )
-                .id
-            })
-            .collect();
-        for &id in &work {
-            q.restore_status(id, Status::Taken, 0).expect("live");
-        }
+            )
+            .id
+        })
+        .collect();
+    for &id in &work {
+        q.restore_status(id, Status::Taken, 0).expect("live");
+    }
+    (q, work)
+}
+
+fn bench_release(c: &mut Criterion) {
+    let mut g = c.benchmark_group("release_deep");
+    let mid = (PRI_SPREAD / 2) as i64;
+    for &n in &SIZES {
+        let (mut q, work) = deep_queue_with_held_tasks(n, mid);
         g.bench_with_input(BenchmarkId::new("tarq", n), &n, |b, _| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
