@@ -281,15 +281,27 @@ impl Summary {
     pub fn table(&self) -> String {
         let c = &self.config;
         let mut out = String::new();
-        let mode = match c.rate {
-            Some(r) => format!("open loop at {} msgs/s", thousands(r)),
-            None if c.unbounded => "closed loop, unbounded".to_string(),
-            None => format!("closed loop, window {}", c.window),
+        let mut mode = match (c.fill, c.rate) {
+            (Some(n), _) => format!("fill {n} messages"),
+            (None, Some(r)) => format!("open loop at {} msgs/s", thousands(r)),
+            (None, None) if c.unbounded => "closed loop, unbounded".to_string(),
+            (None, None) => format!("closed loop, window {}", c.window),
+        };
+        if let Some(n) = c.backlog {
+            mode.push_str(&format!(", backlog {n}"));
+        }
+        if c.drain {
+            mode.push_str(", then drain");
+        }
+        let warmup = if c.fill.is_none() {
+            format!(" after {:.1} s warm-up", c.warmup_s)
+        } else {
+            String::new()
         };
         let _ = writeln!(
             out,
-            "{} @ {}: {} producers + {} consumers, depth {}, payload {} B, {:.1} s measured after {:.1} s warm-up, {mode}",
-            c.target, c.addr, c.producers, c.consumers, c.depth, c.payload, self.measured_s, c.warmup_s
+            "{} @ {}: {} producers + {} consumers, depth {}, payload {} B, {:.1} s measured{warmup}, {mode}",
+            c.target, c.addr, c.producers, c.consumers, c.depth, c.payload, self.measured_s
         );
         let _ = writeln!(
             out,
@@ -348,7 +360,7 @@ impl Summary {
     fn latency_rows(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "  {:<14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
+            "  {:<14}{:>10} {:>10} {:>10} {:>10} {:>10}{:>12}",
             "latency (µs)", "p50", "p90", "p99", "p99.9", "max", "count"
         );
         let mut rows = vec![
@@ -362,7 +374,7 @@ impl Summary {
         for (name, p) in rows {
             let _ = writeln!(
                 out,
-                "  {name:<14}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>12}",
+                "  {name:<14}{:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}{:>12}",
                 p.p50, p.p90, p.p99, p.p999, p.max, p.count
             );
         }
