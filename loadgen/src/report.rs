@@ -2,6 +2,7 @@
 //! the human table printed at the end, and the `.hgrm` spectrum files. Results are data: they
 //! are written by the loadgen and never edited by hand.
 
+use crate::proto::iproto::{Api, TubeType};
 use crate::runner::{Outcome, Phase, PhaseOutcome};
 use crate::stats::{Percentiles, SeriesPoint, Stall};
 use crate::target::Target;
@@ -49,6 +50,16 @@ pub struct ConfigRecord {
     /// Extra arguments given to the spawned target.
     #[serde(default)]
     pub target_args: Option<String>,
+    /// The IPROTO call set (seed for every other protocol).
+    #[serde(default)]
+    pub api: Api,
+    /// The tube a tubes-API run drove, its type, and the utube keys its puts cycled through.
+    #[serde(default)]
+    pub tube: Option<String>,
+    #[serde(default)]
+    pub tube_type: Option<TubeType>,
+    #[serde(default)]
+    pub utubes: Option<usize>,
 }
 
 /// The machine the run happened on.

@@ -4,11 +4,11 @@
 //! command measure exactly the same thing.
 
 use crate::proto::beanstalk::{BeanstalkDriver, DEFAULT_MAX_JOB_BYTES};
-use crate::proto::iproto::IprotoDriver;
+use crate::proto::iproto::{Api, IprotoDriver, Tube, TubeType, DEFAULT_TUBE, MAX_UTUBES};
 use crate::proto::resp::RedisDriver;
 use crate::report::{self, ConfigRecord, Machine, Summary};
 use crate::runner::{self, Outcome, RunConfig};
-use crate::target::{self, SpawnOptions, Spawned, Target};
+use crate::target::{self, Protocol, SpawnOptions, Spawned, Target};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -18,6 +18,9 @@ use std::time::Duration;
 /// Default core for a spawned target; the loadgen takes `LOADGEN_CORE`.
 pub const TARGET_CORE: usize = 0;
 pub const LOADGEN_CORE: usize = 1;
+/// Longest `--tube` name: it goes into every call's function name, and tarantool/queue keeps
+/// tubes in a space whose names this comfortably fits.
+pub const MAX_TUBE_NAME: usize = 64;
 
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
@@ -34,6 +37,19 @@ pub struct RunArgs {
     /// Producer connections.
     #[arg(long, default_value_t = 4)]
     pub producers: usize,
+    /// Call set over IPROTO: `seed` (queue.put / take / ack) or `tubes` (tarantool/queue's
+    /// queue.tube.<name>:put / take / ack). Default: tubes for tarantool-queue, else seed.
+    #[arg(long, value_enum)]
+    pub api: Option<Api>,
+    /// Tube the tubes API drives (created with if_not_exists before the run).
+    #[arg(long)]
+    pub tube: Option<String>,
+    /// Type of the tube: fifo, fifottl, limfifottl, utube, utubettl (default fifottl).
+    #[arg(long, value_enum)]
+    pub tube_type: Option<TubeType>,
+    /// utube types: spread the puts over this many utube keys, round robin (default 1).
+    #[arg(long)]
+    pub utubes: Option<usize>,
     /// Consumer connections.
     #[arg(long, default_value_t = 4)]
     pub consumers: usize,
@@ -119,6 +135,10 @@ impl RunArgs {
             target,
             addr: None,
             spawn: true,
+            api: None,
+            tube: None,
+            tube_type: None,
+            utubes: None,
             producers,
             consumers,
             depth,
@@ -157,13 +177,49 @@ impl RunArgs {
         base.saturating_add(backlog)
     }
 
+    /// The call set: as given, or the target's own (tubes for tarantool/queue).
+    pub fn api(&self) -> Api {
+        self.api
+            .unwrap_or(if self.target == Target::TarantoolQueue {
+                Api::Tubes
+            } else {
+                Api::Seed
+            })
+    }
+
+    /// The tube a tubes-API run drives; `None` for the seed API and non-IPROTO targets.
+    pub fn tube(&self) -> Option<Tube> {
+        (self.target.protocol() == Protocol::Iproto && self.api() == Api::Tubes).then(|| Tube {
+            name: self.tube.clone().unwrap_or_else(|| DEFAULT_TUBE.into()),
+            kind: self.tube_type.unwrap_or_default(),
+            utubes: self.utubes.unwrap_or(1),
+        })
+    }
+
     /// A name for this run's files: `tarq-p4c4-d16`, `tarq-p4c4-d16-r150000`,
-    /// `tarq-p4c4-d16-backlog1000000`, `tarq-p4c4-d16-fill1000000-drain`.
+    /// `tarq-p4c4-d16-backlog1000000`, `tarq-p4c4-d16-fill1000000-drain`,
+    /// `tarq-tubes-utube-u100-p4c4-d16`, `redis-appendonly-yes-p4c4-d16`.
     pub fn label(&self) -> String {
-        let mut s = format!(
-            "{}-p{}c{}-d{}",
-            self.target, self.producers, self.consumers, self.depth
-        );
+        let mut s = self.target.to_string();
+        if let Some(t) = self.tube() {
+            if self.target != Target::TarantoolQueue {
+                s.push_str("-tubes");
+            }
+            s.push_str(&format!("-{}", t.kind));
+            if t.kind.keyed() {
+                s.push_str(&format!("-u{}", t.utubes));
+            }
+        }
+        if let Some(a) = &self.target_args {
+            let slug = slug(a);
+            if !slug.is_empty() {
+                s.push_str(&format!("-{slug}"));
+            }
+        }
+        s.push_str(&format!(
+            "-p{}c{}-d{}",
+            self.producers, self.consumers, self.depth
+        ));
         if let Some(r) = self.rate {
             s.push_str(&format!("-r{}", r.round() as u64));
         }
@@ -198,6 +254,18 @@ impl RunArgs {
             s.push_str(" --spawn");
         } else if let Some(a) = &self.addr {
             s.push_str(&format!(" --addr {a}"));
+        }
+        if let Some(api) = self.api {
+            s.push_str(&format!(" --api {}", api.name()));
+        }
+        if let Some(t) = &self.tube {
+            s.push_str(&format!(" --tube {t}"));
+        }
+        if let Some(t) = self.tube_type {
+            s.push_str(&format!(" --tube-type {t}"));
+        }
+        if let Some(k) = self.utubes {
+            s.push_str(&format!(" --utubes {k}"));
         }
         s.push_str(&format!(
             " --producers {} --consumers {} --depth {} --payload {} --duration {} --warmup {}",
@@ -244,6 +312,10 @@ impl RunArgs {
         s
     }
 
+    fn validate_api(&self) -> Result<()> {
+        validate_api_of(self)
+    }
+
     fn validate(&self) -> Result<()> {
         if self.payload < crate::payload::HEADER_BYTES {
             bail!(
@@ -252,7 +324,7 @@ impl RunArgs {
                 crate::payload::HEADER_BYTES
             );
         }
-        if self.target == Target::Beanstalkd && self.payload > DEFAULT_MAX_JOB_BYTES {
+        if self.target.protocol() == Protocol::Beanstalk && self.payload > DEFAULT_MAX_JOB_BYTES {
             bail!(
                 "--payload {} exceeds beanstalkd's default maximum job size of {DEFAULT_MAX_JOB_BYTES} bytes",
                 self.payload
@@ -269,9 +341,13 @@ impl RunArgs {
                 self.take_timeout
             );
         }
-        if self.target == Target::Tarantool && self.target_args.is_some() {
-            bail!("--target-args: Tarantool runs the reference init.lua, which takes no arguments");
+        if self.target.is_lua_script() && self.target_args.is_some() {
+            bail!(
+                "--target-args: {} runs a Lua script on Tarantool, which takes no arguments",
+                self.target
+            );
         }
+        self.validate_api()?;
         self.target_argv()?;
         if self.fill.is_none() && self.duration < Duration::from_millis(100) {
             bail!(
@@ -281,6 +357,52 @@ impl RunArgs {
         }
         Ok(())
     }
+}
+
+/// The call-set flags fit the target and each other.
+fn validate_api_of(a: &RunArgs) -> Result<()> {
+    let api = a.api();
+    let tubes_ok = matches!(
+        a.target,
+        Target::Tarq | Target::TarantoolQueue | Target::Null
+    );
+    if api == Api::Tubes && !tubes_ok {
+        bail!(
+            "--api tubes: {} does not serve tarantool/queue's tubes (tarq, tarantool-queue and null do)",
+            a.target
+        );
+    }
+    if a.target == Target::TarantoolQueue && api == Api::Seed {
+        bail!("--api seed: tarantool-queue serves only the tubes API");
+    }
+    if api == Api::Seed && (a.tube.is_some() || a.tube_type.is_some() || a.utubes.is_some()) {
+        bail!("--tube, --tube-type and --utubes need the tubes API (--api tubes)");
+    }
+    if let Some(name) = &a.tube {
+        let plain = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if name.is_empty() || name.len() > MAX_TUBE_NAME || !plain {
+            bail!(
+                "--tube {name:?} must be 1 to {MAX_TUBE_NAME} letters, digits or underscores (it is part of the function name queue.tube.<name>:put)"
+            );
+        }
+    }
+    if let Some(k) = a.utubes {
+        if !a.tube_type.unwrap_or_default().keyed() {
+            bail!("--utubes {k} needs a utube type (--tube-type utube or utubettl)");
+        }
+        if k == 0 || k > MAX_UTUBES {
+            bail!("--utubes {k} must be between 1 and {MAX_UTUBES}");
+        }
+    }
+    Ok(())
+}
+
+/// `text` as a file-name fragment: runs of anything but letters and digits become one `-`.
+fn slug(text: &str) -> String {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
 }
 
 /// A finished run: the JSON record and the in-memory histograms.
@@ -298,6 +420,9 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
         Some(s) => s.addr,
         None => resolve(args)?,
     };
+    if let Some(tube) = args.tube() {
+        target::create_tube(addr, &tube).with_context(|| format!("{} at {addr}", args.target))?;
+    }
     if let Some(cpu) = cpu {
         target::set_affinity(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
     }
@@ -366,12 +491,11 @@ fn run_config(args: &RunArgs, addr: SocketAddr, target_pid: Option<u32>) -> RunC
 /// end of the target's log.
 fn drive(args: &RunArgs, cfg: &RunConfig, spawned: Option<Spawned>) -> Result<Outcome> {
     let timeout = args.take_timeout;
-    let result = match args.target {
-        Target::Tarq | Target::Tarantool | Target::Null => {
-            runner::run(cfg, |_| IprotoDriver::new(timeout))
-        }
-        Target::Redis => runner::run(cfg, |run| RedisDriver::new(run, timeout)),
-        Target::Beanstalkd => runner::run(cfg, |run| BeanstalkDriver::new(run, timeout)),
+    let tube = args.tube();
+    let result = match args.target.protocol() {
+        Protocol::Iproto => runner::run(cfg, |_| IprotoDriver::with_calls(tube.as_ref(), timeout)),
+        Protocol::Resp => runner::run(cfg, |run| RedisDriver::new(run, timeout)),
+        Protocol::Beanstalk => runner::run(cfg, |run| BeanstalkDriver::new(run, timeout)),
     };
     let outcome = match (result, &spawned) {
         (Ok(o), _) => o,
@@ -418,6 +542,10 @@ fn config_record(
         drain: args.drain,
         unbounded: args.unbounded,
         target_args: args.target_args.clone(),
+        api: args.api(),
+        tube: args.tube().map(|t| t.name),
+        tube_type: args.tube().map(|t| t.kind),
+        utubes: args.tube().filter(|t| t.kind.keyed()).map(|t| t.utubes),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The systems under test and how to start them: our `tarq` release build (also in its `--null`
-//! mode, the loadgen's ceiling), Debian's `tarantool` running the reference queue, `beanstalkd`
-//! and `redis-server`. `--spawn` starts one on a free port and a fresh temporary data
+//! mode, the loadgen's ceiling, and with its beanstalk port), Debian's `tarantool` running the
+//! reference queue or the original tarantool/queue 1.5.0, `beanstalkd` (in memory or with its
+//! binlog) and `redis-server`. `--spawn` starts one on a free port and a fresh temporary data
 //! directory, pinned to one core, waits until it answers (with a deadline), and stops it when
 //! the run is over.
 
@@ -25,27 +26,47 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Where the reference queue lives, relative to an ancestor of the workspace.
 const SEED_INIT: &str = "shared/reference/tarantool-seed/init.lua";
+/// Where the original tarantool/queue's launcher lives, relative to an ancestor of the workspace.
+const QUEUE_SERVE: &str = "shared/reference/tarantool-queue/serve.lua";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Target {
     /// tarq over IPROTO.
     Tarq,
     /// Debian's Tarantool running the reference queue, over IPROTO.
     Tarantool,
-    /// beanstalkd: put / reserve-with-timeout / delete.
+    /// The original tarantool/queue 1.5.0 on Debian's Tarantool (serve.lua), over IPROTO: the
+    /// tubes API.
+    TarantoolQueue,
+    /// beanstalkd in memory: put / reserve-with-timeout / delete.
     Beanstalkd,
+    /// beanstalkd with its binlog (`-b` in the temporary data directory).
+    BeanstalkdBinlog,
+    /// tarq's beanstalk port (`--beanstalk-listen`), the same commands as beanstalkd.
+    TarqBeanstalk,
     /// Redis reliable queue: LPUSH / BLMOVE into a processing list / LREM.
     Redis,
     /// tarq --null: every call answered at once with an empty result (the loadgen's ceiling).
     Null,
 }
 
+/// The wire protocol a target speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Iproto,
+    Beanstalk,
+    Resp,
+}
+
 impl Target {
-    pub const ALL: [Target; 5] = [
+    pub const ALL: [Target; 8] = [
         Target::Tarq,
         Target::Tarantool,
+        Target::TarantoolQueue,
         Target::Beanstalkd,
+        Target::BeanstalkdBinlog,
+        Target::TarqBeanstalk,
         Target::Redis,
         Target::Null,
     ];
@@ -54,17 +75,39 @@ impl Target {
         match self {
             Target::Tarq => "tarq",
             Target::Tarantool => "tarantool",
+            Target::TarantoolQueue => "tarantool-queue",
             Target::Beanstalkd => "beanstalkd",
+            Target::BeanstalkdBinlog => "beanstalkd-binlog",
+            Target::TarqBeanstalk => "tarq-beanstalk",
             Target::Redis => "redis",
             Target::Null => "null",
         }
+    }
+
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Target::Tarq | Target::Tarantool | Target::TarantoolQueue | Target::Null => {
+                Protocol::Iproto
+            }
+            Target::Beanstalkd | Target::BeanstalkdBinlog | Target::TarqBeanstalk => {
+                Protocol::Beanstalk
+            }
+            Target::Redis => Protocol::Resp,
+        }
+    }
+
+    /// True for tarq in any of its modes (our own binary, not a peer).
+    pub fn is_tarq(self) -> bool {
+        matches!(self, Target::Tarq | Target::TarqBeanstalk | Target::Null)
     }
 
     /// The port a target listens on by default, for `--addr` without `--spawn`.
     pub fn default_port(self) -> u16 {
         match self {
             Target::Tarq | Target::Tarantool | Target::Null => 3301,
-            Target::Beanstalkd => 11300,
+            // serve.lua's own default, so it can run beside a seed reference on 3301.
+            Target::TarantoolQueue => 3302,
+            Target::Beanstalkd | Target::BeanstalkdBinlog | Target::TarqBeanstalk => 11300,
             Target::Redis => 6379,
         }
     }
@@ -72,11 +115,16 @@ impl Target {
     /// Debian package and program for the peers; `None` for our own binary.
     pub fn package(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Target::Tarantool => Some(("tarantool", "tarantool")),
-            Target::Beanstalkd => Some(("beanstalkd", "beanstalkd")),
+            Target::Tarantool | Target::TarantoolQueue => Some(("tarantool", "tarantool")),
+            Target::Beanstalkd | Target::BeanstalkdBinlog => Some(("beanstalkd", "beanstalkd")),
             Target::Redis => Some(("redis-server", "redis-server")),
-            Target::Tarq | Target::Null => None,
+            Target::Tarq | Target::TarqBeanstalk | Target::Null => None,
         }
+    }
+
+    /// True when the target is Tarantool running a Lua script, which takes no arguments.
+    pub fn is_lua_script(self) -> bool {
+        matches!(self, Target::Tarantool | Target::TarantoolQueue)
     }
 
     /// `None` when the target can be started here, else why not (with the install line).
@@ -192,10 +240,31 @@ pub fn seed_init() -> Result<PathBuf> {
         })
 }
 
+/// The original tarantool/queue's `serve.lua`: `$TARQ_QUEUE_SERVE`, or `shared/reference/...`
+/// beside the workspace or any of its ancestors.
+pub fn queue_serve() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("TARQ_QUEUE_SERVE") {
+        return Ok(PathBuf::from(p));
+    }
+    let root = workspace_root();
+    root.ancestors()
+        .map(|dir| dir.join(QUEUE_SERVE))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            anyhow!(
+                "cannot find {QUEUE_SERVE} above {}; set TARQ_QUEUE_SERVE to tarantool/queue's serve.lua",
+                root.display()
+            )
+        })
+}
+
 /// The tarq release binary, built when missing (or always with `rebuild`).
 pub fn tarq_binary(opts: &SpawnOptions) -> Result<PathBuf> {
     if let Some(bin) = &opts.tarq_bin {
-        return Ok(bin.clone());
+        // The target starts in its data directory: a relative path would not resolve there.
+        return bin
+            .canonicalize()
+            .with_context(|| format!("--tarq-bin {}", bin.display()));
     }
     let root = workspace_root();
     let bin = root.join("target/release/tarq");
@@ -230,12 +299,12 @@ pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
     let log = dir.path().join(format!("{}.log", target.name()));
     let mut cmd = command(target, opts, dir.path(), addr, &log)?;
     if !opts.args.is_empty() {
-        if target == Target::Tarantool {
-            bail!("Tarantool runs the reference init.lua, which takes no extra arguments");
+        if target.is_lua_script() {
+            bail!("{target} runs a Lua script on Tarantool, which takes no extra arguments");
         }
         cmd.args(&opts.args);
     }
-    let log_file = std::fs::File::create(if target == Target::Tarantool {
+    let log_file = std::fs::File::create(if target.is_lua_script() {
         dir.path().join("stdout.log")
     } else {
         log.clone()
@@ -281,17 +350,37 @@ fn command(
                 .arg(dir);
             c
         }
-        Target::Tarantool => {
+        Target::TarqBeanstalk => {
+            // The measured port is the beanstalk one; IPROTO listens on a port of its own.
+            let iproto: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+            let mut c = Command::new(tarq_binary(opts)?);
+            c.arg("--listen")
+                .arg(iproto.to_string())
+                .arg("--beanstalk-listen")
+                .arg(addr.to_string())
+                .arg("--data-dir")
+                .arg(dir);
+            c
+        }
+        Target::Tarantool | Target::TarantoolQueue => {
+            let script = if target == Target::Tarantool {
+                seed_init()?
+            } else {
+                queue_serve()?
+            };
             let mut c = Command::new("tarantool");
-            c.arg(seed_init()?)
+            c.arg(script)
                 .env("WORKDIR", dir)
                 .env("LISTEN", addr.to_string())
                 .env("LOGFILE", log);
             c
         }
-        Target::Beanstalkd => {
+        Target::Beanstalkd | Target::BeanstalkdBinlog => {
             let mut c = Command::new("beanstalkd");
             c.args(["-l", "127.0.0.1", "-p", &port]);
+            if target == Target::BeanstalkdBinlog {
+                c.arg("-b").arg(dir);
+            }
             c
         }
         Target::Redis => {
@@ -339,19 +428,32 @@ fn wait_ready(mut spawned: Spawned) -> Result<Spawned> {
     }
 }
 
-/// One readiness check: the target answers a real request (for Tarantool, `queue.stats`, since
-/// it listens before the queue module is loaded).
+/// One readiness check: the target answers a real request (for Tarantool, a call into the
+/// queue module, since it listens before the module is loaded).
 pub fn probe(target: Target, addr: SocketAddr) -> Result<()> {
     let mut s = TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)?;
     s.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
     s.set_write_timeout(Some(PROBE_IO_TIMEOUT))?;
-    match target {
-        Target::Tarq | Target::Tarantool | Target::Null => {
-            crate::proto::iproto::probe(s, PROBE_IO_TIMEOUT)
+    match target.protocol() {
+        Protocol::Iproto => {
+            // The original tarantool/queue has no `queue.stats`; `queue.state` is its own.
+            let function = if target == Target::TarantoolQueue {
+                "queue.state"
+            } else {
+                "queue.stats"
+            };
+            crate::proto::iproto::probe(s, PROBE_IO_TIMEOUT, function)
         }
-        Target::Redis => expect_reply(&mut s, b"PING\r\n", b"+PONG"),
-        Target::Beanstalkd => expect_reply(&mut s, b"stats\r\n", b"OK "),
+        Protocol::Resp => expect_reply(&mut s, b"PING\r\n", b"+PONG"),
+        Protocol::Beanstalk => expect_reply(&mut s, b"stats\r\n", b"OK "),
     }
+}
+
+/// Create the tube a tubes-API run drives, on a target that is up.
+pub fn create_tube(addr: SocketAddr, tube: &crate::proto::iproto::Tube) -> Result<()> {
+    let s = TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)
+        .with_context(|| format!("connecting to {addr} to create tube {:?}", tube.name))?;
+    crate::proto::iproto::create_tube(s, PROBE_IO_TIMEOUT, tube)
 }
 
 fn expect_reply(s: &mut TcpStream, request: &[u8], prefix: &[u8]) -> Result<()> {

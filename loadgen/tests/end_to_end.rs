@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
+use tarq_loadgen::proto::iproto::{Api, TubeType};
 use tarq_loadgen::report::Summary;
 use tarq_loadgen::runner::Phase;
 use tarq_loadgen::single::{self, RunArgs};
@@ -228,6 +229,96 @@ fn closed_loop_against_the_reference_tarantool_queue() {
     // The reference's ids are ~1.8e18 (uint64 on the wire): acks that go through prove the
     // driver reads and writes them at full width.
     run_and_check(&args(Target::Tarantool, out.path()), out.path());
+}
+
+#[test]
+fn the_original_tarantool_queue_fifottl_and_utube() {
+    require_peer(Target::TarantoolQueue);
+    let out = tempfile::tempdir().unwrap();
+    // tarantool/queue 1.5.0 spawned from serve.lua, the tube created by the loadgen.
+    let s = run_and_check(&args(Target::TarantoolQueue, out.path()), out.path());
+    assert_eq!(s.config.api, Api::Tubes);
+    assert_eq!(s.config.tube_type, Some(TubeType::Fifottl));
+    assert!(
+        s.label.starts_with("tarantool-queue-fifottl-"),
+        "{}",
+        s.label
+    );
+    // utube: tasks spread over keys, each key taken by one consumer at a time.
+    let mut a = args(Target::TarantoolQueue, out.path());
+    a.tube = Some("keyed".into());
+    a.tube_type = Some(TubeType::Utube);
+    a.utubes = Some(8);
+    let s = run_and_check(&a, out.path());
+    assert_eq!(s.config.utubes, Some(8));
+    assert!(s.config.command.contains("--tube-type utube --utubes 8"));
+}
+
+/// The text tarq's IPROTO front-end answers for a procedure it does not know.
+const NOT_DEFINED: &str = "Procedure 'queue.create_tube' is not defined";
+
+#[test]
+fn tubes_api_against_tarq_runs_or_names_the_missing_api() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(Target::Tarq, out.path());
+    a.api = Some(Api::Tubes);
+    a.tube_type = Some(TubeType::Fifottl);
+    // Once tarq serves tubes this is a full run; until then the one acceptable failure is the
+    // clear refusal of queue.create_tube.
+    match single::run(&a) {
+        Ok(f) => {
+            check(&f.summary, out.path());
+            assert!(f.summary.label.starts_with("tarq-tubes-fifottl-"));
+        }
+        Err(e) => {
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("does not serve the tarantool/queue API") && msg.contains(NOT_DEFINED),
+                "{msg}"
+            );
+        }
+    }
+}
+
+#[test]
+fn beanstalk_port_of_tarq_runs_or_names_the_missing_flag() {
+    let out = tempfile::tempdir().unwrap();
+    let a = args(Target::TarqBeanstalk, out.path());
+    match single::run(&a) {
+        Ok(f) => check(&f.summary, out.path()),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("exited during start-up") && msg.contains("'--beanstalk-listen'"),
+                "{msg}"
+            );
+        }
+    }
+}
+
+#[test]
+fn beanstalkd_with_binlog() {
+    require_peer(Target::BeanstalkdBinlog);
+    let out = tempfile::tempdir().unwrap();
+    let s = run_and_check(&args(Target::BeanstalkdBinlog, out.path()), out.path());
+    assert!(s.label.starts_with("beanstalkd-binlog-"), "{}", s.label);
+}
+
+#[test]
+fn redis_with_aof_everysec_and_always() {
+    require_peer(Target::Redis);
+    let out = tempfile::tempdir().unwrap();
+    for fsync in ["everysec", "always"] {
+        let mut a = args(Target::Redis, out.path());
+        a.target_args = Some(format!("--appendonly yes --appendfsync {fsync}"));
+        let s = run_and_check(&a, out.path());
+        assert!(
+            s.label
+                .starts_with(&format!("redis-appendonly-yes-appendfsync-{fsync}-")),
+            "{}",
+            s.label
+        );
+    }
 }
 
 /// The phases a run went through, by name.

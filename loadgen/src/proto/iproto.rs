@@ -1,10 +1,18 @@
-//! IPROTO driver (tarq, Tarantool running the reference queue, tarq `--null`) over the shared
-//! codec `tarq_iproto::client`: `CALL queue.put([payload])`, `CALL queue.take(timeout)`,
-//! `CALL queue.ack(id)`. Replies are matched by sync, since a parked take lets later requests on
-//! the same connection overtake it. Task ids are read at any integer width: the reference queue's
-//! ids are nanosecond clock values (~1.8e18, sent as uint64).
+//! IPROTO driver (tarq, Tarantool running the reference queue, tarantool/queue 1.5.0, tarq
+//! `--null`) over the shared codec `tarq_iproto::client`, in one of two call sets:
+//! - the seed API: `CALL queue.put([payload])`, `queue.take([timeout])`, `queue.ack([id])`;
+//!   a task is a map `{id, status, data, ...}`;
+//! - the tarantool/queue API on one named tube: `queue.tube.<name>:put([payload])` (with
+//!   `{utube = key}` for the utube types), `:take([timeout])`, `:ack([id])`, the colon form
+//!   that Lua, Python and Go clients send; a task is the array `[id, status, data]`, and a take
+//!   that timed out answers `[]`.
+//!
+//! Replies are matched by sync, since a parked take lets later requests on the same connection
+//! overtake it. Task ids are read at any integer width: the reference queue's ids are
+//! nanosecond clock values (~1.8e18, sent as uint64).
 
 use super::{excerpt, Driver, Frame, Kind, ProtoError, Reply, Request, Role};
+use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::net::TcpStream;
 use std::time::Duration;
@@ -14,8 +22,105 @@ use tarq_iproto::{keys, split_frame, DEFAULT_MAX_FRAME_BYTES};
 
 /// Largest reply frame accepted: the server's own default frame cap; replies carry one task.
 pub const MAX_FRAME_BYTES: usize = DEFAULT_MAX_FRAME_BYTES;
+/// Most utube keys a run spreads its tasks over: each is a string the driver encodes once,
+/// and a million already exceeds any backlog the loadgen keeps per key.
+pub const MAX_UTUBES: usize = 1 << 20;
+/// Tube name used when `--tube` is not given.
+pub const DEFAULT_TUBE: &str = "loadgen";
+
+/// Which call set a connection speaks.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// The seed's anonymous queue: `queue.put`, `queue.take`, `queue.ack`.
+    #[default]
+    Seed,
+    /// tarantool/queue's named tubes: `queue.tube.<name>:put`, `:take`, `:ack`.
+    Tubes,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Seed => "seed",
+            Api::Tubes => "tubes",
+        }
+    }
+}
+
+/// tarantool/queue's tube types (TUBES.md).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TubeType {
+    Fifo,
+    #[default]
+    Fifottl,
+    Limfifottl,
+    Utube,
+    Utubettl,
+}
+
+impl TubeType {
+    pub fn name(self) -> &'static str {
+        match self {
+            TubeType::Fifo => "fifo",
+            TubeType::Fifottl => "fifottl",
+            TubeType::Limfifottl => "limfifottl",
+            TubeType::Utube => "utube",
+            TubeType::Utubettl => "utubettl",
+        }
+    }
+
+    /// True for the types whose tasks carry a utube key.
+    pub fn keyed(self) -> bool {
+        matches!(self, TubeType::Utube | TubeType::Utubettl)
+    }
+}
+
+impl std::fmt::Display for TubeType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The tube a tubes-API run drives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tube {
+    pub name: String,
+    pub kind: TubeType,
+    /// utube keys the puts cycle through (utube types only).
+    pub utubes: usize,
+}
+
+impl Tube {
+    /// The arguments of `queue.create_tube(name, type, {if_not_exists = true})`.
+    pub fn create_args(&self) -> Vec<u8> {
+        let mut args = Vec::new();
+        write::array_len(&mut args, 3);
+        write::str(&mut args, &self.name);
+        write::str(&mut args, self.kind.name());
+        write::map_len(&mut args, 1);
+        write::str(&mut args, "if_not_exists");
+        write::bool(&mut args, true);
+        args
+    }
+}
 
 pub struct IprotoDriver {
+    /// The function names of put, take and ack.
+    put_fn: String,
+    take_fn: String,
+    ack_fn: String,
+    /// True for the tubes API: tasks are `[id, status, data]` arrays.
+    tubes: bool,
+    /// `{utube = key}` option maps, encoded once; empty unless the tube is keyed.
+    utube_opts: Vec<Vec<u8>>,
+    /// The next utube key to put to.
+    next_utube: usize,
     /// `[timeout]`, encoded once.
     take_args: Vec<u8>,
     /// Reused to encode put and ack arguments without allocating.
@@ -24,14 +129,61 @@ pub struct IprotoDriver {
 }
 
 impl IprotoDriver {
+    /// A driver for the seed API.
     pub fn new(take_timeout_s: f64) -> Self {
+        Self::with_calls(None, take_timeout_s)
+    }
+
+    /// A driver for the tubes API on `tube`, or the seed API with `None`.
+    pub fn with_calls(tube: Option<&Tube>, take_timeout_s: f64) -> Self {
         let mut take_args = Vec::new();
         write::array_len(&mut take_args, 1);
         write::f64(&mut take_args, take_timeout_s);
+        let (put_fn, take_fn, ack_fn) = match tube {
+            None => ("queue.put".into(), "queue.take".into(), "queue.ack".into()),
+            Some(t) => (
+                format!("queue.tube.{}:put", t.name),
+                format!("queue.tube.{}:take", t.name),
+                format!("queue.tube.{}:ack", t.name),
+            ),
+        };
+        let utube_opts = match tube {
+            Some(t) if t.kind.keyed() => (0..t.utubes.clamp(1, MAX_UTUBES))
+                .map(|k| {
+                    let mut o = Vec::new();
+                    write::map_len(&mut o, 1);
+                    write::str(&mut o, "utube");
+                    write::str(&mut o, &format!("k{k}"));
+                    o
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         IprotoDriver {
+            put_fn,
+            take_fn,
+            ack_fn,
+            tubes: tube.is_some(),
+            utube_opts,
+            next_utube: 0,
             take_args,
             scratch: Vec::with_capacity(64),
             sync: 0,
+        }
+    }
+
+    /// `[payload]`, or `[payload, {utube = key}]` cycling through the keys.
+    fn put_args(&mut self, data: &[u8]) {
+        self.scratch.clear();
+        if self.utube_opts.is_empty() {
+            write::array_len(&mut self.scratch, 1);
+            write::bin(&mut self.scratch, data);
+        } else {
+            write::array_len(&mut self.scratch, 2);
+            write::bin(&mut self.scratch, data);
+            self.scratch
+                .extend_from_slice(&self.utube_opts[self.next_utube]);
+            self.next_utube = (self.next_utube + 1) % self.utube_opts.len();
         }
     }
 }
@@ -50,19 +202,39 @@ fn greet(stream: &mut TcpStream) -> Result<(), ProtoError> {
     Ok(())
 }
 
-/// Readiness check for a fresh server: greeting, then `queue.stats()` must answer OK (the
-/// reference listens before its queue module is loaded). Through the one blocking client.
-pub fn probe(stream: TcpStream, timeout: Duration) -> anyhow::Result<()> {
-    let mut c = tarq_client::Client::over(stream, timeout)?;
+/// Readiness check for a fresh server: greeting, then `function()` must answer OK (Tarantool
+/// listens before its queue module is loaded). Through the one blocking client.
+pub fn probe(stream: TcpStream, timeout: Duration, function: &str) -> anyhow::Result<()> {
+    let mut c = connected(stream, timeout)?;
+    c.call(function, &[0x90], None)
+        .map_err(|e| anyhow::anyhow!("{function} answered: {e}"))?;
+    Ok(())
+}
+
+/// `queue.create_tube(name, type, {if_not_exists = true})` before a tubes-API run; an error
+/// names the server's answer (a server without tubes says the procedure is not defined).
+pub fn create_tube(stream: TcpStream, timeout: Duration, tube: &Tube) -> anyhow::Result<()> {
+    let mut c = connected(stream, timeout)?;
+    c.call("queue.create_tube", &tube.create_args(), None)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the server does not serve the tarantool/queue API: queue.create_tube({:?}, {:?}) answered: {e}",
+                tube.name,
+                tube.kind.name()
+            )
+        })?;
+    Ok(())
+}
+
+fn connected(stream: TcpStream, timeout: Duration) -> anyhow::Result<tarq_client::Client> {
+    let c = tarq_client::Client::over(stream, timeout)?;
     if c.greeting().protocol != "Binary" {
         anyhow::bail!(
             "greeting announces protocol {:?}, not Binary",
             c.greeting().protocol
         );
     }
-    c.call("queue.stats", &[0x90], None)
-        .map_err(|e| anyhow::anyhow!("queue.stats answered: {e}"))?;
-    Ok(())
+    Ok(c)
 }
 
 impl Driver for IprotoDriver {
@@ -75,18 +247,16 @@ impl Driver for IprotoDriver {
         let sync = self.sync;
         match req {
             Request::Put(data) => {
-                self.scratch.clear();
-                write::array_len(&mut self.scratch, 1);
-                write::bin(&mut self.scratch, data);
-                client::call(out, sync, "queue.put", &self.scratch);
+                self.put_args(data);
+                client::call(out, sync, &self.put_fn, &self.scratch);
             }
             // A parked take does not hold up the connection, so every take may wait.
-            Request::Take { .. } => client::call(out, sync, "queue.take", &self.take_args),
+            Request::Take { .. } => client::call(out, sync, &self.take_fn, &self.take_args),
             Request::Ack { id, .. } => {
                 self.scratch.clear();
                 write::array_len(&mut self.scratch, 1);
                 write::uint(&mut self.scratch, id);
-                client::call(out, sync, "queue.ack", &self.scratch);
+                client::call(out, sync, &self.ack_fn, &self.scratch);
             }
         }
         sync
@@ -128,11 +298,16 @@ impl Driver for IprotoDriver {
                 resp.error.unwrap_or("(no message)")
             )));
         }
+        let data = resp.data.unwrap_or(&[0x90]);
         match kind {
+            // A full limfifottl answers a put with `[nil]`: nothing was stored.
+            Kind::Put if self.tubes && data == [0x91, 0xc0] => {
+                Ok(Reply::Error("put answered [nil]: the tube is full".into()))
+            }
             Kind::Put => Ok(Reply::Put),
             Kind::Ack => Ok(Reply::Acked),
+            Kind::Take if self.tubes => tube_task(data),
             Kind::Take => {
-                let data = resp.data.unwrap_or(&[0x90]);
                 let task =
                     client::task(data).map_err(|e| ProtoError::Malformed(format!("task: {e}")))?;
                 let Some(task) = task else {
@@ -159,6 +334,32 @@ impl Driver for IprotoDriver {
     fn blocking_takes(&self) -> bool {
         false
     }
+}
+
+/// A tubes-API take's DATA: `[[id, status, data]]`, or `[]` (or `[nil]`) when it timed out.
+fn tube_task(data: &[u8]) -> Result<Reply<'_>, ProtoError> {
+    let bad = |e: tarq_iproto::mp::MpError| {
+        ProtoError::Malformed(format!("take result {}: {e}", excerpt(data)))
+    };
+    let mut r = Reader::new(data);
+    if r.read_array_len().map_err(bad)? == 0 || r.eat_nil() {
+        return Ok(Reply::NoTask);
+    }
+    let fields = r.read_array_len().map_err(bad)?;
+    if fields < 3 {
+        return Err(ProtoError::Unexpected {
+            kind: Kind::Take,
+            reply: format!(
+                "a task of {fields} fields, not [id, status, data]: {}",
+                excerpt(data)
+            ),
+        });
+    }
+    let id = r.read_uint().map_err(bad)?;
+    r.skip_value().map_err(bad)?;
+    // The payload went out as a bin; Tarantool may hand it back as a string.
+    let payload = r.read_str_or_bin().unwrap_or(&[]);
+    Ok(Reply::Task { id, data: payload })
 }
 
 #[cfg(test)]
@@ -261,5 +462,82 @@ mod tests {
         assert_eq!(seen[1].2, b"\x91\xcb\x3f\xd0\x00\x00\x00\x00\x00\x00");
         assert_eq!(seen[2].1, "queue.ack");
         assert_eq!(seen[2].2, b"\x91\xcf\xff\xff\xff\xff\xff\xff\xff\xff");
+    }
+
+    fn tube(kind: TubeType, utubes: usize) -> Tube {
+        Tube {
+            name: "q".into(),
+            kind,
+            utubes,
+        }
+    }
+
+    #[test]
+    fn tube_takes_read_id_status_data_arrays_and_empty_results() {
+        let d = IprotoDriver::with_calls(Some(&tube(TubeType::Fifottl, 1)), 0.1);
+        // `[[7, "t", "abc"]]`: tarantool/queue hands the bin payload back as a string.
+        let f = reply(1, b"\x93\x07\xa1t\xa3abc");
+        assert_eq!(
+            d.decode(&f, Kind::Take).unwrap(),
+            Reply::Task {
+                id: 7,
+                data: b"abc"
+            }
+        );
+        // A take that timed out answers `[]`.
+        let mut empty = Vec::new();
+        response::empty_data(&mut empty, 2);
+        assert_eq!(d.decode(&empty, Kind::Take).unwrap(), Reply::NoTask);
+        let short = reply(3, b"\x92\x07\xa1t");
+        assert!(matches!(
+            d.decode(&short, Kind::Take),
+            Err(ProtoError::Unexpected { .. })
+        ));
+        // A full limfifottl answers a put with `[nil]`: not stored, so not counted.
+        let full = reply(4, b"\xc0");
+        assert!(matches!(d.decode(&full, Kind::Put), Ok(Reply::Error(_))));
+        let put = reply(5, b"\x93\x08\xa1r\xc4\x01x");
+        assert_eq!(d.decode(&put, Kind::Put).unwrap(), Reply::Put);
+    }
+
+    #[test]
+    fn tube_calls_use_the_colon_form_and_cycle_utube_keys() {
+        use tarq_iproto::request::{self, RequestKind};
+        let mut d = IprotoDriver::with_calls(Some(&tube(TubeType::Utube, 2)), 0.5);
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            d.encode(&mut out, Request::Put(b"p"));
+        }
+        d.encode(&mut out, Request::Take { wait: true });
+        d.encode(&mut out, Request::Ack { id: 9, data: b"" });
+        let mut buf = &out[..];
+        let mut seen = Vec::new();
+        while let Some(f) = split_frame(buf, MAX_FRAME_BYTES).unwrap() {
+            let req = request::decode(&buf[f.prefix..f.total()]).unwrap();
+            let RequestKind::Call { function, args, .. } = req.kind else {
+                panic!("not a call: {:?}", req.kind)
+            };
+            seen.push((function.to_string(), args.to_vec()));
+            buf = &buf[f.total()..];
+        }
+        let key = |k: &[u8]| [b"\x92\xc4\x01p\x81\xa5utube\xa2".as_slice(), k].concat();
+        assert_eq!(seen[0], ("queue.tube.q:put".into(), key(b"k0")));
+        assert_eq!(seen[1], ("queue.tube.q:put".into(), key(b"k1")));
+        assert_eq!(seen[2], ("queue.tube.q:put".into(), key(b"k0")));
+        assert_eq!(seen[3].0, "queue.tube.q:take");
+        assert_eq!(seen[4], ("queue.tube.q:ack".into(), b"\x91\x09".to_vec()));
+        // Unkeyed types put `[payload]` alone.
+        let mut d = IprotoDriver::with_calls(Some(&tube(TubeType::Fifo, 5)), 0.5);
+        let mut out = Vec::new();
+        d.encode(&mut out, Request::Put(b"p"));
+        assert!(out.ends_with(b"\xb0queue.tube.q:put\x21\x91\xc4\x01p"));
+    }
+
+    #[test]
+    fn create_tube_asks_for_if_not_exists() {
+        assert_eq!(
+            tube(TubeType::Utubettl, 1).create_args(),
+            b"\x93\xa1q\xa8utubettl\x81\xadif_not_exists\xc3"
+        );
     }
 }
