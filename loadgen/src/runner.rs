@@ -1066,11 +1066,15 @@ fn handle_replies<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> 
         let p = conn.tx.complete(frame.sync)?;
         sh.observe_gap(&p, conn.last_reply_ns, conn.tx.idx, now);
         conn.last_reply_ns = now;
-        let reply = conn
-            .tx
-            .driver
-            .decode(bytes, p.kind)
-            .with_context(|| format!("{:?} connection {}", conn.tx.role, conn.tx.idx))?;
+        let reply = match frame.reply {
+            Some(r) if r.answers(p.kind) => Ok(r),
+            Some(r) => Err(crate::proto::ProtoError::Unexpected {
+                kind: p.kind,
+                reply: format!("{r:?}"),
+            }),
+            None => conn.tx.driver.decode(bytes, p.kind),
+        }
+        .with_context(|| format!("{:?} connection {}", conn.tx.role, conn.tx.idx))?;
         on_reply(&mut conn.tx, sh, p, reply, now);
     }
     conn.rbuf.copy_within(pos..conn.rlen, 0);

@@ -1,19 +1,20 @@
 //! beanstalkd driver: `put` / `reserve-with-timeout` / `delete`, on a tube private to the run
-//! (producers `use` it, consumers `watch` it and `ignore default`). beanstalkd answers each
-//! connection's commands in order, one text line per reply, plus the job body after `RESERVED`.
+//! (producers `use` it, consumers `watch` it and `ignore default`), for beanstalkd and tarq's
+//! beanstalk port alike. beanstalkd answers each connection's commands in order, one text line
+//! per reply, plus the job body after `RESERVED`. The bytes are the workspace codec's
+//! (`tarq_beanstalk`: `Command::encode`, `Reply::decode`), the one tarq's own front-end
+//! uses, so the loadgen and the server cannot disagree about the protocol.
 
 use super::{excerpt, Driver, Frame, Kind, ProtoError, Reply, Request, Role};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use tarq_beanstalk::{Command, Reply as Answer, ReplyError};
 
-/// Longest reply line: the longest beanstalkd reply line (`RESERVED <u64> <u32>`) is under 50
-/// bytes; anything past this is a desynchronised stream.
-pub const MAX_LINE_BYTES: usize = 256;
 /// Largest job body accepted in a reply: beanstalkd's own `-z` maximum job size is 1 GiB, its
 /// default 65535; 64 MiB catches garbage long before memory does.
 pub const MAX_JOB_BYTES: usize = 64 << 20;
 /// beanstalkd's default maximum job size (`-z`): a larger `--payload` is refused up front.
-pub const DEFAULT_MAX_JOB_BYTES: usize = 65_535;
+pub const DEFAULT_MAX_JOB_BYTES: usize = tarq_beanstalk::DEFAULT_MAX_JOB_SIZE as usize;
 /// Priority given to every job: beanstalkd's conventional default (lower runs first).
 const PRIORITY: u32 = 1024;
 /// Time-to-run in seconds: the consumer deletes within microseconds, so this never fires
@@ -23,7 +24,7 @@ const TTR_S: u32 = 60;
 pub struct BeanstalkDriver {
     tube: String,
     /// `reserve-with-timeout` argument (whole seconds, beanstalkd's granularity).
-    timeout_s: u32,
+    timeout_s: i32,
     seq: u64,
 }
 
@@ -31,14 +32,17 @@ impl BeanstalkDriver {
     pub fn new(run: u64, take_timeout_s: f64) -> Self {
         BeanstalkDriver {
             tube: format!("tarq-loadgen-{run:016x}"),
-            timeout_s: take_timeout_s.ceil().max(1.0) as u32,
+            timeout_s: take_timeout_s.ceil().clamp(1.0, f64::from(i32::MAX)) as i32,
             seq: 0,
         }
     }
 }
 
-fn command(stream: &mut TcpStream, line: &str, expect: &str) -> Result<(), ProtoError> {
-    stream.write_all(line.as_bytes())?;
+/// One handshake command whose answer must start with `expect`.
+fn command(stream: &mut TcpStream, cmd: Command<'_>, expect: &str) -> Result<(), ProtoError> {
+    let mut line = Vec::new();
+    cmd.encode(&mut line);
+    stream.write_all(&line)?;
     let mut reader = BufReader::new(&*stream);
     let mut reply = String::new();
     reader.read_line(&mut reply)?;
@@ -48,106 +52,83 @@ fn command(stream: &mut TcpStream, line: &str, expect: &str) -> Result<(), Proto
         Err(ProtoError::Handshake(format!(
             "beanstalkd answered {:?} to {:?}",
             reply.trim_end(),
-            line.trim_end()
+            String::from_utf8_lossy(&line).trim_end()
         )))
+    }
+}
+
+/// A reply stream the codec cannot follow, as the runner reports it.
+fn stream_error(e: ReplyError) -> ProtoError {
+    match e {
+        ReplyError::LineTooLong => ProtoError::TooBig {
+            len: tarq_beanstalk::MAX_LINE + 1,
+            limit: tarq_beanstalk::MAX_LINE,
+        },
+        ReplyError::BodyTooBig { len, max } => ProtoError::TooBig {
+            len: usize::try_from(len).unwrap_or(usize::MAX),
+            limit: max,
+        },
+        e => ProtoError::Malformed(e.to_string()),
     }
 }
 
 impl Driver for BeanstalkDriver {
     fn handshake(&mut self, stream: &mut TcpStream, role: Role) -> Result<(), ProtoError> {
         // Each command gets exactly one line back, so the BufReader never reads ahead.
+        let tube = self.tube.as_str();
         match role {
-            Role::Producer => command(stream, &format!("use {}\r\n", self.tube), "USING "),
+            Role::Producer => command(stream, Command::Use { tube }, "USING "),
             Role::Consumer => {
-                command(stream, &format!("watch {}\r\n", self.tube), "WATCHING ")?;
-                command(stream, "ignore default\r\n", "WATCHING ")
+                command(stream, Command::Watch { tube }, "WATCHING ")?;
+                command(stream, Command::Ignore { tube: "default" }, "WATCHING ")
             }
         }
     }
 
     fn encode(&mut self, out: &mut Vec<u8>, req: Request<'_>) -> u64 {
-        match req {
-            Request::Put(data) => {
-                let _ = write!(out, "put {PRIORITY} 0 {TTR_S} {}\r\n", data.len());
-                out.extend_from_slice(data);
-                out.extend_from_slice(b"\r\n");
-            }
-            Request::Take { wait } => {
-                let timeout = if wait { self.timeout_s } else { 0 };
-                let _ = write!(out, "reserve-with-timeout {timeout}\r\n");
-            }
-            Request::Ack { id, .. } => {
-                let _ = write!(out, "delete {id}\r\n");
-            }
-        }
+        let cmd = match req {
+            Request::Put(body) => Command::Put {
+                pri: PRIORITY,
+                delay: 0,
+                ttr: TTR_S,
+                body,
+            },
+            Request::Take { wait } => Command::ReserveWithTimeout {
+                seconds: if wait { self.timeout_s } else { 0 },
+            },
+            Request::Ack { id, .. } => Command::Delete { id },
+        };
+        cmd.encode(out);
         self.seq += 1;
         self.seq
     }
 
-    fn split(&self, buf: &[u8]) -> Result<Option<Frame>, ProtoError> {
-        let window = &buf[..buf.len().min(MAX_LINE_BYTES + 2)];
-        let Some(eol) = window.windows(2).position(|w| w == b"\r\n") else {
-            if buf.len() > MAX_LINE_BYTES + 1 {
-                return Err(ProtoError::TooBig {
-                    len: buf.len(),
-                    limit: MAX_LINE_BYTES,
-                });
-            }
+    /// Finding a reply's end means decoding it, and a beanstalkd reply says what it answers:
+    /// the frame carries the reply, so each reply is decoded once.
+    fn split<'a>(&self, buf: &'a [u8]) -> Result<Option<Frame<'a>>, ProtoError> {
+        let Some((answer, len)) = Answer::decode(buf, MAX_JOB_BYTES).map_err(stream_error)? else {
             return Ok(None);
         };
-        let line = &buf[..eol];
-        let mut len = eol + 2;
-        if let Some(rest) = line.strip_prefix(b"RESERVED ") {
-            let (_, bytes) = reserved_header(rest)?;
-            if bytes > MAX_JOB_BYTES {
-                return Err(ProtoError::TooBig {
-                    len: bytes,
-                    limit: MAX_JOB_BYTES,
-                });
-            }
-            len += bytes + 2;
-            if buf.len() < len {
-                return Ok(None);
-            }
-        }
-        Ok(Some(Frame { len, sync: None }))
+        let reply = reply(answer, &buf[..len])?;
+        Ok(Some(Frame {
+            len,
+            sync: None,
+            reply: Some(reply),
+        }))
     }
 
     fn decode<'a>(&self, frame: &'a [u8], kind: Kind) -> Result<Reply<'a>, ProtoError> {
-        let eol = frame
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or_else(|| ProtoError::Malformed("beanstalkd reply without CRLF".into()))?;
-        let line = &frame[..eol];
-        let word = line.split(|&b| b == b' ').next().unwrap_or(b"");
-        match (kind, word) {
-            (Kind::Put, b"INSERTED") => Ok(Reply::Put),
-            (Kind::Take, b"RESERVED") => {
-                let (id, bytes) = reserved_header(&line[b"RESERVED ".len()..])?;
-                let body = &frame[eol + 2..];
-                if body.len() != bytes + 2 || &body[bytes..] != b"\r\n" {
-                    return Err(ProtoError::Malformed(format!(
-                        "job body of {} bytes does not match RESERVED {bytes}",
-                        body.len().saturating_sub(2)
-                    )));
-                }
-                Ok(Reply::Task {
-                    id,
-                    data: &body[..bytes],
-                })
-            }
-            (Kind::Take, b"TIMED_OUT") => Ok(Reply::NoTask),
-            (Kind::Ack, b"DELETED") => Ok(Reply::Acked),
-            (
-                _,
-                b"BURIED" | b"NOT_FOUND" | b"JOB_TOO_BIG" | b"DRAINING" | b"EXPECTED_CRLF"
-                | b"OUT_OF_MEMORY" | b"INTERNAL_ERROR" | b"BAD_FORMAT" | b"UNKNOWN_COMMAND"
-                | b"DEADLINE_SOON",
-            ) => Ok(Reply::Error(String::from_utf8_lossy(line).into_owned())),
-            (kind, _) => Err(ProtoError::Unexpected {
+        let (answer, _) = Answer::decode(frame, MAX_JOB_BYTES)
+            .map_err(stream_error)?
+            .ok_or_else(|| ProtoError::Malformed("incomplete beanstalkd reply".into()))?;
+        let r = reply(answer, frame)?;
+        if r.answers(kind) {
+            Ok(r)
+        } else {
+            Err(ProtoError::Unexpected {
                 kind,
-                reply: excerpt(line),
-            }),
+                reply: excerpt(frame),
+            })
         }
     }
 
@@ -160,17 +141,37 @@ impl Driver for BeanstalkDriver {
     }
 }
 
-/// `<id> <bytes>` after `RESERVED `.
-fn reserved_header(rest: &[u8]) -> Result<(u64, usize), ProtoError> {
-    let bad = || ProtoError::Malformed(format!("bad RESERVED line {}", excerpt(rest)));
-    let text = std::str::from_utf8(rest).map_err(|_| bad())?;
-    let mut parts = text.split(' ');
-    let id = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    let bytes = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    if parts.next().is_some() {
-        return Err(bad());
+/// What a beanstalkd answer means to the load loop; `frame` is its bytes, for error texts.
+fn reply<'a>(answer: Answer<'a>, frame: &'a [u8]) -> Result<Reply<'a>, ProtoError> {
+    match answer {
+        Answer::Inserted { .. } => Ok(Reply::Put),
+        Answer::Reserved { id, body } => Ok(Reply::Task { id, data: body }),
+        Answer::TimedOut => Ok(Reply::NoTask),
+        Answer::Deleted => Ok(Reply::Acked),
+        Answer::BuriedId { .. }
+        | Answer::Buried
+        | Answer::NotFound
+        | Answer::JobTooBig
+        | Answer::Draining
+        | Answer::ExpectedCrlf
+        | Answer::OutOfMemory
+        | Answer::InternalError
+        | Answer::BadFormat
+        | Answer::UnknownCommand
+        | Answer::DeadlineSoon => {
+            let eol = frame
+                .iter()
+                .position(|&b| b == b'\r')
+                .unwrap_or(frame.len());
+            Ok(Reply::Error(
+                String::from_utf8_lossy(&frame[..eol]).into_owned(),
+            ))
+        }
+        _ => Err(ProtoError::Malformed(format!(
+            "a reply no put, reserve or delete gets: {}",
+            excerpt(frame)
+        ))),
     }
-    Ok((id, bytes))
 }
 
 #[cfg(test)]
@@ -196,6 +197,27 @@ mod tests {
         check(b"RESERVED 9 3\r\n", None);
         check(b"INSERTED 5\r", None);
         check(b"", None);
+    }
+
+    #[test]
+    fn split_decodes_each_reply_once_and_hands_it_over() {
+        let d = driver();
+        let f = d
+            .split(b"RESERVED 9 3\r\nabc\r\nDELETED\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.len, 19);
+        assert_eq!(
+            f.reply,
+            Some(Reply::Task {
+                id: 9,
+                data: b"abc"
+            })
+        );
+        let f = d.split(b"NOT_FOUND\r\n").unwrap().unwrap();
+        assert_eq!(f.reply, Some(Reply::Error("NOT_FOUND".into())));
+        // A reply none of the loadgen's commands gets is a broken stream, not a figure.
+        assert!(d.split(b"WATCHING 2\r\n").is_err());
     }
 
     #[test]
@@ -225,8 +247,8 @@ mod tests {
     #[test]
     fn bad_input_names_the_problem() {
         let err = driver().split(b"RESERVED x 3\r\n").unwrap_err().to_string();
-        assert!(err.contains("bad RESERVED line"), "{err}");
-        let long = vec![b'A'; MAX_LINE_BYTES + 5];
+        assert!(err.contains("RESERVED x 3"), "{err}");
+        let long = vec![b'A'; tarq_beanstalk::MAX_LINE + 5];
         assert!(matches!(
             driver().split(&long),
             Err(ProtoError::TooBig { .. })
@@ -235,7 +257,12 @@ mod tests {
             .decode(b"RESERVED 1 3\r\nabcd\r\n", Kind::Take)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("does not match"), "{err}");
+        assert!(err.contains("not followed by CRLF"), "{err}");
+        let huge = format!("RESERVED 1 {}\r\n", MAX_JOB_BYTES + 1);
+        assert!(matches!(
+            driver().split(huge.as_bytes()),
+            Err(ProtoError::TooBig { .. })
+        ));
     }
 
     #[test]

@@ -262,7 +262,7 @@ impl Driver for IprotoDriver {
         sync
     }
 
-    fn split(&self, buf: &[u8]) -> Result<Option<Frame>, ProtoError> {
+    fn split<'a>(&self, buf: &'a [u8]) -> Result<Option<Frame<'a>>, ProtoError> {
         let Some(f) =
             split_frame(buf, MAX_FRAME_BYTES).map_err(|e| ProtoError::Malformed(e.to_string()))?
         else {
@@ -282,6 +282,7 @@ impl Driver for IprotoDriver {
         Ok(Some(Frame {
             len: f.total(),
             sync: Some(sync),
+            reply: None,
         }))
     }
 
@@ -388,7 +389,8 @@ mod tests {
             d.split(&two).unwrap(),
             Some(Frame {
                 len: frame.len(),
-                sync: Some(77)
+                sync: Some(77),
+                reply: None,
             })
         );
     }

@@ -57,12 +57,28 @@ pub enum Reply<'a> {
 }
 
 /// One complete reply frame at the front of the read buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Frame {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
     /// Bytes the frame occupies, prefix included.
     pub len: usize,
     /// The request it answers, for protocols that match replies by sync.
     pub sync: Option<u64>,
+    /// The reply, when finding the frame's end meant decoding it anyway and the reply says by
+    /// itself what it answers (beanstalkd's); the runner then checks it fits the request
+    /// instead of asking `decode`.
+    pub reply: Option<Reply<'a>>,
+}
+
+impl Reply<'_> {
+    /// True when this reply can answer a request of `kind`.
+    pub fn answers(&self, kind: Kind) -> bool {
+        match self {
+            Reply::Put => kind == Kind::Put,
+            Reply::Task { .. } | Reply::NoTask => kind == Kind::Take,
+            Reply::Acked => kind == Kind::Ack,
+            Reply::Error(_) => true,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +106,7 @@ pub trait Driver {
     fn encode(&mut self, out: &mut Vec<u8>, req: Request<'_>) -> u64;
 
     /// Find the first complete frame in `buf`; `Ok(None)` when more bytes are needed.
-    fn split(&self, buf: &[u8]) -> Result<Option<Frame>, ProtoError>;
+    fn split<'a>(&self, buf: &'a [u8]) -> Result<Option<Frame<'a>>, ProtoError>;
 
     /// Interpret a complete frame as the reply to a request of `kind`.
     fn decode<'a>(&self, frame: &'a [u8], kind: Kind) -> Result<Reply<'a>, ProtoError>;

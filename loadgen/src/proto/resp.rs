@@ -196,11 +196,15 @@ impl Driver for RedisDriver {
         self.seq
     }
 
-    fn split(&self, buf: &[u8]) -> Result<Option<Frame>, ProtoError> {
+    fn split<'a>(&self, buf: &'a [u8]) -> Result<Option<Frame<'a>>, ProtoError> {
         if buf.is_empty() {
             return Ok(None);
         }
-        Ok(parse(buf)?.map(|(_, len)| Frame { len, sync: None }))
+        Ok(parse(buf)?.map(|(_, len)| Frame {
+            len,
+            sync: None,
+            reply: None,
+        }))
     }
 
     fn decode<'a>(&self, frame: &'a [u8], kind: Kind) -> Result<Reply<'a>, ProtoError> {
