@@ -431,18 +431,24 @@ fn suite_writes_results_and_readme() {
         no_pin: true,
         no_spin: true,
         attempts: 1,
+        wal_modes: vec!["fsync".into()],
+        aof: vec![],
+        no_tubes: false,
+        backlog_rows: false,
         report_only: None,
     };
     suite::run(&sa).unwrap();
     let readme = std::fs::read_to_string(out.path().join("README.md")).unwrap();
     for needle in [
-        "| connections | depth | tarq | null | tarq / null |",
+        // Each WAL mode has its own column, never mixed into tarq's.
+        "| connections | depth | tarq | null | tarq WAL fsync | tarq / null |",
         "| 1+1 | 1 |",
         "| 1+1 | 4 |",
         "## tarq open loop",
         "latency-p1c1-d4.svg",
         "tarq-loadgen --target tarq --spawn --producers 1 --consumers 1 --depth 4",
         "note: test run",
+        "--target-args '--wal-mode fsync'",
     ] {
         assert!(
             readme.contains(needle),
@@ -466,6 +472,23 @@ fn suite_writes_results_and_readme() {
     ] {
         assert!(dir.join(f).exists(), "{f} missing in {}", dir.display());
     }
+    // tarq's tubes API gets rows once tarq serves it; until then the skip says why.
+    assert!(
+        readme.contains("| tarq tubes fifottl |")
+            || (readme.contains("skipped tarq tubes:") && readme.contains(NOT_DEFINED)),
+        "{readme}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("suite.json")).unwrap()).unwrap();
+    let fsync = record["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["label"] == "tarq-wal-mode-fsync-p1c1-d1")
+        .expect("a row per WAL mode");
+    assert_eq!(fsync["durability"], "WAL fsync");
+    assert_eq!(fsync["api"], "seed");
+    assert_eq!(fsync["drain"], false);
     // Redrawing from the files alone gives the same page.
     std::fs::remove_file(out.path().join("README.md")).unwrap();
     let mut again = sa.clone();
@@ -475,4 +498,62 @@ fn suite_writes_results_and_readme() {
         std::fs::read_to_string(out.path().join("README.md")).unwrap(),
         readme
     );
+}
+
+#[test]
+fn report_only_reads_a_suite_written_before_run_shapes_were_recorded() {
+    /// A suite committed before the entries named their API, tube type, durability and
+    /// backlog phases.
+    const OLD_SUITE: &str = "results/2026-11-22-3e36adf2fe";
+    let src = target::workspace_root().join(OLD_SUITE);
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("2026-11-22-3e36adf2fe");
+    std::fs::create_dir(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let text = std::fs::read_to_string(dir.join("suite.json")).unwrap();
+    assert!(
+        !text.contains("\"durability\""),
+        "{OLD_SUITE} is an old suite"
+    );
+    let sa = SuiteArgs {
+        duration: Duration::from_secs(1),
+        warmup: Duration::from_secs(1),
+        targets: vec![],
+        shapes: vec![],
+        depths: vec![],
+        open_loop: vec![],
+        open_shape: "4x4".into(),
+        open_depth: 16,
+        payload: 64,
+        out: Some(out.path().to_path_buf()),
+        note: None,
+        tarq_bin: None,
+        no_pin: true,
+        no_spin: true,
+        attempts: 1,
+        wal_modes: vec![],
+        aof: vec![],
+        no_tubes: true,
+        backlog_rows: false,
+        report_only: Some(dir.clone()),
+    };
+    suite::run(&sa).unwrap();
+    let readme = std::fs::read_to_string(out.path().join("README.md")).unwrap();
+    for needle in [
+        "| connections | depth | tarq | tarantool | beanstalkd | redis | null |",
+        "| 4+4 | 16 |",
+        "| tarq ≥ 10× tarantool at every shape |",
+        "latency-p4c4-d16.svg",
+    ] {
+        assert!(
+            readme.contains(needle),
+            "README lacks {needle:?}:\n{readme}"
+        );
+    }
+    assert!(!readme.contains("### Backlog shapes"), "{readme}");
 }
