@@ -31,7 +31,7 @@ const GOAL_VS_REDIS: f64 = 1.0;
 const GOAL_DEPTH16_MSGS: f64 = 300_000.0;
 const GOAL_P99_US_AT_HALF: f64 = 1_000.0;
 /// Messages in the `--backlog-rows` runs: the big backlog users bring (ten million).
-const BACKLOG_ROWS_TASKS: u64 = 10_000_000;
+const BACKLOG_ROWS_TASKS: &str = "10000000";
 
 #[derive(Args, Clone, Debug)]
 pub struct SuiteArgs {
@@ -94,10 +94,11 @@ pub struct SuiteArgs {
     /// answers queue.create_tube.
     #[arg(long)]
     pub no_tubes: bool,
-    /// Add the backlog rows: tarq filling 10M messages then draining them, and a 10M backlog
-    /// kept while producers and consumers run (minutes, and gigabytes of memory).
-    #[arg(long)]
-    pub backlog_rows: bool,
+    /// Add the backlog rows: tarq filling N messages (default 10M) then draining them, and an
+    /// N backlog kept while producers and consumers run (at 10M: minutes, and gigabytes of
+    /// memory).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = BACKLOG_ROWS_TASKS)]
+    pub backlog_rows: Option<u64>,
     /// Only regenerate the suite's section of results/README.md and the charts from the newest (or this) results
     /// directory, without running anything.
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
@@ -374,13 +375,13 @@ fn variant_rows(
             }
         }
     }
-    if has(Target::Tarq) && args.backlog_rows {
+    if let Some(n) = args.backlog_rows.filter(|_| has(Target::Tarq)) {
         let mut fill = base(Target::Tarq, p, c, args.open_depth);
-        fill.fill = Some(BACKLOG_ROWS_TASKS);
+        fill.fill = Some(n);
         fill.drain = true;
         rows.push(fill);
         let mut backlog = base(Target::Tarq, p, c, args.open_depth);
-        backlog.backlog = Some(BACKLOG_ROWS_TASKS);
+        backlog.backlog = Some(n);
         rows.push(backlog);
     }
     rows
