@@ -296,18 +296,76 @@ fn beanstalk_port_of_tarq_runs_or_names_the_missing_flag() {
     }
 }
 
+/// beanstalkd's `binlog-current-index` from `stats`: 0 without a binlog.
+fn binlog_index(addr: std::net::SocketAddr) -> u64 {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"stats\r\n").unwrap();
+    let reader = BufReader::new(s);
+    for line in reader.lines() {
+        let line = line.unwrap();
+        if let Some(v) = line.strip_prefix("binlog-current-index: ") {
+            return v.trim().parse().unwrap();
+        }
+    }
+    panic!("stats without binlog-current-index")
+}
+
 #[test]
 fn beanstalkd_with_binlog() {
     require_peer(Target::BeanstalkdBinlog);
     let out = tempfile::tempdir().unwrap();
+    let opts = target::SpawnOptions {
+        cpu: None,
+        tarq_bin: None,
+        rebuild: false,
+        args: Vec::new(),
+    };
+    for (t, logging) in [
+        (Target::BeanstalkdBinlog, true),
+        (Target::Beanstalkd, false),
+    ] {
+        let spawned = target::spawn(t, &opts).unwrap();
+        assert_eq!(binlog_index(spawned.addr) > 0, logging, "{t}");
+        spawned.stop().unwrap();
+    }
     let s = run_and_check(&args(Target::BeanstalkdBinlog, out.path()), out.path());
     assert!(s.label.starts_with("beanstalkd-binlog-"), "{}", s.label);
+}
+
+/// Redis's answer to `CONFIG GET <key>`, as raw RESP.
+fn redis_config(addr: std::net::SocketAddr, key: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("CONFIG GET {key}\r\n").as_bytes())
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 #[test]
 fn redis_with_aof_everysec_and_always() {
     require_peer(Target::Redis);
     let out = tempfile::tempdir().unwrap();
+    // The suite's arguments come after the loadgen's own `--appendonly no` and win.
+    let spawned = target::spawn(
+        Target::Redis,
+        &target::SpawnOptions {
+            cpu: None,
+            tarq_bin: None,
+            rebuild: false,
+            args: ["--appendonly", "yes", "--appendfsync", "always"]
+                .map(String::from)
+                .to_vec(),
+        },
+    )
+    .unwrap();
+    assert!(redis_config(spawned.addr, "appendonly").contains("yes"));
+    assert!(redis_config(spawned.addr, "appendfsync").contains("always"));
+    spawned.stop().unwrap();
     for fsync in ["everysec", "always"] {
         let mut a = args(Target::Redis, out.path());
         a.target_args = Some(format!("--appendonly yes --appendfsync {fsync}"));
