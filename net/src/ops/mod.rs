@@ -37,6 +37,8 @@ use metrics::{MetricsServer, ServiceTimes, MAX_HTTP_CLIENTS};
 use signals::{Request, SignalSource};
 use stats::Snapshot;
 
+use crate::server::limits::Limits;
+
 /// First token of the ops components. The server's connection tokens keep their slot index
 /// (below 2^24 + 2) in the low 32 bits, so a low half this high is never one of theirs.
 pub const TOKEN_BASE: usize = 0xF000_0000;
@@ -126,7 +128,8 @@ impl Ops {
         (TOKEN_BASE..TOKEN_END).contains(&token.0)
     }
 
-    pub fn on_event(&mut self, event: &Event, now: Micros) {
+    /// Routes an event to its component; `/metrics` clients are under the server's `limits`.
+    pub fn on_event(&mut self, event: &Event, now: Micros, limits: &mut Limits) {
         let token = event.token();
         if token == SIGNALS_TOKEN {
             if let Some(s) = &mut self.signals {
@@ -138,7 +141,7 @@ impl Ops {
             }
         } else if let Some(m) = &mut self.metrics {
             if m.owns(token) {
-                m.on_event(event, now);
+                m.on_event(event, now, limits);
             }
         }
     }
@@ -164,14 +167,14 @@ impl Ops {
     }
 
     /// Pushes a due Graphite sample, answers waiting scrapes, closes late HTTP clients.
-    pub fn tick(&mut self, now: Micros, stats: &Snapshot) {
+    pub fn tick(&mut self, now: Micros, stats: &Snapshot, limits: &mut Limits) {
         if let Some(g) = &mut self.graphite {
             g.tick(now, stats);
         }
         let graphite = self.graphite.as_ref().map(Graphite::counters);
         if let Some(m) = &mut self.metrics {
-            m.respond(stats, &self.service, graphite);
-            m.tick(now);
+            m.respond(stats, &self.service, graphite, limits);
+            m.tick(now, limits);
         }
     }
 

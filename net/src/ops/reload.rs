@@ -1,8 +1,8 @@
 //! SIGHUP: the server re-reads its configuration (the `--config` file under the same command
 //! line) and applies what can change while it runs — the log level, the Graphite target and
-//! interval, the connection and frame limits, the credentials — and logs each setting that
-//! needs a restart instead (the listen address, the data dir, the CPU, the metrics address, the
-//! WAL settings, and any setting not listed here as live).
+//! interval, the connection, frame and input limits and timeouts, the credentials — and logs
+//! each setting that needs a restart instead (the listen address, the data dir, the CPU, the
+//! metrics address, the WAL settings, and any setting not listed here as live).
 //!
 //! Reading the file is the caller's (the loop holds a closure from `main`); this file decides
 //! and applies.
@@ -52,6 +52,11 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     live!(max_connections, "max-connections");
     live!(max_frame_bytes, "max-frame-bytes");
     live!(max_write_backlog, "max-write-backlog");
+    live!(limits.input_budget, "input-budget-bytes");
+    live!(limits.frame_timeout, "frame-timeout (µs)");
+    live!(limits.auth_timeout, "auth-timeout (µs)");
+    live!(limits.idle_timeout, "idle-timeout (µs)");
+    live!(limits.max_connections_per_peer, "max-connections-per-peer");
     live!(ops.graphite_interval, "graphite-interval (µs)");
     if current.ops.graphite != new.ops.graphite {
         let show = |t: Option<super::graphite::Target>| {

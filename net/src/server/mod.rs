@@ -15,7 +15,9 @@
 
 pub mod calls;
 pub mod conn;
+mod enforce;
 pub mod journal;
+pub mod limits;
 pub mod parked;
 
 use std::io::{self, Read, Write};
@@ -39,8 +41,9 @@ use crate::ops::signals::{self, Request};
 use crate::ops::stats::{ServerFigures, Snapshot};
 use crate::ops::{reload, Ops};
 use calls::{Call, CallError};
-use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES};
+use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
 use journal::{Journal, NoJournal, Ticket};
+use limits::Limits;
 use parked::{Parked, MAX_PARKED_PER_CONN};
 
 const LISTENER: Token = Token(0);
@@ -148,6 +151,8 @@ pub struct Server {
     /// Graphite, `/metrics`, signals, and the service-time histogram.
     ops: Ops,
     reloader: Option<Reloader>,
+    /// The input budget, per-address counts and connection deadlines.
+    limits: Limits,
     connections_accepted: u64,
     takes_parked: u64,
 }
@@ -209,6 +214,7 @@ impl Server {
             events: Vec::new(),
             ops,
             reloader: None,
+            limits: Limits::new(cfg.limits),
             connections_accepted: 0,
             takes_parked: 0,
             cfg,
@@ -250,6 +256,7 @@ impl Server {
                 takes_parked: self.takes_parked,
                 requests: self.ops.service.requests(),
             },
+            limits: self.limit_figures(),
             wal: self.journal.figures(),
             last_id: self.queue.last_id(),
             uptime: self.ops.uptime(self.now),
@@ -290,7 +297,7 @@ impl Server {
                 match ev.token() {
                     LISTENER => self.accept_all(),
                     WAKER => {}
-                    t if Ops::owns(t) => self.ops.on_event(ev, self.now),
+                    t if Ops::owns(t) => self.ops.on_event(ev, self.now, &mut self.limits),
                     Token(t) => {
                         let Some(idx) = self.slot_of(t) else { continue };
                         let c = &mut self.conns[idx];
@@ -339,6 +346,7 @@ impl Server {
         match load() {
             Ok(new) => {
                 reload::apply(&mut self.cfg, new, &mut self.ops, self.now);
+                self.limits.reconfigure(self.cfg.limits);
                 self.hash2 = self.cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
             }
             Err(e) => warn!(
@@ -458,6 +466,7 @@ impl Server {
             self.accept_paused_until,
             self.ops.next_timer(),
             self.lingering.iter().map(|&(_, _, until)| until).min(),
+            self.limits.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -506,6 +515,9 @@ impl Server {
             warn!(%peer, limit = self.cfg.max_connections, "connection refused: limit reached");
             return;
         }
+        if !self.admit_peer(&mut stream, peer, &hello) {
+            return;
+        }
         // Latency over batching: each turn already coalesces its replies into one write.
         if let Err(e) = stream.set_nodelay(true) {
             debug!(%peer, error = %e, "TCP_NODELAY not set");
@@ -521,6 +533,7 @@ impl Server {
             .register(&mut stream, token, Interest::READABLE)
         {
             warn!(%peer, error = %e, "connection dropped: cannot register");
+            self.limits.release(peer.ip());
             return;
         }
         let sid = self.next_sid;
@@ -530,13 +543,17 @@ impl Server {
         // The greeting depends on no state change: it goes out at once, ahead of any ticket.
         out.hold(0);
         out.release(0);
+        let authenticated = self.cfg.auth.is_none();
+        let guard = self
+            .limits
+            .open(READ_BUF_BYTES, self.now, authenticated, (idx, gen));
         entry.insert(Conn {
             stream,
             peer,
             gen,
             sid,
             salt,
-            authenticated: self.cfg.auth.is_none(),
+            authenticated,
             rbuf: ReadBuf::new(),
             out,
             parked: Vec::new(),
@@ -546,9 +563,13 @@ impl Server {
             read_closed: false,
             to_flush: false,
             closing: None,
+            guard,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         self.connections_accepted += 1;
+        let conns = &self.conns;
+        self.limits
+            .sweep(|slot, gen| conns.get(slot).is_some_and(|c| c.gen == gen));
         info!(sid, %peer, connections = self.conns.len(), "connection opened");
     }
 
@@ -574,6 +595,7 @@ impl Server {
         }
         list.clear();
         self.read_list = list;
+        self.expire_deadlines();
 
         while let Some((key, p)) = self.parked.pop_expired(self.now) {
             if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
@@ -600,7 +622,7 @@ impl Server {
 
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
-            self.ops.tick(self.now, &snapshot);
+            self.ops.tick(self.now, &snapshot, &mut self.limits);
         }
 
         self.commit_and_flush();
@@ -618,20 +640,26 @@ impl Server {
 
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
-        let cap = self.cfg.max_frame_bytes + MAX_PREFIX;
+        let frame_cap = self.frame_cap(self.conns[idx].authenticated);
         let c = &mut self.conns[idx];
         if c.closing.is_some() {
             return;
         }
+        // The buffer grows only as far as the input budget has room for.
+        let cap = self.limits.read_cap(&c.guard, frame_cap + MAX_PREFIX);
+        let before = c.rbuf.data().len();
         let outcome = c
             .rbuf
-            .fill(&mut c.stream, cap, READ_BUDGET_BYTES, c.read_closed);
+            .fill(&mut c.stream, cap.bytes, READ_BUDGET_BYTES, c.read_closed);
+        let read = c.rbuf.data().len() > before;
+        self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let rbuf = std::mem::take(&mut c.rbuf);
         let data = rbuf.data();
         let mut used = 0;
         while self.conns[idx].closing.is_none() {
-            match split_frame(&data[used..], self.cfg.max_frame_bytes) {
+            let max = self.frame_cap(self.conns[idx].authenticated);
+            match split_frame(&data[used..], max) {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
@@ -642,6 +670,7 @@ impl Server {
                     }
                 }
                 Ok(None) => break,
+                Err(e) if self.refuse_pre_auth_frame(idx, &e) => break,
                 Err(e) => {
                     // The stream cannot be resynchronised: say why (sync 0), then close.
                     let out = out_of(&mut self.conns, &mut self.flush_list, idx);
@@ -656,10 +685,18 @@ impl Server {
         let c = &mut self.conns[idx];
         c.rbuf = rbuf;
         if c.closing.is_some() {
+            self.drop_input(idx);
             return;
         }
+        self.limits.settle(&mut c.guard, c.rbuf.allocated());
+        let partial = !c.rbuf.data().is_empty();
+        let id = (idx, c.gen);
+        self.limits
+            .note_input(&mut c.guard, id, self.now, read, used > 0, partial);
         match outcome {
             ReadOutcome::Drained => {}
+            // Only a partial frame is buffered and the budget lets it grow no further.
+            ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
             ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
             ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
             ReadOutcome::Error(e) => {
@@ -936,6 +973,7 @@ impl Server {
             self.parked.remove(key);
         }
         let (sid, peer) = (c.sid, c.peer);
+        self.drop_input(idx);
         let released = if self.cfg.null {
             0
         } else {
@@ -976,6 +1014,7 @@ impl Server {
 
     fn finish_close(&mut self, idx: usize) {
         let mut c = self.conns.remove(idx);
+        self.limits.release(c.peer.ip());
         // Deregistering a socket about to be closed cannot matter if it fails.
         let _ = self.poll.registry().deregister(&mut c.stream);
     }
