@@ -1,0 +1,42 @@
+//! Plays every byte script in `tests/scripts/` against a freshly spawned real beanstalkd and
+//! compares the normalised transcript with the recording next to the script (`*.out`). That
+//! proves the scripts, the player and the recordings right, so the same scripts can judge
+//! tarq's beanstalk port. `BEANSTALK_RECORD=1` rewrites the recordings from beanstalkd instead;
+//! they are never edited by hand.
+
+mod support;
+
+use support::script::{parse, play, scripts, Beanstalkd};
+
+#[test]
+fn every_script_replays_as_recorded_against_real_beanstalkd() {
+    let record = std::env::var_os("BEANSTALK_RECORD").is_some_and(|v| v == "1");
+    let mut mismatches = Vec::new();
+    for path in scripts() {
+        let steps = parse(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let Some(server) = Beanstalkd::spawn() else {
+            assert!(
+                !matches!(std::env::var("CI").as_deref(), Ok("true")),
+                "beanstalkd is not installed (.ci/test installs it)"
+            );
+            eprintln!("beanstalkd is not installed: differential scripts skipped");
+            return;
+        };
+        let got = play(&server.addr, &steps);
+        let out = path.with_extension("out");
+        if record {
+            std::fs::write(&out, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&out)
+            .unwrap_or_else(|e| panic!("{}: {e} (record with BEANSTALK_RECORD=1)", out.display()));
+        if got != want {
+            mismatches.push(format!(
+                "{}:\n--- recorded\n{want}--- now\n{got}",
+                path.display()
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}

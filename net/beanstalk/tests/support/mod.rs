@@ -1,0 +1,2 @@
+//! Test support shared by this crate's integration tests.
+pub mod script;
