@@ -47,6 +47,13 @@ pub const INPUT_BUDGET_SHARE: u64 = 16;
 /// fit in it, and no realistic load holds more partial input at once.
 pub const MAX_DEFAULT_INPUT_BUDGET: usize = 1 << 30;
 
+/// Input read per loop turn beyond each connection's resting buffer, over all connections
+/// together. Reading a byte of a big frame costs copying it and, for fresh buffer memory, a page
+/// fault: a few ms per 8 MiB on a busy core, so a flood of big frames cannot stretch one turn
+/// (and every other client's reply) to seconds, while a genuine big frame still arrives at
+/// hundreds of MB/s. Each connection may always read its resting buffer's worth per turn.
+pub const TURN_INPUT_BYTES: usize = 8 << 20;
+
 /// Heap entries allowed per live connection before dead ones are swept out: a live connection
 /// has one, plus a superseded one or two that the sweep or their time removes.
 const ENTRIES_PER_CONN: usize = 4;
@@ -209,6 +216,8 @@ pub struct Limits {
     live: usize,
     deadlines: BinaryHeap<Reverse<(Micros, usize, u32)>>,
     peers: HashMap<IpAddr, u32>,
+    /// What is left of [`TURN_INPUT_BYTES`] this turn.
+    turn_input_left: usize,
     pub counts: LimitCounts,
 }
 
@@ -220,6 +229,7 @@ impl Limits {
             live: 0,
             deadlines: BinaryHeap::with_capacity(MIN_ENTRIES),
             peers: HashMap::new(),
+            turn_input_left: TURN_INPUT_BYTES,
             counts: LimitCounts::default(),
         }
     }
@@ -301,21 +311,37 @@ impl Limits {
         g
     }
 
-    /// How far the buffer of `g` may grow: up to `frame_cap`, or as far as the budget allows.
-    pub fn read_cap(&self, g: &Guard, frame_cap: usize) -> ReadCap {
+    /// How far the buffer of `g`, now `allocated` bytes, may grow this turn: up to
+    /// `frame_cap`, as far as the budget allows, and by no more than what is left of the turn's
+    /// input allowance (growing a buffer writes every byte of it).
+    pub fn read_cap(&self, g: &Guard, allocated: usize, frame_cap: usize) -> ReadCap {
         let room = self.cfg.input_budget.saturating_sub(self.held);
-        let by_budget = g.resting + g.charged + room;
-        if by_budget < frame_cap {
-            ReadCap {
-                bytes: by_budget.max(g.resting),
-                by_budget: true,
-            }
-        } else {
-            ReadCap {
-                bytes: frame_cap,
-                by_budget: false,
-            }
+        let by_budget = (g.resting + g.charged + room).max(g.resting);
+        let by_turn = allocated.max(g.resting) + self.turn_input_left;
+        let bytes = frame_cap.min(by_budget).min(by_turn);
+        ReadCap {
+            bytes,
+            by_budget: bytes == by_budget && bytes < frame_cap && by_budget < by_turn,
         }
+    }
+
+    /// A new loop turn: the per-turn input allowance is whole again.
+    pub fn turn_start(&mut self) {
+        self.turn_input_left = TURN_INPUT_BYTES;
+    }
+
+    /// Bytes `g` may read this turn: its resting buffer's worth, plus what is left of the
+    /// turn's allowance, at most `per_conn`.
+    pub fn read_allowance(&self, g: &Guard, per_conn: usize) -> usize {
+        g.resting.saturating_add(self.turn_input_left).min(per_conn)
+    }
+
+    /// Records that `g` read `bytes` and grew its buffer by `grown` this turn: the larger of
+    /// the growth and what was read over its resting buffer's worth comes out of the turn's
+    /// allowance.
+    pub fn spend(&mut self, g: &Guard, bytes: usize, grown: usize) {
+        let over = bytes.saturating_sub(g.resting).max(grown);
+        self.turn_input_left = self.turn_input_left.saturating_sub(over);
     }
 
     /// Records that `g`'s input buffer now holds `allocated` bytes.
@@ -481,30 +507,60 @@ mod tests {
         let mut a = l.open(RESTING, 0, true, ID);
         let mut b = l.open(RESTING, 0, true, ID);
         assert_eq!(
-            l.read_cap(&a, 1000),
+            l.read_cap(&a, RESTING, 1000),
             ReadCap {
                 bytes: RESTING + 100,
                 by_budget: true
             }
         );
         assert_eq!(
-            l.read_cap(&a, 50).bytes,
+            l.read_cap(&a, RESTING, 50).bytes,
             50,
             "the frame cap when it is lower"
         );
         l.settle(&mut a, RESTING + 70);
         assert_eq!((l.held(), a.charged()), (70, 70));
         // b may take only what is left; a keeps what it holds plus the rest.
-        assert_eq!(l.read_cap(&b, 1000).bytes, RESTING + 30);
-        assert_eq!(l.read_cap(&a, 1000).bytes, RESTING + 100);
+        assert_eq!(l.read_cap(&b, RESTING, 1000).bytes, RESTING + 30);
+        assert_eq!(l.read_cap(&a, RESTING, 1000).bytes, RESTING + 100);
         l.settle(&mut b, RESTING + 30);
         assert!(l.budget_full());
-        assert_eq!(l.read_cap(&b, 1000).bytes, RESTING + 30, "no more room");
+        assert_eq!(
+            l.read_cap(&b, RESTING, 1000).bytes,
+            RESTING + 30,
+            "no more room"
+        );
         l.settle(&mut a, RESTING);
         assert_eq!((l.held(), a.charged()), (30, 0));
         assert!(!l.budget_full());
         l.settle(&mut b, 0);
         assert_eq!(l.held(), 0);
+    }
+
+    #[test]
+    fn each_turn_reads_a_bounded_amount_beyond_resting_buffers() {
+        let mut l = Limits::new(cfg());
+        let g = l.open(RESTING, 0, true, ID);
+        let per_conn = 2 * TURN_INPUT_BYTES;
+        assert_eq!(l.read_allowance(&g, per_conn), RESTING + TURN_INPUT_BYTES);
+        assert_eq!(l.read_allowance(&g, 100), 100, "the per-connection cap");
+        l.spend(&g, RESTING + TURN_INPUT_BYTES - 5, 0);
+        assert_eq!(l.read_allowance(&g, per_conn), RESTING + 5);
+        assert_eq!(
+            l.read_cap(&g, 4 * RESTING, usize::MAX),
+            ReadCap {
+                bytes: 4 * RESTING + 5,
+                by_budget: false
+            },
+            "growth is held to the turn's allowance, which is not the budget"
+        );
+        l.spend(&g, 0, 10);
+        // Spent: every connection still reads its resting buffer's worth.
+        assert_eq!(l.read_allowance(&g, per_conn), RESTING);
+        l.spend(&g, RESTING, 0);
+        assert_eq!(l.read_allowance(&g, per_conn), RESTING);
+        l.turn_start();
+        assert_eq!(l.read_allowance(&g, per_conn), RESTING + TURN_INPUT_BYTES);
     }
 
     #[test]

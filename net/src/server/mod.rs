@@ -576,6 +576,7 @@ impl Server {
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
     fn turn(&mut self) {
         self.journal.turn_start(&mut self.queue, self.now);
+        self.limits.turn_start();
         if !self.cfg.null {
             let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
             self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
@@ -645,13 +646,21 @@ impl Server {
         if c.closing.is_some() {
             return;
         }
-        // The buffer grows only as far as the input budget has room for.
-        let cap = self.limits.read_cap(&c.guard, frame_cap + MAX_PREFIX);
+        // The buffer grows only as far as the input budget has room for, and by no more than
+        // the turn's input allowance.
+        let allocated = c.rbuf.allocated();
+        let cap = self
+            .limits
+            .read_cap(&c.guard, allocated, frame_cap + MAX_PREFIX);
         let before = c.rbuf.data().len();
+        let allowance = self.limits.read_allowance(&c.guard, READ_BUDGET_BYTES);
         let outcome = c
             .rbuf
-            .fill(&mut c.stream, cap.bytes, READ_BUDGET_BYTES, c.read_closed);
-        let read = c.rbuf.data().len() > before;
+            .fill(&mut c.stream, cap.bytes, allowance, c.read_closed);
+        let got = c.rbuf.data().len() - before;
+        self.limits
+            .spend(&c.guard, got, c.rbuf.allocated().saturating_sub(allocated));
+        let read = got > 0;
         self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let rbuf = std::mem::take(&mut c.rbuf);
