@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use tarq_engine::{PutOptions, Queue};
-use tarq_net::wal::{Wal, WalConfig, WalMode};
+use tarq_wal::{Wal, WalConfig, WalMode};
 
 /// Payload bytes per task: the loadgen's default message size.
 const PAYLOAD: usize = 64;
@@ -202,7 +202,7 @@ fn main() {
     )
     .unwrap();
     writeln!(j, "  \"machine\": {{\"cpu\": \"{}\", \"cores\": {}, \"loadavg_before\": \"{load_before}\", \"loadavg_after\": \"{}\", \"note\": \"shared 2-core VM, other engineers building at the same time: figures are noisy\"}},", cpu.trim(), sh("nproc", &[]), sh("cat", &["/proc/loadavg"])).unwrap();
-    writeln!(j, "  \"config\": {{\"tasks\": {tasks}, \"payload_bytes\": {PAYLOAD}, \"wal_mode\": \"write\", \"fill_puts_per_turn\": {FILL_PER_TURN}, \"load_per_turn\": {LOAD_PER_TURN}, \"snapshot_ids_per_turn\": {}}},", tarq_net::wal::snapshot::SNAPSHOT_IDS_PER_TURN).unwrap();
+    writeln!(j, "  \"config\": {{\"tasks\": {tasks}, \"payload_bytes\": {PAYLOAD}, \"wal_mode\": \"write\", \"fill_puts_per_turn\": {FILL_PER_TURN}, \"load_per_turn\": {LOAD_PER_TURN}, \"snapshot_ids_per_turn\": {}}},", tarq_wal::snapshot::SNAPSHOT_IDS_PER_TURN).unwrap();
     writeln!(j, "  \"fill_s\": {fill_s:.3},").unwrap();
     writeln!(j, "  \"fill_puts_per_s\": {:.0},", tasks as f64 / fill_s).unwrap();
     writeln!(j, "  \"wal_bytes\": {wal_bytes},").unwrap();
