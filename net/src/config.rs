@@ -12,8 +12,8 @@ use serde::Deserialize;
 use crate::ops::ctl::CtlArgs;
 use crate::ops::graphite::{self, Target};
 use crate::ops::OpsConfig;
-use crate::wal::{WalConfig, WalMode};
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
+use tarq_wal::{WalConfig, WalMode};
 
 /// Default `--listen`: Tarantool's port, on loopback only until the operator opens it.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3301";

@@ -8,4 +8,3 @@ pub mod config;
 pub mod fuzz;
 pub mod ops;
 pub mod server;
-pub mod wal;

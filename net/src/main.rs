@@ -8,8 +8,8 @@ use anyhow::Context;
 use clap::Parser;
 use tarq_net::config::{Cli, Command, Config};
 use tarq_net::ops::{ctl, logging};
-use tarq_net::server::Server;
-use tarq_net::wal::{Wal, WalJournal};
+use tarq_net::server::{Server, WalJournal};
+use tarq_wal::Wal;
 
 fn main() -> anyhow::Result<()> {
     let mut cli = Cli::parse();

@@ -17,6 +17,7 @@ pub mod calls;
 pub mod conn;
 pub mod journal;
 pub mod parked;
+pub mod wal_journal;
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -42,6 +43,7 @@ use tarq_iproto::codes::*;
 use tarq_iproto::mp::write;
 use tarq_iproto::request::{self, RequestKind};
 use tarq_iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
+pub use wal_journal::WalJournal;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
