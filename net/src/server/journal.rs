@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tarq_engine::{Event, Micros, Queue};
 
-use crate::ops::stats::WalFigures;
+use tarq_ops::stats::WalFigures;
 
 /// Names one loop turn's batch of records. Tickets grow by one per commit, from 1.
 pub type Ticket = u64;
