@@ -53,7 +53,7 @@ const FIRST_CONN_TOKEN: usize = 2;
 
 /// Engine deadlines (promotions, expiries, TTR returns) fired per turn. Enough to keep up with
 /// any realistic rate (it runs every turn, and the loop spins while work is left), small enough
-/// that a million tasks expiring at once keep every turn under issue 2's 1 ms: draining 1M due
+/// that a million tasks expiring at once keep every turn under the 1 ms turn budget: draining 1M due
 /// tasks, the worst (cache-cold) step took 0.77–0.97 ms of thread CPU at 1024, too close to
 /// the target, and 0.39–0.58 ms at 512 (`results/engine/2026-11-22-293912279d2f.json`,
 /// `…-ae312e9a48b7.json`).
