@@ -258,3 +258,17 @@ fn a_bad_setting_is_refused_before_any_thread_starts() {
     let err = Cluster::start(c, Box::new(|| {})).err().unwrap();
     assert!(err.to_string().contains("lease TTL 600s"), "{err}");
 }
+
+#[test]
+fn a_node_started_while_etcd_is_down_reports_it_and_leads_once_etcd_answers() {
+    let Some(etcd) = etcd() else { return };
+    etcd.pause();
+    let a = Node::start(config(&etcd.client_url, "a"));
+    let down_at = wait_etcd_unavailable(&a);
+    assert_eq!(a.cluster.fence().term_at(Instant::now()), None);
+    etcd.resume();
+    wait_kind(&a, EventKind::EtcdRestored);
+    let (term, at) = a.wait_leader();
+    assert!(term > 0 && at > down_at);
+    assert_eq!(a.cluster.fence().term_at(Instant::now()), Some(term));
+}
