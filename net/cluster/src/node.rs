@@ -317,7 +317,14 @@ impl Node {
             }
             self.depose(DeposeReason::KeyLost);
         }
+        let mine = self.lease.map(|l| l.id);
         match view.leader {
+            // Bound to this node's live lease while it does not lead: a campaign whose answer
+            // was lost. Nobody else can have led in that term, so this node takes it up.
+            Some((_, kv)) if Some(kv.lease) == mine => {
+                self.lead(kv.create_revision as u64);
+                Ok(())
+            }
             Some((record, kv)) => {
                 self.follow(record, kv.create_revision as u64);
                 Ok(())
@@ -393,20 +400,25 @@ impl Node {
             return Ok(());
         }
         // The put is the transaction's only write, so it created the key at this revision.
-        let term = reply.revision as u64;
+        self.lead(reply.revision as u64);
+        Ok(())
+    }
+
+    /// Takes up `term` with the claim the current lease allows.
+    fn lead(&mut self, term: u64) {
+        let lease = self.lease.expect("a leader key is bound to a lease");
         let until = lease.sent + lease.ttl - self.config.safety_margin;
         if Instant::now() >= until {
-            // The calls took the whole claim: leading now would already be unsafe.
-            self.state = State::Leading { term };
-            self.fence.set(Some(Claim { term, until }));
-            self.depose(DeposeReason::LeaseExpiring);
-            return Ok(());
+            // The calls took the whole claim: leading now would already be unsafe. Giving the
+            // lease up deletes the key once etcd answers, and a new election follows.
+            warn!(term, "won too late to lead safely; giving the term up");
+            self.abandon_lease();
+            return;
         }
-        self.fence.set(Some(Claim { term, until }));
         self.state = State::Leading { term };
+        self.fence.set(Some(Claim { term, until }));
         info!(term, "became leader");
         self.emit(EventKind::BecameLeader { term });
-        Ok(())
     }
 
     /// Clears the fence first, then reports. A lease whose fate etcd has not confirmed is
