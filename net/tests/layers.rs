@@ -34,7 +34,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     // The load generator speaks the protocols through the codecs and the client only.
-    ("tarq-loadgen", &["tarq-iproto", "tarq-client", "tarq-beanstalk"]),
+    (
+        "tarq-loadgen",
+        &["tarq-iproto", "tarq-client", "tarq-beanstalk"],
+    ),
     (
         "tarq-benches",
         &["tarq-engine", "tarq-net", "tarq-wal", "tarq-testkit"],

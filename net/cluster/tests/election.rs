@@ -36,7 +36,7 @@ fn wait_etcd_unavailable(node: &Node) -> Instant {
 
 #[test]
 fn one_node_leads_a_second_follows_and_members_are_published() {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     let a = Node::start(config(&etcd.client_url, "a"));
     let (term, _) = a.wait_leader();
     assert!(term > 0);
@@ -66,7 +66,7 @@ fn one_node_leads_a_second_follows_and_members_are_published() {
 
 #[test]
 fn a_dropped_leader_hands_over_at_once_with_a_higher_term() {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     let a = Node::start(config(&etcd.client_url, "a"));
     let (t1, _) = a.wait_leader();
     let b = Node::start(config(&etcd.client_url, "b"));
@@ -93,7 +93,7 @@ fn a_dropped_leader_hands_over_at_once_with_a_higher_term() {
 
 #[test]
 fn a_leader_cut_off_from_etcd_steps_down_before_another_node_wins() {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     let relay = Relay::new(etcd.client_addr);
     let a = Node::start(config(&relay.url(), "a"));
     let (t1, _) = a.wait_leader();
@@ -130,7 +130,7 @@ fn a_leader_cut_off_from_etcd_steps_down_before_another_node_wins() {
 
 #[test]
 fn etcd_paused_deposes_the_leader_within_a_ttl_and_its_return_brings_an_election() {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     let a = Node::start(config(&etcd.client_url, "a"));
     let (t1, _) = a.wait_leader();
     let b = Node::start(config(&etcd.client_url, "b"));
@@ -166,7 +166,7 @@ fn etcd_paused_deposes_the_leader_within_a_ttl_and_its_return_brings_an_election
 /// better position and `fast` (polling every 50 ms) the worse. Without the rule `fast` would
 /// nearly always get to the leader key first.
 fn most_up_to_date_wins(fast_pos: Position, slow_pos: Position) {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     let l = Node::start(config(&etcd.client_url, "l"));
     let (t1, _) = l.wait_leader();
     let mut fast = config(&etcd.client_url, "fast");
@@ -213,7 +213,7 @@ fn the_member_with_a_newer_term_wins_over_more_records() {
 
 #[test]
 fn resign_hands_leadership_to_the_other_node() {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     let a = Node::start(config(&etcd.client_url, "a"));
     let (t1, _) = a.wait_leader();
     let b = Node::start(config(&etcd.client_url, "b"));
@@ -232,7 +232,7 @@ fn resign_hands_leadership_to_the_other_node() {
 
 #[test]
 fn a_second_process_with_the_same_name_stays_out() {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     let a = Node::start(config(&etcd.client_url, "a"));
     let (term, _) = a.wait_leader();
     let twin = Node::start(config(&etcd.client_url, "a"));
@@ -261,7 +261,7 @@ fn a_bad_setting_is_refused_before_any_thread_starts() {
 
 #[test]
 fn a_node_started_while_etcd_is_down_reports_it_and_leads_once_etcd_answers() {
-    let Some(etcd) = etcd() else { return };
+    let etcd = etcd();
     etcd.pause();
     let a = Node::start(config(&etcd.client_url, "a"));
     let down_at = wait_etcd_unavailable(&a);

@@ -1,8 +1,8 @@
 //! What the election tests share: a real etcd on free loopback ports with its own data
 //! directory (`Etcd`, killed on drop, pausable with SIGSTOP), a TCP relay that can black-hole
 //! one node's traffic to etcd to cut it off like a network partition (`Relay`), a node under
-//! test with its event log (`Node`), and the CI rule for the `etcd` binary (missing under
-//! `CI=true` fails, elsewhere it is a notice).
+//! test with its event log (`Node`), and the rule for the `etcd` binary (missing, the test
+//! fails saying so).
 
 #![allow(dead_code)]
 
@@ -37,19 +37,15 @@ pub struct Etcd {
     dir: tempfile::TempDir,
 }
 
-/// An etcd to test against, or `None` (after a notice) when the binary is missing outside CI.
-pub fn etcd() -> Option<Etcd> {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+/// An etcd to test against. A missing binary fails the test with the reason, in CI and out
+/// of it: a test that cannot run never passes.
+pub fn etcd() -> Etcd {
     match which("etcd") {
-        Some(bin) => Some(Etcd::start(bin)),
-        None if ci => panic!(
-            "etcd is required under CI=true but is not on PATH (`bash .ci/test` installs the \
-             Debian package etcd-server)"
+        Some(bin) => Etcd::start(bin),
+        None => panic!(
+            "etcd is required but is not on PATH (`bash .ci/test` installs the Debian package \
+             etcd-server)"
         ),
-        None => {
-            eprintln!("NOTICE: skipping, etcd is not on PATH (Debian package etcd-server)");
-            None
-        }
     }
 }
 
