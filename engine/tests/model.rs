@@ -101,6 +101,7 @@ struct MTask {
     owner: Option<SessionId>,
     /// When a task taken by `take` goes back to Ready (restored Taken tasks have none).
     ttr_at: Option<Micros>,
+    deliveries: u16,
     data: Vec<u8>,
 }
 
@@ -116,6 +117,8 @@ impl MTask {
             created: self.created,
             owner: self.owner,
             data: self.data.clone().into(),
+            tube: 0,
+            deliveries: self.deliveries,
         }
     }
 
@@ -216,6 +219,7 @@ impl Model {
             created: now,
             owner: None,
             ttr_at: None,
+            deliveries: 0,
             data,
         };
         self.tasks.insert(id, t);
@@ -236,6 +240,7 @@ impl Model {
         let id = self.first_by_pri_id(Status::Ready)?;
         let ttr_at = self.tasks[&id].ttr.map(|t| now + t);
         self.make_taken(id, sid, ttr_at);
+        self.tasks.get_mut(&id).unwrap().deliveries += 1;
         self.ops.takes += 1;
         self.events.push(Event::Taken { id, sid });
         Some(self.tasks[&id].task())
@@ -360,16 +365,21 @@ fn restart(q: &Queue) -> (Queue, usize) {
     fresh.set_journal(true);
     for t in q.iter() {
         fresh
-            .restore(RestoredTask {
-                id: t.id,
-                status: t.status,
-                runat: t.runat,
-                pri: t.pri,
-                ttl: t.ttl,
-                ttr: t.ttr,
-                created: t.created,
-                data: t.data.into(),
-            })
+            .restore_in(
+                t.tube,
+                RestoredTask {
+                    id: t.id,
+                    status: t.status,
+                    runat: t.runat,
+                    pri: t.pri,
+                    ttl: t.ttl,
+                    ttr: t.ttr,
+                    created: t.created,
+                    data: t.data.into(),
+                },
+                t.utube,
+                t.deliveries,
+            )
             .unwrap();
     }
     fresh.set_last_id(q.last_id());
@@ -471,6 +481,7 @@ fn run(ops: &[Op]) {
                         Status::Ready => m.make_ready(id),
                         Status::Waiting => m.make_waiting(id, now + dt),
                         Status::Taken => m.make_taken(id, 0, None),
+                        Status::Buried => unreachable!(),
                     }
                     Ok(())
                 } else {
