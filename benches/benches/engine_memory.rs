@@ -4,42 +4,13 @@
 //! the "memory" section of `results/engine/<date>-<commit>.json`. Not a criterion bench: it
 //! measures bytes, not time, so it runs once.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use serde_json::{json, Value};
 use tarq_benches::baseline::Baseline;
 use tarq_benches::report;
 use tarq_engine::{PutOptions, Queue};
 
-/// Bytes currently allocated through the global allocator (requested sizes: malloc's own
-/// per-block header is not counted, as it is the allocator's, not the engine's).
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: tarq_testkit::Counting = tarq_testkit::Counting;
 
 /// Tasks per measurement.
 const N: usize = 1_000_000;
@@ -53,7 +24,7 @@ const T0: u64 = 1_700_000_000_000_000;
 type Build = Box<dyn FnOnce(&mut Queue)>;
 
 fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
+    tarq_testkit::live_bytes()
 }
 
 fn payload() -> Box<[u8]> {

@@ -160,11 +160,13 @@ mod tests {
                 t_s: 0,
                 puts: 10,
                 acks: 9,
+                ..SeriesPoint::default()
             },
             SeriesPoint {
                 t_s: 1,
                 puts: 11,
                 acks: 12,
+                ..SeriesPoint::default()
             },
         ];
         throughput(&t, "throughput", &[("run-a".into(), series)]).unwrap();

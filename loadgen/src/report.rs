@@ -2,8 +2,8 @@
 //! the human table printed at the end, and the `.hgrm` spectrum files. Results are data: they
 //! are written by the loadgen and never edited by hand.
 
-use crate::runner::Outcome;
-use crate::stats::{Percentiles, SeriesPoint};
+use crate::runner::{Outcome, Phase, PhaseOutcome};
+use crate::stats::{Percentiles, SeriesPoint, Stall};
 use crate::target::Target;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,21 @@ pub struct ConfigRecord {
     pub target_cpu: Option<usize>,
     /// A command line that repeats this run.
     pub command: String,
+    /// Messages put before the steady phase, producers only (`--backlog`).
+    #[serde(default)]
+    pub backlog: Option<u64>,
+    /// Messages put as fast as possible with no steady phase (`--fill`).
+    #[serde(default)]
+    pub fill: Option<u64>,
+    /// A drain phase ends the run: consumers only until every message is acked.
+    #[serde(default)]
+    pub drain: bool,
+    /// Producers never wait for consumers (no window).
+    #[serde(default)]
+    pub unbounded: bool,
+    /// Extra arguments given to the spawned target.
+    #[serde(default)]
+    pub target_args: Option<String>,
 }
 
 /// The machine the run happened on.
@@ -141,6 +156,65 @@ pub struct Summary {
     pub other_cpu: Option<f64>,
     pub series: Vec<SeriesPoint>,
     pub spectra: Spectra,
+    /// The longest wait for a reply on one connection in the headline window.
+    #[serde(default)]
+    pub stall: Stall,
+    /// Over the whole run: puts accepted and acks of this run's messages; equal, with nothing
+    /// unacked, when the run ends with a complete drain.
+    #[serde(default)]
+    pub total_puts: u64,
+    #[serde(default)]
+    pub total_acks: u64,
+    #[serde(default)]
+    pub unacked: u64,
+    /// Each phase's own figures (fill, steady, drain), in the order they ran.
+    #[serde(default)]
+    pub phases: Vec<PhaseSummary>,
+}
+
+/// One phase of a run as it appears in the JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSummary {
+    pub phase: Phase,
+    pub measured_s: f64,
+    pub puts: u64,
+    pub acks: u64,
+    pub puts_per_s: f64,
+    pub acks_per_s: f64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// Messages put and not yet acked when the phase ended: the backlog it leaves.
+    pub unacked: u64,
+    pub put_us: Percentiles,
+    pub cycle_us: Percentiles,
+    pub e2e_us: Percentiles,
+    pub stall: Stall,
+    pub loadgen_cpu: f64,
+    pub target_cpu: Option<f64>,
+    pub series: Vec<SeriesPoint>,
+}
+
+impl PhaseSummary {
+    fn new(p: &PhaseOutcome) -> PhaseSummary {
+        PhaseSummary {
+            phase: p.phase,
+            measured_s: p.secs(),
+            puts: p.puts,
+            acks: p.acks,
+            puts_per_s: p.puts_per_s(),
+            acks_per_s: p.acks_per_s(),
+            errors: p.errors,
+            first_error: p.first_error.clone(),
+            unacked: p.unacked,
+            put_us: p.put.percentiles(),
+            cycle_us: p.cycle.percentiles(),
+            e2e_us: p.e2e.percentiles(),
+            stall: p.stall.clone(),
+            loadgen_cpu: p.loadgen_cpu,
+            target_cpu: p.target_cpu,
+            series: p.series.points(),
+        }
+    }
 }
 
 impl Summary {
@@ -153,36 +227,42 @@ impl Summary {
     ) -> Summary {
         machine.loadavg_after = loadavg();
         let open_loop = config.rate.is_some();
+        let m = &o.main;
         Summary {
             label,
             config,
             commit: commit(),
             machine,
             started_at,
-            msgs_per_s: o.msgs_per_s(),
-            puts_per_s: o.puts_per_s(),
-            acks_per_s: o.acks_per_s(),
-            errors: o.errors,
-            first_error: o.first_error.clone(),
-            empty_takes: o.empty_takes,
-            foreign_messages: o.foreign,
-            measured_s: o.secs(),
-            put_us: o.put.percentiles(),
-            cycle_us: o.cycle.percentiles(),
-            e2e_us: o.e2e.percentiles(),
-            send_lag_us: open_loop.then(|| o.send_lag.percentiles()),
-            loadgen_cpu: o.loadgen_cpu,
-            target_cpu: o.target_cpu,
-            other_cpu: match (o.machine_cpu, o.target_cpu) {
-                (Some(m), Some(t)) => Some((m - t - o.loadgen_cpu).max(0.0)),
+            msgs_per_s: m.msgs_per_s(),
+            puts_per_s: m.puts_per_s(),
+            acks_per_s: m.acks_per_s(),
+            errors: m.errors,
+            first_error: m.first_error.clone(),
+            empty_takes: m.empty_takes,
+            foreign_messages: m.foreign,
+            measured_s: m.secs(),
+            put_us: m.put.percentiles(),
+            cycle_us: m.cycle.percentiles(),
+            e2e_us: m.e2e.percentiles(),
+            send_lag_us: open_loop.then(|| m.send_lag.percentiles()),
+            loadgen_cpu: m.loadgen_cpu,
+            target_cpu: m.target_cpu,
+            other_cpu: match (m.machine_cpu, m.target_cpu) {
+                (Some(all), Some(t)) => Some((all - t - m.loadgen_cpu).max(0.0)),
                 _ => None,
             },
-            series: o.series.points(),
+            series: m.series.points(),
             spectra: Spectra {
-                put: o.put.spectrum(),
-                cycle: o.cycle.spectrum(),
-                e2e: o.e2e.spectrum(),
+                put: m.put.spectrum(),
+                cycle: m.cycle.spectrum(),
+                e2e: m.e2e.spectrum(),
             },
+            stall: m.stall.clone(),
+            total_puts: o.total_puts,
+            total_acks: o.total_acks,
+            unacked: o.unacked,
+            phases: o.phases.iter().map(PhaseSummary::new).collect(),
         }
     }
 
@@ -201,14 +281,27 @@ impl Summary {
     pub fn table(&self) -> String {
         let c = &self.config;
         let mut out = String::new();
-        let mode = match c.rate {
-            Some(r) => format!("open loop at {} msgs/s", thousands(r)),
-            None => format!("closed loop, window {}", c.window),
+        let mut mode = match (c.fill, c.rate) {
+            (Some(n), _) => format!("fill {n} messages"),
+            (None, Some(r)) => format!("open loop at {} msgs/s", thousands(r)),
+            (None, None) if c.unbounded => "closed loop, unbounded".to_string(),
+            (None, None) => format!("closed loop, window {}", c.window),
+        };
+        if let Some(n) = c.backlog {
+            mode.push_str(&format!(", backlog {n}"));
+        }
+        if c.drain {
+            mode.push_str(", then drain");
+        }
+        let warmup = if c.fill.is_none() {
+            format!(" after {:.1} s warm-up", c.warmup_s)
+        } else {
+            String::new()
         };
         let _ = writeln!(
             out,
-            "{} @ {}: {} producers + {} consumers, depth {}, payload {} B, {:.1} s measured after {:.1} s warm-up, {mode}",
-            c.target, c.addr, c.producers, c.consumers, c.depth, c.payload, self.measured_s, c.warmup_s
+            "{} @ {}: {} producers + {} consumers, depth {}, payload {} B, {:.1} s measured{warmup}, {mode}",
+            c.target, c.addr, c.producers, c.consumers, c.depth, c.payload, self.measured_s
         );
         let _ = writeln!(
             out,
@@ -219,26 +312,20 @@ impl Summary {
             self.errors,
             self.empty_takes
         );
+        self.latency_rows(&mut out);
         let _ = writeln!(
             out,
-            "  {:<14}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
-            "latency (µs)", "p50", "p90", "p99", "p99.9", "max", "count"
+            "  stall: {:.1} µs on connection {} ({} reply) {:.2} s into the window",
+            self.stall.gap_us, self.stall.connection, self.stall.request, self.stall.at_s
         );
-        let mut rows = vec![
-            ("put", &self.put_us),
-            ("take→ack", &self.cycle_us),
-            ("put→ack", &self.e2e_us),
-        ];
-        if let Some(lag) = &self.send_lag_us {
-            rows.push(("send lag", lag));
+        if self.phases.len() > 1 {
+            self.phase_rows(&mut out);
         }
-        for (name, p) in rows {
-            let _ = writeln!(
-                out,
-                "  {name:<14}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>12}",
-                p.p50, p.p90, p.p99, p.p999, p.max, p.count
-            );
-        }
+        let _ = writeln!(
+            out,
+            "  whole run: {} puts accepted, {} acked, {} unacked",
+            self.total_puts, self.total_acks, self.unacked
+        );
         let target_cpu = self
             .target_cpu
             .map(|t| format!("{:.0}%", t * 100.0))
@@ -268,13 +355,63 @@ impl Summary {
     }
 }
 
+impl Summary {
+    /// One line per latency of the headline window.
+    fn latency_rows(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "  {:<14}{:>10} {:>10} {:>10} {:>10} {:>10}{:>12}",
+            "latency (µs)", "p50", "p90", "p99", "p99.9", "max", "count"
+        );
+        let mut rows = vec![
+            ("put", &self.put_us),
+            ("take→ack", &self.cycle_us),
+            ("put→ack", &self.e2e_us),
+        ];
+        if let Some(lag) = &self.send_lag_us {
+            rows.push(("send lag", lag));
+        }
+        for (name, p) in rows {
+            let _ = writeln!(
+                out,
+                "  {name:<14}{:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}{:>12}",
+                p.p50, p.p90, p.p99, p.p999, p.max, p.count
+            );
+        }
+    }
+
+    /// One line per phase: its rates, tail latencies and stall.
+    fn phase_rows(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "  {:<8}{:>9}{:>12}{:>12}{:>12}{:>13}{:>13}{:>12}",
+            "phase", "seconds", "puts/s", "acks/s", "put p99.9", "put max", "stall", "left"
+        );
+        for p in &self.phases {
+            let _ = writeln!(
+                out,
+                "  {:<8}{:>9.2}{:>12}{:>12}{:>12.1}{:>13.1}{:>13.1}{:>12}",
+                format!("{:?}", p.phase).to_lowercase(),
+                p.measured_s,
+                thousands(p.puts_per_s),
+                thousands(p.acks_per_s),
+                p.put_us.p999,
+                p.put_us.max,
+                p.stall.gap_us,
+                p.unacked
+            );
+        }
+    }
+}
+
 fn first_field(s: &str) -> &str {
     s.split_whitespace().next().unwrap_or("?")
 }
 
 /// Write the three `.hgrm` files: `<prefix>-put.hgrm`, `-cycle.hgrm`, `-e2e.hgrm`.
 pub fn write_hgrm(prefix: &str, o: &Outcome) -> Result<()> {
-    for (name, l) in [("put", &o.put), ("cycle", &o.cycle), ("e2e", &o.e2e)] {
+    let m = &o.main;
+    for (name, l) in [("put", &m.put), ("cycle", &m.cycle), ("e2e", &m.e2e)] {
         let path = format!("{prefix}-{name}.hgrm");
         std::fs::write(&path, l.hgrm()).with_context(|| format!("writing {path}"))?;
     }

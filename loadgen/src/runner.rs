@@ -5,25 +5,34 @@
 //! One message is a put by a producer, then a take and an ack by a consumer. A consumer
 //! connection runs `depth` independent slots, each looping take → ack → take. Producers run
 //! either closed loop — as fast as replies come back, with at most `window` messages put but not
-//! yet acked so the queue cannot grow without bound — or open loop at `--rate` messages a
-//! second, where every message has an intended send time fixed in advance and every latency
-//! counts from it, so a stall delays the schedule's measurements instead of hiding them
-//! (no coordinated omission).
+//! yet acked (unbounded when the window is `usize::MAX`: producers never wait for consumers) —
+//! or open loop at `--rate` messages a second, where every message has an intended send time
+//! fixed in advance and every latency counts from it, so a stall delays the schedule's
+//! measurements instead of hiding them (no coordinated omission).
+//!
+//! A run is a sequence of phases on the same connections: an optional fill (producers only, a
+//! fixed number of puts as fast as the target answers), the steady phase (both sides, warm-up
+//! then the measured duration), and an optional drain (consumers only, until every message the
+//! run put is acked). A fill before the steady phase leaves the producers that many messages
+//! ahead of the consumers: a backlog. Each phase reports its own figures.
 //!
 //! Latencies: `put` = put sent (intended, in open loop) → reply; `e2e` = put sent (intended) →
 //! ack answered, read from the stamp in the payload; `cycle` = take → ack answered, counted from
 //! the later of the take's send and the message's put, so a take parked on an empty queue does
 //! not count its idle wait (then cycle ≈ e2e), while with a backlog it is the consumer's take +
-//! ack round trips and e2e adds the time spent queued.
+//! ack round trips and e2e adds the time spent queued. The stall is the longest a connection
+//! waited for a reply with a request outstanding (waiting takes excepted): a growth stall in
+//! the target shows there even when it is too rare to move a percentile.
 
 use crate::payload::{self, PayloadWriter};
 use crate::proto::{Driver, Kind, Reply, Request, Role};
-use crate::stats::{Latency, Series};
+use crate::stats::{Latency, Series, Stall};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -58,6 +67,11 @@ const TIMER_TOKEN: Token = Token(usize::MAX);
 const MAX_ERRORS: u64 = 10_000;
 /// Events taken per `poll` call: one per connection at most matters, the rest wait a turn.
 const EVENTS_CAPACITY: usize = 1024;
+/// A drain gives up on the messages still out after this long without an ack: far longer than
+/// any take timeout or stall a target shows, so a drain that ends this way has lost messages.
+const DRAIN_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Seconds of per-second series a fill or drain keeps at most: a day, past any run's length.
+const MAX_SERIES_SECONDS: usize = 86_400;
 
 /// Everything one run needs to know.
 #[derive(Clone, Debug)]
@@ -71,8 +85,14 @@ pub struct RunConfig {
     pub warmup: Duration,
     /// Open loop at this many messages a second; closed loop when `None`.
     pub rate: Option<f64>,
-    /// Closed loop: at most this many messages put and not yet acked.
+    /// Closed loop: at most this many messages put and not yet acked; `usize::MAX` for none.
     pub window: usize,
+    /// Put this many messages first, producers only (the fill phase).
+    pub fill: Option<u64>,
+    /// Producers and consumers together for warm-up + duration (the steady phase).
+    pub steady: bool,
+    /// End with consumers only until every message this run put is acked (the drain phase).
+    pub drain: bool,
     /// Null target: the server answers every call with an empty result, so the loadgen keeps
     /// the queue itself (a put's reply makes a message available to a take).
     pub null_mode: bool,
@@ -94,11 +114,39 @@ impl RunConfig {
     pub fn default_window(producers: usize, consumers: usize, depth: usize) -> usize {
         (producers + consumers) * depth
     }
+
+    /// The phases this run goes through, in order.
+    pub fn phases(&self) -> Vec<Phase> {
+        let mut phases = Vec::new();
+        if self.fill.is_some() {
+            phases.push(Phase::Fill);
+        }
+        if self.steady {
+            phases.push(Phase::Steady);
+        }
+        if self.drain {
+            phases.push(Phase::Drain);
+        }
+        phases
+    }
 }
 
-/// What a run measured, over the measured window only (warm-up excluded).
-#[derive(Debug)]
-pub struct Outcome {
+/// One stage of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Producers only: put `RunConfig::fill` messages as fast as the target answers.
+    Fill,
+    /// Producers and consumers together: warm-up, then the measured duration.
+    Steady,
+    /// Consumers only, until every message the run put is acked.
+    Drain,
+}
+
+/// What one phase measured, over its measured window (the steady phase's warm-up excluded).
+#[derive(Clone, Debug)]
+pub struct PhaseOutcome {
+    pub phase: Phase,
     pub put: Latency,
     pub cycle: Latency,
     pub e2e: Latency,
@@ -115,6 +163,8 @@ pub struct Outcome {
     pub first_error: Option<String>,
     pub measured: Duration,
     pub series: Series,
+    /// The longest wait for a reply on one connection.
+    pub stall: Stall,
     /// CPU time the loadgen used over the window, in cores (1.0 = one core busy all the time).
     pub loadgen_cpu: f64,
     /// The same for the target process, when known.
@@ -122,9 +172,66 @@ pub struct Outcome {
     /// CPU the whole machine used over the window, in cores (all processes, from /proc/stat):
     /// what is left after the loadgen and the target is other work disturbing the run.
     pub machine_cpu: Option<f64>,
+    /// Messages this run put (or was putting) and had not seen acked when the phase ended.
+    pub unacked: u64,
 }
 
-impl Outcome {
+impl PhaseOutcome {
+    fn new(phase: Phase, series_seconds: usize) -> PhaseOutcome {
+        PhaseOutcome {
+            phase,
+            put: Latency::new(),
+            cycle: Latency::new(),
+            e2e: Latency::new(),
+            send_lag: Latency::new(),
+            puts: 0,
+            acks: 0,
+            errors: 0,
+            empty_takes: 0,
+            foreign: 0,
+            first_error: None,
+            measured: Duration::ZERO,
+            series: Series::new(series_seconds),
+            stall: Stall::default(),
+            loadgen_cpu: 0.0,
+            target_cpu: None,
+            machine_cpu: None,
+            unacked: 0,
+        }
+    }
+
+    /// Phases one after the other as one window: counts and histograms add, series follow
+    /// each other in time, CPU shares are weighted by each phase's length. Takes the first
+    /// phase's name.
+    fn merge(parts: &[&PhaseOutcome]) -> PhaseOutcome {
+        let Some((first, rest)) = parts.split_first() else {
+            return PhaseOutcome::new(Phase::Steady, 0);
+        };
+        let mut m = (*first).clone();
+        for p in rest {
+            let (a, b) = (m.measured.as_secs_f64(), p.measured.as_secs_f64());
+            let weigh = |x: f64, y: f64| (x * a + y * b) / (a + b).max(1e-9);
+            m.loadgen_cpu = weigh(m.loadgen_cpu, p.loadgen_cpu);
+            m.target_cpu = m.target_cpu.zip(p.target_cpu).map(|(x, y)| weigh(x, y));
+            m.machine_cpu = m.machine_cpu.zip(p.machine_cpu).map(|(x, y)| weigh(x, y));
+            m.put.add(&p.put);
+            m.cycle.add(&p.cycle);
+            m.e2e.add(&p.e2e);
+            m.send_lag.add(&p.send_lag);
+            m.puts += p.puts;
+            m.acks += p.acks;
+            m.errors += p.errors;
+            m.empty_takes += p.empty_takes;
+            m.foreign += p.foreign;
+            m.first_error = m.first_error.or_else(|| p.first_error.clone());
+            m.measured += p.measured;
+            m.series.append(&p.series);
+            m.stall = m.stall.max(p.stall.clone());
+            m.unacked = p.unacked;
+        }
+        m
+    }
+
     pub fn secs(&self) -> f64 {
         self.measured.as_secs_f64().max(1e-9)
     }
@@ -139,6 +246,41 @@ impl Outcome {
     }
 }
 
+/// What a run measured.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The headline figures: the steady phase when the run has one, else every phase taken
+    /// together (a fill, or a fill and its drain).
+    pub main: PhaseOutcome,
+    /// Each phase on its own, in the order they ran.
+    pub phases: Vec<PhaseOutcome>,
+    /// Over the whole run, warm-up included: puts the target accepted, and acks of messages
+    /// this run put. Equal after a complete drain: nothing acknowledged was lost.
+    pub total_puts: u64,
+    pub total_acks: u64,
+    /// Messages this run put (or was putting) and never saw acked.
+    pub unacked: u64,
+}
+
+impl Outcome {
+    fn new(phases: Vec<PhaseOutcome>, sh: &Shared) -> Outcome {
+        let steady: Vec<&PhaseOutcome> =
+            phases.iter().filter(|p| p.phase == Phase::Steady).collect();
+        let main = if steady.is_empty() {
+            PhaseOutcome::merge(&phases.iter().collect::<Vec<_>>())
+        } else {
+            PhaseOutcome::merge(&steady)
+        };
+        Outcome {
+            main,
+            phases,
+            total_puts: sh.puts_ok_all,
+            total_acks: sh.acks_ours_all,
+            unacked: sh.in_system as u64,
+        }
+    }
+}
+
 /// A request awaiting its reply.
 #[derive(Clone, Copy, Debug)]
 struct Pending {
@@ -149,10 +291,26 @@ struct Pending {
     start_ns: u64,
     /// Ack: the message's put time from its stamp.
     origin_ns: u64,
+    /// When it was actually written to the connection's buffer.
+    sent_ns: u64,
     /// Ack: the message was put by this run (counted in the window and the figures).
     ours: bool,
     /// Take: it may wait for a message (always, unless the driver's takes block).
     wait: bool,
+}
+
+impl Pending {
+    fn new(kind: Kind, now: u64) -> Pending {
+        Pending {
+            sync: 0,
+            kind,
+            start_ns: now,
+            origin_ns: 0,
+            sent_ns: now,
+            ours: false,
+            wait: false,
+        }
+    }
 }
 
 /// The writing half of a connection, apart from its read buffer so a reply borrowed from that
@@ -169,7 +327,7 @@ struct Tx<D> {
     backlog: VecDeque<u64>,
     /// Consumer slots with nothing in flight: in null mode waiting for a message to exist;
     /// with blocking takes, waiting for the connection's one blocking take to return.
-    /// Invariant: a consumer's `pending.len() + parked == depth`.
+    /// Invariant: once consumers start, a consumer's `pending.len() + parked == depth`.
     parked: usize,
     /// The driver's waiting take blocks the connection (`Driver::blocking_takes`).
     blocking: bool,
@@ -178,24 +336,9 @@ struct Tx<D> {
 }
 
 impl<D: Driver> Tx<D> {
-    fn send(
-        &mut self,
-        req: Request<'_>,
-        kind: Kind,
-        start_ns: u64,
-        origin_ns: u64,
-        ours: bool,
-        dirty: &mut Vec<usize>,
-    ) {
-        let sync = self.driver.encode(&mut self.wbuf, req);
-        self.pending.push_back(Pending {
-            sync,
-            kind,
-            start_ns,
-            origin_ns,
-            ours,
-            wait: false,
-        });
+    fn send(&mut self, req: Request<'_>, mut p: Pending, dirty: &mut Vec<usize>) {
+        p.sync = self.driver.encode(&mut self.wbuf, req);
+        self.pending.push_back(p);
         if !self.dirty {
             self.dirty = true;
             dirty.push(self.idx);
@@ -203,13 +346,31 @@ impl<D: Driver> Tx<D> {
     }
 
     fn send_take(&mut self, wait: bool, now: u64, dirty: &mut Vec<usize>) {
-        self.send(Request::Take { wait }, Kind::Take, now, 0, false, dirty);
-        if let Some(p) = self.pending.back_mut() {
-            p.wait = wait;
-        }
+        let p = Pending {
+            wait,
+            ..Pending::new(Kind::Take, now)
+        };
+        self.send(Request::Take { wait }, p, dirty);
         if self.blocking && wait {
             self.waiting = true;
         }
+    }
+
+    /// An ack for a message taken; its cycle latency starts at `start_ns`.
+    fn send_ack(
+        &mut self,
+        req: Request<'_>,
+        (start_ns, origin_ns, ours): (u64, u64, bool),
+        now: u64,
+        dirty: &mut Vec<usize>,
+    ) {
+        let p = Pending {
+            start_ns,
+            origin_ns,
+            ours,
+            ..Pending::new(Kind::Ack, now)
+        };
+        self.send(req, p, dirty);
     }
 
     /// A consumer slot needs a take. Where a waiting take blocks the connection, only the
@@ -258,38 +419,43 @@ struct Conn<D> {
     stream: TcpStream,
     rbuf: Vec<u8>,
     rlen: usize,
+    /// When the last reply arrived, for the stall figure.
+    last_reply_ns: u64,
     tx: Tx<D>,
 }
 
 /// Run-wide state shared by every connection's reply handling.
 struct Shared {
     clock: Instant,
+    phase: Phase,
     measure_start_ns: u64,
+    /// End of the measured window; `u64::MAX` while a fill or drain runs (they end on counts).
     end_ns: u64,
     depth: usize,
     window: usize,
+    /// Puts follow the open-loop schedule (the steady phase with a rate).
     open_loop: bool,
     null_mode: bool,
     run: u64,
     payload: PayloadWriter,
     seq: u64,
+    /// Messages this run put (or is putting) and has not seen acked.
     in_system: usize,
     /// Null mode: origins of messages "in the queue", which the loadgen keeps itself.
     virtual_ready: VecDeque<u64>,
     dirty: Vec<usize>,
-    put: Latency,
-    cycle: Latency,
-    e2e: Latency,
-    send_lag: Latency,
-    puts: u64,
-    acks: u64,
+    /// The current phase's figures.
+    fig: PhaseOutcome,
+    /// Fill: puts still to send, and replies still to come.
+    fill_unsent: u64,
+    fill_unanswered: u64,
+    /// Drain: when the last of our messages was acked (or the drain began).
+    last_ack_ns: u64,
     acks_all: u64,
-    errors: u64,
     errors_all: u64,
-    empty_takes: u64,
-    foreign: u64,
-    first_error: Option<String>,
-    series: Series,
+    puts_ok_all: u64,
+    acks_ours_all: u64,
+    first_error_all: Option<String>,
 }
 
 impl Shared {
@@ -301,37 +467,130 @@ impl Shared {
         now >= self.measure_start_ns && now < self.end_ns
     }
 
+    fn since_start(&self, now: u64) -> u64 {
+        now - self.measure_start_ns
+    }
+
     fn error(&mut self, now: u64, kind: Kind, msg: String) {
         self.errors_all += 1;
         if self.measuring(now) {
-            self.errors += 1;
+            self.fig.errors += 1;
         }
-        if self.first_error.is_none() {
-            self.first_error = Some(format!("{kind:?}: {msg}"));
+        let text = format!("{kind:?}: {msg}");
+        self.fig.first_error.get_or_insert_with(|| text.clone());
+        self.first_error_all.get_or_insert(text);
+    }
+
+    /// Whether a producer may put one more message now (open loop aside).
+    fn may_put(&self) -> bool {
+        match self.phase {
+            Phase::Fill => self.fill_unsent > 0,
+            Phase::Steady => self.in_system < self.window,
+            Phase::Drain => false,
         }
     }
 
     fn send_put<D: Driver>(&mut self, tx: &mut Tx<D>, origin_ns: u64, now: u64) {
         if self.open_loop && self.measuring(now) {
-            self.send_lag.record_ns(now.saturating_sub(origin_ns));
+            self.fig.send_lag.record_ns(now.saturating_sub(origin_ns));
+        }
+        if self.phase == Phase::Fill {
+            self.fill_unsent -= 1;
         }
         let seq = self.seq;
         self.seq += 1;
         let data = self.payload.write(seq, origin_ns);
-        tx.send(
-            Request::Put(data),
-            Kind::Put,
+        let p = Pending {
+            start_ns: origin_ns,
             origin_ns,
-            origin_ns,
-            true,
-            &mut self.dirty,
-        );
+            ours: true,
+            ..Pending::new(Kind::Put, now)
+        };
+        tx.send(Request::Put(data), p, &mut self.dirty);
         self.in_system += 1;
+    }
+
+    /// A put was answered (accepted or refused): the fill counts it, and in open loop the
+    /// producer's next overdue put takes its place in the pipeline.
+    fn put_answered<D: Driver>(&mut self, tx: &mut Tx<D>, now: u64) {
+        if self.phase == Phase::Fill {
+            self.fill_unanswered = self.fill_unanswered.saturating_sub(1);
+        }
+        if self.open_loop {
+            if let Some(due) = tx.backlog.pop_front() {
+                self.send_put(tx, due, now);
+            }
+        }
+    }
+
+    /// A connection waited from the later of its previous reply and this request's send until
+    /// now; waiting takes wait by design and are left out.
+    fn observe_gap(&mut self, p: &Pending, last_reply_ns: u64, conn: usize, now: u64) {
+        if p.wait || !self.measuring(now) {
+            return;
+        }
+        let gap = now.saturating_sub(p.sent_ns.max(last_reply_ns));
+        let since = self.since_start(now);
+        let request = match p.kind {
+            Kind::Put => "put",
+            Kind::Take => "take",
+            Kind::Ack => "ack",
+        };
+        self.fig.stall.observe(gap, since, conn, request);
+        self.fig.series.gap(since, gap);
+    }
+}
+
+/// CPU counters at the start of a measured window.
+struct CpuMark {
+    loadgen: f64,
+    target: Option<f64>,
+    machine: Option<f64>,
+}
+
+impl CpuMark {
+    fn take(target_pid: Option<u32>) -> CpuMark {
+        CpuMark {
+            loadgen: cpu_seconds("self").unwrap_or(0.0),
+            target: target_pid.and_then(|pid| cpu_seconds(&pid.to_string())),
+            machine: machine_cpu_seconds(),
+        }
+    }
+
+    /// Cores' worth of CPU used since the mark over `secs` seconds: the loadgen, the target,
+    /// the whole machine.
+    fn since(&self, target_pid: Option<u32>, secs: f64) -> (f64, Option<f64>, Option<f64>) {
+        let secs = secs.max(1e-9);
+        let loadgen = (cpu_seconds("self").unwrap_or(0.0) - self.loadgen) / secs;
+        let target = match (target_pid, self.target) {
+            (Some(pid), Some(t0)) => cpu_seconds(&pid.to_string()).map(|t| (t - t0) / secs),
+            _ => None,
+        };
+        let machine = self
+            .machine
+            .zip(machine_cpu_seconds())
+            .map(|(a, b)| (b - a) / secs);
+        (loadgen, target, machine)
     }
 }
 
 /// Run the load against `cfg.addr` with one driver per connection made by `make`.
 pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcome> {
+    validate(cfg)?;
+    let run_id = run_nonce();
+    let poll = Poll::new().context("creating the poll")?;
+    let conns = (0..cfg.producers + cfg.consumers)
+        .map(|idx| connect(cfg, idx, make(run_id), &poll))
+        .collect::<Result<Vec<_>>>()?;
+    let mut run = Run::new(cfg, poll, conns, run_id)?;
+    let mut phases = Vec::new();
+    for phase in cfg.phases() {
+        phases.push(run.phase(phase)?);
+    }
+    Ok(Outcome::new(phases, &run.sh))
+}
+
+fn validate(cfg: &RunConfig) -> Result<()> {
     if cfg.producers == 0 || cfg.consumers == 0 || cfg.depth == 0 {
         bail!("producers, consumers and depth must each be at least 1");
     }
@@ -341,274 +600,420 @@ pub fn run<D: Driver>(cfg: &RunConfig, make: impl Fn(u64) -> D) -> Result<Outcom
             cfg.payload
         );
     }
-    let run_id = run_nonce();
-    let mut poll = Poll::new().context("creating the poll")?;
-    let mut conns: Vec<Conn<D>> = Vec::with_capacity(cfg.producers + cfg.consumers);
-    for idx in 0..cfg.producers + cfg.consumers {
-        let role = if idx < cfg.producers {
-            Role::Producer
-        } else {
-            Role::Consumer
+    if cfg.phases().is_empty() {
+        bail!("a run needs at least one phase: a fill, the steady phase or a drain");
+    }
+    Ok(())
+}
+
+/// Open connection `idx` (producers first, then consumers), shake hands, register it.
+fn connect<D: Driver>(cfg: &RunConfig, idx: usize, mut driver: D, poll: &Poll) -> Result<Conn<D>> {
+    let role = if idx < cfg.producers {
+        Role::Producer
+    } else {
+        Role::Consumer
+    };
+    let blocking = driver.blocking_takes();
+    let mut std_stream = std::net::TcpStream::connect_timeout(&cfg.addr, CONNECT_TIMEOUT)
+        .with_context(|| format!("connecting to {}", cfg.addr))?;
+    std_stream.set_nodelay(true)?;
+    std_stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    std_stream.set_write_timeout(Some(CONNECT_TIMEOUT))?;
+    driver
+        .handshake(&mut std_stream, role)
+        .with_context(|| format!("handshake with {} ({role:?} {idx})", cfg.addr))?;
+    std_stream.set_nonblocking(true)?;
+    let mut stream = TcpStream::from_std(std_stream);
+    poll.registry()
+        .register(
+            &mut stream,
+            Token(idx),
+            Interest::READABLE | Interest::WRITABLE,
+        )
+        .context("registering a connection")?;
+    Ok(Conn {
+        stream,
+        rbuf: vec![0; READ_BUF_BYTES],
+        rlen: 0,
+        last_reply_ns: 0,
+        tx: Tx {
+            idx,
+            role,
+            driver,
+            wbuf: Vec::with_capacity(READ_BUF_BYTES),
+            wpos: 0,
+            dirty: false,
+            pending: VecDeque::with_capacity(cfg.depth),
+            backlog: VecDeque::new(),
+            parked: 0,
+            blocking,
+            waiting: false,
+        },
+    })
+}
+
+/// The loop's state across phases.
+struct Run<'c, D> {
+    cfg: &'c RunConfig,
+    poll: Poll,
+    events: Events,
+    conns: Vec<Conn<D>>,
+    sh: Shared,
+    /// Open loop without `--spin`: wakes the loop for the next send.
+    timer: Option<Timer>,
+    armed_for: u64,
+    consumers_started: bool,
+    /// Open loop: the schedule's origin and the next message's place on it.
+    schedule_start_ns: u64,
+    next_due_k: u64,
+    /// Which producer goes first this turn, so none is always last.
+    rr: usize,
+}
+
+impl<'c, D: Driver> Run<'c, D> {
+    fn new(cfg: &'c RunConfig, poll: Poll, conns: Vec<Conn<D>>, run_id: u64) -> Result<Self> {
+        let timer = match cfg.rate {
+            Some(_) if !cfg.spin && cfg.steady => Some(send_timer(&poll)?),
+            _ => None,
         };
-        let mut driver = make(run_id);
-        let blocking = driver.blocking_takes();
-        let mut std_stream = std::net::TcpStream::connect_timeout(&cfg.addr, CONNECT_TIMEOUT)
-            .with_context(|| format!("connecting to {}", cfg.addr))?;
-        std_stream.set_nodelay(true)?;
-        std_stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-        std_stream.set_write_timeout(Some(CONNECT_TIMEOUT))?;
-        driver
-            .handshake(&mut std_stream, role)
-            .with_context(|| format!("handshake with {} ({role:?} {idx})", cfg.addr))?;
-        std_stream.set_nonblocking(true)?;
-        let mut stream = TcpStream::from_std(std_stream);
-        poll.registry()
-            .register(
-                &mut stream,
-                Token(idx),
-                Interest::READABLE | Interest::WRITABLE,
-            )
-            .context("registering a connection")?;
-        conns.push(Conn {
-            stream,
-            rbuf: vec![0; READ_BUF_BYTES],
-            rlen: 0,
-            tx: Tx {
-                idx,
-                role,
-                driver,
-                wbuf: Vec::with_capacity(READ_BUF_BYTES),
-                wpos: 0,
-                dirty: false,
-                pending: VecDeque::with_capacity(cfg.depth),
-                backlog: VecDeque::new(),
-                parked: 0,
-                blocking,
-                waiting: false,
-            },
-        });
+        let sh = Shared {
+            clock: Instant::now(),
+            phase: Phase::Steady,
+            measure_start_ns: 0,
+            end_ns: 0,
+            depth: cfg.depth,
+            window: cfg.window.max(1),
+            open_loop: false,
+            null_mode: cfg.null_mode,
+            run: run_id,
+            payload: PayloadWriter::new(run_id, cfg.payload),
+            seq: 0,
+            in_system: 0,
+            virtual_ready: VecDeque::new(),
+            dirty: Vec::with_capacity(conns.len()),
+            fig: PhaseOutcome::new(Phase::Steady, 0),
+            fill_unsent: 0,
+            fill_unanswered: 0,
+            last_ack_ns: 0,
+            acks_all: 0,
+            errors_all: 0,
+            puts_ok_all: 0,
+            acks_ours_all: 0,
+            first_error_all: None,
+        };
+        Ok(Run {
+            cfg,
+            poll,
+            events: Events::with_capacity(EVENTS_CAPACITY),
+            conns,
+            sh,
+            timer,
+            armed_for: u64::MAX,
+            consumers_started: false,
+            schedule_start_ns: 0,
+            next_due_k: 0,
+            rr: 0,
+        })
     }
 
-    let warmup_ns = cfg.warmup.as_nanos() as u64;
-    let total_ns = warmup_ns + cfg.duration.as_nanos() as u64;
-    let mut sh = Shared {
-        clock: Instant::now(),
-        measure_start_ns: warmup_ns,
-        end_ns: total_ns,
-        depth: cfg.depth,
-        window: cfg.window.max(1),
-        open_loop: cfg.rate.is_some(),
-        null_mode: cfg.null_mode,
-        run: run_id,
-        payload: PayloadWriter::new(run_id, cfg.payload),
-        seq: 0,
-        in_system: 0,
-        virtual_ready: VecDeque::new(),
-        dirty: Vec::with_capacity(conns.len()),
-        put: Latency::new(),
-        cycle: Latency::new(),
-        e2e: Latency::new(),
-        send_lag: Latency::new(),
-        puts: 0,
-        acks: 0,
-        acks_all: 0,
-        errors: 0,
-        errors_all: 0,
-        empty_takes: 0,
-        foreign: 0,
-        first_error: None,
-        series: Series::new(cfg.duration.as_secs_f64().ceil() as usize),
-    };
-    let interval_ns = cfg.rate.map(|r| 1e9 / r.max(1e-3));
-    let mut next_due_k: u64 = 0;
-    let mut rr_open = 0usize;
-    let mut rr_closed = 0usize;
+    /// Run one phase to its end and return its figures.
+    fn phase(&mut self, phase: Phase) -> Result<PhaseOutcome> {
+        self.begin(phase);
+        let mut progress = Progress::new(self.cfg, phase, self.progress_len(), self.completions());
+        let mut cpu = None;
+        loop {
+            let now = self.sh.now();
+            if self.phase_over(now) {
+                break;
+            }
+            if cpu.is_none() && now >= self.sh.measure_start_ns {
+                cpu = Some(CpuMark::take(self.cfg.target_pid));
+            }
+            self.send_puts(now);
+            self.wake_parked_null_consumers(now);
+            self.flush_dirty()?;
+            let timeout = self.poll_timeout(now)?;
+            self.poll_once(timeout)?;
+            self.check_error_budget()?;
+            progress.tick(self.progress_position(), self.completions());
+        }
+        progress.bar.finish_and_clear();
+        Ok(self.finish(cpu))
+    }
 
-    // Every consumer slot starts by asking for a message.
-    for conn in conns[cfg.producers..].iter_mut() {
-        for _ in 0..cfg.depth {
-            conn.tx.want_take(0, &mut sh.dirty);
+    /// Set the measured window and what each side does in `phase`.
+    fn begin(&mut self, phase: Phase) {
+        let now = self.sh.now();
+        let sh = &mut self.sh;
+        sh.phase = phase;
+        sh.measure_start_ns = now;
+        sh.end_ns = u64::MAX;
+        sh.open_loop = false;
+        let mut series_seconds = MAX_SERIES_SECONDS;
+        match phase {
+            Phase::Fill => {
+                let n = self.cfg.fill.unwrap_or(0);
+                sh.fill_unsent = n;
+                sh.fill_unanswered = n;
+            }
+            Phase::Steady => {
+                sh.measure_start_ns = now + self.cfg.warmup.as_nanos() as u64;
+                sh.end_ns = sh.measure_start_ns + self.cfg.duration.as_nanos() as u64;
+                sh.open_loop = self.cfg.rate.is_some();
+                series_seconds = self.cfg.duration.as_secs_f64().ceil() as usize;
+                self.schedule_start_ns = now;
+                self.next_due_k = 0;
+            }
+            Phase::Drain => {
+                sh.last_ack_ns = now;
+                // Overdue open-loop puts were never sent: nothing to wait for.
+                for conn in &mut self.conns {
+                    conn.tx.backlog.clear();
+                }
+            }
+        }
+        self.sh.fig = PhaseOutcome::new(phase, series_seconds);
+        if phase != Phase::Fill {
+            self.start_consumers(now);
         }
     }
 
-    let timer = match cfg.rate {
-        Some(_) if !cfg.spin => {
-            // Timer wake-ups may otherwise be deferred by the default 50 µs slack.
-            // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
-            unsafe {
-                libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-            }
-            let t = Timer::new().context("creating the send timer")?;
-            poll.registry()
-                .register(
-                    &mut SourceFd(&t.fd.as_raw_fd()),
-                    TIMER_TOKEN,
-                    Interest::READABLE,
-                )
-                .context("registering the send timer")?;
-            Some(t)
+    /// Every consumer slot asks for a message, once per run.
+    fn start_consumers(&mut self, now: u64) {
+        if std::mem::replace(&mut self.consumers_started, true) {
+            return;
         }
-        _ => None,
-    };
-    let mut armed_for = u64::MAX;
-
-    let progress = progress_bar(cfg, total_ns);
-    let mut last_tick = Instant::now();
-    let mut last_acks = 0u64;
-    let mut cpu_at_start: Option<(f64, Option<f64>, Option<f64>)> = None;
-    let mut events = Events::with_capacity(EVENTS_CAPACITY);
-
-    loop {
-        let now = sh.now();
-        if now >= sh.end_ns {
-            break;
-        }
-        if cpu_at_start.is_none() && now >= sh.measure_start_ns {
-            cpu_at_start = Some((
-                cpu_seconds("self").unwrap_or(0.0),
-                cfg.target_pid.and_then(|pid| cpu_seconds(&pid.to_string())),
-                machine_cpu_seconds(),
-            ));
-        }
-
-        // Open loop: issue every put that has fallen due, as one batch on as few producers as
-        // possible (one write each), starting with a different producer every batch.
-        if let Some(interval) = interval_ns {
-            let mut p = 0;
-            loop {
-                let due = (next_due_k as f64 * interval) as u64;
-                if due > now {
-                    break;
-                }
-                next_due_k += 1;
-                while p < cfg.producers
-                    && conns[(rr_open + p) % cfg.producers].tx.pending.len() >= cfg.depth
-                {
-                    p += 1;
-                }
-                if p < cfg.producers {
-                    let conn = &mut conns[(rr_open + p) % cfg.producers];
-                    sh.send_put(&mut conn.tx, due, now);
-                } else {
-                    // Every pipeline is full: the put waits for a reply, already late.
-                    conns[rr_open % cfg.producers].tx.backlog.push_back(due);
-                }
-            }
-            rr_open = rr_open.wrapping_add(1);
-        } else {
-            // Closed loop: top every producer up, rotating who goes first.
-            for k in 0..cfg.producers {
-                let conn = &mut conns[(rr_closed + k) % cfg.producers];
-                while conn.tx.pending.len() < cfg.depth && sh.in_system < sh.window {
-                    sh.send_put(&mut conn.tx, now, now);
-                }
-            }
-            rr_closed = rr_closed.wrapping_add(1);
-        }
-
-        // Null mode: wake consumer slots parked for lack of a message.
-        if sh.null_mode && !sh.virtual_ready.is_empty() {
-            let mut budget = sh.virtual_ready.len();
-            for conn in conns[cfg.producers..].iter_mut() {
-                while conn.tx.parked > 0 && budget > 0 {
-                    conn.tx.parked -= 1;
-                    budget -= 1;
-                    conn.tx.send_take(true, now, &mut sh.dirty);
-                }
+        for conn in self.conns[self.cfg.producers..].iter_mut() {
+            for _ in 0..self.cfg.depth {
+                conn.tx.want_take(now, &mut self.sh.dirty);
             }
         }
+    }
 
-        // Write everything this turn produced: one write per connection.
-        while let Some(idx) = sh.dirty.pop() {
-            flush(&mut conns[idx])?;
-        }
-
-        let until_end = Duration::from_nanos(sh.end_ns.saturating_sub(now));
-        let timeout = match (interval_ns, &timer) {
-            _ if cfg.spin => Duration::ZERO,
-            (Some(interval), Some(timer)) => {
-                let due = (next_due_k as f64 * interval) as u64;
-                let wake = due.max(now + SEND_QUANTUM.as_nanos() as u64);
-                if armed_for != wake {
-                    let wait = Duration::from_nanos(wake.saturating_sub(sh.now()));
-                    timer.arm_in(wait).context("arming the send timer")?;
-                    armed_for = wake;
+    fn phase_over(&mut self, now: u64) -> bool {
+        let sh = &mut self.sh;
+        match sh.phase {
+            Phase::Steady => now >= sh.end_ns,
+            Phase::Fill => sh.fill_unanswered == 0,
+            Phase::Drain if sh.in_system == 0 => true,
+            Phase::Drain => {
+                let idle = Duration::from_nanos(now.saturating_sub(sh.last_ack_ns));
+                if idle < DRAIN_IDLE_TIMEOUT {
+                    return false;
                 }
-                TICK.min(until_end)
+                let msg = format!(
+                    "drain: {} messages put by this run were not acked within {DRAIN_IDLE_TIMEOUT:?} of the last ack",
+                    sh.in_system
+                );
+                sh.fig.first_error.get_or_insert_with(|| msg.clone());
+                sh.first_error_all.get_or_insert(msg);
+                true
             }
-            _ => TICK.min(until_end),
-        };
-        match poll.poll(&mut events, Some(timeout)) {
+        }
+    }
+
+    /// Close the phase: its window's length, CPU shares and what is still unacked.
+    fn finish(&mut self, cpu: Option<CpuMark>) -> PhaseOutcome {
+        let now = self.sh.now();
+        let end = now.min(self.sh.end_ns);
+        let measured = Duration::from_nanos(end.saturating_sub(self.sh.measure_start_ns));
+        let phase = self.sh.phase;
+        let mut fig = std::mem::replace(&mut self.sh.fig, PhaseOutcome::new(phase, 0));
+        fig.measured = measured;
+        fig.unacked = self.sh.in_system as u64;
+        if let Some(mark) = cpu {
+            let (loadgen, target, machine) =
+                mark.since(self.cfg.target_pid, measured.as_secs_f64());
+            fig.loadgen_cpu = loadgen;
+            fig.target_cpu = target;
+            fig.machine_cpu = machine;
+        }
+        if phase == Phase::Steady {
+            fig.series
+                .pad_to(self.cfg.duration.as_secs_f64().ceil() as usize);
+        }
+        fig
+    }
+
+    fn send_puts(&mut self, now: u64) {
+        match self.cfg.rate {
+            Some(rate) if self.sh.open_loop => self.send_due_puts(now, 1e9 / rate.max(1e-3)),
+            _ => self.top_up_producers(now),
+        }
+    }
+
+    /// Open loop: issue every put that has fallen due, as one batch on as few producers as
+    /// possible (one write each), starting with a different producer every batch.
+    fn send_due_puts(&mut self, now: u64, interval: f64) {
+        let producers = self.cfg.producers;
+        let mut p = 0;
+        loop {
+            let due = self.due(self.next_due_k, interval);
+            if due > now {
+                break;
+            }
+            self.next_due_k += 1;
+            while p < producers
+                && self.conns[(self.rr + p) % producers].tx.pending.len() >= self.cfg.depth
+            {
+                p += 1;
+            }
+            if p < producers {
+                let conn = &mut self.conns[(self.rr + p) % producers];
+                self.sh.send_put(&mut conn.tx, due, now);
+            } else {
+                // Every pipeline is full: the put waits for a reply, already late.
+                self.conns[self.rr % producers].tx.backlog.push_back(due);
+            }
+        }
+        self.rr = self.rr.wrapping_add(1);
+    }
+
+    /// The intended send time of the schedule's `k`th message.
+    fn due(&self, k: u64, interval: f64) -> u64 {
+        self.schedule_start_ns + (k as f64 * interval) as u64
+    }
+
+    /// Closed loop and fill: top every producer up, rotating who goes first.
+    fn top_up_producers(&mut self, now: u64) {
+        let producers = self.cfg.producers;
+        for k in 0..producers {
+            let conn = &mut self.conns[(self.rr + k) % producers];
+            while conn.tx.pending.len() < self.cfg.depth && self.sh.may_put() {
+                self.sh.send_put(&mut conn.tx, now, now);
+            }
+        }
+        self.rr = self.rr.wrapping_add(1);
+    }
+
+    /// Null mode: wake consumer slots parked for lack of a message.
+    fn wake_parked_null_consumers(&mut self, now: u64) {
+        let sh = &mut self.sh;
+        if !sh.null_mode || sh.virtual_ready.is_empty() {
+            return;
+        }
+        let mut budget = sh.virtual_ready.len();
+        for conn in self.conns[self.cfg.producers..].iter_mut() {
+            while conn.tx.parked > 0 && budget > 0 {
+                conn.tx.parked -= 1;
+                budget -= 1;
+                conn.tx.send_take(true, now, &mut sh.dirty);
+            }
+        }
+    }
+
+    /// Write everything this turn produced: one write per connection.
+    fn flush_dirty(&mut self) -> Result<()> {
+        while let Some(idx) = self.sh.dirty.pop() {
+            flush(&mut self.conns[idx])?;
+        }
+        Ok(())
+    }
+
+    /// How long `poll` may sleep: until the next tick or the window's end, and in open loop
+    /// the send timer wakes it for the next put that falls due.
+    fn poll_timeout(&mut self, now: u64) -> Result<Duration> {
+        if self.cfg.spin {
+            return Ok(Duration::ZERO);
+        }
+        if let (Some(rate), Some(timer), true) = (self.cfg.rate, &self.timer, self.sh.open_loop) {
+            let due = self.due(self.next_due_k, 1e9 / rate.max(1e-3));
+            let wake = due.max(now + SEND_QUANTUM.as_nanos() as u64);
+            if self.armed_for != wake {
+                let wait = Duration::from_nanos(wake.saturating_sub(self.sh.now()));
+                timer.arm_in(wait).context("arming the send timer")?;
+                self.armed_for = wake;
+            }
+        }
+        let until_end = Duration::from_nanos(self.sh.end_ns.saturating_sub(now));
+        Ok(TICK.min(until_end))
+    }
+
+    /// Wait for readiness and handle it: replies read and answered, writes resumed.
+    fn poll_once(&mut self, timeout: Duration) -> Result<()> {
+        match self.poll.poll(&mut self.events, Some(timeout)) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
             Err(e) => return Err(e).context("polling"),
         }
-        for ev in events.iter() {
+        for ev in self.events.iter() {
             if ev.token() == TIMER_TOKEN {
-                if let Some(t) = &timer {
+                if let Some(t) = &self.timer {
                     t.clear();
                 }
                 continue;
             }
             let idx = ev.token().0;
-            let conn = &mut conns[idx];
+            let conn = &mut self.conns[idx];
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                read_ready(conn, &mut sh)?;
+                read_ready(conn, &mut self.sh)?;
             }
             if ev.is_writable() && !conn.tx.dirty && conn.tx.wpos < conn.tx.wbuf.len() {
                 conn.tx.dirty = true;
-                sh.dirty.push(idx);
+                self.sh.dirty.push(idx);
             }
         }
+        Ok(())
+    }
+
+    fn check_error_budget(&self) -> Result<()> {
+        let sh = &self.sh;
         if sh.errors_all > MAX_ERRORS && sh.errors_all > sh.acks_all {
             bail!(
                 "stopping: {} errors and only {} acks; first error: {}",
                 sh.errors_all,
                 sh.acks_all,
-                sh.first_error.as_deref().unwrap_or("?")
+                sh.first_error_all.as_deref().unwrap_or("?")
             );
         }
+        Ok(())
+    }
 
-        if last_tick.elapsed() >= TICK {
-            let dt = last_tick.elapsed().as_secs_f64();
-            last_tick = Instant::now();
-            let rate = (sh.acks_all - last_acks) as f64 / dt;
-            last_acks = sh.acks_all;
-            progress.set_position(sh.now().min(total_ns) / 1_000_000);
-            progress.set_message(format!("{rate:>9.0} msg/s"));
+    /// The progress bar's length: milliseconds of the steady phase, messages to fill or drain.
+    fn progress_len(&self) -> u64 {
+        match self.sh.phase {
+            Phase::Steady => self.sh.end_ns.saturating_sub(self.sh.now()) / 1_000_000,
+            Phase::Fill => self.sh.fill_unanswered,
+            Phase::Drain => self.sh.in_system as u64,
         }
     }
-    progress.finish_and_clear();
 
-    let (cpu0, target0, machine0) = cpu_at_start.unwrap_or((0.0, None, None));
-    let measured = Duration::from_nanos(sh.end_ns - sh.measure_start_ns);
-    let secs = measured.as_secs_f64();
-    let loadgen_cpu = (cpu_seconds("self").unwrap_or(0.0) - cpu0) / secs;
-    let target_cpu = match (cfg.target_pid, target0) {
-        (Some(pid), Some(t0)) => cpu_seconds(&pid.to_string()).map(|t| (t - t0) / secs),
-        _ => None,
-    };
-    let machine_cpu = match (machine0, machine_cpu_seconds()) {
-        (Some(a), Some(b)) => Some((b - a) / secs),
-        _ => None,
-    };
-    Ok(Outcome {
-        put: sh.put,
-        cycle: sh.cycle,
-        e2e: sh.e2e,
-        send_lag: sh.send_lag,
-        puts: sh.puts,
-        acks: sh.acks,
-        errors: sh.errors,
-        empty_takes: sh.empty_takes,
-        foreign: sh.foreign,
-        first_error: sh.first_error,
-        measured,
-        series: sh.series,
-        loadgen_cpu,
-        target_cpu,
-        machine_cpu,
-    })
+    fn progress_position(&self) -> u64 {
+        match self.sh.phase {
+            Phase::Steady => {
+                let start = self.schedule_start_ns;
+                self.sh.now().saturating_sub(start) / 1_000_000
+            }
+            Phase::Fill => self.cfg.fill.unwrap_or(0) - self.sh.fill_unanswered,
+            Phase::Drain => self.sh.fig.acks,
+        }
+    }
+
+    /// What the progress bar's rate counts: puts while filling, acks otherwise.
+    fn completions(&self) -> u64 {
+        match self.sh.phase {
+            Phase::Fill => self.sh.puts_ok_all,
+            _ => self.sh.acks_all,
+        }
+    }
+}
+
+/// Register a send timer for the open-loop schedule.
+fn send_timer(poll: &Poll) -> Result<Timer> {
+    // Timer wake-ups may otherwise be deferred by the default 50 µs slack.
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+    }
+    let t = Timer::new().context("creating the send timer")?;
+    poll.registry()
+        .register(
+            &mut SourceFd(&t.fd.as_raw_fd()),
+            TIMER_TOKEN,
+            Interest::READABLE,
+        )
+        .context("registering the send timer")?;
+    Ok(t)
 }
 
 /// Read until the socket would block, handling every complete reply as it arrives.
@@ -659,6 +1064,8 @@ fn handle_replies<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> 
         let bytes = &conn.rbuf[pos..pos + frame.len];
         pos += frame.len;
         let p = conn.tx.complete(frame.sync)?;
+        sh.observe_gap(&p, conn.last_reply_ns, conn.tx.idx, now);
+        conn.last_reply_ns = now;
         let reply = conn
             .tx
             .driver
@@ -672,114 +1079,130 @@ fn handle_replies<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> 
 }
 
 fn on_reply<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, reply: Reply<'_>, now: u64) {
-    let measuring = sh.measuring(now);
     match reply {
-        Reply::Put => {
-            if measuring {
-                sh.puts += 1;
-                sh.put.record_ns(now.saturating_sub(p.start_ns));
-                sh.series.put(now - sh.measure_start_ns);
-            }
-            if sh.null_mode {
-                sh.virtual_ready.push_back(p.origin_ns);
-            }
-            if sh.open_loop {
-                if let Some(due) = tx.backlog.pop_front() {
-                    sh.send_put(tx, due, now);
-                }
-            }
-        }
-        Reply::Task { id, data } => {
-            if p.wait {
-                tx.waiting = false;
-            }
-            let (origin, ours) = match payload::read(sh.run, data) {
-                Some(stamp) => (stamp.origin_ns, true),
-                None => {
-                    sh.foreign += 1;
-                    (0, false)
-                }
-            };
-            tx.send(
-                Request::Ack { id, data },
-                Kind::Ack,
-                p.start_ns.max(origin),
-                origin,
-                ours,
-                &mut sh.dirty,
-            );
-            // A message was there, so more may be: one parked slot tries again without
-            // waiting. One per delivery ramps every slot up within `depth` messages when there
-            // is a backlog, and costs one empty take per message when there is none.
-            if tx.blocking && tx.parked > 0 {
-                tx.parked -= 1;
-                tx.send_take(false, now, &mut sh.dirty);
-            }
-        }
-        Reply::NoTask if sh.null_mode => match sh.virtual_ready.pop_front() {
-            Some(origin) => tx.send(
-                Request::Ack { id: 0, data: &[] },
-                Kind::Ack,
-                p.start_ns.max(origin),
-                origin,
-                true,
-                &mut sh.dirty,
-            ),
-            None => tx.parked += 1,
-        },
-        Reply::NoTask => {
-            if measuring {
-                sh.empty_takes += 1;
-            }
-            if p.wait || !tx.blocking {
-                // A waiting take timed out: wait again.
-                tx.waiting = false;
-                tx.want_take(now, &mut sh.dirty);
-            } else {
-                // Nothing ready: park until the pipeline drains, then one slot waits.
-                tx.parked += 1;
-            }
-        }
-        Reply::Acked => {
-            sh.acks_all += 1;
-            if p.ours {
-                sh.in_system = sh.in_system.saturating_sub(1);
-                if measuring {
-                    sh.acks += 1;
-                    sh.cycle.record_ns(now.saturating_sub(p.start_ns));
-                    sh.e2e.record_ns(now.saturating_sub(p.origin_ns));
-                    sh.series.ack(now - sh.measure_start_ns);
-                }
-            }
-            tx.want_take(now, &mut sh.dirty);
-        }
-        Reply::Error(msg) => {
-            sh.error(now, p.kind, msg);
-            match p.kind {
-                Kind::Put => {
-                    // The message never entered the queue: free its window place.
-                    sh.in_system = sh.in_system.saturating_sub(1);
-                    if sh.open_loop {
-                        if let Some(due) = tx.backlog.pop_front() {
-                            sh.send_put(tx, due, now);
-                        }
-                    }
-                }
-                Kind::Take | Kind::Ack => {
-                    if p.kind == Kind::Ack && p.ours {
-                        sh.in_system = sh.in_system.saturating_sub(1);
-                    }
-                    if p.wait {
-                        tx.waiting = false;
-                    }
-                    tx.want_take(now, &mut sh.dirty);
-                }
-            }
-        }
+        Reply::Put => on_put(tx, sh, p, now),
+        Reply::Task { id, data } => on_task(tx, sh, p, (id, data), now),
+        Reply::NoTask if sh.null_mode => on_null_take(tx, sh, p, now),
+        Reply::NoTask => on_no_task(tx, sh, p, now),
+        Reply::Acked => on_acked(tx, sh, p, now),
+        Reply::Error(msg) => on_error(tx, sh, p, msg, now),
     }
     if tx.role == Role::Consumer {
         tx.settle(now, &mut sh.dirty);
         debug_assert_eq!(tx.pending.len() + tx.parked, sh.depth, "consumer slots");
+    }
+}
+
+fn on_put<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, now: u64) {
+    sh.puts_ok_all += 1;
+    if sh.measuring(now) {
+        let latency = now.saturating_sub(p.start_ns);
+        let since = sh.since_start(now);
+        sh.fig.puts += 1;
+        sh.fig.put.record_ns(latency);
+        sh.fig.series.put(since, latency);
+    }
+    if sh.null_mode {
+        sh.virtual_ready.push_back(p.origin_ns);
+    }
+    sh.put_answered(tx, now);
+}
+
+/// A take delivered a message (its id and bytes): ack it at once.
+fn on_task<D: Driver>(
+    tx: &mut Tx<D>,
+    sh: &mut Shared,
+    p: Pending,
+    (id, data): (u64, &[u8]),
+    now: u64,
+) {
+    if p.wait {
+        tx.waiting = false;
+    }
+    let (origin, ours) = match payload::read(sh.run, data) {
+        Some(stamp) => (stamp.origin_ns, true),
+        None => {
+            sh.fig.foreign += 1;
+            (0, false)
+        }
+    };
+    let ack = Request::Ack { id, data };
+    tx.send_ack(
+        ack,
+        (p.start_ns.max(origin), origin, ours),
+        now,
+        &mut sh.dirty,
+    );
+    // A message was there, so more may be: one parked slot tries again without waiting. One
+    // per delivery ramps every slot up within `depth` messages when there is a backlog, and
+    // costs one empty take per message when there is none.
+    if tx.blocking && tx.parked > 0 {
+        tx.parked -= 1;
+        tx.send_take(false, now, &mut sh.dirty);
+    }
+}
+
+/// Null mode: the loadgen's own queue stands in for the target's.
+fn on_null_take<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, now: u64) {
+    match sh.virtual_ready.pop_front() {
+        Some(origin) => tx.send_ack(
+            Request::Ack { id: 0, data: &[] },
+            (p.start_ns.max(origin), origin, true),
+            now,
+            &mut sh.dirty,
+        ),
+        None => tx.parked += 1,
+    }
+}
+
+fn on_no_task<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, now: u64) {
+    if sh.measuring(now) {
+        sh.fig.empty_takes += 1;
+    }
+    if p.wait || !tx.blocking {
+        // A waiting take timed out: wait again.
+        tx.waiting = false;
+        tx.want_take(now, &mut sh.dirty);
+    } else {
+        // Nothing ready: park until the pipeline drains, then one slot waits.
+        tx.parked += 1;
+    }
+}
+
+fn on_acked<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, now: u64) {
+    sh.acks_all += 1;
+    if p.ours {
+        sh.acks_ours_all += 1;
+        sh.last_ack_ns = now;
+        sh.in_system = sh.in_system.saturating_sub(1);
+        if sh.measuring(now) {
+            let since = sh.since_start(now);
+            sh.fig.acks += 1;
+            sh.fig.cycle.record_ns(now.saturating_sub(p.start_ns));
+            sh.fig.e2e.record_ns(now.saturating_sub(p.origin_ns));
+            sh.fig.series.ack(since);
+        }
+    }
+    tx.want_take(now, &mut sh.dirty);
+}
+
+fn on_error<D: Driver>(tx: &mut Tx<D>, sh: &mut Shared, p: Pending, msg: String, now: u64) {
+    sh.error(now, p.kind, msg);
+    match p.kind {
+        Kind::Put => {
+            // The message never entered the queue: free its window place.
+            sh.in_system = sh.in_system.saturating_sub(1);
+            sh.put_answered(tx, now);
+        }
+        Kind::Take | Kind::Ack => {
+            if p.kind == Kind::Ack && p.ours {
+                sh.in_system = sh.in_system.saturating_sub(1);
+            }
+            if p.wait {
+                tx.waiting = false;
+            }
+            tx.want_take(now, &mut sh.dirty);
+        }
     }
 }
 
@@ -807,18 +1230,46 @@ fn flush<D>(conn: &mut Conn<D>) -> Result<()> {
     Ok(())
 }
 
-fn progress_bar(cfg: &RunConfig, total_ns: u64) -> ProgressBar {
-    if !cfg.progress {
-        return ProgressBar::hidden();
+/// The progress bar of one phase and the rate shown beside it.
+struct Progress {
+    bar: ProgressBar,
+    last_tick: Instant,
+    last_count: u64,
+}
+
+impl Progress {
+    fn new(cfg: &RunConfig, phase: Phase, len: u64, count: u64) -> Progress {
+        let bar = if cfg.progress {
+            let pb = ProgressBar::new(len);
+            pb.set_style(
+                ProgressStyle::with_template("{prefix:>28} [{bar:30}] {elapsed:>3} {msg}")
+                    .expect("static template")
+                    .progress_chars("=> "),
+            );
+            pb.set_prefix(format!("{} {phase:?}", cfg.label).to_lowercase());
+            pb
+        } else {
+            ProgressBar::hidden()
+        };
+        Progress {
+            bar,
+            last_tick: Instant::now(),
+            last_count: count,
+        }
     }
-    let pb = ProgressBar::new(total_ns / 1_000_000);
-    pb.set_style(
-        ProgressStyle::with_template("{prefix:>28} [{bar:30}] {elapsed:>3} {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    pb.set_prefix(cfg.label.clone());
-    pb
+
+    /// Redraw once per `TICK` with the completions a second since the last redraw.
+    fn tick(&mut self, position: u64, count: u64) {
+        let dt = self.last_tick.elapsed();
+        if dt < TICK {
+            return;
+        }
+        self.last_tick = Instant::now();
+        let rate = count.saturating_sub(self.last_count) as f64 / dt.as_secs_f64();
+        self.last_count = count;
+        self.bar.set_position(position);
+        self.bar.set_message(format!("{rate:>9.0} msg/s"));
+    }
 }
 
 /// A one-shot timerfd on CLOCK_MONOTONIC (the clock `Instant` reads), polled like a socket:

@@ -43,11 +43,11 @@ pub struct RunArgs {
     /// Payload bytes per message (at least 24: the timing stamp).
     #[arg(long, default_value_t = 64)]
     pub payload: usize,
-    /// Measured time, e.g. 10s, 500ms, 1m.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    /// Measured time: seconds (5, 0.5) or with a unit (10s, 500ms, 1m).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Load applied before measuring starts.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    /// Load applied before measuring starts, as --duration.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub warmup: Duration,
     /// Pin the loadgen to this core (default with --spawn: 1).
     #[arg(long)]
@@ -63,8 +63,29 @@ pub struct RunArgs {
     /// (default (producers + consumers) × depth).
     #[arg(long)]
     pub window: Option<usize>,
-    /// Seconds a take waits when nothing is ready (beanstalkd rounds up to whole seconds).
-    #[arg(long, default_value_t = 0.1)]
+    /// Closed loop: producers never wait for consumers (no window), so the queue grows for as
+    /// long as puts outrun takes.
+    #[arg(long, conflicts_with_all = ["window", "rate"])]
+    pub unbounded: bool,
+    /// Put this many messages first, producers only, then run with producers this many
+    /// messages ahead of consumers (the window grows by as much): a standing backlog.
+    #[arg(long, conflicts_with_all = ["fill", "unbounded"])]
+    pub backlog: Option<u64>,
+    /// Only put this many messages, as fast as the target answers (no steady phase); with
+    /// --drain, then take and ack them all: fill-then-drain.
+    #[arg(long, conflicts_with_all = ["rate", "unbounded", "window"])]
+    pub fill: Option<u64>,
+    /// End with consumers only until every message the run put is acked, and report whether
+    /// any was lost.
+    #[arg(long)]
+    pub drain: bool,
+    /// Extra arguments for the spawned target, split as a shell would: for tarq e.g.
+    /// --target-args '--wal-mode fsync'.
+    #[arg(long, requires = "spawn", allow_hyphen_values = true)]
+    pub target_args: Option<String>,
+    /// How long a take waits when nothing is ready: seconds (0.1) or with a unit (100ms);
+    /// beanstalkd rounds up to whole seconds.
+    #[arg(long, default_value = "0.1", value_parser = parse_seconds)]
     pub take_timeout: f64,
     /// Write every figure as JSON to this file.
     #[arg(long)]
@@ -108,6 +129,11 @@ impl RunArgs {
             target_cpu: None,
             rate: None,
             window: None,
+            unbounded: false,
+            backlog: None,
+            fill: None,
+            drain: false,
+            target_args: None,
             take_timeout: 0.1,
             json: None,
             hgrm: None,
@@ -119,13 +145,20 @@ impl RunArgs {
         }
     }
 
+    /// The closed-loop window: unbounded, or the given (or default) one plus the backlog.
     pub fn window(&self) -> usize {
-        self.window.unwrap_or_else(|| {
+        if self.unbounded {
+            return usize::MAX;
+        }
+        let base = self.window.unwrap_or_else(|| {
             RunConfig::default_window(self.producers, self.consumers, self.depth)
-        })
+        });
+        let backlog = usize::try_from(self.backlog.unwrap_or(0)).unwrap_or(usize::MAX);
+        base.saturating_add(backlog)
     }
 
-    /// A name for this run's files: `tarq-p4c4-d16`, `tarq-p4c4-d16-r150000`.
+    /// A name for this run's files: `tarq-p4c4-d16`, `tarq-p4c4-d16-r150000`,
+    /// `tarq-p4c4-d16-backlog1000000`, `tarq-p4c4-d16-fill1000000-drain`.
     pub fn label(&self) -> String {
         let mut s = format!(
             "{}-p{}c{}-d{}",
@@ -134,7 +167,28 @@ impl RunArgs {
         if let Some(r) = self.rate {
             s.push_str(&format!("-r{}", r.round() as u64));
         }
+        if self.unbounded {
+            s.push_str("-unbounded");
+        }
+        if let Some(n) = self.backlog {
+            s.push_str(&format!("-backlog{n}"));
+        }
+        if let Some(n) = self.fill {
+            s.push_str(&format!("-fill{n}"));
+        }
+        if self.drain {
+            s.push_str("-drain");
+        }
         s
+    }
+
+    /// The extra target arguments, split as a shell would.
+    pub fn target_argv(&self) -> Result<Vec<String>> {
+        let Some(text) = &self.target_args else {
+            return Ok(Vec::new());
+        };
+        shlex::split(text)
+            .with_context(|| format!("--target-args {text:?} has an unbalanced quote"))
     }
 
     /// A command line that repeats this run (outputs left out).
@@ -159,6 +213,24 @@ impl RunArgs {
         }
         if let Some(w) = self.window {
             s.push_str(&format!(" --window {w}"));
+        }
+        if self.unbounded {
+            s.push_str(" --unbounded");
+        }
+        if let Some(n) = self.backlog {
+            s.push_str(&format!(" --backlog {n}"));
+        }
+        if let Some(n) = self.fill {
+            s.push_str(&format!(" --fill {n}"));
+        }
+        if self.drain {
+            s.push_str(" --drain");
+        }
+        if let Some(t) = &self.target_args {
+            s.push_str(&format!(
+                " --target-args {}",
+                shlex::try_quote(t).unwrap_or_default()
+            ));
         }
         if self.spin {
             s.push_str(" --spin");
@@ -197,7 +269,11 @@ impl RunArgs {
                 self.take_timeout
             );
         }
-        if self.duration < Duration::from_millis(100) {
+        if self.target == Target::Tarantool && self.target_args.is_some() {
+            bail!("--target-args: Tarantool runs the reference init.lua, which takes no arguments");
+        }
+        self.target_argv()?;
+        if self.fill.is_none() && self.duration < Duration::from_millis(100) {
             bail!(
                 "--duration {:?} is too short to measure anything",
                 self.duration
@@ -216,7 +292,29 @@ pub struct Finished {
 /// Run once as the flags say; prints nothing but the progress bar.
 pub fn run(args: &RunArgs) -> Result<Finished> {
     args.validate()?;
-    let (target_cpu, cpu) = if args.no_pin {
+    let (target_cpu, cpu) = cores(args);
+    let spawned = spawn_target(args, target_cpu)?;
+    let addr = match &spawned {
+        Some(s) => s.addr,
+        None => resolve(args)?,
+    };
+    if let Some(cpu) = cpu {
+        target::set_affinity(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
+    }
+    let cfg = run_config(args, addr, spawned.as_ref().map(|s| s.pid()));
+    let machine = Machine::probe();
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let outcome = drive(args, &cfg, spawned)?;
+    let config = config_record(args, &cfg, cpu, target_cpu);
+    let summary = Summary::new(args.label(), config, machine, started_at, &outcome);
+    write_outputs(args, &summary, &outcome)?;
+    Ok(Finished { summary, outcome })
+}
+
+/// The cores for the target and the loadgen: with --spawn on a machine of two cores or more,
+/// each gets its own unless told otherwise.
+fn cores(args: &RunArgs) -> (Option<usize>, Option<usize>) {
+    if args.no_pin {
         (None, None)
     } else if args.spawn {
         let two_cores = target::online_cores() >= 2;
@@ -226,27 +324,24 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
         )
     } else {
         (None, args.cpu)
-    };
-    let spawned: Option<Spawned> = if args.spawn {
-        Some(target::spawn(
-            args.target,
-            &SpawnOptions {
-                cpu: target_cpu,
-                tarq_bin: args.tarq_bin.clone(),
-                rebuild: false,
-            },
-        )?)
-    } else {
-        None
-    };
-    let addr = match &spawned {
-        Some(s) => s.addr,
-        None => resolve(args)?,
-    };
-    if let Some(cpu) = cpu {
-        target::set_affinity(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
     }
-    let cfg = RunConfig {
+}
+
+fn spawn_target(args: &RunArgs, cpu: Option<usize>) -> Result<Option<Spawned>> {
+    if !args.spawn {
+        return Ok(None);
+    }
+    let opts = SpawnOptions {
+        cpu,
+        tarq_bin: args.tarq_bin.clone(),
+        rebuild: false,
+        args: args.target_argv()?,
+    };
+    target::spawn(args.target, &opts).map(Some)
+}
+
+fn run_config(args: &RunArgs, addr: SocketAddr, target_pid: Option<u32>) -> RunConfig {
+    RunConfig {
         addr,
         producers: args.producers,
         consumers: args.consumers,
@@ -256,21 +351,27 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
         warmup: args.warmup,
         rate: args.rate,
         window: args.window(),
+        fill: args.fill.or(args.backlog),
+        steady: args.fill.is_none(),
+        drain: args.drain,
         null_mode: args.target == Target::Null,
         spin: args.spin,
         progress: !args.quiet,
         label: args.label(),
-        target_pid: spawned.as_ref().map(|s| s.pid()),
-    };
-    let machine = Machine::probe();
-    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        target_pid,
+    }
+}
+
+/// Run the load with the target's driver, then stop a spawned target; a failure quotes the
+/// end of the target's log.
+fn drive(args: &RunArgs, cfg: &RunConfig, spawned: Option<Spawned>) -> Result<Outcome> {
     let timeout = args.take_timeout;
     let result = match args.target {
         Target::Tarq | Target::Tarantool | Target::Null => {
-            runner::run(&cfg, |_| IprotoDriver::new(timeout))
+            runner::run(cfg, |_| IprotoDriver::new(timeout))
         }
-        Target::Redis => runner::run(&cfg, |run| RedisDriver::new(run, timeout)),
-        Target::Beanstalkd => runner::run(&cfg, |run| BeanstalkDriver::new(run, timeout)),
+        Target::Redis => runner::run(cfg, |run| RedisDriver::new(run, timeout)),
+        Target::Beanstalkd => runner::run(cfg, |run| BeanstalkDriver::new(run, timeout)),
     };
     let outcome = match (result, &spawned) {
         (Ok(o), _) => o,
@@ -287,9 +388,18 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
         s.stop()
             .with_context(|| format!("stopping {}", args.target))?;
     }
-    let config = ConfigRecord {
+    Ok(outcome)
+}
+
+fn config_record(
+    args: &RunArgs,
+    cfg: &RunConfig,
+    cpu: Option<usize>,
+    target_cpu: Option<usize>,
+) -> ConfigRecord {
+    ConfigRecord {
         target: args.target,
-        addr: addr.to_string(),
+        addr: cfg.addr.to_string(),
         spawn: args.spawn,
         producers: args.producers,
         consumers: args.consumers,
@@ -303,13 +413,21 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
         cpu,
         target_cpu,
         command: args.command_line(),
-    };
-    let summary = Summary::new(args.label(), config, machine, started_at, &outcome);
+        backlog: args.backlog,
+        fill: args.fill,
+        drain: args.drain,
+        unbounded: args.unbounded,
+        target_args: args.target_args.clone(),
+    }
+}
+
+/// The JSON, `.hgrm` and SVG files the flags ask for.
+fn write_outputs(args: &RunArgs, summary: &Summary, outcome: &Outcome) -> Result<()> {
     if let Some(path) = &args.json {
         summary.write_json(path)?;
     }
     if let Some(prefix) = &args.hgrm {
-        report::write_hgrm(prefix, &outcome)?;
+        report::write_hgrm(prefix, outcome)?;
     }
     if let Some(prefix) = &args.svg {
         crate::plot::throughput(
@@ -327,7 +445,25 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
             ],
         )?;
     }
-    Ok(Finished { summary, outcome })
+    Ok(())
+}
+
+/// A duration as `--duration` takes it: a bare number is seconds (`5`, `0.5`), anything else
+/// goes to humantime (`10s`, `500ms`, `1m 30s`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{text:?} is not a duration of zero or more seconds"));
+    }
+    humantime::parse_duration(t).map_err(|e| {
+        format!("{text:?} is not a duration (seconds, or a number with a unit: 10s, 500ms): {e}")
+    })
+}
+
+/// A duration in seconds, as [`parse_duration`] reads it.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    parse_duration(text).map(|d| d.as_secs_f64())
 }
 
 fn resolve(args: &RunArgs) -> Result<SocketAddr> {
@@ -339,4 +475,49 @@ fn resolve(args: &RunArgs) -> Result<SocketAddr> {
         .with_context(|| format!("--addr {text} is not host:port"))?
         .next()
         .with_context(|| format!("--addr {text} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_bare_seconds_or_units() {
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_seconds("100ms"), Ok(0.1));
+        assert!(parse_duration("-1").unwrap_err().contains("\"-1\""));
+        assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
+    }
+
+    #[test]
+    fn backlog_widens_the_window_and_unbounded_removes_it() {
+        let mut a = RunArgs::shape(Target::Tarq, 4, 4, 16);
+        assert_eq!(a.window(), 128);
+        a.backlog = Some(1_000_000);
+        assert_eq!(a.window(), 1_000_128);
+        assert!(a.label().ends_with("-backlog1000000"));
+        assert!(a.command_line().contains(" --backlog 1000000"));
+        a.backlog = None;
+        a.unbounded = true;
+        assert_eq!(a.window(), usize::MAX);
+    }
+
+    #[test]
+    fn target_args_split_like_a_shell() {
+        let mut a = RunArgs::shape(Target::Tarq, 1, 1, 1);
+        a.target_args = Some("--wal-mode fsync --note 'a b'".into());
+        assert_eq!(
+            a.target_argv().unwrap(),
+            ["--wal-mode", "fsync", "--note", "a b"]
+        );
+        a.target_args = Some("'unclosed".into());
+        assert!(a
+            .target_argv()
+            .unwrap_err()
+            .to_string()
+            .contains("unbalanced"));
+    }
 }

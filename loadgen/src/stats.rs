@@ -49,6 +49,13 @@ impl Latency {
         self.hist.reset();
     }
 
+    /// Add every value recorded in `other` (both share the same bounds, so nothing is lost).
+    pub fn add(&mut self, other: &Latency) {
+        self.hist
+            .add(&other.hist)
+            .expect("histograms with the same bounds add");
+    }
+
     pub fn histogram(&self) -> &Histogram<u64> {
         &self.hist
     }
@@ -154,54 +161,135 @@ pub struct Percentiles {
     pub count: u64,
 }
 
-/// Completions per whole second of the measured window.
+/// Completions per whole second of a measured window, with the slowest put and the longest gap
+/// between replies in each second (a stall shows as one second's spike, not as a shift of the
+/// whole distribution).
 #[derive(Clone, Debug, Default)]
 pub struct Series {
-    puts: Vec<u64>,
-    acks: Vec<u64>,
+    seconds: Vec<SeriesPoint>,
+    /// Seconds kept at most; later completions are dropped (the window is over by then).
+    max_seconds: usize,
 }
 
 /// One second of the series as it appears in the JSON.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SeriesPoint {
     /// Seconds since the measured window began (the bucket's start).
     pub t_s: u64,
     pub puts: u64,
     pub acks: u64,
+    /// The slowest put answered in this second, in µs.
+    #[serde(default)]
+    pub put_max_us: f64,
+    /// The longest wait for a reply that ended in this second on any connection, in µs.
+    #[serde(default)]
+    pub gap_max_us: f64,
 }
 
 impl Series {
-    /// Room for `seconds` buckets; later completions are dropped (the run is over by then).
-    pub fn new(seconds: usize) -> Self {
+    /// Room for up to `max_seconds` buckets, made as they fill.
+    pub fn new(max_seconds: usize) -> Self {
         Series {
-            puts: vec![0; seconds],
-            acks: vec![0; seconds],
+            seconds: Vec::new(),
+            max_seconds,
         }
     }
 
-    pub fn put(&mut self, since_start_ns: u64) {
-        if let Some(c) = self.puts.get_mut((since_start_ns / 1_000_000_000) as usize) {
-            *c += 1;
+    fn at(&mut self, since_start_ns: u64) -> Option<&mut SeriesPoint> {
+        let i = (since_start_ns / 1_000_000_000) as usize;
+        if i >= self.max_seconds {
+            return None;
+        }
+        while self.seconds.len() <= i {
+            let t_s = self.seconds.len() as u64;
+            self.seconds.push(SeriesPoint {
+                t_s,
+                ..SeriesPoint::default()
+            });
+        }
+        self.seconds.get_mut(i)
+    }
+
+    /// A put answered `since_start_ns` into the window, after `latency_ns`.
+    pub fn put(&mut self, since_start_ns: u64, latency_ns: u64) {
+        if let Some(p) = self.at(since_start_ns) {
+            p.puts += 1;
+            p.put_max_us = p.put_max_us.max(us(latency_ns));
         }
     }
 
     pub fn ack(&mut self, since_start_ns: u64) {
-        if let Some(c) = self.acks.get_mut((since_start_ns / 1_000_000_000) as usize) {
-            *c += 1;
+        if let Some(p) = self.at(since_start_ns) {
+            p.acks += 1;
         }
     }
 
+    /// A connection waited `gap_ns` for a reply that came `since_start_ns` into the window.
+    pub fn gap(&mut self, since_start_ns: u64, gap_ns: u64) {
+        if let Some(p) = self.at(since_start_ns) {
+            p.gap_max_us = p.gap_max_us.max(us(gap_ns));
+        }
+    }
+
+    /// Pad to `seconds` buckets (a window's quiet tail still shows as zeros).
+    pub fn pad_to(&mut self, seconds: usize) {
+        if let Some(last) = seconds.checked_sub(1) {
+            self.at(last as u64 * 1_000_000_000);
+        }
+    }
+
+    /// `other` continues this series in time (a later phase of the same run).
+    pub fn append(&mut self, other: &Series) {
+        let offset = self.seconds.len() as u64;
+        self.max_seconds = self
+            .max_seconds
+            .max(self.seconds.len() + other.seconds.len());
+        self.seconds
+            .extend(other.seconds.iter().map(|p| SeriesPoint {
+                t_s: p.t_s + offset,
+                ..*p
+            }));
+    }
+
     pub fn points(&self) -> Vec<SeriesPoint> {
-        self.puts
-            .iter()
-            .zip(&self.acks)
-            .enumerate()
-            .map(|(i, (&puts, &acks))| SeriesPoint {
-                t_s: i as u64,
-                puts,
-                acks,
-            })
-            .collect()
+        self.seconds.clone()
+    }
+}
+
+/// The longest wait for a reply on any one connection while it had a request outstanding:
+/// a growth stall in the target (a rehash, a snapshot step) shows here even when it is too rare
+/// to move a percentile.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    /// The gap, in µs: from the later of the connection's previous reply and this request's send
+    /// to this reply.
+    pub gap_us: f64,
+    /// When it ended, in seconds since the measured window began.
+    pub at_s: f64,
+    /// The connection that waited, and the request whose reply ended the wait.
+    pub connection: usize,
+    pub request: String,
+}
+
+impl Stall {
+    pub fn observe(&mut self, gap_ns: u64, since_start_ns: u64, connection: usize, request: &str) {
+        if us(gap_ns) > self.gap_us {
+            *self = Stall {
+                gap_us: us(gap_ns),
+                at_s: since_start_ns as f64 / 1e9,
+                connection,
+                request: request.to_string(),
+            };
+        }
+    }
+
+    /// The longer of the two.
+    pub fn max(self, other: Stall) -> Stall {
+        if other.gap_us > self.gap_us {
+            other
+        } else {
+            self
+        }
     }
 }
 
@@ -282,9 +370,10 @@ mod tests {
     #[test]
     fn series_counts_per_second_and_drops_the_overflow() {
         let mut s = Series::new(2);
-        s.put(0);
-        s.put(999_999_999);
+        s.put(0, 1_000);
+        s.put(999_999_999, 3_000);
         s.ack(1_000_000_000);
+        s.gap(1_500_000_000, 7_000);
         s.ack(5_000_000_000);
         assert_eq!(
             s.points(),
@@ -292,14 +381,38 @@ mod tests {
                 SeriesPoint {
                     t_s: 0,
                     puts: 2,
-                    acks: 0
+                    put_max_us: 3.0,
+                    ..SeriesPoint::default()
                 },
                 SeriesPoint {
                     t_s: 1,
-                    puts: 0,
-                    acks: 1
+                    acks: 1,
+                    gap_max_us: 7.0,
+                    ..SeriesPoint::default()
                 }
             ]
         );
+        let mut later = Series::new(10);
+        later.ack(0);
+        s.append(&later);
+        assert_eq!(s.points()[2].t_s, 2);
+        assert_eq!(s.points()[2].acks, 1);
+    }
+
+    #[test]
+    fn the_longest_stall_is_kept_with_where_it_happened() {
+        let mut st = Stall::default();
+        st.observe(5_000, 1_000_000_000, 3, "put");
+        st.observe(2_000, 2_000_000_000, 1, "ack");
+        assert_eq!(st.gap_us, 5.0);
+        assert_eq!(
+            (st.at_s, st.connection, st.request.as_str()),
+            (1.0, 3, "put")
+        );
+        let other = Stall {
+            gap_us: 9.0,
+            ..Stall::default()
+        };
+        assert_eq!(st.max(other).gap_us, 9.0);
     }
 }

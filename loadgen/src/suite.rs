@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The goals the table is checked against (issue 5), on this 2-core machine.
+/// The goals the table is checked against, on this 2-core machine.
 const GOAL_VS_TARANTOOL: f64 = 10.0;
 const GOAL_VS_BEANSTALKD: f64 = 3.0;
 const GOAL_VS_REDIS: f64 = 1.0;
@@ -26,11 +26,11 @@ const GOAL_P99_US_AT_HALF: f64 = 1_000.0;
 
 #[derive(Args, Clone, Debug)]
 pub struct SuiteArgs {
-    /// Measured time per run.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    /// Measured time per run: seconds (5) or with a unit (5s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = single::parse_duration)]
     pub duration: Duration,
-    /// Warm-up per run.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    /// Warm-up per run, as --duration.
+    #[arg(long, default_value = "1s", value_parser = single::parse_duration)]
     pub warmup: Duration,
     /// Targets to measure (missing peers are skipped and reported).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Target::ALL)]
@@ -146,68 +146,15 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         .iter()
         .map(|s| parse_shape(s))
         .collect::<Result<_>>()?;
-
-    let mut skipped = Vec::new();
-    let mut targets = Vec::new();
-    for &t in &args.targets {
-        match t.unavailable() {
-            Some(why) => {
-                eprintln!("skipping {t}: {why}");
-                skipped.push(format!("{t}: {why}"));
-            }
-            None if !targets.contains(&t) => targets.push(t),
-            None => {}
-        }
-    }
-    let needs_tarq = targets
-        .iter()
-        .any(|t| matches!(t, Target::Tarq | Target::Null));
-    let tarq_bin = if needs_tarq {
-        Some(target::tarq_binary(&SpawnOptions {
-            cpu: None,
-            tarq_bin: args.tarq_bin.clone(),
-            rebuild: args.tarq_bin.is_none(),
-        })?)
-    } else {
-        None
-    };
-
-    let commit = report::commit();
-    let started = chrono::Utc::now();
+    let (targets, skipped) = available_targets(&args.targets);
+    let tarq_bin = suite_tarq_bin(args, &targets)?;
+    let mut record = new_record(args, skipped);
     let dir = fresh_dir(
         &results,
-        &format!("{}-{commit}", started.format("%Y-%m-%d")),
+        &format!("{}-{}", &record.started_at[..10], record.commit),
     )?;
     eprintln!("writing results to {}", dir.display());
-    if let Some(load) = report::loadavg()
-        .split_whitespace()
-        .next()
-        .and_then(|l| l.parse::<f64>().ok())
-    {
-        /// Above this 1-minute load average other work competes for the two pinned cores.
-        const BUSY_LOAD: f64 = 1.0;
-        if load > BUSY_LOAD {
-            eprintln!(
-                "warning: load average {load} before the suite; other work on the machine will depress the figures (say so with --note)"
-            );
-        }
-    }
-    let mut record = SuiteRecord {
-        commit,
-        started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        finished_at: String::new(),
-        machine: Machine::probe(),
-        note: args.note.clone(),
-        command: std::env::args()
-            .map(|a| shell_quote(&a))
-            .collect::<Vec<_>>()
-            .join(" "),
-        duration_s: args.duration.as_secs_f64(),
-        warmup_s: args.warmup.as_secs_f64(),
-        payload: args.payload,
-        runs: Vec::new(),
-        skipped,
-    };
+    warn_if_busy();
 
     let base = |t: Target, p: usize, c: usize, d: usize| {
         let mut a = RunArgs::shape(t, p, c, d);
@@ -240,17 +187,8 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             }
         }
     }
-    if let Some((best, a)) = tarq_at_open.as_ref().or(tarq_best.as_ref()) {
-        for &pct in &args.open_loop {
-            let mut open = a.clone();
-            open.rate = Some((best * f64::from(pct) / 100.0).round().max(1.0));
-            // Latency is what open loop measures: no wake-up delay of the loadgen's own in it.
-            open.spin = !args.no_spin;
-            one(&dir, &open, Some(pct), args.attempts, &mut record)?;
-        }
-    } else if !args.open_loop.is_empty() {
-        eprintln!("no open-loop runs: tarq has no closed-loop result to take fractions of");
-    }
+    let reference = tarq_at_open.as_ref().or(tarq_best.as_ref());
+    run_open_loop(args, &dir, reference, &mut record)?;
 
     record.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     record.machine.loadavg_after = report::loadavg();
@@ -260,6 +198,97 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
     )?;
     write_readme(&results, &dir)?;
     eprintln!("done: {}", results.join("README.md").display());
+    Ok(())
+}
+
+/// The targets asked for that can run here, each once, and why the others cannot.
+fn available_targets(asked: &[Target]) -> (Vec<Target>, Vec<String>) {
+    let mut skipped = Vec::new();
+    let mut targets = Vec::new();
+    for &t in asked {
+        match t.unavailable() {
+            Some(why) => {
+                eprintln!("skipping {t}: {why}");
+                skipped.push(format!("{t}: {why}"));
+            }
+            None if !targets.contains(&t) => targets.push(t),
+            None => {}
+        }
+    }
+    (targets, skipped)
+}
+
+/// The tarq binary every run spawns, rebuilt once first unless one is given.
+fn suite_tarq_bin(args: &SuiteArgs, targets: &[Target]) -> Result<Option<PathBuf>> {
+    let needs_tarq = targets
+        .iter()
+        .any(|t| matches!(t, Target::Tarq | Target::Null));
+    if !needs_tarq {
+        return Ok(None);
+    }
+    target::tarq_binary(&SpawnOptions {
+        cpu: None,
+        tarq_bin: args.tarq_bin.clone(),
+        rebuild: args.tarq_bin.is_none(),
+        args: Vec::new(),
+    })
+    .map(Some)
+}
+
+fn new_record(args: &SuiteArgs, skipped: Vec<String>) -> SuiteRecord {
+    SuiteRecord {
+        commit: report::commit(),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        finished_at: String::new(),
+        machine: Machine::probe(),
+        note: args.note.clone(),
+        command: std::env::args()
+            .map(|a| shell_quote(&a))
+            .collect::<Vec<_>>()
+            .join(" "),
+        duration_s: args.duration.as_secs_f64(),
+        warmup_s: args.warmup.as_secs_f64(),
+        payload: args.payload,
+        runs: Vec::new(),
+        skipped,
+    }
+}
+
+/// Say so when other work already loads the machine: it depresses every figure.
+fn warn_if_busy() {
+    /// Above this 1-minute load average other work competes for the two pinned cores.
+    const BUSY_LOAD: f64 = 1.0;
+    let load = report::loadavg()
+        .split_whitespace()
+        .next()
+        .and_then(|l| l.parse::<f64>().ok());
+    if let Some(load) = load.filter(|&l| l > BUSY_LOAD) {
+        eprintln!(
+            "warning: load average {load} before the suite; other work on the machine will depress the figures (say so with --note)"
+        );
+    }
+}
+
+/// tarq in open loop at each `--open-loop` percentage of the reference closed-loop rate.
+fn run_open_loop(
+    args: &SuiteArgs,
+    dir: &Path,
+    reference: Option<&(f64, RunArgs)>,
+    record: &mut SuiteRecord,
+) -> Result<()> {
+    let Some((best, a)) = reference else {
+        if !args.open_loop.is_empty() {
+            eprintln!("no open-loop runs: tarq has no closed-loop result to take fractions of");
+        }
+        return Ok(());
+    };
+    for &pct in &args.open_loop {
+        let mut open = a.clone();
+        open.rate = Some((best * f64::from(pct) / 100.0).round().max(1.0));
+        // Latency is what open loop measures: no wake-up delay of the loadgen's own in it.
+        open.spin = !args.no_spin;
+        one(dir, &open, Some(pct), args.attempts, record)?;
+    }
     Ok(())
 }
 
@@ -585,6 +614,7 @@ pub fn write_readme(results: &Path, dir: &Path) -> Result<()> {
     std::fs::write(&path, text).with_context(|| format!("writing {}/README.md", results.display()))
 }
 
+/// The suite's section of `results/README.md`, one part after another.
 fn render(
     rel: &str,
     l: &Loaded,
@@ -592,9 +622,23 @@ fn render(
     all: &[PathBuf],
     results: &Path,
 ) -> String {
-    let r = &l.record;
     let mut o = String::new();
     let _ = writeln!(o, "{BLOCK_BEGIN}");
+    render_method(&mut o, rel);
+    render_this_run(&mut o, &l.record);
+    render_throughput(&mut o, l);
+    render_goals(&mut o, l);
+    render_open_loop(&mut o, l);
+    render_every_run(&mut o, rel, l);
+    render_charts(&mut o, rel, charts);
+    render_reproduce(&mut o, l);
+    render_earlier(&mut o, rel, all, results);
+    let _ = writeln!(o, "{BLOCK_END}");
+    o
+}
+
+/// What one message is, how targets were started and what each latency counts.
+fn render_method(o: &mut String, rel: &str) {
     let _ = writeln!(
         o,
         "## End to end: tarq and its peers (`tarq-loadgen suite`)\n"
@@ -620,6 +664,10 @@ fn render(
          Tarantool running the reference queue with its `init.lua` defaults; Redis with \
          `--save '' --appendonly no` and beanstalkd without `-b` (both in memory only).\n"
     );
+}
+
+/// The commit, machine and settings of the suite shown.
+fn render_this_run(o: &mut String, r: &SuiteRecord) {
     let _ = writeln!(o, "### This run\n");
     let _ = writeln!(
         o,
@@ -647,8 +695,10 @@ fn render(
         let _ = writeln!(o, "- skipped {s}");
     }
     let _ = writeln!(o, "- command: `{}`\n", r.command);
+}
 
-    // The comparison table.
+/// The comparison table: msgs/s per target and cell, and tarq's ratio to each peer.
+fn render_throughput(o: &mut String, l: &Loaded) {
     let targets = l.targets();
     let peers: Vec<Target> = targets
         .iter()
@@ -708,9 +758,11 @@ fn render(
         );
     }
     let _ = writeln!(o);
+}
 
-    // Goals.
-    let _ = writeln!(o, "### Goals (issue 5)\n");
+/// The goals and whether this suite meets them.
+fn render_goals(o: &mut String, l: &Loaded) {
+    let _ = writeln!(o, "### Goals\n");
     let _ = writeln!(o, "| goal | measured | met |\n|---|---|---|");
     let cells = l.cells();
     for (peer, goal) in [
@@ -764,8 +816,10 @@ fn render(
         );
     }
     let _ = writeln!(o);
+}
 
-    // Open loop.
+/// tarq on a fixed schedule at fractions of its closed-loop rate.
+fn render_open_loop(o: &mut String, l: &Loaded) {
     let open = l.open();
     if !open.is_empty() {
         let _ = writeln!(o, "### tarq open loop\n");
@@ -808,8 +862,10 @@ fn render(
         }
         let _ = writeln!(o);
     }
+}
 
-    // Every run.
+/// One row per run with a link to its JSON, failures included.
+fn render_every_run(o: &mut String, rel: &str, l: &Loaded) {
     let _ = writeln!(o, "### Every run\n");
     let _ = writeln!(
         o,
@@ -865,14 +921,20 @@ fn render(
          disturbed; the suite makes such a run again once the machine is quiet (up to `--attempts` \
          times, \"attempt N\" above) and keeps the last. Latencies in µs.\n"
     );
+}
 
+fn render_charts(o: &mut String, rel: &str, charts: &[(String, String)]) {
     if !charts.is_empty() {
         let _ = writeln!(o, "### Charts\n");
         for (title, file) in charts {
             let _ = writeln!(o, "#### {title}\n\n![{title}]({rel}/{file})\n");
         }
     }
+}
 
+/// The commands that repeat the suite and each of its runs.
+fn render_reproduce(o: &mut String, l: &Loaded) {
+    let r = &l.record;
     let _ = writeln!(o, "### How to reproduce\n");
     let _ = writeln!(
         o,
@@ -893,7 +955,10 @@ fn render(
          every figure, the per-second series and the percentile spectra) and \
          `<run>-{{put,cycle,e2e}}.hgrm` (HdrHistogram percentile distributions, values in µs).\n"
     );
+}
 
+/// Links to the other suites under `results/`.
+fn render_earlier(o: &mut String, rel: &str, all: &[PathBuf], results: &Path) {
     if all.len() > 1 {
         let _ = writeln!(o, "### Earlier suites\n");
         for d in all.iter().rev() {
@@ -904,8 +969,6 @@ fn render(
         }
         let _ = writeln!(o);
     }
-    let _ = writeln!(o, "{BLOCK_END}");
-    o
 }
 
 /// `a` as a POSIX shell word: unchanged when it is plain, else in single quotes.

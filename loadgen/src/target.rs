@@ -79,11 +79,6 @@ impl Target {
         }
     }
 
-    /// Speaks IPROTO (the shared codec drives it).
-    pub fn is_iproto(self) -> bool {
-        matches!(self, Target::Tarq | Target::Tarantool | Target::Null)
-    }
-
     /// `None` when the target can be started here, else why not (with the install line).
     pub fn unavailable(self) -> Option<String> {
         let (package, program) = self.package()?;
@@ -113,6 +108,8 @@ pub struct SpawnOptions {
     /// Run `cargo build --release -p tarq-net` first even if the binary exists (the suite does,
     /// so it never measures a stale build; cargo makes it a no-op when nothing changed).
     pub rebuild: bool,
+    /// Extra arguments after the loadgen's own (WAL mode, snapshot settings, persistence).
+    pub args: Vec<String>,
 }
 
 /// A started target; stopped when dropped.
@@ -231,48 +228,13 @@ pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
     let port = free_port()?;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let log = dir.path().join(format!("{}.log", target.name()));
-    let mut cmd = match target {
-        Target::Tarq | Target::Null => {
-            let mut c = Command::new(tarq_binary(opts)?);
-            if target == Target::Null {
-                c.arg("--null");
-            }
-            c.arg("--listen")
-                .arg(addr.to_string())
-                .arg("--data-dir")
-                .arg(dir.path());
-            c
+    let mut cmd = command(target, opts, dir.path(), addr, &log)?;
+    if !opts.args.is_empty() {
+        if target == Target::Tarantool {
+            bail!("Tarantool runs the reference init.lua, which takes no extra arguments");
         }
-        Target::Tarantool => {
-            let mut c = Command::new("tarantool");
-            c.arg(seed_init()?)
-                .env("WORKDIR", dir.path())
-                .env("LISTEN", addr.to_string())
-                .env("LOGFILE", &log);
-            c
-        }
-        Target::Beanstalkd => {
-            let mut c = Command::new("beanstalkd");
-            c.args(["-l", "127.0.0.1", "-p", &port.to_string()]);
-            c
-        }
-        Target::Redis => {
-            let mut c = Command::new("redis-server");
-            c.args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-            ])
-            .arg(dir.path());
-            c
-        }
-    };
+        cmd.args(&opts.args);
+    }
     let log_file = std::fs::File::create(if target == Target::Tarantool {
         dir.path().join("stdout.log")
     } else {
@@ -288,13 +250,73 @@ pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {target}: {cmd:?}"))?;
-    let mut spawned = Spawned {
+    let spawned = Spawned {
         target,
         addr,
         child,
         log,
         _dir: dir,
     };
+    wait_ready(spawned)
+}
+
+/// The command line that starts `target` listening on `addr` with its data in `dir`.
+fn command(
+    target: Target,
+    opts: &SpawnOptions,
+    dir: &Path,
+    addr: SocketAddr,
+    log: &Path,
+) -> Result<Command> {
+    let port = addr.port().to_string();
+    let cmd = match target {
+        Target::Tarq | Target::Null => {
+            let mut c = Command::new(tarq_binary(opts)?);
+            if target == Target::Null {
+                c.arg("--null");
+            }
+            c.arg("--listen")
+                .arg(addr.to_string())
+                .arg("--data-dir")
+                .arg(dir);
+            c
+        }
+        Target::Tarantool => {
+            let mut c = Command::new("tarantool");
+            c.arg(seed_init()?)
+                .env("WORKDIR", dir)
+                .env("LISTEN", addr.to_string())
+                .env("LOGFILE", log);
+            c
+        }
+        Target::Beanstalkd => {
+            let mut c = Command::new("beanstalkd");
+            c.args(["-l", "127.0.0.1", "-p", &port]);
+            c
+        }
+        Target::Redis => {
+            let mut c = Command::new("redis-server");
+            c.args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ])
+            .arg(dir);
+            c
+        }
+    };
+    Ok(cmd)
+}
+
+/// Probe until the target answers, it exits, or `READY_TIMEOUT` passes.
+fn wait_ready(mut spawned: Spawned) -> Result<Spawned> {
+    let (target, addr) = (spawned.target, spawned.addr);
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Some(status) = spawned.child.try_wait()? {
@@ -324,7 +346,9 @@ pub fn probe(target: Target, addr: SocketAddr) -> Result<()> {
     s.set_read_timeout(Some(PROBE_IO_TIMEOUT))?;
     s.set_write_timeout(Some(PROBE_IO_TIMEOUT))?;
     match target {
-        Target::Tarq | Target::Tarantool | Target::Null => crate::proto::iproto::probe(&mut s),
+        Target::Tarq | Target::Tarantool | Target::Null => {
+            crate::proto::iproto::probe(s, PROBE_IO_TIMEOUT)
+        }
         Target::Redis => expect_reply(&mut s, b"PING\r\n", b"+PONG"),
         Target::Beanstalkd => expect_reply(&mut s, b"stats\r\n", b"OK "),
     }

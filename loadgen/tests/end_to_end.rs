@@ -1,17 +1,20 @@
 //! End-to-end runs of the loadgen against real, spawned targets on 127.0.0.1: tarq (a debug
 //! build, built here when missing), tarq `--null`, and the peers redis-server, beanstalkd and
-//! Tarantool's reference queue. Each run lasts well under a second; the test checks that messages
-//! flowed without errors and that every output (JSON keys, `.hgrm` files, the suite's README)
-//! has its shape. Figures are never asserted: performance is measured, not tested.
+//! Tarantool's reference queue. Each run lasts well under a second and ends with a drain; the
+//! test checks that messages flowed without errors, that every message put was acked (nothing
+//! lost), that each backlog shape runs its phases, and that every output (JSON keys, `.hgrm`
+//! files, the suite's README) has its shape. Figures are never asserted: performance is
+//! measured, not tested.
 //!
-//! The peers are Debian packages that `.ci/test` installs. A test whose peer is missing says
-//! so and returns, except under `CI=true`, where a missing peer fails the test.
+//! The peers are Debian packages that `.ci/test` installs. A test whose peer is missing fails
+//! and says how to install it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 use tarq_loadgen::report::Summary;
+use tarq_loadgen::runner::Phase;
 use tarq_loadgen::single::{self, RunArgs};
 use tarq_loadgen::suite::{self, SuiteArgs};
 use tarq_loadgen::target::{self, Target};
@@ -45,17 +48,10 @@ fn tarq_bin() -> PathBuf {
     .clone()
 }
 
-/// Whether a peer can run here; under CI=true a missing one is a failure.
-fn peer_present(t: Target) -> bool {
-    match t.unavailable() {
-        None => true,
-        Some(why) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("{why} (.ci/test installs it, so under CI=true it must be present)")
-        }
-        Some(why) => {
-            eprintln!("SKIPPED: this test needs {t}: {why}");
-            false
-        }
+/// The peer must be installed: a test that cannot run fails with the reason.
+fn require_peer(t: Target) {
+    if let Some(why) = t.unavailable() {
+        panic!("this test needs {t}: {why} (.ci/test installs it)");
     }
 }
 
@@ -66,15 +62,31 @@ fn args(t: Target, out: &Path) -> RunArgs {
     a.quiet = true;
     a.no_pin = true;
     a.tarq_bin = Some(tarq_bin());
+    a.drain = true;
     a.json = Some(out.join("run.json"));
     a.hgrm = Some(out.join("run").to_string_lossy().into_owned());
     a
 }
 
-/// The run worked: messages went round, nothing failed, the figures are consistent, and the
-/// JSON on disk has every key the issue names.
+/// The run drained: every message the target accepted was taken and acked, none is left.
+fn check_nothing_lost(s: &Summary) {
+    assert!(s.total_puts > 0, "no put was accepted: {s:?}");
+    assert_eq!(
+        s.total_puts, s.total_acks,
+        "puts accepted vs acks of them; first error: {:?}",
+        s.first_error
+    );
+    assert_eq!(s.unacked, 0, "messages left unacked after the drain");
+    let last = s.phases.last().expect("a run has phases");
+    assert_eq!(last.phase, Phase::Drain);
+    assert_eq!(last.unacked, 0);
+}
+
+/// The run worked: messages went round, nothing failed or was lost, the figures are
+/// consistent, and the JSON on disk has every key a reader of the results relies on.
 fn check(s: &Summary, out: &Path) {
     assert_eq!(s.errors, 0, "first error: {:?}", s.first_error);
+    check_nothing_lost(s);
     assert!(
         s.msgs_per_s > 0.0 && s.e2e_us.count > 0,
         "no message completed: {s:?}"
@@ -118,8 +130,18 @@ fn check(s: &Summary, out: &Path) {
             assert!(json[lat][key].is_number(), "JSON lacks {lat}.{key}");
         }
     }
-    for key in ["config", "commit", "machine", "series"] {
+    for key in ["config", "commit", "machine", "series", "stall", "phases"] {
         assert!(!json[key].is_null(), "JSON lacks {key}");
+    }
+    for key in ["total_puts", "total_acks", "unacked"] {
+        assert!(json[key].is_u64(), "JSON lacks {key}: {json}");
+    }
+    for phase in json["phases"].as_array().unwrap() {
+        for key in ["phase", "measured_s", "puts_per_s", "acks_per_s", "unacked"] {
+            assert!(!phase[key].is_null(), "a phase lacks {key}: {phase}");
+        }
+        assert!(phase["stall"]["gap_us"].is_number(), "{phase}");
+        assert!(phase["put_us"]["max"].is_number(), "{phase}");
     }
     assert!(json["machine"]["cores"].as_u64().unwrap() >= 1);
     assert!(json["series"].as_array().is_some_and(|s| !s.is_empty()));
@@ -177,9 +199,7 @@ fn open_loop_sends_on_schedule() {
 
 #[test]
 fn closed_and_open_loop_against_redis() {
-    if !peer_present(Target::Redis) {
-        return;
-    }
+    require_peer(Target::Redis);
     let out = tempfile::tempdir().unwrap();
     run_and_check(&args(Target::Redis, out.path()), out.path());
     // At a low open-loop rate the queue is mostly empty: consumers park behind one blocking
@@ -191,9 +211,7 @@ fn closed_and_open_loop_against_redis() {
 
 #[test]
 fn closed_and_open_loop_against_beanstalkd() {
-    if !peer_present(Target::Beanstalkd) {
-        return;
-    }
+    require_peer(Target::Beanstalkd);
     let out = tempfile::tempdir().unwrap();
     run_and_check(&args(Target::Beanstalkd, out.path()), out.path());
     // At a low open-loop rate the queue is mostly empty: consumers park behind one blocking
@@ -205,13 +223,102 @@ fn closed_and_open_loop_against_beanstalkd() {
 
 #[test]
 fn closed_loop_against_the_reference_tarantool_queue() {
-    if !peer_present(Target::Tarantool) {
-        return;
-    }
+    require_peer(Target::Tarantool);
     let out = tempfile::tempdir().unwrap();
     // The reference's ids are ~1.8e18 (uint64 on the wire): acks that go through prove the
     // driver reads and writes them at full width.
     run_and_check(&args(Target::Tarantool, out.path()), out.path());
+}
+
+/// The phases a run went through, by name.
+fn phases(s: &Summary) -> Vec<Phase> {
+    s.phases.iter().map(|p| p.phase).collect()
+}
+
+#[test]
+fn a_backlog_is_filled_then_kept_and_drained() {
+    /// Small enough to fill in a moment on a debug build, large against the window (16).
+    const BACKLOG: u64 = 3_000;
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(Target::Tarq, out.path());
+    a.backlog = Some(BACKLOG);
+    let s = run_and_check(&a, out.path());
+    assert_eq!(
+        phases(&s),
+        [Phase::Fill, Phase::Steady, Phase::Drain],
+        "{s:?}"
+    );
+    let fill = &s.phases[0];
+    assert_eq!(fill.puts, BACKLOG);
+    assert_eq!(fill.acks, 0, "consumers wait for the fill");
+    assert_eq!(fill.unacked, BACKLOG);
+    assert!(fill.stall.gap_us > 0.0 && fill.put_us.max >= fill.put_us.p50);
+    // Producers stay the backlog ahead: the steady phase ends with at least the backlog out,
+    // and its headline window counts the steady phase alone.
+    assert!(s.phases[1].unacked >= BACKLOG, "{:?}", s.phases[1]);
+    assert_eq!(s.acks_per_s, s.phases[1].acks_per_s);
+    assert!(s.phases[1].acks > 0);
+    assert!(s.config.window as u64 >= BACKLOG);
+    assert!(s.label.ends_with("-backlog3000-drain"), "{}", s.label);
+}
+
+#[test]
+fn fill_then_drain_reports_both_phases() {
+    const FILL: u64 = 5_000;
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(Target::Tarq, out.path());
+    a.fill = Some(FILL);
+    let s = single::run(&a).unwrap_or_else(|e| panic!("fill run failed: {e:#}"));
+    let s = s.summary;
+    assert_eq!(s.errors, 0, "first error: {:?}", s.first_error);
+    check_nothing_lost(&s);
+    assert_eq!(phases(&s), [Phase::Fill, Phase::Drain]);
+    let (fill, drain) = (&s.phases[0], &s.phases[1]);
+    assert_eq!((fill.puts, fill.acks, fill.unacked), (FILL, 0, FILL));
+    assert_eq!((drain.puts, drain.acks, drain.unacked), (0, FILL, 0));
+    assert!(fill.puts_per_s > 0.0 && drain.acks_per_s > 0.0);
+    assert_eq!(fill.put_us.count, FILL);
+    assert_eq!(drain.e2e_us.count, FILL);
+    // Without a steady phase the headline is both phases together.
+    assert_eq!((s.put_us.count, s.e2e_us.count), (FILL, FILL));
+    // Every second of the fill has its slowest put.
+    assert!(fill
+        .series
+        .iter()
+        .all(|p| p.puts == 0 || p.put_max_us > 0.0));
+    assert!(s.table().contains("fill"), "{}", s.table());
+}
+
+#[test]
+fn unbounded_producers_never_wait_and_nothing_is_lost() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(Target::Tarq, out.path());
+    a.unbounded = true;
+    let s = run_and_check(&a, out.path());
+    assert!(s.config.unbounded);
+    assert_eq!(s.config.window, usize::MAX);
+}
+
+#[test]
+fn target_args_reach_the_spawned_tarq() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(Target::Tarq, out.path());
+    a.target_args = Some("--wal-mode fsync".into());
+    let s = run_and_check(&a, out.path());
+    assert!(
+        s.config
+            .command
+            .contains("--target-args '--wal-mode fsync'"),
+        "{}",
+        s.config.command
+    );
+    // A flag tarq refuses stops it at start-up, so the arguments did reach it.
+    a.target_args = Some("--wal-mode sometimes".into());
+    let err = single::run(&a).err().expect("tarq refuses the WAL mode");
+    assert!(
+        format!("{err:#}").contains("exited during start-up"),
+        "{err:#}"
+    );
 }
 
 #[test]

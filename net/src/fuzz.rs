@@ -2,8 +2,8 @@
 //! test (`net/tests/decoder_props.rs`): feed it any bytes, it must never panic, loop forever,
 //! recurse or allocate more than the input justifies.
 
-use crate::iproto::{client, request, split_frame};
 use crate::server::calls;
+use tarq_iproto::{client, request, split_frame};
 
 /// Frame cap used while fuzzing: small, so size-limit paths are reached.
 pub const FUZZ_MAX_FRAME: usize = 64 * 1024;

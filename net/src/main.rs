@@ -7,9 +7,10 @@ use std::io::IsTerminal;
 use anyhow::Context;
 use clap::Parser;
 use tarq_net::config::{Cli, Command, Config};
-use tarq_net::ops::{ctl, logging};
-use tarq_net::server::Server;
-use tarq_net::wal::{Wal, WalJournal};
+use tarq_net::ctl;
+use tarq_net::server::{Server, WalJournal};
+use tarq_ops::logging;
+use tarq_wal::Wal;
 
 /// Allocations from this size up get their own mapping, returned to the system when freed.
 /// glibc otherwise raises this threshold to the size of any large block freed (up to 32 MiB),

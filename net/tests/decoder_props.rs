@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use rmpv::Value;
+use tarq_iproto::request::{self, RequestKind};
+use tarq_iproto::{client, split_frame};
 use tarq_net::fuzz::{decode_stream, Summary};
-use tarq_net::iproto::request::{self, RequestKind};
-use tarq_net::iproto::{client, split_frame};
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_frames");

@@ -6,8 +6,8 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+
+use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use rmpv::Value;
 use support::{field, id_of, Client, Tarq, BIN, WAIT};
-use tarq_net::iproto::client;
-use tarq_net::iproto::split_frame;
+use tarq_client::{pack_args, ClientError};
 
 const PRODUCERS: usize = 8;
 const CONSUMERS: usize = 8;
@@ -33,11 +32,7 @@ fn tarq_in(dir: tempfile::TempDir, extra: &[&str]) -> Tarq {
 }
 
 /// A client that reports a dead server as an error instead of panicking.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    sync: u64,
-}
+struct Conn(tarq_client::Client);
 
 enum Answer {
     Data(Vec<Value>),
@@ -45,54 +40,15 @@ enum Answer {
 }
 
 impl Conn {
-    fn open(addr: SocketAddr) -> std::io::Result<Conn> {
-        let mut stream = TcpStream::connect(addr)?;
-        stream.set_read_timeout(Some(WAIT))?;
-        stream.set_nodelay(true)?;
-        let mut g = [0u8; client::GREETING_LEN];
-        stream.read_exact(&mut g)?;
-        Ok(Conn {
-            stream,
-            buf: Vec::new(),
-            sync: 0,
-        })
+    fn open(addr: SocketAddr) -> Result<Conn, ClientError> {
+        tarq_client::Client::connect_addr(addr, WAIT).map(Conn)
     }
 
-    fn call(&mut self, function: &str, args: &[Value]) -> std::io::Result<Answer> {
-        self.sync += 1;
-        let mut a = Vec::new();
-        rmpv::encode::write_value(&mut a, &Value::Array(args.to_vec())).unwrap();
-        let mut out = Vec::new();
-        client::call(&mut out, self.sync, function, &a);
-        self.stream.write_all(&out)?;
-        loop {
-            if let Some(f) = split_frame(&self.buf, usize::MAX)
-                .map_err(|e| std::io::Error::other(format!("{e:?}")))?
-            {
-                let r = client::decode(&self.buf[f.prefix..f.total()])
-                    .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
-                assert_eq!(
-                    r.sync, self.sync,
-                    "replies in order on a depth-1 connection"
-                );
-                let answer = match (r.error, r.data) {
-                    (Some(e), _) => Answer::Error(e.to_string()),
-                    (None, Some(d)) => match rmpv::decode::read_value(&mut &d[..]).unwrap() {
-                        Value::Array(v) => Answer::Data(v),
-                        other => panic!("DATA is not an array: {other}"),
-                    },
-                    (None, None) => Answer::Data(Vec::new()),
-                };
-                self.buf.drain(..f.total());
-                return Ok(answer);
-            }
-            let mut chunk = [0u8; 16 * 1024];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+    fn call(&mut self, function: &str, args: &[Value]) -> Result<Answer, ClientError> {
+        match self.0.call(function, &pack_args(args), None) {
+            Ok(values) => Ok(Answer::Data(values)),
+            Err(ClientError::Server { message, .. }) => Ok(Answer::Error(message)),
+            Err(e) => Err(e),
         }
     }
 }

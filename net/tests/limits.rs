@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rmpv::Value;
 use support::{field, Client, Tarq, WAIT};
-use tarq_net::iproto::{auth, client};
+use tarq_iproto::{auth, client};
 
 const ER_ACCESS_DENIED: u32 = 42;
 const ER_TIMEOUT: u32 = 78;
@@ -106,7 +106,7 @@ fn read_until_closed(s: &mut TcpStream) -> Vec<Answer> {
     }
     let mut rest = &all[client::GREETING_LEN.min(all.len())..];
     let mut replies = Vec::new();
-    while let Ok(Some(f)) = tarq_net::iproto::split_frame(rest, usize::MAX) {
+    while let Ok(Some(f)) = tarq_iproto::split_frame(rest, usize::MAX) {
         let r = client::decode(&rest[f.prefix..f.total()]).unwrap();
         replies.push(Answer {
             code: r.code,

@@ -1,5 +1,6 @@
 //! The hot path allocates nothing per request beyond the task's payload: an in-process server
-//! runs on a thread whose allocations a counting `#[global_allocator]` tallies (this binary's
+//! runs on a thread whose allocations the counting `#[global_allocator]` of `tarq-testkit`
+//! tallies (this binary's
 //! other threads — the test's client — are not counted), and put → take → ack cycles go through
 //! the whole request path (read → split → decode → calls → engine → encode → write) at depth 1,
 //! pipelined on one connection, and across several connections in one turn. After a warm-up
@@ -11,63 +12,16 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rmpv::Value;
 use support::{args, field, id_of, wait_until, Client, TestServer};
+use tarq_iproto::client;
 use tarq_net::config::Config;
-use tarq_net::iproto::client;
 use tarq_net::server::Server;
 
-/// Counts allocations (and reallocations, which may move) made on threads that opted in.
-struct Counting;
-
-thread_local! {
-    /// Set on the server's thread only.
-    static TRACKED: Cell<bool> = const { Cell::new(false) };
-}
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-/// Bytes asked for by those allocations (a reallocation counts its new size).
-static BYTES: AtomicU64 = AtomicU64::new(0);
-
-fn count(bytes: usize) {
-    if tracked() {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-}
-
-fn tracked() -> bool {
-    TRACKED.try_with(Cell::get).unwrap_or(false)
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: tarq_testkit::Counting = tarq_testkit::Counting;
 
 /// The counters are process-wide: under `cargo test` (threads, not processes) the tests of this
 /// binary run one at a time, servers included.
@@ -95,7 +49,7 @@ const GROWTH_SLACK: u64 = 8;
 fn tracked_server(tweak: impl FnOnce(&mut Config)) -> TestServer {
     let (cfg, dir) = TestServer::config(tweak);
     let server = Server::bind(cfg).expect("server binds");
-    TestServer::spawn(server, dir, || TRACKED.set(true))
+    TestServer::spawn(server, dir, tarq_testkit::track_this_thread)
 }
 
 /// A payload like the loadgen's: a short binary string.
@@ -150,11 +104,11 @@ fn per_request(what: &str, cycles_per_round: u64, mut round: impl FnMut()) -> f6
         round();
     }
     let rounds = CYCLES.div_ceil(cycles_per_round);
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = tarq_testkit::tracked_allocs();
     for _ in 0..rounds {
         round();
     }
-    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    let allocs = tarq_testkit::tracked_allocs() - before;
     let cycles = rounds * cycles_per_round;
     let requests = 3 * cycles;
     let per = allocs as f64 / requests as f64;
@@ -205,7 +159,7 @@ fn an_announced_frame_is_not_allocated_before_it_arrives() {
         c.max_write_backlog = 4 * ANNOUNCED as usize;
     });
     let mut watcher = Client::connect(srv.addr);
-    let before = BYTES.load(Ordering::Relaxed);
+    let before = tarq_testkit::tracked_bytes();
     {
         let mut c = Client::connect(srv.addr);
         let mut start = vec![0xce];
@@ -224,7 +178,7 @@ fn an_announced_frame_is_not_allocated_before_it_arrives() {
         let st = watcher.call("queue.stats", &[]).one();
         field(&st, "connections").as_u64() == Some(1)
     });
-    let allocated = BYTES.load(Ordering::Relaxed) - before;
+    let allocated = tarq_testkit::tracked_bytes() - before;
     println!("a {ANNOUNCED}-byte frame announced, 4 KiB sent: {allocated} bytes allocated");
     assert!(
         allocated < MOST,

@@ -112,7 +112,7 @@ fn every_reply_sent_before_a_stop_names_a_task_that_survives_it() {
         // or right after; either way each put answered must survive, and only those.
         let mut burst = Vec::new();
         for i in 0..PUTS {
-            tarq_net::iproto::client::call(
+            tarq_iproto::client::call(
                 &mut burst,
                 i + 1,
                 "queue.put",

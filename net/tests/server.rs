@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use rmpv::Value;
 use support::*;
-use tarq_net::iproto::client;
-use tarq_net::iproto::codes::*;
-use tarq_net::iproto::{auth, types};
+use tarq_iproto::client;
+use tarq_iproto::codes::*;
+use tarq_iproto::{auth, types};
 
 fn s(v: &str) -> Value {
     Value::from(v)
@@ -649,7 +649,7 @@ fn a_bad_header_in_a_good_frame_gets_an_error_and_the_connection_stays() {
 
 #[test]
 fn element_counts_are_bounded_and_a_task_at_the_bounds_comes_back() {
-    use tarq_net::iproto::mp::{MAX_DEPTH, MAX_ELEMENTS};
+    use tarq_iproto::mp::{MAX_DEPTH, MAX_ELEMENTS};
     let srv = TestServer::start();
     let mut c = srv.connect();
     // A payload of `n` nils: with the args array and the payload array itself, `n + 2` values.

@@ -6,11 +6,12 @@
 //! cargo run --release -p tarq-benches --bin durability -- 1000000 results/durability/recovery-1m.json
 //! ```
 
-use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Map, Value};
 use tarq_engine::{PutOptions, Queue};
-use tarq_net::wal::{Wal, WalConfig, WalMode};
+use tarq_wal::{Wal, WalConfig, WalMode};
 
 /// Payload bytes per task: the loadgen's default message size.
 const PAYLOAD: usize = 64;
@@ -41,9 +42,7 @@ fn load(q: &mut Queue, n: &mut u64) {
     let now = now_us();
     for _ in 0..LOAD_PER_TURN {
         *n += 1;
-        let mut data = format!("{n:0width$}", width = PAYLOAD).into_bytes();
-        data.truncate(PAYLOAD);
-        q.put(now, data.into(), PutOptions::default());
+        q.put(now, payload(*n).into(), PutOptions::default());
         if let Some(t) = q.take(now, 1) {
             let id = t.id;
             q.ack(now, 1, id).expect("owner acks");
@@ -59,36 +58,73 @@ fn sh(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn main() {
+/// Task `n`'s payload: its number, zero-padded to `PAYLOAD` bytes.
+fn payload(n: u64) -> Vec<u8> {
+    let mut data = format!("{n:0width$}", width = PAYLOAD).into_bytes();
+    data.truncate(PAYLOAD);
+    data
+}
+
+/// The figures, by JSON key.
+type Figures = Map<String, Value>;
+
+fn secs(d: Duration) -> Value {
+    json!((d.as_secs_f64() * 1e3).round() / 1e3)
+}
+
+fn ms(d: Duration) -> Value {
+    json!((d.as_secs_f64() * 1e6).round() / 1e3)
+}
+
+/// Where the run works and writes: `durability TASKS OUT.json [DIR]`.
+struct Args {
+    tasks: u64,
+    out: String,
+    dir: PathBuf,
+}
+
+fn args() -> Args {
+    const USAGE: &str = "usage: durability TASKS OUT.json [DIR]";
     let mut args = std::env::args().skip(1);
-    let tasks: u64 = args
-        .next()
-        .and_then(|s| s.parse().ok())
-        .expect("usage: durability TASKS OUT.json [DIR]");
-    let out = args.next().expect("usage: durability TASKS OUT.json [DIR]");
+    let tasks: u64 = args.next().and_then(|s| s.parse().ok()).expect(USAGE);
+    let out = args.next().expect(USAGE);
     let base = args
         .next()
-        .map(std::path::PathBuf::from)
+        .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("tarq-durability-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    Args { tasks, out, dir }
+}
+
+fn main() {
+    let a = args();
+    let _ = std::fs::remove_dir_all(&a.dir);
     let cfg = WalConfig {
         mode: WalMode::Write,
         snapshot_every_bytes: 0,
         ..WalConfig::default()
     };
     let load_before = sh("cat", &["/proc/loadavg"]);
+    let mut f = Figures::new();
+    fill(&a.dir, &cfg, a.tasks, &mut f);
+    let (wal, q) = recover_from_wal(&a.dir, &cfg, a.tasks, &mut f);
+    let mut m = a.tasks;
+    let live = snapshot_under_load(&a.dir, (wal, q), &mut m, &mut f);
+    let (wal, q) = recover_from_snapshot(&a.dir, &cfg, live, &mut f);
+    recover_from_idle_snapshot(&a.dir, &cfg, (wal, q), &mut m, &mut f);
+    let _ = std::fs::remove_dir_all(&a.dir);
+    write_record(&a, &load_before, f);
+}
 
-    // Fill.
-    let (mut wal, mut q, _) = Wal::open_dir(&dir, cfg.clone()).expect("open");
+/// Fill the queue with `tasks` tasks, a turn of `FILL_PER_TURN` at a time, and flush.
+fn fill(dir: &Path, cfg: &WalConfig, tasks: u64, f: &mut Figures) {
+    let (mut wal, mut q, _) = Wal::open_dir(dir, cfg.clone()).expect("open");
     let t = Instant::now();
     let mut n = 0u64;
     let now = now_us();
     while n < tasks {
         for _ in 0..FILL_PER_TURN.min((tasks - n) as usize) {
             n += 1;
-            let mut data = format!("{n:0width$}", width = PAYLOAD).into_bytes();
-            data.truncate(PAYLOAD);
             // Every tenth task delayed, every seventh with a TTL: the snapshot carries both.
             let opts = PutOptions {
                 delay: if n.is_multiple_of(10) {
@@ -99,33 +135,47 @@ fn main() {
                 ttl: n.is_multiple_of(7).then_some(86_400_000_000),
                 ..PutOptions::default()
             };
-            q.put(now, data.into(), opts);
+            q.put(now, payload(n).into(), opts);
         }
         turn(&mut wal, &mut q);
     }
     wal.flush(&mut q, WAIT).expect("flush");
-    let fill_s = t.elapsed().as_secs_f64();
-    let wal_bytes = wal.stats().bytes_written;
-    drop(wal);
-    drop(q);
+    let fill = t.elapsed();
+    f.insert("fill_s".into(), secs(fill));
+    f.insert(
+        "fill_puts_per_s".into(),
+        json!((tasks as f64 / fill.as_secs_f64()).round()),
+    );
+    f.insert("wal_bytes".into(), json!(wal.stats().bytes_written));
+}
 
-    // Recovery from the WAL alone.
+/// Reopen from the WAL alone: every task comes back.
+fn recover_from_wal(dir: &Path, cfg: &WalConfig, tasks: u64, f: &mut Figures) -> (Wal, Queue) {
     let t = Instant::now();
-    let (mut wal, mut q, report) = Wal::open_dir(&dir, cfg.clone()).expect("recover from WAL");
-    let recover_wal_s = t.elapsed().as_secs_f64();
+    let (wal, q, report) = Wal::open_dir(dir, cfg.clone()).expect("recover from WAL");
+    f.insert("recover_from_wal_s".into(), secs(t.elapsed()));
     assert_eq!(q.len() as u64, tasks);
     assert!(report.snapshot.is_none());
+    (wal, q)
+}
 
-    // A snapshot under load: every turn does LOAD_PER_TURN put + take + ack.
-    let mut turns = 0u64;
+/// A snapshot under load: every turn does `LOAD_PER_TURN` put + take + ack while the walk
+/// runs; then `TURNS_AFTER` turns more, so recovery replays WAL on top of it. Returns the
+/// tasks left.
+fn snapshot_under_load(
+    dir: &Path,
+    (mut wal, mut q): (Wal, Queue),
+    m: &mut u64,
+    f: &mut Figures,
+) -> usize {
+    let mut turns = 0u32;
     let mut longest = Duration::ZERO;
     let mut total_step = Duration::ZERO;
     let t = Instant::now();
     assert!(wal.request_snapshot());
     let mut started = false;
-    let mut m = tasks;
     while !started || wal.snapshot_running() {
-        load(&mut q, &mut m);
+        load(&mut q, m);
         let step = turn(&mut wal, &mut q);
         started |= wal.snapshot_running();
         longest = longest.max(step);
@@ -137,114 +187,128 @@ fn main() {
             std::thread::yield_now();
         }
     }
-    let snapshot_s = t.elapsed().as_secs_f64();
-    let snap_bytes: u64 = std::fs::read_dir(&dir)
+    f.insert("snapshot_s".into(), secs(t.elapsed()));
+    f.insert("snapshot_bytes".into(), json!(snapshot_bytes(dir)));
+    f.insert("snapshot_turns".into(), json!(turns));
+    f.insert("snapshot_longest_turn_ms".into(), ms(longest));
+    f.insert(
+        "snapshot_mean_turn_ms".into(),
+        ms(total_step / turns.max(1)),
+    );
+    load_turns(&mut wal, &mut q, m);
+    q.len()
+}
+
+/// Bytes of every `.snap` file in `dir`.
+fn snapshot_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
         .map(|e| e.metadata().unwrap().len())
-        .sum();
-    for _ in 0..TURNS_AFTER {
-        load(&mut q, &mut m);
-        turn(&mut wal, &mut q);
-    }
-    wal.flush(&mut q, WAIT).expect("flush");
-    let live = q.len();
-    drop(wal);
-    drop(q);
+        .sum()
+}
 
-    // Recovery from that snapshot: the WAL from its start on is replayed, so everything the
-    // load did while the walk ran is in it.
+/// `TURNS_AFTER` turns of load, then a flush.
+fn load_turns(wal: &mut Wal, q: &mut Queue, m: &mut u64) {
+    for _ in 0..TURNS_AFTER {
+        load(q, m);
+        turn(wal, q);
+    }
+    wal.flush(q, WAIT).expect("flush");
+}
+
+/// Recovery from that snapshot: the WAL from its start on is replayed, so everything the
+/// load did while the walk ran is in it.
+fn recover_from_snapshot(
+    dir: &Path,
+    cfg: &WalConfig,
+    live: usize,
+    f: &mut Figures,
+) -> (Wal, Queue) {
     let t = Instant::now();
-    let (mut wal, mut q, report) = Wal::open_dir(&dir, cfg.clone()).expect("recover from snapshot");
-    let recover_snap_s = t.elapsed().as_secs_f64();
+    let (wal, q, report) = Wal::open_dir(dir, cfg.clone()).expect("recover from snapshot");
+    f.insert("recover_from_snapshot_s".into(), secs(t.elapsed()));
     assert_eq!(q.len(), live);
     assert!(report.snapshot.is_some());
-    let replayed = report.records;
-    let snapshot_load_s = report.snapshot_load.as_secs_f64();
+    f.insert(
+        "recover_from_snapshot_wal_records".into(),
+        json!(report.records),
+    );
+    f.insert("recover_snapshot_load_s".into(), secs(report.snapshot_load));
+    (wal, q)
+}
 
-    // A snapshot of the idle queue, then a short tail of load: the common restart.
+/// A snapshot of the idle queue, then a short tail of load, then recovery: the common restart.
+fn recover_from_idle_snapshot(
+    dir: &Path,
+    cfg: &WalConfig,
+    (mut wal, mut q): (Wal, Queue),
+    m: &mut u64,
+    f: &mut Figures,
+) {
     wal.snapshot_now(&mut q, WAIT).expect("idle snapshot");
-    for _ in 0..TURNS_AFTER {
-        load(&mut q, &mut m);
-        turn(&mut wal, &mut q);
-    }
-    wal.flush(&mut q, WAIT).expect("flush");
+    load_turns(&mut wal, &mut q, m);
     let live = q.len();
     drop(wal);
     drop(q);
     let t = Instant::now();
-    let (_wal, q, report) = Wal::open_dir(&dir, cfg).expect("recover from idle snapshot");
-    let recover_idle_s = t.elapsed().as_secs_f64();
+    let (_wal, q, report) = Wal::open_dir(dir, cfg.clone()).expect("recover from idle snapshot");
+    f.insert("recover_from_idle_snapshot_s".into(), secs(t.elapsed()));
     assert_eq!(q.len(), live);
-    let idle_replayed = report.records;
-    let idle_load_s = report.snapshot_load.as_secs_f64();
-    drop(q);
-    let _ = std::fs::remove_dir_all(&dir);
+    f.insert(
+        "recover_from_idle_snapshot_load_s".into(),
+        secs(report.snapshot_load),
+    );
+    f.insert(
+        "recover_from_idle_snapshot_wal_records".into(),
+        json!(report.records),
+    );
+    f.insert("live_tasks_at_recovery".into(), json!(live));
+}
 
-    let mut j = String::new();
+/// The JSON record: commit, date, machine, configuration, then every figure.
+fn write_record(a: &Args, load_before: &str, figures: Figures) {
     let cpu = sh(
         "sh",
         &["-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
     );
-    writeln!(j, "{{").unwrap();
-    writeln!(j, "  \"bench\": \"durability\",").unwrap();
-    writeln!(
-        j,
-        "  \"commit\": \"{}\",",
-        sh("git", &["rev-parse", "--short", "HEAD"])
-    )
-    .unwrap();
-    writeln!(
-        j,
-        "  \"date\": \"{}\",",
-        sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"])
-    )
-    .unwrap();
-    writeln!(j, "  \"machine\": {{\"cpu\": \"{}\", \"cores\": {}, \"loadavg_before\": \"{load_before}\", \"loadavg_after\": \"{}\", \"note\": \"shared 2-core VM, other engineers building at the same time: figures are noisy\"}},", cpu.trim(), sh("nproc", &[]), sh("cat", &["/proc/loadavg"])).unwrap();
-    writeln!(j, "  \"config\": {{\"tasks\": {tasks}, \"payload_bytes\": {PAYLOAD}, \"wal_mode\": \"write\", \"fill_puts_per_turn\": {FILL_PER_TURN}, \"load_per_turn\": {LOAD_PER_TURN}, \"snapshot_ids_per_turn\": {}}},", tarq_net::wal::snapshot::SNAPSHOT_IDS_PER_TURN).unwrap();
-    writeln!(j, "  \"fill_s\": {fill_s:.3},").unwrap();
-    writeln!(j, "  \"fill_puts_per_s\": {:.0},", tasks as f64 / fill_s).unwrap();
-    writeln!(j, "  \"wal_bytes\": {wal_bytes},").unwrap();
-    writeln!(j, "  \"recover_from_wal_s\": {recover_wal_s:.3},").unwrap();
-    writeln!(j, "  \"snapshot_s\": {snapshot_s:.3},").unwrap();
-    writeln!(j, "  \"snapshot_bytes\": {snap_bytes},").unwrap();
-    writeln!(j, "  \"snapshot_turns\": {turns},").unwrap();
-    writeln!(
-        j,
-        "  \"snapshot_longest_turn_ms\": {:.3},",
-        longest.as_secs_f64() * 1e3
-    )
-    .unwrap();
-    writeln!(
-        j,
-        "  \"snapshot_mean_turn_ms\": {:.3},",
-        total_step.as_secs_f64() * 1e3 / turns.max(1) as f64
-    )
-    .unwrap();
-    writeln!(j, "  \"recover_from_snapshot_s\": {recover_snap_s:.3},").unwrap();
-    writeln!(j, "  \"recover_from_snapshot_wal_records\": {replayed},").unwrap();
-    writeln!(j, "  \"recover_snapshot_load_s\": {snapshot_load_s:.3},").unwrap();
-    writeln!(
-        j,
-        "  \"recover_from_idle_snapshot_s\": {recover_idle_s:.3},"
-    )
-    .unwrap();
-    writeln!(
-        j,
-        "  \"recover_from_idle_snapshot_load_s\": {idle_load_s:.3},"
-    )
-    .unwrap();
-    writeln!(
-        j,
-        "  \"recover_from_idle_snapshot_wal_records\": {idle_replayed},"
-    )
-    .unwrap();
-    writeln!(j, "  \"live_tasks_at_recovery\": {live}").unwrap();
-    writeln!(j, "}}").unwrap();
-    if let Some(parent) = std::path::Path::new(&out).parent() {
+    let mut record = Figures::new();
+    record.insert("bench".into(), json!("durability"));
+    record.insert(
+        "commit".into(),
+        json!(sh("git", &["rev-parse", "--short", "HEAD"])),
+    );
+    record.insert(
+        "date".into(),
+        json!(sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"])),
+    );
+    record.insert(
+        "machine".into(),
+        json!({
+            "cpu": cpu.trim(),
+            "cores": sh("nproc", &[]).parse::<u64>().unwrap_or(0),
+            "loadavg_before": load_before,
+            "loadavg_after": sh("cat", &["/proc/loadavg"]),
+            "note": "shared 2-core VM, other processes may run at the same time: figures are noisy",
+        }),
+    );
+    record.insert(
+        "config".into(),
+        json!({
+            "tasks": a.tasks,
+            "payload_bytes": PAYLOAD,
+            "wal_mode": "write",
+            "fill_puts_per_turn": FILL_PER_TURN,
+            "load_per_turn": LOAD_PER_TURN,
+            "snapshot_ids_per_turn": tarq_wal::snapshot::SNAPSHOT_IDS_PER_TURN,
+        }),
+    );
+    record.extend(figures);
+    let text = serde_json::to_string_pretty(&Value::Object(record)).expect("JSON") + "\n";
+    if let Some(parent) = Path::new(&a.out).parent() {
         std::fs::create_dir_all(parent).unwrap();
     }
-    std::fs::write(&out, &j).unwrap();
-    print!("{j}");
+    std::fs::write(&a.out, &text).unwrap();
+    print!("{text}");
 }

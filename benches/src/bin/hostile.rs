@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tarq_benches::report;
-use tarq_net::iproto::client::{self, GREETING_LEN};
-use tarq_net::iproto::mp::write;
-use tarq_net::iproto::split_frame;
+use tarq_iproto::client::{self, GREETING_LEN};
+use tarq_iproto::mp::write;
+use tarq_iproto::split_frame;
 
 /// How long the client runs alone first, for its baseline percentiles.
 const BASELINE: Duration = Duration::from_secs(2);
@@ -265,7 +265,7 @@ impl Client {
 
 /// The stats map in DATA (`[{name: uint, ...}]`) as JSON.
 fn decode_stats(data: &[u8]) -> Value {
-    let mut r = tarq_net::iproto::mp::Reader::new(data);
+    let mut r = tarq_iproto::mp::Reader::new(data);
     assert_eq!(r.read_array_len().unwrap(), 1);
     let mut m = serde_json::Map::new();
     for _ in 0..r.read_map_len().unwrap() {

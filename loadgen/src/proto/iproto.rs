@@ -1,15 +1,16 @@
 //! IPROTO driver (tarq, Tarantool running the reference queue, tarq `--null`) over the shared
-//! codec `tarq_net::iproto::client`: `CALL queue.put([payload])`, `CALL queue.take(timeout)`,
+//! codec `tarq_iproto::client`: `CALL queue.put([payload])`, `CALL queue.take(timeout)`,
 //! `CALL queue.ack(id)`. Replies are matched by sync, since a parked take lets later requests on
 //! the same connection overtake it. Task ids are read at any integer width: the reference queue's
 //! ids are nanosecond clock values (~1.8e18, sent as uint64).
 
 use super::{excerpt, Driver, Frame, Kind, ProtoError, Reply, Request, Role};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
-use tarq_net::iproto::client::{self, GREETING_LEN};
-use tarq_net::iproto::mp::{write, Reader};
-use tarq_net::iproto::{keys, split_frame, DEFAULT_MAX_FRAME_BYTES};
+use std::time::Duration;
+use tarq_iproto::client::{self, GREETING_LEN};
+use tarq_iproto::mp::{write, Reader};
+use tarq_iproto::{keys, split_frame, DEFAULT_MAX_FRAME_BYTES};
 
 /// Largest reply frame accepted: the server's own default frame cap; replies carry one task.
 pub const MAX_FRAME_BYTES: usize = DEFAULT_MAX_FRAME_BYTES;
@@ -50,32 +51,18 @@ fn greet(stream: &mut TcpStream) -> Result<(), ProtoError> {
 }
 
 /// Readiness check for a fresh server: greeting, then `queue.stats()` must answer OK (the
-/// reference listens before its queue module is loaded).
-pub fn probe(stream: &mut TcpStream) -> anyhow::Result<()> {
-    greet(stream)?;
-    let mut out = Vec::new();
-    client::call(&mut out, 1, "queue.stats", &[0x90]);
-    stream.write_all(&out)?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(f) = split_frame(&buf, MAX_FRAME_BYTES)? {
-            let resp = client::decode(&buf[f.prefix..f.total()])?;
-            if resp.is_ok() {
-                return Ok(());
-            }
-            anyhow::bail!(
-                "queue.stats answered error {}: {}",
-                resp.code,
-                resp.error.unwrap_or("")
-            );
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            anyhow::bail!("connection closed before queue.stats answered");
-        }
-        buf.extend_from_slice(&chunk[..n]);
+/// reference listens before its queue module is loaded). Through the one blocking client.
+pub fn probe(stream: TcpStream, timeout: Duration) -> anyhow::Result<()> {
+    let mut c = tarq_client::Client::over(stream, timeout)?;
+    if c.greeting().protocol != "Binary" {
+        anyhow::bail!(
+            "greeting announces protocol {:?}, not Binary",
+            c.greeting().protocol
+        );
     }
+    c.call("queue.stats", &[0x90], None)
+        .map_err(|e| anyhow::anyhow!("queue.stats answered: {e}"))?;
+    Ok(())
 }
 
 impl Driver for IprotoDriver {
@@ -113,7 +100,7 @@ impl Driver for IprotoDriver {
         };
         // Only the header is read here, for the sync; `decode` reads the rest.
         let mut r = Reader::new(&buf[f.prefix..f.total()]);
-        let bad = |e: tarq_net::iproto::mp::MpError| ProtoError::Malformed(format!("header: {e}"));
+        let bad = |e: tarq_iproto::mp::MpError| ProtoError::Malformed(format!("header: {e}"));
         let mut sync = 0;
         for _ in 0..r.read_map_len().map_err(bad)? {
             if r.read_uint().map_err(bad)? == keys::SYNC {
@@ -177,7 +164,7 @@ impl Driver for IprotoDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tarq_net::iproto::response;
+    use tarq_iproto::response;
 
     fn reply(sync: u64, body: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -245,7 +232,7 @@ mod tests {
 
     #[test]
     fn requests_are_calls_the_server_side_decodes() {
-        use tarq_net::iproto::request::{self, RequestKind};
+        use tarq_iproto::request::{self, RequestKind};
         let mut d = IprotoDriver::new(0.25);
         let mut out = Vec::new();
         let s1 = d.encode(&mut out, Request::Put(b"payload"));

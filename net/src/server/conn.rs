@@ -11,7 +11,7 @@ use tarq_engine::{Micros, SessionId};
 
 use super::journal::Ticket;
 use super::limits::Guard;
-use crate::iproto::greeting::SALT_LEN;
+use tarq_iproto::greeting::SALT_LEN;
 
 /// Initial (and resting) read buffer: Tarantool's `readahead`, enough for a pipelined burst of
 /// small requests in one read.

@@ -14,9 +14,9 @@ use tracing::{info, warn};
 use super::conn::ReadBuf;
 use super::limits::{Expiry, MAX_PRE_AUTH_FRAME_BYTES};
 use super::{out_of, Server};
-use crate::iproto::codes::ER_ACCESS_DENIED;
-use crate::iproto::{response, FrameError};
-use crate::ops::stats::LimitFigures;
+use tarq_iproto::codes::ER_ACCESS_DENIED;
+use tarq_iproto::{response, FrameError};
+use tarq_ops::stats::LimitFigures;
 
 /// Tarantool's `ER_TIMEOUT` ("Timeout exceeded"): a deadline closed the connection.
 const ER_TIMEOUT: u32 = 78;

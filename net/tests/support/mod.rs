@@ -14,7 +14,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -23,9 +23,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rmpv::Value;
+use tarq_iproto::client::{self, Greeting};
 use tarq_net::config::Config;
-use tarq_net::iproto::client::{self, Greeting, GREETING_LEN};
-use tarq_net::iproto::split_frame;
 use tarq_net::server::{Server, ServerHandle};
 
 /// The `tarq` binary cargo built for these tests.
@@ -379,23 +378,15 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------------------------
 // External tools
 
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Whether the test can go on: a missing tool fails under CI, elsewhere it is a notice.
-pub fn prerequisite<T>(what: &str, check: Result<T, String>) -> Option<T> {
-    match check {
-        Ok(v) => Some(v),
-        Err(why) if in_ci() => panic!(
-            "{what} is required under CI=true but unusable: {why}\n\
+/// What a test needs, or a failure naming it and why it is unusable: a test that cannot run
+/// fails, in CI and out of it, instead of passing without having run.
+pub fn prerequisite<T>(what: &str, check: Result<T, String>) -> T {
+    check.unwrap_or_else(|why| {
+        panic!(
+            "{what} is required but unusable: {why}\n\
              (`bash .ci/test` installs it before running the tests)"
-        ),
-        Err(why) => {
-            eprintln!("NOTICE: skipping, {what} is unusable here: {why}");
-            None
-        }
-    }
+        )
+    })
 }
 
 /// The path of an executable on PATH.
@@ -487,84 +478,57 @@ pub fn map(pairs: &[(&str, Value)]) -> Value {
     )
 }
 
+/// A test's connection: [`tarq_client::Client`] with panics instead of errors, plus the raw
+/// socket (a second handle on it) and the greeting for tests that poke at them directly.
 pub struct Client {
     pub stream: TcpStream,
     pub greeting: Greeting,
-    buf: Vec<u8>,
-    next_sync: u64,
+    inner: tarq_client::Client,
 }
 
 impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
-        let mut stream = TcpStream::connect(addr).expect("connect");
-        stream.set_read_timeout(Some(WAIT)).unwrap();
-        stream.set_nodelay(true).unwrap();
-        let mut g = [0u8; GREETING_LEN];
-        stream.read_exact(&mut g).expect("greeting");
-        let greeting = client::parse_greeting(&g).expect("valid greeting");
+        let inner = tarq_client::Client::connect_addr(addr, WAIT).expect("connect and greeting");
+        let stream = inner.socket().try_clone().expect("a second socket handle");
         Client {
             stream,
-            greeting,
-            buf: Vec::new(),
-            next_sync: 1,
+            greeting: inner.greeting().clone(),
+            inner,
         }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("send");
-    }
-
-    fn sync(&mut self) -> u64 {
-        let s = self.next_sync;
-        self.next_sync += 1;
-        s
+        self.inner.send(bytes).expect("send");
     }
 
     /// Sends a CALL; returns its sync.
     pub fn send_call(&mut self, function: &str, a: &[Value]) -> u64 {
-        let sync = self.sync();
-        let mut out = Vec::new();
-        client::call(&mut out, sync, function, &args(a));
-        self.send(&out);
-        sync
+        let a = args(a);
+        self.inner
+            .send_request(|out, sync| client::call(out, sync, function, &a))
+            .expect("send")
     }
 
     /// A CALL and its reply (asserting the sync matches).
     pub fn call(&mut self, function: &str, a: &[Value]) -> Reply {
-        let sync = self.send_call(function, a);
-        let r = self.recv();
-        assert_eq!(r.sync, sync, "reply to another request: {r:?}");
-        r
+        let a = args(a);
+        self.request(|out, sync| client::call(out, sync, function, &a))
     }
 
     pub fn call16(&mut self, function: &str, a: &[Value]) -> Reply {
-        let sync = self.sync();
-        let mut out = Vec::new();
-        client::call16(&mut out, sync, function, &args(a));
-        self.send(&out);
-        let r = self.recv();
-        assert_eq!(r.sync, sync);
-        r
+        let a = args(a);
+        self.request(|out, sync| client::call16(out, sync, function, &a))
     }
 
     pub fn ping(&mut self) -> Reply {
-        let sync = self.sync();
-        let mut out = Vec::new();
-        client::ping(&mut out, sync);
-        self.send(&out);
-        let r = self.recv();
-        assert_eq!(r.sync, sync);
-        r
+        self.request(client::ping)
     }
 
     /// Sends a request built by `build(out, sync)` and returns its reply.
     pub fn request(&mut self, build: impl FnOnce(&mut Vec<u8>, u64)) -> Reply {
-        let sync = self.sync();
-        let mut out = Vec::new();
-        build(&mut out, sync);
-        self.send(&out);
+        let sync = self.inner.send_request(build).expect("send");
         let r = self.recv();
-        assert_eq!(r.sync, sync);
+        assert_eq!(r.sync, sync, "reply to another request: {r:?}");
         r
     }
 
@@ -576,38 +540,22 @@ impl Client {
 
     /// The next reply, or None when the server closed the connection.
     pub fn try_recv(&mut self) -> Option<Reply> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(f) = split_frame(&self.buf, usize::MAX).expect("reply framing") {
-                assert_eq!(self.buf[0], 0xce, "replies use a 0xce length");
-                let r = client::decode(&self.buf[f.prefix..f.total()]).expect("reply decodes");
-                let reply = Reply {
-                    sync: r.sync,
-                    code: r.code,
-                    schema_version: r.schema_version,
-                    data: r
-                        .data
-                        .map(|d| rmpv::decode::read_value(&mut &d[..]).expect("DATA decodes")),
-                    error: r.error.map(str::to_string),
-                    has_stack: r.error_stack.is_some(),
-                    body: r.body.to_vec(),
-                };
-                self.buf.drain(..f.total());
-                return Some(reply);
-            }
-            assert!(Instant::now() < deadline, "no reply within {WAIT:?}");
-            let mut chunk = [0u8; 64 * 1024];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    panic!("no reply within {WAIT:?}")
-                }
-                Err(e) => panic!("read failed: {e}"),
-            }
-        }
+        let r = match self.inner.recv_within(WAIT) {
+            Ok(r) => r?,
+            Err(e) => panic!("no reply: {e}"),
+        };
+        assert_eq!(r.prefix_marker, 0xce, "replies use a 0xce length");
+        Some(Reply {
+            sync: r.sync,
+            code: r.code,
+            schema_version: r.schema_version,
+            data: r
+                .data
+                .map(|d| rmpv::decode::read_value(&mut &d[..]).expect("DATA decodes")),
+            error: r.error,
+            has_stack: r.has_stack,
+            body: r.body,
+        })
     }
 
     /// Asserts the server closes the connection (after any replies, which are returned).

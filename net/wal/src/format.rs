@@ -30,8 +30,6 @@ pub const RECORD_HEADER_LEN: usize = 24;
 /// frame limit is 16 MiB by default) and the snapshot block size, yet small enough that a
 /// damaged length field is recognised as damage instead of a reason to read gigabytes.
 pub const MAX_RECORD_BODY: usize = 1 << 30;
-/// Bytes of a task in a record besides its payload.
-pub const TASK_FIXED_LEN: usize = 8 + 1 + 1 + 8 + 8 + 8 + 8 + 8 + 4;
 
 pub const WAL_SUFFIX: &str = ".xlog";
 pub const SNAP_SUFFIX: &str = ".snap";
@@ -198,6 +196,7 @@ fn status_byte(s: Status) -> u8 {
         Status::Ready => 0,
         Status::Taken => 1,
         Status::Waiting => 2,
+        Status::Buried => 3,
     }
 }
 
@@ -206,6 +205,7 @@ fn status_from(b: u8) -> Result<Status, String> {
         0 => Status::Ready,
         1 => Status::Taken,
         2 => Status::Waiting,
+        3 => Status::Buried,
         _ => return Err(format!("unknown task status {b}")),
     })
 }

@@ -1,7 +1,7 @@
 //! `tarq ctl console`: the `tarantoolctl connect` experience. A line such as
 //! `queue.put('x', {delay=1.5})` is parsed here as a call with Lua-ish literal arguments —
 //! strings, numbers, `nil`/`box.NULL`, `true`/`false`, tables `{a=1}` and `{1,2}` — sent as an
-//! IPROTO CALL through [`super::ctl::Client`], and its results printed as JSON. Line editing and
+//! IPROTO CALL through [`tarq_client::Client`], and its results printed as JSON. Line editing and
 //! history come from rustyline.
 //!
 //! The parser ([`parse_line`]) is a small recursive descent over the line, with the nesting
@@ -14,7 +14,7 @@ use rmpv::Value;
 use rustyline::error::ReadlineError;
 use rustyline::DefaultEditor;
 
-use super::ctl::{Client, CtlError};
+use tarq_client::{Client, ClientError};
 
 /// Deepest table nesting accepted in a console line: far beyond any hand-typed argument, far
 /// below what the parser's recursion could overflow.
@@ -520,8 +520,8 @@ pub fn run(client: &mut Client, prompt: &str, history: Option<PathBuf>) -> anyho
                 rmpv::encode::write_value(&mut packed, &Value::Array(args))
                     .expect("writing to a Vec cannot fail");
                 match client.call(&function, &packed, wait) {
-                    Ok(values) => println!("{}", super::ctl::to_json_pretty(&Value::Array(values))),
-                    Err(CtlError::Server { code, message }) => {
+                    Ok(values) => println!("{}", super::to_json_pretty(&Value::Array(values))),
+                    Err(ClientError::Server { code, message }) => {
                         println!("error: {message} (code {code})")
                     }
                     Err(e) => {

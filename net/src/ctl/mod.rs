@@ -1,11 +1,11 @@
 //! `tarq ctl`: a command-line client of a running server — `put`, `take`, `ack`, `release`,
 //! `stats` print their result as JSON, `console` opens the interactive console
-//! ([`super::console`]). It speaks IPROTO through the shared codec
-//! ([`crate::iproto::client`]) over a plain blocking socket: it is an operator's tool, not part
-//! of the server's hot path.
+//! ([`console`]). It speaks IPROTO through the one blocking client
+//! ([`tarq_client::Client`]): it is an operator's tool, not part of the server's hot path.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+pub mod console;
+
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,8 +13,7 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 use rmpv::Value;
 
-use crate::iproto::client::{self, parse_greeting, GREETING_LEN};
-use crate::iproto::{auth, split_frame};
+use tarq_client::{pack_args, Client};
 
 /// Default `--addr`: the server's default `--listen`.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:3301";
@@ -22,9 +21,6 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:3301";
 /// Default `--timeout` in seconds: for connecting and for each reply. A healthy server answers
 /// in microseconds; ten seconds only rules out waiting for ever on a wedged one.
 pub const DEFAULT_TIMEOUT_SECS: f64 = 10.0;
-
-/// Largest reply accepted: the server's default frame cap (a task's data can be that big).
-pub const MAX_REPLY_BYTES: usize = crate::iproto::DEFAULT_MAX_FRAME_BYTES + 1024;
 
 /// `tarq ctl`: talk to a running tarq.
 #[derive(Debug, Clone, Args)]
@@ -91,177 +87,6 @@ pub enum CtlCommand {
         #[arg(long, value_name = "FILE")]
         history: Option<PathBuf>,
     },
-}
-
-/// What can go wrong talking to the server.
-#[derive(Debug, thiserror::Error)]
-pub enum CtlError {
-    #[error("cannot resolve {addr}: {reason}")]
-    Resolve { addr: String, reason: String },
-    #[error("cannot connect to {addr}: {source}")]
-    Connect { addr: String, source: io::Error },
-    #[error("{0}")]
-    Io(#[from] io::Error),
-    #[error("not a tarq/Tarantool server: {0}")]
-    Greeting(String),
-    #[error("bad reply from the server: {0}")]
-    Protocol(String),
-    /// The server answered with an error.
-    #[error("{message} (code {code})")]
-    Server { code: u32, message: String },
-}
-
-/// A blocking IPROTO connection.
-pub struct Client {
-    stream: TcpStream,
-    salt: Vec<u8>,
-    buf: Vec<u8>,
-    sync: u64,
-    timeout: Duration,
-}
-
-impl Client {
-    /// Connects, reads the greeting, and authenticates when `credentials` are given.
-    pub fn connect(
-        addr: &str,
-        timeout: Duration,
-        credentials: Option<(&str, &str)>,
-    ) -> Result<Client, CtlError> {
-        let resolved: Vec<SocketAddr> = addr
-            .to_socket_addrs()
-            .map_err(|e| CtlError::Resolve {
-                addr: addr.to_string(),
-                reason: e.to_string(),
-            })?
-            .collect();
-        let mut last = None;
-        let mut stream = None;
-        for a in &resolved {
-            match TcpStream::connect_timeout(a, timeout) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        let stream = stream.ok_or_else(|| CtlError::Connect {
-            addr: addr.to_string(),
-            source: last.unwrap_or_else(|| io::Error::other("no address")),
-        })?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        let mut client = Client {
-            stream,
-            salt: Vec::new(),
-            buf: Vec::new(),
-            sync: 0,
-            timeout,
-        };
-        let mut hello = [0u8; GREETING_LEN];
-        client.stream.read_exact(&mut hello)?;
-        let greeting = parse_greeting(&hello).map_err(|e| CtlError::Greeting(e.to_string()))?;
-        client.salt = greeting.salt.to_vec();
-        if let Some((user, password)) = credentials {
-            client.auth(user, password)?;
-        }
-        Ok(client)
-    }
-
-    fn auth(&mut self, user: &str, password: &str) -> Result<(), CtlError> {
-        let scramble = auth::scramble(&self.salt, password);
-        self.sync += 1;
-        let mut out = Vec::new();
-        client::auth(&mut out, self.sync, user, &scramble);
-        self.roundtrip(&out, None).map(|_| ())
-    }
-
-    /// Calls `function` with `args` (a MessagePack array) and returns its results.
-    /// `extra_wait` lengthens the reply timeout for a call that may wait (a take).
-    pub fn call(
-        &mut self,
-        function: &str,
-        args: &[u8],
-        extra_wait: Option<Duration>,
-    ) -> Result<Vec<Value>, CtlError> {
-        self.sync += 1;
-        let mut out = Vec::new();
-        client::call(&mut out, self.sync, function, args);
-        let data = self.roundtrip(&out, extra_wait)?;
-        match data {
-            None => Ok(Vec::new()),
-            Some(bytes) => match rmpv::decode::read_value(&mut &bytes[..]) {
-                Ok(Value::Array(values)) => Ok(values),
-                Ok(other) => Err(CtlError::Protocol(format!("DATA is not an array: {other}"))),
-                Err(e) => Err(CtlError::Protocol(e.to_string())),
-            },
-        }
-    }
-
-    /// Sends one request and waits for the reply with its sync; returns its raw DATA.
-    fn roundtrip(
-        &mut self,
-        request: &[u8],
-        extra_wait: Option<Duration>,
-    ) -> Result<Option<Vec<u8>>, CtlError> {
-        self.stream.write_all(request)?;
-        let wait = self.timeout + extra_wait.unwrap_or_default();
-        self.stream.set_read_timeout(Some(wait))?;
-        loop {
-            if let Some(frame) = split_frame(&self.buf, MAX_REPLY_BYTES)
-                .map_err(|e| CtlError::Protocol(e.to_string()))?
-            {
-                let body = &self.buf[frame.prefix..frame.total()];
-                let reply = client::decode(body).map_err(|e| CtlError::Protocol(e.to_string()))?;
-                let result = if reply.sync != self.sync {
-                    None // a reply to something else (the server's goodbye carries sync 0)
-                } else if reply.is_ok() {
-                    Some(Ok(reply.data.map(<[u8]>::to_vec)))
-                } else {
-                    Some(Err(CtlError::Server {
-                        code: reply.code,
-                        message: reply.error.unwrap_or("(no message)").to_string(),
-                    }))
-                };
-                let error_without_sync = reply.sync == 0 && !reply.is_ok();
-                let message = reply.error.unwrap_or_default().to_string();
-                let code = reply.code;
-                self.buf.drain(..frame.total());
-                if let Some(r) = result {
-                    return r;
-                }
-                if error_without_sync {
-                    return Err(CtlError::Server { code, message });
-                }
-                continue;
-            }
-            let mut chunk = [0u8; 64 * 1024];
-            let n = match self.stream.read(&mut chunk) {
-                Ok(0) => {
-                    return Err(CtlError::Io(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the server closed the connection",
-                    )))
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(CtlError::Io(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no reply within {:.1} s", wait.as_secs_f64()),
-                    )))
-                }
-                Err(e) => return Err(e.into()),
-            };
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
 }
 
 /// Seconds as a `Duration`, refusing what cannot be one.
@@ -351,12 +176,6 @@ pub fn to_json_pretty(v: &Value) -> String {
     serde_json::to_string_pretty(&to_json(v)).expect("a JSON value always serialises")
 }
 
-fn pack(args: Vec<Value>) -> Vec<u8> {
-    let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, &Value::Array(args)).expect("writing to a Vec cannot fail");
-    out
-}
-
 /// An options map of the given (name, value) pairs that are set.
 fn options(pairs: &[(&str, Option<Value>)]) -> Option<Value> {
     let set: Vec<(Value, Value)> = pairs
@@ -370,10 +189,13 @@ fn options(pairs: &[(&str, Option<Value>)]) -> Option<Value> {
 pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let timeout = seconds("--timeout", args.timeout)?;
     let credentials = args.user.as_deref().zip(args.password.as_deref());
-    let mut client = Client::connect(&args.addr, timeout, credentials)?;
+    let mut client = Client::connect(&args.addr, timeout)?;
+    if let Some((user, password)) = credentials {
+        client.auth(user, password)?;
+    }
     let (function, call_args, extra_wait) = match args.command {
         CtlCommand::Console { history } => {
-            return super::console::run(&mut client, &args.addr, history);
+            return console::run(&mut client, &args.addr, history);
         }
         CtlCommand::Put {
             data,
@@ -413,7 +235,7 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         CtlCommand::Stats => ("queue.stats", vec![], None),
     };
-    let values = client.call(function, &pack(call_args), extra_wait)?;
+    let values = client.call(function, &pack_args(&call_args), extra_wait)?;
     // One result prints as itself; none (a take that found nothing) as null.
     let shown = values.into_iter().next().unwrap_or(Value::Nil);
     writeln!(out, "{}", serde_json::to_string(&to_json(&shown))?)?;

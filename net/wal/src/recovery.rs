@@ -230,7 +230,8 @@ pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError
                 format!("records {}..{} are lost", start + 1, s - 1),
             )?;
         }
-        prev_seq = s - 1;
+        // Sequence numbers start at 1; a segment named 0 holds nothing before its first record.
+        prev_seq = s.saturating_sub(1);
     }
     for i in first..segs.len() {
         let (hdr_seq, name) = segs[i];
@@ -275,7 +276,7 @@ pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError
                 "they are lost".into(),
             )?;
         }
-        prev_seq = hdr_seq - 1;
+        prev_seq = hdr_seq.saturating_sub(1);
         let mut off = FILE_HEADER_LEN;
         let mut turn_end = off;
         let mut turn: Vec<Pending> = Vec::new();
@@ -342,7 +343,7 @@ pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError
                             next.saturating_sub(1)
                         ),
                     )?;
-                    prev_seq = next - 1;
+                    prev_seq = next.saturating_sub(1);
                     off = p;
                 }
                 None => {

@@ -8,7 +8,7 @@
 
 use tarq_engine::{Micros, Stats};
 
-use crate::iproto::mp::write;
+use tarq_iproto::mp::write;
 
 /// Figures the server keeps beside the engine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

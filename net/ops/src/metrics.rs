@@ -7,13 +7,14 @@
 //! owns the figures: a request that needs them waits (`wants_stats`) until the loop's next
 //! [`MetricsServer::respond`] call renders the page once for every waiting client.
 //!
-//! Its clients are under the same [`Limits`] as the IPROTO ones: counted against the
-//! per-address cap, and each closure by its deadline counted. Their input needs no share of
-//! the input budget: it is capped here at [`MAX_HTTP_CLIENTS`] × [`MAX_REQUEST_BYTES`].
+//! Its clients are under the same limits as the server's other connections, through
+//! [`Admission`] (the server's limits implement it): counted against the per-address cap, and
+//! each closure by its deadline counted. Their input needs no share of the input budget: it is
+//! capped here at [`MAX_HTTP_CLIENTS`] × [`MAX_REQUEST_BYTES`].
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use mio::event::Event;
@@ -25,7 +26,6 @@ use tracing::{debug, info};
 
 use super::graphite::GraphiteCounters;
 use super::stats::{Kind, Snapshot};
-use crate::server::limits::Limits;
 
 /// Buckets of [`ServiceTimes`]: upper bounds 1 µs · 2^k for k in 0..BUCKETS, so 1 µs to about
 /// 1 s; a request slower than a second lands in `+Inf`, and one second is already an outage
@@ -43,6 +43,17 @@ pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// A client that has not finished its request, or read its response, within this is closed, so
 /// a stuck scraper cannot hold a slot for ever.
 pub const HTTP_TIMEOUT: Micros = 5_000_000;
+
+/// What the server's connection limits offer this endpoint: the per-address count and the
+/// closure counts shared with every other front-end.
+pub trait Admission {
+    /// Counts a new client from `peer`, or refuses it with the reason.
+    fn admit(&mut self, peer: IpAddr) -> Result<(), String>;
+    /// A client admitted from `peer` is gone.
+    fn release(&mut self, peer: IpAddr);
+    /// A client was closed for not finishing its exchange in time.
+    fn timed_out(&mut self);
+}
 
 /// Bytes read per read call.
 const READ_CHUNK: usize = 2048;
@@ -282,7 +293,7 @@ impl MetricsServer {
         self.clients.iter().map(|(_, c)| c.deadline).min()
     }
 
-    pub fn on_event(&mut self, event: &Event, now: Micros, limits: &mut Limits) {
+    pub fn on_event(&mut self, event: &Event, now: Micros, limits: &mut dyn Admission) {
         let t = event.token().0;
         if t == self.base {
             self.accept(now, limits);
@@ -294,7 +305,7 @@ impl MetricsServer {
     }
 
     /// Closes clients past their deadline, counting each.
-    pub fn tick(&mut self, now: Micros, limits: &mut Limits) {
+    pub fn tick(&mut self, now: Micros, limits: &mut dyn Admission) {
         let late: Vec<usize> = self
             .clients
             .iter()
@@ -302,7 +313,7 @@ impl MetricsServer {
             .map(|(i, _)| i)
             .collect();
         for idx in late {
-            limits.counts.http_timeouts += 1;
+            limits.timed_out();
             let peer = self.clients[idx].peer;
             info!(%peer, seconds = HTTP_TIMEOUT / 1_000_000, "metrics client timed out: closing");
             self.close(idx, limits);
@@ -315,7 +326,7 @@ impl MetricsServer {
         stats: &Snapshot,
         service: &ServiceTimes,
         graphite: Option<GraphiteCounters>,
-        limits: &mut Limits,
+        limits: &mut dyn Admission,
     ) {
         if !self.wants_stats {
             return;
@@ -342,7 +353,7 @@ impl MetricsServer {
         }
     }
 
-    fn accept(&mut self, now: Micros, limits: &mut Limits) {
+    fn accept(&mut self, now: Micros, limits: &mut dyn Admission) {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, peer)) => {
@@ -388,7 +399,7 @@ impl MetricsServer {
     }
 
     /// Reads the request head, then writes the response; closes when done or broken.
-    fn serve(&mut self, idx: usize, limits: &mut Limits) {
+    fn serve(&mut self, idx: usize, limits: &mut dyn Admission) {
         let c = &mut self.clients[idx];
         if c.out.is_empty() && !c.wants_stats {
             let mut chunk = [0u8; READ_CHUNK];
@@ -462,7 +473,7 @@ impl MetricsServer {
         }
     }
 
-    fn close(&mut self, idx: usize, limits: &mut Limits) {
+    fn close(&mut self, idx: usize, limits: &mut dyn Admission) {
         let mut c = self.clients.remove(idx);
         limits.release(c.peer.ip());
         if let Some(registry) = &self.registry {

@@ -1,0 +1,267 @@
+//! The tarantool/queue client scripts of `tests/clients/tubes/` against the original
+//! tarantool/queue 1.5.0 (`serve.lua` on Debian's tarantool): each real-client flow (net.box,
+//! the PyPI `tarantool` connector, `asynctnt-queue`) passes in its `reference` mode, the
+//! differential runner finds two fresh instances of the original identical, and the original
+//! still produces the recorded transcript. This proves the scripts check what the original
+//! does, so the same scripts can later be pointed at tarq. This file owns the processes and
+//! their deadlines; what is checked lives in the scripts.
+//!
+//! A tool that is not installed fails the test under `CI=true` (the test command installs
+//! them); elsewhere the test prints a notice and passes.
+
+mod support;
+
+use std::fs::File;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{free_port, prerequisite, Proc};
+use tempfile::TempDir;
+
+/// How long the original gets to serve: it starts in about half a second; this leaves room
+/// for a machine busy building.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a whole script may run: the flows take 3-6 s (short delays and TTRs); their own
+/// calls are bounded by 20-30 s, so a hung server shows up as a script failure before this.
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
+/// Pause between two checks of a process or port being ready: a polling interval.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Tries at starting the original on a free port: another process may take the port between
+/// our probe and its bind (Tarantool cannot report a port it got from port 0).
+const START_TRIES: usize = 3;
+/// The tail of a log shown when something fails.
+const LOG_TAIL_BYTES: usize = 4000;
+/// Where the original lives: `shared/` beside the repository (two levels up from a worktree).
+const SERVE_LUA: &str = "shared/reference/tarantool-queue/serve.lua";
+/// The line of Tarantool's log that says the queue is defined and requests are served.
+const READY_LINE: &str = "entering the event loop";
+
+/// The original served by Tarantool in a temporary work dir, killed on drop.
+struct Original {
+    proc: Proc,
+    port: u16,
+    log: PathBuf,
+    out: PathBuf,
+    _dir: TempDir,
+}
+
+impl Original {
+    fn start(serve_lua: &Path) -> Original {
+        let mut last_error = String::new();
+        for _ in 0..START_TRIES {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let out = dir.path().join("server.out");
+            let file = File::create(&out).expect("create the server's output file");
+            let log = dir.path().join("tarantool.log");
+            let port = free_port();
+            let proc = Proc::spawn(
+                Command::new("tarantool")
+                    .arg(serve_lua)
+                    .env("WORKDIR", dir.path())
+                    .env("LISTEN", format!("127.0.0.1:{port}"))
+                    .env("LOGFILE", &log)
+                    .current_dir(dir.path())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::from(file.try_clone().expect("dup output file")))
+                    .stderr(Stdio::from(file)),
+            );
+            let mut original = Original {
+                proc,
+                port,
+                log,
+                out,
+                _dir: dir,
+            };
+            match original.wait_ready() {
+                Ok(()) => return original,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("the original tarantool/queue did not start in {START_TRIES} tries: {last_error}");
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if let Some(status) = self.proc.0.try_wait().expect("try_wait") {
+                return Err(format!("exited with {status}:\n{}", self.logs()));
+            }
+            if read_lossy(&self.log).contains(READY_LINE)
+                && TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("not ready on {addr}:\n{}", self.logs()));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn logs(&self) -> String {
+        format!(
+            "{}\n--- {} ---\n{}",
+            tail(&read_lossy(&self.out)),
+            self.log.display(),
+            tail(&read_lossy(&self.log))
+        )
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+fn tail(s: &str) -> String {
+    let start = s.len().saturating_sub(LOG_TAIL_BYTES);
+    let start = (start..s.len())
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(s.len());
+    s[start..].to_string()
+}
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tubes")
+}
+
+/// `serve.lua`, once Tarantool and the original are there (else the CI rule applies).
+fn original_available(client: &str, client_check: &[&str]) -> PathBuf {
+    let runs = |program: &str, args: &[&str]| match Command::new(program).args(args).output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "`{program} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Err(format!("cannot run `{program}`: {e}")),
+    };
+    prerequisite("Tarantool", runs("tarantool", &["--version"]));
+    prerequisite(client, runs(client_check[0], &client_check[1..]));
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = crate_dir
+        .ancestors()
+        .map(|dir| dir.join(SERVE_LUA))
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("no {SERVE_LUA} above {}", crate_dir.display()));
+    prerequisite("the original tarantool/queue", found)
+}
+
+/// Runs `cmd` to completion within SCRIPT_DEADLINE and fails with everything it and the
+/// servers printed unless it exits 0 with its OK line.
+fn run_script(mut cmd: Command, servers: &[&Original]) {
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let until = Instant::now() + SCRIPT_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(POLL_INTERVAL);
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    if matches!(status, Some(s) if s.success()) && stdout.contains("OK: ") {
+        print!("{stdout}");
+        return;
+    }
+    let logs: Vec<String> = servers.iter().map(|s| s.logs()).collect();
+    panic!(
+        "{shown} ended with {status:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n\
+         --- the original's output ---\n{}",
+        logs.join("\n")
+    );
+}
+
+fn flow_against_original(program: &str, script: &str, check: &[&str], client: &str) {
+    let serve = original_available(client, check);
+    let original = Original::start(&serve);
+    let mut cmd = Command::new(program);
+    cmd.arg(scripts().join(script))
+        .arg(original.port.to_string())
+        .arg("reference");
+    run_script(cmd, &[&original]);
+}
+
+#[test]
+fn netbox_tubes_flow_holds_against_the_original() {
+    flow_against_original(
+        "tarantool",
+        "netbox_tubes.lua",
+        &["tarantool", "--version"],
+        "net.box (Debian package `tarantool`)",
+    );
+}
+
+#[test]
+fn python_tubes_flow_holds_against_the_original() {
+    flow_against_original(
+        "python3",
+        "python_tubes.py",
+        &["python3", "-c", "import tarantool"],
+        "the PyPI `tarantool` connector",
+    );
+}
+
+#[test]
+fn asynctnt_queue_flow_holds_against_the_original() {
+    flow_against_original(
+        "python3",
+        "asynctnt_queue_flow.py",
+        &["python3", "-c", "import asynctnt, asynctnt_queue"],
+        "the PyPI `asynctnt` and `asynctnt-queue` packages",
+    );
+}
+
+#[test]
+fn differential_runner_finds_two_originals_identical() {
+    let serve = original_available(
+        "the PyPI `tarantool` connector",
+        &["python3", "-c", "import tarantool"],
+    );
+    let (a, b) = (Original::start(&serve), Original::start(&serve));
+    let mut cmd = Command::new("python3");
+    cmd.arg(scripts().join("diff_tubes.py"))
+        .arg(a.port.to_string())
+        .arg(b.port.to_string());
+    run_script(cmd, &[&a, &b]);
+}
+
+#[test]
+fn the_original_still_gives_the_recorded_transcript() {
+    let serve = original_available(
+        "the PyPI `tarantool` connector",
+        &["python3", "-c", "import tarantool"],
+    );
+    let original = Original::start(&serve);
+    let mut cmd = Command::new("python3");
+    cmd.arg(scripts().join("diff_tubes.py"))
+        .arg(original.port.to_string())
+        .arg("--against")
+        .arg(scripts().join("reference_transcript.jsonl"));
+    run_script(cmd, &[&original]);
+}
