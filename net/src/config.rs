@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
-use crate::ops::ctl::CtlArgs;
-use crate::ops::graphite::{self, Target};
-use crate::ops::OpsConfig;
-use crate::wal::{WalConfig, WalMode};
+use crate::ctl::CtlArgs;
+use crate::server::limits::{default_input_budget, LimitsConfig};
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
+use tarq_ops::graphite::{self, Target};
+use tarq_ops::OpsConfig;
+use tarq_wal::{WalConfig, WalMode};
 
 /// Default `--listen`: Tarantool's port, on loopback only until the operator opens it.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3301";
@@ -82,6 +83,31 @@ pub struct Cli {
     #[arg(long, value_name = "BYTES")]
     pub max_write_backlog: Option<usize>,
 
+    /// Most bytes all clients together may make the server hold in unfinished request frames;
+    /// at the limit the connection holding the most is closed [default: a sixteenth of the
+    /// memory, at most 1 GiB, at least twice --max-frame-bytes].
+    #[arg(long, value_name = "BYTES")]
+    pub input_budget_bytes: Option<usize>,
+
+    /// Seconds a request frame may take to arrive once its first byte has; 0: no limit
+    /// [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    pub frame_timeout: Option<f64>,
+
+    /// With --user: seconds a new connection has to authenticate; 0: no limit [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    pub auth_timeout: Option<f64>,
+
+    /// Close a connection that has sent nothing for this many seconds (a take waiting for a
+    /// task keeps it open); 0: never [default: 0].
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_timeout: Option<f64>,
+
+    /// Most simultaneous connections from one client address (clients and /metrics together);
+    /// 0: no limit [default: 0].
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_peer: Option<usize>,
+
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -149,6 +175,11 @@ pub struct FileConfig {
     pub max_connections: Option<usize>,
     pub max_frame_bytes: Option<usize>,
     pub max_write_backlog: Option<usize>,
+    pub input_budget_bytes: Option<usize>,
+    pub frame_timeout: Option<f64>,
+    pub auth_timeout: Option<f64>,
+    pub idle_timeout: Option<f64>,
+    pub max_connections_per_peer: Option<usize>,
     pub log_level: Option<String>,
     pub user: Option<String>,
     pub password: Option<String>,
@@ -181,6 +212,8 @@ pub struct Config {
     pub max_connections: usize,
     pub max_frame_bytes: usize,
     pub max_write_backlog: usize,
+    /// The input budget, deadlines and per-address cap.
+    pub limits: LimitsConfig,
     pub log_level: String,
     pub auth: Option<Credentials>,
     pub null: bool,
@@ -199,6 +232,7 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_write_backlog: DEFAULT_MAX_WRITE_BACKLOG,
+            limits: LimitsConfig::with_frame_cap(DEFAULT_MAX_FRAME_BYTES),
             log_level: "info".into(),
             auth: None,
             null: false,
@@ -259,6 +293,31 @@ impl Config {
                 .max_write_backlog
                 .or(file.max_write_backlog)
                 .unwrap_or(d.max_write_backlog.max(2 * max_frame_bytes)),
+            limits: LimitsConfig {
+                input_budget: cli
+                    .input_budget_bytes
+                    .or(file.input_budget_bytes)
+                    .unwrap_or_else(|| default_input_budget(max_frame_bytes)),
+                frame_timeout: timeout(
+                    "frame-timeout",
+                    cli.frame_timeout.or(file.frame_timeout),
+                    d.limits.frame_timeout,
+                )?,
+                auth_timeout: timeout(
+                    "auth-timeout",
+                    cli.auth_timeout.or(file.auth_timeout),
+                    d.limits.auth_timeout,
+                )?,
+                idle_timeout: timeout(
+                    "idle-timeout",
+                    cli.idle_timeout.or(file.idle_timeout),
+                    d.limits.idle_timeout,
+                )?,
+                max_connections_per_peer: cli
+                    .max_connections_per_peer
+                    .or(file.max_connections_per_peer)
+                    .unwrap_or(d.limits.max_connections_per_peer),
+            },
             log_level: cli.log_level.or(file.log_level).unwrap_or(d.log_level),
             auth,
             null: cli.null || file.null.unwrap_or(false),
@@ -327,12 +386,36 @@ impl Config {
                 self.max_write_backlog, self.max_frame_bytes
             )));
         }
+        if self.limits.input_budget < self.max_frame_bytes {
+            return Err(invalid(format!(
+                "input-budget-bytes {} must be at least max-frame-bytes ({}), or no maximal \
+                 frame could ever arrive",
+                self.limits.input_budget, self.max_frame_bytes
+            )));
+        }
         Ok(())
     }
 }
 
 /// Longest `--graphite-interval`: a day; Graphite's retentions rarely keep anything coarser.
 pub const MAX_GRAPHITE_INTERVAL_SECS: f64 = 86_400.0;
+
+/// Longest `--frame-timeout`, `--auth-timeout` or `--idle-timeout`: a day; any longer is a
+/// typo for "off", which is 0.
+pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
+/// A timeout setting in microseconds, checked; `default` when not given.
+fn timeout(name: &str, secs: Option<f64>, default: u64) -> Result<u64, ConfigError> {
+    let Some(secs) = secs else {
+        return Ok(default);
+    };
+    if !(0.0..=MAX_TIMEOUT_SECS).contains(&secs) {
+        return Err(invalid(format!(
+            "{name} {secs} must be between 0 (off) and {MAX_TIMEOUT_SECS} seconds"
+        )));
+    }
+    Ok((secs * 1e6).round() as u64)
+}
 
 /// `--graphite-interval` in microseconds, checked.
 fn graphite_interval(secs: Option<f64>) -> Result<u64, ConfigError> {

@@ -11,7 +11,8 @@ use std::time::Instant;
 use rmpv::Value;
 use support::{field, id_of, TestServer, WAIT};
 use tarq_net::server::Server;
-use tarq_net::wal::{Crash, MemStorage, Wal, WalConfig, WalJournal, WalMode};
+use tarq_net::server::WalJournal;
+use tarq_wal::{Crash, MemStorage, Wal, WalConfig, WalMode};
 
 const ER_PROC_LUA: u32 = 32;
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use tarq_engine::{PutOptions, Queue};
-use tarq_net::wal::{Wal, WalConfig, WalMode};
+use tarq_wal::{Wal, WalConfig, WalMode};
 
 /// Payload bytes per task: the loadgen's default message size.
 const PAYLOAD: usize = 64;
@@ -301,7 +301,7 @@ fn write_record(a: &Args, load_before: &str, figures: Figures) {
             "wal_mode": "write",
             "fill_puts_per_turn": FILL_PER_TURN,
             "load_per_turn": LOAD_PER_TURN,
-            "snapshot_ids_per_turn": tarq_net::wal::snapshot::SNAPSHOT_IDS_PER_TURN,
+            "snapshot_ids_per_turn": tarq_wal::snapshot::SNAPSHOT_IDS_PER_TURN,
         }),
     );
     record.extend(figures);

@@ -10,6 +10,7 @@ use mio::net::TcpStream;
 use tarq_engine::{Micros, SessionId};
 
 use super::journal::Ticket;
+use super::limits::Guard;
 use tarq_iproto::greeting::SALT_LEN;
 
 /// Initial (and resting) read buffer: Tarantool's `readahead`, enough for a pipelined burst of
@@ -61,6 +62,11 @@ impl ReadBuf {
 
     pub fn data(&self) -> &[u8] {
         &self.buf[self.head..self.tail]
+    }
+
+    /// Bytes the buffer holds allocated (what the input budget charges beyond the resting size).
+    pub fn allocated(&self) -> usize {
+        self.buf.len()
     }
 
     /// Drops the first `n` live bytes (every frame executed in a turn, at once). A buffer that
@@ -273,6 +279,8 @@ pub struct Conn {
     pub to_flush: bool,
     /// Closing: its session is released; flush what is released, then free the slot.
     pub closing: Option<Closing>,
+    /// Its share of the input budget and its deadlines.
+    pub guard: Guard,
 }
 
 /// Why and how a connection is closing.

@@ -9,14 +9,18 @@
 //! write. Connections return their fate through `closing`; only the flush phase frees a slot,
 //! and tokens carry a generation so a stale event for a reused slot is ignored.
 //!
-//! The operator's side ([`crate::ops::Ops`]: Graphite, `/metrics`, signals) rides on the same
+//! The operator's side ([`tarq_ops::Ops`]: Graphite, `/metrics`, signals) rides on the same
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
 pub mod calls;
 pub mod conn;
+mod enforce;
 pub mod journal;
+pub mod limits;
 pub mod parked;
+pub mod reload;
+pub mod wal_journal;
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -31,17 +35,19 @@ use tarq_engine::{Event, Micros, Queue, TaskRef};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::ops::signals::{self, Request};
-use crate::ops::stats::{ServerFigures, Snapshot};
-use crate::ops::{reload, Ops};
 use calls::{Call, CallError};
-use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES};
+use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
 use journal::{Journal, NoJournal, Ticket};
+use limits::Limits;
 use parked::{Parked, MAX_PARKED_PER_CONN};
 use tarq_iproto::codes::*;
 use tarq_iproto::mp::write;
 use tarq_iproto::request::{self, RequestKind};
 use tarq_iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
+use tarq_ops::signals::{self, Request};
+use tarq_ops::stats::{ServerFigures, Snapshot};
+use tarq_ops::Ops;
+pub use wal_journal::WalJournal;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -50,7 +56,7 @@ const FIRST_CONN_TOKEN: usize = 2;
 
 /// Engine deadlines (promotions, expiries, TTR returns) fired per turn. Enough to keep up with
 /// any realistic rate (it runs every turn, and the loop spins while work is left), small enough
-/// that a million tasks expiring at once keep every turn under issue 2's 1 ms: draining 1M due
+/// that a million tasks expiring at once keep every turn under the 1 ms turn budget: draining 1M due
 /// tasks, the worst (cache-cold) step took 0.77–0.97 ms of thread CPU at 1024, too close to
 /// the target, and 0.39–0.58 ms at 512 (`results/engine/2026-11-22-293912279d2f.json`,
 /// `…-ae312e9a48b7.json`).
@@ -148,6 +154,8 @@ pub struct Server {
     /// Graphite, `/metrics`, signals, and the service-time histogram.
     ops: Ops,
     reloader: Option<Reloader>,
+    /// The input budget, per-address counts and connection deadlines.
+    limits: Limits,
     connections_accepted: u64,
     takes_parked: u64,
 }
@@ -209,6 +217,7 @@ impl Server {
             events: Vec::new(),
             ops,
             reloader: None,
+            limits: Limits::new(cfg.limits),
             connections_accepted: 0,
             takes_parked: 0,
             cfg,
@@ -250,6 +259,7 @@ impl Server {
                 takes_parked: self.takes_parked,
                 requests: self.ops.service.requests(),
             },
+            limits: self.limit_figures(),
             wal: self.journal.figures(),
             last_id: self.queue.last_id(),
             uptime: self.ops.uptime(self.now),
@@ -285,7 +295,7 @@ impl Server {
                 match ev.token() {
                     LISTENER => self.accept_all(),
                     WAKER => {}
-                    t if Ops::owns(t) => self.ops.on_event(ev, self.now),
+                    t if Ops::owns(t) => self.ops.on_event(ev, self.now, &mut self.limits),
                     Token(t) => {
                         let Some(idx) = self.slot_of(t) else { continue };
                         let c = &mut self.conns[idx];
@@ -334,6 +344,7 @@ impl Server {
         match load() {
             Ok(new) => {
                 reload::apply(&mut self.cfg, new, &mut self.ops, self.now);
+                self.limits.reconfigure(self.cfg.limits);
                 self.hash2 = self.cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
             }
             Err(e) => warn!(
@@ -453,6 +464,7 @@ impl Server {
             self.accept_paused_until,
             self.ops.next_timer(),
             self.lingering.iter().map(|&(_, _, until)| until).min(),
+            self.limits.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -501,6 +513,9 @@ impl Server {
             warn!(%peer, limit = self.cfg.max_connections, "connection refused: limit reached");
             return;
         }
+        if !self.admit_peer(&mut stream, peer, &hello) {
+            return;
+        }
         // Latency over batching: each turn already coalesces its replies into one write.
         if let Err(e) = stream.set_nodelay(true) {
             debug!(%peer, error = %e, "TCP_NODELAY not set");
@@ -516,6 +531,7 @@ impl Server {
             .register(&mut stream, token, Interest::READABLE)
         {
             warn!(%peer, error = %e, "connection dropped: cannot register");
+            self.limits.release(peer.ip());
             return;
         }
         let sid = self.next_sid;
@@ -525,13 +541,17 @@ impl Server {
         // The greeting depends on no state change: it goes out at once, ahead of any ticket.
         out.hold(0);
         out.release(0);
+        let authenticated = self.cfg.auth.is_none();
+        let guard = self
+            .limits
+            .open(READ_BUF_BYTES, self.now, authenticated, (idx, gen));
         entry.insert(Conn {
             stream,
             peer,
             gen,
             sid,
             salt,
-            authenticated: self.cfg.auth.is_none(),
+            authenticated,
             rbuf: ReadBuf::new(),
             out,
             parked: Vec::new(),
@@ -541,15 +561,20 @@ impl Server {
             read_closed: false,
             to_flush: false,
             closing: None,
+            guard,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         self.connections_accepted += 1;
+        let conns = &self.conns;
+        self.limits
+            .sweep(|slot, gen| conns.get(slot).is_some_and(|c| c.gen == gen));
         info!(sid, %peer, connections = self.conns.len(), "connection opened");
     }
 
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
     fn turn(&mut self) {
         self.journal.turn_start(&mut self.queue, self.now);
+        self.limits.turn_start();
         if !self.cfg.null {
             let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
             self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
@@ -569,6 +594,7 @@ impl Server {
         }
         list.clear();
         self.read_list = list;
+        self.expire_deadlines();
 
         while let Some((key, p)) = self.parked.pop_expired(self.now) {
             if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
@@ -595,7 +621,7 @@ impl Server {
 
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
-            self.ops.tick(self.now, &snapshot);
+            self.ops.tick(self.now, &snapshot, &mut self.limits);
         }
 
         self.commit_and_flush();
@@ -613,20 +639,34 @@ impl Server {
 
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
-        let cap = self.cfg.max_frame_bytes + MAX_PREFIX;
+        let frame_cap = self.frame_cap(self.conns[idx].authenticated);
         let c = &mut self.conns[idx];
         if c.closing.is_some() {
             return;
         }
+        // The buffer grows only as far as the input budget has room for, and by no more than
+        // the turn's input allowance.
+        let allocated = c.rbuf.allocated();
+        let cap = self
+            .limits
+            .read_cap(&c.guard, allocated, frame_cap + MAX_PREFIX);
+        let before = c.rbuf.data().len();
+        let allowance = self.limits.read_allowance(&c.guard, READ_BUDGET_BYTES);
         let outcome = c
             .rbuf
-            .fill(&mut c.stream, cap, READ_BUDGET_BYTES, c.read_closed);
+            .fill(&mut c.stream, cap.bytes, allowance, c.read_closed);
+        let got = c.rbuf.data().len() - before;
+        self.limits
+            .spend(&c.guard, got, c.rbuf.allocated().saturating_sub(allocated));
+        let read = got > 0;
+        self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let rbuf = std::mem::take(&mut c.rbuf);
         let data = rbuf.data();
         let mut used = 0;
         while self.conns[idx].closing.is_none() {
-            match split_frame(&data[used..], self.cfg.max_frame_bytes) {
+            let max = self.frame_cap(self.conns[idx].authenticated);
+            match split_frame(&data[used..], max) {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
@@ -637,6 +677,7 @@ impl Server {
                     }
                 }
                 Ok(None) => break,
+                Err(e) if self.refuse_pre_auth_frame(idx, &e) => break,
                 Err(e) => {
                     // The stream cannot be resynchronised: say why (sync 0), then close.
                     let out = out_of(&mut self.conns, &mut self.flush_list, idx);
@@ -651,10 +692,18 @@ impl Server {
         let c = &mut self.conns[idx];
         c.rbuf = rbuf;
         if c.closing.is_some() {
+            self.drop_input(idx);
             return;
         }
+        self.limits.settle(&mut c.guard, c.rbuf.allocated());
+        let partial = !c.rbuf.data().is_empty();
+        let id = (idx, c.gen);
+        self.limits
+            .note_input(&mut c.guard, id, self.now, read, used > 0, partial);
         match outcome {
             ReadOutcome::Drained => {}
+            // Only a partial frame is buffered and the budget lets it grow no further.
+            ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
             ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
             ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
             ReadOutcome::Error(e) => {
@@ -931,6 +980,7 @@ impl Server {
             self.parked.remove(key);
         }
         let (sid, peer) = (c.sid, c.peer);
+        self.drop_input(idx);
         let released = if self.cfg.null {
             0
         } else {
@@ -971,6 +1021,7 @@ impl Server {
 
     fn finish_close(&mut self, idx: usize) {
         let mut c = self.conns.remove(idx);
+        self.limits.release(c.peer.ip());
         // Deregistering a socket about to be closed cannot matter if it fails.
         let _ = self.poll.registry().deregister(&mut c.stream);
     }

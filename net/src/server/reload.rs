@@ -1,8 +1,8 @@
 //! SIGHUP: the server re-reads its configuration (the `--config` file under the same command
 //! line) and applies what can change while it runs — the log level, the Graphite target and
-//! interval, the connection and frame limits, the credentials — and logs each setting that
-//! needs a restart instead (the listen address, the data dir, the CPU, the metrics address, the
-//! WAL settings, and any setting not listed here as live).
+//! interval, the connection, frame and input limits and timeouts, the credentials — and logs
+//! each setting that needs a restart instead (the listen address, the data dir, the CPU, the
+//! metrics address, the WAL settings, and any setting not listed here as live).
 //!
 //! Reading the file is the caller's (the loop holds a closure from `main`); this file decides
 //! and applies.
@@ -10,9 +10,9 @@
 use tracing::{info, warn};
 use tracing_subscriber::filter::LevelFilter;
 
-use super::{logging, Ops};
 use crate::config::Config;
 use tarq_engine::Micros;
+use tarq_ops::{logging, Ops};
 
 /// What a reload did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,9 +52,14 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     live!(max_connections, "max-connections");
     live!(max_frame_bytes, "max-frame-bytes");
     live!(max_write_backlog, "max-write-backlog");
+    live!(limits.input_budget, "input-budget-bytes");
+    live!(limits.frame_timeout, "frame-timeout (µs)");
+    live!(limits.auth_timeout, "auth-timeout (µs)");
+    live!(limits.idle_timeout, "idle-timeout (µs)");
+    live!(limits.max_connections_per_peer, "max-connections-per-peer");
     live!(ops.graphite_interval, "graphite-interval (µs)");
     if current.ops.graphite != new.ops.graphite {
-        let show = |t: Option<super::graphite::Target>| {
+        let show = |t: Option<tarq_ops::graphite::Target>| {
             t.map_or_else(|| "off".to_string(), |t| t.to_string())
         };
         out.applied.push(format!(
@@ -142,7 +147,7 @@ fn report(out: &Outcome) {
 mod tests {
     use super::*;
     use crate::config::Credentials;
-    use crate::ops::OpsConfig;
+    use tarq_ops::OpsConfig;
 
     #[test]
     fn live_settings_change_and_the_others_are_named() {

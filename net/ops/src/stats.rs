@@ -25,6 +25,23 @@ pub struct ServerFigures {
     pub requests: u64,
 }
 
+/// Figures of the limits on what clients may make the server hold (input budget, deadlines,
+/// per-address cap).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitFigures {
+    /// Bytes of unfinished input held beyond the connections' resting buffers, now.
+    pub input_bytes: u64,
+    /// The input budget (`--input-budget-bytes`).
+    pub input_budget: u64,
+    pub frame_timeouts: u64,
+    pub auth_timeouts: u64,
+    pub idle_timeouts: u64,
+    pub budget_evictions: u64,
+    pub pre_auth_frames_refused: u64,
+    pub peer_refusals: u64,
+    pub http_timeouts: u64,
+}
+
 /// Figures of the write-ahead log, when one is on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WalFigures {
@@ -40,6 +57,7 @@ pub struct WalFigures {
 pub struct Snapshot {
     pub engine: Stats,
     pub server: ServerFigures,
+    pub limits: LimitFigures,
     pub wal: Option<WalFigures>,
     /// `Queue::last_id()`: ids are a counter from 1 that survives restarts.
     pub last_id: u64,
@@ -73,7 +91,7 @@ const BASE_METRICS: usize = 20;
 
 impl Snapshot {
     /// Every figure, in a stable order: the counts of now, then the counters since start, then
-    /// the WAL's (only when a WAL is on).
+    /// the limits', then the WAL's (only when a WAL is on).
     pub fn metrics(&self) -> impl Iterator<Item = Metric> {
         use Kind::{Counter, Gauge};
         let (e, s) = (&self.engine, &self.server);
@@ -182,6 +200,63 @@ impl Snapshot {
                 u64::from(self.wal.is_some()),
             ),
         ];
+        let l = &self.limits;
+        let limits = [
+            m(
+                "input_bytes",
+                Gauge,
+                "Bytes of unfinished request frames held beyond resting buffers now.",
+                l.input_bytes,
+            ),
+            m(
+                "input_budget_bytes",
+                Gauge,
+                "The most bytes of unfinished request frames held at once (input-budget-bytes).",
+                l.input_budget,
+            ),
+            m(
+                "closed_frame_timeout",
+                Counter,
+                "Connections closed for not finishing a frame within frame-timeout, since start.",
+                l.frame_timeouts,
+            ),
+            m(
+                "closed_auth_timeout",
+                Counter,
+                "Connections closed for not authenticating within auth-timeout, since start.",
+                l.auth_timeouts,
+            ),
+            m(
+                "closed_idle",
+                Counter,
+                "Connections closed after idle-timeout without input, since start.",
+                l.idle_timeouts,
+            ),
+            m(
+                "closed_input_budget",
+                Counter,
+                "Connections closed to keep unfinished input within the budget, since start.",
+                l.budget_evictions,
+            ),
+            m(
+                "closed_pre_auth_frame",
+                Counter,
+                "Connections closed for a frame too big before authentication, since start.",
+                l.pre_auth_frames_refused,
+            ),
+            m(
+                "refused_per_peer",
+                Counter,
+                "Connections refused at max-connections-per-peer, since start.",
+                l.peer_refusals,
+            ),
+            m(
+                "closed_http_timeout",
+                Counter,
+                "Metrics clients closed for not finishing their request in time, since start.",
+                l.http_timeouts,
+            ),
+        ];
         let wal = self.wal.map(|w| {
             [
                 m(
@@ -198,7 +273,9 @@ impl Snapshot {
                 ),
             ]
         });
-        base.into_iter().chain(wal.into_iter().flatten())
+        base.into_iter()
+            .chain(limits)
+            .chain(wal.into_iter().flatten())
     }
 
     /// `queue.stats()`: a MessagePack map of every figure, name → unsigned integer.

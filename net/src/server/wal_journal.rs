@@ -1,4 +1,5 @@
-//! `Wal` behind the server's `Journal` seam (`server::journal`): the loop hands over every
+//! The one adapter between the server and the WAL crate: `tarq_wal::Wal` behind the server's
+//! `Journal` seam (`super::journal`): the loop hands over every
 //! engine event, commits once per turn, and releases a turn's replies when `is_durable` says so.
 //! The recovered queue is handed to the server once, when it is built.
 
@@ -7,9 +8,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tarq_engine::{Event, Micros, Queue};
 
-use super::{Wal, WalMode};
-use crate::ops::stats::WalFigures;
-use crate::server::journal::{Journal, Ticket};
+use tarq_wal::{Wal, WalMode};
+
+use super::journal::{Journal, Ticket};
+use tarq_ops::stats::WalFigures;
 
 /// Longest a graceful stop waits for the WAL (or, without one, the snapshot) to be on disk:
 /// well under the 90 s a service manager gives a stop before it kills.

@@ -1,12 +1,13 @@
 //! Operating tarq: what an operator needs around the queue, kept apart from the request path.
+//! It knows the engine's figures and plain data, never the server: the server hands it a
+//! [`stats::Snapshot`] and routes its events here. Which settings a SIGHUP changes live is the
+//! server's business (`tarq_net::server::reload`); `tarq ctl` lives with the binary.
 //!
 //! - [`stats`]: the one list of figures behind `queue.stats()`, Graphite and Prometheus;
 //! - [`graphite`]: the periodic push to Graphite's plaintext port (TCP or UDP);
 //! - [`metrics`]: `GET /metrics` for Prometheus and the request service-time histogram;
 //! - [`signals`]: SIGTERM/SIGINT (graceful stop) and SIGHUP (reload) as loop events;
-//! - [`reload`]: which settings a SIGHUP can change live;
 //! - [`logging`]: the log subscriber with a level that a reload can change;
-//! - [`ctl`] and [`console`]: `tarq ctl`, a client for operators.
 //!
 //! [`Ops`] bundles the loop-driven parts so the server loop deals with one value: it routes the
 //! events of [`Ops::owns`] tokens to [`Ops::on_event`], sleeps no longer than
@@ -14,13 +15,9 @@
 //! [`Ops::tick`]. Nothing here blocks, and nothing here runs per request except
 //! [`metrics::ServiceTimes::record`].
 
-pub mod console;
-pub mod ctl;
 pub mod graphite;
 pub mod logging;
 pub mod metrics;
-pub mod reload;
-
 pub mod signals;
 pub mod stats;
 
@@ -36,6 +33,8 @@ use graphite::{Graphite, Target};
 use metrics::{MetricsServer, ServiceTimes, MAX_HTTP_CLIENTS};
 use signals::{Request, SignalSource};
 use stats::Snapshot;
+
+use metrics::Admission;
 
 /// First token of the ops components. The server's connection tokens keep their slot index
 /// (below 2^24 + 2) in the low 32 bits, so a low half this high is never one of theirs.
@@ -126,7 +125,8 @@ impl Ops {
         (TOKEN_BASE..TOKEN_END).contains(&token.0)
     }
 
-    pub fn on_event(&mut self, event: &Event, now: Micros) {
+    /// Routes an event to its component; `/metrics` clients are under the server's `limits`.
+    pub fn on_event(&mut self, event: &Event, now: Micros, limits: &mut dyn Admission) {
         let token = event.token();
         if token == SIGNALS_TOKEN {
             if let Some(s) = &mut self.signals {
@@ -138,7 +138,7 @@ impl Ops {
             }
         } else if let Some(m) = &mut self.metrics {
             if m.owns(token) {
-                m.on_event(event, now);
+                m.on_event(event, now, limits);
             }
         }
     }
@@ -164,14 +164,14 @@ impl Ops {
     }
 
     /// Pushes a due Graphite sample, answers waiting scrapes, closes late HTTP clients.
-    pub fn tick(&mut self, now: Micros, stats: &Snapshot) {
+    pub fn tick(&mut self, now: Micros, stats: &Snapshot, limits: &mut dyn Admission) {
         if let Some(g) = &mut self.graphite {
             g.tick(now, stats);
         }
         let graphite = self.graphite.as_ref().map(Graphite::counters);
         if let Some(m) = &mut self.metrics {
-            m.respond(stats, &self.service, graphite);
-            m.tick(now);
+            m.respond(stats, &self.service, graphite, limits);
+            m.tick(now, limits);
         }
     }
 

@@ -6,10 +6,15 @@
 //! `tarq_<name>`), the service-time histogram, and the Graphite pusher's own counters. The loop
 //! owns the figures: a request that needs them waits (`wants_stats`) until the loop's next
 //! [`MetricsServer::respond`] call renders the page once for every waiting client.
+//!
+//! Its clients are under the same limits as the server's other connections, through
+//! [`Admission`] (the server's limits implement it): counted against the per-address cap, and
+//! each closure by its deadline counted. Their input needs no share of the input budget: it is
+//! capped here at [`MAX_HTTP_CLIENTS`] × [`MAX_REQUEST_BYTES`].
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use mio::event::Event;
@@ -17,7 +22,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Registry, Token};
 use slab::Slab;
 use tarq_engine::Micros;
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::graphite::GraphiteCounters;
 use super::stats::{Kind, Snapshot};
@@ -38,6 +43,17 @@ pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// A client that has not finished its request, or read its response, within this is closed, so
 /// a stuck scraper cannot hold a slot for ever.
 pub const HTTP_TIMEOUT: Micros = 5_000_000;
+
+/// What the server's connection limits offer this endpoint: the per-address count and the
+/// closure counts shared with every other front-end.
+pub trait Admission {
+    /// Counts a new client from `peer`, or refuses it with the reason.
+    fn admit(&mut self, peer: IpAddr) -> Result<(), String>;
+    /// A client admitted from `peer` is gone.
+    fn release(&mut self, peer: IpAddr);
+    /// A client was closed for not finishing its exchange in time.
+    fn timed_out(&mut self);
+}
 
 /// Bytes read per read call.
 const READ_CHUNK: usize = 2048;
@@ -199,6 +215,7 @@ fn prometheus_name(name: &str) -> &str {
 /// One HTTP client.
 struct Client {
     stream: TcpStream,
+    peer: SocketAddr,
     /// The request head, until it is complete.
     head: Vec<u8>,
     /// The response, once known.
@@ -276,19 +293,19 @@ impl MetricsServer {
         self.clients.iter().map(|(_, c)| c.deadline).min()
     }
 
-    pub fn on_event(&mut self, event: &Event, now: Micros) {
+    pub fn on_event(&mut self, event: &Event, now: Micros, limits: &mut dyn Admission) {
         let t = event.token().0;
         if t == self.base {
-            self.accept(now);
+            self.accept(now, limits);
         } else if let Some(idx) = t.checked_sub(self.base + 1) {
             if self.clients.contains(idx) {
-                self.serve(idx);
+                self.serve(idx, limits);
             }
         }
     }
 
-    /// Closes clients past their deadline.
-    pub fn tick(&mut self, now: Micros) {
+    /// Closes clients past their deadline, counting each.
+    pub fn tick(&mut self, now: Micros, limits: &mut dyn Admission) {
         let late: Vec<usize> = self
             .clients
             .iter()
@@ -296,8 +313,10 @@ impl MetricsServer {
             .map(|(i, _)| i)
             .collect();
         for idx in late {
-            debug!("metrics client timed out");
-            self.close(idx);
+            limits.timed_out();
+            let peer = self.clients[idx].peer;
+            info!(%peer, seconds = HTTP_TIMEOUT / 1_000_000, "metrics client timed out: closing");
+            self.close(idx, limits);
         }
     }
 
@@ -307,6 +326,7 @@ impl MetricsServer {
         stats: &Snapshot,
         service: &ServiceTimes,
         graphite: Option<GraphiteCounters>,
+        limits: &mut dyn Admission,
     ) {
         if !self.wants_stats {
             return;
@@ -329,17 +349,21 @@ impl MetricsServer {
                 "text/plain; version=0.0.4; charset=utf-8",
                 self.page.as_bytes(),
             );
-            self.serve(idx);
+            self.serve(idx, limits);
         }
     }
 
-    fn accept(&mut self, now: Micros) {
+    fn accept(&mut self, now: Micros, limits: &mut dyn Admission) {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, peer)) => {
                     if self.clients.len() >= MAX_HTTP_CLIENTS {
                         debug!(%peer, limit = MAX_HTTP_CLIENTS, "metrics client refused");
                         continue; // dropped: closed at once
+                    }
+                    if let Err(e) = limits.admit(peer.ip()) {
+                        debug!(%peer, error = %e, "metrics client refused");
+                        continue;
                     }
                     let entry = self.clients.vacant_entry();
                     let token = Token(self.base + 1 + entry.key());
@@ -350,10 +374,12 @@ impl MetricsServer {
                         .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
                         .is_err()
                     {
+                        limits.release(peer.ip());
                         continue;
                     }
                     entry.insert(Client {
                         stream,
+                        peer,
                         head: Vec::new(),
                         out: Vec::new(),
                         written: 0,
@@ -373,13 +399,13 @@ impl MetricsServer {
     }
 
     /// Reads the request head, then writes the response; closes when done or broken.
-    fn serve(&mut self, idx: usize) {
+    fn serve(&mut self, idx: usize, limits: &mut dyn Admission) {
         let c = &mut self.clients[idx];
         if c.out.is_empty() && !c.wants_stats {
             let mut chunk = [0u8; READ_CHUNK];
             loop {
                 match c.stream.read(&mut chunk) {
-                    Ok(0) => return self.close(idx),
+                    Ok(0) => return self.close(idx, limits),
                     Ok(n) => {
                         c.head.extend_from_slice(&chunk[..n]);
                         if let Some(route) = parse_head(&c.head) {
@@ -411,17 +437,17 @@ impl MetricsServer {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return self.close(idx),
+                    Err(_) => return self.close(idx, limits),
                 }
             }
         }
         while c.written < c.out.len() {
             match c.stream.write(&c.out[c.written..]) {
-                Ok(0) => return self.close(idx),
+                Ok(0) => return self.close(idx, limits),
                 Ok(n) => c.written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.close(idx),
+                Err(_) => return self.close(idx, limits),
             }
         }
         if c.out.is_empty() {
@@ -438,17 +464,18 @@ impl MetricsServer {
         let mut chunk = [0u8; READ_CHUNK];
         loop {
             match c.stream.read(&mut chunk) {
-                Ok(0) => return self.close(idx),
+                Ok(0) => return self.close(idx, limits),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.close(idx),
+                Err(_) => return self.close(idx, limits),
             }
         }
     }
 
-    fn close(&mut self, idx: usize) {
+    fn close(&mut self, idx: usize, limits: &mut dyn Admission) {
         let mut c = self.clients.remove(idx);
+        limits.release(c.peer.ip());
         if let Some(registry) = &self.registry {
             // The socket is closed right after: a failed deregister changes nothing.
             let _ = registry.deregister(&mut c.stream);

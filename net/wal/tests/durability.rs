@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tarq_engine::{Micros, PutOptions, Queue, Status};
-use tarq_net::wal::{
-    files_to_remove, Crash, DirLock, MemStorage, Storage, Wal, WalConfig, WalError, WalMode,
+use tarq_wal::{
+    files_to_remove, Crash, DirLock, ManualClock, MemStorage, RecoveryReport, Storage, Wal,
+    WalConfig, WalError, WalMode, RETRY_INTERVAL,
 };
 
 /// Generous bound for anything a test waits for; reached only when something is broken.
@@ -65,7 +66,20 @@ fn cfg(mode: WalMode) -> WalConfig {
     }
 }
 
-fn open(storage: &MemStorage, cfg: WalConfig) -> (Wal, Queue, tarq_net::wal::RecoveryReport) {
+/// Opens on a clock the test moves by hand.
+fn open_with_clock(
+    storage: &MemStorage,
+    cfg: WalConfig,
+    clock: &ManualClock,
+) -> (Wal, Queue, RecoveryReport) {
+    let storage: Arc<dyn Storage> = Arc::new(storage.clone());
+    match Wal::open_with_clock(storage, cfg, Arc::new(clock.clone())) {
+        Ok(x) => x,
+        Err(e) => panic!("recovery failed: {e}"),
+    }
+}
+
+fn open(storage: &MemStorage, cfg: WalConfig) -> (Wal, Queue, RecoveryReport) {
     let storage: Arc<dyn Storage> = Arc::new(storage.clone());
     match Wal::open(storage, cfg) {
         Ok(x) => x,
@@ -499,7 +513,8 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
     let storage = MemStorage::new();
     let mut c = cfg(WalMode::Write);
     c.segment_bytes = 1 << 20;
-    let (mut wal, mut q, _) = open(&storage, c.clone());
+    let clock = ManualClock::new();
+    let (mut wal, mut q, _) = open_with_clock(&storage, c.clone(), &clock);
     let now = START;
     for i in 0..10 {
         q.put(
@@ -537,14 +552,21 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
     assert!(!wal.is_durable(held), "the put's reply does");
     assert!(wal.check_writable().is_err(), "still full");
 
-    // Room again: the WAL notices by itself at its next retry.
+    // Room again: the WAL notices by itself at its next retry, RETRY_INTERVAL after the failure.
     storage.set_space_left(None);
-    let deadline = Instant::now() + WAIT;
-    while wal.check_writable().is_err() {
-        assert!(Instant::now() < deadline, "the WAL resumes");
-        std::thread::sleep(wal.timeout().unwrap_or(Duration::ZERO));
-        wal.poll(&mut q);
-    }
+    assert_eq!(
+        wal.timeout(),
+        Some(RETRY_INTERVAL),
+        "the loop wakes for the retry"
+    );
+    clock.advance(RETRY_INTERVAL - Duration::from_micros(1));
+    wal.poll(&mut q);
+    assert!(wal.check_writable().is_err(), "no retry before its time");
+    assert_eq!(wal.timeout(), Some(Duration::from_micros(1)));
+    clock.advance(Duration::from_micros(1));
+    wal.poll(&mut q);
+    wal.check_writable()
+        .expect("the retry succeeds and changes are accepted again");
     assert!(wal.durable_upto() >= held, "the held turn is durable now");
     q.ack(now, 9, t).unwrap();
     wal.append_turn(&mut q);
@@ -570,7 +592,8 @@ fn a_failed_fsync_rewrites_the_unsynced_turns_into_a_new_segment() {
     let storage = MemStorage::new();
     let mut c = cfg(WalMode::Fsync);
     c.segment_bytes = 1 << 20;
-    let (mut wal, mut q, _) = open(&storage, c.clone());
+    let clock = ManualClock::new();
+    let (mut wal, mut q, _) = open_with_clock(&storage, c.clone(), &clock);
     let now = START;
     q.put(now, b"one".to_vec().into(), PutOptions::default());
     wal.flush(&mut q, WAIT).unwrap();
@@ -579,11 +602,10 @@ fn a_failed_fsync_rewrites_the_unsynced_turns_into_a_new_segment() {
     let err = wal.flush(&mut q, WAIT).expect_err("the sync fails");
     assert!(err.to_string().starts_with("WAL write failed: "), "{err}");
     assert!(wal.check_writable().is_err());
-    let deadline = Instant::now() + WAIT;
-    while wal.flush(&mut q, WAIT).is_err() {
-        assert!(Instant::now() < deadline, "the WAL resumes");
-        std::thread::sleep(wal.timeout().unwrap_or(Duration::ZERO));
-    }
+    assert!(wal.flush(&mut q, WAIT).is_err(), "no retry before its time");
+    clock.advance(RETRY_INTERVAL);
+    wal.flush(&mut q, WAIT)
+        .expect("the retry rewrites the turn and syncs it");
     assert!(
         segments(&storage).len() >= 2,
         "a new segment holds the rewritten turn: {:?}",
@@ -667,7 +689,7 @@ fn the_real_disk_round_trips() {
 
 #[test]
 fn a_segment_named_zero_recovers_without_underflow() {
-    use tarq_net::wal::format::{file_header, segment_name, WAL_MAGIC};
+    use tarq_wal::format::{file_header, segment_name, WAL_MAGIC};
     let storage = MemStorage::new();
     storage.put_file(&segment_name(0), file_header(WAL_MAGIC, 0).to_vec());
     let (_wal, q, report) = open(&storage, cfg(WalMode::Write));

@@ -1,118 +1,14 @@
-//! The directory the WAL and snapshots live in, behind a small trait: `FsStorage` is the real
-//! disk, `MemStorage` is a fault-injecting stand-in for tests. `MemStorage` keeps every file's
-//! written bytes apart from its synced bytes (and the directory's entries apart from the synced
-//! directory), so a test can "crash" the machine, losing what was never synced or keeping a torn
-//! prefix of it, and can make the Nth write fail the way a full or dying disk does.
-//! What goes into the files is `format`'s business; when to sync is `Wal`'s.
+//! The fault-injecting in-memory directory the WAL's tests run on. `MemStorage` keeps every
+//! file's written bytes apart from its synced bytes (and the directory's entries apart from the
+//! synced directory), so a test can "crash" the machine, losing what was never synced or keeping
+//! a torn prefix of it, and can make the Nth write fail the way a full or dying disk does. Compiled only with the `test-storage`
+//! feature, which only dev-dependencies enable, so it never ships in the server binary.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::io::{self, Read};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A directory of files. Names are plain file names, never paths.
-pub trait Storage: Send + Sync + 'static {
-    /// Creates `name` empty (replacing any file of that name), open for appending.
-    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
-    /// Opens an existing `name` for appending at its end.
-    fn open_append(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
-    /// Opens `name` for reading from its start.
-    fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>>;
-    /// Replaces `to` by `from` atomically (durable once `sync_dir` returns).
-    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
-    fn remove(&self, name: &str) -> io::Result<()>;
-    /// The names of every file in the directory, in no particular order.
-    fn list(&self) -> io::Result<Vec<String>>;
-    /// Makes creations, renames and removals so far durable.
-    fn sync_dir(&self) -> io::Result<()>;
-}
-
-/// One open file. Methods take `&self` so the loop can write while the sync thread syncs the
-/// same file (a write that returned before `sync` started is covered by it).
-pub trait StorageFile: Send + Sync {
-    /// Appends all of `buf`; on error a prefix of it may have been written.
-    fn write_all(&self, buf: &[u8]) -> io::Result<()>;
-    /// Makes every byte written before the call durable.
-    fn sync(&self) -> io::Result<()>;
-    /// Cuts the file to `len` bytes (used to cut a torn tail at recovery).
-    fn truncate(&self, len: u64) -> io::Result<()>;
-}
-
-/// The real directory on disk.
-pub struct FsStorage {
-    dir: PathBuf,
-}
-
-impl FsStorage {
-    /// Uses `dir`, creating it when missing.
-    pub fn new(dir: impl Into<PathBuf>) -> io::Result<Self> {
-        let dir = dir.into();
-        fs::create_dir_all(&dir)?;
-        Ok(Self { dir })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-}
-
-struct FsFile(File);
-
-impl StorageFile for FsFile {
-    fn write_all(&self, buf: &[u8]) -> io::Result<()> {
-        // `&File` is `Write`; the file is opened with O_APPEND so every write lands at the end.
-        (&self.0).write_all(buf)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.0.sync_data()
-    }
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
-}
-
-impl Storage for FsStorage {
-    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-        // O_APPEND by hand: std refuses `append` together with `truncate`.
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .custom_flags(libc::O_APPEND)
-            .open(self.dir.join(name))?;
-        Ok(Arc::new(FsFile(f)))
-    }
-    fn open_append(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-        let f = OpenOptions::new().append(true).open(self.dir.join(name))?;
-        Ok(Arc::new(FsFile(f)))
-    }
-    fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
-        Ok(Box::new(File::open(self.dir.join(name))?))
-    }
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        fs::rename(self.dir.join(from), self.dir.join(to))
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        fs::remove_file(self.dir.join(name))
-    }
-    fn list(&self) -> io::Result<Vec<String>> {
-        let mut names = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let entry = entry?;
-            if entry.file_type()?.is_file() {
-                if let Some(name) = entry.file_name().to_str() {
-                    names.push(name.to_owned());
-                }
-            }
-        }
-        Ok(names)
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        File::open(&self.dir)?.sync_all()
-    }
-}
+use crate::storage::{Storage, StorageFile};
 
 /// What survives a simulated crash beyond the synced bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -398,11 +294,4 @@ impl StorageFile for MemHandle {
         f.data.truncate(len as usize);
         Ok(())
     }
-}
-
-/// Reads a whole file (WAL segments are bounded by `SEGMENT_BYTES` plus one batch).
-pub fn read_all(storage: &dyn Storage, name: &str) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    storage.open_read(name)?.read_to_end(&mut buf)?;
-    Ok(buf)
 }

@@ -1,0 +1,263 @@
+//! What a node needs to take part in an election, the limits on each setting and why, and the
+//! checks that refuse a bad value by name before any thread starts. The timing rules of the
+//! election (when to refresh, when to give up a claim) derive from these values here, so
+//! `node` reads them and never recomputes them.
+
+use std::time::Duration;
+
+/// Shortest lease TTL. etcd grants at least 1.5 s with its default election settings (it
+/// raises a smaller request silently), and TTLs are whole seconds.
+pub const MIN_LEASE_TTL: Duration = Duration::from_secs(2);
+/// Longest lease TTL: a primary that may be gone this long before a replica takes over is no
+/// longer a failover.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(60);
+/// Default lease TTL: failover within a few seconds, yet three refresh attempts fit in it.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(3);
+/// Shortest safety margin: scheduling delays of the loop between checking the fence and
+/// answering a client are in this range on a loaded machine.
+pub const MIN_SAFETY_MARGIN: Duration = Duration::from_millis(100);
+/// Shortest polling interval: below this the follower's reads are load on etcd for no gain,
+/// since etcd itself expires leases on a 500 ms sweep.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// Default polling interval: adds at most this much to a failover.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Shortest budget for one etcd call: a local etcd answers in about a millisecond, a busy one
+/// syncing its disk in tens.
+pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default budget for one etcd call.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest node or cluster name: it is part of etcd keys and of every status line.
+pub const MAX_NAME_LEN: usize = 64;
+/// Longest advertised address: a host name (253) plus a port.
+pub const MAX_ADDR_LEN: usize = 260;
+
+/// A node's election settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// etcd client URLs (`http://host:port` or `host:port`); calls move to the next one when
+    /// one is unreachable.
+    pub endpoints: Vec<String>,
+    /// The cluster's name: its keys live under `/tarq/<cluster>/`.
+    pub cluster: String,
+    /// This node's name, unique in the cluster.
+    pub name: String,
+    /// The address clients and replicas reach this node at, published to the others.
+    pub addr: String,
+    /// The lifetime of this node's lease, hence of its leadership without etcd's word.
+    pub lease_ttl: Duration,
+    /// How long before its lease can expire on etcd a leader stops claiming to lead.
+    pub safety_margin: Duration,
+    /// How often a node reads the leader and member keys and publishes its position.
+    pub poll_interval: Duration,
+    /// How long the cluster is leaderless before a node campaigns, so that every member has
+    /// published its final position first.
+    pub settle: Duration,
+    /// The budget of one etcd call.
+    pub request_timeout: Duration,
+    /// Whether this node campaigns at all.
+    pub eligible: bool,
+}
+
+/// A setting refused, naming the value and the limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("no etcd endpoint given")]
+    NoEndpoint,
+    #[error("etcd endpoint {0:?} is not http://host:port (TLS is not supported)")]
+    BadEndpoint(String),
+    #[error("{what} {value:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z a-z 0-9 . _ -")]
+    BadName { what: &'static str, value: String },
+    #[error("address {0:?} must be 1 to {MAX_ADDR_LEN} bytes")]
+    BadAddr(String),
+    #[error("lease TTL {0:?} must be whole seconds from {MIN_LEASE_TTL:?} to {MAX_LEASE_TTL:?}")]
+    LeaseTtl(Duration),
+    #[error("safety margin {margin:?} must be from {MIN_SAFETY_MARGIN:?} to a third of the lease TTL ({limit:?}), so that a leader survives one lost refresh")]
+    SafetyMargin { margin: Duration, limit: Duration },
+    #[error("poll interval {interval:?} must be from {MIN_POLL_INTERVAL:?} to a third of the lease TTL ({limit:?})")]
+    PollInterval { interval: Duration, limit: Duration },
+    #[error("settle time {settle:?} must be at least the poll interval ({poll:?}) and at most the lease TTL ({ttl:?})")]
+    Settle {
+        settle: Duration,
+        poll: Duration,
+        ttl: Duration,
+    },
+    #[error("request timeout {timeout:?} must be from {MIN_REQUEST_TIMEOUT:?} to the lease TTL ({ttl:?})")]
+    RequestTimeout { timeout: Duration, ttl: Duration },
+}
+
+impl Config {
+    /// Settings with the defaults for every timing: TTL 3 s, margin TTL/4, poll 250 ms,
+    /// settle two polls, request budget 1 s.
+    pub fn new(endpoints: Vec<String>, cluster: &str, name: &str, addr: &str) -> Config {
+        Config {
+            endpoints,
+            cluster: cluster.into(),
+            name: name.into(),
+            addr: addr.into(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            safety_margin: DEFAULT_LEASE_TTL / 4,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            settle: DEFAULT_POLL_INTERVAL * 2,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            eligible: true,
+        }
+    }
+
+    /// Sets the TTL and the margin that goes with it (a quarter of it).
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Config {
+        self.lease_ttl = ttl;
+        self.safety_margin = ttl / 4;
+        self
+    }
+
+    /// Checks every setting; the endpoints come back as base URLs.
+    pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
+        let endpoints = self.base_urls()?;
+        check_name("cluster name", &self.cluster)?;
+        check_name("node name", &self.name)?;
+        if self.addr.is_empty() || self.addr.len() > MAX_ADDR_LEN {
+            return Err(ConfigError::BadAddr(self.addr.clone()));
+        }
+        let ttl = self.lease_ttl;
+        if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) || ttl.subsec_nanos() != 0 {
+            return Err(ConfigError::LeaseTtl(ttl));
+        }
+        if !(MIN_SAFETY_MARGIN..=self.refresh_interval()).contains(&self.safety_margin) {
+            return Err(ConfigError::SafetyMargin {
+                margin: self.safety_margin,
+                limit: self.refresh_interval(),
+            });
+        }
+        if !(MIN_POLL_INTERVAL..=self.refresh_interval()).contains(&self.poll_interval) {
+            return Err(ConfigError::PollInterval {
+                interval: self.poll_interval,
+                limit: self.refresh_interval(),
+            });
+        }
+        if !(self.poll_interval..=ttl).contains(&self.settle) {
+            return Err(ConfigError::Settle {
+                settle: self.settle,
+                poll: self.poll_interval,
+                ttl,
+            });
+        }
+        if !(MIN_REQUEST_TIMEOUT..=ttl).contains(&self.request_timeout) {
+            return Err(ConfigError::RequestTimeout {
+                timeout: self.request_timeout,
+                ttl,
+            });
+        }
+        Ok(endpoints)
+    }
+
+    /// How often the lease is refreshed: a third of its TTL, so two refreshes can fail before
+    /// the claim (TTL minus at most a third) runs out.
+    pub fn refresh_interval(&self) -> Duration {
+        self.lease_ttl / 3
+    }
+
+    fn base_urls(&self) -> Result<Vec<String>, ConfigError> {
+        if self.endpoints.is_empty() {
+            return Err(ConfigError::NoEndpoint);
+        }
+        self.endpoints.iter().map(|e| base_url(e)).collect()
+    }
+}
+
+fn base_url(endpoint: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::BadEndpoint(endpoint.to_owned());
+    let hostport = match endpoint.split_once("://") {
+        Some(("http", rest)) => rest.trim_end_matches('/'),
+        Some(_) => return Err(bad()),
+        None => endpoint,
+    };
+    let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || hostport.contains('/') || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    Ok(format!("http://{hostport}"))
+}
+
+fn check_name(what: &'static str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_NAME_LEN
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::BadName {
+            what,
+            value: value.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::new(
+            vec!["127.0.0.1:2379".into()],
+            "c1",
+            "node-1",
+            "127.0.0.1:3301",
+        )
+    }
+
+    #[test]
+    fn defaults_are_valid_and_endpoints_become_base_urls() {
+        let mut c = config();
+        c.endpoints.push("http://etcd.local:2379/".into());
+        assert_eq!(
+            c.validate().unwrap(),
+            ["http://127.0.0.1:2379", "http://etcd.local:2379"]
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let check = |edit: fn(&mut Config), want: &str| {
+            let mut c = config();
+            edit(&mut c);
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(want), "{err:?} lacks {want:?}");
+        };
+        check(|c| c.endpoints.clear(), "no etcd endpoint");
+        check(
+            |c| c.endpoints = vec!["https://h:1".into()],
+            "\"https://h:1\"",
+        );
+        check(|c| c.endpoints = vec!["h".into()], "\"h\" is not");
+        check(|c| c.endpoints = vec!["h:99999".into()], "\"h:99999\"");
+        check(|c| c.name = "a/b".into(), "node name \"a/b\"");
+        check(|c| c.cluster = String::new(), "cluster name \"\"");
+        check(|c| c.addr = String::new(), "address \"\"");
+        check(
+            |c| *c = c.clone().with_lease_ttl(Duration::from_secs(1)),
+            "1s must be",
+        );
+        check(
+            |c| *c = c.clone().with_lease_ttl(Duration::from_millis(2500)),
+            "2.5s must be whole seconds",
+        );
+        check(
+            |c| c.safety_margin = Duration::from_secs(2),
+            "safety margin 2s must be from 100ms to a third of the lease TTL (1s)",
+        );
+        check(
+            |c| c.poll_interval = Duration::from_millis(10),
+            "poll interval 10ms",
+        );
+        check(
+            |c| c.settle = Duration::from_millis(100),
+            "settle time 100ms",
+        );
+        check(
+            |c| c.request_timeout = Duration::from_secs(5),
+            "request timeout 5s",
+        );
+    }
+}

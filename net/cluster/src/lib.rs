@@ -1,0 +1,178 @@
+//! Leader election and fencing for tarq on etcd v3, as a component the server's loop drives
+//! without ever waiting on etcd. `Cluster::start` spawns one thread that keeps this node's
+//! lease, publishes its member key (name, address, role, replication position), campaigns for
+//! the cluster's leader key when the rules allow, and reports every change as an `Event`
+//! through a channel, calling the wake-up callback after each one. The loop sends commands
+//! back (`resign`, `publish_position`) and checks the `Fence` before it acknowledges a change.
+//!
+//! Keys, under `/tarq/<cluster>/`:
+//! - `leader`: `{"name","addr"}` bound to the leader's lease; written only by a
+//!   create-if-absent transaction. Its create revision is the leader's **term**, the fencing
+//!   token: etcd's revisions only grow, so each won election has a larger term than all before.
+//! - `members/<name>`: a `Member` bound to that node's lease.
+//!
+//! The wire is etcd's v3 JSON gateway (`etcd`), the rules are pure functions (`election`),
+//! the thread's state machine is `node`. Not here: replication itself, the WAL, the server.
+
+mod config;
+mod etcd;
+mod node;
+
+pub mod election;
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+pub use config::*;
+pub use election::{Claim, Fence, Member, Position, Role};
+pub use etcd::EtcdError;
+
+/// Something the election thread tells the loop, stamped with the instant it happened on the
+/// thread's monotonic clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub at: Instant,
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// This node leads from now with this term; `Fence::term_at` agrees until the claim runs
+    /// out or a `Deposed` follows.
+    BecameLeader { term: u64 },
+    /// Another node leads: replicate from `addr`.
+    Follow {
+        leader: String,
+        addr: String,
+        term: u64,
+    },
+    /// The cluster has no leader (the previous one, of `last_term` if this node followed it,
+    /// is gone); an election is under way.
+    Electing { last_term: Option<u64> },
+    /// This node no longer leads. The fence was cleared before this was sent; `claimed_until`
+    /// is when its claim would have run out by itself.
+    Deposed {
+        term: u64,
+        reason: DeposeReason,
+        claimed_until: Instant,
+    },
+    /// A call to etcd failed; sent once per outage. A leader keeps its claim until the claim
+    /// runs out, then is `Deposed` with `LeaseExpiring`.
+    EtcdUnavailable { error: String },
+    /// etcd answers again after an `EtcdUnavailable`.
+    EtcdRestored,
+    /// Another live process holds this node's member key: this node neither campaigns nor
+    /// follows until that key's lease expires. Sent once per conflict.
+    NameInUse { name: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeposeReason {
+    /// The lease could not be refreshed before the claim ran out (etcd unreachable or slow):
+    /// stepped down before etcd could expire the lease and let another node win.
+    LeaseExpiring,
+    /// etcd answered that the lease no longer exists.
+    LeaseLost,
+    /// The leader key is gone or belongs to another term (deleted by hand, or replaced).
+    KeyLost,
+    /// The loop asked to resign.
+    Resigned,
+    /// The component is shutting down.
+    Shutdown,
+}
+
+/// Why the component could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot start the election thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+pub(crate) enum Command {
+    Resign,
+    Shutdown,
+}
+
+/// The loop's handle on the election thread. Dropping it stops the thread; a leader resigns
+/// on the way out by revoking its lease, which hands over at once instead of after a TTL.
+pub struct Cluster {
+    commands: Sender<Command>,
+    events: Receiver<Event>,
+    position: Arc<Mutex<Position>>,
+    fence: Fence,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Checks the config and starts the election thread; never waits for etcd. `wake` is
+    /// called after each event is queued (the loop passes its `mio::Waker`).
+    pub fn start(config: Config, wake: Box<dyn Fn() + Send>) -> Result<Cluster, Error> {
+        let endpoints = config.validate()?;
+        let (commands, command_rx) = mpsc::channel();
+        let (event_tx, events) = mpsc::channel();
+        let position = Arc::new(Mutex::new(Position::default()));
+        let fence = Fence::default();
+        let node = node::Node::new(
+            config.clone(),
+            etcd::Client::new(endpoints),
+            node::Outbox {
+                events: event_tx,
+                wake,
+            },
+            Arc::clone(&position),
+            fence.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name(format!("cluster-{}", config.name))
+            .spawn(move || node.run(command_rx))?;
+        Ok(Cluster {
+            commands,
+            events,
+            position,
+            fence,
+            thread: Some(thread),
+        })
+    }
+
+    /// The next event, if one is queued.
+    pub fn try_event(&self) -> Option<Event> {
+        self.events.try_recv().ok()
+    }
+
+    /// The event channel itself, for a caller that blocks on it (tests, tools).
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// The leadership claim to check before acknowledging a change.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    /// Records how far this node's log reaches; the thread publishes the latest value on its
+    /// next poll. Cheap: call it after every durable write.
+    pub fn publish_position(&self, position: Position) {
+        *self.position.lock().unwrap_or_else(PoisonError::into_inner) = position;
+    }
+
+    /// Steps down if leading: the fence is cleared, then the leader key deleted; the node sits
+    /// out elections until another leader appears or two TTLs pass.
+    pub fn resign(&self) {
+        // A send fails only when the thread is gone, and then there is nothing to resign.
+        let _ = self.commands.send(Command::Resign);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            // A panic on the election thread is already reported by the panic hook.
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! The election thread's state machine: on each poll it revokes leases it abandoned, grants or
+//! refreshes its own lease, publishes its member key, reads the leader and member keys in one
+//! snapshot, and then follows, campaigns or steps down. Between polls it sleeps on the command
+//! channel, waking early for a command or for the instant its leadership claim runs out.
+//!
+//! Timing rule of the fence: a refresh sent at `s` that etcd confirms keeps the lease alive on
+//! etcd until at least `s + ttl` (etcd starts the TTL when it receives the refresh, after `s`);
+//! the claim runs to `s + ttl - safety_margin` on the local monotonic clock. Every etcd call a
+//! leader makes is bounded by the time left on its claim, so a hung etcd cannot hold the thread
+//! past it; and the loop reads the claim's deadline itself, so even a stalled thread cannot.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::election::{may_campaign, Claim, Fence, LeaderRecord, Member, Position, Role};
+use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
+use crate::{Command, Config, DeposeReason, Event, EventKind};
+
+/// Shortest budget given to a call: below this a call cannot even connect, and failing it
+/// early is the honest outcome.
+const MIN_CALL_BUDGET: Duration = Duration::from_millis(5);
+
+/// Where events go: the channel, then the loop's wake-up.
+pub struct Outbox {
+    pub events: Sender<Event>,
+    pub wake: Box<dyn Fn() + Send>,
+}
+
+/// This node's lease as last confirmed.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    id: i64,
+    /// The smaller of the TTL asked for and the TTL granted.
+    ttl: Duration,
+    /// When the request that last granted or refreshed it was sent.
+    sent: Instant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// Not yet looked, or just stepped down.
+    Unknown,
+    Leaderless {
+        since: Instant,
+    },
+    Following {
+        name: String,
+        term: u64,
+    },
+    Leading {
+        term: u64,
+    },
+}
+
+/// The leader key and the member keys at one revision.
+struct View {
+    revision: i64,
+    leader: Option<(LeaderRecord, Kv)>,
+    members: Vec<Member>,
+}
+
+struct Keys {
+    leader: Vec<u8>,
+    members: Vec<u8>,
+    me: Vec<u8>,
+}
+
+pub struct Node {
+    config: Config,
+    client: Client,
+    out: Outbox,
+    keys: Keys,
+    position: Arc<Mutex<Position>>,
+    fence: Fence,
+    state: State,
+    lease: Option<Lease>,
+    /// Leases given up without being sure etcd dropped them; revoked once etcd answers, so
+    /// keys a deposed leader held vanish before it campaigns again.
+    abandoned: Vec<i64>,
+    /// The member record etcd holds for this node under its current lease.
+    published: Option<Member>,
+    /// `None` before the first call, then whether the last call succeeded.
+    etcd_up: Option<bool>,
+    name_in_use: bool,
+    /// After a resignation this node stays out of elections until another leader appears or
+    /// this instant passes.
+    resigned_until: Option<Instant>,
+    next_poll: Instant,
+}
+
+impl Node {
+    pub fn new(
+        config: Config,
+        client: Client,
+        out: Outbox,
+        position: Arc<Mutex<Position>>,
+        fence: Fence,
+    ) -> Node {
+        let prefix = format!("/tarq/{}/", config.cluster);
+        let keys = Keys {
+            leader: format!("{prefix}leader").into_bytes(),
+            members: format!("{prefix}members/").into_bytes(),
+            me: format!("{prefix}members/{}", config.name).into_bytes(),
+        };
+        Node {
+            config,
+            client,
+            out,
+            keys,
+            position,
+            fence,
+            state: State::Unknown,
+            lease: None,
+            abandoned: Vec::new(),
+            published: None,
+            etcd_up: None,
+            name_in_use: false,
+            resigned_until: None,
+            next_poll: Instant::now(),
+        }
+    }
+
+    pub fn run(mut self, commands: Receiver<Command>) {
+        info!(node = %self.config.name, cluster = %self.config.cluster, "election thread started");
+        loop {
+            let wake_at = match self.fence.claim() {
+                Some(claim) => self.next_poll.min(claim.until),
+                None => self.next_poll,
+            };
+            match commands.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
+                Ok(Command::Resign) => self.resign(),
+                Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            self.check_claim();
+            if Instant::now() >= self.next_poll {
+                if let Err(e) = self.poll() {
+                    self.etcd_failed(e);
+                }
+                self.check_claim();
+                self.next_poll = Instant::now() + self.config.poll_interval;
+            }
+        }
+        self.shutdown();
+    }
+
+    fn poll(&mut self) -> Result<(), EtcdError> {
+        self.revoke_abandoned()?;
+        self.keep_lease()?;
+        if !self.publish()? {
+            return Ok(());
+        }
+        let view = self.observe()?;
+        self.decide(view)
+    }
+
+    /// Steps down when the claim has run out: the refreshes that would have extended it failed.
+    fn check_claim(&mut self) {
+        if let Some(claim) = self.fence.claim() {
+            if Instant::now() >= claim.until {
+                self.depose(DeposeReason::LeaseExpiring);
+            }
+        }
+    }
+
+    fn revoke_abandoned(&mut self) -> Result<(), EtcdError> {
+        while let Some(&id) = self.abandoned.last() {
+            self.call(|c, budget| c.revoke(id, budget))?;
+            self.abandoned.pop();
+        }
+        Ok(())
+    }
+
+    /// Grants a lease when there is none, refreshes it when a refresh is due, and extends the
+    /// claim of a leader from the refresh's send time.
+    fn keep_lease(&mut self) -> Result<(), EtcdError> {
+        let due = match self.lease {
+            None => true,
+            Some(l) => l.sent.elapsed() >= self.config.refresh_interval(),
+        };
+        if due {
+            self.refresh_lease()?;
+        }
+        Ok(())
+    }
+
+    fn refresh_lease(&mut self) -> Result<(), EtcdError> {
+        let sent = Instant::now();
+        let Some(lease) = self.lease else {
+            let ttl_secs = self.config.lease_ttl.as_secs() as i64;
+            let granted = self.call(|c, budget| c.grant(ttl_secs, budget))?;
+            self.lease = Some(Lease {
+                id: granted.id,
+                ttl: self.ttl_of(granted.ttl_secs),
+                sent,
+            });
+            self.published = None;
+            return Ok(());
+        };
+        match self.call(|c, budget| c.keep_alive(lease.id, budget))? {
+            Some(ttl_secs) => {
+                let ttl = self.ttl_of(ttl_secs);
+                self.lease = Some(Lease { ttl, sent, ..lease });
+                if let State::Leading { term } = self.state {
+                    let until = sent + ttl - self.config.safety_margin;
+                    self.fence.set(Some(Claim { term, until }));
+                }
+            }
+            None => {
+                warn!(lease = lease.id, "etcd no longer has this node's lease");
+                self.lease = None;
+                self.published = None;
+                self.depose(DeposeReason::LeaseLost);
+                self.refresh_lease()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn ttl_of(&self, granted_secs: i64) -> Duration {
+        Duration::from_secs(granted_secs.max(0) as u64).min(self.config.lease_ttl)
+    }
+
+    fn member_record(&self) -> Member {
+        let resigned = self.resigned_until.is_some_and(|t| Instant::now() < t);
+        Member {
+            name: self.config.name.clone(),
+            addr: self.config.addr.clone(),
+            role: match self.state {
+                State::Leading { .. } => Role::Leader,
+                _ => Role::Replica,
+            },
+            eligible: self.config.eligible && !resigned,
+            position: *self.position.lock().unwrap_or_else(PoisonError::into_inner),
+        }
+    }
+
+    /// Writes this node's member key when it differs from what etcd holds. `Ok(false)` when
+    /// another live process holds the key: this node then takes no part until it expires.
+    fn publish(&mut self) -> Result<bool, EtcdError> {
+        let me = self.member_record();
+        if self.published.as_ref() == Some(&me) {
+            return Ok(true);
+        }
+        let lease = self.lease.expect("keep_lease leaves a lease").id;
+        let put = [Op::Put {
+            key: self.keys.me.clone(),
+            value: serde_json::to_vec(&me).expect("a member serializes"),
+            lease,
+        }];
+        let key = self.keys.me.clone();
+        let ours = [Compare::Lease(key.clone(), lease)];
+        let mut written = self.call(|c, b| c.txn(&ours, &put, &[], b))?.succeeded;
+        if !written {
+            let absent = [Compare::CreateRevision(key, 0)];
+            written = self.call(|c, b| c.txn(&absent, &put, &[], b))?.succeeded;
+        }
+        if written {
+            self.published = Some(me);
+            self.name_in_use = false;
+        } else if !self.name_in_use {
+            self.name_in_use = true;
+            warn!(name = %self.config.name, "another live process holds this node's member key");
+            let name = self.config.name.clone();
+            self.emit(EventKind::NameInUse { name });
+        }
+        Ok(written)
+    }
+
+    fn observe(&mut self) -> Result<View, EtcdError> {
+        let reads = [
+            Op::Get(self.keys.leader.clone()),
+            Op::GetPrefix(self.keys.members.clone()),
+        ];
+        let reply = self.call(|c, b| c.txn(&[], &reads, &[], b))?;
+        let mut ranges = reply.ranges.into_iter();
+        let leader = ranges.next().unwrap_or_default().into_iter().next();
+        let leader = leader.and_then(|kv| match serde_json::from_slice(&kv.value) {
+            Ok(record) => Some((record, kv)),
+            Err(e) => {
+                warn!(error = %e, "leader key holds no leader record; treating it as absent");
+                None
+            }
+        });
+        let members = ranges
+            .next()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|kv| match serde_json::from_slice(&kv.value) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    let key = String::from_utf8_lossy(&kv.key);
+                    warn!(%key, error = %e, "member key holds no member record; ignored");
+                    None
+                }
+            })
+            .collect();
+        Ok(View {
+            revision: reply.revision,
+            leader,
+            members,
+        })
+    }
+
+    fn decide(&mut self, view: View) -> Result<(), EtcdError> {
+        if let State::Leading { term } = self.state {
+            let mine = self.lease.map(|l| l.id);
+            let held = view
+                .leader
+                .as_ref()
+                .is_some_and(|(_, kv)| kv.create_revision as u64 == term && Some(kv.lease) == mine);
+            if held {
+                return Ok(());
+            }
+            self.depose(DeposeReason::KeyLost);
+        }
+        let mine = self.lease.map(|l| l.id);
+        match view.leader {
+            // Bound to this node's live lease while it does not lead: a campaign whose answer
+            // was lost. Nobody else can have led in that term, so this node takes it up.
+            Some((_, kv)) if Some(kv.lease) == mine => {
+                self.lead(kv.create_revision as u64);
+                Ok(())
+            }
+            Some((record, kv)) => {
+                self.follow(record, kv.create_revision as u64);
+                Ok(())
+            }
+            None => self.leaderless(view.revision, &view.members),
+        }
+    }
+
+    fn follow(&mut self, leader: LeaderRecord, term: u64) {
+        let same = matches!(&self.state, State::Following { name, term: t } if *name == leader.name && *t == term);
+        if same {
+            return;
+        }
+        self.resigned_until = None;
+        self.state = State::Following {
+            name: leader.name.clone(),
+            term,
+        };
+        info!(leader = %leader.name, term, "following");
+        self.emit(EventKind::Follow {
+            leader: leader.name,
+            addr: leader.addr,
+            term,
+        });
+    }
+
+    /// No leader: after the settle time, campaign if the rules allow.
+    fn leaderless(&mut self, revision: i64, members: &[Member]) -> Result<(), EtcdError> {
+        let since = match self.state {
+            State::Leaderless { since } => since,
+            ref previous => {
+                let last_term = match previous {
+                    State::Following { term, .. } => Some(*term),
+                    _ => None,
+                };
+                let since = Instant::now();
+                self.state = State::Leaderless { since };
+                self.emit(EventKind::Electing { last_term });
+                since
+            }
+        };
+        let me = self.published.clone().expect("publish ran before observe");
+        if since.elapsed() < self.config.settle || !may_campaign(&me, members) {
+            return Ok(());
+        }
+        self.campaign(revision)
+    }
+
+    /// The create-if-absent transaction, valid only if no member key changed since `revision`
+    /// (a member that published a better position in between must be considered first).
+    fn campaign(&mut self, revision: i64) -> Result<(), EtcdError> {
+        // A fresh refresh first, so the claim starts with a whole TTL ahead of it.
+        self.refresh_lease()?;
+        let lease = self.lease.expect("refresh_lease leaves a lease");
+        let record = LeaderRecord {
+            name: self.config.name.clone(),
+            addr: self.config.addr.clone(),
+        };
+        let compare = [
+            Compare::CreateRevision(self.keys.leader.clone(), 0),
+            Compare::ModifiedBefore {
+                prefix: self.keys.members.clone(),
+                revision: revision + 1,
+            },
+        ];
+        let put = [Op::Put {
+            key: self.keys.leader.clone(),
+            value: serde_json::to_vec(&record).expect("a leader record serializes"),
+            lease: lease.id,
+        }];
+        let reply = self.call(|c, b| c.txn(&compare, &put, &[], b))?;
+        if !reply.succeeded {
+            return Ok(());
+        }
+        // The put is the transaction's only write, so it created the key at this revision.
+        self.lead(reply.revision as u64);
+        Ok(())
+    }
+
+    /// Takes up `term` with the claim the current lease allows.
+    fn lead(&mut self, term: u64) {
+        let lease = self.lease.expect("a leader key is bound to a lease");
+        let until = lease.sent + lease.ttl - self.config.safety_margin;
+        if Instant::now() >= until {
+            // The calls took the whole claim: leading now would already be unsafe. Giving the
+            // lease up deletes the key once etcd answers, and a new election follows.
+            warn!(term, "won too late to lead safely; giving the term up");
+            self.abandon_lease();
+            return;
+        }
+        self.state = State::Leading { term };
+        self.fence.set(Some(Claim { term, until }));
+        info!(term, "became leader");
+        self.emit(EventKind::BecameLeader { term });
+    }
+
+    /// Clears the fence first, then reports. A lease whose fate etcd has not confirmed is
+    /// given up, so its leader key is deleted before this node campaigns again.
+    fn depose(&mut self, reason: DeposeReason) {
+        let State::Leading { term } = self.state else {
+            return;
+        };
+        let claimed_until = self.fence.claim().map_or_else(Instant::now, |c| c.until);
+        self.fence.set(None);
+        self.state = State::Unknown;
+        if reason == DeposeReason::LeaseExpiring {
+            self.abandon_lease();
+        }
+        warn!(term, ?reason, "deposed");
+        self.emit(EventKind::Deposed {
+            term,
+            reason,
+            claimed_until,
+        });
+    }
+
+    fn abandon_lease(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.abandoned.push(lease.id);
+        }
+        self.published = None;
+    }
+
+    fn resign(&mut self) {
+        let State::Leading { term } = self.state else {
+            return;
+        };
+        self.depose(DeposeReason::Resigned);
+        self.resigned_until = Some(Instant::now() + self.config.lease_ttl * 2);
+        let compare = [Compare::CreateRevision(
+            self.keys.leader.clone(),
+            term as i64,
+        )];
+        let delete = [Op::Delete(self.keys.leader.clone())];
+        if let Err(e) = self.call(|c, b| c.txn(&compare, &delete, &[], b)) {
+            // The key outlives the failed delete only as long as the lease: give that up too.
+            self.abandon_lease();
+            self.etcd_failed(e);
+        }
+        self.next_poll = Instant::now();
+    }
+
+    fn shutdown(&mut self) {
+        self.depose(DeposeReason::Shutdown);
+        if let Some(lease) = self.lease.take() {
+            self.abandoned.push(lease.id);
+        }
+        if let Err(e) = self.revoke_abandoned() {
+            warn!(error = %e, "could not revoke the lease on shutdown; it expires by itself");
+        }
+    }
+
+    /// One etcd call with its budget: the request timeout, cut to the time left on a claim.
+    /// Reports etcd coming back after an outage.
+    fn call<T>(
+        &mut self,
+        f: impl FnOnce(&mut Client, Duration) -> Result<T, EtcdError>,
+    ) -> Result<T, EtcdError> {
+        let mut budget = self.config.request_timeout;
+        if let Some(claim) = self.fence.claim() {
+            budget = budget.min(claim.until.saturating_duration_since(Instant::now()));
+        }
+        let result = f(&mut self.client, budget.max(MIN_CALL_BUDGET))?;
+        if self.etcd_up == Some(false) {
+            info!(endpoint = self.client.endpoint(), "etcd answers again");
+            self.emit(EventKind::EtcdRestored);
+        }
+        self.etcd_up = Some(true);
+        Ok(result)
+    }
+
+    /// Reports the first failure of an outage. A lease not confirmed for a whole TTL has
+    /// expired on etcd by now: it is given up, and a new one granted when etcd returns.
+    fn etcd_failed(&mut self, error: EtcdError) {
+        if self.etcd_up != Some(false) {
+            warn!(%error, "etcd unavailable");
+            self.etcd_up = Some(false);
+            self.emit(EventKind::EtcdUnavailable {
+                error: error.to_string(),
+            });
+        }
+        if self.lease.is_some_and(|l| l.sent.elapsed() >= l.ttl) {
+            self.abandon_lease();
+        }
+    }
+
+    fn emit(&self, kind: EventKind) {
+        let event = Event {
+            at: Instant::now(),
+            kind,
+        };
+        // The receiver is gone only while the handle is being dropped; nobody is listening.
+        if self.out.events.send(event).is_ok() {
+            (self.out.wake)();
+        }
+    }
+}
