@@ -11,6 +11,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tarq-engine", &[]),
     // Codecs never import the server, the WAL or the engine.
     ("tarq-iproto", &[]),
+    ("tarq-beanstalk", &[]),
     ("tarq-client", &["tarq-iproto"]),
     ("tarq-testkit", &[]),
     // The WAL never imports the server or ops.
@@ -22,6 +23,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &[
             "tarq-engine",
             "tarq-iproto",
+            "tarq-beanstalk",
             "tarq-client",
             "tarq-wal",
             "tarq-ops",
@@ -29,7 +31,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     // The load generator speaks the protocols through the codecs and the client only.
-    ("tarq-loadgen", &["tarq-iproto", "tarq-client"]),
+    (
+        "tarq-loadgen",
+        &["tarq-iproto", "tarq-beanstalk", "tarq-client"],
+    ),
     (
         "tarq-benches",
         &["tarq-engine", "tarq-net", "tarq-wal", "tarq-testkit"],
