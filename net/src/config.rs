@@ -1,7 +1,7 @@
 //! The server's configuration: command-line flags (clap) and the same names in a `--config`
 //! TOML file, merged into one [`Config`]. A flag given on the command line wins over the file,
-//! the file over the default. Later issues add their settings here, in the same style: a field in
-//! [`Cli`], the same field in [`FileConfig`], a default, and a line in [`Config`].
+//! the file over the default. A new setting is a field in [`Cli`], the same field in
+//! [`FileConfig`], a default, and a line in [`Config`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! test (`net/tests/decoder_props.rs`): feed it any bytes, it must never panic, loop forever,
 //! recurse or allocate more than the input justifies.
 
-use crate::server::calls;
+use crate::frontend::iproto::calls;
 use tarq_iproto::{client, request, split_frame};
 
 /// Frame cap used while fuzzing: small, so size-limit paths are reached.

@@ -7,5 +7,6 @@
 
 pub mod config;
 pub mod ctl;
+pub mod frontend;
 pub mod fuzz;
 pub mod server;

@@ -25,6 +25,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &[
             "tarq-engine",
             "tarq-iproto",
+            "tarq-beanstalk",
             "tarq-client",
             "tarq-wal",
             "tarq-ops",

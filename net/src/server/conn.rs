@@ -364,8 +364,8 @@ mod tests {
 
     #[test]
     fn a_buffer_grown_by_a_burst_returns_to_its_resting_size_once_drained() {
-        /// A pipelined burst far over the resting size: the buffer doubles up to 1 MiB for it
-        /// (the size that used to stay).
+        /// A pipelined burst far over the resting size: the buffer doubles up to 1 MiB for it,
+        /// and must not keep that size once the burst is executed.
         static BURST: [u8; 512 * 1024] = [7; 512 * 1024];
         let mut b = ReadBuf::new();
         // A slice reads like a socket holding the whole burst: every read fills the room.

@@ -76,6 +76,13 @@ pub trait Journal: Send {
         None
     }
 
+    /// Whether the journal can log tube changes (tubes, buried tasks, task updates). A journal
+    /// that wants events but cannot has the server refuse those changes with a clear error
+    /// rather than lose them.
+    fn logs_tubes(&self) -> bool {
+        false
+    }
+
     /// The WAL's figures for `queue.stats()`, Graphite and Prometheus; `None` without a WAL.
     fn figures(&self) -> Option<WalFigures> {
         None

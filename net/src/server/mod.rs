@@ -13,13 +13,14 @@
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
-pub mod calls;
 pub mod conn;
+pub mod dispatch;
 mod enforce;
 pub mod journal;
 pub mod limits;
 pub mod parked;
 pub mod reload;
+mod waiting_puts;
 pub mod wal_journal;
 
 use std::io::{self, Read, Write};
@@ -31,22 +32,21 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
-use tarq_engine::{Event, Micros, Queue, TaskRef};
+use tarq_engine::{Event, Micros, Queue};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use calls::{Call, CallError};
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
+use dispatch::Outcome;
 use journal::{Journal, NoJournal, Ticket};
 use limits::Limits;
-use parked::{Parked, MAX_PARKED_PER_CONN};
+use parked::Parked;
 use tarq_iproto::codes::*;
-use tarq_iproto::mp::write;
-use tarq_iproto::request::{self, RequestKind};
-use tarq_iproto::{auth, greeting, response, split_frame, SYSTEM_SPACES};
+use tarq_iproto::{auth, greeting, response, split_frame};
 use tarq_ops::signals::{self, Request};
 use tarq_ops::stats::{ServerFigures, Snapshot};
 use tarq_ops::Ops;
+use waiting_puts::WaitingPuts;
 pub use wal_journal::WalJournal;
 
 const LISTENER: Token = Token(0);
@@ -131,6 +131,8 @@ pub struct Server {
     journal: Box<dyn Journal>,
     conns: Slab<Conn>,
     parked: Parked,
+    /// Puts into a full tube waiting for room.
+    waiting_puts: WaitingPuts,
     /// Connections to read this turn (readable events, or left over from the budget).
     read_list: Vec<usize>,
     /// Connections that stopped at their read budget: read again next turn.
@@ -204,6 +206,7 @@ impl Server {
             journal,
             conns: Slab::new(),
             parked: Parked::default(),
+            waiting_puts: WaitingPuts::default(),
             read_list: Vec::new(),
             read_again: Vec::new(),
             flush_list: Vec::new(),
@@ -360,13 +363,17 @@ impl Server {
     pub fn stop_gracefully(&mut self) {
         // Deregistered, new connections wait in the kernel's backlog until the exit resets them.
         let _ = self.poll.registry().deregister(&mut self.listener);
-        while let Some((key, p)) = self.parked.pop_oldest() {
+        while let Some((key, p)) = self.parked.pop_any() {
             if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
                 forget_parked(c, key);
-                response::empty_data(
-                    out_of(&mut self.conns, &mut self.flush_list, p.conn),
-                    p.sync,
-                );
+                self.deliver(p.conn, p.reply, &Outcome::Nothing);
+            }
+        }
+        while let Some(p) = self.waiting_puts.front() {
+            let (conn, gen, reply) = (p.conn, p.gen, p.reply);
+            self.waiting_puts.pop_front();
+            if self.conns.get(conn).is_some_and(|c| c.gen == gen) {
+                self.deliver(conn, reply, &Outcome::Full);
             }
         }
         let deadline = Instant::now() + STOP_GRACE;
@@ -460,6 +467,7 @@ impl Server {
         let next = [
             self.queue.next_deadline(),
             self.parked.next_deadline(),
+            self.next_waiting_put_deadline(),
             self.journal.next_wakeup(),
             self.accept_paused_until,
             self.ops.next_timer(),
@@ -580,7 +588,7 @@ impl Server {
             self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
             if adv.processed > 0 {
                 self.drain_events();
-                self.serve_parked();
+                self.serve_all_parked();
             }
         }
 
@@ -599,11 +607,11 @@ impl Server {
         while let Some((key, p)) = self.parked.pop_expired(self.now) {
             if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
                 forget_parked(c, key);
-                response::empty_data(
-                    out_of(&mut self.conns, &mut self.flush_list, p.conn),
-                    p.sync,
-                );
+                self.deliver(p.conn, p.reply, &Outcome::Nothing);
             }
+        }
+        if !self.waiting_puts.is_empty() {
+            self.expire_waiting_puts();
         }
 
         if !self.lingering.is_empty() {
@@ -670,7 +678,7 @@ impl Server {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
-                    self.execute(idx, &data[used + f.prefix..used + f.total()]);
+                    self.execute_iproto(idx, &data[used + f.prefix..used + f.total()]);
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());
@@ -713,254 +721,23 @@ impl Server {
         }
     }
 
-    /// Executes one request frame and queues its reply (or parks it).
-    fn execute(&mut self, idx: usize, frame: &[u8]) {
-        let req = match request::decode(frame) {
-            Ok(r) => r,
-            Err(e) => {
-                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                response::error(out, e.sync, e.code, &e.message);
-                return;
-            }
-        };
-        let sync = req.sync;
-        match req.kind {
-            RequestKind::Ping => {
-                response::ok_empty(out_of(&mut self.conns, &mut self.flush_list, idx), sync)
-            }
-            RequestKind::Call {
-                function,
-                args,
-                call16,
-            } => {
-                if !self.conns[idx].authenticated {
-                    let msg = format!(
-                        "Execute access to function '{function}' is denied for user 'guest'"
-                    );
-                    let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                    response::error(out, sync, ER_ACCESS_DENIED, &msg);
-                } else if self.cfg.null {
-                    response::empty_data(out_of(&mut self.conns, &mut self.flush_list, idx), sync);
-                } else {
-                    self.call(idx, sync, function, args, call16);
-                }
-            }
-            RequestKind::Auth {
-                user,
-                method,
-                scramble,
-            } => self.authenticate(idx, sync, user, method, scramble),
-            RequestKind::Id { .. } => {
-                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                response::id(out, sync, response::ID_VERSION);
-            }
-            RequestKind::Select { space } => {
-                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                if SYSTEM_SPACES.contains(&space) {
-                    response::empty_data(out, sync);
-                } else {
-                    let msg = format!("Space '{space}' does not exist");
-                    response::error(out, sync, ER_NO_SUCH_SPACE, &msg);
-                }
-            }
-            RequestKind::Eval => {
-                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                response::error(out, sync, ER_UNKNOWN_REQUEST_TYPE, "Unknown request type 8");
-            }
-            RequestKind::Other(t) => {
-                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                let msg = format!("Unknown request type {t}");
-                response::error(out, sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
-            }
-        }
+    /// Connection `idx`'s reply buffer, queued for this turn's flush (for front-ends).
+    pub(crate) fn reply_buf(&mut self, idx: usize) -> &mut Vec<u8> {
+        out_of(&mut self.conns, &mut self.flush_list, idx)
     }
 
-    fn authenticate(
-        &mut self,
-        idx: usize,
-        sync: u64,
-        user: &str,
-        method: Option<&str>,
-        scramble: Option<&[u8]>,
-    ) {
-        let c = &mut self.conns[idx];
-        let verdict = match (&self.cfg.auth, &self.hash2) {
-            // An open server accepts every AUTH, as Tarantool's guest-everything setup does.
-            (None, _) | (_, None) => Ok(()),
-            (Some(_), _) if user == "guest" && scramble.is_none() => {
-                // Becoming guest is allowed; calling still needs the configured user.
-                c.authenticated = false;
-                Ok(())
-            }
-            (Some(cred), Some(hash2)) => {
-                if user != cred.user {
-                    Err((ER_NO_SUCH_USER, format!("User '{user}' is not found")))
-                } else if method.is_some_and(|m| m != auth::CHAP_SHA1) {
-                    let m = method.unwrap_or_default();
-                    Err((
-                        ER_ILLEGAL_PARAMS,
-                        format!("Illegal parameters, unknown authentication method '{m}'"),
-                    ))
-                } else if scramble.is_some_and(|s| auth::check(&c.salt, s, hash2)) {
-                    c.authenticated = true;
-                    Ok(())
-                } else {
-                    Err((
-                        ER_PASSWORD_MISMATCH,
-                        format!("Incorrect password supplied for user '{user}'"),
-                    ))
-                }
-            }
-        };
-        let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-        match verdict {
-            Ok(()) => response::ok_empty(out, sync),
-            Err((code, msg)) => response::error(out, sync, code, &msg),
-        }
+    /// Connection `idx` (for front-ends: its authentication, salt, session).
+    pub(crate) fn conn_mut(&mut self, idx: usize) -> &mut Conn {
+        &mut self.conns[idx]
     }
 
-    /// A queue call.
-    fn call(&mut self, idx: usize, sync: u64, function: &str, args: &[u8], call16: bool) {
-        let sid = self.conns[idx].sid;
-        let now = self.now;
-        let call = match calls::parse(function, args) {
-            Ok(c) => c,
-            Err(e) => {
-                let code = match e {
-                    CallError::NoSuchProc(_) => ER_NO_SUCH_PROC,
-                    CallError::BadArgs(_) => ER_PROC_LUA,
-                };
-                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                response::error(out, sync, code, &e.to_string());
-                return;
-            }
-        };
-        // A failing disk refuses changes before they touch the queue; takes go on.
-        let refused = match call {
-            Call::Put { .. } | Call::Ack { .. } | Call::Release { .. } => {
-                self.journal.writable().err()
-            }
-            Call::Take { .. } if !self.journal.accepts_takes() => self.journal.writable().err(),
-            _ => None,
-        };
-        if let Some(msg) = refused {
-            self.reply_error(idx, sync, &msg);
-            return;
-        }
-        let mut wake = false;
-        match call {
-            Call::Put { data, opts } => {
-                let t = self.queue.put(now, data.into(), opts);
-                wake = opts.delay == 0;
-                reply_task(&mut self.conns, &mut self.flush_list, idx, sync, call16, &t);
-            }
-            Call::Take { timeout } => match self.queue.take(now, sid) {
-                Some(t) => reply_task(&mut self.conns, &mut self.flush_list, idx, sync, call16, &t),
-                None if timeout == 0 => {
-                    response::empty_data(out_of(&mut self.conns, &mut self.flush_list, idx), sync)
-                }
-                None => {
-                    let c = &mut self.conns[idx];
-                    if c.parked.len() >= MAX_PARKED_PER_CONN {
-                        let msg = format!(
-                            "Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}"
-                        );
-                        let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                        response::error(out, sync, ER_PROC_LUA, &msg);
-                    } else {
-                        self.takes_parked += 1;
-                        let key = self.parked.park(
-                            idx,
-                            c.gen,
-                            sid,
-                            sync,
-                            call16,
-                            now.saturating_add(timeout),
-                        );
-                        c.parked.push(key);
-                    }
-                }
-            },
-            Call::Ack { id } => match self.queue.ack(now, sid, id) {
-                Ok(t) => reply_task(
-                    &mut self.conns,
-                    &mut self.flush_list,
-                    idx,
-                    sync,
-                    call16,
-                    &t.as_ref(),
-                ),
-                Err(e) => self.reply_error(idx, sync, &e.to_string()),
-            },
-            Call::Release { id, delay } => match self.queue.release(now, sid, id, delay) {
-                Ok(t) => {
-                    wake = delay == 0;
-                    reply_task(&mut self.conns, &mut self.flush_list, idx, sync, call16, &t);
-                }
-                Err(e) => self.reply_error(idx, sync, &e.to_string()),
-            },
-            Call::Stats => {
-                let snapshot = self.snapshot();
-                let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                let start = response::begin_data(out, sync, 1);
-                if call16 {
-                    write::array_len(out, 1);
-                }
-                snapshot.write_msgpack(out);
-                response::finish(out, start);
-            }
-            Call::Snapshot => match self.journal.snapshot(&self.queue, now) {
-                None => {
-                    let e = CallError::NoSuchProc(function.to_string());
-                    let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                    response::error(out, sync, ER_NO_SUCH_PROC, &e.to_string());
-                }
-                Some(Ok(text)) => {
-                    let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-                    let start = response::begin_data(out, sync, 1);
-                    if call16 {
-                        write::array_len(out, 1);
-                    }
-                    write::str(out, &text);
-                    response::finish(out, start);
-                }
-                Some(Err(msg)) => self.reply_error(idx, sync, &msg),
-            },
-        }
-        self.drain_events();
-        if wake {
-            self.serve_parked();
-        }
+    pub(crate) fn config(&self) -> &Config {
+        &self.cfg
     }
 
-    fn reply_error(&mut self, idx: usize, sync: u64, msg: &str) {
-        let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-        response::error(out, sync, ER_PROC_LUA, msg);
-    }
-
-    /// Hands ready tasks to parked takes, oldest waiter first.
-    fn serve_parked(&mut self) {
-        while !self.parked.is_empty() && self.queue.stats().ready > 0 {
-            let Some((key, p)) = self.parked.pop_oldest() else {
-                break;
-            };
-            let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) else {
-                continue;
-            };
-            forget_parked(c, key);
-            let Some(t) = self.queue.take(self.now, p.sid) else {
-                break;
-            };
-            reply_task(
-                &mut self.conns,
-                &mut self.flush_list,
-                p.conn,
-                p.sync,
-                p.call16,
-                &t,
-            );
-            self.drain_events();
-        }
+    /// `sha1(sha1(password))` of the configured user, if any.
+    pub(crate) fn auth_hash(&self) -> Option<[u8; auth::SCRAMBLE_LEN]> {
+        self.hash2
     }
 
     /// Ends a session: its parked takes are dropped, its tasks go back to ready at once (waking
@@ -988,7 +765,7 @@ impl Server {
         };
         self.drain_events();
         if released > 0 {
-            self.serve_parked();
+            self.serve_all_parked();
         }
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         info!(sid, %peer, reason, released, "connection closed");
@@ -1031,38 +808,7 @@ impl Server {
     fn commit_and_flush(&mut self) {
         let ticket: Ticket = self.journal.commit(&mut self.queue, self.now);
         let mut list = std::mem::take(&mut self.flush_list);
-        for &idx in &list {
-            if let Some(c) = self.conns.get_mut(idx) {
-                c.out.hold(ticket);
-            }
-        }
-        let durable = self.journal.durable();
-        let journal = &self.journal;
-        let is_durable = |t: Ticket| t <= durable || journal.is_durable(t);
-        for &idx in &list {
-            if let Some(c) = self.conns.get_mut(idx) {
-                c.out.release_if(is_durable);
-                if c.out.has_holds() {
-                    self.holding.push((idx, c.gen));
-                }
-            }
-        }
-        if !self.holding.is_empty() {
-            let conns = &mut self.conns;
-            self.holding.retain(|&(idx, gen)| {
-                let Some(c) = conns.get_mut(idx).filter(|c| c.gen == gen) else {
-                    return false;
-                };
-                c.out.release_if(is_durable);
-                if c.out.has_released() && !c.to_flush {
-                    c.to_flush = true;
-                    list.push(idx);
-                }
-                c.out.has_holds()
-            });
-            self.holding.sort_unstable();
-            self.holding.dedup();
-        }
+        self.release_durable(ticket, &mut list);
         // Out of the list before any write: a close below may queue a reply to a connection
         // further down (a task released to its parked take). That reply was appended after
         // this turn's hold, so this pass cannot write it; unflagged, the connection goes into
@@ -1073,61 +819,112 @@ impl Server {
             }
         }
         for &idx in &list {
-            let Some(c) = self.conns.get_mut(idx) else {
-                continue;
-            };
-            if let Some(closing) = c.closing {
-                // With holds it waits in `holding` for its replies to become durable.
-                if closing.flush && c.out.has_holds() {
-                    continue;
-                }
-                // The replies owed go out in as many writes as it takes, until the deadline.
-                let owed = closing.flush
-                    && c.out.write_to(&mut c.stream).is_ok()
-                    && c.out.has_released()
-                    && self.now < closing.until;
-                if owed && (c.want_write || self.set_write_interest(idx, true)) {
-                    let gen = self.conns[idx].gen;
-                    if !self.lingering.iter().any(|&(i, g, _)| (i, g) == (idx, gen)) {
-                        self.lingering.push((idx, gen, closing.until));
-                    }
-                } else {
-                    self.finish_close(idx);
-                }
-                continue;
-            }
-            match c.out.write_to(&mut c.stream) {
-                Ok(_) if c.out.backlog() > self.cfg.max_write_backlog => {
-                    let (sid, backlog) = (c.sid, c.out.backlog());
-                    warn!(
-                        sid,
-                        backlog,
-                        limit = self.cfg.max_write_backlog,
-                        "client does not read its replies"
-                    );
-                    self.begin_close(idx, "write backlog over limit", false);
-                    self.finish_close(idx);
-                }
-                Ok(_) => {
-                    // Ask for writability only while the socket is full: an always-on
-                    // edge-triggered WRITABLE would wake the loop after every ACK.
-                    let blocked = c.out.has_released();
-                    if blocked != c.want_write && !self.set_write_interest(idx, blocked) {
-                        self.begin_close(idx, "poll error", false);
-                        self.finish_close(idx);
-                    }
-                }
-                Err(e) => {
-                    debug!(sid = c.sid, error = %e, "write failed");
-                    self.begin_close(idx, "write error", false);
-                    self.finish_close(idx);
-                }
-            }
+            self.write_out(idx);
         }
         list.clear();
         // Closes above may have queued replies to others: they go out next turn (timeout 0).
         if self.flush_list.is_empty() {
             self.flush_list = list;
+        }
+    }
+
+    /// Holds this turn's replies behind `ticket`, then releases every held reply that is
+    /// durable, adding connections held from earlier turns whose replies became durable to
+    /// `list`.
+    fn release_durable(&mut self, ticket: Ticket, list: &mut Vec<usize>) {
+        for &idx in list.iter() {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.out.hold(ticket);
+            }
+        }
+        let durable = self.journal.durable();
+        let journal = &self.journal;
+        let is_durable = |t: Ticket| t <= durable || journal.is_durable(t);
+        for &idx in list.iter() {
+            if let Some(c) = self.conns.get_mut(idx) {
+                c.out.release_if(is_durable);
+                if c.out.has_holds() {
+                    self.holding.push((idx, c.gen));
+                }
+            }
+        }
+        if self.holding.is_empty() {
+            return;
+        }
+        let conns = &mut self.conns;
+        self.holding.retain(|&(idx, gen)| {
+            let Some(c) = conns.get_mut(idx).filter(|c| c.gen == gen) else {
+                return false;
+            };
+            c.out.release_if(is_durable);
+            if c.out.has_released() && !c.to_flush {
+                c.to_flush = true;
+                list.push(idx);
+            }
+            c.out.has_holds()
+        });
+        self.holding.sort_unstable();
+        self.holding.dedup();
+    }
+
+    /// Writes connection `idx`'s released replies with one write; closes it on a write error,
+    /// an over-limit backlog, or when it was closing and owes nothing more.
+    fn write_out(&mut self, idx: usize) {
+        let Some(c) = self.conns.get_mut(idx) else {
+            return;
+        };
+        if let Some(closing) = c.closing {
+            self.write_closing(idx, closing);
+            return;
+        }
+        match c.out.write_to(&mut c.stream) {
+            Ok(_) if c.out.backlog() > self.cfg.max_write_backlog => {
+                let (sid, backlog) = (c.sid, c.out.backlog());
+                warn!(
+                    sid,
+                    backlog,
+                    limit = self.cfg.max_write_backlog,
+                    "client does not read its replies"
+                );
+                self.begin_close(idx, "write backlog over limit", false);
+                self.finish_close(idx);
+            }
+            Ok(_) => {
+                // Ask for writability only while the socket is full: an always-on
+                // edge-triggered WRITABLE would wake the loop after every ACK.
+                let blocked = c.out.has_released();
+                if blocked != c.want_write && !self.set_write_interest(idx, blocked) {
+                    self.begin_close(idx, "poll error", false);
+                    self.finish_close(idx);
+                }
+            }
+            Err(e) => {
+                debug!(sid = c.sid, error = %e, "write failed");
+                self.begin_close(idx, "write error", false);
+                self.finish_close(idx);
+            }
+        }
+    }
+
+    /// A closing connection: the replies it is owed go out in as many writes as it takes,
+    /// until its deadline; then (or when it owes nothing) its slot is freed.
+    fn write_closing(&mut self, idx: usize, closing: Closing) {
+        let c = &mut self.conns[idx];
+        // With holds it waits in `holding` for its replies to become durable.
+        if closing.flush && c.out.has_holds() {
+            return;
+        }
+        let owed = closing.flush
+            && c.out.write_to(&mut c.stream).is_ok()
+            && c.out.has_released()
+            && self.now < closing.until;
+        if owed && (c.want_write || self.set_write_interest(idx, true)) {
+            let gen = self.conns[idx].gen;
+            if !self.lingering.iter().any(|&(i, g, _)| (i, g) == (idx, gen)) {
+                self.lingering.push((idx, gen, closing.until));
+            }
+        } else {
+            self.finish_close(idx);
         }
     }
 }
@@ -1147,27 +944,10 @@ fn mark_flush(conns: &mut Slab<Conn>, flush: &mut Vec<usize>, idx: usize) {
 }
 
 /// Drops a parked take's key from its connection (at most MAX_PARKED_PER_CONN, usually one).
-fn forget_parked(c: &mut Conn, key: usize) {
+pub(crate) fn forget_parked(c: &mut Conn, key: usize) {
     if let Some(pos) = c.parked.iter().position(|&k| k == key) {
         c.parked.swap_remove(pos);
     }
-}
-
-fn reply_task(
-    conns: &mut Slab<Conn>,
-    flush: &mut Vec<usize>,
-    idx: usize,
-    sync: u64,
-    call16: bool,
-    t: &TaskRef<'_>,
-) {
-    let out = out_of(conns, flush, idx);
-    let start = response::begin_data(out, sync, 1);
-    if call16 {
-        write::array_len(out, 1);
-    }
-    calls::write_task(out, t);
-    response::finish(out, start);
 }
 
 /// Pins the calling thread to a CPU core.
@@ -1192,6 +972,7 @@ fn pin_to(cpu: usize) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frontend::iproto::calls;
     use std::net::TcpStream as StdStream;
     use tarq_engine::PutOptions;
     use tarq_iproto::client;
@@ -1283,7 +1064,7 @@ mod tests {
         s.cfg.max_write_backlog = 1 << 20;
         let junk = vec![0u8; 32 << 20];
         out_of(&mut s.conns, &mut s.flush_list, hog).extend_from_slice(&junk);
-        s.execute(waiter, &[0x82, 0x00, 0x40, 0x01, 0x08]);
+        s.execute_iproto(waiter, &[0x82, 0x00, 0x40, 0x01, 0x08]);
         assert_eq!(s.flush_list, [hog, waiter]);
         s.commit_and_flush();
         assert!(!s.conns.contains(hog), "the hog was cut off");

@@ -1,0 +1,232 @@
+//! The IPROTO front-end: Tarantool's binary protocol (codec `tarq-iproto`). It answers the
+//! protocol's own requests (PING, AUTH, ID, SELECT of system spaces, EVAL), translates CALL
+//! and CALL_16 of the queue's functions into [`Command`]s ([`calls`]: the seed API), and
+//! encodes [`Outcome`]s as IPROTO replies in the shape the asking API expects ([`Style`]).
+
+pub mod calls;
+
+use tarq_engine::TaskRef;
+use tarq_iproto::codes::*;
+use tarq_iproto::mp::write;
+use tarq_iproto::request::{self, RequestKind};
+use tarq_iproto::{auth, response, SYSTEM_SPACES};
+
+use super::ReplyTo;
+use crate::server::dispatch::{Command, On, Outcome, Refusal};
+use crate::server::Server;
+use calls::{Call, CallError};
+
+/// Error code sent when the server itself refuses (Tarantool's ER_UNKNOWN): every client
+/// raises an error carrying the message.
+const ER_UNKNOWN: u32 = 0;
+
+/// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
+/// wrapped as tuples), and which API's shapes to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub sync: u64,
+    pub call16: bool,
+    pub style: Style,
+}
+
+/// The reply shapes of one API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    /// The seed's: a task is a string-keyed map, errors are ER_PROC_LUA with the seed's texts.
+    Seed,
+}
+
+impl Server {
+    /// Executes one IPROTO request frame: answers it, or dispatches the queue call it carries.
+    pub(crate) fn execute_iproto(&mut self, idx: usize, frame: &[u8]) {
+        let req = match request::decode(frame) {
+            Ok(r) => r,
+            Err(e) => {
+                response::error(self.reply_buf(idx), e.sync, e.code, &e.message);
+                return;
+            }
+        };
+        let sync = req.sync;
+        match req.kind {
+            RequestKind::Ping => response::ok_empty(self.reply_buf(idx), sync),
+            RequestKind::Call {
+                function,
+                args,
+                call16,
+            } => {
+                if !self.conn_mut(idx).authenticated {
+                    let msg = format!(
+                        "Execute access to function '{function}' is denied for user 'guest'"
+                    );
+                    response::error(self.reply_buf(idx), sync, ER_ACCESS_DENIED, &msg);
+                } else if self.config().null {
+                    response::empty_data(self.reply_buf(idx), sync);
+                } else {
+                    self.call(idx, sync, function, args, call16);
+                }
+            }
+            RequestKind::Auth {
+                user,
+                method,
+                scramble,
+            } => self.authenticate(idx, sync, user, method, scramble),
+            RequestKind::Id { .. } => response::id(self.reply_buf(idx), sync, response::ID_VERSION),
+            RequestKind::Select { space } => {
+                let out = self.reply_buf(idx);
+                if SYSTEM_SPACES.contains(&space) {
+                    response::empty_data(out, sync);
+                } else {
+                    let msg = format!("Space '{space}' does not exist");
+                    response::error(out, sync, ER_NO_SUCH_SPACE, &msg);
+                }
+            }
+            RequestKind::Eval => {
+                let out = self.reply_buf(idx);
+                response::error(out, sync, ER_UNKNOWN_REQUEST_TYPE, "Unknown request type 8");
+            }
+            RequestKind::Other(t) => {
+                let msg = format!("Unknown request type {t}");
+                response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
+            }
+        }
+    }
+
+    fn authenticate(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        user: &str,
+        method: Option<&str>,
+        scramble: Option<&[u8]>,
+    ) {
+        let (cred, hash2) = (self.config().auth.clone(), self.auth_hash());
+        let c = self.conn_mut(idx);
+        let verdict = match (&cred, &hash2) {
+            // An open server accepts every AUTH, as Tarantool's guest-everything setup does.
+            (None, _) | (_, None) => Ok(()),
+            (Some(_), _) if user == "guest" && scramble.is_none() => {
+                // Becoming guest is allowed; calling still needs the configured user.
+                c.authenticated = false;
+                Ok(())
+            }
+            (Some(cred), Some(hash2)) => {
+                if user != cred.user {
+                    Err((ER_NO_SUCH_USER, format!("User '{user}' is not found")))
+                } else if method.is_some_and(|m| m != auth::CHAP_SHA1) {
+                    let m = method.unwrap_or_default();
+                    Err((
+                        ER_ILLEGAL_PARAMS,
+                        format!("Illegal parameters, unknown authentication method '{m}'"),
+                    ))
+                } else if scramble.is_some_and(|s| auth::check(&c.salt, s, hash2)) {
+                    c.authenticated = true;
+                    Ok(())
+                } else {
+                    Err((
+                        ER_PASSWORD_MISMATCH,
+                        format!("Incorrect password supplied for user '{user}'"),
+                    ))
+                }
+            }
+        };
+        let out = self.reply_buf(idx);
+        match verdict {
+            Ok(()) => response::ok_empty(out, sync),
+            Err((code, msg)) => response::error(out, sync, code, &msg),
+        }
+    }
+
+    /// A CALL: decoded by the API its name belongs to, then dispatched.
+    pub(crate) fn call(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        function: &str,
+        args: &[u8],
+        call16: bool,
+    ) {
+        let reply = Reply {
+            sync,
+            call16,
+            style: Style::Seed,
+        };
+        match calls::parse(function, args) {
+            Ok(call) => self.dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
+            Err(e) => {
+                let code = match e {
+                    CallError::NoSuchProc(_) => ER_NO_SUCH_PROC,
+                    CallError::BadArgs(_) => ER_PROC_LUA,
+                };
+                response::error(self.reply_buf(idx), sync, code, &e.to_string());
+            }
+        }
+    }
+}
+
+/// The seed API's translation table.
+fn seed_command(call: Call<'_>) -> Command<'_> {
+    match call {
+        Call::Put { data, opts } => Command::Put { data, opts },
+        Call::Take { timeout } => Command::Take {
+            on: On::Seed,
+            timeout: Some(timeout),
+        },
+        Call::Ack { id } => Command::Ack { on: On::Seed, id },
+        Call::Release { id, delay } => Command::Release {
+            on: On::Seed,
+            id,
+            opts: tarq_engine::ReleaseOptions {
+                delay,
+                ..Default::default()
+            },
+        },
+        Call::Stats => Command::ServerStats,
+        Call::Snapshot => Command::Snapshot,
+    }
+}
+
+/// Encodes `outcome` as the IPROTO reply `r` asks for.
+pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
+    let sync = r.sync;
+    match outcome {
+        Outcome::Task(t) => seed_task(out, r, t),
+        Outcome::Done(t) => seed_task(out, r, &t.as_ref()),
+        Outcome::Nothing | Outcome::Ok => response::empty_data(out, sync),
+        Outcome::ServerStats(s) => one_value(out, r, |o| s.write_msgpack(o)),
+        Outcome::Text(text) => one_value(out, r, |o| write::str(o, text)),
+        Outcome::DoneId(id) => one_value(out, r, |o| write::uint(o, *id)),
+        Outcome::Full => one_value(out, r, write::nil),
+        Outcome::Count(n) => one_value(out, r, |o| write::uint(o, *n)),
+        Outcome::Dropped => one_value(out, r, |o| write::bool(o, true)),
+        Outcome::Tube(_) | Outcome::TubeStats(_) => one_value(out, r, write::nil),
+        Outcome::Error(e) => error(out, sync, e),
+    }
+}
+
+/// A reply of one value: `[v]` over CALL, `[[v]]` over CALL_16 (Tarantool wraps every
+/// non-tuple result of a CALL_16 in a tuple).
+fn one_value(out: &mut Vec<u8>, r: Reply, value: impl FnOnce(&mut Vec<u8>)) {
+    let start = response::begin_data(out, r.sync, 1);
+    if r.call16 {
+        write::array_len(out, 1);
+    }
+    value(out);
+    response::finish(out, start);
+}
+
+/// A task in the seed's shape: a map, so wrapped in a tuple over CALL_16.
+fn seed_task(out: &mut Vec<u8>, r: Reply, t: &TaskRef<'_>) {
+    one_value(out, r, |o| calls::write_task(o, t));
+}
+
+fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
+    let code = match e {
+        Refusal::NoSnapshots => {
+            let msg = CallError::NoSuchProc(calls::SNAPSHOT.to_string()).to_string();
+            return response::error(out, sync, ER_NO_SUCH_PROC, &msg);
+        }
+        Refusal::NotDurable => ER_UNKNOWN,
+        _ => ER_PROC_LUA,
+    };
+    response::error(out, sync, code, &e.to_string());
+}

@@ -1,0 +1,479 @@
+//! One dispatch for every front-end. A front-end turns its frames into [`Command`]s and hands
+//! them to [`Server::dispatch`] with a [`ReplyTo`] saying how to answer; this file runs them
+//! against the engine, the parked takes (and waiting puts), the journal's refusals and the
+//! stats, and hands each result back as an [`Outcome`] for the front-end of the asking
+//! connection to encode ([`crate::frontend::encode`]). A take that parks keeps its `ReplyTo`,
+//! so it is answered in its own connection's protocol when a task or its deadline comes.
+//!
+//! Nothing here knows a wire format: names, argument decoding, error codes and reply shapes
+//! are the front-ends'.
+
+use tarq_engine::{
+    Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, Stats, Task, TaskId, TaskRef,
+    TubeInfo, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
+};
+
+use slab::Slab;
+use tarq_ops::stats::Snapshot;
+
+use super::conn::Conn;
+use super::parked::MAX_PARKED_PER_CONN;
+use super::{mark_flush, Server};
+use crate::frontend::{self, ReplyTo};
+
+/// Which API a command speaks, when the two differ in wording: the seed calls (`queue.put`,
+/// ... on the tube `default`, with the seed's error texts) or the tube API on any tube.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum On {
+    Seed,
+    Tube(TubeIx),
+}
+
+impl On {
+    pub fn tube(self) -> TubeIx {
+        match self {
+            On::Seed => DEFAULT_TUBE,
+            On::Tube(t) => t,
+        }
+    }
+}
+
+/// A front-end-neutral request. Payloads and keys borrow the request frame.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Command<'a> {
+    /// The seed's put into `default`.
+    Put {
+        data: &'a [u8],
+        opts: PutOptions,
+    },
+    /// A put into a tube; `wait` is how long a put into a full tube waits for room (0: none).
+    PutIn {
+        tube: TubeIx,
+        data: &'a [u8],
+        opts: TubePut<'a>,
+        wait: Micros,
+    },
+    /// `timeout` 0 answers at once; `None` waits without end.
+    Take {
+        on: On,
+        timeout: Option<Micros>,
+    },
+    Ack {
+        on: On,
+        id: TaskId,
+    },
+    Release {
+        on: On,
+        id: TaskId,
+        opts: ReleaseOptions,
+    },
+    /// `delta` `None`: no TTL or TTR from now on.
+    Touch {
+        tube: TubeIx,
+        id: TaskId,
+        delta: Option<Micros>,
+    },
+    Peek {
+        tube: TubeIx,
+        id: TaskId,
+    },
+    Bury {
+        tube: TubeIx,
+        id: TaskId,
+    },
+    Kick {
+        tube: TubeIx,
+        count: u64,
+    },
+    Delete {
+        tube: TubeIx,
+        id: TaskId,
+    },
+    ReleaseAll {
+        tube: TubeIx,
+    },
+    Truncate {
+        tube: TubeIx,
+    },
+    DropTube {
+        tube: TubeIx,
+    },
+    CreateTube {
+        name: &'a str,
+        kind: TubeType,
+        opts: TubeOptions,
+        if_not_exists: bool,
+    },
+    /// One tube's counters.
+    TubeStats {
+        tube: TubeIx,
+    },
+    /// The server's figures (`queue.stats()`).
+    ServerStats,
+    Snapshot,
+}
+
+impl Command<'_> {
+    /// Whether the command changes the queue (refused while the journal cannot take changes).
+    fn changes(&self) -> bool {
+        !matches!(
+            self,
+            Command::Peek { .. }
+                | Command::TubeStats { .. }
+                | Command::ServerStats
+                | Command::Snapshot
+                | Command::Take { .. }
+        )
+    }
+
+    /// Whether the command touches tube state the journal must be able to log (anything but
+    /// the seed calls and takes / acks on `default`).
+    fn needs_tube_journal(&self) -> bool {
+        match self {
+            Command::Put { .. }
+            | Command::Take { .. }
+            | Command::Ack { .. }
+            | Command::ServerStats
+            | Command::Snapshot
+            | Command::Peek { .. }
+            | Command::TubeStats { .. } => false,
+            Command::Release { on, opts, .. } => {
+                *on != On::Seed && (opts.pri.is_some() || opts.ttl.is_some())
+            }
+            _ => true,
+        }
+    }
+}
+
+/// What a command did, for the front-end to encode. Borrowed tasks live in the engine.
+#[derive(Debug)]
+pub enum Outcome<'q> {
+    /// A task as it is now (put, take, release, peek, bury, touch).
+    Task(TaskRef<'q>),
+    /// A task that left the queue (ack, delete), as it was.
+    Done(Task),
+    /// A dedup put whose earlier task is already gone: its id.
+    DoneId(TaskId),
+    /// No task: a take that timed out, a touch with nothing to add.
+    Nothing,
+    /// A put into a full tube that waited (or could not wait) and found no room.
+    Full,
+    /// How many (kick).
+    Count(u64),
+    /// Done, nothing to show (truncate, release_all).
+    Ok,
+    /// drop.
+    Dropped,
+    /// A tube created or found (`if_not_exists`).
+    Tube(TubeInfo<'q>),
+    TubeStats(Stats),
+    ServerStats(Box<Snapshot>),
+    /// The snapshot call's report.
+    Text(String),
+    Error(Refusal),
+}
+
+/// Why a command was refused, for the front-end to word and code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The journal cannot make changes durable now (a full or failing disk).
+    #[error("{0}")]
+    Journal(String),
+    #[error("Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}")]
+    TooManyParked,
+    /// drop of a tube with a take parked on it (the original's wording).
+    #[error("There are consumers connected the tube")]
+    Consumers,
+    /// The journal cannot log tube changes.
+    #[error("tube changes need the WAL format with tubes: not durable yet")]
+    NotDurable,
+    /// The journal has no snapshots.
+    #[error("no snapshots without a WAL")]
+    NoSnapshots,
+}
+
+/// `deliver_to` over the server's fields, so that an outcome may borrow the queue.
+macro_rules! deliver {
+    ($s:expr, $idx:expr, $reply:expr, $outcome:expr) => {
+        deliver_to(&mut $s.conns, &mut $s.flush_list, $idx, $reply, $outcome)
+    };
+}
+
+impl Server {
+    /// Runs `cmd` for connection `idx` and answers it through `reply` (now, or when a parked
+    /// take is served or times out).
+    pub(crate) fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
+        if let Some(r) = self.refusal(&cmd) {
+            self.deliver(idx, reply, &Outcome::Error(r));
+            return;
+        }
+        let woke = match cmd {
+            Command::Put { data, opts } => self.put(idx, reply, data, opts),
+            Command::PutIn {
+                tube,
+                data,
+                opts,
+                wait,
+            } => self.put_in(idx, reply, tube, data, opts, wait),
+            Command::Take { on, timeout } => {
+                self.take(idx, reply, on.tube(), timeout);
+                None
+            }
+            Command::Ack { on, id } => self.ack(idx, reply, on, id),
+            Command::Release { on, id, opts } => self.release(idx, reply, on, id, opts),
+            other => self.dispatch_tube_admin(idx, reply, other),
+        };
+        self.drain_events();
+        if let Some(tube) = woke {
+            self.serve_parked(tube);
+        }
+    }
+
+    /// The journal's refusal of a change it cannot make durable, checked before the queue is
+    /// touched.
+    fn refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
+        if cmd.needs_tube_journal() && self.journal.wants_events() && !self.journal.logs_tubes() {
+            return Some(Refusal::NotDurable);
+        }
+        let refuse = match cmd {
+            Command::Take { .. } => !self.journal.accepts_takes(),
+            c => c.changes(),
+        };
+        if refuse {
+            return self.journal.writable().err().map(Refusal::Journal);
+        }
+        None
+    }
+
+    fn put(&mut self, idx: usize, reply: ReplyTo, data: &[u8], opts: PutOptions) -> Option<TubeIx> {
+        let t = self.queue.put(self.now, data.into(), opts);
+        deliver!(self, idx, reply, &Outcome::Task(t));
+        (opts.delay == 0).then_some(DEFAULT_TUBE)
+    }
+
+    fn put_in(
+        &mut self,
+        idx: usize,
+        reply: ReplyTo,
+        tube: TubeIx,
+        data: &[u8],
+        opts: TubePut<'_>,
+        wait: Micros,
+    ) -> Option<TubeIx> {
+        let outcome = match self.queue.put_in(self.now, tube, data.into(), opts) {
+            Ok(PutOutcome::Created(t)) => {
+                let ready = t.status == tarq_engine::Status::Ready;
+                deliver!(self, idx, reply, &Outcome::Task(t));
+                return ready.then_some(tube);
+            }
+            Ok(PutOutcome::Duplicate(t)) => Outcome::Task(t),
+            Ok(PutOutcome::DuplicateDone(id)) => Outcome::DoneId(id),
+            Err(QueueError::TubeFull { .. }) if wait > 0 => {
+                self.park_put(idx, reply, tube, data, opts, wait);
+                return None;
+            }
+            Err(QueueError::TubeFull { .. }) => Outcome::Full,
+            Err(e) => Outcome::Error(e.into()),
+        };
+        deliver!(self, idx, reply, &outcome);
+        None
+    }
+
+    fn take(&mut self, idx: usize, reply: ReplyTo, tube: TubeIx, timeout: Option<Micros>) {
+        let sid = self.conns[idx].sid;
+        match self.queue.take_from(self.now, tube, sid) {
+            Ok(Some(t)) => deliver!(self, idx, reply, &Outcome::Task(t)),
+            Ok(None) if timeout == Some(0) => self.deliver(idx, reply, &Outcome::Nothing),
+            Ok(None) => self.park_take(idx, reply, tube, timeout),
+            Err(e) => self.deliver(idx, reply, &Outcome::Error(e.into())),
+        }
+    }
+
+    fn park_take(&mut self, idx: usize, reply: ReplyTo, tube: TubeIx, timeout: Option<Micros>) {
+        let c = &mut self.conns[idx];
+        if c.parked.len() >= MAX_PARKED_PER_CONN {
+            self.deliver(idx, reply, &Outcome::Error(Refusal::TooManyParked));
+            return;
+        }
+        self.takes_parked += 1;
+        let deadline = timeout.map_or(Micros::MAX, |t| self.now.saturating_add(t));
+        let key = self.parked.park(idx, c.gen, tube, reply, deadline);
+        c.parked.push(key);
+    }
+
+    fn ack(&mut self, idx: usize, reply: ReplyTo, on: On, id: TaskId) -> Option<TubeIx> {
+        let sid = self.conns[idx].sid;
+        let res = match on {
+            On::Seed => self.queue.ack(self.now, sid, id),
+            On::Tube(t) => self.queue.ack_in(t, sid, id),
+        };
+        let woke = self.room_or_head_freed(on.tube());
+        match res {
+            Ok(t) => self.deliver(idx, reply, &Outcome::Done(t)),
+            Err(e) => self.deliver(idx, reply, &Outcome::Error(e.into())),
+        }
+        woke
+    }
+
+    fn release(
+        &mut self,
+        idx: usize,
+        reply: ReplyTo,
+        on: On,
+        id: TaskId,
+        opts: ReleaseOptions,
+    ) -> Option<TubeIx> {
+        let sid = self.conns[idx].sid;
+        let res = match on {
+            On::Seed => self.queue.release(self.now, sid, id, opts.delay),
+            On::Tube(t) => self.queue.release_in(self.now, t, sid, id, opts),
+        };
+        match res {
+            Ok(t) => {
+                deliver!(self, idx, reply, &Outcome::Task(t));
+                Some(on.tube())
+            }
+            Err(e) => {
+                self.deliver(idx, reply, &Outcome::Error(e.into()));
+                None
+            }
+        }
+    }
+
+    /// After a task of `tube` left: a utube head may be free, a full tube may have room.
+    fn room_or_head_freed(&self, tube: TubeIx) -> Option<TubeIx> {
+        (self.parked.waiting_in(tube) || self.waiting_puts_in(tube)).then_some(tube)
+    }
+
+    /// The tube API's calls beyond put / take / ack / release, and the stats.
+    fn dispatch_tube_admin(
+        &mut self,
+        idx: usize,
+        reply: ReplyTo,
+        cmd: Command<'_>,
+    ) -> Option<TubeIx> {
+        let now = self.now;
+        let q = &mut self.queue;
+        let (outcome, woke) = match cmd {
+            Command::Touch { tube, id, delta } => {
+                (task(q.touch(tube, self.conns[idx].sid, id, delta)), None)
+            }
+            Command::Peek { tube, id } => (task(q.peek(tube, id)), None),
+            Command::Bury { tube, id } => (task(q.bury(tube, id)), Some(tube)),
+            Command::Kick { tube, count: n } => (count(q.kick(tube, n)), Some(tube)),
+            Command::Delete { tube, id } => (done(q.delete(tube, id)), Some(tube)),
+            Command::ReleaseAll { tube } => (ok(q.release_all(tube)), Some(tube)),
+            Command::Truncate { tube } => (ok(q.truncate(tube)), Some(tube)),
+            Command::DropTube { tube } if self.parked.waiting_in(tube) => {
+                (Outcome::Error(Refusal::Consumers), None)
+            }
+            Command::DropTube { tube } => match q.drop_tube(tube) {
+                Ok(()) => {
+                    self.refuse_waiting_puts(tube);
+                    (Outcome::Dropped, None)
+                }
+                Err(e) => (Outcome::Error(e.into()), None),
+            },
+            Command::CreateTube {
+                name,
+                kind,
+                opts,
+                if_not_exists,
+            } => {
+                let found = q.tube_ix(name).filter(|_| if_not_exists);
+                match found.map_or_else(|| q.create_tube(name, kind, opts), Ok) {
+                    Ok(t) => (Outcome::Tube(q.tube_info(t).expect("live")), None),
+                    Err(e) => (Outcome::Error(e.into()), None),
+                }
+            }
+            Command::TubeStats { tube } => match q.tube_stats(tube) {
+                Ok(s) => (Outcome::TubeStats(s), None),
+                Err(e) => (Outcome::Error(e.into()), None),
+            },
+            Command::ServerStats => (Outcome::ServerStats(Box::new(self.snapshot())), None),
+            Command::Snapshot => match self.journal.snapshot(&self.queue, now) {
+                None => (Outcome::Error(Refusal::NoSnapshots), None),
+                Some(Ok(text)) => (Outcome::Text(text), None),
+                Some(Err(msg)) => (Outcome::Error(Refusal::Journal(msg)), None),
+            },
+            Command::Put { .. }
+            | Command::PutIn { .. }
+            | Command::Take { .. }
+            | Command::Ack { .. }
+            | Command::Release { .. } => unreachable!("dispatched by `dispatch`"),
+        };
+        deliver!(self, idx, reply, &outcome);
+        woke
+    }
+
+    /// Encodes `outcome` into connection `idx`'s replies, queued for this turn's flush.
+    pub(crate) fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>) {
+        deliver!(self, idx, reply, outcome);
+    }
+
+    /// Hands ready tasks of `tube` to its parked takes, oldest waiter first, and room in it to
+    /// its waiting puts.
+    pub(crate) fn serve_parked(&mut self, tube: TubeIx) {
+        self.serve_waiting_puts(tube);
+        while self.parked.waiting_in(tube) && self.queue.can_take(tube) {
+            let Some((key, p)) = self.parked.pop_oldest(tube) else {
+                break;
+            };
+            let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) else {
+                continue;
+            };
+            super::forget_parked(c, key);
+            let sid = c.sid;
+            match self.queue.take_from(self.now, tube, sid) {
+                Ok(Some(t)) => deliver!(self, p.conn, p.reply, &Outcome::Task(t)),
+                _ => break,
+            }
+            self.drain_events();
+        }
+    }
+
+    /// `serve_parked` for every tube with waiters (after deadlines fired or a session closed).
+    pub(crate) fn serve_all_parked(&mut self) {
+        let mut i = 0;
+        while let Some(tube) = self
+            .parked
+            .waiting_tube(i)
+            .or_else(|| self.waiting_put_tube(i))
+        {
+            self.serve_parked(tube);
+            i += 1;
+        }
+    }
+}
+
+/// Writes `outcome` for connection `idx` through its front-end. A free function over the
+/// server's fields, so a task borrowed (mutably) from the queue can be encoded into a
+/// connection's buffer.
+pub(super) fn deliver_to(
+    conns: &mut Slab<Conn>,
+    flush: &mut Vec<usize>,
+    idx: usize,
+    reply: ReplyTo,
+    outcome: &Outcome<'_>,
+) {
+    mark_flush(conns, flush, idx);
+    frontend::encode(&mut conns[idx].out.out, reply, outcome);
+}
+
+fn task(r: Result<TaskRef<'_>, QueueError>) -> Outcome<'_> {
+    r.map_or_else(|e| Outcome::Error(e.into()), Outcome::Task)
+}
+
+fn done(r: Result<Task, QueueError>) -> Outcome<'static> {
+    r.map_or_else(|e| Outcome::Error(e.into()), Outcome::Done)
+}
+
+fn count(r: Result<u64, QueueError>) -> Outcome<'static> {
+    r.map_or_else(|e| Outcome::Error(e.into()), Outcome::Count)
+}
+
+fn ok(r: Result<usize, QueueError>) -> Outcome<'static> {
+    r.map_or_else(|e| Outcome::Error(e.into()), |_| Outcome::Ok)
+}
