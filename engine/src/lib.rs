@@ -1,5 +1,5 @@
-//! The tarq queue engine: tasks in a slab arena, per-status ordered lists, a deadline heap,
-//! per-session taken lists and O(1) stats. It does no I/O, reads no clock and starts no
+//! The tarq queue engine: named tubes of tasks in one slab arena, per-tube ordered lists (and
+//! per-utube lists), one deadline heap, per-session taken lists and O(1) per-tube stats. It does no I/O, reads no clock and starts no
 //! threads: `now` is always an argument, so a property test can drive it step by step and a
 //! bench can measure it without noise. Parked takes, the wire protocol and durability live in
 //! `tarq-net`; this crate only reports what changed through an optional journal of [`Event`]s.
@@ -8,8 +8,17 @@ mod heap;
 mod lists;
 mod queue;
 mod sessions;
+mod tubes;
 
 pub use queue::Queue;
+pub use tubes::{
+    PutOutcome, ReleaseOptions, TubeInfo, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
+    DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+};
+
+/// A tube's index: stable for the tube's life and across restarts (`restore_tube` puts a
+/// tube back at its index); a dropped tube's index is reused by a later `create_tube`.
+pub type TubeIx = u16;
 
 /// A task's id: a counter from 1, never reused (also across restarts, see `set_last_id`).
 pub type TaskId = u64;
@@ -23,16 +32,21 @@ pub type Micros = u64;
 pub enum Status {
     Ready,
     Taken,
+    /// Delayed: becomes Ready at `runat`.
     Waiting,
+    /// Set aside by `bury` (or by `max_deliveries`) until `kick`.
+    Buried,
 }
 
 impl Status {
-    /// The one-letter status the seed queue shows clients.
+    /// The one-letter status the seed queue shows clients (it has no buried tasks of its own;
+    /// a task buried through the tube API shows as `B`).
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ready => "R",
             Status::Taken => "T",
             Status::Waiting => "W",
+            Status::Buried => "B",
         }
     }
 }
@@ -66,6 +80,11 @@ pub struct TaskRef<'a> {
     pub owner: Option<SessionId>,
     /// The raw MessagePack bytes received, never re-encoded.
     pub data: &'a [u8],
+    pub tube: TubeIx,
+    /// Times taken (saturates at `u16::MAX`).
+    pub deliveries: u16,
+    /// The utube key, in a utube / utubettl tube.
+    pub utube: Option<&'a [u8]>,
 }
 
 impl TaskRef<'_> {
@@ -81,6 +100,8 @@ impl TaskRef<'_> {
             created: self.created,
             owner: self.owner,
             data: self.data.into(),
+            tube: self.tube,
+            deliveries: self.deliveries,
         }
     }
 }
@@ -97,6 +118,8 @@ pub struct Task {
     pub created: Micros,
     pub owner: Option<SessionId>,
     pub data: Box<[u8]>,
+    pub tube: TubeIx,
+    pub deliveries: u16,
 }
 
 impl Task {
@@ -111,11 +134,17 @@ impl Task {
             created: self.created,
             owner: self.owner,
             data: &self.data,
+            tube: self.tube,
+            deliveries: self.deliveries,
+            // Not kept: an owned task is one that left the queue, and copying the key on
+            // every ack would allocate.
+            utube: None,
         }
     }
 }
 
-/// Domain errors, worded as the seed queue words them since clients match on the text.
+/// Domain errors. The seed calls use the seed's wording, the tube calls tarantool/queue's
+/// (clients match both as substrings); the front-end may reword, the variant says what broke.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
     #[error("Task {{{0}}} was not found")]
@@ -131,6 +160,38 @@ pub enum QueueError {
     /// Recovery only: `restore` of an id that is already live.
     #[error("Task {0} already exists")]
     Duplicate(TaskId),
+    /// Tube API: ack / release / touch of a task this session does not hold (also a task
+    /// that does not exist: the original checks the taken table only).
+    #[error("Task was not taken")]
+    TaskNotTaken(TaskId),
+    /// Tube API: peek / bury / delete of an id that is not in the tube.
+    #[error("Task {0} not found")]
+    TaskNotInTube(TaskId),
+    #[error("Unknown tube type {0}")]
+    UnknownTubeType(String),
+    #[error("Space '{0}' already exists")]
+    TubeExists(String),
+    /// A tube index that names no tube (dropped, or never created).
+    #[error("Tube not found")]
+    TubeNotFound(TubeIx),
+    #[error("There are taken tasks in the tube")]
+    TubeHasTaken(TubeIx),
+    #[error("The tube 'default' cannot be dropped")]
+    DefaultTubeUndroppable,
+    /// limfifottl: a put into a tube holding `capacity` tasks (the server may wait for room).
+    #[error("Tube '{name}' is full: {capacity} tasks")]
+    TubeFull { name: String, capacity: u64 },
+    #[error("Tube name of {len} bytes: the limit is {max} (and it may not be empty)")]
+    BadTubeName { len: usize, max: usize },
+    #[error("Too many tubes: the limit is {max}")]
+    TooManyTubes { max: usize },
+    #[error("Utube key of {len} bytes: the limit is {max}")]
+    UtubeKeyTooLong { len: usize, max: usize },
+    #[error("Dedup key of {len} bytes: the limit is {max}")]
+    DedupKeyTooLong { len: usize, max: usize },
+    /// fifo and utube tasks have no TTL or TTR to extend.
+    #[error("{0} queue does not support touch")]
+    TouchUnsupported(TubeType),
 }
 
 /// Every state change, in order, for the WAL and the stats; kept only while the journal is on.
@@ -165,9 +226,47 @@ pub enum Event {
     TtrReturned {
         id: TaskId,
     },
-    /// `release_session` / `release_all_taken`.
+    /// `release_session` / `release_all_taken` / `release_all`.
     AutoReleased {
         id: TaskId,
+    },
+    /// `bury`: the task is Buried.
+    Buried {
+        id: TaskId,
+    },
+    /// Taken `max_deliveries` times and returned (release, TTR, auto-release): Buried instead.
+    DeadLettered {
+        id: TaskId,
+    },
+    /// `kick`: Buried -> Ready.
+    Kicked {
+        id: TaskId,
+    },
+    /// `delete`: gone, whatever its status.
+    Deleted {
+        id: TaskId,
+    },
+    /// Its pri / ttl / ttr changed (`touch`, `release` with options): read it with `get(id)`.
+    Updated {
+        id: TaskId,
+    },
+    /// Read the tube with `tube_info(tube)` to log it.
+    TubeCreated {
+        tube: TubeIx,
+    },
+    /// The tube and every task in it are gone (no per-task events).
+    TubeDropped {
+        tube: TubeIx,
+    },
+    /// Every task of the tube is gone (no per-task events); the tube stays.
+    TubeTruncated {
+        tube: TubeIx,
+    },
+    /// A put recorded a dedup key: read it with `dedup_entry(tube, seq)` (absent if it
+    /// expired within the same turn).
+    DedupRecorded {
+        tube: TubeIx,
+        seq: u64,
     },
 }
 
@@ -180,13 +279,19 @@ pub struct Advance {
     pub next_deadline: Option<Micros>,
 }
 
-/// Counts now and operations since start; kept as counters, O(1) to read.
+/// One tube's counts now and operations since it was created (or since start for `default`);
+/// kept as counters, O(1) to read. tarantool/queue's `statistics` reads: tasks `ready`,
+/// `taken`, `delayed` (= `waiting`), `buried`, `done` (= `acks + deletes`), `total`; calls
+/// `put`, `take`, `ack`, `release` (= `releases + auto_released`), `bury` (= `buries`), `kick`
+/// (tasks kicked), `delete`, `touch`, `ttl` (= `expired`), `ttr` (= `ttr_returned`), `delay`
+/// (= `promoted`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     pub total: u64,
     pub ready: u64,
     pub taken: u64,
     pub waiting: u64,
+    pub buried: u64,
     pub puts: u64,
     pub takes: u64,
     pub acks: u64,
@@ -195,9 +300,20 @@ pub struct Stats {
     pub expired: u64,
     pub ttr_returned: u64,
     pub auto_released: u64,
+    /// `bury` calls that buried a task.
+    pub buries: u64,
+    /// Tasks kicked.
+    pub kicks: u64,
+    pub deletes: u64,
+    pub touches: u64,
+    /// Tasks buried by `max_deliveries` instead of returning to ready.
+    pub dead_lettered: u64,
+    /// Puts answered with an earlier task of the same dedup key.
+    pub deduplicated: u64,
 }
 
-/// A full task for recovery (snapshot load / WAL replay).
+/// A full task for recovery (snapshot load / WAL replay); `restore_in` adds its tube, utube
+/// key and delivery count. Any status, Buried included.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RestoredTask {
     pub id: TaskId,

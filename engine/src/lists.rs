@@ -1,6 +1,7 @@
-//! The per-status lists: an intrusive, doubly linked skiplist for Ready and one for Waiting
-//! over arena slot keys, ordered by (pri, id), so the head of the ready list is the next task
-//! to take (Taken tasks are listed by their session instead, see `sessions.rs`). Links are u32 slot keys, not pointers. Level 0 — the one every
+//! The per-status lists: an intrusive, doubly linked skiplist over arena slot keys, ordered
+//! by (pri, id) — each tube has one for Ready, Waiting and Buried, each utube one for its
+//! Ready tasks but the head — so the head of a tube's ready list is the next task to take
+//! (Taken tasks are listed by their session instead, see `sessions.rs`). Links are u32 slot keys, not pointers. Level 0 — the one every
 //! operation touches — lives in the task's own slot (`next0`, `prev0`); the upper levels of
 //! the one task in four that has them live in a side arena of towers (`Towers`), at an
 //! offset the slot records (`up`), so the slot stays small.
@@ -166,6 +167,15 @@ impl SkipList {
     /// The node with the lowest (pri, id). O(1).
     pub fn first(&self) -> Option<u32> {
         (self.head[0] != NIL).then_some(self.head[0])
+    }
+
+    /// Calls `f` with every node, in (pri, id) order. O(n).
+    pub fn for_each(&self, slots: &Slots, mut f: impl FnMut(u32)) {
+        let mut k = self.head[0];
+        while k != NIL {
+            f(k);
+            k = slots[k as usize].next0;
+        }
     }
 
     /// Links node `k` (not in any list) at its place by (pri, id).

@@ -1,20 +1,28 @@
-//! `Queue`: the state machine of tasks (Ready, Taken, Waiting) and every transition between
-//! them. It owns the arena of task slots, the id index, the three status skiplists and their
-//! towers, the deadline heap, the sessions and their taken lists, the counters and the event
-//! journal. Nothing here blocks or reads a clock; deadlines fire only inside `advance`, never
-//! as a side effect of another call. Parked takes are the server's (`tarq-net`).
+//! `Queue`: the state machine of tasks (Ready, Taken, Waiting, Buried) in named tubes and
+//! every transition between them. It owns the arena of task slots (all tubes), the id index,
+//! the tubes (their lists, utubes, counters and dedup windows, see `tubes.rs`), the skiplist
+//! towers, the deadline heap, the sessions and their taken lists and the event journal.
+//! Nothing here blocks or reads a clock; deadlines fire only inside `advance`, never as a side
+//! effect of another call. Parked takes are the server's (`tarq-net`). The seed calls (`put`,
+//! `take`, `ack`, ...) work on the tube `default`; the tube calls beside them on any tube.
 
 use std::hash::Hasher;
 
 use hashbrown::HashTable;
 use slab::Slab;
 
+use std::collections::HashMap;
+
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL, SLOT_BITS};
-use crate::lists::{SkipList, Towers, MAX_LEVEL};
+use crate::lists::{Towers, MAX_LEVEL};
 use crate::sessions::Sessions;
+use crate::tubes::{
+    Tube, TubeInfo, TubeOptions, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES,
+    MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+};
 use crate::{
-    Advance, Event, Micros, PutOptions, QueueError, RestoredTask, SessionId, Stats, Status, Task,
-    TaskId, TaskRef,
+    Advance, Event, Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, RestoredTask,
+    SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut,
 };
 
 /// The arena of task slots; a slot's key (u32) is what lists, towers and the heap link by.
@@ -38,11 +46,11 @@ const HAS_TTR: u8 = 2;
 /// Taken have no TTR deadline: `release_all_taken` ends recovery).
 const TTR_ARMED: u8 = 4;
 
-/// One task in the arena: 88 bytes of fields and links, plus the payload's own allocation.
+/// One task in the arena: 96 bytes of fields and links, plus the payload's own allocation.
 /// State-specific data shares storage: `t` is runat while Waiting and the TTR time while
-/// Taken; `next0` / `prev0` link the status skiplist while Ready or Waiting and the owner's
-/// take-order list while Taken (a Taken task is in no skiplist), `sess` names the owner.
-/// So a taken task costs nothing beyond its slot.
+/// Taken; `next0` / `prev0` link a status skiplist (its tube's, or its utube's) while Ready,
+/// Waiting or Buried and the owner's take-order list while Taken (a Taken task is in no
+/// skiplist), `sess` names the owner. So a taken task costs nothing beyond its slot.
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub id: TaskId,
@@ -65,6 +73,11 @@ pub(crate) struct Slot {
     pub prev0: u32,
     /// Offset of the upper levels in `Towers`, NIL for height 1.
     pub up: u32,
+    /// Index of its utube in its tube's `Utubes`, NIL outside utube tubes.
+    pub utube: u32,
+    pub tube: TubeIx,
+    /// Times taken, saturating.
+    pub deliveries: u16,
     pub status: Status,
     pub flags: u8,
     /// Skiplist height, 1..=MAX_LEVEL, fixed for the task's life.
@@ -80,8 +93,8 @@ enum SlabEntry<T> {
 
 /// The slot's layout is the bulk of the per-task overhead (ARCHITECTURE.md gives the
 /// budget); keep it from growing by accident. The slab's entry reuses the status niche.
-const _: () = assert!(std::mem::size_of::<Slot>() == 88);
-const _: () = assert!(std::mem::size_of::<SlabEntry<Slot>>() == 88);
+const _: () = assert!(std::mem::size_of::<Slot>() == 96);
+const _: () = assert!(std::mem::size_of::<SlabEntry<Slot>>() == 96);
 
 /// Session ids are small counters: one multiply spreads them (SipHash costs ~20 ns).
 #[derive(Default, Clone, Copy)]
@@ -141,13 +154,18 @@ fn check_owner(
     Ok(())
 }
 
-/// The skiplist of a Ready or Waiting task. Taken tasks are in their session's list instead.
-fn list_ix(s: Status) -> usize {
-    match s {
-        Status::Ready => 0,
-        Status::Waiting => 1,
-        Status::Taken => unreachable!("taken tasks are listed by their session"),
-    }
+/// Why a Taken task goes back (for its counter and event), unless `max_deliveries` buries it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Return {
+    Release,
+    Ttr,
+    Auto,
+}
+
+/// (pri, id) of slot `k`: the order of every list.
+fn order(slots: &Slots, k: u32) -> (i64, TaskId) {
+    let s = &slots[k as usize];
+    (s.pri, s.id)
 }
 
 /// The queue. See the crate docs and the "engine" section of `ARCHITECTURE.md`.
@@ -157,15 +175,17 @@ pub struct Queue {
     /// id -> slot key. Holds only the u32 key: ids are compared in the slot, which every
     /// lookup reads anyway, so a bucket costs 4 bytes plus 1 control byte.
     index: HashTable<u32>,
-    /// Ready, Waiting — indexed by `list_ix`. Taken tasks are listed by `sessions`.
-    lists: [SkipList; 2],
+    /// By `TubeIx`; `None` for a dropped tube's index. Index 0 is `default`.
+    tubes: Vec<Option<Tube>>,
+    names: HashMap<Box<str>, TubeIx>,
+    /// Tubes with a dedup window, which `advance` prunes.
+    dedup_tubes: Vec<TubeIx>,
     towers: Towers,
     heap: DeadlineHeap,
     sessions: Sessions,
     /// xorshift64 state for skiplist heights.
     rng: u64,
     last_id: TaskId,
-    stats: Stats,
     journal_on: bool,
     journal: Vec<Event>,
 }
@@ -177,61 +197,41 @@ impl Default for Queue {
 }
 
 impl Queue {
+    /// An empty queue holding the tube `default` (a `fifottl` with no default TTL or TTR).
     pub fn new() -> Self {
+        let default = Tube::new(DEFAULT_TUBE_NAME, TubeType::FifoTtl, TubeOptions::default());
         Queue {
             slots: Slab::new(),
             index: HashTable::new(),
-            lists: Default::default(),
+            tubes: vec![Some(default)],
+            names: HashMap::from([(DEFAULT_TUBE_NAME.into(), DEFAULT_TUBE)]),
+            dedup_tubes: Vec::new(),
             towers: Towers::default(),
             heap: DeadlineHeap::default(),
             sessions: Sessions::default(),
             rng: HEIGHT_SEED,
             last_id: 0,
-            stats: Stats::default(),
             journal_on: false,
             journal: Vec::new(),
         }
     }
 
-    /// Adds a task: Ready, or Waiting until `now + delay`. Ids go up by one from `last_id`.
+    // ---- the seed API: the tube `default` ----
+
+    /// Adds a task to `default`: Ready, or Waiting until `now + delay`. Ids go up by one from
+    /// `last_id`. (The TTL counts from the put, the delay does not extend it.)
     pub fn put(&mut self, now: Micros, data: Box<[u8]>, opts: PutOptions) -> TaskRef<'_> {
-        let id = self
-            .last_id
-            .checked_add(1)
-            .expect("task ids exhausted (last id is u64::MAX)");
-        self.last_id = id;
-        let k = self.insert_slot(id, opts.pri, now, opts.ttl, opts.ttr, data);
-        if opts.delay == 0 {
-            self.enter(k, Status::Ready, 0);
-        } else {
-            self.enter(k, Status::Waiting, now.saturating_add(opts.delay));
-        }
-        self.reschedule(k);
-        self.stats.puts += 1;
-        self.log(Event::Put { id });
+        let k = self.add_task(now, DEFAULT_TUBE, data, opts, NIL);
         self.view(k)
     }
 
-    /// Takes the ready task with the lowest (pri, id) for session `sid`, if any.
+    /// Takes the ready task of `default` with the lowest (pri, id) for session `sid`, if any.
     pub fn take(&mut self, now: Micros, sid: SessionId) -> Option<TaskRef<'_>> {
-        let k = self.lists[list_ix(Status::Ready)].first()?;
-        self.leave(k);
-        let s = &mut self.slots[k as usize];
-        let id = s.id;
-        let ttr_at = if s.flags & HAS_TTR != 0 {
-            s.flags |= TTR_ARMED;
-            now.saturating_add(s.ttr)
-        } else {
-            0
-        };
-        self.enter_taken(k, sid, ttr_at);
-        self.reschedule(k);
-        self.stats.takes += 1;
-        self.log(Event::Taken { id, sid });
+        let k = self.take_slot(now, DEFAULT_TUBE, sid)?;
         Some(self.view(k))
     }
 
-    /// Deletes a task taken by `sid` and returns it as it was (status Taken).
+    /// Deletes a task of `default` taken by `sid` and returns it as it was (status Taken).
     pub fn ack(&mut self, _now: Micros, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         // One probe of the index both finds the task and, once ownership is checked, unlinks it.
         let slots = &self.slots;
@@ -240,16 +240,19 @@ impl Queue {
             .find_entry(hash_id(id), |&j| slots[j as usize].id == id)
             .map_err(|_| QueueError::NotFound(id))?;
         let k = *entry.get();
+        if self.slots[k as usize].tube != DEFAULT_TUBE {
+            return Err(QueueError::NotFound(id));
+        }
         check_owner(&self.slots, &self.sessions, k, sid, id)?;
         entry.remove();
-        let task = self.delete_unindexed(k);
-        self.stats.acks += 1;
+        let task = self.remove_unindexed(k);
+        self.tube_mut(DEFAULT_TUBE).ops.acks += 1;
         self.log(Event::Acked { id });
         Ok(task)
     }
 
-    /// Gives a task taken by `sid` back: Ready at its place by (pri, id), or Waiting until
-    /// `now + delay` when `delay > 0`.
+    /// Gives a task of `default` taken by `sid` back: Ready at its place by (pri, id), or
+    /// Waiting until `now + delay` when `delay > 0`.
     pub fn release(
         &mut self,
         now: Micros,
@@ -258,19 +261,17 @@ impl Queue {
         delay: Micros,
     ) -> Result<TaskRef<'_>, QueueError> {
         let k = self.owned(sid, id)?;
-        let (status, runat) = if delay == 0 {
-            (Status::Ready, 0)
+        let runat = if delay == 0 {
+            0
         } else {
-            (Status::Waiting, now.saturating_add(delay))
+            now.saturating_add(delay)
         };
-        self.move_to(k, status, runat);
-        self.stats.releases += 1;
-        self.log(Event::Released { id, runat });
+        self.give_back(k, runat, Return::Release);
         Ok(self.view(k))
     }
 
-    /// Returns every task `sid` holds to Ready, in the order it took them, and forgets the
-    /// session. O(tasks it holds).
+    /// Returns every task `sid` holds, in any tube, to Ready (or Buried, past its tube's
+    /// `max_deliveries`), in the order it took them, and forgets the session. O(tasks it holds).
     pub fn release_session(&mut self, sid: SessionId) -> usize {
         let Some(mut k) = self.sessions.detach(sid) else {
             return 0;
@@ -280,38 +281,31 @@ impl Queue {
             // Out of the detached session's list (its `sess` cleared): `leave` must not
             // unlink it again.
             let next = self.sessions.pop_detached(&mut self.slots, k);
-            let id = self.slots[k as usize].id;
-            self.move_to(k, Status::Ready, 0);
-            self.stats.auto_released += 1;
-            self.log(Event::AutoReleased { id });
+            self.give_back(k, 0, Return::Auto);
             n += 1;
             k = next;
         }
         n
     }
 
-    /// Returns every Taken task to Ready, in (pri, id) order (restart: no session survives),
-    /// and forgets every session.
+    /// Returns every Taken task of every tube to Ready, in (pri, id) order (restart: no
+    /// session survives), and forgets every session.
     /// O(t log t) for t taken tasks: they are listed by session, so this sorts them (once per
     /// restart, not on the request path).
     pub fn release_all_taken(&mut self) -> usize {
         let mut taken = self.sessions.taken_slots(&self.slots);
         let slots = &self.slots;
-        taken.sort_unstable_by_key(|&k| (slots[k as usize].pri, slots[k as usize].id));
-        let mut n = 0;
-        for k in taken {
-            let id = self.slots[k as usize].id;
-            self.move_to(k, Status::Ready, 0);
-            self.stats.auto_released += 1;
-            self.log(Event::AutoReleased { id });
-            n += 1;
+        taken.sort_unstable_by_key(|&k| order(slots, k));
+        for &k in &taken {
+            self.give_back(k, 0, Return::Auto);
         }
         self.sessions.clear();
-        n
+        taken.len()
     }
 
     /// Fires due deadlines (`at <= now`) in (time, id) order, at most `budget` of them:
-    /// Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready). O(budget log n).
+    /// Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready). O(budget log n). Also
+    /// forgets dedup keys whose window has passed (at most `budget` per tube, not counted).
     pub fn advance(&mut self, now: Micros, budget: usize) -> Advance {
         let mut processed = 0;
         while processed < budget {
@@ -320,27 +314,29 @@ impl Queue {
                 _ => break,
             };
             let k = e.slot();
-            let id = self.slots[k as usize].id;
+            let (id, tube) = (self.slots[k as usize].id, self.slots[k as usize].tube);
             match e.kind() {
                 Kind::Expire => {
-                    self.delete(k);
-                    self.stats.expired += 1;
+                    self.remove_slot(k);
+                    self.tube_mut(tube).ops.expired += 1;
                     self.log(Event::Expired { id });
                 }
-                // A due `runat` (Waiting) and a due TTR (Taken) both put the task back in
-                // the ready list at its (pri, id) place; they differ only in what they count.
-                kind @ (Kind::Promote | Kind::Ttr) => {
+                Kind::Promote => {
                     self.move_to(k, Status::Ready, 0);
-                    if kind == Kind::Promote {
-                        self.stats.promoted += 1;
-                        self.log(Event::Promoted { id });
-                    } else {
-                        self.stats.ttr_returned += 1;
-                        self.log(Event::TtrReturned { id });
-                    }
+                    self.tube_mut(tube).ops.promoted += 1;
+                    self.log(Event::Promoted { id });
+                }
+                Kind::Ttr => {
+                    self.give_back(k, 0, Return::Ttr);
                 }
             }
             processed += 1;
+        }
+        for i in 0..self.dedup_tubes.len() {
+            let t = self.dedup_tubes[i];
+            if let Some(d) = self.tube_mut(t).dedup.as_mut() {
+                d.prune(now, budget);
+            }
         }
         Advance {
             processed,
@@ -353,25 +349,21 @@ impl Queue {
         self.heap.peek().map(|e| e.at)
     }
 
+    /// The live task `id`, in any tube.
     pub fn get(&self, id: TaskId) -> Option<TaskRef<'_>> {
         self.find(id).map(|k| self.view(k))
     }
 
-    /// Counts now and operations since start. O(1).
+    /// Counts now and operations since start, of the tube `default`. O(1).
     pub fn stats(&self) -> Stats {
-        Stats {
-            total: self.slots.len() as u64,
-            ready: self.lists[list_ix(Status::Ready)].len() as u64,
-            taken: self.sessions.len() as u64,
-            waiting: self.lists[list_ix(Status::Waiting)].len() as u64,
-            ..self.stats
-        }
+        self.tube(DEFAULT_TUBE).stats()
     }
 
     pub fn last_id(&self) -> TaskId {
         self.last_id
     }
 
+    /// Live tasks in every tube.
     pub fn len(&self) -> usize {
         self.slots.len()
     }
@@ -393,34 +385,358 @@ impl Queue {
         self.journal.drain(..)
     }
 
-    /// Recovery: adds a task as it was. Taken comes back owned by session 0 (call
+    // ---- tubes ----
+
+    /// Creates a tube at the lowest free index. A `*ttl` tube's default TTR is its default TTL
+    /// when not given (the original's rule). `if_not_exists` is the caller's: look the name up
+    /// with `tube_ix` first.
+    pub fn create_tube(
+        &mut self,
+        name: &str,
+        kind: TubeType,
+        mut opts: TubeOptions,
+    ) -> Result<TubeIx, QueueError> {
+        if name.is_empty() || name.len() > MAX_TUBE_NAME_BYTES {
+            return Err(QueueError::BadTubeName {
+                len: name.len(),
+                max: MAX_TUBE_NAME_BYTES,
+            });
+        }
+        if self.names.contains_key(name) {
+            return Err(QueueError::TubeExists(name.to_owned()));
+        }
+        let ix = match self.tubes.iter().position(Option::is_none) {
+            Some(ix) => ix,
+            None if self.tubes.len() < MAX_TUBES => self.tubes.len(),
+            None => return Err(QueueError::TooManyTubes { max: MAX_TUBES }),
+        };
+        if opts.ttr.is_none() {
+            opts.ttr = opts.ttl;
+        }
+        let ix = ix as TubeIx;
+        self.install_tube(ix, name, kind, opts);
+        self.log(Event::TubeCreated { tube: ix });
+        Ok(ix)
+    }
+
+    /// Drops a tube and every task in it. Refused for `default` and while a task of the tube
+    /// is Taken (the original's rule; parked takes on it are the server's to refuse).
+    pub fn drop_tube(&mut self, tube: TubeIx) -> Result<(), QueueError> {
+        self.check_droppable(tube)?;
+        self.clear_tube(tube);
+        self.uninstall_tube(tube);
+        self.log(Event::TubeDropped { tube });
+        Ok(())
+    }
+
+    /// Deletes every task of a tube, Taken ones included, and its dedup keys; counters stay
+    /// (as the original's `truncate`). Returns how many tasks went. O(tasks of the tube +
+    /// taken tasks of all tubes).
+    pub fn truncate(&mut self, tube: TubeIx) -> Result<usize, QueueError> {
+        self.live_tube(tube)?;
+        let n = self.clear_tube(tube);
+        self.log(Event::TubeTruncated { tube });
+        Ok(n)
+    }
+
+    /// The tube named `name`.
+    pub fn tube_ix(&self, name: &str) -> Option<TubeIx> {
+        self.names.get(name).copied()
+    }
+
+    pub fn tube_info(&self, tube: TubeIx) -> Option<TubeInfo<'_>> {
+        let t = self.tubes.get(tube as usize)?.as_ref()?;
+        Some(TubeInfo {
+            ix: tube,
+            name: &t.name,
+            kind: t.kind,
+            opts: t.opts,
+        })
+    }
+
+    /// Every tube, by index.
+    pub fn tubes(&self) -> impl Iterator<Item = TubeInfo<'_>> {
+        (0..self.tubes.len()).filter_map(|i| self.tube_info(i as TubeIx))
+    }
+
+    /// A tube's counts and operations. O(1).
+    pub fn tube_stats(&self, tube: TubeIx) -> Result<Stats, QueueError> {
+        Ok(self.live_tube(tube)?.stats())
+    }
+
+    /// A take from the tube would return a task now (in a utube tube, `stats().ready > 0`
+    /// does not say so: every ready task may wait behind a taken one of its utube). O(1).
+    pub fn can_take(&self, tube: TubeIx) -> bool {
+        self.tubes
+            .get(tube as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|t| t.ready.len() > 0)
+    }
+
+    /// Puts into a tube, with the tube's defaults for what `p` leaves out and the type's
+    /// rules: fifo / utube ignore pri, delay, TTL and TTR; a delay extends the TTL (except in
+    /// `default`, which keeps the seed's rule); limfifottl refuses a put at capacity; a dedup
+    /// key seen within the window returns the earlier task.
+    pub fn put_in(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        data: Box<[u8]>,
+        p: TubePut<'_>,
+    ) -> Result<PutOutcome<'_>, QueueError> {
+        let t = self.live_tube(tube)?;
+        if let Some(key) = p.dedup_key {
+            if key.len() > MAX_DEDUP_KEY_BYTES {
+                return Err(QueueError::DedupKeyTooLong {
+                    len: key.len(),
+                    max: MAX_DEDUP_KEY_BYTES,
+                });
+            }
+            if let Some(id) = t.dedup.as_ref().and_then(|d| d.lookup(key, now)) {
+                self.tube_mut(tube).ops.deduplicated += 1;
+                return Ok(match self.find(id) {
+                    Some(k) => PutOutcome::Duplicate(self.view(k)),
+                    None => PutOutcome::DuplicateDone(id),
+                });
+            }
+        }
+        if t.kind.is_utube() && p.utube.len() > MAX_UTUBE_KEY_BYTES {
+            return Err(QueueError::UtubeKeyTooLong {
+                len: p.utube.len(),
+                max: MAX_UTUBE_KEY_BYTES,
+            });
+        }
+        if t.kind == TubeType::LimFifoTtl && t.opts.capacity > 0 && t.total() >= t.opts.capacity {
+            return Err(QueueError::TubeFull {
+                name: t.name.to_string(),
+                capacity: t.opts.capacity,
+            });
+        }
+        let opts = Self::put_options(t, tube, &p);
+        let utube = match self.tube_mut(tube).utubes.as_mut() {
+            Some(u) => u.intern(p.utube),
+            None => NIL,
+        };
+        let k = self.add_task(now, tube, data, opts, utube);
+        if let Some(key) = p.dedup_key {
+            self.record_dedup(now, tube, key, k);
+        }
+        Ok(PutOutcome::Created(self.view(k)))
+    }
+
+    /// Takes the next task of a tube for `sid`: lowest (pri, id) among its Ready tasks, in a
+    /// utube tube among the heads of utubes with none Taken. O(log n), whatever the number of
+    /// busy utubes.
+    pub fn take_from(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        sid: SessionId,
+    ) -> Result<Option<TaskRef<'_>>, QueueError> {
+        self.live_tube(tube)?;
+        Ok(self.take_slot(now, tube, sid).map(|k| self.view(k)))
+    }
+
+    /// Deletes a task of `tube` taken by `sid`; the task as it was. Anything else is the
+    /// original's `Task was not taken`.
+    pub fn ack_in(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
+        let k = self.taken_in(tube, sid, id)?;
+        let task = self.remove_slot(k);
+        self.tube_mut(tube).ops.acks += 1;
+        self.log(Event::Acked { id });
+        Ok(task)
+    }
+
+    /// Gives back a task of `tube` taken by `sid`, with the original's `delay` (which extends
+    /// the TTL) and, beyond it, a new `pri` and a new remaining `ttl` (`*ttl` types; fifo and
+    /// utube ignore the options). Buried instead past the tube's `max_deliveries`.
+    pub fn release_in(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        sid: SessionId,
+        id: TaskId,
+        opts: ReleaseOptions,
+    ) -> Result<TaskRef<'_>, QueueError> {
+        let k = self.taken_in(tube, sid, id)?;
+        let mut runat = 0;
+        if self.tube(tube).kind.has_ttl() {
+            let extends = tube != DEFAULT_TUBE;
+            let changed = self.apply_release_options(k, now, opts, extends);
+            if changed {
+                self.log(Event::Updated { id });
+            }
+            if opts.delay > 0 {
+                runat = now.saturating_add(opts.delay);
+            }
+        }
+        self.give_back(k, runat, Return::Release);
+        Ok(self.view(k))
+    }
+
+    /// Extends a taken task's TTL, TTR and pending TTR deadline by `delta` (`None`: no TTL, no
+    /// TTR from now on), as the original's `touch`. `*ttl` types only.
+    pub fn touch(
+        &mut self,
+        tube: TubeIx,
+        sid: SessionId,
+        id: TaskId,
+        delta: Option<Micros>,
+    ) -> Result<TaskRef<'_>, QueueError> {
+        let kind = self.live_tube(tube)?.kind;
+        if !kind.has_ttl() {
+            return Err(QueueError::TouchUnsupported(kind));
+        }
+        let k = self.taken_in(tube, sid, id)?;
+        let s = &mut self.slots[k as usize];
+        match delta {
+            None => {
+                s.flags &= !(HAS_TTL | HAS_TTR | TTR_ARMED);
+                s.t = 0;
+            }
+            Some(d) => {
+                s.ttl = s.ttl.saturating_add(d);
+                s.ttr = s.ttr.saturating_add(d);
+                if s.flags & TTR_ARMED != 0 {
+                    s.t = s.t.saturating_add(d);
+                }
+            }
+        }
+        self.reschedule(k);
+        self.tube_mut(tube).ops.touches += 1;
+        self.log(Event::Updated { id });
+        Ok(self.view(k))
+    }
+
+    /// The task `id` of `tube`, whatever its status.
+    pub fn peek(&self, tube: TubeIx, id: TaskId) -> Result<TaskRef<'_>, QueueError> {
+        self.live_tube(tube)?;
+        Ok(self.view(self.in_tube(tube, id)?))
+    }
+
+    /// Buries a task of `tube` in any status (a Taken one leaves its owner: the original asks
+    /// for no ownership). A task already Buried is returned as it is, uncounted.
+    pub fn bury(&mut self, tube: TubeIx, id: TaskId) -> Result<TaskRef<'_>, QueueError> {
+        self.live_tube(tube)?;
+        let k = self.in_tube(tube, id)?;
+        if self.slots[k as usize].status != Status::Buried {
+            self.move_to(k, Status::Buried, 0);
+            self.tube_mut(tube).ops.buries += 1;
+            self.log(Event::Buried { id });
+        }
+        Ok(self.view(k))
+    }
+
+    /// Makes up to `count` Buried tasks of `tube` Ready, lowest (pri, id) first; returns how
+    /// many. O(count log n).
+    pub fn kick(&mut self, tube: TubeIx, count: u64) -> Result<u64, QueueError> {
+        self.live_tube(tube)?;
+        let mut n = 0;
+        while n < count {
+            let Some(k) = self.tube(tube).buried.first() else {
+                break;
+            };
+            let id = self.slots[k as usize].id;
+            self.move_to(k, Status::Ready, 0);
+            self.tube_mut(tube).ops.kicks += 1;
+            self.log(Event::Kicked { id });
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Deletes a task of `tube` in any status; the task as it was.
+    pub fn delete(&mut self, tube: TubeIx, id: TaskId) -> Result<Task, QueueError> {
+        self.live_tube(tube)?;
+        let k = self.in_tube(tube, id)?;
+        let task = self.remove_slot(k);
+        self.tube_mut(tube).ops.deletes += 1;
+        self.log(Event::Deleted { id });
+        Ok(task)
+    }
+
+    /// Returns every Taken task of `tube` to Ready (or Buried, past `max_deliveries`), in
+    /// (pri, id) order, whoever holds it. O(taken tasks of all tubes): an operator's call.
+    pub fn release_all(&mut self, tube: TubeIx) -> Result<usize, QueueError> {
+        self.live_tube(tube)?;
+        let mut taken = self.sessions.taken_slots(&self.slots);
+        let slots = &self.slots;
+        taken.retain(|&k| slots[k as usize].tube == tube);
+        taken.sort_unstable_by_key(|&k| order(slots, k));
+        for &k in &taken {
+            self.give_back(k, 0, Return::Auto);
+        }
+        Ok(taken.len())
+    }
+
+    /// A dedup key a put recorded (`Event::DedupRecorded`): key, task id, expiry.
+    pub fn dedup_entry(&self, tube: TubeIx, seq: u64) -> Option<(&[u8], TaskId, Micros)> {
+        let t = self.tubes.get(tube as usize)?.as_ref()?;
+        let e = t.dedup.as_ref()?.entry(seq)?;
+        Some((&e.key, e.id, e.expires))
+    }
+
+    /// Every live dedup key of a tube, oldest first (snapshots): key, task id, expiry.
+    pub fn dedup_entries(&self, tube: TubeIx) -> impl Iterator<Item = (&[u8], TaskId, Micros)> {
+        let d = self
+            .tubes
+            .get(tube as usize)
+            .and_then(Option::as_ref)
+            .and_then(|t| t.dedup.as_deref());
+        d.into_iter()
+            .flat_map(|d| d.fifo.iter().map(|e| (&*e.key, e.id, e.expires)))
+    }
+
+    // ---- recovery ----
+
+    /// Recovery: adds a task to `default` as it was. Taken comes back owned by session 0 (call
     /// `release_all_taken` once recovery is done) and without a TTR deadline. `last_id` rises
     /// to the id. Journals nothing, counts no operation.
     pub fn restore(&mut self, task: RestoredTask) -> Result<(), QueueError> {
+        self.restore_in(DEFAULT_TUBE, task, None, 0)
+    }
+
+    /// Recovery: `restore` into `tube`, with its utube key (utube tubes) and delivery count.
+    pub fn restore_in(
+        &mut self,
+        tube: TubeIx,
+        task: RestoredTask,
+        utube: Option<&[u8]>,
+        deliveries: u16,
+    ) -> Result<(), QueueError> {
+        self.live_tube(tube)?;
         if self.find(task.id).is_some() {
             return Err(QueueError::Duplicate(task.id));
         }
         self.last_id = self.last_id.max(task.id);
+        let utube = match self.tube_mut(tube).utubes.as_mut() {
+            Some(u) => u.intern(utube.unwrap_or_default()),
+            None => NIL,
+        };
         let k = self.insert_slot(
             task.id,
+            tube,
             task.pri,
             task.created,
             task.ttl,
             task.ttr,
             task.data,
+            utube,
         );
+        self.slots[k as usize].deliveries = deliveries;
         self.enter_restored(k, task.status, task.runat);
         Ok(())
     }
 
-    /// Recovery: removes a task (ack or expiry replay). Journals nothing.
+    /// Recovery: removes a task (ack, delete or expiry replay). Journals nothing.
     pub fn restore_remove(&mut self, id: TaskId) -> Option<Task> {
         let k = self.find(id)?;
-        Some(self.delete(k))
+        Some(self.remove_slot(k))
     }
 
-    /// Recovery: sets a task's status (take / release / promote / return replay). Taken gets
-    /// owner 0 and no TTR deadline; `runat` counts only for Waiting. Journals nothing.
+    /// Recovery: sets a task's status (take / release / promote / return / bury / kick
+    /// replay). Taken gets owner 0 and no TTR deadline; `runat` counts only for Waiting.
+    /// Journals nothing.
     pub fn restore_status(
         &mut self,
         id: TaskId,
@@ -430,6 +746,64 @@ impl Queue {
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
         self.leave(k);
         self.enter_restored(k, status, runat);
+        Ok(())
+    }
+
+    /// Recovery: a tube as it was, at its index. Journals nothing.
+    pub fn restore_tube(
+        &mut self,
+        tube: TubeIx,
+        name: &str,
+        kind: TubeType,
+        opts: TubeOptions,
+    ) -> Result<(), QueueError> {
+        if self.names.contains_key(name) {
+            return Err(QueueError::TubeExists(name.to_owned()));
+        }
+        if tube as usize >= MAX_TUBES {
+            return Err(QueueError::TooManyTubes { max: MAX_TUBES });
+        }
+        if self.tubes.get(tube as usize).is_some_and(Option::is_some) {
+            let held = self.tube(tube).name.to_string();
+            return Err(QueueError::TubeExists(held));
+        }
+        if self.tubes.len() <= tube as usize {
+            self.tubes.resize_with(tube as usize + 1, || None);
+        }
+        self.install_tube(tube, name, kind, opts);
+        Ok(())
+    }
+
+    /// Recovery: drops a tube and its tasks (no check for Taken ones). Journals nothing.
+    pub fn restore_drop_tube(&mut self, tube: TubeIx) -> Result<(), QueueError> {
+        if tube == DEFAULT_TUBE {
+            return Err(QueueError::DefaultTubeUndroppable);
+        }
+        self.live_tube(tube)?;
+        self.clear_tube(tube);
+        self.uninstall_tube(tube);
+        Ok(())
+    }
+
+    /// Recovery: empties a tube. Journals nothing.
+    pub fn restore_truncate(&mut self, tube: TubeIx) -> Result<(), QueueError> {
+        self.live_tube(tube)?;
+        self.clear_tube(tube);
+        Ok(())
+    }
+
+    /// Recovery: a dedup key of `tube` for task `id` until `expires`. Journals nothing.
+    pub fn restore_dedup(
+        &mut self,
+        tube: TubeIx,
+        key: &[u8],
+        id: TaskId,
+        expires: Micros,
+    ) -> Result<(), QueueError> {
+        self.live_tube(tube)?;
+        if let Some(d) = self.tube_mut(tube).dedup.as_mut() {
+            d.record(key, id, expires);
+        }
         Ok(())
     }
 
@@ -448,21 +822,38 @@ impl Queue {
             .reserve(additional, |&j| hash_id(slots[j as usize].id));
     }
 
-    /// Every live task, in no particular order (snapshots).
+    /// Every live task, of every tube, in no particular order (snapshots).
     pub fn iter(&self) -> impl Iterator<Item = TaskRef<'_>> {
         self.slots.iter().map(|(k, _)| self.view(k as u32))
     }
 
     /// Bytes the engine holds beyond the payloads: the arena, index, towers, heap and session
-    /// tables as allocated (capacity, not length). For the memory figure in benches and tests.
+    /// tables as allocated (capacity, not length), and the tubes with their utubes and dedup
+    /// windows (keys excluded). For the memory figure in benches and tests.
     pub fn overhead_bytes(&self) -> usize {
         use std::mem::size_of;
+        let tubes: usize = self
+            .tubes
+            .iter()
+            .flatten()
+            .map(|t| {
+                let utubes = t.utubes.as_ref().map_or(0, |u| {
+                    u.list.capacity() * (size_of::<crate::tubes::Utube>() + 8 + 5)
+                });
+                let dedup = t.dedup.as_ref().map_or(0, |d| {
+                    d.fifo.capacity() * (size_of::<crate::tubes::DedupEntry>() + 9)
+                });
+                utubes + dedup
+            })
+            .sum();
         self.slots.capacity() * size_of::<SlabEntry<Slot>>()
             + self.index.capacity() * (size_of::<u32>() + 1)
             + self.towers.capacity_bytes()
             + self.heap.capacity_bytes()
             + self.sessions.capacity_bytes()
             + self.journal.capacity() * size_of::<Event>()
+            + self.tubes.capacity() * size_of::<Option<Tube>>()
+            + tubes
     }
 
     /// Panics with a message naming the broken invariant. O(n log n): for tests and debugging.
@@ -474,10 +865,7 @@ impl Queue {
             "index holds {} ids for {n} tasks",
             self.index.len()
         );
-        let mut listed = 0;
-        for status in [Status::Ready, Status::Waiting] {
-            listed += self.lists[list_ix(status)].check(&self.slots, &self.towers, status);
-        }
+        let mut listed = self.check_tubes();
         listed += self.sessions.check(&self.slots);
         assert_eq!(
             listed, n,
@@ -506,11 +894,19 @@ impl Queue {
                 s.id
             );
             assert_eq!(s.up == NIL, s.height == 1, "task {} tower", s.id);
+            assert!(
+                self.tubes.get(s.tube as usize).is_some_and(Option::is_some),
+                "task {} in dropped tube {}",
+                s.id,
+                s.tube
+            );
             if s.height > 1 {
                 towers.push((s.up, s.height));
             }
             match s.status {
-                Status::Ready => assert_eq!(s.t, 0, "ready task {} keeps a time", s.id),
+                Status::Ready | Status::Buried => {
+                    assert_eq!(s.t, 0, "{:?} task {} keeps a time", s.status, s.id)
+                }
                 Status::Waiting => {}
                 Status::Taken => {
                     if s.flags & TTR_ARMED != 0 {
@@ -549,6 +945,66 @@ impl Queue {
         self.towers.check(towers);
     }
 
+    /// The tube half of `check_invariants`: each tube's lists, utubes, counts and dedup
+    /// window, the name table, `default`. Returns the Ready, Waiting and Buried tasks listed.
+    fn check_tubes(&self) -> usize {
+        let mut listed = 0;
+        let mut taken = vec![0u64; self.tubes.len()];
+        for (_, s) in self.slots.iter() {
+            if s.status == Status::Taken {
+                taken[s.tube as usize] += 1;
+            }
+        }
+        let mut live = 0;
+        for (ix, t) in self.tubes.iter().enumerate() {
+            let Some(t) = t else { continue };
+            live += 1;
+            let ix = ix as TubeIx;
+            listed += t.check(ix, &self.slots, &self.towers);
+            assert_eq!(
+                self.names.get(&t.name),
+                Some(&ix),
+                "tube {} not named",
+                t.name
+            );
+            assert_eq!(
+                t.taken_n, taken[ix as usize],
+                "tube {}: taken count",
+                t.name
+            );
+            assert_eq!(
+                t.dedup.is_some(),
+                t.opts.dedup_window > 0,
+                "tube {}: dedup",
+                t.name
+            );
+            if let Some(d) = &t.dedup {
+                d.check();
+                assert!(self.dedup_tubes.contains(&ix), "tube {} not pruned", t.name);
+            }
+        }
+        assert_eq!(self.names.len(), live, "names of dropped tubes");
+        assert_eq!(
+            taken.iter().sum::<u64>(),
+            self.sessions.len() as u64,
+            "sessions hold other than the taken tasks"
+        );
+        assert_eq!(
+            self.dedup_tubes
+                .iter()
+                .filter(|&&t| self.tube_info(t).is_some())
+                .count(),
+            self.dedup_tubes.len(),
+            "dedup_tubes names a dropped tube"
+        );
+        assert_eq!(
+            self.tube_info(DEFAULT_TUBE).map(|t| t.name),
+            Some(DEFAULT_TUBE_NAME),
+            "tube 0 is not default"
+        );
+        listed
+    }
+
     // ---- internals ----
 
     fn log(&mut self, e: Event) {
@@ -566,6 +1022,10 @@ impl Queue {
 
     fn view(&self, k: u32) -> TaskRef<'_> {
         let s = &self.slots[k as usize];
+        let utube = (s.utube != NIL).then(|| {
+            let u = self.tube(s.tube).utubes.as_ref().expect("utube tube");
+            &*u.list[s.utube as usize].key
+        });
         TaskRef {
             id: s.id,
             status: s.status,
@@ -576,6 +1036,9 @@ impl Queue {
             created: s.created,
             owner: (s.status == Status::Taken).then(|| self.owner_of(s)),
             data: &s.data,
+            tube: s.tube,
+            deliveries: s.deliveries,
+            utube,
         }
     }
 
@@ -615,11 +1078,243 @@ impl Queue {
         }
     }
 
-    /// The slot of task `id` if `sid` holds it, else the seed's error for why not.
+    /// The slot of task `id` of `default` if `sid` holds it, else the seed's error for why not.
     fn owned(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        if self.slots[k as usize].tube != DEFAULT_TUBE {
+            return Err(QueueError::NotFound(id));
+        }
         check_owner(&self.slots, &self.sessions, k, sid, id)?;
         Ok(k)
+    }
+
+    /// The slot of task `id` of `tube` if `sid` holds it, else the original's one error.
+    fn taken_in(&self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
+        self.live_tube(tube)?;
+        let k = self
+            .find(id)
+            .filter(|&k| self.slots[k as usize].tube == tube)
+            .ok_or(QueueError::TaskNotTaken(id))?;
+        check_owner(&self.slots, &self.sessions, k, sid, id)
+            .map_err(|_| QueueError::TaskNotTaken(id))?;
+        Ok(k)
+    }
+
+    /// The slot of task `id` if it is in `tube`.
+    fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<u32, QueueError> {
+        self.find(id)
+            .filter(|&k| self.slots[k as usize].tube == tube)
+            .ok_or(QueueError::TaskNotInTube(id))
+    }
+
+    fn tube(&self, t: TubeIx) -> &Tube {
+        self.tubes[t as usize].as_ref().expect("live tube")
+    }
+
+    fn tube_mut(&mut self, t: TubeIx) -> &mut Tube {
+        self.tubes[t as usize].as_mut().expect("live tube")
+    }
+
+    fn live_tube(&self, t: TubeIx) -> Result<&Tube, QueueError> {
+        self.tubes
+            .get(t as usize)
+            .and_then(Option::as_ref)
+            .ok_or(QueueError::TubeNotFound(t))
+    }
+
+    fn install_tube(&mut self, ix: TubeIx, name: &str, kind: TubeType, opts: TubeOptions) {
+        if ix as usize == self.tubes.len() {
+            self.tubes.push(None);
+        }
+        self.tubes[ix as usize] = Some(Tube::new(name, kind, opts));
+        self.names.insert(name.into(), ix);
+        if opts.dedup_window > 0 {
+            self.dedup_tubes.push(ix);
+        }
+    }
+
+    fn uninstall_tube(&mut self, ix: TubeIx) {
+        let t = self.tubes[ix as usize].take().expect("live tube");
+        self.names.remove(&t.name);
+        self.dedup_tubes.retain(|&d| d != ix);
+    }
+
+    fn check_droppable(&self, tube: TubeIx) -> Result<(), QueueError> {
+        if tube == DEFAULT_TUBE {
+            return Err(QueueError::DefaultTubeUndroppable);
+        }
+        if self.live_tube(tube)?.taken_n > 0 {
+            return Err(QueueError::TubeHasTaken(tube));
+        }
+        Ok(())
+    }
+
+    /// Deletes every task of `tube` (silently) and its dedup keys; returns how many tasks.
+    fn clear_tube(&mut self, tube: TubeIx) -> usize {
+        let mut doomed = Vec::new();
+        let t = self.tube(tube);
+        for list in [&t.ready, &t.waiting, &t.buried] {
+            list.for_each(&self.slots, |k| doomed.push(k));
+        }
+        if let Some(u) = &t.utubes {
+            for (_, ut) in &u.list {
+                ut.rest.for_each(&self.slots, |k| doomed.push(k));
+            }
+        }
+        if t.taken_n > 0 {
+            let slots = &self.slots;
+            let taken = self.sessions.taken_slots(slots);
+            doomed.extend(
+                taken
+                    .into_iter()
+                    .filter(|&k| slots[k as usize].tube == tube),
+            );
+        }
+        for &k in &doomed {
+            self.remove_slot(k);
+        }
+        if let Some(d) = self.tube_mut(tube).dedup.as_mut() {
+            **d = Default::default();
+        }
+        doomed.len()
+    }
+
+    /// The options a put into `t` stores: the type's rules and the tube's defaults.
+    fn put_options(t: &Tube, ix: TubeIx, p: &TubePut<'_>) -> PutOptions {
+        if !t.kind.has_ttl() {
+            return PutOptions::default();
+        }
+        let mut ttl = p.ttl.or(t.opts.ttl);
+        if p.delay > 0 && ix != DEFAULT_TUBE {
+            ttl = ttl.map(|ttl| ttl.saturating_add(p.delay));
+        }
+        PutOptions {
+            delay: p.delay,
+            ttl,
+            ttr: p.ttr.or(t.opts.ttr),
+            pri: p.pri.unwrap_or(t.opts.pri),
+        }
+    }
+
+    /// Release options on a taken slot: new pri, new remaining life (from `now`), and the
+    /// delay added to the TTL where the tube extends it. Returns whether a field changed.
+    fn apply_release_options(
+        &mut self,
+        k: u32,
+        now: Micros,
+        o: ReleaseOptions,
+        extends: bool,
+    ) -> bool {
+        let s = &mut self.slots[k as usize];
+        let before = (s.pri, s.ttl, s.flags & HAS_TTL);
+        if let Some(pri) = o.pri {
+            s.pri = pri;
+        }
+        if let Some(ttl) = o.ttl {
+            s.ttl = now.saturating_sub(s.created).saturating_add(ttl);
+            s.flags |= HAS_TTL;
+        }
+        if extends && o.delay > 0 && s.flags & HAS_TTL != 0 {
+            s.ttl = s.ttl.saturating_add(o.delay);
+        }
+        before != (s.pri, s.ttl, s.flags & HAS_TTL)
+    }
+
+    /// Remembers a put's dedup key for the tube's window (forgetting a couple of expired
+    /// ones first, so the window stays bounded between `advance` calls).
+    fn record_dedup(&mut self, now: Micros, tube: TubeIx, key: &[u8], k: u32) {
+        let id = self.slots[k as usize].id;
+        let t = self.tube_mut(tube);
+        let window = t.opts.dedup_window;
+        let Some(d) = t.dedup.as_mut() else { return };
+        d.prune(now, 2);
+        let seq = d.record(key, id, now.saturating_add(window));
+        self.log(Event::DedupRecorded { tube, seq });
+    }
+
+    /// A new task in `tube` with the next id: Ready, or Waiting until `now + delay`.
+    fn add_task(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        data: Box<[u8]>,
+        opts: PutOptions,
+        utube: u32,
+    ) -> u32 {
+        let id = self
+            .last_id
+            .checked_add(1)
+            .expect("task ids exhausted (last id is u64::MAX)");
+        self.last_id = id;
+        let k = self.insert_slot(id, tube, opts.pri, now, opts.ttl, opts.ttr, data, utube);
+        if opts.delay == 0 {
+            self.enter(k, Status::Ready, 0);
+        } else {
+            self.enter(k, Status::Waiting, now.saturating_add(opts.delay));
+        }
+        self.reschedule(k);
+        self.tube_mut(tube).ops.puts += 1;
+        self.log(Event::Put { id });
+        k
+    }
+
+    /// Pops the head of `tube`'s ready list into `sid`'s hands, arming its TTR.
+    fn take_slot(&mut self, now: Micros, tube: TubeIx, sid: SessionId) -> Option<u32> {
+        let t = self.tubes[tube as usize].as_mut().expect("live tube");
+        let k = t.ready.first()?;
+        let u = self.slots[k as usize].utube;
+        if u != NIL {
+            // Busy before it leaves the ready list, so no other task of the utube takes the
+            // head's place there.
+            t.utubes.as_mut().expect("utube tube").list[u as usize].busy = true;
+        }
+        t.ops.takes += 1;
+        self.leave(k);
+        let s = &mut self.slots[k as usize];
+        let id = s.id;
+        s.deliveries = s.deliveries.saturating_add(1);
+        let ttr_at = if s.flags & HAS_TTR != 0 {
+            s.flags |= TTR_ARMED;
+            now.saturating_add(s.ttr)
+        } else {
+            0
+        };
+        self.enter_taken(k, sid, ttr_at);
+        self.reschedule(k);
+        self.log(Event::Taken { id, sid });
+        Some(k)
+    }
+
+    /// A Taken task goes back: Ready (`runat` 0) or Waiting, or Buried once taken its tube's
+    /// `max_deliveries` times. Counts and journals the one that happened.
+    fn give_back(&mut self, k: u32, runat: Micros, why: Return) {
+        let s = &self.slots[k as usize];
+        let (id, tube, deliveries) = (s.id, s.tube, s.deliveries);
+        let max = self.tube(tube).opts.max_deliveries;
+        let dead = max > 0 && deliveries >= max;
+        if dead {
+            self.move_to(k, Status::Buried, 0);
+        } else if runat == 0 {
+            self.move_to(k, Status::Ready, 0);
+        } else {
+            self.move_to(k, Status::Waiting, runat);
+        }
+        let ops = &mut self.tube_mut(tube).ops;
+        match why {
+            Return::Release => ops.releases += 1,
+            Return::Ttr => ops.ttr_returned += 1,
+            Return::Auto => ops.auto_released += 1,
+        }
+        if dead {
+            ops.dead_lettered += 1;
+            self.log(Event::DeadLettered { id });
+            return;
+        }
+        self.log(match why {
+            Return::Release => Event::Released { id, runat },
+            Return::Ttr => Event::TtrReturned { id },
+            Return::Auto => Event::AutoReleased { id },
+        });
     }
 
     fn next_height(&mut self) -> u8 {
@@ -633,14 +1328,17 @@ impl Queue {
     }
 
     /// Allocates and indexes a slot, in no list and with no deadline yet.
+    #[allow(clippy::too_many_arguments)]
     fn insert_slot(
         &mut self,
         id: TaskId,
+        tube: TubeIx,
         pri: i64,
         created: Micros,
         ttl: Option<Micros>,
         ttr: Option<Micros>,
         data: Box<[u8]>,
+        utube: u32,
     ) -> u32 {
         assert!(self.slots.len() < MAX_TASKS, "more than {MAX_TASKS} tasks");
         let height = self.next_height();
@@ -660,6 +1358,9 @@ impl Queue {
             next0: NIL,
             prev0: NIL,
             up,
+            utube,
+            tube,
+            deliveries: 0,
             // Not in any list yet; `enter` sets the real status.
             status: Status::Ready,
             flags,
@@ -671,61 +1372,163 @@ impl Queue {
         k
     }
 
-    /// Moves a listed task into the list of `status` (Ready or Waiting) with `t` (runat), and
-    /// brings its deadline in line: every release, auto-release, promotion and TTR return.
+    /// Moves a listed task into the list of `status` (Ready, Waiting or Buried) with `t`
+    /// (runat), and brings its deadline in line: every release, auto-release, promotion, TTR
+    /// return, bury and kick.
     fn move_to(&mut self, k: u32, status: Status, t: Micros) {
         self.leave(k);
         self.enter(k, status, t);
         self.reschedule(k);
     }
 
-    /// Puts an unlisted slot into the list of `status` (Ready or Waiting), with `t` (runat).
-    /// The caller reschedules.
+    /// Puts an unlisted slot into its tube's list of `status` (Ready, Waiting or Buried),
+    /// with `t` (runat). The caller reschedules.
     fn enter(&mut self, k: u32, status: Status, t: Micros) {
         let s = &mut self.slots[k as usize];
         s.status = status;
         s.t = t;
-        self.lists[list_ix(status)].insert(&mut self.slots, &mut self.towers, k);
+        let tube = s.tube;
+        let tb = self.tubes[tube as usize].as_mut().expect("live tube");
+        match status {
+            Status::Ready => self.ready_push(k),
+            Status::Waiting => tb.waiting.insert(&mut self.slots, &mut self.towers, k),
+            Status::Buried => tb.buried.insert(&mut self.slots, &mut self.towers, k),
+            Status::Taken => unreachable!("enter_taken"),
+        }
     }
 
     /// Makes an unlisted slot Taken by `sid`, last in its take order, with `t` (TTR time or
-    /// 0). The caller sets `TTR_ARMED` and reschedules.
+    /// 0); its utube becomes busy. The caller sets `TTR_ARMED` and reschedules.
     fn enter_taken(&mut self, k: u32, sid: SessionId, t: Micros) {
         let s = &mut self.slots[k as usize];
         s.status = Status::Taken;
         s.t = t;
+        let (tube, u) = (s.tube, s.utube);
         self.sessions.append(&mut self.slots, sid, k);
+        let tb = self.tubes[tube as usize].as_mut().expect("live tube");
+        tb.taken_n += 1;
+        if u != NIL {
+            let ut = &mut tb.utubes.as_mut().expect("utube tube").list[u as usize];
+            debug_assert!(!ut.busy || ut.head == NIL, "utube taken twice");
+            ut.busy = true;
+            // A recovered Taken task may find a head in the ready list: it waits now.
+            let h = ut.head;
+            if h != NIL {
+                ut.head = NIL;
+                tb.ready.remove(&mut self.slots, &mut self.towers, h);
+                ut.rest.insert(&mut self.slots, &mut self.towers, h);
+            }
+        }
     }
 
     /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
     fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
         match status {
-            Status::Ready => self.enter(k, status, 0),
+            Status::Ready | Status::Buried => self.enter(k, status, 0),
             Status::Waiting => self.enter(k, status, runat),
             Status::Taken => self.enter_taken(k, RESTORED_OWNER, 0),
         }
         self.reschedule(k);
     }
 
-    /// Takes a slot out of its list: its status skiplist, or if Taken its session's list
-    /// (unless `release_session` already did) and unarmed. The heap entry stays until the
-    /// caller reschedules or deletes.
+    /// Takes a slot out of its list: its tube's (or utube's) status skiplist, or if Taken its
+    /// session's list (unless `release_session` already did), unarmed, its utube freed. The
+    /// heap entry stays until the caller reschedules or deletes.
     fn leave(&mut self, k: u32) {
         let s = &mut self.slots[k as usize];
-        let status = s.status;
-        if status == Status::Taken {
-            s.flags &= !TTR_ARMED;
-            if s.sess != NIL {
-                self.sessions.remove(&mut self.slots, k);
+        let (status, tube, u) = (s.status, s.tube, s.utube);
+        let tb = self.tubes[tube as usize].as_mut().expect("live tube");
+        match status {
+            Status::Taken => {
+                s.flags &= !TTR_ARMED;
+                let held = s.sess != NIL;
+                tb.taken_n -= 1;
+                if held {
+                    self.sessions.remove(&mut self.slots, k);
+                }
+                if u != NIL {
+                    self.utube_freed(tube, u);
+                }
             }
-        } else {
-            self.lists[list_ix(status)].remove(&mut self.slots, &mut self.towers, k);
+            Status::Ready => self.ready_remove(k),
+            Status::Waiting => tb.waiting.remove(&mut self.slots, &mut self.towers, k),
+            Status::Buried => tb.buried.remove(&mut self.slots, &mut self.towers, k),
         }
         self.slots[k as usize].t = 0;
     }
 
+    /// Lists a Ready slot: in its tube's ready list, or for a utube task in the ready list as
+    /// its utube's head (if none of the utube is Taken and it goes before the current head,
+    /// which then waits in the utube's list) or else in its utube's list.
+    fn ready_push(&mut self, k: u32) {
+        let (tube, u) = (self.slots[k as usize].tube, self.slots[k as usize].utube);
+        let tb = self.tubes[tube as usize].as_mut().expect("live tube");
+        tb.ready_n += 1;
+        let (slots, tw) = (&mut self.slots, &mut self.towers);
+        if u == NIL {
+            tb.ready.insert(slots, tw, k);
+            return;
+        }
+        let ut = &mut tb.utubes.as_mut().expect("utube tube").list[u as usize];
+        if ut.busy {
+            ut.rest.insert(slots, tw, k);
+        } else if ut.head == NIL {
+            tb.ready.insert(slots, tw, k);
+            ut.head = k;
+        } else if order(slots, k) < order(slots, ut.head) {
+            let h = ut.head;
+            tb.ready.remove(slots, tw, h);
+            ut.rest.insert(slots, tw, h);
+            tb.ready.insert(slots, tw, k);
+            ut.head = k;
+        } else {
+            ut.rest.insert(slots, tw, k);
+        }
+    }
+
+    /// Unlists a Ready slot; a utube's head is replaced by the next of its utube (unless the
+    /// utube is busy).
+    fn ready_remove(&mut self, k: u32) {
+        let (tube, u) = (self.slots[k as usize].tube, self.slots[k as usize].utube);
+        let tb = self.tubes[tube as usize].as_mut().expect("live tube");
+        tb.ready_n -= 1;
+        let (slots, tw) = (&mut self.slots, &mut self.towers);
+        if u == NIL {
+            tb.ready.remove(slots, tw, k);
+            return;
+        }
+        let ut = &mut tb.utubes.as_mut().expect("utube tube").list[u as usize];
+        if ut.head != k {
+            ut.rest.remove(slots, tw, k);
+            return;
+        }
+        tb.ready.remove(slots, tw, k);
+        ut.head = NIL;
+        if !ut.busy {
+            if let Some(f) = ut.rest.first() {
+                ut.rest.remove(slots, tw, f);
+                tb.ready.insert(slots, tw, f);
+                ut.head = f;
+            }
+        }
+    }
+
+    /// Utube `u` of `tube` has no Taken task any more: its first Ready task becomes its head.
+    fn utube_freed(&mut self, tube: TubeIx, u: u32) {
+        let tb = self.tubes[tube as usize].as_mut().expect("live tube");
+        let ut = &mut tb.utubes.as_mut().expect("utube tube").list[u as usize];
+        ut.busy = false;
+        if ut.head == NIL {
+            if let Some(f) = ut.rest.first() {
+                ut.rest.remove(&mut self.slots, &mut self.towers, f);
+                tb.ready.insert(&mut self.slots, &mut self.towers, f);
+                ut.head = f;
+            }
+        }
+    }
+
     /// Removes a task from every structure and returns it as it was.
-    fn delete(&mut self, k: u32) -> Task {
+    fn remove_slot(&mut self, k: u32) -> Task {
         let slots = &self.slots;
         let id = slots[k as usize].id;
         if let Ok(entry) = self
@@ -734,21 +1537,29 @@ impl Queue {
         {
             entry.remove();
         }
-        self.delete_unindexed(k)
+        self.remove_unindexed(k)
     }
 
-    /// `delete` for a task already out of the index.
-    fn delete_unindexed(&mut self, k: u32) -> Task {
+    /// `remove_slot` for a task already out of the index.
+    fn remove_unindexed(&mut self, k: u32) -> Task {
         let s = &self.slots[k as usize];
         let owner = (s.status == Status::Taken).then(|| self.owner_of(s));
         let runat = if s.status == Status::Waiting { s.t } else { 0 };
         let (status, pos, id, height, up) = (s.status, s.heap_pos, s.id, s.height, s.up);
+        let (tube, u) = (s.tube, s.utube);
         self.leave(k);
         if pos != NIL {
             self.heap.remove(pos, &mut self.slots);
         }
         self.towers.release(height, up);
         let s = self.slots.remove(k as usize);
+        if u != NIL {
+            self.tube_mut(tube)
+                .utubes
+                .as_mut()
+                .expect("utube tube")
+                .unref(u);
+        }
         Task {
             id,
             status,
@@ -759,6 +1570,8 @@ impl Queue {
             created: s.created,
             owner,
             data: s.data,
+            tube,
+            deliveries: s.deliveries,
         }
     }
 }

@@ -1,9 +1,12 @@
-//! Model-based property test: random sequences of put (delay / ttl / ttr / pri), take, ack,
-//! release (with and without delay), session close, release of all taken, recovery calls,
-//! restarts from a snapshot and time moving (with and without `advance` and its budget) run
-//! against both the engine and a plainly correct model built on `BTreeMap` / `VecDeque`.
-//! Every observable result is compared: returned tasks, errors, stats, events, next deadline
-//! and the full task set; `check_invariants()` runs after every step.
+//! Model-based property test: random sequences of every engine call — the seed API on
+//! `default` (put with delay / ttl / ttr / pri, take, ack, release, session close, release of
+//! all taken), the tube API (create, drop, truncate, put with utube and dedup keys, take, ack,
+//! release with options, touch, peek, bury, kick, delete, release_all) on tubes of every type
+//! with capacity, max_deliveries and dedup windows, recovery calls, restarts from a snapshot
+//! and time moving (with and without `advance` and its budget) — run against both the engine
+//! and a plainly correct model built on `BTreeMap`s and scans. Every observable result is
+//! compared: returned tasks, errors, per-tube stats, events, next deadline and the full task
+//! set; `check_invariants()` runs after every step.
 //!
 //! `PROPTEST_CASES` raises the number of cases (the default keeps a debug run short).
 
@@ -11,8 +14,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
 use tarq_engine::{
-    Event, Micros, PutOptions, Queue, QueueError, RestoredTask, SessionId, Stats, Status, Task,
-    TaskId,
+    Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask,
+    SessionId, Stats, Status, Task, TaskId, TubeIx, TubeOptions, TubePut, TubeType,
 };
 
 const T0: Micros = 1_700_000_000_000_000;
@@ -20,6 +23,60 @@ const T0: Micros = 1_700_000_000_000_000;
 const SESSIONS: u64 = 4;
 /// Cases by default: about a few seconds in a debug build.
 const DEFAULT_CASES: u32 = 256;
+/// A tube index no tube has.
+const NO_TUBE: TubeIx = 77;
+
+/// The tubes a test may create: every type, with the options that change behaviour.
+fn palette(which: usize) -> (&'static str, TubeType, TubeOptions) {
+    let o = TubeOptions::default();
+    match which % 6 {
+        0 => ("f", TubeType::Fifo, o),
+        1 => (
+            "ft",
+            TubeType::FifoTtl,
+            TubeOptions {
+                ttl: Some(100),
+                pri: 1,
+                ..o
+            },
+        ),
+        2 => (
+            "lim",
+            TubeType::LimFifoTtl,
+            TubeOptions {
+                capacity: 3,
+                ttr: Some(15),
+                ..o
+            },
+        ),
+        3 => (
+            "u",
+            TubeType::Utube,
+            TubeOptions {
+                max_deliveries: 2,
+                ..o
+            },
+        ),
+        4 => (
+            "ut",
+            TubeType::UtubeTtl,
+            TubeOptions {
+                ttr: Some(20),
+                dedup_window: 50,
+                ..o
+            },
+        ),
+        _ => (
+            "fd",
+            TubeType::FifoTtl,
+            TubeOptions {
+                dedup_window: 30,
+                max_deliveries: 1,
+                ..o
+            },
+        ),
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -62,9 +119,69 @@ enum Op {
         which: usize,
     },
     Restart,
+    CreateTube {
+        which: usize,
+    },
+    DropTube {
+        tube: usize,
+    },
+    Truncate {
+        tube: usize,
+    },
+    PutIn {
+        tube: usize,
+        delay: Option<u64>,
+        ttl: Option<u64>,
+        ttr: Option<u64>,
+        pri: Option<i64>,
+        utube: u8,
+        dedup: Option<u8>,
+    },
+    TakeFrom {
+        tube: usize,
+        sid: SessionId,
+    },
+    AckIn {
+        tube: usize,
+        sid: SessionId,
+        which: usize,
+    },
+    ReleaseIn {
+        tube: usize,
+        sid: SessionId,
+        which: usize,
+        delay: u64,
+        pri: Option<i64>,
+        ttl: Option<u64>,
+    },
+    Touch {
+        tube: usize,
+        sid: SessionId,
+        which: usize,
+        delta: Option<u64>,
+    },
+    Peek {
+        tube: usize,
+        which: usize,
+    },
+    Bury {
+        tube: usize,
+        which: usize,
+    },
+    Kick {
+        tube: usize,
+        count: u64,
+    },
+    Delete {
+        tube: usize,
+        which: usize,
+    },
+    ReleaseAllIn {
+        tube: usize,
+    },
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn seed_op() -> impl Strategy<Value = Op> {
     let small = || prop_oneof![Just(None), (0u64..60).prop_map(Some)];
     let sid = || 1..=SESSIONS;
     prop_oneof![
@@ -80,7 +197,12 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u64..30, 0usize..6).prop_map(|(dt, budget)| Op::Advance { dt, budget }),
         1 => (
             any::<usize>(),
-            prop_oneof![Just(Status::Ready), Just(Status::Taken), Just(Status::Waiting)],
+            prop_oneof![
+                Just(Status::Ready),
+                Just(Status::Taken),
+                Just(Status::Waiting),
+                Just(Status::Buried)
+            ],
             0u64..40
         )
             .prop_map(|(which, status, dt)| Op::RestoreStatus { which, status, dt }),
@@ -89,9 +211,77 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+fn tube_op() -> impl Strategy<Value = Op> {
+    let small = || prop_oneof![Just(None), (0u64..60).prop_map(Some)];
+    let sid = || 1..=SESSIONS;
+    let tube = || 0usize..8;
+    let put = (
+        tube(),
+        small(),
+        small(),
+        small(),
+        prop_oneof![Just(None), (-2i64..3).prop_map(Some)],
+        0u8..3,
+        prop_oneof![Just(None), (0u8..3).prop_map(Some)],
+    )
+        .prop_map(|(tube, delay, ttl, ttr, pri, utube, dedup)| Op::PutIn {
+            tube,
+            delay,
+            ttl,
+            ttr,
+            pri,
+            utube,
+            dedup,
+        });
+    let release = (
+        tube(),
+        sid(),
+        any::<usize>(),
+        prop_oneof![Just(0u64), 0u64..40],
+        prop_oneof![Just(None), (-2i64..3).prop_map(Some)],
+        prop_oneof![Just(None), (0u64..80).prop_map(Some)],
+    )
+        .prop_map(|(tube, sid, which, delay, pri, ttl)| Op::ReleaseIn {
+            tube,
+            sid,
+            which,
+            delay,
+            pri,
+            ttl,
+        });
+    prop_oneof![
+        2 => any::<usize>().prop_map(|which| Op::CreateTube { which }),
+        1 => tube().prop_map(|tube| Op::DropTube { tube }),
+        1 => tube().prop_map(|tube| Op::Truncate { tube }),
+        8 => put,
+        6 => (tube(), sid()).prop_map(|(tube, sid)| Op::TakeFrom { tube, sid }),
+        3 => (tube(), sid(), any::<usize>()).prop_map(|(tube, sid, which)| Op::AckIn { tube, sid, which }),
+        3 => release,
+        2 => (tube(), sid(), any::<usize>(), prop_oneof![Just(None), (0u64..30).prop_map(Some)])
+            .prop_map(|(tube, sid, which, delta)| Op::Touch { tube, sid, which, delta }),
+        1 => (tube(), any::<usize>()).prop_map(|(tube, which)| Op::Peek { tube, which }),
+        2 => (tube(), any::<usize>()).prop_map(|(tube, which)| Op::Bury { tube, which }),
+        2 => (tube(), 0u64..4).prop_map(|(tube, count)| Op::Kick { tube, count }),
+        1 => (tube(), any::<usize>()).prop_map(|(tube, which)| Op::Delete { tube, which }),
+        1 => tube().prop_map(|tube| Op::ReleaseAllIn { tube }),
+    ]
+}
+
+fn sid_close() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1..=SESSIONS).prop_map(|sid| Op::ReleaseSession { sid }),
+        Just(Op::Restart),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![1 => seed_op(), 1 => tube_op()]
+}
+
 #[derive(Clone, Debug)]
 struct MTask {
     id: TaskId,
+    tube: TubeIx,
     status: Status,
     runat: Micros,
     pri: i64,
@@ -101,6 +291,8 @@ struct MTask {
     owner: Option<SessionId>,
     /// When a task taken by `take` goes back to Ready (restored Taken tasks have none).
     ttr_at: Option<Micros>,
+    deliveries: u16,
+    utube: Option<Vec<u8>>,
     data: Vec<u8>,
 }
 
@@ -116,6 +308,8 @@ impl MTask {
             created: self.created,
             owner: self.owner,
             data: self.data.clone().into(),
+            tube: self.tube,
+            deliveries: self.deliveries,
         }
     }
 
@@ -130,27 +324,75 @@ impl MTask {
     }
 }
 
-/// The reference: every question answered by a scan, every list a `VecDeque`.
-#[derive(Default, Debug)]
+#[derive(Clone, Debug)]
+struct MTube {
+    name: String,
+    kind: TubeType,
+    opts: TubeOptions,
+    ops: Stats,
+    /// Every dedup key recorded since creation or truncate: (key, id, expires).
+    dedup: Vec<(Vec<u8>, TaskId, Micros)>,
+}
+
+/// Why a taken task goes back.
+#[derive(Clone, Copy, PartialEq)]
+enum Why {
+    Release,
+    Ttr,
+    Auto,
+}
+
+/// The reference: every question answered by a scan.
+#[derive(Debug)]
 struct Model {
     tasks: BTreeMap<TaskId, MTask>,
+    tubes: BTreeMap<TubeIx, MTube>,
     /// Each session's taken ids, in take order.
     sessions: BTreeMap<SessionId, VecDeque<TaskId>>,
     last_id: TaskId,
-    ops: Stats,
     events: Vec<Event>,
+    /// Dedup records of this step: (tube, key, id), for `DedupRecorded`.
+    dedup_events: Vec<(TubeIx, Vec<u8>, TaskId)>,
 }
 
 impl Model {
-    fn stats(&self) -> Stats {
-        let count = |s| self.tasks.values().filter(|t| t.status == s).count() as u64;
-        Stats {
-            total: self.tasks.len() as u64,
-            ready: count(Status::Ready),
-            taken: count(Status::Taken),
-            waiting: count(Status::Waiting),
-            ..self.ops
+    fn new() -> Model {
+        let default = MTube {
+            name: "default".into(),
+            kind: TubeType::FifoTtl,
+            opts: TubeOptions::default(),
+            ops: Stats::default(),
+            dedup: vec![],
+        };
+        Model {
+            tasks: BTreeMap::new(),
+            tubes: BTreeMap::from([(0, default)]),
+            sessions: BTreeMap::new(),
+            last_id: 0,
+            events: vec![],
+            dedup_events: vec![],
         }
+    }
+
+    fn stats(&self, tube: TubeIx) -> Stats {
+        let of = |s| {
+            self.tasks
+                .values()
+                .filter(|t| t.tube == tube && t.status == s)
+                .count() as u64
+        };
+        Stats {
+            total: self.tasks.values().filter(|t| t.tube == tube).count() as u64,
+            ready: of(Status::Ready),
+            taken: of(Status::Taken),
+            waiting: of(Status::Waiting),
+            buried: of(Status::Buried),
+            ..self.tubes[&tube].ops
+        }
+    }
+
+    fn ops(&mut self, tube: TubeIx) -> &mut Stats {
+        &mut self.tubes.get_mut(&tube).unwrap().ops
     }
 
     fn next_deadline(&self) -> Option<(Micros, TaskId, u8)> {
@@ -169,24 +411,17 @@ impl Model {
         }
     }
 
-    fn make_ready(&mut self, id: TaskId) {
+    fn set_status(&mut self, id: TaskId, status: Status, runat: Micros) {
         self.leave_session(id);
         let t = self.tasks.get_mut(&id).unwrap();
-        t.status = Status::Ready;
-        t.runat = 0;
+        t.status = status;
+        t.runat = if status == Status::Waiting { runat } else { 0 };
         t.owner = None;
         t.ttr_at = None;
     }
 
-    fn make_waiting(&mut self, id: TaskId, runat: Micros) {
-        self.make_ready(id);
-        let t = self.tasks.get_mut(&id).unwrap();
-        t.status = Status::Waiting;
-        t.runat = runat;
-    }
-
     fn make_taken(&mut self, id: TaskId, sid: SessionId, ttr_at: Option<Micros>) {
-        self.make_ready(id);
+        self.set_status(id, Status::Ready, 0);
         let t = self.tasks.get_mut(&id).unwrap();
         t.status = Status::Taken;
         t.owner = Some(sid);
@@ -199,11 +434,23 @@ impl Model {
         self.tasks.remove(&id).unwrap().task()
     }
 
-    fn put(&mut self, now: Micros, data: Vec<u8>, o: PutOptions) -> Task {
+    fn live(&self, tube: TubeIx) -> Result<&MTube, QueueError> {
+        self.tubes.get(&tube).ok_or(QueueError::TubeNotFound(tube))
+    }
+
+    fn add(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        data: Vec<u8>,
+        o: PutOptions,
+        utube: Option<Vec<u8>>,
+    ) -> Task {
         self.last_id += 1;
         let id = self.last_id;
         let t = MTask {
             id,
+            tube,
             status: if o.delay == 0 {
                 Status::Ready
             } else {
@@ -216,33 +463,50 @@ impl Model {
             created: now,
             owner: None,
             ttr_at: None,
+            deliveries: 0,
+            utube,
             data,
         };
         self.tasks.insert(id, t);
-        self.ops.puts += 1;
+        self.ops(tube).puts += 1;
         self.events.push(Event::Put { id });
         self.tasks[&id].task()
     }
 
-    fn first_by_pri_id(&self, status: Status) -> Option<TaskId> {
+    /// The next task a take from `tube` gets: lowest (pri, id) Ready task whose utube (if
+    /// any) has no Taken task.
+    fn next_ready(&self, tube: TubeIx) -> Option<TaskId> {
+        let busy = |u: &Option<Vec<u8>>| {
+            u.is_some()
+                && self
+                    .tasks
+                    .values()
+                    .any(|t| t.tube == tube && t.status == Status::Taken && &t.utube == u)
+        };
         self.tasks
             .values()
-            .filter(|t| t.status == status)
+            .filter(|t| t.tube == tube && t.status == Status::Ready && !busy(&t.utube))
             .min_by_key(|t| (t.pri, t.id))
             .map(|t| t.id)
     }
 
-    fn take(&mut self, now: Micros, sid: SessionId) -> Option<Task> {
-        let id = self.first_by_pri_id(Status::Ready)?;
+    fn take(&mut self, now: Micros, tube: TubeIx, sid: SessionId) -> Option<Task> {
+        let id = self.next_ready(tube)?;
         let ttr_at = self.tasks[&id].ttr.map(|t| now + t);
         self.make_taken(id, sid, ttr_at);
-        self.ops.takes += 1;
+        self.tasks.get_mut(&id).unwrap().deliveries += 1;
+        self.ops(tube).takes += 1;
         self.events.push(Event::Taken { id, sid });
         Some(self.tasks[&id].task())
     }
 
+    /// Seed ownership: the task must be in `default`.
     fn owned(&self, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
-        let t = self.tasks.get(&id).ok_or(QueueError::NotFound(id))?;
+        let t = self
+            .tasks
+            .get(&id)
+            .filter(|t| t.tube == 0)
+            .ok_or(QueueError::NotFound(id))?;
         match t.owner {
             None => Err(QueueError::NotTaken(id)),
             Some(owner) if owner != sid => Err(QueueError::NotOwner {
@@ -254,9 +518,55 @@ impl Model {
         }
     }
 
+    fn taken_in(&self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
+        self.live(tube)?;
+        match self.tasks.get(&id) {
+            Some(t) if t.tube == tube && t.owner == Some(sid) => Ok(()),
+            _ => Err(QueueError::TaskNotTaken(id)),
+        }
+    }
+
+    fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<(), QueueError> {
+        self.live(tube)?;
+        match self.tasks.get(&id) {
+            Some(t) if t.tube == tube => Ok(()),
+            _ => Err(QueueError::TaskNotInTube(id)),
+        }
+    }
+
+    fn give_back(&mut self, id: TaskId, runat: Micros, why: Why) {
+        let t = &self.tasks[&id];
+        let tube = t.tube;
+        let max = self.tubes[&tube].opts.max_deliveries;
+        let dead = max > 0 && t.deliveries >= max;
+        if dead {
+            self.set_status(id, Status::Buried, 0);
+        } else if runat == 0 {
+            self.set_status(id, Status::Ready, 0);
+        } else {
+            self.set_status(id, Status::Waiting, runat);
+        }
+        let ops = self.ops(tube);
+        match why {
+            Why::Release => ops.releases += 1,
+            Why::Ttr => ops.ttr_returned += 1,
+            Why::Auto => ops.auto_released += 1,
+        }
+        if dead {
+            ops.dead_lettered += 1;
+            self.events.push(Event::DeadLettered { id });
+            return;
+        }
+        self.events.push(match why {
+            Why::Release => Event::Released { id, runat },
+            Why::Ttr => Event::TtrReturned { id },
+            Why::Auto => Event::AutoReleased { id },
+        });
+    }
+
     fn ack(&mut self, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         self.owned(sid, id)?;
-        self.ops.acks += 1;
+        self.ops(0).acks += 1;
         self.events.push(Event::Acked { id });
         Ok(self.remove(id))
     }
@@ -269,37 +579,35 @@ impl Model {
         delay: Micros,
     ) -> Result<Task, QueueError> {
         self.owned(sid, id)?;
-        let runat = if delay == 0 {
-            self.make_ready(id);
-            0
-        } else {
-            self.make_waiting(id, now + delay);
-            now + delay
-        };
-        self.ops.releases += 1;
-        self.events.push(Event::Released { id, runat });
+        let runat = if delay == 0 { 0 } else { now + delay };
+        self.give_back(id, runat, Why::Release);
         Ok(self.tasks[&id].task())
     }
 
     fn release_session(&mut self, sid: SessionId) -> usize {
         let ids = self.sessions.get(&sid).cloned().unwrap_or_default();
         for &id in &ids {
-            self.make_ready(id);
-            self.ops.auto_released += 1;
-            self.events.push(Event::AutoReleased { id });
+            self.give_back(id, 0, Why::Auto);
         }
         ids.len()
     }
 
+    fn taken_by_pri_id(&self, tube: Option<TubeIx>) -> Vec<TaskId> {
+        let mut v: Vec<&MTask> = self
+            .tasks
+            .values()
+            .filter(|t| t.status == Status::Taken && tube.is_none_or(|x| x == t.tube))
+            .collect();
+        v.sort_by_key(|t| (t.pri, t.id));
+        v.into_iter().map(|t| t.id).collect()
+    }
+
     fn release_all_taken(&mut self) -> usize {
-        let mut n = 0;
-        while let Some(id) = self.first_by_pri_id(Status::Taken) {
-            self.make_ready(id);
-            self.ops.auto_released += 1;
-            self.events.push(Event::AutoReleased { id });
-            n += 1;
+        let ids = self.taken_by_pri_id(None);
+        for &id in &ids {
+            self.give_back(id, 0, Why::Auto);
         }
-        n
+        ids.len()
     }
 
     fn advance(&mut self, now: Micros, budget: usize) -> (usize, Option<Micros>) {
@@ -311,22 +619,19 @@ impl Model {
             if at > now {
                 break;
             }
+            let tube = self.tasks[&id].tube;
             match kind {
                 0 => {
                     self.remove(id);
-                    self.ops.expired += 1;
+                    self.ops(tube).expired += 1;
                     self.events.push(Event::Expired { id });
                 }
                 1 => {
-                    self.make_ready(id);
-                    self.ops.promoted += 1;
+                    self.set_status(id, Status::Ready, 0);
+                    self.ops(tube).promoted += 1;
                     self.events.push(Event::Promoted { id });
                 }
-                _ => {
-                    self.make_ready(id);
-                    self.ops.ttr_returned += 1;
-                    self.events.push(Event::TtrReturned { id });
-                }
+                _ => self.give_back(id, 0, Why::Ttr),
             }
             processed += 1;
         }
@@ -342,6 +647,270 @@ impl Model {
             *self.tasks.keys().nth(which % (n + 1)).unwrap()
         }
     }
+
+    /// A tube picked by `which`: a live one, or now and then one that does not exist.
+    fn pick_tube(&self, which: usize) -> TubeIx {
+        let n = self.tubes.len();
+        if which % (n + 1) == n {
+            NO_TUBE
+        } else {
+            *self.tubes.keys().nth(which % (n + 1)).unwrap()
+        }
+    }
+}
+
+/// The tube API of the model.
+impl Model {
+    fn create_tube(
+        &mut self,
+        name: &str,
+        kind: TubeType,
+        mut opts: TubeOptions,
+    ) -> Result<TubeIx, QueueError> {
+        if self.tubes.values().any(|t| t.name == name) {
+            return Err(QueueError::TubeExists(name.into()));
+        }
+        let ix = (0..).find(|i| !self.tubes.contains_key(i)).unwrap();
+        if opts.ttr.is_none() {
+            opts.ttr = opts.ttl;
+        }
+        self.tubes.insert(
+            ix,
+            MTube {
+                name: name.into(),
+                kind,
+                opts,
+                ops: Stats::default(),
+                dedup: vec![],
+            },
+        );
+        self.events.push(Event::TubeCreated { tube: ix });
+        Ok(ix)
+    }
+
+    fn clear(&mut self, tube: TubeIx) -> usize {
+        let ids: Vec<TaskId> = self
+            .tasks
+            .values()
+            .filter(|t| t.tube == tube)
+            .map(|t| t.id)
+            .collect();
+        for &id in &ids {
+            self.remove(id);
+        }
+        self.tubes.get_mut(&tube).unwrap().dedup.clear();
+        ids.len()
+    }
+
+    fn drop_tube(&mut self, tube: TubeIx) -> Result<(), QueueError> {
+        if tube == 0 {
+            return Err(QueueError::DefaultTubeUndroppable);
+        }
+        self.live(tube)?;
+        if self.stats(tube).taken > 0 {
+            return Err(QueueError::TubeHasTaken(tube));
+        }
+        self.clear(tube);
+        self.tubes.remove(&tube);
+        self.events.push(Event::TubeDropped { tube });
+        Ok(())
+    }
+
+    fn truncate(&mut self, tube: TubeIx) -> Result<usize, QueueError> {
+        self.live(tube)?;
+        let n = self.clear(tube);
+        self.events.push(Event::TubeTruncated { tube });
+        Ok(n)
+    }
+
+    /// A put's result as (new?, task or done id).
+    fn put_in(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        data: Vec<u8>,
+        p: TubePut<'_>,
+    ) -> Result<(u8, Option<Task>, TaskId), QueueError> {
+        let t = self.live(tube)?.clone();
+        if let Some(key) = p.dedup_key {
+            let hit = t
+                .dedup
+                .iter()
+                .rev()
+                .find(|(k, _, exp)| k == key && *exp > now);
+            if let Some(&(_, id, _)) = hit {
+                self.ops(tube).deduplicated += 1;
+                return Ok((1, self.tasks.get(&id).map(MTask::task), id));
+            }
+        }
+        if t.kind == TubeType::LimFifoTtl
+            && t.opts.capacity > 0
+            && self.stats(tube).total >= t.opts.capacity
+        {
+            return Err(QueueError::TubeFull {
+                name: t.name.clone(),
+                capacity: t.opts.capacity,
+            });
+        }
+        let o = if t.kind.has_ttl() {
+            let mut ttl = p.ttl.or(t.opts.ttl);
+            if p.delay > 0 && tube != 0 {
+                ttl = ttl.map(|x| x + p.delay);
+            }
+            PutOptions {
+                delay: p.delay,
+                ttl,
+                ttr: p.ttr.or(t.opts.ttr),
+                pri: p.pri.unwrap_or(t.opts.pri),
+            }
+        } else {
+            PutOptions::default()
+        };
+        let utube = t.kind.is_utube().then(|| p.utube.to_vec());
+        let task = self.add(now, tube, data, o, utube);
+        if let Some(key) = p.dedup_key {
+            if t.opts.dedup_window > 0 {
+                let exp = now + t.opts.dedup_window;
+                self.tubes
+                    .get_mut(&tube)
+                    .unwrap()
+                    .dedup
+                    .push((key.to_vec(), task.id, exp));
+                self.dedup_events.push((tube, key.to_vec(), task.id));
+            }
+        }
+        Ok((0, Some(task.clone()), task.id))
+    }
+
+    fn take_from(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        sid: SessionId,
+    ) -> Result<Option<Task>, QueueError> {
+        self.live(tube)?;
+        Ok(self.take(now, tube, sid))
+    }
+
+    fn ack_in(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
+        self.taken_in(tube, sid, id)?;
+        self.ops(tube).acks += 1;
+        self.events.push(Event::Acked { id });
+        Ok(self.remove(id))
+    }
+
+    fn release_in(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        sid: SessionId,
+        id: TaskId,
+        o: ReleaseOptions,
+    ) -> Result<Task, QueueError> {
+        self.taken_in(tube, sid, id)?;
+        let mut runat = 0;
+        if self.tubes[&tube].kind.has_ttl() {
+            let t = self.tasks.get_mut(&id).unwrap();
+            let before = (t.pri, t.ttl);
+            if let Some(pri) = o.pri {
+                t.pri = pri;
+            }
+            if let Some(ttl) = o.ttl {
+                t.ttl = Some(now - t.created + ttl);
+            }
+            if o.delay > 0 && tube != 0 {
+                t.ttl = t.ttl.map(|x| x + o.delay);
+            }
+            if before != (t.pri, t.ttl) {
+                self.events.push(Event::Updated { id });
+            }
+            if o.delay > 0 {
+                runat = now + o.delay;
+            }
+        }
+        self.give_back(id, runat, Why::Release);
+        Ok(self.tasks[&id].task())
+    }
+
+    fn touch(
+        &mut self,
+        tube: TubeIx,
+        sid: SessionId,
+        id: TaskId,
+        delta: Option<Micros>,
+    ) -> Result<Task, QueueError> {
+        let kind = self.live(tube)?.kind;
+        if !kind.has_ttl() {
+            return Err(QueueError::TouchUnsupported(kind));
+        }
+        self.taken_in(tube, sid, id)?;
+        let t = self.tasks.get_mut(&id).unwrap();
+        match delta {
+            None => {
+                t.ttl = None;
+                t.ttr = None;
+                t.ttr_at = None;
+            }
+            Some(d) => {
+                t.ttl = t.ttl.map(|x| x + d);
+                t.ttr = t.ttr.map(|x| x + d);
+                t.ttr_at = t.ttr_at.map(|x| x + d);
+            }
+        }
+        self.ops(tube).touches += 1;
+        self.events.push(Event::Updated { id });
+        Ok(self.tasks[&id].task())
+    }
+
+    fn peek(&self, tube: TubeIx, id: TaskId) -> Result<Task, QueueError> {
+        self.in_tube(tube, id)?;
+        Ok(self.tasks[&id].task())
+    }
+
+    fn bury(&mut self, tube: TubeIx, id: TaskId) -> Result<Task, QueueError> {
+        self.in_tube(tube, id)?;
+        if self.tasks[&id].status != Status::Buried {
+            self.set_status(id, Status::Buried, 0);
+            self.ops(tube).buries += 1;
+            self.events.push(Event::Buried { id });
+        }
+        Ok(self.tasks[&id].task())
+    }
+
+    fn kick(&mut self, tube: TubeIx, count: u64) -> Result<u64, QueueError> {
+        self.live(tube)?;
+        let mut n = 0;
+        while n < count {
+            let next = self
+                .tasks
+                .values()
+                .filter(|t| t.tube == tube && t.status == Status::Buried)
+                .min_by_key(|t| (t.pri, t.id))
+                .map(|t| t.id);
+            let Some(id) = next else { break };
+            self.set_status(id, Status::Ready, 0);
+            self.ops(tube).kicks += 1;
+            self.events.push(Event::Kicked { id });
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn delete(&mut self, tube: TubeIx, id: TaskId) -> Result<Task, QueueError> {
+        self.in_tube(tube, id)?;
+        self.ops(tube).deletes += 1;
+        self.events.push(Event::Deleted { id });
+        Ok(self.remove(id))
+    }
+
+    fn release_all(&mut self, tube: TubeIx) -> Result<usize, QueueError> {
+        self.live(tube)?;
+        let ids = self.taken_by_pri_id(Some(tube));
+        for &id in &ids {
+            self.give_back(id, 0, Why::Auto);
+        }
+        Ok(ids.len())
+    }
 }
 
 fn opts(delay: Option<u64>, ttl: Option<u64>, ttr: Option<u64>, pri: i64) -> PutOptions {
@@ -353,24 +922,34 @@ fn opts(delay: Option<u64>, ttl: Option<u64>, ttr: Option<u64>, pri: i64) -> Put
     }
 }
 
-/// Rebuilds the queue the way recovery does: every task from a snapshot (`iter`), the last
-/// id, then `release_all_taken`.
+/// Rebuilds the queue the way recovery does: every tube, every task from a snapshot
+/// (`iter`) with its tube, utube key and delivery count, the dedup keys, the last id, then
+/// `release_all_taken`.
 fn restart(q: &Queue) -> (Queue, usize) {
     let mut fresh = Queue::new();
     fresh.set_journal(true);
+    for t in q.tubes().filter(|t| t.ix != 0) {
+        fresh.restore_tube(t.ix, t.name, t.kind, t.opts).unwrap();
+    }
     for t in q.iter() {
+        let task = RestoredTask {
+            id: t.id,
+            status: t.status,
+            runat: t.runat,
+            pri: t.pri,
+            ttl: t.ttl,
+            ttr: t.ttr,
+            created: t.created,
+            data: t.data.into(),
+        };
         fresh
-            .restore(RestoredTask {
-                id: t.id,
-                status: t.status,
-                runat: t.runat,
-                pri: t.pri,
-                ttl: t.ttl,
-                ttr: t.ttr,
-                created: t.created,
-                data: t.data.into(),
-            })
+            .restore_in(t.tube, task, t.utube, t.deliveries)
             .unwrap();
+    }
+    for t in q.tubes() {
+        for (key, id, expires) in q.dedup_entries(t.ix) {
+            fresh.restore_dedup(t.ix, key, id, expires).unwrap();
+        }
     }
     fresh.set_last_id(q.last_id());
     fresh.check_invariants();
@@ -380,13 +959,56 @@ fn restart(q: &Queue) -> (Queue, usize) {
 
 fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
     q.check_invariants();
+    let mut recorded = std::mem::take(&mut m.dedup_events).into_iter();
     let events: Vec<Event> = q.drain_events().collect();
+    let events: Vec<Event> = events
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::DedupRecorded { tube, seq } => {
+                let (mt, key, id) = recorded.next().expect("a dedup record the model made");
+                let (k, i, _) = q.dedup_entry(tube, seq).expect("recorded entry");
+                assert_eq!(
+                    (tube, k, i),
+                    (mt, &key[..], id),
+                    "dedup record at step {step}"
+                );
+                None
+            }
+            e => Some(e),
+        })
+        .collect();
+    assert!(
+        recorded.next().is_none(),
+        "dedup record missing at step {step}"
+    );
     assert_eq!(
         events,
         std::mem::take(&mut m.events),
         "events after step {step} {op:?}"
     );
-    assert_eq!(q.stats(), m.stats(), "stats after step {step} {op:?}");
+    assert_eq!(q.stats(), m.stats(0), "stats after step {step} {op:?}");
+    let tubes: Vec<(TubeIx, String, TubeType, TubeOptions)> = q
+        .tubes()
+        .map(|t| (t.ix, t.name.to_owned(), t.kind, t.opts))
+        .collect();
+    let want: Vec<(TubeIx, String, TubeType, TubeOptions)> = m
+        .tubes
+        .iter()
+        .map(|(&ix, t)| (ix, t.name.clone(), t.kind, t.opts))
+        .collect();
+    assert_eq!(tubes, want, "tubes after step {step}");
+    for &ix in m.tubes.keys() {
+        assert_eq!(
+            q.tube_stats(ix),
+            Ok(m.stats(ix)),
+            "tube {ix} stats after step {step} {op:?}"
+        );
+        assert_eq!(
+            q.can_take(ix),
+            m.next_ready(ix).is_some(),
+            "can_take {ix} at step {step}"
+        );
+    }
     assert_eq!(
         q.next_deadline(),
         m.next_deadline().map(|d| d.0),
@@ -394,101 +1016,271 @@ fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
     );
     assert_eq!(q.last_id(), m.last_id);
     assert_eq!(q.len(), m.tasks.len());
-    let mut all: Vec<Task> = q.iter().map(|t| t.to_task()).collect();
-    all.sort_by_key(|t| t.id);
-    let want: Vec<Task> = m.tasks.values().map(MTask::task).collect();
+    let mut all: Vec<(Task, Option<Vec<u8>>)> = q
+        .iter()
+        .map(|t| (t.to_task(), t.utube.map(<[u8]>::to_vec)))
+        .collect();
+    all.sort_by_key(|t| t.0.id);
+    let want: Vec<(Task, Option<Vec<u8>>)> = m
+        .tasks
+        .values()
+        .map(|t| (t.task(), t.utube.clone()))
+        .collect();
     assert_eq!(all, want, "tasks after step {step} {op:?}");
-    for t in m.tasks.values() {
-        assert_eq!(q.get(t.id).map(|r| r.to_task()), Some(t.task()));
-    }
     assert!(q.get(m.last_id + 1).is_none());
+}
+
+fn run_seed(q: &mut Queue, m: &mut Model, now: &mut Micros, step: usize, op: &Op) {
+    let now_v = *now;
+    match *op {
+        Op::Put {
+            delay,
+            ttl,
+            ttr,
+            pri,
+            len,
+        } => {
+            let data = vec![len as u8; len];
+            let o = opts(delay, ttl, ttr, pri);
+            let got = q.put(now_v, data.clone().into(), o).to_task();
+            assert_eq!(got, m.add(now_v, 0, data, o, None), "put at step {step}");
+        }
+        Op::Take { sid } => {
+            let got = q.take(now_v, sid).map(|t| t.to_task());
+            assert_eq!(got, m.take(now_v, 0, sid), "take at step {step}");
+        }
+        Op::Ack { sid, which } => {
+            let id = m.pick(which);
+            assert_eq!(
+                q.ack(now_v, sid, id),
+                m.ack(sid, id),
+                "ack {id} at step {step}"
+            );
+        }
+        Op::Release { sid, which, delay } => {
+            let id = m.pick(which);
+            let got = q.release(now_v, sid, id, delay).map(|t| t.to_task());
+            assert_eq!(
+                got,
+                m.release(now_v, sid, id, delay),
+                "release {id} at step {step}"
+            );
+        }
+        Op::ReleaseSession { sid } => {
+            assert_eq!(
+                q.release_session(sid),
+                m.release_session(sid),
+                "step {step}"
+            );
+        }
+        Op::ReleaseAll => assert_eq!(q.release_all_taken(), m.release_all_taken()),
+        Op::Tick { dt } => *now += dt,
+        Op::Advance { dt, budget } => {
+            *now += dt;
+            let adv = q.advance(*now, budget);
+            let (processed, next) = m.advance(*now, budget);
+            assert_eq!(
+                (adv.processed, adv.next_deadline),
+                (processed, next),
+                "step {step}"
+            );
+            assert!(processed == budget || next.is_none_or(|d| d > *now));
+        }
+        Op::RestoreStatus { which, status, dt } => {
+            let id = m.pick(which);
+            let want = match m.tasks.get(&id) {
+                None => Err(QueueError::NotFound(id)),
+                Some(t) => {
+                    // Recovery never holds two taken tasks of one utube.
+                    let clash = status == Status::Taken
+                        && t.utube.is_some()
+                        && m.tasks.values().any(|o| {
+                            o.id != id
+                                && o.tube == t.tube
+                                && o.status == Status::Taken
+                                && o.utube == t.utube
+                        });
+                    if clash {
+                        return;
+                    }
+                    match status {
+                        Status::Taken => m.make_taken(id, 0, None),
+                        s => m.set_status(id, s, now_v + dt),
+                    }
+                    Ok(())
+                }
+            };
+            assert_eq!(
+                q.restore_status(id, status, now_v + dt),
+                want,
+                "step {step}"
+            );
+        }
+        Op::RestoreRemove { which } => {
+            let id = m.pick(which);
+            let want = m.tasks.contains_key(&id).then(|| m.remove(id));
+            assert_eq!(q.restore_remove(id), want, "step {step}");
+        }
+        Op::Restart => {
+            let (fresh, n) = restart(q);
+            *q = fresh;
+            for t in m.tubes.values_mut() {
+                t.ops = Stats::default();
+            }
+            assert_eq!(n, m.release_all_taken(), "restart at step {step}");
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn run_tube(q: &mut Queue, m: &mut Model, now: Micros, step: usize, op: &Op) {
+    match *op {
+        Op::CreateTube { which } => {
+            let (name, kind, o) = palette(which);
+            assert_eq!(
+                q.create_tube(name, kind, o),
+                m.create_tube(name, kind, o),
+                "step {step}"
+            );
+        }
+        Op::DropTube { tube } => {
+            let t = m.pick_tube(tube);
+            assert_eq!(q.drop_tube(t), m.drop_tube(t), "drop {t} at step {step}");
+        }
+        Op::Truncate { tube } => {
+            let t = m.pick_tube(tube);
+            assert_eq!(q.truncate(t), m.truncate(t), "truncate {t} at step {step}");
+        }
+        Op::PutIn {
+            tube,
+            delay,
+            ttl,
+            ttr,
+            pri,
+            utube,
+            dedup,
+        } => {
+            let t = m.pick_tube(tube);
+            let (ukey, dkey) = ([b'k', utube], dedup.map(|d| [b'd', d]));
+            let p = TubePut {
+                delay: delay.unwrap_or(0),
+                ttl,
+                ttr,
+                pri,
+                utube: &ukey,
+                dedup_key: dkey.as_ref().map(|d| &d[..]),
+            };
+            let data = vec![7u8; 2];
+            let got = q.put_in(now, t, data.clone().into(), p).map(|o| match o {
+                PutOutcome::Created(r) => (0, Some(r.to_task()), r.id),
+                PutOutcome::Duplicate(r) => (1, Some(r.to_task()), r.id),
+                PutOutcome::DuplicateDone(id) => (1, None, id),
+            });
+            assert_eq!(
+                got,
+                m.put_in(now, t, data, p),
+                "put into {t} at step {step}"
+            );
+        }
+        Op::TakeFrom { tube, sid } => {
+            let t = m.pick_tube(tube);
+            let got = q.take_from(now, t, sid).map(|o| o.map(|r| r.to_task()));
+            assert_eq!(
+                got,
+                m.take_from(now, t, sid),
+                "take from {t} at step {step}"
+            );
+        }
+        Op::AckIn { tube, sid, which } => {
+            let (t, id) = (m.pick_tube(tube), m.pick(which));
+            assert_eq!(
+                q.ack_in(t, sid, id),
+                m.ack_in(t, sid, id),
+                "ack {id} at step {step}"
+            );
+        }
+        Op::ReleaseIn {
+            tube,
+            sid,
+            which,
+            delay,
+            pri,
+            ttl,
+        } => {
+            let (t, id) = (m.pick_tube(tube), m.pick(which));
+            let o = ReleaseOptions { delay, pri, ttl };
+            let got = q.release_in(now, t, sid, id, o).map(|r| r.to_task());
+            assert_eq!(
+                got,
+                m.release_in(now, t, sid, id, o),
+                "release {id} at step {step}"
+            );
+        }
+        Op::Touch {
+            tube,
+            sid,
+            which,
+            delta,
+        } => {
+            let (t, id) = (m.pick_tube(tube), m.pick(which));
+            let got = q.touch(t, sid, id, delta).map(|r| r.to_task());
+            assert_eq!(got, m.touch(t, sid, id, delta), "touch {id} at step {step}");
+        }
+        Op::Peek { tube, which } => {
+            let (t, id) = (m.pick_tube(tube), m.pick(which));
+            assert_eq!(
+                q.peek(t, id).map(|r| r.to_task()),
+                m.peek(t, id),
+                "peek at step {step}"
+            );
+        }
+        Op::Bury { tube, which } => {
+            let (t, id) = (m.pick_tube(tube), m.pick(which));
+            assert_eq!(
+                q.bury(t, id).map(|r| r.to_task()),
+                m.bury(t, id),
+                "bury at step {step}"
+            );
+        }
+        Op::Kick { tube, count } => {
+            let t = m.pick_tube(tube);
+            assert_eq!(q.kick(t, count), m.kick(t, count), "kick at step {step}");
+        }
+        Op::Delete { tube, which } => {
+            let (t, id) = (m.pick_tube(tube), m.pick(which));
+            assert_eq!(q.delete(t, id), m.delete(t, id), "delete at step {step}");
+        }
+        Op::ReleaseAllIn { tube } => {
+            let t = m.pick_tube(tube);
+            assert_eq!(
+                q.release_all(t),
+                m.release_all(t),
+                "release_all at step {step}"
+            );
+        }
+        _ => run_seed(q, m, &mut now.clone(), step, op),
+    }
 }
 
 fn run(ops: &[Op]) {
     let mut q = Queue::new();
     q.set_journal(true);
-    let mut m = Model::default();
+    let mut m = Model::new();
     let mut now = T0;
     for (step, op) in ops.iter().enumerate() {
-        match *op {
-            Op::Put {
-                delay,
-                ttl,
-                ttr,
-                pri,
-                len,
-            } => {
-                let data = vec![len as u8; len];
-                let o = opts(delay, ttl, ttr, pri);
-                let got = q.put(now, data.clone().into(), o).to_task();
-                assert_eq!(got, m.put(now, data, o), "put at step {step}");
-            }
-            Op::Take { sid } => {
-                let got = q.take(now, sid).map(|t| t.to_task());
-                assert_eq!(got, m.take(now, sid), "take at step {step}");
-            }
-            Op::Ack { sid, which } => {
-                let id = m.pick(which);
-                assert_eq!(
-                    q.ack(now, sid, id),
-                    m.ack(sid, id),
-                    "ack {id} at step {step}"
-                );
-            }
-            Op::Release { sid, which, delay } => {
-                let id = m.pick(which);
-                let got = q.release(now, sid, id, delay).map(|t| t.to_task());
-                assert_eq!(
-                    got,
-                    m.release(now, sid, id, delay),
-                    "release {id} at step {step}"
-                );
-            }
-            Op::ReleaseSession { sid } => {
-                assert_eq!(
-                    q.release_session(sid),
-                    m.release_session(sid),
-                    "step {step}"
-                );
-            }
-            Op::ReleaseAll => assert_eq!(q.release_all_taken(), m.release_all_taken()),
-            Op::Tick { dt } => now += dt,
-            Op::Advance { dt, budget } => {
-                now += dt;
-                let adv = q.advance(now, budget);
-                let (processed, next) = m.advance(now, budget);
-                assert_eq!(
-                    (adv.processed, adv.next_deadline),
-                    (processed, next),
-                    "step {step}"
-                );
-                assert!(processed == budget || next.is_none_or(|d| d > now));
-            }
-            Op::RestoreStatus { which, status, dt } => {
-                let id = m.pick(which);
-                let want = if m.tasks.contains_key(&id) {
-                    match status {
-                        Status::Ready => m.make_ready(id),
-                        Status::Waiting => m.make_waiting(id, now + dt),
-                        Status::Taken => m.make_taken(id, 0, None),
-                    }
-                    Ok(())
-                } else {
-                    Err(QueueError::NotFound(id))
-                };
-                assert_eq!(q.restore_status(id, status, now + dt), want, "step {step}");
-            }
-            Op::RestoreRemove { which } => {
-                let id = m.pick(which);
-                let want = m.tasks.contains_key(&id).then(|| m.remove(id));
-                assert_eq!(q.restore_remove(id), want, "step {step}");
-            }
-            Op::Restart => {
-                let (fresh, n) = restart(&q);
-                q = fresh;
-                m.ops = Stats::default();
-                assert_eq!(n, m.release_all_taken(), "restart at step {step}");
-            }
+        match op {
+            Op::Put { .. }
+            | Op::Take { .. }
+            | Op::Ack { .. }
+            | Op::Release { .. }
+            | Op::ReleaseSession { .. }
+            | Op::ReleaseAll
+            | Op::Tick { .. }
+            | Op::Advance { .. }
+            | Op::RestoreStatus { .. }
+            | Op::RestoreRemove { .. }
+            | Op::Restart => run_seed(&mut q, &mut m, &mut now, step, op),
+            _ => run_tube(&mut q, &mut m, now, step, op),
         }
         compare(&mut q, &mut m, step, op);
     }
@@ -512,6 +1304,28 @@ proptest! {
     fn engine_matches_the_model(ops in prop::collection::vec(op(), 1..200)) {
         run(&ops);
     }
+}
+
+/// Tubes of every type created up front, then the tube API only: more steps land on tubes.
+#[test]
+fn tube_heavy_runs_match_the_model() {
+    let mut runner = proptest::test_runner::TestRunner::new(config());
+    let step = prop_oneof![
+        6 => tube_op(),
+        1 => (0u64..30, 0usize..6).prop_map(|(dt, budget)| Op::Advance { dt, budget }),
+        1 => sid_close(),
+    ];
+    let ops = prop::collection::vec(step, 1..300).prop_map(|ops| {
+        let mut all: Vec<Op> = (0..6).map(|which| Op::CreateTube { which }).collect();
+        all.extend(ops);
+        all
+    });
+    runner
+        .run(&ops, |ops| {
+            run(&ops);
+            Ok(())
+        })
+        .unwrap();
 }
 
 /// A long deterministic run with many tasks, so the skiplists grow several levels tall.

@@ -413,6 +413,9 @@ mod tests {
             created: 5,
             owner: None,
             data: &[0x91, 0xa5, b'h', b'e', b'l', b'l', b'o'],
+            tube: 0,
+            deliveries: 0,
+            utube: None,
         };
         let mut out = Vec::new();
         write_task(&mut out, &t);

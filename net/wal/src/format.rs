@@ -196,6 +196,7 @@ fn status_byte(s: Status) -> u8 {
         Status::Ready => 0,
         Status::Taken => 1,
         Status::Waiting => 2,
+        Status::Buried => 3,
     }
 }
 
@@ -204,6 +205,7 @@ fn status_from(b: u8) -> Result<Status, String> {
         0 => Status::Ready,
         1 => Status::Taken,
         2 => Status::Waiting,
+        3 => Status::Buried,
         _ => return Err(format!("unknown task status {b}")),
     })
 }

@@ -1,0 +1,468 @@
+//! Tubes: named queues sharing the engine's arena, id counter, deadline heap and sessions.
+//! This module owns what is a tube's own: its name, type and options, its Ready / Waiting /
+//! Buried skiplists, its counters, its interned utube keys with their per-utube ready lists
+//! (`Utubes`), and its dedup window (`Dedup`). The transitions that move tasks between these
+//! structures are `Queue`'s (`queue.rs`); this module keeps the structures and their checks.
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+
+use hashbrown::HashTable;
+use slab::Slab;
+
+use crate::heap::NIL;
+use crate::lists::{SkipList, Towers};
+use crate::queue::Slots;
+use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx};
+
+/// The tube the seed API works on: always exists, at index 0, and cannot be dropped.
+pub const DEFAULT_TUBE: TubeIx = 0;
+pub const DEFAULT_TUBE_NAME: &str = "default";
+
+/// Tube names are Tarantool space names in the original, which allow 65000 bytes; a name is
+/// part of every tube call and metric label, so tarq keeps them short, as Tarantool's
+/// `BOX_NAME_MAX` (65000) is far above any name a user writes.
+pub const MAX_TUBE_NAME_BYTES: usize = 128;
+
+/// Each tube adds its series (about twenty) to every `/metrics` scrape and Graphite push:
+/// 4096 tubes are ~80k series, about what one scrape interval carries comfortably. The tube
+/// index is a u16 in the slot, so the hard ceiling would be 65536.
+pub const MAX_TUBES: usize = 4096;
+
+/// A utube key is stored once per tube (interned) but hashed and compared on every put:
+/// 256 bytes is ample for the ids users put there (user ids, order ids, UUIDs).
+pub const MAX_UTUBE_KEY_BYTES: usize = 256;
+
+/// A dedup key is kept for the tube's whole window, one allocation each: 256 bytes fits a
+/// content hash or a producer's request id with room to spare.
+pub const MAX_DEDUP_KEY_BYTES: usize = 256;
+
+/// The five drivers of tarantool/queue 1.5.0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TubeType {
+    Fifo,
+    FifoTtl,
+    LimFifoTtl,
+    Utube,
+    UtubeTtl,
+}
+
+impl TubeType {
+    /// The type named `s`, or the original's error for an unknown one.
+    pub fn parse(s: &str) -> Result<TubeType, QueueError> {
+        Ok(match s {
+            "fifo" => TubeType::Fifo,
+            "fifottl" => TubeType::FifoTtl,
+            "limfifottl" => TubeType::LimFifoTtl,
+            "utube" => TubeType::Utube,
+            "utubettl" => TubeType::UtubeTtl,
+            _ => return Err(QueueError::UnknownTubeType(s.to_owned())),
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TubeType::Fifo => "fifo",
+            TubeType::FifoTtl => "fifottl",
+            TubeType::LimFifoTtl => "limfifottl",
+            TubeType::Utube => "utube",
+            TubeType::UtubeTtl => "utubettl",
+        }
+    }
+
+    /// Tasks have pri, delay, TTL and TTR (the `*ttl` drivers); fifo and utube ignore them,
+    /// as the original does.
+    pub fn has_ttl(self) -> bool {
+        !matches!(self, TubeType::Fifo | TubeType::Utube)
+    }
+
+    /// At most one task per utube key is taken at a time.
+    pub fn is_utube(self) -> bool {
+        matches!(self, TubeType::Utube | TubeType::UtubeTtl)
+    }
+}
+
+impl std::fmt::Display for TubeType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A tube's options, as `create_tube` stores them. Times in microseconds; `None` is no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TubeOptions {
+    /// Default TTL of a put (`*ttl` types).
+    pub ttl: Option<Micros>,
+    /// Default TTR of a put (`*ttl` types); `create_tube` sets it to `ttl` when absent, as
+    /// the original does.
+    pub ttr: Option<Micros>,
+    /// Default pri of a put (`*ttl` types).
+    pub pri: i64,
+    /// limfifottl: most tasks the tube holds, in any status; 0 = no limit.
+    pub capacity: u64,
+    /// A task taken this many times and then returned is buried instead; 0 = no limit.
+    pub max_deliveries: u16,
+    /// A put with a dedup key seen in the tube this recently returns the earlier task; 0 = off.
+    pub dedup_window: Micros,
+    /// Kept as data: the server does not log a temporary tube's tasks.
+    pub temporary: bool,
+}
+
+/// Options of a put into a tube. What the type has no use for is ignored (as the original does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TubePut<'a> {
+    /// 0 = ready now; else Waiting for `delay` (and the TTL grows by `delay`, as in the original).
+    pub delay: Micros,
+    /// `None` = the tube's default.
+    pub ttl: Option<Micros>,
+    pub ttr: Option<Micros>,
+    pub pri: Option<i64>,
+    /// The utube key in a utube tube (the front-end passes the original's `tostring(utube)`).
+    pub utube: &'a [u8],
+    pub dedup_key: Option<&'a [u8]>,
+}
+
+/// Options of a release through the tube API (`*ttl` types; fifo and utube ignore them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseOptions {
+    /// 0 = Ready now; else Waiting for `delay`, and the TTL grows by `delay` (the original).
+    pub delay: Micros,
+    /// New pri.
+    pub pri: Option<i64>,
+    /// New remaining life, counted from now (before the delay is added).
+    pub ttl: Option<Micros>,
+}
+
+/// What a put into a tube did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome<'a> {
+    Created(TaskRef<'a>),
+    /// The dedup key was put within the window: the earlier task, still live.
+    Duplicate(TaskRef<'a>),
+    /// The dedup key was put within the window, and that task is already gone (done).
+    DuplicateDone(TaskId),
+}
+
+/// A tube as `tube_info` describes it (for the front-end's `create_tube` reply and the WAL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TubeInfo<'a> {
+    pub ix: TubeIx,
+    pub name: &'a str,
+    pub kind: TubeType,
+    pub opts: TubeOptions,
+}
+
+/// One utube key of a tube: its Ready tasks but the head, and whether one of its tasks is
+/// Taken. The head — its lowest (pri, id) Ready task while none is Taken — sits in the tube's
+/// ready list instead, so `take` pops the tube's ready list and never sees a busy utube.
+#[derive(Debug)]
+pub(crate) struct Utube {
+    pub key: Box<[u8]>,
+    /// Ready tasks of this utube not in the tube's ready list, by (pri, id).
+    pub rest: SkipList,
+    /// The slot in the tube's ready list, or NIL.
+    pub head: u32,
+    /// One of its tasks is Taken.
+    pub busy: bool,
+    /// Live tasks with this key, in any status: the key is forgotten at 0.
+    pub refs: u32,
+}
+
+/// The interned utube keys of a tube.
+#[derive(Debug, Default)]
+pub(crate) struct Utubes {
+    by_key: HashTable<u32>,
+    pub list: Slab<Utube>,
+}
+
+/// Keys hash with SipHash under fixed keys: deterministic, as the engine must be.
+fn hash_bytes(b: &[u8]) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(b)
+}
+
+impl Utubes {
+    /// The index of `key`, interned on first use; counts one more task holding it.
+    pub fn intern(&mut self, key: &[u8]) -> u32 {
+        let list = &self.list;
+        let h = hash_bytes(key);
+        if let Some(&u) = self.by_key.find(h, |&u| &*list[u as usize].key == key) {
+            self.list[u as usize].refs += 1;
+            return u;
+        }
+        let u = u32::try_from(self.list.insert(Utube {
+            key: key.into(),
+            rest: SkipList::default(),
+            head: NIL,
+            busy: false,
+            refs: 1,
+        }))
+        .expect("utubes fit u32");
+        let list = &self.list;
+        self.by_key
+            .insert_unique(h, u, |&j| hash_bytes(&list[j as usize].key));
+        u
+    }
+
+    /// One task fewer holds utube `u`; forgets the key at none.
+    pub fn unref(&mut self, u: u32) {
+        let ut = &mut self.list[u as usize];
+        ut.refs -= 1;
+        if ut.refs == 0 {
+            debug_assert!(ut.head == NIL && ut.rest.len() == 0 && !ut.busy);
+            let h = hash_bytes(&ut.key);
+            if let Ok(e) = self.by_key.find_entry(h, |&j| j == u) {
+                e.remove();
+            }
+            self.list.remove(u as usize);
+        }
+    }
+
+    /// Panics unless the index maps every key to its entry and nothing else.
+    pub fn check_index(&self) {
+        assert_eq!(self.by_key.len(), self.list.len(), "utube index size");
+        for (u, ut) in &self.list {
+            let found = self.by_key.find(hash_bytes(&ut.key), |&j| {
+                self.list[j as usize].key == ut.key
+            });
+            assert_eq!(found, Some(&(u as u32)), "utube {u} not indexed by its key");
+        }
+    }
+}
+
+/// One remembered dedup key.
+#[derive(Debug)]
+pub(crate) struct DedupEntry {
+    pub key: Box<[u8]>,
+    pub id: TaskId,
+    pub expires: Micros,
+}
+
+/// A tube's dedup window: keys in put order (so expiry pops the front, never scans) and an
+/// index from key to its newest entry's sequence number.
+#[derive(Debug, Default)]
+pub(crate) struct Dedup {
+    pub fifo: VecDeque<DedupEntry>,
+    /// Sequence number of `fifo[0]`.
+    pub first_seq: u64,
+    index: HashTable<u64>,
+}
+
+impl Dedup {
+    pub fn entry(&self, seq: u64) -> Option<&DedupEntry> {
+        let i = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        self.fifo.get(i)
+    }
+
+    /// The task put with `key` whose entry has not expired at `now`.
+    pub fn lookup(&self, key: &[u8], now: Micros) -> Option<TaskId> {
+        let seq = *self.index.find(hash_bytes(key), |&s| {
+            self.entry(s).is_some_and(|e| &*e.key == key)
+        })?;
+        let e = self.entry(seq).expect("indexed entry");
+        (e.expires > now).then_some(e.id)
+    }
+
+    /// Remembers `key` for task `id` until `expires`; returns its sequence number.
+    pub fn record(&mut self, key: &[u8], id: TaskId, expires: Micros) -> u64 {
+        let seq = self.first_seq + self.fifo.len() as u64;
+        let h = hash_bytes(key);
+        let (fifo, first) = (&self.fifo, self.first_seq);
+        let at = |s: u64| &fifo[(s - first) as usize];
+        match self.index.find_entry(h, |&s| &*at(s).key == key) {
+            // An expired entry of the same key: the new one replaces it in the index.
+            Ok(mut e) => *e.get_mut() = seq,
+            Err(_) => {
+                self.fifo.push_back(DedupEntry {
+                    key: key.into(),
+                    id,
+                    expires,
+                });
+                let (fifo, first) = (&self.fifo, self.first_seq);
+                self.index
+                    .insert_unique(h, seq, |&s| hash_bytes(&fifo[(s - first) as usize].key));
+                return seq;
+            }
+        }
+        self.fifo.push_back(DedupEntry {
+            key: key.into(),
+            id,
+            expires,
+        });
+        seq
+    }
+
+    /// Forgets the entries expired at `now`, oldest first, at most `budget`. Returns how many.
+    pub fn prune(&mut self, now: Micros, budget: usize) -> usize {
+        let mut n = 0;
+        while n < budget {
+            match self.fifo.front() {
+                Some(e) if e.expires <= now => {}
+                _ => break,
+            }
+            let e = self.fifo.pop_front().expect("front");
+            let seq = self.first_seq;
+            self.first_seq += 1;
+            if let Ok(ie) = self.index.find_entry(hash_bytes(&e.key), |&s| s == seq) {
+                ie.remove();
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Panics unless every indexed seq is live and is its key's newest entry.
+    pub fn check(&self) {
+        for (i, e) in self.fifo.iter().enumerate() {
+            let seq = self.first_seq + i as u64;
+            let found = self.index.find(hash_bytes(&e.key), |&s| {
+                self.entry(s).is_some_and(|x| x.key == e.key)
+            });
+            let newest = found.expect("dedup key not indexed");
+            assert!(*newest >= seq, "dedup index points at an older entry");
+        }
+        assert!(
+            self.index.len() <= self.fifo.len(),
+            "dedup index larger than fifo"
+        );
+    }
+}
+
+/// One tube. Counts by status are list lengths or counters; operations in `ops`.
+#[derive(Debug)]
+pub(crate) struct Tube {
+    pub name: Box<str>,
+    pub kind: TubeType,
+    pub opts: TubeOptions,
+    /// Ready tasks by (pri, id); in a utube tube only the heads of utubes with none Taken.
+    pub ready: SkipList,
+    pub waiting: SkipList,
+    pub buried: SkipList,
+    /// Ready tasks (in a utube tube `ready.len()` counts only the heads).
+    pub ready_n: u64,
+    pub taken_n: u64,
+    /// Operation counters (the count fields are filled in by `stats`).
+    pub ops: Stats,
+    pub utubes: Option<Box<Utubes>>,
+    pub dedup: Option<Box<Dedup>>,
+}
+
+impl Tube {
+    pub fn new(name: &str, kind: TubeType, opts: TubeOptions) -> Tube {
+        Tube {
+            name: name.into(),
+            kind,
+            opts,
+            ready: SkipList::default(),
+            waiting: SkipList::default(),
+            buried: SkipList::default(),
+            ready_n: 0,
+            taken_n: 0,
+            ops: Stats::default(),
+            utubes: kind.is_utube().then(Box::default),
+            dedup: (opts.dedup_window > 0).then(Box::default),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.ready_n + self.taken_n + self.waiting.len() as u64 + self.buried.len() as u64
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            total: self.total(),
+            ready: self.ready_n,
+            taken: self.taken_n,
+            waiting: self.waiting.len() as u64,
+            buried: self.buried.len() as u64,
+            ..self.ops
+        }
+    }
+
+    /// Panics unless the tube's lists and utubes are consistent with the slots; returns the
+    /// tasks listed (Ready, Waiting, Buried) — Taken ones are counted by the caller.
+    pub fn check(&self, ix: TubeIx, slots: &Slots, tw: &Towers) -> usize {
+        let mut listed = 0;
+        for (list, status) in [
+            (&self.waiting, Status::Waiting),
+            (&self.buried, Status::Buried),
+        ] {
+            listed += list.check(slots, tw, status);
+            list.for_each(slots, |k| {
+                assert_eq!(
+                    slots[k as usize].tube, ix,
+                    "{status:?} task in tube {ix}'s list"
+                );
+            });
+        }
+        let heads = self.ready.check(slots, tw, Status::Ready);
+        self.ready.for_each(slots, |k| {
+            assert_eq!(slots[k as usize].tube, ix, "ready task in tube {ix}'s list");
+        });
+        let mut ready = heads;
+        match &self.utubes {
+            None => {
+                for (k, s) in slots.iter() {
+                    if s.tube == ix {
+                        assert_eq!(s.utube, NIL, "task at {k} has a utube in a plain tube");
+                    }
+                }
+            }
+            Some(ut) => ready += check_utubes(ut, ix, &self.ready, slots, tw),
+        }
+        assert_eq!(ready as u64, self.ready_n, "tube {ix}: ready count");
+        listed + ready
+    }
+}
+
+/// Checks every utube of tube `ix` against the slots; returns the Ready tasks in `rest` lists.
+fn check_utubes(ut: &Utubes, ix: TubeIx, ready: &SkipList, slots: &Slots, tw: &Towers) -> usize {
+    ut.check_index();
+    let mut refs = vec![0u32; ut.list.capacity()];
+    let mut taken = vec![0u32; ut.list.capacity()];
+    for (_, s) in slots.iter().filter(|(_, s)| s.tube == ix) {
+        assert_ne!(s.utube, NIL, "task {} in a utube tube has no utube", s.id);
+        refs[s.utube as usize] += 1;
+        if s.status == Status::Taken {
+            taken[s.utube as usize] += 1;
+        }
+    }
+    let mut heads = 0;
+    ready.for_each(slots, |k| {
+        let u = slots[k as usize].utube;
+        assert_eq!(
+            ut.list[u as usize].head, k,
+            "ready task at {k} is not its utube's head"
+        );
+        heads += 1;
+    });
+    let mut rest = 0;
+    for (u, t) in &ut.list {
+        assert_eq!(t.refs, refs[u], "utube {u}: refs");
+        assert!(taken[u] <= 1, "utube {u}: {} tasks taken", taken[u]);
+        assert_eq!(t.busy, taken[u] == 1, "utube {u}: busy flag");
+        rest += t.rest.check(slots, tw, Status::Ready);
+        t.rest.for_each(slots, |k| {
+            assert_eq!(
+                slots[k as usize].utube, u as u32,
+                "task at {k} in another utube's list"
+            );
+        });
+        if t.busy {
+            assert_eq!(t.head, NIL, "busy utube {u} has a head in the ready list");
+        } else if t.rest.len() > 0 {
+            assert_ne!(t.head, NIL, "free utube {u} with ready tasks has no head");
+        }
+        if t.head != NIL {
+            let hk = (slots[t.head as usize].pri, slots[t.head as usize].id);
+            if let Some(f) = t.rest.first() {
+                assert!(
+                    hk < (slots[f as usize].pri, slots[f as usize].id),
+                    "utube {u}: head not first"
+                );
+            }
+            heads -= 1;
+        }
+    }
+    assert_eq!(heads, 0, "ready list holds tasks no utube calls its head");
+    rest
+}

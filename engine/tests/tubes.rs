@@ -1,0 +1,488 @@
+//! Unit tests of the tube API: every error it returns, and each type's behaviour — ordering,
+//! priorities, delays, TTL, TTR, touch, utube exclusivity, bury / kick, capacity,
+//! max_deliveries, dedup windows, drop and truncate, `default` under the tube API.
+//! `check_invariants()` runs after every call that changes the queue.
+
+use tarq_engine::{
+    Event, Micros, PutOutcome, Queue, QueueError, ReleaseOptions, Status, TaskId, TubeIx,
+    TubeOptions, TubePut, TubeType, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+};
+
+const T0: Micros = 1_000_000;
+const S: u64 = 1;
+
+fn tube(q: &mut Queue, name: &str, kind: TubeType, opts: TubeOptions) -> TubeIx {
+    let t = q.create_tube(name, kind, opts).unwrap();
+    q.check_invariants();
+    t
+}
+
+fn put(q: &mut Queue, t: TubeIx, p: TubePut<'_>) -> TaskId {
+    let id = match q.put_in(T0, t, Box::new([0x90]), p).unwrap() {
+        PutOutcome::Created(r) => r.id,
+        other => panic!("a new task, got {other:?}"),
+    };
+    q.check_invariants();
+    id
+}
+
+fn take(q: &mut Queue, t: TubeIx, now: Micros) -> Option<TaskId> {
+    let id = q.take_from(now, t, S).unwrap().map(|r| r.id);
+    q.check_invariants();
+    id
+}
+
+fn utube(key: &[u8]) -> TubePut<'_> {
+    TubePut {
+        utube: key,
+        ..TubePut::default()
+    }
+}
+
+#[test]
+fn tube_errors_carry_the_originals_texts() {
+    let mut q = Queue::new();
+    let f = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    let cases: Vec<(QueueError, &str)> = vec![
+        (
+            TubeType::parse("lifo").unwrap_err(),
+            "Unknown tube type lifo",
+        ),
+        (
+            q.create_tube("q", TubeType::Fifo, TubeOptions::default())
+                .unwrap_err(),
+            "Space 'q' already exists",
+        ),
+        (q.ack_in(f, S, 99).unwrap_err(), "Task was not taken"),
+        (
+            q.release_in(T0, f, S, 99, ReleaseOptions::default())
+                .unwrap_err(),
+            "Task was not taken",
+        ),
+        (q.peek(f, 99).unwrap_err(), "Task 99 not found"),
+        (q.bury(f, 99).unwrap_err(), "Task 99 not found"),
+        (q.delete(f, 99).unwrap_err(), "Task 99 not found"),
+        (
+            q.touch(f, S, 99, Some(5)).unwrap_err(),
+            "fifo queue does not support touch",
+        ),
+        (
+            q.drop_tube(0).unwrap_err(),
+            "The tube 'default' cannot be dropped",
+        ),
+        (q.kick(9, 1).unwrap_err(), "Tube not found"),
+        (
+            q.create_tube("", TubeType::Fifo, TubeOptions::default())
+                .unwrap_err(),
+            "Tube name of 0 bytes: the limit is 128 (and it may not be empty)",
+        ),
+    ];
+    for (err, text) in cases {
+        assert_eq!(err.to_string(), text);
+    }
+    let long = "n".repeat(MAX_TUBE_NAME_BYTES + 1);
+    assert_eq!(
+        q.create_tube(&long, TubeType::Fifo, TubeOptions::default()),
+        Err(QueueError::BadTubeName {
+            len: MAX_TUBE_NAME_BYTES + 1,
+            max: MAX_TUBE_NAME_BYTES
+        })
+    );
+}
+
+#[test]
+fn a_task_is_not_taken_by_another_session_or_in_another_tube() {
+    let mut q = Queue::new();
+    let a = tube(&mut q, "a", TubeType::FifoTtl, TubeOptions::default());
+    let b = tube(&mut q, "b", TubeType::FifoTtl, TubeOptions::default());
+    let id = put(&mut q, a, TubePut::default());
+    assert_eq!(take(&mut q, a, T0), Some(id));
+    assert_eq!(q.ack_in(a, 2, id), Err(QueueError::TaskNotTaken(id)));
+    assert_eq!(q.ack_in(b, S, id), Err(QueueError::TaskNotTaken(id)));
+    assert_eq!(q.peek(b, id).unwrap_err(), QueueError::TaskNotInTube(id));
+    // The seed API sees only `default`.
+    assert_eq!(q.ack(T0, S, id), Err(QueueError::NotFound(id)));
+    assert_eq!(q.ack_in(a, S, id).unwrap().id, id);
+    q.check_invariants();
+}
+
+#[test]
+fn limits_on_tubes_and_utube_keys() {
+    let mut q = Queue::new();
+    for i in 1..MAX_TUBES {
+        q.create_tube(&format!("t{i}"), TubeType::Fifo, TubeOptions::default())
+            .unwrap();
+    }
+    assert_eq!(
+        q.create_tube("one-more", TubeType::Fifo, TubeOptions::default()),
+        Err(QueueError::TooManyTubes { max: MAX_TUBES })
+    );
+    // A dropped tube's index is reused.
+    let t5 = q.tube_ix("t5").unwrap();
+    q.drop_tube(t5).unwrap();
+    let u = q
+        .create_tube("u", TubeType::Utube, TubeOptions::default())
+        .unwrap();
+    assert_eq!(u, t5);
+    let key = vec![b'k'; MAX_UTUBE_KEY_BYTES + 1];
+    let err = q.put_in(T0, u, Box::new([0x90]), utube(&key)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("Utube key of 257 bytes: the limit is {MAX_UTUBE_KEY_BYTES}")
+    );
+    q.check_invariants();
+}
+
+#[test]
+fn fifo_ignores_pri_delay_and_ttl_and_keeps_id_order() {
+    let mut q = Queue::new();
+    let f = tube(&mut q, "f", TubeType::Fifo, TubeOptions::default());
+    let p = TubePut {
+        pri: Some(-5),
+        delay: 10,
+        ttl: Some(1),
+        ..TubePut::default()
+    };
+    let a = put(&mut q, f, TubePut::default());
+    let b = put(&mut q, f, p);
+    let t = q.peek(f, b).unwrap();
+    assert_eq!(
+        (t.status, t.pri, t.ttl, t.ttr),
+        (Status::Ready, 0, None, None)
+    );
+    assert_eq!(q.advance(T0 + 1_000, 100).processed, 0);
+    assert_eq!(take(&mut q, f, T0), Some(a));
+    assert_eq!(take(&mut q, f, T0), Some(b));
+}
+
+#[test]
+fn fifottl_applies_tube_defaults_and_extends_ttl_by_delay() {
+    let mut q = Queue::new();
+    let opts = TubeOptions {
+        ttl: Some(100),
+        pri: 3,
+        ..TubeOptions::default()
+    };
+    let t = tube(&mut q, "t", TubeType::FifoTtl, opts);
+    // The tube's ttr defaults to its ttl, as in the original.
+    assert_eq!(q.tube_info(t).unwrap().opts.ttr, Some(100));
+    let a = put(&mut q, t, TubePut::default());
+    let b = put(
+        &mut q,
+        t,
+        TubePut {
+            pri: Some(1),
+            delay: 50,
+            ..TubePut::default()
+        },
+    );
+    let ta = q.peek(t, a).unwrap();
+    assert_eq!((ta.pri, ta.ttl, ta.ttr), (3, Some(100), Some(100)));
+    let tb = q.peek(t, b).unwrap();
+    assert_eq!(
+        (tb.status, tb.runat, tb.ttl),
+        (Status::Waiting, T0 + 50, Some(150))
+    );
+    q.advance(T0 + 50, 10);
+    // b has the lower pri once ready.
+    assert_eq!(take(&mut q, t, T0 + 50), Some(b));
+    let s = q.tube_stats(t).unwrap();
+    assert_eq!((s.promoted, s.takes, s.ready, s.taken), (1, 1, 1, 1));
+    // a expires at 100, b's TTR returns it at 150, then its TTL ends it at 150 too.
+    q.advance(T0 + 100, 10);
+    assert!(q.peek(t, a).is_err());
+    q.advance(T0 + 150, 10);
+    assert!(q.peek(t, b).is_err());
+    assert_eq!(q.tube_stats(t).unwrap().expired, 2);
+    q.check_invariants();
+}
+
+#[test]
+fn touch_extends_ttl_ttr_and_the_pending_return() {
+    let mut q = Queue::new();
+    let opts = TubeOptions {
+        ttl: Some(100),
+        ttr: Some(10),
+        ..TubeOptions::default()
+    };
+    let t = tube(&mut q, "t", TubeType::UtubeTtl, opts);
+    let id = put(&mut q, t, utube(b"x"));
+    take(&mut q, t, T0);
+    let r = q.touch(t, S, id, Some(30)).unwrap();
+    assert_eq!((r.ttl, r.ttr), (Some(130), Some(40)));
+    q.check_invariants();
+    assert_eq!(q.advance(T0 + 39, 10).processed, 0);
+    assert_eq!(q.advance(T0 + 40, 10).processed, 1);
+    assert_eq!(q.peek(t, id).unwrap().status, Status::Ready);
+    take(&mut q, t, T0 + 40);
+    let r = q.touch(t, S, id, None).unwrap();
+    assert_eq!((r.ttl, r.ttr), (None, None));
+    assert_eq!(q.advance(T0 + 10_000, 10).processed, 0);
+    assert_eq!(q.tube_stats(t).unwrap().touches, 2);
+    assert_eq!(
+        q.touch(t, 2, id, Some(1)),
+        Err(QueueError::TaskNotTaken(id))
+    );
+}
+
+#[test]
+fn utube_takes_one_task_per_key_in_order() {
+    let mut q = Queue::new();
+    let u = tube(&mut q, "u", TubeType::Utube, TubeOptions::default());
+    let a1 = put(&mut q, u, utube(b"a"));
+    let a2 = put(&mut q, u, utube(b"a"));
+    let b1 = put(&mut q, u, utube(b"b"));
+    assert_eq!(q.peek(u, a1).unwrap().utube, Some(&b"a"[..]));
+    assert_eq!(take(&mut q, u, T0), Some(a1));
+    // a2 waits behind a1; b1 is next.
+    assert_eq!(take(&mut q, u, T0), Some(b1));
+    assert_eq!(take(&mut q, u, T0), None);
+    assert!(!q.can_take(u));
+    assert_eq!(q.tube_stats(u).unwrap().ready, 1);
+    q.release_in(T0, u, S, a1, ReleaseOptions::default())
+        .unwrap();
+    q.check_invariants();
+    assert_eq!(take(&mut q, u, T0), Some(a1));
+    q.ack_in(u, S, a1).unwrap();
+    q.check_invariants();
+    assert_eq!(take(&mut q, u, T0), Some(a2));
+    // A buried or deleted taken task frees its utube too.
+    let a3 = put(&mut q, u, utube(b"a"));
+    q.bury(u, a2).unwrap();
+    assert_eq!(take(&mut q, u, T0), Some(a3));
+    q.delete(u, a3).unwrap();
+    q.check_invariants();
+    assert_eq!(q.kick(u, 5), Ok(1));
+    assert_eq!(take(&mut q, u, T0), Some(a2));
+}
+
+#[test]
+fn utubettl_orders_by_pri_inside_and_across_utubes() {
+    let mut q = Queue::new();
+    let u = tube(&mut q, "u", TubeType::UtubeTtl, TubeOptions::default());
+    let pri = |key, p| TubePut {
+        utube: key,
+        pri: Some(p),
+        ..TubePut::default()
+    };
+    let a = put(&mut q, u, pri(b"a", 5));
+    let b = put(&mut q, u, pri(b"b", 3));
+    let a_urgent = put(&mut q, u, pri(b"a", 1));
+    assert_eq!(take(&mut q, u, T0), Some(a_urgent));
+    assert_eq!(take(&mut q, u, T0), Some(b));
+    assert_eq!(take(&mut q, u, T0), None);
+    q.ack_in(u, S, a_urgent).unwrap();
+    assert_eq!(take(&mut q, u, T0), Some(a));
+}
+
+#[test]
+fn bury_takes_any_status_and_kick_goes_in_pri_id_order() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "t", TubeType::FifoTtl, TubeOptions::default());
+    let a = put(
+        &mut q,
+        t,
+        TubePut {
+            pri: Some(2),
+            ..TubePut::default()
+        },
+    );
+    let b = put(
+        &mut q,
+        t,
+        TubePut {
+            pri: Some(1),
+            ..TubePut::default()
+        },
+    );
+    let c = put(
+        &mut q,
+        t,
+        TubePut {
+            delay: 9,
+            ..TubePut::default()
+        },
+    );
+    assert_eq!(take(&mut q, t, T0), Some(b));
+    for id in [a, b, c] {
+        assert_eq!(q.bury(t, id).unwrap().status, Status::Buried);
+        q.check_invariants();
+    }
+    // Burying a buried task changes and counts nothing.
+    q.bury(t, a).unwrap();
+    let s = q.tube_stats(t).unwrap();
+    assert_eq!((s.buried, s.buries, s.taken, s.waiting), (3, 3, 0, 0));
+    assert_eq!(q.kick(t, 2), Ok(2));
+    assert_eq!(q.peek(t, c).unwrap().status, Status::Ready);
+    assert_eq!(q.peek(t, b).unwrap().status, Status::Ready);
+    assert_eq!(q.peek(t, a).unwrap().status, Status::Buried);
+    assert_eq!(q.kick(t, 10), Ok(1));
+    assert_eq!(q.tube_stats(t).unwrap().kicks, 3);
+}
+
+#[test]
+fn limfifottl_refuses_a_put_at_capacity() {
+    let mut q = Queue::new();
+    let opts = TubeOptions {
+        capacity: 2,
+        ..TubeOptions::default()
+    };
+    let t = tube(&mut q, "lim", TubeType::LimFifoTtl, opts);
+    let a = put(&mut q, t, TubePut::default());
+    put(&mut q, t, TubePut::default());
+    take(&mut q, t, T0);
+    let err = q
+        .put_in(T0, t, Box::new([0x90]), TubePut::default())
+        .unwrap_err();
+    assert_eq!(err.to_string(), "Tube 'lim' is full: 2 tasks");
+    q.ack_in(t, S, a).unwrap();
+    put(&mut q, t, TubePut::default());
+}
+
+#[test]
+fn max_deliveries_buries_instead_of_returning() {
+    let mut q = Queue::new();
+    q.set_journal(true);
+    let opts = TubeOptions {
+        ttr: Some(10),
+        max_deliveries: 2,
+        ..TubeOptions::default()
+    };
+    let t = tube(&mut q, "t", TubeType::FifoTtl, opts);
+    let id = put(&mut q, t, TubePut::default());
+    take(&mut q, t, T0);
+    q.release_in(T0, t, S, id, ReleaseOptions::default())
+        .unwrap();
+    assert_eq!(take(&mut q, t, T0), Some(id));
+    assert_eq!(q.peek(t, id).unwrap().deliveries, 2);
+    // The TTR returns it a second time: buried.
+    q.advance(T0 + 10, 10);
+    q.check_invariants();
+    assert_eq!(q.peek(t, id).unwrap().status, Status::Buried);
+    let s = q.tube_stats(t).unwrap();
+    assert_eq!((s.dead_lettered, s.ttr_returned, s.releases), (1, 1, 1));
+    assert!(q.drain_events().any(|e| e == Event::DeadLettered { id }));
+    // A session closing with the task is the same.
+    q.kick(t, 1).unwrap();
+    take(&mut q, t, T0 + 10);
+    q.release_session(S);
+    assert_eq!(q.peek(t, id).unwrap().status, Status::Buried);
+}
+
+#[test]
+fn release_options_set_pri_ttl_and_delay() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "t", TubeType::FifoTtl, TubeOptions::default());
+    let id = put(&mut q, t, TubePut::default());
+    take(&mut q, t, T0 + 5);
+    let o = ReleaseOptions {
+        delay: 20,
+        pri: Some(-1),
+        ttl: Some(100),
+    };
+    let r = q.release_in(T0 + 10, t, S, id, o).unwrap();
+    // Remaining life 100 from now (10 after the put), plus the delay.
+    assert_eq!(
+        (r.status, r.runat, r.pri, r.ttl),
+        (Status::Waiting, T0 + 30, -1, Some(130))
+    );
+    q.check_invariants();
+}
+
+#[test]
+fn dedup_returns_the_first_task_within_the_window() {
+    let mut q = Queue::new();
+    let opts = TubeOptions {
+        dedup_window: 100,
+        ..TubeOptions::default()
+    };
+    let t = tube(&mut q, "t", TubeType::Fifo, opts);
+    let p = TubePut {
+        dedup_key: Some(b"k"),
+        ..TubePut::default()
+    };
+    let first = put(&mut q, t, p);
+    match q.put_in(T0 + 50, t, Box::new([0x90]), p).unwrap() {
+        PutOutcome::Duplicate(r) => assert_eq!(r.id, first),
+        other => panic!("{other:?}"),
+    }
+    take(&mut q, t, T0);
+    q.ack_in(t, S, first).unwrap();
+    assert_eq!(
+        q.put_in(T0 + 99, t, Box::new([0x90]), p).unwrap(),
+        PutOutcome::DuplicateDone(first)
+    );
+    q.advance(T0 + 100, 10);
+    q.check_invariants();
+    match q.put_in(T0 + 100, t, Box::new([0x90]), p).unwrap() {
+        PutOutcome::Created(r) => assert!(r.id > first),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(q.tube_stats(t).unwrap().deduplicated, 2);
+}
+
+#[test]
+fn drop_and_truncate() {
+    let mut q = Queue::new();
+    let u = tube(&mut q, "u", TubeType::Utube, TubeOptions::default());
+    for key in [&b"a"[..], b"a", b"b"] {
+        put(&mut q, u, utube(key));
+    }
+    take(&mut q, u, T0);
+    assert_eq!(q.drop_tube(u), Err(QueueError::TubeHasTaken(u)));
+    // Truncate takes Taken tasks too; counters stay.
+    assert_eq!(q.truncate(u), Ok(3));
+    q.check_invariants();
+    let s = q.tube_stats(u).unwrap();
+    assert_eq!((s.total, s.puts, s.takes), (0, 3, 1));
+    put(&mut q, u, utube(b"a"));
+    q.drop_tube(u).unwrap();
+    q.check_invariants();
+    assert_eq!(q.tube_ix("u"), None);
+    assert!(q.is_empty());
+    assert_eq!(
+        q.take_from(T0, u, S).unwrap_err(),
+        QueueError::TubeNotFound(u)
+    );
+}
+
+#[test]
+fn release_all_returns_only_the_tubes_taken_tasks() {
+    let mut q = Queue::new();
+    let a = tube(&mut q, "a", TubeType::Fifo, TubeOptions::default());
+    let b = tube(&mut q, "b", TubeType::Fifo, TubeOptions::default());
+    let x = put(&mut q, a, TubePut::default());
+    let y = put(&mut q, b, TubePut::default());
+    take(&mut q, a, T0);
+    take(&mut q, b, T0);
+    assert_eq!(q.release_all(a), Ok(1));
+    q.check_invariants();
+    assert_eq!(q.peek(a, x).unwrap().status, Status::Ready);
+    assert_eq!(q.peek(b, y).unwrap().status, Status::Taken);
+}
+
+#[test]
+fn the_seed_api_and_the_tube_api_share_default() {
+    let mut q = Queue::new();
+    let id = q.put(T0, Box::new([0x90]), Default::default()).id;
+    assert_eq!(q.tube_ix("default"), Some(0));
+    let r = q.take_from(T0, 0, S).unwrap().unwrap();
+    assert_eq!((r.id, r.tube, r.deliveries), (id, 0, 1));
+    // In `default` a delay does not extend the TTL (the seed's rule).
+    q.release_in(
+        T0,
+        0,
+        S,
+        id,
+        ReleaseOptions {
+            delay: 5,
+            ttl: Some(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(q.get(id).unwrap().ttl, Some(10));
+    assert_eq!(q.stats().releases, 1);
+    assert_eq!(q.stats(), q.tube_stats(0).unwrap());
+    q.check_invariants();
+}
