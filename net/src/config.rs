@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
-use crate::ops::ctl::CtlArgs;
-use crate::ops::graphite::{self, Target};
-use crate::ops::OpsConfig;
+use crate::ctl::CtlArgs;
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
+use tarq_ops::graphite::{self, Target};
+use tarq_ops::OpsConfig;
 use tarq_wal::{WalConfig, WalMode};
 
 /// Default `--listen`: Tarantool's port, on loopback only until the operator opens it.

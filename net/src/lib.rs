@@ -1,10 +1,11 @@
-//! The tarq server library: the configuration ([`config`]), the
-//! event loop with its sessions and parked takes ([`server`]), and durability ([`wal`]: WAL,
-//! snapshots, recovery), and operating it ([`ops`]: stats, Graphite, Prometheus, signals, `tarq
-//! ctl`). The `tarq` binary in `main.rs` only parses flags, sets up logging and
-//! runs a [`server::Server`].
+//! The tarq server: the configuration ([`config`]), the event loop with its sessions, parked
+//! takes and the seam to durability ([`server`]), and `tarq ctl` with its console ([`ctl`]).
+//! It sits on the crates below it: `tarq-engine` (the queue), `tarq-iproto` (the wire codec),
+//! `tarq-wal` (durability), `tarq-ops` (stats, Graphite, Prometheus, signals, logging) and
+//! `tarq-client` (the blocking client `tarq ctl` uses). The `tarq` binary in `main.rs` only
+//! parses flags, sets up logging and runs a [`server::Server`].
 
 pub mod config;
+pub mod ctl;
 pub mod fuzz;
-pub mod ops;
 pub mod server;

@@ -7,8 +7,9 @@ use std::io::IsTerminal;
 use anyhow::Context;
 use clap::Parser;
 use tarq_net::config::{Cli, Command, Config};
-use tarq_net::ops::{ctl, logging};
+use tarq_net::ctl;
 use tarq_net::server::{Server, WalJournal};
+use tarq_ops::logging;
 use tarq_wal::Wal;
 
 fn main() -> anyhow::Result<()> {

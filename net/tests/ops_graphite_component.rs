@@ -11,9 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mio::{Events, Poll};
 use tarq_engine::Micros;
-use tarq_net::ops::graphite::{Graphite, Target};
-use tarq_net::ops::stats::Snapshot;
-use tarq_net::ops::GRAPHITE_TOKEN;
+use tarq_ops::graphite::{Graphite, Target};
+use tarq_ops::stats::Snapshot;
+use tarq_ops::GRAPHITE_TOKEN;
 
 use support::{collect_tcp_lines, graphite_line_aged, CLOSED};
 

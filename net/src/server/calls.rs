@@ -1,6 +1,6 @@
 //! The queue's stored functions as seen on the wire: decoding a CALL's raw args into a [`Call`]
 //! (with errors that name the option or argument at fault, in the seed's wording where it has
-//! one), and encoding tasks into a reply (`queue.stats()` is [`crate::ops::stats::Snapshot`]).
+//! one), and encoding tasks into a reply (`queue.stats()` is [`tarq_ops::stats::Snapshot`]).
 //! Executing a call is the loop's job.
 
 use tarq_engine::{Micros, PutOptions, Status, TaskId, TaskRef};

@@ -2,14 +2,14 @@
 //! read → execute (engine events handed to [`Journal::record`] after every call) →
 //! [`Journal::commit`] → flush, and holds each connection's replies of a turn until
 //! [`Journal::durable`] reaches that turn's ticket. [`NoJournal`] (no WAL) makes every turn
-//! durable at once; the WAL (`net/src/wal/`, owned by the durability engineer) implements the
-//! same trait with group commit and wakes the loop through the [`mio::Waker`] it is given.
+//! durable at once; [`super::WalJournal`] puts the WAL crate (`tarq-wal`) behind the same
+//! trait, with group commit, and wakes the loop through the [`mio::Waker`] it is given.
 
 use std::sync::Arc;
 
 use tarq_engine::{Event, Micros, Queue};
 
-use crate::ops::stats::WalFigures;
+use tarq_ops::stats::WalFigures;
 
 /// Names one loop turn's batch of records. Tickets grow by one per commit, from 1.
 pub type Ticket = u64;

@@ -11,7 +11,7 @@ use tarq_engine::{Event, Micros, Queue};
 use tarq_wal::{Wal, WalMode};
 
 use super::journal::{Journal, Ticket};
-use crate::ops::stats::WalFigures;
+use tarq_ops::stats::WalFigures;
 
 /// Longest a graceful stop waits for the WAL (or, without one, the snapshot) to be on disk:
 /// well under the 90 s a service manager gives a stop before it kills.

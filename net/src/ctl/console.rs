@@ -520,7 +520,7 @@ pub fn run(client: &mut Client, prompt: &str, history: Option<PathBuf>) -> anyho
                 rmpv::encode::write_value(&mut packed, &Value::Array(args))
                     .expect("writing to a Vec cannot fail");
                 match client.call(&function, &packed, wait) {
-                    Ok(values) => println!("{}", super::ctl::to_json_pretty(&Value::Array(values))),
+                    Ok(values) => println!("{}", super::to_json_pretty(&Value::Array(values))),
                     Err(ClientError::Server { code, message }) => {
                         println!("error: {message} (code {code})")
                     }

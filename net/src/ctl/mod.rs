@@ -1,7 +1,9 @@
 //! `tarq ctl`: a command-line client of a running server — `put`, `take`, `ack`, `release`,
 //! `stats` print their result as JSON, `console` opens the interactive console
-//! ([`super::console`]). It speaks IPROTO through the one blocking client
+//! ([`console`]). It speaks IPROTO through the one blocking client
 //! ([`tarq_client::Client`]): it is an operator's tool, not part of the server's hot path.
+
+pub mod console;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -193,7 +195,7 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     let (function, call_args, extra_wait) = match args.command {
         CtlCommand::Console { history } => {
-            return super::console::run(&mut client, &args.addr, history);
+            return console::run(&mut client, &args.addr, history);
         }
         CtlCommand::Put {
             data,

@@ -10,9 +10,9 @@
 use tracing::{info, warn};
 use tracing_subscriber::filter::LevelFilter;
 
-use super::{logging, Ops};
 use crate::config::Config;
 use tarq_engine::Micros;
+use tarq_ops::{logging, Ops};
 
 /// What a reload did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     live!(max_write_backlog, "max-write-backlog");
     live!(ops.graphite_interval, "graphite-interval (µs)");
     if current.ops.graphite != new.ops.graphite {
-        let show = |t: Option<super::graphite::Target>| {
+        let show = |t: Option<tarq_ops::graphite::Target>| {
             t.map_or_else(|| "off".to_string(), |t| t.to_string())
         };
         out.applied.push(format!(
@@ -142,7 +142,7 @@ fn report(out: &Outcome) {
 mod tests {
     use super::*;
     use crate::config::Credentials;
-    use crate::ops::OpsConfig;
+    use tarq_ops::OpsConfig;
 
     #[test]
     fn live_settings_change_and_the_others_are_named() {

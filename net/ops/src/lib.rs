@@ -1,12 +1,13 @@
 //! Operating tarq: what an operator needs around the queue, kept apart from the request path.
+//! It knows the engine's figures and plain data, never the server: the server hands it a
+//! [`stats::Snapshot`] and routes its events here. Which settings a SIGHUP changes live is the
+//! server's business (`tarq_net::server::reload`); `tarq ctl` lives with the binary.
 //!
 //! - [`stats`]: the one list of figures behind `queue.stats()`, Graphite and Prometheus;
 //! - [`graphite`]: the periodic push to Graphite's plaintext port (TCP or UDP);
 //! - [`metrics`]: `GET /metrics` for Prometheus and the request service-time histogram;
 //! - [`signals`]: SIGTERM/SIGINT (graceful stop) and SIGHUP (reload) as loop events;
-//! - [`reload`]: which settings a SIGHUP can change live;
 //! - [`logging`]: the log subscriber with a level that a reload can change;
-//! - [`ctl`] and [`console`]: `tarq ctl`, a client for operators.
 //!
 //! [`Ops`] bundles the loop-driven parts so the server loop deals with one value: it routes the
 //! events of [`Ops::owns`] tokens to [`Ops::on_event`], sleeps no longer than
@@ -14,13 +15,9 @@
 //! [`Ops::tick`]. Nothing here blocks, and nothing here runs per request except
 //! [`metrics::ServiceTimes::record`].
 
-pub mod console;
-pub mod ctl;
 pub mod graphite;
 pub mod logging;
 pub mod metrics;
-pub mod reload;
-
 pub mod signals;
 pub mod stats;
 
