@@ -2,7 +2,10 @@
 //! by side with the `BTreeMap` baseline (`tarq_benches::baseline`): put; take+ack; the full
 //! put->take->ack cycle; release back into a deep ready list (landing mid-list by pri);
 //! one bounded `advance` step while 1M tasks are due. After criterion, a plain timed drain of
-//! 1M due tasks in bounded steps records the worst single step. Everything lands in
+//! 1M due tasks in bounded steps records the worst single step. Tubes: a put into a fifottl
+//! tube against a put into `default`, and a utube take+ack while 10 to 100k other utubes are
+//! busy (each holds a taken task with another waiting behind it), with its per-operation
+//! percentiles from a plain timed loop. Everything lands in
 //! `results/engine/<date>-<commit>.json` (see `results/README.md` for the command).
 //!
 //! Resident tasks stay resident: each timed batch is followed by an untimed one that undoes
@@ -15,7 +18,7 @@ use criterion::{BenchmarkId, Criterion};
 use serde_json::{json, Value};
 use tarq_benches::baseline::Baseline;
 use tarq_benches::report;
-use tarq_engine::{PutOptions, Queue, Status};
+use tarq_engine::{PutOptions, Queue, Status, TubeOptions, TubePut, TubeType};
 
 /// Resident task counts every bench runs at.
 const SIZES: [usize; 3] = [0, 100_000, 1_000_000];
@@ -35,6 +38,11 @@ const EXPIRING: usize = 1_000_000;
 const PRI_SPREAD: u64 = 1024;
 const T0: u64 = 1_700_000_000_000_000;
 const SID: u64 = 1;
+
+/// Busy utubes in the utube take bench: the flat-latency claim is from 10 to 100k.
+const BUSY_UTUBES: [usize; 3] = [10, 1_000, 100_000];
+/// Timed take+ack pairs per size in the percentile loop.
+const UTUBE_SAMPLES: usize = 200_000;
 
 /// A 6-byte MessagePack string, as a client's `'hello'` arrives.
 fn payload() -> Box<[u8]> {
@@ -213,6 +221,124 @@ fn bench_cycle(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// A put into a fifottl tube against the seed put into `default`, at each resident size.
+fn bench_put_tube(c: &mut Criterion) {
+    let mut g = c.benchmark_group("put_tube");
+    for &n in &SIZES {
+        let mut q = engine_with(n);
+        let t = q
+            .create_tube("q", TubeType::FifoTtl, TubeOptions::default())
+            .expect("new tube");
+        g.bench_with_input(BenchmarkId::new("default", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                batched(
+                    &mut q,
+                    iters,
+                    |q, k| {
+                        for _ in 0..k {
+                            black_box(q.put(T0, payload(), PutOptions::default()).id);
+                        }
+                    },
+                    |q, k| undo_puts(q, 0, k),
+                )
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("tube", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                batched(
+                    &mut q,
+                    iters,
+                    |q, k| {
+                        for _ in 0..k {
+                            black_box(q.put_in(T0, t, payload(), TubePut::default()).is_ok());
+                        }
+                    },
+                    |q, k| undo_puts(q, t, k),
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
+/// Deletes the `k` newest tasks (the timed batch's puts into tube `t`: ids are consecutive).
+fn undo_puts(q: &mut Queue, t: u16, k: u64) {
+    let last = q.last_id();
+    for id in last - k + 1..=last {
+        q.delete(t, id).expect("put in this batch");
+    }
+}
+
+/// A utube tube with `busy` utubes each holding a taken task and a ready one behind it.
+fn busy_utubes(busy: usize) -> (Queue, u16) {
+    let mut q = Queue::new();
+    let t = q
+        .create_tube("u", TubeType::Utube, TubeOptions::default())
+        .expect("new tube");
+    for i in 0..busy {
+        let key = (i as u64).to_le_bytes();
+        for _ in 0..2 {
+            let p = TubePut {
+                utube: &key,
+                ..TubePut::default()
+            };
+            q.put_in(T0, t, payload(), p).expect("put");
+        }
+        q.take_from(T0, t, SID).expect("tube").expect("head");
+    }
+    assert!(!q.can_take(t), "every utube is busy");
+    (q, t)
+}
+
+/// One put, take, ack on a free utube of tube `t` (where every other utube is busy).
+fn utube_cycle(q: &mut Queue, t: u16) {
+    let p = TubePut {
+        utube: b"free",
+        ..TubePut::default()
+    };
+    q.put_in(T0, t, payload(), p).expect("put");
+    let id = q.take_from(T0, t, SID).expect("tube").expect("free").id;
+    black_box(q.ack_in(t, SID, id).expect("owned"));
+}
+
+fn bench_utube_take(c: &mut Criterion) {
+    let mut g = c.benchmark_group("utube_cycle");
+    for &n in &BUSY_UTUBES {
+        let (mut q, t) = busy_utubes(n);
+        g.bench_with_input(BenchmarkId::new("tarq", n), &n, |b, _| {
+            b.iter(|| utube_cycle(&mut q, t))
+        });
+    }
+    g.finish();
+}
+
+/// Per-operation percentiles of a utube take+ack (one clock read around each pair).
+fn utube_percentiles() -> Value {
+    let mut out = serde_json::Map::new();
+    for &n in &BUSY_UTUBES {
+        let (mut q, t) = busy_utubes(n);
+        let p = TubePut {
+            utube: b"free",
+            ..TubePut::default()
+        };
+        let mut ns = Vec::with_capacity(UTUBE_SAMPLES);
+        for _ in 0..UTUBE_SAMPLES {
+            q.put_in(T0, t, payload(), p).expect("put");
+            let start = Instant::now();
+            let id = q.take_from(T0, t, SID).expect("tube").expect("free").id;
+            black_box(q.ack_in(t, SID, id).expect("owned"));
+            ns.push(start.elapsed().as_nanos() as u64);
+        }
+        ns.sort_unstable();
+        let at = |p: f64| ns[((ns.len() as f64 * p) as usize).min(ns.len() - 1)];
+        out.insert(
+            n.to_string(),
+            json!({"p50_ns": at(0.50), "p99_ns": at(0.99), "p999_ns": at(0.999), "max_ns": ns[ns.len() - 1]}),
+        );
+    }
+    Value::Object(out)
 }
 
 /// Deterministic spread of priorities (an LCG), the same for both implementations.
@@ -460,6 +586,8 @@ fn main() {
     bench_cycle(&mut c);
     bench_release(&mut c);
     bench_advance(&mut c);
+    bench_put_tube(&mut c);
+    bench_utube_take(&mut c);
     c.final_summary();
     if smoke {
         return;
@@ -483,6 +611,22 @@ fn main() {
         }
         groups.insert(group.into(), Value::Object(g));
     }
+    for (group, sizes, fns) in [
+        ("put_tube", SIZES.to_vec(), &["default", "tube"][..]),
+        ("utube_cycle", BUSY_UTUBES.to_vec(), &["tarq"][..]),
+    ] {
+        let mut g = serde_json::Map::new();
+        for n in sizes {
+            let mut row = serde_json::Map::new();
+            for &f in fns {
+                if let Some(e) = report::estimates(group, f, &n.to_string()) {
+                    row.insert(f.into(), e);
+                }
+            }
+            g.insert(n.to_string(), Value::Object(row));
+        }
+        groups.insert(group.into(), Value::Object(g));
+    }
     let doc = json!({
         "units": "criterion estimates in ns per operation (advance_step: per step)",
         "advance_budget": ADVANCE_BUDGET,
@@ -490,6 +634,7 @@ fn main() {
         "payload_bytes": payload().len(),
         "groups": groups,
         "advance_drain": advance_drain(),
+        "utube_take_ack_percentiles": utube_percentiles(),
     });
     match report::update("engine", doc) {
         Ok(path) => println!("results written to {}", path.display()),
