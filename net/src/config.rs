@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
@@ -130,6 +131,11 @@ pub struct Cli {
     /// Snapshots to keep (with the WAL the oldest of them needs) [default: 2].
     #[arg(long, value_name = "N")]
     pub keep_snapshots: Option<usize>,
+
+    /// Also take a snapshot this many seconds after the last one, if anything was written
+    /// since (Tarantool's checkpoint_interval); 0: off [default: 0].
+    #[arg(long, value_name = "SECONDS")]
+    pub snapshot_interval: Option<f64>,
 }
 
 /// Subcommands of the binary.
@@ -160,6 +166,7 @@ pub struct FileConfig {
     pub force_recovery: Option<bool>,
     pub snapshot_every_bytes: Option<u64>,
     pub keep_snapshots: Option<usize>,
+    pub snapshot_interval: Option<f64>,
 }
 
 /// A user allowed to authenticate.
@@ -289,6 +296,9 @@ impl Config {
                     .keep_snapshots
                     .or(file.keep_snapshots)
                     .unwrap_or(d.wal.keep_snapshots),
+                snapshot_interval: snapshot_interval(
+                    cli.snapshot_interval.or(file.snapshot_interval),
+                )?,
                 ..d.wal
             },
         };
@@ -321,6 +331,13 @@ impl Config {
                 u32::MAX
             )));
         }
+        if self.max_frame_bytes > tarq_wal::MAX_PAYLOAD_BYTES {
+            return Err(invalid(format!(
+                "max-frame-bytes {} is over the largest task the WAL holds ({} bytes)",
+                self.max_frame_bytes,
+                tarq_wal::MAX_PAYLOAD_BYTES
+            )));
+        }
         if self.max_write_backlog < 2 * self.max_frame_bytes {
             return Err(invalid(format!(
                 "max-write-backlog {} must be at least twice max-frame-bytes ({})",
@@ -328,6 +345,24 @@ impl Config {
             )));
         }
         Ok(())
+    }
+}
+
+/// Longest `--snapshot-interval`: a week; a snapshot rarer than that leaves recovery to the
+/// size trigger anyway.
+pub const MAX_SNAPSHOT_INTERVAL_SECS: f64 = 7.0 * 86_400.0;
+
+/// `--snapshot-interval` checked: `None` for 0 or unset.
+fn snapshot_interval(secs: Option<f64>) -> Result<Option<Duration>, ConfigError> {
+    match secs {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 && s <= MAX_SNAPSHOT_INTERVAL_SECS => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        Some(s) => Err(invalid(format!(
+            "snapshot-interval {s} must be between 0 (off) and {MAX_SNAPSHOT_INTERVAL_SECS} seconds"
+        ))),
     }
 }
 
