@@ -224,6 +224,12 @@ pub struct WalStats {
     pub snapshots: u64,
     /// Bytes of records not yet durable (waiting for a write, a sync, or a failed disk).
     pub pending_bytes: u64,
+    /// The running or last snapshot: loop turns its walk took, and the longest of them (µs),
+    /// the pause a snapshot adds to a turn.
+    pub snapshot_walk_steps: u64,
+    pub snapshot_longest_step_us: u64,
+    /// WAL bytes written since the newest snapshot's position (counted from the files at start).
+    pub wal_bytes_since_snapshot: u64,
 }
 
 struct Batch {
@@ -802,6 +808,7 @@ impl Wal {
             }
         }
         self.stats.pending_bytes = self.buf.len() as u64;
+        self.stats.wal_bytes_since_snapshot = self.bytes_since_snapshot;
         self.poll_snapshot(queue);
     }
 
@@ -889,7 +896,12 @@ impl Wal {
         }
         if let SnapState::Walking(walk) = &mut self.snap {
             // `poll` appended every journaled event first, so `last_seq` covers all the walk saw.
-            match walk.step(queue, &self.writer.tx, self.last_seq) {
+            let t0 = Instant::now();
+            let step = walk.step(queue, &self.writer.tx, self.last_seq);
+            let took = t0.elapsed().as_micros() as u64;
+            self.stats.snapshot_walk_steps += 1;
+            self.stats.snapshot_longest_step_us = self.stats.snapshot_longest_step_us.max(took);
+            match step {
                 snapshot::Step::Walking => {}
                 snapshot::Step::Sealed { end_seq } => {
                     self.snap = SnapState::Sealed {
@@ -983,6 +995,8 @@ impl Wal {
             return;
         }
         tracing::info!(start_seq, tasks = queue.len(), "snapshot started");
+        self.stats.snapshot_walk_steps = 0;
+        self.stats.snapshot_longest_step_us = 0;
         self.snap = SnapState::Walking(snapshot::Walk::new(queue));
     }
 
