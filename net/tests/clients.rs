@@ -269,9 +269,7 @@ fn run_flow(client: Client, port: u16, reference: bool, logs: impl FnOnce() -> S
 }
 
 fn against_tarq(client: Client) {
-    if prerequisite(client.name(), client.available()).is_none() {
-        return;
-    }
+    prerequisite(client.name(), client.available());
     let mut server = Tarq::start(&[]);
     run_flow(client, server.addr.port(), false, || {
         server.lines.drain(POLL_INTERVAL);
@@ -294,15 +292,12 @@ fn seed_init_lua() -> Result<PathBuf, String> {
 }
 
 fn against_reference(client: Client) {
-    let ready = prerequisite(client.name(), client.available()).and_then(|()| {
-        prerequisite(
-            "Tarantool (runs the reference queue)",
-            Client::NetBox.available(),
-        )
-    });
-    let Some(init) = ready.and_then(|()| prerequisite("the seed queue", seed_init_lua())) else {
-        return;
-    };
+    prerequisite(client.name(), client.available());
+    prerequisite(
+        "Tarantool (runs the reference queue)",
+        Client::NetBox.available(),
+    );
+    let init = prerequisite("the seed queue", seed_init_lua());
     let server = Reference::start(&init);
     run_flow(client, server.port, true, || server.logs());
 }

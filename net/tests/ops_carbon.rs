@@ -111,18 +111,14 @@ fn whisper_points(fetch: &Path, file: &Path, from: u64) -> Vec<(u64, f64)> {
 
 #[test]
 fn carbon_cache_stores_what_tarq_pushes() {
-    let Some(carbon) = prerequisite(
+    let carbon = prerequisite(
         "carbon-cache (Debian package graphite-carbon)",
         tool("carbon-cache"),
-    ) else {
-        return;
-    };
-    let Some(fetch) = prerequisite(
+    );
+    let fetch = prerequisite(
         "whisper-fetch (Debian package python3-whisper)",
         tool("whisper-fetch"),
-    ) else {
-        return;
-    };
+    );
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut carbon = start_carbon(&carbon, dir.path(), port);

@@ -378,23 +378,15 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------------------------
 // External tools
 
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Whether the test can go on: a missing tool fails under CI, elsewhere it is a notice.
-pub fn prerequisite<T>(what: &str, check: Result<T, String>) -> Option<T> {
-    match check {
-        Ok(v) => Some(v),
-        Err(why) if in_ci() => panic!(
-            "{what} is required under CI=true but unusable: {why}\n\
+/// What a test needs, or a failure naming it and why it is unusable: a test that cannot run
+/// fails, in CI and out of it, instead of passing without having run.
+pub fn prerequisite<T>(what: &str, check: Result<T, String>) -> T {
+    check.unwrap_or_else(|why| {
+        panic!(
+            "{what} is required but unusable: {why}\n\
              (`bash .ci/test` installs it before running the tests)"
-        ),
-        Err(why) => {
-            eprintln!("NOTICE: skipping, {what} is unusable here: {why}");
-            None
-        }
-    }
+        )
+    })
 }
 
 /// The path of an executable on PATH.
