@@ -409,6 +409,47 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_limit_over_what_the_wal_holds_is_refused_naming_both() {
+        let max = tarq_wal::MAX_PAYLOAD_BYTES;
+        let backlog = (4 * max).to_string();
+        let at = max.to_string();
+        let ok = parse(&["--max-frame-bytes", &at, "--max-write-backlog", &backlog]);
+        assert_eq!(ok.map(|c| c.max_frame_bytes).ok(), Some(max));
+        let over = (max + 1).to_string();
+        let err = parse(&["--max-frame-bytes", &over, "--max-write-backlog", &backlog])
+            .expect_err("over the WAL's limit")
+            .to_string();
+        assert!(err.contains(&over) && err.contains(&at), "{err}");
+    }
+
+    #[test]
+    fn snapshot_interval_from_flag_or_file_and_checked() {
+        let cfg = parse(&["--snapshot-interval", "90"]).unwrap();
+        assert_eq!(cfg.wal.snapshot_interval, Some(Duration::from_secs(90)));
+        assert_eq!(
+            parse(&["--snapshot-interval", "0"])
+                .unwrap()
+                .wal
+                .snapshot_interval,
+            None
+        );
+        assert_eq!(parse(&[]).unwrap().wal.snapshot_interval, None);
+        let err = parse(&["--snapshot-interval=-1"])
+            .expect_err("negative")
+            .to_string();
+        assert!(err.contains("snapshot-interval -1"), "{err}");
+        let err = parse(&["--snapshot-interval", "1e9"])
+            .expect_err("too long")
+            .to_string();
+        assert!(err.contains("snapshot-interval 1000000000"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(&path, "snapshot-interval = 3600\n").unwrap();
+        let cfg = parse(&["--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(cfg.wal.snapshot_interval, Some(Duration::from_secs(3600)));
+    }
+
+    #[test]
     fn no_arguments_give_the_defaults() {
         assert_eq!(parse(&[]).unwrap(), Config::default());
         assert_eq!(Config::default().listen.to_string(), "127.0.0.1:3301");
