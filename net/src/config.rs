@@ -123,7 +123,9 @@ pub struct Cli {
     #[arg(long)]
     pub force_recovery: bool,
 
-    /// Take a snapshot after this many bytes of WAL; 0: only on demand (`queue.snapshot()`)
+    /// Take a snapshot once this many bytes of WAL were written since the last one (counted
+    /// from the files, so across restarts), and at least as much as the last snapshot's size;
+    /// 0: no size trigger (`queue.snapshot()` and --snapshot-interval still work)
     /// [default: 268435456 (256 MiB)].
     #[arg(long, value_name = "BYTES")]
     pub snapshot_every_bytes: Option<u64>,

@@ -347,29 +347,7 @@ impl Wal {
     ) -> Result<(Wal, Queue, RecoveryReport), WalError> {
         let rec = recovery::recover(&*storage, cfg.force_recovery)?;
         let report = rec.report;
-        if let Some(t) = &report.torn {
-            let cut = if t.offset < FILE_HEADER_LEN as u64 {
-                storage.remove(&t.file)
-            } else {
-                storage.open_append(&t.file).and_then(|f| {
-                    f.truncate(t.offset)?;
-                    f.sync()
-                })
-            };
-            cut.map_err(|e| WalError::io(format!("cutting the torn tail of {}", t.file), e))?;
-            tracing::warn!(file = %t.file, offset = t.offset, bytes = t.bytes, "cut the WAL's torn tail");
-        }
-        let names = storage
-            .list()
-            .map_err(|e| WalError::io("listing the data directory", e))?;
-        for n in names.iter().filter(|n| n.ends_with(INPROGRESS_SUFFIX)) {
-            storage
-                .remove(n)
-                .map_err(|e| WalError::io(format!("removing {n}"), e))?;
-        }
-        storage
-            .sync_dir()
-            .map_err(|e| WalError::io("syncing the data directory", e))?;
+        tidy_after_recovery(&*storage, &report)?;
         let notify = Notify::default();
         let sync = match cfg.mode {
             WalMode::Fsync => Some(
@@ -1120,6 +1098,33 @@ impl Wal {
         }
         Ok(())
     }
+}
+
+/// Cuts the torn tail recovery found and removes snapshots left half-written by a crash.
+fn tidy_after_recovery(storage: &dyn Storage, report: &RecoveryReport) -> Result<(), WalError> {
+    if let Some(t) = &report.torn {
+        let cut = if t.offset < FILE_HEADER_LEN as u64 {
+            storage.remove(&t.file)
+        } else {
+            storage.open_append(&t.file).and_then(|f| {
+                f.truncate(t.offset)?;
+                f.sync()
+            })
+        };
+        cut.map_err(|e| WalError::io(format!("cutting the torn tail of {}", t.file), e))?;
+        tracing::warn!(file = %t.file, offset = t.offset, bytes = t.bytes, "cut the WAL's torn tail");
+    }
+    let names = storage
+        .list()
+        .map_err(|e| WalError::io("listing the data directory", e))?;
+    for n in names.iter().filter(|n| n.ends_with(INPROGRESS_SUFFIX)) {
+        storage
+            .remove(n)
+            .map_err(|e| WalError::io(format!("removing {n}"), e))?;
+    }
+    storage
+        .sync_dir()
+        .map_err(|e| WalError::io("syncing the data directory", e))
 }
 
 /// Files a new snapshot makes unnecessary: snapshots beyond the newest `keep`, and WAL segments

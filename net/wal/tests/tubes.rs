@@ -19,8 +19,12 @@ const SEC: Micros = 1_000_000;
 const START: Micros = 1_700_000_000 * SEC;
 
 fn cfg() -> WalConfig {
+    cfg_in(WalMode::Write)
+}
+
+fn cfg_in(mode: WalMode) -> WalConfig {
     WalConfig {
-        mode: WalMode::Write,
+        mode,
         segment_bytes: 2000,
         snapshot_every_bytes: 0,
         snapshot_interval: None,
@@ -30,8 +34,15 @@ fn cfg() -> WalConfig {
 }
 
 fn try_open(storage: &MemStorage) -> Result<(Wal, Queue, RecoveryReport), WalError> {
+    try_open_in(storage, WalMode::Write)
+}
+
+fn try_open_in(
+    storage: &MemStorage,
+    mode: WalMode,
+) -> Result<(Wal, Queue, RecoveryReport), WalError> {
     let storage: Arc<dyn Storage> = Arc::new(storage.clone());
-    Wal::open(storage, cfg())
+    Wal::open(storage, cfg_in(mode))
 }
 
 fn open(storage: &MemStorage) -> (Wal, Queue, RecoveryReport) {
@@ -213,8 +224,9 @@ const TURNS: usize = 70;
 const SNAPSHOT_AT: usize = 40;
 
 /// The workload: models after every turn (with the time), and the last acknowledged turn.
-fn run(storage: &MemStorage, seed: u64) -> (Vec<(Micros, BTreeSet<String>)>, usize) {
-    let (mut wal, mut q, _) = open(storage);
+fn run(storage: &MemStorage, mode: WalMode, seed: u64) -> (Vec<(Micros, BTreeSet<String>)>, usize) {
+    let (mut wal, mut q, _) =
+        try_open_in(storage, mode).unwrap_or_else(|e| panic!("recovery failed: {e}"));
     let mut d = Driver::new(seed);
     let mut models = vec![(d.now, model(&q, d.now))];
     let mut acked = 0;
@@ -223,11 +235,14 @@ fn run(storage: &MemStorage, seed: u64) -> (Vec<(Micros, BTreeSet<String>)>, usi
         models.push((d.now, model(&q, d.now)));
         wal.append_turn(&mut q);
         let batch = wal.submit();
+        if mode == WalMode::Fsync && wal.flush(&mut q, WAIT).is_err() {
+            break;
+        }
         wal.poll(&mut q);
         if wal.check_writable().is_err() {
             break;
         }
-        assert!(wal.durable_upto() >= batch, "write mode: durable at once");
+        assert!(wal.durable_upto() >= batch, "durable after the turn");
         acked = turn;
         if turn == SNAPSHOT_AT && wal.snapshot_now(&mut q, WAIT).is_err() {
             break;
@@ -259,8 +274,22 @@ fn check_recovered(
 
 #[test]
 fn tubes_survive_a_crash_at_every_write() {
+    crash_everywhere(WalMode::Write, |_| Crash::Process, &[0, 30, usize::MAX]);
+}
+
+#[test]
+fn tubes_survive_a_power_loss_at_every_write_in_fsync_mode() {
+    // Only synced bytes survive, plus a torn prefix of the rest.
+    crash_everywhere(
+        WalMode::Fsync,
+        |keep| Crash::Power { torn_keep: keep },
+        &[0, 30, usize::MAX],
+    );
+}
+
+fn crash_everywhere(mode: WalMode, crash_of: impl Fn(usize) -> Crash, keeps: &[usize]) {
     let clean = MemStorage::new();
-    let (models, acked) = run(&clean, 11);
+    let (models, acked) = run(&clean, mode, 11);
     assert_eq!(acked, TURNS, "the clean run acknowledges every turn");
     let last = &models[TURNS].1;
     for what in ["tube ", "Buried", "utube Some", "dedup ", "deliveries 1"] {
@@ -272,17 +301,13 @@ fn tubes_survive_a_crash_at_every_write() {
     check_recovered(&clean, &models, TURNS, "clean shutdown");
     let writes = clean.writes();
     for n in 1..=writes {
-        for keep in [0, 30, usize::MAX] {
+        for &keep in keeps {
             let storage = MemStorage::new();
             storage.die_at_write(n, keep);
-            let (models, acked) = run(&storage, 11);
-            storage.crash(Crash::Process);
-            check_recovered(
-                &storage,
-                &models,
-                acked,
-                &format!("died at write {n} keeping {keep}"),
-            );
+            let (models, acked) = run(&storage, mode, 11);
+            storage.crash(crash_of(keep));
+            let what = format!("{mode} mode, died at write {n} keeping {keep}");
+            check_recovered(&storage, &models, acked, &what);
         }
     }
 }
