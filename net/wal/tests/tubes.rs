@@ -18,10 +18,6 @@ const WAIT: Duration = Duration::from_secs(20);
 const SEC: Micros = 1_000_000;
 const START: Micros = 1_700_000_000 * SEC;
 
-fn cfg() -> WalConfig {
-    cfg_in(WalMode::Write)
-}
-
 fn cfg_in(mode: WalMode) -> WalConfig {
     WalConfig {
         mode,
