@@ -1574,4 +1574,38 @@ impl Queue {
             deliveries: s.deliveries,
         }
     }
+
+    // ---- for durability: a live-task cursor, delivery counts, dedup positions ----
+
+    /// One past the highest arena position a task may occupy: `task_at(0..arena_end())`
+    /// visits every live task once. It grows with the most tasks ever live at once, never
+    /// with the ids issued, so a snapshot walk costs what the queue holds.
+    pub fn arena_end(&self) -> usize {
+        self.slots.capacity()
+    }
+
+    /// The live task at arena position `pos`, if any. A task keeps its position for its whole
+    /// life, so a cursor over positions sees every task that stays live exactly once.
+    pub fn task_at(&self, pos: usize) -> Option<TaskRef<'_>> {
+        let k = u32::try_from(pos).ok()?;
+        self.slots.get(pos).map(|_| self.view(k))
+    }
+
+    /// Recovery: sets a task's delivery count (a replayed take carries it). Journals nothing.
+    pub fn restore_deliveries(&mut self, id: TaskId, deliveries: u16) -> Result<(), QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        self.slots[k as usize].deliveries = deliveries;
+        Ok(())
+    }
+
+    /// The sequence numbers `dedup_entry(tube, seq)` answers for now (oldest first); empty
+    /// for a tube without a dedup window.
+    pub fn dedup_seqs(&self, tube: TubeIx) -> std::ops::Range<u64> {
+        let d = self
+            .tubes
+            .get(tube as usize)
+            .and_then(Option::as_ref)
+            .and_then(|t| t.dedup.as_deref());
+        d.map_or(0..0, |d| d.first_seq..d.first_seq + d.fifo.len() as u64)
+    }
 }

@@ -52,7 +52,7 @@ fn tarq_bin() -> PathBuf {
 /// The peer must be installed: a test that cannot run fails with the reason.
 fn require_peer(t: Target) {
     if let Some(why) = t.unavailable() {
-        panic!("this test needs {t}: {why} (.ci/test installs it)");
+        panic!("this test needs {t}: {why} (`bash .ci/test` installs it)");
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
@@ -148,7 +149,9 @@ pub struct Cli {
     #[arg(long)]
     pub force_recovery: bool,
 
-    /// Take a snapshot after this many bytes of WAL; 0: only on demand (`queue.snapshot()`)
+    /// Take a snapshot once this many bytes of WAL were written since the last one (counted
+    /// from the files, so across restarts), and at least as much as the last snapshot's size;
+    /// 0: no size trigger (`queue.snapshot()` and --snapshot-interval still work)
     /// [default: 268435456 (256 MiB)].
     #[arg(long, value_name = "BYTES")]
     pub snapshot_every_bytes: Option<u64>,
@@ -156,6 +159,11 @@ pub struct Cli {
     /// Snapshots to keep (with the WAL the oldest of them needs) [default: 2].
     #[arg(long, value_name = "N")]
     pub keep_snapshots: Option<usize>,
+
+    /// Also take a snapshot this many seconds after the last one, if anything was written
+    /// since (Tarantool's checkpoint_interval); 0: off [default: 0].
+    #[arg(long, value_name = "SECONDS")]
+    pub snapshot_interval: Option<f64>,
 }
 
 /// Subcommands of the binary.
@@ -191,6 +199,7 @@ pub struct FileConfig {
     pub force_recovery: Option<bool>,
     pub snapshot_every_bytes: Option<u64>,
     pub keep_snapshots: Option<usize>,
+    pub snapshot_interval: Option<f64>,
 }
 
 /// A user allowed to authenticate.
@@ -348,6 +357,9 @@ impl Config {
                     .keep_snapshots
                     .or(file.keep_snapshots)
                     .unwrap_or(d.wal.keep_snapshots),
+                snapshot_interval: snapshot_interval(
+                    cli.snapshot_interval.or(file.snapshot_interval),
+                )?,
                 ..d.wal
             },
         };
@@ -380,6 +392,13 @@ impl Config {
                 u32::MAX
             )));
         }
+        if self.max_frame_bytes > tarq_wal::MAX_PAYLOAD_BYTES {
+            return Err(invalid(format!(
+                "max-frame-bytes {} is over the largest task the WAL holds ({} bytes)",
+                self.max_frame_bytes,
+                tarq_wal::MAX_PAYLOAD_BYTES
+            )));
+        }
         if self.max_write_backlog < 2 * self.max_frame_bytes {
             return Err(invalid(format!(
                 "max-write-backlog {} must be at least twice max-frame-bytes ({})",
@@ -394,6 +413,24 @@ impl Config {
             )));
         }
         Ok(())
+    }
+}
+
+/// Longest `--snapshot-interval`: a week; a snapshot rarer than that leaves recovery to the
+/// size trigger anyway.
+pub const MAX_SNAPSHOT_INTERVAL_SECS: f64 = 7.0 * 86_400.0;
+
+/// `--snapshot-interval` checked: `None` for 0 or unset.
+fn snapshot_interval(secs: Option<f64>) -> Result<Option<Duration>, ConfigError> {
+    match secs {
+        None => Ok(None),
+        Some(0.0) => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 && s <= MAX_SNAPSHOT_INTERVAL_SECS => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        Some(s) => Err(invalid(format!(
+            "snapshot-interval {s} must be between 0 (off) and {MAX_SNAPSHOT_INTERVAL_SECS} seconds"
+        ))),
     }
 }
 
@@ -454,6 +491,47 @@ mod tests {
         let mut argv = vec!["tarq"];
         argv.extend_from_slice(args);
         Config::from_cli(Cli::try_parse_from(argv).unwrap())
+    }
+
+    #[test]
+    fn a_frame_limit_over_what_the_wal_holds_is_refused_naming_both() {
+        let max = tarq_wal::MAX_PAYLOAD_BYTES;
+        let backlog = (4 * max).to_string();
+        let at = max.to_string();
+        let ok = parse(&["--max-frame-bytes", &at, "--max-write-backlog", &backlog]);
+        assert_eq!(ok.map(|c| c.max_frame_bytes).ok(), Some(max));
+        let over = (max + 1).to_string();
+        let err = parse(&["--max-frame-bytes", &over, "--max-write-backlog", &backlog])
+            .expect_err("over the WAL's limit")
+            .to_string();
+        assert!(err.contains(&over) && err.contains(&at), "{err}");
+    }
+
+    #[test]
+    fn snapshot_interval_from_flag_or_file_and_checked() {
+        let cfg = parse(&["--snapshot-interval", "90"]).unwrap();
+        assert_eq!(cfg.wal.snapshot_interval, Some(Duration::from_secs(90)));
+        assert_eq!(
+            parse(&["--snapshot-interval", "0"])
+                .unwrap()
+                .wal
+                .snapshot_interval,
+            None
+        );
+        assert_eq!(parse(&[]).unwrap().wal.snapshot_interval, None);
+        let err = parse(&["--snapshot-interval=-1"])
+            .expect_err("negative")
+            .to_string();
+        assert!(err.contains("snapshot-interval -1"), "{err}");
+        let err = parse(&["--snapshot-interval", "1e9"])
+            .expect_err("too long")
+            .to_string();
+        assert!(err.contains("snapshot-interval 1000000000"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(&path, "snapshot-interval = 3600\n").unwrap();
+        let cfg = parse(&["--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(cfg.wal.snapshot_interval, Some(Duration::from_secs(3600)));
     }
 
     #[test]

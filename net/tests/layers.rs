@@ -11,6 +11,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tarq-engine", &[]),
     // Codecs never import the server, the WAL or the engine.
     ("tarq-iproto", &[]),
+    ("tarq-beanstalk", &[]),
     ("tarq-client", &["tarq-iproto"]),
     ("tarq-testkit", &[]),
     ("tarq-beanstalk", &[]),

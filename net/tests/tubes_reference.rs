@@ -131,7 +131,7 @@ fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tubes")
 }
 
-/// `serve.lua`, once Tarantool and the original are there (else the CI rule applies).
+/// `serve.lua`, once Tarantool and the original are there; else the test fails saying why.
 fn original_available(client: &str, client_check: &[&str]) -> PathBuf {
     let runs = |program: &str, args: &[&str]| match Command::new(program).args(args).output() {
         Ok(out) if out.status.success() => Ok(()),

@@ -4,7 +4,14 @@
 //!
 //! ```sh
 //! cargo run --release -p tarq-benches --bin durability -- 1000000 results/durability/recovery-1m.json
+//! cargo run --release -p tarq-benches --bin durability -- restart-loop 50 results/durability/restart-loop.json
 //! ```
+//!
+//! `restart-loop CYCLES`: a service manager restarting tarq: each lifetime opens the data
+//! directory (timing recovery), writes less WAL than the snapshot threshold, acks most of it,
+//! and stops cleanly; the data directory's size, its files and the recovery time are recorded
+//! per cycle. Then a queue with a long history (a billion ids issued, a few thousand live)
+//! is snapshotted, timing the walk.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -97,6 +104,9 @@ fn args() -> Args {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("restart-loop") {
+        return restart_loop::main();
+    }
     let a = args();
     let _ = std::fs::remove_dir_all(&a.dir);
     let cfg = WalConfig {
@@ -191,6 +201,10 @@ fn snapshot_under_load(
     f.insert("snapshot_bytes".into(), json!(snapshot_bytes(dir)));
     f.insert("snapshot_turns".into(), json!(turns));
     f.insert("snapshot_longest_turn_ms".into(), ms(longest));
+    f.insert(
+        "snapshot_longest_walk_step_ms".into(),
+        json!(wal.stats().snapshot_longest_step_us as f64 / 1e3),
+    );
     f.insert(
         "snapshot_mean_turn_ms".into(),
         ms(total_step / turns.max(1)),
@@ -301,7 +315,8 @@ fn write_record(a: &Args, load_before: &str, figures: Figures) {
             "wal_mode": "write",
             "fill_puts_per_turn": FILL_PER_TURN,
             "load_per_turn": LOAD_PER_TURN,
-            "snapshot_ids_per_turn": tarq_wal::snapshot::SNAPSHOT_IDS_PER_TURN,
+            "snapshot_tasks_per_turn": tarq_wal::snapshot::SNAPSHOT_TASKS_PER_TURN,
+            "snapshot_slots_per_turn": tarq_wal::snapshot::SNAPSHOT_SLOTS_PER_TURN,
         }),
     );
     record.extend(figures);
@@ -311,4 +326,148 @@ fn write_record(a: &Args, load_before: &str, figures: Figures) {
     }
     std::fs::write(&a.out, &text).unwrap();
     print!("{text}");
+}
+
+mod restart_loop {
+    //! The restart loop and the long-history snapshot (see the crate docs).
+
+    use super::*;
+
+    /// The snapshot threshold of the loop: small, so a short run crosses it many times.
+    const THRESHOLD: u64 = 64 << 20;
+    /// Puts per lifetime: ~15 MB of WAL at 64-byte payloads, a quarter of the threshold, so
+    /// no single lifetime reaches it (the case that never snapshotted when the trigger
+    /// counted per process).
+    const PUTS_PER_CYCLE: u64 = 100_000;
+    /// Of each lifetime's puts, this many stay (the rest are taken and acked): a backlog grows.
+    const KEPT_PER_CYCLE: u64 = 2_000;
+    /// Ids issued in the long-history case, and the tasks live then.
+    const HISTORY_IDS: u64 = 1_000_000_000;
+    const HISTORY_LIVE: u64 = 5_000;
+
+    fn dir_figures(dir: &Path) -> (u64, usize, usize) {
+        let mut bytes = 0;
+        let (mut snaps, mut segs) = (0, 0);
+        for e in std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            bytes += e.metadata().unwrap().len();
+            snaps += usize::from(name.ends_with(".snap"));
+            segs += usize::from(name.ends_with(".xlog"));
+        }
+        (bytes, snaps, segs)
+    }
+
+    fn one_lifetime(dir: &Path, cfg: &WalConfig, n: &mut u64) -> Value {
+        let t = Instant::now();
+        let (mut wal, mut q, report) = Wal::open_dir(dir, cfg.clone()).expect("open");
+        let recovery = t.elapsed();
+        let now = now_us();
+        let mut left = PUTS_PER_CYCLE;
+        while left > 0 {
+            for _ in 0..FILL_PER_TURN.min(left as usize) {
+                *n += 1;
+                left -= 1;
+                q.put(now, payload(*n).into(), PutOptions::default());
+            }
+            turn(&mut wal, &mut q);
+        }
+        for _ in 0..(PUTS_PER_CYCLE - KEPT_PER_CYCLE) / FILL_PER_TURN as u64 {
+            for _ in 0..FILL_PER_TURN {
+                let id = q.take(now, 1).expect("ready").id;
+                q.ack(now, 1, id).expect("owner acks");
+            }
+            turn(&mut wal, &mut q);
+        }
+        let t = Instant::now();
+        while wal.snapshot_running() {
+            turn(&mut wal, &mut q);
+            assert!(t.elapsed() < WAIT, "the snapshot finishes");
+            std::thread::yield_now();
+        }
+        let stats = wal.stats();
+        wal.close(&mut q, WAIT).expect("clean stop");
+        drop(wal);
+        let (bytes, snaps, segs) = dir_figures(dir);
+        json!({
+            "recovery_s": secs(recovery).as_f64(),
+            "snapshot_tasks_loaded": report.snapshot_tasks,
+            "wal_records_replayed": report.records,
+            "live_tasks_at_stop": q.len(),
+            "replayed_wal_bytes": report.wal_bytes_since_snapshot,
+            "snapshots_taken": stats.snapshots,
+            "dir_bytes_after_stop": bytes,
+            "snapshot_files": snaps,
+            "wal_files": segs,
+        })
+    }
+
+    fn long_history(dir: &Path, f: &mut Figures) {
+        let _ = std::fs::remove_dir_all(dir);
+        let cfg = WalConfig {
+            snapshot_every_bytes: 0,
+            ..WalConfig::default()
+        };
+        let (mut wal, mut q, _) = Wal::open_dir(dir, cfg).expect("open");
+        q.set_last_id(HISTORY_IDS);
+        let now = now_us();
+        for n in 0..HISTORY_LIVE {
+            q.put(now, payload(n).into(), PutOptions::default());
+        }
+        wal.flush(&mut q, WAIT).expect("flush");
+        let t = Instant::now();
+        wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+        f.insert("long_history_last_id".into(), json!(q.last_id()));
+        f.insert("long_history_live_tasks".into(), json!(q.len()));
+        f.insert("long_history_snapshot_s".into(), secs(t.elapsed()));
+        f.insert(
+            "long_history_walk_steps".into(),
+            json!(wal.stats().snapshot_walk_steps),
+        );
+        f.insert(
+            "long_history_longest_walk_step_ms".into(),
+            json!(wal.stats().snapshot_longest_step_us as f64 / 1e3),
+        );
+    }
+
+    pub fn main() {
+        const USAGE: &str = "usage: durability restart-loop CYCLES OUT.json [DIR]";
+        let mut args = std::env::args().skip(2);
+        let cycles: usize = args.next().and_then(|s| s.parse().ok()).expect(USAGE);
+        let out = args.next().expect(USAGE);
+        let base = args
+            .next()
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("tarq-restart-loop-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = WalConfig {
+            mode: WalMode::Write,
+            snapshot_every_bytes: THRESHOLD,
+            ..WalConfig::default()
+        };
+        let load_before = sh("cat", &["/proc/loadavg"]);
+        let mut n = 0;
+        let per_cycle: Vec<Value> = (0..cycles)
+            .map(|_| one_lifetime(&dir, &cfg, &mut n))
+            .collect();
+        let mut f = Figures::new();
+        let peak = per_cycle
+            .iter()
+            .filter_map(|c| c["dir_bytes_after_stop"].as_u64())
+            .max();
+        f.insert("restart_loop_threshold_bytes".into(), json!(THRESHOLD));
+        f.insert("restart_loop_puts_per_cycle".into(), json!(PUTS_PER_CYCLE));
+        f.insert("restart_loop_kept_per_cycle".into(), json!(KEPT_PER_CYCLE));
+        f.insert("restart_loop_peak_dir_bytes".into(), json!(peak));
+        f.insert("restart_loop".into(), Value::Array(per_cycle));
+        let _ = std::fs::remove_dir_all(&dir);
+        long_history(&dir, &mut f);
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = Args {
+            tasks: cycles as u64,
+            out,
+            dir,
+        };
+        write_record(&a, &load_before, f);
+    }
 }

@@ -278,8 +278,14 @@ impl Tarq {
     /// may give them) and waits until it serves; `dir` lives as long as the process.
     pub fn start_with_args(dir: tempfile::TempDir, args: &[&str]) -> Tarq {
         let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env_remove("RUST_LOG")
+        cmd.args(args);
+        Tarq::spawn_cmd(dir, cmd)
+    }
+
+    /// Starts `cmd` (which runs `tarq`, possibly through a wrapper that `exec`s it, so the
+    /// pid is tarq's) and waits until it serves.
+    pub fn spawn_cmd(dir: tempfile::TempDir, mut cmd: Command) -> Tarq {
+        cmd.env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

@@ -10,19 +10,29 @@
 //! 0  u32 marker 0x71726174    lets --force-recovery find the next record after damage
 //! 4  u32 body length
 //! 8  u64 sequence number      consecutive across segments; block number in a snapshot
-//! 16 u8  kind                 Put | Status | Remove | Commit | SnapTasks | SnapEnd
+//! 16 u8  kind                 see `Kind`
 //! 17 [u8; 3] zero
 //! 20 u32 crc32c of bytes 4..20 and the body
 //! ```
 //! Every integer is little-endian. A `Commit` record closes the records of one loop turn:
 //! recovery applies a turn whole or not at all.
+//!
+//! Versions: 2 carries tubes (a task names its tube, delivery count and utube key; records
+//! for tube creation, drop and truncation and for dedup keys; snapshots hold the tube table
+//! and the dedup windows). Version 1 (one anonymous queue) is still read: its tasks land in
+//! the tube `default`. Any other version is refused with `HeaderError::Version`, never guessed.
 
-use tarq_engine::{Micros, RestoredTask, Status, TaskId, TaskRef};
+use tarq_engine::{
+    Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions, TubeType,
+    DEFAULT_TUBE,
+};
 
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
 pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
-/// Bumped on any incompatible change of this file's layout.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped on any incompatible change of this file's layout; new files are written in it.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build still reads (the format before tubes).
+pub const OLDEST_READABLE_VERSION: u32 = 1;
 pub const FILE_HEADER_LEN: usize = 32;
 pub const RECORD_MARKER: u32 = 0x7172_6174;
 pub const RECORD_HEADER_LEN: usize = 24;
@@ -30,6 +40,38 @@ pub const RECORD_HEADER_LEN: usize = 24;
 /// frame limit is 16 MiB by default) and the snapshot block size, yet small enough that a
 /// damaged length field is recognised as damage instead of a reason to read gigabytes.
 pub const MAX_RECORD_BODY: usize = 1 << 30;
+/// A task's fields around its payload at their largest (the utube key at its limit): the
+/// fixed part of `encode_task`, the key, and a snapshot block's task count.
+pub const MAX_TASK_OVERHEAD: usize = TASK_FIXED_BYTES + tarq_engine::MAX_UTUBE_KEY_BYTES + 4;
+/// The largest payload a task may carry: its record (or a snapshot block holding it alone)
+/// then stays within `MAX_RECORD_BODY`. The server checks its frame limit against this at
+/// start, so no client can send a task the WAL cannot hold.
+pub const MAX_PAYLOAD_BYTES: usize = MAX_RECORD_BODY - MAX_TASK_OVERHEAD;
+/// id, status, flags, runat, pri, ttl, ttr, created, tube, deliveries, key length, payload
+/// length.
+const TASK_FIXED_BYTES: usize = 8 + 1 + 1 + 8 * 5 + 2 + 2 + 2 + 4;
+
+/// A record or payload the format cannot hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{what} of {len} bytes: the WAL holds at most {max}")]
+pub struct TooLarge {
+    pub what: &'static str,
+    pub len: usize,
+    pub max: usize,
+}
+
+/// `Ok` when a task with a payload of `len` bytes fits a WAL record and a snapshot block;
+/// else the error names both sizes. Call it before the queue changes.
+pub fn check_payload(len: usize) -> Result<(), TooLarge> {
+    if len > MAX_PAYLOAD_BYTES {
+        return Err(TooLarge {
+            what: "task payload",
+            len,
+            max: MAX_PAYLOAD_BYTES,
+        });
+    }
+    Ok(())
+}
 
 pub const WAL_SUFFIX: &str = ".xlog";
 pub const SNAP_SUFFIX: &str = ".snap";
@@ -39,12 +81,26 @@ pub const INPROGRESS_SUFFIX: &str = ".inprogress";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
+    /// A new task, whole.
     Put = 1,
+    /// A task's status (and, from version 2, its delivery count).
     Status = 2,
+    /// A task is gone: ack, delete, expiry.
     Remove = 3,
     Commit = 4,
+    /// A task's new pri / ttl / ttr (touch, release with options): the whole task, replacing it.
+    Replace = 5,
+    TubeCreate = 6,
+    TubeDrop = 7,
+    TubeTruncate = 8,
+    /// A dedup key a put recorded.
+    Dedup = 9,
     SnapTasks = 16,
     SnapEnd = 17,
+    /// The tube table at the snapshot's start.
+    SnapTubes = 18,
+    /// Dedup keys of the tubes, oldest first.
+    SnapDedup = 19,
 }
 
 impl Kind {
@@ -54,8 +110,15 @@ impl Kind {
             2 => Kind::Status,
             3 => Kind::Remove,
             4 => Kind::Commit,
+            5 => Kind::Replace,
+            6 => Kind::TubeCreate,
+            7 => Kind::TubeDrop,
+            8 => Kind::TubeTruncate,
+            9 => Kind::Dedup,
             16 => Kind::SnapTasks,
             17 => Kind::SnapEnd,
+            18 => Kind::SnapTubes,
+            19 => Kind::SnapDedup,
             _ => return None,
         })
     }
@@ -82,37 +145,63 @@ pub fn parse_name(name: &str, suffix: &str) -> Option<u64> {
 }
 
 pub fn file_header(magic: [u8; 8], seq: u64) -> [u8; FILE_HEADER_LEN] {
+    file_header_version(magic, FORMAT_VERSION, seq)
+}
+
+/// A file header of any version (tests write older formats with it).
+pub fn file_header_version(magic: [u8; 8], version: u32, seq: u64) -> [u8; FILE_HEADER_LEN] {
     let mut h = [0u8; FILE_HEADER_LEN];
     h[0..8].copy_from_slice(&magic);
-    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h[16..24].copy_from_slice(&seq.to_le_bytes());
     let crc = crc32c::crc32c(&h[0..24]);
     h[24..28].copy_from_slice(&crc.to_le_bytes());
     h
 }
 
-/// The sequence number of a file header, or what is wrong with it.
-pub fn parse_file_header(buf: &[u8], magic: [u8; 8]) -> Result<u64, String> {
+/// A parsed file header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileHeader {
+    pub seq: u64,
+    pub version: u32,
+}
+
+/// Why a file header was not accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("{0}")]
+    Damaged(String),
+    /// A sound header of a format this build does not read: refused, never guessed at.
+    #[error(
+        "format version {0}; this build reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}"
+    )]
+    Version(u32),
+}
+
+/// The sequence number and version of a file header, or what is wrong with it.
+pub fn parse_file_header(buf: &[u8], magic: [u8; 8]) -> Result<FileHeader, HeaderError> {
+    let damaged = |s: String| Err(HeaderError::Damaged(s));
     if buf.len() < FILE_HEADER_LEN {
-        return Err(format!(
+        return damaged(format!(
             "file header cut short: {} of {FILE_HEADER_LEN} bytes",
             buf.len()
         ));
     }
     if buf[0..8] != magic {
-        return Err(format!("bad magic {:?}, expected {:?}", &buf[0..8], magic));
+        return damaged(format!("bad magic {:?}, expected {:?}", &buf[0..8], magic));
     }
     let crc = u32::from_le_bytes(buf[24..28].try_into().expect("4 bytes"));
     if crc != crc32c::crc32c(&buf[0..24]) {
-        return Err("file header checksum mismatch".into());
+        return damaged("file header checksum mismatch".into());
     }
     let version = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
-        return Err(format!(
-            "format version {version}, this build reads {FORMAT_VERSION}"
-        ));
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
+        return Err(HeaderError::Version(version));
     }
-    Ok(u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes")))
+    Ok(FileHeader {
+        seq: u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes")),
+        version,
+    })
 }
 
 /// Starts a record at the end of `buf`; returns where it starts for `end_record`.
@@ -126,13 +215,31 @@ pub fn begin_record(buf: &mut Vec<u8>, seq: u64, kind: Kind) -> usize {
     start
 }
 
-/// Fills in the length and checksum of the record begun at `start`.
-pub fn end_record(buf: &mut [u8], start: usize) {
+/// Fills in the length and checksum of the record begun at `start`. A body over
+/// `MAX_RECORD_BODY` is cut away (the buffer ends at `start` again) and refused: the callers
+/// check sizes before anything changes, so this is the last line, not the rule.
+pub fn end_record(buf: &mut Vec<u8>, start: usize) -> Result<(), TooLarge> {
     let body_len = buf.len() - start - RECORD_HEADER_LEN;
-    assert!(
-        body_len <= MAX_RECORD_BODY,
-        "record body of {body_len} bytes over the limit"
-    );
+    if body_len > MAX_RECORD_BODY {
+        buf.truncate(start);
+        return Err(TooLarge {
+            what: "record body",
+            len: body_len,
+            max: MAX_RECORD_BODY,
+        });
+    }
+    seal_record(buf, start, body_len);
+    Ok(())
+}
+
+/// `end_record` for records whose size is bounded by construction (fixed fields only).
+pub fn end_small_record(buf: &mut [u8], start: usize) {
+    let body_len = buf.len() - start - RECORD_HEADER_LEN;
+    debug_assert!(body_len < 1 << 16, "a small record of {body_len} bytes");
+    seal_record(buf, start, body_len);
+}
+
+fn seal_record(buf: &mut [u8], start: usize, body_len: usize) {
     buf[start + 4..start + 8].copy_from_slice(&(body_len as u32).to_le_bytes());
     let crc = crc32c::crc32c(&buf[start + 4..start + 20]);
     let crc = crc32c::crc32c_append(crc, &buf[start + RECORD_HEADER_LEN..]);
@@ -212,9 +319,55 @@ fn status_from(b: u8) -> Result<Status, String> {
 
 const HAS_TTL: u8 = 1;
 const HAS_TTR: u8 = 2;
+/// Version 2: the task carries a utube key (possibly empty).
+const HAS_UTUBE: u8 = 4;
+/// Tube options: the tube is temporary.
+const TEMPORARY: u8 = 8;
 
-/// Appends a whole task (a Put record's body, or one entry of a snapshot block).
-pub fn encode_task(buf: &mut Vec<u8>, t: &TaskRef<'_>) {
+fn u16_len(what: &'static str, len: usize) -> Result<u16, TooLarge> {
+    u16::try_from(len).map_err(|_| TooLarge {
+        what,
+        len,
+        max: u16::MAX as usize,
+    })
+}
+
+/// The bytes `encode_task` appends for `t`.
+pub fn task_len(t: &TaskRef<'_>) -> usize {
+    TASK_FIXED_BYTES + t.utube.map_or(0, <[u8]>::len) + t.data.len()
+}
+
+/// Appends a whole task (a Put or Replace record's body, or one entry of a snapshot block).
+/// A payload over `MAX_PAYLOAD_BYTES` or a key over 64 KiB is refused and nothing appended.
+pub fn encode_task(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLarge> {
+    check_payload(t.data.len())?;
+    let key = t.utube.unwrap_or_default();
+    let key_len = u16_len("utube key", key.len())?;
+    let flags = if t.ttl.is_some() { HAS_TTL } else { 0 }
+        | if t.ttr.is_some() { HAS_TTR } else { 0 }
+        | if t.utube.is_some() { HAS_UTUBE } else { 0 };
+    buf.reserve(task_len(t));
+    buf.extend_from_slice(&t.id.to_le_bytes());
+    buf.push(status_byte(t.status));
+    buf.push(flags);
+    buf.extend_from_slice(&t.runat.to_le_bytes());
+    buf.extend_from_slice(&t.pri.to_le_bytes());
+    buf.extend_from_slice(&t.ttl.unwrap_or(0).to_le_bytes());
+    buf.extend_from_slice(&t.ttr.unwrap_or(0).to_le_bytes());
+    buf.extend_from_slice(&t.created.to_le_bytes());
+    buf.extend_from_slice(&t.tube.to_le_bytes());
+    buf.extend_from_slice(&t.deliveries.to_le_bytes());
+    buf.extend_from_slice(&key_len.to_le_bytes());
+    buf.extend_from_slice(key);
+    // Fits: checked against MAX_PAYLOAD_BYTES, which is below u32::MAX.
+    buf.extend_from_slice(&(t.data.len() as u32).to_le_bytes());
+    buf.extend_from_slice(t.data);
+    Ok(())
+}
+
+/// Appends a task in the version-1 layout (no tube, deliveries or key): only tests write it,
+/// to check that a data directory of that format is still read.
+pub fn encode_task_v1(buf: &mut Vec<u8>, t: &TaskRef<'_>) {
     let flags =
         if t.ttl.is_some() { HAS_TTL } else { 0 } | if t.ttr.is_some() { HAS_TTR } else { 0 };
     buf.extend_from_slice(&t.id.to_le_bytes());
@@ -225,9 +378,88 @@ pub fn encode_task(buf: &mut Vec<u8>, t: &TaskRef<'_>) {
     buf.extend_from_slice(&t.ttl.unwrap_or(0).to_le_bytes());
     buf.extend_from_slice(&t.ttr.unwrap_or(0).to_le_bytes());
     buf.extend_from_slice(&t.created.to_le_bytes());
-    let len = u32::try_from(t.data.len()).expect("payload under 4 GiB: frames are limited");
-    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(&(t.data.len() as u32).to_le_bytes());
     buf.extend_from_slice(t.data);
+}
+
+/// A task as a record holds it: what `Queue::restore_in` needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredTask {
+    pub task: RestoredTask,
+    pub tube: TubeIx,
+    pub deliveries: u16,
+    pub utube: Option<Box<[u8]>>,
+}
+
+/// A tube as a record holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredTube {
+    pub ix: TubeIx,
+    pub name: String,
+    pub kind: TubeType,
+    pub opts: TubeOptions,
+}
+
+/// A dedup key as a record holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDedup {
+    pub tube: TubeIx,
+    pub key: Box<[u8]>,
+    pub id: TaskId,
+    pub expires: Micros,
+}
+
+fn kind_byte(k: TubeType) -> u8 {
+    match k {
+        TubeType::Fifo => 1,
+        TubeType::FifoTtl => 2,
+        TubeType::LimFifoTtl => 3,
+        TubeType::Utube => 4,
+        TubeType::UtubeTtl => 5,
+    }
+}
+
+fn kind_from(b: u8) -> Result<TubeType, String> {
+    Ok(match b {
+        1 => TubeType::Fifo,
+        2 => TubeType::FifoTtl,
+        3 => TubeType::LimFifoTtl,
+        4 => TubeType::Utube,
+        5 => TubeType::UtubeTtl,
+        _ => return Err(format!("unknown tube type {b}")),
+    })
+}
+
+/// Appends a tube (a TubeCreate record's body, or one entry of a snapshot's tube table).
+/// Names are bounded by the engine (`MAX_TUBE_NAME_BYTES`), so this never fails.
+pub fn encode_tube(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
+    let o = &t.opts;
+    let flags = if o.ttl.is_some() { HAS_TTL } else { 0 }
+        | if o.ttr.is_some() { HAS_TTR } else { 0 }
+        | if o.temporary { TEMPORARY } else { 0 };
+    buf.extend_from_slice(&t.ix.to_le_bytes());
+    buf.push(kind_byte(t.kind));
+    buf.push(flags);
+    buf.extend_from_slice(&o.ttl.unwrap_or(0).to_le_bytes());
+    buf.extend_from_slice(&o.ttr.unwrap_or(0).to_le_bytes());
+    buf.extend_from_slice(&o.pri.to_le_bytes());
+    buf.extend_from_slice(&o.capacity.to_le_bytes());
+    buf.extend_from_slice(&o.max_deliveries.to_le_bytes());
+    buf.extend_from_slice(&o.dedup_window.to_le_bytes());
+    let name = &t.name.as_bytes()[..t.name.len().min(u16::MAX as usize)];
+    buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    buf.extend_from_slice(name);
+}
+
+/// Appends a dedup key (a Dedup record's body, or one entry of a snapshot's dedup block).
+/// Keys are bounded by the engine (`MAX_DEDUP_KEY_BYTES`).
+pub fn encode_dedup(buf: &mut Vec<u8>, tube: TubeIx, key: &[u8], id: TaskId, expires: Micros) {
+    let key = &key[..key.len().min(u16::MAX as usize)];
+    buf.extend_from_slice(&tube.to_le_bytes());
+    buf.extend_from_slice(&id.to_le_bytes());
+    buf.extend_from_slice(&expires.to_le_bytes());
+    buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    buf.extend_from_slice(key);
 }
 
 /// A cursor over a record body.
@@ -247,6 +479,11 @@ impl<'a> Body<'a> {
     }
     pub fn u8(&mut self) -> Result<u8, String> {
         Ok(self.take(1)?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
     }
     pub fn u32(&mut self) -> Result<u32, String> {
         Ok(u32::from_le_bytes(
@@ -273,7 +510,8 @@ impl<'a> Body<'a> {
         }
     }
 
-    pub fn task(&mut self) -> Result<RestoredTask, String> {
+    /// A task in the layout of format `version`.
+    pub fn task(&mut self, version: u32) -> Result<StoredTask, String> {
         let id = self.u64()?;
         let status = status_from(self.u8()?)?;
         let flags = self.u8()?;
@@ -282,9 +520,17 @@ impl<'a> Body<'a> {
         let ttl = self.u64()?;
         let ttr = self.u64()?;
         let created = self.u64()?;
+        let (mut tube, mut deliveries, mut utube) = (DEFAULT_TUBE, 0, None);
+        if version >= 2 {
+            tube = self.u16()?;
+            deliveries = self.u16()?;
+            let key_len = self.u16()? as usize;
+            let key = self.take(key_len)?;
+            utube = (flags & HAS_UTUBE != 0).then(|| key.into());
+        }
         let len = self.u32()? as usize;
         let data = self.take(len)?.into();
-        Ok(RestoredTask {
+        let task = RestoredTask {
             id,
             status,
             runat,
@@ -293,44 +539,143 @@ impl<'a> Body<'a> {
             ttr: (flags & HAS_TTR != 0).then_some(ttr),
             created,
             data,
+        };
+        Ok(StoredTask {
+            task,
+            tube,
+            deliveries,
+            utube,
+        })
+    }
+
+    pub fn tube(&mut self) -> Result<StoredTube, String> {
+        let ix = self.u16()?;
+        let kind = kind_from(self.u8()?)?;
+        let flags = self.u8()?;
+        let ttl = self.u64()?;
+        let ttr = self.u64()?;
+        let pri = self.u64()? as i64;
+        let capacity = self.u64()?;
+        let max_deliveries = self.u16()?;
+        let dedup_window = self.u64()?;
+        let len = self.u16()? as usize;
+        let name = std::str::from_utf8(self.take(len)?)
+            .map_err(|e| format!("tube name is not UTF-8: {e}"))?
+            .to_owned();
+        let opts = TubeOptions {
+            ttl: (flags & HAS_TTL != 0).then_some(ttl),
+            ttr: (flags & HAS_TTR != 0).then_some(ttr),
+            pri,
+            capacity,
+            max_deliveries,
+            dedup_window,
+            temporary: flags & TEMPORARY != 0,
+        };
+        Ok(StoredTube {
+            ix,
+            name,
+            kind,
+            opts,
+        })
+    }
+
+    pub fn dedup(&mut self) -> Result<StoredDedup, String> {
+        let tube = self.u16()?;
+        let id = self.u64()?;
+        let expires = self.u64()?;
+        let len = self.u16()? as usize;
+        let key = self.take(len)?.into();
+        Ok(StoredDedup {
+            tube,
+            key,
+            id,
+            expires,
         })
     }
 }
 
 /// A decoded WAL record.
 pub enum Change {
-    Put(RestoredTask),
+    Put(StoredTask),
+    /// The whole task as it is now: replaces it (inserted if absent).
+    Replace(StoredTask),
     Status {
         id: TaskId,
         status: Status,
         runat: Micros,
+        /// Version 2: the delivery count.
+        deliveries: Option<u16>,
     },
     Remove {
         id: TaskId,
     },
+    TubeCreate(StoredTube),
+    TubeDrop(TubeIx),
+    TubeTruncate(TubeIx),
+    Dedup(StoredDedup),
     Commit,
 }
 
-pub fn encode_status(buf: &mut Vec<u8>, id: TaskId, status: Status, runat: Micros) {
+pub fn encode_status(
+    buf: &mut Vec<u8>,
+    id: TaskId,
+    status: Status,
+    runat: Micros,
+    deliveries: u16,
+) {
     buf.extend_from_slice(&id.to_le_bytes());
     buf.push(status_byte(status));
     buf.extend_from_slice(&runat.to_le_bytes());
+    buf.extend_from_slice(&deliveries.to_le_bytes());
 }
 
-/// Decodes the body of a WAL record.
-pub fn decode_change(kind: Kind, body: &[u8]) -> Result<Change, String> {
+/// Decodes the body of a WAL record of format `version`.
+pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, String> {
     let mut b = Body(body);
+    let v2 = |what: &str| {
+        if version < 2 {
+            Err(format!("{what} record in a version {version} file"))
+        } else {
+            Ok(())
+        }
+    };
     let change = match kind {
-        Kind::Put => Change::Put(b.task()?),
+        Kind::Put => Change::Put(b.task(version)?),
+        Kind::Replace => {
+            v2("Replace")?;
+            Change::Replace(b.task(version)?)
+        }
         Kind::Status => {
             let id = b.u64()?;
             let status = status_from(b.u8()?)?;
             let runat = b.u64()?;
-            Change::Status { id, status, runat }
+            let deliveries = if version >= 2 { Some(b.u16()?) } else { None };
+            Change::Status {
+                id,
+                status,
+                runat,
+                deliveries,
+            }
         }
         Kind::Remove => Change::Remove { id: b.u64()? },
+        Kind::TubeCreate => {
+            v2("TubeCreate")?;
+            Change::TubeCreate(b.tube()?)
+        }
+        Kind::TubeDrop => {
+            v2("TubeDrop")?;
+            Change::TubeDrop(b.u16()?)
+        }
+        Kind::TubeTruncate => {
+            v2("TubeTruncate")?;
+            Change::TubeTruncate(b.u16()?)
+        }
+        Kind::Dedup => {
+            v2("Dedup")?;
+            Change::Dedup(b.dedup()?)
+        }
         Kind::Commit => Change::Commit,
-        Kind::SnapTasks | Kind::SnapEnd => {
+        Kind::SnapTasks | Kind::SnapEnd | Kind::SnapTubes | Kind::SnapDedup => {
             return Err(format!("snapshot record {kind:?} inside a WAL segment"))
         }
     };

@@ -37,11 +37,12 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tarq_engine::{Event, Queue, Status, TaskId};
+use tarq_engine::{Event, Queue, Status, TaskId, TubeIx};
 
 #[cfg(feature = "test-storage")]
 pub use clock::ManualClock;
 pub use clock::{Clock, SystemClock};
+pub use format::{check_payload, TooLarge, MAX_PAYLOAD_BYTES};
 use format::{Kind, FILE_HEADER_LEN, INPROGRESS_SUFFIX, SNAP_SUFFIX, WAL_SUFFIX};
 pub use lock::DirLock;
 #[cfg(feature = "test-storage")]
@@ -59,6 +60,12 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
 /// A snapshot starts once this much WAL was written since the last one: replaying 256 MiB
 /// (a few million records) adds well under a second to recovery.
 pub const DEFAULT_SNAPSHOT_EVERY_BYTES: u64 = 256 << 20;
+/// A snapshot is due once the WAL since the last one reaches this many times the last
+/// snapshot's size (and `snapshot_every_bytes`): as LSM compaction weighs a level against the
+/// next, rewriting a backlog of S bytes is paid for by at least S bytes of new WAL, so
+/// snapshot work stays at most the WAL's own at any backlog, and recovery replays at most
+/// that much WAL on top of the snapshot.
+pub const SNAPSHOT_WAL_RATIO: u64 = 1;
 /// Snapshots kept; the WAL from the oldest kept one on is kept too. Two, so a snapshot found
 /// damaged at start still has a predecessor.
 pub const DEFAULT_KEEP_SNAPSHOTS: usize = 2;
@@ -117,8 +124,11 @@ impl fmt::Display for WalMode {
 pub struct WalConfig {
     pub mode: WalMode,
     pub segment_bytes: u64,
-    /// 0: snapshots only on demand.
+    /// 0: no size trigger.
     pub snapshot_every_bytes: u64,
+    /// A snapshot is due this long after the last one if any WAL was written since
+    /// (Tarantool's `checkpoint_interval`); `None`: no time trigger.
+    pub snapshot_interval: Option<Duration>,
     pub keep_snapshots: usize,
     pub force_recovery: bool,
 }
@@ -129,6 +139,7 @@ impl Default for WalConfig {
             mode: WalMode::default(),
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             snapshot_every_bytes: DEFAULT_SNAPSHOT_EVERY_BYTES,
+            snapshot_interval: None,
             keep_snapshots: DEFAULT_KEEP_SNAPSHOTS,
             force_recovery: false,
         }
@@ -156,6 +167,17 @@ pub enum WalError {
     WriteFailed(String),
     #[error("data directory {} is in use by another tarq process (pid {holder}); refusing to start", dir.display())]
     Locked { dir: PathBuf, holder: String },
+    /// A file of a format version this build does not read: refused, never misread.
+    #[error(
+        "{file} is written in WAL/snapshot format version {version}; this build reads versions \
+         {}..={}: start the tarq that wrote it, or move the data directory aside",
+        format::OLDEST_READABLE_VERSION,
+        format::FORMAT_VERSION
+    )]
+    UnsupportedFormat { file: String, version: u32 },
+    /// A task bigger than a WAL record holds: refused before the queue changes.
+    #[error(transparent)]
+    TooLarge(#[from] format::TooLarge),
 }
 
 impl WalError {
@@ -202,6 +224,12 @@ pub struct WalStats {
     pub snapshots: u64,
     /// Bytes of records not yet durable (waiting for a write, a sync, or a failed disk).
     pub pending_bytes: u64,
+    /// The running or last snapshot: loop turns its walk took, and the longest of them (µs),
+    /// the pause a snapshot adds to a turn.
+    pub snapshot_walk_steps: u64,
+    pub snapshot_longest_step_us: u64,
+    /// WAL bytes written since the newest snapshot's position (counted from the files at start).
+    pub wal_bytes_since_snapshot: u64,
 }
 
 struct Batch {
@@ -269,9 +297,20 @@ pub struct Wal {
     writer: snapshot::Writer,
     snap: SnapState,
     snapshot_requested: bool,
+    /// WAL bytes written since the newest snapshot's position, counted from the files at
+    /// start and then by every write: the size trigger survives restarts.
     bytes_since_snapshot: u64,
+    /// The newest snapshot's size: a snapshot is due only after as much WAL (times
+    /// `SNAPSHOT_WAL_RATIO`), so a big backlog is not rewritten over and over.
+    last_snapshot_bytes: u64,
+    /// When the newest snapshot was committed (or the WAL opened): the interval trigger.
+    last_snapshot_at: Instant,
     events: Vec<Event>,
     vanished: Vec<TaskId>,
+    /// Tubes created and dropped within the open turn: nothing of them is logged.
+    vanished_tubes: Vec<TubeIx>,
+    /// A change too big for the format reached the log: changes are refused until a restart.
+    unloggable: bool,
     stats: WalStats,
     _lock: Option<DirLock>,
 }
@@ -308,29 +347,7 @@ impl Wal {
     ) -> Result<(Wal, Queue, RecoveryReport), WalError> {
         let rec = recovery::recover(&*storage, cfg.force_recovery)?;
         let report = rec.report;
-        if let Some(t) = &report.torn {
-            let cut = if t.offset < FILE_HEADER_LEN as u64 {
-                storage.remove(&t.file)
-            } else {
-                storage.open_append(&t.file).and_then(|f| {
-                    f.truncate(t.offset)?;
-                    f.sync()
-                })
-            };
-            cut.map_err(|e| WalError::io(format!("cutting the torn tail of {}", t.file), e))?;
-            tracing::warn!(file = %t.file, offset = t.offset, bytes = t.bytes, "cut the WAL's torn tail");
-        }
-        let names = storage
-            .list()
-            .map_err(|e| WalError::io("listing the data directory", e))?;
-        for n in names.iter().filter(|n| n.ends_with(INPROGRESS_SUFFIX)) {
-            storage
-                .remove(n)
-                .map_err(|e| WalError::io(format!("removing {n}"), e))?;
-        }
-        storage
-            .sync_dir()
-            .map_err(|e| WalError::io("syncing the data directory", e))?;
+        tidy_after_recovery(&*storage, &report)?;
         let notify = Notify::default();
         let sync = match cfg.mode {
             WalMode::Fsync => Some(
@@ -351,6 +368,7 @@ impl Wal {
             elapsed_ms = report.elapsed.as_millis() as u64,
             "recovered"
         );
+        let opened_at = clock.now();
         let wal = Wal {
             snapshot_requested: !report.lost.is_empty(),
             storage,
@@ -373,9 +391,13 @@ impl Wal {
             sync,
             writer,
             snap: SnapState::Idle,
-            bytes_since_snapshot: 0,
+            bytes_since_snapshot: report.wal_bytes_since_snapshot,
+            last_snapshot_bytes: report.snapshot_bytes,
+            last_snapshot_at: opened_at,
             events: Vec::new(),
             vanished: Vec::new(),
+            vanished_tubes: Vec::new(),
+            unloggable: false,
             stats: WalStats::default(),
             _lock: None,
         };
@@ -413,10 +435,10 @@ impl Wal {
         format::begin_record(&mut self.buf, self.last_seq, kind)
     }
 
-    fn status_record(&mut self, id: TaskId, status: Status, runat: u64) {
+    fn status_record(&mut self, id: TaskId, status: Status, runat: u64, deliveries: u16) {
         let at = self.record(Kind::Status);
-        format::encode_status(&mut self.buf, id, status, runat);
-        format::end_record(&mut self.buf, at);
+        format::encode_status(&mut self.buf, id, status, runat, deliveries);
+        format::end_small_record(&mut self.buf, at);
     }
 
     /// Encodes the events the queue journaled since the last call into the open batch.
@@ -435,62 +457,158 @@ impl Wal {
     }
 
     /// Encodes one event into the open batch. `queue` is the state after the event's call or
-    /// later in the same turn (a put is logged as its task is then).
+    /// later in the same turn: records are absolute, each says what a task or tube is at the
+    /// end of the turn, so later events of the turn replay on top of it.
     pub fn record_event(&mut self, queue: &Queue, ev: Event) {
         if self.cfg.mode == WalMode::None {
             return;
         }
-        {
-            let id = match ev {
-                Event::Put { id }
-                | Event::Taken { id, .. }
-                | Event::Acked { id }
-                | Event::Released { id, .. }
-                | Event::Promoted { id }
-                | Event::Expired { id }
-                | Event::TtrReturned { id }
-                | Event::AutoReleased { id } => id,
-                // The server makes none of these yet (it calls no tube API); logging them
-                // needs tubes in the record format. Refuse loudly rather than lose them.
-                other => panic!("the WAL cannot log {other:?} yet"),
-            };
-            if self.vanished.contains(&id) {
-                return;
+        match ev {
+            Event::TubeCreated { tube }
+            | Event::TubeDropped { tube }
+            | Event::TubeTruncated { tube } => self.record_tube_event(queue, ev, tube),
+            Event::DedupRecorded { tube, seq } => {
+                // Absent when the key expired within the same turn: nothing to keep.
+                if let Some((key, id, expires)) = queue.dedup_entry(tube, seq) {
+                    let at = self.record(Kind::Dedup);
+                    format::encode_dedup(&mut self.buf, tube, key, id, expires);
+                    format::end_small_record(&mut self.buf, at);
+                }
             }
-            match ev {
-                Event::Put { id } => match queue.get(id) {
-                    // Logged as it is now: later events of this turn are replayed on top.
-                    Some(t) => {
-                        self.open_needs_durability = true;
-                        let at = self.record(Kind::Put);
-                        format::encode_task(&mut self.buf, &t);
-                        format::end_record(&mut self.buf, at);
-                    }
-                    // Put and removed within this turn: nothing to log for it at all.
-                    None => self.vanished.push(id),
-                },
-                Event::Taken { id, .. } => self.status_record(id, Status::Taken, 0),
-                Event::Released { id, runat } => {
-                    self.open_needs_durability = true;
-                    let status = if runat == 0 {
-                        Status::Ready
-                    } else {
-                        Status::Waiting
-                    };
-                    self.status_record(id, status, runat)
-                }
-                Event::Promoted { id } | Event::TtrReturned { id } | Event::AutoReleased { id } => {
-                    self.status_record(id, Status::Ready, 0)
-                }
-                Event::Acked { id } | Event::Expired { id } => {
-                    self.open_needs_durability |= matches!(ev, Event::Acked { .. });
-                    let at = self.record(Kind::Remove);
-                    self.buf.extend_from_slice(&id.to_le_bytes());
-                    format::end_record(&mut self.buf, at);
-                }
-                _ => unreachable!("refused above"),
-            }
+            _ => self.record_task_event(queue, ev),
         }
+    }
+
+    fn record_task_event(&mut self, queue: &Queue, ev: Event) {
+        let id = match ev {
+            Event::Put { id }
+            | Event::Taken { id, .. }
+            | Event::Acked { id }
+            | Event::Released { id, .. }
+            | Event::Promoted { id }
+            | Event::Expired { id }
+            | Event::TtrReturned { id }
+            | Event::AutoReleased { id }
+            | Event::Buried { id }
+            | Event::DeadLettered { id }
+            | Event::Kicked { id }
+            | Event::Deleted { id }
+            | Event::Updated { id } => id,
+            Event::TubeCreated { .. }
+            | Event::TubeDropped { .. }
+            | Event::TubeTruncated { .. }
+            | Event::DedupRecorded { .. } => return,
+        };
+        if self.vanished.contains(&id) {
+            return;
+        }
+        let task = queue.get(id);
+        let deliveries = task.map_or(0, |t| t.deliveries);
+        match ev {
+            Event::Put { id } | Event::Updated { id } => match task {
+                Some(t) => {
+                    self.open_needs_durability = true;
+                    let kind = if matches!(ev, Event::Put { .. }) {
+                        Kind::Put
+                    } else {
+                        Kind::Replace
+                    };
+                    let at = self.record(kind);
+                    if let Err(e) = format::encode_task(&mut self.buf, &t)
+                        .and_then(|()| format::end_record(&mut self.buf, at))
+                    {
+                        self.refuse_unloggable(at, e);
+                    }
+                }
+                // Put and removed within this turn: nothing to log for it at all.
+                None if matches!(ev, Event::Put { .. }) => self.vanished.push(id),
+                // Updated, then removed in this turn: the removal is logged next.
+                None => {}
+            },
+            Event::Taken { id, .. } => self.status_record(id, Status::Taken, 0, deliveries),
+            Event::Released { id, runat } => {
+                self.open_needs_durability = true;
+                let status = if runat == 0 {
+                    Status::Ready
+                } else {
+                    Status::Waiting
+                };
+                self.status_record(id, status, runat, deliveries)
+            }
+            Event::Promoted { id }
+            | Event::TtrReturned { id }
+            | Event::AutoReleased { id }
+            | Event::Kicked { id } => {
+                self.open_needs_durability |= matches!(ev, Event::Kicked { .. });
+                self.status_record(id, Status::Ready, 0, deliveries)
+            }
+            Event::Buried { id } | Event::DeadLettered { id } => {
+                self.open_needs_durability |= matches!(ev, Event::Buried { .. });
+                self.status_record(id, Status::Buried, 0, deliveries)
+            }
+            Event::Acked { id } | Event::Expired { id } | Event::Deleted { id } => {
+                self.open_needs_durability |= !matches!(ev, Event::Expired { .. });
+                let at = self.record(Kind::Remove);
+                self.buf.extend_from_slice(&id.to_le_bytes());
+                format::end_small_record(&mut self.buf, at);
+            }
+            _ => {}
+        }
+    }
+
+    /// A tube created, dropped or truncated: logged as the tube is at the end of the turn. A
+    /// tube created and dropped within one turn logs nothing (neither its creation nor what
+    /// happened to it before the drop).
+    fn record_tube_event(&mut self, queue: &Queue, ev: Event, tube: TubeIx) {
+        self.open_needs_durability = true;
+        if let SnapState::Walking(w) = &mut self.snap {
+            w.tube_changed(tube);
+        }
+        let vanished = self.vanished_tubes.contains(&tube);
+        match ev {
+            Event::TubeCreated { .. } => match queue.tube_info(tube) {
+                Some(info) => {
+                    let at = self.record(Kind::TubeCreate);
+                    format::encode_tube(&mut self.buf, &info);
+                    format::end_small_record(&mut self.buf, at);
+                }
+                None => self.vanished_tubes.push(tube),
+            },
+            Event::TubeDropped { .. } if vanished => self.vanished_tubes.retain(|&t| t != tube),
+            Event::TubeTruncated { .. } if vanished => {}
+            Event::TubeDropped { .. } | Event::TubeTruncated { .. } => {
+                let kind = if matches!(ev, Event::TubeDropped { .. }) {
+                    Kind::TubeDrop
+                } else {
+                    Kind::TubeTruncate
+                };
+                let at = self.record(kind);
+                self.buf.extend_from_slice(&tube.to_le_bytes());
+                format::end_small_record(&mut self.buf, at);
+            }
+            _ => {}
+        }
+    }
+
+    /// A task the format cannot hold reached the log (the server checks sizes before the
+    /// queue changes, so only a caller's bug gets here). The queue already changed and cannot
+    /// be logged: the WAL stops accepting changes for good and the turn is never durable, so
+    /// no reply claims what a restart would not bring back. Nothing panics.
+    fn refuse_unloggable(&mut self, at: usize, e: format::TooLarge) {
+        self.buf.truncate(at);
+        self.last_seq -= 1;
+        self.stats.records -= 1;
+        if self.open.is_some_and(|(start, _)| start == at) {
+            self.open = None;
+        }
+        let message = format!("a change cannot be logged: {e}; restart tarq");
+        tracing::error!(error = %message, "WAL refusing all changes");
+        self.open_needs_durability = true;
+        self.unloggable = true;
+        self.failed = Some(Failure {
+            message,
+            retry_at: self.clock.now(),
+        });
     }
 
     /// Ends the turn: closes the open batch and writes it (one write for the whole turn).
@@ -498,11 +616,12 @@ impl Wal {
     pub fn submit(&mut self) -> BatchId {
         self.submitted += 1;
         self.vanished.clear();
+        self.vanished_tubes.clear();
         let Some((start, first_seq)) = self.open.take() else {
             return self.submitted;
         };
         let at = self.record(Kind::Commit);
-        format::end_record(&mut self.buf, at);
+        format::end_small_record(&mut self.buf, at);
         self.open = None;
         self.stats.batches += 1;
         let needs_durability = std::mem::take(&mut self.open_needs_durability);
@@ -657,7 +776,7 @@ impl Wal {
                 self.set_durable(p.done);
             }
         }
-        if let Some(f) = &self.failed {
+        if let Some(f) = self.failed.as_ref().filter(|_| !self.unloggable) {
             if self.clock.now() >= f.retry_at {
                 self.failed = None;
                 self.write_pending();
@@ -667,6 +786,7 @@ impl Wal {
             }
         }
         self.stats.pending_bytes = self.buf.len() as u64;
+        self.stats.wal_bytes_since_snapshot = self.bytes_since_snapshot;
         self.poll_snapshot(queue);
     }
 
@@ -682,9 +802,19 @@ impl Wal {
             }
             _ => {}
         }
-        self.failed
+        let retry = self
+            .failed
             .as_ref()
-            .map(|f| f.retry_at.saturating_duration_since(self.clock.now()))
+            .filter(|_| !self.unloggable)
+            .map(|f| f.retry_at.saturating_duration_since(self.clock.now()));
+        match (
+            retry,
+            self.interval_left()
+                .filter(|_| matches!(self.snap, SnapState::Idle)),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Asks for a snapshot (`queue.snapshot()`); false when one is already running.
@@ -712,9 +842,15 @@ impl Wal {
                     *synced = true;
                 }
             }
-            snapshot::FromWriter::Committed { name, removed } => {
+            snapshot::FromWriter::Committed {
+                name,
+                removed,
+                bytes,
+            } => {
                 self.stats.snapshots += 1;
-                tracing::info!(file = %name, removed = ?removed, "snapshot done");
+                self.last_snapshot_bytes = bytes;
+                self.last_snapshot_at = self.clock.now();
+                tracing::info!(file = %name, bytes, removed = ?removed, "snapshot done");
                 self.snap = SnapState::Idle;
             }
             snapshot::FromWriter::Failed(e) => {
@@ -730,16 +866,20 @@ impl Wal {
         while let Ok(msg) = self.writer.rx.try_recv() {
             self.on_writer(msg);
         }
-        if matches!(self.snap, SnapState::Idle) && self.failed.is_none() {
-            let due = self.cfg.snapshot_every_bytes > 0
-                && self.bytes_since_snapshot >= self.cfg.snapshot_every_bytes;
-            if self.snapshot_requested || due {
-                self.start_snapshot(queue);
-            }
+        if matches!(self.snap, SnapState::Idle)
+            && self.failed.is_none()
+            && (self.snapshot_requested || self.snapshot_due())
+        {
+            self.start_snapshot(queue);
         }
         if let SnapState::Walking(walk) = &mut self.snap {
             // `poll` appended every journaled event first, so `last_seq` covers all the walk saw.
-            match walk.step(queue, &self.writer.tx, self.last_seq) {
+            let t0 = Instant::now();
+            let step = walk.step(queue, &self.writer.tx, self.last_seq);
+            let took = t0.elapsed().as_micros() as u64;
+            self.stats.snapshot_walk_steps += 1;
+            self.stats.snapshot_longest_step_us = self.stats.snapshot_longest_step_us.max(took);
+            match step {
                 snapshot::Step::Walking => {}
                 snapshot::Step::Sealed { end_seq } => {
                     self.snap = SnapState::Sealed {
@@ -752,6 +892,11 @@ impl Wal {
                 snapshot::Step::Broken => {
                     tracing::error!("snapshot writer thread is gone");
                     self.snap = SnapState::Idle;
+                }
+                snapshot::Step::Failed(e) => {
+                    tracing::error!(error = %e, "snapshot abandoned");
+                    self.snap = SnapState::Idle;
+                    self.bytes_since_snapshot = 0;
                 }
             }
         }
@@ -789,6 +934,28 @@ impl Wal {
         }
     }
 
+    /// The WAL since the last snapshot passed the size trigger, or the interval passed with
+    /// something written since.
+    fn snapshot_due(&self) -> bool {
+        let by_size = self.cfg.snapshot_every_bytes > 0
+            && self.bytes_since_snapshot
+                >= self
+                    .cfg
+                    .snapshot_every_bytes
+                    .max(self.last_snapshot_bytes.saturating_mul(SNAPSHOT_WAL_RATIO));
+        by_size || self.interval_left().is_some_and(|d| d.is_zero())
+    }
+
+    /// Time until the interval trigger fires; `None` when it is off or nothing was written.
+    fn interval_left(&self) -> Option<Duration> {
+        let every = self.cfg.snapshot_interval?;
+        if self.bytes_since_snapshot == 0 {
+            return None;
+        }
+        let due = self.last_snapshot_at + every;
+        Some(due.saturating_duration_since(self.clock.now()))
+    }
+
     fn start_snapshot(&mut self, queue: &mut Queue) {
         // The snapshot starts at a turn boundary: log what the queue journaled so far.
         self.append_turn(queue);
@@ -806,7 +973,9 @@ impl Wal {
             return;
         }
         tracing::info!(start_seq, tasks = queue.len(), "snapshot started");
-        self.snap = SnapState::Walking(snapshot::Walk::new());
+        self.stats.snapshot_walk_steps = 0;
+        self.stats.snapshot_longest_step_us = 0;
+        self.snap = SnapState::Walking(snapshot::Walk::new(queue));
     }
 
     /// Tests and shutdown: drives `poll` until every submitted batch is durable.
@@ -929,6 +1098,33 @@ impl Wal {
         }
         Ok(())
     }
+}
+
+/// Cuts the torn tail recovery found and removes snapshots left half-written by a crash.
+fn tidy_after_recovery(storage: &dyn Storage, report: &RecoveryReport) -> Result<(), WalError> {
+    if let Some(t) = &report.torn {
+        let cut = if t.offset < FILE_HEADER_LEN as u64 {
+            storage.remove(&t.file)
+        } else {
+            storage.open_append(&t.file).and_then(|f| {
+                f.truncate(t.offset)?;
+                f.sync()
+            })
+        };
+        cut.map_err(|e| WalError::io(format!("cutting the torn tail of {}", t.file), e))?;
+        tracing::warn!(file = %t.file, offset = t.offset, bytes = t.bytes, "cut the WAL's torn tail");
+    }
+    let names = storage
+        .list()
+        .map_err(|e| WalError::io("listing the data directory", e))?;
+    for n in names.iter().filter(|n| n.ends_with(INPROGRESS_SUFFIX)) {
+        storage
+            .remove(n)
+            .map_err(|e| WalError::io(format!("removing {n}"), e))?;
+    }
+    storage
+        .sync_dir()
+        .map_err(|e| WalError::io("syncing the data directory", e))
 }
 
 /// Files a new snapshot makes unnecessary: snapshots beyond the newest `keep`, and WAL segments

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use tarq_engine::{Queue, TaskId};
 
 use super::format::{
-    self, Change, Frame, Kind, FILE_HEADER_LEN, RECORD_MARKER, SNAP_SUFFIX, WAL_SUFFIX,
+    self, Change, Frame, HeaderError, Kind, StoredTask, FILE_HEADER_LEN, RECORD_MARKER,
+    SNAP_SUFFIX, WAL_SUFFIX,
 };
 use super::snapshot;
 use super::storage::{read_all, Storage};
@@ -45,6 +46,11 @@ pub struct RecoveryReport {
     pub lost: Vec<String>,
     /// Tasks that were taken and came back ready.
     pub released: usize,
+    /// Size of the snapshot loaded: the trigger weighs the WAL against it.
+    pub snapshot_bytes: u64,
+    /// Bytes of WAL records after the snapshot's position: the WAL written since it, counted
+    /// from the files, so the snapshot trigger survives restarts.
+    pub wal_bytes_since_snapshot: u64,
     /// Time spent loading the snapshot (the rest of `elapsed` is the WAL).
     pub snapshot_load: Duration,
     pub elapsed: Duration,
@@ -98,23 +104,30 @@ fn scan_after(buf: &[u8], from: usize, prev_seq: u64) -> Scan {
     scan
 }
 
-struct Replay<'a> {
+struct Replay {
     force: bool,
     queue: Queue,
     report: RecoveryReport,
+    /// The snapshot's position: records up to it are skipped.
+    start: u64,
     /// Records up to here may meet a task in a later state than they expect: the snapshot walk
     /// captured it after they were written.
     fuzzy_upto: u64,
     max_id: TaskId,
-    file: &'a str,
+    /// The segment being read.
+    file: String,
+    /// The last sequence number read.
+    prev_seq: u64,
+    /// The last turn applied.
+    last_commit: u64,
 }
 
-impl Replay<'_> {
+impl Replay {
     /// Reports damage: an error, or under --force-recovery a line in the report.
     fn damage(&mut self, offset: usize, reason: String, lost: String) -> Result<(), WalError> {
         if !self.force {
             return Err(WalError::Corrupt {
-                file: self.file.to_owned(),
+                file: self.file.clone(),
                 offset: offset as u64,
                 reason,
             });
@@ -130,33 +143,7 @@ impl Replay<'_> {
         for p in turn {
             self.report.records += 1;
             let fuzzy = p.seq <= self.fuzzy_upto;
-            let problem = match p.change {
-                Change::Put(t) => {
-                    let id = t.id;
-                    self.max_id = self.max_id.max(id);
-                    if fuzzy && self.queue.get(id).is_some() {
-                        self.queue.restore_remove(id);
-                    }
-                    self.queue
-                        .restore(t)
-                        .err()
-                        .map(|e| format!("put of task {id}: {e}"))
-                }
-                Change::Status { id, status, runat } => {
-                    match self.queue.restore_status(id, status, runat) {
-                        Err(_) if fuzzy => None,
-                        r => r
-                            .err()
-                            .map(|e| format!("status {} of task {id}: {e}", status.as_str())),
-                    }
-                }
-                Change::Remove { id } => match self.queue.restore_remove(id) {
-                    None if !fuzzy => Some(format!("removal of task {id}: no such task")),
-                    _ => None,
-                },
-                Change::Commit => None,
-            };
-            if let Some(reason) = problem {
+            if let Some(reason) = self.apply_one(p.change, fuzzy) {
                 self.damage(
                     p.offset,
                     format!(
@@ -169,6 +156,74 @@ impl Replay<'_> {
         }
         Ok(())
     }
+
+    /// Applies one change; what does not fit the state before it. In the fuzzy window a
+    /// record may meet a task in a later state (the walk captured it after the record).
+    fn apply_one(&mut self, change: Change, fuzzy: bool) -> Option<String> {
+        let q = &mut self.queue;
+        let is_replace = matches!(change, Change::Replace(_));
+        match change {
+            Change::Put(t) | Change::Replace(t) if fuzzy || is_replace => {
+                let id = t.task.id;
+                self.max_id = self.max_id.max(id);
+                if q.get(id).is_some() {
+                    q.restore_remove(id);
+                }
+                restore(q, t)
+            }
+            Change::Put(t) | Change::Replace(t) => {
+                self.max_id = self.max_id.max(t.task.id);
+                restore(q, t)
+            }
+            Change::Status {
+                id,
+                status,
+                runat,
+                deliveries,
+            } => {
+                let r = q
+                    .restore_status(id, status, runat)
+                    .and_then(|()| match deliveries {
+                        Some(d) => q.restore_deliveries(id, d),
+                        None => Ok(()),
+                    });
+                match r {
+                    Err(_) if fuzzy => None,
+                    r => r
+                        .err()
+                        .map(|e| format!("status {} of task {id}: {e}", status.as_str())),
+                }
+            }
+            Change::Remove { id } => match q.restore_remove(id) {
+                None if !fuzzy => Some(format!("removal of task {id}: no such task")),
+                _ => None,
+            },
+            Change::TubeCreate(t) => q
+                .restore_tube(t.ix, &t.name, t.kind, t.opts)
+                .err()
+                .map(|e| format!("creation of tube {} {:?}: {e}", t.ix, t.name)),
+            Change::TubeDrop(ix) => q
+                .restore_drop_tube(ix)
+                .err()
+                .map(|e| format!("drop of tube {ix}: {e}")),
+            Change::TubeTruncate(ix) => q
+                .restore_truncate(ix)
+                .err()
+                .map(|e| format!("truncation of tube {ix}: {e}")),
+            Change::Dedup(d) => q
+                .restore_dedup(d.tube, &d.key, d.id, d.expires)
+                .err()
+                .map(|e| format!("dedup key of tube {}: {e}", d.tube)),
+            Change::Commit => None,
+        }
+    }
+}
+
+fn restore(q: &mut Queue, t: StoredTask) -> Option<String> {
+    let (id, tube) = (t.task.id, t.tube);
+    q.restore_in(tube, t.task, t.utube.as_deref(), t.deliveries)
+        .err()
+        .map(|e| format!("task {id} in tube {tube}: {e}"))
 }
 
 /// Rebuilds the queue from `storage`. `force` skips damage in the middle of the log.
@@ -189,126 +244,256 @@ pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError
     segs.sort_unstable();
 
     let mut report = RecoveryReport::default();
-    let mut queue = Queue::new();
-    let (mut start, mut fuzzy_upto, mut last_id) = (0, 0, 0);
-    for (_, name) in &snaps {
+    let base = load_newest_snapshot(storage, &snaps, &mut report)?;
+    report.snapshot_load = t0.elapsed();
+    let mut r = Replay {
+        force,
+        queue: base.queue,
+        report,
+        start: base.start,
+        fuzzy_upto: base.fuzzy_upto,
+        max_id: base.last_id,
+        file: String::new(),
+        prev_seq: base.start,
+        last_commit: base.start,
+    };
+    r.replay_segments(storage, &segs)?;
+
+    let mut queue = r.queue;
+    queue.set_last_id(r.max_id);
+    r.report.released = queue.release_all_taken();
+    queue.drain_events().for_each(drop);
+    #[cfg(debug_assertions)]
+    queue.check_invariants();
+    r.report.elapsed = t0.elapsed();
+    Ok(Recovered {
+        queue,
+        last_seq: r.last_commit.max(base.fuzzy_upto),
+        report: r.report,
+    })
+}
+
+/// Where replay starts: the newest snapshot that loads whole, or an empty queue.
+struct Base {
+    queue: Queue,
+    /// The snapshot's WAL position: replay applies records after it.
+    start: u64,
+    fuzzy_upto: u64,
+    last_id: TaskId,
+}
+
+fn load_newest_snapshot(
+    storage: &dyn Storage,
+    snaps: &[(u64, &String)],
+    report: &mut RecoveryReport,
+) -> Result<Base, WalError> {
+    for (_, name) in snaps {
         let mut q = Queue::new();
         match snapshot::load(storage, name, &mut q) {
             Ok(l) => {
                 tracing::info!(file = %name, tasks = l.tasks, "snapshot loaded");
-                queue = q;
-                (start, fuzzy_upto, last_id) = (l.start_seq, l.end_seq, l.last_id);
                 report.snapshot = Some((*name).clone());
                 report.snapshot_tasks = l.tasks;
-                break;
+                report.snapshot_bytes = l.bytes;
+                return Ok(Base {
+                    queue: q,
+                    start: l.start_seq,
+                    fuzzy_upto: l.end_seq,
+                    last_id: l.last_id,
+                });
             }
-            Err(e) => tracing::warn!(file = %name, "snapshot unusable, trying an older one: {e}"),
+            // A format this build does not read is not damage: an older snapshot and the WAL
+            // after it would be read as if the newer one had never been written.
+            Err(snapshot::LoadError::Version(version)) => {
+                return Err(WalError::UnsupportedFormat {
+                    file: (*name).clone(),
+                    version,
+                })
+            }
+            Err(snapshot::LoadError::Damaged(e)) => {
+                tracing::warn!(file = %name, "snapshot unusable, trying an older one: {e}")
+            }
         }
     }
-    if report.snapshot.is_none() && !snaps.is_empty() {
+    if !snaps.is_empty() {
         tracing::warn!("no usable snapshot: replaying the WAL from its beginning");
     }
+    Ok(Base {
+        queue: Queue::new(),
+        start: 0,
+        fuzzy_upto: 0,
+        last_id: 0,
+    })
+}
 
-    report.snapshot_load = t0.elapsed();
-    let mut r = Replay {
-        force,
-        queue,
-        report,
-        fuzzy_upto,
-        max_id: last_id,
-        file: "",
-    };
-    let first = segs.iter().rposition(|(s, _)| *s <= start + 1).unwrap_or(0);
-    let mut prev_seq = start;
-    let mut last_commit = start;
-    if let Some(&(s, name)) = segs.get(first) {
-        if s > start + 1 {
-            r.file = name;
-            r.damage(
-                0,
-                format!("the WAL starts at record {s}, but the snapshot covers only up to {start}"),
-                format!("records {}..{} are lost", start + 1, s - 1),
-            )?;
+/// How the records of one segment ended.
+struct SegmentEnd {
+    /// Where the last complete turn ends.
+    turn_end: usize,
+    /// Records of a turn with no `Commit` after them.
+    open_turn: usize,
+    /// The rest of the file is superseded by the next segment (a rewrite after a failed write).
+    superseded: bool,
+}
+
+impl Replay {
+    fn replay_segments(
+        &mut self,
+        storage: &dyn Storage,
+        segs: &[(u64, &String)],
+    ) -> Result<(), WalError> {
+        let start = self.start;
+        let first = segs.iter().rposition(|(s, _)| *s <= start + 1).unwrap_or(0);
+        if let Some(&(s, name)) = segs.get(first) {
+            if s > start + 1 {
+                self.file = name.clone();
+                self.damage(
+                    0,
+                    format!(
+                        "the WAL starts at record {s}, but the snapshot covers only up to {start}"
+                    ),
+                    format!("records {}..{} are lost", start + 1, s - 1),
+                )?;
+            }
+            // Sequence numbers start at 1; a segment named 0 holds nothing before its first record.
+            self.prev_seq = s.saturating_sub(1);
         }
-        // Sequence numbers start at 1; a segment named 0 holds nothing before its first record.
-        prev_seq = s.saturating_sub(1);
+        for i in first..segs.len() {
+            let (hdr_seq, name) = segs[i];
+            let last = i + 1 == segs.len();
+            let next_first = segs.get(i + 1).map(|s| s.0);
+            if self.segment(storage, name, hdr_seq, last, next_first)? {
+                break;
+            }
+        }
+        Ok(())
     }
-    for i in first..segs.len() {
-        let (hdr_seq, name) = segs[i];
-        let last = i + 1 == segs.len();
-        let next_first = segs.get(i + 1).map(|s| s.0);
-        r.file = name;
-        r.report.segments += 1;
+
+    /// Replays one segment; `true` when recovery must stop here (a torn file creation).
+    fn segment(
+        &mut self,
+        storage: &dyn Storage,
+        name: &str,
+        hdr_seq: u64,
+        last: bool,
+        next_first: Option<u64>,
+    ) -> Result<bool, WalError> {
+        self.file = name.to_owned();
+        self.report.segments += 1;
         let buf =
             read_all(storage, name).map_err(|e| WalError::io(format!("reading {name}"), e))?;
-        match format::parse_file_header(&buf, format::WAL_MAGIC) {
-            Ok(s) if s == hdr_seq => {}
-            Ok(s) => {
-                r.damage(
+        let version = match format::parse_file_header(&buf, format::WAL_MAGIC) {
+            Ok(h) if h.seq == hdr_seq => h.version,
+            Ok(h) => {
+                let seq = h.seq;
+                self.damage(
                     0,
-                    format!("header says record {s}, the name says {hdr_seq}"),
+                    format!("header says record {seq}, the name says {hdr_seq}"),
                     "file skipped".into(),
                 )?;
-                continue;
+                return Ok(false);
+            }
+            Err(HeaderError::Version(version)) => {
+                return Err(WalError::UnsupportedFormat {
+                    file: name.to_owned(),
+                    version,
+                })
             }
             Err(_) if last && buf.len() < FILE_HEADER_LEN => {
                 // The segment was being created when the process died.
-                r.report.torn = Some(TornTail {
-                    file: name.clone(),
+                self.report.torn = Some(TornTail {
+                    file: name.to_owned(),
                     offset: 0,
                     bytes: buf.len() as u64,
                 });
-                break;
+                return Ok(true);
             }
-            Err(e) => {
-                r.damage(0, e, "file skipped".into())?;
-                continue;
+            Err(HeaderError::Damaged(e)) => {
+                self.damage(0, e, "file skipped".into())?;
+                return Ok(false);
             }
-        }
-        if hdr_seq > prev_seq + 1 {
-            r.damage(
+        };
+        if hdr_seq > self.prev_seq + 1 {
+            let (from, to) = (self.prev_seq + 1, hdr_seq - 1);
+            self.damage(
                 0,
-                format!(
-                    "records {}..{} are missing before this file",
-                    prev_seq + 1,
-                    hdr_seq - 1
-                ),
+                format!("records {from}..{to} are missing before this file"),
                 "they are lost".into(),
             )?;
         }
-        prev_seq = hdr_seq.saturating_sub(1);
+        self.prev_seq = hdr_seq.saturating_sub(1);
+        let end = self.records(&buf, version, last, next_first)?;
+        if end.superseded || end.turn_end >= buf.len() {
+            return Ok(false);
+        }
+        if last {
+            let torn = TornTail {
+                file: name.to_owned(),
+                offset: end.turn_end as u64,
+                bytes: (buf.len() - end.turn_end) as u64,
+            };
+            tracing::warn!(file = %torn.file, offset = torn.offset, bytes = torn.bytes, "WAL torn tail: the last turn was never completed; cutting it");
+            self.report.torn = Some(torn);
+        } else if end.open_turn > 0 {
+            self.damage(
+                end.turn_end,
+                "the file ends inside a turn".into(),
+                format!("{} records dropped", end.open_turn),
+            )?;
+        }
+        Ok(false)
+    }
+
+    /// Replays the records of a segment turn by turn, judging damage by what follows it.
+    fn records(
+        &mut self,
+        buf: &[u8],
+        version: u32,
+        last: bool,
+        next_first: Option<u64>,
+    ) -> Result<SegmentEnd, WalError> {
         let mut off = FILE_HEADER_LEN;
-        let mut turn_end = off;
+        let mut end = SegmentEnd {
+            turn_end: off,
+            open_turn: 0,
+            superseded: false,
+        };
         let mut turn: Vec<Pending> = Vec::new();
-        let mut superseded = false;
         while off < buf.len() {
-            let problem = match format::parse_record(&buf, off) {
+            let problem = match format::parse_record(buf, off) {
                 Ok(rec) if next_first.is_some_and(|nf| rec.seq >= nf) => {
-                    superseded = true;
-                    break;
+                    end.superseded = true;
+                    return Ok(end);
                 }
-                Ok(rec) if rec.seq != prev_seq + 1 => {
-                    format!("record {} where {} was due", rec.seq, prev_seq + 1)
+                Ok(rec) if rec.seq != self.prev_seq + 1 => {
+                    format!("record {} where {} was due", rec.seq, self.prev_seq + 1)
                 }
                 Ok(rec) => {
                     let at = off;
-                    prev_seq = rec.seq;
+                    self.prev_seq = rec.seq;
                     off = rec.end;
-                    if rec.seq <= start {
+                    if rec.seq <= self.start {
+                        // Covered by the snapshot. Its turns are complete all the same: a
+                        // Commit here moves the end of the valid log, or a clean segment the
+                        // snapshot covers would look torn and be cut.
+                        if rec.kind == Kind::Commit {
+                            end.turn_end = off;
+                        }
                         continue;
                     }
-                    match format::decode_change(rec.kind, rec.body) {
+                    self.report.wal_bytes_since_snapshot += (rec.end - at) as u64;
+                    match format::decode_change(rec.kind, rec.body, version) {
                         Ok(Change::Commit) => {
-                            r.apply(std::mem::take(&mut turn))?;
-                            last_commit = rec.seq;
-                            turn_end = off;
+                            self.apply(std::mem::take(&mut turn))?;
+                            self.last_commit = rec.seq;
+                            end.turn_end = off;
                         }
                         Ok(change) => turn.push(Pending {
                             seq: rec.seq,
                             offset: at,
                             change,
                         }),
-                        Err(e) => r.damage(
+                        Err(e) => self.damage(
                             at,
                             format!("record {}: {e}", rec.seq),
                             "the record was skipped".into(),
@@ -320,80 +505,55 @@ pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError
                 Err(Frame::Bad(why)) => why,
             };
             // Damage at `off`.
-            if next_first.is_some_and(|nf| prev_seq + 1 >= nf) {
-                superseded = true;
-                break;
+            if next_first.is_some_and(|nf| self.prev_seq + 1 >= nf) {
+                end.superseded = true;
+                return Ok(end);
             }
-            let scan = scan_after(&buf, off + 1, prev_seq);
+            let scan = scan_after(buf, off + 1, self.prev_seq);
             if last && !scan.commit_follows {
-                break; // a torn tail: handled below
+                break; // a torn tail: the caller cuts it
             }
-            match scan.resume {
-                Some(p) => {
-                    let next = format::parse_record(&buf, p)
-                        .expect("scan found a valid record")
-                        .seq;
-                    r.damage(
-                        off,
-                        problem,
-                        format!(
-                            "{} bytes skipped, records {}..{} lost",
-                            p - off,
-                            prev_seq + 1,
-                            next.saturating_sub(1)
-                        ),
-                    )?;
-                    prev_seq = next.saturating_sub(1);
-                    off = p;
-                }
-                None => {
-                    let upto = next_first.map_or("the end".to_owned(), |nf| (nf - 1).to_string());
-                    r.damage(
-                        off,
-                        problem,
-                        format!("records {}..{upto} lost", prev_seq + 1),
-                    )?;
-                    turn.clear();
-                    off = buf.len();
-                    turn_end = off;
-                }
+            off = self.skip_damage(buf, off, problem, scan.resume, next_first)?;
+            if scan.resume.is_none() {
+                turn.clear();
+                end.turn_end = off;
             }
         }
-        if superseded {
-            turn.clear();
-            continue;
-        }
-        if turn_end < buf.len() {
-            if last {
-                let torn = TornTail {
-                    file: name.clone(),
-                    offset: turn_end as u64,
-                    bytes: (buf.len() - turn_end) as u64,
-                };
-                tracing::warn!(file = %torn.file, offset = torn.offset, bytes = torn.bytes, "WAL torn tail: the last turn was never completed; cutting it");
-                r.report.torn = Some(torn);
-                turn.clear();
-            } else if !turn.is_empty() {
-                r.damage(
-                    turn_end,
-                    "the file ends inside a turn".into(),
-                    format!("{} records dropped", turn.len()),
-                )?;
-                turn.clear();
+        end.open_turn = turn.len();
+        Ok(end)
+    }
+
+    /// Damage at `off` with complete turns after it (or in a segment that is not the last):
+    /// an error, or under --force-recovery the offset to go on from.
+    fn skip_damage(
+        &mut self,
+        buf: &[u8],
+        off: usize,
+        problem: String,
+        resume: Option<usize>,
+        next_first: Option<u64>,
+    ) -> Result<usize, WalError> {
+        match resume {
+            Some(p) => {
+                let next = format::parse_record(buf, p)
+                    .expect("scan found a valid record")
+                    .seq;
+                let lost = format!(
+                    "{} bytes skipped, records {}..{} lost",
+                    p - off,
+                    self.prev_seq + 1,
+                    next.saturating_sub(1)
+                );
+                self.damage(off, problem, lost)?;
+                self.prev_seq = next.saturating_sub(1);
+                Ok(p)
+            }
+            None => {
+                let upto = next_first.map_or("the end".to_owned(), |nf| (nf - 1).to_string());
+                let lost = format!("records {}..{upto} lost", self.prev_seq + 1);
+                self.damage(off, problem, lost)?;
+                Ok(buf.len())
             }
         }
     }
-
-    let mut queue = r.queue;
-    queue.set_last_id(r.max_id);
-    r.report.released = queue.release_all_taken();
-    queue.drain_events().for_each(drop);
-    #[cfg(debug_assertions)]
-    queue.check_invariants();
-    r.report.elapsed = t0.elapsed();
-    Ok(Recovered {
-        queue,
-        last_seq: last_commit.max(fuzzy_upto),
-        report: r.report,
-    })
 }

@@ -1,8 +1,9 @@
 //! Snapshots: the whole queue in one `.snap` file, so recovery does not replay the WAL from the
 //! beginning of time and old WAL segments can go.
 //!
-//! The loop walks the ids `1..=last_id` a bounded number per turn (`SNAPSHOT_IDS_PER_TURN`) and
-//! encodes the live tasks into blocks; a writer thread writes the blocks to
+//! The loop walks the engine's arena positions (`Queue::task_at`) a bounded number per turn
+//! (`SNAPSHOT_SLOTS_PER_TURN`, at most `SNAPSHOT_TASKS_PER_TURN` tasks encoded) and encodes the
+//! live tasks into blocks, so a walk costs what the queue holds, never the ids ever issued; a writer thread writes the blocks to
 //! `<start>.snap.inprogress`, syncs it, and — once the WAL is durable up to the last record
 //! the walk could have seen — renames it to `<start>.snap`, syncs the directory and removes what
 //! the new snapshot makes unnecessary. The image is "fuzzy": each task is captured at the turn
@@ -10,24 +11,40 @@
 //! absolute (a whole task, a new status, a removal), so replaying the changes a task saw after
 //! the walk captured it converges to its final state (see ARCHITECTURE.md, Durability).
 //!
-//! File: header (`SNAP_MAGIC`, start sequence), `SnapTasks` records numbered from 1, each a u32
-//! count and that many encoded tasks, then one `SnapEnd` record: u64 end sequence (the last WAL
-//! record the walk could have seen), u64 last id, u64 task count.
+//! Tubes: the tube table is captured whole at the start (a turn boundary), so the WAL after
+//! `start` applies to it exactly. A tube created, dropped or truncated during the walk is
+//! replayed from the WAL whole, so the walk stops capturing its tasks and dedup keys
+//! (`Walk::tube_changed`); dedup keys are walked by their sequence numbers up to where they
+//! stood at the start (later ones are in the WAL).
+//!
+//! File: header (`SNAP_MAGIC`, start sequence), records numbered from 1: one `SnapTubes` (a u32
+//! count and that many tubes), `SnapTasks` blocks (a u32 count and that many tasks), `SnapDedup`
+//! blocks (a u32 count and that many keys), then one `SnapEnd`: u64 end sequence (the last WAL
+//! record the walk could have seen), u64 last id, u64 task count, u64 dedup key count. Version 1
+//! files hold only `SnapTasks` blocks and an end without the dedup count.
 
 use std::io::Read;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tarq_engine::{Queue, RestoredTask, TaskId};
+use tarq_engine::{Queue, TaskId, TubeIx, DEFAULT_TUBE};
 
-use super::format::{self, Body, Kind, FILE_HEADER_LEN, INPROGRESS_SUFFIX, RECORD_HEADER_LEN};
+use super::format::{
+    self, Body, HeaderError, Kind, StoredDedup, StoredTask, StoredTube, FILE_HEADER_LEN,
+    INPROGRESS_SUFFIX, RECORD_HEADER_LEN,
+};
 use super::storage::{Storage, StorageFile};
 use super::{files_to_remove, Notify};
 
-/// Ids the walk visits per loop turn: about 50 µs of lookups and copying at ~50 ns each, far
-/// under the few-millisecond pause budget, yet a 1M-task queue is walked in ~250 turns.
-pub const SNAPSHOT_IDS_PER_TURN: u64 = 1024;
+/// Tasks the walk encodes per loop turn: about 50 µs of copying at ~50 ns each, far under the
+/// pause budget, yet a 1M-task queue is walked in ~1000 turns.
+pub const SNAPSHOT_TASKS_PER_TURN: usize = 1024;
+/// Arena positions the walk looks at per turn: an empty position costs a byte compare, so
+/// 16k of them (a drained arena) stay within tens of µs.
+pub const SNAPSHOT_SLOTS_PER_TURN: usize = 16 * 1024;
+/// Dedup keys the walk encodes per turn: like tasks, small copies.
+pub const SNAPSHOT_DEDUP_PER_TURN: usize = 1024;
 /// A block is handed to the writer thread once it holds this much: large enough that the
 /// per-block record header and channel hop cost nothing, small enough to bound the copy.
 pub const SNAPSHOT_BLOCK_BYTES: usize = 1 << 20;
@@ -51,7 +68,12 @@ pub(super) enum ToWriter {
 #[derive(Debug)]
 pub(super) enum FromWriter {
     Synced,
-    Committed { name: String, removed: Vec<String> },
+    Committed {
+        name: String,
+        removed: Vec<String>,
+        /// The snapshot's size.
+        bytes: u64,
+    },
     Failed(std::io::Error),
 }
 
@@ -94,6 +116,7 @@ fn writer(
     notify: Notify,
 ) {
     let mut file: Option<(Arc<dyn StorageFile>, u64)> = None;
+    let mut bytes = 0u64;
     // After a failure the rest of that snapshot's messages are dropped until the next Begin.
     let mut failed = false;
     for msg in rx {
@@ -103,24 +126,28 @@ fn writer(
                 let tmp = inprogress_name(start_seq);
                 storage.create(&tmp).and_then(|f| {
                     f.write_all(&format::file_header(format::SNAP_MAGIC, start_seq))?;
+                    bytes = FILE_HEADER_LEN as u64;
                     file = Some((f, start_seq));
                     Ok(None)
                 })
             }
             _ if failed => continue,
-            ToWriter::Block(bytes) => match &file {
-                Some((f, _)) => f.write_all(&bytes).map(|()| None),
+            ToWriter::Block(block) => match &file {
+                Some((f, _)) => {
+                    bytes += block.len() as u64;
+                    f.write_all(&block).map(|()| None)
+                }
                 None => continue,
             },
-            ToWriter::End(bytes) => match &file {
+            ToWriter::End(end) => match &file {
                 Some((f, _)) => f
-                    .write_all(&bytes)
+                    .write_all(&end)
                     .and_then(|()| f.sync())
                     .map(|()| Some(FromWriter::Synced)),
                 None => continue,
             },
             ToWriter::Commit { keep } => match file.take() {
-                Some((_, start_seq)) => commit(storage, start_seq, keep),
+                Some((_, start_seq)) => commit(storage, start_seq, keep, bytes),
                 None => continue,
             },
         };
@@ -146,6 +173,7 @@ fn commit(
     storage: &dyn Storage,
     start_seq: u64,
     keep: usize,
+    bytes: u64,
 ) -> std::io::Result<Option<FromWriter>> {
     let name = format::snapshot_name(start_seq);
     storage.rename(&inprogress_name(start_seq), &name)?;
@@ -160,7 +188,11 @@ fn commit(
     if !removed.is_empty() {
         storage.sync_dir()?;
     }
-    Ok(Some(FromWriter::Committed { name, removed }))
+    Ok(Some(FromWriter::Committed {
+        name,
+        removed,
+        bytes,
+    }))
 }
 
 pub fn inprogress_name(start_seq: u64) -> String {
@@ -169,13 +201,21 @@ pub fn inprogress_name(start_seq: u64) -> String {
 
 /// A snapshot being walked by the loop.
 pub(super) struct Walk {
-    /// The next id to look at.
-    cursor: TaskId,
+    /// The next arena position to look at.
+    cursor: usize,
+    /// By tube index: the tube was in the table at the start and has not been created,
+    /// dropped or truncated since, so its tasks and keys are captured.
+    capture: Vec<bool>,
+    /// Dedup keys to capture: per tube, the sequence numbers live at the start.
+    dedup: Vec<(TubeIx, std::ops::Range<u64>)>,
     block: Vec<u8>,
     block_start: usize,
     block_count: u32,
     blocks: u64,
     pub tasks: u64,
+    pub dedup_keys: u64,
+    /// The arena is walked; dedup keys are next.
+    tasks_done: bool,
     /// A message the writer could not take yet (its queue was full).
     stalled: Option<ToWriter>,
     /// Set once the end record is built: the WAL position it names.
@@ -189,27 +229,67 @@ pub(super) enum Step {
     Sealed { end_seq: u64 },
     /// The writer thread is gone.
     Broken,
+    /// A task the format cannot hold (the server lets none in: see `check_payload`).
+    Failed(String),
 }
 
 impl Walk {
-    pub fn new() -> Self {
+    /// Starts a walk at a turn boundary: the tube table goes out as the first block.
+    pub fn new(queue: &Queue) -> Self {
         let mut w = Walk {
-            cursor: 1,
+            cursor: 0,
+            capture: Vec::new(),
+            dedup: Vec::new(),
             block: Vec::with_capacity(SNAPSHOT_BLOCK_BYTES + 4096),
             block_start: 0,
             block_count: 0,
             blocks: 0,
             tasks: 0,
+            dedup_keys: 0,
+            tasks_done: false,
             stalled: None,
             sealed: None,
         };
-        w.open_block();
+        w.open_block(Kind::SnapTubes);
+        for t in queue.tubes() {
+            let ix = t.ix as usize;
+            if w.capture.len() <= ix {
+                w.capture.resize(ix + 1, false);
+            }
+            w.capture[ix] = true;
+            format::encode_tube(&mut w.block, &t);
+            w.block_count += 1;
+            let seqs = queue.dedup_seqs(t.ix);
+            if !seqs.is_empty() {
+                w.dedup.push((t.ix, seqs));
+            }
+        }
+        let table = w.close_block();
+        w.stalled = Some(ToWriter::Block(table));
+        w.open_block(Kind::SnapTasks);
         w
     }
 
-    fn open_block(&mut self) {
+    /// A tube was created, dropped or truncated while the walk runs: the WAL after the start
+    /// rebuilds it whole, so its tasks and keys are not captured from here on.
+    pub fn tube_changed(&mut self, tube: TubeIx) {
+        if let Some(c) = self.capture.get_mut(tube as usize) {
+            *c = false;
+        }
+        for (t, seqs) in &mut self.dedup {
+            if *t == tube {
+                seqs.start = seqs.end;
+            }
+        }
+    }
+
+    fn captures(&self, tube: TubeIx) -> bool {
+        self.capture.get(tube as usize).copied().unwrap_or(false)
+    }
+
+    fn open_block(&mut self, kind: Kind) {
         self.blocks += 1;
-        self.block_start = format::begin_record(&mut self.block, self.blocks, Kind::SnapTasks);
+        self.block_start = format::begin_record(&mut self.block, self.blocks, kind);
         self.block.extend_from_slice(&[0; 4]);
         self.block_count = 0;
     }
@@ -217,7 +297,10 @@ impl Walk {
     fn close_block(&mut self) -> Vec<u8> {
         let at = self.block_start + RECORD_HEADER_LEN;
         self.block[at..at + 4].copy_from_slice(&self.block_count.to_le_bytes());
-        format::end_record(&mut self.block, self.block_start);
+        // A block holds one task past SNAPSHOT_BLOCK_BYTES at most, and a task fits a record
+        // alone (`MAX_PAYLOAD_BYTES`): within the limit.
+        let sealed = format::end_record(&mut self.block, self.block_start);
+        debug_assert!(sealed.is_ok(), "snapshot block over the record limit");
         std::mem::replace(
             &mut self.block,
             Vec::with_capacity(SNAPSHOT_BLOCK_BYTES + 4096),
@@ -242,6 +325,13 @@ impl Walk {
         }
     }
 
+    /// Closes the block and hands it over, opening the next one of `next` kind.
+    fn ship(&mut self, tx: &SyncSender<ToWriter>, next: Kind) -> Result<bool, ()> {
+        let b = self.close_block();
+        self.open_block(next);
+        self.send(tx, ToWriter::Block(b))
+    }
+
     /// One turn's share of the walk. `last_seq` is the last WAL sequence number assigned.
     pub fn step(&mut self, queue: &Queue, tx: &SyncSender<ToWriter>, last_seq: u64) -> Step {
         if let Some(m) = self.stalled.take() {
@@ -254,38 +344,117 @@ impl Walk {
         if let Some(end_seq) = self.sealed {
             return Step::Sealed { end_seq };
         }
-        let stop = self.cursor.saturating_add(SNAPSHOT_IDS_PER_TURN);
-        while self.cursor < stop && self.cursor <= queue.last_id() {
-            if let Some(t) = queue.get(self.cursor) {
-                format::encode_task(&mut self.block, &t);
-                self.block_count += 1;
-                self.tasks += 1;
+        // Tasks put after the start may take positions beyond the arena's end at the start;
+        // their puts are in the WAL, so the walk does not go back once the arena is done.
+        let r = if !self.tasks_done && self.cursor < queue.arena_end() {
+            self.walk_tasks(queue, tx)
+        } else if !self.tasks_done {
+            self.end_tasks(tx)
+        } else if self.dedup.iter().any(|(_, s)| !s.is_empty()) {
+            self.walk_dedup(queue, tx)
+        } else {
+            return self.seal(queue, tx, last_seq);
+        };
+        match r {
+            Ok(_) => Step::Walking,
+            Err(None) => Step::Broken,
+            Err(Some(e)) => Step::Failed(e),
+        }
+    }
+
+    /// Encodes the live tasks of the next arena positions. `Err(None)`: the writer is gone.
+    fn walk_tasks(
+        &mut self,
+        queue: &Queue,
+        tx: &SyncSender<ToWriter>,
+    ) -> Result<(), Option<String>> {
+        let stop = self.cursor.saturating_add(SNAPSHOT_SLOTS_PER_TURN);
+        let mut encoded = 0;
+        while self.cursor < stop
+            && self.cursor < queue.arena_end()
+            && encoded < SNAPSHOT_TASKS_PER_TURN
+        {
+            let Some(t) = queue.task_at(self.cursor).filter(|t| self.captures(t.tube)) else {
+                self.cursor += 1;
+                continue;
+            };
+            if self.block_count > 0
+                && self.block.len() + format::task_len(&t) > SNAPSHOT_BLOCK_BYTES
+            {
+                // The task starts a new block, so no block grows past the record limit.
+                if !self.ship(tx, Kind::SnapTasks).map_err(|()| None)? {
+                    return Ok(());
+                }
             }
+            format::encode_task(&mut self.block, &t)
+                .map_err(|e| Some(format!("task {} cannot be written: {e}", t.id)))?;
+            self.block_count += 1;
+            self.tasks += 1;
+            encoded += 1;
             self.cursor += 1;
-            if self.block.len() >= SNAPSHOT_BLOCK_BYTES {
-                let b = self.close_block();
-                self.open_block();
-                match self.send(tx, ToWriter::Block(b)) {
-                    Ok(true) => {}
-                    Ok(false) => return Step::Walking,
-                    Err(()) => return Step::Broken,
+        }
+        Ok(())
+    }
+
+    /// The arena is walked: the last task block goes out and the keys' blocks begin.
+    fn end_tasks(&mut self, tx: &SyncSender<ToWriter>) -> Result<(), Option<String>> {
+        self.tasks_done = true;
+        if self.block_count > 0 {
+            self.ship(tx, Kind::SnapDedup).map_err(|()| None)?;
+        } else {
+            // An empty task block: its number goes to the keys' block.
+            self.block.clear();
+            self.blocks -= 1;
+            self.open_block(Kind::SnapDedup);
+        }
+        Ok(())
+    }
+
+    /// Encodes the next dedup keys that were live at the start.
+    fn walk_dedup(
+        &mut self,
+        queue: &Queue,
+        tx: &SyncSender<ToWriter>,
+    ) -> Result<(), Option<String>> {
+        let mut encoded = 0;
+        for i in 0..self.dedup.len() {
+            let tube = self.dedup[i].0;
+            while encoded < SNAPSHOT_DEDUP_PER_TURN {
+                let Some(seq) = self.dedup[i].1.next() else {
+                    break;
+                };
+                // Expired and pruned since the start: nothing to keep.
+                let Some((key, id, expires)) = queue.dedup_entry(tube, seq) else {
+                    continue;
+                };
+                format::encode_dedup(&mut self.block, tube, key, id, expires);
+                self.block_count += 1;
+                self.dedup_keys += 1;
+                encoded += 1;
+                if self.block.len() >= SNAPSHOT_BLOCK_BYTES
+                    && !self.ship(tx, Kind::SnapDedup).map_err(|()| None)?
+                {
+                    return Ok(());
                 }
             }
         }
-        if self.cursor <= queue.last_id() {
-            return Step::Walking;
-        }
-        // Every id up to the last one was visited: seal.
+        Ok(())
+    }
+
+    /// Every position and key was visited: the last block and the end record go out.
+    fn seal(&mut self, queue: &Queue, tx: &SyncSender<ToWriter>, last_seq: u64) -> Step {
         let mut bytes = if self.block_count > 0 {
             self.close_block()
         } else {
+            self.blocks -= 1;
             Vec::new()
         };
         let start = format::begin_record(&mut bytes, self.blocks + 1, Kind::SnapEnd);
         bytes.extend_from_slice(&last_seq.to_le_bytes());
         bytes.extend_from_slice(&queue.last_id().to_le_bytes());
         bytes.extend_from_slice(&self.tasks.to_le_bytes());
-        format::end_record(&mut bytes, start);
+        bytes.extend_from_slice(&self.dedup_keys.to_le_bytes());
+        format::end_small_record(&mut bytes, start);
         self.sealed = Some(last_seq);
         match self.send(tx, ToWriter::End(bytes)) {
             Ok(true) => Step::Sealed { end_seq: last_seq },
@@ -301,6 +470,33 @@ pub struct Loaded {
     pub end_seq: u64,
     pub last_id: TaskId,
     pub tasks: u64,
+    pub dedup_keys: u64,
+    /// The file's size.
+    pub bytes: u64,
+}
+
+/// Why a snapshot was not loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// Damaged or incomplete: an older snapshot may do instead.
+    Damaged(String),
+    /// Written in a format version this build does not read: recovery must stop.
+    Version(u32),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Damaged(s) => f.write_str(s),
+            LoadError::Version(v) => write!(f, "{}", HeaderError::Version(*v)),
+        }
+    }
+}
+
+impl From<String> for LoadError {
+    fn from(s: String) -> Self {
+        LoadError::Damaged(s)
+    }
 }
 
 /// Decoded blocks in flight from the reading thread to the restoring one: enough to keep both
@@ -308,16 +504,18 @@ pub struct Loaded {
 const LOAD_QUEUE_BLOCKS: usize = 4;
 
 enum Loading {
+    Tubes(Vec<StoredTube>),
     /// The tasks of one block and the block's offset (for error messages).
-    Tasks(Vec<RestoredTask>, u64),
+    Tasks(Vec<StoredTask>, u64),
+    Dedup(Vec<StoredDedup>, u64),
     End(Loaded),
 }
 
-/// Loads `name` into `queue` (which must be empty). Any flaw makes the whole snapshot invalid:
+/// Loads `name` into `queue` (which must be new). Any flaw makes the whole snapshot invalid:
 /// the error says what and where. A second thread reads, checks and decodes the blocks while
 /// this one restores the tasks into the queue: on two cores recovery takes about as long as the
 /// engine needs to insert the tasks.
-pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Loaded, String> {
+pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Loaded, LoadError> {
     let reader = storage.open_read(name).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::sync_channel(LOAD_QUEUE_BLOCKS);
     std::thread::scope(|scope| {
@@ -331,107 +529,191 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
                 }
             })
             .map_err(|e| format!("starting the snapshot reader: {e}"))?;
-        let mut tasks = 0u64;
-        let result = 'recv: loop {
+        let mut counts = (0u64, 0u64);
+        let result = loop {
             match rx.recv() {
-                Ok(Ok(Loading::Tasks(batch, offset))) => {
-                    for t in batch {
-                        let id = t.id;
-                        if let Err(e) = queue.restore(t) {
-                            break 'recv Err(format!("block at offset {offset}: task {id}: {e}"));
-                        }
-                        tasks += 1;
+                Ok(Ok(Loading::End(l))) => break Ok(l),
+                Ok(Ok(part)) => {
+                    if let Err(e) = restore_part(queue, part, &mut counts) {
+                        break Err(LoadError::Damaged(e));
                     }
                 }
-                Ok(Ok(Loading::End(l))) => break Ok(l),
                 Ok(Err(e)) => break Err(e),
-                Err(_) => break Err("the snapshot reader stopped".to_owned()),
+                Err(_) => break Err("the snapshot reader stopped".to_owned().into()),
             }
         };
         drop(rx);
         let _ = decoder.join();
         let loaded = result?;
-        if loaded.tasks != tasks {
+        if (loaded.tasks, loaded.dedup_keys) != counts {
             return Err(format!(
-                "restored {tasks} tasks, the file holds {}",
-                loaded.tasks
-            ));
+                "restored {} tasks and {} dedup keys, the file holds {} and {}",
+                counts.0, counts.1, loaded.tasks, loaded.dedup_keys
+            )
+            .into());
         }
         Ok(loaded)
     })
 }
 
-type Sender = mpsc::SyncSender<Result<Loading, String>>;
+/// Restores one decoded block; `counts` are the tasks and dedup keys restored so far.
+fn restore_part(queue: &mut Queue, part: Loading, counts: &mut (u64, u64)) -> Result<(), String> {
+    match part {
+        Loading::Tubes(tubes) => {
+            for t in tubes.into_iter().filter(|t| t.ix != DEFAULT_TUBE) {
+                queue
+                    .restore_tube(t.ix, &t.name, t.kind, t.opts)
+                    .map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
+            }
+        }
+        Loading::Tasks(batch, offset) => {
+            queue.reserve(batch.len());
+            for t in batch {
+                let (id, tube) = (t.task.id, t.tube);
+                queue
+                    .restore_in(tube, t.task, t.utube.as_deref(), t.deliveries)
+                    .map_err(|e| {
+                        format!("block at offset {offset}: task {id} in tube {tube}: {e}")
+                    })?;
+                counts.0 += 1;
+            }
+        }
+        Loading::Dedup(keys, offset) => {
+            for d in keys {
+                queue
+                    .restore_dedup(d.tube, &d.key, d.id, d.expires)
+                    .map_err(|e| {
+                        format!(
+                            "block at offset {offset}: dedup key of tube {}: {e}",
+                            d.tube
+                        )
+                    })?;
+                counts.1 += 1;
+            }
+        }
+        Loading::End(_) => {}
+    }
+    Ok(())
+}
 
-/// Reads and checks every record of a snapshot, sending decoded blocks; `Err` says what is
-/// wrong and where.
-fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), String> {
-    let mut r = std::io::BufReader::with_capacity(1 << 20, reader);
+type Sender = mpsc::SyncSender<Result<Loading, LoadError>>;
+
+/// Reads the file header: the start sequence and the format version.
+fn read_header(r: &mut impl Read) -> Result<format::FileHeader, LoadError> {
     let mut header = [0u8; FILE_HEADER_LEN];
     r.read_exact(&mut header)
         .map_err(|e| format!("reading the header: {e}"))?;
-    let start_seq = format::parse_file_header(&header, format::SNAP_MAGIC)?;
+    format::parse_file_header(&header, format::SNAP_MAGIC).map_err(|e| match e {
+        HeaderError::Version(v) => LoadError::Version(v),
+        HeaderError::Damaged(s) => LoadError::Damaged(s),
+    })
+}
+
+/// Reads the next record into `buf`; what is wrong with it, and where.
+fn read_record<'b>(
+    r: &mut impl Read,
+    buf: &'b mut Vec<u8>,
+    offset: u64,
+) -> Result<format::RawRecord<'b>, String> {
+    buf.resize(RECORD_HEADER_LEN, 0);
+    r.read_exact(buf)
+        .map_err(|e| format!("at offset {offset}: no end record ({e})"))?;
+    let body_len = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
+    if body_len > format::MAX_RECORD_BODY {
+        return Err(format!(
+            "at offset {offset}: record length {body_len} over the limit"
+        ));
+    }
+    buf.resize(RECORD_HEADER_LEN + body_len, 0);
+    r.read_exact(&mut buf[RECORD_HEADER_LEN..])
+        .map_err(|e| format!("at offset {offset}: record cut short ({e})"))?;
+    format::parse_record(buf, 0).map_err(|e| format!("at offset {offset}: {e:?}"))
+}
+
+/// Decodes the entries of a block body: a u32 count, then that many.
+fn entries<'a, T>(
+    body: &mut Body<'a>,
+    one: impl Fn(&mut Body<'a>) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    let count = body.u32()?;
+    // Each entry takes more than a byte: a damaged count cannot make this allocate much.
+    let mut out = Vec::with_capacity((count as usize).min(body.0.len()));
+    for _ in 0..count {
+        out.push(one(body)?);
+    }
+    body.finish()?;
+    Ok(out)
+}
+
+/// Reads and checks every record of a snapshot, sending decoded blocks; `Err` says what is
+/// wrong and where.
+fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), LoadError> {
+    let mut r = std::io::BufReader::with_capacity(1 << 20, reader);
+    let header = read_header(&mut r)?;
+    let version = header.version;
     let mut offset = FILE_HEADER_LEN as u64;
     let mut buf = Vec::new();
     let mut expect_block = 1u64;
-    let mut tasks = 0u64;
+    let (mut tasks, mut keys) = (0u64, 0u64);
     loop {
-        buf.resize(RECORD_HEADER_LEN, 0);
-        r.read_exact(&mut buf)
-            .map_err(|e| format!("at offset {offset}: no end record ({e})"))?;
-        let body_len = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
-        if body_len > format::MAX_RECORD_BODY {
-            return Err(format!(
-                "at offset {offset}: record length {body_len} over the limit"
-            ));
-        }
-        buf.resize(RECORD_HEADER_LEN + body_len, 0);
-        r.read_exact(&mut buf[RECORD_HEADER_LEN..])
-            .map_err(|e| format!("at offset {offset}: record cut short ({e})"))?;
-        let rec =
-            format::parse_record(&buf, 0).map_err(|e| format!("at offset {offset}: {e:?}"))?;
+        let rec = read_record(&mut r, &mut buf, offset)?;
         if rec.seq != expect_block {
             return Err(format!(
                 "at offset {offset}: block {} where {expect_block} was due",
                 rec.seq
-            ));
+            )
+            .into());
         }
         expect_block += 1;
         let mut body = Body(rec.body);
         let at = |e: String| format!("at offset {offset}: {e}");
-        match rec.kind {
+        let part = match rec.kind {
+            Kind::SnapTubes if version >= 2 => {
+                Loading::Tubes(entries(&mut body, Body::tube).map_err(at)?)
+            }
             Kind::SnapTasks => {
-                let count = body.u32().map_err(at)?;
-                let mut batch = Vec::with_capacity(count as usize);
-                for _ in 0..count {
-                    batch.push(body.task().map_err(at)?);
-                }
-                body.finish().map_err(at)?;
-                tasks += u64::from(count);
-                if tx.send(Ok(Loading::Tasks(batch, offset))).is_err() {
-                    return Ok(()); // the restoring side gave up
-                }
+                let batch = entries(&mut body, |b| b.task(version)).map_err(at)?;
+                tasks += batch.len() as u64;
+                Loading::Tasks(batch, offset)
+            }
+            Kind::SnapDedup if version >= 2 => {
+                let batch = entries(&mut body, Body::dedup).map_err(at)?;
+                keys += batch.len() as u64;
+                Loading::Dedup(batch, offset)
             }
             Kind::SnapEnd => {
                 let end_seq = body.u64().map_err(at)?;
                 let last_id = body.u64().map_err(at)?;
                 let count = body.u64().map_err(at)?;
+                let key_count = if version >= 2 {
+                    body.u64().map_err(at)?
+                } else {
+                    0
+                };
                 body.finish().map_err(at)?;
-                if count != tasks {
+                if (count, key_count) != (tasks, keys) {
                     return Err(format!(
-                        "end record counts {count} tasks, the blocks hold {tasks}"
-                    ));
+                        "end record counts {count} tasks and {key_count} dedup keys, the blocks hold {tasks} and {keys}"
+                    )
+                    .into());
                 }
                 let loaded = Loaded {
-                    start_seq,
+                    start_seq: header.seq,
                     end_seq,
                     last_id,
                     tasks,
+                    dedup_keys: keys,
+                    bytes: offset + rec.end as u64,
                 };
                 let _ = tx.send(Ok(Loading::End(loaded)));
                 return Ok(());
             }
-            other => return Err(at(format!("{other:?} record in a snapshot"))),
+            other => {
+                return Err(at(format!("{other:?} record in a version {version} snapshot")).into())
+            }
+        };
+        if tx.send(Ok(part)).is_err() {
+            return Ok(()); // the restoring side gave up
         }
         offset += rec.end as u64;
     }

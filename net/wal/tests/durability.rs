@@ -61,6 +61,7 @@ fn cfg(mode: WalMode) -> WalConfig {
         // Small segments so a short workload rotates several times.
         segment_bytes: 1500,
         snapshot_every_bytes: 0,
+        snapshot_interval: None,
         keep_snapshots: 2,
         force_recovery: false,
     }

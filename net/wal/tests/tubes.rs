@@ -1,0 +1,537 @@
+//! Tubes through the WAL and snapshots: every tube event is logged and recovered (tubes and
+//! their options, buried tasks, utube keys, delivery counts, dedup keys; a dropped tube stays
+//! dropped), with the process dying at every write; a snapshot walked while tubes are created,
+//! dropped and truncated; and the format versions: a version-1 data directory is read, an
+//! unknown version is refused with an error that says so.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tarq_engine::{
+    Micros, PutOptions, Queue, ReleaseOptions, Status, TubeIx, TubeOptions, TubePut, TubeType,
+};
+use tarq_wal::format::{self, Kind, SNAP_MAGIC, WAL_MAGIC};
+use tarq_wal::{Crash, MemStorage, RecoveryReport, Storage, Wal, WalConfig, WalError, WalMode};
+
+const WAIT: Duration = Duration::from_secs(20);
+const SEC: Micros = 1_000_000;
+const START: Micros = 1_700_000_000 * SEC;
+
+fn cfg_in(mode: WalMode) -> WalConfig {
+    WalConfig {
+        mode,
+        segment_bytes: 2000,
+        snapshot_every_bytes: 0,
+        snapshot_interval: None,
+        keep_snapshots: 2,
+        force_recovery: false,
+    }
+}
+
+fn try_open(storage: &MemStorage) -> Result<(Wal, Queue, RecoveryReport), WalError> {
+    try_open_in(storage, WalMode::Write)
+}
+
+fn try_open_in(
+    storage: &MemStorage,
+    mode: WalMode,
+) -> Result<(Wal, Queue, RecoveryReport), WalError> {
+    let storage: Arc<dyn Storage> = Arc::new(storage.clone());
+    Wal::open(storage, cfg_in(mode))
+}
+
+fn open(storage: &MemStorage) -> (Wal, Queue, RecoveryReport) {
+    try_open(storage).unwrap_or_else(|e| panic!("recovery failed: {e}"))
+}
+
+/// Everything durable about the queue, as text lines sorted: tubes with type and options,
+/// tasks with tube, status (taken ones as recovery returns them), times, delivery count,
+/// utube key and payload, and the dedup keys live at `now`.
+fn model(q: &Queue, now: Micros) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for t in q.tubes() {
+        out.insert(format!("tube {} {} {} {:?}", t.ix, t.name, t.kind, t.opts));
+        for (key, id, expires) in q.dedup_entries(t.ix).filter(|e| e.2 > now) {
+            out.insert(format!("dedup {} {key:?} {id} {expires}", t.ix));
+        }
+    }
+    for t in q.iter() {
+        let max = q.tube_info(t.tube).expect("live tube").opts.max_deliveries;
+        let (status, runat) = match t.status {
+            Status::Taken if max > 0 && t.deliveries >= max => (Status::Buried, 0),
+            Status::Taken => (Status::Ready, 0),
+            s => (s, t.runat),
+        };
+        out.insert(format!(
+            "task {} tube {} {status:?} {runat} pri {} ttl {:?} ttr {:?} created {} deliveries {} utube {:?} data {:?}",
+            t.id, t.tube, t.pri, t.ttl, t.ttr, t.created, t.deliveries, t.utube, t.data
+        ));
+    }
+    out
+}
+
+/// A deterministic workload over the tube API: tubes of every type created, dropped and
+/// truncated; puts with utube and dedup keys; takes, acks, releases with options, touches,
+/// buries, kicks, deletes, release_all; time passing.
+struct Driver {
+    rng: u64,
+    now: Micros,
+    n: u64,
+}
+
+const SESSIONS: u64 = 3;
+
+impl Driver {
+    fn new(seed: u64) -> Self {
+        Driver {
+            rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            now: START,
+            n: 0,
+        }
+    }
+
+    fn next(&mut self, below: u64) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng % below
+    }
+
+    fn pick_tube(&mut self, q: &Queue) -> TubeIx {
+        let tubes: Vec<TubeIx> = q.tubes().map(|t| t.ix).collect();
+        tubes[self.next(tubes.len() as u64) as usize]
+    }
+
+    fn task_of(&mut self, q: &Queue, tube: TubeIx, status: Option<Status>) -> Option<(u64, u64)> {
+        let ids: Vec<(u64, u64)> = q
+            .iter()
+            .filter(|t| t.tube == tube && status.is_none_or(|s| t.status == s))
+            .map(|t| (t.id, t.owner.unwrap_or(0)))
+            .collect();
+        (!ids.is_empty()).then(|| ids[self.next(ids.len() as u64) as usize])
+    }
+
+    fn create(&mut self, q: &mut Queue) {
+        self.n += 1;
+        let kinds = [
+            TubeType::Fifo,
+            TubeType::FifoTtl,
+            TubeType::LimFifoTtl,
+            TubeType::Utube,
+            TubeType::UtubeTtl,
+        ];
+        let kind = kinds[self.next(5) as usize];
+        let opts = TubeOptions {
+            ttl: (self.next(3) == 0).then(|| (5 + self.next(10)) * SEC),
+            ttr: (self.next(3) == 0).then(|| (1 + self.next(3)) * SEC),
+            pri: self.next(3) as i64,
+            capacity: if kind == TubeType::LimFifoTtl { 20 } else { 0 },
+            max_deliveries: self.next(3) as u16,
+            dedup_window: if self.next(2) == 0 { 5 * SEC } else { 0 },
+            temporary: false,
+        };
+        let _ = q.create_tube(&format!("t{}", self.n), kind, opts);
+    }
+
+    fn put(&mut self, q: &mut Queue, tube: TubeIx) {
+        self.n += 1;
+        let utube = format!("u{}", self.next(3));
+        let dedup = format!("d{}", self.next(6));
+        let p = TubePut {
+            delay: if self.next(4) == 0 { SEC } else { 0 },
+            ttl: (self.next(4) == 0).then(|| (2 + self.next(8)) * SEC),
+            ttr: (self.next(4) == 0).then(|| (1 + self.next(3)) * SEC),
+            pri: (self.next(2) == 0).then(|| self.next(3) as i64),
+            utube: utube.as_bytes(),
+            dedup_key: (self.next(2) == 0).then_some(dedup.as_bytes()),
+        };
+        let pad = "x".repeat(self.next(30) as usize);
+        let data = format!("task {} {pad}", self.n);
+        let _ = q.put_in(self.now, tube, data.into_bytes().into(), p);
+    }
+
+    /// One loop turn's worth of calls.
+    fn turn(&mut self, q: &mut Queue) {
+        for _ in 0..1 + self.next(4) {
+            let tube = self.pick_tube(q);
+            match self.next(20) {
+                0 => self.create(q),
+                1 if self.next(3) == 0 => {
+                    let _ = q.drop_tube(tube);
+                }
+                2 if self.next(4) == 0 => {
+                    let _ = q.truncate(tube);
+                }
+                3..=6 => self.put(q, tube),
+                7 | 8 => {
+                    let _ = q.take_from(self.now, tube, 1 + self.next(SESSIONS));
+                }
+                9 | 10 => {
+                    if let Some((id, owner)) = self.task_of(q, tube, Some(Status::Taken)) {
+                        q.ack_in(tube, owner, id).expect("owner acks");
+                    }
+                }
+                11 => {
+                    if let Some((id, owner)) = self.task_of(q, tube, Some(Status::Taken)) {
+                        let opts = ReleaseOptions {
+                            delay: if self.next(2) == 0 { SEC } else { 0 },
+                            pri: (self.next(2) == 0).then_some(7),
+                            ttl: (self.next(2) == 0).then_some(20 * SEC),
+                        };
+                        q.release_in(self.now, tube, owner, id, opts)
+                            .expect("owner releases");
+                    }
+                }
+                12 => {
+                    if let Some((id, owner)) = self.task_of(q, tube, Some(Status::Taken)) {
+                        let _ = q.touch(tube, owner, id, Some(SEC));
+                    }
+                }
+                13 => {
+                    if let Some((id, _)) = self.task_of(q, tube, None) {
+                        q.bury(tube, id).expect("task of the tube");
+                    }
+                }
+                14 => {
+                    let _ = q.kick(tube, 1 + self.next(3));
+                }
+                15 => {
+                    if let Some((id, _)) = self.task_of(q, tube, None) {
+                        q.delete(tube, id).expect("task of the tube");
+                    }
+                }
+                16 if self.next(4) == 0 => {
+                    let _ = q.release_all(tube);
+                }
+                17 => {
+                    q.release_session(1 + self.next(SESSIONS));
+                }
+                _ => {
+                    self.now += self.next(1500) * 1000;
+                    q.advance(self.now, 64);
+                }
+            }
+        }
+    }
+}
+
+const TURNS: usize = 70;
+const SNAPSHOT_AT: usize = 40;
+
+/// The workload: models after every turn (with the time), and the last acknowledged turn.
+fn run(storage: &MemStorage, mode: WalMode, seed: u64) -> (Vec<(Micros, BTreeSet<String>)>, usize) {
+    let (mut wal, mut q, _) =
+        try_open_in(storage, mode).unwrap_or_else(|e| panic!("recovery failed: {e}"));
+    let mut d = Driver::new(seed);
+    let mut models = vec![(d.now, model(&q, d.now))];
+    let mut acked = 0;
+    for turn in 1..=TURNS {
+        d.turn(&mut q);
+        models.push((d.now, model(&q, d.now)));
+        wal.append_turn(&mut q);
+        let batch = wal.submit();
+        if mode == WalMode::Fsync && wal.flush(&mut q, WAIT).is_err() {
+            break;
+        }
+        wal.poll(&mut q);
+        if wal.check_writable().is_err() {
+            break;
+        }
+        assert!(wal.durable_upto() >= batch, "durable after the turn");
+        acked = turn;
+        if turn == SNAPSHOT_AT && wal.snapshot_now(&mut q, WAIT).is_err() {
+            break;
+        }
+    }
+    (models, acked)
+}
+
+fn check_recovered(
+    storage: &MemStorage,
+    models: &[(Micros, BTreeSet<String>)],
+    acked: usize,
+    what: &str,
+) {
+    let (_wal, q, report) = open(storage);
+    q.check_invariants();
+    let found = (acked..models.len()).find(|&i| model(&q, models[i].0) == models[i].1);
+    if found.is_none() {
+        let got = model(&q, models[acked].0);
+        let want = &models[acked].1;
+        let missing: Vec<_> = want.difference(&got).take(5).collect();
+        let extra: Vec<_> = got.difference(want).take(5).collect();
+        panic!(
+            "{what}: the recovered queue matches no state from the acknowledged turn {acked} on \
+             (report {report:?}); against that turn, missing {missing:#?}, extra {extra:#?}"
+        );
+    }
+}
+
+#[test]
+fn tubes_survive_a_crash_at_every_write() {
+    crash_everywhere(WalMode::Write, |_| Crash::Process, &[0, 30, usize::MAX]);
+}
+
+#[test]
+fn tubes_survive_a_power_loss_at_every_write_in_fsync_mode() {
+    // Only synced bytes survive, plus a torn prefix of the rest.
+    crash_everywhere(
+        WalMode::Fsync,
+        |keep| Crash::Power { torn_keep: keep },
+        &[0, 30, usize::MAX],
+    );
+}
+
+fn crash_everywhere(mode: WalMode, crash_of: impl Fn(usize) -> Crash, keeps: &[usize]) {
+    let clean = MemStorage::new();
+    let (models, acked) = run(&clean, mode, 11);
+    assert_eq!(acked, TURNS, "the clean run acknowledges every turn");
+    let last = &models[TURNS].1;
+    for what in ["tube ", "Buried", "utube Some", "dedup ", "deliveries 1"] {
+        assert!(
+            last.iter().any(|l| l.contains(what)),
+            "the workload leaves something with {what:?} to recover: {last:#?}"
+        );
+    }
+    check_recovered(&clean, &models, TURNS, "clean shutdown");
+    let writes = clean.writes();
+    for n in 1..=writes {
+        for &keep in keeps {
+            let storage = MemStorage::new();
+            storage.die_at_write(n, keep);
+            let (models, acked) = run(&storage, mode, 11);
+            storage.crash(crash_of(keep));
+            let what = format!("{mode} mode, died at write {n} keeping {keep}");
+            check_recovered(&storage, &models, acked, &what);
+        }
+    }
+}
+
+#[test]
+fn a_dropped_tube_stays_dropped_and_its_name_can_be_reused() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    let a = q
+        .create_tube("a", TubeType::Utube, TubeOptions::default())
+        .expect("new");
+    let p = TubePut {
+        utube: b"k",
+        ..TubePut::default()
+    };
+    q.put_in(START, a, b"x".to_vec().into(), p).expect("put");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    q.drop_tube(a).expect("dropped");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    drop(wal);
+    let (mut wal, mut q, _) = open(&storage);
+    assert_eq!(q.tube_ix("a"), None, "a dropped tube stays dropped");
+    assert_eq!(q.len(), 0);
+    // Created and dropped within one turn, then created again with another type: only the
+    // last one is there after a restart.
+    let b = q
+        .create_tube("b", TubeType::Fifo, TubeOptions::default())
+        .expect("new");
+    q.put_in(START, b, b"y".to_vec().into(), TubePut::default())
+        .expect("put");
+    q.drop_tube(b).expect("dropped");
+    let b2 = q
+        .create_tube("b", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let want = model(&q, START);
+    drop(wal);
+    let (_wal, q, _) = open(&storage);
+    assert_eq!(q.tube_info(b2).map(|t| t.kind), Some(TubeType::FifoTtl));
+    assert_eq!(model(&q, START), want);
+}
+
+/// Enough tasks that the walk takes many turns (it encodes at most 1024 a turn).
+const BACKLOG: usize = 5000;
+
+#[test]
+fn a_snapshot_walked_while_tubes_change_recovers_exactly() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    let mut d = Driver::new(5);
+    for _ in 0..6 {
+        d.create(&mut q);
+    }
+    for i in 0..BACKLOG {
+        let tube = d.pick_tube(&q);
+        d.put(&mut q, tube);
+        if i % 100 == 0 {
+            wal.append_turn(&mut q);
+            wal.submit();
+        }
+    }
+    wal.flush(&mut q, WAIT).expect("flushed");
+    assert!(wal.request_snapshot());
+    let mut turns = 0;
+    while wal.snapshot_running() || turns == 0 {
+        d.turn(&mut q);
+        wal.append_turn(&mut q);
+        wal.submit();
+        wal.poll(&mut q);
+        turns += 1;
+        assert!(turns < 100_000, "the snapshot ends");
+        if turns % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    assert!(
+        wal.stats().snapshot_walk_steps > 2,
+        "the walk spanned turns"
+    );
+    assert_eq!(wal.stats().snapshots, 1);
+    for _ in 0..20 {
+        d.turn(&mut q);
+        wal.append_turn(&mut q);
+        wal.submit();
+    }
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let want = model(&q, d.now);
+    drop(wal);
+    let (_wal, q, report) = open(&storage);
+    assert!(report.snapshot.is_some(), "recovered from the snapshot");
+    assert_eq!(model(&q, d.now), want);
+}
+
+fn v1_task(buf: &mut Vec<u8>, seq: u64, id: u64, data: &[u8]) {
+    let mut q = Queue::new();
+    q.restore(tarq_engine::RestoredTask {
+        id,
+        status: Status::Ready,
+        runat: 0,
+        pri: 3,
+        ttl: Some(60 * SEC),
+        ttr: None,
+        created: START,
+        data: data.into(),
+    })
+    .expect("restored");
+    let at = format::begin_record(buf, seq, Kind::Put);
+    format::encode_task_v1(buf, &q.get(id).expect("live"));
+    format::end_record(buf, at).expect("small");
+}
+
+fn commit(buf: &mut Vec<u8>, seq: u64) {
+    let at = format::begin_record(buf, seq, Kind::Commit);
+    format::end_small_record(buf, at);
+}
+
+/// A data directory as the format before tubes wrote it: a snapshot of tasks 1 and 2 at
+/// position 2, then a segment with a put of task 3 and a take of task 1 (v1 status record).
+fn write_v1_dir(storage: &MemStorage) {
+    let mut snap = format::file_header_version(SNAP_MAGIC, 1, 2).to_vec();
+    let at = format::begin_record(&mut snap, 1, Kind::SnapTasks);
+    snap.extend_from_slice(&2u32.to_le_bytes());
+    for (id, data) in [(1u64, b"one".as_slice()), (2, b"two")] {
+        let mut q = Queue::new();
+        q.restore(tarq_engine::RestoredTask {
+            id,
+            status: Status::Ready,
+            runat: 0,
+            pri: 0,
+            ttl: None,
+            ttr: None,
+            created: START,
+            data: data.into(),
+        })
+        .expect("restored");
+        format::encode_task_v1(&mut snap, &q.get(id).expect("live"));
+    }
+    format::end_record(&mut snap, at).expect("small");
+    let at = format::begin_record(&mut snap, 2, Kind::SnapEnd);
+    for v in [2u64, 2, 2] {
+        snap.extend_from_slice(&v.to_le_bytes());
+    }
+    format::end_small_record(&mut snap, at);
+    storage.put_file(&format::snapshot_name(2), snap);
+
+    let mut seg = format::file_header_version(WAL_MAGIC, 1, 1).to_vec();
+    // Records 1..=2 are covered by the snapshot.
+    v1_task(&mut seg, 1, 1, b"one");
+    commit(&mut seg, 2);
+    v1_task(&mut seg, 3, 3, b"three");
+    let at = format::begin_record(&mut seg, 4, Kind::Status);
+    seg.extend_from_slice(&1u64.to_le_bytes());
+    seg.push(1); // Taken
+    seg.extend_from_slice(&0u64.to_le_bytes());
+    format::end_small_record(&mut seg, at);
+    commit(&mut seg, 5);
+    storage.put_file(&format::segment_name(1), seg);
+}
+
+#[test]
+fn a_version_1_data_directory_is_read_into_the_default_tube_and_kept_readable() {
+    let storage = MemStorage::new();
+    write_v1_dir(&storage);
+    let (mut wal, mut q, report) = open(&storage);
+    assert!(report.torn.is_none(), "nothing cut: {report:?}");
+    let ids: Vec<(u64, TubeIx, Status)> = {
+        let mut v: Vec<_> = q.iter().map(|t| (t.id, t.tube, t.status)).collect();
+        v.sort_unstable_by_key(|t| t.0);
+        v
+    };
+    assert_eq!(
+        ids,
+        [
+            (1, 0, Status::Ready),
+            (2, 0, Status::Ready),
+            (3, 0, Status::Ready)
+        ],
+        "tasks of the old format land in `default`; the taken one comes back ready"
+    );
+    assert_eq!(q.get(3).expect("live").pri, 3);
+    // New records go to a version-2 segment beside the old one; both are read again.
+    let id = q
+        .put(START, b"four".to_vec().into(), PutOptions::default())
+        .id;
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let want = model(&q, START);
+    drop(wal);
+    let (mut wal, mut q, _) = open(&storage);
+    assert_eq!(model(&q, START), want);
+    assert_eq!(q.get(id).expect("live").data, b"four");
+    // And a snapshot in the new format replaces the old one.
+    wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    drop(wal);
+    let (_wal, q, _) = open(&storage);
+    assert_eq!(model(&q, START), want);
+}
+
+#[test]
+fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
+    // A segment of a later format.
+    let storage = MemStorage::new();
+    let mut seg = format::file_header_version(WAL_MAGIC, 99, 1).to_vec();
+    commit(&mut seg, 1);
+    storage.put_file(&format::segment_name(1), seg);
+    match try_open(&storage) {
+        Err(WalError::UnsupportedFormat { file, version }) => {
+            assert_eq!((file.as_str(), version), ("00000000000000000001.xlog", 99));
+        }
+        other => panic!("expected UnsupportedFormat, got {:?}", other.map(|x| x.2)),
+    }
+    let text = try_open(&storage).err().expect("refused").to_string();
+    assert!(
+        text.contains("version 99") && text.contains("reads versions 1..=2"),
+        "{text}"
+    );
+
+    // A snapshot of a later format is not taken for damage (which would fall back to an
+    // older snapshot and misread the WAL after it): the start stops.
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    q.put(START, b"a".to_vec().into(), PutOptions::default());
+    let name = wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    drop(wal);
+    let mut bytes = storage.contents(&name).expect("written");
+    bytes[..32].copy_from_slice(&format::file_header_version(SNAP_MAGIC, 3, 1));
+    storage.put_file(&name, bytes);
+    match try_open(&storage) {
+        Err(WalError::UnsupportedFormat { file, version: 3 }) => assert_eq!(file, name),
+        other => panic!("expected UnsupportedFormat, got {:?}", other.map(|x| x.2)),
+    }
+}
