@@ -64,102 +64,96 @@ struct Seen {
     ack_sent: BTreeSet<u64>,
 }
 
-#[test]
-fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
-    let tarq = tarq_in(tempfile::tempdir().unwrap(), &["--wal-mode", "fsync"]);
-    let addr = tarq.addr;
+/// What the client threads share: what they saw answered, how far the load got, and the stop.
+#[derive(Clone, Default)]
+struct Load {
+    seen: Arc<Mutex<Seen>>,
+    puts: Arc<AtomicU64>,
+    acks: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
 
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let puts = Arc::new(AtomicU64::new(0));
-    let acks = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    for p in 0..PRODUCERS {
-        let (seen, puts, stop) = (seen.clone(), puts.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || {
-            let Ok(mut c) = Conn::open(addr) else { return };
-            for n in 0.. {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let payload = format!("p{p}-{n}");
-                match c.call("queue.put", &[Value::from(payload.as_str())]) {
-                    Ok(Answer::Data(v)) => {
-                        let id = id_of(&v[0]);
-                        seen.lock().unwrap().put.insert(id, payload);
-                        puts.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(Answer::Error(e)) => panic!("put refused: {e}"),
-                    Err(_) => return, // the server is gone
-                }
+impl Load {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Puts distinct payloads until stopped or the server is gone, noting each answered put.
+    fn produce(self, addr: SocketAddr, p: usize) {
+        let Ok(mut c) = Conn::open(addr) else { return };
+        for n in 0.. {
+            if self.stopped() {
+                return;
             }
-        }));
-    }
-    for _ in 0..CONSUMERS {
-        let (seen, acks, stop) = (seen.clone(), acks.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || {
-            let Ok(mut c) = Conn::open(addr) else { return };
-            let mut released = BTreeSet::new();
-            while !stop.load(Ordering::Relaxed) {
-                let task = match c.call("queue.take", &[Value::from(0.05)]) {
-                    Ok(Answer::Data(v)) if v.is_empty() => continue,
-                    Ok(Answer::Data(v)) => v[0].clone(),
-                    Ok(Answer::Error(e)) => panic!("take failed: {e}"),
-                    Err(_) => return,
-                };
-                let id = id_of(&task);
-                // One task in eight is released once (and taken again later), the rest acked.
-                let release = id.is_multiple_of(8) && released.insert(id);
-                let (f, args) = if release {
-                    ("queue.release", vec![Value::from(id)])
-                } else {
-                    ("queue.ack", vec![Value::from(id)])
-                };
-                if !release {
-                    seen.lock().unwrap().ack_sent.insert(id);
+            let payload = format!("p{p}-{n}");
+            match c.call("queue.put", &[Value::from(payload.as_str())]) {
+                Ok(Answer::Data(v)) => {
+                    let id = id_of(&v[0]);
+                    self.seen.lock().unwrap().put.insert(id, payload);
+                    self.puts.fetch_add(1, Ordering::Relaxed);
                 }
-                match c.call(f, &args) {
-                    Ok(Answer::Data(_)) if f == "queue.ack" => {
-                        seen.lock().unwrap().acked.insert(id);
-                        acks.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(Answer::Data(_)) => {}
-                    Ok(Answer::Error(e)) => panic!("{f} {id} failed: {e}"),
-                    Err(_) => return,
-                }
+                Ok(Answer::Error(e)) => panic!("put refused: {e}"),
+                Err(_) => return, // the server is gone
             }
-        }));
+        }
     }
 
-    // Kill in the middle of the load, once it is well under way.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while puts.load(Ordering::Relaxed) < PUTS_BEFORE_KILL
-        || acks.load(Ordering::Relaxed) < ACKS_BEFORE_KILL
-    {
-        let (p, a) = (puts.load(Ordering::Relaxed), acks.load(Ordering::Relaxed));
-        assert!(
-            Instant::now() < deadline,
-            "the load makes progress ({p} puts, {a} acks)"
-        );
-        std::thread::yield_now();
+    /// Takes and acks (one task in eight is released once first) until stopped or the server
+    /// is gone, noting each ack sent and each ack answered.
+    fn consume(self, addr: SocketAddr) {
+        let Ok(mut c) = Conn::open(addr) else { return };
+        let mut released = BTreeSet::new();
+        while !self.stopped() {
+            let task = match c.call("queue.take", &[Value::from(0.05)]) {
+                Ok(Answer::Data(v)) if v.is_empty() => continue,
+                Ok(Answer::Data(v)) => v[0].clone(),
+                Ok(Answer::Error(e)) => panic!("take failed: {e}"),
+                Err(_) => return,
+            };
+            let id = id_of(&task);
+            let release = id.is_multiple_of(8) && released.insert(id);
+            let f = if release {
+                "queue.release"
+            } else {
+                "queue.ack"
+            };
+            if !release {
+                self.seen.lock().unwrap().ack_sent.insert(id);
+            }
+            match c.call(f, &[Value::from(id)]) {
+                Ok(Answer::Data(_)) if !release => {
+                    self.seen.lock().unwrap().acked.insert(id);
+                    self.acks.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Answer::Data(_)) => {}
+                Ok(Answer::Error(e)) => panic!("{f} {id} failed: {e}"),
+                Err(_) => return,
+            }
+        }
     }
-    let mut tarq = tarq;
-    tarq.proc.0.kill().unwrap(); // SIGKILL
-    tarq.proc.0.wait().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().expect("client thread");
-    }
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
-    assert!(
-        seen.acked.len() as u64 >= ACKS_BEFORE_KILL,
-        "acks before the kill: {}",
-        seen.acked.len()
-    );
 
-    // Restart on the same directory.
-    let tarq = tarq_in(tarq.take_dir(), &["--wal-mode", "fsync"]);
-    let mut c = Client::connect(tarq.addr);
+    /// Waits until the load is well under way, so the kill lands amid steady traffic.
+    fn wait_until_under_way(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (p, a) = (
+                self.puts.load(Ordering::Relaxed),
+                self.acks.load(Ordering::Relaxed),
+            );
+            if p >= PUTS_BEFORE_KILL && a >= ACKS_BEFORE_KILL {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the load makes progress ({p} puts, {a} acks)"
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Takes every task the restarted server holds, once each: id → payload.
+fn take_everything(c: &mut Client) -> BTreeMap<u64, String> {
     let stats = c.call("queue.stats", &[]).one();
     assert_eq!(
         field(&stats, "taken").as_u64(),
@@ -171,8 +165,7 @@ fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
     loop {
         let r = c.call("queue.take", &[]).ok();
         let Some(t) = r.first() else { break };
-        let id = id_of(t);
-        present.insert(id, field(t, "data").as_str().unwrap().to_owned());
+        present.insert(id_of(t), field(t, "data").as_str().unwrap().to_owned());
         assert!(present.len() as u64 <= total, "take returns each task once");
     }
     assert_eq!(
@@ -180,6 +173,11 @@ fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
         total,
         "every task was ready and taken once"
     );
+    present
+}
+
+/// Every answered put is back unless its ack may have been done; no answered ack is back.
+fn check_against_what_was_answered(seen: &Seen, present: &BTreeMap<u64, String>) {
     for (id, payload) in &seen.put {
         if seen.acked.contains(id) {
             assert!(
@@ -194,6 +192,40 @@ fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
             );
         }
     }
+}
+
+#[test]
+fn kill_9_under_load_in_fsync_mode_loses_nothing_acknowledged() {
+    let mut tarq = tarq_in(tempfile::tempdir().unwrap(), &["--wal-mode", "fsync"]);
+    let addr = tarq.addr;
+    let load = Load::default();
+    let mut threads = Vec::new();
+    for p in 0..PRODUCERS {
+        let load = load.clone();
+        threads.push(std::thread::spawn(move || load.produce(addr, p)));
+    }
+    for _ in 0..CONSUMERS {
+        let load = load.clone();
+        threads.push(std::thread::spawn(move || load.consume(addr)));
+    }
+    load.wait_until_under_way();
+    tarq.proc.0.kill().unwrap(); // SIGKILL
+    tarq.proc.0.wait().unwrap();
+    load.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let seen = std::mem::take(&mut *load.seen.lock().unwrap());
+    assert!(
+        seen.acked.len() as u64 >= ACKS_BEFORE_KILL,
+        "acks before the kill: {}",
+        seen.acked.len()
+    );
+
+    let tarq = tarq_in(tarq.take_dir(), &["--wal-mode", "fsync"]);
+    let mut c = Client::connect(tarq.addr);
+    let present = take_everything(&mut c);
+    check_against_what_was_answered(&seen, &present);
     let max = present
         .keys()
         .chain(seen.put.keys())
