@@ -285,24 +285,56 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
         a.no_pin = args.no_pin;
         a
     };
+    let (tarq_at_open, tarq_best) = run_matrix(
+        args,
+        &dir,
+        &targets,
+        &shapes,
+        open_shape,
+        &base,
+        &mut record,
+    )?;
+    for a in variant_rows(args, &targets, open_shape, &base, &mut record.skipped) {
+        one(&dir, &a, None, args.attempts, &mut record)?;
+    }
+    let reference = tarq_at_open.as_ref().or(tarq_best.as_ref());
+    run_open_loop(args, &dir, reference, &mut record)?;
+
+    finish(&results, &dir, &mut record)
+}
+
+/// tarq's rate at a shape and the arguments that reached it.
+type TarqRate = Option<(f64, RunArgs)>;
+
+/// Runs every target at every shape and depth of the matrix (the original tarantool/queue at
+/// the open-loop shape only). Returns tarq's rate at the open-loop shape and its best rate.
+fn run_matrix(
+    args: &SuiteArgs,
+    dir: &Path,
+    targets: &[Target],
+    shapes: &[(usize, usize)],
+    open_shape: (usize, usize),
+    base: &dyn Fn(Target, usize, usize, usize) -> RunArgs,
+    record: &mut SuiteRecord,
+) -> Result<(TarqRate, TarqRate)> {
     // The open-loop runs take fractions of tarq's rate at their own shape (every message sent
     // on its own costs the loadgen more than a closed loop's batches, so a rate reached with
     // many connections in closed loop says little about an open loop with few), or of its
     // best rate when that shape is not in the matrix.
     let mut tarq_at_open: Option<(f64, RunArgs)> = None;
     let mut tarq_best: Option<(f64, RunArgs)> = None;
-    for &t in &targets {
+    for &t in targets {
         // The original tarantool/queue is measured at the open-loop shape only: at 32+32 it
         // adds minutes and nothing the 4+4 rows do not show.
         let t_shapes = if t == Target::TarantoolQueue {
             vec![open_shape]
         } else {
-            shapes.clone()
+            shapes.to_vec()
         };
         for &(p, c) in &t_shapes {
             for &d in &args.depths {
                 let a = base(t, p, c, d);
-                if let Some(s) = one(&dir, &a, None, args.attempts, &mut record)? {
+                if let Some(s) = one(dir, &a, None, args.attempts, record)? {
                     if t == Target::Tarq && tarq_best.as_ref().is_none_or(|b| s.msgs_per_s > b.0) {
                         tarq_best = Some((s.msgs_per_s, a.clone()));
                     }
@@ -313,19 +345,18 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
             }
         }
     }
-    for a in variant_rows(args, &targets, open_shape, &base, &mut record.skipped) {
-        one(&dir, &a, None, args.attempts, &mut record)?;
-    }
-    let reference = tarq_at_open.as_ref().or(tarq_best.as_ref());
-    run_open_loop(args, &dir, reference, &mut record)?;
+    Ok((tarq_at_open, tarq_best))
+}
 
+/// Stamps the record's end, writes `suite.json` into `dir` and regenerates the README.
+fn finish(results: &Path, dir: &Path, record: &mut SuiteRecord) -> Result<()> {
     record.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     record.machine.loadavg_after = report::loadavg();
     std::fs::write(
         dir.join("suite.json"),
         serde_json::to_string_pretty(&record)? + "\n",
     )?;
-    write_readme(&results, &dir)?;
+    write_readme(results, dir)?;
     eprintln!("done: {}", results.join("README.md").display());
     Ok(())
 }

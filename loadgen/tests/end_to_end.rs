@@ -472,31 +472,8 @@ fn target_args_reach_the_spawned_tarq() {
 
 #[test]
 fn suite_writes_results_and_readme() {
-    /// Messages in the suite's backlog rows: a moment's fill on a debug build.
-    const BACKLOG_ROWS: u64 = 2_000;
     let out = tempfile::tempdir().unwrap();
-    let sa = SuiteArgs {
-        duration: Duration::from_millis(300),
-        warmup: Duration::from_millis(50),
-        targets: vec![Target::Tarq, Target::Null],
-        shapes: vec!["1x1".into()],
-        depths: vec![1, 4],
-        open_loop: vec![50],
-        open_shape: "1x1".into(),
-        open_depth: 4,
-        payload: 32,
-        out: Some(out.path().to_path_buf()),
-        note: Some("test run".into()),
-        tarq_bin: Some(tarq_bin()),
-        no_pin: true,
-        no_spin: true,
-        attempts: 1,
-        wal_modes: vec!["fsync".into()],
-        aof: vec![],
-        no_tubes: false,
-        backlog_rows: Some(BACKLOG_ROWS),
-        report_only: None,
-    };
+    let sa = small_suite(out.path());
     suite::run(&sa).unwrap();
     let readme = std::fs::read_to_string(out.path().join("README.md")).unwrap();
     for needle in [
@@ -521,13 +498,64 @@ fn suite_writes_results_and_readme() {
             "README lacks {needle:?}:\n{readme}"
         );
     }
-    let dirs: Vec<_> = std::fs::read_dir(out.path())
+    // tarq's tubes API gets rows once tarq serves it; until then the skip says why.
+    assert!(
+        readme.contains("| tarq tubes fifottl |")
+            || (readme.contains("skipped tarq tubes:") && readme.contains(NOT_DEFINED)),
+        "{readme}"
+    );
+    let dir = the_suite_dir(out.path());
+    check_wal_mode_row(&dir);
+    // Redrawing from the files alone gives the same page.
+    std::fs::remove_file(out.path().join("README.md")).unwrap();
+    let mut again = sa.clone();
+    again.report_only = Some(PathBuf::new());
+    suite::run(&again).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("README.md")).unwrap(),
+        readme
+    );
+}
+
+/// A suite small enough for a test on a debug build: tarq and the null target at one shape,
+/// two depths, one WAL-mode row and both backlog rows, written under `out`.
+fn small_suite(out: &Path) -> SuiteArgs {
+    /// Messages in the suite's backlog rows: a moment's fill on a debug build.
+    const BACKLOG_ROWS: u64 = 2_000;
+    SuiteArgs {
+        duration: Duration::from_millis(300),
+        warmup: Duration::from_millis(50),
+        targets: vec![Target::Tarq, Target::Null],
+        shapes: vec!["1x1".into()],
+        depths: vec![1, 4],
+        open_loop: vec![50],
+        open_shape: "1x1".into(),
+        open_depth: 4,
+        payload: 32,
+        out: Some(out.to_path_buf()),
+        note: Some("test run".into()),
+        tarq_bin: Some(tarq_bin()),
+        no_pin: true,
+        no_spin: true,
+        attempts: 1,
+        wal_modes: vec!["fsync".into()],
+        aof: vec![],
+        no_tubes: false,
+        backlog_rows: Some(BACKLOG_ROWS),
+        report_only: None,
+    }
+}
+
+/// The one suite directory under `out`, checked to hold the record, a run's JSON and
+/// histograms, and the plots.
+fn the_suite_dir(out: &Path) -> PathBuf {
+    let dirs: Vec<_> = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_dir())
         .collect();
     assert_eq!(dirs.len(), 1, "one suite directory: {dirs:?}");
-    let dir = &dirs[0];
+    let dir = dirs[0].clone();
     for f in [
         "suite.json",
         "tarq-p1c1-d1.json",
@@ -538,12 +566,11 @@ fn suite_writes_results_and_readme() {
     ] {
         assert!(dir.join(f).exists(), "{f} missing in {}", dir.display());
     }
-    // tarq's tubes API gets rows once tarq serves it; until then the skip says why.
-    assert!(
-        readme.contains("| tarq tubes fifottl |")
-            || (readme.contains("skipped tarq tubes:") && readme.contains(NOT_DEFINED)),
-        "{readme}"
-    );
+    dir
+}
+
+/// The WAL-mode row is recorded as its own run, with its durability, API and phase named.
+fn check_wal_mode_row(dir: &Path) {
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("suite.json")).unwrap()).unwrap();
     let fsync = record["runs"]
@@ -555,15 +582,6 @@ fn suite_writes_results_and_readme() {
     assert_eq!(fsync["durability"], "WAL fsync");
     assert_eq!(fsync["api"], "seed");
     assert_eq!(fsync["drain"], false);
-    // Redrawing from the files alone gives the same page.
-    std::fs::remove_file(out.path().join("README.md")).unwrap();
-    let mut again = sa.clone();
-    again.report_only = Some(PathBuf::new());
-    suite::run(&again).unwrap();
-    assert_eq!(
-        std::fs::read_to_string(out.path().join("README.md")).unwrap(),
-        readme
-    );
 }
 
 #[test]

@@ -187,44 +187,11 @@ fn full_disk_flow(outer: tempfile::TempDir, disk: Disk) {
     };
     let mut tarq = disk.start(outer);
 
-    // A producer puts until its put meets the full disk. That put's turn already changed the
-    // queue when its write failed, so its reply waits for the retry that writes it; the
-    // producer blocks there until space comes back.
     let full = Arc::new(AtomicBool::new(false));
-    let producer = std::thread::spawn({
-        let addr = tarq.addr;
-        let full = full.clone();
-        move || {
-            let mut c = tarq_client::Client::connect_addr(addr, WAIT).expect("connects");
-            let mut acked: BTreeMap<u64, String> = BTreeMap::new();
-            let pad = "d".repeat(PAYLOAD);
-            for i in 0..MAX_PUTS {
-                if full.load(Ordering::SeqCst) {
-                    return (acked, None);
-                }
-                let payload = format!("{i} {pad}");
-                match put(&mut c, &payload) {
-                    Ok(id) => {
-                        acked.insert(id, payload);
-                    }
-                    Err(message) => return (acked, Some(message)),
-                }
-            }
-            (acked, None)
-        }
-    });
+    let producer = produce_until_full(tarq.addr, full.clone());
     tarq.wait_for_line("WAL write failed");
     full.store(true, Ordering::SeqCst);
-    // While full: another client's put is refused before it changes anything, and a take
-    // is served from what is in memory.
-    let mut c = tarq_client::Client::connect_addr(tarq.addr, WAIT).expect("connects");
-    let refusal = put(&mut c, "refused").expect_err("the disk is full");
-    assert!(disk.is_full_message(&refusal), "a clear error: {refusal}");
-    let taken = c
-        .call("queue.take", &pack_args(&[Value::from(0)]), None)
-        .expect("a take goes on while the disk is full");
-    assert_eq!(field(&taken[0], "status").as_str(), Some("T"));
-    let taken_id = id_of(&taken[0]);
+    let (mut c, taken_id) = refuse_put_serve_take(&tarq, &disk);
 
     // Space comes back: tarq notices by itself and accepts changes again.
     let from = tarq.log().len();
@@ -253,7 +220,63 @@ fn full_disk_flow(outer: tempfile::TempDir, disk: Disk) {
     // put is there, with its payload, and nothing else.
     tarq.signal("TERM");
     assert!(tarq.wait_exit().success(), "a clean stop");
-    let dir = tarq.take_dir();
+    let found = drain_after_restart(tarq.take_dir());
+    assert_eq!(
+        found.len(),
+        acked.len(),
+        "every acknowledged put, and only those"
+    );
+    assert!(found == acked, "payloads as acknowledged");
+    drop(c);
+}
+
+/// What a producer thread returns: the puts it saw acknowledged (id → payload) and the
+/// refusal that stopped it, if one did.
+type Produced = (BTreeMap<u64, String>, Option<String>);
+
+/// A producer that puts until its put meets the full disk (or `full` is raised). That put's
+/// turn already changed the queue when its write failed, so its reply waits for the retry that
+/// writes it; the producer blocks there until space comes back.
+fn produce_until_full(
+    addr: std::net::SocketAddr,
+    full: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Produced> {
+    std::thread::spawn(move || {
+        let mut c = tarq_client::Client::connect_addr(addr, WAIT).expect("connects");
+        let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+        let pad = "d".repeat(PAYLOAD);
+        for i in 0..MAX_PUTS {
+            if full.load(Ordering::SeqCst) {
+                return (acked, None);
+            }
+            let payload = format!("{i} {pad}");
+            match put(&mut c, &payload) {
+                Ok(id) => {
+                    acked.insert(id, payload);
+                }
+                Err(message) => return (acked, Some(message)),
+            }
+        }
+        (acked, None)
+    })
+}
+
+/// While the disk is full: another client's put is refused before it changes anything, and a
+/// take is served from what is in memory. Returns that client and the id it took.
+fn refuse_put_serve_take(tarq: &Tarq, disk: &Disk) -> (tarq_client::Client, u64) {
+    let mut c = tarq_client::Client::connect_addr(tarq.addr, WAIT).expect("connects");
+    let refusal = put(&mut c, "refused").expect_err("the disk is full");
+    assert!(disk.is_full_message(&refusal), "a clear error: {refusal}");
+    let taken = c
+        .call("queue.take", &pack_args(&[Value::from(0)]), None)
+        .expect("a take goes on while the disk is full");
+    assert_eq!(field(&taken[0], "status").as_str(), Some("T"));
+    let taken_id = id_of(&taken[0]);
+    (c, taken_id)
+}
+
+/// Restarts tarq on `dir` and takes everything it holds: id → payload, each task once.
+fn drain_after_restart(dir: tempfile::TempDir) -> BTreeMap<u64, String> {
     let tarq = Tarq::start_in(dir, &["--log-level", "info"]);
     let mut c = tarq_client::Client::connect_addr(tarq.addr, WAIT).expect("connects");
     let mut found: BTreeMap<u64, String> = BTreeMap::new();
@@ -270,12 +293,5 @@ fn full_disk_flow(outer: tempfile::TempDir, disk: Disk) {
             .to_owned();
         assert!(found.insert(id_of(t), data).is_none(), "each task once");
     }
-    assert_eq!(
-        found.len(),
-        acked.len(),
-        "every acknowledged put, and only those"
-    );
-    assert!(found == acked, "payloads as acknowledged");
-    drop(c);
-    drop(tarq);
+    found
 }
