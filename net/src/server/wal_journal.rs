@@ -72,7 +72,11 @@ impl Journal for WalJournal {
     }
 
     fn attach_waker(&mut self, waker: Arc<mio::Waker>) {
-        self.wal.set_waker(waker);
+        self.wal.set_waker(Arc::new(move || {
+            if let Err(e) = waker.wake() {
+                tracing::warn!(error = %e, "waking the loop failed");
+            }
+        }));
     }
 
     fn snapshot(&mut self, _queue: &Queue, _now: Micros) -> Option<Result<String, String>> {

@@ -13,8 +13,8 @@
 //! 3. `poll(&mut queue)` learns what the sync thread made durable, retries a failed disk, and
 //!    walks a running snapshot a bounded step;
 //! 4. send the held replies of every batch `<= durable_upto()`; sleep no longer than
-//!    `timeout()`. The sync and snapshot threads wake the loop through the `mio::Waker` given
-//!    to `set_waker`.
+//!    `timeout()`. The sync and snapshot threads wake the loop through the [`Wake`] callback
+//!    given to `set_waker` (the server's `mio::Waker`; the WAL does not know the loop).
 //!
 //! `WalMode::Write` makes a batch durable when `write` returns (it survives the process, not
 //! the machine); `WalMode::Fsync` when the sync thread's `fdatasync` returns; `WalMode::None`
@@ -198,16 +198,18 @@ fn describe(e: &std::io::Error) -> String {
     }
 }
 
-/// Wakes the loop from the WAL's threads, once the server has handed over its waker.
+/// How the WAL's threads wake the loop: called from the sync and snapshot threads when a
+/// sync or a snapshot step completes. It must not block.
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
+
+/// Wakes the loop from the WAL's threads, once the server has handed over its [`Wake`].
 #[derive(Clone, Default)]
-pub(crate) struct Notify(Arc<OnceLock<Arc<mio::Waker>>>);
+pub(crate) struct Notify(Arc<OnceLock<Wake>>);
 
 impl Notify {
     fn wake(&self) {
-        if let Some(w) = self.0.get() {
-            if let Err(e) = w.wake() {
-                tracing::warn!(error = %e, "waking the loop failed");
-            }
+        if let Some(wake) = self.0.get() {
+            wake();
         }
     }
 }
@@ -404,9 +406,9 @@ impl Wal {
         Ok((wal, queue, report))
     }
 
-    /// The threads wake the loop through `waker` when a sync or a snapshot step completes.
-    pub fn set_waker(&self, waker: Arc<mio::Waker>) {
-        let _ = self.notify.0.set(waker);
+    /// The threads wake the loop through `wake` when a sync or a snapshot step completes.
+    pub fn set_waker(&self, wake: Wake) {
+        let _ = self.notify.0.set(wake);
     }
 
     pub fn mode(&self) -> WalMode {

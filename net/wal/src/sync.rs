@@ -1,7 +1,7 @@
 //! The sync thread: fsyncs WAL segments off the loop thread so the loop keeps serving while the
 //! disk syncs (`--wal-mode fsync`). The loop writes a batch, then raises the target; the thread
 //! syncs every file that may hold unsynced bytes, publishes how far it got and wakes the loop
-//! through its `mio::Waker`. Batches written while a sync runs ride on the next one: that is
+//! through the server's `Wake` callback. Batches written while a sync runs ride on the next one: that is
 //! the group commit. A failure is published with the generation it belongs to, so a result for
 //! a segment the loop has since abandoned is ignored.
 
