@@ -109,7 +109,7 @@ fn bench_put(c: &mut Criterion) {
                     |q, k| {
                         for _ in 0..k {
                             let id = q.take(T0, SID).expect("ready").id;
-                            q.ack(T0, SID, id).expect("owned");
+                            q.ack(SID, id).expect("owned");
                         }
                     },
                 )
@@ -157,7 +157,7 @@ fn bench_take_ack(c: &mut Criterion) {
                     |q, k| {
                         for _ in 0..k {
                             let id = q.take(T0, SID).expect("ready").id;
-                            black_box(q.ack(T0, SID, id).expect("owned"));
+                            black_box(q.ack(SID, id).expect("owned"));
                         }
                     },
                     |q, k| {
@@ -207,7 +207,7 @@ fn bench_cycle(c: &mut Criterion) {
             b.iter(|| {
                 q.put(T0, payload(), PutOptions::default());
                 let id = q.take(T0, SID).expect("ready").id;
-                black_box(q.ack(T0, SID, id).expect("owned"));
+                black_box(q.ack(SID, id).expect("owned"));
             })
         });
         drop(q);

@@ -232,7 +232,7 @@ impl Queue {
     }
 
     /// Deletes a task of `default` taken by `sid` and returns it as it was (status Taken).
-    pub fn ack(&mut self, _now: Micros, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
+    pub fn ack(&mut self, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         // One probe of the index both finds the task and, once ownership is checked, unlinks it.
         let slots = &self.slots;
         let entry = self

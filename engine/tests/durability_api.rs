@@ -12,7 +12,7 @@ fn arena_cursor_visits_live_tasks_only_and_is_bounded_by_the_most_ever_live() {
             .collect();
         for _ in &ids[..49] {
             let t = q.take(0, round).expect("ready").id;
-            q.ack(0, round, t).expect("taken");
+            q.ack(round, t).expect("taken");
         }
     }
     // 5000 ids issued, 100 live, the arena never held more than 51 at once.

@@ -101,7 +101,7 @@ fn a_task_is_not_taken_by_another_session_or_in_another_tube() {
     assert_eq!(q.ack_in(b, S, id), Err(QueueError::TaskNotTaken(id)));
     assert_eq!(q.peek(b, id).unwrap_err(), QueueError::TaskNotInTube(id));
     // The seed API sees only `default`.
-    assert_eq!(q.ack(T0, S, id), Err(QueueError::NotFound(id)));
+    assert_eq!(q.ack(S, id), Err(QueueError::NotFound(id)));
     assert_eq!(q.ack_in(a, S, id).unwrap().id, id);
     q.check_invariants();
 }

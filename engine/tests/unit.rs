@@ -146,7 +146,7 @@ fn ack_deletes_and_returns_the_task_as_taken() {
         },
     );
     take(&mut q, T0, 1);
-    let t: Task = q.ack(T0, 1, 1).unwrap();
+    let t: Task = q.ack(1, 1).unwrap();
     q.check_invariants();
     assert_eq!((t.id, t.status, t.owner), (1, Status::Taken, Some(1)));
     assert_eq!(&*t.data, b"a");
@@ -158,7 +158,7 @@ fn ack_deletes_and_returns_the_task_as_taken() {
         None,
         "the TTR deadline left with the task"
     );
-    assert_eq!(q.ack(T0, 1, 1), Err(QueueError::NotFound(1)));
+    assert_eq!(q.ack(1, 1), Err(QueueError::NotFound(1)));
 }
 
 #[test]
@@ -199,7 +199,7 @@ fn ack_and_release_refuse_with_the_seed_errors() {
             },
         ),
     ] {
-        assert_eq!(q.ack(T0, sid, id).unwrap_err(), err);
+        assert_eq!(q.ack(sid, id).unwrap_err(), err);
         assert_eq!(q.release(T0, sid, id, 0).unwrap_err(), err);
         assert_eq!(q.release(T0, sid, id, 5).unwrap_err(), err);
         q.check_invariants();
@@ -270,7 +270,7 @@ fn release_session_returns_its_tasks_in_take_order() {
     for sid in [1, 2, 1, 2, 1] {
         take(&mut q, T0, sid);
     }
-    q.ack(T0, 1, 3).unwrap();
+    q.ack(1, 3).unwrap();
     q.drain_events().for_each(drop);
     assert_eq!(q.release_session(1), 2);
     q.check_invariants();
@@ -373,7 +373,7 @@ fn ttl_expires_in_every_state() {
     assert!(q.is_empty());
     assert_eq!(q.stats().expired, 3);
     assert_eq!(q.release_session(4), 0, "the expired task left its session");
-    assert_eq!(q.ack(T0, 4, 3), Err(QueueError::NotFound(3)));
+    assert_eq!(q.ack(4, 3), Err(QueueError::NotFound(3)));
 }
 
 #[test]
@@ -404,7 +404,7 @@ fn ttr_returns_a_taken_task_to_ready() {
         vec![Event::TtrReturned { id: 1 }]
     );
     assert_eq!(q.get(1).unwrap().status, Status::Ready);
-    assert_eq!(q.ack(T0, 1, 1), Err(QueueError::NotTaken(1)));
+    assert_eq!(q.ack(1, 1), Err(QueueError::NotTaken(1)));
     assert_eq!(q.stats().ttr_returned, 1);
     assert_eq!(
         take(&mut q, T0 + 400, 2),
@@ -485,7 +485,7 @@ fn journal_records_every_change_in_order_only_when_on() {
     put(&mut q, T0, "y", PutOptions::default());
     take(&mut q, T0, 3);
     take(&mut q, T0, 3);
-    q.ack(T0, 3, 1).unwrap();
+    q.ack(3, 1).unwrap();
     q.release(T0, 3, 2, 7).unwrap();
     q.advance(T0 + 7, 10);
     let ev: Vec<_> = q.drain_events().collect();

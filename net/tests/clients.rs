@@ -5,8 +5,7 @@
 //! check the behaviour clients actually get. This file owns the processes (server, reference,
 //! scripts) and their deadlines; what is checked lives in the scripts.
 //!
-//! A client that is not installed fails the test under `CI=true` (the test command installs
-//! them); elsewhere the test prints a notice and passes.
+//! A client that is not installed fails the test, naming it (`bash .ci/test` installs them).
 
 mod support;
 

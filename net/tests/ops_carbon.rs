@@ -1,7 +1,7 @@
 //! Graphite for real: a carbon-cache (Debian's graphite-carbon) configured in a temporary
 //! directory with its own storage and ports on 127.0.0.1, a running `tarq` pushing to it, and
-//! what carbon stored read back from its whisper files with `whisper-fetch`. Missing tools fail
-//! under `CI=true` (the test command installs them); elsewhere the test prints a notice.
+//! what carbon stored read back from its whisper files with `whisper-fetch`. A missing tool fails
+//! the test, naming it (`bash .ci/test` installs them).
 
 mod support;
 

@@ -6,8 +6,7 @@
 //! does, so the same scripts can later be pointed at tarq. This file owns the processes and
 //! their deadlines; what is checked lives in the scripts.
 //!
-//! A tool that is not installed fails the test under `CI=true` (the test command installs
-//! them); elsewhere the test prints a notice and passes.
+//! A tool that is not installed fails the test, naming it (`bash .ci/test` installs them).
 
 mod support;
 

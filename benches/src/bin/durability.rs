@@ -52,7 +52,7 @@ fn load(q: &mut Queue, n: &mut u64) {
         q.put(now, payload(*n).into(), PutOptions::default());
         if let Some(t) = q.take(now, 1) {
             let id = t.id;
-            q.ack(now, 1, id).expect("owner acks");
+            q.ack(1, id).expect("owner acks");
         }
     }
 }
@@ -374,7 +374,7 @@ mod restart_loop {
         for _ in 0..(PUTS_PER_CYCLE - KEPT_PER_CYCLE) / FILL_PER_TURN as u64 {
             for _ in 0..FILL_PER_TURN {
                 let id = q.take(now, 1).expect("ready").id;
-                q.ack(now, 1, id).expect("owner acks");
+                q.ack(1, id).expect("owner acks");
             }
             turn(&mut wal, &mut q);
         }

@@ -306,7 +306,7 @@ impl Server {
     fn ack(&mut self, idx: usize, reply: ReplyTo, on: On, id: TaskId) -> Option<TubeIx> {
         let sid = self.conns[idx].sid;
         let res = match on {
-            On::Seed => self.queue.ack(self.now, sid, id),
+            On::Seed => self.queue.ack(sid, id),
             On::Tube(t) => self.queue.ack_in(t, sid, id),
         };
         let woke = self.room_or_head_freed(on.tube());

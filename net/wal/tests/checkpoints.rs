@@ -96,7 +96,7 @@ fn fifty_short_lifetimes_below_the_threshold_snapshot_and_stay_bounded() {
         let sid = 1;
         for _ in 0..PUTS_PER_CYCLE / 4 {
             let id = q.take(START, sid).expect("ready").id;
-            q.ack(START, sid, id).expect("taken");
+            q.ack(sid, id).expect("taken");
         }
         wal.append_turn(&mut q);
         wal.submit();
@@ -282,7 +282,7 @@ fn a_queue_with_a_billion_id_history_snapshots_in_one_turn() {
         let id = q.put(START, b"x".to_vec().into(), PutOptions::default()).id;
         let t = q.take(START, 1).expect("ready").id;
         assert_eq!(t, id);
-        q.ack(START, 1, t).expect("taken");
+        q.ack(1, t).expect("taken");
     }
     q.set_last_id(1_000_000_000);
     for _ in 0..3 {

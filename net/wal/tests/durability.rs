@@ -145,7 +145,7 @@ impl Driver {
                 }
                 6 | 7 if writable => {
                     if let Some((id, owner)) = self.taken(q) {
-                        q.ack(self.now, owner, id).expect("owner acks");
+                        q.ack(owner, id).expect("owner acks");
                     }
                 }
                 8 if writable => {
@@ -482,7 +482,7 @@ fn a_snapshot_taken_while_the_queue_changes_recovers_exactly() {
             if let Some(t) = q.take(d.now, 1) {
                 let id = t.id;
                 if id % 2 == 0 {
-                    q.ack(d.now, 1, id).unwrap();
+                    q.ack(1, id).unwrap();
                 } else {
                     q.release(d.now, 1, id, SEC).unwrap();
                 }
@@ -569,7 +569,7 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
     wal.check_writable()
         .expect("the retry succeeds and changes are accepted again");
     assert!(wal.durable_upto() >= held, "the held turn is durable now");
-    q.ack(now, 9, t).unwrap();
+    q.ack(9, t).unwrap();
     wal.append_turn(&mut q);
     let last = wal.submit();
     assert_eq!(wal.durable_upto(), last);
