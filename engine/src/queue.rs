@@ -876,73 +876,88 @@ impl Queue {
         let mut towers = Vec::new();
         for (k, s) in self.slots.iter() {
             let k = k as u32;
-            assert_eq!(
-                self.find(s.id),
-                Some(k),
-                "index does not find task {} at {k}",
-                s.id
-            );
-            assert!(
-                s.id != 0 && s.id <= self.last_id,
-                "task {} beyond last id {}",
-                s.id,
-                self.last_id
-            );
-            assert!(
-                (1..=MAX_LEVEL).contains(&(s.height as usize)),
-                "task {} height",
-                s.id
-            );
-            assert_eq!(s.up == NIL, s.height == 1, "task {} tower", s.id);
-            assert!(
-                self.tubes.get(s.tube as usize).is_some_and(Option::is_some),
-                "task {} in dropped tube {}",
-                s.id,
-                s.tube
-            );
+            self.check_slot(k, s);
             if s.height > 1 {
                 towers.push((s.up, s.height));
             }
-            match s.status {
-                Status::Ready | Status::Buried => {
-                    assert_eq!(s.t, 0, "{:?} task {} keeps a time", s.status, s.id)
-                }
-                Status::Waiting => {}
-                Status::Taken => {
-                    if s.flags & TTR_ARMED != 0 {
-                        assert!(s.flags & HAS_TTR != 0, "task {} armed without a ttr", s.id);
-                    } else {
-                        assert_eq!(s.t, 0, "taken task {} keeps a time", s.id);
-                    }
-                }
-            }
-            if s.status != Status::Taken {
-                assert_eq!(s.flags & TTR_ARMED, 0, "task {} armed but not taken", s.id);
-                assert_eq!(s.sess, NIL, "task {} is {:?} with an owner", s.id, s.status);
-            } else {
-                assert_ne!(s.sess, NIL, "taken task {} has no owner", s.id);
-            }
-            match Self::due(s) {
-                Some((at, kind)) => {
-                    assert_ne!(
-                        s.heap_pos, NIL,
-                        "task {} has deadline {at} but no entry",
-                        s.id
-                    );
-                    let e = self.heap.get(s.heap_pos);
-                    assert_eq!(
-                        (e.at, e.kind(), e.slot()),
-                        (at, kind, k),
-                        "task {} entry",
-                        s.id
-                    );
-                    entries += 1;
-                }
-                None => assert_eq!(s.heap_pos, NIL, "task {} has no deadline, an entry", s.id),
-            }
+            entries += usize::from(self.check_deadline(k, s));
         }
         assert_eq!(entries, self.heap.len(), "heap holds entries of no task");
         self.towers.check(towers);
+    }
+
+    /// One task's own invariants: its id, its tower, its tube, and the time and owner its
+    /// status allows.
+    fn check_slot(&self, k: u32, s: &Slot) {
+        assert_eq!(
+            self.find(s.id),
+            Some(k),
+            "index does not find task {} at {k}",
+            s.id
+        );
+        assert!(
+            s.id != 0 && s.id <= self.last_id,
+            "task {} beyond last id {}",
+            s.id,
+            self.last_id
+        );
+        assert!(
+            (1..=MAX_LEVEL).contains(&(s.height as usize)),
+            "task {} height",
+            s.id
+        );
+        assert_eq!(s.up == NIL, s.height == 1, "task {} tower", s.id);
+        assert!(
+            self.tubes.get(s.tube as usize).is_some_and(Option::is_some),
+            "task {} in dropped tube {}",
+            s.id,
+            s.tube
+        );
+        match s.status {
+            Status::Ready | Status::Buried => {
+                assert_eq!(s.t, 0, "{:?} task {} keeps a time", s.status, s.id)
+            }
+            Status::Waiting => {}
+            Status::Taken => {
+                if s.flags & TTR_ARMED != 0 {
+                    assert!(s.flags & HAS_TTR != 0, "task {} armed without a ttr", s.id);
+                } else {
+                    assert_eq!(s.t, 0, "taken task {} keeps a time", s.id);
+                }
+            }
+        }
+        if s.status != Status::Taken {
+            assert_eq!(s.flags & TTR_ARMED, 0, "task {} armed but not taken", s.id);
+            assert_eq!(s.sess, NIL, "task {} is {:?} with an owner", s.id, s.status);
+        } else {
+            assert_ne!(s.sess, NIL, "taken task {} has no owner", s.id);
+        }
+    }
+
+    /// A task with a deadline has the heap entry for it, and one without has none. Returns
+    /// whether the task has an entry.
+    fn check_deadline(&self, k: u32, s: &Slot) -> bool {
+        match Self::due(s) {
+            Some((at, kind)) => {
+                assert_ne!(
+                    s.heap_pos, NIL,
+                    "task {} has deadline {at} but no entry",
+                    s.id
+                );
+                let e = self.heap.get(s.heap_pos);
+                assert_eq!(
+                    (e.at, e.kind(), e.slot()),
+                    (at, kind, k),
+                    "task {} entry",
+                    s.id
+                );
+                true
+            }
+            None => {
+                assert_eq!(s.heap_pos, NIL, "task {} has no deadline, an entry", s.id);
+                false
+            }
+        }
     }
 
     /// The tube half of `check_invariants`: each tube's lists, utubes, counts and dedup
