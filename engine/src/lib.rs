@@ -4,7 +4,9 @@
 //! bench can measure it without noise. Parked takes, the wire protocol and durability live in
 //! `tarq-net`; this crate only reports what changed through an optional journal of [`Event`]s.
 
+mod arena;
 mod heap;
+mod index;
 mod lists;
 mod queue;
 mod sessions;

@@ -8,12 +8,11 @@
 
 use std::hash::Hasher;
 
-use hashbrown::HashTable;
-use slab::Slab;
-
 use std::collections::HashMap;
 
-use crate::heap::{DeadlineHeap, Entry, Kind, NIL, SLOT_BITS};
+use crate::arena::Arena;
+use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
+use crate::index::{IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
 use crate::sessions::Sessions;
 use crate::tubes::{
@@ -26,14 +25,15 @@ use crate::{
 };
 
 /// The arena of task slots; a slot's key (u32) is what lists, towers and the heap link by.
-pub(crate) type Slots = Slab<Slot>;
+pub(crate) type Slots = Arena<Slot>;
 
 /// The session that owns tasks restored as Taken (no session survives a restart).
 const RESTORED_OWNER: SessionId = 0;
 
-/// Slot keys must fit the heap entry's 30 bits. 2^30 tasks at ~110 bytes each would be
-/// 118 GB, five times this machine's memory, so the limit is never the one that bites.
-const MAX_TASKS: usize = (1 << SLOT_BITS) - 1;
+/// Slot keys must fit the id index's 28 bits (and the heap entry's 30). 2^28 tasks at ~110
+/// bytes each would be 29 GB, more than the machine's memory, so the limit is never the one
+/// that bites.
+const MAX_TASKS: usize = MAX_KEY as usize + 1;
 
 /// Seed of the skiplist height generator: fixed, so runs are reproducible.
 const HEIGHT_SEED: u64 = 0x2545_F491_4F6C_DD1D;
@@ -84,17 +84,10 @@ pub(crate) struct Slot {
     pub height: u8,
 }
 
-/// The layout of `slab`'s private entry type, to size the arena (`overhead_bytes`).
-#[allow(dead_code)]
-enum SlabEntry<T> {
-    Vacant(usize),
-    Occupied(T),
-}
-
 /// The slot's layout is the bulk of the per-task overhead (ARCHITECTURE.md gives the
-/// budget); keep it from growing by accident. The slab's entry reuses the status niche.
+/// budget); keep it from growing by accident. The arena's entry reuses the status niche.
 const _: () = assert!(std::mem::size_of::<Slot>() == 96);
-const _: () = assert!(std::mem::size_of::<SlabEntry<Slot>>() == 96);
+const _: () = assert!(crate::arena::ENTRY_BYTES == 96);
 
 /// Session ids are small counters: one multiply spreads them (SipHash costs ~20 ns).
 #[derive(Default, Clone, Copy)]
@@ -126,7 +119,7 @@ fn fold_mul(x: u64) -> u64 {
 /// traffic (put n, n+1, ...; ack in the same order) hits one cache line per 8 ids, while no
 /// pattern of live ids piles onto one bucket.
 #[inline]
-fn hash_id(id: TaskId) -> u64 {
+pub(crate) fn hash_id(id: TaskId) -> u64 {
     let run = fold_mul(id >> 3);
     ((run << 3) | (id & 7)) ^ ((id & 7) << 60)
 }
@@ -174,7 +167,7 @@ pub struct Queue {
     slots: Slots,
     /// id -> slot key. Holds only the u32 key: ids are compared in the slot, which every
     /// lookup reads anyway, so a bucket costs 4 bytes plus 1 control byte.
-    index: HashTable<u32>,
+    index: IdIndex,
     /// By `TubeIx`; `None` for a dropped tube's index. Index 0 is `default`.
     tubes: Vec<Option<Tube>>,
     names: HashMap<Box<str>, TubeIx>,
@@ -201,8 +194,8 @@ impl Queue {
     pub fn new() -> Self {
         let default = Tube::new(DEFAULT_TUBE_NAME, TubeType::FifoTtl, TubeOptions::default());
         Queue {
-            slots: Slab::new(),
-            index: HashTable::new(),
+            slots: Arena::default(),
+            index: IdIndex::default(),
             tubes: vec![Some(default)],
             names: HashMap::from([(DEFAULT_TUBE_NAME.into(), DEFAULT_TUBE)]),
             dedup_tubes: Vec::new(),
@@ -235,16 +228,17 @@ impl Queue {
     pub fn ack(&mut self, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         // One probe of the index both finds the task and, once ownership is checked, unlinks it.
         let slots = &self.slots;
-        let entry = self
+        let found = self
             .index
-            .find_entry(hash_id(id), |&j| slots[j as usize].id == id)
-            .map_err(|_| QueueError::NotFound(id))?;
-        let k = *entry.get();
+            .find(id, hash_id, |j| slots[j as usize].id)
+            .ok_or(QueueError::NotFound(id))?;
+        let k = found.key;
         if self.slots[k as usize].tube != DEFAULT_TUBE {
             return Err(QueueError::NotFound(id));
         }
         check_owner(&self.slots, &self.sessions, k, sid, id)?;
-        entry.remove();
+        self.index
+            .remove_found(found, |j| hash_id(slots[j as usize].id));
         let task = self.remove_unindexed(k);
         self.tube_mut(DEFAULT_TUBE).ops.acks += 1;
         self.log(Event::Acked { id });
@@ -819,7 +813,7 @@ impl Queue {
         self.slots.reserve(additional);
         let slots = &self.slots;
         self.index
-            .reserve(additional, |&j| hash_id(slots[j as usize].id));
+            .reserve(additional, |j| hash_id(slots[j as usize].id));
     }
 
     /// Every live task, of every tube, in no particular order (snapshots).
@@ -846,8 +840,8 @@ impl Queue {
                 utubes + dedup
             })
             .sum();
-        self.slots.capacity() * size_of::<SlabEntry<Slot>>()
-            + self.index.capacity() * (size_of::<u32>() + 1)
+        self.slots.capacity() * crate::arena::ENTRY_BYTES
+            + self.index.buckets() * size_of::<u32>()
             + self.towers.capacity_bytes()
             + self.heap.capacity_bytes()
             + self.sessions.capacity_bytes()
@@ -859,11 +853,14 @@ impl Queue {
     /// Panics with a message naming the broken invariant. O(n log n): for tests and debugging.
     pub fn check_invariants(&self) {
         let n = self.slots.len();
-        assert_eq!(
-            self.index.len(),
-            n,
-            "index holds {} ids for {n} tasks",
-            self.index.len()
+        let slots = &self.slots;
+        let mut indexed = self.index.check(|j| hash_id(slots[j as usize].id));
+        indexed.sort_unstable();
+        let live: Vec<u32> = slots.iter().map(|(k, _)| k as u32).collect();
+        assert!(
+            indexed == live,
+            "index holds {} keys for {n} tasks",
+            indexed.len()
         );
         let mut listed = self.check_tubes();
         listed += self.sessions.check(&self.slots);
@@ -1031,8 +1028,8 @@ impl Queue {
     fn find(&self, id: TaskId) -> Option<u32> {
         let slots = &self.slots;
         self.index
-            .find(hash_id(id), |&k| slots[k as usize].id == id)
-            .copied()
+            .find(id, hash_id, |k| slots[k as usize].id)
+            .map(|f| f.key)
     }
 
     fn view(&self, k: u32) -> TaskRef<'_> {
@@ -1382,8 +1379,7 @@ impl Queue {
             height,
         }) as u32;
         let slots = &self.slots;
-        self.index
-            .insert_unique(hash_id(id), k, |&j| hash_id(slots[j as usize].id));
+        self.index.insert(k, |j| hash_id(slots[j as usize].id));
         k
     }
 
@@ -1546,11 +1542,9 @@ impl Queue {
     fn remove_slot(&mut self, k: u32) -> Task {
         let slots = &self.slots;
         let id = slots[k as usize].id;
-        if let Ok(entry) = self
-            .index
-            .find_entry(hash_id(id), |&j| slots[j as usize].id == id)
-        {
-            entry.remove();
+        if let Some(found) = self.index.find(id, hash_id, |j| slots[j as usize].id) {
+            self.index
+                .remove_found(found, |j| hash_id(slots[j as usize].id));
         }
         self.remove_unindexed(k)
     }
@@ -1596,7 +1590,7 @@ impl Queue {
     /// visits every live task once. It grows with the most tasks ever live at once, never
     /// with the ids issued, so a snapshot walk costs what the queue holds.
     pub fn arena_end(&self) -> usize {
-        self.slots.capacity()
+        self.slots.end()
     }
 
     /// The live task at arena position `pos`, if any. A task keeps its position for its whole

@@ -718,17 +718,19 @@ fn deep_lists_keep_order_through_releases_and_expiry() {
 
 #[test]
 fn reserve_keeps_every_task_and_makes_room() {
+    const MORE: usize = 200_000;
     let mut q = Queue::new();
     let ids: Vec<TaskId> = (0..3)
         .map(|i| put(&mut q, T0, &format!("t{i}"), PutOptions::default()))
         .collect();
     take(&mut q, T0, 7);
     let before = q.overhead_bytes();
-    q.reserve(10_000);
+    q.reserve(MORE);
     q.check_invariants();
-    // Arena and index room for 10k more: a slot alone is well over 64 bytes.
+    // Arena and index room for MORE more (several arena chunks): a slot alone is well over
+    // 64 bytes.
     assert!(
-        q.overhead_bytes() >= before + 10_000 * 64,
+        q.overhead_bytes() >= before + MORE * 64,
         "reserve grew {before} to only {}",
         q.overhead_bytes()
     );
@@ -740,11 +742,11 @@ fn reserve_keeps_every_task_and_makes_room() {
         );
     }
     assert_eq!(q.get(ids[0]).unwrap().owner, Some(7));
-    for i in 0..10_000 {
+    for i in 0..MORE {
         q.put(T0, data(&format!("n{i}")), PutOptions::default());
     }
     q.check_invariants();
-    assert_eq!(q.len(), 10_003);
+    assert_eq!(q.len(), MORE + 3);
     assert_eq!(q.release_session(7), 1);
     let first: Vec<_> = (0..3).filter_map(|_| take(&mut q, T0, 1)).collect();
     assert_eq!(first, ids);
