@@ -105,6 +105,7 @@ impl<T> Arena<T> {
     }
 
     /// Stores `value` and returns its key: the most recently freed one, else the next unused.
+    #[inline]
     pub fn insert(&mut self, value: T) -> usize {
         self.len += 1;
         if self.free != NONE {
@@ -129,6 +130,7 @@ impl<T> Arena<T> {
     }
 
     /// Removes and returns the value at `k`. Panics if `k` is not live.
+    #[inline]
     pub fn remove(&mut self, k: usize) -> T {
         let (c, i) = split(k);
         let e = &mut self.chunks[c][i];

@@ -1,24 +1,31 @@
-//! The id index: task id → arena key, an open-addressing table (linear probing) that grows
-//! without ever stopping the loop to rehash. When the table passes its load limit, a table of
-//! twice the size takes the inserts and every insert moves a few buckets of the old table into
-//! it ([`MIGRATE_STEP`]); lookups look in both until the old one is empty and freed. So the
-//! cost of growing is spread over the inserts that cause it instead of falling on one put (a
-//! one-shot rehash of 7M ids reads 7M random slots: ~0.7 s in which no client is answered).
+//! The id index: task id → arena key, an open-addressing table that grows without ever
+//! stopping the loop to rehash. When the table passes its load limit, a table of twice the size
+//! takes the inserts and every insert moves a few buckets of the old table into it
+//! ([`MIGRATE_STEP`]); lookups look in both until the old one is empty and freed. So the cost
+//! of growing is spread over the inserts that cause it instead of falling on one put (a
+//! one-shot rehash of 7M ids reads 7M random slots: ~0.45 s in which no client is answered).
 //! The old table is walked from its end down and shrunk as the walk goes ([`SHRINK_BUCKETS`]
-//! at a time), so its memory goes back in small pieces: freeing a 32 MB table at once costs
-//! ~1 ms of page unmapping. The walk first moves the run of entries at the start of the old
-//! table (the only ones a probe can reach by wrapping past its end), so a probe of the old
-//! table never leaves the window between that run and the walk.
+//! at a time), so its memory goes back in small pieces (freeing a 32 MB table at once costs
+//! ~1 ms of page unmapping). The walk first moves the blocks at the start of the old table that
+//! a probe can reach by wrapping past its end, so a probe of the old table never wraps.
+//!
+//! **Lanes.** The table is a row of blocks of [`LANES`] buckets, and an id's hash picks a
+//! block and a lane; a probe steps from block to block *within its lane*. The hash gives the 8
+//! ids of a run (`id >> 3`) one block and 8 distinct lanes, so FIFO traffic (put n, n+1, ...;
+//! ack in the same order) touches one cache line per 8 ids, and the ids of a run never compete
+//! for a bucket: each lane is its own linear-probing table of short chains. (Probing bucket by
+//! bucket instead, a run's 8 ids collide with a whole other run at once: at half load the
+//! chains a deletion walks run to hundreds of buckets.)
 //!
 //! A bucket is a `u32`: 0 is empty, so a new table is zero pages from the allocator that cost
 //! nothing until they are written (a table that must first be filled with a marker, as
 //! hashbrown's control bytes are, costs ~6 ms per 16M buckets). The low [`KEY_BITS`] hold
-//! `key + 1`, the top 4 bits how far the entry sits from its home bucket (15: that far or
+//! `key + 1`, the top 4 bits how many blocks the entry sits past its home (15: that many or
 //! more). The distance filters a probe without reading the slot: an entry whose home differs
 //! from the id's cannot be it, so a lookup reads the slot of the right task and almost never
-//! another. Deletion shifts the following entries back (no tombstones in the live table), and
-//! the distance says which can move, again without reading their slots. The table stores no
-//! ids: `id_of(key)` reads them from the arena, which holds them anyway.
+//! another. Deletion shifts the following entries of the lane back (no tombstones in the live
+//! table), and the distance says which can move, again without reading their slots. The table
+//! stores no ids: `id_of(key)` reads them from the arena, which holds them anyway.
 
 use crate::TaskId;
 
@@ -29,17 +36,41 @@ pub(crate) const KEY_BITS: u32 = 28;
 /// The largest key the index stores.
 pub(crate) const MAX_KEY: u32 = (1 << KEY_BITS) - 3;
 const KEY_MASK: u32 = (1 << KEY_BITS) - 1;
-/// Distances 0..=14 are exact; 15 means "15 or more" (the slot is read to know).
+/// Distances 0..=14 (in blocks) are exact; 15 means "15 or more" (the slot is read to know).
 const FAR: u32 = 15;
 /// A deleted entry of the table being emptied (the live table shifts instead).
 const GONE: u32 = u32::MAX;
+/// Buckets per block: the ids of one run, one per lane.
+const LANES: usize = 8;
 /// Buckets of the old table moved per insert. The old table holds at most 3/4 of its buckets,
 /// the new one has twice as many and the same limit, so any step over 1.34 empties the old
-/// table before the new one fills; 8 keeps the two-table phase short.
-const MIGRATE_STEP: usize = 8;
-const MIN_BUCKETS: usize = 16;
-/// The old table gives back its walked tail in pieces of this many buckets (256 KB).
+/// table before the new one fills; 8 (a block) keeps the two-table phase short.
+const MIGRATE_STEP: usize = LANES;
+/// Eight blocks: each lane has 8 buckets, so its 7/8 limit leaves a lane room for 7 entries.
+const MIN_BUCKETS: usize = 8 * LANES;
+/// The old table gives back its walked tail in pieces of this many buckets (256 KB; unit
+/// tests shrink small tables too).
+#[cfg(not(test))]
 const SHRINK_BUCKETS: usize = 1 << 16;
+#[cfg(test)]
+const SHRINK_BUCKETS: usize = 2 * LANES;
+
+/// A mix of the id's run: a folded 64x64->128 multiply, every output bit depending on every
+/// input bit.
+#[inline]
+pub(crate) fn fold_mul(x: u64) -> u64 {
+    let p = u128::from(x) * 0x9E37_79B9_7F4A_7C15;
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Hash of a task id: the block comes from the mix of its run, the lane (low 3 bits) is the
+/// id's place in the run rotated by the run's mix, so the 8 ids of a run take 8 lanes of one
+/// block and no stride of live ids (every 8th, every other) leaves lanes empty and others full.
+#[inline]
+pub(crate) fn hash_id(id: TaskId) -> u64 {
+    let run = fold_mul(id >> 3);
+    (run << 3) | (id.wrapping_add(run >> 61) & 7)
+}
 
 #[inline]
 fn pack(key: u32, dist: usize) -> u32 {
@@ -57,77 +88,95 @@ fn stored_dist(e: u32) -> usize {
     (e >> KEY_BITS) as usize
 }
 
-/// One open-addressing table of a power-of-two size.
+/// One open-addressing table of a power-of-two number of buckets.
 struct Table {
     buckets: Vec<u32>,
     mask: usize,
-    /// Live entries (not counting `GONE`).
+    /// Live entries (not counting `GONE`), in all and per lane.
     len: usize,
+    lane_len: [usize; LANES],
 }
 
 impl Table {
     fn with_buckets(n: usize) -> Table {
-        debug_assert!(n.is_power_of_two());
+        debug_assert!(n.is_power_of_two() && n >= MIN_BUCKETS);
         Table {
             // `vec![0; n]` asks the allocator for zeroed memory: fresh pages, no writes.
             buckets: vec![0; n],
             mask: n - 1,
             len: 0,
+            lane_len: [0; LANES],
         }
     }
 
-    /// Entries allowed before the table grows: 3/4 of the buckets keeps linear probes short
-    /// (~2.5 buckets to find an entry, ~8.5 to find a free one).
-    fn limit(&self) -> usize {
-        self.buckets.len() / 4 * 3
+    /// Whether one more entry in `lane` needs a bigger table: past 3/4 of the buckets in all
+    /// (short chains: ~2.5 blocks to find an entry), or past 7/8 of one lane's (a lane that
+    /// fills can take no insert; only a skewed set of live ids gets there first).
+    fn full_for(&self, lane: usize) -> bool {
+        let n = self.buckets.len();
+        self.len >= n / 4 * 3 || self.lane_len[lane] >= n / LANES * 7 / 8
     }
 
-    /// The bucket holding `id` (home `h`), probing at most up to `end` (exclusive) when given
-    /// (the old table's window: no wrap past it) and around the table otherwise.
+    /// The distance in blocks from home `home` to bucket `j` of the same lane.
+    #[inline]
+    fn blocks(&self, home: usize, j: usize) -> usize {
+        (j.wrapping_sub(home) & self.mask) / LANES
+    }
+
+    /// The bucket holding `id` (home `h`). `window`: the old table's unmoved buckets — a match
+    /// below its start is a moved copy, and the probe stops at its end and never wraps.
     #[inline]
     fn find(
         &self,
         id: TaskId,
         h: u64,
-        end: Option<usize>,
+        window: Option<std::ops::Range<usize>>,
         id_of: &impl Fn(u32) -> TaskId,
     ) -> Option<usize> {
         let mut j = h as usize & self.mask;
         let mut dist = 0;
         loop {
-            if end.is_some_and(|end| j >= end) {
+            if window.as_ref().is_some_and(|w| j >= w.end) {
                 return None;
             }
             let e = self.buckets[j];
             if e == 0 {
                 return None;
             }
-            if e != GONE && stored_dist(e) == dist.min(FAR as usize) && id_of(key_of(e)) == id {
+            if e != GONE
+                && stored_dist(e) == dist.min(FAR as usize)
+                && window.as_ref().is_none_or(|w| j >= w.start)
+                && id_of(key_of(e)) == id
+            {
                 return Some(j);
             }
-            j = (j + 1) & self.mask;
+            if window.is_some() && j + LANES > self.mask {
+                return None;
+            }
+            j = (j + LANES) & self.mask;
             dist += 1;
         }
     }
 
-    /// Stores `key` in the first free bucket from its home `h`. The table has room.
+    /// Stores `key` in the first free bucket of its lane from its home `h`. The lane has room.
     #[inline]
     fn insert(&mut self, key: u32, h: u64) {
         let mut j = h as usize & self.mask;
         let mut dist = 0;
         while self.buckets[j] != 0 {
-            j = (j + 1) & self.mask;
+            j = (j + LANES) & self.mask;
             dist += 1;
         }
         self.buckets[j] = pack(key, dist);
         self.len += 1;
+        self.lane_len[j % LANES] += 1;
     }
 
-    /// Empties bucket `i` and shifts back the entries after it that may move (those whose
-    /// home is at or before the hole), so no probe chain is cut.
+    /// Empties bucket `i` and shifts back the entries after it in its lane that may move
+    /// (those whose home is at or before the hole), so no probe chain is cut.
     fn remove_shifting(&mut self, i: usize, hash_of_key: &impl Fn(u32) -> u64) {
         let mut hole = i;
-        let mut j = (i + 1) & self.mask;
+        let mut j = (i + LANES) & self.mask;
         loop {
             let e = self.buckets[j];
             if e == 0 {
@@ -135,17 +184,37 @@ impl Table {
             }
             let dist = match stored_dist(e) {
                 d if d < FAR as usize => d,
-                _ => j.wrapping_sub(hash_of_key(key_of(e)) as usize) & self.mask,
+                _ => self.blocks(hash_of_key(key_of(e)) as usize & self.mask, j),
             };
-            let gap = j.wrapping_sub(hole) & self.mask;
+            let gap = self.blocks(hole, j);
             if dist >= gap {
                 self.buckets[hole] = pack(key_of(e), dist - gap);
                 hole = j;
             }
-            j = (j + 1) & self.mask;
+            j = (j + LANES) & self.mask;
         }
         self.buckets[hole] = 0;
         self.len -= 1;
+        self.lane_len[i % LANES] -= 1;
+    }
+
+    /// Marks a bucket of the table being emptied deleted (its chains stay whole).
+    fn remove_marking(&mut self, i: usize) {
+        self.buckets[i] = GONE;
+        self.len -= 1;
+        self.lane_len[i % LANES] -= 1;
+    }
+
+    /// Live entries of `range`, as (bucket, key).
+    fn entries(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl DoubleEndedIterator<Item = (usize, u32)> + '_ {
+        self.buckets[range.clone()]
+            .iter()
+            .zip(range)
+            .filter(|&(&e, _)| e != 0 && e != GONE)
+            .map(|(&e, j)| (j, key_of(e)))
     }
 }
 
@@ -160,10 +229,10 @@ pub(crate) struct Found {
 /// Task id → arena key. See the module doc.
 pub(crate) struct IdIndex {
     live: Table,
-    /// The table being emptied into `live`. Its buckets `..=head` (the run at its start, up to
-    /// its first empty bucket) and `walked..` are moved; `walked..` is also given back.
+    /// The table being emptied into `live`. Its buckets `..head_end` (the blocks a wrapping
+    /// probe reaches) and `walked..` are moved; `walked..` is also given back.
     old: Option<Table>,
-    head: usize,
+    head_end: usize,
     walked: usize,
 }
 
@@ -172,7 +241,7 @@ impl Default for IdIndex {
         IdIndex {
             live: Table::with_buckets(MIN_BUCKETS),
             old: None,
-            head: 0,
+            head_end: 0,
             walked: 0,
         }
     }
@@ -215,13 +284,7 @@ impl IdIndex {
             });
         }
         let old = self.old.as_ref()?;
-        // A home in the moved head run or the walked tail: anything of it still in the old
-        // table would sit in the head run (chains stop at empty buckets), which is moved.
-        let home = h as usize & old.mask;
-        if home <= self.head || home >= self.walked {
-            return None;
-        }
-        let j = old.find(id, h, Some(self.walked), &id_of)?;
+        let j = old.find(id, h, Some(self.head_end..self.walked), &id_of)?;
         Some(Found {
             key: key_of(old.buckets[j]),
             bucket: j,
@@ -233,8 +296,7 @@ impl IdIndex {
     pub fn remove_found(&mut self, f: Found, hash_of_key: impl Fn(u32) -> u64) {
         if f.in_old {
             let old = self.old.as_mut().expect("found in the old table");
-            old.buckets[f.bucket] = GONE;
-            old.len -= 1;
+            old.remove_marking(f.bucket);
             if old.len == 0 {
                 self.old = None;
             }
@@ -246,19 +308,24 @@ impl IdIndex {
     /// Adds `key` for an id not in the index; `hash_of_key` hashes the id of the task at a
     /// key (the new one included).
     pub fn insert(&mut self, key: u32, hash_of_key: impl Fn(u32) -> u64) {
+        let h = hash_of_key(key);
+        let lane = h as usize % LANES;
         if self.old.is_some() {
             self.migrate(MIGRATE_STEP, &hash_of_key);
-        } else if self.live.len >= self.live.limit() {
+        }
+        if self.live.full_for(lane) {
+            // Only a lane skewed past the growth schedule meets a move under way: finish it.
+            self.migrate(usize::MAX, &hash_of_key);
             self.start_migration(&hash_of_key);
         }
-        self.live.insert(key, hash_of_key(key));
+        self.live.insert(key, h);
     }
 
     /// Makes room for `additional` more ids at once (loading a snapshot of known size): one
     /// full move now instead of many doublings, when nobody is waiting for answers.
     pub fn reserve(&mut self, additional: usize, hash_of_key: impl Fn(u32) -> u64) {
         let want = self.len() + additional;
-        if want <= self.live.limit() {
+        if want <= self.live.buckets.len() / 4 * 3 {
             return;
         }
         self.migrate(usize::MAX, &hash_of_key);
@@ -267,27 +334,30 @@ impl IdIndex {
             n *= 2;
         }
         let old = std::mem::replace(&mut self.live, Table::with_buckets(n));
-        for &e in old.buckets.iter().filter(|&&e| e != 0) {
-            self.live.insert(key_of(e), hash_of_key(key_of(e)));
+        for (_, k) in old.entries(0..old.buckets.len()) {
+            self.live.insert(k, hash_of_key(k));
         }
     }
 
-    /// Puts a table of twice the size in place and moves the old table's head run into it at
-    /// once (a few entries: the run up to the first empty bucket).
+    /// Puts a table of twice the size in place and moves at once the old table's blocks up to
+    /// the first empty bucket of every lane (the only ones a probe reaches by wrapping).
     fn start_migration(&mut self, hash_of_key: &impl Fn(u32) -> u64) {
         let bigger = Table::with_buckets(self.live.buckets.len() * 2);
         let mut old = std::mem::replace(&mut self.live, bigger);
-        let head = old
-            .buckets
-            .iter()
-            .position(|&e| e == 0)
-            .expect("a table under its load limit has an empty bucket");
-        for j in 0..head {
-            let e = old.buckets[j];
-            self.live.insert(key_of(e), hash_of_key(key_of(e)));
+        let first_empty = |lane: usize| {
+            (lane..old.buckets.len())
+                .step_by(LANES)
+                .find(|&j| old.buckets[j] == 0)
+                .expect("a lane under its limit has an empty bucket")
+        };
+        let head_end = (0..LANES).map(first_empty).max().unwrap_or(0) / LANES * LANES + LANES;
+        let head: Vec<_> = old.entries(0..head_end).collect();
+        for (j, k) in head {
+            self.live.insert(k, hash_of_key(k));
             old.len -= 1;
+            old.lane_len[j % LANES] -= 1;
         }
-        self.head = head;
+        self.head_end = head_end;
         self.walked = old.buckets.len();
         self.old = Some(old);
         self.migrate(MIGRATE_STEP, hash_of_key);
@@ -300,16 +370,17 @@ impl IdIndex {
         let Some(old) = self.old.as_mut() else {
             return;
         };
-        let stop = self.walked.saturating_sub(steps).max(self.head + 1);
+        let stop = self.walked.saturating_sub(steps).max(self.head_end);
         for j in (stop..self.walked).rev() {
             let e = old.buckets[j];
             if e != 0 && e != GONE {
                 self.live.insert(key_of(e), hash_of_key(key_of(e)));
                 old.len -= 1;
+                old.lane_len[j % LANES] -= 1;
             }
         }
         self.walked = stop;
-        if self.walked == self.head + 1 {
+        if self.walked == self.head_end {
             debug_assert_eq!(old.len, 0, "the old table is empty once walked");
             self.old = None;
         } else if old.buckets.len() - self.walked >= SHRINK_BUCKETS {
@@ -323,36 +394,33 @@ impl IdIndex {
     pub fn check(&self, hash_of_key: impl Fn(u32) -> u64) -> Vec<u32> {
         let mut keys = Vec::with_capacity(self.len());
         let count = |t: &Table, window: std::ops::Range<usize>, keys: &mut Vec<u32>| {
-            let mut n = 0;
-            for (j, &e) in t.buckets.iter().enumerate() {
-                if e == 0 || e == GONE || !window.contains(&j) {
-                    continue;
-                }
-                let home = hash_of_key(key_of(e)) as usize & t.mask;
-                let dist = j.wrapping_sub(home) & t.mask;
+            let mut lanes = [0; LANES];
+            for (j, k) in t.entries(window) {
+                let home = hash_of_key(k) as usize & t.mask;
+                assert_eq!(home % LANES, j % LANES, "key {k} at {j} outside its lane");
+                let dist = t.blocks(home, j);
                 assert_eq!(
-                    stored_dist(e),
+                    stored_dist(t.buckets[j]),
                     dist.min(FAR as usize),
-                    "key {} at {j} from home {home}",
-                    key_of(e)
+                    "key {k} at {j} from home {home}"
                 );
-                // Every bucket from home up to here is in use, so a probe reaches it.
+                // Every bucket of the lane from home up to here is in use: a probe reaches it.
                 for d in 0..dist {
                     assert_ne!(
-                        t.buckets[(home + d) & t.mask],
+                        t.buckets[(home + d * LANES) & t.mask],
                         0,
-                        "gap before key {}",
-                        key_of(e)
+                        "gap before key {k}"
                     );
                 }
-                keys.push(key_of(e));
-                n += 1;
+                keys.push(k);
+                lanes[j % LANES] += 1;
             }
-            assert_eq!(n, t.len, "table counts {} entries, holds {n}", t.len);
+            assert_eq!(lanes.iter().sum::<usize>(), t.len, "table counts {}", t.len);
+            assert_eq!(lanes, t.lane_len, "lane counts");
         };
         count(&self.live, 0..self.live.buckets.len(), &mut keys);
         if let Some(old) = &self.old {
-            count(old, self.head + 1..self.walked, &mut keys);
+            count(old, self.head_end..self.walked, &mut keys);
         }
         keys
     }
@@ -459,27 +527,38 @@ mod tests {
 
         #[test]
         fn matches_a_map_with_the_real_hash(ops in ops()) {
-            run(&ops, crate::queue::hash_id);
+            run(&ops, super::hash_id);
         }
     }
 
     #[test]
-    fn growing_moves_a_few_buckets_per_insert_and_frees_the_old_table() {
+    fn growing_moves_a_block_per_insert_and_frees_the_old_table() {
+        // Homes 16.. : blocks 2..7 of the first table fill and blocks 0..1 stay empty, so no
+        // probe wraps and the move walks the table from its end, a block per insert.
+        let h = |k: u32| 16 + u64::from(k);
         let mut ix = IdIndex::default();
-        let h = |k: u32| crate::queue::hash_id(u64::from(k) + 1);
-        for k in 0..12 {
+        for k in 0..48 {
             ix.insert(k, h);
         }
         assert!(
             ix.old.is_none(),
-            "12 of 16 buckets is the limit, not past it"
+            "48 of 64 buckets is the limit, not past it"
         );
-        ix.insert(12, h);
-        assert_eq!(ix.buckets(), 16 + 32, "both tables while moving");
-        ix.insert(13, h);
-        assert!(ix.old.is_none(), "16 buckets move in two inserts of 8");
-        assert_eq!(ix.buckets(), 32);
-        assert_eq!(ix.check(h).len(), 14);
+        ix.insert(48, h);
+        assert_eq!(ix.buckets(), 64 + 128, "both tables while moving");
+        for k in 49..54 {
+            ix.insert(k, h);
+            assert!(ix.old.is_some(), "still moving after insert {k}");
+            assert!(
+                ix.old.as_ref().unwrap().buckets.len() < 64,
+                "the walked tail is given back"
+            );
+            ix.check(h);
+        }
+        ix.insert(54, h);
+        assert!(ix.old.is_none(), "seven blocks move in seven inserts");
+        assert_eq!(ix.buckets(), 128);
+        assert_eq!(ix.check(h).len(), 55);
     }
 
     #[test]

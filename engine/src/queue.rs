@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use crate::arena::Arena;
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
-use crate::index::{IdIndex, MAX_KEY};
+use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
 use crate::sessions::Sessions;
 use crate::tubes::{
@@ -105,23 +105,6 @@ impl Hasher for IdHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = fold_mul(n);
     }
-}
-
-/// A folded 64x64->128 multiply: every output bit depends on every input bit.
-#[inline]
-fn fold_mul(x: u64) -> u64 {
-    let p = u128::from(x) * 0x9E37_79B9_7F4A_7C15;
-    (p as u64) ^ ((p >> 64) as u64)
-}
-
-/// Hash of a task id for the index. Runs of 8 consecutive ids land in 8 adjacent buckets with
-/// distinct tags (the top 7 bits), and the runs themselves are spread by a full mix: FIFO
-/// traffic (put n, n+1, ...; ack in the same order) hits one cache line per 8 ids, while no
-/// pattern of live ids piles onto one bucket.
-#[inline]
-pub(crate) fn hash_id(id: TaskId) -> u64 {
-    let run = fold_mul(id >> 3);
-    ((run << 3) | (id & 7)) ^ ((id & 7) << 60)
 }
 
 /// Ok if slot `k` (task `id`) is Taken by `sid`, else the seed's error for why not.

@@ -2,7 +2,9 @@
 //! and times every put, so a put that pays for growing the arena, the id index, the lists or
 //! the heap shows as a stall. Then drains it (take + ack) the same way. Prints and writes one
 //! JSON record (commit, machine, worst put and take+ack, every put over 100 µs, RSS per task,
-//! total times) to `results/engine/stalls/<date>-<commit>.json`.
+//! total times) to `results/engine/stalls/<date>-<commit>.json`. Last, the steady cost of a
+//! put → take → ack cycle with 0, 100k and 1M tasks resident, for what growing-without-pauses
+//! costs the hot path.
 //!
 //! `cargo run --release -p tarq-benches --bin growth -- [TASKS]` (default 10,000,000), pinned
 //! with `taskset -c 0`: the figure is the worst single put, so other load on the core shows.
@@ -63,6 +65,23 @@ fn as_json(t: &Timed, n: usize) -> Value {
     })
 }
 
+/// Nanoseconds per put → take → ack cycle with `resident` older tasks behind (FIFO: each
+/// take gets the oldest, so the cycle walks the whole backlog's ids, as a queue in use does).
+fn cycle_ns(resident: usize) -> f64 {
+    const CYCLES: usize = 2_000_000;
+    let mut q = Queue::new();
+    for _ in 0..resident {
+        q.put(0, vec![0xa5; PAYLOAD].into(), PutOptions::default());
+    }
+    let start = Instant::now();
+    for _ in 0..CYCLES {
+        q.put(0, vec![0xa5; PAYLOAD].into(), PutOptions::default());
+        let id = q.take(0, 1).expect("a ready task").id;
+        q.ack(1, id).expect("taken by this session");
+    }
+    start.elapsed().as_nanos() as f64 / CYCLES as f64
+}
+
 fn main() {
     let n: usize = std::env::args()
         .nth(1)
@@ -79,6 +98,11 @@ fn main() {
         q.ack(1, id).expect("taken by this session");
     });
     let per_task = (rss_full - rss_empty) as f64 / n as f64;
+    drop(q);
+    let cycles: Vec<(usize, f64)> = [0, 100_000, 1_000_000]
+        .into_iter()
+        .map(|r| (r, cycle_ns(r)))
+        .collect();
     println!(
         "{n} tasks: fill {:.2} s, worst put {} µs ({} over {REPORTED_MICROS} µs); drain {:.2} s, \
          worst take+ack {} µs; RSS {per_task:.0} bytes a task",
@@ -88,6 +112,9 @@ fn main() {
         drain.seconds,
         drain.worst_us
     );
+    for (r, ns) in &cycles {
+        println!("put → take → ack with {r} resident: {ns:.0} ns");
+    }
     let record = json!({
         "commit": report::commit(),
         "date": report::date_utc(),
@@ -97,6 +124,7 @@ fn main() {
         "rss_bytes_per_task": per_task,
         "fill": as_json(&fill, n),
         "drain": as_json(&drain, n),
+        "cycle_ns_by_resident": cycles.iter().map(|&(r, ns)| json!([r, ns])).collect::<Vec<_>>(),
     });
     let dir = report::workspace_root().join("results/engine/stalls");
     std::fs::create_dir_all(&dir).expect("creating results/engine/stalls");
