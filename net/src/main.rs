@@ -8,21 +8,14 @@ use anyhow::Context;
 use clap::Parser;
 use tarq_net::config::{Cli, Command, Config};
 use tarq_net::ctl;
-use tarq_net::server::{Server, WalJournal};
+use tarq_net::server::{Server, WalJournal, MMAP_THRESHOLD_BYTES};
 use tarq_ops::logging;
 use tarq_wal::Wal;
-
-/// Allocations from this size up get their own mapping, returned to the system when freed.
-/// glibc otherwise raises this threshold to the size of any large block freed (up to 32 MiB),
-/// after which big read buffers come from the heap, and a storm of big frames that the input
-/// budget closes leaves their memory fragmented and resident: at 1,000 stalled 16 MiB frames
-/// the RSS peaked 60% above the budget. A read buffer this big is rare, so its mmap is cheap.
-const MMAP_THRESHOLD_BYTES: libc::c_int = 1 << 20;
 
 fn main() -> anyhow::Result<()> {
     // SAFETY: mallopt only sets an allocator parameter; called before any other thread runs.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES as libc::c_int);
     }
     let mut cli = Cli::parse();
     if let Some(Command::Ctl(args)) = cli.command.take() {

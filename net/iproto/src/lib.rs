@@ -112,6 +112,30 @@ pub enum FrameError {
 /// the size prefix is not a MessagePack uint or announces more than `max_len` bytes. Nothing is
 /// allocated here: a caller can refuse a huge announced size before buffering any of it.
 pub fn split_frame(buf: &[u8], max_len: usize) -> Result<Option<Frame>, FrameError> {
+    let Some(frame) = read_prefix(buf)? else {
+        return Ok(None);
+    };
+    if frame.len as u64 > max_len as u64 || frame.len == usize::MAX {
+        return Err(FrameError::TooBig {
+            len: frame.len as u64,
+            max: max_len,
+        });
+    }
+    Ok((buf.len() >= frame.total()).then_some(frame))
+}
+
+/// The bytes the first frame in `buf` takes, prefix included, once its prefix is complete and
+/// valid (whether or not its body has arrived): what a reader sizes its buffer to.
+pub fn announced_total(buf: &[u8]) -> Option<usize> {
+    read_prefix(buf)
+        .ok()
+        .flatten()
+        .and_then(|f| f.prefix.checked_add(f.len))
+}
+
+/// The size prefix: `Ok(None)` until it is complete. A length beyond `usize` reads as
+/// `usize::MAX`, which no cap admits.
+fn read_prefix(buf: &[u8]) -> Result<Option<Frame>, FrameError> {
     let Some(&first) = buf.first() else {
         return Ok(None);
     };
@@ -127,14 +151,10 @@ pub fn split_frame(buf: &[u8], max_len: usize) -> Result<Option<Frame>, FrameErr
         }
         _ => return Err(FrameError::NotUint(first)),
     };
-    if len > max_len as u64 {
-        return Err(FrameError::TooBig { len, max: max_len });
-    }
-    let frame = Frame {
+    Ok(Some(Frame {
         prefix,
-        len: len as usize,
-    };
-    Ok((buf.len() >= frame.total()).then_some(frame))
+        len: usize::try_from(len).unwrap_or(usize::MAX),
+    }))
 }
 
 #[cfg(test)]

@@ -47,12 +47,13 @@ pub const INPUT_BUDGET_SHARE: u64 = 16;
 /// fit in it, and no realistic load holds more partial input at once.
 pub const MAX_DEFAULT_INPUT_BUDGET: usize = 1 << 30;
 
-/// Input read per loop turn beyond each connection's resting buffer, over all connections
-/// together. Reading a byte of a big frame costs copying it and, for fresh buffer memory, a page
-/// fault: a few ms per 8 MiB on a busy core, so a flood of big frames cannot stretch one turn
-/// (and every other client's reply) to seconds, while a genuine big frame still arrives at
-/// hundreds of MB/s. Each connection may always read its resting buffer's worth per turn.
-pub const TURN_INPUT_BYTES: usize = 8 << 20;
+/// Input read per loop turn beyond what connections with small frames read (their resting
+/// buffer's worth each), over all connections together. Reading a byte of a big frame costs
+/// copying it and, for fresh buffer memory, a page fault: ~0.5 ms per 2 MiB on a busy core,
+/// so a thousand connections each sending a big frame cannot stretch one turn (and every
+/// other client's reply) past that, while a genuine big frame still arrives at gigabytes a
+/// second on an otherwise idle loop (turns follow each other at once while input waits).
+pub const TURN_INPUT_BYTES: usize = 2 << 20;
 
 /// Heap entries allowed per live connection before dead ones are swept out: a live connection
 /// has one, plus a superseded one or two that the sweep or their time removes.
@@ -326,17 +327,17 @@ impl Limits {
         g
     }
 
-    /// How far the buffer of `g`, now `allocated` bytes, may grow this turn: up to
-    /// `frame_cap`, as far as the budget allows, and by no more than what is left of the turn's
-    /// input allowance (growing a buffer writes every byte of it).
-    pub fn read_cap(&self, g: &Guard, allocated: usize, frame_cap: usize) -> ReadCap {
+    /// How far the buffer of `g` may grow: up to `frame_cap`, as far as the budget allows.
+    /// Growing costs no turn allowance: a big buffer is fresh zero pages that cost only when
+    /// input is read into them (see `conn::MMAP_THRESHOLD_BYTES`), and reading is what the
+    /// allowance bounds.
+    pub fn read_cap(&self, g: &Guard, frame_cap: usize) -> ReadCap {
         let room = self.cfg.input_budget.saturating_sub(self.held);
         let by_budget = (g.resting + g.charged + room).max(g.resting);
-        let by_turn = allocated.max(g.resting) + self.turn_input_left;
-        let bytes = frame_cap.min(by_budget).min(by_turn);
+        let bytes = frame_cap.min(by_budget);
         ReadCap {
             bytes,
-            by_budget: bytes == by_budget && bytes < frame_cap && by_budget < by_turn,
+            by_budget: bytes == by_budget && bytes < frame_cap,
         }
     }
 
@@ -345,17 +346,30 @@ impl Limits {
         self.turn_input_left = TURN_INPUT_BYTES;
     }
 
-    /// Bytes `g` may read this turn: its resting buffer's worth, plus what is left of the
-    /// turn's allowance, at most `per_conn`.
-    pub fn read_allowance(&self, g: &Guard, per_conn: usize) -> usize {
-        g.resting.saturating_add(self.turn_input_left).min(per_conn)
+    /// What `g` reads each turn outside the turn's allowance: its resting buffer's worth while
+    /// its buffer is at rest (small frames: a client that behaves is always read), nothing
+    /// once it has grown for a big frame (big frames share the turn's allowance, so a thousand
+    /// of them arriving at once cost one allowance a turn, not a thousand resting buffers).
+    fn free_read(g: &Guard) -> usize {
+        if g.charged == 0 {
+            g.resting
+        } else {
+            0
+        }
     }
 
-    /// Records that `g` read `bytes` and grew its buffer by `grown` this turn: the larger of
-    /// the growth and what was read over its resting buffer's worth comes out of the turn's
-    /// allowance.
-    pub fn spend(&mut self, g: &Guard, bytes: usize, grown: usize) {
-        let over = bytes.saturating_sub(g.resting).max(grown);
+    /// Bytes `g` may read this turn: its free read, plus what is left of the turn's allowance,
+    /// at most `per_conn`.
+    pub fn read_allowance(&self, g: &Guard, per_conn: usize) -> usize {
+        Self::free_read(g)
+            .saturating_add(self.turn_input_left)
+            .min(per_conn)
+    }
+
+    /// Records that `g` read `bytes` this turn: what it read over its free read comes out of
+    /// the turn's allowance.
+    pub fn spend(&mut self, g: &Guard, bytes: usize) {
+        let over = bytes.saturating_sub(Self::free_read(g));
         self.turn_input_left = self.turn_input_left.saturating_sub(over);
     }
 
@@ -522,29 +536,25 @@ mod tests {
         let mut a = l.open(RESTING, 0, true, ID);
         let mut b = l.open(RESTING, 0, true, ID);
         assert_eq!(
-            l.read_cap(&a, RESTING, 1000),
+            l.read_cap(&a, 1000),
             ReadCap {
                 bytes: RESTING + 100,
                 by_budget: true
             }
         );
         assert_eq!(
-            l.read_cap(&a, RESTING, 50).bytes,
+            l.read_cap(&a, 50).bytes,
             50,
             "the frame cap when it is lower"
         );
         l.settle(&mut a, RESTING + 70);
         assert_eq!((l.held(), a.charged()), (70, 70));
         // b may take only what is left; a keeps what it holds plus the rest.
-        assert_eq!(l.read_cap(&b, RESTING, 1000).bytes, RESTING + 30);
-        assert_eq!(l.read_cap(&a, RESTING, 1000).bytes, RESTING + 100);
+        assert_eq!(l.read_cap(&b, 1000).bytes, RESTING + 30);
+        assert_eq!(l.read_cap(&a, 1000).bytes, RESTING + 100);
         l.settle(&mut b, RESTING + 30);
         assert!(l.budget_full());
-        assert_eq!(
-            l.read_cap(&b, RESTING, 1000).bytes,
-            RESTING + 30,
-            "no more room"
-        );
+        assert_eq!(l.read_cap(&b, 1000).bytes, RESTING + 30, "no more room");
         l.settle(&mut a, RESTING);
         assert_eq!((l.held(), a.charged()), (30, 0));
         assert!(!l.budget_full());
@@ -559,23 +569,46 @@ mod tests {
         let per_conn = 2 * TURN_INPUT_BYTES;
         assert_eq!(l.read_allowance(&g, per_conn), RESTING + TURN_INPUT_BYTES);
         assert_eq!(l.read_allowance(&g, 100), 100, "the per-connection cap");
-        l.spend(&g, RESTING + TURN_INPUT_BYTES - 5, 0);
+        l.spend(&g, RESTING + TURN_INPUT_BYTES - 5);
         assert_eq!(l.read_allowance(&g, per_conn), RESTING + 5);
         assert_eq!(
-            l.read_cap(&g, 4 * RESTING, usize::MAX),
+            l.read_cap(&g, RESTING + 50),
             ReadCap {
-                bytes: 4 * RESTING + 5,
+                bytes: RESTING + 50,
                 by_budget: false
             },
-            "growth is held to the turn's allowance, which is not the budget"
+            "growth is held by the budget and the frame cap, not by the turn's allowance"
         );
-        l.spend(&g, 0, 10);
+        l.spend(&g, RESTING + 10);
         // Spent: every connection still reads its resting buffer's worth.
         assert_eq!(l.read_allowance(&g, per_conn), RESTING);
-        l.spend(&g, RESTING, 0);
+        l.spend(&g, RESTING);
         assert_eq!(l.read_allowance(&g, per_conn), RESTING);
         l.turn_start();
         assert_eq!(l.read_allowance(&g, per_conn), RESTING + TURN_INPUT_BYTES);
+    }
+
+    #[test]
+    fn a_connection_assembling_a_big_frame_reads_only_from_the_turns_allowance() {
+        let mut l = Limits::new(cfg());
+        let mut big = l.open(RESTING, 0, true, ID);
+        let small = l.open(RESTING, 0, true, ID);
+        l.settle(&mut big, 4 * RESTING);
+        let per_conn = 2 * TURN_INPUT_BYTES;
+        assert_eq!(l.read_allowance(&big, per_conn), TURN_INPUT_BYTES);
+        l.spend(&big, TURN_INPUT_BYTES);
+        assert_eq!(
+            l.read_allowance(&big, per_conn),
+            0,
+            "spent: a grown buffer waits for the next turn"
+        );
+        assert_eq!(
+            l.read_allowance(&small, per_conn),
+            RESTING,
+            "a buffer at rest still reads its resting worth"
+        );
+        l.turn_start();
+        assert_eq!(l.read_allowance(&big, per_conn), TURN_INPUT_BYTES);
     }
 
     #[test]

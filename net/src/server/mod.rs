@@ -36,6 +36,7 @@ use tarq_engine::{Event, Micros, Queue};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+pub use conn::MMAP_THRESHOLD_BYTES;
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
 use dispatch::Outcome;
 use journal::{Journal, NoJournal, Ticket};
@@ -135,8 +136,11 @@ pub struct Server {
     waiting_puts: WaitingPuts,
     /// Connections to read this turn (readable events, or left over from the budget).
     read_list: Vec<usize>,
-    /// Connections that stopped at their read budget: read again next turn.
+    /// Connections that stopped at their read budget: read again next turn. Those that read
+    /// nothing this turn come first, those that read go in `read_again_fed` and after them,
+    /// so the turn's input allowance goes round the connections instead of to the same few.
     read_again: Vec<usize>,
+    read_again_fed: Vec<usize>,
     /// Connections with replies or a close to flush this turn.
     flush_list: Vec<usize>,
     /// Connections whose replies wait for a durability ticket: (slot, generation).
@@ -209,6 +213,7 @@ impl Server {
             waiting_puts: WaitingPuts::default(),
             read_list: Vec::new(),
             read_again: Vec::new(),
+            read_again_fed: Vec::new(),
             flush_list: Vec::new(),
             holding: Vec::new(),
             lingering: Vec::new(),
@@ -560,7 +565,7 @@ impl Server {
             sid,
             salt,
             authenticated,
-            rbuf: ReadBuf::new(),
+            rbuf: ReadBuf::framed(tarq_iproto::announced_total),
             out,
             parked: Vec::new(),
             token,
@@ -602,6 +607,7 @@ impl Server {
         }
         list.clear();
         self.read_list = list;
+        self.read_again.append(&mut self.read_again_fed);
         self.expire_deadlines();
 
         while let Some((key, p)) = self.parked.pop_expired(self.now) {
@@ -652,20 +658,16 @@ impl Server {
         if c.closing.is_some() {
             return;
         }
-        // The buffer grows only as far as the input budget has room for, and by no more than
-        // the turn's input allowance.
-        let allocated = c.rbuf.allocated();
-        let cap = self
-            .limits
-            .read_cap(&c.guard, allocated, frame_cap + MAX_PREFIX);
+        // The buffer grows only as far as the input budget has room for; what is read, by no
+        // more than the turn's input allowance.
+        let cap = self.limits.read_cap(&c.guard, frame_cap + MAX_PREFIX);
         let before = c.rbuf.data().len();
         let allowance = self.limits.read_allowance(&c.guard, READ_BUDGET_BYTES);
         let outcome = c
             .rbuf
             .fill(&mut c.stream, cap.bytes, allowance, c.read_closed);
         let got = c.rbuf.data().len() - before;
-        self.limits
-            .spend(&c.guard, got, c.rbuf.allocated().saturating_sub(allocated));
+        self.limits.spend(&c.guard, got);
         let read = got > 0;
         self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
@@ -712,6 +714,7 @@ impl Server {
             ReadOutcome::Drained => {}
             // Only a partial frame is buffered and the budget lets it grow no further.
             ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
+            ReadOutcome::Budget | ReadOutcome::Full if read => self.read_again_fed.push(idx),
             ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
             ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
             ReadOutcome::Error(e) => {
