@@ -346,27 +346,35 @@ fn attack(addr: SocketAddr, n: usize, frame: usize, sent: usize) -> (Vec<TcpStre
     (socks, complete)
 }
 
-fn main() {
-    let a = parse_args();
-    let server = start(&a);
-    let pid = server.child.id();
-    if let Some(cpu) = a.client_cpu {
-        pin(cpu);
-    }
-    let load_before = loadavg();
-    let mut good = Client::connect(server.addr);
+/// What the attack phase measured.
+struct UnderAttack {
+    /// Round trips in nanoseconds.
+    rtts: Vec<u64>,
+    rss_peak: u64,
+    sent_ok: usize,
+    sending: Duration,
+    /// The attackers' sockets, held open until the server's figures are read.
+    held: Vec<TcpStream>,
+}
+
+/// The client alone for `BASELINE`: its round trips (ns).
+fn baseline(good: &mut Client) -> Vec<u64> {
     let mut alone = Vec::new();
     let t = Instant::now();
     while t.elapsed() < BASELINE {
         good.cycle(&mut alone);
     }
-    let rss_before = rss_bytes(pid);
+    alone
+}
 
+/// Runs the attack while the client goes on and the server's RSS is sampled, then holds the
+/// stalled connections for `a.hold`, still measuring.
+fn under_attack(a: &Args, addr: SocketAddr, pid: u32, good: &mut Client) -> UnderAttack {
     let sending = AtomicBool::new(true);
-    let (mut under_attack, rss_peak, sent_ok, attack_secs, held) = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let attackers = scope.spawn(|| {
             let t = Instant::now();
-            let out = attack(server.addr, a.connections, a.frame_bytes, a.sent_bytes);
+            let out = attack(addr, a.connections, a.frame_bytes, a.sent_bytes);
             sending.store(false, Ordering::SeqCst);
             (out, t.elapsed())
         });
@@ -383,20 +391,50 @@ fn main() {
         while sending.load(Ordering::SeqCst) {
             good.cycle(&mut rtts);
         }
-        let ((sockets, sent_ok), secs) = attackers.join().unwrap();
-        let mut peak = sampler.join().unwrap();
+        let ((held, sent_ok), sending) = attackers.join().unwrap();
+        let mut rss_peak = sampler.join().unwrap();
         // The stalled connections are held; the client goes on and RSS is watched.
         let t = Instant::now();
         while t.elapsed() < a.hold {
             good.cycle(&mut rtts);
-            peak = peak.max(rss_bytes(pid));
+            rss_peak = rss_peak.max(rss_bytes(pid));
         }
-        (rtts, peak, sent_ok, secs, sockets)
-    });
+        UnderAttack {
+            rtts,
+            rss_peak,
+            sent_ok,
+            sending,
+            held,
+        }
+    })
+}
+
+/// Writes the JSON record to `a.out` and prints it.
+fn write_record(record: &Value, out: &str) {
+    let text = serde_json::to_string_pretty(record).unwrap();
+    if let Some(dir) = std::path::Path::new(out).parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(out, text.clone() + "\n").unwrap();
+    println!("{text}");
+}
+
+fn main() {
+    let a = parse_args();
+    let server = start(&a);
+    let pid = server.child.id();
+    if let Some(cpu) = a.client_cpu {
+        pin(cpu);
+    }
+    let load_before = loadavg();
+    let mut good = Client::connect(server.addr);
+    let mut alone = baseline(&mut good);
+    let rss_before = rss_bytes(pid);
+    let mut attacked = under_attack(&a, server.addr, pid, &mut good);
     let rss_end = rss_bytes(pid);
     let stats = good.stats();
-    drop(held);
-
+    drop(std::mem::take(&mut attacked.held));
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let record = json!({
         "commit": report::commit(),
         "date": report::date_utc(),
@@ -409,27 +447,22 @@ fn main() {
             "frame_bytes": a.frame_bytes,
             "sent_bytes_each": a.sent_bytes,
             "would_hold_without_a_budget_mib": (a.connections * a.frame_bytes) >> 20,
-            "attackers_that_sent_everything": sent_ok,
-            "sending_seconds": attack_secs.as_secs_f64(),
+            "attackers_that_sent_everything": attacked.sent_ok,
+            "sending_seconds": attacked.sending.as_secs_f64(),
             "held_seconds": a.hold.as_secs_f64(),
         },
         "server_rss_mib": {
-            "before": rss_before as f64 / (1 << 20) as f64,
-            "peak": rss_peak as f64 / (1 << 20) as f64,
-            "end": rss_end as f64 / (1 << 20) as f64,
+            "before": mib(rss_before),
+            "peak": mib(attacked.rss_peak),
+            "end": mib(rss_end),
         },
         "input_budget_mib": stats["input_budget_bytes"].as_u64().unwrap_or(0) >> 20,
         "good_client": {
             "alone": percentiles(&mut alone),
-            "under_attack": percentiles(&mut under_attack),
+            "under_attack": percentiles(&mut attacked.rtts),
             "errors": 0,
         },
         "server_stats": stats,
     });
-    let text = serde_json::to_string_pretty(&record).unwrap();
-    if let Some(dir) = std::path::Path::new(&a.out).parent() {
-        std::fs::create_dir_all(dir).unwrap();
-    }
-    std::fs::write(&a.out, text.clone() + "\n").unwrap();
-    println!("{text}");
+    write_record(&record, &a.out);
 }
