@@ -561,10 +561,13 @@ impl Queue {
         delta: Option<Micros>,
     ) -> Result<TaskRef<'_>, QueueError> {
         let kind = self.live_tube(tube)?.kind;
+        let k = self.taken_in(tube, sid, id)?;
+        // The original counts a touch by the owner before its driver runs, and a touch that
+        // succeeds once more: clients comparing statistics see the same figures.
+        self.tube_mut(tube).ops.touches += 1;
         if !kind.has_ttl() {
             return Err(QueueError::TouchUnsupported(kind));
         }
-        let k = self.taken_in(tube, sid, id)?;
         let s = &mut self.slots[k as usize];
         match delta {
             None => {

@@ -840,10 +840,12 @@ impl Model {
         delta: Option<Micros>,
     ) -> Result<Task, QueueError> {
         let kind = self.live(tube)?.kind;
+        self.taken_in(tube, sid, id)?;
+        // Counted once by the owner's call and once more on success, as the original does.
+        self.ops(tube).touches += 1;
         if !kind.has_ttl() {
             return Err(QueueError::TouchUnsupported(kind));
         }
-        self.taken_in(tube, sid, id)?;
         let t = self.tasks.get_mut(&id).unwrap();
         match delta {
             None => {

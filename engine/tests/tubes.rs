@@ -62,9 +62,10 @@ fn tube_errors_carry_the_originals_texts() {
         (q.peek(f, 99).unwrap_err(), "Task 99 not found"),
         (q.bury(f, 99).unwrap_err(), "Task 99 not found"),
         (q.delete(f, 99).unwrap_err(), "Task 99 not found"),
+        // Ownership is checked before the type, as in the original.
         (
             q.touch(f, S, 99, Some(5)).unwrap_err(),
-            "fifo queue does not support touch",
+            "Task was not taken",
         ),
         (
             q.drop_tube(0).unwrap_err(),
@@ -80,6 +81,12 @@ fn tube_errors_carry_the_originals_texts() {
     for (err, text) in cases {
         assert_eq!(err.to_string(), text);
     }
+    let id = put(&mut q, f, TubePut::default());
+    take(&mut q, f, T0);
+    assert_eq!(
+        q.touch(f, S, id, Some(5)).unwrap_err().to_string(),
+        "fifo queue does not support touch"
+    );
     let long = "n".repeat(MAX_TUBE_NAME_BYTES + 1);
     assert_eq!(
         q.create_tube(&long, TubeType::Fifo, TubeOptions::default()),
@@ -218,7 +225,9 @@ fn touch_extends_ttl_ttr_and_the_pending_return() {
     let r = q.touch(t, S, id, None).unwrap();
     assert_eq!((r.ttl, r.ttr), (None, None));
     assert_eq!(q.advance(T0 + 10_000, 10).processed, 0);
-    assert_eq!(q.tube_stats(t).unwrap().touches, 2);
+    // Two successful touches, each counted twice (the call, then its success), as the
+    // original counts them.
+    assert_eq!(q.tube_stats(t).unwrap().touches, 4);
     assert_eq!(
         q.touch(t, 2, id, Some(1)),
         Err(QueueError::TaskNotTaken(id))

@@ -113,6 +113,11 @@ pub struct Cli {
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
 
+    /// Namespace of the tarantool/queue API: its calls are `<NS>.create_tube`,
+    /// `<NS>.tube.<name>:<method>`, ... (some clients use `box.queue`) [default: queue].
+    #[arg(long, value_name = "NS")]
+    pub queue_namespace: Option<String>,
+
     /// Require clients to authenticate as this user (chap-sha1) before calling anything.
     #[arg(long, value_name = "NAME", requires = "password")]
     pub user: Option<String>,
@@ -189,6 +194,7 @@ pub struct FileConfig {
     pub idle_timeout: Option<f64>,
     pub max_connections_per_peer: Option<usize>,
     pub log_level: Option<String>,
+    pub queue_namespace: Option<String>,
     pub user: Option<String>,
     pub password: Option<String>,
     pub null: Option<bool>,
@@ -224,6 +230,8 @@ pub struct Config {
     /// The input budget, deadlines and per-address cap.
     pub limits: LimitsConfig,
     pub log_level: String,
+    /// The tarantool/queue API's namespace (`queue`).
+    pub queue_namespace: String,
     pub auth: Option<Credentials>,
     pub null: bool,
     /// Graphite push and Prometheus metrics.
@@ -243,6 +251,7 @@ impl Default for Config {
             max_write_backlog: DEFAULT_MAX_WRITE_BACKLOG,
             limits: LimitsConfig::with_frame_cap(DEFAULT_MAX_FRAME_BYTES),
             log_level: "info".into(),
+            queue_namespace: "queue".into(),
             auth: None,
             null: false,
             ops: OpsConfig::default(),
@@ -328,6 +337,10 @@ impl Config {
                     .unwrap_or(d.limits.max_connections_per_peer),
             },
             log_level: cli.log_level.or(file.log_level).unwrap_or(d.log_level),
+            queue_namespace: cli
+                .queue_namespace
+                .or(file.queue_namespace)
+                .unwrap_or(d.queue_namespace),
             auth,
             null: cli.null || file.null.unwrap_or(false),
             ops: OpsConfig {
@@ -377,6 +390,14 @@ impl Config {
                 "log-level '{}' is not one of {}",
                 self.log_level,
                 LOG_LEVELS.join(", ")
+            )));
+        }
+        let ns = &self.queue_namespace;
+        let word =
+            |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ns.split('.').all(word) {
+            return Err(invalid(format!(
+                "queue-namespace '{ns}' must be names joined by dots, like queue or box.queue"
             )));
         }
         if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS_LIMIT {

@@ -324,6 +324,8 @@ pub struct Conn {
     pub closing: Option<Closing>,
     /// Its share of the input budget and its deadlines.
     pub guard: Guard,
+    /// The tube API's session UUID, drawn at the first `queue.identify()`.
+    pub session_uuid: Option<[u8; 16]>,
 }
 
 /// Why and how a connection is closing.

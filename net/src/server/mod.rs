@@ -20,6 +20,7 @@ pub mod journal;
 pub mod limits;
 pub mod parked;
 pub mod reload;
+pub mod tube_sessions;
 mod waiting_puts;
 pub mod wal_journal;
 
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
-use tarq_engine::{Event, Micros, Queue};
+use tarq_engine::{Event, Micros, Queue, SessionId};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
@@ -164,6 +165,8 @@ pub struct Server {
     limits: Limits,
     connections_accepted: u64,
     takes_parked: u64,
+    /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
+    pub(crate) tube_sessions: tube_sessions::TubeSessions,
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -228,6 +231,7 @@ impl Server {
             limits: Limits::new(cfg.limits),
             connections_accepted: 0,
             takes_parked: 0,
+            tube_sessions: tube_sessions::TubeSessions::default(),
             cfg,
         })
     }
@@ -478,6 +482,7 @@ impl Server {
             self.ops.next_timer(),
             self.lingering.iter().map(|&(_, _, until)| until).min(),
             self.limits.next_deadline(),
+            self.tube_sessions.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -575,6 +580,7 @@ impl Server {
             to_flush: false,
             closing: None,
             guard,
+            session_uuid: None,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         self.connections_accepted += 1;
@@ -595,6 +601,11 @@ impl Server {
                 self.drain_events();
                 self.serve_all_parked();
             }
+        }
+
+        for sid in self.tube_sessions.expired(self.now) {
+            let released = self.release_session(sid);
+            info!(sid, released, "session expired");
         }
 
         let mut list = std::mem::take(&mut self.read_list);
@@ -738,6 +749,21 @@ impl Server {
         &self.cfg
     }
 
+    /// The loop's time of this turn.
+    pub(crate) fn now(&self) -> Micros {
+        self.now
+    }
+
+    /// The queue, to read (for front-ends: names of tubes, statistics of every tube).
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// 16 random bytes, for a session's UUID.
+    pub(crate) fn new_session_uuid() -> io::Result<[u8; 16]> {
+        random_bytes()
+    }
+
     /// `sha1(sha1(password))` of the configured user, if any.
     pub(crate) fn auth_hash(&self) -> Option<[u8; auth::SCRAMBLE_LEN]> {
         self.hash2
@@ -759,19 +785,28 @@ impl Server {
         for key in std::mem::take(&mut c.parked) {
             self.parked.remove(key);
         }
-        let (sid, peer) = (c.sid, c.peer);
+        let (sid, peer, uuid) = (c.sid, c.peer, c.session_uuid);
         self.drop_input(idx);
-        let released = if self.cfg.null {
-            0
-        } else {
-            self.queue.release_session(sid)
+        let released = match self.tube_sessions.detach(sid, uuid, self.now) {
+            tube_sessions::OnClose::Release(sid) => self.release_session(sid),
+            tube_sessions::OnClose::Keep => 0,
         };
+        mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        info!(sid, %peer, reason, released, "connection closed");
+    }
+
+    /// Releases every task session `sid` holds (its connection closed, or its grace ended)
+    /// and serves the takes that wait for them. Returns how many.
+    pub(crate) fn release_session(&mut self, sid: SessionId) -> usize {
+        if self.cfg.null {
+            return 0;
+        }
+        let released = self.queue.release_session(sid);
         self.drain_events();
         if released > 0 {
             self.serve_all_parked();
         }
-        mark_flush(&mut self.conns, &mut self.flush_list, idx);
-        info!(sid, %peer, reason, released, "connection closed");
+        released
     }
 
     /// Registers the connection for writability too (`on`) or for reading only. False when the

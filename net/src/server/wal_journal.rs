@@ -91,6 +91,11 @@ impl Journal for WalJournal {
         self.recovered.take()
     }
 
+    /// The WAL's format (version 2) logs every tube event.
+    fn logs_tubes(&self) -> bool {
+        true
+    }
+
     fn writable(&self) -> Result<(), String> {
         self.wal.check_writable().map_err(|e| e.to_string())
     }

@@ -53,16 +53,16 @@ pub enum CallError {
     BadArgs(String),
 }
 
-fn bad(msg: impl Into<String>) -> CallError {
+pub(super) fn bad(msg: impl Into<String>) -> CallError {
     CallError::BadArgs(msg.into())
 }
 
-fn mp(what: &str, e: MpError) -> CallError {
+pub(super) fn mp(what: &str, e: MpError) -> CallError {
     bad(format!("bad {what}: {e}"))
 }
 
 /// The MessagePack kind of the next value, for "got <kind>" messages.
-fn kind(r: &Reader<'_>) -> &'static str {
+pub(super) fn kind(r: &Reader<'_>) -> &'static str {
     r.peek_marker().map(marker_name).unwrap_or("nothing")
 }
 
@@ -126,7 +126,7 @@ pub fn parse<'a>(function: &str, args: &'a [u8]) -> Result<Call<'a>, CallError> 
 
 /// Reads an options argument: nil, an empty array (Lua's `{}`), or a map with string keys.
 /// A nil value means the option is absent.
-fn read_options<'a>(
+pub(super) fn read_options<'a>(
     r: &mut Reader<'a>,
     mut option: impl FnMut(&str, &mut Reader<'a>) -> Result<(), CallError>,
 ) -> Result<(), CallError> {
@@ -154,7 +154,7 @@ fn read_options<'a>(
 
 /// A number of seconds, finite, >= 0 (or > 0 when `zero_ok` is false), at most [`MAX_SECONDS`],
 /// as microseconds.
-fn seconds(r: &mut Reader<'_>, name: &str, zero_ok: bool) -> Result<Micros, CallError> {
+pub(super) fn seconds(r: &mut Reader<'_>, name: &str, zero_ok: bool) -> Result<Micros, CallError> {
     let got = kind(r);
     let s = r
         .read_number()
@@ -174,14 +174,14 @@ fn seconds(r: &mut Reader<'_>, name: &str, zero_ok: bool) -> Result<Micros, Call
 
 use seconds as duration;
 
-fn priority(r: &mut Reader<'_>) -> Result<i64, CallError> {
+pub(super) fn priority(r: &mut Reader<'_>) -> Result<i64, CallError> {
     let got = kind(r);
     r.read_int()
         .map_err(|_| bad(format!("option 'pri' must be an integer, got {got}")))
 }
 
 /// The task id argument: an integer or a decimal string, as the seed's `tonumber64` accepts.
-fn task_id(r: &mut Reader<'_>, n: u32) -> Result<TaskId, CallError> {
+pub(super) fn task_id(r: &mut Reader<'_>, n: u32) -> Result<TaskId, CallError> {
     if n == 0 || r.eat_nil() {
         return Err(bad("Task id required"));
     }

@@ -1,9 +1,12 @@
 //! The IPROTO front-end: Tarantool's binary protocol (codec `tarq-iproto`). It answers the
 //! protocol's own requests (PING, AUTH, ID, SELECT of system spaces, EVAL), translates CALL
-//! and CALL_16 of the queue's functions into [`Command`]s ([`calls`]: the seed API), and
-//! encodes [`Outcome`]s as IPROTO replies in the shape the asking API expects ([`Style`]).
+//! and CALL_16 of the queue's functions into [`Command`]s ([`calls`]: the seed API;
+//! [`tubes`]: the tarantool/queue API), and encodes [`Outcome`]s as IPROTO replies in the
+//! shape the asking API expects ([`Style`]).
 
 pub mod calls;
+mod tube_api;
+pub mod tubes;
 
 use tarq_engine::TaskRef;
 use tarq_iproto::codes::*;
@@ -34,6 +37,8 @@ pub struct Reply {
 pub enum Style {
     /// The seed's: a task is a string-keyed map, errors are ER_PROC_LUA with the seed's texts.
     Seed,
+    /// tarantool/queue's: a task is the tuple `[id, status letter, data]`.
+    Tube,
 }
 
 impl Server {
@@ -150,17 +155,27 @@ impl Server {
             call16,
             style: Style::Seed,
         };
+        if let Some(parsed) = tubes::parse(&self.config().queue_namespace, function, args) {
+            match parsed {
+                Ok(call) => self.tube_call(idx, function, reply, call),
+                Err(e) => call_error(self.reply_buf(idx), sync, &e),
+            }
+            return;
+        }
         match calls::parse(function, args) {
             Ok(call) => self.dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
-            Err(e) => {
-                let code = match e {
-                    CallError::NoSuchProc(_) => ER_NO_SUCH_PROC,
-                    CallError::BadArgs(_) => ER_PROC_LUA,
-                };
-                response::error(self.reply_buf(idx), sync, code, &e.to_string());
-            }
+            Err(e) => call_error(self.reply_buf(idx), sync, &e),
         }
     }
+}
+
+/// A call refused before reaching the queue: ER_NO_SUCH_PROC or ER_PROC_LUA.
+fn call_error(out: &mut Vec<u8>, sync: u64, e: &CallError) {
+    let code = match e {
+        CallError::NoSuchProc(_) => ER_NO_SUCH_PROC,
+        CallError::BadArgs(_) => ER_PROC_LUA,
+    };
+    response::error(out, sync, code, &e.to_string());
 }
 
 /// The seed API's translation table.
@@ -187,6 +202,9 @@ fn seed_command(call: Call<'_>) -> Command<'_> {
 
 /// Encodes `outcome` as the IPROTO reply `r` asks for.
 pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
+    if r.style == Style::Tube && encode_tube(out, r, outcome) {
+        return;
+    }
     let sync = r.sync;
     match outcome {
         Outcome::Task(t) => seed_task(out, r, t),
@@ -201,6 +219,30 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Outcome::Tube(_) | Outcome::TubeStats(_) => one_value(out, r, write::nil),
         Outcome::Error(e) => error(out, sync, e),
     }
+}
+
+/// The outcomes the tube API shapes its own way; false for the rest (shaped as the seed's).
+fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
+    // A task is a tuple: `[task]` over CALL and over CALL_16 alike.
+    let tuple = |out: &mut Vec<u8>, write_task: &dyn Fn(&mut Vec<u8>)| {
+        let start = response::begin_data(out, r.sync, 1);
+        write_task(out);
+        response::finish(out, start);
+    };
+    match outcome {
+        Outcome::Task(t) => tuple(out, &|o| tubes::write_task(o, t, false)),
+        Outcome::Done(t) => tuple(out, &|o| tubes::write_task(o, &t.as_ref(), true)),
+        Outcome::DoneId(id) => tuple(out, &|o| {
+            write::array_len(o, 3);
+            write::uint(o, *id);
+            write::str(o, "-");
+            write::nil(o);
+        }),
+        Outcome::Tube(t) => one_value(out, r, |o| tubes::write_tube(o, t)),
+        Outcome::TubeStats(s) => one_value(out, r, |o| tubes::write_stats(o, s)),
+        _ => return false,
+    }
+    true
 }
 
 /// A reply of one value: `[v]` over CALL, `[[v]]` over CALL_16 (Tarantool wraps every

@@ -1,0 +1,185 @@
+//! The tube API's translation table: a decoded [`TubeCall`] becomes a [`Command`] on the tube
+//! it names (resolved here, so a missing tube gets Tarantool's "not defined"), or is answered
+//! here when it needs no engine call (a touch with nothing to add, a negative kick, the
+//! session calls, `state`, statistics of every tube).
+
+use tarq_engine::DEFAULT_TUBE_NAME;
+use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA};
+use tarq_iproto::mp::write;
+use tarq_iproto::response;
+
+use super::tubes::{self, Method, TubeCall};
+use super::{one_value, Reply, Style};
+use crate::frontend::ReplyTo;
+use crate::server::dispatch::{Command, On};
+use crate::server::tube_sessions::OnClose;
+use crate::server::Server;
+
+impl Server {
+    /// Answers or dispatches a call of the tube API.
+    pub(super) fn tube_call(&mut self, idx: usize, function: &str, r: Reply, call: TubeCall<'_>) {
+        let r = Reply {
+            style: Style::Tube,
+            ..r
+        };
+        let command = match call {
+            TubeCall::CreateTube {
+                name,
+                kind,
+                opts,
+                if_not_exists,
+            } => Command::CreateTube {
+                name,
+                kind,
+                opts,
+                if_not_exists,
+            },
+            TubeCall::Method { tube, method } => {
+                let Some(tube) = self.queue().tube_ix(tube) else {
+                    let msg = format!("Procedure '{function}' is not defined");
+                    return response::error(self.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
+                };
+                match method_command(tube, method) {
+                    Ok(command) => command,
+                    Err(answer) => return self.answer(idx, r, answer),
+                }
+            }
+            TubeCall::Statistics { tube: Some(name) } => match self.queue().tube_ix(name) {
+                Some(tube) => Command::TubeStats { tube },
+                None => {
+                    let msg = format!("Tube '{name}' does not exist");
+                    return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
+                }
+            },
+            TubeCall::Statistics { tube: None } => return self.all_statistics(idx, r),
+            TubeCall::Identify { uuid } => return self.identify(idx, r, uuid),
+            TubeCall::Cfg { ttr } => {
+                if let Some(ttr) = ttr {
+                    self.tube_sessions.set_ttr(ttr);
+                }
+                return response::empty_data(self.reply_buf(idx), r.sync);
+            }
+            TubeCall::State => return self.answer(idx, r, Answer::Str("RUNNING")),
+        };
+        self.dispatch(idx, ReplyTo::Iproto(r), command);
+    }
+
+    fn answer(&mut self, idx: usize, r: Reply, answer: Answer) {
+        let out = self.reply_buf(idx);
+        match answer {
+            Answer::Nothing => response::empty_data(out, r.sync),
+            Answer::Int(n) => one_value(out, r, |o| write::sint(o, n)),
+            Answer::Str(s) => one_value(out, r, |o| write::str(o, s)),
+        }
+    }
+
+    /// `queue.statistics()`: every tube but the seed's `default`, by name (an empty Lua table,
+    /// an array, when there is none, as the original sends it).
+    fn all_statistics(&mut self, idx: usize, r: Reply) {
+        let mut body = Vec::new();
+        let tubes: Vec<_> = self
+            .queue()
+            .tubes()
+            .filter(|t| t.name != DEFAULT_TUBE_NAME)
+            .map(|t| (t.name.to_owned(), t.ix))
+            .collect();
+        if tubes.is_empty() {
+            write::array_len(&mut body, 0);
+        } else {
+            write::map_len(&mut body, tubes.len() as u32);
+            for (name, ix) in &tubes {
+                write::str(&mut body, name);
+                let stats = self.queue().tube_stats(*ix).expect("a listed tube is live");
+                tubes::write_stats(&mut body, &stats);
+            }
+        }
+        one_value(self.reply_buf(idx), r, |o| o.extend_from_slice(&body));
+    }
+
+    /// `queue.identify([uuid])`: the connection's session UUID (drawn on first use), or, given
+    /// a UUID the server issued whose session is live or within its `ttr`, that session for
+    /// this connection from now on: it owns that session's tasks, and its former session is
+    /// left as a close would leave it.
+    fn identify(&mut self, idx: usize, r: Reply, uuid: Option<&[u8]>) {
+        let (sid, own) = {
+            let c = self.conn_mut(idx);
+            (c.sid, c.session_uuid)
+        };
+        let result = match uuid {
+            None => match own {
+                Some(u) => Ok(u),
+                None => Server::new_session_uuid()
+                    .inspect(|&u| {
+                        self.tube_sessions.create(u, sid);
+                        self.conn_mut(idx).session_uuid = Some(u);
+                    })
+                    .map_err(|e| e.to_string()),
+            },
+            Some(u) => match <[u8; 16]>::try_from(u) {
+                Err(_) => Err("Invalid UUID format.".to_string()),
+                Ok(u) if Some(u) == own => Ok(u),
+                Ok(u) => match self.tube_sessions.attach(&u) {
+                    None => Err(format!("The UUID {} is unknown.", tubes::uuid_text(&u))),
+                    Some(new_sid) => {
+                        if let OnClose::Release(old) =
+                            self.tube_sessions.detach(sid, own, self.now())
+                        {
+                            self.release_session(old);
+                        }
+                        let c = self.conn_mut(idx);
+                        (c.sid, c.session_uuid) = (new_sid, Some(u));
+                        Ok(u)
+                    }
+                },
+            },
+        };
+        let out = self.reply_buf(idx);
+        match result {
+            Err(msg) => response::error(out, r.sync, ER_PROC_LUA, &msg),
+            // The original sends the 16 raw bytes as a MessagePack string.
+            Ok(u) => one_value(out, r, |o| {
+                rmp::encode::write_str_len(o, 16).expect("writing to a Vec");
+                o.extend_from_slice(&u);
+            }),
+        }
+    }
+}
+
+/// A reply the front-end gives without the engine.
+enum Answer {
+    Nothing,
+    Int(i64),
+    Str(&'static str),
+}
+
+/// The method's command on `tube`, or the answer that needs none.
+fn method_command(tube: u16, method: Method<'_>) -> Result<Command<'_>, Answer> {
+    let on = On::Tube(tube);
+    Ok(match method {
+        Method::Put { data, opts, wait } => Command::PutIn {
+            tube,
+            data,
+            opts,
+            wait,
+        },
+        Method::Take { timeout } => Command::Take { on, timeout },
+        Method::Touch { delta: None, .. } => return Err(Answer::Nothing),
+        Method::Touch {
+            id,
+            delta: Some(delta),
+        } => Command::Touch { tube, id, delta },
+        Method::Ack { id } => Command::Ack { on, id },
+        Method::Release { id, opts } => Command::Release { on, id, opts },
+        Method::Peek { id } => Command::Peek { tube, id },
+        Method::Bury { id } => Command::Bury { tube, id },
+        Method::Kick { count } if count < 0 => return Err(Answer::Int(count)),
+        Method::Kick { count } => Command::Kick {
+            tube,
+            count: count as u64,
+        },
+        Method::Delete { id } => Command::Delete { tube, id },
+        Method::Drop => Command::DropTube { tube },
+        Method::Truncate => Command::Truncate { tube },
+        Method::ReleaseAll => Command::ReleaseAll { tube },
+    })
+}

@@ -1,0 +1,700 @@
+//! The tarantool/queue 1.5.0 API as it arrives over IPROTO: `<ns>.create_tube`,
+//! `<ns>.tube.<name>:<method>` (the colon form Lua, Python and Go clients send: the caller's
+//! arguments are the method's), `<ns>.statistics`, `<ns>.identify`, `<ns>.cfg` and
+//! `<ns>.state`, where `<ns>` is the configured namespace (`queue`, or `box.queue`). This file
+//! decodes a call's raw args into a [`TubeCall`] and encodes what the original answers: a task
+//! as the tuple `[id, status letter, data]`, statistics as its nested map. Resolving tube names
+//! and executing are the loop's.
+
+use tarq_engine::{
+    Micros, ReleaseOptions, Stats, Status, TaskId, TaskRef, TubeInfo, TubeOptions, TubePut,
+    TubeType,
+};
+use tarq_iproto::mp::{write, Reader};
+
+use super::calls::{self, bad, kind, mp, read_options, seconds, task_id, CallError};
+
+/// The original's default TTL (and TTR) of a `*ttl` tube: 100 years, which it treats as none.
+const FOREVER_SECONDS: f64 = 3_153_600_000.0;
+
+/// A decoded call of the tube API. Strings and payloads borrow the request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TubeCall<'a> {
+    CreateTube {
+        name: &'a str,
+        kind: TubeType,
+        opts: TubeOptions,
+        if_not_exists: bool,
+    },
+    Method {
+        tube: &'a str,
+        method: Method<'a>,
+    },
+    /// `None`: every tube.
+    Statistics {
+        tube: Option<&'a str>,
+    },
+    /// `None`: the connection's own session.
+    Identify {
+        uuid: Option<&'a [u8]>,
+    },
+    /// `queue.cfg{ttr = N}`: how long a disconnected session keeps its tasks.
+    Cfg {
+        ttr: Option<Micros>,
+    },
+    State,
+}
+
+/// A method of `queue.tube.<name>`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Method<'a> {
+    /// `wait`: how long a put into a full limfifottl tube waits for room (`opts.timeout`).
+    Put {
+        data: &'a [u8],
+        opts: TubePut<'a>,
+        wait: Micros,
+    },
+    /// `None`: wait without end (no argument).
+    Take {
+        timeout: Option<Micros>,
+    },
+    /// `delta` `None`: nil, zero or negative, answered with nothing and no check at all (the
+    /// original returns before looking at the task). `Some(None)`: past a century, no TTL or
+    /// TTR from now on.
+    Touch {
+        id: TaskId,
+        delta: Option<Option<Micros>>,
+    },
+    Ack {
+        id: TaskId,
+    },
+    Release {
+        id: TaskId,
+        opts: ReleaseOptions,
+    },
+    Peek {
+        id: TaskId,
+    },
+    Bury {
+        id: TaskId,
+    },
+    /// Negative counts are answered as given and change nothing (the original's no-op).
+    Kick {
+        count: i64,
+    },
+    Delete {
+        id: TaskId,
+    },
+    Drop,
+    Truncate,
+    ReleaseAll,
+}
+
+/// Decodes `function` if it belongs to the tube API under namespace `ns`; `None` leaves it to
+/// the seed API.
+pub fn parse<'a>(
+    ns: &str,
+    function: &'a str,
+    args: &'a [u8],
+) -> Option<Result<TubeCall<'a>, CallError>> {
+    let rest = function.strip_prefix(ns)?.strip_prefix('.')?;
+    // Anything else (the seed's `queue.put`, ...) is the seed's to answer; deciding that
+    // allocates nothing, so the seed's hot path stays free of allocations.
+    if !rest.starts_with("tube.") && !is_api_name(rest) {
+        return None;
+    }
+    let mut r = Reader::new(args);
+    let parsed = (|| {
+        let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
+        Ok(match rest {
+            "create_tube" => create_tube(&mut r, n)?,
+            "statistics" => TubeCall::Statistics {
+                tube: optional_str(&mut r, n, "tube name")?,
+            },
+            "identify" => TubeCall::Identify {
+                uuid: if n == 0 || r.eat_nil() {
+                    None
+                } else {
+                    Some(
+                        r.read_str_or_bin()
+                            .map_err(|_| bad("Invalid UUID format."))?,
+                    )
+                },
+            },
+            "cfg" => cfg(&mut r, n)?,
+            "state" => TubeCall::State,
+            _ => {
+                let Some(path) = rest.strip_prefix("tube.") else {
+                    return Err(CallError::NoSuchProc(function.to_string()));
+                };
+                let Some((tube, method)) = path.rsplit_once(':') else {
+                    return Err(bad(format!(
+                        "'{function}': call a tube's methods in the colon form, \
+                         {ns}.tube.<name>:<method>"
+                    )));
+                };
+                let Some(method) = method_args(method, &mut r, n)? else {
+                    return Err(CallError::NoSuchProc(function.to_string()));
+                };
+                TubeCall::Method { tube, method }
+            }
+        })
+    })();
+    // A name outside the API (the seed's `queue.put`, ...) is the seed's to answer.
+    match parsed {
+        Err(CallError::NoSuchProc(_)) if !rest.starts_with("tube.") && !is_api_name(rest) => None,
+        other => Some(other),
+    }
+}
+
+fn is_api_name(rest: &str) -> bool {
+    matches!(
+        rest,
+        "create_tube" | "statistics" | "identify" | "cfg" | "state"
+    )
+}
+
+fn optional_str<'a>(r: &mut Reader<'a>, n: u32, what: &str) -> Result<Option<&'a str>, CallError> {
+    if n == 0 || r.eat_nil() {
+        return Ok(None);
+    }
+    let got = kind(r);
+    r.read_str()
+        .map(Some)
+        .map_err(|_| bad(format!("{what} must be a string, got {got}")))
+}
+
+fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
+    let name = optional_str(r, n, "tube name")?.ok_or_else(|| bad("tube name required"))?;
+    let kind = match optional_str(r, n.saturating_sub(1), "tube type")? {
+        Some(t) => TubeType::parse(t).map_err(|e| bad(e.to_string()))?,
+        None => return Err(bad("Unknown tube type nil")),
+    };
+    let mut opts = TubeOptions::default();
+    let mut if_not_exists = false;
+    let mut vinyl = false;
+    if n >= 3 {
+        read_options(r, |name, r| {
+            match name {
+                "ttl" => opts.ttl = forever_is_none(seconds(r, name, false)?),
+                "ttr" => opts.ttr = forever_is_none(seconds(r, name, false)?),
+                "pri" => opts.pri = calls::priority(r)?,
+                "capacity" => opts.capacity = count(r, name)?,
+                "max_deliveries" => {
+                    opts.max_deliveries = u16::try_from(count(r, name)?)
+                        .map_err(|_| bad("option 'max_deliveries' is at most 65535"))?
+                }
+                "dedup_window" => opts.dedup_window = seconds(r, name, true)?,
+                "temporary" => opts.temporary = flag(r, name)?,
+                "if_not_exists" => if_not_exists = flag(r, name)?,
+                "engine" => vinyl = r.read_str().is_ok_and(|e| e == "vinyl"),
+                // The original passes the rest to its driver, which ignores what it does not
+                // know.
+                _ => {
+                    r.skip_value().map_err(|e| mp(name, e))?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    if vinyl && kind == TubeType::LimFifoTtl {
+        return Err(bad("limfifottl queue does not support vinyl engine"));
+    }
+    Ok(TubeCall::CreateTube {
+        name,
+        kind,
+        opts,
+        if_not_exists,
+    })
+}
+
+/// The original's "forever" (100 years and more) is no limit at all.
+fn forever_is_none(micros: Micros) -> Option<Micros> {
+    (micros as f64 / 1e6 < FOREVER_SECONDS).then_some(micros)
+}
+
+fn count(r: &mut Reader<'_>, name: &str) -> Result<u64, CallError> {
+    let got = kind(r);
+    r.read_uint().map_err(|_| {
+        bad(format!(
+            "option '{name}' must be a non-negative integer, got {got}"
+        ))
+    })
+}
+
+fn flag(r: &mut Reader<'_>, name: &str) -> Result<bool, CallError> {
+    use rmp::Marker as M;
+    match r.peek_marker() {
+        Ok(M::True) => {
+            r.skip_value().map_err(|e| mp(name, e))?;
+            Ok(true)
+        }
+        Ok(M::False) => {
+            r.skip_value().map_err(|e| mp(name, e))?;
+            Ok(false)
+        }
+        _ => Err(bad(format!(
+            "option '{name}' must be a boolean, got {}",
+            kind(r)
+        ))),
+    }
+}
+
+fn cfg<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
+    let mut ttr = None;
+    if n >= 1 {
+        read_options(r, |name, r| {
+            match name {
+                "ttr" => {
+                    let got = kind(r);
+                    let s = r
+                        .read_number()
+                        .map_err(|_| bad(format!("Invalid value of ttr: {got}")))?;
+                    if !s.is_finite() || s < 0.0 {
+                        return Err(bad(format!("Invalid value of ttr: {s}")));
+                    }
+                    ttr = Some((s.min(calls::MAX_SECONDS) * 1e6).round() as Micros);
+                }
+                "in_replicaset" => {
+                    flag(r, name)?;
+                }
+                other => return Err(bad(format!("Unknown option {other}"))),
+            }
+            Ok(())
+        })?;
+    }
+    Ok(TubeCall::Cfg { ttr })
+}
+
+/// The args of a method; `None` for a method the API does not have.
+fn method_args<'a>(
+    method: &str,
+    r: &mut Reader<'a>,
+    n: u32,
+) -> Result<Option<Method<'a>>, CallError> {
+    let id = |r: &mut Reader<'_>| task_id(r, n);
+    Ok(Some(match method {
+        "put" => put(r, n)?,
+        "take" => Method::Take {
+            timeout: take_timeout(r, n)?,
+        },
+        "touch" => {
+            let id = id(r)?;
+            Method::Touch {
+                id,
+                delta: touch_delta(r, n)?,
+            }
+        }
+        "ack" => Method::Ack { id: id(r)? },
+        "release" => {
+            let id = id(r)?;
+            Method::Release {
+                id,
+                opts: release_opts(r, n)?,
+            }
+        }
+        "peek" => Method::Peek { id: id(r)? },
+        "bury" => Method::Bury { id: id(r)? },
+        "delete" => Method::Delete { id: id(r)? },
+        "kick" => Method::Kick {
+            count: if n == 0 || r.eat_nil() {
+                1
+            } else {
+                let got = kind(r);
+                r.read_int()
+                    .map_err(|_| bad(format!("kick count must be an integer, got {got}")))?
+            },
+        },
+        "drop" => Method::Drop,
+        "truncate" => Method::Truncate,
+        "release_all" => Method::ReleaseAll,
+        _ => return Ok(None),
+    }))
+}
+
+fn put<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
+    if n == 0 {
+        return Err(bad(
+            "put needs the task data (nil is data; no argument is not)",
+        ));
+    }
+    let data = r.skip_value().map_err(|e| mp("task data", e))?;
+    let mut opts = TubePut::default();
+    let mut wait = 0;
+    if n >= 2 {
+        read_options(r, |name, r| {
+            match name {
+                "delay" => opts.delay = seconds(r, name, true)?,
+                "ttl" => opts.ttl = Some(seconds(r, name, false)?),
+                "ttr" => opts.ttr = Some(seconds(r, name, false)?),
+                "pri" => opts.pri = Some(calls::priority(r)?),
+                "utube" => opts.utube = utube_key(r)?,
+                "timeout" => wait = seconds(r, name, true)?,
+                "dedup_key" => {
+                    opts.dedup_key = Some(
+                        r.read_str_or_bin()
+                            .map_err(|_| bad("option 'dedup_key' must be a string"))?,
+                    )
+                }
+                // Options a type has no use for are ignored, as the original does.
+                _ => {
+                    r.skip_value().map_err(|e| mp(name, e))?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(Method::Put { data, opts, wait })
+}
+
+/// The utube key as the original's `tostring(opts.utube)` makes it: strings as they are,
+/// numbers and booleans in their Lua text. The text of a number is the request's own bytes
+/// re-read, so it borrows nothing new: integers only (a float key is refused).
+fn utube_key<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], CallError> {
+    use rmp::Marker as M;
+    match r.peek_marker() {
+        Ok(M::FixStr(_) | M::Str8 | M::Str16 | M::Str32 | M::Bin8 | M::Bin16 | M::Bin32) => {
+            r.read_str_or_bin().map_err(|e| mp("option 'utube'", e))
+        }
+        Ok(M::True) => {
+            r.skip_value().map_err(|e| mp("option 'utube'", e))?;
+            Ok(b"true")
+        }
+        Ok(M::False) => {
+            r.skip_value().map_err(|e| mp("option 'utube'", e))?;
+            Ok(b"false")
+        }
+        _ => Err(bad(format!(
+            "option 'utube' must be a string or a boolean, got {}",
+            kind(r)
+        ))),
+    }
+}
+
+fn take_timeout(r: &mut Reader<'_>, n: u32) -> Result<Option<Micros>, CallError> {
+    if n == 0 || r.eat_nil() {
+        return Ok(None);
+    }
+    let got = kind(r);
+    let s = r
+        .read_number()
+        .map_err(|_| bad(format!("take timeout must be a number, got {got}")))?;
+    if s.is_nan() {
+        return Err(bad("take timeout must be a number, got NaN"));
+    }
+    Ok(Some(
+        (s.clamp(0.0, calls::MAX_SECONDS) * 1e6).round() as Micros
+    ))
+}
+
+fn touch_delta(r: &mut Reader<'_>, n: u32) -> Result<Option<Option<Micros>>, CallError> {
+    if n < 2 || r.eat_nil() {
+        return Ok(None);
+    }
+    let got = kind(r);
+    let s = r
+        .read_number()
+        .map_err(|_| bad(format!("touch delta must be a number, got {got}")))?;
+    if s.is_nan() || s <= 0.0 {
+        return Ok(None);
+    }
+    Ok(Some((s < FOREVER_SECONDS).then(|| {
+        (s.min(calls::MAX_SECONDS) * 1e6).round() as Micros
+    })))
+}
+
+fn release_opts(r: &mut Reader<'_>, n: u32) -> Result<ReleaseOptions, CallError> {
+    let mut opts = ReleaseOptions::default();
+    if n >= 2 {
+        read_options(r, |name, r| {
+            match name {
+                "delay" => opts.delay = seconds(r, name, true)?,
+                "pri" => opts.pri = Some(calls::priority(r)?),
+                "ttl" => opts.ttl = Some(seconds(r, name, false)?),
+                _ => {
+                    r.skip_value().map_err(|e| mp(name, e))?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(opts)
+}
+
+/// The original's one-letter statuses.
+pub fn status_letter(s: Status) -> &'static str {
+    match s {
+        Status::Ready => "r",
+        Status::Taken => "t",
+        Status::Waiting => "~",
+        Status::Buried => "!",
+    }
+}
+
+/// A task as the original's tuple `[id, status, data]`; `done` writes the `-` of an acked or
+/// deleted task.
+pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, done: bool) {
+    write::array_len(out, 3);
+    write::uint(out, t.id);
+    write::str(out, if done { "-" } else { status_letter(t.status) });
+    out.extend_from_slice(t.data);
+}
+
+/// One tube's `statistics`: `{tasks = {...}, calls = {...}}`, every key present.
+pub fn write_stats(out: &mut Vec<u8>, s: &Stats) {
+    let pairs = |out: &mut Vec<u8>, kv: &[(&str, u64)]| {
+        write::map_len(out, kv.len() as u32);
+        for (k, v) in kv {
+            write::str(out, k);
+            write::uint(out, *v);
+        }
+    };
+    write::map_len(out, 2);
+    write::str(out, "tasks");
+    pairs(
+        out,
+        &[
+            ("ready", s.ready),
+            ("taken", s.taken),
+            ("done", s.acks + s.deletes + s.expired),
+            ("buried", s.buried),
+            ("delayed", s.waiting),
+            ("total", s.total),
+        ],
+    );
+    write::str(out, "calls");
+    pairs(
+        out,
+        &[
+            ("put", s.puts),
+            ("take", s.takes),
+            ("ack", s.acks),
+            ("release", s.releases + s.auto_released),
+            ("bury", s.buries),
+            ("kick", s.kicks),
+            ("delete", s.deletes + s.expired),
+            ("touch", s.touches),
+            ("ttl", s.expired),
+            ("ttr", s.ttr_returned),
+            ("delay", s.promoted),
+        ],
+    );
+}
+
+/// What `create_tube` returns: `{name, type, opts}` (the original's tube object holds
+/// functions, which cannot cross the wire).
+pub fn write_tube(out: &mut Vec<u8>, t: &TubeInfo<'_>) {
+    let o = &t.opts;
+    let secs = |m: Option<Micros>| m.map_or(FOREVER_SECONDS, |m| m as f64 / 1e6);
+    write::map_len(out, 3);
+    write::str(out, "name");
+    write::str(out, t.name);
+    write::str(out, "type");
+    write::str(out, t.kind.as_str());
+    write::str(out, "opts");
+    write::map_len(out, 7);
+    write::str(out, "ttl");
+    write::f64(out, secs(o.ttl));
+    write::str(out, "ttr");
+    write::f64(out, secs(o.ttr));
+    write::str(out, "pri");
+    write::sint(out, o.pri);
+    write::str(out, "capacity");
+    write::uint(out, o.capacity);
+    write::str(out, "max_deliveries");
+    write::uint(out, u64::from(o.max_deliveries));
+    write::str(out, "dedup_window");
+    write::f64(out, o.dedup_window as f64 / 1e6);
+    write::str(out, "temporary");
+    write::bool(out, o.temporary);
+}
+
+/// A session's UUID in the text form the original's errors show: Tarantool reads the first
+/// three fields of the 16 bytes as little-endian integers (`tt_uuid`), the rest as they are.
+pub fn uuid_text(u: &[u8; 16]) -> String {
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let rev = |b: &[u8]| hex(&b.iter().rev().copied().collect::<Vec<_>>());
+    format!(
+        "{}-{}-{}-{}-{}",
+        rev(&u[..4]),
+        rev(&u[4..6]),
+        rev(&u[6..8]),
+        hex(&u[8..10]),
+        hex(&u[10..])
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(build: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut v = Vec::new();
+        build(&mut v);
+        v
+    }
+
+    #[test]
+    fn the_colon_form_names_the_tube_and_the_method() {
+        let a = args(|o| {
+            write::array_len(o, 2);
+            write::str(o, "hello");
+            write::map_len(o, 2);
+            write::str(o, "utube");
+            write::str(o, "u1");
+            write::str(o, "pri");
+            write::sint(o, -3);
+        });
+        let call = parse("queue", "queue.tube.jobs:put", &a).unwrap().unwrap();
+        let TubeCall::Method {
+            tube,
+            method: Method::Put { data, opts, wait },
+        } = call
+        else {
+            panic!("{call:?}")
+        };
+        assert_eq!(
+            (tube, data, opts.utube, opts.pri, wait),
+            ("jobs", &a[1..7], &b"u1"[..], Some(-3), 0)
+        );
+        // Another namespace, as some clients use.
+        let none = args(|o| write::array_len(o, 0));
+        assert!(matches!(
+            parse("box.queue", "box.queue.tube.a.b:take", &none),
+            Some(Ok(TubeCall::Method {
+                tube: "a.b",
+                method: Method::Take { timeout: None }
+            }))
+        ));
+        assert!(parse("box.queue", "queue.tube.a:take", &none).is_none());
+    }
+
+    #[test]
+    fn unknown_methods_and_the_dot_form_are_refused_with_what_to_do() {
+        let none = args(|o| write::array_len(o, 0));
+        assert_eq!(
+            parse("queue", "queue.tube.q:fly", &none)
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
+            "Procedure 'queue.tube.q:fly' is not defined"
+        );
+        let dot = parse("queue", "queue.tube.q.put", &none)
+            .unwrap()
+            .unwrap_err();
+        assert!(dot.to_string().contains("colon form"), "{dot}");
+        // The seed's names are left to the seed.
+        assert!(parse("queue", "queue.put", &none).is_none());
+        assert!(parse("queue", "queue.stats", &none).is_none());
+    }
+
+    #[test]
+    fn take_touch_and_kick_read_their_arguments_as_the_original() {
+        let none = args(|o| write::array_len(o, 0));
+        fn t(a: &[u8]) -> TubeCall<'_> {
+            parse("queue", "queue.tube.q:take", a).unwrap().unwrap()
+        }
+        assert!(matches!(
+            t(&none),
+            TubeCall::Method {
+                method: Method::Take { timeout: None },
+                ..
+            }
+        ));
+        let neg = args(|o| {
+            write::array_len(o, 1);
+            write::f64(o, -1.0);
+        });
+        assert!(matches!(
+            t(&neg),
+            TubeCall::Method {
+                method: Method::Take { timeout: Some(0) },
+                ..
+            }
+        ));
+        let touch0 = args(|o| {
+            write::array_len(o, 2);
+            write::uint(o, 5);
+            write::uint(o, 0);
+        });
+        assert!(matches!(
+            parse("queue", "queue.tube.q:touch", &touch0)
+                .unwrap()
+                .unwrap(),
+            TubeCall::Method {
+                method: Method::Touch { id: 5, delta: None },
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse("queue", "queue.tube.q:kick", &none).unwrap().unwrap(),
+            TubeCall::Method {
+                method: Method::Kick { count: 1 },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn create_tube_reads_type_and_options_and_names_what_is_wrong() {
+        let a = args(|o| {
+            write::array_len(o, 3);
+            write::str(o, "q");
+            write::str(o, "fifottl");
+            write::map_len(o, 3);
+            write::str(o, "ttl");
+            write::uint(o, 60);
+            write::str(o, "if_not_exists");
+            write::bool(o, true);
+            write::str(o, "engine");
+            write::str(o, "memtx");
+        });
+        let TubeCall::CreateTube {
+            name,
+            kind,
+            opts,
+            if_not_exists,
+        } = parse("queue", "queue.create_tube", &a).unwrap().unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (name, kind, opts.ttl, if_not_exists),
+            ("q", TubeType::FifoTtl, Some(60_000_000), true)
+        );
+        let bad_type = args(|o| {
+            write::array_len(o, 2);
+            write::str(o, "q");
+            write::str(o, "stack");
+        });
+        assert_eq!(
+            parse("queue", "queue.create_tube", &bad_type)
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
+            "Unknown tube type stack"
+        );
+        let cfg = args(|o| {
+            write::array_len(o, 1);
+            write::map_len(o, 1);
+            write::str(o, "speed");
+            write::uint(o, 1);
+        });
+        assert_eq!(
+            parse("queue", "queue.cfg", &cfg)
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
+            "Unknown option speed"
+        );
+    }
+
+    #[test]
+    fn uuids_print_as_the_original_shows_them() {
+        // As the original's error for `queue.identify('0123456789abcdef')` prints it.
+        assert_eq!(
+            uuid_text(b"0123456789abcdef"),
+            "33323130-3534-3736-3839-616263646566"
+        );
+    }
+}
