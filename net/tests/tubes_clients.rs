@@ -1,0 +1,174 @@
+//! The tarantool/queue client scripts of `tests/clients/tubes/` against tarq: each real-client
+//! flow (net.box, the PyPI `tarantool` connector, `asynctnt-queue`) passes against a fresh
+//! `tarq`, the differential runner finds tarq's replies identical to the original's recorded
+//! transcript (`reference_transcript.jsonl`, 197 calls), and the API works under another
+//! namespace. `tubes_reference.rs` runs the same scripts against the original, which proves
+//! they check what tarantool/queue users get. This file owns the processes and their
+//! deadlines; what is checked lives in the scripts.
+//!
+//! A tool that is not installed fails the test, naming it (`bash .ci/test` installs them).
+
+mod support;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{prerequisite, Tarq};
+
+/// How long a whole script may run: the flows take 3-6 s (short delays and TTRs); their own
+/// calls are bounded by 20-30 s, so a hung server shows up as a script failure before this.
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
+/// Pause between two checks of the script having exited: a polling interval.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// The tail of tarq's log shown when a script fails.
+const LOG_TAIL_LINES: usize = 40;
+
+fn scripts() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tubes")
+}
+
+/// Fails the test naming `client` unless `check` runs.
+fn client_available(client: &str, check: &[&str]) {
+    let ok = Command::new(check[0])
+        .args(&check[1..])
+        .output()
+        .map_err(|e| format!("cannot run `{}`: {e}", check[0]))
+        .and_then(|o| {
+            o.status.success().then_some(()).ok_or_else(|| {
+                format!(
+                    "`{}` failed: {}",
+                    check.join(" "),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )
+            })
+        });
+    prerequisite(client, ok);
+}
+
+/// Runs `cmd` to its end (bounded) and fails with its output and tarq's log unless it exits
+/// 0 having printed its "OK: " line.
+fn run_script(mut cmd: Command, tarq: &Tarq) {
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let until = Instant::now() + SCRIPT_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(POLL_INTERVAL);
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    if matches!(status, Some(s) if s.success()) && stdout.contains("OK: ") {
+        print!("{stdout}");
+        return;
+    }
+    let log = tarq.log();
+    let tail = &log[log.len().saturating_sub(LOG_TAIL_LINES)..];
+    panic!(
+        "{shown} ended with {status:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n\
+         --- tarq's log ---\n{}",
+        tail.join("\n")
+    );
+}
+
+fn script(program: &str, name: &str, tarq: &Tarq) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.arg(scripts().join(name)).arg(tarq.addr.port().to_string());
+    cmd
+}
+
+#[test]
+fn python_tubes_flow_passes_against_tarq() {
+    client_available(
+        "the PyPI `tarantool` connector",
+        &["python3", "-c", "import tarantool"],
+    );
+    let tarq = Tarq::start(&[]);
+    run_script(script("python3", "python_tubes.py", &tarq), &tarq);
+}
+
+#[test]
+fn asynctnt_queue_flow_passes_against_tarq() {
+    client_available(
+        "the PyPI `asynctnt` and `asynctnt-queue` packages",
+        &["python3", "-c", "import asynctnt, asynctnt_queue"],
+    );
+    let tarq = Tarq::start(&[]);
+    run_script(script("python3", "asynctnt_queue_flow.py", &tarq), &tarq);
+}
+
+#[test]
+fn netbox_tubes_flow_passes_against_tarq() {
+    client_available(
+        "net.box (Debian package `tarantool`)",
+        &["tarantool", "--version"],
+    );
+    let tarq = Tarq::start(&[]);
+    run_script(script("tarantool", "netbox_tubes.lua", &tarq), &tarq);
+}
+
+#[test]
+fn tarq_answers_the_scenario_as_the_original_did() {
+    client_available(
+        "the PyPI `tarantool` connector",
+        &["python3", "-c", "import tarantool"],
+    );
+    let tarq = Tarq::start(&[]);
+    let mut cmd = script("python3", "diff_tubes.py", &tarq);
+    cmd.arg("--script")
+        .arg(scripts().join("scenario.json"))
+        .arg("--against")
+        .arg(scripts().join("reference_transcript.jsonl"));
+    run_script(cmd, &tarq);
+}
+
+#[test]
+fn the_api_is_served_under_another_namespace() {
+    client_available(
+        "the PyPI `tarantool` connector",
+        &["python3", "-c", "import tarantool"],
+    );
+    let tarq = Tarq::start(&["--queue-namespace", "box.queue"]);
+    let program = r#"
+import sys, tarantool
+c = tarantool.connect('127.0.0.1', int(sys.argv[1]))
+c.call('box.queue.create_tube', ('jobs', 'fifottl'))
+task = c.call('box.queue.tube.jobs:put', ('hello', {'pri': 1})).data[0]
+assert task[1:] == ['r', 'hello'], task
+taken = c.call('box.queue.tube.jobs:take', (0,)).data[0]
+assert taken[:2] == [task[0], 't'], taken
+done = c.call('box.queue.tube.jobs:ack', (task[0],)).data[0]
+assert done[1] == '-', done
+try:
+    c.call('queue.tube.jobs:put', ('x',))
+    sys.exit('the default namespace answered although another is configured')
+except tarantool.DatabaseError as e:
+    assert 'is not defined' in str(e), e
+print('OK: the tube API under box.queue')
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(program).arg(tarq.addr.port().to_string());
+    run_script(cmd, &tarq);
+}
