@@ -95,7 +95,8 @@ fn run_script(mut cmd: Command, tarq: &Tarq) {
 
 fn script(program: &str, name: &str, tarq: &Tarq) -> Command {
     let mut cmd = Command::new(program);
-    cmd.arg(scripts().join(name)).arg(tarq.addr.port().to_string());
+    cmd.arg(scripts().join(name))
+        .arg(tarq.addr.port().to_string());
     cmd
 }
 
@@ -171,4 +172,52 @@ print('OK: the tube API under box.queue')
     let mut cmd = Command::new("python3");
     cmd.arg("-c").arg(program).arg(tarq.addr.port().to_string());
     run_script(cmd, &tarq);
+}
+
+#[test]
+fn batches_put_take_and_ack_many_in_one_call_and_survive_a_restart() {
+    client_available(
+        "the PyPI `tarantool` connector",
+        &["python3", "-c", "import tarantool"],
+    );
+    let tarq = Tarq::start(&[]);
+    let first = r#"
+import sys, tarantool
+c = tarantool.connect('127.0.0.1', int(sys.argv[1]))
+c.call('queue.create_tube', ('b', 'limfifottl', {'capacity': 3}))
+put = c.call('queue.tube.b:put_many', (['a', 'b', {'x': 1}, 'd'], {'pri': 1})).data
+assert [t[1:] for t in put[:3]] == [['r', 'a'], ['r', 'b'], ['r', {'x': 1}]], put
+assert put[3] is None, 'the fourth finds the tube full: ' + repr(put)
+taken = c.call('queue.tube.b:take_many', (2, 0)).data
+assert [t[1] for t in taken] == ['t', 't'] and [t[0] for t in taken] == [t[0] for t in put[:2]], taken
+acked = c.call('queue.tube.b:ack_many', ([taken[0][0], put[2][0], 999999],)).data
+assert acked[0][1] == '-' and acked[1] is None and acked[2] is None, acked
+assert c.call('queue.tube.b:take_many', (5, 0)).data == [[put[2][0], 't', {'x': 1}]]
+try:
+    c.call('queue.tube.b:take_many', (0,))
+    sys.exit('a count of 0 was accepted')
+except tarantool.DatabaseError as e:
+    assert 'take_many needs a count from 1 to 10000' in str(e), e
+print('OK: batches')
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(first).arg(tarq.addr.port().to_string());
+    run_script(cmd, &tarq);
+    // A clean stop and a start on the same data: the tube and its two unacked tasks are back
+    // (taken ones released, as after any restart).
+    tarq.signal("TERM");
+    let mut tarq = tarq;
+    assert!(tarq.wait_exit().success());
+    let dir = std::mem::replace(&mut tarq.dir, tempfile::tempdir().unwrap());
+    let again = Tarq::start_in(dir, &[]);
+    let second = r#"
+import sys, tarantool
+c = tarantool.connect('127.0.0.1', int(sys.argv[1]))
+s = c.call('queue.statistics', ('b',)).data[0]
+assert s['tasks']['ready'] == 2 and s['tasks']['total'] == 2, s
+print('OK: batches survive a restart')
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(second).arg(again.addr.port().to_string());
+    run_script(cmd, &again);
 }

@@ -67,6 +67,25 @@ pub fn begin_data(out: &mut Vec<u8>, sync: u64, items: u32) -> usize {
     start
 }
 
+/// Starts a `{0x30: [...]}` reply whose number of items is known only once they are written:
+/// the array's length is a fixed-width placeholder. Returns where the reply starts and where
+/// the placeholder is, for [`finish_counted`].
+pub fn begin_data_counted(out: &mut Vec<u8>, sync: u64) -> (usize, usize) {
+    let start = begin(out, types::OK, sync);
+    write::map_len(out, 1);
+    write::uint(out, keys::DATA);
+    out.push(0xdd);
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    (start, at)
+}
+
+/// Ends a reply begun with [`begin_data_counted`] holding `items` values.
+pub fn finish_counted(out: &mut [u8], (start, at): (usize, usize), items: u32) {
+    out[at..at + 4].copy_from_slice(&items.to_be_bytes());
+    finish(out, start);
+}
+
 /// The reply to ID: `{0x54: version, 0x55: [], 0x5b: "chap-sha1"}`.
 pub fn id(out: &mut Vec<u8>, sync: u64, version: u64) {
     let start = begin(out, types::OK, sync);
@@ -157,6 +176,19 @@ mod tests {
         encode(&mut out);
         assert_eq!(out[0], 0xaa);
         assert_eq!(hex(expected), out[1..], "{:02x?}", &out[1..]);
+    }
+
+    #[test]
+    fn a_counted_reply_patches_its_item_count() {
+        check(
+            "ce 00 00 00 10 83 00 00 01 07 05 01 81 30 dd 00 00 00 02 01 02",
+            |o| {
+                let at = begin_data_counted(o, 7);
+                write::uint(o, 1);
+                write::uint(o, 2);
+                finish_counted(o, at, 2);
+            },
+        );
     }
 
     #[test]

@@ -233,7 +233,7 @@ impl Server {
 
     /// The journal's refusal of a change it cannot make durable, checked before the queue is
     /// touched.
-    fn refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
+    pub(crate) fn refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
         if cmd.needs_tube_journal() && self.journal.wants_events() && !self.journal.logs_tubes() {
             return Some(Refusal::NotDurable);
         }

@@ -39,6 +39,8 @@ pub enum Style {
     Seed,
     /// tarantool/queue's: a task is the tuple `[id, status letter, data]`.
     Tube,
+    /// One item of a batch reply the front-end frames itself: the task's tuple, or nil.
+    Item,
 }
 
 impl Server {
@@ -202,8 +204,10 @@ fn seed_command(call: Call<'_>) -> Command<'_> {
 
 /// Encodes `outcome` as the IPROTO reply `r` asks for.
 pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
-    if r.style == Style::Tube && encode_tube(out, r, outcome) {
-        return;
+    match r.style {
+        Style::Item => return encode_item(out, outcome),
+        Style::Tube if encode_tube(out, r, outcome) => return,
+        _ => {}
     }
     let sync = r.sync;
     match outcome {
@@ -218,6 +222,15 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Outcome::Dropped => one_value(out, r, |o| write::bool(o, true)),
         Outcome::Tube(_) | Outcome::TubeStats(_) => one_value(out, r, write::nil),
         Outcome::Error(e) => error(out, sync, e),
+    }
+}
+
+/// One value of a batch: the task's tuple, or nil for anything else.
+fn encode_item(out: &mut Vec<u8>, outcome: &Outcome<'_>) {
+    match outcome {
+        Outcome::Task(t) => tubes::write_task(out, t, false),
+        Outcome::Done(t) => tubes::write_task(out, &t.as_ref(), true),
+        _ => write::nil(out),
     }
 }
 
@@ -261,7 +274,7 @@ fn seed_task(out: &mut Vec<u8>, r: Reply, t: &TaskRef<'_>) {
     one_value(out, r, |o| calls::write_task(o, t));
 }
 
-fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
+pub(super) fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
     let code = match e {
         Refusal::NoSnapshots => {
             let msg = CallError::NoSuchProc(calls::SNAPSHOT.to_string()).to_string();

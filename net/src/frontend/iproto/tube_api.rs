@@ -39,6 +39,10 @@ impl Server {
                     let msg = format!("Procedure '{function}' is not defined");
                     return response::error(self.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
                 };
+                let method = match self.batch(idx, r, tube, method) {
+                    Ok(()) => return,
+                    Err(single) => single,
+                };
                 match method_command(tube, method) {
                     Ok(command) => command,
                     Err(answer) => return self.answer(idx, r, answer),
@@ -62,6 +66,70 @@ impl Server {
             TubeCall::State => return self.answer(idx, r, Answer::Str("RUNNING")),
         };
         self.dispatch(idx, ReplyTo::Iproto(r), command);
+    }
+
+    /// Runs a batch method (`put_many`, `take_many`, `ack_many`) as one command per item, all in
+    /// this turn (so one WAL batch), answered as one array with a value per item: the task, or
+    /// nil for an item not done (a full tube, an id this session has not taken). A method that
+    /// is not a batch comes back, as does a `take_many` that finds nothing ready and may wait:
+    /// it waits as a take of one.
+    fn batch<'m>(
+        &mut self,
+        idx: usize,
+        r: Reply,
+        tube: u16,
+        method: Method<'m>,
+    ) -> Result<(), Method<'m>> {
+        let on = On::Tube(tube);
+        let take = Command::Take {
+            on,
+            timeout: Some(0),
+        };
+        let (commands, takes): (Vec<Command<'m>>, u32) = match method {
+            Method::PutMany { items, opts } => {
+                let put = |data| Command::PutIn {
+                    tube,
+                    data,
+                    opts,
+                    wait: 0,
+                };
+                (items.into_iter().map(put).collect(), 0)
+            }
+            Method::AckMany { ids } => (
+                ids.into_iter().map(|id| Command::Ack { on, id }).collect(),
+                0,
+            ),
+            Method::TakeMany { timeout, .. }
+                if timeout != Some(0) && !self.queue().can_take(tube) =>
+            {
+                return Err(Method::Take { timeout });
+            }
+            Method::TakeMany { n, .. } => (Vec::new(), n),
+            single => return Err(single),
+        };
+        // Refused as a whole (a full disk, say) with the reason, rather than item by item.
+        let first = commands.first().unwrap_or(&take);
+        if let Some(refusal) = self.refusal(first) {
+            super::error(self.reply_buf(idx), r.sync, &refusal);
+            return Ok(());
+        }
+        let item = ReplyTo::Iproto(Reply {
+            style: Style::Item,
+            ..r
+        });
+        let at = response::begin_data_counted(self.reply_buf(idx), r.sync);
+        // Each command answers at once with one value: none of them can park.
+        let mut items = 0;
+        for command in commands {
+            self.dispatch(idx, item, command);
+            items += 1;
+        }
+        while items < takes && self.queue().can_take(tube) {
+            self.dispatch(idx, item, take);
+            items += 1;
+        }
+        response::finish_counted(self.reply_buf(idx), at, items);
+        Ok(())
     }
 
     fn answer(&mut self, idx: usize, r: Reply, answer: Answer) {
@@ -181,5 +249,8 @@ fn method_command(tube: u16, method: Method<'_>) -> Result<Command<'_>, Answer> 
         Method::Drop => Command::DropTube { tube },
         Method::Truncate => Command::Truncate { tube },
         Method::ReleaseAll => Command::ReleaseAll { tube },
+        Method::PutMany { .. } | Method::TakeMany { .. } | Method::AckMany { .. } => {
+            unreachable!("batches are run by `batch`")
+        }
     })
 }

@@ -14,6 +14,9 @@ use tarq_iproto::mp::{write, Reader};
 
 use super::calls::{self, bad, kind, mp, read_options, seconds, task_id, CallError};
 
+/// Most items one `put_many`, `take_many` or `ack_many` handles.
+pub const MAX_BATCH: u32 = 10_000;
+
 /// The original's default TTL (and TTR) of a `*ttl` tube: 100 years, which it treats as none.
 const FOREVER_SECONDS: f64 = 3_153_600_000.0;
 
@@ -88,6 +91,19 @@ pub enum Method<'a> {
     Drop,
     Truncate,
     ReleaseAll,
+    /// Several puts with the same options, in one round trip and one WAL batch.
+    PutMany {
+        items: Vec<&'a [u8]>,
+        opts: TubePut<'a>,
+    },
+    /// Up to `n` ready tasks at once; with none ready, a take of one waiting up to `timeout`.
+    TakeMany {
+        n: u32,
+        timeout: Option<Micros>,
+    },
+    AckMany {
+        ids: Vec<TaskId>,
+    },
 }
 
 /// Decodes `function` if it belongs to the tube API under namespace `ns`; `None` leaves it to
@@ -305,11 +321,68 @@ fn method_args<'a>(
                     .map_err(|_| bad(format!("kick count must be an integer, got {got}")))?
             },
         },
+        "put_many" => put_many(r, n)?,
+        "take_many" => {
+            let got = kind(r);
+            let count = if n == 0 {
+                Err(())
+            } else {
+                r.read_uint().map_err(|_| ())
+            };
+            let n_tasks = count
+                .ok()
+                .filter(|c| (1..=u64::from(MAX_BATCH)).contains(c))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "take_many needs a count from 1 to {MAX_BATCH}, got {got}"
+                    ))
+                })?;
+            Method::TakeMany {
+                n: n_tasks as u32,
+                timeout: take_timeout(r, n.saturating_sub(1))?,
+            }
+        }
+        "ack_many" => Method::AckMany {
+            ids: batch(r, n, "ack_many", |r| task_id(r, 1))?,
+        },
         "drop" => Method::Drop,
         "truncate" => Method::Truncate,
         "release_all" => Method::ReleaseAll,
         _ => return Ok(None),
     }))
+}
+
+/// The array argument of a batch call, each element read by `item`.
+fn batch<'a, T>(
+    r: &mut Reader<'a>,
+    n: u32,
+    call: &str,
+    mut item: impl FnMut(&mut Reader<'a>) -> Result<T, CallError>,
+) -> Result<Vec<T>, CallError> {
+    let got = kind(r);
+    let len = if n == 0 {
+        None
+    } else {
+        r.read_array_len().ok()
+    };
+    let len = len.ok_or_else(|| bad(format!("{call} needs an array, got {got}")))?;
+    if len > MAX_BATCH {
+        return Err(bad(format!(
+            "{call} of {len} items: the most is {MAX_BATCH}"
+        )));
+    }
+    (0..len).map(|_| item(r)).collect()
+}
+
+fn put_many<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
+    let items = batch(r, n, "put_many", |r| {
+        r.skip_value().map_err(|e| mp("task data", e))
+    })?;
+    // The options are put's; a batch never waits for room.
+    let Method::Put { opts, .. } = put_options(&[0xc0], r, n)? else {
+        unreachable!("put_options makes a Put")
+    };
+    Ok(Method::PutMany { items, opts })
 }
 
 fn put<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
@@ -319,6 +392,11 @@ fn put<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
         ));
     }
     let data = r.skip_value().map_err(|e| mp("task data", e))?;
+    put_options(data, r, n)
+}
+
+/// The options of a put (the argument after the data, of `n`) around `data`.
+fn put_options<'a>(data: &'a [u8], r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
     let mut opts = TubePut::default();
     let mut wait = 0;
     if n >= 2 {
