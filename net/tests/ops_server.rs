@@ -40,11 +40,30 @@ fn graphite_over_tcp_gets_every_figure_from_a_running_server() {
         .map(|(k, _)| k.as_str().unwrap().to_string())
         .collect();
     assert!(names.len() >= 19, "{names:?}");
+    // A tube of the tarantool/queue API, with a dot in its name (a Graphite level separator).
+    c.call(
+        "queue.create_tube",
+        &[Value::from("mail.out"), Value::from("fifo")],
+    )
+    .one();
+    c.call("queue.tube.mail.out:put", &[Value::from("m")]).one();
+    // The server-wide figures are queue.stats()'s: the seed's queue, the tube `default`.
     let seen = wait_for_figures(&rx, "every figure, with puts=2 acks=1 total=1", |s| {
         s.get("puts") == Some(&2)
             && s.get("acks") == Some(&1)
             && s.get("total") == Some(&1)
             && names.iter().all(|n| s.contains_key(n))
+            // Per tube: queue.stats.<tube>.<name>, the seed's calls counted on `default`.
+            && [
+                ("default.puts", 2),
+                ("default.acks", 1),
+                ("default.total", 1),
+                ("mail_out.puts", 1),
+                ("mail_out.ready", 1),
+                ("mail_out.taken", 0),
+            ]
+            .iter()
+            .all(|(k, v)| s.get(*k) == Some(v))
     });
     assert_eq!(seen["ready"], 1);
     assert_eq!(seen["connections"], 1);
@@ -123,8 +142,13 @@ fn the_metrics_page_passes_promtool_and_counts_requests() {
     c.call("queue.put", &[Value::from("x")]).one();
     let task = c.call("queue.take", &[]).one();
     c.call("queue.release", &[Value::from(id_of(&task))]).one();
+    c.call(
+        "queue.create_tube",
+        &[Value::from("say \"hi\""), Value::from("fifo")],
+    )
+    .one();
     // 32 requests in all: every one counted, one in 16 timed.
-    for _ in 0..29 {
+    for _ in 0..28 {
         assert_eq!(c.ping().code, 0);
     }
 
@@ -139,6 +163,10 @@ fn the_metrics_page_passes_promtool_and_counts_requests() {
         "# TYPE tarq_requests_total counter\ntarq_requests_total 32\n",
         "tarq_request_duration_seconds_bucket{le=\"+Inf\"} 2\n",
         "tarq_request_duration_seconds_count 2\n",
+        // Per tube, one family per figure, a sample per tube (the label escaped).
+        "# TYPE tarq_tube_ready gauge\ntarq_tube_ready{tube=\"default\"} 1\n\
+         tarq_tube_ready{tube=\"say \\\"hi\\\"\"} 0\n",
+        "# TYPE tarq_tube_releases_total counter\ntarq_tube_releases_total{tube=\"default\"} 1\n",
     ] {
         assert!(page.contains(line), "{line:?} not in:\n{page}");
     }

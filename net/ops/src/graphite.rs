@@ -326,6 +326,16 @@ impl Graphite {
             // Writing into a Vec cannot fail.
             let _ = writeln!(self.scratch, "queue.stats.{} {} {seconds}", m.name, m.value);
         }
+        for t in &stats.tubes {
+            let tube = crate::tubes::graphite_level(&t.name);
+            for m in crate::tubes::tube_metrics(&t.stats) {
+                let _ = writeln!(
+                    self.scratch,
+                    "queue.stats.{tube}.{} {} {seconds}",
+                    m.name, m.value
+                );
+            }
+        }
         if self.out.len() + self.scratch.len() > MAX_BUFFER_BYTES {
             self.counters.dropped += 1;
             if self.counters.dropped.is_power_of_two() {

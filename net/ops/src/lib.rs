@@ -20,6 +20,7 @@ pub mod logging;
 pub mod metrics;
 pub mod signals;
 pub mod stats;
+pub mod tubes;
 
 use std::io;
 use std::net::SocketAddr;

@@ -175,6 +175,7 @@ pub fn render(
             m.help, m.value
         );
     }
+    render_tubes(page, stats);
     service.render(page);
     if let Some(g) = graphite {
         for (name, help, value) in [
@@ -205,6 +206,28 @@ pub fn render(
 
 /// A figure's name under Prometheus: `tarq_<name>`, except where that would read as something
 /// else (`total`, the seed's count of tasks, would look like a counter's `_total` suffix).
+/// Each per-tube figure as one family, `tarq_tube_<name>{tube="..."}`, a sample per tube.
+fn render_tubes(page: &mut String, stats: &Snapshot) {
+    use crate::tubes::{prometheus_label, tube_metrics, TUBE_METRICS};
+    if stats.tubes.is_empty() {
+        return;
+    }
+    let figures: Vec<_> = stats.tubes.iter().map(|t| tube_metrics(&t.stats)).collect();
+    for i in 0..TUBE_METRICS {
+        let m = figures[0][i];
+        let (kind, suffix) = match m.kind {
+            Kind::Gauge => ("gauge", ""),
+            Kind::Counter => ("counter", "_total"),
+        };
+        let name = format!("tarq_tube_{}{suffix}", prometheus_name(m.name));
+        let _ = writeln!(page, "# HELP {name} {}\n# TYPE {name} {kind}", m.help);
+        for (t, f) in stats.tubes.iter().zip(&figures) {
+            let tube = prometheus_label(&t.name);
+            let _ = writeln!(page, "{name}{{tube=\"{tube}\"}} {}", f[i].value);
+        }
+    }
+}
+
 fn prometheus_name(name: &str) -> &str {
     match name {
         "total" => "tasks",

@@ -53,9 +53,11 @@ pub struct WalFigures {
 
 /// Everything the server reports, read at one instant of the loop. Cheap to build (a copy of a
 /// few counters), so the loop builds one whenever a report is due.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub engine: Stats,
+    /// Each tube's figures (Graphite and Prometheus; `queue.statistics()` reads the engine).
+    pub tubes: Vec<crate::tubes::TubeFigures>,
     pub server: ServerFigures,
     pub limits: LimitFigures,
     pub wal: Option<WalFigures>,

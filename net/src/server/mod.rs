@@ -47,6 +47,7 @@ use tarq_iproto::codes::*;
 use tarq_iproto::{auth, greeting, response, split_frame};
 use tarq_ops::signals::{self, Request};
 use tarq_ops::stats::{ServerFigures, Snapshot};
+use tarq_ops::tubes::TubeFigures;
 use tarq_ops::Ops;
 use waiting_puts::WaitingPuts;
 pub use wal_journal::WalJournal;
@@ -264,6 +265,14 @@ impl Server {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             engine: self.queue.stats(),
+            tubes: self
+                .queue
+                .tubes()
+                .map(|t| TubeFigures {
+                    name: t.name.to_owned(),
+                    stats: self.queue.tube_stats(t.ix).unwrap_or_default(),
+                })
+                .collect(),
             server: ServerFigures {
                 connections: self.conns.len() as u64,
                 connections_accepted: self.connections_accepted,
