@@ -265,6 +265,49 @@ fn ctl_commands_print_json() {
 }
 
 #[test]
+fn ctl_works_on_tubes() {
+    let t = Tarq::start(&[]);
+    let tube = json(&t.ctl(&[
+        "create-tube",
+        "jobs",
+        "fifottl",
+        "--ttl",
+        "60",
+        "--if-not-exists",
+    ]));
+    assert_eq!(
+        (tube["name"].as_str(), tube["type"].as_str()),
+        (Some("jobs"), Some("fifottl"))
+    );
+    assert_eq!(tube["opts"]["ttl"], 60.0);
+    let put = json(&t.ctl(&["--tube", "jobs", "put", r#"{"job":7}"#, "--pri", "2"]));
+    assert_eq!(put, serde_json::json!([1, "r", {"job": 7}]));
+    let buried = json(&t.ctl(&["--tube", "jobs", "bury", "1"]));
+    assert_eq!(buried[1], "!");
+    assert_eq!(json(&t.ctl(&["--tube", "jobs", "peek", "1"]))[1], "!");
+    assert_eq!(json(&t.ctl(&["--tube", "jobs", "kick", "5"])), 1);
+    let taken = json(&t.ctl(&["--tube", "jobs", "take"]));
+    assert_eq!((taken[0].as_u64(), taken[1].as_str()), (Some(1), Some("t")));
+    let stats = json(&t.ctl(&["--tube", "jobs", "stats"]));
+    assert_eq!(stats["calls"]["kick"], 1);
+    assert_eq!(
+        stats["tasks"]["ready"], 1,
+        "released when ctl's connection closed: {stats}"
+    );
+    // Peek, bury and kick need a tube, and say so.
+    let out = t.ctl(&["peek", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give --tube NAME"));
+    assert_eq!(json(&t.ctl(&["drop-tube", "jobs"])), true);
+    let out = t.ctl(&["--tube", "jobs", "peek", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Procedure 'queue.tube.jobs:peek' is not defined"),
+        "{err}"
+    );
+}
+
+#[test]
 fn ctl_names_an_unreachable_server() {
     let addr = format!("127.0.0.1:{}", free_port());
     let out = Command::new(BIN)

@@ -175,7 +175,8 @@ impl Parser<'_> {
         std::str::from_utf8(&self.s[start..self.i]).ok()
     }
 
-    /// A dotted function name: `queue.put`.
+    /// A dotted function name, `queue.put`, or a tube's method in the colon form Lua writes,
+    /// `queue.tube.jobs:put` (sent as that name, as net.box sends it).
     fn name(&mut self) -> Result<String, ParseError> {
         let mut name = match self.ident() {
             Some(id) => id.to_string(),
@@ -189,6 +190,16 @@ impl Parser<'_> {
                     name.push_str(id);
                 }
                 None => return Err(self.error("expected a name after '.'")),
+            }
+        }
+        if self.peek() == Some(b':') {
+            self.i += 1;
+            match self.ident() {
+                Some(id) => {
+                    name.push(':');
+                    name.push_str(id);
+                }
+                None => return Err(self.error("expected a method name after ':'")),
             }
         }
         Ok(name)
@@ -572,6 +583,10 @@ mod tests {
             ("return queue.stats()", call("queue.stats", vec![])),
             ("queue.ack(42)", call("queue.ack", vec![Value::from(42u64)])),
             ("queue.ack('42')", call("queue.ack", vec![s("42")])),
+            (
+                "queue.tube.jobs:put('x')",
+                call("queue.tube.jobs:put", vec![s("x")]),
+            ),
             (
                 "queue.put(\"a\\tb\\\"c\\65\\x42\", {delay = 2, pri=-3})",
                 call(

@@ -1,6 +1,7 @@
 //! `tarq ctl`: a command-line client of a running server — `put`, `take`, `ack`, `release`,
-//! `stats` print their result as JSON, `console` opens the interactive console
-//! ([`console`]). It speaks IPROTO through the one blocking client
+//! `stats` (on the seed's queue, or with `--tube` on a tube), the tube commands `create-tube`,
+//! `drop-tube`, `peek`, `bury`, `kick` print their result as JSON, `console` opens the
+//! interactive console ([`console`]). It speaks IPROTO through the one blocking client
 //! ([`tarq_client::Client`]): it is an operator's tool, not part of the server's hot path.
 
 pub mod console;
@@ -41,6 +42,15 @@ pub struct CtlArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TIMEOUT_SECS)]
     pub timeout: f64,
 
+    /// Work on this tube through the tarantool/queue API instead of the seed's queue (needed
+    /// by peek, bury and kick).
+    #[arg(long, value_name = "NAME")]
+    pub tube: Option<String>,
+
+    /// The server's --queue-namespace.
+    #[arg(long, value_name = "NS", default_value = "queue")]
+    pub namespace: String,
+
     #[command(subcommand)]
     pub command: CtlCommand,
 }
@@ -79,8 +89,43 @@ pub enum CtlCommand {
         #[arg(long, value_name = "SECONDS")]
         delay: Option<f64>,
     },
-    /// Print queue.stats().
+    /// Print queue.stats() (with --tube: the tube's statistics).
     Stats,
+    /// Create a tube (fifo, fifottl, limfifottl, utube, utubettl).
+    CreateTube {
+        name: String,
+        #[arg(value_name = "TYPE")]
+        kind: String,
+        /// Default seconds a task lives (ttl types).
+        #[arg(long, value_name = "SECONDS")]
+        ttl: Option<f64>,
+        /// Default seconds a task may stay taken (ttl types).
+        #[arg(long, value_name = "SECONDS")]
+        ttr: Option<f64>,
+        /// Default priority (ttl types).
+        #[arg(long, allow_negative_numbers = true)]
+        pri: Option<i64>,
+        /// Most tasks the tube holds (limfifottl).
+        #[arg(long)]
+        capacity: Option<u64>,
+        /// Bury a task taken this many times instead of handing it out again.
+        #[arg(long)]
+        max_deliveries: Option<u64>,
+        /// No error when the tube exists.
+        #[arg(long)]
+        if_not_exists: bool,
+    },
+    /// Drop a tube (refused while one of its tasks is taken).
+    DropTube { name: String },
+    /// Show a task of --tube.
+    Peek { id: u64 },
+    /// Bury a task of --tube.
+    Bury { id: u64 },
+    /// Kick up to COUNT buried tasks of --tube back to ready.
+    Kick {
+        #[arg(default_value_t = 1)]
+        count: u64,
+    },
     /// Interactive console: type queue.put('x') and the like.
     Console {
         /// History file [default: ~/.tarq_history].
@@ -193,10 +238,48 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some((user, password)) = credentials {
         client.auth(user, password)?;
     }
-    let (function, call_args, extra_wait) = match args.command {
-        CtlCommand::Console { history } => {
-            return console::run(&mut client, &args.addr, history);
-        }
+    if let CtlCommand::Console { history } = args.command {
+        return console::run(&mut client, &args.addr, history);
+    }
+    let Call {
+        function,
+        args: call_args,
+        wait,
+    } = call_of(args.command, args.tube.as_deref(), &args.namespace)?;
+    let values = client.call(&function, &pack_args(&call_args), wait)?;
+    // One result prints as itself; none (a take that found nothing) as null.
+    let shown = values.into_iter().next().unwrap_or(Value::Nil);
+    writeln!(out, "{}", serde_json::to_string(&to_json(&shown))?)?;
+    Ok(())
+}
+
+/// The call a command makes.
+struct Call {
+    function: String,
+    args: Vec<Value>,
+    /// How much longer than `--timeout` the reply may take (a take's own timeout).
+    wait: Option<Duration>,
+}
+
+/// The call of `command`: on the seed's queue, or on `tube` through the API under `ns`.
+fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<Call> {
+    let f = |v: Option<f64>| v.map(Value::F64);
+    let call = |function: String, args| Call {
+        function,
+        args,
+        wait: None,
+    };
+    // `queue.put` on the seed's queue, `queue.tube.<name>:put` on a tube.
+    let method = |seed: &str, m: &str| match tube {
+        None => seed.to_string(),
+        Some(t) => format!("{ns}.tube.{t}:{m}"),
+    };
+    let on_tube = |m: &str| {
+        tube.map(|t| format!("{ns}.tube.{t}:{m}"))
+            .ok_or_else(|| anyhow::anyhow!("{m} works on a tube: give --tube NAME"))
+    };
+    Ok(match command {
+        CtlCommand::Console { .. } => unreachable!("the console is run by `run`"),
         CtlCommand::Put {
             data,
             delay,
@@ -205,41 +288,68 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             pri,
         } => {
             let mut a = vec![data_value(&data)];
-            let f = |v: Option<f64>| v.map(Value::F64);
-            if let Some(o) = options(&[
+            let o = [
                 ("delay", f(delay)),
                 ("ttl", f(ttl)),
                 ("ttr", f(ttr)),
                 ("pri", pri.map(Value::from)),
-            ]) {
-                a.push(o);
-            }
-            ("queue.put", a, None)
+            ];
+            a.extend(options(&o));
+            call(method("queue.put", "put"), a)
         }
         CtlCommand::Take { timeout } => {
-            let wait = seconds("--timeout of take", timeout)?;
-            let a = if timeout > 0.0 {
-                vec![Value::F64(timeout)]
-            } else {
-                vec![]
+            let wait = Some(seconds("--timeout of take", timeout)?);
+            // The seed waits for no argument; the tube API waits for ever without one.
+            let a = match (timeout > 0.0, tube) {
+                (true, _) | (false, Some(_)) => vec![Value::F64(timeout)],
+                (false, None) => vec![],
             };
-            ("queue.take", a, Some(wait))
+            Call {
+                function: method("queue.take", "take"),
+                args: a,
+                wait,
+            }
         }
-        CtlCommand::Ack { id } => ("queue.ack", vec![Value::from(id)], None),
+        CtlCommand::Ack { id } => call(method("queue.ack", "ack"), vec![Value::from(id)]),
         CtlCommand::Release { id, delay } => {
             let mut a = vec![Value::from(id)];
-            if let Some(o) = options(&[("delay", delay.map(Value::F64))]) {
-                a.push(o);
-            }
-            ("queue.release", a, None)
+            a.extend(options(&[("delay", f(delay))]));
+            call(method("queue.release", "release"), a)
         }
-        CtlCommand::Stats => ("queue.stats", vec![], None),
-    };
-    let values = client.call(function, &pack_args(&call_args), extra_wait)?;
-    // One result prints as itself; none (a take that found nothing) as null.
-    let shown = values.into_iter().next().unwrap_or(Value::Nil);
-    writeln!(out, "{}", serde_json::to_string(&to_json(&shown))?)?;
-    Ok(())
+        CtlCommand::Stats => match tube {
+            None => call("queue.stats".into(), vec![]),
+            Some(t) => call(format!("{ns}.statistics"), vec![Value::from(t)]),
+        },
+        CtlCommand::CreateTube {
+            name,
+            kind,
+            ttl,
+            ttr,
+            pri,
+            capacity,
+            max_deliveries,
+            if_not_exists,
+        } => {
+            let o = options(&[
+                ("ttl", f(ttl)),
+                ("ttr", f(ttr)),
+                ("pri", pri.map(Value::from)),
+                ("capacity", capacity.map(Value::from)),
+                ("max_deliveries", max_deliveries.map(Value::from)),
+                (
+                    "if_not_exists",
+                    if_not_exists.then_some(Value::Boolean(true)),
+                ),
+            ]);
+            let mut a = vec![Value::from(name), Value::from(kind)];
+            a.extend(o);
+            call(format!("{ns}.create_tube"), a)
+        }
+        CtlCommand::DropTube { name } => call(format!("{ns}.tube.{name}:drop"), vec![]),
+        CtlCommand::Peek { id } => call(on_tube("peek")?, vec![Value::from(id)]),
+        CtlCommand::Bury { id } => call(on_tube("bury")?, vec![Value::from(id)]),
+        CtlCommand::Kick { count } => call(on_tube("kick")?, vec![Value::from(count)]),
+    })
 }
 
 #[cfg(test)]
