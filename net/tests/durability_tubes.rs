@@ -1,0 +1,258 @@
+//! Tubes through `kill -9` of the real `tarq` binary, in every WAL mode that promises it:
+//! producers put into a utubettl tube (with utube keys) and a fifottl tube with a dedup window
+//! and `max_deliveries` while a consumer takes, buries and acks, until the server is killed.
+//! After a restart on the same directory, every tube is back with its type and options, a
+//! dropped tube stays dropped, every put whose reply arrived is there with its payload and utube
+//! key (unless its ack was sent), every bury answered is still buried (unless kicked or acked
+//! after), a dedup key answered before the kill still returns its task, and nothing is taken.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmpv::Value;
+use support::{Client, Tarq, WAIT};
+use tarq_client::{pack_args, ClientError};
+
+const PRODUCERS: usize = 4;
+/// Puts answered before the kill: enough that it lands amid steady load.
+const PUTS_BEFORE_KILL: u64 = 1500;
+const BURIES_BEFORE_KILL: u64 = 50;
+const UTUBES: u64 = 7;
+
+fn call(c: &mut tarq_client::Client, f: &str, args: &[Value]) -> Result<Vec<Value>, ClientError> {
+    c.call(f, &pack_args(args), None)
+}
+
+/// `[id, status, data]` as (id, status, data).
+fn task(v: &Value) -> (u64, String, String) {
+    let a = v.as_array().expect("a task is an array");
+    (
+        a[0].as_u64().unwrap(),
+        a[1].as_str().unwrap().to_owned(),
+        a[2].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[derive(Default)]
+struct Seen {
+    /// id → payload of every put answered.
+    put: BTreeMap<u64, String>,
+    /// ids whose bury was answered (and not acked after).
+    buried: BTreeSet<u64>,
+    /// ids an ack was sent for.
+    ack_sent: BTreeSet<u64>,
+    /// dedup key → the id its put was answered with.
+    dedup: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Default)]
+struct Load {
+    seen: Arc<Mutex<Seen>>,
+    puts: Arc<AtomicU64>,
+    buries: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Load {
+    fn produce(self, addr: SocketAddr, p: usize) {
+        let Ok(mut c) = tarq_client::Client::connect_addr(addr, WAIT) else {
+            return;
+        };
+        for n in 0u64.. {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let payload = format!("p{p}-{n}");
+            let (f, opts) = if n % 4 == 0 {
+                let key = format!("dk{p}-{n}");
+                let opts = Value::Map(vec![(Value::from("dedup_key"), Value::from(key.as_str()))]);
+                ("queue.tube.d:put", (opts, Some(key)))
+            } else {
+                let u = format!("k{}", n % UTUBES);
+                let opts = Value::Map(vec![(Value::from("utube"), Value::from(u.as_str()))]);
+                ("queue.tube.u:put", (opts, None))
+            };
+            let Ok(r) = call(&mut c, f, &[Value::from(payload.as_str()), opts.0]) else {
+                return; // the server is gone
+            };
+            let (id, _, data) = task(&r[0]);
+            assert_eq!(data, payload);
+            let mut seen = self.seen.lock().unwrap();
+            seen.put.insert(id, payload);
+            if let Some(key) = opts.1 {
+                seen.dedup.insert(key, id);
+            }
+            self.puts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes from `u`; buries one task in three, acks the rest.
+    fn consume(self, addr: SocketAddr) {
+        let Ok(mut c) = tarq_client::Client::connect_addr(addr, WAIT) else {
+            return;
+        };
+        let mut n = 0u64;
+        while !self.stop.load(Ordering::Relaxed) {
+            let Ok(r) = call(&mut c, "queue.tube.u:take", &[Value::from(0.05)]) else {
+                return;
+            };
+            let Some(t) = r.first() else { continue };
+            let (id, ..) = task(t);
+            n += 1;
+            let bury = n % 3 == 0;
+            if !bury {
+                self.seen.lock().unwrap().ack_sent.insert(id);
+            }
+            let f = if bury {
+                "queue.tube.u:bury"
+            } else {
+                "queue.tube.u:ack"
+            };
+            let Ok(_) = call(&mut c, f, &[Value::from(id)]) else {
+                return;
+            };
+            if bury {
+                self.seen.lock().unwrap().buried.insert(id);
+                self.buries.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn wait_until_under_way(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.puts.load(Ordering::Relaxed) < PUTS_BEFORE_KILL
+            || self.buries.load(Ordering::Relaxed) < BURIES_BEFORE_KILL
+        {
+            assert!(Instant::now() < deadline, "the load makes progress");
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Tubes before the load: `u` (utubettl), `d` (fifottl with dedup and max_deliveries), and
+/// `gone`, created and dropped.
+fn create_tubes(addr: SocketAddr) {
+    let mut c = Client::connect(addr);
+    let opts = |pairs: &[(&str, Value)]| {
+        Value::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (Value::from(*k), v.clone()))
+                .collect(),
+        )
+    };
+    c.call(
+        "queue.create_tube",
+        &[Value::from("u"), Value::from("utubettl")],
+    )
+    .one();
+    let d = opts(&[
+        ("dedup_window", Value::from(3600)),
+        ("max_deliveries", Value::from(3)),
+        ("ttl", Value::from(86_400)),
+    ]);
+    c.call(
+        "queue.create_tube",
+        &[Value::from("d"), Value::from("fifottl"), d],
+    )
+    .one();
+    c.call(
+        "queue.create_tube",
+        &[Value::from("gone"), Value::from("fifo")],
+    )
+    .one();
+    c.call("queue.tube.gone:put", &[Value::from("x")]).one();
+    c.call("queue.tube.gone:drop", &[]).one();
+}
+
+/// Checks the restarted server against what was answered before the kill.
+fn check_after_restart(addr: SocketAddr, seen: &Seen) {
+    let mut c = tarq_client::Client::connect_addr(addr, WAIT).unwrap();
+    let err = call(&mut c, "queue.tube.gone:peek", &[Value::from(1)]).unwrap_err();
+    assert!(err.to_string().contains("is not defined"), "{err}");
+    let stats = call(&mut c, "queue.statistics", &[]).unwrap();
+    let stats = &stats[0];
+    for tube in ["u", "d"] {
+        let s = stats
+            .as_map()
+            .unwrap()
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(tube))
+            .unwrap_or_else(|| panic!("tube {tube} is back: {stats}"))
+            .1
+            .clone();
+        let taken = s["tasks"]["taken"].as_u64();
+        assert_eq!(taken, Some(0), "nothing taken in {tube}: {s}");
+    }
+    let mut checked = 0;
+    for (id, payload) in &seen.put {
+        if seen.ack_sent.contains(id) {
+            continue;
+        }
+        let f = if payload_tube_is_d(seen, *id) {
+            "queue.tube.d:peek"
+        } else {
+            "queue.tube.u:peek"
+        };
+        let r = call(&mut c, f, &[Value::from(*id)])
+            .unwrap_or_else(|e| panic!("task {id}'s put was answered, yet {f} says {e}"));
+        let (_, status, data) = task(&r[0]);
+        assert_eq!(&data, payload, "task {id}");
+        let want = if seen.buried.contains(id) { "!" } else { "r" };
+        assert_eq!(status, want, "task {id}'s status");
+        checked += 1;
+    }
+    assert!(checked > 0);
+    // A dedup key answered before the kill still names its task.
+    let (key, id) = seen
+        .dedup
+        .iter()
+        .next()
+        .expect("dedup puts before the kill");
+    let opts = Value::Map(vec![(Value::from("dedup_key"), Value::from(key.as_str()))]);
+    let r = call(&mut c, "queue.tube.d:put", &[Value::from("again"), opts]).unwrap();
+    assert_eq!(task(&r[0]).0, *id, "the dedup key {key} survived");
+}
+
+fn payload_tube_is_d(seen: &Seen, id: u64) -> bool {
+    seen.dedup.values().any(|&d| d == id)
+}
+
+fn kill_9_keeps_tubes(mode: &str) {
+    let mut tarq = Tarq::start(&["--wal-mode", mode]);
+    let addr = tarq.addr;
+    create_tubes(addr);
+    let load = Load::default();
+    let mut threads = Vec::new();
+    for p in 0..PRODUCERS {
+        let load = load.clone();
+        threads.push(std::thread::spawn(move || load.produce(addr, p)));
+    }
+    let consumer = load.clone();
+    threads.push(std::thread::spawn(move || consumer.consume(addr)));
+    load.wait_until_under_way();
+    tarq.proc.0.kill().unwrap(); // SIGKILL
+    tarq.proc.0.wait().unwrap();
+    load.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let seen = std::mem::take(&mut *load.seen.lock().unwrap());
+    let again = Tarq::start_in(tarq.take_dir(), &["--wal-mode", mode]);
+    check_after_restart(again.addr, &seen);
+}
+
+#[test]
+fn kill_9_keeps_tubes_and_their_tasks_in_fsync_mode() {
+    kill_9_keeps_tubes("fsync");
+}
+
+#[test]
+fn kill_9_keeps_tubes_and_their_tasks_in_write_mode() {
+    kill_9_keeps_tubes("write");
+}
