@@ -68,7 +68,7 @@ impl Load {
                 return;
             }
             let payload = format!("p{p}-{n}");
-            let (f, opts) = if n % 4 == 0 {
+            let (f, opts) = if n.is_multiple_of(4) {
                 let key = format!("dk{p}-{n}");
                 let opts = Value::Map(vec![(Value::from("dedup_key"), Value::from(key.as_str()))]);
                 ("queue.tube.d:put", (opts, Some(key)))
@@ -104,7 +104,7 @@ impl Load {
             let Some(t) = r.first() else { continue };
             let (id, ..) = task(t);
             n += 1;
-            let bury = n % 3 == 0;
+            let bury = n.is_multiple_of(3);
             if !bury {
                 self.seen.lock().unwrap().ack_sent.insert(id);
             }
