@@ -324,7 +324,10 @@ mod tests {
             },
             K::Id { version: 3 },
             K::Select { space: 281 },
-            K::Eval,
+            K::Eval {
+                expr: "return 1",
+                args: &[0x90],
+            },
             K::Other(2),
         ];
         let mut buf = &out[..];

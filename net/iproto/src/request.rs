@@ -44,8 +44,12 @@ pub enum RequestKind<'a> {
     Select {
         space: u64,
     },
-    /// EVAL (8): not supported, answered with error 48.
-    Eval,
+    /// EVAL (8): the Lua expression and its raw MessagePack args. tarq runs no Lua: the server
+    /// recognises the few expressions clients send and refuses the rest.
+    Eval {
+        expr: &'a str,
+        args: &'a [u8],
+    },
     /// Any other request type, answered with error 48; its body is not read.
     Other(u32),
 }
@@ -118,7 +122,7 @@ pub fn decode(frame: &[u8]) -> Result<Request<'_>, DecodeError> {
                 space: space.ok_or_else(|| missing(sync, "space id"))?,
             }
         }
-        types::EVAL => RequestKind::Eval,
+        types::EVAL => decode_eval(&mut r, sync)?,
         other => RequestKind::Other(other),
     };
     Ok(Request { sync, kind })
@@ -199,6 +203,27 @@ fn decode_call<'a>(
         function: function.ok_or_else(|| missing(sync, "function name"))?,
         args,
         call16,
+    })
+}
+
+fn decode_eval<'a>(r: &mut Reader<'a>, sync: u64) -> Result<RequestKind<'a>, DecodeError> {
+    let (mut expr, mut args) = (None, NO_ARGS);
+    body_fields(r, sync, |key, r| match key {
+        keys::EXPR => {
+            expr = Some(r.read_str()?);
+            Ok(true)
+        }
+        keys::TUPLE => {
+            let mut probe = *r;
+            probe.read_array_len()?;
+            args = r.skip_value()?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    })?;
+    Ok(RequestKind::Eval {
+        expr: expr.ok_or_else(|| missing(sync, "expression"))?,
+        args,
     })
 }
 
@@ -429,7 +454,13 @@ mod tests {
         ];
         assert_eq!(decode(&f).unwrap().kind, RequestKind::Id { version: 6 });
         let f = [0x82, 0x00, 0x08, 0x01, 0x02, 0x81, 0x27, 0xa1, b'x'];
-        assert_eq!(decode(&f).unwrap().kind, RequestKind::Eval);
+        assert_eq!(
+            decode(&f).unwrap().kind,
+            RequestKind::Eval {
+                expr: "x",
+                args: &[0x90]
+            }
+        );
         let f = [0x82, 0x00, 0x02, 0x01, 0x02, 0x81, 0x10, 0x05];
         assert_eq!(decode(&f).unwrap().kind, RequestKind::Other(2));
     }

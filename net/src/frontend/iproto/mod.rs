@@ -41,6 +41,9 @@ pub enum Style {
     Tube,
     /// One item of a batch reply the front-end frames itself: the task's tuple, or nil.
     Item,
+    /// A call whose value the client does not read (an EVAL without `return`): no value, or
+    /// the error.
+    Silent,
 }
 
 impl Server {
@@ -87,10 +90,7 @@ impl Server {
                     response::error(out, sync, ER_NO_SUCH_SPACE, &msg);
                 }
             }
-            RequestKind::Eval => {
-                let out = self.reply_buf(idx);
-                response::error(out, sync, ER_UNKNOWN_REQUEST_TYPE, "Unknown request type 8");
-            }
+            RequestKind::Eval { expr, args } => self.eval(idx, sync, expr, args),
             RequestKind::Other(t) => {
                 let msg = format!("Unknown request type {t}");
                 response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
@@ -206,6 +206,12 @@ fn seed_command(call: Call<'_>) -> Command<'_> {
 pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     match r.style {
         Style::Item => return encode_item(out, outcome),
+        Style::Silent => {
+            return match outcome {
+                Outcome::Error(e) => error(out, r.sync, e),
+                _ => response::empty_data(out, r.sync),
+            }
+        }
         Style::Tube if encode_tube(out, r, outcome) => return,
         _ => {}
     }

@@ -4,8 +4,9 @@
 //! session calls, `state`, statistics of every tube).
 
 use tarq_engine::DEFAULT_TUBE_NAME;
-use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA};
+use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_UNKNOWN_REQUEST_TYPE};
 use tarq_iproto::mp::write;
+use tarq_iproto::mp::Reader;
 use tarq_iproto::response;
 
 use super::tubes::{self, Method, TubeCall};
@@ -18,9 +19,13 @@ use crate::server::Server;
 impl Server {
     /// Answers or dispatches a call of the tube API.
     pub(super) fn tube_call(&mut self, idx: usize, function: &str, r: Reply, call: TubeCall<'_>) {
-        let r = Reply {
-            style: Style::Tube,
-            ..r
+        // The tube API's shapes, unless the caller asked for none (an EVAL).
+        let r = match r.style {
+            Style::Silent => r,
+            _ => Reply {
+                style: Style::Tube,
+                ..r
+            },
         };
         let command = match call {
             TubeCall::CreateTube {
@@ -130,6 +135,47 @@ impl Server {
         }
         response::finish_counted(self.reply_buf(idx), at, items);
         Ok(())
+    }
+
+    /// EVAL: tarq runs no Lua, but go-tarantool's queue package sends two fixed expressions
+    /// (create a tube; does a tube exist), answered as Tarantool would. Any other expression
+    /// gets the error Tarantool gives for an unknown request type, naming it.
+    pub(crate) fn eval(&mut self, idx: usize, sync: u64, expr: &str, args: &[u8]) {
+        let ns = &self.config().queue_namespace;
+        let create = format!("local name, type, cfg = ... ; {ns}.create_tube(name, type, cfg)");
+        let exists = format!("local name = ... ; return {ns}.tube[name] ~= nil");
+        let exists_old = format!("local name = ... ; return {ns}.tube[name] ~= null");
+        let r = Reply {
+            sync,
+            call16: false,
+            style: Style::Silent,
+        };
+        if expr == create {
+            let function = format!("{ns}.create_tube");
+            match tubes::parse(ns, &function, args) {
+                Some(Ok(call)) => self.tube_call(idx, &function, r, call),
+                Some(Err(e)) => super::call_error(self.reply_buf(idx), sync, &e),
+                None => unreachable!("create_tube is the tube API's"),
+            }
+        } else if expr == exists || expr == exists_old {
+            let mut a = Reader::new(args);
+            let name = a.read_array_len().ok().and_then(|_| a.read_str().ok());
+            let found = name.is_some_and(|n| self.queue().tube_ix(n).is_some());
+            one_value(
+                self.reply_buf(idx),
+                Reply {
+                    style: Style::Tube,
+                    ..r
+                },
+                |o| write::bool(o, found),
+            );
+        } else {
+            let msg = format!(
+                "EVAL is not supported: tarq runs no Lua (it answers only the expressions \
+                 go-tarantool's queue sends), got: {expr}"
+            );
+            response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
+        }
     }
 
     fn answer(&mut self, idx: usize, r: Reply, answer: Answer) {
