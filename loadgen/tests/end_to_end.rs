@@ -477,8 +477,8 @@ fn suite_writes_results_and_readme() {
     suite::run(&sa).unwrap();
     let readme = std::fs::read_to_string(out.path().join("README.md")).unwrap();
     for needle in [
-        // Each WAL mode has its own column, never mixed into tarq's.
-        "| connections | depth | tarq | null | tarq WAL fsync | tarq / null |",
+        // Each WAL mode and the tube API have their own column, never mixed into tarq's.
+        "| connections | depth | tarq | null | tarq WAL fsync | tarq tubes fifottl | tarq / null |",
         "| 1+1 | 1 |",
         "| 1+1 | 4 |",
         "## tarq open loop",
