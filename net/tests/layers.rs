@@ -41,6 +41,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "tarq-benches",
         &[
+            "tarq-client",
             "tarq-engine",
             "tarq-iproto",
             "tarq-net",
