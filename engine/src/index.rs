@@ -322,21 +322,28 @@ impl IdIndex {
     }
 
     /// Makes room for `additional` more ids at once (loading a snapshot of known size): one
-    /// full move now instead of many doublings, when nobody is waiting for answers.
-    pub fn reserve(&mut self, additional: usize, hash_of_key: impl Fn(u32) -> u64) {
+    /// full rebuild now instead of many doublings, when nobody is waiting for answers.
+    /// `live` yields every key the index holds with its hash, in any order: the caller walks
+    /// its arena in order, which reads the ids sequentially instead of one cache miss each.
+    pub fn reserve(&mut self, additional: usize, live: impl Iterator<Item = (u32, u64)>) {
         let want = self.len() + additional;
         if want <= self.live.buckets.len() / 4 * 3 {
             return;
         }
-        self.migrate(usize::MAX, &hash_of_key);
         let mut n = self.live.buckets.len();
         while n / 4 * 3 < want {
             n *= 2;
         }
-        let old = std::mem::replace(&mut self.live, Table::with_buckets(n));
-        for (_, k) in old.entries(0..old.buckets.len()) {
-            self.live.insert(k, hash_of_key(k));
+        let held = self.len();
+        self.old = None;
+        self.live = Table::with_buckets(n);
+        for (k, h) in live {
+            self.live.insert(k, h);
         }
+        assert_eq!(
+            self.live.len, held,
+            "the keys given are the keys the index held"
+        );
     }
 
     /// Puts a table of twice the size in place and moves at once the old table's blocks up to
@@ -502,7 +509,10 @@ mod tests {
                     free.push(k);
                     assert!(ix.find(id, hash, |k| arena.id(k)).is_none());
                 }
-                Op::Reserve(n) => ix.reserve(usize::from(n), |k| hash(arena.id(k))),
+                Op::Reserve(n) => {
+                    let live = arena.ids.iter().map(|(&k, &id)| (k, hash(id)));
+                    ix.reserve(usize::from(n), live)
+                }
             }
             let mut stored = ix.check(|k| hash(arena.id(k)));
             stored.sort_unstable();
@@ -568,7 +578,7 @@ mod tests {
         let mut ix = IdIndex::default();
         let ids: Vec<TaskId> = (100..130).collect();
         let id_of = |k: u32| ids[k as usize];
-        ix.reserve(40, |_| 5);
+        ix.reserve(40, std::iter::empty());
         for k in 0..ids.len() as u32 {
             ix.insert(k, |_| 5);
         }
