@@ -1,10 +1,11 @@
 //! Tubes through `kill -9` of the real `tarq` binary, in every WAL mode that promises it:
-//! producers put into a utubettl tube (with utube keys) and a fifottl tube with a dedup window
-//! and `max_deliveries` while a consumer takes, buries and acks, until the server is killed.
-//! After a restart on the same directory, every tube is back with its type and options, a
-//! dropped tube stays dropped, every put whose reply arrived is there with its payload and utube
-//! key (unless its ack was sent), every bury answered is still buried (unless kicked or acked
-//! after), a dedup key answered before the kill still returns its task, and nothing is taken.
+//! producers put into a utubettl tube (with utube keys), a fifottl tube with a dedup window and
+//! `max_deliveries`, and a limfifottl tube with delayed tasks, while a consumer takes, buries
+//! and acks, until the server is killed. After a restart on the same directory, every tube is
+//! back with its type and options, a dropped tube stays dropped, every put whose reply arrived
+//! is there with its payload (unless its ack was sent), buried if its bury was answered,
+//! delayed if it was put with a delay, a dedup key answered before the kill still returns its
+//! task, and nothing is taken.
 
 mod support;
 
@@ -48,6 +49,10 @@ struct Seen {
     ack_sent: BTreeSet<u64>,
     /// dedup key → the id its put was answered with.
     dedup: BTreeMap<String, u64>,
+    /// id → the tube it was put into.
+    tube: BTreeMap<u64, &'static str>,
+    /// ids put with a delay (an hour: still delayed after the restart).
+    delayed: BTreeSet<u64>,
 }
 
 #[derive(Clone, Default)]
@@ -68,23 +73,33 @@ impl Load {
                 return;
             }
             let payload = format!("p{p}-{n}");
-            let (f, opts) = if n.is_multiple_of(4) {
-                let key = format!("dk{p}-{n}");
-                let opts = Value::Map(vec![(Value::from("dedup_key"), Value::from(key.as_str()))]);
-                ("queue.tube.d:put", (opts, Some(key)))
-            } else {
-                let u = format!("k{}", n % UTUBES);
-                let opts = Value::Map(vec![(Value::from("utube"), Value::from(u.as_str()))]);
-                ("queue.tube.u:put", (opts, None))
+            let opt = |k: &str, v: Value| Value::Map(vec![(Value::from(k), v)]);
+            let (tube, opts, key) = match n % 4 {
+                0 => {
+                    let key = format!("dk{p}-{n}");
+                    ("d", opt("dedup_key", Value::from(key.as_str())), Some(key))
+                }
+                1 => ("lim", opt("delay", Value::from(3600)), None),
+                _ => {
+                    let u = format!("k{}", n % UTUBES);
+                    ("u", opt("utube", Value::from(u.as_str())), None)
+                }
             };
-            let Ok(r) = call(&mut c, f, &[Value::from(payload.as_str()), opts.0]) else {
-                return; // the server is gone
+            let f = format!("queue.tube.{tube}:put");
+            let r = match call(&mut c, &f, &[Value::from(payload.as_str()), opts]) {
+                Ok(r) => r,
+                Err(ClientError::Server { message, .. }) => panic!("{f} refused: {message}"),
+                Err(_) => return, // the server is gone
             };
             let (id, _, data) = task(&r[0]);
             assert_eq!(data, payload);
             let mut seen = self.seen.lock().unwrap();
             seen.put.insert(id, payload);
-            if let Some(key) = opts.1 {
+            seen.tube.insert(id, tube);
+            if tube == "lim" {
+                seen.delayed.insert(id);
+            }
+            if let Some(key) = key {
                 seen.dedup.insert(key, id);
             }
             self.puts.fetch_add(1, Ordering::Relaxed);
@@ -128,14 +143,21 @@ impl Load {
         while self.puts.load(Ordering::Relaxed) < PUTS_BEFORE_KILL
             || self.buries.load(Ordering::Relaxed) < BURIES_BEFORE_KILL
         {
-            assert!(Instant::now() < deadline, "the load makes progress");
+            let (p, b) = (
+                self.puts.load(Ordering::Relaxed),
+                self.buries.load(Ordering::Relaxed),
+            );
+            assert!(
+                Instant::now() < deadline,
+                "the load makes progress: {p} puts, {b} buries"
+            );
             std::thread::yield_now();
         }
     }
 }
 
-/// Tubes before the load: `u` (utubettl), `d` (fifottl with dedup and max_deliveries), and
-/// `gone`, created and dropped.
+/// Tubes before the load: `u` (utubettl), `d` (fifottl with dedup and max_deliveries), `lim`
+/// (limfifottl), and `gone`, created and dropped.
 fn create_tubes(addr: SocketAddr) {
     let mut c = Client::connect(addr);
     let opts = |pairs: &[(&str, Value)]| {
@@ -161,6 +183,12 @@ fn create_tubes(addr: SocketAddr) {
         &[Value::from("d"), Value::from("fifottl"), d],
     )
     .one();
+    let lim = opts(&[("capacity", Value::from(1_000_000))]);
+    c.call(
+        "queue.create_tube",
+        &[Value::from("lim"), Value::from("limfifottl"), lim],
+    )
+    .one();
     c.call(
         "queue.create_tube",
         &[Value::from("gone"), Value::from("fifo")],
@@ -177,7 +205,7 @@ fn check_after_restart(addr: SocketAddr, seen: &Seen) {
     assert!(err.to_string().contains("is not defined"), "{err}");
     let stats = call(&mut c, "queue.statistics", &[]).unwrap();
     let stats = &stats[0];
-    for tube in ["u", "d"] {
+    for tube in ["u", "d", "lim"] {
         let s = stats
             .as_map()
             .unwrap()
@@ -194,16 +222,18 @@ fn check_after_restart(addr: SocketAddr, seen: &Seen) {
         if seen.ack_sent.contains(id) {
             continue;
         }
-        let f = if payload_tube_is_d(seen, *id) {
-            "queue.tube.d:peek"
-        } else {
-            "queue.tube.u:peek"
-        };
-        let r = call(&mut c, f, &[Value::from(*id)])
+        let f = format!("queue.tube.{}:peek", seen.tube[id]);
+        let r = call(&mut c, &f, &[Value::from(*id)])
             .unwrap_or_else(|e| panic!("task {id}'s put was answered, yet {f} says {e}"));
         let (_, status, data) = task(&r[0]);
         assert_eq!(&data, payload, "task {id}");
-        let want = if seen.buried.contains(id) { "!" } else { "r" };
+        let want = if seen.buried.contains(id) {
+            "!"
+        } else if seen.delayed.contains(id) {
+            "~"
+        } else {
+            "r"
+        };
         assert_eq!(status, want, "task {id}'s status");
         checked += 1;
     }
@@ -217,10 +247,6 @@ fn check_after_restart(addr: SocketAddr, seen: &Seen) {
     let opts = Value::Map(vec![(Value::from("dedup_key"), Value::from(key.as_str()))]);
     let r = call(&mut c, "queue.tube.d:put", &[Value::from("again"), opts]).unwrap();
     assert_eq!(task(&r[0]).0, *id, "the dedup key {key} survived");
-}
-
-fn payload_tube_is_d(seen: &Seen, id: u64) -> bool {
-    seen.dedup.values().any(|&d| d == id)
 }
 
 fn kill_9_keeps_tubes(mode: &str) {
