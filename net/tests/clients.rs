@@ -10,14 +10,13 @@
 mod support;
 
 use std::fs::File;
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{free_port, prerequisite, Proc, Tarq};
+use support::{free_port, prerequisite, run_with_deadline, Proc, Tarq};
 use tempfile::TempDir;
 
 /// How long the reference Tarantool gets to accept connections: it starts in about half a
@@ -191,50 +190,6 @@ fn tail(s: &str) -> String {
         .find(|&i| s.is_char_boundary(i))
         .unwrap_or(s.len());
     s[start..].to_string()
-}
-
-/// How a script ended and what it printed.
-struct Run {
-    /// `None` when it was killed at the deadline.
-    status: Option<ExitStatus>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd` to completion, or kills it once `deadline` has passed.
-fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Run {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = r.read_to_end(&mut s);
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
-    let until = Instant::now() + deadline;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(POLL_INTERVAL);
-    };
-    Run {
-        status,
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-    }
 }
 
 /// Runs the client's flow script against the server on `port` and fails with everything both

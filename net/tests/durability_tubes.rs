@@ -45,6 +45,8 @@ struct Seen {
     put: BTreeMap<u64, String>,
     /// ids whose bury was answered (and not acked after).
     buried: BTreeSet<u64>,
+    /// ids a bury was sent for (done and durable, perhaps, without its reply arriving).
+    bury_sent: BTreeSet<u64>,
     /// ids an ack was sent for.
     ack_sent: BTreeSet<u64>,
     /// dedup key → the id its put was answered with.
@@ -120,7 +122,9 @@ impl Load {
             let (id, ..) = task(t);
             n += 1;
             let bury = n.is_multiple_of(3);
-            if !bury {
+            if bury {
+                self.seen.lock().unwrap().bury_sent.insert(id);
+            } else {
                 self.seen.lock().unwrap().ack_sent.insert(id);
             }
             let f = if bury {
@@ -234,7 +238,11 @@ fn check_after_restart(addr: SocketAddr, seen: &Seen) {
         } else {
             "r"
         };
-        assert_eq!(status, want, "task {id}'s status");
+        // A bury sent without its reply may have been done before the kill, or not.
+        let unanswered_bury = seen.bury_sent.contains(id) && !seen.buried.contains(id);
+        if !(unanswered_bury && status == "!") {
+            assert_eq!(status, want, "task {id}'s status");
+        }
         checked += 1;
     }
     assert!(checked > 0);

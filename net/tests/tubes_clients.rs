@@ -10,19 +10,15 @@
 
 mod support;
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use support::{prerequisite, Tarq};
+use support::{prerequisite, run_with_deadline, Tarq};
 
 /// How long a whole script may run: the flows take 3-6 s (short delays and TTRs); their own
 /// calls are bounded by 20-30 s, so a hung server shows up as a script failure before this.
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
-/// Pause between two checks of the script having exited: a polling interval.
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// The tail of tarq's log shown when a script fails.
 const LOG_TAIL_LINES: usize = 40;
 
@@ -50,45 +46,20 @@ fn client_available(client: &str, check: &[&str]) {
 
 /// Runs `cmd` to its end (bounded) and fails with its output and tarq's log unless it exits
 /// 0 having printed its "OK: " line.
-fn run_script(mut cmd: Command, tarq: &Tarq) {
+fn run_script(cmd: Command, tarq: &Tarq) {
     let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = r.read_to_end(&mut s);
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
-    let until = Instant::now() + SCRIPT_DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(POLL_INTERVAL);
-    };
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    if matches!(status, Some(s) if s.success()) && stdout.contains("OK: ") {
-        print!("{stdout}");
+    let run = run_with_deadline(cmd, SCRIPT_DEADLINE);
+    if matches!(run.status, Some(s) if s.success()) && run.stdout.contains("OK: ") {
+        print!("{}", run.stdout);
         return;
     }
     let log = tarq.log();
     let tail = &log[log.len().saturating_sub(LOG_TAIL_LINES)..];
     panic!(
-        "{shown} ended with {status:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n\
-         --- tarq's log ---\n{}",
+        "{shown} ended with {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- tarq's log ---\n{}",
+        run.status,
+        run.stdout,
+        run.stderr,
         tail.join("\n")
     );
 }

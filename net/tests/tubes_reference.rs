@@ -11,14 +11,13 @@
 mod support;
 
 use std::fs::File;
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{free_port, prerequisite, Proc};
+use support::{free_port, prerequisite, run_with_deadline, Proc};
 use tempfile::TempDir;
 
 /// How long the original gets to serve: it starts in about half a second; this leaves room
@@ -154,44 +153,20 @@ fn original_available(client: &str, client_check: &[&str]) -> PathBuf {
 
 /// Runs `cmd` to completion within SCRIPT_DEADLINE and fails with everything it and the
 /// servers printed unless it exits 0 with its OK line.
-fn run_script(mut cmd: Command, servers: &[&Original]) {
+fn run_script(cmd: Command, servers: &[&Original]) {
     let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = r.read_to_end(&mut s);
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
-    let until = Instant::now() + SCRIPT_DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(POLL_INTERVAL);
-    };
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    if matches!(status, Some(s) if s.success()) && stdout.contains("OK: ") {
-        print!("{stdout}");
+    let run = run_with_deadline(cmd, SCRIPT_DEADLINE);
+    if matches!(run.status, Some(s) if s.success()) && run.stdout.contains("OK: ") {
+        print!("{}", run.stdout);
         return;
     }
     let logs: Vec<String> = servers.iter().map(|s| s.logs()).collect();
     panic!(
-        "{shown} ended with {status:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}\n\
+        "{shown} ended with {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n\
          --- the original's output ---\n{}",
+        run.status,
+        run.stdout,
+        run.stderr,
         logs.join("\n")
     );
 }

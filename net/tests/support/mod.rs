@@ -683,3 +683,50 @@ pub fn wait_for_figures(
     }
     seen
 }
+
+/// Between two checks of a script having exited.
+const SCRIPT_POLL: Duration = Duration::from_millis(10);
+
+/// How a script (a real client run by the tests) ended and what it printed.
+pub struct Run {
+    /// `None` when it was killed at the deadline.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion, or kills it once `deadline` has passed.
+pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Run {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let until = Instant::now() + deadline;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(SCRIPT_POLL); // polling a child has no event to wait on
+    };
+    Run {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    }
+}
