@@ -5,7 +5,9 @@
 
 mod support;
 
-use support::script::{client_bytes, parse, scripts};
+use std::path::Path;
+
+use support::script::{client_bytes, read_script, scripts};
 use tarq_beanstalk::{Command, Decoded, Decoder, DEFAULT_MAX_JOB_SIZE};
 
 /// The replies beanstalkd uses for a request it could not read.
@@ -71,9 +73,9 @@ fn check(name: &str, c: u8, bytes: &[u8], replies: &[String]) {
 
 #[test]
 fn the_decoder_reads_every_script_as_beanstalkd_did() {
-    for path in scripts() {
+    for path in scripts(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")) {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let steps = parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let steps = read_script(&path);
         let recording = std::fs::read_to_string(path.with_extension("out"))
             .unwrap_or_else(|e| panic!("{name}: recording: {e}"));
         for (c, bytes) in client_bytes(&steps) {

@@ -409,10 +409,10 @@ fn recv_one(conn: &mut Conn, c: u8, ids: &mut Ids) -> String {
     }
 }
 
-/// The scripts directory and its `*.bs` files, sorted.
-pub fn scripts() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+/// The `*.bs` files in `dir` (a crate names its own path to `net/beanstalk/tests/scripts`),
+/// sorted.
+pub fn scripts(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "bs"))
@@ -420,6 +420,84 @@ pub fn scripts() -> Vec<PathBuf> {
     v.sort();
     assert!(!v.is_empty(), "no scripts in {}", dir.display());
     v
+}
+
+/// The steps of the script at `path`, failing with its name.
+pub fn read_script(path: &Path) -> Vec<Step> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs `play_one` for every script at once, each on its own thread (a script waits for
+/// seconds where its semantics need it, so one after another would add the waits up), and
+/// returns the transcripts in the order of `paths`. `play_one` starts its own fresh server.
+pub fn play_each(
+    paths: &[PathBuf],
+    play_one: impl Fn(&Path, &[Step]) -> String + Sync,
+) -> Vec<String> {
+    std::thread::scope(|s| {
+        let threads: Vec<_> = paths
+            .iter()
+            .map(|path| {
+                let play_one = &play_one;
+                s.spawn(move || play_one(path, &read_script(path)))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .zip(paths)
+            .map(|(t, path)| {
+                t.join()
+                    .unwrap_or_else(|_| panic!("playing {} panicked", path.display()))
+            })
+            .collect()
+    })
+}
+
+/// The lines of `got` that differ from `want`, with a line of context each side, as a unified
+/// diff reads (`-` recorded, `+` now); empty when they are equal.
+pub fn diff(want: &str, got: &str) -> String {
+    let (a, b): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
+    // Longest common subsequence table, from the ends: transcripts are a few hundred lines.
+    let mut lcs = vec![vec![0u32; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let mut ops = Vec::new(); // (' ' | '-' | '+', line)
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            ops.push((' ', a[i]));
+            (i, j) = (i + 1, j + 1);
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            ops.push(('-', a[i]));
+            i += 1;
+        } else {
+            ops.push(('+', b[j]));
+            j += 1;
+        }
+    }
+    let changed = |k: usize| ops.get(k).is_some_and(|(op, _)| *op != ' ');
+    let mut out = String::new();
+    let mut last = None;
+    for (k, (op, line)) in ops.iter().enumerate() {
+        let near = changed(k) || changed(k + 1) || (k > 0 && changed(k - 1));
+        if !near {
+            continue;
+        }
+        if last.is_some_and(|l| l + 1 < k) {
+            out += "  ...\n";
+        }
+        out += &format!("{op} {line}\n");
+        last = Some(k);
+    }
+    out
 }
 
 /// A real beanstalkd on a free local port, killed on drop.
@@ -431,6 +509,11 @@ pub struct Beanstalkd {
 impl Beanstalkd {
     /// `None` when the `beanstalkd` binary is not installed.
     pub fn spawn() -> Option<Beanstalkd> {
+        Beanstalkd::spawn_with(&[])
+    }
+
+    /// With more arguments (`-z 100`, `-b DIR`).
+    pub fn spawn_with(args: &[&str]) -> Option<Beanstalkd> {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -438,14 +521,18 @@ impl Beanstalkd {
             .port();
         let child = Command::new("beanstalkd")
             .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .ok()?;
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(10);
-        let server = Beanstalkd { child, addr };
+        let mut server = Beanstalkd { child, addr };
         while TcpStream::connect(&server.addr).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("beanstalkd {args:?} on {} exited: {status}", server.addr);
+            }
             assert!(
                 Instant::now() < deadline,
                 "beanstalkd did not listen on {}",
