@@ -127,6 +127,15 @@ impl Bs {
         })
     }
 
+    /// A second handle on the same connection, with its own read buffer: one thread writes
+    /// while another reads.
+    pub fn try_clone(&self) -> std::io::Result<Bs> {
+        Ok(Bs {
+            stream: self.stream.try_clone()?,
+            buf: Vec::new(),
+        })
+    }
+
     pub fn send(&mut self, cmd: &Command<'_>) -> std::io::Result<()> {
         let mut out = Vec::new();
         cmd.encode(&mut out);
@@ -205,4 +214,60 @@ impl Bs {
         }
         rest
     }
+}
+
+/// A beanstalk server under test, stopped on drop: tarq's port, or real beanstalkd for the
+/// same bytes' reference replies.
+pub enum Server {
+    Tarq(Tarq),
+    Beanstalkd(script::Beanstalkd),
+}
+
+/// A running [`Server`], its name for messages and its address.
+pub struct Target {
+    pub name: &'static str,
+    pub addr: SocketAddr,
+    pub server: Server,
+}
+
+impl Target {
+    /// tarq with its beanstalk port and `extra` flags.
+    pub fn tarq(extra: &[&str]) -> Target {
+        let (tarq, addr) = start(extra);
+        Target {
+            name: "tarq",
+            addr,
+            server: Server::Tarq(tarq),
+        }
+    }
+
+    /// Real beanstalkd with `args` (`-z N`, `-b DIR`); a missing binary fails the test.
+    pub fn beanstalkd(args: &[&str]) -> Target {
+        crate::support::prerequisite("beanstalkd", crate::support::tool("beanstalkd"));
+        let b = script::Beanstalkd::spawn_with(args).expect("beanstalkd starts");
+        Target {
+            name: "beanstalkd",
+            addr: b.addr.parse().unwrap(),
+            server: Server::Beanstalkd(b),
+        }
+    }
+
+    /// tarq's process, for its resident memory.
+    pub fn tarq_pid(&self) -> Option<u32> {
+        match &self.server {
+            Server::Tarq(t) => Some(t.proc.id()),
+            Server::Beanstalkd(_) => None,
+        }
+    }
+}
+
+/// The resident set of a process, from /proc.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kib * 1024
 }
