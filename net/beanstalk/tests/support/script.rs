@@ -2,7 +2,8 @@
 //! format, a player that sends each script's bytes to a server and writes a normalised
 //! transcript of the replies (ids, times and process facts replaced by placeholders), and a
 //! real-beanstalkd launcher. Shared by `tests/differential.rs`, `tests/script_decode.rs` and
-//! `examples/play.rs`; a server front-end's tests can include it with `#[path]`.
+//! `examples/play.rs`, and by tarq's beanstalk-port tests, which include it with `#[path]`
+//! (`net/tests/support/beanstalk.rs`) so both servers are judged by the same code.
 //!
 //! Script lines (`#` starts a comment; `C` is an optional connection digit, default 0; a
 //! connection opens on first use):
