@@ -13,7 +13,7 @@ use slab::Slab;
 use crate::heap::NIL;
 use crate::lists::{SkipList, Towers};
 use crate::queue::Slots;
-use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx};
+use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx, URGENT_PRI};
 
 /// The tube the seed API works on: always exists, at index 0, and cannot be dropped.
 pub const DEFAULT_TUBE: TubeIx = 0;
@@ -339,6 +339,9 @@ pub(crate) struct Tube {
     pub buried: SkipList,
     /// Ready tasks (in a utube tube `ready.len()` counts only the heads).
     pub ready_n: u64,
+    /// Ready tasks with pri below `URGENT_PRI`, kept where `ready_n` is (beanstalk's
+    /// `current-jobs-urgent` is read on every `stats-tube`; counting would walk the lists).
+    pub ready_urgent_n: u64,
     pub taken_n: u64,
     /// Operation counters (the count fields are filled in by `stats`).
     pub ops: Stats,
@@ -356,6 +359,7 @@ impl Tube {
             waiting: SkipList::default(),
             buried: SkipList::default(),
             ready_n: 0,
+            ready_urgent_n: 0,
             taken_n: 0,
             ops: Stats::default(),
             utubes: kind.is_utube().then(Box::default),
@@ -399,6 +403,14 @@ impl Tube {
             assert_eq!(slots[k as usize].tube, ix, "ready task in tube {ix}'s list");
         });
         let mut ready = heads;
+        let mut urgent = 0u64;
+        let mut count_urgent = |k: u32| urgent += u64::from(slots[k as usize].pri < URGENT_PRI);
+        self.ready.for_each(slots, &mut count_urgent);
+        if let Some(ut) = &self.utubes {
+            for (_, u) in &ut.list {
+                u.rest.for_each(slots, &mut count_urgent);
+            }
+        }
         match &self.utubes {
             None => {
                 for (k, s) in slots.iter() {
@@ -410,6 +422,7 @@ impl Tube {
             Some(ut) => ready += check_utubes(ut, ix, &self.ready, slots, tw),
         }
         assert_eq!(ready as u64, self.ready_n, "tube {ix}: ready count");
+        assert_eq!(urgent, self.ready_urgent_n, "tube {ix}: urgent ready count");
         listed + ready
     }
 }
