@@ -202,6 +202,10 @@ pub enum QueueError {
     /// `kick_task` of a task that is neither Buried nor Waiting (delayed).
     #[error("Task {id} is {status:?}: only a buried or delayed task can be kicked")]
     NotKickable { id: TaskId, status: Status },
+    /// beanstalk's reserve-job of a task that is taken already, or of a utube task that is
+    /// not its utube's head.
+    #[error("Task {id} is {status:?}: it cannot be taken now")]
+    NotTakeable { id: TaskId, status: Status },
 }
 
 /// Every state change, in order, for the WAL and the stats; kept only while the journal is on.

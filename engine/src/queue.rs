@@ -721,6 +721,36 @@ impl Queue {
         Ok(self.view(k))
     }
 
+    /// beanstalkd's `reserve-job`: task `id` (any tube), Ready, Waiting or Buried, is Taken by
+    /// `sid` as a take would (TTR armed, delivery counted, journaled as `Taken`). A utube task
+    /// can be taken only when it is its utube's Ready head: a second Taken task would break
+    /// the utube's exclusivity. Err `NotFound`, or `NotTakeable` naming the status.
+    pub fn take_task(
+        &mut self,
+        now: Micros,
+        sid: SessionId,
+        id: TaskId,
+    ) -> Result<TaskRef<'_>, QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        let s = &self.slots[k as usize];
+        let (status, tube, u) = (s.status, s.tube, s.utube);
+        let refused = QueueError::NotTakeable { id, status };
+        if u != NIL {
+            let utube = &self.tube(tube).utubes.as_ref().expect("utube tube").list[u as usize];
+            if status != Status::Ready || utube.busy || utube.head != k {
+                return Err(refused);
+            }
+        }
+        match status {
+            Status::Ready => {}
+            // Out of its list into the ready one, uncounted: the take below is what happened.
+            Status::Waiting | Status::Buried => self.move_to(k, Status::Ready, 0),
+            _ => return Err(refused),
+        }
+        self.take_ready(now, tube, k, sid);
+        Ok(self.view(k))
+    }
+
     /// beanstalkd's `touch`: task `id`, Taken by `sid` in any tube, gets its TTR restarted:
     /// it returns at `now + ttr` (a task with no TTR is left as it is). Counted as a touch.
     /// Errors are the seed `ack`'s (`NotFound`, `NotTaken`, `NotOwner`).
@@ -1413,8 +1443,14 @@ impl Queue {
 
     /// Pops the head of `tube`'s ready list into `sid`'s hands, arming its TTR.
     fn take_slot(&mut self, now: Micros, tube: TubeIx, sid: SessionId) -> Option<u32> {
+        let k = self.tube(tube).ready.first()?;
+        self.take_ready(now, tube, k, sid);
+        Some(k)
+    }
+
+    /// Task `k`, in `tube`'s ready list, into `sid`'s hands, arming its TTR.
+    fn take_ready(&mut self, now: Micros, tube: TubeIx, k: u32, sid: SessionId) {
         let t = self.tubes[tube as usize].as_mut().expect("live tube");
-        let k = t.ready.first()?;
         let u = self.slots[k as usize].utube;
         if u != NIL {
             // Busy before it leaves the ready list, so no other task of the utube takes the
@@ -1435,7 +1471,6 @@ impl Queue {
         self.enter_taken(k, sid, ttr_at);
         self.reschedule(k);
         self.log(Event::Taken { id, sid });
-        Some(k)
     }
 
     /// A Taken task goes back: Ready (`runat` 0) or Waiting, or Buried once taken its tube's
