@@ -1418,3 +1418,86 @@ fn ready_urgent_survives_a_restore() {
     q.restore_remove(1);
     check_urgent(&q, DEFAULT_TUBE, 2);
 }
+
+mod take_task {
+    use super::*;
+
+    #[test]
+    fn takes_a_ready_delayed_or_buried_task_by_id_and_arms_its_ttr() {
+        let mut q = Queue::new();
+        let now = 1_000;
+        let t = q
+            .create_tube("b", TubeType::FifoTtl, TubeOptions::default())
+            .unwrap();
+        let put = |q: &mut Queue, delay| {
+            let opts = TubePut {
+                delay,
+                ttr: Some(50),
+                ..Default::default()
+            };
+            match q.put_in(now, t, Box::new([0xa1, b'x']), opts).unwrap() {
+                PutOutcome::Created(r) => r.id,
+                other => panic!("{other:?}"),
+            }
+        };
+        let ready = put(&mut q, 0);
+        let delayed = put(&mut q, 1_000);
+        let buried = put(&mut q, 0);
+        q.bury(t, buried).unwrap();
+        for id in [delayed, buried, ready] {
+            let got = q.take_task(now, 7, id).unwrap();
+            assert_eq!(
+                (got.id, got.status, got.owner),
+                (id, Status::Taken, Some(7))
+            );
+            assert_eq!(q.ttr_deadline(id), Some(now + 50));
+            q.check_invariants();
+        }
+        assert_eq!(q.tube_stats(t).unwrap().taken, 3);
+        // Taken already, or gone: refused.
+        assert!(matches!(
+            q.take_task(now, 8, ready),
+            Err(QueueError::NotTakeable { .. })
+        ));
+        assert_eq!(q.take_task(now, 8, 999), Err(QueueError::NotFound(999)));
+        // Each comes back ready when its session ends.
+        assert_eq!(q.release_session(7), 3);
+        q.check_invariants();
+    }
+
+    #[test]
+    fn a_utube_task_is_taken_by_id_only_as_its_utubes_free_head() {
+        let mut q = Queue::new();
+        let t = q
+            .create_tube("u", TubeType::Utube, TubeOptions::default())
+            .unwrap();
+        let put = |q: &mut Queue| match q
+            .put_in(
+                0,
+                t,
+                Box::new([0xc0]),
+                TubePut {
+                    utube: b"k",
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        {
+            PutOutcome::Created(r) => r.id,
+            other => panic!("{other:?}"),
+        };
+        let head = put(&mut q);
+        let second = put(&mut q);
+        assert!(matches!(
+            q.take_task(0, 1, second),
+            Err(QueueError::NotTakeable { .. })
+        ));
+        q.take_task(0, 1, head).unwrap();
+        q.check_invariants();
+        // Busy now: not even its next task.
+        assert!(q.take_task(0, 2, second).is_err());
+        q.ack_in(t, 1, head).unwrap();
+        q.take_task(0, 2, second).unwrap();
+        q.check_invariants();
+    }
+}

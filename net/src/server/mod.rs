@@ -807,6 +807,11 @@ impl Server {
             ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
             ReadOutcome::Budget | ReadOutcome::Full if read => self.read_again_fed.push(idx),
             ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
+            ReadOutcome::Eof if blocked => {
+                // beanstalkd answers a reserve waiting on a half-closed connection at once.
+                self.bs_half_closed(idx);
+                self.begin_close(idx, "closed by peer", true);
+            }
             ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
             ReadOutcome::Error(e) => {
                 debug!(sid = c.sid, error = %e, "read failed");

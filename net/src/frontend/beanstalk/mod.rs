@@ -417,6 +417,13 @@ impl Server {
         self.resume_input(idx);
     }
 
+    /// The client shut its side while its reserve waited: `TIMED_OUT`, as beanstalkd answers.
+    pub(crate) fn bs_half_closed(&mut self, idx: usize) {
+        self.unpark_all(idx);
+        self.bs(idx).waiting = None;
+        self.bs_answer(idx, Out::TimedOut);
+    }
+
     fn bs_reserve_again(&mut self, idx: usize, timeout: Option<Micros>) {
         self.bs_reserve(idx, timeout);
         if self.bs(idx).waiting.is_none() {
@@ -509,5 +516,48 @@ impl Server {
         self.queue()
             .tube_info(t)
             .map_or_else(String::new, |i| i.name.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_is_stored_as_one_messagepack_string_or_bin_and_read_back_whole() {
+        let mut buf = Vec::new();
+        for body in [
+            &b""[..],
+            b"hello",
+            &[b'x'; 31],
+            &[b'y'; 32],
+            &[b'z'; 300],
+            &[b'w'; 70_000],
+            b"\xff\xfe",
+            &[0x80; 300],
+        ] {
+            wrap_body(&mut buf, body);
+            let v = rmpv::decode::read_value(&mut &buf[..]).unwrap();
+            match std::str::from_utf8(body) {
+                Ok(s) => assert_eq!(v.as_str(), Some(s)),
+                Err(_) => assert_eq!(v, rmpv::Value::Binary(body.to_vec())),
+            }
+            assert_eq!(body_of(&buf), body);
+        }
+    }
+
+    #[test]
+    fn a_task_that_is_not_one_string_is_reserved_as_its_raw_messagepack() {
+        for raw in [
+            &[0x93, 0x01, 0x02, 0x03][..], // an array
+            &[0x81, 0xa1, b'k', 0x01],     // a map
+            &[0x2a],                       // an integer
+            &[0xa3, b'a', b'b'],           // a string cut short
+            &[0xa1, b'a', b'b'],           // a string with bytes after it
+            &[0xd9],                       // a str8 with no length
+            &[],
+        ] {
+            assert_eq!(body_of(raw), raw);
+        }
     }
 }

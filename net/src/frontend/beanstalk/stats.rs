@@ -4,8 +4,8 @@
 //!
 //! What the engine does not keep is said here rather than invented: a task carries its
 //! delivery count (`reserves`) but not how often it timed out, was released, buried or kicked,
-//! so those `stats-job` fields are 0; a job's `delay` is the delay it is still serving (the
-//! engine keeps when it wakes, not the delay asked for); `file` is 0 (the WAL does not track
+//! so those `stats-job` fields are 0; a job's `delay` is the delay it is still serving,
+//! rounded up (the engine keeps when it wakes, not the delay asked for); `file` is 0 (the WAL does not track
 //! which segment holds a job).
 
 use tarq_beanstalk::{
@@ -57,7 +57,8 @@ impl Server {
                 state,
                 pri: beanstalk_pri(t.pri),
                 age: whole_secs(now.saturating_sub(t.created)),
-                delay: whole_secs(delay),
+                // Rounded up: right after `put` with a delay of N it reads N, as beanstalkd's.
+                delay: delay.div_ceil(SECOND),
                 ttr: whole_secs(t.ttr.unwrap_or(0)),
                 time_left: whole_secs(time_left),
                 file: 0,
