@@ -670,7 +670,8 @@ impl Queue {
     /// return (in a utube tube the lowest head: a task behind a busy utube is not next);
     /// Buried → the head of the buried list, which `kick` makes Ready next; Waiting → the
     /// task whose delay ends first (earliest runat, ties by id). Taken: `Ok(None)` (taken
-    /// tasks are listed by session, and beanstalkd has no peek for them).
+    /// tasks are listed by session, and beanstalkd has no peek for them). O(1): each is the
+    /// head of its list.
     pub fn peek_first(
         &self,
         tube: TubeIx,
@@ -689,7 +690,8 @@ impl Queue {
     /// beanstalkd's `kick` in a tube with no buried task: up to `count` Waiting tasks of
     /// `tube` become Ready now, earliest runat first (ties by id); returns how many. Their TTL
     /// stays as it is (in a `*ttl` tube the put's delay extended it: kicking early does not
-    /// take that back). Each is a kick (`Stats::kicks`, `Event::Kicked`).
+    /// take that back). Each is a kick (`Stats::kicks`, `Event::Kicked`). O(count log n): each
+    /// pops the head of the waiting list, which is ordered by (runat, id).
     pub fn kick_delayed(
         &mut self,
         now: Micros,
@@ -1248,17 +1250,10 @@ impl Queue {
         self.log(Event::Kicked { id });
     }
 
-    /// The Waiting task of `tube` due first: lowest (runat, id). O(waiting tasks of the tube):
-    /// the waiting list is ordered by (pri, id).
+    /// The Waiting task of `tube` due first: lowest (runat, id), the head of its waiting list.
+    /// O(1).
     fn first_due(&self, tube: TubeIx) -> Option<u32> {
-        let mut best: Option<(Micros, TaskId, u32)> = None;
-        self.tube(tube).waiting.for_each(&self.slots, |k| {
-            let s = &self.slots[k as usize];
-            if best.is_none_or(|(t, id, _)| (s.t, s.id) < (t, id)) {
-                best = Some((s.t, s.id, k));
-            }
-        });
-        best.map(|(_, _, k)| k)
+        self.tube(tube).waiting.first()
     }
 
     /// The slot of task `id` of `default` if `sid` holds it, else the seed's error for why not.
@@ -1336,9 +1331,10 @@ impl Queue {
     fn clear_tube(&mut self, tube: TubeIx) -> usize {
         let mut doomed = Vec::new();
         let t = self.tube(tube);
-        for list in [&t.ready, &t.waiting, &t.buried] {
+        for list in [&t.ready, &t.buried] {
             list.for_each(&self.slots, |k| doomed.push(k));
         }
+        t.waiting.for_each(&self.slots, |k| doomed.push(k));
         if let Some(u) = &t.utubes {
             for (_, ut) in &u.list {
                 ut.rest.for_each(&self.slots, |k| doomed.push(k));

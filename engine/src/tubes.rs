@@ -11,7 +11,7 @@ use hashbrown::HashTable;
 use slab::Slab;
 
 use crate::heap::NIL;
-use crate::lists::{SkipList, Towers};
+use crate::lists::{ByRunat, SkipList, Towers};
 use crate::queue::Slots;
 use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx, URGENT_PRI};
 
@@ -335,7 +335,9 @@ pub(crate) struct Tube {
     pub opts: TubeOptions,
     /// Ready tasks by (pri, id); in a utube tube only the heads of utubes with none Taken.
     pub ready: SkipList,
-    pub waiting: SkipList,
+    /// By (runat, id): the head is due first (promotion order, beanstalk's delayed kicks).
+    pub waiting: SkipList<ByRunat>,
+    /// By (pri, id): the head is kicked first.
     pub buried: SkipList,
     /// Ready tasks (in a utube tube `ready.len()` counts only the heads).
     pub ready_n: u64,
@@ -386,18 +388,18 @@ impl Tube {
     /// tasks listed (Ready, Waiting, Buried) — Taken ones are counted by the caller.
     pub fn check(&self, ix: TubeIx, slots: &Slots, tw: &Towers) -> usize {
         let mut listed = 0;
-        for (list, status) in [
-            (&self.waiting, Status::Waiting),
-            (&self.buried, Status::Buried),
-        ] {
-            listed += list.check(slots, tw, status);
-            list.for_each(slots, |k| {
-                assert_eq!(
-                    slots[k as usize].tube, ix,
-                    "{status:?} task in tube {ix}'s list"
-                );
-            });
-        }
+        listed += self.waiting.check(slots, tw, Status::Waiting);
+        listed += self.buried.check(slots, tw, Status::Buried);
+        let mut in_tube = |k: u32| {
+            let s = &slots[k as usize];
+            assert_eq!(
+                s.tube, ix,
+                "{:?} task {} in tube {ix}'s list",
+                s.status, s.id
+            );
+        };
+        self.waiting.for_each(slots, &mut in_tube);
+        self.buried.for_each(slots, &mut in_tube);
         let heads = self.ready.check(slots, tw, Status::Ready);
         self.ready.for_each(slots, |k| {
             assert_eq!(slots[k as usize].tube, ix, "ready task in tube {ix}'s list");

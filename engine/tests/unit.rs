@@ -1419,6 +1419,41 @@ fn ready_urgent_survives_a_restore() {
     check_urgent(&q, DEFAULT_TUBE, 2);
 }
 
+#[test]
+fn a_deep_waiting_list_kicks_in_runat_order() {
+    let mut q = Queue::new();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut due = vec![];
+    for i in 0..3000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Few distinct delays, so ties by id occur; pri runs against the delay.
+        let delay = 1 + x % 500;
+        let o = PutOptions {
+            delay,
+            pri: -(delay as i64),
+            ..Default::default()
+        };
+        let id = q.put(T0 + i, data("w"), o).id;
+        due.push((T0 + i + delay, id));
+    }
+    q.check_invariants();
+    due.sort_unstable();
+    assert_eq!(first(&q, DEFAULT_TUBE, Status::Waiting), Some(due[0].1));
+    assert_eq!(q.kick_delayed(T0, DEFAULT_TUBE, 1000), Ok(1000));
+    q.check_invariants();
+    for (i, &(_, id)) in due.iter().enumerate() {
+        let want = if i < 1000 {
+            Status::Ready
+        } else {
+            Status::Waiting
+        };
+        assert_eq!(q.get(id).unwrap().status, want, "the {i}th due");
+    }
+    assert_eq!(first(&q, DEFAULT_TUBE, Status::Waiting), Some(due[1000].1));
+}
+
 mod take_task {
     use super::*;
 

@@ -136,7 +136,8 @@ fn a_job_put_on_one_protocol_is_taken_on_the_other() {
     assert_eq!(body, b"from iproto");
     assert_eq!(bs.line(&format!("delete {id}\r\n")), "DELETED");
     let map = Value::Map(vec![(Value::from("k"), Value::from(1))]);
-    ip.call("queue.tube.jobs:put", std::slice::from_ref(&map)).one();
+    ip.call("queue.tube.jobs:put", std::slice::from_ref(&map))
+        .one();
     bs.send(b"reserve-with-timeout 0\r\n");
     let (_, body) = bs.reply();
     let mut raw = Vec::new();
