@@ -21,8 +21,9 @@ pub const DEFAULT_TUBE_NAME: &str = "default";
 
 /// Tube names are Tarantool space names in the original, which allow 65000 bytes; a name is
 /// part of every tube call and metric label, so tarq keeps them short, as Tarantool's
-/// `BOX_NAME_MAX` (65000) is far above any name a user writes.
-pub const MAX_TUBE_NAME_BYTES: usize = 128;
+/// `BOX_NAME_MAX` (65000) is far above any name a user writes. 200 is beanstalkd's limit, so
+/// every tube a beanstalk client can name is a tarq tube.
+pub const MAX_TUBE_NAME_BYTES: usize = 200;
 
 /// Each tube adds its series (about twenty) to every `/metrics` scrape and Graphite push:
 /// 4096 tubes are ~80k series, about what one scrape interval carries comfortably. The tube

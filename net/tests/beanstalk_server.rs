@@ -271,3 +271,47 @@ fn deadline_soon_answers_a_waiting_reserve_before_the_ttr_runs_out() {
     assert_eq!(c.line(&format!("touch {}\r\n", id_in(&put))), "TOUCHED");
     assert_eq!(c.line("reserve-with-timeout 0\r\n"), "TIMED_OUT");
 }
+
+#[test]
+fn a_tube_name_of_beanstalkds_longest_is_a_tarq_tube() {
+    let (srv, addr) = start();
+    let mut c = Bs::connect(addr);
+    let name = "n".repeat(tarq_beanstalk::MAX_TUBE_NAME);
+    assert_eq!(c.line(&format!("use {name}\r\n")), format!("USING {name}"));
+    let put = c.line("put 0 0 60 1\r\nx\r\n");
+    let task = srv
+        .connect()
+        .call(
+            &format!("queue.tube.{name}:peek"),
+            &[Value::from(id_in(&put))],
+        )
+        .one();
+    assert_eq!(task.as_array().unwrap()[2].as_str(), Some("x"));
+}
+
+#[test]
+fn the_binary_serves_the_port_and_shows_its_figures_in_ctl_and_metrics() {
+    let port = support::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let tarq = support::Tarq::start(&[
+        "--beanstalk-listen",
+        &listen,
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut c = Bs::connect(listen.parse().unwrap());
+    assert!(c.line("put 0 0 60 1\r\nx\r\n").starts_with("INSERTED"));
+    let out = tarq.ctl(&["stats"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("beanstalk_connections"), "{text}");
+    let mut scrape = TcpStream::connect(tarq.metrics.expect("metrics address")).unwrap();
+    scrape.set_read_timeout(Some(WAIT)).unwrap();
+    scrape
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    let _ = scrape.read_to_string(&mut page);
+    assert!(page.contains("tarq_beanstalk_connections 1"), "{page}");
+    assert!(page.contains("tarq_beanstalk_commands_total 1"), "{page}");
+}

@@ -333,9 +333,11 @@ impl Server {
         if let Some(cpu) = self.cfg.cpu {
             pin_to(cpu)?;
         }
+        if let Some(addr) = self.beanstalk_addr() {
+            info!(listen = %addr, "serving the beanstalk protocol");
+        }
         info!(
             listen = %self.local_addr()?,
-            beanstalk = ?self.beanstalk_addr(),
             null = self.cfg.null,
             auth = self.cfg.auth.is_some(),
             "tarq serving"
