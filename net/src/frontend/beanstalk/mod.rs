@@ -355,14 +355,19 @@ impl Server {
     fn bs_reserve(&mut self, idx: usize, timeout: Option<Micros>) {
         let now = self.now();
         let sid = self.conn_mut(idx).sid;
+        // The watched tubes, copied into a reused buffer (the command borrows them while the
+        // dispatch borrows the server).
+        let mut tubes = std::mem::take(&mut self.beanstalk.tubes_scratch);
         let bs = self.bs(idx);
         bs.worker = true;
-        let tubes = bs.watched.clone();
+        tubes.clear();
+        tubes.extend_from_slice(&bs.watched);
         let soon = self
             .queue()
             .soonest_ttr(sid)
             .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN));
         if soon && !self.ready_in_any(&tubes) {
+            self.beanstalk.tubes_scratch = tubes;
             self.bs_answer(idx, Out::DeadlineSoon);
             return;
         }
@@ -375,6 +380,7 @@ impl Server {
             wake,
         };
         self.dispatch(idx, ReplyTo::Beanstalk(Reply::Reserve), cmd);
+        self.beanstalk.tubes_scratch = tubes;
         // Answered at once: nothing waits. (A parked take leaves `waiting` set.)
         if self.conn_mut(idx).parked.is_empty() {
             self.bs(idx).waiting = None;

@@ -34,6 +34,8 @@ pub struct BeanstalkState {
     tubes: Vec<TubeState>,
     /// A put's wrapped body, reused.
     pub scratch: Vec<u8>,
+    /// A reserve's watched tubes, reused.
+    pub tubes_scratch: Vec<TubeIx>,
 }
 
 impl BeanstalkState {
