@@ -335,6 +335,10 @@ impl Server {
         }
         if let Some(addr) = self.beanstalk_addr() {
             info!(listen = %addr, "serving the beanstalk protocol");
+            if self.cfg.auth.is_some() {
+                // The protocol has no authentication: --user guards the IPROTO port only.
+                warn!(listen = %addr, "the beanstalk port has no authentication: serve it on a trusted address only");
+            }
         }
         info!(
             listen = %self.local_addr()?,
