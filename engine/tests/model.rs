@@ -192,6 +192,10 @@ enum Op {
     KickTask {
         which: usize,
     },
+    TakeTask {
+        sid: SessionId,
+        which: usize,
+    },
     TouchTtr {
         sid: SessionId,
         which: usize,
@@ -298,6 +302,7 @@ fn tube_op() -> impl Strategy<Value = Op> {
         2 => (tube(), status()).prop_map(|(tube, status)| Op::PeekFirst { tube, status }),
         2 => (tube(), 0u64..4).prop_map(|(tube, count)| Op::KickDelayed { tube, count }),
         2 => any::<usize>().prop_map(|which| Op::KickTask { which }),
+        2 => (sid(), any::<usize>()).prop_map(|(sid, which)| Op::TakeTask { sid, which }),
         2 => (sid(), any::<usize>()).prop_map(|(sid, which)| Op::TouchTtr { sid, which }),
         2 => (sid(), any::<usize>(), pri()).prop_map(|(sid, which, pri)| Op::BuryTaken { sid, which, pri }),
     ]
@@ -1021,6 +1026,42 @@ impl Model {
         Ok(self.tasks[&id].task())
     }
 
+    /// beanstalk's reserve-job: a Ready, Waiting or Buried task taken by id; a utube task
+    /// only as its utube's free Ready head.
+    fn take_task(&mut self, now: Micros, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
+        let t = self.tasks.get(&id).ok_or(QueueError::NotFound(id))?;
+        let (status, tube) = (t.status, t.tube);
+        let refused = QueueError::NotTakeable { id, status };
+        if t.utube.is_some() && self.next_ready_of_utube(tube, &t.utube) != Some(id) {
+            return Err(refused);
+        }
+        if !matches!(status, Status::Ready | Status::Waiting | Status::Buried) {
+            return Err(refused);
+        }
+        let ttr_at = t.ttr.map(|ttr| now + ttr);
+        self.make_taken(id, sid, ttr_at);
+        self.tasks.get_mut(&id).unwrap().deliveries += 1;
+        self.ops(tube).takes += 1;
+        self.events.push(Event::Taken { id, sid });
+        Ok(self.tasks[&id].task())
+    }
+
+    /// The head of utube `u` of `tube`: its lowest (pri, id) Ready task, if none is Taken.
+    fn next_ready_of_utube(&self, tube: TubeIx, u: &Option<Vec<u8>>) -> Option<TaskId> {
+        let mine = || {
+            self.tasks
+                .values()
+                .filter(|t| t.tube == tube && &t.utube == u)
+        };
+        if mine().any(|t| t.status == Status::Taken) {
+            return None;
+        }
+        mine()
+            .filter(|t| t.status == Status::Ready)
+            .min_by_key(|t| (t.pri, t.id))
+            .map(|t| t.id)
+    }
+
     fn touch_ttr(&mut self, now: Micros, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         self.owned_any(sid, id)?;
         let t = self.tasks.get_mut(&id).unwrap();
@@ -1455,6 +1496,14 @@ fn run_beanstalk(q: &mut Queue, m: &mut Model, now: Micros, step: usize, op: &Op
                 q.kick_task(now, id).map(|r| r.to_task()),
                 m.kick_task(id),
                 "kick_task {id} at step {step}"
+            );
+        }
+        Op::TakeTask { sid, which } => {
+            let id = m.pick(which);
+            assert_eq!(
+                q.take_task(now, sid, id).map(|r| r.to_task()),
+                m.take_task(now, sid, id),
+                "take_task {id} at step {step}"
             );
         }
         Op::TouchTtr { sid, which } => {
