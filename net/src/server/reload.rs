@@ -80,6 +80,8 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     restart!(cpu, "cpu");
     restart!(null, "null");
     restart!(ops.metrics_listen, "metrics-listen");
+    restart!(beanstalk_listen, "beanstalk-listen");
+    restart!(beanstalk_max_job_size, "beanstalk-max-job-size");
     restart!(wal, "the WAL settings (wal-mode, snapshots)");
     // Settings added later (and not made live above) are caught here, whatever they are.
     let mut rest = new;
@@ -88,6 +90,8 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     rest.cpu = current.cpu;
     rest.null = current.null;
     rest.ops.metrics_listen = current.ops.metrics_listen;
+    rest.beanstalk_listen = current.beanstalk_listen;
+    rest.beanstalk_max_job_size = current.beanstalk_max_job_size;
     rest.wal = current.wal.clone();
     if rest != *current {
         out.kept
