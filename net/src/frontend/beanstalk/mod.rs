@@ -197,6 +197,13 @@ impl Server {
 
     fn protocol_error(&mut self, idx: usize, e: ProtocolError) {
         self.beanstalk.errors += 1;
+        // beanstalkd counts a put once its line is read, so a body refused is in `cmd-put`.
+        if matches!(
+            e,
+            ProtocolError::JobTooBig { .. } | ProtocolError::ExpectedCrlf { .. }
+        ) {
+            self.beanstalk.count(tarq_beanstalk::CommandKind::Put);
+        }
         tracing::debug!(sid = self.conn_mut(idx).sid, error = %e, "beanstalk request refused");
         e.reply().encode(self.reply_buf(idx));
     }

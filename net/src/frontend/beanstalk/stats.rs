@@ -140,8 +140,8 @@ impl Server {
             cmd_peek_ready: b.cmds(CommandKind::PeekReady),
             cmd_peek_delayed: b.cmds(CommandKind::PeekDelayed),
             cmd_peek_buried: b.cmds(CommandKind::PeekBuried),
-            // beanstalkd counts reserve-job as a reserve.
-            cmd_reserve: b.cmds(CommandKind::Reserve) + b.cmds(CommandKind::ReserveJob),
+            // reserve-job and kick-job are in no `cmd-` figure of beanstalkd 1.12's stats.
+            cmd_reserve: b.cmds(CommandKind::Reserve),
             cmd_reserve_with_timeout: b.cmds(CommandKind::ReserveWithTimeout),
             cmd_delete: b.cmds(CommandKind::Delete),
             cmd_release: b.cmds(CommandKind::Release),
@@ -149,8 +149,7 @@ impl Server {
             cmd_watch: b.cmds(CommandKind::Watch),
             cmd_ignore: b.cmds(CommandKind::Ignore),
             cmd_bury: b.cmds(CommandKind::Bury),
-            // beanstalkd counts kick-job as a kick.
-            cmd_kick: b.cmds(CommandKind::Kick) + b.cmds(CommandKind::KickJob),
+            cmd_kick: b.cmds(CommandKind::Kick),
             cmd_touch: b.cmds(CommandKind::Touch),
             cmd_stats: b.cmds(CommandKind::Stats),
             cmd_stats_job: b.cmds(CommandKind::StatsJob),
