@@ -315,8 +315,8 @@ impl Server {
             }
             Bs::PauseTube { tube, delay } => match self.queue().tube_ix(tube) {
                 Some(t) => {
-                    // beanstalkd pauses for at least a second.
-                    let delay = delay.max(1);
+                    // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so its
+                    // waiters wake), not to a second.
                     let until = self.now().saturating_add(secs(delay));
                     let st = self.beanstalk.tube_mut(t);
                     st.cmd_pause_tube += 1;
