@@ -18,6 +18,11 @@ pub use tubes::{
     DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 
+/// beanstalkd's "urgent" line: a task with a lower pri is urgent (`ready_urgent`,
+/// beanstalk's `current-jobs-urgent`). beanstalkd's own constant (`URGENT_THRESHOLD`), so
+/// `stats` over the beanstalk port reads as beanstalkd's would.
+pub const URGENT_PRI: i64 = 1024;
+
 /// A tube's index: stable for the tube's life and across restarts (`restore_tube` puts a
 /// tube back at its index); a dropped tube's index is reused by a later `create_tube`.
 pub type TubeIx = u16;
@@ -194,6 +199,13 @@ pub enum QueueError {
     /// fifo and utube tasks have no TTL or TTR to extend.
     #[error("{0} queue does not support touch")]
     TouchUnsupported(TubeType),
+    /// `kick_task` of a task that is neither Buried nor Waiting (delayed).
+    #[error("Task {id} is {status:?}: only a buried or delayed task can be kicked")]
+    NotKickable { id: TaskId, status: Status },
+    /// beanstalk's reserve-job of a task that is taken already, or of a utube task that is
+    /// not its utube's head.
+    #[error("Task {id} is {status:?}: it cannot be taken now")]
+    NotTakeable { id: TaskId, status: Status },
 }
 
 /// Every state change, in order, for the WAL and the stats; kept only while the journal is on.
@@ -240,7 +252,8 @@ pub enum Event {
     DeadLettered {
         id: TaskId,
     },
-    /// `kick`: Buried -> Ready.
+    /// `kick`, `kick_task`: Buried -> Ready; `kick_delayed`, `kick_task`: Waiting -> Ready
+    /// before its runat.
     Kicked {
         id: TaskId,
     },
@@ -248,7 +261,8 @@ pub enum Event {
     Deleted {
         id: TaskId,
     },
-    /// Its pri / ttl / ttr changed (`touch`, `release` with options): read it with `get(id)`.
+    /// Its pri / ttl / ttr changed (`touch`, `release` with options, `bury_taken` with a new
+    /// pri): read it with `get(id)`.
     Updated {
         id: TaskId,
     },

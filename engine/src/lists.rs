@@ -1,7 +1,10 @@
-//! The per-status lists: an intrusive, doubly linked skiplist over arena slot keys, ordered
-//! by (pri, id) — each tube has one for Ready, Waiting and Buried, each utube one for its
-//! Ready tasks but the head — so the head of a tube's ready list is the next task to take
-//! (Taken tasks are listed by their session instead, see `sessions.rs`). Links are u32 slot keys, not pointers. Level 0 — the one every
+//! The per-status lists: an intrusive, doubly linked skiplist over arena slot keys — each tube
+//! has one for Ready, Waiting and Buried, each utube one for its Ready tasks but the head.
+//! Ready and Buried lists are ordered by (pri, id) (`ByPri`), so the head of a tube's ready
+//! list is the next task to take and the head of its buried list the next to kick; Waiting
+//! lists by (runat, id) (`ByRunat`), so the head is the task whose delay ends first, which
+//! beanstalk's `peek-delayed` and `kick` want (Taken tasks are listed by their session
+//! instead, see `sessions.rs`). Links are u32 slot keys, not pointers. Level 0 — the one every
 //! operation touches — lives in the task's own slot (`next0`, `prev0`); the upper levels of
 //! the one task in four that has them live in a side arena of towers (`Towers`), at an
 //! offset the slot records (`up`), so the slot stays small.
@@ -12,8 +15,10 @@
 //! O(log n) expected. Heights come from the queue's own xorshift generator (p = 1/4), so a run
 //! is reproducible.
 
+use std::marker::PhantomData;
+
 use crate::heap::NIL;
-use crate::queue::Slots;
+use crate::queue::{Slot, Slots};
 use crate::Status;
 
 /// Levels at p = 1/4 stay balanced up to 4^16 = 4 billion nodes, past the arena's limit.
@@ -91,10 +96,41 @@ impl Towers {
     }
 }
 
+/// What a skiplist is ordered by: a key read from the slot, made unique by the id. The key
+/// must not change while the node is listed (a Waiting task's runat changes only by leaving
+/// and re-entering its list).
+pub(crate) trait Order {
+    type Key: Ord + Copy + std::fmt::Debug;
+    fn key(s: &Slot) -> Self::Key;
+}
+
+/// (pri, id): take order (Ready lists) and kick order (Buried lists).
+#[derive(Debug)]
+pub(crate) struct ByPri;
+
+impl Order for ByPri {
+    type Key = (i64, u64);
+    #[inline]
+    fn key(s: &Slot) -> (i64, u64) {
+        (s.pri, s.id)
+    }
+}
+
+/// (runat, id): the order delays end in (Waiting lists; runat is `t` while Waiting).
+#[derive(Debug)]
+pub(crate) struct ByRunat;
+
+impl Order for ByRunat {
+    type Key = (u64, u64);
+    #[inline]
+    fn key(s: &Slot) -> (u64, u64) {
+        (s.t, s.id)
+    }
+}
+
 #[inline]
-fn key(slots: &Slots, k: u32) -> (i64, u64) {
-    let s = &slots[k as usize];
-    (s.pri, s.id)
+fn key<O: Order>(slots: &Slots, k: u32) -> O::Key {
+    O::key(&slots[k as usize])
 }
 
 #[inline]
@@ -137,8 +173,9 @@ fn set_prev(slots: &mut Slots, tw: &mut Towers, k: u32, i: usize, v: u32) {
     }
 }
 
+/// A skiplist ordered by `O` (`ByPri` unless named).
 #[derive(Debug)]
-pub(crate) struct SkipList {
+pub(crate) struct SkipList<O: Order = ByPri> {
     /// First node at each level (NIL when the level is empty).
     head: [u32; MAX_LEVEL],
     /// Last node at each level: the tail fingers that make appends search-free.
@@ -146,30 +183,32 @@ pub(crate) struct SkipList {
     /// Levels in use: `head[i] != NIL` exactly for `i < levels`.
     levels: usize,
     len: usize,
+    order: PhantomData<O>,
 }
 
-impl Default for SkipList {
+impl<O: Order> Default for SkipList<O> {
     fn default() -> Self {
         SkipList {
             head: [NIL; MAX_LEVEL],
             tail: [NIL; MAX_LEVEL],
             levels: 0,
             len: 0,
+            order: PhantomData,
         }
     }
 }
 
-impl SkipList {
+impl<O: Order> SkipList<O> {
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// The node with the lowest (pri, id). O(1).
+    /// The node with the lowest key. O(1).
     pub fn first(&self) -> Option<u32> {
         (self.head[0] != NIL).then_some(self.head[0])
     }
 
-    /// Calls `f` with every node, in (pri, id) order. O(n).
+    /// Calls `f` with every node, in key order. O(n).
     pub fn for_each(&self, slots: &Slots, mut f: impl FnMut(u32)) {
         let mut k = self.head[0];
         while k != NIL {
@@ -178,11 +217,11 @@ impl SkipList {
         }
     }
 
-    /// Links node `k` (not in any list) at its place by (pri, id).
+    /// Links node `k` (not in any list) at its place by its key.
     pub fn insert(&mut self, slots: &mut Slots, tw: &mut Towers, k: u32) {
         let h = slots[k as usize].height as usize;
-        let kk = key(slots, k);
-        if self.len == 0 || kk > key(slots, self.tail[0]) {
+        let kk = key::<O>(slots, k);
+        if self.len == 0 || kk > key::<O>(slots, self.tail[0]) {
             // After the tail: the common case for puts (ids only grow) and takes.
             for i in 0..h {
                 let p = self.tail[i];
@@ -195,7 +234,7 @@ impl SkipList {
                 }
                 self.tail[i] = k;
             }
-        } else if kk < key(slots, self.head[0]) {
+        } else if kk < key::<O>(slots, self.head[0]) {
             // Before the head: a released task that was the oldest goes back first.
             for i in 0..h {
                 let n = self.head[i];
@@ -209,7 +248,7 @@ impl SkipList {
                 self.head[i] = k;
             }
         } else {
-            debug_assert_ne!(kk, key(slots, self.tail[0]), "task {} listed twice", kk.1);
+            debug_assert_ne!(kk, key::<O>(slots, self.tail[0]), "{kk:?} listed twice");
             let top = self.levels.max(h);
             let mut x = NIL; // NIL stands for the list head here
             for i in (0..top).rev() {
@@ -219,7 +258,7 @@ impl SkipList {
                     } else {
                         next(slots, tw, x, i)
                     };
-                    if nx != NIL && key(slots, nx) < kk {
+                    if nx != NIL && key::<O>(slots, nx) < kk {
                         x = nx;
                     } else {
                         break;
@@ -277,7 +316,7 @@ impl SkipList {
         self.len -= 1;
     }
 
-    /// Panics unless every level is sorted by (pri, id), doubly linked consistently, ends at
+    /// Panics unless every level is sorted by key, doubly linked consistently, ends at
     /// its tail, holds exactly the nodes of this status tall enough for it, and `levels` and
     /// `len` are right. Returns the count. O(n).
     pub fn check(&self, slots: &Slots, tw: &Towers, status: Status) -> usize {
@@ -321,7 +360,7 @@ impl SkipList {
                 );
                 if p != NIL {
                     assert!(
-                        key(slots, p) < key(slots, k),
+                        key::<O>(slots, p) < key::<O>(slots, k),
                         "{status:?} list unsorted at level {i}"
                     );
                 }

@@ -21,7 +21,7 @@ use crate::tubes::{
 };
 use crate::{
     Advance, Event, Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, RestoredTask,
-    SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut,
+    SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut, URGENT_PRI,
 };
 
 /// The arena of task slots; a slot's key (u32) is what lists, towers and the heap link by.
@@ -616,10 +616,7 @@ impl Queue {
             let Some(k) = self.tube(tube).buried.first() else {
                 break;
             };
-            let id = self.slots[k as usize].id;
-            self.move_to(k, Status::Ready, 0);
-            self.tube_mut(tube).ops.kicks += 1;
-            self.log(Event::Kicked { id });
+            self.kick_slot(k);
             n += 1;
         }
         Ok(n)
@@ -665,6 +662,174 @@ impl Queue {
             .and_then(|t| t.dedup.as_deref());
         d.into_iter()
             .flat_map(|d| d.fifo.iter().map(|e| (&*e.key, e.id, e.expires)))
+    }
+
+    // ---- what the beanstalkd front-end needs beyond the tube calls ----
+
+    /// The first task of `tube` in `status`: Ready → the task the next `take_from` would
+    /// return (in a utube tube the lowest head: a task behind a busy utube is not next);
+    /// Buried → the head of the buried list, which `kick` makes Ready next; Waiting → the
+    /// task whose delay ends first (earliest runat, ties by id). Taken: `Ok(None)` (taken
+    /// tasks are listed by session, and beanstalkd has no peek for them). O(1): each is the
+    /// head of its list.
+    pub fn peek_first(
+        &self,
+        tube: TubeIx,
+        status: Status,
+    ) -> Result<Option<TaskRef<'_>>, QueueError> {
+        let t = self.live_tube(tube)?;
+        let k = match status {
+            Status::Ready => t.ready.first(),
+            Status::Buried => t.buried.first(),
+            Status::Waiting => self.first_due(tube),
+            Status::Taken => None,
+        };
+        Ok(k.map(|k| self.view(k)))
+    }
+
+    /// beanstalkd's `kick` in a tube with no buried task: up to `count` Waiting tasks of
+    /// `tube` become Ready now, earliest runat first (ties by id); returns how many. Their TTL
+    /// stays as it is (in a `*ttl` tube the put's delay extended it: kicking early does not
+    /// take that back). Each is a kick (`Stats::kicks`, `Event::Kicked`). O(count log n): each
+    /// pops the head of the waiting list, which is ordered by (runat, id).
+    pub fn kick_delayed(
+        &mut self,
+        now: Micros,
+        tube: TubeIx,
+        count: u64,
+    ) -> Result<u64, QueueError> {
+        // Unused: a kick sets no time and no deadline fires outside `advance`. It stays in
+        // the signature the front-end calls, beside the other timed calls.
+        let _ = now;
+        self.live_tube(tube)?;
+        let mut n = 0;
+        while n < count {
+            let Some(k) = self.first_due(tube) else { break };
+            self.kick_slot(k);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// beanstalkd's `kick-job`: task `id`, of any tube, becomes Ready if it is Buried or
+    /// Waiting. `NotFound` for an unknown id, `NotKickable` for a Ready or Taken task.
+    pub fn kick_task(&mut self, now: Micros, id: TaskId) -> Result<TaskRef<'_>, QueueError> {
+        let _ = now; // as in `kick_delayed`
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        match self.slots[k as usize].status {
+            Status::Buried | Status::Waiting => self.kick_slot(k),
+            status => return Err(QueueError::NotKickable { id, status }),
+        }
+        Ok(self.view(k))
+    }
+
+    /// beanstalkd's `reserve-job`: task `id` (any tube), Ready, Waiting or Buried, is Taken by
+    /// `sid` as a take would (TTR armed, delivery counted, journaled as `Taken`). A utube task
+    /// can be taken only when it is its utube's Ready head: a second Taken task would break
+    /// the utube's exclusivity. Err `NotFound`, or `NotTakeable` naming the status.
+    pub fn take_task(
+        &mut self,
+        now: Micros,
+        sid: SessionId,
+        id: TaskId,
+    ) -> Result<TaskRef<'_>, QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        let s = &self.slots[k as usize];
+        let (status, tube, u) = (s.status, s.tube, s.utube);
+        let refused = QueueError::NotTakeable { id, status };
+        if u != NIL {
+            let utube = &self.tube(tube).utubes.as_ref().expect("utube tube").list[u as usize];
+            if status != Status::Ready || utube.busy || utube.head != k {
+                return Err(refused);
+            }
+        }
+        match status {
+            Status::Ready => {}
+            // Out of its list into the ready one, uncounted: the take below is what happened.
+            Status::Waiting | Status::Buried => self.move_to(k, Status::Ready, 0),
+            _ => return Err(refused),
+        }
+        self.take_ready(now, tube, k, sid);
+        Ok(self.view(k))
+    }
+
+    /// beanstalkd's `touch`: task `id`, Taken by `sid` in any tube, gets its TTR restarted:
+    /// it returns at `now + ttr` (a task with no TTR is left as it is). Counted as a touch.
+    /// Errors are the seed `ack`'s (`NotFound`, `NotTaken`, `NotOwner`).
+    ///
+    /// Journals nothing, on purpose: a TTR deadline is not durable state. A restart brings
+    /// every Taken task back Ready (`release_all_taken`), so the WAL has nothing to replay.
+    pub fn touch_ttr(
+        &mut self,
+        now: Micros,
+        sid: SessionId,
+        id: TaskId,
+    ) -> Result<TaskRef<'_>, QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        check_owner(&self.slots, &self.sessions, k, sid, id)?;
+        let s = &mut self.slots[k as usize];
+        if s.flags & HAS_TTR != 0 {
+            s.flags |= TTR_ARMED;
+            s.t = now.saturating_add(s.ttr);
+            self.reschedule(k);
+        }
+        let tube = self.slots[k as usize].tube;
+        self.tube_mut(tube).ops.touches += 1;
+        Ok(self.view(k))
+    }
+
+    /// beanstalkd's `bury <id> <pri>`: task `id`, Taken by `sid` in any tube, is Buried with
+    /// pri `pri` (ignored in fifo and utube tubes, whose tasks have no pri, as `release_in`
+    /// ignores it there). Counted as a bury; `max_deliveries` plays no part (the task is
+    /// buried either way). Journals `Updated` if the pri changed (the WAL's Replace record
+    /// carries it), then `Buried`. Errors are the seed `ack`'s.
+    pub fn bury_taken(
+        &mut self,
+        sid: SessionId,
+        id: TaskId,
+        pri: i64,
+    ) -> Result<TaskRef<'_>, QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        check_owner(&self.slots, &self.sessions, k, sid, id)?;
+        let tube = self.slots[k as usize].tube;
+        // Taken tasks are in no skiplist, so the pri may change before the task is listed.
+        if self.tube(tube).kind.has_ttl() && self.slots[k as usize].pri != pri {
+            self.slots[k as usize].pri = pri;
+            self.log(Event::Updated { id });
+        }
+        self.move_to(k, Status::Buried, 0);
+        self.tube_mut(tube).ops.buries += 1;
+        self.log(Event::Buried { id });
+        Ok(self.view(k))
+    }
+
+    /// When the TTR of Taken task `id` runs out; `None` if it is not Taken or has no TTR
+    /// armed (no TTR, or restored Taken during recovery).
+    pub fn ttr_deadline(&self, id: TaskId) -> Option<Micros> {
+        let s = &self.slots[self.find(id)? as usize];
+        (s.status == Status::Taken && s.flags & TTR_ARMED != 0).then_some(s.t)
+    }
+
+    /// The earliest TTR deadline among the tasks session `sid` holds (beanstalkd's
+    /// `DEADLINE_SOON`). O(tasks it holds): it walks the session's list.
+    pub fn soonest_ttr(&self, sid: SessionId) -> Option<Micros> {
+        let mut k = self.sessions.first(sid);
+        let mut soonest = None;
+        while k != NIL {
+            let s = &self.slots[k as usize];
+            if s.flags & TTR_ARMED != 0 {
+                soonest = Some(soonest.map_or(s.t, |t: Micros| t.min(s.t)));
+            }
+            k = s.next0;
+        }
+        soonest
+    }
+
+    /// Ready tasks of `tube` with pri below `URGENT_PRI` (beanstalkd's
+    /// `current-jobs-urgent`); utube tasks waiting behind a busy utube count, as they do in
+    /// `Stats::ready`. O(1): a counter kept where the tube's ready count is.
+    pub fn ready_urgent(&self, tube: TubeIx) -> Result<u64, QueueError> {
+        Ok(self.live_tube(tube)?.ready_urgent_n)
     }
 
     // ---- recovery ----
@@ -1077,6 +1242,20 @@ impl Queue {
         }
     }
 
+    /// A Buried or Waiting slot becomes Ready: a kick, counted and journaled.
+    fn kick_slot(&mut self, k: u32) {
+        let (id, tube) = (self.slots[k as usize].id, self.slots[k as usize].tube);
+        self.move_to(k, Status::Ready, 0);
+        self.tube_mut(tube).ops.kicks += 1;
+        self.log(Event::Kicked { id });
+    }
+
+    /// The Waiting task of `tube` due first: lowest (runat, id), the head of its waiting list.
+    /// O(1).
+    fn first_due(&self, tube: TubeIx) -> Option<u32> {
+        self.tube(tube).waiting.first()
+    }
+
     /// The slot of task `id` of `default` if `sid` holds it, else the seed's error for why not.
     fn owned(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
@@ -1152,9 +1331,10 @@ impl Queue {
     fn clear_tube(&mut self, tube: TubeIx) -> usize {
         let mut doomed = Vec::new();
         let t = self.tube(tube);
-        for list in [&t.ready, &t.waiting, &t.buried] {
+        for list in [&t.ready, &t.buried] {
             list.for_each(&self.slots, |k| doomed.push(k));
         }
+        t.waiting.for_each(&self.slots, |k| doomed.push(k));
         if let Some(u) = &t.utubes {
             for (_, ut) in &u.list {
                 ut.rest.for_each(&self.slots, |k| doomed.push(k));
@@ -1259,8 +1439,14 @@ impl Queue {
 
     /// Pops the head of `tube`'s ready list into `sid`'s hands, arming its TTR.
     fn take_slot(&mut self, now: Micros, tube: TubeIx, sid: SessionId) -> Option<u32> {
+        let k = self.tube(tube).ready.first()?;
+        self.take_ready(now, tube, k, sid);
+        Some(k)
+    }
+
+    /// Task `k`, in `tube`'s ready list, into `sid`'s hands, arming its TTR.
+    fn take_ready(&mut self, now: Micros, tube: TubeIx, k: u32, sid: SessionId) {
         let t = self.tubes[tube as usize].as_mut().expect("live tube");
-        let k = t.ready.first()?;
         let u = self.slots[k as usize].utube;
         if u != NIL {
             // Busy before it leaves the ready list, so no other task of the utube takes the
@@ -1281,7 +1467,6 @@ impl Queue {
         self.enter_taken(k, sid, ttr_at);
         self.reschedule(k);
         self.log(Event::Taken { id, sid });
-        Some(k)
     }
 
     /// A Taken task goes back: Ready (`runat` 0) or Waiting, or Buried once taken its tube's
@@ -1459,9 +1644,11 @@ impl Queue {
     /// its utube's head (if none of the utube is Taken and it goes before the current head,
     /// which then waits in the utube's list) or else in its utube's list.
     fn ready_push(&mut self, k: u32) {
-        let (tube, u) = (self.slots[k as usize].tube, self.slots[k as usize].utube);
+        let s = &self.slots[k as usize];
+        let (tube, u, urgent) = (s.tube, s.utube, s.pri < URGENT_PRI);
         let tb = self.tubes[tube as usize].as_mut().expect("live tube");
         tb.ready_n += 1;
+        tb.ready_urgent_n += u64::from(urgent);
         let (slots, tw) = (&mut self.slots, &mut self.towers);
         if u == NIL {
             tb.ready.insert(slots, tw, k);
@@ -1487,9 +1674,11 @@ impl Queue {
     /// Unlists a Ready slot; a utube's head is replaced by the next of its utube (unless the
     /// utube is busy).
     fn ready_remove(&mut self, k: u32) {
-        let (tube, u) = (self.slots[k as usize].tube, self.slots[k as usize].utube);
+        let s = &self.slots[k as usize];
+        let (tube, u, urgent) = (s.tube, s.utube, s.pri < URGENT_PRI);
         let tb = self.tubes[tube as usize].as_mut().expect("live tube");
         tb.ready_n -= 1;
+        tb.ready_urgent_n -= u64::from(urgent);
         let (slots, tw) = (&mut self.slots, &mut self.towers);
         if u == NIL {
             tb.ready.remove(slots, tw, k);

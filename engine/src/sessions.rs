@@ -76,6 +76,14 @@ impl Sessions {
         self.live += 1;
     }
 
+    /// The first slot session `sid` holds (take order; walk on with `next0`), NIL if none.
+    pub fn first(&self, sid: SessionId) -> u32 {
+        match self.by_sid.get(&sid) {
+            Some(&ix) => self.list[ix as usize].head,
+            None => NIL,
+        }
+    }
+
     /// The session at index `ix` (a Taken slot's `sess`).
     pub fn owner(&self, ix: u32) -> SessionId {
         self.list[ix as usize].sid

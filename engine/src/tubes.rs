@@ -11,9 +11,9 @@ use hashbrown::HashTable;
 use slab::Slab;
 
 use crate::heap::NIL;
-use crate::lists::{SkipList, Towers};
+use crate::lists::{ByRunat, SkipList, Towers};
 use crate::queue::Slots;
-use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx};
+use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx, URGENT_PRI};
 
 /// The tube the seed API works on: always exists, at index 0, and cannot be dropped.
 pub const DEFAULT_TUBE: TubeIx = 0;
@@ -21,8 +21,9 @@ pub const DEFAULT_TUBE_NAME: &str = "default";
 
 /// Tube names are Tarantool space names in the original, which allow 65000 bytes; a name is
 /// part of every tube call and metric label, so tarq keeps them short, as Tarantool's
-/// `BOX_NAME_MAX` (65000) is far above any name a user writes.
-pub const MAX_TUBE_NAME_BYTES: usize = 128;
+/// `BOX_NAME_MAX` (65000) is far above any name a user writes. 200 is beanstalkd's limit, so
+/// every tube a beanstalk client can name is a tarq tube.
+pub const MAX_TUBE_NAME_BYTES: usize = 200;
 
 /// Each tube adds its series (about twenty) to every `/metrics` scrape and Graphite push:
 /// 4096 tubes are ~80k series, about what one scrape interval carries comfortably. The tube
@@ -335,10 +336,15 @@ pub(crate) struct Tube {
     pub opts: TubeOptions,
     /// Ready tasks by (pri, id); in a utube tube only the heads of utubes with none Taken.
     pub ready: SkipList,
-    pub waiting: SkipList,
+    /// By (runat, id): the head is due first (promotion order, beanstalk's delayed kicks).
+    pub waiting: SkipList<ByRunat>,
+    /// By (pri, id): the head is kicked first.
     pub buried: SkipList,
     /// Ready tasks (in a utube tube `ready.len()` counts only the heads).
     pub ready_n: u64,
+    /// Ready tasks with pri below `URGENT_PRI`, kept where `ready_n` is (beanstalk's
+    /// `current-jobs-urgent` is read on every `stats-tube`; counting would walk the lists).
+    pub ready_urgent_n: u64,
     pub taken_n: u64,
     /// Operation counters (the count fields are filled in by `stats`).
     pub ops: Stats,
@@ -356,6 +362,7 @@ impl Tube {
             waiting: SkipList::default(),
             buried: SkipList::default(),
             ready_n: 0,
+            ready_urgent_n: 0,
             taken_n: 0,
             ops: Stats::default(),
             utubes: kind.is_utube().then(Box::default),
@@ -382,23 +389,31 @@ impl Tube {
     /// tasks listed (Ready, Waiting, Buried) — Taken ones are counted by the caller.
     pub fn check(&self, ix: TubeIx, slots: &Slots, tw: &Towers) -> usize {
         let mut listed = 0;
-        for (list, status) in [
-            (&self.waiting, Status::Waiting),
-            (&self.buried, Status::Buried),
-        ] {
-            listed += list.check(slots, tw, status);
-            list.for_each(slots, |k| {
-                assert_eq!(
-                    slots[k as usize].tube, ix,
-                    "{status:?} task in tube {ix}'s list"
-                );
-            });
-        }
+        listed += self.waiting.check(slots, tw, Status::Waiting);
+        listed += self.buried.check(slots, tw, Status::Buried);
+        let mut in_tube = |k: u32| {
+            let s = &slots[k as usize];
+            assert_eq!(
+                s.tube, ix,
+                "{:?} task {} in tube {ix}'s list",
+                s.status, s.id
+            );
+        };
+        self.waiting.for_each(slots, &mut in_tube);
+        self.buried.for_each(slots, &mut in_tube);
         let heads = self.ready.check(slots, tw, Status::Ready);
         self.ready.for_each(slots, |k| {
             assert_eq!(slots[k as usize].tube, ix, "ready task in tube {ix}'s list");
         });
         let mut ready = heads;
+        let mut urgent = 0u64;
+        let mut count_urgent = |k: u32| urgent += u64::from(slots[k as usize].pri < URGENT_PRI);
+        self.ready.for_each(slots, &mut count_urgent);
+        if let Some(ut) = &self.utubes {
+            for (_, u) in &ut.list {
+                u.rest.for_each(slots, &mut count_urgent);
+            }
+        }
         match &self.utubes {
             None => {
                 for (k, s) in slots.iter() {
@@ -410,6 +425,7 @@ impl Tube {
             Some(ut) => ready += check_utubes(ut, ix, &self.ready, slots, tw),
         }
         assert_eq!(ready as u64, self.ready_n, "tube {ix}: ready count");
+        assert_eq!(urgent, self.ready_urgent_n, "tube {ix}: urgent ready count");
         listed + ready
     }
 }

@@ -1,12 +1,14 @@
 //! Model-based property test: random sequences of every engine call — the seed API on
 //! `default` (put with delay / ttl / ttr / pri, take, ack, release, session close, release of
 //! all taken), the tube API (create, drop, truncate, put with utube and dedup keys, take, ack,
-//! release with options, touch, peek, bury, kick, delete, release_all) on tubes of every type
-//! with capacity, max_deliveries and dedup windows, recovery calls, restarts from a snapshot
+//! release with options, touch, peek, bury, kick, delete, release_all), the beanstalkd
+//! front-end's calls (peek_first, kick_delayed, kick_task, touch_ttr, bury_taken) on tubes of
+//! every type with capacity, max_deliveries and dedup windows, recovery calls, restarts from a snapshot
 //! and time moving (with and without `advance` and its budget) — run against both the engine
 //! and a plainly correct model built on `BTreeMap`s and scans. Every observable result is
-//! compared: returned tasks, errors, per-tube stats, events, next deadline and the full task
-//! set; `check_invariants()` runs after every step.
+//! compared: returned tasks, errors, per-tube stats (and `ready_urgent`), events, next
+//! deadline, every task's TTR deadline, each session's soonest one, and the full task set;
+//! `check_invariants()` runs after every step.
 //!
 //! `PROPTEST_CASES` raises the number of cases (the default keeps a debug run short).
 
@@ -15,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use proptest::prelude::*;
 use tarq_engine::{
     Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask,
-    SessionId, Stats, Status, Task, TaskId, TubeIx, TubeOptions, TubePut, TubeType,
+    SessionId, Stats, Status, Task, TaskId, TubeIx, TubeOptions, TubePut, TubeType, URGENT_PRI,
 };
 
 const T0: Micros = 1_700_000_000_000_000;
@@ -179,13 +181,47 @@ enum Op {
     ReleaseAllIn {
         tube: usize,
     },
+    PeekFirst {
+        tube: usize,
+        status: Status,
+    },
+    KickDelayed {
+        tube: usize,
+        count: u64,
+    },
+    KickTask {
+        which: usize,
+    },
+    TouchTtr {
+        sid: SessionId,
+        which: usize,
+    },
+    BuryTaken {
+        sid: SessionId,
+        which: usize,
+        pri: i64,
+    },
+}
+
+/// Pris around the tube defaults and around `URGENT_PRI`, so `ready_urgent` sees both sides.
+fn pri() -> impl Strategy<Value = i64> {
+    prop_oneof![3 => -2i64..3, 1 => (URGENT_PRI - 2)..(URGENT_PRI + 2)]
+}
+
+fn status() -> impl Strategy<Value = Status> {
+    prop_oneof![
+        Just(Status::Ready),
+        Just(Status::Taken),
+        Just(Status::Waiting),
+        Just(Status::Buried)
+    ]
 }
 
 fn seed_op() -> impl Strategy<Value = Op> {
     let small = || prop_oneof![Just(None), (0u64..60).prop_map(Some)];
     let sid = || 1..=SESSIONS;
     prop_oneof![
-        6 => (small(), small(), small(), -2i64..3, 0usize..4)
+        6 => (small(), small(), small(), pri(), 0usize..4)
             .prop_map(|(delay, ttl, ttr, pri, len)| Op::Put { delay, ttl, ttr, pri, len }),
         5 => sid().prop_map(|sid| Op::Take { sid }),
         3 => (sid(), any::<usize>()).prop_map(|(sid, which)| Op::Ack { sid, which }),
@@ -197,12 +233,7 @@ fn seed_op() -> impl Strategy<Value = Op> {
         4 => (0u64..30, 0usize..6).prop_map(|(dt, budget)| Op::Advance { dt, budget }),
         1 => (
             any::<usize>(),
-            prop_oneof![
-                Just(Status::Ready),
-                Just(Status::Taken),
-                Just(Status::Waiting),
-                Just(Status::Buried)
-            ],
+            status(),
             0u64..40
         )
             .prop_map(|(which, status, dt)| Op::RestoreStatus { which, status, dt }),
@@ -220,7 +251,7 @@ fn tube_op() -> impl Strategy<Value = Op> {
         small(),
         small(),
         small(),
-        prop_oneof![Just(None), (-2i64..3).prop_map(Some)],
+        prop_oneof![Just(None), pri().prop_map(Some)],
         0u8..3,
         prop_oneof![Just(None), (0u8..3).prop_map(Some)],
     )
@@ -238,7 +269,7 @@ fn tube_op() -> impl Strategy<Value = Op> {
         sid(),
         any::<usize>(),
         prop_oneof![Just(0u64), 0u64..40],
-        prop_oneof![Just(None), (-2i64..3).prop_map(Some)],
+        prop_oneof![Just(None), pri().prop_map(Some)],
         prop_oneof![Just(None), (0u64..80).prop_map(Some)],
     )
         .prop_map(|(tube, sid, which, delay, pri, ttl)| Op::ReleaseIn {
@@ -264,6 +295,11 @@ fn tube_op() -> impl Strategy<Value = Op> {
         2 => (tube(), 0u64..4).prop_map(|(tube, count)| Op::Kick { tube, count }),
         1 => (tube(), any::<usize>()).prop_map(|(tube, which)| Op::Delete { tube, which }),
         1 => tube().prop_map(|tube| Op::ReleaseAllIn { tube }),
+        2 => (tube(), status()).prop_map(|(tube, status)| Op::PeekFirst { tube, status }),
+        2 => (tube(), 0u64..4).prop_map(|(tube, count)| Op::KickDelayed { tube, count }),
+        2 => any::<usize>().prop_map(|which| Op::KickTask { which }),
+        2 => (sid(), any::<usize>()).prop_map(|(sid, which)| Op::TouchTtr { sid, which }),
+        2 => (sid(), any::<usize>(), pri()).prop_map(|(sid, which, pri)| Op::BuryTaken { sid, which, pri }),
     ]
 }
 
@@ -915,6 +951,116 @@ impl Model {
     }
 }
 
+/// The beanstalkd front-end's calls of the model.
+impl Model {
+    /// Ownership as the seed checks it, in any tube.
+    fn owned_any(&self, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
+        let t = self.tasks.get(&id).ok_or(QueueError::NotFound(id))?;
+        match t.owner {
+            None => Err(QueueError::NotTaken(id)),
+            Some(owner) if owner != sid => Err(QueueError::NotOwner {
+                id,
+                owner,
+                caller: sid,
+            }),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The Waiting task of `tube` due first, by (runat, id).
+    fn first_due(&self, tube: TubeIx) -> Option<TaskId> {
+        self.tasks
+            .values()
+            .filter(|t| t.tube == tube && t.status == Status::Waiting)
+            .min_by_key(|t| (t.runat, t.id))
+            .map(|t| t.id)
+    }
+
+    fn peek_first(&self, tube: TubeIx, status: Status) -> Result<Option<Task>, QueueError> {
+        self.live(tube)?;
+        let id = match status {
+            Status::Ready => self.next_ready(tube),
+            Status::Waiting => self.first_due(tube),
+            Status::Buried => self
+                .tasks
+                .values()
+                .filter(|t| t.tube == tube && t.status == Status::Buried)
+                .min_by_key(|t| (t.pri, t.id))
+                .map(|t| t.id),
+            Status::Taken => None,
+        };
+        Ok(id.map(|id| self.tasks[&id].task()))
+    }
+
+    fn kick_one(&mut self, id: TaskId) {
+        let tube = self.tasks[&id].tube;
+        self.set_status(id, Status::Ready, 0);
+        self.ops(tube).kicks += 1;
+        self.events.push(Event::Kicked { id });
+    }
+
+    fn kick_delayed(&mut self, tube: TubeIx, count: u64) -> Result<u64, QueueError> {
+        self.live(tube)?;
+        let mut n = 0;
+        while n < count {
+            let Some(id) = self.first_due(tube) else {
+                break;
+            };
+            self.kick_one(id);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn kick_task(&mut self, id: TaskId) -> Result<Task, QueueError> {
+        let t = self.tasks.get(&id).ok_or(QueueError::NotFound(id))?;
+        match t.status {
+            Status::Buried | Status::Waiting => self.kick_one(id),
+            status => return Err(QueueError::NotKickable { id, status }),
+        }
+        Ok(self.tasks[&id].task())
+    }
+
+    fn touch_ttr(&mut self, now: Micros, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
+        self.owned_any(sid, id)?;
+        let t = self.tasks.get_mut(&id).unwrap();
+        if let Some(ttr) = t.ttr {
+            t.ttr_at = Some(now + ttr);
+        }
+        let tube = t.tube;
+        self.ops(tube).touches += 1;
+        Ok(self.tasks[&id].task())
+    }
+
+    fn bury_taken(&mut self, sid: SessionId, id: TaskId, pri: i64) -> Result<Task, QueueError> {
+        self.owned_any(sid, id)?;
+        let tube = self.tasks[&id].tube;
+        let t = self.tasks.get_mut(&id).unwrap();
+        if self.tubes[&tube].kind.has_ttl() && t.pri != pri {
+            t.pri = pri;
+            self.events.push(Event::Updated { id });
+        }
+        self.set_status(id, Status::Buried, 0);
+        self.ops(tube).buries += 1;
+        self.events.push(Event::Buried { id });
+        Ok(self.tasks[&id].task())
+    }
+
+    fn ready_urgent(&self, tube: TubeIx) -> Result<u64, QueueError> {
+        self.live(tube)?;
+        Ok(self
+            .tasks
+            .values()
+            .filter(|t| t.tube == tube && t.status == Status::Ready && t.pri < URGENT_PRI)
+            .count() as u64)
+    }
+
+    fn soonest_ttr(&self, sid: SessionId) -> Option<Micros> {
+        let held = self.sessions.get(&sid)?;
+        held.iter().filter_map(|id| self.tasks[id].ttr_at).min()
+    }
+}
+
 fn opts(delay: Option<u64>, ttl: Option<u64>, ttr: Option<u64>, pri: i64) -> PutOptions {
     PutOptions {
         delay: delay.unwrap_or(0),
@@ -1009,6 +1155,31 @@ fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
             q.can_take(ix),
             m.next_ready(ix).is_some(),
             "can_take {ix} at step {step}"
+        );
+        assert_eq!(
+            q.ready_urgent(ix),
+            m.ready_urgent(ix),
+            "ready_urgent {ix} after step {step} {op:?}"
+        );
+    }
+    assert_eq!(
+        q.ready_urgent(NO_TUBE),
+        Err(QueueError::TubeNotFound(NO_TUBE))
+    );
+    for t in m.tasks.values() {
+        assert_eq!(
+            q.ttr_deadline(t.id),
+            t.ttr_at,
+            "ttr_deadline {} after step {step} {op:?}",
+            t.id
+        );
+    }
+    assert_eq!(q.ttr_deadline(m.last_id + 1), None);
+    for sid in 0..=SESSIONS + 1 {
+        assert_eq!(
+            q.soonest_ttr(sid),
+            m.soonest_ttr(sid),
+            "soonest_ttr {sid} after step {step} {op:?}"
         );
     }
     assert_eq!(
@@ -1254,6 +1425,52 @@ fn run_tube(q: &mut Queue, m: &mut Model, now: Micros, step: usize, op: &Op) {
                 q.release_all(t),
                 m.release_all(t),
                 "release_all at step {step}"
+            );
+        }
+        _ => run_beanstalk(q, m, now, step, op),
+    }
+}
+
+fn run_beanstalk(q: &mut Queue, m: &mut Model, now: Micros, step: usize, op: &Op) {
+    match *op {
+        Op::PeekFirst { tube, status } => {
+            let t = m.pick_tube(tube);
+            assert_eq!(
+                q.peek_first(t, status).map(|o| o.map(|r| r.to_task())),
+                m.peek_first(t, status),
+                "peek_first {status:?} of {t} at step {step}"
+            );
+        }
+        Op::KickDelayed { tube, count } => {
+            let t = m.pick_tube(tube);
+            assert_eq!(
+                q.kick_delayed(now, t, count),
+                m.kick_delayed(t, count),
+                "kick_delayed at step {step}"
+            );
+        }
+        Op::KickTask { which } => {
+            let id = m.pick(which);
+            assert_eq!(
+                q.kick_task(now, id).map(|r| r.to_task()),
+                m.kick_task(id),
+                "kick_task {id} at step {step}"
+            );
+        }
+        Op::TouchTtr { sid, which } => {
+            let id = m.pick(which);
+            assert_eq!(
+                q.touch_ttr(now, sid, id).map(|r| r.to_task()),
+                m.touch_ttr(now, sid, id),
+                "touch_ttr {id} at step {step}"
+            );
+        }
+        Op::BuryTaken { sid, which, pri } => {
+            let id = m.pick(which);
+            assert_eq!(
+                q.bury_taken(sid, id, pri).map(|r| r.to_task()),
+                m.bury_taken(sid, id, pri),
+                "bury_taken {id} at step {step}"
             );
         }
         _ => run_seed(q, m, &mut now.clone(), step, op),

@@ -75,7 +75,7 @@ fn tube_errors_carry_the_originals_texts() {
         (
             q.create_tube("", TubeType::Fifo, TubeOptions::default())
                 .unwrap_err(),
-            "Tube name of 0 bytes: the limit is 128 (and it may not be empty)",
+            "Tube name of 0 bytes: the limit is 200 (and it may not be empty)",
         ),
     ];
     for (err, text) in cases {

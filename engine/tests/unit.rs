@@ -1,9 +1,12 @@
 //! Unit tests of the engine's public API: each error message (worded as in API.md) and each
-//! transition (put, take, ack, release, session close, promote, expire, TTR, recovery), with
+//! transition (put, take, ack, release, session close, promote, expire, TTR, recovery), the
+//! calls the beanstalkd front-end needs (peek_first, kick_delayed, kick_task, touch_ttr,
+//! bury_taken, ttr_deadline, soonest_ttr, ready_urgent) with their errors, with
 //! `check_invariants()` after every step that changes the queue.
 
 use tarq_engine::{
-    Event, PutOptions, Queue, QueueError, RestoredTask, Stats, Status, Task, TaskId,
+    Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask, Stats, Status,
+    Task, TaskId, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE, URGENT_PRI,
 };
 
 const T0: u64 = 1_700_000_000_000_000;
@@ -750,4 +753,786 @@ fn reserve_keeps_every_task_and_makes_room() {
     assert_eq!(q.release_session(7), 1);
     let first: Vec<_> = (0..3).filter_map(|_| take(&mut q, T0, 1)).collect();
     assert_eq!(first, ids);
+}
+
+// ---- the beanstalkd front-end's calls ----
+
+fn put_in(q: &mut Queue, now: u64, tube: TubeIx, p: TubePut<'_>) -> TaskId {
+    let id = match q.put_in(now, tube, data("b"), p).unwrap() {
+        PutOutcome::Created(t) => t.id,
+        other => panic!("a new task, got {other:?}"),
+    };
+    q.check_invariants();
+    id
+}
+
+fn pri_delay(pri: i64, delay: u64) -> TubePut<'static> {
+    TubePut {
+        pri: Some(pri),
+        delay,
+        ..Default::default()
+    }
+}
+
+fn first(q: &Queue, tube: TubeIx, status: Status) -> Option<TaskId> {
+    q.peek_first(tube, status).unwrap().map(|t| t.id)
+}
+
+fn fifottl(q: &mut Queue, name: &str, opts: TubeOptions) -> TubeIx {
+    let t = q.create_tube(name, TubeType::FifoTtl, opts).unwrap();
+    q.check_invariants();
+    t
+}
+
+#[test]
+fn peek_first_names_the_next_task_of_each_status() {
+    let mut q = Queue::new();
+    let t = fifottl(&mut q, "b", TubeOptions::default());
+    for status in [
+        Status::Ready,
+        Status::Taken,
+        Status::Waiting,
+        Status::Buried,
+    ] {
+        assert_eq!(
+            q.peek_first(t, status),
+            Ok(None),
+            "{status:?} of an empty tube"
+        );
+    }
+    let a = put_in(&mut q, T0, t, pri_delay(5, 0));
+    let b = put_in(&mut q, T0, t, pri_delay(2, 0));
+    // Waiting: by runat, not pri; ties by id.
+    let late = put_in(&mut q, T0, t, pri_delay(-9, 300));
+    let early = put_in(&mut q, T0, t, pri_delay(9, 100));
+    let early_too = put_in(&mut q, T0, t, pri_delay(-1, 100));
+    assert_eq!(first(&q, t, Status::Ready), Some(b));
+    assert_eq!(first(&q, t, Status::Waiting), Some(early));
+    let got = q.peek_first(t, Status::Waiting).unwrap().unwrap();
+    assert_eq!((got.status, got.runat), (Status::Waiting, T0 + 100));
+    q.kick_task(T0, early).unwrap();
+    assert_eq!(first(&q, t, Status::Waiting), Some(early_too));
+    q.kick_task(T0, early_too).unwrap();
+    assert_eq!(first(&q, t, Status::Waiting), Some(late));
+    // Buried: the one `kick` takes next, by (pri, id).
+    q.bury(t, a).unwrap();
+    q.bury(t, b).unwrap();
+    assert_eq!(first(&q, t, Status::Buried), Some(b));
+    // Ready is what `take_from` returns: now `early_too` (pri -1).
+    assert_eq!(first(&q, t, Status::Ready), Some(early_too));
+    assert_eq!(
+        q.take_from(T0, t, 1).unwrap().map(|r| r.id),
+        Some(early_too)
+    );
+    assert_eq!(q.peek_first(t, Status::Taken), Ok(None), "taken: no peek");
+    // Peeking changes nothing.
+    let before = q.tube_stats(t).unwrap();
+    first(&q, t, Status::Ready);
+    assert_eq!(q.tube_stats(t).unwrap(), before);
+    q.check_invariants();
+}
+
+#[test]
+fn peek_first_in_a_utube_tube_skips_busy_utubes() {
+    let mut q = Queue::new();
+    let t = q
+        .create_tube("u", TubeType::UtubeTtl, TubeOptions::default())
+        .unwrap();
+    let key = |k: &'static [u8], pri| TubePut {
+        utube: k,
+        pri: Some(pri),
+        ..Default::default()
+    };
+    let a1 = put_in(&mut q, T0, t, key(b"a", 0));
+    let a2 = put_in(&mut q, T0, t, key(b"a", 0));
+    let b1 = put_in(&mut q, T0, t, key(b"b", 1));
+    assert_eq!(first(&q, t, Status::Ready), Some(a1), "the lowest head");
+    q.take_from(T0, t, 1).unwrap();
+    // a2 waits behind the busy utube `a`: the next take returns b1.
+    assert_eq!(first(&q, t, Status::Ready), Some(b1));
+    q.take_from(T0, t, 1).unwrap();
+    assert_eq!(q.tube_stats(t).unwrap().ready, 1);
+    assert_eq!(first(&q, t, Status::Ready), None, "every utube is busy");
+    q.ack_in(t, 1, a1).unwrap();
+    assert_eq!(first(&q, t, Status::Ready), Some(a2));
+    q.check_invariants();
+}
+
+#[test]
+fn peek_first_and_kicks_refuse_a_dead_tube() {
+    let mut q = Queue::new();
+    let t = fifottl(&mut q, "gone", TubeOptions::default());
+    q.drop_tube(t).unwrap();
+    for status in [
+        Status::Ready,
+        Status::Waiting,
+        Status::Buried,
+        Status::Taken,
+    ] {
+        assert_eq!(q.peek_first(t, status), Err(QueueError::TubeNotFound(t)));
+    }
+    assert_eq!(q.kick_delayed(T0, t, 5), Err(QueueError::TubeNotFound(t)));
+    assert_eq!(q.ready_urgent(t), Err(QueueError::TubeNotFound(t)));
+    assert_eq!(q.ready_urgent(999), Err(QueueError::TubeNotFound(999)));
+}
+
+#[test]
+fn kick_delayed_makes_the_earliest_due_ready() {
+    let mut q = Queue::new();
+    let t = fifottl(
+        &mut q,
+        "d",
+        TubeOptions {
+            ttl: Some(1_000),
+            ..Default::default()
+        },
+    );
+    let c = put_in(&mut q, T0, t, pri_delay(0, 300));
+    let a = put_in(&mut q, T0, t, pri_delay(7, 100));
+    let b = put_in(&mut q, T0, t, pri_delay(3, 200));
+    put_in(&mut q, T0, t, pri_delay(0, 0));
+    q.bury(t, c).unwrap();
+    q.set_journal(true);
+    assert_eq!(q.kick_delayed(T0 + 1, t, 0), Ok(0));
+    assert_eq!(q.kick_delayed(T0 + 1, t, 1), Ok(1));
+    q.check_invariants();
+    let got = q.get(a).unwrap();
+    assert_eq!((got.status, got.runat), (Status::Ready, 0));
+    // A buried task is not delayed: only `b` is left to kick.
+    assert_eq!(q.kick_delayed(T0 + 1, t, 10), Ok(1));
+    assert_eq!(q.kick_delayed(T0 + 1, t, 10), Ok(0));
+    q.check_invariants();
+    assert_eq!(
+        q.drain_events().collect::<Vec<_>>(),
+        vec![Event::Kicked { id: a }, Event::Kicked { id: b }]
+    );
+    let st = q.tube_stats(t).unwrap();
+    assert_eq!((st.kicks, st.ready, st.waiting, st.buried), (2, 3, 0, 1));
+    assert_eq!(st.promoted, 0, "a kick is not a promotion");
+    // The TTL stays: the put's delay extended it to 1000 + 200 from T0.
+    assert_eq!(q.get(b).unwrap().ttl, Some(1_200));
+    assert_eq!(
+        q.next_deadline(),
+        Some(T0 + 1_000),
+        "the undelayed task's expiry; no promotion left"
+    );
+    // The default tube, and the order of a tube with no TTL.
+    let d1 = q
+        .put(
+            T0,
+            data("x"),
+            PutOptions {
+                delay: 50,
+                ..Default::default()
+            },
+        )
+        .id;
+    let d0 = q
+        .put(
+            T0,
+            data("x"),
+            PutOptions {
+                delay: 40,
+                pri: 9,
+                ..Default::default()
+            },
+        )
+        .id;
+    assert_eq!(first(&q, DEFAULT_TUBE, Status::Waiting), Some(d0));
+    assert_eq!(q.kick_delayed(T0, DEFAULT_TUBE, 1), Ok(1));
+    assert_eq!(q.get(d0).unwrap().status, Status::Ready);
+    assert_eq!(q.get(d1).unwrap().status, Status::Waiting);
+    assert_eq!(q.stats().kicks, 1);
+    q.check_invariants();
+}
+
+#[test]
+fn kick_delayed_in_a_utube_tube_and_a_full_limfifottl() {
+    let mut q = Queue::new();
+    let u = q
+        .create_tube("u", TubeType::UtubeTtl, TubeOptions::default())
+        .unwrap();
+    let p = |delay| TubePut {
+        utube: b"k",
+        delay,
+        ..Default::default()
+    };
+    let first_k = put_in(&mut q, T0, u, p(0));
+    let later_k = put_in(&mut q, T0, u, p(50));
+    q.take_from(T0, u, 1).unwrap();
+    // Kicked behind a busy utube: Ready, but not takeable until its utube is free.
+    assert_eq!(q.kick_delayed(T0, u, 1), Ok(1));
+    q.check_invariants();
+    assert_eq!(q.get(later_k).unwrap().status, Status::Ready);
+    assert!(!q.can_take(u));
+    assert_eq!(q.ready_urgent(u), Ok(1));
+    q.ack_in(u, 1, first_k).unwrap();
+    assert!(q.can_take(u));
+    // limfifottl at capacity: a kick moves a task, it adds none.
+    let l = q
+        .create_tube(
+            "l",
+            TubeType::LimFifoTtl,
+            TubeOptions {
+                capacity: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    put_in(&mut q, T0, l, pri_delay(0, 10));
+    put_in(&mut q, T0, l, pri_delay(0, 20));
+    assert_eq!(q.kick_delayed(T0, l, 2), Ok(2));
+    assert!(matches!(
+        q.put_in(T0, l, data("x"), TubePut::default()),
+        Err(QueueError::TubeFull { capacity: 2, .. })
+    ));
+    q.check_invariants();
+}
+
+#[test]
+fn kick_task_kicks_one_buried_or_delayed_task_of_any_tube() {
+    let mut q = Queue::new();
+    let t = fifottl(&mut q, "k", TubeOptions::default());
+    let buried = put_in(&mut q, T0, t, pri_delay(4, 0));
+    let delayed = put_in(&mut q, T0, t, pri_delay(1, 100));
+    let ready = put_in(&mut q, T0, t, pri_delay(0, 0));
+    let taken = put_in(&mut q, T0, t, pri_delay(-1, 0));
+    assert_eq!(q.take_from(T0, t, 1).unwrap().map(|r| r.id), Some(taken));
+    q.bury(t, buried).unwrap();
+    q.set_journal(true);
+    let got = q.kick_task(T0, buried).unwrap();
+    assert_eq!((got.id, got.status, got.pri), (buried, Status::Ready, 4));
+    let got = q.kick_task(T0, delayed).unwrap();
+    assert_eq!((got.id, got.status, got.runat), (delayed, Status::Ready, 0));
+    q.check_invariants();
+    assert_eq!(q.next_deadline(), None, "its promotion is gone");
+    let before = q.tube_stats(t).unwrap();
+    assert_eq!(
+        q.kick_task(T0, ready).unwrap_err(),
+        QueueError::NotKickable {
+            id: ready,
+            status: Status::Ready
+        }
+    );
+    assert_eq!(
+        q.kick_task(T0, taken).unwrap_err().to_string(),
+        format!("Task {taken} is Taken: only a buried or delayed task can be kicked")
+    );
+    assert_eq!(q.kick_task(T0, 99), Err(QueueError::NotFound(99)));
+    assert_eq!(
+        q.tube_stats(t).unwrap(),
+        before,
+        "refused kicks change nothing"
+    );
+    assert_eq!(before.kicks, 2);
+    assert_eq!(
+        q.drain_events().collect::<Vec<_>>(),
+        vec![Event::Kicked { id: buried }, Event::Kicked { id: delayed }]
+    );
+    // The default tube too.
+    let d = q
+        .put(
+            T0,
+            data("x"),
+            PutOptions {
+                delay: 5,
+                ..Default::default()
+            },
+        )
+        .id;
+    assert_eq!(q.kick_task(T0, d).unwrap().status, Status::Ready);
+    assert_eq!(q.stats().kicks, 1);
+    q.check_invariants();
+}
+
+#[test]
+fn touch_ttr_restarts_the_ttr_and_journals_nothing() {
+    let mut q = Queue::new();
+    let t = fifottl(
+        &mut q,
+        "t",
+        TubeOptions {
+            ttr: Some(100),
+            ..Default::default()
+        },
+    );
+    let id = put_in(&mut q, T0, t, TubePut::default());
+    let plain = q.put(T0, data("no ttr"), PutOptions::default()).id;
+    q.take_from(T0, t, 1).unwrap();
+    assert_eq!(q.take(T0, 1).map(|r| r.id), Some(plain));
+    assert_eq!(q.ttr_deadline(id), Some(T0 + 100));
+    q.set_journal(true);
+    let got = q.touch_ttr(T0 + 60, 1, id).unwrap();
+    assert_eq!(
+        (got.status, got.ttr, got.owner),
+        (Status::Taken, Some(100), Some(1))
+    );
+    q.check_invariants();
+    assert_eq!(q.ttr_deadline(id), Some(T0 + 160));
+    assert_eq!(q.next_deadline(), Some(T0 + 160));
+    assert_eq!(q.advance(T0 + 159, 10).processed, 0);
+    assert_eq!(q.get(id).unwrap().status, Status::Taken);
+    assert_eq!(
+        q.drain_events().count(),
+        0,
+        "a TTR restart is not durable state"
+    );
+    assert_eq!(q.tube_stats(t).unwrap().touches, 1);
+    // No TTR: nothing to restart, still answered (beanstalkd's `TOUCHED`).
+    let got = q.touch_ttr(T0 + 60, 1, plain).unwrap();
+    assert_eq!((got.id, got.ttr), (plain, None));
+    assert_eq!(q.ttr_deadline(plain), None);
+    assert_eq!(q.stats().touches, 1);
+    assert_eq!(q.advance(T0 + 160, 10).processed, 1);
+    assert_eq!(q.get(id).unwrap().status, Status::Ready);
+    assert_eq!(q.ttr_deadline(id), None);
+    q.check_invariants();
+}
+
+#[test]
+fn touch_ttr_and_bury_taken_refuse_with_the_ack_errors() {
+    let mut q = Queue::new();
+    let t = fifottl(&mut q, "e", TubeOptions::default());
+    let ready = put_in(&mut q, T0, t, TubePut::default());
+    let held = put_in(&mut q, T0, t, pri_delay(-1, 0));
+    let seed = q
+        .put(
+            T0,
+            data("s"),
+            PutOptions {
+                pri: -1,
+                ..Default::default()
+            },
+        )
+        .id;
+    assert_eq!(q.take_from(T0, t, 7).unwrap().map(|r| r.id), Some(held));
+    assert_eq!(q.take(T0, 7).map(|r| r.id), Some(seed));
+    let before = (q.tube_stats(t).unwrap(), q.stats());
+    for (sid, id, err) in [
+        (7, 99, QueueError::NotFound(99)),
+        (7, ready, QueueError::NotTaken(ready)),
+        (
+            8,
+            held,
+            QueueError::NotOwner {
+                id: held,
+                owner: 7,
+                caller: 8,
+            },
+        ),
+        (
+            8,
+            seed,
+            QueueError::NotOwner {
+                id: seed,
+                owner: 7,
+                caller: 8,
+            },
+        ),
+    ] {
+        assert_eq!(q.touch_ttr(T0, sid, id).unwrap_err(), err);
+        assert_eq!(q.bury_taken(sid, id, 5).unwrap_err(), err);
+        // The same refusal the seed's ack gives (for a task of `default`).
+        if id == seed || id == 99 {
+            assert_eq!(q.ack(sid, id).unwrap_err(), err);
+        }
+        q.check_invariants();
+    }
+    assert_eq!((q.tube_stats(t).unwrap(), q.stats()), before);
+}
+
+#[test]
+fn bury_taken_buries_with_the_new_pri() {
+    let mut q = Queue::new();
+    let t = fifottl(
+        &mut q,
+        "b",
+        TubeOptions {
+            ttr: Some(50),
+            max_deliveries: 1,
+            ..Default::default()
+        },
+    );
+    let id = put_in(&mut q, T0, t, pri_delay(3, 0));
+    let same = put_in(&mut q, T0, t, pri_delay(3, 0));
+    q.take_from(T0, t, 1).unwrap();
+    q.take_from(T0, t, 1).unwrap();
+    q.set_journal(true);
+    let got = q.bury_taken(1, id, 2_000).unwrap();
+    assert_eq!(
+        (got.status, got.pri, got.owner),
+        (Status::Buried, 2_000, None)
+    );
+    q.check_invariants();
+    assert_eq!(q.ttr_deadline(id), None);
+    // The pri unchanged: no `Updated`, nothing to replace in the WAL.
+    q.bury_taken(1, same, 3).unwrap();
+    assert_eq!(
+        q.drain_events().collect::<Vec<_>>(),
+        vec![
+            Event::Updated { id },
+            Event::Buried { id },
+            Event::Buried { id: same }
+        ]
+    );
+    let st = q.tube_stats(t).unwrap();
+    assert_eq!((st.buries, st.buried, st.taken), (2, 2, 0));
+    assert_eq!(st.dead_lettered, 0, "a bury is not a dead letter");
+    assert_eq!(q.next_deadline(), None, "no TTR left to fire");
+    assert_eq!(q.soonest_ttr(1), None);
+    // Kicked, it keeps the new pri: kicked after the other, taken after it.
+    assert_eq!(first(&q, t, Status::Buried), Some(same));
+    assert_eq!(q.kick(t, 2), Ok(2));
+    assert_eq!(first(&q, t, Status::Ready), Some(same));
+    q.check_invariants();
+}
+
+#[test]
+fn bury_taken_ignores_the_pri_in_fifo_and_frees_a_utube() {
+    let mut q = Queue::new();
+    let f = q
+        .create_tube("f", TubeType::Fifo, TubeOptions::default())
+        .unwrap();
+    let id = put_in(&mut q, T0, f, TubePut::default());
+    q.take_from(T0, f, 1).unwrap();
+    q.set_journal(true);
+    assert_eq!(
+        q.bury_taken(1, id, 77).unwrap().pri,
+        0,
+        "fifo tasks have no pri"
+    );
+    assert_eq!(
+        q.drain_events().collect::<Vec<_>>(),
+        vec![Event::Buried { id }]
+    );
+    let u = q
+        .create_tube("u", TubeType::Utube, TubeOptions::default())
+        .unwrap();
+    let k = TubePut {
+        utube: b"k",
+        ..Default::default()
+    };
+    let a = put_in(&mut q, T0, u, k);
+    let b = put_in(&mut q, T0, u, k);
+    q.take_from(T0, u, 1).unwrap();
+    assert!(!q.can_take(u));
+    q.bury_taken(1, a, 0).unwrap();
+    q.check_invariants();
+    assert_eq!(
+        first(&q, u, Status::Ready),
+        Some(b),
+        "the utube is free again"
+    );
+    // The default tube keeps the pri, as release does there.
+    let d = q.put(T0, data("d"), PutOptions::default()).id;
+    q.take(T0, 2).unwrap();
+    assert_eq!(q.bury_taken(2, d, 9).unwrap().pri, 9);
+    assert_eq!(q.stats().buries, 1);
+    q.check_invariants();
+}
+
+#[test]
+fn ttr_deadline_and_soonest_ttr_follow_the_sessions() {
+    let mut q = Queue::new();
+    let t = fifottl(&mut q, "s", TubeOptions::default());
+    let ttr = |ttr| TubePut {
+        ttr: Some(ttr),
+        ..Default::default()
+    };
+    let a = put_in(&mut q, T0, t, ttr(300));
+    let b = put_in(&mut q, T0, t, ttr(100));
+    let c = put_in(&mut q, T0, t, TubePut::default());
+    let other = put_in(&mut q, T0, t, ttr(10));
+    assert_eq!(q.ttr_deadline(a), None, "ready");
+    assert_eq!(q.ttr_deadline(99), None, "unknown");
+    assert_eq!(q.soonest_ttr(1), None, "holds nothing");
+    q.take_from(T0, t, 1).unwrap();
+    q.take_from(T0 + 50, t, 1).unwrap();
+    q.take_from(T0, t, 1).unwrap();
+    q.take_from(T0, t, 2).unwrap();
+    assert_eq!(q.ttr_deadline(a), Some(T0 + 300));
+    assert_eq!(q.ttr_deadline(b), Some(T0 + 150));
+    assert_eq!(q.ttr_deadline(c), None, "taken with no TTR");
+    assert_eq!(q.soonest_ttr(1), Some(T0 + 150));
+    assert_eq!(q.soonest_ttr(2), Some(T0 + 10));
+    assert_eq!(q.soonest_ttr(3), None);
+    q.touch_ttr(T0 + 290, 1, b).unwrap();
+    assert_eq!(q.soonest_ttr(1), Some(T0 + 300));
+    q.ack_in(t, 1, a).unwrap();
+    assert_eq!(q.soonest_ttr(1), Some(T0 + 390));
+    q.release_session(1);
+    assert_eq!(q.soonest_ttr(1), None);
+    assert_eq!(q.ttr_deadline(b), None);
+    assert_eq!(q.ttr_deadline(other), Some(T0 + 10));
+    q.check_invariants();
+}
+
+/// `ready_urgent` of a tube after each call, against a count over every task.
+fn check_urgent(q: &Queue, t: TubeIx, want: u64) {
+    q.check_invariants();
+    let counted = q
+        .iter()
+        .filter(|r| r.tube == t && r.status == Status::Ready && r.pri < URGENT_PRI)
+        .count() as u64;
+    assert_eq!(counted, want, "the test's own count");
+    assert_eq!(q.ready_urgent(t), Ok(want));
+}
+
+#[test]
+fn ready_urgent_follows_every_transition() {
+    let mut q = Queue::new();
+    let t = fifottl(
+        &mut q,
+        "urgent",
+        TubeOptions {
+            ttr: Some(100),
+            ..Default::default()
+        },
+    );
+    check_urgent(&q, t, 0);
+    let urgent = put_in(&mut q, T0, t, pri_delay(URGENT_PRI - 1, 0));
+    let calm = put_in(&mut q, T0, t, pri_delay(URGENT_PRI, 0));
+    check_urgent(&q, t, 1);
+    let delayed = put_in(&mut q, T0, t, pri_delay(0, 10));
+    check_urgent(&q, t, 1);
+    q.advance(T0 + 10, 10); // promoted
+    check_urgent(&q, t, 2);
+    assert_eq!(q.take_from(T0 + 10, t, 1).unwrap().unwrap().id, delayed);
+    check_urgent(&q, t, 1);
+    // Released with a pri past the line: ready, not urgent.
+    let o = ReleaseOptions {
+        pri: Some(URGENT_PRI + 5),
+        ..Default::default()
+    };
+    q.release_in(T0 + 10, t, 1, delayed, o).unwrap();
+    check_urgent(&q, t, 1);
+    q.bury(t, urgent).unwrap();
+    check_urgent(&q, t, 0);
+    q.kick(t, 1).unwrap();
+    check_urgent(&q, t, 1);
+    // Taken, then buried urgent by its holder, then kicked.
+    assert_eq!(q.take_from(T0 + 10, t, 1).unwrap().unwrap().id, urgent);
+    check_urgent(&q, t, 0);
+    q.bury_taken(1, urgent, 3).unwrap();
+    check_urgent(&q, t, 0);
+    q.kick_task(T0 + 10, urgent).unwrap();
+    check_urgent(&q, t, 1);
+    // TTR return.
+    q.take_from(T0 + 10, t, 1).unwrap();
+    check_urgent(&q, t, 0);
+    q.advance(T0 + 110, 10);
+    check_urgent(&q, t, 1);
+    // Taken and given back by a session close.
+    q.take_from(T0 + 110, t, 2).unwrap();
+    check_urgent(&q, t, 0);
+    q.release_session(2);
+    check_urgent(&q, t, 1);
+    // Kicked from delayed.
+    let d = put_in(&mut q, T0 + 110, t, pri_delay(1, 50));
+    q.kick_delayed(T0 + 110, t, 1).unwrap();
+    check_urgent(&q, t, 2);
+    q.delete(t, d).unwrap();
+    check_urgent(&q, t, 1);
+    // Expiry of a ready task.
+    put_in(
+        &mut q,
+        T0 + 110,
+        t,
+        TubePut {
+            ttl: Some(5),
+            ..Default::default()
+        },
+    );
+    check_urgent(&q, t, 2);
+    q.advance(T0 + 115, 10);
+    check_urgent(&q, t, 1);
+    assert_eq!(
+        q.get(calm).unwrap().status,
+        Status::Ready,
+        "ready all along, never urgent"
+    );
+    assert_eq!(q.tube_stats(t).unwrap().ready, 3);
+    q.truncate(t).unwrap();
+    check_urgent(&q, t, 0);
+}
+
+#[test]
+fn ready_urgent_counts_utube_tasks_behind_a_busy_utube() {
+    let mut q = Queue::new();
+    let u = q
+        .create_tube("u", TubeType::UtubeTtl, TubeOptions::default())
+        .unwrap();
+    let p = |key: &'static [u8], pri| TubePut {
+        utube: key,
+        pri: Some(pri),
+        ..Default::default()
+    };
+    let a1 = put_in(&mut q, T0, u, p(b"a", 0));
+    put_in(&mut q, T0, u, p(b"a", 1));
+    put_in(&mut q, T0, u, p(b"a", URGENT_PRI));
+    put_in(&mut q, T0, u, p(b"b", 2));
+    check_urgent(&q, u, 3);
+    q.take_from(T0, u, 1).unwrap(); // a1: `a` busy, its two others wait
+    check_urgent(&q, u, 2);
+    assert_eq!(q.tube_stats(u).unwrap().ready, 3);
+    q.release_in(T0, u, 1, a1, ReleaseOptions::default())
+        .unwrap();
+    check_urgent(&q, u, 3);
+    q.take_from(T0, u, 1).unwrap();
+    q.release_session(1);
+    check_urgent(&q, u, 3);
+    // A task head of its utube deleted: the next one takes its place, still counted once.
+    q.delete(u, a1).unwrap();
+    check_urgent(&q, u, 2);
+    // fifo tubes have no pri: every ready task is urgent (pri 0), as in beanstalkd at pri 0.
+    let f = q
+        .create_tube("f", TubeType::Fifo, TubeOptions::default())
+        .unwrap();
+    put_in(&mut q, T0, f, p(b"", URGENT_PRI + 1));
+    check_urgent(&q, f, 1);
+}
+
+#[test]
+fn ready_urgent_survives_a_restore() {
+    let mut q = Queue::new();
+    let task = |id, status, pri| RestoredTask {
+        id,
+        status,
+        runat: if status == Status::Waiting { T0 } else { 0 },
+        pri,
+        ttl: None,
+        ttr: None,
+        created: T0,
+        data: data("r"),
+    };
+    q.restore(task(1, Status::Ready, 0)).unwrap();
+    q.restore(task(2, Status::Ready, URGENT_PRI)).unwrap();
+    q.restore(task(3, Status::Taken, 1)).unwrap();
+    q.restore(task(4, Status::Buried, 1)).unwrap();
+    q.restore(task(5, Status::Waiting, 1)).unwrap();
+    check_urgent(&q, DEFAULT_TUBE, 1);
+    q.release_all_taken();
+    check_urgent(&q, DEFAULT_TUBE, 2);
+    q.restore_status(4, Status::Ready, 0).unwrap();
+    check_urgent(&q, DEFAULT_TUBE, 3);
+    q.restore_remove(1);
+    check_urgent(&q, DEFAULT_TUBE, 2);
+}
+
+#[test]
+fn a_deep_waiting_list_kicks_in_runat_order() {
+    let mut q = Queue::new();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut due = vec![];
+    for i in 0..3000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Few distinct delays, so ties by id occur; pri runs against the delay.
+        let delay = 1 + x % 500;
+        let o = PutOptions {
+            delay,
+            pri: -(delay as i64),
+            ..Default::default()
+        };
+        let id = q.put(T0 + i, data("w"), o).id;
+        due.push((T0 + i + delay, id));
+    }
+    q.check_invariants();
+    due.sort_unstable();
+    assert_eq!(first(&q, DEFAULT_TUBE, Status::Waiting), Some(due[0].1));
+    assert_eq!(q.kick_delayed(T0, DEFAULT_TUBE, 1000), Ok(1000));
+    q.check_invariants();
+    for (i, &(_, id)) in due.iter().enumerate() {
+        let want = if i < 1000 {
+            Status::Ready
+        } else {
+            Status::Waiting
+        };
+        assert_eq!(q.get(id).unwrap().status, want, "the {i}th due");
+    }
+    assert_eq!(first(&q, DEFAULT_TUBE, Status::Waiting), Some(due[1000].1));
+}
+
+mod take_task {
+    use super::*;
+
+    #[test]
+    fn takes_a_ready_delayed_or_buried_task_by_id_and_arms_its_ttr() {
+        let mut q = Queue::new();
+        let now = 1_000;
+        let t = q
+            .create_tube("b", TubeType::FifoTtl, TubeOptions::default())
+            .unwrap();
+        let put = |q: &mut Queue, delay| {
+            let opts = TubePut {
+                delay,
+                ttr: Some(50),
+                ..Default::default()
+            };
+            match q.put_in(now, t, Box::new([0xa1, b'x']), opts).unwrap() {
+                PutOutcome::Created(r) => r.id,
+                other => panic!("{other:?}"),
+            }
+        };
+        let ready = put(&mut q, 0);
+        let delayed = put(&mut q, 1_000);
+        let buried = put(&mut q, 0);
+        q.bury(t, buried).unwrap();
+        for id in [delayed, buried, ready] {
+            let got = q.take_task(now, 7, id).unwrap();
+            assert_eq!(
+                (got.id, got.status, got.owner),
+                (id, Status::Taken, Some(7))
+            );
+            assert_eq!(q.ttr_deadline(id), Some(now + 50));
+            q.check_invariants();
+        }
+        assert_eq!(q.tube_stats(t).unwrap().taken, 3);
+        // Taken already, or gone: refused.
+        assert!(matches!(
+            q.take_task(now, 8, ready),
+            Err(QueueError::NotTakeable { .. })
+        ));
+        assert_eq!(q.take_task(now, 8, 999), Err(QueueError::NotFound(999)));
+        // Each comes back ready when its session ends.
+        assert_eq!(q.release_session(7), 3);
+        q.check_invariants();
+    }
+
+    #[test]
+    fn a_utube_task_is_taken_by_id_only_as_its_utubes_free_head() {
+        let mut q = Queue::new();
+        let t = q
+            .create_tube("u", TubeType::Utube, TubeOptions::default())
+            .unwrap();
+        let put = |q: &mut Queue| match q
+            .put_in(
+                0,
+                t,
+                Box::new([0xc0]),
+                TubePut {
+                    utube: b"k",
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        {
+            PutOutcome::Created(r) => r.id,
+            other => panic!("{other:?}"),
+        };
+        let head = put(&mut q);
+        let second = put(&mut q);
+        assert!(matches!(
+            q.take_task(0, 1, second),
+            Err(QueueError::NotTakeable { .. })
+        ));
+        q.take_task(0, 1, head).unwrap();
+        q.check_invariants();
+        // Busy now: not even its next task.
+        assert!(q.take_task(0, 2, second).is_err());
+        q.ack_in(t, 1, head).unwrap();
+        q.take_task(0, 2, second).unwrap();
+        q.check_invariants();
+    }
 }

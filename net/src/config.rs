@@ -113,6 +113,16 @@ pub struct Cli {
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
 
+    /// Also serve beanstalkd's text protocol (version 1.12) on this address, over the same
+    /// queue and tubes [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub beanstalk_listen: Option<SocketAddr>,
+
+    /// Largest job body a beanstalk `put` may carry; a bigger one gets JOB_TOO_BIG (beanstalkd's
+    /// -z) [default: 65535].
+    #[arg(long, value_name = "BYTES")]
+    pub beanstalk_max_job_size: Option<u32>,
+
     /// Namespace of the tarantool/queue API: its calls are `<NS>.create_tube`,
     /// `<NS>.tube.<name>:<method>`, ... (some clients use `box.queue`) [default: queue].
     #[arg(long, value_name = "NS")]
@@ -195,6 +205,8 @@ pub struct FileConfig {
     pub max_connections_per_peer: Option<usize>,
     pub log_level: Option<String>,
     pub queue_namespace: Option<String>,
+    pub beanstalk_listen: Option<SocketAddr>,
+    pub beanstalk_max_job_size: Option<u32>,
     pub user: Option<String>,
     pub password: Option<String>,
     pub null: Option<bool>,
@@ -232,6 +244,10 @@ pub struct Config {
     pub log_level: String,
     /// The tarantool/queue API's namespace (`queue`).
     pub queue_namespace: String,
+    /// The beanstalk port, if served.
+    pub beanstalk_listen: Option<SocketAddr>,
+    /// The largest beanstalk job body.
+    pub beanstalk_max_job_size: u32,
     pub auth: Option<Credentials>,
     pub null: bool,
     /// Graphite push and Prometheus metrics.
@@ -252,6 +268,8 @@ impl Default for Config {
             limits: LimitsConfig::with_frame_cap(DEFAULT_MAX_FRAME_BYTES),
             log_level: "info".into(),
             queue_namespace: "queue".into(),
+            beanstalk_listen: None,
+            beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             auth: None,
             null: false,
             ops: OpsConfig::default(),
@@ -341,6 +359,11 @@ impl Config {
                 .queue_namespace
                 .or(file.queue_namespace)
                 .unwrap_or(d.queue_namespace),
+            beanstalk_listen: cli.beanstalk_listen.or(file.beanstalk_listen),
+            beanstalk_max_job_size: cli
+                .beanstalk_max_job_size
+                .or(file.beanstalk_max_job_size)
+                .unwrap_or(d.beanstalk_max_job_size),
             auth,
             null: cli.null || file.null.unwrap_or(false),
             ops: OpsConfig {
@@ -418,6 +441,15 @@ impl Config {
                 "max-frame-bytes {} is over the largest task the WAL holds ({} bytes)",
                 self.max_frame_bytes,
                 tarq_wal::MAX_PAYLOAD_BYTES
+            )));
+        }
+        // A job is stored wrapped as one MessagePack string (at most 5 bytes of header).
+        let job_limit = tarq_wal::MAX_PAYLOAD_BYTES.saturating_sub(5);
+        if self.beanstalk_max_job_size as usize > job_limit {
+            return Err(invalid(format!(
+                "beanstalk-max-job-size {} is over the largest job the WAL holds ({job_limit} \
+                 bytes)",
+                self.beanstalk_max_job_size
             )));
         }
         if self.max_write_backlog < 2 * self.max_frame_bytes {

@@ -186,3 +186,53 @@ fn an_announced_frame_is_not_allocated_before_it_arrives() {
          4 KiB arrived"
     );
 }
+
+/// The beanstalk port's put → reserve → delete cycles, pipelined `DEPTH` deep: as on IPROTO,
+/// each cycle allocates only the job's body in the engine.
+#[test]
+fn beanstalk_cycles_allocate_only_the_payload() {
+    use std::io::{Read, Write};
+    use tarq_beanstalk::Reply;
+
+    let _serial = serial();
+    let (cfg, dir) = TestServer::config(|c| {
+        c.beanstalk_listen = Some("127.0.0.1:0".parse().unwrap());
+    });
+    let server = Server::bind(cfg).expect("server binds");
+    let addr = server.beanstalk_addr().expect("the beanstalk port");
+    let _srv = TestServer::spawn(server, dir, tarq_testkit::track_this_thread);
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(support::WAIT)).unwrap();
+    let mut buf = Vec::new();
+    // Sends `cmds`, then reads one reply per command; returns the ids they name.
+    let mut exchange = |cmds: &[u8], n: u64| -> Vec<u64> {
+        sock.write_all(cmds).unwrap();
+        let mut ids = Vec::new();
+        while (ids.len() as u64) < n {
+            if let Some((r, used)) = Reply::decode(&buf, 1 << 16).unwrap() {
+                ids.push(match r {
+                    Reply::Inserted { id } | Reply::Reserved { id, .. } => id,
+                    Reply::Deleted => 0,
+                    other => panic!("unexpected reply {other:?}"),
+                });
+                buf.drain(..used);
+                continue;
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let k = sock.read(&mut chunk).unwrap();
+            assert!(k > 0, "closed");
+            buf.extend_from_slice(&chunk[..k]);
+        }
+        ids
+    };
+    per_request("beanstalk at depth 16", DEPTH, || {
+        let puts = b"put 0 0 60 32\r\n0123456789abcdef0123456789abcdef\r\n".repeat(DEPTH as usize);
+        exchange(&puts, DEPTH);
+        let reserved = exchange(&b"reserve\r\n".repeat(DEPTH as usize), DEPTH);
+        let deletes: String = reserved
+            .iter()
+            .map(|id| format!("delete {id}\r\n"))
+            .collect();
+        exchange(deletes.as_bytes(), DEPTH);
+    });
+}

@@ -23,6 +23,13 @@ pub struct ServerFigures {
     pub takes_parked: u64,
     /// Requests executed since start (every kind: calls, pings, auths, ...).
     pub requests: u64,
+    /// Connections to the beanstalk port open now.
+    pub beanstalk_connections: u64,
+    /// beanstalk commands run since start.
+    pub beanstalk_commands: u64,
+    /// beanstalk requests refused by the protocol since start (BAD_FORMAT, UNKNOWN_COMMAND,
+    /// EXPECTED_CRLF, JOB_TOO_BIG).
+    pub beanstalk_errors: u64,
 }
 
 /// Figures of the limits on what clients may make the server hold (input budget, deadlines,
@@ -89,7 +96,7 @@ pub struct Metric {
 }
 
 /// Figures before the WAL's; the seed's four counts come first, as `queue.stats()` had them.
-const BASE_METRICS: usize = 20;
+const BASE_METRICS: usize = 23;
 
 impl Snapshot {
     /// Every figure, in a stable order: the counts of now, then the counters since start, then
@@ -180,6 +187,24 @@ impl Snapshot {
                 Counter,
                 "Requests executed since start.",
                 s.requests,
+            ),
+            m(
+                "beanstalk_connections",
+                Gauge,
+                "Connections to the beanstalk port open now.",
+                s.beanstalk_connections,
+            ),
+            m(
+                "beanstalk_commands",
+                Counter,
+                "beanstalk commands run since start.",
+                s.beanstalk_commands,
+            ),
+            m(
+                "beanstalk_errors",
+                Counter,
+                "beanstalk requests refused by the protocol since start.",
+                s.beanstalk_errors,
             ),
             m(
                 "uptime_seconds",

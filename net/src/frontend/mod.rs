@@ -5,6 +5,7 @@
 //! protocol is a codec crate (bytes only, like `tarq-iproto`), a translation table here, and a
 //! [`ReplyTo`] variant carrying what its replies need (the IPROTO sync, say).
 
+pub mod beanstalk;
 pub mod iproto;
 
 use crate::server::dispatch::Outcome;
@@ -14,11 +15,13 @@ use crate::server::dispatch::Outcome;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyTo {
     Iproto(iproto::Reply),
+    Beanstalk(beanstalk::Reply),
 }
 
 /// Encodes `outcome` as the reply `to` asks for, appended to `out`.
 pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
     match to {
         ReplyTo::Iproto(r) => iproto::encode(out, r, outcome),
+        ReplyTo::Beanstalk(r) => beanstalk::encode(out, r, outcome),
     }
 }

@@ -326,6 +326,8 @@ pub struct Conn {
     pub guard: Guard,
     /// The tube API's session UUID, drawn at the first `queue.identify()`.
     pub session_uuid: Option<[u8; 16]>,
+    /// A connection to the beanstalk port: its protocol state (`None`: IPROTO).
+    pub beanstalk: Option<Box<crate::frontend::beanstalk::BsConn>>,
 }
 
 /// Why and how a connection is closing.

@@ -9,8 +9,8 @@
 //! are the front-ends'.
 
 use tarq_engine::{
-    Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, Stats, Task, TaskId, TaskRef,
-    TubeInfo, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
+    Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, Stats, Status, Task, TaskId,
+    TaskRef, TubeInfo, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
 };
 
 use slab::Slab;
@@ -104,6 +104,37 @@ pub enum Command<'a> {
         opts: TubeOptions,
         if_not_exists: bool,
     },
+    /// A take from whichever of `tubes` has the lowest (pri, id) task ready (beanstalk's
+    /// reserve over its watched tubes). Parked on all of them while none has one; the parked
+    /// entries wake at `wake` (at most the timeout's deadline) for the front-end to decide.
+    TakeAny {
+        tubes: &'a [TubeIx],
+        timeout: Option<Micros>,
+        wake: Micros,
+    },
+    /// Take this task (beanstalk's reserve-job): Ready, Waiting or Buried, in any tube.
+    TakeTask {
+        id: TaskId,
+    },
+    /// Bury a task this session holds, with a new pri (beanstalk's bury).
+    BuryTaken {
+        id: TaskId,
+        pri: i64,
+    },
+    /// Restart the TTR of a task this session holds (beanstalk's touch).
+    TouchTtr {
+        id: TaskId,
+    },
+    /// Kick up to `count` buried tasks of `tube`, or if it has none, delayed ones (beanstalk's
+    /// kick).
+    KickAny {
+        tube: TubeIx,
+        count: u64,
+    },
+    /// Make one buried or delayed task ready (beanstalk's kick-job).
+    KickTask {
+        id: TaskId,
+    },
     /// One tube's counters.
     TubeStats {
         tube: TubeIx,
@@ -123,6 +154,8 @@ impl Command<'_> {
                 | Command::ServerStats
                 | Command::Snapshot
                 | Command::Take { .. }
+                | Command::TakeAny { .. }
+                | Command::TouchTtr { .. }
         )
     }
 
@@ -132,6 +165,8 @@ impl Command<'_> {
         match self {
             Command::Put { .. }
             | Command::Take { .. }
+            | Command::TakeAny { .. }
+            | Command::TouchTtr { .. }
             | Command::Ack { .. }
             | Command::ServerStats
             | Command::Snapshot
@@ -221,6 +256,14 @@ impl Server {
                 self.take(idx, reply, on.tube(), timeout);
                 None
             }
+            Command::TakeAny {
+                tubes,
+                timeout,
+                wake,
+            } => {
+                self.take_any(idx, reply, tubes, timeout, wake);
+                None
+            }
             Command::Ack { on, id } => self.ack(idx, reply, on, id),
             Command::Release { on, id, opts } => self.release(idx, reply, on, id, opts),
             other => self.dispatch_tube_admin(idx, reply, other),
@@ -238,7 +281,9 @@ impl Server {
             return Some(Refusal::NotDurable);
         }
         let refuse = match cmd {
-            Command::Take { .. } => !self.journal.accepts_takes(),
+            Command::Take { .. } | Command::TakeAny { .. } | Command::TakeTask { .. } => {
+                !self.journal.accepts_takes()
+            }
             c => c.changes(),
         };
         if refuse {
@@ -283,6 +328,12 @@ impl Server {
 
     fn take(&mut self, idx: usize, reply: ReplyTo, tube: TubeIx, timeout: Option<Micros>) {
         let sid = self.conns[idx].sid;
+        if self.beanstalk.paused(tube, self.now) {
+            return match timeout {
+                Some(0) => self.deliver(idx, reply, &Outcome::Nothing),
+                _ => self.park_take(idx, reply, tube, timeout),
+            };
+        }
         match self.queue.take_from(self.now, tube, sid) {
             Ok(Some(t)) => deliver!(self, idx, reply, &Outcome::Task(t)),
             Ok(None) if timeout == Some(0) => self.deliver(idx, reply, &Outcome::Nothing),
@@ -292,15 +343,57 @@ impl Server {
     }
 
     fn park_take(&mut self, idx: usize, reply: ReplyTo, tube: TubeIx, timeout: Option<Micros>) {
+        let deadline = timeout.map_or(Micros::MAX, |t| self.now.saturating_add(t));
+        self.park_on(idx, reply, &[tube], deadline);
+    }
+
+    /// Parks one take on every tube of `tubes` (whichever gets a task first serves it; the
+    /// front-end drops the other entries then).
+    fn park_on(&mut self, idx: usize, reply: ReplyTo, tubes: &[TubeIx], deadline: Micros) {
         let c = &mut self.conns[idx];
-        if c.parked.len() >= MAX_PARKED_PER_CONN {
+        if c.parked.len() + tubes.len() > MAX_PARKED_PER_CONN {
             self.deliver(idx, reply, &Outcome::Error(Refusal::TooManyParked));
             return;
         }
         self.takes_parked += 1;
-        let deadline = timeout.map_or(Micros::MAX, |t| self.now.saturating_add(t));
-        let key = self.parked.park(idx, c.gen, tube, reply, deadline);
-        c.parked.push(key);
+        for &tube in tubes {
+            let key = self.parked.park(idx, c.gen, tube, reply, deadline);
+            c.parked.push(key);
+        }
+    }
+
+    /// A take from the tube of `tubes` whose ready head is lowest in (pri, id), skipping
+    /// paused tubes; parked on all of them when none has one.
+    fn take_any(
+        &mut self,
+        idx: usize,
+        reply: ReplyTo,
+        tubes: &[TubeIx],
+        timeout: Option<Micros>,
+        wake: Micros,
+    ) {
+        let now = self.now;
+        let best = tubes
+            .iter()
+            .filter(|&&t| !self.beanstalk.paused(t, now) && self.queue.can_take(t))
+            .filter_map(|&t| {
+                let head = self.queue.peek_first(t, Status::Ready).ok().flatten()?;
+                Some((head.pri, head.id, t))
+            })
+            .min();
+        if let Some((_, _, tube)) = best {
+            let sid = self.conns[idx].sid;
+            match self.queue.take_from(now, tube, sid) {
+                Ok(Some(t)) => deliver!(self, idx, reply, &Outcome::Task(t)),
+                Ok(None) => self.deliver(idx, reply, &Outcome::Nothing),
+                Err(e) => self.deliver(idx, reply, &Outcome::Error(e.into())),
+            }
+            return;
+        }
+        match timeout {
+            Some(0) => self.deliver(idx, reply, &Outcome::Nothing),
+            _ => self.park_on(idx, reply, tubes, wake),
+        }
     }
 
     fn ack(&mut self, idx: usize, reply: ReplyTo, on: On, id: TaskId) -> Option<TubeIx> {
@@ -366,11 +459,14 @@ impl Server {
             Command::Delete { tube, id } => (done(q.delete(tube, id)), Some(tube)),
             Command::ReleaseAll { tube } => (ok(q.release_all(tube)), Some(tube)),
             Command::Truncate { tube } => (ok(q.truncate(tube)), Some(tube)),
-            Command::DropTube { tube } if self.parked.waiting_in(tube) => {
+            Command::DropTube { tube }
+                if self.parked.waiting_in(tube) || self.beanstalk.in_use(tube) =>
+            {
                 (Outcome::Error(Refusal::Consumers), None)
             }
             Command::DropTube { tube } => match q.drop_tube(tube) {
                 Ok(()) => {
+                    self.beanstalk.forget_tube(tube);
                     self.refuse_waiting_puts(tube);
                     (Outcome::Dropped, None)
                 }
@@ -388,6 +484,31 @@ impl Server {
                     Err(e) => (Outcome::Error(e.into()), None),
                 }
             }
+            Command::TakeTask { id } => {
+                let sid = self.conns[idx].sid;
+                (task(q.take_task(now, sid, id)), None)
+            }
+            Command::BuryTaken { id, pri } => {
+                let sid = self.conns[idx].sid;
+                let r = q.bury_taken(sid, id, pri);
+                let tube = r.as_ref().ok().map(|t| t.tube);
+                (task(r), tube)
+            }
+            Command::TouchTtr { id } => (task(q.touch_ttr(now, self.conns[idx].sid, id)), None),
+            Command::KickAny { tube, count: n } => {
+                let buried = q.tube_stats(tube).map_or(0, |s| s.buried);
+                let kicked = if buried > 0 {
+                    q.kick(tube, n)
+                } else {
+                    q.kick_delayed(now, tube, n)
+                };
+                (count(kicked), Some(tube))
+            }
+            Command::KickTask { id } => {
+                let r = q.kick_task(now, id);
+                let tube = r.as_ref().ok().map(|t| t.tube);
+                (task(r), tube)
+            }
             Command::TubeStats { tube } => match q.tube_stats(tube) {
                 Ok(s) => (Outcome::TubeStats(s), None),
                 Err(e) => (Outcome::Error(e.into()), None),
@@ -401,6 +522,7 @@ impl Server {
             Command::Put { .. }
             | Command::PutIn { .. }
             | Command::Take { .. }
+            | Command::TakeAny { .. }
             | Command::Ack { .. }
             | Command::Release { .. } => unreachable!("dispatched by `dispatch`"),
         };
@@ -417,6 +539,9 @@ impl Server {
     /// its waiting puts.
     pub(crate) fn serve_parked(&mut self, tube: TubeIx) {
         self.serve_waiting_puts(tube);
+        if self.beanstalk.paused(tube, self.now) {
+            return;
+        }
         while self.parked.waiting_in(tube) && self.queue.can_take(tube) {
             let Some((key, p)) = self.parked.pop_oldest(tube) else {
                 break;
@@ -431,6 +556,7 @@ impl Server {
                 _ => break,
             }
             self.drain_events();
+            self.parked_answered(p.conn, p.reply);
         }
     }
 

@@ -37,6 +37,8 @@ use tarq_engine::{Event, Micros, Queue, SessionId};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::frontend::beanstalk::BsConn;
+use crate::frontend::ReplyTo;
 pub use conn::MMAP_THRESHOLD_BYTES;
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
 use dispatch::Outcome;
@@ -54,8 +56,17 @@ pub use wal_journal::WalJournal;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
+/// The beanstalk port's listener (`--beanstalk-listen`).
+const BEANSTALK_LISTENER: Token = Token(2);
 /// Connection tokens are `generation << 32 | (slot + FIRST_CONN_TOKEN)`.
-const FIRST_CONN_TOKEN: usize = 2;
+const FIRST_CONN_TOKEN: usize = 3;
+
+/// Which protocol a listener (and the connections it accepts) speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    Iproto,
+    Beanstalk,
+}
 
 /// Engine deadlines (promotions, expiries, TTR returns) fired per turn. Enough to keep up with
 /// any realistic rate (it runs every turn, and the loop spins while work is left), small enough
@@ -124,6 +135,10 @@ impl ServerHandle {
 pub struct Server {
     poll: Poll,
     listener: TcpListener,
+    /// The beanstalk port, when served.
+    beanstalk_listener: Option<TcpListener>,
+    /// The beanstalk front-end's counters, tube uses and pauses.
+    pub(crate) beanstalk: crate::frontend::beanstalk::BeanstalkState,
     waker: Arc<Waker>,
     stop: Arc<AtomicBool>,
     cfg: Config,
@@ -197,6 +212,20 @@ impl Server {
         })?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let beanstalk_listener = match cfg.beanstalk_listen {
+            Some(addr) => {
+                let mut l = TcpListener::bind(addr).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot listen on {addr} (--beanstalk-listen): {e}"),
+                    )
+                })?;
+                poll.registry()
+                    .register(&mut l, BEANSTALK_LISTENER, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
         let mut queue = journal.recovered_queue().unwrap_or_default();
@@ -206,6 +235,8 @@ impl Server {
         Ok(Server {
             poll,
             listener,
+            beanstalk_listener,
+            beanstalk: Default::default(),
             waker,
             stop: Arc::new(AtomicBool::new(false)),
             hash2,
@@ -249,6 +280,13 @@ impl Server {
         }
     }
 
+    /// The bound beanstalk address, when `--beanstalk-listen` is set (useful with port 0).
+    pub fn beanstalk_addr(&self) -> Option<SocketAddr> {
+        self.beanstalk_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
     /// The bound `/metrics` address, when `--metrics-listen` is set (useful with port 0).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.ops.metrics_addr()
@@ -279,6 +317,9 @@ impl Server {
                 parked_takes: self.parked.len() as u64,
                 takes_parked: self.takes_parked,
                 requests: self.ops.service.requests(),
+                beanstalk_connections: self.beanstalk.connections,
+                beanstalk_commands: self.beanstalk.commands(),
+                beanstalk_errors: self.beanstalk.errors,
             },
             limits: self.limit_figures(),
             wal: self.journal.figures(),
@@ -291,6 +332,9 @@ impl Server {
     pub fn run(&mut self) -> io::Result<()> {
         if let Some(cpu) = self.cfg.cpu {
             pin_to(cpu)?;
+        }
+        if let Some(addr) = self.beanstalk_addr() {
+            info!(listen = %addr, "serving the beanstalk protocol");
         }
         info!(
             listen = %self.local_addr()?,
@@ -310,11 +354,13 @@ impl Server {
             self.now = wall_clock();
             if self.accept_paused_until.is_some_and(|t| t <= self.now) {
                 self.accept_paused_until = None;
-                self.accept_all();
+                self.accept_all(Proto::Iproto);
+                self.accept_all(Proto::Beanstalk);
             }
             for ev in events.iter() {
                 match ev.token() {
-                    LISTENER => self.accept_all(),
+                    LISTENER => self.accept_all(Proto::Iproto),
+                    BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
                     WAKER => {}
                     t if Ops::owns(t) => self.ops.on_event(ev, self.now, &mut self.limits),
                     Token(t) => {
@@ -381,6 +427,9 @@ impl Server {
     pub fn stop_gracefully(&mut self) {
         // Deregistered, new connections wait in the kernel's backlog until the exit resets them.
         let _ = self.poll.registry().deregister(&mut self.listener);
+        if let Some(l) = &mut self.beanstalk_listener {
+            let _ = self.poll.registry().deregister(l);
+        }
         while let Some((key, p)) = self.parked.pop_any() {
             if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
                 forget_parked(c, key);
@@ -492,6 +541,7 @@ impl Server {
             self.lingering.iter().map(|&(_, _, until)| until).min(),
             self.limits.next_deadline(),
             self.tube_sessions.next_deadline(),
+            self.beanstalk.next_unpause(),
         ]
         .into_iter()
         .flatten()
@@ -500,10 +550,17 @@ impl Server {
         Some(Duration::from_micros(next.saturating_sub(wall_clock())))
     }
 
-    fn accept_all(&mut self) {
+    fn accept_all(&mut self, proto: Proto) {
         loop {
-            match self.listener.accept() {
-                Ok((stream, peer)) => self.admit(stream, peer),
+            let listener = match proto {
+                Proto::Iproto => &self.listener,
+                Proto::Beanstalk => match &self.beanstalk_listener {
+                    Some(l) => l,
+                    None => return,
+                },
+            };
+            match listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer, proto),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
@@ -517,7 +574,7 @@ impl Server {
         }
     }
 
-    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, proto: Proto) {
         let salt = match random_bytes::<{ greeting::SALT_LEN }>() {
             Ok(s) => s,
             Err(e) => {
@@ -526,6 +583,12 @@ impl Server {
             }
         };
         let hello = greeting::encode(&self.uuid, &salt);
+        if self.conns.len() >= self.cfg.max_connections && proto == Proto::Beanstalk {
+            // beanstalk has no greeting and no error a client reads unasked: just closed.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            warn!(%peer, limit = self.cfg.max_connections, "beanstalk connection refused: limit reached");
+            return;
+        }
         if self.conns.len() >= self.cfg.max_connections {
             // Refused cleanly: the greeting, then an error every client reports, then close.
             let mut msg = hello.to_vec();
@@ -564,11 +627,22 @@ impl Server {
         let sid = self.next_sid;
         self.next_sid += 1;
         let mut out = OutBuf::default();
-        out.out.extend_from_slice(&hello);
-        // The greeting depends on no state change: it goes out at once, ahead of any ticket.
-        out.hold(0);
-        out.release(0);
-        let authenticated = self.cfg.auth.is_none();
+        let beanstalk = (proto == Proto::Beanstalk).then(|| {
+            self.beanstalk.connections += 1;
+            self.beanstalk.connections_accepted += 1;
+            let default = self.beanstalk.tube_mut(tarq_engine::DEFAULT_TUBE);
+            default.using += 1;
+            default.watching += 1;
+            Box::new(BsConn::new(self.cfg.beanstalk_max_job_size))
+        });
+        if beanstalk.is_none() {
+            out.out.extend_from_slice(&hello);
+            // The greeting depends on no state change: it goes out at once, ahead of any ticket.
+            out.hold(0);
+            out.release(0);
+        }
+        // beanstalk has no authentication.
+        let authenticated = self.cfg.auth.is_none() || beanstalk.is_some();
         let guard = self
             .limits
             .open(READ_BUF_BYTES, self.now, authenticated, (idx, gen));
@@ -579,7 +653,11 @@ impl Server {
             sid,
             salt,
             authenticated,
-            rbuf: ReadBuf::framed(tarq_iproto::announced_total),
+            rbuf: if beanstalk.is_some() {
+                ReadBuf::new()
+            } else {
+                ReadBuf::framed(tarq_iproto::announced_total)
+            },
             out,
             parked: Vec::new(),
             token,
@@ -590,13 +668,14 @@ impl Server {
             closing: None,
             guard,
             session_uuid: None,
+            beanstalk,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         self.connections_accepted += 1;
         let conns = &self.conns;
         self.limits
             .sweep(|slot, gen| conns.get(slot).is_some_and(|c| c.gen == gen));
-        info!(sid, %peer, connections = self.conns.len(), "connection opened");
+        info!(sid, %peer, ?proto, connections = self.conns.len(), "connection opened");
     }
 
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
@@ -616,6 +695,7 @@ impl Server {
             let released = self.release_session(sid);
             info!(sid, released, "session expired");
         }
+        self.end_pauses();
 
         let mut list = std::mem::take(&mut self.read_list);
         list.append(&mut self.read_again);
@@ -633,7 +713,11 @@ impl Server {
         while let Some((key, p)) = self.parked.pop_expired(self.now) {
             if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
                 forget_parked(c, key);
-                self.deliver(p.conn, p.reply, &Outcome::Nothing);
+                match p.reply {
+                    // The front-end decides: TIMED_OUT, DEADLINE_SOON, or wait on.
+                    ReplyTo::Beanstalk(_) => self.bs_reserve_woke(p.conn),
+                    _ => self.deliver(p.conn, p.reply, &Outcome::Nothing),
+                }
             }
         }
         if !self.waiting_puts.is_empty() {
@@ -673,14 +757,18 @@ impl Server {
 
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
-        let frame_cap = self.frame_cap(self.conns[idx].authenticated);
+        let c = &self.conns[idx];
+        let request_cap = match &c.beanstalk {
+            Some(bs) => bs.decoder.max_request(),
+            None => self.frame_cap(c.authenticated) + MAX_PREFIX,
+        };
         let c = &mut self.conns[idx];
         if c.closing.is_some() {
             return;
         }
         // The buffer grows only as far as the input budget has room for; what is read, by no
         // more than the turn's input allowance.
-        let cap = self.limits.read_cap(&c.guard, frame_cap + MAX_PREFIX);
+        let cap = self.limits.read_cap(&c.guard, request_cap);
         let before = c.rbuf.data().len();
         let allowance = self.limits.read_allowance(&c.guard, READ_BUDGET_BYTES);
         let outcome = c
@@ -693,6 +781,49 @@ impl Server {
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let rbuf = std::mem::take(&mut c.rbuf);
         let data = rbuf.data();
+        let used = if c.beanstalk.is_some() {
+            self.execute_beanstalk_input(idx, data)
+        } else {
+            self.execute_iproto_input(idx, data)
+        };
+        let mut rbuf = rbuf;
+        rbuf.consume(used);
+        let c = &mut self.conns[idx];
+        c.rbuf = rbuf;
+        if c.closing.is_some() {
+            self.drop_input(idx);
+            return;
+        }
+        self.limits.settle(&mut c.guard, c.rbuf.allocated());
+        // A beanstalk connection whose reserve waits holds whole commands, not a partial one:
+        // they run when the reserve is answered ([`Server::resume_input`]), which reads again.
+        let blocked = c.beanstalk.as_ref().is_some_and(|b| b.waiting.is_some());
+        let partial = !c.rbuf.data().is_empty() && !blocked;
+        let id = (idx, c.gen);
+        self.limits
+            .note_input(&mut c.guard, id, self.now, read, used > 0, partial);
+        match outcome {
+            ReadOutcome::Drained => {}
+            ReadOutcome::Budget | ReadOutcome::Full if blocked => {}
+            // Only a partial frame is buffered and the budget lets it grow no further.
+            ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
+            ReadOutcome::Budget | ReadOutcome::Full if read => self.read_again_fed.push(idx),
+            ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
+            ReadOutcome::Eof if blocked => {
+                // beanstalkd answers a reserve waiting on a half-closed connection at once.
+                self.bs_half_closed(idx);
+                self.begin_close(idx, "closed by peer", true);
+            }
+            ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
+            ReadOutcome::Error(e) => {
+                debug!(sid = c.sid, error = %e, "read failed");
+                self.begin_close(idx, "read error", false);
+            }
+        }
+    }
+
+    /// Executes every complete IPROTO frame at the front of `data`; returns the bytes used.
+    fn execute_iproto_input(&mut self, idx: usize, data: &[u8]) -> usize {
         let mut used = 0;
         while self.conns[idx].closing.is_none() {
             let max = self.frame_cap(self.conns[idx].authenticated);
@@ -717,36 +848,122 @@ impl Server {
                 }
             }
         }
-        let mut rbuf = rbuf;
-        rbuf.consume(used);
-        let c = &mut self.conns[idx];
-        c.rbuf = rbuf;
-        if c.closing.is_some() {
-            self.drop_input(idx);
-            return;
-        }
-        self.limits.settle(&mut c.guard, c.rbuf.allocated());
-        let partial = !c.rbuf.data().is_empty();
-        let id = (idx, c.gen);
-        self.limits
-            .note_input(&mut c.guard, id, self.now, read, used > 0, partial);
-        match outcome {
-            ReadOutcome::Drained => {}
-            // Only a partial frame is buffered and the budget lets it grow no further.
-            ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
-            ReadOutcome::Budget | ReadOutcome::Full if read => self.read_again_fed.push(idx),
-            ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
-            ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
-            ReadOutcome::Error(e) => {
-                debug!(sid = c.sid, error = %e, "read failed");
-                self.begin_close(idx, "read error", false);
-            }
-        }
+        used
     }
 
     /// Connection `idx`'s reply buffer, queued for this turn's flush (for front-ends).
     pub(crate) fn reply_buf(&mut self, idx: usize) -> &mut Vec<u8> {
         out_of(&mut self.conns, &mut self.flush_list, idx)
+    }
+
+    /// Writes a reply to connection `idx` that reads the queue (for front-ends: peeks, stats,
+    /// lists), queued for this turn's flush.
+    pub(crate) fn reply_with_queue(
+        &mut self,
+        idx: usize,
+        write: impl FnOnce(&mut Vec<u8>, &Queue),
+    ) {
+        let out = out_of(&mut self.conns, &mut self.flush_list, idx);
+        write(out, &self.queue);
+    }
+
+    /// Counts one request for the service-time figures; `Some` when this one is to be timed
+    /// (one in `TIME_ONE_IN`: a clock read is not free).
+    pub(crate) fn count_request(&mut self) -> Option<Instant> {
+        self.ops.service.count_request().then(Instant::now)
+    }
+
+    pub(crate) fn record_request(&mut self, started: Option<Instant>) {
+        if let Some(t0) = started {
+            self.ops.service.record(t0.elapsed());
+        }
+    }
+
+    /// Takes parked on `tube` now.
+    pub(crate) fn parked_count(&self, tube: tarq_engine::TubeIx) -> u64 {
+        self.parked.count_in(tube) as u64
+    }
+
+    /// beanstalk connections that have put, that have reserved, and that wait in a reserve now.
+    pub(crate) fn beanstalk_roles(&self) -> (u64, u64, u64) {
+        let mut roles = (0, 0, 0);
+        for (_, c) in &self.conns {
+            if let Some(bs) = &c.beanstalk {
+                roles.0 += bs.producer as u64;
+                roles.1 += bs.worker as u64;
+                roles.2 += bs.waiting.is_some() as u64;
+            }
+        }
+        roles
+    }
+
+    /// This process's random id (the greeting's instance UUID), as a number.
+    pub(crate) fn server_id(&self) -> u64 {
+        u64::from_le_bytes(self.uuid[..8].try_into().expect("8 bytes"))
+    }
+
+    /// Closes connection `idx` at the client's request, after the replies it is owed.
+    pub(crate) fn close_quietly(&mut self, idx: usize, reason: &'static str) {
+        self.begin_close(idx, reason, true);
+    }
+
+    /// Drops every parked take of connection `idx` (a beanstalk reserve parks one per tube).
+    pub(crate) fn unpark_all(&mut self, idx: usize) {
+        for key in std::mem::take(&mut self.conns[idx].parked) {
+            self.parked.remove(key);
+        }
+    }
+
+    /// Connection `idx` may run the commands waiting in its buffer again: read it next turn.
+    pub(crate) fn resume_input(&mut self, idx: usize) {
+        if self.conns.get(idx).is_some_and(|c| c.closing.is_none()) {
+            self.read_again.push(idx);
+        }
+    }
+
+    /// A parked take was answered: a beanstalk reserve drops its other entries and lets the
+    /// commands behind it run.
+    pub(crate) fn parked_answered(&mut self, idx: usize, reply: ReplyTo) {
+        if matches!(reply, ReplyTo::Beanstalk(_)) {
+            self.bs_reserve_answered(idx);
+        }
+    }
+
+    /// Creates tube `name` (`fifottl`, default options) for a front-end that creates tubes on
+    /// first use, logging it to the journal like `create_tube`.
+    pub(crate) fn create_tube_for(
+        &mut self,
+        idx: usize,
+        name: &str,
+    ) -> Result<tarq_engine::TubeIx, dispatch::Refusal> {
+        let cmd = dispatch::Command::CreateTube {
+            name,
+            kind: tarq_engine::TubeType::FifoTtl,
+            opts: Default::default(),
+            if_not_exists: true,
+        };
+        if let Some(r) = self.refusal(&cmd) {
+            return Err(r);
+        }
+        let _ = idx;
+        let t = self
+            .queue
+            .create_tube(name, tarq_engine::TubeType::FifoTtl, Default::default())
+            .map_err(dispatch::Refusal::Queue)?;
+        self.drain_events();
+        Ok(t)
+    }
+
+    /// Pauses (beanstalk's pause-tube) that are over: their tubes' waiters are served.
+    fn end_pauses(&mut self) {
+        if self.beanstalk.next_unpause().is_none_or(|t| t > self.now) {
+            return;
+        }
+        let mut ended = Vec::new();
+        self.beanstalk.unpause_due(self.now, &mut ended);
+        for tube in ended {
+            self.serve_parked(tube);
+        }
     }
 
     /// Connection `idx` (for front-ends: its authentication, salt, session).
@@ -795,6 +1012,10 @@ impl Server {
             self.parked.remove(key);
         }
         let (sid, peer, uuid) = (c.sid, c.peer, c.session_uuid);
+        if let Some(bs) = &c.beanstalk {
+            self.beanstalk.release_tubes(bs.used, &bs.watched);
+            self.beanstalk.connections -= 1;
+        }
         self.drop_input(idx);
         let released = match self.tube_sessions.detach(sid, uuid, self.now) {
             tube_sessions::OnClose::Release(sid) => self.release_session(sid),
@@ -1043,7 +1264,7 @@ mod tests {
         let known: Vec<usize> = s.conns.iter().map(|(i, _)| i).collect();
         let deadline = Instant::now() + WAIT;
         loop {
-            s.accept_all();
+            s.accept_all(Proto::Iproto);
             if let Some((i, _)) = s.conns.iter().find(|(i, _)| !known.contains(i)) {
                 return (i, client);
             }

@@ -114,6 +114,11 @@ impl Parked {
         t
     }
 
+    /// How many takes wait on `tube`.
+    pub fn count_in(&self, tube: TubeIx) -> usize {
+        self.fifos.get(tube as usize).map_or(0, |f| f.1)
+    }
+
     /// Whether a take waits on `tube`.
     pub fn waiting_in(&self, tube: TubeIx) -> bool {
         self.fifos.get(tube as usize).is_some_and(|f| f.1 > 0)

@@ -1,8 +1,9 @@
 //! Tubes through the WAL and snapshots: every tube event is logged and recovered (tubes and
 //! their options, buried tasks, utube keys, delivery counts, dedup keys; a dropped tube stays
-//! dropped), with the process dying at every write; a snapshot walked while tubes are created,
-//! dropped and truncated; and the format versions: a version-1 data directory is read, an
-//! unknown version is refused with an error that says so.
+//! dropped), with the process dying at every write; the beanstalk front-end's calls (kick_task,
+//! kick_delayed, bury_taken with a new pri, touch_ttr) likewise; a snapshot walked while tubes
+//! are created, dropped and truncated; and the format versions: a version-1 data directory is
+//! read, an unknown version is refused with an error that says so.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -73,7 +74,8 @@ fn model(q: &Queue, now: Micros) -> BTreeSet<String> {
 
 /// A deterministic workload over the tube API: tubes of every type created, dropped and
 /// truncated; puts with utube and dedup keys; takes, acks, releases with options, touches,
-/// buries, kicks, deletes, release_all; time passing.
+/// buries, kicks, deletes, release_all; the beanstalk calls (kick_task, kick_delayed,
+/// bury_taken, touch_ttr); time passing.
 struct Driver {
     rng: u64,
     now: Micros,
@@ -155,7 +157,7 @@ impl Driver {
     fn turn(&mut self, q: &mut Queue) {
         for _ in 0..1 + self.next(4) {
             let tube = self.pick_tube(q);
-            match self.next(20) {
+            match self.next(24) {
                 0 => self.create(q),
                 1 if self.next(3) == 0 => {
                     let _ = q.drop_tube(tube);
@@ -206,6 +208,25 @@ impl Driver {
                 }
                 17 => {
                     q.release_session(1 + self.next(SESSIONS));
+                }
+                18 => {
+                    if let Some((id, _)) = self.task_of(q, tube, None) {
+                        let _ = q.kick_task(self.now, id);
+                    }
+                }
+                19 => {
+                    let _ = q.kick_delayed(self.now, tube, 1 + self.next(3));
+                }
+                20 => {
+                    if let Some((id, owner)) = self.task_of(q, tube, Some(Status::Taken)) {
+                        let pri = self.next(4) as i64;
+                        q.bury_taken(owner, id, pri).expect("owner buries");
+                    }
+                }
+                21 => {
+                    if let Some((id, owner)) = self.task_of(q, tube, Some(Status::Taken)) {
+                        q.touch_ttr(self.now, owner, id).expect("owner touches");
+                    }
                 }
                 _ => {
                     self.now += self.next(1500) * 1000;
@@ -301,6 +322,191 @@ fn crash_everywhere(mode: WalMode, crash_of: impl Fn(usize) -> Crash, keeps: &[u
             let storage = MemStorage::new();
             storage.die_at_write(n, keep);
             let (models, acked) = run(&storage, mode, 11);
+            storage.crash(crash_of(keep));
+            let what = format!("{mode} mode, died at write {n} keeping {keep}");
+            check_recovered(&storage, &models, acked, &what);
+        }
+    }
+}
+
+/// The beanstalk calls, turn by turn: a tube `bs` and `default` with ready, delayed and
+/// buried tasks; bury_taken with a new pri (an `Updated` and a `Buried`) and with the pri it
+/// has; kick_task of a buried and of a delayed task; kick_delayed in both tubes; touch_ttr
+/// (which logs nothing); time passing. Returns whether the turn did anything.
+fn beanstalk_turn(q: &mut Queue, turn: usize, now: Micros) -> bool {
+    let bs = q.tube_ix("bs");
+    let put = |q: &mut Queue, tube, pri, delay| {
+        let p = TubePut {
+            pri: Some(pri),
+            delay,
+            ..TubePut::default()
+        };
+        let data = format!("job pri {pri} delay {delay}").into_bytes();
+        match q.put_in(now, tube, data.into(), p).expect("put") {
+            tarq_engine::PutOutcome::Created(t) => t.id,
+            other => panic!("a new task, got {other:?}"),
+        }
+    };
+    match turn {
+        1 => {
+            let ttr = TubeOptions {
+                ttr: Some(30 * SEC),
+                ..TubeOptions::default()
+            };
+            let bs = q.create_tube("bs", TubeType::FifoTtl, ttr).expect("new");
+            put(q, bs, 5, 0); // 1: taken, buried with pri 2000, kicked
+            put(q, bs, 5, 60 * SEC); // 2: kick_task from delayed
+            put(q, bs, 5, 30 * SEC); // 3: kick_delayed (due first), taken, buried with pri 7
+            put(q, bs, 5, 90 * SEC); // 4: stays delayed
+            put(q, bs, 0, 0); // 5: taken, buried with its own pri
+            let o = PutOptions {
+                delay: 10 * SEC,
+                ..PutOptions::default()
+            };
+            q.put(now, b"default, delayed".to_vec().into(), o); // 6: kick_delayed in default
+        }
+        2 => {
+            let bs = bs.expect("bs");
+            assert_eq!(
+                q.take_from(now, bs, 1).expect("live").map(|t| t.id),
+                Some(5)
+            );
+            assert_eq!(
+                q.take_from(now, bs, 2).expect("live").map(|t| t.id),
+                Some(1)
+            );
+        }
+        3 => {
+            assert_eq!(q.bury_taken(2, 1, 2000).expect("held").pri, 2000);
+            q.touch_ttr(now, 1, 5).expect("held");
+        }
+        4 => {
+            assert_eq!(q.bury_taken(1, 5, 0).expect("held").status, Status::Buried);
+        }
+        5 => {
+            assert_eq!(q.kick_task(now, 1).expect("buried").status, Status::Ready);
+            assert_eq!(q.kick_task(now, 2).expect("delayed").status, Status::Ready);
+        }
+        6 => {
+            assert_eq!(q.kick_delayed(now, bs.expect("bs"), 1), Ok(1));
+            assert_eq!(q.kick_delayed(now, 0, 5), Ok(1));
+        }
+        7 => {
+            // Task 1 (pri 2000) now goes after task 3 (pri 5).
+            let bs = bs.expect("bs");
+            let t = q.take_from(now, bs, 1).expect("live").expect("ready");
+            assert_eq!(t.id, 2);
+            let t = q.take_from(now, bs, 1).expect("live").expect("ready");
+            assert_eq!(t.id, 3);
+            q.touch_ttr(now, 1, 3).expect("held");
+            assert_eq!(q.bury_taken(1, 3, 7).expect("held").pri, 7);
+        }
+        8 => {
+            q.advance(now, 64);
+        }
+        _ => return false,
+    }
+    true
+}
+
+const BEANSTALK_SNAPSHOT_AT: usize = 4;
+
+/// `run` for the beanstalk script: models after every turn, the last acknowledged turn.
+fn run_beanstalk(storage: &MemStorage, mode: WalMode) -> (Vec<(Micros, BTreeSet<String>)>, usize) {
+    let (mut wal, mut q, _) =
+        try_open_in(storage, mode).unwrap_or_else(|e| panic!("recovery failed: {e}"));
+    let mut now = START;
+    let mut models = vec![(now, model(&q, now))];
+    let mut acked = 0;
+    for turn in 1.. {
+        now += SEC;
+        if !beanstalk_turn(&mut q, turn, now) {
+            break;
+        }
+        q.check_invariants();
+        models.push((now, model(&q, now)));
+        wal.append_turn(&mut q);
+        let batch = wal.submit();
+        if mode == WalMode::Fsync && wal.flush(&mut q, WAIT).is_err() {
+            break;
+        }
+        wal.poll(&mut q);
+        if wal.check_writable().is_err() {
+            break;
+        }
+        assert!(wal.durable_upto() >= batch, "durable after the turn");
+        acked = turn;
+        if turn == BEANSTALK_SNAPSHOT_AT && wal.snapshot_now(&mut q, WAIT).is_err() {
+            break;
+        }
+    }
+    (models, acked)
+}
+
+#[test]
+fn beanstalk_kicks_and_buries_survive_a_restart() {
+    let storage = MemStorage::new();
+    let (models, acked) = run_beanstalk(&storage, WalMode::Write);
+    assert_eq!(acked, models.len() - 1, "every turn acknowledged");
+    let (_wal, q, _) = open(&storage);
+    q.check_invariants();
+    let state = |id| {
+        let t = q.get(id).expect("live");
+        (t.status, t.runat, t.pri)
+    };
+    assert_eq!(
+        state(1),
+        (Status::Ready, 0, 2000),
+        "bury_taken's pri, then kick_task"
+    );
+    assert_eq!(
+        state(2),
+        (Status::Ready, 0, 5),
+        "kicked from delayed, then taken"
+    );
+    assert_eq!(
+        state(3),
+        (Status::Buried, 0, 7),
+        "kick_delayed, then bury_taken"
+    );
+    assert_eq!(state(4), (Status::Waiting, START + SEC + 90 * SEC, 5));
+    assert_eq!(state(5), (Status::Buried, 0, 0));
+    assert_eq!(state(6), (Status::Ready, 0, 0), "kick_delayed in default");
+    let last = models.last().expect("turns");
+    assert_eq!(model(&q, last.0), last.1);
+    let bs = q.tube_ix("bs").expect("recovered");
+    assert_eq!(
+        q.peek_first(bs, Status::Ready).expect("live").map(|t| t.id),
+        Some(2)
+    );
+    assert_eq!(
+        q.ready_urgent(bs),
+        Ok(1),
+        "task 2 (pri 5); task 1 has pri 2000"
+    );
+}
+
+#[test]
+fn beanstalk_calls_survive_a_crash_at_every_write() {
+    beanstalk_crash_everywhere(WalMode::Write, |_| Crash::Process);
+}
+
+#[test]
+fn beanstalk_calls_survive_a_power_loss_at_every_write_in_fsync_mode() {
+    beanstalk_crash_everywhere(WalMode::Fsync, |keep| Crash::Power { torn_keep: keep });
+}
+
+fn beanstalk_crash_everywhere(mode: WalMode, crash_of: impl Fn(usize) -> Crash) {
+    let clean = MemStorage::new();
+    let (models, acked) = run_beanstalk(&clean, mode);
+    check_recovered(&clean, &models, acked, "clean shutdown");
+    let writes = clean.writes();
+    assert!(writes > 8, "a write per turn at least: {writes}");
+    for n in 1..=writes {
+        for keep in [0, 30, usize::MAX] {
+            let storage = MemStorage::new();
+            storage.die_at_write(n, keep);
+            let (models, acked) = run_beanstalk(&storage, mode);
             storage.crash(crash_of(keep));
             let what = format!("{mode} mode, died at write {n} keeping {keep}");
             check_recovered(&storage, &models, acked, &what);

@@ -1,0 +1,569 @@
+//! The beanstalk front-end: beanstalkd 1.12's text protocol (codec `tarq-beanstalk`) on a
+//! second port, over the same engine, tubes, parked takes and journal as IPROTO. A beanstalk
+//! tube is a tarq tube (`use` and `watch` create a missing one as `fifottl`), a job id is a
+//! task id, and a reservation belongs to the connection's session, so it goes back to ready
+//! when the connection closes.
+//!
+//! Commands that change the queue (put, reserve, delete, release, bury, touch, kick,
+//! kick-job, reserve-job) go through [`Server::dispatch`] like the IPROTO calls, so the
+//! journal's refusals, durability holds and parked-take wake-ups are the same; the rest
+//! (use / watch / ignore, peeks, stats, lists, pause-tube, quit) only read the queue or the
+//! connection's own state and are answered here. As in beanstalkd, a connection runs its
+//! commands one after another: while a reserve waits, the commands behind it wait in the read
+//! buffer ([`BsConn::waiting`]).
+//!
+//! Bodies: the engine keeps a task's data as MessagePack, so a job body is stored as one
+//! MessagePack string (bin if it is not UTF-8) and a task put through IPROTO is reserved with
+//! its string's bytes as the body (its raw MessagePack if it is anything else). A job put on
+//! one protocol can be taken on the other.
+
+mod state;
+mod stats;
+
+pub use state::BeanstalkState;
+
+use tarq_beanstalk::{Command as Bs, Decoded, Decoder, ProtocolError, Reply as Out};
+use tarq_engine::{Micros, ReleaseOptions, Status, TaskId, TubeIx, TubePut, DEFAULT_TUBE};
+
+use crate::server::dispatch::{Command, Outcome, Refusal};
+use crate::server::Server;
+
+use super::ReplyTo;
+
+/// One second, in the engine's microseconds.
+const SECOND: Micros = 1_000_000;
+
+/// beanstalkd's safety margin: a reserve is answered `DEADLINE_SOON` when a job the connection
+/// holds has less than this left of its TTR (and no job is ready for it).
+pub const DEADLINE_MARGIN: Micros = SECOND;
+
+/// A beanstalk connection's own state (the rest — socket, buffers, session — is its `Conn`'s).
+#[derive(Debug)]
+pub struct BsConn {
+    pub decoder: Decoder,
+    /// The tube `put` goes to.
+    pub used: TubeIx,
+    /// The tubes `reserve` takes from, in beanstalkd's order (`ignore` swaps the last one into
+    /// the hole, as its set does).
+    pub watched: Vec<TubeIx>,
+    /// A reserve is parked: the commands behind it wait. `until` is its own deadline
+    /// (`Micros::MAX`: none); the parked entries may wake earlier for `DEADLINE_SOON`.
+    pub waiting: Option<Micros>,
+    /// Has put a job / reserved one (beanstalkd's producer and worker counts).
+    pub producer: bool,
+    pub worker: bool,
+}
+
+impl BsConn {
+    pub fn new(max_job_size: u32) -> Self {
+        BsConn {
+            decoder: Decoder::new(max_job_size),
+            used: DEFAULT_TUBE,
+            watched: vec![DEFAULT_TUBE],
+            waiting: None,
+            producer: false,
+            worker: false,
+        }
+    }
+}
+
+/// Which command a dispatched outcome answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Put,
+    Reserve,
+    Delete,
+    Release,
+    Bury,
+    Touch,
+    Kick,
+    KickJob,
+}
+
+/// Encodes `outcome` as the reply to `r`.
+pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
+    let reply = match (r, outcome) {
+        (Reply::Put, Outcome::Task(t)) => Out::Inserted { id: t.id },
+        (Reply::Reserve, Outcome::Task(t)) => Out::Reserved {
+            id: t.id,
+            body: body_of(t.data),
+        },
+        (Reply::Reserve, Outcome::Nothing) => Out::TimedOut,
+        (Reply::Delete, Outcome::Done(_)) => Out::Deleted,
+        // A release of a task taken `max_deliveries` times buries it.
+        (Reply::Release, Outcome::Task(t)) if t.status == Status::Buried => Out::Buried,
+        (Reply::Release, Outcome::Task(_)) => Out::Released,
+        (Reply::Bury, Outcome::Task(_)) => Out::Buried,
+        (Reply::Touch, Outcome::Task(_)) => Out::Touched,
+        (Reply::Kick, Outcome::Count(n)) => Out::KickedCount {
+            count: (*n).min(u32::MAX as u64) as u32,
+        },
+        (Reply::KickJob, Outcome::Task(_)) => Out::Kicked,
+        // The journal cannot take changes (a full or failing disk): beanstalkd answers a put
+        // its binlog has no room for this way. The server's log names the cause.
+        (_, Outcome::Error(Refusal::Journal(_))) => Out::OutOfMemory,
+        // A full limfifottl tube has no room for the put.
+        (_, Outcome::Full) => Out::OutOfMemory,
+        (_, Outcome::Error(Refusal::Queue(_))) => Out::NotFound,
+        (_, _) => Out::InternalError,
+    };
+    reply.encode(out);
+}
+
+/// A job body as stored: one MessagePack string or bin, UTF-8 bodies as strings (what
+/// Tarantool clients decode as text).
+pub fn wrap_body(out: &mut Vec<u8>, body: &[u8]) {
+    out.clear();
+    match std::str::from_utf8(body) {
+        Ok(s) => tarq_iproto::mp::write::str(out, s),
+        Err(_) => tarq_iproto::mp::write::bin(out, body),
+    }
+}
+
+/// The body a stored task is reserved with: the bytes of its string or bin, or its raw
+/// MessagePack when it is another value (a task put through IPROTO as a map, say).
+pub fn body_of(data: &[u8]) -> &[u8] {
+    let Some((&marker, rest)) = data.split_first() else {
+        return data;
+    };
+    let (len, rest) = match marker {
+        0xa0..=0xbf => ((marker & 0x1f) as usize, rest),
+        0xd9 | 0xc4 if !rest.is_empty() => (rest[0] as usize, &rest[1..]),
+        0xda | 0xc5 if rest.len() >= 2 => {
+            (u16::from_be_bytes([rest[0], rest[1]]) as usize, &rest[2..])
+        }
+        0xdb | 0xc6 if rest.len() >= 4 => (
+            u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize,
+            &rest[4..],
+        ),
+        _ => return data,
+    };
+    if len == rest.len() {
+        rest
+    } else {
+        data
+    }
+}
+
+/// `FOUND <id> <bytes>` and the body, or `NOT_FOUND`.
+fn found(out: &mut Vec<u8>, task: Option<tarq_engine::TaskRef<'_>>) {
+    match task {
+        Some(t) => Out::Found {
+            id: t.id,
+            body: body_of(t.data),
+        }
+        .encode(out),
+        None => Out::NotFound.encode(out),
+    }
+}
+
+/// Seconds as the engine's microseconds.
+fn secs(s: u32) -> Micros {
+    s as Micros * SECOND
+}
+
+impl Server {
+    /// Executes what connection `idx` has sent, command by command, until a reserve waits or
+    /// the input holds no whole command; returns the bytes used.
+    pub(crate) fn execute_beanstalk_input(&mut self, idx: usize, data: &[u8]) -> usize {
+        let mut used = 0;
+        loop {
+            let c = self.conn_mut(idx);
+            if c.closing.is_some() {
+                break;
+            }
+            let Some(bs) = c.beanstalk.as_mut() else {
+                break;
+            };
+            if bs.waiting.is_some() {
+                break;
+            }
+            let Some((step, n)) = bs.decoder.decode(&data[used..]) else {
+                break;
+            };
+            used += n;
+            match step {
+                Decoded::Command(cmd) => {
+                    let started = self.count_request();
+                    self.execute_beanstalk(idx, cmd);
+                    self.record_request(started);
+                }
+                Decoded::Error(e) => self.protocol_error(idx, e),
+                Decoded::Discarded => {}
+            }
+        }
+        used
+    }
+
+    fn protocol_error(&mut self, idx: usize, e: ProtocolError) {
+        self.beanstalk.errors += 1;
+        tracing::debug!(sid = self.conn_mut(idx).sid, error = %e, "beanstalk request refused");
+        e.reply().encode(self.reply_buf(idx));
+    }
+
+    /// Writes a reply that needs no engine call.
+    fn bs_answer(&mut self, idx: usize, reply: Out<'_>) {
+        reply.encode(self.reply_buf(idx));
+    }
+
+    fn bs(&mut self, idx: usize) -> &mut BsConn {
+        self.conn_mut(idx)
+            .beanstalk
+            .as_mut()
+            .expect("a beanstalk connection")
+    }
+
+    /// The translation table: one beanstalk command.
+    fn execute_beanstalk(&mut self, idx: usize, cmd: Bs<'_>) {
+        self.beanstalk.count(cmd.kind());
+        match cmd {
+            Bs::Put {
+                pri,
+                delay,
+                ttr,
+                body,
+            } => self.bs_put(idx, pri, delay, ttr, body),
+            Bs::Use { tube } => match self.bs_tube(idx, tube) {
+                Some(t) => {
+                    let bs = self.bs(idx);
+                    let old = std::mem::replace(&mut bs.used, t);
+                    self.beanstalk.tube_mut(old).using -= 1;
+                    self.beanstalk.tube_mut(t).using += 1;
+                    self.bs_answer(idx, Out::Using { tube });
+                }
+                None => self.bs_answer(idx, Out::OutOfMemory),
+            },
+            Bs::Reserve => self.bs_reserve(idx, None),
+            Bs::ReserveWithTimeout { seconds } => {
+                // Negative waits forever, as beanstalkd reads it.
+                let timeout = u32::try_from(seconds).ok().map(secs);
+                self.bs_reserve(idx, timeout)
+            }
+            Bs::ReserveJob { id } => {
+                self.bs_dispatch(idx, Reply::Reserve, Command::TakeTask { id })
+            }
+            Bs::Delete { id } => self.bs_delete(idx, id),
+            Bs::Release { id, pri, delay } => match self.tube_of(id) {
+                Some(tube) => {
+                    let opts = ReleaseOptions {
+                        delay: secs(delay),
+                        pri: Some(pri as i64),
+                        ttl: None,
+                    };
+                    let on = crate::server::dispatch::On::Tube(tube);
+                    self.bs_dispatch(idx, Reply::Release, Command::Release { on, id, opts })
+                }
+                None => self.bs_answer(idx, Out::NotFound),
+            },
+            Bs::Bury { id, pri } => {
+                let pri = pri as i64;
+                self.bs_dispatch(idx, Reply::Bury, Command::BuryTaken { id, pri })
+            }
+            Bs::Touch { id } => self.bs_dispatch(idx, Reply::Touch, Command::TouchTtr { id }),
+            Bs::Watch { tube } => match self.bs_tube(idx, tube) {
+                Some(t) => {
+                    let bs = self.bs(idx);
+                    let added = !bs.watched.contains(&t);
+                    if added {
+                        bs.watched.push(t);
+                    }
+                    let count = bs.watched.len() as u64;
+                    if added {
+                        self.beanstalk.tube_mut(t).watching += 1;
+                    }
+                    self.bs_answer(idx, Out::Watching { count });
+                }
+                None => self.bs_answer(idx, Out::OutOfMemory),
+            },
+            Bs::Ignore { tube } => self.bs_ignore(idx, tube),
+            Bs::Peek { id } => self.reply_with_queue(idx, |out, q| found(out, q.get(id))),
+            Bs::PeekReady => self.bs_peek_first(idx, Status::Ready),
+            Bs::PeekDelayed => self.bs_peek_first(idx, Status::Waiting),
+            Bs::PeekBuried => self.bs_peek_first(idx, Status::Buried),
+            Bs::Kick { bound } => {
+                let tube = self.bs(idx).used;
+                let count = bound as u64;
+                self.bs_dispatch(idx, Reply::Kick, Command::KickAny { tube, count })
+            }
+            Bs::KickJob { id } => self.bs_dispatch(idx, Reply::KickJob, Command::KickTask { id }),
+            Bs::StatsJob { id } => self.bs_stats_job(idx, id),
+            Bs::StatsTube { tube } => self.bs_stats_tube(idx, tube),
+            Bs::Stats => self.bs_stats(idx),
+            Bs::ListTubes => self.reply_with_queue(idx, |out, q| {
+                tarq_beanstalk::ok_yaml(out, |o| {
+                    tarq_beanstalk::write_list(o, q.tubes().map(|t| t.name))
+                })
+            }),
+            Bs::ListTubeUsed => {
+                let used = self.bs(idx).used;
+                let name = self.tube_name(used);
+                self.bs_answer(idx, Out::Using { tube: &name });
+            }
+            Bs::ListTubesWatched => {
+                let watched = self.bs(idx).watched.clone();
+                let names: Vec<String> = watched.iter().map(|&t| self.tube_name(t)).collect();
+                tarq_beanstalk::ok_yaml(self.reply_buf(idx), |o| {
+                    tarq_beanstalk::write_list(o, names.iter().map(String::as_str))
+                });
+            }
+            Bs::PauseTube { tube, delay } => match self.queue().tube_ix(tube) {
+                Some(t) => {
+                    // beanstalkd pauses for at least a second.
+                    let delay = delay.max(1);
+                    let until = self.now().saturating_add(secs(delay));
+                    let st = self.beanstalk.tube_mut(t);
+                    st.cmd_pause_tube += 1;
+                    st.pause = Some((until, delay));
+                    self.bs_answer(idx, Out::Paused);
+                }
+                None => self.bs_answer(idx, Out::NotFound),
+            },
+            Bs::Quit => self.close_quietly(idx, "quit"),
+        }
+    }
+
+    /// Runs a command through the one dispatch, answered as `reply`.
+    fn bs_dispatch(&mut self, idx: usize, reply: Reply, cmd: Command<'_>) {
+        self.dispatch(idx, ReplyTo::Beanstalk(reply), cmd);
+    }
+
+    fn bs_put(&mut self, idx: usize, pri: u32, delay: u32, ttr: u32, body: &[u8]) {
+        let bs = self.bs(idx);
+        bs.producer = true;
+        let tube = bs.used;
+        let opts = TubePut {
+            delay: secs(delay),
+            // beanstalkd raises a TTR of 0 to one second.
+            ttr: Some(secs(ttr.max(1))),
+            pri: Some(pri as i64),
+            ..Default::default()
+        };
+        let mut data = std::mem::take(&mut self.beanstalk.scratch);
+        wrap_body(&mut data, body);
+        let cmd = Command::PutIn {
+            tube,
+            data: &data,
+            opts,
+            wait: 0,
+        };
+        self.dispatch(idx, ReplyTo::Beanstalk(Reply::Put), cmd);
+        self.beanstalk.scratch = data;
+    }
+
+    /// `reserve`: `DEADLINE_SOON` when a job this connection holds is about to time out and
+    /// none is ready for it; else a take from its watched tubes, parked while none is ready.
+    fn bs_reserve(&mut self, idx: usize, timeout: Option<Micros>) {
+        let now = self.now();
+        let sid = self.conn_mut(idx).sid;
+        // The watched tubes, copied into a reused buffer (the command borrows them while the
+        // dispatch borrows the server).
+        let mut tubes = std::mem::take(&mut self.beanstalk.tubes_scratch);
+        let bs = self.bs(idx);
+        bs.worker = true;
+        tubes.clear();
+        tubes.extend_from_slice(&bs.watched);
+        let soon = self
+            .queue()
+            .soonest_ttr(sid)
+            .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN));
+        if soon && !self.ready_in_any(&tubes) {
+            self.beanstalk.tubes_scratch = tubes;
+            self.bs_answer(idx, Out::DeadlineSoon);
+            return;
+        }
+        let until = timeout.map_or(Micros::MAX, |t| now.saturating_add(t));
+        self.bs(idx).waiting = Some(until);
+        let wake = self.reserve_wake(sid, until);
+        let cmd = Command::TakeAny {
+            tubes: &tubes,
+            timeout,
+            wake,
+        };
+        self.dispatch(idx, ReplyTo::Beanstalk(Reply::Reserve), cmd);
+        self.beanstalk.tubes_scratch = tubes;
+        // Answered at once: nothing waits. (A parked take leaves `waiting` set.)
+        if self.conn_mut(idx).parked.is_empty() {
+            self.bs(idx).waiting = None;
+        }
+    }
+
+    /// When a waiting reserve must look again: its deadline, or earlier, when the soonest TTR
+    /// of the jobs its connection holds enters the safety margin.
+    fn reserve_wake(&self, sid: u64, until: Micros) -> Micros {
+        let soon = self
+            .queue()
+            .soonest_ttr(sid)
+            .map_or(Micros::MAX, |d| d.saturating_sub(DEADLINE_MARGIN));
+        until.min(soon)
+    }
+
+    /// A waiting reserve's parked entries woke (at its deadline, or for `DEADLINE_SOON`).
+    pub(crate) fn bs_reserve_woke(&mut self, idx: usize) {
+        let now = self.now();
+        let sid = self.conn_mut(idx).sid;
+        let Some(until) = self.bs(idx).waiting else {
+            return;
+        };
+        self.unpark_all(idx);
+        self.bs(idx).waiting = None;
+        let soon = self
+            .queue()
+            .soonest_ttr(sid)
+            .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN));
+        if soon {
+            self.bs_answer(idx, Out::DeadlineSoon);
+        } else if until <= now {
+            self.bs_answer(idx, Out::TimedOut);
+        } else {
+            // Woken for a job that is no longer held (released or acked elsewhere): wait on.
+            let left = (until != Micros::MAX).then(|| until - now);
+            self.bs_reserve_again(idx, left);
+            return;
+        }
+        self.resume_input(idx);
+    }
+
+    /// The client shut its side while its reserve waited: `TIMED_OUT`, as beanstalkd answers.
+    pub(crate) fn bs_half_closed(&mut self, idx: usize) {
+        self.unpark_all(idx);
+        self.bs(idx).waiting = None;
+        self.bs_answer(idx, Out::TimedOut);
+    }
+
+    fn bs_reserve_again(&mut self, idx: usize, timeout: Option<Micros>) {
+        self.bs_reserve(idx, timeout);
+        if self.bs(idx).waiting.is_none() {
+            self.resume_input(idx);
+        }
+    }
+
+    /// A parked reserve was answered (served, or timed out): drop its other entries and run
+    /// the commands that waited behind it.
+    pub(crate) fn bs_reserve_answered(&mut self, idx: usize) {
+        self.unpark_all(idx);
+        if let Some(bs) = self.conn_mut(idx).beanstalk.as_mut() {
+            bs.waiting = None;
+        }
+        self.resume_input(idx);
+    }
+
+    /// Whether any of `tubes` (not paused) has a task a take would get now.
+    fn ready_in_any(&self, tubes: &[TubeIx]) -> bool {
+        let now = self.now();
+        tubes
+            .iter()
+            .any(|&t| !self.beanstalk.paused(t, now) && self.queue().can_take(t))
+    }
+
+    fn bs_delete(&mut self, idx: usize, id: TaskId) {
+        let sid = self.conn_mut(idx).sid;
+        // A job reserved by another connection is not this one's to delete.
+        let Some(tube) = self
+            .queue()
+            .get(id)
+            .filter(|t| t.owner.is_none_or(|o| o == sid))
+            .map(|t| t.tube)
+        else {
+            self.bs_answer(idx, Out::NotFound);
+            return;
+        };
+        self.beanstalk.tube_mut(tube).cmd_delete += 1;
+        self.bs_dispatch(idx, Reply::Delete, Command::Delete { tube, id });
+    }
+
+    fn bs_ignore(&mut self, idx: usize, name: &str) {
+        let t = self.queue().tube_ix(name);
+        let bs = self.bs(idx);
+        let pos = t.and_then(|t| bs.watched.iter().position(|&w| w == t));
+        match pos {
+            Some(_) if bs.watched.len() == 1 => self.bs_answer(idx, Out::NotIgnored),
+            Some(p) => {
+                let t = bs.watched.swap_remove(p);
+                let count = bs.watched.len() as u64;
+                self.beanstalk.tube_mut(t).watching -= 1;
+                self.bs_answer(idx, Out::Watching { count });
+            }
+            None => {
+                let count = bs.watched.len() as u64;
+                self.bs_answer(idx, Out::Watching { count });
+            }
+        }
+    }
+
+    fn bs_peek_first(&mut self, idx: usize, status: Status) {
+        let tube = self.bs(idx).used;
+        self.reply_with_queue(idx, |out, q| {
+            found(out, q.peek_first(tube, status).ok().flatten())
+        });
+    }
+
+    /// The tube named `name`, created (`fifottl`, default options) when missing, as beanstalkd
+    /// creates a tube on `use` or `watch`. `None` when it cannot be created (the journal
+    /// refuses changes, or the tube limit is reached): logged.
+    fn bs_tube(&mut self, idx: usize, name: &str) -> Option<TubeIx> {
+        if let Some(t) = self.queue().tube_ix(name) {
+            return Some(t);
+        }
+        match self.create_tube_for(idx, name) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(tube = name, error = %e, "beanstalk: cannot create the tube");
+                None
+            }
+        }
+    }
+
+    /// The tube of task `id`, if it is live.
+    fn tube_of(&self, id: TaskId) -> Option<TubeIx> {
+        self.queue().get(id).map(|t| t.tube)
+    }
+
+    fn tube_name(&self, t: TubeIx) -> String {
+        self.queue()
+            .tube_info(t)
+            .map_or_else(String::new, |i| i.name.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_is_stored_as_one_messagepack_string_or_bin_and_read_back_whole() {
+        let mut buf = Vec::new();
+        for body in [
+            &b""[..],
+            b"hello",
+            &[b'x'; 31],
+            &[b'y'; 32],
+            &[b'z'; 300],
+            &[b'w'; 70_000],
+            b"\xff\xfe",
+            &[0x80; 300],
+        ] {
+            wrap_body(&mut buf, body);
+            let v = rmpv::decode::read_value(&mut &buf[..]).unwrap();
+            match std::str::from_utf8(body) {
+                Ok(s) => assert_eq!(v.as_str(), Some(s)),
+                Err(_) => assert_eq!(v, rmpv::Value::Binary(body.to_vec())),
+            }
+            assert_eq!(body_of(&buf), body);
+        }
+    }
+
+    #[test]
+    fn a_task_that_is_not_one_string_is_reserved_as_its_raw_messagepack() {
+        for raw in [
+            &[0x93, 0x01, 0x02, 0x03][..], // an array
+            &[0x81, 0xa1, b'k', 0x01],     // a map
+            &[0x2a],                       // an integer
+            &[0xa3, b'a', b'b'],           // a string cut short
+            &[0xa1, b'a', b'b'],           // a string with bytes after it
+            &[0xd9],                       // a str8 with no length
+            &[],
+        ] {
+            assert_eq!(body_of(raw), raw);
+        }
+    }
+}
