@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{free_port, prerequisite, run_with_deadline, tool, wait_until, Proc, Tarq};
+use support::{addr_in, free_port, prerequisite, run_with_deadline, tool, wait_until, Proc, Tarq};
 
 /// How long a whole script may run: the flows take about 3 s (three 1 s waits for a delay, a
 /// TTR and a pause); their own calls are bounded by 20 s, so a hung server shows up as a script
@@ -80,14 +80,13 @@ impl Beanstalkd {
     }
 }
 
-/// A fresh tarq (temporary data dir) also serving beanstalk on a free port, and that port.
+/// A fresh tarq (temporary data dir) also serving beanstalk on a free port, and that port (from
+/// its "serving the beanstalk protocol" line, logged before it serves).
 fn start_tarq() -> (Tarq, u16) {
-    let port = free_port();
-    let tarq = Tarq::start(&["--beanstalk-listen", &format!("127.0.0.1:{port}")]);
-    wait_until("tarq's beanstalk port to listen", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    (tarq, port)
+    let mut tarq = Tarq::start(&["--beanstalk-listen", "127.0.0.1:0"]);
+    let line = tarq.wait_for_line("serving the beanstalk protocol");
+    let addr = addr_in(&line, "listen=").expect("the line names the beanstalk address");
+    (tarq, addr.port())
 }
 
 /// Runs `program script 127.0.0.1 port` to its end (bounded) and returns its transcript, or
