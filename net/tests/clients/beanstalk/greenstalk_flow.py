@@ -16,7 +16,10 @@ must be equal on both; what legitimately differs is normalised here:
   connections or tubes (tarq's tubes outlive their last job and client), or counts commands
   (the `stats-tube` polls below make those vary from run to run); tarq also adds keys of its own;
 - `stats-job`'s per-job `timeouts`/`releases`/`buries`/`kicks` are only checked to be there:
-  tarq may count them differently (a deviation the project has accepted);
+  tarq may count them differently (a deviation the project has accepted); and so is `delay` of a
+  job that is no longer delayed: beanstalkd keeps the delay it was last given, tarq keeps only
+  what is left of a delay (0 once it is over, README "The beanstalkd protocol"). A delayed job's
+  `delay` is compared: just after the put or release, what is left rounded up is the delay;
 - `list-tubes` shows only the tubes this flow made plus `default` (tarq's tubes persist).
 
 Waits are for events, never fixed sleeps: a reserve-with-timeout that must wait gets what a
@@ -137,6 +140,8 @@ def stats_job(s):
             v = bounded(v, s.get("ttr"))
         elif key == "time-left" and s.get("state") == "delayed":
             v = bounded(v, s.get("delay"))
+        elif key == "delay" and s.get("state") != "delayed":
+            v = "n" if isinstance(v, int) and v >= 0 else f"{v!r}?"
         elif key in JOB_COUNTERS_MAY_DIFFER:
             v = "n" if isinstance(v, int) and v >= 0 else f"{v!r}?"
         out.append(f"{key}={v}")

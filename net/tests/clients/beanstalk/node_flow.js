@@ -114,6 +114,8 @@ function statsJob(s) {
     else if (key === 'age') v = bounded(v, 60);
     else if (key === 'time-left' && s.state === 'reserved') v = bounded(v, s.ttr);
     else if (key === 'time-left' && s.state === 'delayed') v = bounded(v, s.delay);
+    // tarq keeps only what is left of a delay (see greenstalk_flow.py)
+    else if (key === 'delay' && s.state !== 'delayed') v = Number.isInteger(v) && v >= 0 ? 'n' : `${v}?`;
     else if (JOB_COUNTERS_MAY_DIFFER.has(key)) v = Number.isInteger(v) && v >= 0 ? 'n' : `${v}?`;
     return `${key}=${v}`;
   }).join(' ');
