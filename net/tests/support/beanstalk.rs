@@ -24,7 +24,7 @@ pub fn scripts_dir() -> PathBuf {
 }
 
 /// `tarq` with its beanstalk port on `127.0.0.1:0` and `extra` flags, once it serves; the port
-/// it got is read from its log.
+/// it got is read from its "serving the beanstalk protocol" line.
 pub fn start(extra: &[&str]) -> (Tarq, SocketAddr) {
     start_in(tempfile::tempdir().unwrap(), extra)
 }
@@ -34,36 +34,9 @@ pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> (Tarq, SocketAddr) {
     let mut args = vec!["--beanstalk-listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let mut tarq = Tarq::start_in(dir, &args);
-    let addr = beanstalk_addr(&mut tarq);
+    let line = tarq.wait_for_line("serving the beanstalk protocol");
+    let addr = addr_in(&line, "listen=").expect("the line names the beanstalk address");
     (tarq, addr)
-}
-
-/// The beanstalk address in tarq's log: a `beanstalk...=ADDR` field on any line, or `listen=`
-/// on a line about the beanstalk port.
-fn beanstalk_addr(tarq: &mut Tarq) -> SocketAddr {
-    let found = |log: &[String]| {
-        log.iter().find_map(|l| {
-            let keyed = l.split_whitespace().find_map(|w| {
-                let (k, v) = w.split_once('=')?;
-                k.contains("beanstalk").then(|| v.parse().ok()).flatten()
-            });
-            keyed.or_else(|| {
-                (l.contains("beanstalk") && !l.contains("tarq serving"))
-                    .then(|| addr_in(l, "listen="))
-                    .flatten()
-            })
-        })
-    };
-    if let Some(addr) = found(tarq.log()) {
-        return addr;
-    }
-    let line = tarq.wait_for_line("beanstalk");
-    found(std::slice::from_ref(&line)).unwrap_or_else(|| {
-        panic!(
-            "no beanstalk address in tarq's log:\n{}",
-            tarq.log().join("\n")
-        )
-    })
 }
 
 /// A reply, owned: its line as the server wrote it (no CRLF) and the body after it, if any.
