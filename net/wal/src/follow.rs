@@ -85,6 +85,17 @@ impl Wal {
                 continue;
             }
             for (seq, c) in turn.drain(..) {
+                // A snapshot walk of the replica's own rebuilds such a tube from the WAL, as it
+                // does for the tube events a primary journals itself.
+                if let (
+                    Change::TubeCreate(format::StoredTube { ix, .. })
+                    | Change::TubeDrop(ix)
+                    | Change::TubeTruncate(ix),
+                    SnapState::Walking(w),
+                ) = (&c, &mut self.snap)
+                {
+                    w.tube_changed(*ix);
+                }
                 let fuzzy = seq <= self.follow.fuzzy_upto;
                 if let Some(why) = recovery::apply_change(queue, c, fuzzy, &mut max_id) {
                     return Err(format!("record {seq} does not fit the replica: {why}"));
