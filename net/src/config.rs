@@ -136,6 +136,12 @@ pub struct Cli {
     #[arg(long, value_name = "SECRET", requires = "user")]
     pub password: Option<String>,
 
+    /// Run as a read-only replica of the tarq primary at this address: join it (a snapshot,
+    /// then its WAL records as they are written), apply and log what it writes, and refuse
+    /// changes with an error naming it [default: off, this tarq is a primary].
+    #[arg(long, value_name = "ADDR")]
+    pub replica_of: Option<SocketAddr>,
+
     /// Benchmark mode: answer every CALL at once with an empty result, without the queue.
     #[arg(long)]
     pub null: bool,
@@ -170,6 +176,12 @@ pub struct Cli {
     /// [default: 268435456 (256 MiB)].
     #[arg(long, value_name = "BYTES")]
     pub snapshot_every_bytes: Option<u64>,
+
+    /// Start a new WAL segment file past this size (Tarantool's wal_max_size): the WAL a
+    /// snapshot makes obsolete is removed a whole segment at a time
+    /// [default: 67108864 (64 MiB)].
+    #[arg(long, value_name = "BYTES")]
+    pub wal_segment_bytes: Option<u64>,
 
     /// Snapshots to keep (with the WAL the oldest of them needs) [default: 2].
     #[arg(long, value_name = "N")]
@@ -209,6 +221,7 @@ pub struct FileConfig {
     pub beanstalk_max_job_size: Option<u32>,
     pub user: Option<String>,
     pub password: Option<String>,
+    pub replica_of: Option<SocketAddr>,
     pub null: Option<bool>,
     pub graphite: Option<String>,
     pub graphite_interval: Option<f64>,
@@ -216,6 +229,7 @@ pub struct FileConfig {
     pub wal_mode: Option<String>,
     pub force_recovery: Option<bool>,
     pub snapshot_every_bytes: Option<u64>,
+    pub wal_segment_bytes: Option<u64>,
     pub keep_snapshots: Option<usize>,
     pub snapshot_interval: Option<f64>,
 }
@@ -249,6 +263,8 @@ pub struct Config {
     /// The largest beanstalk job body.
     pub beanstalk_max_job_size: u32,
     pub auth: Option<Credentials>,
+    /// The primary this tarq replicates (read-only while set).
+    pub replica_of: Option<SocketAddr>,
     pub null: bool,
     /// Graphite push and Prometheus metrics.
     pub ops: OpsConfig,
@@ -271,6 +287,7 @@ impl Default for Config {
             beanstalk_listen: None,
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             auth: None,
+            replica_of: None,
             null: false,
             ops: OpsConfig::default(),
             wal: WalConfig::default(),
@@ -365,6 +382,7 @@ impl Config {
                 .or(file.beanstalk_max_job_size)
                 .unwrap_or(d.beanstalk_max_job_size),
             auth,
+            replica_of: cli.replica_of.or(file.replica_of),
             null: cli.null || file.null.unwrap_or(false),
             ops: OpsConfig {
                 graphite: match cli.graphite.or(file.graphite) {
@@ -393,10 +411,14 @@ impl Config {
                     .keep_snapshots
                     .or(file.keep_snapshots)
                     .unwrap_or(d.wal.keep_snapshots),
+                replica: cli.replica_of.or(file.replica_of).is_some(),
+                segment_bytes: cli
+                    .wal_segment_bytes
+                    .or(file.wal_segment_bytes)
+                    .unwrap_or(d.wal.segment_bytes),
                 snapshot_interval: snapshot_interval(
                     cli.snapshot_interval.or(file.snapshot_interval),
                 )?,
-                ..d.wal
             },
         };
         cfg.validate()?;
@@ -405,6 +427,24 @@ impl Config {
 
     /// Checks the limits against each other; the error names the setting and its value.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(primary) = self.replica_of {
+            if self.null {
+                return Err(invalid(
+                    "replica-of needs the queue: it cannot run with null",
+                ));
+            }
+            if primary == self.listen {
+                return Err(invalid(format!(
+                    "replica-of {primary} is this tarq's own listen address"
+                )));
+            }
+        }
+        if self.wal.segment_bytes < 4096 {
+            return Err(invalid(format!(
+                "wal-segment-bytes {} must be at least 4096",
+                self.wal.segment_bytes
+            )));
+        }
         if self.wal.keep_snapshots == 0 {
             return Err(invalid("keep-snapshots 0 must be at least 1"));
         }

@@ -7,6 +7,7 @@
 //! - [`response`]: server side, encode replies and errors;
 //! - [`client`]: client side, encode requests and decode replies;
 //! - [`auth`]: chap-sha1 scrambles, both sides;
+//! - [`replication`]: JOIN / SUBSCRIBE and the stream of WAL records, both sides;
 //! - [`mp`]: MessagePack primitives over `rmp`, with the bounded iterative skipper.
 //!
 //! The codec owns bytes only: it never touches a socket, the engine or a clock.
@@ -15,6 +16,7 @@ pub mod auth;
 pub mod client;
 pub mod greeting;
 pub mod mp;
+pub mod replication;
 pub mod request;
 pub mod response;
 
@@ -55,6 +57,8 @@ pub mod keys {
 /// Error codes (Tarantool's `errcode.h`) this server sends.
 pub mod codes {
     pub const ER_ILLEGAL_PARAMS: u32 = 1;
+    /// A change sent to a read-only instance (a replica); the message names the primary.
+    pub const ER_READONLY: u32 = 7;
     pub const ER_INVALID_MSGPACK: u32 = 20;
     pub const ER_PROC_LUA: u32 = 32;
     pub const ER_NO_SUCH_PROC: u32 = 33;
@@ -64,6 +68,11 @@ pub mod codes {
     pub const ER_PASSWORD_MISMATCH: u32 = 47;
     pub const ER_UNKNOWN_REQUEST_TYPE: u32 = 48;
     pub const ER_MISSING_REQUEST_FIELD: u32 = 69;
+    /// tarq's own (above Tarantool's range): the primary no longer has the WAL after a
+    /// replica's position; the replica joins from a snapshot.
+    pub const ER_WAL_NOT_RETAINED: u32 = 1000;
+    /// tarq's own: the instance asked cannot feed replicas (no WAL, or it is a replica).
+    pub const ER_REPLICATION: u32 = 1001;
 }
 
 /// The schema version sent in every reply header (key 0x05). Constant because our "schema"

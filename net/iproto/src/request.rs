@@ -50,6 +50,12 @@ pub enum RequestKind<'a> {
         expr: &'a str,
         args: &'a [u8],
     },
+    /// JOIN (65): a replica asks for a snapshot and the stream after it.
+    Join,
+    /// SUBSCRIBE (66): a replica asks for the stream after record `after`.
+    Subscribe {
+        after: u64,
+    },
     /// Any other request type, answered with error 48; its body is not read.
     Other(u32),
 }
@@ -123,6 +129,15 @@ pub fn decode(frame: &[u8]) -> Result<Request<'_>, DecodeError> {
             }
         }
         types::EVAL => decode_eval(&mut r, sync)?,
+        super::replication::JOIN => {
+            body_fields(&mut r, sync, |_, _| Ok(false))?;
+            RequestKind::Join
+        }
+        super::replication::SUBSCRIBE => {
+            let after = super::replication::subscribe_position(r.remaining())
+                .map_err(|e| invalid(sync, "packet body", e))?;
+            RequestKind::Subscribe { after }
+        }
         other => RequestKind::Other(other),
     };
     Ok(Request { sync, kind })

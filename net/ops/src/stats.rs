@@ -58,6 +58,34 @@ pub struct WalFigures {
     pub bytes: u64,
 }
 
+/// Replication: the replicas streaming from this tarq, and, on a replica, how far behind its
+/// primary it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicationFigures {
+    /// Replicas connected to this tarq and streaming from it now.
+    pub replicas: u64,
+    /// This tarq's side as a replica (`--replica-of`), if it is one.
+    pub upstream: Option<UpstreamFigures>,
+}
+
+/// A replica's view of its primary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpstreamFigures {
+    /// 1 while the stream from the primary is up.
+    pub connected: u64,
+    /// The last primary WAL record applied here.
+    pub position: u64,
+    /// Records the primary has written that are not applied here (as of its last word).
+    pub lag_records: u64,
+    /// Bytes of them: held for us at the primary, in flight to us, or received, not applied.
+    pub lag_bytes: u64,
+    /// How long ago the primary wrote what is applied here, while records are missing (0
+    /// when caught up).
+    pub lag_ms: u64,
+    /// Times this replica joined from a snapshot since start.
+    pub joins: u64,
+}
+
 /// Everything the server reports, read at one instant of the loop. Cheap to build (a copy of a
 /// few counters), so the loop builds one whenever a report is due.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,6 +96,7 @@ pub struct Snapshot {
     pub server: ServerFigures,
     pub limits: LimitFigures,
     pub wal: Option<WalFigures>,
+    pub replication: ReplicationFigures,
     /// `Queue::last_id()`: ids are a counter from 1 that survives restarts.
     pub last_id: u64,
     /// Time since the server started.
@@ -300,9 +329,58 @@ impl Snapshot {
                 ),
             ]
         });
+        let r = &self.replication;
+        let replicas = m(
+            "replicas",
+            Gauge,
+            "Replicas streaming this tarq's WAL now.",
+            r.replicas,
+        );
+        let upstream = r.upstream.map(|u| {
+            [
+                m(
+                    "replication_connected",
+                    Gauge,
+                    "1 while this replica's stream from its primary is up.",
+                    u.connected,
+                ),
+                m(
+                    "replication_position",
+                    Gauge,
+                    "The last primary WAL record applied by this replica.",
+                    u.position,
+                ),
+                m(
+                    "replication_lag_records",
+                    Gauge,
+                    "WAL records the primary wrote that this replica has not applied.",
+                    u.lag_records,
+                ),
+                m(
+                    "replication_lag_bytes",
+                    Gauge,
+                    "Bytes of WAL records the primary wrote that this replica has not applied.",
+                    u.lag_bytes,
+                ),
+                m(
+                    "replication_lag_ms",
+                    Gauge,
+                    "Milliseconds since the primary wrote what this replica applied, while behind.",
+                    u.lag_ms,
+                ),
+                m(
+                    "replication_joins",
+                    Counter,
+                    "Times this replica joined from its primary's snapshot, since start.",
+                    u.joins,
+                ),
+            ]
+        });
         base.into_iter()
             .chain(limits)
             .chain(wal.into_iter().flatten())
+            .chain(std::iter::once(replicas))
+            .chain(upstream.into_iter().flatten())
     }
 
     /// `queue.stats()`: a MessagePack map of every figure, name → unsigned integer.

@@ -328,6 +328,8 @@ pub struct Conn {
     pub session_uuid: Option<[u8; 16]>,
     /// A connection to the beanstalk port: its protocol state (`None`: IPROTO).
     pub beanstalk: Option<Box<crate::frontend::beanstalk::BsConn>>,
+    /// A replica streaming this tarq's WAL (after its JOIN or SUBSCRIBE).
+    pub relay: Option<Box<super::relay::Relay>>,
 }
 
 /// Why and how a connection is closing.

@@ -159,6 +159,18 @@ impl Command<'_> {
         )
     }
 
+    /// Whether the command only reads (all a replica serves). A snapshot is the replica's
+    /// own: it changes no task.
+    fn reads_only(&self) -> bool {
+        matches!(
+            self,
+            Command::Peek { .. }
+                | Command::TubeStats { .. }
+                | Command::ServerStats
+                | Command::Snapshot
+        )
+    }
+
     /// Whether the command touches tube state the journal must be able to log (anything but
     /// the seed calls and takes / acks on `default`).
     fn needs_tube_journal(&self) -> bool {
@@ -227,6 +239,9 @@ pub enum Refusal {
     /// The journal has no snapshots.
     #[error("no snapshots without a WAL")]
     NoSnapshots,
+    /// A change sent to a replica: it names the primary, so a client can go there.
+    #[error("read-only replica: the primary is {0}")]
+    ReadOnly(std::net::SocketAddr),
 }
 
 /// `deliver_to` over the server's fields, so that an outcome may borrow the queue.
@@ -277,6 +292,12 @@ impl Server {
     /// The journal's refusal of a change it cannot make durable, checked before the queue is
     /// touched.
     pub(crate) fn refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
+        if let Some(primary) = self.cfg.replica_of {
+            // Only the primary's records change a replica's queue; a take would too.
+            if !cmd.reads_only() {
+                return Some(Refusal::ReadOnly(primary));
+            }
+        }
         if cmd.needs_tube_journal() && self.journal.wants_events() && !self.journal.logs_tubes() {
             return Some(Refusal::NotDurable);
         }

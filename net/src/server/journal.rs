@@ -88,6 +88,12 @@ pub trait Journal: Send {
         None
     }
 
+    /// The WAL behind this journal, for replication (a primary's relays read its files and
+    /// tap; a replica applies and logs its primary's records through it); `None` without one.
+    fn wal(&mut self) -> Option<&mut tarq_wal::Wal> {
+        None
+    }
+
     /// The server is stopping (SIGTERM/SIGINT): write and sync everything recorded so far, then
     /// return. Called once, after the last turn; an error is logged and the exit stays clean.
     fn shutdown(&mut self, _queue: &mut Queue) -> Result<(), String> {

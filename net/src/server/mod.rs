@@ -19,7 +19,9 @@ mod enforce;
 pub mod journal;
 pub mod limits;
 pub mod parked;
+mod relay;
 pub mod reload;
+mod replica;
 pub mod tube_sessions;
 mod waiting_puts;
 pub mod wal_journal;
@@ -183,6 +185,14 @@ pub struct Server {
     takes_parked: u64,
     /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
     pub(crate) tube_sessions: tube_sessions::TubeSessions,
+    /// Connections streaming this tarq's WAL to replicas: (slot, generation).
+    relays: Vec<(usize, u32)>,
+    /// The WAL's bytes of the turn, for the live relays (reused).
+    tap: Vec<u8>,
+    /// Snapshot and catch-up bytes on their way to a relay (reused).
+    relay_buf: Vec<u8>,
+    /// With `--replica-of`: the stream from the primary.
+    upstream: Option<replica::Upstream>,
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -264,6 +274,10 @@ impl Server {
             connections_accepted: 0,
             takes_parked: 0,
             tube_sessions: tube_sessions::TubeSessions::default(),
+            relays: Vec::new(),
+            tap: Vec::new(),
+            relay_buf: Vec::new(),
+            upstream: cfg.replica_of.map(replica::Upstream::new),
             cfg,
         })
     }
@@ -323,6 +337,10 @@ impl Server {
             },
             limits: self.limit_figures(),
             wal: self.journal.figures(),
+            replication: tarq_ops::stats::ReplicationFigures {
+                replicas: self.replica_count(),
+                upstream: self.upstream_figures(),
+            },
             last_id: self.queue.last_id(),
             uptime: self.ops.uptime(self.now),
         }
@@ -366,6 +384,7 @@ impl Server {
                     LISTENER => self.accept_all(Proto::Iproto),
                     BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
                     WAKER => {}
+                    replica::UPSTREAM => self.upstream_ready(),
                     t if Ops::owns(t) => self.ops.on_event(ev, self.now, &mut self.limits),
                     Token(t) => {
                         let Some(idx) = self.slot_of(t) else { continue };
@@ -532,11 +551,23 @@ impl Server {
     }
 
     fn poll_timeout(&mut self) -> Option<Duration> {
-        if self.engine_behind || !self.read_again.is_empty() || !self.flush_list.is_empty() {
+        if self.engine_behind
+            || !self.read_again.is_empty()
+            || !self.flush_list.is_empty()
+            || self.relays_busy()
+            || self.upstream.as_ref().is_some_and(|u| u.has_work())
+        {
             return Some(Duration::ZERO);
         }
+        // A replica's deadlines fire on its primary: its engine never advances by itself.
+        let engine = self
+            .queue
+            .next_deadline()
+            .filter(|_| self.upstream.is_none());
         let next = [
-            self.queue.next_deadline(),
+            engine,
+            self.next_heartbeat(),
+            self.upstream.as_ref().and_then(|u| u.next_timer()),
             self.parked.next_deadline(),
             self.next_waiting_put_deadline(),
             self.journal.next_wakeup(),
@@ -673,6 +704,7 @@ impl Server {
             guard,
             session_uuid: None,
             beanstalk,
+            relay: None,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         self.connections_accepted += 1;
@@ -686,7 +718,9 @@ impl Server {
     fn turn(&mut self) {
         self.journal.turn_start(&mut self.queue, self.now);
         self.limits.turn_start();
-        if !self.cfg.null {
+        if self.upstream.is_some() {
+            self.upstream_turn();
+        } else if !self.cfg.null {
             let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
             self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
             if adv.processed > 0 {
@@ -1079,6 +1113,7 @@ impl Server {
     /// connection.
     fn commit_and_flush(&mut self) {
         let ticket: Ticket = self.journal.commit(&mut self.queue, self.now);
+        self.relay_turn();
         let mut list = std::mem::take(&mut self.flush_list);
         self.release_durable(ticket, &mut list);
         // Out of the list before any write: a close below may queue a reply to a connection

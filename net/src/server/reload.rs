@@ -83,6 +83,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     restart!(beanstalk_listen, "beanstalk-listen");
     restart!(beanstalk_max_job_size, "beanstalk-max-job-size");
     restart!(wal, "the WAL settings (wal-mode, snapshots)");
+    restart!(replica_of, "replica-of");
     // Settings added later (and not made live above) are caught here, whatever they are.
     let mut rest = new;
     rest.listen = current.listen;
@@ -93,6 +94,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     rest.beanstalk_listen = current.beanstalk_listen;
     rest.beanstalk_max_job_size = current.beanstalk_max_job_size;
     rest.wal = current.wal.clone();
+    rest.replica_of = current.replica_of;
     if rest != *current {
         out.kept
             .push("other settings changed and need a restart".into());

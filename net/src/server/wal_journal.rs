@@ -115,6 +115,10 @@ impl Journal for WalJournal {
         })
     }
 
+    fn wal(&mut self) -> Option<&mut Wal> {
+        Some(&mut self.wal)
+    }
+
     fn shutdown(&mut self, queue: &mut Queue) -> Result<(), String> {
         self.wal
             .close(queue, SHUTDOWN_TIMEOUT)

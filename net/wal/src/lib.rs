@@ -21,11 +21,13 @@
 //! writes no WAL (snapshots still work).
 
 mod clock;
+mod follow;
 pub mod format;
 pub mod lock;
 #[cfg(feature = "test-storage")]
 pub mod mem_storage;
 pub mod recovery;
+pub mod relay;
 pub mod snapshot;
 pub mod storage;
 mod sync;
@@ -131,6 +133,9 @@ pub struct WalConfig {
     pub snapshot_interval: Option<Duration>,
     pub keep_snapshots: usize,
     pub force_recovery: bool,
+    /// This WAL follows a primary's (a replica): recovery keeps taken tasks taken and the
+    /// position is the last complete turn; records come from `apply_replicated`.
+    pub replica: bool,
 }
 
 impl Default for WalConfig {
@@ -142,6 +147,7 @@ impl Default for WalConfig {
             snapshot_interval: None,
             keep_snapshots: DEFAULT_KEEP_SNAPSHOTS,
             force_recovery: false,
+            replica: false,
         }
     }
 }
@@ -314,6 +320,14 @@ pub struct Wal {
     /// A change too big for the format reached the log: changes are refused until a restart.
     unloggable: bool,
     stats: WalStats,
+    /// Records written (to the current segment) up to here: what a relay may stream.
+    written_seq: u64,
+    /// A copy of every byte written, for the server's relays to stream; `None` while no
+    /// replica follows (nothing is copied).
+    tap: Option<Vec<u8>>,
+    /// A replica's side: the fuzzy window of the snapshot it started from, and a snapshot
+    /// being received from its primary.
+    follow: follow::Follow,
     _lock: Option<DirLock>,
 }
 
@@ -347,7 +361,7 @@ impl Wal {
         cfg: WalConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<(Wal, Queue, RecoveryReport), WalError> {
-        let rec = recovery::recover(&*storage, cfg.force_recovery)?;
+        let rec = recovery::recover(&*storage, cfg.force_recovery, cfg.replica)?;
         let report = rec.report;
         tidy_after_recovery(&*storage, &report)?;
         let notify = Notify::default();
@@ -371,13 +385,20 @@ impl Wal {
             "recovered"
         );
         let opened_at = clock.now();
+        // A replica resumes after the last complete turn it has: records in the snapshot's
+        // fuzzy window after it are applied again, as recovery would.
+        let last_seq = if cfg.replica {
+            report.last_commit
+        } else {
+            rec.last_seq
+        };
         let wal = Wal {
             snapshot_requested: !report.lost.is_empty(),
             storage,
             clock,
             cfg,
             notify,
-            last_seq: rec.last_seq,
+            last_seq,
             buf: Vec::new(),
             batches: VecDeque::new(),
             unwritten: 0,
@@ -386,7 +407,7 @@ impl Wal {
             held: VecDeque::new(),
             submitted: 0,
             durable: 0,
-            durable_seq: rec.last_seq,
+            durable_seq: last_seq,
             segment: None,
             rotated_unsynced: Vec::new(),
             failed: None,
@@ -401,6 +422,9 @@ impl Wal {
             vanished_tubes: Vec::new(),
             unloggable: false,
             stats: WalStats::default(),
+            written_seq: last_seq,
+            tap: None,
+            follow: follow::Follow::new(report.fuzzy_upto),
             _lock: None,
         };
         Ok((wal, queue, report))
@@ -690,6 +714,9 @@ impl Wal {
         let seg = self.segment.as_mut().expect("segment open");
         let bytes = &self.buf[self.unwritten..end];
         seg.file.write_all(bytes)?;
+        if let Some(tap) = &mut self.tap {
+            tap.extend_from_slice(bytes);
+        }
         let n = bytes.len() as u64;
         seg.bytes += n;
         self.stats.writes += 1;
@@ -697,6 +724,7 @@ impl Wal {
         self.bytes_since_snapshot += n;
         self.unwritten = end;
         let last = self.batches.back().expect("wrote a batch").id;
+        self.written_seq = self.batches.back().expect("wrote a batch").last_seq;
         let rotate = seg.bytes >= self.cfg.segment_bytes;
         if rotate {
             tracing::debug!(segment = %seg.name, bytes = seg.bytes, "WAL segment full; the next turn starts a new one");
@@ -835,6 +863,40 @@ impl Wal {
 
     pub fn stats(&self) -> WalStats {
         self.stats.clone()
+    }
+
+    /// The last record written to the log (a relay may stream up to it).
+    pub fn written_seq(&self) -> u64 {
+        self.written_seq
+    }
+
+    /// The last sequence number given to a record (a replica's position once applied).
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// The directory the log lives in (relays read its files).
+    pub fn storage(&self) -> Arc<dyn Storage> {
+        Arc::clone(&self.storage)
+    }
+
+    /// Starts (or stops) copying every byte written into a tap the server drains each turn
+    /// with [`take_tap`](Self::take_tap): replicas stream it.
+    pub fn set_tap(&mut self, on: bool) {
+        match (on, self.tap.is_some()) {
+            (true, false) => self.tap = Some(Vec::new()),
+            (false, true) => self.tap = None,
+            _ => {}
+        }
+    }
+
+    /// Moves the bytes written since the last call into `out` (cleared first): whole turns,
+    /// in sequence order. A turn rewritten after a failed write comes again.
+    pub fn take_tap(&mut self, out: &mut Vec<u8>) {
+        out.clear();
+        if let Some(tap) = &mut self.tap {
+            std::mem::swap(tap, out);
+        }
     }
 
     fn on_writer(&mut self, msg: snapshot::FromWriter) {

@@ -53,6 +53,12 @@ pub struct RecoveryReport {
     pub wal_bytes_since_snapshot: u64,
     /// Time spent loading the snapshot (the rest of `elapsed` is the WAL).
     pub snapshot_load: Duration,
+    /// The last complete turn applied (the snapshot's start when no WAL follows it): where a
+    /// replica resumes its primary's stream.
+    pub last_commit: u64,
+    /// Records up to here may meet a task in a later state than they expect (the snapshot's
+    /// end): a replica applies the stream up to it as recovery does.
+    pub fuzzy_upto: u64,
     pub elapsed: Duration,
 }
 
@@ -157,65 +163,76 @@ impl Replay {
         Ok(())
     }
 
-    /// Applies one change; what does not fit the state before it. In the fuzzy window a
-    /// record may meet a task in a later state (the walk captured it after the record).
     fn apply_one(&mut self, change: Change, fuzzy: bool) -> Option<String> {
-        let q = &mut self.queue;
-        let is_replace = matches!(change, Change::Replace(_));
-        match change {
-            Change::Put(t) | Change::Replace(t) if fuzzy || is_replace => {
-                let id = t.task.id;
-                self.max_id = self.max_id.max(id);
-                if q.get(id).is_some() {
-                    q.restore_remove(id);
-                }
-                restore(q, t)
+        apply_change(&mut self.queue, change, fuzzy, &mut self.max_id)
+    }
+}
+
+/// Applies one WAL change to `q` through the engine's silent restore calls (recovery, and a
+/// replica applying its primary's stream); returns what does not fit the state before it. In
+/// the fuzzy window (records up to a snapshot's end) a record may meet a task in a later state:
+/// the snapshot walk captured it after the record was written. `max_id` rises to every task
+/// id seen.
+pub fn apply_change(
+    q: &mut Queue,
+    change: Change,
+    fuzzy: bool,
+    max_id: &mut TaskId,
+) -> Option<String> {
+    let is_replace = matches!(change, Change::Replace(_));
+    match change {
+        Change::Put(t) | Change::Replace(t) if fuzzy || is_replace => {
+            let id = t.task.id;
+            *max_id = (*max_id).max(id);
+            if q.get(id).is_some() {
+                q.restore_remove(id);
             }
-            Change::Put(t) | Change::Replace(t) => {
-                self.max_id = self.max_id.max(t.task.id);
-                restore(q, t)
-            }
-            Change::Status {
-                id,
-                status,
-                runat,
-                deliveries,
-            } => {
-                let r = q
-                    .restore_status(id, status, runat)
-                    .and_then(|()| match deliveries {
-                        Some(d) => q.restore_deliveries(id, d),
-                        None => Ok(()),
-                    });
-                match r {
-                    Err(_) if fuzzy => None,
-                    r => r
-                        .err()
-                        .map(|e| format!("status {} of task {id}: {e}", status.as_str())),
-                }
-            }
-            Change::Remove { id } => match q.restore_remove(id) {
-                None if !fuzzy => Some(format!("removal of task {id}: no such task")),
-                _ => None,
-            },
-            Change::TubeCreate(t) => q
-                .restore_tube(t.ix, &t.name, t.kind, t.opts)
-                .err()
-                .map(|e| format!("creation of tube {} {:?}: {e}", t.ix, t.name)),
-            Change::TubeDrop(ix) => q
-                .restore_drop_tube(ix)
-                .err()
-                .map(|e| format!("drop of tube {ix}: {e}")),
-            Change::TubeTruncate(ix) => q
-                .restore_truncate(ix)
-                .err()
-                .map(|e| format!("truncation of tube {ix}: {e}")),
-            Change::Dedup(d) => q
-                .restore_dedup(d.tube, &d.key, d.id, d.expires)
-                .err()
-                .map(|e| format!("dedup key of tube {}: {e}", d.tube)),
-            Change::Commit => None,
+            restore(q, t)
         }
+        Change::Put(t) | Change::Replace(t) => {
+            *max_id = (*max_id).max(t.task.id);
+            restore(q, t)
+        }
+        Change::Status {
+            id,
+            status,
+            runat,
+            deliveries,
+        } => {
+            let r = q
+                .restore_status(id, status, runat)
+                .and_then(|()| match deliveries {
+                    Some(d) => q.restore_deliveries(id, d),
+                    None => Ok(()),
+                });
+            match r {
+                Err(_) if fuzzy => None,
+                r => r
+                    .err()
+                    .map(|e| format!("status {} of task {id}: {e}", status.as_str())),
+            }
+        }
+        Change::Remove { id } => match q.restore_remove(id) {
+            None if !fuzzy => Some(format!("removal of task {id}: no such task")),
+            _ => None,
+        },
+        Change::TubeCreate(t) => q
+            .restore_tube(t.ix, &t.name, t.kind, t.opts)
+            .err()
+            .map(|e| format!("creation of tube {} {:?}: {e}", t.ix, t.name)),
+        Change::TubeDrop(ix) => q
+            .restore_drop_tube(ix)
+            .err()
+            .map(|e| format!("drop of tube {ix}: {e}")),
+        Change::TubeTruncate(ix) => q
+            .restore_truncate(ix)
+            .err()
+            .map(|e| format!("truncation of tube {ix}: {e}")),
+        Change::Dedup(d) => q
+            .restore_dedup(d.tube, &d.key, d.id, d.expires)
+            .err()
+            .map(|e| format!("dedup key of tube {}: {e}", d.tube)),
+        Change::Commit => None,
     }
 }
 
@@ -227,7 +244,13 @@ fn restore(q: &mut Queue, t: StoredTask) -> Option<String> {
 }
 
 /// Rebuilds the queue from `storage`. `force` skips damage in the middle of the log.
-pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError> {
+/// `keep_taken` leaves taken tasks taken (a replica: its primary still holds them); otherwise
+/// they come back ready, as no session survives a restart.
+pub fn recover(
+    storage: &dyn Storage,
+    force: bool,
+    keep_taken: bool,
+) -> Result<Recovered, WalError> {
     let t0 = Instant::now();
     let names = storage
         .list()
@@ -261,7 +284,11 @@ pub fn recover(storage: &dyn Storage, force: bool) -> Result<Recovered, WalError
 
     let mut queue = r.queue;
     queue.set_last_id(r.max_id);
-    r.report.released = queue.release_all_taken();
+    r.report.last_commit = r.last_commit;
+    r.report.fuzzy_upto = base.fuzzy_upto;
+    if !keep_taken {
+        r.report.released = queue.release_all_taken();
+    }
     queue.drain_events().for_each(drop);
     #[cfg(debug_assertions)]
     queue.check_invariants();

@@ -21,6 +21,7 @@ fn cfg(every: u64) -> WalConfig {
         snapshot_interval: None,
         keep_snapshots: 2,
         force_recovery: false,
+        replica: false,
     }
 }
 

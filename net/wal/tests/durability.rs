@@ -64,6 +64,7 @@ fn cfg(mode: WalMode) -> WalConfig {
         snapshot_interval: None,
         keep_snapshots: 2,
         force_recovery: false,
+        replica: false,
     }
 }
 

@@ -27,6 +27,7 @@ fn cfg_in(mode: WalMode) -> WalConfig {
         snapshot_interval: None,
         keep_snapshots: 2,
         force_recovery: false,
+        replica: false,
     }
 }
 

@@ -102,6 +102,12 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         // The journal cannot take changes (a full or failing disk): beanstalkd answers a put
         // its binlog has no room for this way. The server's log names the cause.
         (_, Outcome::Error(Refusal::Journal(_))) => Out::OutOfMemory,
+        // beanstalkd has no read-only answer: a line of its own, naming the primary, which
+        // clients report as an unexpected reply.
+        (_, Outcome::Error(Refusal::ReadOnly(primary))) => {
+            out.extend_from_slice(format!("READ_ONLY {primary}\r\n").as_bytes());
+            return;
+        }
         // A full limfifottl tube has no room for the put.
         (_, Outcome::Full) => Out::OutOfMemory,
         (_, Outcome::Error(Refusal::Queue(_))) => Out::NotFound,

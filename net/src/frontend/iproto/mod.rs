@@ -49,6 +49,11 @@ pub enum Style {
 impl Server {
     /// Executes one IPROTO request frame: answers it, or dispatches the queue call it carries.
     pub(crate) fn execute_iproto(&mut self, idx: usize, frame: &[u8]) {
+        if self.conn_mut(idx).relay.is_some() {
+            // A replica's stream carries no more requests: only its acknowledgements.
+            self.relay_input(idx, frame);
+            return;
+        }
         let req = match request::decode(frame) {
             Ok(r) => r,
             Err(e) => {
@@ -91,6 +96,8 @@ impl Server {
                 }
             }
             RequestKind::Eval { expr, args } => self.eval(idx, sync, expr, args),
+            RequestKind::Join => self.start_relay(idx, sync, None),
+            RequestKind::Subscribe { after } => self.start_relay(idx, sync, Some(after)),
             RequestKind::Other(t) => {
                 let msg = format!("Unknown request type {t}");
                 response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
@@ -287,6 +294,7 @@ pub(super) fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
             return response::error(out, sync, ER_NO_SUCH_PROC, &msg);
         }
         Refusal::NotDurable => ER_UNKNOWN,
+        Refusal::ReadOnly(_) => ER_READONLY,
         _ => ER_PROC_LUA,
     };
     response::error(out, sync, code, &e.to_string());

@@ -1,0 +1,321 @@
+//! The primary's side of replication: a connection on the ordinary IPROTO port that sent JOIN
+//! or SUBSCRIBE becomes a relay, and from then on carries the stream (wire in
+//! `tarq_iproto::replication`). A relay goes through up to three phases, all on the loop and
+//! none of them blocking it:
+//! 1. `Snapshot` (JOIN only): the newest snapshot file, a bounded chunk per turn;
+//! 2. `CatchUp`: the retained WAL after the replica's position, read from the segment files
+//!    (`tarq_wal::relay::Cursor`) a bounded chunk per turn, up to what the log has written;
+//! 3. `Live`: each turn, the bytes the WAL wrote in that turn (its tap), as they are.
+//!
+//! The first two read only while the replica's socket has taken what was queued before
+//! (`LOW_WATER`), so a slow replica costs neither memory nor turns. A live relay gets each
+//! turn's records however slow its replica: past `--max-write-backlog` unsent bytes it is cut
+//! off, like any client that does not read, and its replica subscribes again from its position
+//! (catching up from the files, or joining from a snapshot when they are gone). Whatever is
+//! queued in a turn is held with the turn's replies until the turn is durable: a replica never
+//! receives a record its primary could still lose.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use tarq_engine::Micros;
+use tarq_iproto::codes::{ER_ACCESS_DENIED, ER_REPLICATION, ER_WAL_NOT_RETAINED};
+use tarq_iproto::{replication, response};
+use tarq_wal::relay::{self as wal_relay, Cursor, RelayError};
+use tarq_wal::WalMode;
+use tracing::{info, warn};
+
+use super::{mark_flush, Server};
+
+/// Snapshot and catch-up bytes are read only while a replica has fewer unsent bytes than this:
+/// a few turns of reading ahead keep its socket busy without holding much.
+const LOW_WATER: usize = 1 << 20;
+/// Bytes of snapshot or retained WAL read for one replica per turn: about a millisecond of
+/// reading from the page cache, so catching up never stretches a turn.
+const READ_PER_TURN: usize = 256 * 1024;
+/// Live bytes go out in frames of at most this much (a turn of big puts spans several).
+const FRAME_BYTES: usize = 1 << 20;
+/// How often a relay tells its replica where the log is, even when nothing is written: the
+/// replica's lag figures, and its proof that the primary lives.
+pub const HEARTBEAT_INTERVAL: Micros = 1_000_000;
+
+enum Phase {
+    /// Sending the snapshot file; the records after `start` follow.
+    Snapshot {
+        reader: Box<dyn Read + Send>,
+        start: u64,
+    },
+    CatchUp(Cursor),
+    Live,
+}
+
+/// One replica's stream.
+pub struct Relay {
+    phase: Phase,
+    /// What the replica says it has applied.
+    pub acked: u64,
+    next_heartbeat: Micros,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let phase = match self.phase {
+            Phase::Snapshot { .. } => "snapshot",
+            Phase::CatchUp(_) => "catch-up",
+            Phase::Live => "live",
+        };
+        f.debug_struct("Relay")
+            .field("phase", &phase)
+            .field("acked", &self.acked)
+            .finish()
+    }
+}
+
+impl Relay {
+    /// Whether the relay has files to read and room to queue them.
+    fn has_work(&self, backlog: usize) -> bool {
+        !matches!(self.phase, Phase::Live) && backlog < LOW_WATER
+    }
+}
+
+/// Refused before any stream starts: the code and the message for the replica.
+type Refused = (u32, String);
+
+fn refused(e: RelayError) -> Refused {
+    let code = if e.needs_join() {
+        ER_WAL_NOT_RETAINED
+    } else {
+        ER_REPLICATION
+    };
+    (code, e.to_string())
+}
+
+impl Server {
+    /// JOIN (`after` None) or SUBSCRIBE after record `after`: connection `idx` becomes a relay.
+    pub(crate) fn start_relay(&mut self, idx: usize, sync: u64, after: Option<u64>) {
+        match self.open_relay(idx, sync, after) {
+            Ok(relay) => {
+                let c = self.conn_mut(idx);
+                c.relay = Some(Box::new(relay));
+                let (peer, gen) = (c.peer, c.gen);
+                self.relays.push((idx, gen));
+                info!(%peer, ?after, "replica subscribed");
+            }
+            Err((code, msg)) => {
+                warn!(peer = %self.conn_mut(idx).peer, error = %msg, "replica refused");
+                response::error(self.reply_buf(idx), sync, code, &msg);
+            }
+        }
+    }
+
+    fn open_relay(&mut self, idx: usize, sync: u64, after: Option<u64>) -> Result<Relay, Refused> {
+        let c = self.conn_mut(idx);
+        if !c.authenticated {
+            return Err((
+                ER_ACCESS_DENIED,
+                "Replication access is denied for user 'guest'".into(),
+            ));
+        }
+        if c.relay.is_some() {
+            return Err((ER_REPLICATION, "this connection already streams".into()));
+        }
+        if let Some(primary) = self.cfg.replica_of {
+            return Err((
+                ER_REPLICATION,
+                format!("this tarq is a replica: join its primary {primary}"),
+            ));
+        }
+        let Some(wal) = self.journal.wal().filter(|w| w.mode() != WalMode::None) else {
+            // As Tarantool: a log that is not kept cannot be streamed.
+            return Err((
+                ER_REPLICATION,
+                "Replication does not support wal_mode = 'none'".into(),
+            ));
+        };
+        let (storage, written) = (wal.storage(), wal.written_seq());
+        let now = self.now;
+        let (start, phase) = match after {
+            Some(after) => (
+                after,
+                Phase::CatchUp(Cursor::new(storage, after, written).map_err(refused)?),
+            ),
+            None => {
+                let src = wal_relay::join_source(&*storage).map_err(refused)?;
+                match src.snapshot {
+                    Some(reader) => (
+                        src.start_seq,
+                        Phase::Snapshot {
+                            reader,
+                            start: src.start_seq,
+                        },
+                    ),
+                    None => {
+                        // No snapshot: the log is whole from record 1, or it cannot be joined.
+                        let cursor = Cursor::new(storage, 0, written).map_err(refused)?;
+                        (0, Phase::CatchUp(cursor))
+                    }
+                }
+            }
+        };
+        let out = self.reply_buf(idx);
+        replication::start(out, sync, start);
+        if after.is_none() && matches!(phase, Phase::CatchUp(_)) {
+            replication::snapshot_end(out);
+        }
+        Ok(Relay {
+            phase,
+            acked: after.unwrap_or(0),
+            next_heartbeat: now,
+        })
+    }
+
+    /// Input from a replica on its relay: acknowledgements of what it applied.
+    pub(crate) fn relay_input(&mut self, idx: usize, frame: &[u8]) {
+        if let Ok(replication::Frame::Position(lsn)) = replication::decode(frame) {
+            if let Some(r) = &mut self.conn_mut(idx).relay {
+                r.acked = r.acked.max(lsn);
+            }
+        }
+    }
+
+    /// Replicas streaming from this tarq now.
+    pub(crate) fn replica_count(&self) -> u64 {
+        self.relays.len() as u64
+    }
+
+    /// Whether a relay has files to read this turn (the loop does not sleep then).
+    pub(super) fn relays_busy(&self) -> bool {
+        self.relays.iter().any(|&(idx, gen)| {
+            self.conns.get(idx).is_some_and(|c| {
+                c.gen == gen
+                    && c.closing.is_none()
+                    && c.relay
+                        .as_ref()
+                        .is_some_and(|r| r.has_work(c.out.backlog()))
+            })
+        })
+    }
+
+    /// The next heartbeat due.
+    pub(super) fn next_heartbeat(&self) -> Option<Micros> {
+        self.relays
+            .iter()
+            .filter_map(|&(idx, gen)| {
+                let c = self.conns.get(idx).filter(|c| c.gen == gen)?;
+                Some(c.relay.as_ref()?.next_heartbeat)
+            })
+            .min()
+    }
+
+    /// After the turn's commit: queues each relay's share of what the WAL wrote (live), of the
+    /// files (catching up), and its heartbeat. Runs before the turn's replies are held, so all
+    /// of it waits for the turn's durability with them.
+    pub(super) fn relay_turn(&mut self) {
+        if self.relays.is_empty() {
+            return;
+        }
+        let conns = &self.conns;
+        self.relays.retain(|&(idx, gen)| {
+            conns
+                .get(idx)
+                .is_some_and(|c| c.gen == gen && c.closing.is_none() && c.relay.is_some())
+        });
+        let Some(wal) = self.journal.wal() else {
+            return;
+        };
+        let mut tap = std::mem::take(&mut self.tap);
+        wal.take_tap(&mut tap);
+        let (written, storage) = (wal.written_seq(), wal.storage());
+        let mut chunk = std::mem::take(&mut self.relay_buf);
+        let mut live = 0;
+        let mut failed = Vec::new();
+        for i in 0..self.relays.len() {
+            let (idx, _) = self.relays[i];
+            mark_flush(&mut self.conns, &mut self.flush_list, idx);
+            let c = &mut self.conns[idx];
+            let relay = c.relay.as_mut().expect("a relay");
+            let out = &mut c.out;
+            let step = match &mut relay.phase {
+                Phase::Live => {
+                    for part in tap.chunks(FRAME_BYTES) {
+                        replication::data(&mut out.out, replication::XLOG, part);
+                    }
+                    Ok(())
+                }
+                _ if out.backlog() >= LOW_WATER => Ok(()),
+                Phase::Snapshot { reader, start } => {
+                    let start = *start;
+                    match send_snapshot(reader, &mut chunk, &mut out.out) {
+                        Ok(true) => {
+                            replication::snapshot_end(&mut out.out);
+                            Cursor::new(Arc::clone(&storage), start, written)
+                                .map(|cursor| relay.phase = Phase::CatchUp(cursor))
+                                .map_err(refused)
+                        }
+                        Ok(false) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+                Phase::CatchUp(cursor) => {
+                    chunk.clear();
+                    let done = cursor
+                        .read(&mut chunk, READ_PER_TURN, written)
+                        .map_err(refused);
+                    if !chunk.is_empty() {
+                        replication::data(&mut out.out, replication::XLOG, &chunk);
+                    }
+                    done.map(|done| {
+                        if done {
+                            relay.phase = Phase::Live;
+                        }
+                    })
+                }
+            };
+            if let Err((code, msg)) = step {
+                response::error(&mut out.out, 0, code, &msg);
+                failed.push((idx, msg));
+                continue;
+            }
+            live += matches!(relay.phase, Phase::Live) as usize;
+            if self.now >= relay.next_heartbeat {
+                let behind = match &relay.phase {
+                    Phase::CatchUp(c) => c.buffered(),
+                    _ => 0,
+                };
+                let backlog = (out.backlog() + behind) as u64;
+                replication::heartbeat(&mut out.out, written, self.now, backlog);
+                relay.next_heartbeat = self.now + HEARTBEAT_INTERVAL;
+            }
+        }
+        if let Some(wal) = self.journal.wal() {
+            // Copy what the log writes only while some replica streams it live.
+            wal.set_tap(live > 0);
+        }
+        self.tap = tap;
+        self.relay_buf = chunk;
+        for (idx, msg) in failed {
+            warn!(peer = %self.conns[idx].peer, error = %msg, "replication stream ended");
+            self.close_quietly(idx, "replication stream ended");
+        }
+    }
+}
+
+/// Queues the next chunk of the snapshot file; true once the file is all sent.
+fn send_snapshot(
+    reader: &mut Box<dyn Read + Send>,
+    chunk: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<bool, Refused> {
+    chunk.resize(READ_PER_TURN, 0);
+    let n = loop {
+        match reader.read(chunk) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((ER_REPLICATION, format!("reading the snapshot: {e}"))),
+        }
+    };
+    if n > 0 {
+        replication::data(out, replication::SNAPSHOT, &chunk[..n]);
+    }
+    Ok(n == 0)
+}

@@ -1,0 +1,435 @@
+//! The replica's side of replication (`--replica-of ADDR`): one non-blocking connection to the
+//! primary's IPROTO port, driven by the loop like any socket (token [`UPSTREAM`]). It reads the
+//! greeting, authenticates with this tarq's own `--user`/`--password` when set (a cluster
+//! shares its credentials), then SUBSCRIBEs after its position (the last primary record its WAL
+//! holds whole) or, when the primary no longer retains that, JOINs: a snapshot, then the
+//! records after its start. Records are applied a whole turn at a time
+//! (`Wal::apply_replicated`: the restore calls recovery uses, then the replica's own WAL); a
+//! snapshot replaces the replica's files and queue (`Wal::join_finish`).
+//!
+//! Anything unexpected (a refused connection, a primary silent for `SILENCE`, a record that
+//! does not fit) drops the connection; it is tried again with a backoff, and a replica whose
+//! state cannot be trusted joins again. The replica's own engine never advances deadlines
+//! (its primary's promotions, expiries and TTR returns arrive as records), and every change a
+//! client asks for is refused naming the primary (`Server::refusal`).
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use tarq_engine::Micros;
+use tarq_iproto::codes::ER_WAL_NOT_RETAINED;
+use tarq_iproto::greeting::GREETING_LEN;
+use tarq_iproto::replication::{self, Frame};
+use tarq_iproto::{auth, client, split_frame};
+use tarq_ops::stats::UpstreamFigures;
+use tarq_wal::format;
+use tracing::{info, warn};
+
+use super::relay::HEARTBEAT_INTERVAL;
+use super::Server;
+
+/// The upstream socket's token: its low 32 bits are no connection's slot (those are small) and
+/// below the ops components' `TOKEN_BASE`.
+pub(super) const UPSTREAM: Token = Token(0xE000_0000);
+
+/// First pause before connecting again after a failure, doubling up to `RETRY_MAX`.
+const RETRY_MIN: Micros = 100_000;
+const RETRY_MAX: Micros = 5_000_000;
+/// A primary that sends nothing (not even a heartbeat) this long is taken for gone.
+const SILENCE: Micros = 5 * HEARTBEAT_INTERVAL;
+/// Stream bytes read per turn: applying them is the turn's work, so the replica's readers
+/// keep their latency while it catches up.
+const READ_PER_TURN: usize = 4 << 20;
+/// The largest stream frame accepted: a chunk of whole records may carry one record at the WAL's
+/// limit beside the relay's chunk.
+const MAX_STREAM_FRAME: usize = format::MAX_RECORD_BODY + (4 << 20);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Down,
+    Greeting,
+    Auth,
+    /// JOIN or SUBSCRIBE sent; the answer names the position.
+    Asked {
+        join: bool,
+    },
+    /// Receiving the snapshot of a JOIN that starts at `start`.
+    Snapshot {
+        start: u64,
+        begun: bool,
+    },
+    Streaming,
+}
+
+/// The stream from the primary.
+pub(crate) struct Upstream {
+    primary: SocketAddr,
+    stream: Option<TcpStream>,
+    phase: Phase,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    /// Records received and not yet applied (a turn may span frames).
+    records: Vec<u8>,
+    retry_at: Micros,
+    backoff: Micros,
+    last_heard: Micros,
+    /// The last read stopped at the turn's budget: read again at once.
+    more: bool,
+    /// Join next time instead of subscribing.
+    need_join: bool,
+    /// The primary's last word: what its log has written, and the bytes it held for us.
+    primary_lsn: u64,
+    primary_backlog: u64,
+    /// When this replica last had everything the primary had said it wrote.
+    caught_up_at: Micros,
+    joins: u64,
+    /// The last primary record applied here (kept beside the WAL for the figures).
+    position: u64,
+}
+
+impl Upstream {
+    pub(crate) fn new(primary: SocketAddr) -> Self {
+        Upstream {
+            primary,
+            stream: None,
+            phase: Phase::Down,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            records: Vec::new(),
+            retry_at: 0,
+            backoff: RETRY_MIN,
+            last_heard: 0,
+            more: false,
+            need_join: false,
+            primary_lsn: 0,
+            primary_backlog: 0,
+            caught_up_at: 0,
+            joins: 0,
+            position: 0,
+        }
+    }
+
+    /// Work left for the next turn at once.
+    pub(super) fn has_work(&self) -> bool {
+        self.more
+    }
+
+    /// When the loop must look again: the next connection attempt, or the silence limit.
+    pub(super) fn next_timer(&self) -> Option<Micros> {
+        Some(match self.stream {
+            None => self.retry_at,
+            Some(_) => self.last_heard + SILENCE,
+        })
+    }
+
+    /// Reads what the socket has, at most `READ_PER_TURN`; `Err` when the connection is over.
+    fn read(&mut self) -> Result<(), String> {
+        let Some(s) = &mut self.stream else {
+            return Ok(());
+        };
+        self.more = false;
+        let mut got = 0;
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            if got >= READ_PER_TURN {
+                self.more = true;
+                return Ok(());
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => return Err("the primary closed the connection".into()),
+                Ok(n) => {
+                    self.rbuf.extend_from_slice(&chunk[..n]);
+                    got += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading from the primary: {e}")),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        let Some(s) = &mut self.stream else {
+            return Ok(());
+        };
+        while !self.wbuf.is_empty() {
+            match s.write(&self.wbuf) {
+                Ok(n) => {
+                    self.wbuf.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                // Still connecting: the greeting has not come either.
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("writing to the primary: {e}")),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Server {
+    /// The upstream socket is readable or writable: the turn reads it.
+    pub(super) fn upstream_ready(&mut self) {
+        if let Some(u) = &mut self.upstream {
+            u.more = true;
+        }
+    }
+
+    /// Once per turn on a replica: connect when due, read and apply what the primary sent,
+    /// write acknowledgements.
+    pub(super) fn upstream_turn(&mut self) {
+        let Some(mut up) = self.upstream.take() else {
+            return;
+        };
+        let result = self.drive_upstream(&mut up);
+        if let Err(why) = result {
+            self.upstream_down(&mut up, &why);
+        }
+        self.upstream = Some(up);
+    }
+
+    fn drive_upstream(&mut self, up: &mut Upstream) -> Result<(), String> {
+        let now = self.now;
+        if up.stream.is_none() {
+            if now < up.retry_at {
+                return Ok(());
+            }
+            let mut s = TcpStream::connect(up.primary)
+                .map_err(|e| format!("connecting to {}: {e}", up.primary))?;
+            self.poll
+                .registry()
+                .register(&mut s, UPSTREAM, Interest::READABLE | Interest::WRITABLE)
+                .map_err(|e| format!("registering the upstream socket: {e}"))?;
+            up.stream = Some(s);
+            up.position = self.position();
+            up.phase = Phase::Greeting;
+            up.last_heard = now;
+            up.rbuf.clear();
+            up.records.clear();
+        }
+        up.read()?;
+        let mut used = 0;
+        loop {
+            let step = self.upstream_step(up, used, now)?;
+            match step {
+                Some(n) => used += n,
+                None => break,
+            }
+        }
+        up.rbuf.drain(..used);
+        if used > 0 {
+            up.last_heard = now;
+        }
+        if now.saturating_sub(up.last_heard) > SILENCE {
+            return Err(format!(
+                "the primary sent nothing for {} s",
+                SILENCE / 1_000_000
+            ));
+        }
+        up.flush()
+    }
+
+    /// Handles the next complete piece of input at `rbuf[at..]`; its length, or `None` when
+    /// it is incomplete.
+    fn upstream_step(
+        &mut self,
+        up: &mut Upstream,
+        at: usize,
+        now: Micros,
+    ) -> Result<Option<usize>, String> {
+        let buf = &up.rbuf[at..];
+        if up.phase == Phase::Greeting {
+            if buf.len() < GREETING_LEN {
+                return Ok(None);
+            }
+            let g = client::parse_greeting(&buf[..GREETING_LEN])
+                .map_err(|e| format!("the primary's greeting: {e}"))?;
+            if let Some(cred) = &self.cfg.auth {
+                let scramble = auth::scramble(&g.salt, &cred.password);
+                client::auth(&mut up.wbuf, 1, &cred.user, &scramble);
+                up.phase = Phase::Auth;
+            } else {
+                self.ask(up);
+            }
+            return Ok(Some(GREETING_LEN));
+        }
+        let Some(f) =
+            split_frame(buf, MAX_STREAM_FRAME).map_err(|e| format!("the primary's stream: {e}"))?
+        else {
+            return Ok(None);
+        };
+        let frame = &buf[f.prefix..f.total()];
+        let total = f.total();
+        if up.phase == Phase::Auth {
+            let r = client::decode(frame).map_err(|e| format!("the primary's reply: {e}"))?;
+            if !r.is_ok() {
+                return Err(format!(
+                    "the primary refused authentication: {}",
+                    r.error.unwrap_or_default()
+                ));
+            }
+            self.ask(up);
+            return Ok(Some(total));
+        }
+        let frame = replication::decode(frame)?;
+        // The frame borrows `up.rbuf`; what it carries is copied or applied before `up` moves.
+        match frame {
+            Frame::Position(p) => match up.phase {
+                Phase::Asked { join: true } => {
+                    up.phase = Phase::Snapshot {
+                        start: p,
+                        begun: false,
+                    }
+                }
+                _ => {
+                    info!(primary = %up.primary, after = p, "streaming from the primary");
+                    up.phase = Phase::Streaming;
+                    up.backoff = RETRY_MIN;
+                }
+            },
+            Frame::Snapshot(bytes) => {
+                let Phase::Snapshot { start, begun } = &mut up.phase else {
+                    return Err("a snapshot chunk outside a join".into());
+                };
+                let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
+                if !*begun {
+                    wal.join_begin(*start).map_err(|e| e.to_string())?;
+                    *begun = true;
+                }
+                wal.join_write(bytes).map_err(|e| e.to_string())?;
+            }
+            Frame::SnapshotEnd => {
+                if !matches!(up.phase, Phase::Snapshot { .. }) {
+                    return Err("a snapshot end outside a join".into());
+                }
+                let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
+                self.queue = wal.join_finish().map_err(|e| e.to_string())?;
+                up.position = self.position();
+                up.joins += 1;
+                up.need_join = false;
+                up.phase = Phase::Streaming;
+                up.backoff = RETRY_MIN;
+                info!(primary = %up.primary, position = self.position(), "joined the primary");
+            }
+            Frame::Xlog(bytes) => {
+                if up.phase != Phase::Streaming {
+                    return Err("records before the stream's start".into());
+                }
+                up.records.extend_from_slice(bytes);
+                self.apply_turns(up, now)?;
+            }
+            Frame::Heartbeat { lsn, backlog, .. } => {
+                up.primary_lsn = up.primary_lsn.max(lsn);
+                up.primary_backlog = backlog;
+                let position = self.position();
+                if position >= up.primary_lsn {
+                    up.caught_up_at = now;
+                }
+                replication::ack(&mut up.wbuf, position);
+            }
+            Frame::Error { code, message } => {
+                if code == ER_WAL_NOT_RETAINED {
+                    up.need_join = true;
+                    up.backoff = 0;
+                }
+                return Err(format!("the primary: {message}"));
+            }
+        }
+        Ok(Some(total))
+    }
+
+    /// SUBSCRIBE after the position, or JOIN.
+    fn ask(&mut self, up: &mut Upstream) {
+        if up.need_join {
+            replication::join(&mut up.wbuf, 2);
+            info!(primary = %up.primary, "joining the primary from its snapshot");
+        } else {
+            replication::subscribe(&mut up.wbuf, 2, self.position());
+        }
+        up.phase = Phase::Asked { join: up.need_join };
+    }
+
+    /// Applies every whole turn received.
+    fn apply_turns(&mut self, up: &mut Upstream, now: Micros) -> Result<(), String> {
+        let (mut off, mut commit_end) = (0, 0);
+        loop {
+            match format::parse_record(&up.records, off) {
+                Ok(rec) => {
+                    off = rec.end;
+                    if rec.kind == format::Kind::Commit {
+                        commit_end = off;
+                    }
+                }
+                Err(format::Frame::Incomplete) => break,
+                Err(format::Frame::Bad(why)) => {
+                    up.need_join = true;
+                    return Err(format!("a damaged record from the primary: {why}"));
+                }
+            }
+        }
+        if commit_end == 0 {
+            return Ok(());
+        }
+        let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
+        if let Err(e) = wal.apply_replicated(&mut self.queue, &up.records[..commit_end]) {
+            up.need_join = true;
+            return Err(format!("applying the primary's records: {e}"));
+        }
+        up.records.drain(..commit_end);
+        let position = self.position();
+        up.position = position;
+        up.primary_lsn = up.primary_lsn.max(position);
+        if position >= up.primary_lsn {
+            up.caught_up_at = now;
+        }
+        Ok(())
+    }
+
+    /// The last primary record this replica holds.
+    fn position(&mut self) -> u64 {
+        self.journal.wal().map_or(0, |w| w.last_seq())
+    }
+
+    fn upstream_down(&mut self, up: &mut Upstream, why: &str) {
+        if let Some(mut s) = up.stream.take() {
+            let _ = self.poll.registry().deregister(&mut s);
+        }
+        if up.phase != Phase::Down || up.backoff <= RETRY_MIN {
+            warn!(primary = %up.primary, error = why, join = up.need_join, "replication stopped; trying again");
+        }
+        up.phase = Phase::Down;
+        up.more = false;
+        up.rbuf.clear();
+        up.wbuf.clear();
+        up.records.clear();
+        up.retry_at = self.now + up.backoff;
+        up.backoff = (up.backoff * 2).clamp(RETRY_MIN, RETRY_MAX);
+    }
+
+    /// The replica's figures (`None` on a primary).
+    pub(super) fn upstream_figures(&self) -> Option<UpstreamFigures> {
+        let up = self.upstream.as_ref()?;
+        let position = up.position;
+        let lag_records = up.primary_lsn.saturating_sub(position);
+        let behind = lag_records > 0;
+        Some(UpstreamFigures {
+            connected: u64::from(up.phase == Phase::Streaming),
+            position,
+            lag_records,
+            lag_bytes: if behind {
+                up.primary_backlog + (up.records.len() + up.rbuf.len()) as u64
+            } else {
+                0
+            },
+            lag_ms: if behind {
+                self.now.saturating_sub(up.caught_up_at) / 1000
+            } else {
+                0
+            },
+            joins: up.joins,
+        })
+    }
+}

@@ -1,0 +1,305 @@
+//! Replicas (`--replica-of`), end to end with the real binary: a replica holds every task its
+//! primary acknowledged, task by task (id, tube, status, payload), in every WAL mode, for
+//! tasks put before it joined and after; it refuses changes naming the primary, on IPROTO and
+//! on its beanstalk port; killed with SIGKILL it resumes from its own WAL; one whose position
+//! the primary no longer retains joins again from a snapshot. Every wait has a deadline.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use rmpv::Value;
+use support::{addr_in, field, wait_until, Client, Tarq, WAIT};
+
+/// Tubes the workload uses (`default` is the seed API's).
+const TUBES: [&str; 4] = ["default", "jobs", "u", "late"];
+
+fn s(v: &str) -> Value {
+    Value::from(v)
+}
+
+fn opts(pairs: &[(&str, Value)]) -> Value {
+    support::map(pairs)
+}
+
+/// A figure of `queue.stats()`.
+fn stat(c: &mut Client, name: &str) -> u64 {
+    let stats = c.call("queue.stats", &[]).one();
+    field(&stats, name).as_u64().unwrap_or(0)
+}
+
+/// Every task of the queue at `c`, as (tube, id, status, data), read with `peek`.
+fn tasks(c: &mut Client) -> Vec<(String, u64, String, Value)> {
+    let last = stat(c, "last_id");
+    let mut out = Vec::new();
+    for tube in TUBES {
+        for id in 1..=last {
+            let r = c.call(&format!("queue.tube.{tube}:peek"), &[id.into()]);
+            if r.code != 0 {
+                continue;
+            }
+            let t = r.one();
+            let t = t.as_array().expect("a task tuple");
+            let status = t[1].as_str().unwrap_or_default().to_owned();
+            out.push((
+                tube.to_owned(),
+                t[0].as_u64().unwrap(),
+                status,
+                t[2].clone(),
+            ));
+        }
+    }
+    out
+}
+
+/// Puts, takes, acks, releases, buries and deletes on the primary through `c` (which stays
+/// open: what it took stays taken). `round` keeps the payloads of each call apart.
+fn workload(c: &mut Client, round: u32) {
+    for (name, kind) in [("jobs", "fifottl"), ("u", "utube")] {
+        c.call(
+            "queue.create_tube",
+            &[s(name), s(kind), opts(&[("if_not_exists", true.into())])],
+        )
+        .one();
+    }
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let data = opts(&[("round", round.into()), ("i", i.into())]);
+        let t = c.call(
+            "queue.tube.jobs:put",
+            &[data, opts(&[("pri", (i % 3).into())])],
+        );
+        ids.push(t.one().as_array().unwrap()[0].as_u64().unwrap());
+    }
+    for i in 0..10 {
+        let key = format!("k{round}-{}", i % 3);
+        c.call(
+            "queue.tube.u:put",
+            &[s(&format!("u{round}-{i}")), opts(&[("utube", s(&key))])],
+        )
+        .one();
+        c.call("queue.put", &[s(&format!("seed{round}-{i}"))]).one();
+    }
+    let mut taken = Vec::new();
+    for _ in 0..10 {
+        let t = c.call("queue.tube.jobs:take", &[0.into()]).one();
+        taken.push(t.as_array().unwrap()[0].as_u64().unwrap());
+    }
+    for &id in &taken[..5] {
+        c.call("queue.tube.jobs:ack", &[id.into()]).one();
+    }
+    for &id in &taken[5..7] {
+        c.call(
+            "queue.tube.jobs:release",
+            &[id.into(), opts(&[("delay", 3600.into())])],
+        )
+        .one();
+    }
+    c.call("queue.tube.jobs:bury", &[taken[7].into()]).one();
+    let ready: Vec<u64> = ids.iter().copied().filter(|i| !taken.contains(i)).collect();
+    for &id in &ready[..2] {
+        c.call("queue.tube.jobs:delete", &[id.into()]).one();
+    }
+    c.call("queue.take", &[0.into()]).one();
+    c.call("queue.tube.u:take", &[0.into()]).one();
+}
+
+/// Waits until the replica at `r` holds exactly the primary's tasks (read at `p`).
+fn wait_for_same_tasks(p: &mut Client, r: &mut Client) {
+    let want = tasks(p);
+    assert!(want.len() > 50, "the workload left tasks: {}", want.len());
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        got = tasks(r);
+        if got == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let missing: Vec<_> = want.iter().filter(|t| !got.contains(t)).take(5).collect();
+    let extra: Vec<_> = got.iter().filter(|t| !want.contains(t)).take(5).collect();
+    panic!(
+        "the replica differs from the primary ({} tasks against {}): missing {missing:?}, extra {extra:?}",
+        got.len(),
+        want.len()
+    );
+}
+
+fn replica_args<'a>(primary: &'a str, mode: &'a str) -> Vec<&'a str> {
+    vec!["--replica-of", primary, "--wal-mode", mode]
+}
+
+/// A primary in `primary_mode` and a replica in `replica_mode`: tasks put before the replica
+/// joins and after are all on the replica, task by task.
+fn check_mode(primary_mode: &str, replica_mode: &str) {
+    let primary = Tarq::start(&["--wal-mode", primary_mode]);
+    let mut p = Client::connect(primary.addr);
+    workload(&mut p, 1);
+    let paddr = primary.addr.to_string();
+    let replica = Tarq::start(&replica_args(&paddr, replica_mode));
+    let mut r = Client::connect(replica.addr);
+    wait_for_same_tasks(&mut p, &mut r);
+    workload(&mut p, 2);
+    c_create_late(&mut p);
+    wait_for_same_tasks(&mut p, &mut r);
+    assert_eq!(stat(&mut p, "replicas"), 1);
+    assert_eq!(stat(&mut r, "replication_connected"), 1);
+    wait_until("no lag left", || {
+        stat(&mut r, "replication_lag_records") == 0
+    });
+    assert_eq!(stat(&mut r, "last_id"), stat(&mut p, "last_id"));
+}
+
+/// A tube created after the replica joined, with tasks.
+fn c_create_late(c: &mut Client) {
+    c.call(
+        "queue.create_tube",
+        &[
+            s("late"),
+            s("fifo"),
+            opts(&[("if_not_exists", true.into())]),
+        ],
+    )
+    .one();
+    for i in 0..5 {
+        c.call("queue.tube.late:put", &[s(&format!("late{i}"))])
+            .one();
+    }
+}
+
+#[test]
+fn a_replica_has_every_task_with_no_wal_of_its_own() {
+    // A primary needs a WAL to stream (as Tarantool's); the replica may keep none.
+    check_mode("write", "none");
+}
+
+#[test]
+fn a_replica_has_every_task_in_write_mode() {
+    check_mode("write", "write");
+}
+
+#[test]
+fn a_replica_has_every_task_in_fsync_mode() {
+    check_mode("fsync", "fsync");
+}
+
+#[test]
+fn a_primary_without_a_wal_refuses_replicas() {
+    let primary = Tarq::start(&["--wal-mode", "none"]);
+    let mut c = Client::connect(primary.addr);
+    let r = c.request(|out, sync| tarq_iproto::replication::subscribe(out, sync, 0));
+    let msg = r.err(tarq_iproto::codes::ER_REPLICATION);
+    assert!(msg.contains("wal_mode = 'none'"), "{msg}");
+}
+
+#[test]
+fn a_change_sent_to_a_replica_is_refused_naming_the_primary() {
+    let primary = Tarq::start(&[]);
+    let mut p = Client::connect(primary.addr);
+    workload(&mut p, 1);
+    let paddr = primary.addr.to_string();
+    let mut args = replica_args(&paddr, "write");
+    args.extend(["--beanstalk-listen", "127.0.0.1:0"]);
+    let mut replica = Tarq::start(&args);
+    let mut r = Client::connect(replica.addr);
+    wait_for_same_tasks(&mut p, &mut r);
+    let want = format!("read-only replica: the primary is {paddr}");
+    let changes: [(&str, Vec<Value>); 6] = [
+        ("queue.put", vec![s("x")]),
+        ("queue.take", vec![0.into()]),
+        ("queue.ack", vec![1.into()]),
+        ("queue.tube.jobs:put", vec![s("x")]),
+        ("queue.tube.jobs:take", vec![0.into()]),
+        (
+            "queue.create_tube",
+            vec![s("new"), s("fifo"), opts(&[("if_not_exists", true.into())])],
+        ),
+    ];
+    for (f, a) in changes {
+        let msg = r.call(f, &a).err(tarq_iproto::codes::ER_READONLY);
+        assert_eq!(msg, want, "{f}");
+    }
+    // Reads work.
+    assert!(stat(&mut r, "total") > 0);
+    r.call("queue.statistics", &[]).ok();
+    let id = tasks(&mut p)[0].1;
+    r.call("queue.tube.default:peek", &[id.into()]).one();
+    // And the beanstalk port says the same.
+    let line = replica.wait_for_line("serving the beanstalk protocol");
+    let bs = addr_in(&line, "listen=").unwrap();
+    let mut b = TcpStream::connect(bs).unwrap();
+    b.set_read_timeout(Some(WAIT)).unwrap();
+    b.write_all(b"put 0 0 60 5\r\nhello\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !got.ends_with(b"\r\n") {
+        let n = b.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed after {got:?}");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        format!("READ_ONLY {paddr}\r\n")
+    );
+}
+
+#[test]
+fn a_replica_killed_and_restarted_catches_up_from_its_own_wal() {
+    let primary = Tarq::start(&[]);
+    let mut p = Client::connect(primary.addr);
+    workload(&mut p, 1);
+    let paddr = primary.addr.to_string();
+    let args = replica_args(&paddr, "write");
+    let mut replica = Tarq::start(&args);
+    let mut r = Client::connect(replica.addr);
+    wait_for_same_tasks(&mut p, &mut r);
+    drop(r);
+    replica.signal("KILL");
+    replica.wait_exit();
+    workload(&mut p, 2);
+    c_create_late(&mut p);
+    let dir = replica.take_dir();
+    let mut replica = Tarq::start_in(dir, &args);
+    let mut r = Client::connect(replica.addr);
+    wait_for_same_tasks(&mut p, &mut r);
+    // It resumed after its own position instead of joining again.
+    let line = replica.wait_for_line("streaming from the primary");
+    assert!(!line.contains("after=0"), "{line}");
+    assert_eq!(stat(&mut r, "replication_joins"), 0);
+}
+
+#[test]
+fn a_replica_behind_the_retained_wal_joins_from_a_snapshot() {
+    let mut primary = Tarq::start(&["--wal-segment-bytes", "4096", "--keep-snapshots", "1"]);
+    let mut p = Client::connect(primary.addr);
+    workload(&mut p, 1);
+    let paddr = primary.addr.to_string();
+    let args = replica_args(&paddr, "write");
+    let mut replica = Tarq::start(&args);
+    let mut r = Client::connect(replica.addr);
+    wait_for_same_tasks(&mut p, &mut r);
+    drop(r);
+    replica.signal("KILL");
+    replica.wait_exit();
+    workload(&mut p, 2);
+    workload(&mut p, 3);
+    c_create_late(&mut p);
+    // A snapshot, after which the WAL the replica needs is removed.
+    let from = primary.log().len();
+    p.call("queue.snapshot", &[]).one();
+    let done = primary.wait_for_line_after(from, "snapshot done");
+    assert!(done.contains(".xlog"), "the snapshot removed WAL: {done}");
+    workload(&mut p, 4);
+    let dir = replica.take_dir();
+    let mut replica = Tarq::start_in(dir, &args);
+    let mut r = Client::connect(replica.addr);
+    wait_for_same_tasks(&mut p, &mut r);
+    replica.wait_for_line("joined the primary");
+    assert_eq!(stat(&mut r, "replication_joins"), 1);
+    // And it streams on from there.
+    workload(&mut p, 5);
+    wait_for_same_tasks(&mut p, &mut r);
+}
