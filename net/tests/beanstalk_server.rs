@@ -315,3 +315,23 @@ fn the_binary_serves_the_port_and_shows_its_figures_in_ctl_and_metrics() {
     assert!(page.contains("tarq_beanstalk_connections 1"), "{page}");
     assert!(page.contains("tarq_beanstalk_commands_total 1"), "{page}");
 }
+
+#[test]
+fn a_stop_answers_a_reserve_waiting_on_several_tubes_once() {
+    let (srv, addr) = start();
+    let mut c = Bs::connect(addr);
+    c.line("watch one\r\n");
+    c.line("watch two\r\n");
+    c.send(b"reserve\r\n");
+    // Parked on all three tubes before the stop.
+    let mut ip = srv.connect();
+    support::wait_until("the reserve is parked", || {
+        support::field(&ip.call("queue.stats", &[]).one(), "parked_takes").as_u64() == Some(3)
+    });
+    srv.shutdown();
+    let mut rest = Vec::new();
+    c.stream
+        .read_to_end(&mut rest)
+        .expect("the stop closes the connection");
+    assert_eq!(String::from_utf8_lossy(&rest), "TIMED_OUT\r\n");
+}

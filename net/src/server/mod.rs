@@ -457,6 +457,8 @@ impl Server {
             if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
                 forget_parked(c, key);
                 self.deliver(p.conn, p.reply, &Outcome::Nothing);
+                // A beanstalk reserve parked on several tubes is answered once.
+                self.parked_answered(p.conn, p.reply);
             }
         }
         while let Some(p) = self.waiting_puts.front() {
