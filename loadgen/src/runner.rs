@@ -1035,7 +1035,21 @@ impl<'c, D: Driver> Run<'c, D> {
     /// errors, a new connection goes to the primary a refusal named or to the addresses in
     /// turn, and its consumer slots take again.
     fn repair(&mut self) -> Result<()> {
-        for idx in 0..self.conns.len() {
+        let troubled: Vec<usize> = (0..self.conns.len())
+            .filter(|&i| self.conns[i].trouble.is_some())
+            .collect();
+        // Connections whose last reconnect brought no working reply (a replica still naming
+        // a primary that is gone) wait before the next: once for all of them, not in turn.
+        let pause = troubled
+            .iter()
+            .map(|&i| &self.conns[i])
+            .filter(|c| c.troubled_since.is_some())
+            .map(|c| c.backoff)
+            .max();
+        if let Some(pause) = pause {
+            std::thread::sleep(pause);
+        }
+        for idx in troubled {
             let Some(trouble) = self.conns[idx].trouble.take() else {
                 continue;
             };
@@ -1087,9 +1101,8 @@ impl<'c, D: Driver> Run<'c, D> {
     fn reconnect(&mut self, idx: usize, trouble: &Trouble) -> Result<()> {
         let conn = &mut self.conns[idx];
         let _ = self.poll.registry().deregister(&mut conn.stream);
-        // A reconnect that brought no working reply: wait before the next.
+        // A reconnect that brought no working reply: `repair` waited; the next waits longer.
         if conn.troubled_since.is_some() {
-            std::thread::sleep(conn.backoff);
             conn.backoff = (conn.backoff * 2).min(MAX_BACKOFF);
         }
         let since = *conn.troubled_since.get_or_insert_with(Instant::now);
