@@ -35,7 +35,7 @@ use mio::{Events, Interest, Poll, Token};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,13 @@ const EVENTS_CAPACITY: usize = 1024;
 const DRAIN_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Seconds of per-second series a fill or drain keeps at most: a day, past any run's length.
 const MAX_SERIES_SECONDS: usize = 86_400;
+/// With `RunConfig::failover`: how long a connection may go without a reply that worked while
+/// it is being moved to a new leader, before the run stops. An election takes seconds.
+pub const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+/// First pause before a connection reconnects again after a reconnect that brought no working
+/// reply (a replica still naming a primary that is gone); it doubles up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Everything one run needs to know.
 #[derive(Clone, Debug)]
@@ -106,6 +113,12 @@ pub struct RunConfig {
     pub label: String,
     /// The target's process, when the loadgen started it, for CPU accounting.
     pub target_pid: Option<u32>,
+    /// Every address of a tarq cluster; empty for a single target. With addresses, a
+    /// connection that is lost, or whose request is refused as read-only naming the primary,
+    /// is replaced (by one to that primary, or to these in turn) instead of ending the run:
+    /// its requests in flight count as errors — a put whose reply was lost may or may not be
+    /// in the queue, and is never sent again.
+    pub failover: Vec<String>,
 }
 
 impl RunConfig {
@@ -415,8 +428,32 @@ impl<D: Driver> Tx<D> {
     }
 }
 
+/// Why a connection must be replaced.
+#[derive(Clone, Debug)]
+enum Trouble {
+    Lost(String),
+    /// A refusal named the primary.
+    Redirect(String),
+}
+
+impl std::fmt::Display for Trouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trouble::Lost(why) => f.write_str(why),
+            Trouble::Redirect(p) => write!(f, "refused as read-only: the primary is {p}"),
+        }
+    }
+}
+
 struct Conn<D> {
     stream: TcpStream,
+    /// The address it is connected to.
+    addr: String,
+    /// Set when it must be replaced (failover only); the loop does it between polls.
+    trouble: Option<Trouble>,
+    /// Since when it has been replaced without a reply that worked since.
+    troubled_since: Option<Instant>,
+    backoff: Duration,
     rbuf: Vec<u8>,
     rlen: usize,
     /// When the last reply arrived, for the stall figure.
@@ -435,6 +472,8 @@ struct Shared {
     window: usize,
     /// Puts follow the open-loop schedule (the steady phase with a rate).
     open_loop: bool,
+    /// Lost or redirected connections are replaced (`RunConfig::failover`).
+    failover: bool,
     null_mode: bool,
     run: u64,
     payload: PayloadWriter,
@@ -614,16 +653,8 @@ fn connect<D: Driver>(cfg: &RunConfig, idx: usize, mut driver: D, poll: &Poll) -
         Role::Consumer
     };
     let blocking = driver.blocking_takes();
-    let mut std_stream = std::net::TcpStream::connect_timeout(&cfg.addr, CONNECT_TIMEOUT)
-        .with_context(|| format!("connecting to {}", cfg.addr))?;
-    std_stream.set_nodelay(true)?;
-    std_stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-    std_stream.set_write_timeout(Some(CONNECT_TIMEOUT))?;
-    driver
-        .handshake(&mut std_stream, role)
-        .with_context(|| format!("handshake with {} ({role:?} {idx})", cfg.addr))?;
-    std_stream.set_nonblocking(true)?;
-    let mut stream = TcpStream::from_std(std_stream);
+    let addr = cfg.addr.to_string();
+    let mut stream = TcpStream::from_std(open_stream(&addr, &mut driver, role, idx)?);
     poll.registry()
         .register(
             &mut stream,
@@ -633,6 +664,10 @@ fn connect<D: Driver>(cfg: &RunConfig, idx: usize, mut driver: D, poll: &Poll) -
         .context("registering a connection")?;
     Ok(Conn {
         stream,
+        addr,
+        trouble: None,
+        troubled_since: None,
+        backoff: FIRST_BACKOFF,
         rbuf: vec![0; READ_BUF_BYTES],
         rlen: 0,
         last_reply_ns: 0,
@@ -652,6 +687,31 @@ fn connect<D: Driver>(cfg: &RunConfig, idx: usize, mut driver: D, poll: &Poll) -
     })
 }
 
+/// Connects to `addr` and shakes hands (blocking, bounded by `CONNECT_TIMEOUT`), then leaves
+/// the stream non-blocking for the loop.
+fn open_stream<D: Driver>(
+    addr: &str,
+    driver: &mut D,
+    role: Role,
+    idx: usize,
+) -> Result<std::net::TcpStream> {
+    let sa = addr
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {addr}"))?
+        .next()
+        .with_context(|| format!("{addr} resolves to no address"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    s.set_write_timeout(Some(CONNECT_TIMEOUT))?;
+    driver
+        .handshake(&mut s, role)
+        .with_context(|| format!("handshake with {addr} ({role:?} {idx})"))?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
 /// The loop's state across phases.
 struct Run<'c, D> {
     cfg: &'c RunConfig,
@@ -668,6 +728,8 @@ struct Run<'c, D> {
     next_due_k: u64,
     /// Which producer goes first this turn, so none is always last.
     rr: usize,
+    /// The cluster's addresses, given and learned from refusals (`RunConfig::failover`).
+    addrs: Vec<String>,
 }
 
 impl<'c, D: Driver> Run<'c, D> {
@@ -684,6 +746,7 @@ impl<'c, D: Driver> Run<'c, D> {
             depth: cfg.depth,
             window: cfg.window.max(1),
             open_loop: false,
+            failover: !cfg.failover.is_empty(),
             null_mode: cfg.null_mode,
             run: run_id,
             payload: PayloadWriter::new(run_id, cfg.payload),
@@ -713,6 +776,7 @@ impl<'c, D: Driver> Run<'c, D> {
             schedule_start_ns: 0,
             next_due_k: 0,
             rr: 0,
+            addrs: cfg.failover.clone(),
         })
     }
 
@@ -734,6 +798,7 @@ impl<'c, D: Driver> Run<'c, D> {
             self.flush_dirty()?;
             let timeout = self.poll_timeout(now)?;
             self.poll_once(timeout)?;
+            self.repair()?;
             self.check_error_budget()?;
             progress.tick(self.progress_position(), self.completions());
         }
@@ -905,7 +970,14 @@ impl<'c, D: Driver> Run<'c, D> {
     /// Write everything this turn produced: one write per connection.
     fn flush_dirty(&mut self) -> Result<()> {
         while let Some(idx) = self.sh.dirty.pop() {
-            flush(&mut self.conns[idx])?;
+            let conn = &mut self.conns[idx];
+            if let Err(e) = flush(conn) {
+                if !self.sh.failover {
+                    return Err(e);
+                }
+                conn.tx.dirty = false;
+                conn.trouble.get_or_insert(Trouble::Lost(format!("{e:#}")));
+            }
         }
         Ok(())
     }
@@ -945,6 +1017,9 @@ impl<'c, D: Driver> Run<'c, D> {
             }
             let idx = ev.token().0;
             let conn = &mut self.conns[idx];
+            if conn.trouble.is_some() {
+                continue;
+            }
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                 read_ready(conn, &mut self.sh)?;
             }
@@ -954,6 +1029,132 @@ impl<'c, D: Driver> Run<'c, D> {
             }
         }
         Ok(())
+    }
+
+    /// Replaces every connection in trouble (failover only): its requests in flight count as
+    /// errors, a new connection goes to the primary a refusal named or to the addresses in
+    /// turn, and its consumer slots take again.
+    fn repair(&mut self) -> Result<()> {
+        let troubled: Vec<usize> = (0..self.conns.len())
+            .filter(|&i| self.conns[i].trouble.is_some())
+            .collect();
+        // Connections whose last reconnect brought no working reply (a replica still naming
+        // a primary that is gone) wait before the next: once for all of them, not in turn.
+        let pause = troubled
+            .iter()
+            .map(|&i| &self.conns[i])
+            .filter(|c| c.troubled_since.is_some())
+            .map(|c| c.backoff)
+            .max();
+        if let Some(pause) = pause {
+            std::thread::sleep(pause);
+        }
+        for idx in troubled {
+            let Some(trouble) = self.conns[idx].trouble.take() else {
+                continue;
+            };
+            let now = self.sh.now();
+            self.drop_in_flight(idx, &trouble, now);
+            self.reconnect(idx, &trouble)?;
+            let conn = &mut self.conns[idx];
+            if conn.tx.role == Role::Consumer && self.consumers_started {
+                for _ in 0..self.cfg.depth {
+                    conn.tx.want_take(now, &mut self.sh.dirty);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts every request of connection `idx` still waiting for its reply as an error and
+    /// forgets it, with whatever was read or queued on the connection.
+    fn drop_in_flight(&mut self, idx: usize, trouble: &Trouble, now: u64) {
+        let sh = &mut self.sh;
+        let conn = &mut self.conns[idx];
+        for p in std::mem::take(&mut conn.tx.pending) {
+            sh.error(
+                now,
+                p.kind,
+                format!("no reply from {}: {trouble}", conn.addr),
+            );
+            match p.kind {
+                Kind::Put => {
+                    sh.in_system = sh.in_system.saturating_sub(1);
+                    if sh.phase == Phase::Fill {
+                        sh.fill_unanswered = sh.fill_unanswered.saturating_sub(1);
+                    }
+                }
+                Kind::Ack if p.ours => sh.in_system = sh.in_system.saturating_sub(1),
+                Kind::Take | Kind::Ack => {}
+            }
+        }
+        conn.tx.wbuf.clear();
+        conn.tx.wpos = 0;
+        conn.tx.parked = 0;
+        conn.tx.waiting = false;
+        conn.rlen = 0;
+    }
+
+    /// Connects `idx` again: first to the primary a refusal named, then to the addresses in
+    /// turn starting after the one it had, round after round, until one takes it or the
+    /// connection has gone `FAILOVER_WAIT` without a reply that worked.
+    fn reconnect(&mut self, idx: usize, trouble: &Trouble) -> Result<()> {
+        let conn = &mut self.conns[idx];
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        // A reconnect that brought no working reply: `repair` waited; the next waits longer.
+        if conn.troubled_since.is_some() {
+            conn.backoff = (conn.backoff * 2).min(MAX_BACKOFF);
+        }
+        let since = *conn.troubled_since.get_or_insert_with(Instant::now);
+        let mut order = Vec::new();
+        if let Trouble::Redirect(primary) = trouble {
+            if !self.addrs.contains(primary) {
+                self.addrs.push(primary.clone());
+            }
+            order.push(primary.clone());
+        }
+        let n = self.addrs.len();
+        let start = self
+            .addrs
+            .iter()
+            .position(|a| *a == conn.addr)
+            .map_or(0, |i| i + 1);
+        for k in 0..n {
+            let a = &self.addrs[(start + k) % n];
+            if !order.contains(a) {
+                order.push(a.clone());
+            }
+        }
+        let (role, mut tried) = (conn.tx.role, Vec::new());
+        let mut pause = FIRST_BACKOFF;
+        loop {
+            for addr in &order {
+                match open_stream(addr, &mut conn.tx.driver, role, idx) {
+                    Ok(s) => {
+                        conn.stream = TcpStream::from_std(s);
+                        conn.addr = addr.clone();
+                        return self
+                            .poll
+                            .registry()
+                            .register(
+                                &mut conn.stream,
+                                Token(idx),
+                                Interest::READABLE | Interest::WRITABLE,
+                            )
+                            .context("registering a connection");
+                    }
+                    Err(e) => tried.push(format!("{addr} ({e:#})")),
+                }
+            }
+            if since.elapsed() >= FAILOVER_WAIT {
+                bail!(
+                    "{role:?} connection {idx}: {trouble}; no address took it back within {FAILOVER_WAIT:?}: tried {}",
+                    tried.join(", ")
+                );
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(MAX_BACKOFF);
+        }
     }
 
     fn check_error_budget(&self) -> Result<()> {
@@ -1031,12 +1232,15 @@ fn read_ready<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> {
             conn.rbuf.resize(grown, 0);
         }
         match conn.stream.read(&mut conn.rbuf[conn.rlen..]) {
-            Ok(0) => bail!(
-                "the target closed {:?} connection {} ({} requests in flight)",
-                conn.tx.role,
-                conn.tx.idx,
-                conn.tx.pending.len()
-            ),
+            Ok(0) => {
+                let why = format!(
+                    "the target closed {:?} connection {} ({} requests in flight)",
+                    conn.tx.role,
+                    conn.tx.idx,
+                    conn.tx.pending.len()
+                );
+                return lose(conn, sh, why);
+            }
             Ok(n) => {
                 conn.rlen += n;
                 handle_replies(conn, sh)?;
@@ -1044,12 +1248,20 @@ fn read_ready<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("reading {:?} connection {}", conn.tx.role, conn.tx.idx)
-                })
+                let why = format!("reading {:?} connection {}: {e}", conn.tx.role, conn.tx.idx);
+                return lose(conn, sh, why);
             }
         }
     }
+}
+
+/// A connection that failed: the end of the run, or with failover, one to replace.
+fn lose<D>(conn: &mut Conn<D>, sh: &Shared, why: String) -> Result<()> {
+    if !sh.failover {
+        bail!(why);
+    }
+    conn.trouble.get_or_insert(Trouble::Lost(why));
+    Ok(())
 }
 
 fn handle_replies<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> {
@@ -1075,6 +1287,19 @@ fn handle_replies<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> 
             None => conn.tx.driver.decode(bytes, p.kind),
         }
         .with_context(|| format!("{:?} connection {}", conn.tx.role, conn.tx.idx))?;
+        match &reply {
+            Reply::Error(text) if sh.failover => {
+                if let Some(primary) = conn.tx.driver.primary_in(text) {
+                    conn.trouble
+                        .get_or_insert_with(|| Trouble::Redirect(primary.to_string()));
+                }
+            }
+            Reply::Error(_) => {}
+            _ => {
+                conn.troubled_since = None;
+                conn.backoff = FIRST_BACKOFF;
+            }
+        }
         on_reply(&mut conn.tx, sh, p, reply, now);
     }
     conn.rbuf.copy_within(pos..conn.rlen, 0);

@@ -27,8 +27,10 @@ pub struct RunArgs {
     /// System under test.
     #[arg(long, value_enum, default_value_t = Target::Tarq)]
     pub target: Target,
-    /// Address of a running target (default 127.0.0.1 and the target's usual port).
-    #[arg(long)]
+    /// Address of a running target (default 127.0.0.1 and the target's usual port). For a
+    /// tarq cluster, several, comma-separated: the run finds the leader, and reconnects to the
+    /// new one after a failover (errors counted, not fatal).
+    #[arg(long, value_name = "HOST:PORT[,...]")]
     pub addr: Option<String>,
     /// Start the target on a free port and a fresh temporary data dir, pinned to
     /// --target-cpu, and stop it afterwards.
@@ -416,17 +418,26 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
     args.validate()?;
     let (target_cpu, cpu) = cores(args);
     let spawned = spawn_target(args, target_cpu)?;
-    let addr = match &spawned {
-        Some(s) => s.addr,
-        None => resolve(args)?,
+    let (addr, failover) = match &spawned {
+        Some(s) => (s.addr, Vec::new()),
+        // A tarq may be one node of a cluster: start on its leader, follow it after.
+        None if args.target == Target::Tarq => {
+            let addrs = addr_list(args)?;
+            let (leader, all) = target::leader(addrs, args.tube().as_ref())
+                .with_context(|| format!("{} at {}", args.target, all_addrs(args)))?;
+            (resolve_one(&leader)?, all)
+        }
+        None => (resolve(args)?, Vec::new()),
     };
-    if let Some(tube) = args.tube() {
+    // A tarq cluster's tube was created through the redirects, on its leader.
+    if let (Some(tube), true) = (args.tube(), failover.is_empty()) {
         target::create_tube(addr, &tube).with_context(|| format!("{} at {addr}", args.target))?;
     }
     if let Some(cpu) = cpu {
         target::set_affinity(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
     }
-    let cfg = run_config(args, addr, spawned.as_ref().map(|s| s.pid()));
+    let mut cfg = run_config(args, addr, spawned.as_ref().map(|s| s.pid()));
+    cfg.failover = failover;
     let machine = Machine::probe();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let outcome = drive(args, &cfg, spawned)?;
@@ -484,6 +495,7 @@ fn run_config(args: &RunArgs, addr: SocketAddr, target_pid: Option<u32>) -> RunC
         progress: !args.quiet,
         label: args.label(),
         target_pid,
+        failover: Vec::new(),
     }
 }
 
@@ -594,11 +606,33 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
     parse_duration(text).map(|d| d.as_secs_f64())
 }
 
-fn resolve(args: &RunArgs) -> Result<SocketAddr> {
-    let text = args
-        .addr
+/// `--addr`, or the target's usual address.
+fn all_addrs(args: &RunArgs) -> String {
+    args.addr
         .clone()
-        .unwrap_or_else(|| format!("127.0.0.1:{}", args.target.default_port()));
+        .unwrap_or_else(|| format!("127.0.0.1:{}", args.target.default_port()))
+}
+
+/// `--addr` as a list (`A,B,C`): several only make sense for a tarq cluster.
+fn addr_list(args: &RunArgs) -> Result<Vec<String>> {
+    let text = all_addrs(args);
+    tarq_client::cluster::parse_addrs(&[&text]).with_context(|| format!("--addr {text}"))
+}
+
+/// The single address of a target that is not a tarq cluster.
+fn resolve(args: &RunArgs) -> Result<SocketAddr> {
+    let addrs = addr_list(args)?;
+    if addrs.len() > 1 {
+        bail!(
+            "--addr {}: several addresses are for a tarq cluster, not {}",
+            all_addrs(args),
+            args.target
+        );
+    }
+    resolve_one(&addrs[0])
+}
+
+fn resolve_one(text: &str) -> Result<SocketAddr> {
     text.to_socket_addrs()
         .with_context(|| format!("--addr {text} is not host:port"))?
         .next()

@@ -449,6 +449,15 @@ pub fn probe(target: Target, addr: SocketAddr) -> Result<()> {
     }
 }
 
+/// The leader of a running tarq cluster and every address known (see
+/// [`crate::proto::iproto::leader`]); the tube of a tubes-API run is created on it.
+pub fn leader(
+    addrs: Vec<String>,
+    tube: Option<&crate::proto::iproto::Tube>,
+) -> Result<(String, Vec<String>)> {
+    crate::proto::iproto::leader(addrs, PROBE_IO_TIMEOUT, tube)
+}
+
 /// Create the tube a tubes-API run drives, on a target that is up.
 pub fn create_tube(addr: SocketAddr, tube: &crate::proto::iproto::Tube) -> Result<()> {
     let s = TcpStream::connect_timeout(&addr, PROBE_IO_TIMEOUT)

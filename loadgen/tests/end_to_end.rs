@@ -633,3 +633,130 @@ fn report_only_reads_a_suite_written_before_run_shapes_were_recorded() {
     }
     assert!(!readme.contains("### Backlog shapes"), "{readme}");
 }
+
+/// A tarq spawned for the cluster tests, with `extra` arguments, unpinned.
+fn spawn_tarq(extra: &[String]) -> target::Spawned {
+    let opts = target::SpawnOptions {
+        cpu: None,
+        tarq_bin: Some(tarq_bin()),
+        rebuild: false,
+        args: extra.to_vec(),
+    };
+    target::spawn(Target::Tarq, &opts).expect("tarq starts")
+}
+
+/// A figure of `queue.stats()` at `addr`.
+fn stat(addr: std::net::SocketAddr, name: &str) -> u64 {
+    let mut c = tarq_client::Client::connect(&addr.to_string(), Duration::from_secs(5)).unwrap();
+    let stats = c.call("queue.stats", &[0x90], None).unwrap();
+    tarq_client::cluster::map_get(&stats[0], name)
+        .and_then(rmpv::Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// A primary and a replica of it, the replica streaming.
+fn primary_and_replica() -> (target::Spawned, target::Spawned) {
+    let primary = spawn_tarq(&[]);
+    let replica = spawn_tarq(&["--replica-of".into(), primary.addr.to_string()]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while stat(replica.addr, "replication_connected") != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never connected"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (primary, replica)
+}
+
+/// A run against a running cluster at `addrs` (nothing spawned by the run itself).
+fn cluster_args(addrs: &str, out: &Path) -> RunArgs {
+    let mut a = args(Target::Tarq, out);
+    a.spawn = false;
+    a.addr = Some(addrs.into());
+    a
+}
+
+#[test]
+fn a_tarq_cluster_is_driven_on_its_primary_whichever_address_comes_first() {
+    let (primary, replica) = primary_and_replica();
+    let out = tempfile::tempdir().unwrap();
+    let a = cluster_args(&format!("{},{}", replica.addr, primary.addr), out.path());
+    let s = single::run(&a)
+        .unwrap_or_else(|e| panic!("run failed: {e:#}"))
+        .summary;
+    assert_eq!(s.errors, 0, "first error: {:?}", s.first_error);
+    check_nothing_lost(&s);
+    assert_eq!(
+        s.config.addr,
+        primary.addr.to_string(),
+        "the leader was found"
+    );
+    assert_eq!(stat(primary.addr, "acks"), s.total_acks);
+
+    // The tubes API with the replica alone: the tube is created through the redirect, and
+    // the run starts on the primary without a refusal.
+    let mut a = cluster_args(&replica.addr.to_string(), out.path());
+    a.api = Some(Api::Tubes);
+    a.tube = Some("clustered".into());
+    let s = single::run(&a)
+        .unwrap_or_else(|e| panic!("run failed: {e:#}"))
+        .summary;
+    assert_eq!(s.errors, 0, "first error: {:?}", s.first_error);
+    check_nothing_lost(&s);
+    assert_eq!(s.config.addr, primary.addr.to_string());
+}
+
+#[test]
+fn a_run_started_on_a_replica_follows_its_refusals_to_the_primary() {
+    // The seed API with only the replica's address: nothing tells the loadgen where the
+    // primary is before the first refusal, which it follows, counting it as an error.
+    let (primary, replica) = primary_and_replica();
+    let out = tempfile::tempdir().unwrap();
+    let a = cluster_args(&replica.addr.to_string(), out.path());
+    let s = single::run(&a)
+        .unwrap_or_else(|e| panic!("run failed: {e:#}"))
+        .summary;
+    // The refusals come in the warm-up, out of the measured counts, but the first is kept.
+    let first = s.first_error.clone().unwrap_or_default();
+    assert!(
+        first.contains(&format!("the primary is {}", primary.addr)),
+        "{first}"
+    );
+    assert!(s.total_acks > 0 && s.e2e_us.count > 0, "{s:?}");
+    assert_eq!(stat(primary.addr, "acks"), s.total_acks);
+    assert_eq!(s.unacked, 0);
+}
+
+#[test]
+fn a_run_whose_target_dies_moves_to_the_next_address_and_keeps_counting() {
+    // Two independent tarqs stand for a failover: the first is killed mid-run, the
+    // connections move to the second, and the run goes on to its end.
+    let first = spawn_tarq(&[]);
+    let second = spawn_tarq(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let mut a = cluster_args(&format!("{},{}", first.addr, second.addr), out.path());
+    a.duration = Duration::from_secs(2);
+    a.drain = false;
+    let (pid, first_addr) = (first.pid(), first.addr);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        first
+    });
+    let s = single::run(&a)
+        .unwrap_or_else(|e| panic!("run failed: {e:#}"))
+        .summary;
+    drop(killer.join());
+    assert_eq!(s.config.addr, first_addr.to_string());
+    assert!(
+        stat(second.addr, "acks") > 0,
+        "the run went on against the second"
+    );
+    assert!(
+        s.total_acks > stat(second.addr, "acks"),
+        "and counted acks on both"
+    );
+}

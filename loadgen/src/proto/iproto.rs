@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::net::TcpStream;
 use std::time::Duration;
+use tarq_client::cluster::{Cluster, Effect, Options};
 use tarq_iproto::client::{self, GREETING_LEN};
+use tarq_iproto::codes::ER_READONLY;
 use tarq_iproto::mp::{write, Reader};
 use tarq_iproto::{keys, split_frame, DEFAULT_MAX_FRAME_BYTES};
 
@@ -226,6 +228,46 @@ pub fn create_tube(stream: TcpStream, timeout: Duration, tube: &Tube) -> anyhow:
     Ok(())
 }
 
+/// The leader of a running tarq cluster at `addrs` (several addresses, the first that answers
+/// is asked): the tube of a tubes-API run is created first through the client's redirects, then
+/// `Cluster::find_leader` names the node that takes changes. Returns its address (the node
+/// in use when every node that answered is a replica: the runner then follows the refusals)
+/// and every address known, given or learned, for reconnecting after a failover.
+pub fn leader(
+    addrs: Vec<String>,
+    timeout: Duration,
+    tube: Option<&Tube>,
+) -> anyhow::Result<(String, Vec<String>)> {
+    let mut c = Cluster::connect(addrs, Options::new(timeout))?;
+    if let Some(tube) = tube {
+        c.call(
+            "queue.create_tube",
+            &tube.create_args(),
+            None,
+            Effect::Changes,
+        )
+        .map_err(|e| anyhow::anyhow!("queue.create_tube({:?}) answered: {e}", tube.name))?;
+    }
+    let leader = match c.find_leader()? {
+        Some(leader) => leader,
+        None => c
+            .addr()
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("no address answered"))?,
+    };
+    Ok((leader, c.addrs().to_vec()))
+}
+
+/// The primary a refusal names, in an error text [`IprotoDriver::decode`] wrote for
+/// ER_READONLY (`error 7: read-only replica: the primary is ADDR`).
+pub fn primary_in_error(text: &str) -> Option<&str> {
+    let (code, message) = text.strip_prefix("error ")?.split_once(": ")?;
+    if code.parse::<u32>().ok()? != ER_READONLY {
+        return None;
+    }
+    tarq_client::cluster::primary_in(message)
+}
+
 fn connected(stream: TcpStream, timeout: Duration) -> anyhow::Result<tarq_client::Client> {
     let c = tarq_client::Client::over(stream, timeout)?;
     if c.greeting().protocol != "Binary" {
@@ -328,6 +370,10 @@ impl Driver for IprotoDriver {
         }
     }
 
+    fn primary_in<'a>(&self, error: &'a str) -> Option<&'a str> {
+        primary_in_error(error)
+    }
+
     fn ordered(&self) -> bool {
         false
     }
@@ -374,6 +420,25 @@ mod tests {
         out.extend_from_slice(body);
         response::finish(&mut out, start);
         out
+    }
+
+    #[test]
+    fn a_read_only_refusal_names_the_primary() {
+        let d = IprotoDriver::new(0.1);
+        let mut frame = Vec::new();
+        response::error(
+            &mut frame,
+            5,
+            ER_READONLY,
+            "read-only replica: the primary is 127.0.0.1:3301",
+        );
+        let Reply::Error(text) = d.decode(&frame, Kind::Put).unwrap() else {
+            panic!("not an error");
+        };
+        assert_eq!(d.primary_in(&text), Some("127.0.0.1:3301"));
+        let other = "error 32: read-only replica: the primary is 127.0.0.1:3301";
+        assert_eq!(d.primary_in(other), None, "only ER_READONLY redirects");
+        assert_eq!(d.primary_in("put answered [nil]: the tube is full"), None);
     }
 
     #[test]

@@ -111,6 +111,12 @@ pub trait Driver {
     /// Interpret a complete frame as the reply to a request of `kind`.
     fn decode<'a>(&self, frame: &'a [u8], kind: Kind) -> Result<Reply<'a>, ProtoError>;
 
+    /// The primary a refusal's text (a `Reply::Error`) names, when the target is a read-only
+    /// replica that says where changes go (tarq's ER_READONLY); the runner reconnects there.
+    fn primary_in<'a>(&self, _error: &'a str) -> Option<&'a str> {
+        None
+    }
+
     /// True when replies come back in request order (RESP, beanstalkd), false when they are
     /// matched by sync (IPROTO).
     fn ordered(&self) -> bool;

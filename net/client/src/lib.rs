@@ -3,6 +3,11 @@
 //! being a client; the bytes on the wire are `tarq_iproto::client`'s. `tarq ctl`, the console,
 //! the end-to-end tests and the load generator's readiness probe all talk through it. It is an
 //! operator's and a test's tool, not a hot path: each reply is copied out of the read buffer.
+//!
+//! [`cluster`] puts several addresses behind it: the first that answers, redirects to the
+//! primary a read-only refusal names, and another address when the node in use is lost.
+
+pub mod cluster;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -171,6 +176,20 @@ impl Client {
     /// shuts a direction down; `try_clone` gives an owned handle on it.
     pub fn socket(&self) -> &TcpStream {
         &self.stream
+    }
+
+    /// True when the connection looks usable for a new request: the peer has not closed it
+    /// and sent nothing unasked (a goodbye before closing). Checked without blocking, before
+    /// a request is sent, so a connection that died while idle is replaced before anything is
+    /// sent on it rather than after.
+    pub fn is_open(&self) -> bool {
+        if !self.buf.is_empty() || self.stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let peeked = self.stream.peek(&mut byte);
+        let restored = self.stream.set_nonblocking(false).is_ok();
+        restored && matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// The sync the next request gets.

@@ -1,8 +1,9 @@
 //! `tarq ctl console`: the `tarantoolctl connect` experience. A line such as
 //! `queue.put('x', {delay=1.5})` is parsed here as a call with Lua-ish literal arguments —
 //! strings, numbers, `nil`/`box.NULL`, `true`/`false`, tables `{a=1}` and `{1,2}` — sent as an
-//! IPROTO CALL through [`tarq_client::Client`], and its results printed as JSON. Line editing and
-//! history come from rustyline.
+//! IPROTO CALL through [`tarq_client::cluster::Cluster`] (so it follows the leader as `tarq
+//! ctl` does; the prompt shows the node in use), and its results printed as JSON. Line editing
+//! and history come from rustyline.
 //!
 //! The parser ([`parse_line`]) is a small recursive descent over the line, with the nesting
 //! depth bounded so no input can exhaust the stack.
@@ -14,7 +15,7 @@ use rmpv::Value;
 use rustyline::error::ReadlineError;
 use rustyline::DefaultEditor;
 
-use tarq_client::{Client, ClientError};
+use tarq_client::cluster::{Cluster, ClusterError, Effect};
 
 /// Deepest table nesting accepted in a console line: far beyond any hand-typed argument, far
 /// below what the parser's recursion could overflow.
@@ -499,8 +500,8 @@ Type a call as in Tarantool's console; its results are printed as JSON.
   queue.stats()
   help, quit (or Ctrl-D)";
 
-/// Runs the interactive console against `client` until `quit` or end of input.
-pub fn run(client: &mut Client, prompt: &str, history: Option<PathBuf>) -> anyhow::Result<()> {
+/// Runs the interactive console against `cluster` until `quit` or end of input.
+pub fn run(cluster: &mut Cluster, history: Option<PathBuf>) -> anyhow::Result<()> {
     let mut editor = DefaultEditor::with_config(
         rustyline::Config::builder()
             .max_history_size(HISTORY_LINES)?
@@ -513,8 +514,9 @@ pub fn run(client: &mut Client, prompt: &str, history: Option<PathBuf>) -> anyho
         // A first run has no history yet; anything else wrong with it is not worth stopping.
         let _ = editor.load_history(path);
     }
-    let prompt = format!("{prompt}> ");
     loop {
+        // The node in use, which a redirect or a failover changes.
+        let prompt = format!("{}> ", cluster.addr().unwrap_or("?"));
         let line = match editor.readline(&prompt) {
             Ok(line) => line,
             Err(ReadlineError::Interrupted) => continue,
@@ -530,15 +532,24 @@ pub fn run(client: &mut Client, prompt: &str, history: Option<PathBuf>) -> anyho
                 let mut packed = Vec::new();
                 rmpv::encode::write_value(&mut packed, &Value::Array(args))
                     .expect("writing to a Vec cannot fail");
-                match client.call(&function, &packed, wait) {
+                match cluster.call(&function, &packed, wait, Effect::of(&function)) {
                     Ok(values) => println!("{}", super::to_json_pretty(&Value::Array(values))),
-                    Err(ClientError::Server { code, message }) => {
-                        println!("error: {message} (code {code})")
-                    }
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        break;
-                    }
+                    Err(e) => match e.server() {
+                        Some((code, message)) => println!("error: {message} (code {code})"),
+                        // The next line reconnects: the console goes on.
+                        None if matches!(
+                            e,
+                            ClusterError::LostDuringChange { .. }
+                                | ClusterError::TooManyRedirects { .. }
+                        ) =>
+                        {
+                            println!("error: {e}")
+                        }
+                        None => {
+                            eprintln!("error: {e}");
+                            break;
+                        }
+                    },
                 }
             }
             Err(e) => println!("error: {e}"),

@@ -1,9 +1,13 @@
 //! `tarq ctl`: a command-line client of a running server — `put`, `take`, `ack`, `release`,
 //! `stats` (on the seed's queue, or with `--tube` on a tube), the tube commands `create-tube`,
 //! `drop-tube`, `peek`, `bury`, `kick` print their result as JSON, `console` opens the
-//! interactive console ([`console`]). It speaks IPROTO through the one blocking client
-//! ([`tarq_client::Client`]): it is an operator's tool, not part of the server's hot path.
+//! interactive console ([`console`]), `cluster` shows the members, leader, term and lags
+//! ([`cluster`]). It speaks IPROTO through the one blocking client, behind
+//! [`tarq_client::cluster::Cluster`]: `--addr` may list several nodes, and calls follow the
+//! leader (redirects and reconnects are the client crate's, not ctl's). It is an operator's
+//! tool, not part of the server's hot path.
 
+pub mod cluster;
 pub mod console;
 
 use std::io::Write;
@@ -14,7 +18,8 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 use rmpv::Value;
 
-use tarq_client::{pack_args, Client};
+use tarq_client::cluster::{parse_addrs, Cluster, Effect, Options};
+use tarq_client::pack_args;
 
 /// Default `--addr`: the server's default `--listen`.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:3301";
@@ -23,12 +28,21 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:3301";
 /// in microseconds; ten seconds only rules out waiting for ever on a wedged one.
 pub const DEFAULT_TIMEOUT_SECS: f64 = 10.0;
 
+/// Default `--failover-wait` in seconds: an election ends within a few seconds.
+pub const DEFAULT_FAILOVER_WAIT_SECS: f64 = 15.0;
+
 /// `tarq ctl`: talk to a running tarq.
 #[derive(Debug, Clone, Args)]
 pub struct CtlArgs {
-    /// The server's address, HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_ADDR)]
-    pub addr: String,
+    /// The server's address, HOST:PORT; several, comma-separated or repeated, for a cluster:
+    /// the first that answers is used, and a replica's refusal leads to its primary.
+    #[arg(long, value_name = "HOST:PORT[,...]", default_value = DEFAULT_ADDR, action = clap::ArgAction::Append)]
+    pub addr: Vec<String>,
+
+    /// Seconds to keep trying the other addresses when the server in use is lost (a
+    /// failover): reads are sent again, a change whose reply was lost is not.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_FAILOVER_WAIT_SECS)]
+    pub failover_wait: f64,
 
     /// Authenticate as this user (chap-sha1); guest when absent.
     #[arg(long, value_name = "NAME", requires = "password")]
@@ -125,6 +139,13 @@ pub enum CtlCommand {
     Kick {
         #[arg(default_value_t = 1)]
         count: u64,
+    },
+    /// The cluster: members, leader, term and each replica's lag (`queue.cluster()`); from a
+    /// server without failover, the replication figures of every --addr.
+    Cluster {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Interactive console: type queue.put('x') and the like.
     Console {
@@ -232,21 +253,26 @@ fn options(pairs: &[(&str, Option<Value>)]) -> Option<Value> {
 
 /// Runs one `tarq ctl` command, printing its result to `out`.
 pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let timeout = seconds("--timeout", args.timeout)?;
-    let credentials = args.user.as_deref().zip(args.password.as_deref());
-    let mut client = Client::connect(&args.addr, timeout)?;
-    if let Some((user, password)) = credentials {
-        client.auth(user, password)?;
-    }
-    if let CtlCommand::Console { history } = args.command {
-        return console::run(&mut client, &args.addr, history);
+    let addrs = parse_addrs(&args.addr)
+        .map_err(|e| anyhow::anyhow!("--addr {}: {e}", args.addr.join(",")))?;
+    let opts = Options {
+        timeout: seconds("--timeout", args.timeout)?,
+        credentials: args.user.clone().zip(args.password.clone()),
+        failover_wait: seconds("--failover-wait", args.failover_wait)?,
+    };
+    let mut cluster = Cluster::connect(addrs.clone(), opts.clone())?;
+    match args.command {
+        CtlCommand::Console { history } => return console::run(&mut cluster, history),
+        CtlCommand::Cluster { json } => return cluster::run(&mut cluster, &opts, json, out),
+        _ => {}
     }
     let Call {
         function,
         args: call_args,
         wait,
     } = call_of(args.command, args.tube.as_deref(), &args.namespace)?;
-    let values = client.call(&function, &pack_args(&call_args), wait)?;
+    let effect = Effect::of(&function);
+    let values = cluster.call(&function, &pack_args(&call_args), wait, effect)?;
     // One result prints as itself; none (a take that found nothing) as null.
     let shown = values.into_iter().next().unwrap_or(Value::Nil);
     writeln!(out, "{}", serde_json::to_string(&to_json(&shown))?)?;
@@ -279,7 +305,9 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
             .ok_or_else(|| anyhow::anyhow!("{m} works on a tube: give --tube NAME"))
     };
     Ok(match command {
-        CtlCommand::Console { .. } => unreachable!("the console is run by `run`"),
+        CtlCommand::Console { .. } | CtlCommand::Cluster { .. } => {
+            unreachable!("the console and cluster are run by `run`")
+        }
         CtlCommand::Put {
             data,
             delay,
@@ -375,6 +403,24 @@ mod tests {
         ] {
             assert_eq!(data_value(arg), want, "{arg}");
         }
+    }
+
+    #[test]
+    fn addr_takes_lists_and_repeats() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            ctl: CtlArgs,
+        }
+        let addrs = |argv: &[&str]| {
+            let cli = <Cli as clap::Parser>::try_parse_from(argv).unwrap();
+            parse_addrs(&cli.ctl.addr).unwrap()
+        };
+        assert_eq!(addrs(&["ctl", "stats"]), [DEFAULT_ADDR]);
+        assert_eq!(
+            addrs(&["ctl", "--addr", "a:1,b:2", "--addr", "c:3", "stats"]),
+            ["a:1", "b:2", "c:3"]
+        );
     }
 
     #[test]

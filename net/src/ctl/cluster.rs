@@ -1,0 +1,291 @@
+//! `tarq ctl cluster`: the members, the leader, the term and each replica's lag, from the
+//! server's `queue.cluster()` — a map `{leader = ADDR or nil, term = N, members = {{name,
+//! addr, role, position, lag_records, lag_ms}, ...}}`. A server without that call (no failover:
+//! ER_NO_SUCH_PROC) gets the fallback: each `--addr`'s own replication figures from
+//! `queue.stats()` (`replicas`, `replication_*`), one row per address, an unreachable one
+//! saying why. The printing reads keys by name and shows `-` for any it does not find, so a
+//! server that sends more or fewer keys still prints.
+
+use std::io::Write;
+
+use rmpv::Value;
+use tarq_client::cluster::{map_get, Cluster, Effect, Options};
+use tarq_client::Client;
+use tarq_iproto::codes::ER_NO_SUCH_PROC;
+
+use super::to_json;
+
+/// The member keys shown, in order, with their column titles.
+const MEMBER_COLUMNS: [(&str, &str); 6] = [
+    ("name", "NAME"),
+    ("addr", "ADDRESS"),
+    ("role", "ROLE"),
+    ("position", "POSITION"),
+    ("lag_records", "LAG RECORDS"),
+    ("lag_ms", "LAG MS"),
+];
+
+/// The `queue.stats()` figures of the fallback, with their column titles.
+const STATS_COLUMNS: [(&str, &str); 7] = [
+    ("replicas", "REPLICAS"),
+    ("replication_connected", "CONNECTED"),
+    ("replication_position", "POSITION"),
+    ("replication_lag_records", "LAG RECORDS"),
+    ("replication_lag_bytes", "LAG BYTES"),
+    ("replication_lag_ms", "LAG MS"),
+    ("replication_joins", "JOINS"),
+];
+
+/// Prints the cluster as `queue.cluster()` tells it, or each address's figures.
+pub fn run(
+    cluster: &mut Cluster,
+    opts: &Options,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match cluster.call("queue.cluster", &[0x90], None, Effect::Reads) {
+        Ok(values) => {
+            let map = values.into_iter().next().unwrap_or(Value::Nil);
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&to_json(&map))?)?;
+            } else {
+                write!(out, "{}", render_cluster(&map))?;
+            }
+            Ok(())
+        }
+        Err(e) if e.server().is_some_and(|(code, _)| code == ER_NO_SUCH_PROC) => {
+            let asked = cluster.addr().unwrap_or("the server").to_string();
+            let rows: Vec<(String, Result<Value, String>)> = cluster
+                .addrs()
+                .iter()
+                .map(|a| (a.clone(), stats_of(a, opts)))
+                .collect();
+            if json {
+                let doc: serde_json::Map<String, serde_json::Value> = rows
+                    .iter()
+                    .map(|(a, r)| {
+                        let v = match r {
+                            Ok(stats) => replication_json(stats),
+                            Err(e) => serde_json::json!({ "error": e }),
+                        };
+                        (a.clone(), v)
+                    })
+                    .collect();
+                writeln!(out, "{}", serde_json::Value::Object(doc))?;
+            } else {
+                writeln!(
+                    out,
+                    "queue.cluster() is not served by {asked} (no failover): the replication figures of each address's queue.stats()"
+                )?;
+                write!(out, "{}", render_stats(&rows))?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `queue.stats()` of one address, on a connection of its own (a replica's figures are its
+/// own, so the fallback asks each node, not the leader).
+fn stats_of(addr: &str, opts: &Options) -> Result<Value, String> {
+    let ask = || -> Result<Value, tarq_client::ClientError> {
+        let mut c = Client::connect(addr, opts.timeout)?;
+        if let Some((user, password)) = &opts.credentials {
+            c.auth(user, password)?;
+        }
+        Ok(c.call("queue.stats", &[0x90], None)?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Nil))
+    };
+    ask().map_err(|e| e.to_string())
+}
+
+/// The replication part of a `queue.stats()` map, as JSON.
+fn replication_json(stats: &Value) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    m.insert("role".into(), role_of(stats).into());
+    for (key, _) in STATS_COLUMNS {
+        if let Some(v) = map_get(stats, key) {
+            m.insert(key.into(), to_json(v));
+        }
+    }
+    serde_json::Value::Object(m)
+}
+
+/// A node with replication figures of its own follows a primary; any other takes changes.
+fn role_of(stats: &Value) -> &'static str {
+    if map_get(stats, "replication_position").is_some() {
+        "replica"
+    } else {
+        "primary"
+    }
+}
+
+/// A value as one table cell: strings bare, numbers as numbers, nothing as `-`.
+fn cell(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Nil) => "-".into(),
+        Some(Value::String(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        Some(other) => to_json(other).to_string(),
+    }
+}
+
+/// The `queue.cluster()` map as text: a header line, then one row per member.
+pub fn render_cluster(map: &Value) -> String {
+    let leader = match map_get(map, "leader") {
+        None | Some(Value::Nil) => "none (no leader elected)".to_string(),
+        v => cell(v),
+    };
+    let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
+    let members = match map_get(map, "members") {
+        Some(Value::Array(members)) => members.as_slice(),
+        _ => &[],
+    };
+    let mut rows = vec![MEMBER_COLUMNS.iter().map(|(_, t)| t.to_string()).collect()];
+    rows.extend(members.iter().map(|m| {
+        MEMBER_COLUMNS
+            .iter()
+            .map(|(k, _)| cell(map_get(m, k)))
+            .collect()
+    }));
+    text.push_str(&table(&rows));
+    if members.is_empty() {
+        text.push_str("(no members listed)\n");
+    }
+    text
+}
+
+/// The fallback rows as text: each address, its role and its figures, or why it is missing.
+fn render_stats(rows: &[(String, Result<Value, String>)]) -> String {
+    let mut lines = vec![std::iter::once("ADDRESS".to_string())
+        .chain(std::iter::once("ROLE".to_string()))
+        .chain(STATS_COLUMNS.iter().map(|(_, t)| t.to_string()))
+        .collect::<Vec<_>>()];
+    let mut failures = String::new();
+    for (addr, r) in rows {
+        match r {
+            Ok(stats) => lines.push(
+                [addr.clone(), role_of(stats).to_string()]
+                    .into_iter()
+                    .chain(STATS_COLUMNS.iter().map(|(k, _)| cell(map_get(stats, k))))
+                    .collect(),
+            ),
+            Err(e) => failures.push_str(&format!("{addr}: unreachable: {e}\n")),
+        }
+    }
+    table(&lines) + &failures
+}
+
+/// Rows as left-aligned columns two spaces apart.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut text = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(s, w)| format!("{s:<w$}"))
+            .collect();
+        text.push_str(line.join("  ").trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, Value)]) -> Value {
+        Value::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (Value::from(*k), v.clone()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_cluster_prints_with_missing_keys_as_dashes() {
+        let m = map(&[
+            ("leader", Value::from("127.0.0.1:3301")),
+            ("term", Value::from(4u64)),
+            (
+                "members",
+                Value::Array(vec![
+                    map(&[
+                        ("name", Value::from("n1")),
+                        ("addr", Value::from("127.0.0.1:3301")),
+                        ("role", Value::from("leader")),
+                        ("position", Value::from(120u64)),
+                        ("lag_records", Value::from(0u64)),
+                        ("lag_ms", Value::from(0u64)),
+                    ]),
+                    map(&[
+                        ("name", Value::from("n2")),
+                        ("addr", Value::from("127.0.0.1:3302")),
+                        ("role", Value::from("replica")),
+                        ("lag_records", Value::from(7u64)),
+                        ("extra", Value::from(true)),
+                    ]),
+                ]),
+            ),
+        ]);
+        assert_eq!(
+            render_cluster(&m),
+            "leader 127.0.0.1:3301  term 4\n\
+             NAME  ADDRESS         ROLE     POSITION  LAG RECORDS  LAG MS\n\
+             n1    127.0.0.1:3301  leader   120       0            0\n\
+             n2    127.0.0.1:3302  replica  -         7            -\n"
+        );
+        let bare = map(&[("leader", Value::Nil)]);
+        assert_eq!(
+            render_cluster(&bare),
+            "leader none (no leader elected)  term -\n\
+             NAME  ADDRESS  ROLE  POSITION  LAG RECORDS  LAG MS\n\
+             (no members listed)\n"
+        );
+        assert!(render_cluster(&Value::Nil).contains("no members listed"));
+    }
+
+    #[test]
+    fn the_fallback_prints_each_address() {
+        let primary = map(&[("replicas", Value::from(1u64)), ("total", 3u64.into())]);
+        let replica = map(&[
+            ("replicas", Value::from(0u64)),
+            ("replication_connected", Value::from(1u64)),
+            ("replication_position", Value::from(57u64)),
+            ("replication_lag_records", Value::from(0u64)),
+        ]);
+        let rows = vec![
+            ("a:1".to_string(), Ok(primary)),
+            ("b:2".to_string(), Ok(replica)),
+            ("c:3".to_string(), Err("cannot connect".to_string())),
+        ];
+        let text = render_stats(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "ADDRESS  ROLE     REPLICAS  CONNECTED  POSITION  LAG RECORDS  LAG BYTES  LAG MS  JOINS"
+        );
+        assert_eq!(
+            lines[1],
+            "a:1      primary  1         -          -         -            -          -       -"
+        );
+        assert_eq!(
+            lines[2],
+            "b:2      replica  0         1          57        0            -          -       -"
+        );
+        assert_eq!(lines[3], "c:3: unreachable: cannot connect");
+    }
+}
