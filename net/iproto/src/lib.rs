@@ -68,6 +68,9 @@ pub mod codes {
     pub const ER_PASSWORD_MISMATCH: u32 = 47;
     pub const ER_UNKNOWN_REQUEST_TYPE: u32 = 48;
     pub const ER_MISSING_REQUEST_FIELD: u32 = 69;
+    /// A synchronous change not acknowledged by its quorum of replicas in time (Tarantool's
+    /// wording and code); the change is not undone.
+    pub const ER_SYNC_QUORUM_TIMEOUT: u32 = 216;
     /// tarq's own (above Tarantool's range): the primary no longer has the WAL after a
     /// replica's position; the replica joins from a snapshot.
     pub const ER_WAL_NOT_RETAINED: u32 = 1000;

@@ -259,6 +259,9 @@ impl Server {
             self.deliver(idx, reply, &Outcome::Error(r));
             return;
         }
+        if cmd.changes() {
+            self.conns[idx].out.changed = true;
+        }
         let woke = match cmd {
             Command::Put { data, opts } => self.put(idx, reply, data, opts),
             Command::PutIn {

@@ -178,6 +178,18 @@ impl Server {
         }
     }
 
+    /// What each streaming replica acknowledged as durable, one entry per relay.
+    pub(super) fn relay_acks(&self, out: &mut Vec<u64>) {
+        out.clear();
+        out.extend(self.relays.iter().filter_map(|&(idx, gen)| {
+            let c = self
+                .conns
+                .get(idx)
+                .filter(|c| c.gen == gen && c.closing.is_none())?;
+            Some(c.relay.as_ref()?.acked)
+        }));
+    }
+
     /// Replicas streaming from this tarq now.
     pub(crate) fn replica_count(&self) -> u64 {
         self.relays.len() as u64

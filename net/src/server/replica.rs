@@ -87,6 +87,8 @@ pub(crate) struct Upstream {
     joins: u64,
     /// The last primary record applied here (kept beside the WAL for the figures).
     position: u64,
+    /// The last position acknowledged to the primary on this connection.
+    acked: u64,
 }
 
 impl Upstream {
@@ -108,6 +110,7 @@ impl Upstream {
             caught_up_at: 0,
             joins: 0,
             position: 0,
+            acked: 0,
         }
     }
 
@@ -206,6 +209,7 @@ impl Server {
             up.stream = Some(s);
             up.position = self.position();
             up.phase = Phase::Greeting;
+            up.acked = 0;
             up.last_heard = now;
             up.rbuf.clear();
             up.records.clear();
@@ -222,6 +226,15 @@ impl Server {
         up.rbuf.drain(..used);
         if used > 0 {
             up.last_heard = now;
+        }
+        // Each turn made durable here is acknowledged at once: a primary in synchronous mode
+        // answers its clients on these.
+        if up.phase == Phase::Streaming {
+            let durable = self.durable_position();
+            if durable > up.acked {
+                replication::ack(&mut up.wbuf, durable);
+                up.acked = durable;
+            }
         }
         if now.saturating_sub(up.last_heard) > SILENCE {
             return Err(format!(
@@ -328,7 +341,9 @@ impl Server {
                 if position >= up.primary_lsn {
                     up.caught_up_at = now;
                 }
-                replication::ack(&mut up.wbuf, position);
+                let durable = self.durable_position();
+                replication::ack(&mut up.wbuf, durable);
+                up.acked = durable;
             }
             Frame::Error { code, message } => {
                 if code == ER_WAL_NOT_RETAINED {
@@ -386,6 +401,11 @@ impl Server {
             up.caught_up_at = now;
         }
         Ok(())
+    }
+
+    /// The last primary record this replica holds durably (in its WAL mode).
+    fn durable_position(&mut self) -> u64 {
+        self.journal.wal().map_or(0, |w| w.durable_seq())
     }
 
     /// The last primary record this replica holds.

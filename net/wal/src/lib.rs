@@ -297,6 +297,9 @@ pub struct Wal {
     durable: BatchId,
     /// Records up to here are durable.
     durable_seq: u64,
+    /// The last record of the batch last submitted, when that batch holds a change whose
+    /// reply must wait for durability (synchronous replication waits for it too).
+    submitted_change: Option<u64>,
     segment: Option<Segment>,
     /// Write mode: segments rotated away since the start, never synced (for `close`).
     rotated_unsynced: Vec<Arc<dyn StorageFile>>,
@@ -408,6 +411,7 @@ impl Wal {
             submitted: 0,
             durable: 0,
             durable_seq: last_seq,
+            submitted_change: None,
             segment: None,
             rotated_unsynced: Vec::new(),
             failed: None,
@@ -643,6 +647,7 @@ impl Wal {
         self.submitted += 1;
         self.vanished.clear();
         self.vanished_tubes.clear();
+        self.submitted_change = None;
         let Some((start, first_seq)) = self.open.take() else {
             return self.submitted;
         };
@@ -653,6 +658,7 @@ impl Wal {
         let needs_durability = std::mem::take(&mut self.open_needs_durability);
         if needs_durability {
             self.held.push_back(self.submitted);
+            self.submitted_change = Some(self.last_seq);
         }
         self.batches.push_back(Batch {
             id: self.submitted,
@@ -868,6 +874,18 @@ impl Wal {
     /// The last record written to the log (a relay may stream up to it).
     pub fn written_seq(&self) -> u64 {
         self.written_seq
+    }
+
+    /// The last record durable in the configured mode (what a replica acknowledges).
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq
+    }
+
+    /// The last record of the batch just submitted, when that batch holds a change (put,
+    /// ack, release, ...) whose reply waits for durability; `None` for a batch of takes and
+    /// timers only, or none at all.
+    pub fn submitted_change(&self) -> Option<u64> {
+        self.submitted_change
     }
 
     /// The last sequence number given to a record (a replica's position once applied).
