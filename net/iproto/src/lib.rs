@@ -76,6 +76,9 @@ pub mod codes {
     pub const ER_WAL_NOT_RETAINED: u32 = 1000;
     /// tarq's own: the instance asked cannot feed replicas (no WAL, or it is a replica).
     pub const ER_REPLICATION: u32 = 1001;
+    /// tarq's own: the replica's log is of another history than the primary's (Tarantool's
+    /// ER_REPLICASET_UUID_MISMATCH); a replica outside a cluster keeps its data and retries.
+    pub const ER_HISTORY_MISMATCH: u32 = 1002;
 }
 
 /// The schema version sent in every reply header (key 0x05). Constant because our "schema"

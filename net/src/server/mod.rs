@@ -244,6 +244,13 @@ impl Server {
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
         let mut queue = journal.recovered_queue().unwrap_or_default();
+        if cfg.replica_of.is_none() && cfg.cluster.is_none() {
+            // A primary names its log's history when the log has none (a new data directory,
+            // or one written before format 3): replicas of another log are told apart.
+            if let Some(wal) = journal.wal() {
+                wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
+            }
+        }
         queue.set_journal(journal.wants_events());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;

@@ -362,7 +362,12 @@ impl Server {
             replication::join(&mut up.wbuf, 2);
             info!(primary = %up.primary, "joining the primary from its snapshot");
         } else {
-            replication::subscribe(&mut up.wbuf, 2, self.position());
+            let position = self.position();
+            let (term, history) = self
+                .journal
+                .wal()
+                .map_or((0, 0), |w| (w.last_term(), w.history()));
+            replication::subscribe(&mut up.wbuf, 2, position, term, history);
         }
         up.phase = Phase::Asked { join: up.need_join };
     }

@@ -97,7 +97,11 @@ impl Server {
             }
             RequestKind::Eval { expr, args } => self.eval(idx, sync, expr, args),
             RequestKind::Join => self.start_relay(idx, sync, None),
-            RequestKind::Subscribe { after } => self.start_relay(idx, sync, Some(after)),
+            RequestKind::Subscribe {
+                after,
+                term,
+                history,
+            } => self.start_relay(idx, sync, Some((after, term, history))),
             RequestKind::Other(t) => {
                 let msg = format!("Unknown request type {t}");
                 response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
