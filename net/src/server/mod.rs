@@ -13,6 +13,7 @@
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
+mod cluster;
 pub mod conn;
 pub mod dispatch;
 mod enforce;
@@ -194,6 +195,8 @@ pub struct Server {
     relay_buf: Vec<u8>,
     /// With `--replica-of`: the stream from the primary.
     upstream: Option<replica::Upstream>,
+    /// With `--etcd`: the election and this node's role in the cluster.
+    cluster: Option<cluster::ClusterNode>,
     /// `--sync-replicas`: which turns wait for the replicas' acknowledgements.
     sync: sync::SyncGate,
     /// Replicas' acknowledgements, gathered each turn (reused).
@@ -253,6 +256,13 @@ impl Server {
         }
         queue.set_journal(journal.wants_events());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
+        let cluster = match &cfg.cluster {
+            Some(c) => Some(cluster::ClusterNode::start(
+                c.election.clone(),
+                Arc::clone(&waker),
+            )?),
+            None => None,
+        };
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         Ok(Server {
             poll,
@@ -290,6 +300,7 @@ impl Server {
             tap: Vec::new(),
             relay_buf: Vec::new(),
             upstream: cfg.replica_of.map(replica::Upstream::new),
+            cluster,
             sync: sync::SyncGate::new(cfg.sync_replicas, cfg.sync_timeout),
             acked: Vec::new(),
             cfg,
@@ -576,10 +587,7 @@ impl Server {
             return Some(Duration::ZERO);
         }
         // A replica's deadlines fire on its primary: its engine never advances by itself.
-        let engine = self
-            .queue
-            .next_deadline()
-            .filter(|_| self.upstream.is_none());
+        let engine = self.queue.next_deadline().filter(|_| self.leads());
         let next = [
             engine,
             self.next_heartbeat(),
@@ -735,9 +743,11 @@ impl Server {
     fn turn(&mut self) {
         self.journal.turn_start(&mut self.queue, self.now);
         self.limits.turn_start();
+        self.cluster_turn();
         if self.upstream.is_some() {
             self.upstream_turn();
-        } else if !self.cfg.null {
+        }
+        if self.leads() && !self.cfg.null {
             let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
             self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
             if adv.processed > 0 {
@@ -1086,6 +1096,14 @@ impl Server {
         if self.cfg.null {
             return 0;
         }
+        if !self.leads() {
+            // A replica's queue changes only through its primary's records: a session that
+            // took tasks while this node led (the new primary released them) ends silently.
+            self.queue.set_journal(false);
+            let released = self.queue.release_session(sid);
+            self.queue.set_journal(self.journal.wants_events());
+            return released;
+        }
         let released = self.queue.release_session(sid);
         self.drain_events();
         if released > 0 {
@@ -1130,7 +1148,7 @@ impl Server {
     /// connection.
     fn commit_and_flush(&mut self) {
         let ticket: Ticket = self.journal.commit(&mut self.queue, self.now);
-        if self.sync.enabled() && self.upstream.is_none() {
+        if self.sync.enabled() && self.leads() {
             let change = self.journal.committed_change();
             self.sync.on_commit(ticket, change, self.now);
         }
@@ -1174,20 +1192,37 @@ impl Server {
         let durable = self.journal.durable();
         let journal = &self.journal;
         let gate = &self.sync;
+        let fenced = self.fenced();
         let is_durable = |t: Ticket| t <= durable || journal.is_durable(t);
         // A relay's stream waits for local durability only: the replicas' acknowledgements
         // the gate counts come after it.
         // Only replies that answer a change wait for the replicas: a read or a take in the
         // same turn goes out once the turn is durable here.
+        // A cluster node whose leadership ran out acknowledges no change: the lease may be
+        // another node's already.
         let verdict = |t: Ticket, changed: bool| match is_durable(t) {
             false => sync::Verdict::Hold,
             true if !changed => sync::Verdict::Release,
+            true if fenced => sync::Verdict::TimedOut,
             true => gate.verdict(t),
+        };
+        let fence_message;
+        let message = if fenced {
+            fence_message = format!(
+                "not acknowledged: {}; the change may or may not survive",
+                self.cluster
+                    .as_ref()
+                    .map(|c| c.not_leading().to_string())
+                    .unwrap_or_default()
+            );
+            fence_message.as_str()
+        } else {
+            gate.message()
         };
         let mut cut_off = Vec::new();
         for &idx in list.iter() {
             if let Some(c) = self.conns.get_mut(idx) {
-                release_conn(c, &verdict, gate.message(), &mut cut_off, idx);
+                release_conn(c, &verdict, message, &mut cut_off, idx);
                 if c.out.has_holds() {
                     self.holding.push((idx, c.gen));
                 }
@@ -1199,7 +1234,7 @@ impl Server {
                 let Some(c) = conns.get_mut(idx).filter(|c| c.gen == gen) else {
                     return false;
                 };
-                release_conn(c, &verdict, gate.message(), &mut cut_off, idx);
+                release_conn(c, &verdict, message, &mut cut_off, idx);
                 if c.out.has_released() && !c.to_flush {
                     c.to_flush = true;
                     list.push(idx);

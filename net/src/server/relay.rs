@@ -128,10 +128,15 @@ impl Server {
         if c.relay.is_some() {
             return Err((ER_REPLICATION, "this connection already streams".into()));
         }
-        if let Some(primary) = self.cfg.replica_of {
+        if !self.leads() {
+            let why = match (&self.cluster, self.cfg.replica_of) {
+                (Some(c), _) => c.not_leading().to_string(),
+                (None, Some(primary)) => format!("the primary is {primary}"),
+                (None, None) => "not the primary".into(),
+            };
             return Err((
                 ER_REPLICATION,
-                format!("this tarq is a replica: join its primary {primary}"),
+                format!("this tarq does not feed replicas: {why}"),
             ));
         }
         let Some(wal) = self.journal.wal().filter(|w| w.mode() != WalMode::None) else {

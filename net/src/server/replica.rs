@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use tarq_engine::Micros;
-use tarq_iproto::codes::ER_WAL_NOT_RETAINED;
+use tarq_iproto::codes::{ER_HISTORY_MISMATCH, ER_WAL_NOT_RETAINED};
 use tarq_iproto::greeting::GREETING_LEN;
 use tarq_iproto::replication::{self, Frame};
 use tarq_iproto::{auth, client, split_frame};
@@ -89,6 +89,9 @@ pub(crate) struct Upstream {
     position: u64,
     /// The last position acknowledged to the primary on this connection.
     acked: u64,
+    /// A cluster node: etcd chose this primary, so a log of another history is replaced by
+    /// joining it (outside a cluster such a replica keeps its data and waits for an operator).
+    in_cluster: bool,
 }
 
 impl Upstream {
@@ -111,7 +114,26 @@ impl Upstream {
             joins: 0,
             position: 0,
             acked: 0,
+            in_cluster: false,
         }
+    }
+
+    /// The primary this stream follows.
+    pub(super) fn primary(&self) -> SocketAddr {
+        self.primary
+    }
+
+    /// This replica belongs to a cluster whose primary etcd names.
+    pub(super) fn in_cluster(&mut self) {
+        self.in_cluster = true;
+    }
+
+    /// Drops the connection (a promotion, or another primary to follow).
+    pub(super) fn close(&mut self, registry: &mio::Registry) {
+        if let Some(mut s) = self.stream.take() {
+            let _ = registry.deregister(&mut s);
+        }
+        self.phase = Phase::Down;
     }
 
     /// Work left for the next turn at once.
@@ -346,7 +368,7 @@ impl Server {
                 up.acked = durable;
             }
             Frame::Error { code, message } => {
-                if code == ER_WAL_NOT_RETAINED {
+                if code == ER_WAL_NOT_RETAINED || (code == ER_HISTORY_MISMATCH && up.in_cluster) {
                     up.need_join = true;
                     up.backoff = 0;
                 }

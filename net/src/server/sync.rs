@@ -145,6 +145,16 @@ impl SyncGate {
     }
 }
 
+impl SyncGate {
+    /// A new leadership: turns still waiting count as timed out, and acknowledgements start
+    /// again from nothing.
+    pub fn restart(&mut self) {
+        let waited: Vec<Ticket> = self.waiting.drain(..).map(|w| w.0).collect();
+        self.timed_out.extend(waited);
+        self.quorum = 0;
+    }
+}
+
 /// The highest record `need` of the replicas have: the `need`-th largest acknowledgement.
 fn quorum(acked: &mut [u64], need: usize) -> u64 {
     if need == 0 || acked.len() < need {

@@ -175,6 +175,18 @@ impl Server {
             }
             return;
         }
+        if function == calls::CLUSTER {
+            let overview = self.cluster_overview();
+            let out = self.reply_buf(idx);
+            let at = response::begin_data(out, sync, 1);
+            if call16 {
+                // CALL_16 answers tuples: the map goes in one.
+                tarq_iproto::mp::write::array_len(out, 1);
+            }
+            rmpv::encode::write_value(out, &overview).expect("a Vec takes every byte");
+            response::finish(out, at);
+            return;
+        }
         match calls::parse(function, args) {
             Ok(call) => self.dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
             Err(e) => call_error(self.reply_buf(idx), sync, &e),
@@ -298,7 +310,7 @@ pub(super) fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
             return response::error(out, sync, ER_NO_SUCH_PROC, &msg);
         }
         Refusal::NotDurable => ER_UNKNOWN,
-        Refusal::ReadOnly(_) => ER_READONLY,
+        Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => ER_READONLY,
         _ => ER_PROC_LUA,
     };
     response::error(out, sync, code, &e.to_string());
