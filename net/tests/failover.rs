@@ -177,3 +177,102 @@ fn killing_the_primary_under_load_loses_no_acknowledged_task() {
         std::fs::write(path, json).unwrap();
     }
 }
+
+/// Puts `n` tasks through `w`, retrying refusals and losses; returns the acknowledged ones.
+fn put_n(w: &mut Writer, prefix: &str, n: usize) -> Vec<Ack> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut k = 0;
+    while out.len() < n {
+        assert!(Instant::now() < deadline, "puts are not acknowledged");
+        let data = format!("{prefix}-{k}");
+        k += 1;
+        if let Put::Acked { id, node } = w.put_once(&data) {
+            out.push(Ack {
+                id,
+                data,
+                node,
+                at: Instant::now(),
+            });
+        }
+    }
+    out
+}
+
+/// A raw connection to node `i` and a CALL of queue.put sent on it, not waited for.
+fn send_put(nodes: &Nodes, i: usize, data: &str) -> (tarq_client::Client, u64) {
+    let mut c = tarq_client::Client::connect_addr(nodes.nodes[i].addr, Duration::from_secs(20))
+        .expect("connect");
+    let args = tarq_client::pack_args(&[data.into()]);
+    let sync = c
+        .send_request(|out, sync| tarq_iproto::client::call(out, sync, "queue.put", &args))
+        .expect("send");
+    (c, sync)
+}
+
+#[test]
+fn a_primary_stopped_past_its_lease_refuses_changes_and_follows_the_new_one() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start(&etcd, 3, &["--sync-replicas", "1"]);
+    let old = nodes.wait_leader();
+    for i in (0..3).filter(|&i| i != old) {
+        wait_following(&nodes, i);
+    }
+    let mut w = Writer::new(&nodes);
+    let mut acked = put_n(&mut w, "before", 50);
+    // A connection to the old primary, kept across its stop.
+    let (mut c, _) = send_put(&nodes, old, "warm-up");
+    let r = c.recv().unwrap().expect("a reply");
+    assert!(r.is_ok(), "{:?}", r.error);
+    nodes.signal(old, "STOP");
+    let stopped_at = Instant::now();
+    // Sent while it is stopped: it reads this once resumed, long after its lease ran out.
+    let args = tarq_client::pack_args(&["while stopped".into()]);
+    let pending = c
+        .send_request(|out, sync| tarq_iproto::client::call(out, sync, "queue.put", &args))
+        .unwrap();
+    let mut new = None;
+    wait_for("another node to lead", || {
+        new = (0..3).filter(|&i| i != old).find(|&i| {
+            nodes
+                .overview(i)
+                .is_some_and(|o| str_field(&o, "role") == "leader")
+        });
+        new.is_some()
+    });
+    let new = new.unwrap();
+    assert!(
+        stopped_at.elapsed() >= Duration::from_secs(1),
+        "not before the lease could end"
+    );
+    acked.extend(put_n(&mut w, "after", 50));
+    nodes.signal(old, "CONT");
+    // The put it read after resuming is refused, not acknowledged: its lease is gone.
+    match c.recv() {
+        Ok(Some(r)) => {
+            assert_eq!(r.sync, pending);
+            assert_eq!(r.code, tarq_iproto::codes::ER_READONLY, "{:?}", r.error);
+            let msg = r.error.unwrap_or_default();
+            assert!(msg.starts_with("read-only replica:"), "{msg}");
+        }
+        Ok(None) | Err(_) => {} // or closed with its clients when it followed the new primary
+    }
+    // A change sent to it now is refused naming the new primary, once it follows.
+    wait_following(&nodes, old);
+    let (mut c, _) = send_put(&nodes, old, "to the old primary");
+    let r = c.recv().unwrap().expect("a reply");
+    assert_eq!(r.code, tarq_iproto::codes::ER_READONLY);
+    let want = format!(
+        "read-only replica: the primary is {}",
+        nodes.nodes[new].addr
+    );
+    assert_eq!(r.error.as_deref(), Some(want.as_str()));
+    acked.extend(put_n(&mut w, "later", 20));
+    // Every acknowledged task once, on the new primary, and on the old one now it follows.
+    check_acked(&nodes, new, &acked);
+    let last = acked.last().unwrap().id;
+    wait_for("the old primary to catch up", || {
+        peek_data(nodes.nodes[old].addr, last).is_some()
+    });
+    check_acked(&nodes, old, &acked);
+}
