@@ -276,3 +276,60 @@ fn a_primary_stopped_past_its_lease_refuses_changes_and_follows_the_new_one() {
     });
     check_acked(&nodes, old, &acked);
 }
+#[test]
+fn with_etcd_down_the_primary_serves_until_its_lease_ends_then_refuses_and_etcd_back_elects() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start(&etcd, 2, &[]);
+    let leader = nodes.wait_leader();
+    let mut w = Writer::new(&nodes);
+    put_n(&mut w, "before", 10);
+    let mut c =
+        tarq_client::Client::connect_addr(nodes.nodes[leader].addr, Duration::from_secs(20))
+            .unwrap();
+    let put = |c: &mut tarq_client::Client, data: &str| {
+        c.request(
+            |out, sync| {
+                let args = tarq_client::pack_args(&[data.into()]);
+                tarq_iproto::client::call(out, sync, "queue.put", &args)
+            },
+            None,
+        )
+        .expect("a reply")
+    };
+    etcd.pause();
+    let paused_at = Instant::now();
+    // Still within its lease: served.
+    let r = put(&mut c, "right after");
+    assert!(r.is_ok(), "{:?}", r.error);
+    // Then refused, once the lease it could not refresh runs out, with a reason.
+    let mut n = 0;
+    let refused = loop {
+        let r = put(&mut c, &format!("during-{n}"));
+        n += 1;
+        if !r.is_ok() {
+            break r;
+        }
+        assert!(
+            paused_at.elapsed() < Duration::from_secs(10),
+            "still serving after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = paused_at.elapsed();
+    assert!(
+        took <= Duration::from_secs(cluster::TTL_SECS),
+        "it stopped accepting changes {took:?} after etcd went, past the lease's {} s",
+        cluster::TTL_SECS
+    );
+    assert_eq!(refused.code, tarq_iproto::codes::ER_READONLY);
+    let msg = refused.error.unwrap_or_default();
+    assert!(
+        msg.starts_with("read-only replica: no primary now:") && msg.contains("etcd"),
+        "{msg}"
+    );
+    assert_eq!(nodes.leader(), None, "nobody leads without etcd");
+    etcd.resume();
+    let again = nodes.wait_leader();
+    put_n(&mut w, "after", 10);
+    eprintln!("etcd back: n{again} leads (n{leader} led before)");
+}
