@@ -224,6 +224,10 @@ impl Server {
             }
             let mut s = TcpStream::connect(up.primary)
                 .map_err(|e| format!("connecting to {}: {e}", up.primary))?;
+            // Acknowledgements are small and a synchronous primary waits for each: Nagle's
+            // algorithm would hold one back until the previous one's ACK came.
+            s.set_nodelay(true)
+                .map_err(|e| format!("setting TCP_NODELAY: {e}"))?;
             self.poll
                 .registry()
                 .register(&mut s, UPSTREAM, Interest::READABLE | Interest::WRITABLE)
