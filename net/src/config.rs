@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::ctl::CtlArgs;
 use crate::server::limits::{default_input_budget, LimitsConfig};
+use tarq_engine::Micros;
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
 use tarq_ops::graphite::{self, Target};
 use tarq_ops::OpsConfig;
@@ -142,6 +143,42 @@ pub struct Cli {
     #[arg(long, value_name = "ADDR")]
     pub replica_of: Option<SocketAddr>,
 
+    /// Synchronous replication: answer a change (put, ack, release, ...) only once this many
+    /// replicas have it durably in their own WAL (Tarantool's replication_synchro_quorum,
+    /// counting replicas, not the primary) [default: 0, asynchronous].
+    #[arg(long, value_name = "N")]
+    pub sync_replicas: Option<usize>,
+
+    /// How long a change waits for --sync-replicas acknowledgements before its client gets
+    /// ER_SYNC_QUORUM_TIMEOUT; the change stays applied and keeps replicating, as with
+    /// Tarantool's replication_synchro_timeout in its new behaviour [default: 5].
+    #[arg(long, value_name = "SECONDS")]
+    pub sync_timeout: Option<f64>,
+
+    /// Fail over through etcd: every node campaigns for a lease-backed leader key under
+    /// /tarq/<cluster>/; the leader is the primary, the others replicate it. Comma-separated
+    /// client URLs, http://host:port [default: off]. Needs --cluster and --node-name.
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+
+    /// The cluster's name in etcd (with --etcd).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// This node's name in the cluster, unique (with --etcd).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+
+    /// The address other nodes and clients reach this node's IPROTO port at (with --etcd)
+    /// [default: the --listen address].
+    #[arg(long, value_name = "ADDR")]
+    pub advertise: Option<SocketAddr>,
+
+    /// Lease TTL in whole seconds (with --etcd): how long a dead primary keeps its role
+    /// before another node may take over [default: 3].
+    #[arg(long, value_name = "SECONDS")]
+    pub lease_ttl: Option<u64>,
+
     /// Benchmark mode: answer every CALL at once with an empty result, without the queue.
     #[arg(long)]
     pub null: bool,
@@ -222,6 +259,13 @@ pub struct FileConfig {
     pub user: Option<String>,
     pub password: Option<String>,
     pub replica_of: Option<SocketAddr>,
+    pub sync_replicas: Option<usize>,
+    pub sync_timeout: Option<f64>,
+    pub etcd: Option<Vec<String>>,
+    pub cluster: Option<String>,
+    pub node_name: Option<String>,
+    pub advertise: Option<SocketAddr>,
+    pub lease_ttl: Option<u64>,
     pub null: Option<bool>,
     pub graphite: Option<String>,
     pub graphite_interval: Option<f64>,
@@ -265,6 +309,12 @@ pub struct Config {
     pub auth: Option<Credentials>,
     /// The primary this tarq replicates (read-only while set).
     pub replica_of: Option<SocketAddr>,
+    /// Replicas that must have a change durably before it is answered (0: asynchronous).
+    pub sync_replicas: usize,
+    /// How long a change waits for them (µs).
+    pub sync_timeout: Micros,
+    /// Failover through etcd, when set.
+    pub cluster: Option<ClusterConfig>,
     pub null: bool,
     /// Graphite push and Prometheus metrics.
     pub ops: OpsConfig,
@@ -288,6 +338,9 @@ impl Default for Config {
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             auth: None,
             replica_of: None,
+            sync_replicas: 0,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+            cluster: None,
             null: false,
             ops: OpsConfig::default(),
             wal: WalConfig::default(),
@@ -320,6 +373,7 @@ impl Config {
             None => FileConfig::default(),
         };
         let d = Config::default();
+        let cluster = cluster_config(&cli, &file, cli.listen.or(file.listen).unwrap_or(d.listen))?;
         let user = cli.user.or(file.user);
         let password = cli.password.or(file.password);
         let auth = match (user, password) {
@@ -383,6 +437,9 @@ impl Config {
                 .unwrap_or(d.beanstalk_max_job_size),
             auth,
             replica_of: cli.replica_of.or(file.replica_of),
+            sync_replicas: cli.sync_replicas.or(file.sync_replicas).unwrap_or(0),
+            sync_timeout: sync_timeout(cli.sync_timeout.or(file.sync_timeout))?,
+            cluster,
             null: cli.null || file.null.unwrap_or(false),
             ops: OpsConfig {
                 graphite: match cli.graphite.or(file.graphite) {
@@ -411,7 +468,11 @@ impl Config {
                     .keep_snapshots
                     .or(file.keep_snapshots)
                     .unwrap_or(d.wal.keep_snapshots),
-                replica: cli.replica_of.or(file.replica_of).is_some(),
+                // A cluster node starts as a replica: taken tasks stay taken until it learns
+                // whether it leads (then it releases them, as a restart does).
+                replica: cli.replica_of.or(file.replica_of).is_some()
+                    || !cli.etcd.is_empty()
+                    || file.etcd.is_some(),
                 segment_bytes: cli
                     .wal_segment_bytes
                     .or(file.wal_segment_bytes)
@@ -438,6 +499,32 @@ impl Config {
                     "replica-of {primary} is this tarq's own listen address"
                 )));
             }
+        }
+        if self.sync_replicas > MAX_SYNC_REPLICAS {
+            return Err(invalid(format!(
+                "sync-replicas {} must be at most {MAX_SYNC_REPLICAS}",
+                self.sync_replicas
+            )));
+        }
+        if self.sync_replicas > 0 && self.wal.mode == tarq_wal::WalMode::None {
+            return Err(invalid(
+                "sync-replicas needs a WAL to stream: wal-mode none cannot have replicas",
+            ));
+        }
+        if let Some(c) = &self.cluster {
+            if self.replica_of.is_some() {
+                return Err(invalid(
+                    "replica-of and etcd exclude each other: in a cluster etcd names the primary",
+                ));
+            }
+            if self.null || self.wal.mode == tarq_wal::WalMode::None {
+                return Err(invalid(
+                    "etcd needs a WAL to replicate: it cannot run with null or wal-mode none",
+                ));
+            }
+            c.election
+                .validate()
+                .map_err(|e| invalid(format!("etcd: {e}")))?;
         }
         if self.wal.segment_bytes < 4096 {
             return Err(invalid(format!(
@@ -507,6 +594,73 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Most `--sync-replicas`: more replicas than a cluster of this kind ever has is a typo.
+pub const MAX_SYNC_REPLICAS: usize = 32;
+/// Default `--sync-timeout`: Tarantool's replication_synchro_timeout default.
+pub const DEFAULT_SYNC_TIMEOUT: Micros = 5_000_000;
+/// Longest `--sync-timeout`: an hour; a change unanswered longer is a stuck client.
+pub const MAX_SYNC_TIMEOUT_SECS: f64 = 3600.0;
+
+/// `--sync-timeout` checked.
+fn sync_timeout(secs: Option<f64>) -> Result<Micros, ConfigError> {
+    match secs {
+        None => Ok(DEFAULT_SYNC_TIMEOUT),
+        Some(s) if s.is_finite() && s > 0.0 && s <= MAX_SYNC_TIMEOUT_SECS => {
+            Ok((s * 1e6) as Micros)
+        }
+        Some(s) => Err(invalid(format!(
+            "sync-timeout {s} must be above 0 and at most {MAX_SYNC_TIMEOUT_SECS} seconds"
+        ))),
+    }
+}
+
+/// A cluster node's settings: the election's, and this node's IPROTO address as published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub election: tarq_cluster::Config,
+}
+
+/// `--etcd` with `--cluster`, `--node-name`, `--advertise`, `--lease-ttl`: `None` without etcd.
+fn cluster_config(
+    cli: &Cli,
+    file: &FileConfig,
+    listen: SocketAddr,
+) -> Result<Option<ClusterConfig>, ConfigError> {
+    let endpoints = if cli.etcd.is_empty() {
+        file.etcd.clone().unwrap_or_default()
+    } else {
+        cli.etcd.clone()
+    };
+    if endpoints.is_empty() {
+        if cli.cluster.is_some() || cli.node_name.is_some() {
+            return Err(invalid("cluster and node-name need etcd"));
+        }
+        return Ok(None);
+    }
+    let cluster = cli
+        .cluster
+        .clone()
+        .or(file.cluster.clone())
+        .ok_or_else(|| invalid("etcd needs cluster NAME"))?;
+    let name = cli
+        .node_name
+        .clone()
+        .or(file.node_name.clone())
+        .ok_or_else(|| invalid("etcd needs node-name NAME"))?;
+    let advertise = cli.advertise.or(file.advertise).unwrap_or(listen);
+    if advertise.ip().is_unspecified() || advertise.port() == 0 {
+        return Err(invalid(format!(
+            "advertise {advertise}: other nodes cannot reach it; set --advertise HOST:PORT"
+        )));
+    }
+    let mut election =
+        tarq_cluster::Config::new(endpoints, &cluster, &name, &advertise.to_string());
+    if let Some(ttl) = cli.lease_ttl.or(file.lease_ttl) {
+        election = election.with_lease_ttl(Duration::from_secs(ttl));
+    }
+    Ok(Some(ClusterConfig { election }))
 }
 
 /// Longest `--snapshot-interval`: a week; a snapshot rarer than that leaves recovery to the

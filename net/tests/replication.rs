@@ -190,7 +190,7 @@ fn a_replica_has_every_task_in_fsync_mode() {
 fn a_primary_without_a_wal_refuses_replicas() {
     let primary = Tarq::start(&["--wal-mode", "none"]);
     let mut c = Client::connect(primary.addr);
-    let r = c.request(|out, sync| tarq_iproto::replication::subscribe(out, sync, 0));
+    let r = c.request(|out, sync| tarq_iproto::replication::subscribe(out, sync, 0, 0, 0));
     let msg = r.err(tarq_iproto::codes::ER_REPLICATION);
     assert!(msg.contains("wal_mode = 'none'"), "{msg}");
 }
@@ -302,4 +302,33 @@ fn a_replica_behind_the_retained_wal_joins_from_a_snapshot() {
     // And it streams on from there.
     workload(&mut p, 5);
     wait_for_same_tasks(&mut p, &mut r);
+}
+
+#[test]
+fn a_replica_pointed_at_an_unrelated_primary_is_refused_and_keeps_its_tasks() {
+    let a = Tarq::start(&[]);
+    let mut pa = Client::connect(a.addr);
+    workload(&mut pa, 1);
+    let aaddr = a.addr.to_string();
+    let mut replica = Tarq::start(&replica_args(&aaddr, "write"));
+    let mut r = Client::connect(replica.addr);
+    wait_for_same_tasks(&mut pa, &mut r);
+    let want = tasks(&mut r);
+    drop(r);
+    replica.signal("KILL");
+    replica.wait_exit();
+    // Another primary with a longer log of its own: phase 1 would have streamed its records
+    // on top of the replica's.
+    let b = Tarq::start(&[]);
+    let mut pb = Client::connect(b.addr);
+    workload(&mut pb, 7);
+    workload(&mut pb, 8);
+    let baddr = b.addr.to_string();
+    let dir = replica.take_dir();
+    let mut replica = Tarq::start_in(dir, &replica_args(&baddr, "write"));
+    let line = replica.wait_for_line("replication stopped");
+    assert!(line.contains("of history"), "{line}");
+    let mut r = Client::connect(replica.addr);
+    assert_eq!(tasks(&mut r), want, "the replica kept its own tasks");
+    assert_eq!(stat(&mut r, "replication_joins"), 0);
 }

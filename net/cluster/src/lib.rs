@@ -26,8 +26,18 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub use config::*;
-pub use election::{Claim, Fence, Member, Position, Role};
+pub use election::{Claim, Fence, LeaderRecord, Member, Position, Role};
 pub use etcd::EtcdError;
+
+/// What the election thread last read from etcd, for operators (`queue.cluster()`): the leader
+/// with its term, and every member key. Read under a lock the thread holds only to replace it.
+#[derive(Debug, Clone, Default)]
+pub struct Overview {
+    pub leader: Option<(LeaderRecord, u64)>,
+    pub members: Vec<Member>,
+    /// When it was read; `None` before etcd first answered.
+    pub read_at: Option<Instant>,
+}
 
 /// Something the election thread tells the loop, stamped with the instant it happened on the
 /// thread's monotonic clock.
@@ -104,6 +114,7 @@ pub struct Cluster {
     events: Receiver<Event>,
     position: Arc<Mutex<Position>>,
     fence: Fence,
+    overview: Arc<Mutex<Overview>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -116,6 +127,7 @@ impl Cluster {
         let (event_tx, events) = mpsc::channel();
         let position = Arc::new(Mutex::new(Position::default()));
         let fence = Fence::default();
+        let overview = Arc::new(Mutex::new(Overview::default()));
         let node = node::Node::new(
             config.clone(),
             etcd::Client::new(endpoints),
@@ -125,6 +137,7 @@ impl Cluster {
             },
             Arc::clone(&position),
             fence.clone(),
+            Arc::clone(&overview),
         );
         let thread = std::thread::Builder::new()
             .name(format!("cluster-{}", config.name))
@@ -134,6 +147,7 @@ impl Cluster {
             events,
             position,
             fence,
+            overview,
             thread: Some(thread),
         })
     }
@@ -146,6 +160,14 @@ impl Cluster {
     /// The event channel itself, for a caller that blocks on it (tests, tools).
     pub fn events(&self) -> &Receiver<Event> {
         &self.events
+    }
+
+    /// The leader and members as last read from etcd.
+    pub fn overview(&self) -> Overview {
+        self.overview
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The leadership claim to check before acknowledging a change.

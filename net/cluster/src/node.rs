@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::election::{may_campaign, Claim, Fence, LeaderRecord, Member, Position, Role};
 use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
-use crate::{Command, Config, DeposeReason, Event, EventKind};
+use crate::{Command, Config, DeposeReason, Event, EventKind, Overview};
 
 /// Shortest budget given to a call: below this a call cannot even connect, and failing it
 /// early is the honest outcome.
@@ -75,6 +75,7 @@ pub struct Node {
     keys: Keys,
     position: Arc<Mutex<Position>>,
     fence: Fence,
+    overview: Arc<Mutex<Overview>>,
     state: State,
     lease: Option<Lease>,
     /// Leases given up without being sure etcd dropped them; revoked once etcd answers, so
@@ -98,6 +99,7 @@ impl Node {
         out: Outbox,
         position: Arc<Mutex<Position>>,
         fence: Fence,
+        overview: Arc<Mutex<Overview>>,
     ) -> Node {
         let prefix = format!("/tarq/{}/", config.cluster);
         let keys = Keys {
@@ -112,6 +114,7 @@ impl Node {
             keys,
             position,
             fence,
+            overview,
             state: State::Unknown,
             lease: None,
             abandoned: Vec::new(),
@@ -306,6 +309,14 @@ impl Node {
     }
 
     fn decide(&mut self, view: View) -> Result<(), EtcdError> {
+        *self.overview.lock().unwrap_or_else(PoisonError::into_inner) = Overview {
+            leader: view
+                .leader
+                .as_ref()
+                .map(|(record, kv)| (record.clone(), kv.create_revision as u64)),
+            members: view.members.clone(),
+            read_at: Some(Instant::now()),
+        };
         if let State::Leading { term } = self.state {
             let mine = self.lease.map(|l| l.id);
             let held = view

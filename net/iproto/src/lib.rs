@@ -68,11 +68,17 @@ pub mod codes {
     pub const ER_PASSWORD_MISMATCH: u32 = 47;
     pub const ER_UNKNOWN_REQUEST_TYPE: u32 = 48;
     pub const ER_MISSING_REQUEST_FIELD: u32 = 69;
+    /// A synchronous change not acknowledged by its quorum of replicas in time (Tarantool's
+    /// wording and code); the change is not undone.
+    pub const ER_SYNC_QUORUM_TIMEOUT: u32 = 216;
     /// tarq's own (above Tarantool's range): the primary no longer has the WAL after a
     /// replica's position; the replica joins from a snapshot.
     pub const ER_WAL_NOT_RETAINED: u32 = 1000;
     /// tarq's own: the instance asked cannot feed replicas (no WAL, or it is a replica).
     pub const ER_REPLICATION: u32 = 1001;
+    /// tarq's own: the replica's log is of another history than the primary's (Tarantool's
+    /// ER_REPLICASET_UUID_MISMATCH); a replica outside a cluster keeps its data and retries.
+    pub const ER_HISTORY_MISMATCH: u32 = 1002;
 }
 
 /// The schema version sent in every reply header (key 0x05). Constant because our "schema"

@@ -32,10 +32,14 @@ pub const SNAPSHOT: u32 = 0x7a02;
 pub const SNAPSHOT_END: u32 = 0x7a03;
 pub const HEARTBEAT: u32 = 0x7a04;
 
-/// Body keys: Tarantool's vclock and timestamp, and tarq's backlog.
+/// Body keys: Tarantool's vclock and timestamp, and tarq's backlog, history id and term.
 pub const VCLOCK: u64 = 0x26;
 pub const TIMESTAMP: u64 = 0x04;
 pub const BACKLOG: u64 = 0x7b;
+/// SUBSCRIBE: the history id of the replica's log (Tarantool sends its replicaset UUID).
+pub const HISTORY: u64 = 0x7c;
+/// SUBSCRIBE: the term of the replica's record at its position.
+pub const TERM: u64 = 0x7d;
 /// The one vclock component: one primary writes the log.
 const REPLICA_ID: u64 = 1;
 
@@ -68,11 +72,16 @@ pub fn join(out: &mut Vec<u8>, sync: u64) {
     frame(out, JOIN, sync, |o| write::map_len(o, 0));
 }
 
-/// Replica → primary: SUBSCRIBE after record `lsn`.
-pub fn subscribe(out: &mut Vec<u8>, sync: u64, lsn: u64) {
+/// Replica → primary: SUBSCRIBE after record `lsn`, which the replica holds as of `term` in
+/// a log of history `history` (0: none yet).
+pub fn subscribe(out: &mut Vec<u8>, sync: u64, lsn: u64, term: u64, history: u64) {
     frame(out, SUBSCRIBE, sync, |o| {
-        write::map_len(o, 1);
+        write::map_len(o, 3);
         vclock(o, lsn);
+        write::uint(o, TERM);
+        write::uint(o, term);
+        write::uint(o, HISTORY);
+        write::uint(o, history);
     });
 }
 
@@ -190,21 +199,33 @@ pub fn decode<'a>(frame: &'a [u8]) -> Result<Frame<'a>, String> {
     })
 }
 
-/// The position a SUBSCRIBE body carries (`{0x26: {1: lsn}}`); 0 when absent.
-pub fn subscribe_position(body: &[u8]) -> Result<u64, MpError> {
+/// What a SUBSCRIBE asks for: the position (`{0x26: {1: lsn}}`), its term and the history id;
+/// each 0 when absent (a replica of an older tarq sends the position only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubscribeBody {
+    pub after: u64,
+    pub term: u64,
+    pub history: u64,
+}
+
+/// Decodes a SUBSCRIBE body.
+pub fn subscribe_position(body: &[u8]) -> Result<SubscribeBody, MpError> {
     let mut r = Reader::new(body);
-    let mut lsn = 0;
+    let mut s = SubscribeBody::default();
     if r.is_empty() {
-        return Ok(0);
+        return Ok(s);
     }
     for _ in 0..r.read_map_len()? {
-        if r.read_uint()? == VCLOCK {
-            lsn = read_vclock(&mut r)?;
-        } else {
-            r.skip_value()?;
+        match r.read_uint()? {
+            VCLOCK => s.after = read_vclock(&mut r)?,
+            TERM => s.term = r.read_uint()?,
+            HISTORY => s.history = r.read_uint()?,
+            _ => {
+                r.skip_value()?;
+            }
         }
     }
-    Ok(lsn)
+    Ok(s)
 }
 
 #[cfg(test)]

@@ -52,9 +52,12 @@ pub enum RequestKind<'a> {
     },
     /// JOIN (65): a replica asks for a snapshot and the stream after it.
     Join,
-    /// SUBSCRIBE (66): a replica asks for the stream after record `after`.
+    /// SUBSCRIBE (66): a replica asks for the stream after record `after`, which it holds
+    /// as of `term` in the log of history `history` (0: unknown).
     Subscribe {
         after: u64,
+        term: u64,
+        history: u64,
     },
     /// Any other request type, answered with error 48; its body is not read.
     Other(u32),
@@ -134,9 +137,13 @@ pub fn decode(frame: &[u8]) -> Result<Request<'_>, DecodeError> {
             RequestKind::Join
         }
         super::replication::SUBSCRIBE => {
-            let after = super::replication::subscribe_position(r.remaining())
+            let s = super::replication::subscribe_position(r.remaining())
                 .map_err(|e| invalid(sync, "packet body", e))?;
-            RequestKind::Subscribe { after }
+            RequestKind::Subscribe {
+                after: s.after,
+                term: s.term,
+                history: s.history,
+            }
         }
         other => RequestKind::Other(other),
     };

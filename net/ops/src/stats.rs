@@ -64,6 +64,10 @@ pub struct WalFigures {
 pub struct ReplicationFigures {
     /// Replicas connected to this tarq and streaming from it now.
     pub replicas: u64,
+    /// Turns whose replies wait for `--sync-replicas` acknowledgements now.
+    pub sync_waiting: u64,
+    /// Turns whose replies timed out waiting for them, since start.
+    pub sync_timeouts: u64,
     /// This tarq's side as a replica (`--replica-of`), if it is one.
     pub upstream: Option<UpstreamFigures>,
 }
@@ -336,6 +340,20 @@ impl Snapshot {
             "Replicas streaming this tarq's WAL now.",
             r.replicas,
         );
+        let sync = [
+            m(
+                "sync_waiting",
+                Gauge,
+                "Turns of changes waiting for --sync-replicas acknowledgements now.",
+                r.sync_waiting,
+            ),
+            m(
+                "sync_timeouts",
+                Counter,
+                "Turns of changes answered ER_SYNC_QUORUM_TIMEOUT since start.",
+                r.sync_timeouts,
+            ),
+        ];
         let upstream = r.upstream.map(|u| {
             [
                 m(
@@ -380,6 +398,7 @@ impl Snapshot {
             .chain(limits)
             .chain(wal.into_iter().flatten())
             .chain(std::iter::once(replicas))
+            .chain(sync)
             .chain(upstream.into_iter().flatten())
     }
 

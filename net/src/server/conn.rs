@@ -11,6 +11,7 @@ use tarq_engine::{Micros, SessionId};
 
 use super::journal::Ticket;
 use super::limits::Guard;
+use super::sync::Verdict;
 use tarq_iproto::greeting::SALT_LEN;
 
 /// Allocations from this size up get their own mapping (`main` sets glibc's threshold), which
@@ -212,8 +213,12 @@ pub struct OutBuf {
     pub out: Vec<u8>,
     sent: usize,
     released: usize,
-    /// (ticket, end offset in `out`) for replies held until that ticket is durable.
-    holds: VecDeque<(Ticket, usize)>,
+    /// (ticket, end offset in `out`, whether a reply in it answers a change) for replies held
+    /// until that ticket is durable.
+    holds: VecDeque<(Ticket, usize, bool)>,
+    /// A reply appended since the last hold answers a change (put, ack, release, ...): in
+    /// synchronous mode it waits for the replicas too.
+    pub changed: bool,
 }
 
 impl OutBuf {
@@ -224,14 +229,15 @@ impl OutBuf {
 
     /// Whether bytes were appended since the last [`hold`](Self::hold).
     fn unheld(&self) -> usize {
-        self.holds.back().map_or(self.released, |&(_, end)| end)
+        self.holds.back().map_or(self.released, |&(_, end, _)| end)
     }
 
     /// Holds everything appended this turn until `ticket` is durable.
     pub fn hold(&mut self, ticket: Ticket) {
         if self.out.len() > self.unheld() {
-            self.holds.push_back((ticket, self.out.len()));
+            self.holds.push_back((ticket, self.out.len(), self.changed));
         }
+        self.changed = false;
     }
 
     pub fn has_holds(&self) -> bool {
@@ -245,11 +251,43 @@ impl OutBuf {
 
     /// Releases replies in order while their ticket is durable (see `Journal::is_durable`).
     pub fn release_if(&mut self, durable: impl Fn(Ticket) -> bool) {
-        while let Some(&(t, end)) = self.holds.front() {
+        while let Some(&(t, end, _)) = self.holds.front() {
             if !durable(t) {
                 break;
             }
             self.released = end;
+            self.holds.pop_front();
+        }
+    }
+
+    /// The oldest ticket whose replies are held.
+    pub fn oldest_hold(&self) -> Option<Ticket> {
+        self.holds.front().map(|h| h.0)
+    }
+
+    /// Releases replies in order as `verdict` says; a turn that failed (`TimedOut`) has its
+    /// held bytes replaced by what `rewrite` makes of them before they are released.
+    pub fn release_with(
+        &mut self,
+        verdict: impl Fn(Ticket, bool) -> Verdict,
+        rewrite: &mut dyn FnMut(&[u8], &mut Vec<u8>),
+    ) {
+        while let Some(&(t, end, changed)) = self.holds.front() {
+            match verdict(t, changed) {
+                Verdict::Hold => break,
+                Verdict::Release => self.released = end,
+                Verdict::TimedOut => {
+                    let mut new = Vec::new();
+                    rewrite(&self.out[self.released..end], &mut new);
+                    let len = new.len();
+                    self.out.splice(self.released..end, new);
+                    let old = end - self.released;
+                    for h in self.holds.iter_mut().skip(1) {
+                        h.1 = h.1 - old + len;
+                    }
+                    self.released += len;
+                }
+            }
             self.holds.pop_front();
         }
     }

@@ -239,9 +239,14 @@ pub enum Refusal {
     /// The journal has no snapshots.
     #[error("no snapshots without a WAL")]
     NoSnapshots,
-    /// A change sent to a replica: it names the primary, so a client can go there.
+    /// A change sent to a replica: it names the primary, so a client can go there. The form
+    /// `read-only replica: the primary is ADDR` is stable: clients parse it to redirect.
     #[error("read-only replica: the primary is {0}")]
-    ReadOnly(std::net::SocketAddr),
+    ReadOnly(String),
+    /// A change sent to a cluster node while no primary is known to it (an election, etcd
+    /// unreachable, a leadership that ran out): why.
+    #[error("read-only replica: no primary now: {0}")]
+    NoPrimary(String),
 }
 
 /// `deliver_to` over the server's fields, so that an outcome may borrow the queue.
@@ -258,6 +263,9 @@ impl Server {
         if let Some(r) = self.refusal(&cmd) {
             self.deliver(idx, reply, &Outcome::Error(r));
             return;
+        }
+        if cmd.changes() {
+            self.conns[idx].out.changed = true;
         }
         let woke = match cmd {
             Command::Put { data, opts } => self.put(idx, reply, data, opts),
@@ -292,11 +300,14 @@ impl Server {
     /// The journal's refusal of a change it cannot make durable, checked before the queue is
     /// touched.
     pub(crate) fn refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
-        if let Some(primary) = self.cfg.replica_of {
-            // Only the primary's records change a replica's queue; a take would too.
-            if !cmd.reads_only() {
-                return Some(Refusal::ReadOnly(primary));
-            }
+        // Only the primary's records change a replica's queue; a take would too. A cluster
+        // node checks its fence here, before the change runs.
+        if !cmd.reads_only() && !self.leads() {
+            return Some(match (&self.cluster, self.cfg.replica_of) {
+                (Some(c), _) => c.not_leading(),
+                (None, Some(primary)) => Refusal::ReadOnly(primary.to_string()),
+                (None, None) => Refusal::NoPrimary("this tarq is not the primary".into()),
+            });
         }
         if cmd.needs_tube_journal() && self.journal.wants_events() && !self.journal.logs_tubes() {
             return Some(Refusal::NotDurable);

@@ -35,6 +35,12 @@ pub trait Journal: Send {
     /// loop has not handed to `record` is still in the queue).
     fn commit(&mut self, queue: &mut Queue, now: Micros) -> Ticket;
 
+    /// The last record of the turn just committed, when the turn holds a change whose reply
+    /// waits for durability (synchronous replication waits for replicas to pass it too).
+    fn committed_change(&self) -> Option<u64> {
+        None
+    }
+
     /// The newest ticket whose records are durable (every earlier one is too).
     fn durable(&mut self) -> Ticket;
 

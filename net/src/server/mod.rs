@@ -13,6 +13,7 @@
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
+mod cluster;
 pub mod conn;
 pub mod dispatch;
 mod enforce;
@@ -22,6 +23,7 @@ pub mod parked;
 mod relay;
 pub mod reload;
 mod replica;
+mod sync;
 pub mod tube_sessions;
 mod waiting_puts;
 pub mod wal_journal;
@@ -193,6 +195,12 @@ pub struct Server {
     relay_buf: Vec<u8>,
     /// With `--replica-of`: the stream from the primary.
     upstream: Option<replica::Upstream>,
+    /// With `--etcd`: the election and this node's role in the cluster.
+    cluster: Option<cluster::ClusterNode>,
+    /// `--sync-replicas`: which turns wait for the replicas' acknowledgements.
+    sync: sync::SyncGate,
+    /// Replicas' acknowledgements, gathered each turn (reused).
+    acked: Vec<u64>,
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -239,8 +247,22 @@ impl Server {
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
         let mut queue = journal.recovered_queue().unwrap_or_default();
+        if cfg.replica_of.is_none() && cfg.cluster.is_none() {
+            // A primary names its log's history when the log has none (a new data directory,
+            // or one written before format 3): replicas of another log are told apart.
+            if let Some(wal) = journal.wal() {
+                wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
+            }
+        }
         queue.set_journal(journal.wants_events());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
+        let cluster = match &cfg.cluster {
+            Some(c) => Some(cluster::ClusterNode::start(
+                c.election.clone(),
+                Arc::clone(&waker),
+            )?),
+            None => None,
+        };
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         Ok(Server {
             poll,
@@ -278,6 +300,9 @@ impl Server {
             tap: Vec::new(),
             relay_buf: Vec::new(),
             upstream: cfg.replica_of.map(replica::Upstream::new),
+            cluster,
+            sync: sync::SyncGate::new(cfg.sync_replicas, cfg.sync_timeout),
+            acked: Vec::new(),
             cfg,
         })
     }
@@ -339,6 +364,8 @@ impl Server {
             wal: self.journal.figures(),
             replication: tarq_ops::stats::ReplicationFigures {
                 replicas: self.replica_count(),
+                sync_waiting: self.sync.waiting(),
+                sync_timeouts: self.sync.timeouts,
                 upstream: self.upstream_figures(),
             },
             last_id: self.queue.last_id(),
@@ -562,10 +589,7 @@ impl Server {
             return Some(Duration::ZERO);
         }
         // A replica's deadlines fire on its primary: its engine never advances by itself.
-        let engine = self
-            .queue
-            .next_deadline()
-            .filter(|_| self.upstream.is_none());
+        let engine = self.queue.next_deadline().filter(|_| self.leads());
         let next = [
             engine,
             self.next_heartbeat(),
@@ -573,6 +597,7 @@ impl Server {
             self.parked.next_deadline(),
             self.next_waiting_put_deadline(),
             self.journal.next_wakeup(),
+            self.sync.next_deadline(),
             self.accept_paused_until,
             self.ops.next_timer(),
             self.lingering.iter().map(|&(_, _, until)| until).min(),
@@ -720,9 +745,11 @@ impl Server {
     fn turn(&mut self) {
         self.journal.turn_start(&mut self.queue, self.now);
         self.limits.turn_start();
+        self.cluster_turn();
         if self.upstream.is_some() {
             self.upstream_turn();
-        } else if !self.cfg.null {
+        }
+        if self.leads() && !self.cfg.null {
             let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
             self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
             if adv.processed > 0 {
@@ -985,7 +1012,7 @@ impl Server {
         if let Some(r) = self.refusal(&cmd) {
             return Err(r);
         }
-        let _ = idx;
+        self.conns[idx].out.changed = true;
         let t = self
             .queue
             .create_tube(name, tarq_engine::TubeType::FifoTtl, Default::default())
@@ -1071,6 +1098,14 @@ impl Server {
         if self.cfg.null {
             return 0;
         }
+        if !self.leads() {
+            // A replica's queue changes only through its primary's records: a session that
+            // took tasks while this node led (the new primary released them) ends silently.
+            self.queue.set_journal(false);
+            let released = self.queue.release_session(sid);
+            self.queue.set_journal(self.journal.wants_events());
+            return released;
+        }
         let released = self.queue.release_session(sid);
         self.drain_events();
         if released > 0 {
@@ -1115,7 +1150,17 @@ impl Server {
     /// connection.
     fn commit_and_flush(&mut self) {
         let ticket: Ticket = self.journal.commit(&mut self.queue, self.now);
+        if self.sync.enabled() && self.leads() {
+            let change = self.journal.committed_change();
+            self.sync.on_commit(ticket, change, self.now);
+        }
         self.relay_turn();
+        if self.sync.enabled() {
+            let mut acked = std::mem::take(&mut self.acked);
+            self.relay_acks(&mut acked);
+            self.sync.advance(&mut acked, self.now);
+            self.acked = acked;
+        }
         let mut list = std::mem::take(&mut self.flush_list);
         self.release_durable(ticket, &mut list);
         // Out of the list before any write: a close below may queue a reply to a connection
@@ -1148,32 +1193,73 @@ impl Server {
         }
         let durable = self.journal.durable();
         let journal = &self.journal;
+        let gate = &self.sync;
+        let fenced = self.fenced();
         let is_durable = |t: Ticket| t <= durable || journal.is_durable(t);
+        // A relay's stream waits for local durability only: the replicas' acknowledgements
+        // the gate counts come after it.
+        // Only replies that answer a change wait for the replicas: a read or a take in the
+        // same turn goes out once the turn is durable here.
+        // A cluster node whose leadership ran out acknowledges no change: the lease may be
+        // another node's already.
+        let verdict = |t: Ticket, changed: bool| match is_durable(t) {
+            false => sync::Verdict::Hold,
+            true if !changed => sync::Verdict::Release,
+            true if fenced => sync::Verdict::TimedOut,
+            true => gate.verdict(t),
+        };
+        let fence_message;
+        let message = if fenced {
+            fence_message = format!(
+                "not acknowledged: {}; the change may or may not survive",
+                self.cluster
+                    .as_ref()
+                    .map(|c| c.not_leading().to_string())
+                    .unwrap_or_default()
+            );
+            fence_message.as_str()
+        } else {
+            gate.message()
+        };
+        let mut cut_off = Vec::new();
         for &idx in list.iter() {
             if let Some(c) = self.conns.get_mut(idx) {
-                c.out.release_if(is_durable);
+                release_conn(c, &verdict, message, &mut cut_off, idx);
                 if c.out.has_holds() {
                     self.holding.push((idx, c.gen));
                 }
             }
         }
-        if self.holding.is_empty() {
-            return;
+        if !self.holding.is_empty() {
+            let conns = &mut self.conns;
+            self.holding.retain(|&(idx, gen)| {
+                let Some(c) = conns.get_mut(idx).filter(|c| c.gen == gen) else {
+                    return false;
+                };
+                release_conn(c, &verdict, message, &mut cut_off, idx);
+                if c.out.has_released() && !c.to_flush {
+                    c.to_flush = true;
+                    list.push(idx);
+                }
+                c.out.has_holds()
+            });
+            self.holding.sort_unstable();
+            self.holding.dedup();
         }
-        let conns = &mut self.conns;
-        self.holding.retain(|&(idx, gen)| {
-            let Some(c) = conns.get_mut(idx).filter(|c| c.gen == gen) else {
-                return false;
-            };
-            c.out.release_if(is_durable);
-            if c.out.has_released() && !c.to_flush {
-                c.to_flush = true;
-                list.push(idx);
-            }
-            c.out.has_holds()
-        });
-        self.holding.sort_unstable();
-        self.holding.dedup();
+        if self.sync.has_timed_out() {
+            let conns = &self.conns;
+            let oldest = self
+                .holding
+                .iter()
+                .filter_map(|&(idx, _)| conns.get(idx)?.out.oldest_hold())
+                .min();
+            self.sync.forget_before(oldest);
+        }
+        for idx in cut_off {
+            // A beanstalk reply cannot be turned into an error in place: its client sees the
+            // connection end instead, as it would if the primary had died.
+            self.begin_close(idx, "synchronous replication timed out", true);
+        }
     }
 
     /// Writes connection `idx`'s released replies with one write; closes it on a write error,
@@ -1235,6 +1321,37 @@ impl Server {
         } else {
             self.finish_close(idx);
         }
+    }
+}
+
+/// Releases connection `c`'s held replies as `verdict` says. A timed-out turn's IPROTO
+/// replies become ER_SYNC_QUORUM_TIMEOUT errors with their syncs; a beanstalk connection's
+/// are dropped and the connection is put in `cut_off` to be closed.
+fn release_conn(
+    c: &mut Conn,
+    verdict: &dyn Fn(Ticket, bool) -> sync::Verdict,
+    message: &str,
+    cut_off: &mut Vec<usize>,
+    idx: usize,
+) {
+    let beanstalk = c.beanstalk.is_some();
+    let mut failed = false;
+    c.out
+        .release_with(verdict, &mut |held: &[u8], new: &mut Vec<u8>| {
+            failed = true;
+            if beanstalk {
+                return;
+            }
+            let mut at = 0;
+            while let Ok(Some(f)) = split_frame(&held[at..], usize::MAX) {
+                let sync = tarq_iproto::client::decode(&held[at + f.prefix..at + f.total()])
+                    .map_or(0, |r| r.sync);
+                response::error(new, sync, ER_SYNC_QUORUM_TIMEOUT, message);
+                at += f.total();
+            }
+        });
+    if failed && beanstalk {
+        cut_off.push(idx);
     }
 }
 

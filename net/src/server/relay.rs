@@ -19,7 +19,9 @@ use std::io::Read;
 use std::sync::Arc;
 
 use tarq_engine::Micros;
-use tarq_iproto::codes::{ER_ACCESS_DENIED, ER_REPLICATION, ER_WAL_NOT_RETAINED};
+use tarq_iproto::codes::{
+    ER_ACCESS_DENIED, ER_HISTORY_MISMATCH, ER_REPLICATION, ER_WAL_NOT_RETAINED,
+};
 use tarq_iproto::{replication, response};
 use tarq_wal::relay::{self as wal_relay, Cursor, RelayError};
 use tarq_wal::WalMode;
@@ -91,8 +93,9 @@ fn refused(e: RelayError) -> Refused {
 }
 
 impl Server {
-    /// JOIN (`after` None) or SUBSCRIBE after record `after`: connection `idx` becomes a relay.
-    pub(crate) fn start_relay(&mut self, idx: usize, sync: u64, after: Option<u64>) {
+    /// JOIN (`after` None) or SUBSCRIBE after record `after` (with the replica's term there and
+    /// its history id): connection `idx` becomes a relay.
+    pub(crate) fn start_relay(&mut self, idx: usize, sync: u64, after: Option<(u64, u64, u64)>) {
         match self.open_relay(idx, sync, after) {
             Ok(relay) => {
                 let c = self.conn_mut(idx);
@@ -108,7 +111,13 @@ impl Server {
         }
     }
 
-    fn open_relay(&mut self, idx: usize, sync: u64, after: Option<u64>) -> Result<Relay, Refused> {
+    fn open_relay(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        subscribe: Option<(u64, u64, u64)>,
+    ) -> Result<Relay, Refused> {
+        let after = subscribe.map(|s| s.0);
         let c = self.conn_mut(idx);
         if !c.authenticated {
             return Err((
@@ -119,10 +128,15 @@ impl Server {
         if c.relay.is_some() {
             return Err((ER_REPLICATION, "this connection already streams".into()));
         }
-        if let Some(primary) = self.cfg.replica_of {
+        if !self.leads() {
+            let why = match (&self.cluster, self.cfg.replica_of) {
+                (Some(c), _) => c.not_leading().to_string(),
+                (None, Some(primary)) => format!("the primary is {primary}"),
+                (None, None) => "not the primary".into(),
+            };
             return Err((
                 ER_REPLICATION,
-                format!("this tarq is a replica: join its primary {primary}"),
+                format!("this tarq does not feed replicas: {why}"),
             ));
         }
         let Some(wal) = self.journal.wal().filter(|w| w.mode() != WalMode::None) else {
@@ -132,6 +146,9 @@ impl Server {
                 "Replication does not support wal_mode = 'none'".into(),
             ));
         };
+        if let Some((after, term, history)) = subscribe {
+            check_history(wal, after, term, history)?;
+        }
         let (storage, written) = (wal.storage(), wal.written_seq());
         let now = self.now;
         let (start, phase) = match after {
@@ -176,6 +193,18 @@ impl Server {
                 r.acked = r.acked.max(lsn);
             }
         }
+    }
+
+    /// What each streaming replica acknowledged as durable, one entry per relay.
+    pub(super) fn relay_acks(&self, out: &mut Vec<u64>) {
+        out.clear();
+        out.extend(self.relays.iter().filter_map(|&(idx, gen)| {
+            let c = self
+                .conns
+                .get(idx)
+                .filter(|c| c.gen == gen && c.closing.is_none())?;
+            Some(c.relay.as_ref()?.acked)
+        }));
     }
 
     /// Replicas streaming from this tarq now.
@@ -297,6 +326,37 @@ impl Server {
             warn!(peer = %self.conns[idx].peer, error = %msg, "replication stream ended");
             self.close_quietly(idx, "replication stream ended");
         }
+    }
+}
+
+/// A replica may stream after record `after` only if its log is this one's up to there: the
+/// same history, and the same term at `after` (the log-matching rule). A log that diverged
+/// (a deposed primary's unacknowledged turns, or records this log never had) joins again; one
+/// of another history is refused outright.
+fn check_history(wal: &tarq_wal::Wal, after: u64, term: u64, history: u64) -> Result<(), Refused> {
+    if history != 0 && wal.history() != 0 && history != wal.history() {
+        return Err((
+            ER_HISTORY_MISMATCH,
+            format!(
+                "the replica's log is of history {history:016x}, this primary's of {:016x}:                  they share nothing",
+                wal.history()
+            ),
+        ));
+    }
+    match wal.term_of(after) {
+        Some(t) if t == term => Ok(()),
+        Some(t) => Err((
+            ER_WAL_NOT_RETAINED,
+            format!(
+                "the replica's log diverged: record {after} is of term {t} here, of term {term}                  there; join again"
+            ),
+        )),
+        None if after <= wal.last_seq() && (term != 0 || wal.last_term() != 0) => Err((
+            ER_WAL_NOT_RETAINED,
+            format!("the term of record {after} is not kept here, so the logs cannot be matched; join again"),
+        )),
+        // Past this log's end, or a log without terms: the cursor decides.
+        None => Ok(()),
     }
 }
 

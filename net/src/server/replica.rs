@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use tarq_engine::Micros;
-use tarq_iproto::codes::ER_WAL_NOT_RETAINED;
+use tarq_iproto::codes::{ER_HISTORY_MISMATCH, ER_WAL_NOT_RETAINED};
 use tarq_iproto::greeting::GREETING_LEN;
 use tarq_iproto::replication::{self, Frame};
 use tarq_iproto::{auth, client, split_frame};
@@ -87,6 +87,11 @@ pub(crate) struct Upstream {
     joins: u64,
     /// The last primary record applied here (kept beside the WAL for the figures).
     position: u64,
+    /// The last position acknowledged to the primary on this connection.
+    acked: u64,
+    /// A cluster node: etcd chose this primary, so a log of another history is replaced by
+    /// joining it (outside a cluster such a replica keeps its data and waits for an operator).
+    in_cluster: bool,
 }
 
 impl Upstream {
@@ -108,7 +113,27 @@ impl Upstream {
             caught_up_at: 0,
             joins: 0,
             position: 0,
+            acked: 0,
+            in_cluster: false,
         }
+    }
+
+    /// The primary this stream follows.
+    pub(super) fn primary(&self) -> SocketAddr {
+        self.primary
+    }
+
+    /// This replica belongs to a cluster whose primary etcd names.
+    pub(super) fn in_cluster(&mut self) {
+        self.in_cluster = true;
+    }
+
+    /// Drops the connection (a promotion, or another primary to follow).
+    pub(super) fn close(&mut self, registry: &mio::Registry) {
+        if let Some(mut s) = self.stream.take() {
+            let _ = registry.deregister(&mut s);
+        }
+        self.phase = Phase::Down;
     }
 
     /// Work left for the next turn at once.
@@ -199,6 +224,10 @@ impl Server {
             }
             let mut s = TcpStream::connect(up.primary)
                 .map_err(|e| format!("connecting to {}: {e}", up.primary))?;
+            // Acknowledgements are small and a synchronous primary waits for each: Nagle's
+            // algorithm would hold one back until the previous one's ACK came.
+            s.set_nodelay(true)
+                .map_err(|e| format!("setting TCP_NODELAY: {e}"))?;
             self.poll
                 .registry()
                 .register(&mut s, UPSTREAM, Interest::READABLE | Interest::WRITABLE)
@@ -206,6 +235,7 @@ impl Server {
             up.stream = Some(s);
             up.position = self.position();
             up.phase = Phase::Greeting;
+            up.acked = 0;
             up.last_heard = now;
             up.rbuf.clear();
             up.records.clear();
@@ -222,6 +252,15 @@ impl Server {
         up.rbuf.drain(..used);
         if used > 0 {
             up.last_heard = now;
+        }
+        // Each turn made durable here is acknowledged at once: a primary in synchronous mode
+        // answers its clients on these.
+        if up.phase == Phase::Streaming {
+            let durable = self.durable_position();
+            if durable > up.acked {
+                replication::ack(&mut up.wbuf, durable);
+                up.acked = durable;
+            }
         }
         if now.saturating_sub(up.last_heard) > SILENCE {
             return Err(format!(
@@ -328,10 +367,12 @@ impl Server {
                 if position >= up.primary_lsn {
                     up.caught_up_at = now;
                 }
-                replication::ack(&mut up.wbuf, position);
+                let durable = self.durable_position();
+                replication::ack(&mut up.wbuf, durable);
+                up.acked = durable;
             }
             Frame::Error { code, message } => {
-                if code == ER_WAL_NOT_RETAINED {
+                if code == ER_WAL_NOT_RETAINED || (code == ER_HISTORY_MISMATCH && up.in_cluster) {
                     up.need_join = true;
                     up.backoff = 0;
                 }
@@ -347,7 +388,12 @@ impl Server {
             replication::join(&mut up.wbuf, 2);
             info!(primary = %up.primary, "joining the primary from its snapshot");
         } else {
-            replication::subscribe(&mut up.wbuf, 2, self.position());
+            let position = self.position();
+            let (term, history) = self
+                .journal
+                .wal()
+                .map_or((0, 0), |w| (w.last_term(), w.history()));
+            replication::subscribe(&mut up.wbuf, 2, position, term, history);
         }
         up.phase = Phase::Asked { join: up.need_join };
     }
@@ -386,6 +432,11 @@ impl Server {
             up.caught_up_at = now;
         }
         Ok(())
+    }
+
+    /// The last primary record this replica holds durably (in its WAL mode).
+    fn durable_position(&mut self) -> u64 {
+        self.journal.wal().map_or(0, |w| w.durable_seq())
     }
 
     /// The last primary record this replica holds.

@@ -112,6 +112,7 @@ impl Server {
                 Err(e) => Outcome::Error(Refusal::Queue(e)),
             };
             let (conn, reply) = (p.conn, p.reply);
+            self.conns[conn].out.changed = true;
             super::dispatch::deliver_to(
                 &mut self.conns,
                 &mut self.flush_list,

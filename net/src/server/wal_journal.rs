@@ -57,6 +57,10 @@ impl Journal for WalJournal {
         self.wal.submit()
     }
 
+    fn committed_change(&self) -> Option<u64> {
+        self.wal.submitted_change()
+    }
+
     fn durable(&mut self) -> Ticket {
         self.wal.durable_upto()
     }

@@ -16,7 +16,7 @@ use tarq_engine::Queue;
 
 use super::format::{self, Change, SNAP_SUFFIX, WAL_SUFFIX};
 use super::storage::StorageFile;
-use super::{recovery, snapshot, Batch, SnapState, Wal, WalError, WalMode, BLOCKING_STEP};
+use super::{recovery, snapshot, Batch, SnapState, Terms, Wal, WalError, WalMode, BLOCKING_STEP};
 
 /// Longest `join_finish` waits for a snapshot of the replica's own that is being committed
 /// (its commit renames and removes files the join replaces).
@@ -80,10 +80,26 @@ impl Wal {
             expect += 1;
             let change = format::decode_change(rec.kind, rec.body, format::FORMAT_VERSION)
                 .map_err(|e| format!("record {}: {e}", rec.seq))?;
-            if !matches!(change, Change::Commit) {
+            let Change::Commit { term, history } = change else {
                 turn.push((rec.seq, change));
                 continue;
+            };
+            // A log's terms never go down, and a log keeps its history.
+            if term < self.terms.last_term() {
+                return Err(format!(
+                    "record {} closes a turn of term {term} after term {}: a deposed primary's",
+                    rec.seq,
+                    self.terms.last_term()
+                ));
             }
+            if history != 0 && self.terms.history != 0 && history != self.terms.history {
+                return Err(format!(
+                    "record {} belongs to history {history:016x}, this log to {:016x}",
+                    rec.seq, self.terms.history
+                ));
+            }
+            let first = turn.first().map_or(rec.seq, |t| t.0);
+            self.terms.note(term, first, history);
             for (seq, c) in turn.drain(..) {
                 // A snapshot walk of the replica's own rebuilds such a tube from the WAL, as it
                 // does for the tube events a primary journals itself.
@@ -184,6 +200,7 @@ impl Wal {
             }
         }
         let mut queue = Queue::new();
+        let mut loaded = None;
         let (start, fuzzy, bytes) = match inc {
             Some(inc) => {
                 inc.file
@@ -203,6 +220,7 @@ impl Wal {
                     )
                 })?;
                 queue.set_last_id(l.last_id);
+                loaded = Some((l.term, l.history));
                 (l.start_seq, l.end_seq, l.bytes)
             }
             None => {
@@ -217,6 +235,10 @@ impl Wal {
         self.durable_seq = start;
         self.written_seq = start;
         self.follow.fuzzy_upto = fuzzy;
+        self.terms = match &loaded {
+            Some((term, history)) => Terms::starting(start, *term, *history),
+            None => Terms::default(),
+        };
         self.bytes_since_snapshot = 0;
         self.last_snapshot_bytes = bytes;
         self.last_snapshot_at = self.clock.now();

@@ -17,10 +17,13 @@
 //! Every integer is little-endian. A `Commit` record closes the records of one loop turn:
 //! recovery applies a turn whole or not at all.
 //!
-//! Versions: 2 carries tubes (a task names its tube, delivery count and utube key; records
+//! Versions: 3 (failover) closes each turn with a `Commit` that carries the term of the
+//! leader that wrote it and the log's history id (`encode_commit`), and a snapshot's end record
+//! carries both as of its start: a replica refuses a deposed primary's turns, and a node tells
+//! a log it shares from one that diverged or is unrelated. 2 carries tubes (a task names its tube, delivery count and utube key; records
 //! for tube creation, drop and truncation and for dedup keys; snapshots hold the tube table
-//! and the dedup windows). Version 1 (one anonymous queue) is still read: its tasks land in
-//! the tube `default`. Any other version is refused with `HeaderError::Version`, never guessed.
+//! and the dedup windows). Versions 2 and 1 (one anonymous queue, its tasks land in the tube
+//! `default`) are still read; their turns have term 0 and no history id. Any other version is refused with `HeaderError::Version`, never guessed.
 
 use tarq_engine::{
     Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions, TubeType,
@@ -30,7 +33,7 @@ use tarq_engine::{
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
 pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 /// Bumped on any incompatible change of this file's layout; new files are written in it.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 pub const FILE_HEADER_LEN: usize = 32;
@@ -613,7 +616,18 @@ pub enum Change {
     TubeDrop(TubeIx),
     TubeTruncate(TubeIx),
     Dedup(StoredDedup),
-    Commit,
+    /// The end of a turn: the term of the leader that wrote it and the log's history id
+    /// (both 0 before version 3).
+    Commit {
+        term: u64,
+        history: u64,
+    },
+}
+
+/// The body of a version 3 `Commit`: the leader's term, then the log's history id.
+pub fn encode_commit(buf: &mut Vec<u8>, term: u64, history: u64) {
+    buf.extend_from_slice(&term.to_le_bytes());
+    buf.extend_from_slice(&history.to_le_bytes());
 }
 
 pub fn encode_status(
@@ -674,7 +688,14 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
             v2("Dedup")?;
             Change::Dedup(b.dedup()?)
         }
-        Kind::Commit => Change::Commit,
+        Kind::Commit if version >= 3 => Change::Commit {
+            term: b.u64()?,
+            history: b.u64()?,
+        },
+        Kind::Commit => Change::Commit {
+            term: 0,
+            history: 0,
+        },
         Kind::SnapTasks | Kind::SnapEnd | Kind::SnapTubes | Kind::SnapDedup => {
             return Err(format!("snapshot record {kind:?} inside a WAL segment"))
         }

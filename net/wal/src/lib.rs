@@ -31,6 +31,7 @@ pub mod relay;
 pub mod snapshot;
 pub mod storage;
 mod sync;
+pub mod terms;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -51,6 +52,7 @@ pub use lock::DirLock;
 pub use mem_storage::{Crash, MemStorage};
 pub use recovery::{RecoveryReport, TornTail};
 pub use storage::{FsStorage, Storage, StorageFile};
+pub use terms::Terms;
 
 /// Numbers the batches (loop turns) submitted: 1, 2, ...; 0 means "none".
 pub type BatchId = u64;
@@ -297,6 +299,9 @@ pub struct Wal {
     durable: BatchId,
     /// Records up to here are durable.
     durable_seq: u64,
+    /// The last record of the batch last submitted, when that batch holds a change whose
+    /// reply must wait for durability (synchronous replication waits for it too).
+    submitted_change: Option<u64>,
     segment: Option<Segment>,
     /// Write mode: segments rotated away since the start, never synced (for `close`).
     rotated_unsynced: Vec<Arc<dyn StorageFile>>,
@@ -328,6 +333,10 @@ pub struct Wal {
     /// A replica's side: the fuzzy window of the snapshot it started from, and a snapshot
     /// being received from its primary.
     follow: follow::Follow,
+    /// Which term wrote which records, and the log's history id.
+    terms: Terms,
+    /// The term this node's own turns are written in (its leadership's; 0 without etcd).
+    term: u64,
     _lock: Option<DirLock>,
 }
 
@@ -408,6 +417,7 @@ impl Wal {
             submitted: 0,
             durable: 0,
             durable_seq: last_seq,
+            submitted_change: None,
             segment: None,
             rotated_unsynced: Vec::new(),
             failed: None,
@@ -425,6 +435,8 @@ impl Wal {
             written_seq: last_seq,
             tap: None,
             follow: follow::Follow::new(report.fuzzy_upto),
+            terms: report.terms.clone(),
+            term: report.terms.last_term(),
             _lock: None,
         };
         Ok((wal, queue, report))
@@ -643,16 +655,20 @@ impl Wal {
         self.submitted += 1;
         self.vanished.clear();
         self.vanished_tubes.clear();
+        self.submitted_change = None;
         let Some((start, first_seq)) = self.open.take() else {
             return self.submitted;
         };
         let at = self.record(Kind::Commit);
+        format::encode_commit(&mut self.buf, self.term, self.terms.history);
         format::end_small_record(&mut self.buf, at);
+        self.terms.note(self.term, first_seq, 0);
         self.open = None;
         self.stats.batches += 1;
         let needs_durability = std::mem::take(&mut self.open_needs_durability);
         if needs_durability {
             self.held.push_back(self.submitted);
+            self.submitted_change = Some(self.last_seq);
         }
         self.batches.push_back(Batch {
             id: self.submitted,
@@ -870,6 +886,45 @@ impl Wal {
         self.written_seq
     }
 
+    /// The log's history id (0: none named yet).
+    pub fn history(&self) -> u64 {
+        self.terms.history
+    }
+
+    /// Names the log's history when it has none: a primary starting a log of its own.
+    pub fn adopt_history(&mut self, history: u64) {
+        if self.terms.history == 0 {
+            self.terms.history = history;
+        }
+    }
+
+    /// The term this node's turns are written in from now on (it became the leader of it).
+    pub fn set_term(&mut self, term: u64) {
+        self.term = term;
+    }
+
+    /// The term of the last turn logged.
+    pub fn last_term(&self) -> u64 {
+        self.terms.last_term()
+    }
+
+    /// The term of record `seq`, if this log holds it (see [`Terms::term_of`]).
+    pub fn term_of(&self, seq: u64) -> Option<u64> {
+        self.terms.term_of(seq, self.last_seq)
+    }
+
+    /// The last record durable in the configured mode (what a replica acknowledges).
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq
+    }
+
+    /// The last record of the batch just submitted, when that batch holds a change (put,
+    /// ack, release, ...) whose reply waits for durability; `None` for a batch of takes and
+    /// timers only, or none at all.
+    pub fn submitted_change(&self) -> Option<u64> {
+        self.submitted_change
+    }
+
     /// The last sequence number given to a record (a replica's position once applied).
     pub fn last_seq(&self) -> u64 {
         self.last_seq
@@ -1039,7 +1094,8 @@ impl Wal {
         tracing::info!(start_seq, tasks = queue.len(), "snapshot started");
         self.stats.snapshot_walk_steps = 0;
         self.stats.snapshot_longest_step_us = 0;
-        self.snap = SnapState::Walking(snapshot::Walk::new(queue));
+        let (term, history) = (self.terms.last_term(), self.terms.history);
+        self.snap = SnapState::Walking(snapshot::Walk::new(queue, term, history));
     }
 
     /// Tests and shutdown: drives `poll` until every submitted batch is durable.

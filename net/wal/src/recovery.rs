@@ -59,6 +59,8 @@ pub struct RecoveryReport {
     /// Records up to here may meet a task in a later state than they expect (the snapshot's
     /// end): a replica applies the stream up to it as recovery does.
     pub fuzzy_upto: u64,
+    /// The terms of the records kept and the log's history id.
+    pub terms: crate::terms::Terms,
     pub elapsed: Duration,
 }
 
@@ -126,6 +128,10 @@ struct Replay {
     prev_seq: u64,
     /// The last turn applied.
     last_commit: u64,
+    /// Terms of the turns read (covered by the snapshot or not).
+    terms: crate::terms::Terms,
+    /// The first record of the turn being read.
+    turn_first: Option<u64>,
 }
 
 impl Replay {
@@ -232,7 +238,7 @@ pub fn apply_change(
             .restore_dedup(d.tube, &d.key, d.id, d.expires)
             .err()
             .map(|e| format!("dedup key of tube {}: {e}", d.tube)),
-        Change::Commit => None,
+        Change::Commit { .. } => None,
     }
 }
 
@@ -279,6 +285,8 @@ pub fn recover(
         file: String::new(),
         prev_seq: base.start,
         last_commit: base.start,
+        terms: Default::default(),
+        turn_first: None,
     };
     r.replay_segments(storage, &segs)?;
 
@@ -286,6 +294,11 @@ pub fn recover(
     queue.set_last_id(r.max_id);
     r.report.last_commit = r.last_commit;
     r.report.fuzzy_upto = base.fuzzy_upto;
+    r.report.terms = if r.report.snapshot.is_some() {
+        r.terms.after_snapshot(base.start, base.term, base.history)
+    } else {
+        r.terms
+    };
     if !keep_taken {
         r.report.released = queue.release_all_taken();
     }
@@ -307,6 +320,9 @@ struct Base {
     start: u64,
     fuzzy_upto: u64,
     last_id: TaskId,
+    /// The term of the record at `start` and the log's history id.
+    term: u64,
+    history: u64,
 }
 
 fn load_newest_snapshot(
@@ -327,6 +343,8 @@ fn load_newest_snapshot(
                     start: l.start_seq,
                     fuzzy_upto: l.end_seq,
                     last_id: l.last_id,
+                    term: l.term,
+                    history: l.history,
                 });
             }
             // A format this build does not read is not damage: an older snapshot and the WAL
@@ -350,6 +368,8 @@ fn load_newest_snapshot(
         start: 0,
         fuzzy_upto: 0,
         last_id: 0,
+        term: 0,
+        history: 0,
     })
 }
 
@@ -499,6 +519,15 @@ impl Replay {
                     let at = off;
                     self.prev_seq = rec.seq;
                     off = rec.end;
+                    let first = *self.turn_first.get_or_insert(rec.seq);
+                    if rec.kind == Kind::Commit {
+                        self.turn_first = None;
+                        if let Ok(Change::Commit { term, history }) =
+                            format::decode_change(rec.kind, rec.body, version)
+                        {
+                            self.terms.note(term, first, history);
+                        }
+                    }
                     if rec.seq <= self.start {
                         // Covered by the snapshot. Its turns are complete all the same: a
                         // Commit here moves the end of the valid log, or a clean segment the
@@ -510,7 +539,7 @@ impl Replay {
                     }
                     self.report.wal_bytes_since_snapshot += (rec.end - at) as u64;
                     match format::decode_change(rec.kind, rec.body, version) {
-                        Ok(Change::Commit) => {
+                        Ok(Change::Commit { .. }) => {
                             self.apply(std::mem::take(&mut turn))?;
                             self.last_commit = rec.seq;
                             end.turn_end = off;
@@ -543,6 +572,7 @@ impl Replay {
             off = self.skip_damage(buf, off, problem, scan.resume, next_first)?;
             if scan.resume.is_none() {
                 turn.clear();
+                self.turn_first = None;
                 end.turn_end = off;
             }
         }

@@ -220,6 +220,9 @@ pub(super) struct Walk {
     stalled: Option<ToWriter>,
     /// Set once the end record is built: the WAL position it names.
     sealed: Option<u64>,
+    /// The term of the record at the snapshot's start and the log's history id.
+    term: u64,
+    history: u64,
 }
 
 pub(super) enum Step {
@@ -235,8 +238,10 @@ pub(super) enum Step {
 
 impl Walk {
     /// Starts a walk at a turn boundary: the tube table goes out as the first block.
-    pub fn new(queue: &Queue) -> Self {
+    pub fn new(queue: &Queue, term: u64, history: u64) -> Self {
         let mut w = Walk {
+            term,
+            history,
             cursor: 0,
             capture: Vec::new(),
             dedup: Vec::new(),
@@ -454,6 +459,7 @@ impl Walk {
         bytes.extend_from_slice(&queue.last_id().to_le_bytes());
         bytes.extend_from_slice(&self.tasks.to_le_bytes());
         bytes.extend_from_slice(&self.dedup_keys.to_le_bytes());
+        format::encode_commit(&mut bytes, self.term, self.history);
         format::end_small_record(&mut bytes, start);
         self.sealed = Some(last_seq);
         match self.send(tx, ToWriter::End(bytes)) {
@@ -473,6 +479,9 @@ pub struct Loaded {
     pub dedup_keys: u64,
     /// The file's size.
     pub bytes: u64,
+    /// The term of the record at `start_seq` and the log's history id (0 before version 3).
+    pub term: u64,
+    pub history: u64,
 }
 
 /// Why a snapshot was not loaded.
@@ -690,6 +699,11 @@ fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), LoadError> {
                 } else {
                     0
                 };
+                let (term, history) = if version >= 3 {
+                    (body.u64().map_err(at)?, body.u64().map_err(at)?)
+                } else {
+                    (0, 0)
+                };
                 body.finish().map_err(at)?;
                 if (count, key_count) != (tasks, keys) {
                     return Err(format!(
@@ -704,6 +718,8 @@ fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), LoadError> {
                     tasks,
                     dedup_keys: keys,
                     bytes: offset + rec.end as u64,
+                    term,
+                    history,
                 };
                 let _ = tx.send(Ok(Loading::End(loaded)));
                 return Ok(());

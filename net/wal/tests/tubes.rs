@@ -723,7 +723,7 @@ fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
     }
     let text = try_open(&storage).err().expect("refused").to_string();
     assert!(
-        text.contains("version 99") && text.contains("reads versions 1..=2"),
+        text.contains("version 99") && text.contains("reads versions 1..=3"),
         "{text}"
     );
 
@@ -735,10 +735,52 @@ fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
     let name = wal.snapshot_now(&mut q, WAIT).expect("snapshot");
     drop(wal);
     let mut bytes = storage.contents(&name).expect("written");
-    bytes[..32].copy_from_slice(&format::file_header_version(SNAP_MAGIC, 3, 1));
+    bytes[..32].copy_from_slice(&format::file_header_version(SNAP_MAGIC, 4, 1));
     storage.put_file(&name, bytes);
     match try_open(&storage) {
-        Err(WalError::UnsupportedFormat { file, version: 3 }) => assert_eq!(file, name),
+        Err(WalError::UnsupportedFormat { file, version: 4 }) => assert_eq!(file, name),
         other => panic!("expected UnsupportedFormat, got {:?}", other.map(|x| x.2)),
     }
+}
+
+/// Format 3: each turn carries its leader's term and the log's history id, a snapshot carries
+/// both as of its start, and a restart knows the term of every record it keeps.
+#[test]
+fn terms_and_the_history_id_survive_restarts_and_snapshots() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    assert_eq!((wal.history(), wal.last_term()), (0, 0));
+    wal.adopt_history(0xfeed);
+    wal.adopt_history(0xbeef);
+    assert_eq!(wal.history(), 0xfeed, "a log keeps the history it has");
+    q.put(START, b"a".to_vec().into(), PutOptions::default());
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let first_turn_end = wal.last_seq();
+    wal.set_term(7);
+    q.put(START, b"b".to_vec().into(), PutOptions::default());
+    wal.flush(&mut q, WAIT).expect("flushed");
+    drop(wal);
+    let (mut wal, mut q, _) = open(&storage);
+    assert_eq!((wal.history(), wal.last_term()), (0xfeed, 7));
+    assert_eq!(wal.term_of(first_turn_end), Some(0));
+    assert_eq!(wal.term_of(first_turn_end + 1), Some(7));
+    assert_eq!(wal.term_of(wal.last_seq() + 1), None, "beyond the log");
+    let snap = wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    drop(wal);
+    // With the segments gone, the snapshot alone tells the term at its start.
+    for name in storage.list().unwrap() {
+        if name.ends_with(".xlog") {
+            storage.remove(&name).unwrap();
+        }
+    }
+    let (wal, _q, report) = open(&storage);
+    assert_eq!(report.snapshot.as_deref(), Some(snap.as_str()));
+    let start = format::parse_name(&snap, ".snap").unwrap();
+    assert_eq!((wal.history(), wal.last_term()), (0xfeed, 7));
+    assert_eq!(wal.term_of(start), Some(7));
+    assert_eq!(
+        wal.term_of(start - 1),
+        None,
+        "before the snapshot: not kept"
+    );
 }

@@ -108,6 +108,11 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
             out.extend_from_slice(format!("READ_ONLY {primary}\r\n").as_bytes());
             return;
         }
+        // No primary to name (an election, etcd unreachable): the same line without one.
+        (_, Outcome::Error(Refusal::NoPrimary(_))) => {
+            out.extend_from_slice(b"READ_ONLY\r\n");
+            return;
+        }
         // A full limfifottl tube has no room for the put.
         (_, Outcome::Full) => Out::OutOfMemory,
         (_, Outcome::Error(Refusal::Queue(_))) => Out::NotFound,

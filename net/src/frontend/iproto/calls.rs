@@ -17,6 +17,8 @@ pub const TAKE: &str = "queue.take";
 pub const ACK: &str = "queue.ack";
 pub const RELEASE: &str = "queue.release";
 pub const STATS: &str = "queue.stats";
+/// The cluster as this node sees it (members, leader, term, each replica's lag).
+pub const CLUSTER: &str = "queue.cluster";
 /// Reserved for durability: answered by the journal, or "not defined" without one.
 pub const SNAPSHOT: &str = "queue.snapshot";
 

@@ -97,7 +97,11 @@ impl Server {
             }
             RequestKind::Eval { expr, args } => self.eval(idx, sync, expr, args),
             RequestKind::Join => self.start_relay(idx, sync, None),
-            RequestKind::Subscribe { after } => self.start_relay(idx, sync, Some(after)),
+            RequestKind::Subscribe {
+                after,
+                term,
+                history,
+            } => self.start_relay(idx, sync, Some((after, term, history))),
             RequestKind::Other(t) => {
                 let msg = format!("Unknown request type {t}");
                 response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
@@ -169,6 +173,18 @@ impl Server {
                 Ok(call) => self.tube_call(idx, function, reply, call),
                 Err(e) => call_error(self.reply_buf(idx), sync, &e),
             }
+            return;
+        }
+        if function == calls::CLUSTER {
+            let overview = self.cluster_overview();
+            let out = self.reply_buf(idx);
+            let at = response::begin_data(out, sync, 1);
+            if call16 {
+                // CALL_16 answers tuples: the map goes in one.
+                tarq_iproto::mp::write::array_len(out, 1);
+            }
+            rmpv::encode::write_value(out, &overview).expect("a Vec takes every byte");
+            response::finish(out, at);
             return;
         }
         match calls::parse(function, args) {
@@ -294,7 +310,7 @@ pub(super) fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
             return response::error(out, sync, ER_NO_SUCH_PROC, &msg);
         }
         Refusal::NotDurable => ER_UNKNOWN,
-        Refusal::ReadOnly(_) => ER_READONLY,
+        Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => ER_READONLY,
         _ => ER_PROC_LUA,
     };
     response::error(out, sync, code, &e.to_string());

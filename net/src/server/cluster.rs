@@ -1,0 +1,383 @@
+//! Failover through etcd (`--etcd URL --cluster NAME --node-name NAME`): the server's side of
+//! `tarq_cluster`. The election runs on its own thread; its events arrive through a channel and
+//! wake the loop through its `mio::Waker`, and the loop never waits for etcd. What each event
+//! does to this node:
+//! - `BecameLeader { term }`: promotion. The upstream goes, the WAL writes the new term,
+//!   tasks taken under the previous primary come back ready as a restart brings them (logged,
+//!   so the replicas see it too), and the engine fires deadlines from now on.
+//! - `Follow { addr, term }`: this node replicates `addr` (its WAL refuses a turn of a lower
+//!   term than the last it holds: a log's terms never go down).
+//!   A node that led before closes its clients (their sessions belonged to its leadership) and
+//!   its relays; its log may hold turns the new leader never had, which the subscribe check
+//!   finds (the terms differ at its position), so it joins the new primary again.
+//! - `Deposed`: the claim is void (the fence was cleared before the event was sent); changes
+//!   are refused, and replies to changes not yet sent become errors.
+//! - `Electing`, `EtcdUnavailable`, `NameInUse`: no primary is known; changes are refused
+//!   with an error that says why.
+//!
+//! The fence is checked twice for a change: before it runs (`Server::refusal`) and before its
+//! reply is released (`Server::fenced`), so nothing is acknowledged after the claim's
+//! deadline, which lies a safety margin before etcd can let the lease pass to another node.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use rmpv::Value;
+use tarq_cluster::{Cluster, DeposeReason, EventKind, Fence, Position};
+use tracing::{info, warn};
+
+use super::{random_bytes, replica, Server};
+
+/// This node's part in the cluster, as the loop sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NodeRole {
+    /// No primary known (starting, electing, etcd unreachable, name in use): why.
+    Unknown(String),
+    Leading {
+        term: u64,
+    },
+    Following {
+        leader: String,
+        addr: String,
+        term: u64,
+    },
+}
+
+/// The election's handle and this node's view of it.
+pub(crate) struct ClusterNode {
+    handle: Cluster,
+    fence: Fence,
+    pub role: NodeRole,
+    name: String,
+    cluster: String,
+    published: Position,
+    /// This node led since it last followed: its clients' sessions belong to that leadership.
+    led: bool,
+    /// The last etcd failure, while etcd does not answer.
+    etcd_error: Option<String>,
+}
+
+impl ClusterNode {
+    pub fn start(
+        config: tarq_cluster::Config,
+        waker: std::sync::Arc<mio::Waker>,
+    ) -> std::io::Result<ClusterNode> {
+        let (name, cluster) = (config.name.clone(), config.cluster.clone());
+        let handle = Cluster::start(
+            config,
+            Box::new(move || {
+                if let Err(e) = waker.wake() {
+                    warn!(error = %e, "waking the loop failed");
+                }
+            }),
+        )
+        .map_err(std::io::Error::other)?;
+        Ok(ClusterNode {
+            fence: handle.fence(),
+            handle,
+            role: NodeRole::Unknown("waiting for etcd's first answer".into()),
+            name,
+            cluster,
+            published: Position::default(),
+            led: false,
+            etcd_error: None,
+        })
+    }
+
+    /// The term this node may act as leader in now: its role says so and the fence holds.
+    pub fn leads(&self) -> Option<u64> {
+        match self.role {
+            NodeRole::Leading { term } => self.fence.term_at(Instant::now()).filter(|&t| t == term),
+            _ => None,
+        }
+    }
+
+    /// Why this node takes no changes now: a leader's address (the stable, parseable form
+    /// `read-only replica: the primary is ADDR`), or a reason with no address.
+    pub fn not_leading(&self) -> super::dispatch::Refusal {
+        use super::dispatch::Refusal;
+        match &self.role {
+            NodeRole::Following { addr, .. } => Refusal::ReadOnly(addr.clone()),
+            NodeRole::Leading { term } => Refusal::NoPrimary(format!(
+                "this node's leadership of term {term} ran out before etcd confirmed it"
+            )),
+            NodeRole::Unknown(why) => Refusal::NoPrimary(match &self.etcd_error {
+                Some(e) => format!("{why}; etcd: {e}"),
+                None => why.clone(),
+            }),
+        }
+    }
+}
+
+impl Server {
+    /// Whether this node is the primary now: without etcd, unless it is a replica; with
+    /// etcd, while it leads and its fence holds.
+    pub(crate) fn leads(&self) -> bool {
+        match &self.cluster {
+            None => self.upstream.is_none(),
+            Some(c) => c.leads().is_some(),
+        }
+    }
+
+    /// A cluster node that does not lead now (its claim ran out, or it was deposed): replies
+    /// to changes it made while it led are not sent as successes.
+    pub(super) fn fenced(&self) -> bool {
+        self.cluster.as_ref().is_some_and(|c| c.leads().is_none())
+    }
+
+    /// Once per turn: takes in the election's events and publishes this node's position.
+    pub(super) fn cluster_turn(&mut self) {
+        while let Some(ev) = self.cluster.as_ref().and_then(|c| c.handle.try_event()) {
+            match ev.kind {
+                EventKind::BecameLeader { term } => self.promote(term),
+                EventKind::Follow { leader, addr, term } => self.follow(leader, addr, term),
+                EventKind::Deposed { term, reason, .. } => self.deposed(term, reason),
+                kind => {
+                    let c = self.cluster_mut();
+                    match kind {
+                        EventKind::Electing { .. }
+                            if !matches!(c.role, NodeRole::Leading { .. }) =>
+                        {
+                            c.role = NodeRole::Unknown("electing a primary".into());
+                        }
+                        EventKind::EtcdUnavailable { error } => c.etcd_error = Some(error),
+                        EventKind::EtcdRestored => c.etcd_error = None,
+                        EventKind::NameInUse { name } => {
+                            c.role = NodeRole::Unknown(format!(
+                                "another live process holds the node name {name}"
+                            ))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let Some(position) = self.journal.wal().map(|wal| Position {
+            term: wal.last_term(),
+            lsn: wal.durable_seq(),
+        }) else {
+            return;
+        };
+        if let Some(c) = &mut self.cluster {
+            if position != c.published {
+                c.handle.publish_position(position);
+                c.published = position;
+            }
+        }
+    }
+
+    fn cluster_mut(&mut self) -> &mut ClusterNode {
+        self.cluster.as_mut().expect("a cluster node")
+    }
+
+    fn promote(&mut self, term: u64) {
+        if let Some(mut up) = self.upstream.take() {
+            up.close(self.poll.registry());
+        }
+        let fresh = random_bytes::<8>().map_or(1, u64::from_le_bytes) | 1;
+        if let Some(wal) = self.journal.wal() {
+            wal.set_term(term);
+            wal.adopt_history(fresh);
+        }
+        // Taken under the previous primary: its clients are gone with it, so the tasks come
+        // back ready as a restart brings them. Logged, so the replicas release them too.
+        let c = self.cluster_mut();
+        c.role = NodeRole::Leading { term };
+        c.led = true;
+        let (name, cluster) = (c.name.clone(), c.cluster.clone());
+        // Whatever waited for replicas belongs to an earlier leadership (and was refused).
+        self.sync.restart();
+        let released = self.queue.release_all_taken();
+        self.drain_events();
+        if released > 0 {
+            self.serve_all_parked();
+        }
+        info!(term, released, node = %name, %cluster, "became the primary");
+    }
+
+    fn follow(&mut self, leader: String, addr: String, term: u64) {
+        let Ok(primary) = addr.parse::<SocketAddr>() else {
+            warn!(%leader, %addr, "the leader's address does not parse; not following it");
+            self.cluster_mut().role =
+                NodeRole::Unknown(format!("the leader {leader} published address {addr:?}"));
+            return;
+        };
+        let c = self.cluster_mut();
+        let led = std::mem::take(&mut c.led);
+        // The role first: what closing does below happens on a replica (silently).
+        c.role = NodeRole::Following {
+            leader: leader.clone(),
+            addr: addr.clone(),
+            term,
+        };
+        if led {
+            // Sessions and parked takes of this node's leadership: the new primary released
+            // their tasks; their clients go and find it.
+            self.close_clients("the primary changed");
+        }
+        self.close_relays("this node is a replica now");
+        let keep = self
+            .upstream
+            .as_ref()
+            .is_some_and(|u| u.primary() == primary);
+        if !keep {
+            if let Some(mut up) = self.upstream.take() {
+                up.close(self.poll.registry());
+            }
+            let mut up = replica::Upstream::new(primary);
+            up.in_cluster();
+            self.upstream = Some(up);
+        }
+        info!(%leader, %addr, term, "following the primary");
+    }
+
+    fn deposed(&mut self, term: u64, reason: DeposeReason) {
+        let why = match reason {
+            DeposeReason::LeaseExpiring => "its lease could not be refreshed in time",
+            DeposeReason::LeaseLost => "etcd no longer has its lease",
+            DeposeReason::KeyLost => "the leader key is gone or another's",
+            DeposeReason::Resigned => "it resigned",
+            DeposeReason::Shutdown => "it is stopping",
+        };
+        warn!(
+            term,
+            reason = why,
+            "no longer the primary: refusing changes"
+        );
+        self.cluster_mut().role = NodeRole::Unknown(format!(
+            "this node stopped leading term {term}: {why}; no primary is known"
+        ));
+        self.answer_parked_with_nothing();
+    }
+
+    /// Closes every client connection (not relays), after the replies it is owed.
+    fn close_clients(&mut self, reason: &'static str) {
+        let idxs: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.relay.is_none() && c.closing.is_none())
+            .map(|(i, _)| i)
+            .collect();
+        for idx in idxs {
+            self.close_quietly(idx, reason);
+        }
+    }
+
+    fn close_relays(&mut self, reason: &'static str) {
+        let relays: Vec<usize> = std::mem::take(&mut self.relays)
+            .into_iter()
+            .filter(|&(idx, gen)| self.conns.get(idx).is_some_and(|c| c.gen == gen))
+            .map(|(idx, _)| idx)
+            .collect();
+        for idx in relays {
+            self.close_quietly(idx, reason);
+        }
+    }
+
+    /// Parked takes are answered with no task, as a timeout would (nothing may be taken here
+    /// now).
+    fn answer_parked_with_nothing(&mut self) {
+        while let Some((key, p)) = self.parked.pop_any() {
+            if let Some(conn) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
+                super::forget_parked(conn, key);
+                self.deliver(p.conn, p.reply, &super::dispatch::Outcome::Nothing);
+            }
+        }
+    }
+
+    /// `queue.cluster()`: this node, the leader and its term, the members as etcd has them,
+    /// and each replica's lag as the primary sees it (or this replica's own).
+    pub(crate) fn cluster_overview(&mut self) -> Value {
+        let s = |v: &str| Value::from(v);
+        let (written, last_term, history) = self
+            .journal
+            .wal()
+            .map_or((0, 0, 0), |w| (w.written_seq(), w.last_term(), w.history()));
+        let mut replicas = Vec::new();
+        for &(idx, gen) in &self.relays {
+            let Some(c) = self.conns.get(idx).filter(|c| c.gen == gen) else {
+                continue;
+            };
+            let Some(r) = &c.relay else { continue };
+            replicas.push(Value::Map(vec![
+                (s("peer"), s(&c.peer.to_string())),
+                (s("acked"), r.acked.into()),
+                (s("lag_records"), written.saturating_sub(r.acked).into()),
+                (s("lag_bytes"), (c.out.backlog() as u64).into()),
+            ]));
+        }
+        let upstream = self.upstream_figures().map(|u| {
+            Value::Map(vec![
+                (s("connected"), u.connected.into()),
+                (s("position"), u.position.into()),
+                (s("lag_records"), u.lag_records.into()),
+                (s("lag_bytes"), u.lag_bytes.into()),
+                (s("lag_ms"), u.lag_ms.into()),
+            ])
+        });
+        let mut fields = vec![
+            (
+                s("role"),
+                s(if self.leads() { "leader" } else { "replica" }),
+            ),
+            (s("position"), written.into()),
+            (s("position_term"), last_term.into()),
+            (s("history"), s(&format!("{history:016x}"))),
+            (s("replicas"), Value::Array(replicas)),
+            (s("upstream"), upstream.unwrap_or(Value::Nil)),
+        ];
+        let Some(c) = &self.cluster else {
+            let primary = self.cfg.replica_of.map(|a| a.to_string());
+            fields.push((s("primary"), primary.map_or(Value::Nil, |p| s(&p))));
+            return Value::Map(fields);
+        };
+        let o = c.handle.overview();
+        let term = match &c.role {
+            NodeRole::Leading { term } | NodeRole::Following { term, .. } => *term,
+            NodeRole::Unknown(_) => o.leader.as_ref().map_or(0, |l| l.1),
+        };
+        let members = o
+            .members
+            .iter()
+            .map(|m| {
+                Value::Map(vec![
+                    (s("name"), s(&m.name)),
+                    (s("addr"), s(&m.addr)),
+                    (
+                        s("role"),
+                        s(if m.role == tarq_cluster::Role::Leader {
+                            "leader"
+                        } else {
+                            "replica"
+                        }),
+                    ),
+                    (s("eligible"), m.eligible.into()),
+                    (s("term"), m.position.term.into()),
+                    (s("lsn"), m.position.lsn.into()),
+                ])
+            })
+            .collect();
+        let leader = o.leader.as_ref().map_or(Value::Nil, |(l, _)| {
+            Value::Map(vec![(s("name"), s(&l.name)), (s("addr"), s(&l.addr))])
+        });
+        let state = match &c.role {
+            NodeRole::Unknown(why) => why.clone(),
+            NodeRole::Leading { .. } if c.leads().is_none() => "leadership ran out".into(),
+            NodeRole::Leading { .. } => "leading".into(),
+            NodeRole::Following { .. } => "following".into(),
+        };
+        fields.extend([
+            (s("cluster"), s(&c.cluster)),
+            (s("node"), s(&c.name)),
+            (s("state"), s(&state)),
+            (s("term"), term.into()),
+            (s("leader"), leader),
+            (s("members"), Value::Array(members)),
+            (
+                s("etcd_error"),
+                c.etcd_error.as_deref().map_or(Value::Nil, s),
+            ),
+        ]);
+        Value::Map(fields)
+    }
+}

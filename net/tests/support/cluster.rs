@@ -1,0 +1,322 @@
+//! What the failover tests share: a real etcd on free loopback ports (`Etcd`, killed on drop,
+//! pausable with SIGSTOP), a cluster of real `tarq` processes on fixed free ports with their
+//! data directories kept across kills (`Nodes`), and a client that follows the leader as a user's
+//! would (`Writer`: on a refusal or a dropped connection it asks the nodes who leads). A missing
+//! `etcd` fails the test with the reason.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rmpv::Value;
+use tarq_client::{pack_args, Client as Blocking, ClientError};
+
+use crate::support::{free_port, prerequisite, tool, Tarq, WAIT};
+
+/// Lease TTL of the nodes under test: the shortest etcd honours, so failovers are quick.
+pub const TTL_SECS: u64 = 2;
+
+pub struct Etcd {
+    child: Child,
+    pub url: String,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let bin = prerequisite("etcd (Debian package etcd-server)", tool("etcd"));
+        let dir = tempfile::tempdir().unwrap();
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+        let child = Command::new(bin)
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={url}"))
+            .arg(format!("--advertise-client-urls={url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=test={peer_url}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd");
+        let etcd = Etcd {
+            child,
+            url,
+            addr: ([127, 0, 0, 1], client).into(),
+            dir,
+        };
+        wait_for("etcd to answer its health check", || etcd.healthy());
+        etcd
+    }
+
+    fn healthy(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(self.addr) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let req = "GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n";
+        let mut resp = String::new();
+        s.write_all(req.as_bytes()).is_ok()
+            && s.read_to_string(&mut resp).is_ok()
+            && resp.contains("\"true\"")
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} etcd");
+    }
+
+    /// Freezes etcd: connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.resume();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `cond` holds, checking every 20 ms, failing after [`WAIT`].
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One node: its name, fixed port, and the process while it runs (its directory outlives it).
+pub struct Node {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub tarq: Option<Tarq>,
+    dir: Option<tempfile::TempDir>,
+}
+
+/// A cluster of tarq nodes on one etcd.
+pub struct Nodes {
+    pub etcd_url: String,
+    pub nodes: Vec<Node>,
+    extra: Vec<String>,
+}
+
+impl Nodes {
+    /// Starts `n` nodes named n0, n1, ... with `extra` flags each.
+    pub fn start(etcd: &Etcd, n: usize, extra: &[&str]) -> Nodes {
+        let mut nodes = Nodes {
+            etcd_url: etcd.url.clone(),
+            nodes: (0..n)
+                .map(|i| Node {
+                    name: format!("n{i}"),
+                    addr: ([127, 0, 0, 1], free_port()).into(),
+                    tarq: None,
+                    dir: Some(tempfile::tempdir().unwrap()),
+                })
+                .collect(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for i in 0..n {
+            nodes.start_node(i);
+        }
+        nodes
+    }
+
+    pub fn start_node(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let dir = node.dir.take().expect("the node is not running");
+        let data = dir.path().join("data");
+        let addr = node.addr.to_string();
+        let mut args = vec![
+            "--listen",
+            &addr,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--etcd",
+            &self.etcd_url,
+            "--cluster",
+            "c",
+            "--node-name",
+            &node.name,
+            "--lease-ttl",
+            "2",
+        ];
+        args.extend(self.extra.iter().map(String::as_str));
+        node.tarq = Some(Tarq::start_with_args(dir, &args));
+    }
+
+    /// kill -9 node `i`; its data directory stays for a restart.
+    pub fn kill(&mut self, i: usize) {
+        let mut t = self.nodes[i].tarq.take().expect("running");
+        t.signal("KILL");
+        t.wait_exit();
+        self.nodes[i].dir = Some(t.take_dir());
+    }
+
+    pub fn signal(&self, i: usize, sig: &str) {
+        self.nodes[i].tarq.as_ref().expect("running").signal(sig);
+    }
+
+    /// `queue.cluster()` of node `i`, if it answers within a second.
+    pub fn overview(&self, i: usize) -> Option<Value> {
+        let mut c = Blocking::connect_addr(self.nodes[i].addr, Duration::from_secs(1)).ok()?;
+        c.call("queue.cluster", &pack_args(&[]), None)
+            .ok()?
+            .into_iter()
+            .next()
+    }
+
+    /// The node that says it leads, among those running.
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].tarq.is_some())
+            .find(|&i| {
+                self.overview(i)
+                    .is_some_and(|o| str_field(&o, "role") == "leader")
+            })
+    }
+
+    pub fn wait_leader(&self) -> usize {
+        let mut found = None;
+        wait_for("a leader", || {
+            found = self.leader();
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    /// Every log line of node `i` so far (those written in the next 100 ms too), for a
+    /// failure message; connection lines left out.
+    pub fn log(&mut self, i: usize) -> String {
+        let Some(t) = self.nodes[i].tarq.as_mut() else {
+            return "(not running)".into();
+        };
+        t.lines.drain(Duration::from_millis(100));
+        let lines: Vec<&str> = t
+            .log()
+            .iter()
+            .map(String::as_str)
+            .filter(|l| !l.contains("connection opened") && !l.contains("connection closed"))
+            .collect();
+        lines.join("\n")
+    }
+}
+
+pub fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    v.as_map()?
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+}
+
+pub fn str_field(v: &Value, key: &str) -> String {
+    field(v, key)
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What a put came to.
+#[derive(Debug)]
+pub enum Put {
+    /// Acknowledged by node `node`: the task's id.
+    Acked { id: u64, node: usize },
+    /// Refused by a node that does not lead (its message).
+    Refused(String),
+    /// No answer: the connection failed or closed (the outcome is unknown).
+    Lost(String),
+}
+
+/// `queue.cluster()` of the node at `addr`, if it answers within a second.
+pub fn overview_at(addr: SocketAddr) -> Option<Value> {
+    let mut c = Blocking::connect_addr(addr, Duration::from_secs(1)).ok()?;
+    c.call("queue.cluster", &pack_args(&[]), None)
+        .ok()?
+        .into_iter()
+        .next()
+}
+
+/// A client of the cluster, as a user's would be: one connection to whichever node it last
+/// found leading; a refusal or a dropped connection sends it looking again.
+pub struct Writer {
+    addrs: Vec<SocketAddr>,
+    conn: Option<(usize, Blocking)>,
+}
+
+impl Writer {
+    pub fn new(nodes: &Nodes) -> Self {
+        Writer {
+            addrs: nodes.nodes.iter().map(|n| n.addr).collect(),
+            conn: None,
+        }
+    }
+
+    fn find_leader(&self) -> Option<usize> {
+        (0..self.addrs.len()).find(|&i| {
+            overview_at(self.addrs[i]).is_some_and(|o| str_field(&o, "role") == "leader")
+        })
+    }
+
+    /// One put of `data` to the node last found leading (found first if none).
+    pub fn put_once(&mut self, data: &str) -> Put {
+        if self.conn.is_none() {
+            let Some(i) = self.find_leader() else {
+                return Put::Lost("no leader found".into());
+            };
+            match Blocking::connect_addr(self.addrs[i], Duration::from_secs(2)) {
+                Ok(c) => self.conn = Some((i, c)),
+                Err(e) => return Put::Lost(e.to_string()),
+            }
+        }
+        let (node, c) = self.conn.as_mut().unwrap();
+        let node = *node;
+        match c.call("queue.put", &pack_args(&[Value::from(data)]), None) {
+            Ok(v) => {
+                let task = v.into_iter().next().expect("a task");
+                let id = field(&task, "id").and_then(Value::as_u64).expect("an id");
+                Put::Acked { id, node }
+            }
+            Err(ClientError::Server { message, .. }) => {
+                self.conn = None;
+                Put::Refused(message)
+            }
+            Err(e) => {
+                self.conn = None;
+                Put::Lost(e.to_string())
+            }
+        }
+    }
+}
+
+/// The payload of task `id` on the node at `addr` (seed API), if it has it.
+pub fn peek_data(addr: SocketAddr, id: u64) -> Option<String> {
+    let mut c = Blocking::connect_addr(addr, WAIT).expect("connect");
+    let v = c
+        .call(
+            "queue.tube.default:peek",
+            &pack_args(&[Value::from(id)]),
+            None,
+        )
+        .ok()?;
+    let t = v.into_iter().next()?;
+    t.as_array()?.get(2)?.as_str().map(str::to_owned)
+}
