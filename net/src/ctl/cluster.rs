@@ -45,7 +45,7 @@ pub fn run(
 ) -> anyhow::Result<()> {
     match cluster.call("queue.cluster", &[0x90], None, Effect::Reads) {
         Ok(values) => {
-            let map = values.into_iter().next().unwrap_or(Value::Nil);
+            let map = with_member_figures(values.into_iter().next().unwrap_or(Value::Nil), opts);
             if json {
                 writeln!(out, "{}", serde_json::to_string(&to_json(&map))?)?;
             } else {
@@ -85,15 +85,63 @@ pub fn run(
     }
 }
 
+/// etcd's member entries say who is where; each member's position and lag are its own, so
+/// each member is asked (its `queue.cluster()`: `position_term`/`position`, and a replica's
+/// `upstream` lag) and its row gets `position` (`term:lsn`), `lag_records` and `lag_ms`. A
+/// member that does not answer keeps `-` there.
+fn with_member_figures(mut map: Value, opts: &Options) -> Value {
+    let Value::Map(entries) = &mut map else {
+        return map;
+    };
+    for (k, v) in entries.iter_mut() {
+        if k.as_str() != Some("members") {
+            continue;
+        }
+        let Value::Array(members) = v else { continue };
+        for m in members.iter_mut() {
+            let Some(addr) = map_get(m, "addr")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+            else {
+                continue;
+            };
+            let Ok(own) = call_on(&addr, opts, "queue.cluster") else {
+                continue;
+            };
+            let Value::Map(fields) = m else { continue };
+            if let (Some(t), Some(p)) = (map_get(&own, "position_term"), map_get(&own, "position"))
+            {
+                fields.push((
+                    "position".into(),
+                    format!("{}:{}", cell(Some(t)), cell(Some(p))).into(),
+                ));
+            }
+            if let Some(up) = map_get(&own, "upstream") {
+                for key in ["lag_records", "lag_ms"] {
+                    if let Some(x) = map_get(up, key) {
+                        fields.push((key.into(), x.clone()));
+                    }
+                }
+            }
+        }
+    }
+    map
+}
+
 /// `queue.stats()` of one address, on a connection of its own (a replica's figures are its
 /// own, so the fallback asks each node, not the leader).
 fn stats_of(addr: &str, opts: &Options) -> Result<Value, String> {
+    call_on(addr, opts, "queue.stats")
+}
+
+/// A call without arguments on `addr`, on a connection of its own.
+fn call_on(addr: &str, opts: &Options, function: &str) -> Result<Value, String> {
     let ask = || -> Result<Value, tarq_client::ClientError> {
         let mut c = Client::connect(addr, opts.timeout)?;
         if let Some((user, password)) = &opts.credentials {
             c.auth(user, password)?;
         }
-        Ok(c.call("queue.stats", &[0x90], None)?
+        Ok(c.call(function, &[0x90], None)?
             .into_iter()
             .next()
             .unwrap_or(Value::Nil))
@@ -135,6 +183,12 @@ fn cell(v: Option<&Value>) -> String {
 pub fn render_cluster(map: &Value) -> String {
     let leader = match map_get(map, "leader") {
         None | Some(Value::Nil) => "none (no leader elected)".to_string(),
+        // `{name, addr}` as the server names it; a bare address from an older one.
+        Some(l @ Value::Map(_)) => format!(
+            "{} ({})",
+            cell(map_get(l, "name")),
+            cell(map_get(l, "addr"))
+        ),
         v => cell(v),
     };
     let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
@@ -287,5 +341,24 @@ mod tests {
             "b:2      replica  0         1          57        0            -          -       -"
         );
         assert_eq!(lines[3], "c:3: unreachable: cannot connect");
+    }
+
+    #[test]
+    fn a_leader_named_by_a_map_prints_as_name_and_address() {
+        let m = map(&[
+            (
+                "leader",
+                map(&[
+                    ("name", Value::from("n2")),
+                    ("addr", Value::from("127.0.0.1:3302")),
+                ]),
+            ),
+            ("term", Value::from(5u64)),
+        ]);
+        let text = render_cluster(&m);
+        assert!(
+            text.starts_with("leader n2 (127.0.0.1:3302)  term 5\n"),
+            "{text}"
+        );
     }
 }
