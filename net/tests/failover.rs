@@ -331,3 +331,43 @@ fn with_etcd_down_the_primary_serves_until_its_lease_ends_then_refuses_and_etcd_
     put_n(&mut w, "after", 10);
     eprintln!("etcd back: n{again} leads (n{leader} led before)");
 }
+
+/// `tarq ctl --addr A,B,C cluster` on a real cluster: the leader by name and address, the term,
+/// every member with its own position, and the replicas' lag (a number, not `-`).
+#[test]
+fn ctl_cluster_shows_the_leader_the_term_and_each_replicas_lag() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start(&etcd, 3, &[]);
+    let leader = nodes.wait_leader();
+    for i in (0..3).filter(|&i| i != leader) {
+        wait_following(&nodes, i);
+    }
+    let addrs: Vec<String> = nodes.nodes.iter().map(|n| n.addr.to_string()).collect();
+    let out = std::process::Command::new(support::BIN)
+        .args(["ctl", "--addr", &addrs.join(","), "cluster"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = format!("leader n{leader} ({})  term ", addrs[leader]);
+    assert!(text.starts_with(&want), "{text}");
+    for (i, addr) in addrs.iter().enumerate() {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("n{i} ")))
+            .unwrap_or_else(|| panic!("no row for n{i}: {text}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[1], addr, "{row}");
+        assert!(cells[3].contains(':'), "position term:lsn in {row}");
+        if i == leader {
+            assert_eq!(cells[2], "leader", "{row}");
+        } else {
+            assert_eq!(cells[2], "replica", "{row}");
+            assert!(cells[4].parse::<u64>().is_ok(), "a lag in records in {row}");
+        }
+    }
+}
