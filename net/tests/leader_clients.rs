@@ -139,7 +139,7 @@ fn ctl_cluster_prints_the_replication_figures_of_each_address() {
     let dead = format!("127.0.0.1:{}", free_port());
 
     let text = ok(&ctl(&format!("{p},{r},{dead}"), &["cluster"]));
-    assert!(text.contains("queue.cluster() is not served by"), "{text}");
+    assert!(text.contains("no etcd cluster (no failover) at"), "{text}");
     let row = |addr: &str| -> Vec<String> {
         text.lines()
             .find(|l| l.starts_with(&format!("{addr} ")))

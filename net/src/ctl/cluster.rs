@@ -1,7 +1,8 @@
 //! `tarq ctl cluster`: the members, the leader, the term and each replica's lag, from the
-//! server's `queue.cluster()` — a map `{leader = ADDR or nil, term = N, members = {{name,
-//! addr, role, position, lag_records, lag_ms}, ...}}`. A server without that call (no failover:
-//! ER_NO_SUCH_PROC) gets the fallback: each `--addr`'s own replication figures from
+//! server's `queue.cluster()` — a map `{leader = {name, addr} or nil, term = N, members =
+//! {{name, addr, role, ...}, ...}}` as etcd holds them — with each member's own position and
+//! lag asked of that member. A server in no etcd cluster (no `members`; or an older one
+//! without the call: ER_NO_SUCH_PROC) gets the fallback: each `--addr`'s own replication figures from
 //! `queue.stats()` (`replicas`, `replication_*`), one row per address, an unreachable one
 //! saying why. The printing reads keys by name and shows `-` for any it does not find, so a
 //! server that sends more or fewer keys still prints.
@@ -43,17 +44,17 @@ pub fn run(
     json: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    match cluster.call("queue.cluster", &[0x90], None, Effect::Reads) {
-        Ok(values) => {
-            let map = with_member_figures(values.into_iter().next().unwrap_or(Value::Nil), opts);
-            if json {
-                writeln!(out, "{}", serde_json::to_string(&to_json(&map))?)?;
-            } else {
-                write!(out, "{}", render_cluster(&map))?;
-            }
-            Ok(())
-        }
-        Err(e) if e.server().is_some_and(|(code, _)| code == ER_NO_SUCH_PROC) => {
+    let reply = cluster.call("queue.cluster", &[0x90], None, Effect::Reads);
+    // Without etcd there are no members to list (`queue.cluster()` is this node's view only):
+    // each address's own figures say more.
+    let standalone = match &reply {
+        Ok(values) => values
+            .first()
+            .is_some_and(|m| map_get(m, "members").is_none()),
+        Err(e) => e.server().is_some_and(|(code, _)| code == ER_NO_SUCH_PROC),
+    };
+    match reply {
+        _ if standalone => {
             let asked = cluster.addr().unwrap_or("the server").to_string();
             let rows: Vec<(String, Result<Value, String>)> = cluster
                 .addrs()
@@ -75,9 +76,18 @@ pub fn run(
             } else {
                 writeln!(
                     out,
-                    "queue.cluster() is not served by {asked} (no failover): the replication figures of each address's queue.stats()"
+                    "no etcd cluster (no failover) at {asked}: the replication figures of each address's queue.stats()"
                 )?;
                 write!(out, "{}", render_stats(&rows))?;
+            }
+            Ok(())
+        }
+        Ok(values) => {
+            let map = with_member_figures(values.into_iter().next().unwrap_or(Value::Nil), opts);
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&to_json(&map))?)?;
+            } else {
+                write!(out, "{}", render_cluster(&map))?;
             }
             Ok(())
         }
