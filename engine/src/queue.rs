@@ -164,6 +164,12 @@ pub struct Queue {
     last_id: TaskId,
     journal_on: bool,
     journal: Vec<Event>,
+    /// The task the last put or take touched, as (id, slot key): the journal reads that task
+    /// right after the call that logged it (a put's record is the whole task, a take's carries
+    /// its delivery count), and `find` answers it from here without probing the index, whose
+    /// probe reads the slots of other tasks sharing the home bucket (cache misses in a big
+    /// queue). Checked against the slot, so a removed task or a reused slot never matches.
+    recent: (TaskId, u32),
 }
 
 impl Default for Queue {
@@ -189,6 +195,7 @@ impl Queue {
             last_id: 0,
             journal_on: false,
             journal: Vec::new(),
+            recent: (0, NIL),
         }
     }
 
@@ -1013,6 +1020,11 @@ impl Queue {
     }
 
     fn find(&self, id: TaskId) -> Option<u32> {
+        let (recent, k) = self.recent;
+        // Ids start at 1, so the empty `(0, NIL)` never matches.
+        if recent == id && self.slots.get(k as usize).is_some_and(|s| s.id == id) {
+            return Some(k);
+        }
         let slots = &self.slots;
         self.index
             .find(id, hash_id, |k| slots[k as usize].id)
@@ -1254,6 +1266,7 @@ impl Queue {
         self.reschedule(k);
         self.tube_mut(tube).ops.puts += 1;
         self.log(Event::Put { id });
+        self.recent = (id, k);
         k
     }
 
@@ -1281,6 +1294,7 @@ impl Queue {
         self.enter_taken(k, sid, ttr_at);
         self.reschedule(k);
         self.log(Event::Taken { id, sid });
+        self.recent = (id, k);
         Some(k)
     }
 
