@@ -504,6 +504,15 @@ impl Wal {
         if self.vanished.contains(&id) {
             return;
         }
+        if let Event::Acked { id } | Event::Expired { id } | Event::Deleted { id } = ev {
+            // A removal names the id only: no lookup (the task is gone, and a lookup that
+            // misses walks its whole probe chain).
+            self.open_needs_durability |= !matches!(ev, Event::Expired { .. });
+            let at = self.record(Kind::Remove);
+            self.buf.extend_from_slice(&id.to_le_bytes());
+            format::end_small_record(&mut self.buf, at);
+            return;
+        }
         let task = queue.get(id);
         let deliveries = task.map_or(0, |t| t.deliveries);
         match ev {
@@ -547,12 +556,6 @@ impl Wal {
             Event::Buried { id } | Event::DeadLettered { id } => {
                 self.open_needs_durability |= matches!(ev, Event::Buried { .. });
                 self.status_record(id, Status::Buried, 0, deliveries)
-            }
-            Event::Acked { id } | Event::Expired { id } | Event::Deleted { id } => {
-                self.open_needs_durability |= !matches!(ev, Event::Expired { .. });
-                let at = self.record(Kind::Remove);
-                self.buf.extend_from_slice(&id.to_le_bytes());
-                format::end_small_record(&mut self.buf, at);
             }
             _ => {}
         }
