@@ -255,7 +255,11 @@ impl<'a> Reader<'a> {
         // goes deeper is skipped again from its start with the full stack, so the bound and the
         // error stay `DEPTH`'s and nothing is allocated.
         let mut shallow = [0u64; SHALLOW_DEPTH];
-        match self.skip_nested(&mut shallow[..SHALLOW_DEPTH.min(DEPTH)], start, max_elements) {
+        match self.skip_nested(
+            &mut shallow[..SHALLOW_DEPTH.min(DEPTH)],
+            start,
+            max_elements,
+        ) {
             Err(MpError::TooDeep { .. }) if DEPTH > SHALLOW_DEPTH => {
                 self.pos = start;
                 let mut pending = [0u64; DEPTH];

@@ -245,7 +245,10 @@ pub fn end_small_record(buf: &mut [u8], start: usize) {
 
 fn seal_record(buf: &mut [u8], start: usize, body_len: usize) {
     buf[start + 4..start + 8].copy_from_slice(&(body_len as u32).to_le_bytes());
-    let crc = record_crc(&buf[start + 4..start + 20], &buf[start + RECORD_HEADER_LEN..]);
+    let crc = record_crc(
+        &buf[start + 4..start + 20],
+        &buf[start + RECORD_HEADER_LEN..],
+    );
     buf[start + 20..start + 24].copy_from_slice(&crc.to_le_bytes());
 }
 
