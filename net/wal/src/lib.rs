@@ -857,10 +857,13 @@ impl Wal {
                 self.last_snapshot_at = self.clock.now();
                 tracing::info!(file = %name, bytes, removed = ?removed, "snapshot done");
                 self.snap = SnapState::Idle;
+                // Its blocks are written: none is kept between snapshots.
+                self.writer.free.try_iter().for_each(drop);
             }
             snapshot::FromWriter::Failed(e) => {
                 tracing::error!(error = %describe(&e), "snapshot failed; will try again later");
                 self.snap = SnapState::Idle;
+                self.writer.free.try_iter().for_each(drop);
                 // Try again after as much WAL again as triggered this one, not at once.
                 self.bytes_since_snapshot = 0;
             }
@@ -880,7 +883,7 @@ impl Wal {
         if let SnapState::Walking(walk) = &mut self.snap {
             // `poll` appended every journaled event first, so `last_seq` covers all the walk saw.
             let t0 = Instant::now();
-            let step = walk.step(queue, &self.writer.tx, self.last_seq);
+            let step = walk.step(queue, &self.writer.tx, &self.writer.free, self.last_seq);
             let took = t0.elapsed().as_micros() as u64;
             self.stats.snapshot_walk_steps += 1;
             self.stats.snapshot_longest_step_us = self.stats.snapshot_longest_step_us.max(took);
