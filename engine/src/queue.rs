@@ -144,6 +144,9 @@ fn order(slots: &Slots, k: u32) -> (i64, TaskId) {
     (s.pri, s.id)
 }
 
+/// Up to this many tube indexes, `tube_ix` compares names instead of hashing.
+const SCAN_TUBES: usize = 8;
+
 /// The queue. See the crate docs and the "engine" section of `ARCHITECTURE.md`.
 #[derive(Debug)]
 pub struct Queue {
@@ -425,6 +428,15 @@ impl Queue {
 
     /// The tube named `name`.
     pub fn tube_ix(&self, name: &str) -> Option<TubeIx> {
+        // A few tubes (the usual case; every tube-API call asks) are compared directly:
+        // cheaper than hashing the name.
+        if self.tubes.len() <= SCAN_TUBES {
+            let found = self
+                .tubes
+                .iter()
+                .position(|t| t.as_ref().is_some_and(|t| *t.name == *name));
+            return found.map(|i| i as TubeIx);
+        }
         self.names.get(name).copied()
     }
 
