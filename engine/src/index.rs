@@ -1,13 +1,24 @@
 //! The id index: task id → arena key, an open-addressing table that grows without ever
 //! stopping the loop to rehash. When the table passes its load limit, a table of twice the size
-//! takes the inserts and every insert moves a few buckets of the old table into it
-//! ([`MIGRATE_STEP`]); lookups look in both until the old one is empty and freed. So the cost
-//! of growing is spread over the inserts that cause it instead of falling on one put (a
-//! one-shot rehash of 7M ids reads 7M random slots: ~0.45 s in which no client is answered).
-//! The old table is walked from its end down and shrunk as the walk goes ([`SHRINK_BUCKETS`]
-//! at a time), so its memory goes back in small pieces (freeing a 32 MB table at once costs
-//! ~1 ms of page unmapping). The walk first moves the blocks at the start of the old table that
-//! a probe can reach by wrapping past its end, so a probe of the old table never wraps.
+//! takes the inserts, and every insert moves a few more tasks into it by walking the *arena*
+//! in order ([`MIGRATE_STEP`] positions): the walk reads the ids of the tasks present when the
+//! move began slot after slot, as a stream, and enters each in the new table. Lookups look in
+//! the new table, then in the old one, until the walk reaches the end of the arena the move
+//! began with; the old table is then given back in [`SHRINK_BUCKETS`] pieces (freeing a 32 MB
+//! table at once costs ~1 ms of page unmapping). So the cost of growing is spread over the
+//! inserts that cause it instead of falling on one put (a one-shot rehash of 7M ids reads 7M
+//! random slots: ~0.45 s in which no client is answered). Walking the old table instead, as
+//! this index first did, read each moved id from a slot in hash order, a cache miss each: in
+//! a fresh server taking `put_many` the move was 18% of the loop's time, 78% of it that load.
+//!
+//! During a move every task is in exactly one place that a lookup trusts: a task present when
+//! the move began and not yet walked (its arena position at or past the walk) is in the old
+//! table only; one walked, or put since (always entered in the new table at once), is in the
+//! new table. The old table keeps its entries for walked positions, but a lookup ignores them
+//! (their key is below the walk), so it needs no update but a deleted mark ([`GONE`]) for a
+//! task removed before the walk reached it. A slot freed and reused by a new task before the
+//! walk reaches it is already in the new table: the walk's insert finds the key on the probe
+//! it makes anyway and leaves it.
 //!
 //! **Lanes.** The table is a row of blocks of [`LANES`] buckets, and an id's hash picks a
 //! block and a lane; a probe steps from block to block *within its lane*. The hash gives the 8
@@ -38,13 +49,15 @@ pub(crate) const MAX_KEY: u32 = (1 << KEY_BITS) - 3;
 const KEY_MASK: u32 = (1 << KEY_BITS) - 1;
 /// Distances 0..=14 (in blocks) are exact; 15 means "15 or more" (the slot is read to know).
 const FAR: u32 = 15;
-/// A deleted entry of the table being emptied (the live table shifts instead).
+/// A deleted entry of the old table during a move (the live table shifts instead).
 const GONE: u32 = u32::MAX;
 /// Buckets per block: the ids of one run, one per lane.
 const LANES: usize = 8;
-/// Buckets of the old table moved per insert. The old table holds at most 3/4 of its buckets,
-/// the new one has twice as many and the same limit, so any step over 1.34 empties the old
-/// table before the new one fills; 8 (a block) keeps the two-table phase short.
+/// Arena positions walked per insert during a move. The arena never holds more tasks than
+/// the index has held, and the index holds at most 3/4 of its buckets, so the walk covers at
+/// most 3/4 of the old table's size in positions while the new table (twice the buckets, the
+/// same limit) has room for as many inserts again: any step of 1 or more ends the walk before
+/// the new table fills; 8 keeps the two-table phase short (a walked slot is a sequential read).
 const MIGRATE_STEP: usize = LANES;
 /// Eight blocks: each lane has 8 buckets, so its 7/8 limit leaves a lane room for 7 entries.
 const MIN_BUCKETS: usize = 8 * LANES;
@@ -123,35 +136,29 @@ impl Table {
         (j.wrapping_sub(home) & self.mask) / LANES
     }
 
-    /// The bucket holding `id` (home `h`). `window`: the old table's unmoved buckets — a match
-    /// below its start is a moved copy, and the probe stops at its end and never wraps.
+    /// The bucket holding `id` (home `h`). `min_key`: in the old table during a move, entries
+    /// with a smaller key are walked copies (or stale) and are passed over.
     #[inline]
     fn find(
         &self,
         id: TaskId,
         h: u64,
-        window: Option<std::ops::Range<usize>>,
+        min_key: u32,
         id_of: &impl Fn(u32) -> TaskId,
     ) -> Option<usize> {
         let mut j = h as usize & self.mask;
         let mut dist = 0;
         loop {
-            if window.as_ref().is_some_and(|w| j >= w.end) {
-                return None;
-            }
             let e = self.buckets[j];
             if e == 0 {
                 return None;
             }
             if e != GONE
                 && stored_dist(e) == dist.min(FAR as usize)
-                && window.as_ref().is_none_or(|w| j >= w.start)
+                && key_of(e) >= min_key
                 && id_of(key_of(e)) == id
             {
                 return Some(j);
-            }
-            if window.is_some() && j + LANES > self.mask {
-                return None;
             }
             j = (j + LANES) & self.mask;
             dist += 1;
@@ -161,15 +168,30 @@ impl Table {
     /// Stores `key` in the first free bucket of its lane from its home `h`. The lane has room.
     #[inline]
     fn insert(&mut self, key: u32, h: u64) {
+        self.insert_absent(key, h);
+    }
+
+    /// [`insert`](Self::insert) unless `key` is already on the probe from `h` (every bucket up
+    /// to the first free one, which the insert reads anyway): false then. No slot is read.
+    #[inline]
+    fn insert_absent(&mut self, key: u32, h: u64) -> bool {
         let mut j = h as usize & self.mask;
         let mut dist = 0;
-        while self.buckets[j] != 0 {
+        loop {
+            let e = self.buckets[j];
+            if e == 0 {
+                break;
+            }
+            if key_of(e) == key && e != GONE {
+                return false;
+            }
             j = (j + LANES) & self.mask;
             dist += 1;
         }
         self.buckets[j] = pack(key, dist);
         self.len += 1;
         self.lane_len[j % LANES] += 1;
+        true
     }
 
     /// Empties bucket `i` and shifts back the entries after it in its lane that may move
@@ -198,7 +220,7 @@ impl Table {
         self.lane_len[i % LANES] -= 1;
     }
 
-    /// Marks a bucket of the table being emptied deleted (its chains stay whole).
+    /// Marks a bucket of the old table deleted (its chains stay whole).
     fn remove_marking(&mut self, i: usize) {
         self.buckets[i] = GONE;
         self.len -= 1;
@@ -229,11 +251,16 @@ pub(crate) struct Found {
 /// Task id → arena key. See the module doc.
 pub(crate) struct IdIndex {
     live: Table,
-    /// The table being emptied into `live`. Its buckets `..head_end` (the blocks a wrapping
-    /// probe reaches) and `walked..` are moved; `walked..` is also given back.
+    /// During a move, the table before: trusted only for keys at or past `walk`.
     old: Option<Table>,
-    head_end: usize,
-    walked: usize,
+    /// The next arena position the move walks, and where it stops (the arena's end when the
+    /// move began: every task present then is below it).
+    walk: u32,
+    walk_end: u32,
+    /// Tasks still only in `old`: present when the move began, not walked, not removed.
+    pending: usize,
+    /// The old table after its move, given back a piece per insert.
+    retired: Option<Table>,
 }
 
 impl Default for IdIndex {
@@ -241,8 +268,10 @@ impl Default for IdIndex {
         IdIndex {
             live: Table::with_buckets(MIN_BUCKETS),
             old: None,
-            head_end: 0,
-            walked: 0,
+            walk: 0,
+            walk_end: 0,
+            pending: 0,
+            retired: None,
         }
     }
 }
@@ -259,12 +288,13 @@ impl std::fmt::Debug for IdIndex {
 
 impl IdIndex {
     pub fn len(&self) -> usize {
-        self.live.len + self.old.as_ref().map_or(0, |t| t.len)
+        self.live.len + self.pending
     }
 
-    /// Buckets allocated, in both tables (for memory accounting).
+    /// Buckets allocated, in every table (for memory accounting).
     pub fn buckets(&self) -> usize {
-        self.live.buckets.len() + self.old.as_ref().map_or(0, |t| t.buckets.len())
+        let n = |t: &Option<Table>| t.as_ref().map_or(0, |t| t.buckets.len());
+        self.live.buckets.len() + n(&self.old) + n(&self.retired)
     }
 
     /// Finds `id` (whose hash is `hash(id)`); `id_of` reads the id of the task at a key.
@@ -276,7 +306,7 @@ impl IdIndex {
         id_of: impl Fn(u32) -> TaskId,
     ) -> Option<Found> {
         let h = hash(id);
-        if let Some(j) = self.live.find(id, h, None, &id_of) {
+        if let Some(j) = self.live.find(id, h, 0, &id_of) {
             return Some(Found {
                 key: key_of(self.live.buckets[j]),
                 bucket: j,
@@ -284,7 +314,7 @@ impl IdIndex {
             });
         }
         let old = self.old.as_ref()?;
-        let j = old.find(id, h, Some(self.head_end..self.walked), &id_of)?;
+        let j = old.find(id, h, self.walk, &id_of)?;
         Some(Found {
             key: key_of(old.buckets[j]),
             bucket: j,
@@ -295,30 +325,45 @@ impl IdIndex {
     /// Removes what `find` found (nothing may change the index in between).
     pub fn remove_found(&mut self, f: Found, hash_of_key: impl Fn(u32) -> u64) {
         if f.in_old {
-            let old = self.old.as_mut().expect("found in the old table");
-            old.remove_marking(f.bucket);
-            if old.len == 0 {
-                self.old = None;
-            }
+            self.old
+                .as_mut()
+                .expect("found in the old table")
+                .remove_marking(f.bucket);
+            self.pending -= 1;
         } else {
             self.live.remove_shifting(f.bucket, &hash_of_key);
         }
     }
 
-    /// Adds `key` for an id not in the index; `hash_of_key` hashes the id of the task at a
-    /// key (the new one included).
-    pub fn insert(&mut self, key: u32, hash_of_key: impl Fn(u32) -> u64) {
+    /// Adds `key` for an id not in the index. `hash_of_key` hashes the id of the task at a
+    /// key (the new one included); `hash_at` the same for any arena position, `None` for a
+    /// free one; `arena_end` is the arena's end with the new task in it.
+    pub fn insert(
+        &mut self,
+        key: u32,
+        hash_of_key: impl Fn(u32) -> u64,
+        hash_at: impl Fn(u32) -> Option<u64>,
+        arena_end: usize,
+    ) {
         let h = hash_of_key(key);
         let lane = h as usize % LANES;
-        if self.old.is_some() {
-            self.migrate(MIGRATE_STEP, &hash_of_key);
-        }
-        if self.live.full_for(lane) {
-            // Only a lane skewed past the growth schedule meets a move under way: finish it.
-            self.migrate(usize::MAX, &hash_of_key);
-            self.start_migration(&hash_of_key);
-        }
+        // In first: a walk below then finds it indexed and leaves it. A lane at its limit
+        // still has free buckets (the limit is 7/8 of them).
+        let full = self.live.full_for(lane);
         self.live.insert(key, h);
+        if full {
+            // A move under way cannot meet the limit (the walk ends first, see MIGRATE_STEP):
+            // only a lane skewed past the growth schedule gets here. Finish it.
+            self.migrate(usize::MAX, &hash_at);
+            self.start_migration(arena_end);
+        }
+        self.migrate(MIGRATE_STEP, &hash_at);
+    }
+
+    /// Asks the CPU for the live table's bucket at home `h` (an insert there comes soon).
+    #[inline]
+    pub fn prefetch_home(&self, h: u64) {
+        crate::prefetch(&self.live.buckets[h as usize & self.live.mask]);
     }
 
     /// Makes room for `additional` more ids at once (loading a snapshot of known size): one
@@ -336,6 +381,8 @@ impl IdIndex {
         }
         let held = self.len();
         self.old = None;
+        self.retired = None;
+        self.pending = 0;
         self.live = Table::with_buckets(n);
         for (k, h) in live {
             self.live.insert(k, h);
@@ -346,53 +393,68 @@ impl IdIndex {
         );
     }
 
-    /// Puts a table of twice the size in place and moves at once the old table's blocks up to
-    /// the first empty bucket of every lane (the only ones a probe reaches by wrapping).
-    fn start_migration(&mut self, hash_of_key: &impl Fn(u32) -> u64) {
+    /// Puts a table of twice the size in place; the old one stays for lookups until the walk
+    /// has entered every task present now (all below `arena_end`) in the new one.
+    fn start_migration(&mut self, arena_end: usize) {
         let bigger = Table::with_buckets(self.live.buckets.len() * 2);
-        let mut old = std::mem::replace(&mut self.live, bigger);
-        let first_empty = |lane: usize| {
-            (lane..old.buckets.len())
-                .step_by(LANES)
-                .find(|&j| old.buckets[j] == 0)
-                .expect("a lane under its limit has an empty bucket")
-        };
-        let head_end = (0..LANES).map(first_empty).max().unwrap_or(0) / LANES * LANES + LANES;
-        let head: Vec<_> = old.entries(0..head_end).collect();
-        for (j, k) in head {
-            self.live.insert(k, hash_of_key(k));
-            old.len -= 1;
-            old.lane_len[j % LANES] -= 1;
-        }
-        self.head_end = head_end;
-        self.walked = old.buckets.len();
+        let old = std::mem::replace(&mut self.live, bigger);
+        // A table given back in pieces is dropped whole if a move starts first (it cannot:
+        // the pieces take a few hundred inserts, a move comes after a quarter of the table).
+        self.retired = None;
+        self.pending = old.len;
         self.old = Some(old);
-        self.migrate(MIGRATE_STEP, hash_of_key);
+        self.walk = 0;
+        self.walk_end = u32::try_from(arena_end).expect("arena keys fit 28 bits");
     }
 
-    /// Moves up to `steps` buckets of the old table's unwalked window (from its end down) into
-    /// the live one, gives back the walked tail in `SHRINK_BUCKETS` pieces, and drops the old
-    /// table when the window is walked.
-    fn migrate(&mut self, steps: usize, hash_of_key: &impl Fn(u32) -> u64) {
-        let Some(old) = self.old.as_mut() else {
+    /// Walks up to `steps` more arena positions into the live table; once the walk is done the
+    /// old table is retired, and a retired table gives back a piece.
+    fn migrate(&mut self, steps: usize, hash_at: &impl Fn(u32) -> Option<u64>) {
+        if self.old.is_none() {
+            if let Some(t) = self.retired.as_mut() {
+                let keep = t.buckets.len().saturating_sub(SHRINK_BUCKETS);
+                t.buckets.truncate(keep);
+                t.buckets.shrink_to(keep);
+                if keep == 0 {
+                    self.retired = None;
+                }
+            }
             return;
-        };
-        let stop = self.walked.saturating_sub(steps).max(self.head_end);
-        for j in (stop..self.walked).rev() {
-            let e = old.buckets[j];
-            if e != 0 && e != GONE {
-                self.live.insert(key_of(e), hash_of_key(key_of(e)));
-                old.len -= 1;
-                old.lane_len[j % LANES] -= 1;
+        }
+        let stop = self
+            .walk
+            .saturating_add(u32::try_from(steps).unwrap_or(u32::MAX))
+            .min(self.walk_end);
+        for p in self.walk..stop {
+            // A task put since the move began is indexed already: the insert leaves it.
+            if let Some(h) = hash_at(p) {
+                if self.live.insert_absent(p, h) {
+                    self.pending -= 1;
+                }
             }
         }
-        self.walked = stop;
-        if self.walked == self.head_end {
-            debug_assert_eq!(old.len, 0, "the old table is empty once walked");
-            self.old = None;
-        } else if old.buckets.len() - self.walked >= SHRINK_BUCKETS {
-            old.buckets.truncate(self.walked);
-            old.buckets.shrink_to(self.walked);
+        self.walk = stop;
+        if self.walk == self.walk_end {
+            debug_assert_eq!(self.pending, 0, "every task of the old table is walked");
+            self.retired = self.old.take();
+            self.pending = 0;
+            return;
+        }
+        // The next step's tasks are the next slots (a sequential read, and in cache for that
+        // step then); where they go in the new table is a random bucket, a cache miss the step
+        // would wait for. Ask for those lines now, once each: the ids of a run share a block.
+        let ahead = stop
+            .saturating_add(u32::try_from(steps).unwrap_or(u32::MAX))
+            .min(self.walk_end);
+        let mut last = usize::MAX;
+        for p in stop..ahead {
+            if let Some(h) = hash_at(p) {
+                let j = h as usize & self.live.mask;
+                if j / 16 != last {
+                    last = j / 16;
+                    crate::prefetch(&self.live.buckets[j]);
+                }
+            }
         }
     }
 
@@ -400,9 +462,9 @@ impl IdIndex {
     /// counts match. Returns the keys stored, for the caller to compare with the arena.
     pub fn check(&self, hash_of_key: impl Fn(u32) -> u64) -> Vec<u32> {
         let mut keys = Vec::with_capacity(self.len());
-        let count = |t: &Table, window: std::ops::Range<usize>, keys: &mut Vec<u32>| {
+        let count = |t: &Table, keys: &mut Vec<u32>| {
             let mut lanes = [0; LANES];
-            for (j, k) in t.entries(window) {
+            for (j, k) in t.entries(0..t.buckets.len()) {
                 let home = hash_of_key(k) as usize & t.mask;
                 assert_eq!(home % LANES, j % LANES, "key {k} at {j} outside its lane");
                 let dist = t.blocks(home, j);
@@ -425,9 +487,21 @@ impl IdIndex {
             assert_eq!(lanes.iter().sum::<usize>(), t.len, "table counts {}", t.len);
             assert_eq!(lanes, t.lane_len, "lane counts");
         };
-        count(&self.live, 0..self.live.buckets.len(), &mut keys);
+        count(&self.live, &mut keys);
         if let Some(old) = &self.old {
-            count(old, self.head_end..self.walked, &mut keys);
+            // The entries a lookup trusts: keys not walked yet, each the only copy of its task.
+            let from = keys.len();
+            keys.extend(
+                old.entries(0..old.buckets.len())
+                    .filter_map(|(_, k)| (k >= self.walk).then_some(k)),
+            );
+            assert_eq!(
+                keys.len() - from,
+                self.pending,
+                "tasks only in the old table"
+            );
+        } else {
+            assert_eq!(self.pending, 0, "no move, nothing pending");
         }
         keys
     }
@@ -490,7 +564,12 @@ mod tests {
                     });
                     arena.ids.insert(k, next_id);
                     next_id += 1;
-                    ix.insert(k, |k| hash(arena.id(k)));
+                    ix.insert(
+                        k,
+                        |k| hash(arena.id(k)),
+                        |p| arena.ids.get(&p).map(|&id| hash(id)),
+                        next_key as usize,
+                    );
                 }
                 Op::Remove(pick) => {
                     if arena.ids.is_empty() {
@@ -542,33 +621,89 @@ mod tests {
     }
 
     #[test]
-    fn growing_moves_a_block_per_insert_and_frees_the_old_table() {
-        // Homes 16.. : blocks 2..7 of the first table fill and blocks 0..1 stay empty, so no
-        // probe wraps and the move walks the table from its end, a block per insert.
+    fn growing_walks_the_arena_a_step_per_insert_and_gives_the_old_table_back() {
+        // Keys are arena positions 0..n, each task's hash its key plus 16.
         let h = |k: u32| 16 + u64::from(k);
+        let at = |p: u32, n: u32| (p < n).then(|| h(p));
         let mut ix = IdIndex::default();
         for k in 0..48 {
-            ix.insert(k, h);
+            ix.insert(k, h, |p| at(p, k + 1), k as usize + 1);
         }
         assert!(
             ix.old.is_none(),
             "48 of 64 buckets is the limit, not past it"
         );
-        ix.insert(48, h);
+        ix.insert(48, h, |p| at(p, 49), 49);
         assert_eq!(ix.buckets(), 64 + 128, "both tables while moving");
+        assert_eq!(ix.walk, 8, "the insert that starts the move walks a step");
         for k in 49..54 {
-            ix.insert(k, h);
+            ix.insert(k, h, |p| at(p, k + 1), k as usize + 1);
             assert!(ix.old.is_some(), "still moving after insert {k}");
-            assert!(
-                ix.old.as_ref().unwrap().buckets.len() < 64,
-                "the walked tail is given back"
-            );
+            assert_eq!(ix.len(), k as usize + 1);
             ix.check(h);
         }
-        ix.insert(54, h);
-        assert!(ix.old.is_none(), "seven blocks move in seven inserts");
-        assert_eq!(ix.buckets(), 128);
-        assert_eq!(ix.check(h).len(), 55);
+        ix.insert(54, h, |p| at(p, 55), 55);
+        assert!(ix.old.is_none(), "49 positions walked in seven steps");
+        assert_eq!(ix.buckets(), 64 + 128, "retired, not given back yet");
+        for k in 55..59 {
+            ix.insert(k, h, |p| at(p, k + 1), k as usize + 1);
+        }
+        assert_eq!(ix.buckets(), 128, "given back in four pieces of 16");
+        assert_eq!(ix.check(h).len(), 59);
+    }
+
+    #[test]
+    fn a_slot_reused_before_the_walk_reaches_it_is_indexed_once() {
+        let ids: std::cell::RefCell<HashMap<u32, TaskId>> = (0..49)
+            .map(|k| (k, 1000 + u64::from(k)))
+            .collect::<HashMap<_, _>>()
+            .into();
+        let hash = |id: TaskId| id * 3;
+        let id_of = |k: u32| ids.borrow()[&k];
+        let mut ix = IdIndex::default();
+        for k in 0..49 {
+            ix.insert(
+                k,
+                |k| hash(id_of(k)),
+                |p| ids.borrow().get(&p).map(|&id| hash(id)),
+                k as usize + 1,
+            );
+        }
+        assert!(ix.old.is_some() && ix.walk == 8, "moving, 8 walked");
+        // Task at 40 (not walked) goes, and a new task takes its slot.
+        let f = ix.find(1040, hash, id_of).unwrap();
+        assert!(f.in_old);
+        ix.remove_found(f, |k| hash(id_of(k)));
+        ids.borrow_mut().insert(40, 5000);
+        ix.insert(
+            40,
+            |k| hash(id_of(k)),
+            |p| ids.borrow().get(&p).map(|&id| hash(id)),
+            49,
+        );
+        // Task at 3 (walked) goes too, its slot stays free.
+        let f = ix.find(1003, hash, id_of).unwrap();
+        assert!(!f.in_old);
+        ix.remove_found(f, |k| hash(id_of(k)));
+        ids.borrow_mut().remove(&3);
+        while ix.old.is_some() {
+            let k = ids.borrow().keys().max().unwrap() + 1;
+            ids.borrow_mut().insert(k, 6000 + u64::from(k));
+            ix.insert(
+                k,
+                |k| hash(id_of(k)),
+                |p| ids.borrow().get(&p).map(|&id| hash(id)),
+                k as usize + 1,
+            );
+        }
+        let mut stored = ix.check(|k| hash(id_of(k)));
+        stored.sort_unstable();
+        let mut want: Vec<u32> = ids.borrow().keys().copied().collect();
+        want.sort_unstable();
+        assert_eq!(stored, want);
+        assert_eq!(ix.find(5000, hash, id_of).unwrap().key, 40);
+        assert!(ix.find(1040, hash, id_of).is_none());
+        assert!(ix.find(1003, hash, id_of).is_none());
     }
 
     #[test]
@@ -580,7 +715,7 @@ mod tests {
         let id_of = |k: u32| ids[k as usize];
         ix.reserve(40, std::iter::empty());
         for k in 0..ids.len() as u32 {
-            ix.insert(k, |_| 5);
+            ix.insert(k, |_| 5, |p| (p <= k).then_some(5), k as usize + 1);
         }
         let f = ix.find(100, same, id_of).unwrap();
         ix.remove_found(f, |_| 5);

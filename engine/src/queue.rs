@@ -144,6 +144,9 @@ fn order(slots: &Slots, k: u32) -> (i64, TaskId) {
     (s.pri, s.id)
 }
 
+/// Up to this many tube indexes, `tube_ix` compares names instead of hashing.
+const SCAN_TUBES: usize = 8;
+
 /// The queue. See the crate docs and the "engine" section of `ARCHITECTURE.md`.
 #[derive(Debug)]
 pub struct Queue {
@@ -164,6 +167,12 @@ pub struct Queue {
     last_id: TaskId,
     journal_on: bool,
     journal: Vec<Event>,
+    /// The task the last put or take touched, as (id, slot key): the journal reads that task
+    /// right after the call that logged it (a put's record is the whole task, a take's carries
+    /// its delivery count), and `find` answers it from here without probing the index, whose
+    /// probe reads the slots of other tasks sharing the home bucket (cache misses in a big
+    /// queue). Checked against the slot, so a removed task or a reused slot never matches.
+    recent: (TaskId, u32),
 }
 
 impl Default for Queue {
@@ -189,6 +198,7 @@ impl Queue {
             last_id: 0,
             journal_on: false,
             journal: Vec::new(),
+            recent: (0, NIL),
         }
     }
 
@@ -418,6 +428,15 @@ impl Queue {
 
     /// The tube named `name`.
     pub fn tube_ix(&self, name: &str) -> Option<TubeIx> {
+        // A few tubes (the usual case; every tube-API call asks) are compared directly:
+        // cheaper than hashing the name.
+        if self.tubes.len() <= SCAN_TUBES {
+            let found = self
+                .tubes
+                .iter()
+                .position(|t| t.as_ref().is_some_and(|t| *t.name == *name));
+            return found.map(|i| i as TubeIx);
+        }
         self.names.get(name).copied()
     }
 
@@ -1178,6 +1197,11 @@ impl Queue {
     }
 
     fn find(&self, id: TaskId) -> Option<u32> {
+        let (recent, k) = self.recent;
+        // Ids start at 1, so the empty `(0, NIL)` never matches.
+        if recent == id && self.slots.get(k as usize).is_some_and(|s| s.id == id) {
+            return Some(k);
+        }
         let slots = &self.slots;
         self.index
             .find(id, hash_id, |k| slots[k as usize].id)
@@ -1425,6 +1449,11 @@ impl Queue {
             .checked_add(1)
             .expect("task ids exhausted (last id is u64::MAX)");
         self.last_id = id;
+        if id.is_multiple_of(8) {
+            // The next run of 8 ids will share one block of the id index, a random one in a
+            // big table: ask for it now, 8 puts before the first of them waits for it.
+            self.index.prefetch_home(hash_id(id.wrapping_add(8)));
+        }
         let k = self.insert_slot(id, tube, opts.pri, now, opts.ttl, opts.ttr, data, utube);
         if opts.delay == 0 {
             self.enter(k, Status::Ready, 0);
@@ -1434,6 +1463,7 @@ impl Queue {
         self.reschedule(k);
         self.tube_mut(tube).ops.puts += 1;
         self.log(Event::Put { id });
+        self.recent = (id, k);
         k
     }
 
@@ -1467,6 +1497,7 @@ impl Queue {
         self.enter_taken(k, sid, ttr_at);
         self.reschedule(k);
         self.log(Event::Taken { id, sid });
+        self.recent = (id, k);
     }
 
     /// A Taken task goes back: Ready (`runat` 0) or Waiting, or Buried once taken its tube's
@@ -1551,7 +1582,12 @@ impl Queue {
             height,
         }) as u32;
         let slots = &self.slots;
-        self.index.insert(k, |j| hash_id(slots[j as usize].id));
+        self.index.insert(
+            k,
+            |j| hash_id(slots[j as usize].id),
+            |p| slots.get(p as usize).map(|s| hash_id(s.id)),
+            slots.end(),
+        );
         k
     }
 

@@ -15,6 +15,9 @@ use rmp::Marker;
 /// (`msgpack.cfg.encode_max_depth`), so no real client sends deeper; the skipper keeps one
 /// counter per level in a fixed array of this size, on the stack.
 pub const MAX_DEPTH: usize = 128;
+/// Nesting a skip handles with its first, small stack; deeper values are skipped again with
+/// the full one (see [`Reader::skip_value_within`]).
+const SHALLOW_DEPTH: usize = 16;
 
 /// Most values (scalars and containers, counted together) accepted inside one value. A task
 /// payload is a message, not a database: a million elements is far beyond any real one, and the
@@ -189,6 +192,12 @@ impl<'a> Reader<'a> {
     pub fn read_str(&mut self) -> Result<&'a str, MpError> {
         let at = self.pos;
         let raw = self.read_str_bytes()?;
+        // Names (every call's function name) are ASCII: a word-wide check instead of the full
+        // decoder, which cost ~110 instructions for a 16-byte name.
+        if raw.is_ascii() {
+            // SAFETY: ASCII bytes are valid UTF-8.
+            return Ok(unsafe { std::str::from_utf8_unchecked(raw) });
+        }
         std::str::from_utf8(raw).map_err(|_| MpError::Utf8(at))
     }
 
@@ -247,7 +256,33 @@ impl<'a> Reader<'a> {
         max_elements: usize,
     ) -> Result<&'a [u8], MpError> {
         let start = self.pos;
-        let mut pending = [0u64; DEPTH];
+        // Almost every value is shallow: a stack of `SHALLOW_DEPTH` counters costs a few
+        // stores to clear where `DEPTH` (128, 1 KiB) cost a memset on every call. A value that
+        // goes deeper is skipped again from its start with the full stack, so the bound and the
+        // error stay `DEPTH`'s and nothing is allocated.
+        let mut shallow = [0u64; SHALLOW_DEPTH];
+        match self.skip_nested(
+            &mut shallow[..SHALLOW_DEPTH.min(DEPTH)],
+            start,
+            max_elements,
+        ) {
+            Err(MpError::TooDeep { .. }) if DEPTH > SHALLOW_DEPTH => {
+                self.pos = start;
+                let mut pending = [0u64; DEPTH];
+                self.skip_nested(&mut pending, start, max_elements)
+            }
+            r => r,
+        }
+    }
+
+    /// The skip itself, `pending.len()` levels deep at most: a fixed stack of "children still
+    /// to read" counters, one per open container.
+    fn skip_nested(
+        &mut self,
+        pending: &mut [u64],
+        start: usize,
+        max_elements: usize,
+    ) -> Result<&'a [u8], MpError> {
         let mut depth = 0usize;
         let mut elements = 0usize;
         loop {
@@ -291,8 +326,11 @@ impl<'a> Reader<'a> {
                 Marker::Reserved => return Err(MpError::Reserved(at)),
             };
             if children > 0 {
-                if depth == DEPTH {
-                    return Err(MpError::TooDeep { at, limit: DEPTH });
+                if depth == pending.len() {
+                    return Err(MpError::TooDeep {
+                        at,
+                        limit: pending.len(),
+                    });
                 }
                 // Every child takes at least one byte: a count beyond the input is a lie.
                 if children > (self.buf.len() - self.pos) as u64 {

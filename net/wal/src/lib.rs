@@ -540,6 +540,15 @@ impl Wal {
         if self.vanished.contains(&id) {
             return;
         }
+        if let Event::Acked { id } | Event::Expired { id } | Event::Deleted { id } = ev {
+            // A removal names the id only: no lookup (the task is gone, and a lookup that
+            // misses walks its whole probe chain).
+            self.open_needs_durability |= !matches!(ev, Event::Expired { .. });
+            let at = self.record(Kind::Remove);
+            self.buf.extend_from_slice(&id.to_le_bytes());
+            format::end_small_record(&mut self.buf, at);
+            return;
+        }
         let task = queue.get(id);
         let deliveries = task.map_or(0, |t| t.deliveries);
         match ev {
@@ -583,12 +592,6 @@ impl Wal {
             Event::Buried { id } | Event::DeadLettered { id } => {
                 self.open_needs_durability |= matches!(ev, Event::Buried { .. });
                 self.status_record(id, Status::Buried, 0, deliveries)
-            }
-            Event::Acked { id } | Event::Expired { id } | Event::Deleted { id } => {
-                self.open_needs_durability |= !matches!(ev, Event::Expired { .. });
-                let at = self.record(Kind::Remove);
-                self.buf.extend_from_slice(&id.to_le_bytes());
-                format::end_small_record(&mut self.buf, at);
             }
             _ => {}
         }
@@ -971,10 +974,13 @@ impl Wal {
                 self.last_snapshot_at = self.clock.now();
                 tracing::info!(file = %name, bytes, removed = ?removed, "snapshot done");
                 self.snap = SnapState::Idle;
+                // Its blocks are written: none is kept between snapshots.
+                self.writer.free.try_iter().for_each(drop);
             }
             snapshot::FromWriter::Failed(e) => {
                 tracing::error!(error = %describe(&e), "snapshot failed; will try again later");
                 self.snap = SnapState::Idle;
+                self.writer.free.try_iter().for_each(drop);
                 // Try again after as much WAL again as triggered this one, not at once.
                 self.bytes_since_snapshot = 0;
             }
@@ -994,7 +1000,7 @@ impl Wal {
         if let SnapState::Walking(walk) = &mut self.snap {
             // `poll` appended every journaled event first, so `last_seq` covers all the walk saw.
             let t0 = Instant::now();
-            let step = walk.step(queue, &self.writer.tx, self.last_seq);
+            let step = walk.step(queue, &self.writer.tx, &self.writer.free, self.last_seq);
             let took = t0.elapsed().as_micros() as u64;
             self.stats.snapshot_walk_steps += 1;
             self.stats.snapshot_longest_step_us = self.stats.snapshot_longest_step_us.max(took);

@@ -80,6 +80,10 @@ pub(super) enum FromWriter {
 pub(super) struct Writer {
     pub tx: SyncSender<ToWriter>,
     pub rx: Receiver<FromWriter>,
+    /// Blocks the thread has written, emptied, for the walk to fill again: a fresh 1 MiB
+    /// block is an mmap the loop faults in page by page (256 faults) and a munmap after,
+    /// 120 blocks a second while a growing queue is snapshotted.
+    pub free: Receiver<Vec<u8>>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -87,12 +91,14 @@ impl Writer {
     pub fn start(storage: Arc<dyn Storage>, notify: Notify) -> std::io::Result<Self> {
         let (tx, from_loop) = mpsc::sync_channel(SNAPSHOT_QUEUE_BLOCKS);
         let (to_loop, rx) = mpsc::channel();
+        let (emptied, free) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("tarq-snapshot".into())
-            .spawn(move || writer(&*storage, from_loop, to_loop, notify))?;
+            .spawn(move || writer(&*storage, from_loop, to_loop, emptied, notify))?;
         Ok(Self {
             tx,
             rx,
+            free,
             handle: Some(handle),
         })
     }
@@ -113,6 +119,7 @@ fn writer(
     storage: &dyn Storage,
     rx: Receiver<ToWriter>,
     tx: mpsc::Sender<FromWriter>,
+    emptied: mpsc::Sender<Vec<u8>>,
     notify: Notify,
 ) {
     let mut file: Option<(Arc<dyn StorageFile>, u64)> = None;
@@ -132,10 +139,14 @@ fn writer(
                 })
             }
             _ if failed => continue,
-            ToWriter::Block(block) => match &file {
+            ToWriter::Block(mut block) => match &file {
                 Some((f, _)) => {
                     bytes += block.len() as u64;
-                    f.write_all(&block).map(|()| None)
+                    let written = f.write_all(&block).map(|()| None);
+                    block.clear();
+                    // The walk may be over (its blocks are then dropped with the rest).
+                    let _ = emptied.send(block);
+                    written
                 }
                 None => continue,
             },
@@ -209,6 +220,8 @@ pub(super) struct Walk {
     /// Dedup keys to capture: per tube, the sequence numbers live at the start.
     dedup: Vec<(TubeIx, std::ops::Range<u64>)>,
     block: Vec<u8>,
+    /// Emptied blocks back from the writer thread, filled before a new one is allocated.
+    spare: Vec<Vec<u8>>,
     block_start: usize,
     block_count: u32,
     blocks: u64,
@@ -246,6 +259,7 @@ impl Walk {
             capture: Vec::new(),
             dedup: Vec::new(),
             block: Vec::with_capacity(SNAPSHOT_BLOCK_BYTES + 4096),
+            spare: Vec::new(),
             block_start: 0,
             block_count: 0,
             blocks: 0,
@@ -306,10 +320,11 @@ impl Walk {
         // alone (`MAX_PAYLOAD_BYTES`): within the limit.
         let sealed = format::end_record(&mut self.block, self.block_start);
         debug_assert!(sealed.is_ok(), "snapshot block over the record limit");
-        std::mem::replace(
-            &mut self.block,
-            Vec::with_capacity(SNAPSHOT_BLOCK_BYTES + 4096),
-        )
+        let next = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(SNAPSHOT_BLOCK_BYTES + 4096));
+        std::mem::replace(&mut self.block, next)
     }
 
     /// The writer's queue was full at the last step.
@@ -337,8 +352,16 @@ impl Walk {
         self.send(tx, ToWriter::Block(b))
     }
 
-    /// One turn's share of the walk. `last_seq` is the last WAL sequence number assigned.
-    pub fn step(&mut self, queue: &Queue, tx: &SyncSender<ToWriter>, last_seq: u64) -> Step {
+    /// One turn's share of the walk. `last_seq` is the last WAL sequence number assigned;
+    /// `free` brings back the blocks the writer thread has written.
+    pub fn step(
+        &mut self,
+        queue: &Queue,
+        tx: &SyncSender<ToWriter>,
+        free: &Receiver<Vec<u8>>,
+        last_seq: u64,
+    ) -> Step {
+        self.spare.extend(free.try_iter());
         if let Some(m) = self.stalled.take() {
             match self.send(tx, m) {
                 Ok(true) => {}

@@ -114,9 +114,28 @@ pub fn parse<'a>(
     args: &'a [u8],
 ) -> Option<Result<TubeCall<'a>, CallError>> {
     let rest = function.strip_prefix(ns)?.strip_prefix('.')?;
+    if let Some(path) = rest.strip_prefix("tube.") {
+        // The hot path, a method: straight to it, no other name compared.
+        let mut r = Reader::new(args);
+        return Some((|| {
+            let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
+            // The last ':' (a tube name may hold one): ASCII, so a byte search splits the str.
+            let Some(colon) = path.bytes().rposition(|b| b == b':') else {
+                return Err(bad(format!(
+                    "'{function}': call a tube's methods in the colon form, \
+                     {ns}.tube.<name>:<method>"
+                )));
+            };
+            let (tube, method) = (&path[..colon], &path[colon + 1..]);
+            match method_args(method, &mut r, n)? {
+                Some(method) => Ok(TubeCall::Method { tube, method }),
+                None => Err(CallError::NoSuchProc(function.to_string())),
+            }
+        })());
+    }
     // Anything else (the seed's `queue.put`, ...) is the seed's to answer; deciding that
     // allocates nothing, so the seed's hot path stays free of allocations.
-    if !rest.starts_with("tube.") && !is_api_name(rest) {
+    if !is_api_name(rest) {
         return None;
     }
     let mut r = Reader::new(args);
@@ -139,28 +158,10 @@ pub fn parse<'a>(
             },
             "cfg" => cfg(&mut r, n)?,
             "state" => TubeCall::State,
-            _ => {
-                let Some(path) = rest.strip_prefix("tube.") else {
-                    return Err(CallError::NoSuchProc(function.to_string()));
-                };
-                let Some((tube, method)) = path.rsplit_once(':') else {
-                    return Err(bad(format!(
-                        "'{function}': call a tube's methods in the colon form, \
-                         {ns}.tube.<name>:<method>"
-                    )));
-                };
-                let Some(method) = method_args(method, &mut r, n)? else {
-                    return Err(CallError::NoSuchProc(function.to_string()));
-                };
-                TubeCall::Method { tube, method }
-            }
+            _ => return Err(CallError::NoSuchProc(function.to_string())),
         })
     })();
-    // A name outside the API (the seed's `queue.put`, ...) is the seed's to answer.
-    match parsed {
-        Err(CallError::NoSuchProc(_)) if !rest.starts_with("tube.") && !is_api_name(rest) => None,
-        other => Some(other),
-    }
+    Some(parsed)
 }
 
 fn is_api_name(rest: &str) -> bool {
