@@ -784,8 +784,7 @@ impl Queue {
         sid: SessionId,
         id: TaskId,
     ) -> Result<TaskRef<'_>, QueueError> {
-        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
-        check_owner(&self.slots, &self.sessions, k, sid, id)?;
+        let k = self.held_by(sid, id)?;
         let s = &mut self.slots[k as usize];
         if s.flags & HAS_TTR != 0 {
             s.flags |= TTR_ARMED;
@@ -808,8 +807,7 @@ impl Queue {
         id: TaskId,
         pri: i64,
     ) -> Result<TaskRef<'_>, QueueError> {
-        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
-        check_owner(&self.slots, &self.sessions, k, sid, id)?;
+        let k = self.held_by(sid, id)?;
         let tube = self.slots[k as usize].tube;
         // Taken tasks are in no skiplist, so the pri may change before the task is listed.
         if self.tube(tube).kind.has_ttl() && self.slots[k as usize].pri != pri {
@@ -1278,6 +1276,13 @@ impl Queue {
     /// O(1).
     fn first_due(&self, tube: TubeIx) -> Option<u32> {
         self.tube(tube).waiting.first()
+    }
+
+    /// The slot of task `id`, in any tube, if `sid` holds it, else the seed's error for why not.
+    fn held_by(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        check_owner(&self.slots, &self.sessions, k, sid, id)?;
+        Ok(k)
     }
 
     /// The slot of task `id` of `default` if `sid` holds it, else the seed's error for why not.

@@ -380,11 +380,7 @@ impl Server {
         bs.worker = true;
         tubes.clear();
         tubes.extend_from_slice(&bs.watched);
-        let soon = self
-            .queue()
-            .soonest_ttr(sid)
-            .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN));
-        if soon && !self.ready_in_any(&tubes) {
+        if self.deadline_soon(sid) && !self.ready_in_any(&tubes) {
             self.beanstalk.tubes_scratch = tubes;
             self.bs_answer(idx, Out::DeadlineSoon);
             return;
@@ -419,16 +415,10 @@ impl Server {
     pub(crate) fn bs_reserve_woke(&mut self, idx: usize) {
         let now = self.now();
         let sid = self.conn_mut(idx).sid;
-        let Some(until) = self.bs(idx).waiting else {
+        let Some(until) = self.end_wait(idx) else {
             return;
         };
-        self.unpark_all(idx);
-        self.bs(idx).waiting = None;
-        let soon = self
-            .queue()
-            .soonest_ttr(sid)
-            .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN));
-        if soon {
+        if self.deadline_soon(sid) {
             self.bs_answer(idx, Out::DeadlineSoon);
         } else if until <= now {
             self.bs_answer(idx, Out::TimedOut);
@@ -443,9 +433,23 @@ impl Server {
 
     /// The client shut its side while its reserve waited: `TIMED_OUT`, as beanstalkd answers.
     pub(crate) fn bs_half_closed(&mut self, idx: usize) {
-        self.unpark_all(idx);
-        self.bs(idx).waiting = None;
+        self.end_wait(idx);
         self.bs_answer(idx, Out::TimedOut);
+    }
+
+    /// Ends connection `idx`'s wait: its parked entries go, and the deadline it had is
+    /// returned (`None` when it was not waiting).
+    fn end_wait(&mut self, idx: usize) -> Option<Micros> {
+        self.unpark_all(idx);
+        self.conn_mut(idx).beanstalk.as_mut()?.waiting.take()
+    }
+
+    /// Whether a job session `sid` holds is inside its TTR's last second (`DEADLINE_SOON`).
+    fn deadline_soon(&self, sid: u64) -> bool {
+        let now = self.now();
+        self.queue()
+            .soonest_ttr(sid)
+            .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN))
     }
 
     fn bs_reserve_again(&mut self, idx: usize, timeout: Option<Micros>) {
@@ -458,10 +462,7 @@ impl Server {
     /// A parked reserve was answered (served, or timed out): drop its other entries and run
     /// the commands that waited behind it.
     pub(crate) fn bs_reserve_answered(&mut self, idx: usize) {
-        self.unpark_all(idx);
-        if let Some(bs) = self.conn_mut(idx).beanstalk.as_mut() {
-            bs.waiting = None;
-        }
+        self.end_wait(idx);
         self.resume_input(idx);
     }
 

@@ -11,7 +11,7 @@
 use tarq_beanstalk::{
     ok_yaml, CommandKind, CpuTime, JobState, Reply as Out, Stats, StatsJob, StatsTube,
 };
-use tarq_engine::{Micros, Status, TaskId, TubeIx};
+use tarq_engine::{Micros, Status, TaskId};
 
 use crate::server::Server;
 
@@ -78,7 +78,7 @@ impl Server {
         };
         let now = self.now();
         let bs = self.beanstalk.tube(t);
-        let waiting = self.parked_in(t);
+        let waiting = self.parked_count(t);
         self.reply_with_queue(idx, |out, q| {
             let s = q.tube_stats(t).unwrap_or_default();
             let (pause, left) = match bs.pause {
@@ -185,11 +185,6 @@ impl Server {
             extra: &extra,
         };
         ok_yaml(self.reply_buf(idx), |o| stats.write_yaml(o));
-    }
-
-    /// Parked takes waiting on `t` (`current-waiting`).
-    fn parked_in(&self, t: TubeIx) -> u64 {
-        self.parked_count(t)
     }
 }
 
