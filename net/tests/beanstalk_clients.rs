@@ -31,24 +31,6 @@ fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/beanstalk")
 }
 
-/// Fails the test naming `what` unless `check` runs and exits 0.
-fn client_available(what: &str, check: &[&str]) {
-    let ok = Command::new(check[0])
-        .args(&check[1..])
-        .output()
-        .map_err(|e| format!("cannot run `{}`: {e}", check[0]))
-        .and_then(|o| {
-            o.status.success().then_some(()).ok_or_else(|| {
-                format!(
-                    "`{}` failed: {}",
-                    check.join(" "),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                )
-            })
-        });
-    prerequisite(what, ok);
-}
-
 /// A real beanstalkd on a free port, killed on drop.
 struct Beanstalkd {
     _proc: Proc,
@@ -139,7 +121,7 @@ fn same_replies_from_beanstalkd_and_tarq(program: &str, script: &str) {
 
 #[test]
 fn greenstalk_gets_the_same_replies_from_tarq_as_from_beanstalkd() {
-    client_available(
+    support::require_command(
         "python3 with the PyPI `greenstalk` client",
         &["python3", "-c", "import greenstalk"],
     );
@@ -148,7 +130,7 @@ fn greenstalk_gets_the_same_replies_from_tarq_as_from_beanstalkd() {
 
 #[test]
 fn the_npm_beanstalkd_client_gets_the_same_replies_from_tarq_as_from_beanstalkd() {
-    client_available(
+    support::require_command(
         "node with the npm `beanstalkd` client (`npm ci` in net/tests/clients/beanstalk)",
         &[
             "node",

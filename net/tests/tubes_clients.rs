@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{prerequisite, run_with_deadline, Tarq};
+use support::{run_with_deadline, Tarq};
 
 /// How long a whole script may run: the flows take 3-6 s (short delays and TTRs); their own
 /// calls are bounded by 20-30 s, so a hung server shows up as a script failure before this.
@@ -24,24 +24,6 @@ const LOG_TAIL_LINES: usize = 40;
 
 fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tubes")
-}
-
-/// Fails the test naming `client` unless `check` runs.
-fn client_available(client: &str, check: &[&str]) {
-    let ok = Command::new(check[0])
-        .args(&check[1..])
-        .output()
-        .map_err(|e| format!("cannot run `{}`: {e}", check[0]))
-        .and_then(|o| {
-            o.status.success().then_some(()).ok_or_else(|| {
-                format!(
-                    "`{}` failed: {}",
-                    check.join(" "),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                )
-            })
-        });
-    prerequisite(client, ok);
 }
 
 /// Runs `cmd` to its end (bounded) and fails with its output and tarq's log unless it exits
@@ -73,7 +55,7 @@ fn script(program: &str, name: &str, tarq: &Tarq) -> Command {
 
 #[test]
 fn python_tubes_flow_passes_against_tarq() {
-    client_available(
+    support::require_command(
         "the PyPI `tarantool` connector",
         &["python3", "-c", "import tarantool"],
     );
@@ -83,7 +65,7 @@ fn python_tubes_flow_passes_against_tarq() {
 
 #[test]
 fn asynctnt_queue_flow_passes_against_tarq() {
-    client_available(
+    support::require_command(
         "the PyPI `asynctnt` and `asynctnt-queue` packages",
         &["python3", "-c", "import asynctnt, asynctnt_queue"],
     );
@@ -93,7 +75,7 @@ fn asynctnt_queue_flow_passes_against_tarq() {
 
 #[test]
 fn netbox_tubes_flow_passes_against_tarq() {
-    client_available(
+    support::require_command(
         "net.box (Debian package `tarantool`)",
         &["tarantool", "--version"],
     );
@@ -103,7 +85,7 @@ fn netbox_tubes_flow_passes_against_tarq() {
 
 #[test]
 fn tarq_answers_the_scenario_as_the_original_did() {
-    client_available(
+    support::require_command(
         "the PyPI `tarantool` connector",
         &["python3", "-c", "import tarantool"],
     );
@@ -118,7 +100,7 @@ fn tarq_answers_the_scenario_as_the_original_did() {
 
 #[test]
 fn the_api_is_served_under_another_namespace() {
-    client_available(
+    support::require_command(
         "the PyPI `tarantool` connector",
         &["python3", "-c", "import tarantool"],
     );
@@ -147,7 +129,7 @@ print('OK: the tube API under box.queue')
 
 #[test]
 fn batches_put_take_and_ack_many_in_one_call_and_survive_a_restart() {
-    client_available(
+    support::require_command(
         "the PyPI `tarantool` connector",
         &["python3", "-c", "import tarantool"],
     );

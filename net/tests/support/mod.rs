@@ -395,6 +395,25 @@ pub fn prerequisite<T>(what: &str, check: Result<T, String>) -> T {
     })
 }
 
+/// Fails the test naming `what` unless the command `check` runs and exits 0 (a client
+/// library that must import, a tool that must answer).
+pub fn require_command(what: &str, check: &[&str]) {
+    let ok = Command::new(check[0])
+        .args(&check[1..])
+        .output()
+        .map_err(|e| format!("cannot run `{}`: {e}", check[0]))
+        .and_then(|o| {
+            o.status.success().then_some(()).ok_or_else(|| {
+                format!(
+                    "`{}` failed: {}",
+                    check.join(" "),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )
+            })
+        });
+    prerequisite(what, ok);
+}
+
 /// The path of an executable on PATH.
 pub fn tool(name: &str) -> Result<PathBuf, String> {
     std::env::var_os("PATH")
