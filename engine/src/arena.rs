@@ -18,10 +18,6 @@ const CHUNK_BITS: u32 = 6;
 const CHUNK: usize = 1 << CHUNK_BITS;
 const NONE: u32 = u32::MAX;
 
-/// Bytes an arena entry of a task slot takes (the slot's size, its status lending the niche
-/// that tells a free entry from a live one).
-pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Entry<crate::queue::Slot>>();
-
 enum Entry<T> {
     /// A free slot, linking the next free one (`NONE` ends the list).
     Vacant(u32),
@@ -53,6 +49,10 @@ fn split(k: usize) -> (usize, usize) {
 }
 
 impl<T> Arena<T> {
+    /// Bytes an entry takes: the value's size when a field of it lends the niche that tells a
+    /// free entry from a live one.
+    pub const ENTRY_BYTES: usize = std::mem::size_of::<Entry<T>>();
+
     pub fn len(&self) -> usize {
         self.len
     }

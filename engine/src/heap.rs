@@ -5,7 +5,7 @@
 //! `advance` never skips garbage. Entries order by (time, id), which makes `advance` fully
 //! deterministic; one entry per task keeps the heap at 16 bytes a task at most.
 
-use crate::queue::Slots;
+use crate::slots::Slots;
 use crate::{Micros, TaskId};
 
 /// "No position": the slot has no entry, or a link points nowhere.
@@ -133,7 +133,7 @@ impl DeadlineHeap {
         let last = self.v.len() - 1;
         self.v.swap(pos, last);
         let e = self.v.pop().expect("remove from an empty heap");
-        slots[e.slot() as usize].heap_pos = NIL;
+        slots.set_heap_pos(e.slot(), NIL);
         if pos < last && self.sift_up(pos, slots) == pos {
             // The entry moved into the hole may belong above or below it.
             self.sift_down(pos, slots);
@@ -148,11 +148,11 @@ impl DeadlineHeap {
                 break;
             }
             self.v[pos] = self.v[parent];
-            slots[self.v[pos].slot() as usize].heap_pos = pos as u32;
+            slots.set_heap_pos(self.v[pos].slot(), pos as u32);
             pos = parent;
         }
         self.v[pos] = e;
-        slots[e.slot() as usize].heap_pos = pos as u32;
+        slots.set_heap_pos(e.slot(), pos as u32);
         pos
     }
 
@@ -174,11 +174,11 @@ impl DeadlineHeap {
                 break;
             }
             self.v[pos] = self.v[c];
-            slots[self.v[pos].slot() as usize].heap_pos = pos as u32;
+            slots.set_heap_pos(self.v[pos].slot(), pos as u32);
             pos = c;
         }
         self.v[pos] = e;
-        slots[e.slot() as usize].heap_pos = pos as u32;
+        slots.set_heap_pos(e.slot(), pos as u32);
     }
 
     /// Panics unless the heap order holds and every entry's slot points back at it.
@@ -195,7 +195,8 @@ impl DeadlineHeap {
                 .get(e.slot() as usize)
                 .unwrap_or_else(|| panic!("heap entry {e:?} points at a free slot"));
             assert_eq!(
-                s.heap_pos as usize, i,
+                slots.heap_pos(e.slot()) as usize,
+                i,
                 "slot of {e:?} records another position"
             );
             assert_eq!(

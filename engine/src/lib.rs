@@ -10,6 +10,7 @@ mod index;
 mod lists;
 mod queue;
 mod sessions;
+mod slots;
 mod tubes;
 
 pub use queue::Queue;
@@ -86,6 +87,84 @@ pub struct PutOptions {
     pub pri: i64,
 }
 
+/// Payloads up to this many bytes come back from the queue (`ack`, `delete`, ...) inside the
+/// [`Payload`] itself, with no allocation: the queue keeps them in its own records.
+pub const INLINE_PAYLOAD: usize = 128;
+
+/// An owned payload: the bytes of a task that left the queue. A small one (up to
+/// [`INLINE_PAYLOAD`] bytes) is held inline, so an ack allocates nothing; a bigger one is the
+/// box it was put with. Reads as `&[u8]`.
+#[derive(Clone)]
+pub struct Payload(PayloadRepr);
+
+#[derive(Clone)]
+enum PayloadRepr {
+    Inline { len: u8, bytes: [u8; INLINE_PAYLOAD] },
+    Boxed(Box<[u8]>),
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            PayloadRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            PayloadRepr::Boxed(b) => b,
+        }
+    }
+}
+
+impl From<&[u8]> for Payload {
+    #[inline]
+    fn from(b: &[u8]) -> Payload {
+        if b.len() <= INLINE_PAYLOAD {
+            let mut bytes = [0u8; INLINE_PAYLOAD];
+            bytes[..b.len()].copy_from_slice(b);
+            Payload(PayloadRepr::Inline {
+                len: b.len() as u8,
+                bytes,
+            })
+        } else {
+            Payload(PayloadRepr::Boxed(b.into()))
+        }
+    }
+}
+
+impl From<Box<[u8]>> for Payload {
+    fn from(b: Box<[u8]>) -> Payload {
+        Payload(PayloadRepr::Boxed(b))
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Payload {
+        Payload::from(v.as_slice())
+    }
+}
+
+impl From<Payload> for Box<[u8]> {
+    fn from(p: Payload) -> Box<[u8]> {
+        match p.0 {
+            PayloadRepr::Boxed(b) => b,
+            PayloadRepr::Inline { .. } => (*p).into(),
+        }
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
 /// Borrowed view of a live task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskRef<'a> {
@@ -139,7 +218,7 @@ pub struct Task {
     pub ttr: Option<Micros>,
     pub created: Micros,
     pub owner: Option<SessionId>,
-    pub data: Box<[u8]>,
+    pub data: Payload,
     pub tube: TubeIx,
     pub deliveries: u16,
 }

@@ -18,7 +18,7 @@
 use std::marker::PhantomData;
 
 use crate::heap::NIL;
-use crate::queue::{Slot, Slots};
+use crate::slots::Slots;
 use crate::Status;
 
 /// Levels at p = 1/4 stay balanced up to 4^16 = 4 billion nodes, past the arena's limit.
@@ -101,7 +101,7 @@ impl Towers {
 /// and re-entering its list).
 pub(crate) trait Order {
     type Key: Ord + Copy + std::fmt::Debug;
-    fn key(s: &Slot) -> Self::Key;
+    fn key(slots: &Slots, k: u32) -> Self::Key;
 }
 
 /// (pri, id): take order (Ready lists) and kick order (Buried lists).
@@ -111,7 +111,8 @@ pub(crate) struct ByPri;
 impl Order for ByPri {
     type Key = (i64, u64);
     #[inline]
-    fn key(s: &Slot) -> (i64, u64) {
+    fn key(slots: &Slots, k: u32) -> (i64, u64) {
+        let s = &slots[k as usize];
         (s.pri, s.id)
     }
 }
@@ -123,14 +124,14 @@ pub(crate) struct ByRunat;
 impl Order for ByRunat {
     type Key = (u64, u64);
     #[inline]
-    fn key(s: &Slot) -> (u64, u64) {
-        (s.t, s.id)
+    fn key(slots: &Slots, k: u32) -> (u64, u64) {
+        (slots.t(k), slots[k as usize].id)
     }
 }
 
 #[inline]
 fn key<O: Order>(slots: &Slots, k: u32) -> O::Key {
-    O::key(&slots[k as usize])
+    O::key(slots, k)
 }
 
 #[inline]

@@ -10,11 +10,11 @@ use std::hash::Hasher;
 
 use std::collections::HashMap;
 
-use crate::arena::Arena;
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
 use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
 use crate::sessions::Sessions;
+use crate::slots::{NewSlot, Slot, Slots, HAS_TTR, TTR_ARMED};
 use crate::tubes::{
     Tube, TubeInfo, TubeOptions, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES,
     MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
@@ -24,70 +24,16 @@ use crate::{
     SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut, URGENT_PRI,
 };
 
-/// The arena of task slots; a slot's key (u32) is what lists, towers and the heap link by.
-pub(crate) type Slots = Arena<Slot>;
-
 /// The session that owns tasks restored as Taken (no session survives a restart).
 const RESTORED_OWNER: SessionId = 0;
 
-/// Slot keys must fit the id index's 28 bits (and the heap entry's 30). 2^28 tasks at ~110
-/// bytes each would be 29 GB, more than the machine's memory, so the limit is never the one
+/// Slot keys must fit the id index's 28 bits (and the heap entry's 30). 2^28 tasks at ~100
+/// bytes each would be 27 GB, more than the machine's memory, so the limit is never the one
 /// that bites.
 const MAX_TASKS: usize = MAX_KEY as usize + 1;
 
 /// Seed of the skiplist height generator: fixed, so runs are reproducible.
 const HEIGHT_SEED: u64 = 0x2545_F491_4F6C_DD1D;
-
-/// `Slot::flags`: the task has a TTL (`ttl` is valid).
-const HAS_TTL: u8 = 1;
-/// `Slot::flags`: the task has a TTR (`ttr` is valid).
-const HAS_TTR: u8 = 2;
-/// `Slot::flags`: taken by `take` with a TTR, so `t` holds when it returns (tasks restored as
-/// Taken have no TTR deadline: `release_all_taken` ends recovery).
-const TTR_ARMED: u8 = 4;
-
-/// One task in the arena: 96 bytes of fields and links, plus the payload's own allocation.
-/// State-specific data shares storage: `t` is runat while Waiting and the TTR time while
-/// Taken; `next0` / `prev0` link a status skiplist (its tube's, or its utube's) while Ready,
-/// Waiting or Buried and the owner's take-order list while Taken (a Taken task is in no
-/// skiplist), `sess` names the owner. So a taken task costs nothing beyond its slot.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    pub id: TaskId,
-    pub pri: i64,
-    pub created: Micros,
-    /// Valid when `flags & HAS_TTL`.
-    pub ttl: Micros,
-    /// Valid when `flags & HAS_TTR`.
-    pub ttr: Micros,
-    /// Waiting: runat. Taken with `TTR_ARMED`: when the TTR returns it. Else 0.
-    pub t: Micros,
-    /// The raw MessagePack bytes received.
-    pub data: Box<[u8]>,
-    /// Position of this task's entry in the deadline heap, or NIL.
-    pub heap_pos: u32,
-    /// Taken: the owner's index in `Queue::sessions`, else NIL.
-    pub sess: u32,
-    /// Ready / Waiting: level 0 of the status skiplist. Taken: the owner's list, in take order.
-    pub next0: u32,
-    pub prev0: u32,
-    /// Offset of the upper levels in `Towers`, NIL for height 1.
-    pub up: u32,
-    /// Index of its utube in its tube's `Utubes`, NIL outside utube tubes.
-    pub utube: u32,
-    pub tube: TubeIx,
-    /// Times taken, saturating.
-    pub deliveries: u16,
-    pub status: Status,
-    pub flags: u8,
-    /// Skiplist height, 1..=MAX_LEVEL, fixed for the task's life.
-    pub height: u8,
-}
-
-/// The slot's layout is the bulk of the per-task overhead (ARCHITECTURE.md gives the
-/// budget); keep it from growing by accident. The arena's entry reuses the status niche.
-const _: () = assert!(std::mem::size_of::<Slot>() == 96);
-const _: () = assert!(crate::arena::ENTRY_BYTES == 96);
 
 /// Session ids are small counters: one multiply spreads them (SipHash costs ~20 ns).
 #[derive(Default, Clone, Copy)]
@@ -119,7 +65,7 @@ fn check_owner(
     if s.status != Status::Taken {
         return Err(QueueError::NotTaken(id));
     }
-    let owner = sessions.owner(s.sess);
+    let owner = sessions.owner(s.up);
     if owner != sid {
         return Err(QueueError::NotOwner {
             id,
@@ -186,7 +132,7 @@ impl Queue {
     pub fn new() -> Self {
         let default = Tube::new(DEFAULT_TUBE_NAME, TubeType::FifoTtl, TubeOptions::default());
         Queue {
-            slots: Arena::default(),
+            slots: Slots::default(),
             index: IdIndex::default(),
             tubes: vec![Some(default)],
             names: HashMap::from([(DEFAULT_TUBE_NAME.into(), DEFAULT_TUBE)]),
@@ -587,17 +533,24 @@ impl Queue {
         if !kind.has_ttl() {
             return Err(QueueError::TouchUnsupported(kind));
         }
-        let s = &mut self.slots[k as usize];
+        let slots = &mut self.slots;
         match delta {
             None => {
-                s.flags &= !(HAS_TTL | HAS_TTR | TTR_ARMED);
-                s.t = 0;
+                slots[k as usize].flags &= !TTR_ARMED;
+                slots.set_ttl(k, None);
+                slots.set_ttr(k, None);
+                slots.set_t(k, 0);
             }
             Some(d) => {
-                s.ttl = s.ttl.saturating_add(d);
-                s.ttr = s.ttr.saturating_add(d);
-                if s.flags & TTR_ARMED != 0 {
-                    s.t = s.t.saturating_add(d);
+                if let Some(ttl) = slots.ttl(k) {
+                    slots.set_ttl(k, Some(ttl.saturating_add(d)));
+                }
+                if let Some(ttr) = slots.ttr(k) {
+                    slots.set_ttr(k, Some(ttr.saturating_add(d)));
+                }
+                if slots[k as usize].flags & TTR_ARMED != 0 {
+                    let t = slots.t(k).saturating_add(d);
+                    slots.set_t(k, t);
                 }
             }
         }
@@ -754,7 +707,7 @@ impl Queue {
     ) -> Result<TaskRef<'_>, QueueError> {
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
         let s = &self.slots[k as usize];
-        let (status, tube, u) = (s.status, s.tube, s.utube);
+        let (status, tube, u) = (s.status, s.tube, self.slots.utube(k));
         let refused = QueueError::NotTakeable { id, status };
         if u != NIL {
             let utube = &self.tube(tube).utubes.as_ref().expect("utube tube").list[u as usize];
@@ -785,10 +738,9 @@ impl Queue {
         id: TaskId,
     ) -> Result<TaskRef<'_>, QueueError> {
         let k = self.held_by(sid, id)?;
-        let s = &mut self.slots[k as usize];
-        if s.flags & HAS_TTR != 0 {
-            s.flags |= TTR_ARMED;
-            s.t = now.saturating_add(s.ttr);
+        if let Some(ttr) = self.slots.ttr(k) {
+            self.slots[k as usize].flags |= TTR_ARMED;
+            self.slots.set_t(k, now.saturating_add(ttr));
             self.reschedule(k);
         }
         let tube = self.slots[k as usize].tube;
@@ -823,8 +775,9 @@ impl Queue {
     /// When the TTR of Taken task `id` runs out; `None` if it is not Taken or has no TTR
     /// armed (no TTR, or restored Taken during recovery).
     pub fn ttr_deadline(&self, id: TaskId) -> Option<Micros> {
-        let s = &self.slots[self.find(id)? as usize];
-        (s.status == Status::Taken && s.flags & TTR_ARMED != 0).then_some(s.t)
+        let k = self.find(id)?;
+        let s = &self.slots[k as usize];
+        (s.status == Status::Taken && s.flags & TTR_ARMED != 0).then(|| self.slots.t(k))
     }
 
     /// The earliest TTR deadline among the tasks session `sid` holds (beanstalkd's
@@ -835,7 +788,8 @@ impl Queue {
         while k != NIL {
             let s = &self.slots[k as usize];
             if s.flags & TTR_ARMED != 0 {
-                soonest = Some(soonest.map_or(s.t, |t: Micros| t.min(s.t)));
+                let t = self.slots.t(k);
+                soonest = Some(soonest.map_or(t, |s: Micros| s.min(t)));
             }
             k = s.next0;
         }
@@ -877,15 +831,19 @@ impl Queue {
             Some(u) => u.intern(utube.unwrap_or_default()),
             None => NIL,
         };
+        let height = self.next_height();
         let k = self.insert_slot(
-            task.id,
-            tube,
-            task.pri,
-            task.created,
-            task.ttl,
-            task.ttr,
+            NewSlot {
+                id: task.id,
+                pri: task.pri,
+                created: task.created,
+                ttl: task.ttl,
+                ttr: task.ttr,
+                utube,
+                tube,
+                height,
+            },
             task.data,
-            utube,
         );
         self.slots[k as usize].deliveries = deliveries;
         self.enter_restored(k, task.status, task.runat);
@@ -1009,7 +967,7 @@ impl Queue {
                 utubes + dedup
             })
             .sum();
-        self.slots.capacity() * crate::arena::ENTRY_BYTES
+        self.slots.capacity_bytes()
             + self.index.buckets() * size_of::<u32>()
             + self.towers.capacity_bytes()
             + self.heap.capacity_bytes()
@@ -1043,7 +1001,7 @@ impl Queue {
         for (k, s) in self.slots.iter() {
             let k = k as u32;
             self.check_slot(k, s);
-            if s.height > 1 {
+            if s.height > 1 && s.status != Status::Taken {
                 towers.push((s.up, s.height));
             }
             entries += usize::from(self.check_deadline(k, s));
@@ -1072,45 +1030,44 @@ impl Queue {
             "task {} height",
             s.id
         );
-        assert_eq!(s.up == NIL, s.height == 1, "task {} tower", s.id);
+        if s.status != Status::Taken {
+            assert_eq!(s.up == NIL, s.height == 1, "task {} tower", s.id);
+        }
         assert!(
             self.tubes.get(s.tube as usize).is_some_and(Option::is_some),
             "task {} in dropped tube {}",
             s.id,
             s.tube
         );
+        let t = self.slots.t(k);
         match s.status {
             Status::Ready | Status::Buried => {
-                assert_eq!(s.t, 0, "{:?} task {} keeps a time", s.status, s.id)
+                assert_eq!(t, 0, "{:?} task {} keeps a time", s.status, s.id)
             }
             Status::Waiting => {}
             Status::Taken => {
                 if s.flags & TTR_ARMED != 0 {
                     assert!(s.flags & HAS_TTR != 0, "task {} armed without a ttr", s.id);
                 } else {
-                    assert_eq!(s.t, 0, "taken task {} keeps a time", s.id);
+                    assert_eq!(t, 0, "taken task {} keeps a time", s.id);
                 }
             }
         }
         if s.status != Status::Taken {
             assert_eq!(s.flags & TTR_ARMED, 0, "task {} armed but not taken", s.id);
-            assert_eq!(s.sess, NIL, "task {} is {:?} with an owner", s.id, s.status);
         } else {
-            assert_ne!(s.sess, NIL, "taken task {} has no owner", s.id);
+            assert_ne!(s.up, NIL, "taken task {} has no owner", s.id);
         }
     }
 
     /// A task with a deadline has the heap entry for it, and one without has none. Returns
     /// whether the task has an entry.
     fn check_deadline(&self, k: u32, s: &Slot) -> bool {
-        match Self::due(s) {
+        let heap_pos = self.slots.heap_pos(k);
+        match Self::due(&self.slots, k) {
             Some((at, kind)) => {
-                assert_ne!(
-                    s.heap_pos, NIL,
-                    "task {} has deadline {at} but no entry",
-                    s.id
-                );
-                let e = self.heap.get(s.heap_pos);
+                assert_ne!(heap_pos, NIL, "task {} has deadline {at} but no entry", s.id);
+                let e = self.heap.get(heap_pos);
                 assert_eq!(
                     (e.at, e.kind(), e.slot()),
                     (at, kind, k),
@@ -1120,7 +1077,7 @@ impl Queue {
                 true
             }
             None => {
-                assert_eq!(s.heap_pos, NIL, "task {} has no deadline, an entry", s.id);
+                assert_eq!(heap_pos, NIL, "task {} has no deadline, an entry", s.id);
                 false
             }
         }
@@ -1207,37 +1164,47 @@ impl Queue {
     }
 
     fn view(&self, k: u32) -> TaskRef<'_> {
-        let s = &self.slots[k as usize];
-        let utube = (s.utube != NIL).then(|| {
-            let u = self.tube(s.tube).utubes.as_ref().expect("utube tube");
-            &*u.list[s.utube as usize].key
+        let slots = &self.slots;
+        let s = &slots[k as usize];
+        let u = slots.utube(k);
+        let utube = (u != NIL).then(|| {
+            let utubes = self.tube(s.tube).utubes.as_ref().expect("utube tube");
+            &*utubes.list[u as usize].key
         });
         TaskRef {
             id: s.id,
             status: s.status,
-            runat: if s.status == Status::Waiting { s.t } else { 0 },
+            runat: if s.status == Status::Waiting {
+                slots.t(k)
+            } else {
+                0
+            },
             pri: s.pri,
-            ttl: (s.flags & HAS_TTL != 0).then_some(s.ttl),
-            ttr: (s.flags & HAS_TTR != 0).then_some(s.ttr),
-            created: s.created,
+            ttl: slots.ttl(k),
+            ttr: slots.ttr(k),
+            created: slots.created(k),
             owner: (s.status == Status::Taken).then(|| self.owner_of(s)),
-            data: &s.data,
+            data: slots.data(k),
             tube: s.tube,
             deliveries: s.deliveries,
             utube,
         }
     }
 
+    /// The session holding a Taken slot (its `up` while Taken).
     fn owner_of(&self, s: &Slot) -> SessionId {
-        self.sessions.owner(s.sess)
+        self.sessions.owner(s.up)
     }
 
     /// The task's earliest pending deadline: TTL expiry, runat, or armed TTR.
-    fn due(s: &Slot) -> Option<(Micros, Kind)> {
-        let ttl = (s.flags & HAS_TTL != 0).then(|| (s.created.saturating_add(s.ttl), Kind::Expire));
+    fn due(slots: &Slots, k: u32) -> Option<(Micros, Kind)> {
+        let s = &slots[k as usize];
+        let ttl = slots
+            .ttl(k)
+            .map(|ttl| (slots.created(k).saturating_add(ttl), Kind::Expire));
         let timer = match s.status {
-            Status::Waiting => Some((s.t, Kind::Promote)),
-            Status::Taken if s.flags & TTR_ARMED != 0 => Some((s.t, Kind::Ttr)),
+            Status::Waiting => Some((slots.t(k), Kind::Promote)),
+            Status::Taken if s.flags & TTR_ARMED != 0 => Some((slots.t(k), Kind::Ttr)),
             _ => None,
         };
         match (ttl, timer) {
@@ -1248,20 +1215,21 @@ impl Queue {
 
     /// Brings the task's heap entry in line with its deadlines after a transition.
     fn reschedule(&mut self, k: u32) {
-        let s = &self.slots[k as usize];
-        let pos = s.heap_pos;
-        match (Self::due(s), pos) {
+        let pos = self.slots.heap_pos(k);
+        let id = self.slots[k as usize].id;
+        match (Self::due(&self.slots, k), pos) {
             (None, NIL) => {}
             (None, pos) => self.heap.remove(pos, &mut self.slots),
             (Some((at, kind)), NIL) => {
-                let e = Entry::new(at, s.id, k, kind);
+                let e = Entry::new(at, id, k, kind);
                 self.heap.push(e, &mut self.slots);
             }
             (Some((at, kind)), pos) => {
-                let e = Entry::new(at, s.id, k, kind);
+                let e = Entry::new(at, id, k, kind);
                 self.heap.update(pos, e, &mut self.slots);
             }
         }
+        self.slots.trim_ext(k);
     }
 
     /// A Buried or Waiting slot becomes Ready: a kick, counted and journaled.
@@ -1413,19 +1381,21 @@ impl Queue {
         o: ReleaseOptions,
         extends: bool,
     ) -> bool {
-        let s = &mut self.slots[k as usize];
-        let before = (s.pri, s.ttl, s.flags & HAS_TTL);
+        let slots = &mut self.slots;
+        let before = (slots[k as usize].pri, slots.ttl(k));
         if let Some(pri) = o.pri {
-            s.pri = pri;
+            slots[k as usize].pri = pri;
         }
         if let Some(ttl) = o.ttl {
-            s.ttl = now.saturating_sub(s.created).saturating_add(ttl);
-            s.flags |= HAS_TTL;
+            let lived = now.saturating_sub(slots.created(k));
+            slots.set_ttl(k, Some(lived.saturating_add(ttl)));
         }
-        if extends && o.delay > 0 && s.flags & HAS_TTL != 0 {
-            s.ttl = s.ttl.saturating_add(o.delay);
+        if extends && o.delay > 0 {
+            if let Some(ttl) = slots.ttl(k) {
+                slots.set_ttl(k, Some(ttl.saturating_add(o.delay)));
+            }
         }
-        before != (s.pri, s.ttl, s.flags & HAS_TTL)
+        before != (slots[k as usize].pri, slots.ttl(k))
     }
 
     /// Remembers a put's dedup key for the tube's window (forgetting a couple of expired
@@ -1459,7 +1429,18 @@ impl Queue {
             // big table: ask for it now, 8 puts before the first of them waits for it.
             self.index.prefetch_home(hash_id(id.wrapping_add(8)));
         }
-        let k = self.insert_slot(id, tube, opts.pri, now, opts.ttl, opts.ttr, data, utube);
+        let height = self.next_height();
+        let new = NewSlot {
+            id,
+            pri: opts.pri,
+            created: now,
+            ttl: opts.ttl,
+            ttr: opts.ttr,
+            utube,
+            tube,
+            height,
+        };
+        let k = self.insert_slot(new, data);
         if opts.delay == 0 {
             self.enter(k, Status::Ready, 0);
         } else {
@@ -1481,8 +1462,8 @@ impl Queue {
 
     /// Task `k`, in `tube`'s ready list, into `sid`'s hands, arming its TTR.
     fn take_ready(&mut self, now: Micros, tube: TubeIx, k: u32, sid: SessionId) {
+        let u = self.slots.utube(k);
         let t = self.tubes[tube as usize].as_mut().expect("live tube");
-        let u = self.slots[k as usize].utube;
         if u != NIL {
             // Busy before it leaves the ready list, so no other task of the utube takes the
             // head's place there.
@@ -1490,14 +1471,16 @@ impl Queue {
         }
         t.ops.takes += 1;
         self.leave(k);
+        let ttr = self.slots.ttr(k);
         let s = &mut self.slots[k as usize];
         let id = s.id;
         s.deliveries = s.deliveries.saturating_add(1);
-        let ttr_at = if s.flags & HAS_TTR != 0 {
-            s.flags |= TTR_ARMED;
-            now.saturating_add(s.ttr)
-        } else {
-            0
+        let ttr_at = match ttr {
+            Some(ttr) => {
+                s.flags |= TTR_ARMED;
+                now.saturating_add(ttr)
+            }
+            None => 0,
         };
         self.enter_taken(k, sid, ttr_at);
         self.reschedule(k);
@@ -1548,44 +1531,9 @@ impl Queue {
     }
 
     /// Allocates and indexes a slot, in no list and with no deadline yet.
-    #[allow(clippy::too_many_arguments)]
-    fn insert_slot(
-        &mut self,
-        id: TaskId,
-        tube: TubeIx,
-        pri: i64,
-        created: Micros,
-        ttl: Option<Micros>,
-        ttr: Option<Micros>,
-        data: Box<[u8]>,
-        utube: u32,
-    ) -> u32 {
+    fn insert_slot(&mut self, new: NewSlot, data: Box<[u8]>) -> u32 {
         assert!(self.slots.len() < MAX_TASKS, "more than {MAX_TASKS} tasks");
-        let height = self.next_height();
-        let up = self.towers.alloc(height);
-        let flags =
-            if ttl.is_some() { HAS_TTL } else { 0 } | if ttr.is_some() { HAS_TTR } else { 0 };
-        let k = self.slots.insert(Slot {
-            id,
-            pri,
-            created,
-            ttl: ttl.unwrap_or(0),
-            ttr: ttr.unwrap_or(0),
-            t: 0,
-            data,
-            heap_pos: NIL,
-            sess: NIL,
-            next0: NIL,
-            prev0: NIL,
-            up,
-            utube,
-            tube,
-            deliveries: 0,
-            // Not in any list yet; `enter` sets the real status.
-            status: Status::Ready,
-            flags,
-            height,
-        }) as u32;
+        let k = self.slots.insert(new, data);
         let slots = &self.slots;
         self.index.insert(
             k,
@@ -1610,8 +1558,12 @@ impl Queue {
     fn enter(&mut self, k: u32, status: Status, t: Micros) {
         let s = &mut self.slots[k as usize];
         s.status = status;
-        s.t = t;
+        if s.up == NIL {
+            // New, or back from Taken (which gave its tower back).
+            s.up = self.towers.alloc(s.height);
+        }
         let tube = s.tube;
+        self.slots.set_t(k, t);
         let tb = self.tubes[tube as usize].as_mut().expect("live tube");
         match status {
             Status::Ready => self.ready_push(k),
@@ -1624,10 +1576,16 @@ impl Queue {
     /// Makes an unlisted slot Taken by `sid`, last in its take order, with `t` (TTR time or
     /// 0); its utube becomes busy. The caller sets `TTR_ARMED` and reschedules.
     fn enter_taken(&mut self, k: u32, sid: SessionId, t: Micros) {
+        let u = self.slots.utube(k);
+        self.slots.set_t(k, t);
         let s = &mut self.slots[k as usize];
         s.status = Status::Taken;
-        s.t = t;
-        let (tube, u) = (s.tube, s.utube);
+        // In no skiplist while Taken: the tower goes back, and `up` names the owner.
+        if s.up != NIL {
+            self.towers.release(s.height, s.up);
+            s.up = NIL;
+        }
+        let tube = s.tube;
         self.sessions.append(&mut self.slots, sid, k);
         let tb = self.tubes[tube as usize].as_mut().expect("live tube");
         tb.taken_n += 1;
@@ -1659,13 +1617,14 @@ impl Queue {
     /// session's list (unless `release_session` already did), unarmed, its utube freed. The
     /// heap entry stays until the caller reschedules or deletes.
     fn leave(&mut self, k: u32) {
+        let u = self.slots.utube(k);
         let s = &mut self.slots[k as usize];
-        let (status, tube, u) = (s.status, s.tube, s.utube);
+        let (status, tube) = (s.status, s.tube);
         let tb = self.tubes[tube as usize].as_mut().expect("live tube");
         match status {
             Status::Taken => {
                 s.flags &= !TTR_ARMED;
-                let held = s.sess != NIL;
+                let held = s.up != NIL;
                 tb.taken_n -= 1;
                 if held {
                     self.sessions.remove(&mut self.slots, k);
@@ -1678,7 +1637,7 @@ impl Queue {
             Status::Waiting => tb.waiting.remove(&mut self.slots, &mut self.towers, k),
             Status::Buried => tb.buried.remove(&mut self.slots, &mut self.towers, k),
         }
-        self.slots[k as usize].t = 0;
+        self.slots.set_t(k, 0);
     }
 
     /// Lists a Ready slot: in its tube's ready list, or for a utube task in the ready list as
@@ -1686,7 +1645,7 @@ impl Queue {
     /// which then waits in the utube's list) or else in its utube's list.
     fn ready_push(&mut self, k: u32) {
         let s = &self.slots[k as usize];
-        let (tube, u, urgent) = (s.tube, s.utube, s.pri < URGENT_PRI);
+        let (tube, u, urgent) = (s.tube, self.slots.utube(k), s.pri < URGENT_PRI);
         let tb = self.tubes[tube as usize].as_mut().expect("live tube");
         tb.ready_n += 1;
         tb.ready_urgent_n += u64::from(urgent);
@@ -1716,7 +1675,7 @@ impl Queue {
     /// utube is busy).
     fn ready_remove(&mut self, k: u32) {
         let s = &self.slots[k as usize];
-        let (tube, u, urgent) = (s.tube, s.utube, s.pri < URGENT_PRI);
+        let (tube, u, urgent) = (s.tube, self.slots.utube(k), s.pri < URGENT_PRI);
         let tb = self.tubes[tube as usize].as_mut().expect("live tube");
         tb.ready_n -= 1;
         tb.ready_urgent_n -= u64::from(urgent);
@@ -1770,15 +1729,23 @@ impl Queue {
     fn remove_unindexed(&mut self, k: u32) -> Task {
         let s = &self.slots[k as usize];
         let owner = (s.status == Status::Taken).then(|| self.owner_of(s));
-        let runat = if s.status == Status::Waiting { s.t } else { 0 };
-        let (status, pos, id, height, up) = (s.status, s.heap_pos, s.id, s.height, s.up);
-        let (tube, u) = (s.tube, s.utube);
+        let runat = if s.status == Status::Waiting {
+            self.slots.t(k)
+        } else {
+            0
+        };
+        let (status, tube, u) = (s.status, s.tube, self.slots.utube(k));
         self.leave(k);
+        let pos = self.slots.heap_pos(k);
         if pos != NIL {
             self.heap.remove(pos, &mut self.slots);
         }
-        self.towers.release(height, up);
-        let s = self.slots.remove(k as usize);
+        let s = &self.slots[k as usize];
+        if s.up != NIL {
+            // Listed until `leave`: its tower (a Taken task's `up` is NIL once it has left).
+            self.towers.release(s.height, s.up);
+        }
+        let r = self.slots.remove(k);
         if u != NIL {
             self.tube_mut(tube)
                 .utubes
@@ -1787,17 +1754,17 @@ impl Queue {
                 .unref(u);
         }
         Task {
-            id,
+            id: r.slot.id,
             status,
             runat,
-            pri: s.pri,
-            ttl: (s.flags & HAS_TTL != 0).then_some(s.ttl),
-            ttr: (s.flags & HAS_TTR != 0).then_some(s.ttr),
-            created: s.created,
+            pri: r.slot.pri,
+            ttl: r.ttl,
+            ttr: r.ttr,
+            created: r.created,
             owner,
-            data: s.data,
+            data: r.data,
             tube,
-            deliveries: s.deliveries,
+            deliveries: r.slot.deliveries,
         }
     }
 

@@ -3,7 +3,8 @@
 //! release unlinks its task in O(1). The list is intrusive and costs a taken task no byte
 //! beyond its slot: a Taken task is in no status skiplist (nothing needs Taken tasks in
 //! (pri, id) order but a restart, which sorts them once), so its level-0 links (`next0`,
-//! `prev0`) thread it into its session's list instead, and `sess` names the session.
+//! `prev0`) thread it into its session's list instead, and `up` (free of its tower while
+//! Taken) names the session.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -11,7 +12,8 @@ use std::hash::BuildHasherDefault;
 use slab::Slab;
 
 use crate::heap::NIL;
-use crate::queue::{IdHasher, Slots};
+use crate::queue::IdHasher;
+use crate::slots::Slots;
 use crate::{SessionId, Status};
 
 /// One session holding tasks: its id and the ends of its list of taken slots (take order).
@@ -41,7 +43,7 @@ impl Sessions {
     }
 
     /// Records that session `sid` took slot `k` (in no list), after its earlier tasks: links
-    /// the slot's `next0` / `prev0` into the session's list and sets its `sess`. A session's
+    /// the slot's `next0` / `prev0` into the session's list and sets its `up` to the session. A session's
     /// entry is made on its first take and kept until `detach`.
     pub fn append(&mut self, slots: &mut Slots, sid: SessionId, k: u32) {
         let ix = if self.last.1 != 0 && self.last.0 == sid {
@@ -63,7 +65,7 @@ impl Sessions {
         let session = &mut self.list[ix as usize];
         let tail = session.tail;
         let s = &mut slots[k as usize];
-        s.sess = ix;
+        s.up = ix;
         s.prev0 = tail;
         s.next0 = NIL;
         if tail == NIL {
@@ -84,16 +86,16 @@ impl Sessions {
         }
     }
 
-    /// The session at index `ix` (a Taken slot's `sess`).
+    /// The session at index `ix` (a Taken slot's `up`).
     pub fn owner(&self, ix: u32) -> SessionId {
         self.list[ix as usize].sid
     }
 
-    /// Unlinks Taken slot `k` from its session's list and clears its `sess`. O(1).
+    /// Unlinks Taken slot `k` from its session's list and clears its `up`. O(1).
     pub fn remove(&mut self, slots: &mut Slots, k: u32) {
         let s = &mut slots[k as usize];
-        let (ix, prev, next) = (s.sess, s.prev0, s.next0);
-        s.sess = NIL;
+        let (ix, prev, next) = (s.up, s.prev0, s.next0);
+        s.up = NIL;
         s.prev0 = NIL;
         s.next0 = NIL;
         let session = &mut self.list[ix as usize];
@@ -122,11 +124,11 @@ impl Sessions {
     }
 
     /// Takes slot `k` of a detached session out of the session list (clearing its links and
-    /// `sess`); returns the next slot of that session.
+    /// `up`); returns the next slot of that session.
     pub fn pop_detached(&mut self, slots: &mut Slots, k: u32) -> u32 {
         let s = &mut slots[k as usize];
         let next = s.next0;
-        s.sess = NIL;
+        s.up = NIL;
         s.prev0 = NIL;
         s.next0 = NIL;
         self.live -= 1;
@@ -193,9 +195,9 @@ impl Sessions {
                     s.status
                 );
                 assert_eq!(
-                    s.sess, ix,
+                    s.up, ix,
                     "task {} held by {sid} points at session {}",
-                    s.id, s.sess
+                    s.id, s.up
                 );
                 assert_eq!(s.prev0, prev, "session {sid}: back link of task {}", s.id);
                 prev = k;

@@ -12,7 +12,7 @@ use slab::Slab;
 
 use crate::heap::NIL;
 use crate::lists::{ByRunat, SkipList, Towers};
-use crate::queue::Slots;
+use crate::slots::Slots;
 use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx, URGENT_PRI};
 
 /// The tube the seed API works on: always exists, at index 0, and cannot be dropped.
@@ -418,7 +418,8 @@ impl Tube {
             None => {
                 for (k, s) in slots.iter() {
                     if s.tube == ix {
-                        assert_eq!(s.utube, NIL, "task at {k} has a utube in a plain tube");
+                        let u = slots.utube(k as u32);
+                        assert_eq!(u, NIL, "task at {k} has a utube in a plain tube");
                     }
                 }
             }
@@ -435,16 +436,17 @@ fn check_utubes(ut: &Utubes, ix: TubeIx, ready: &SkipList, slots: &Slots, tw: &T
     ut.check_index();
     let mut refs = vec![0u32; ut.list.capacity()];
     let mut taken = vec![0u32; ut.list.capacity()];
-    for (_, s) in slots.iter().filter(|(_, s)| s.tube == ix) {
-        assert_ne!(s.utube, NIL, "task {} in a utube tube has no utube", s.id);
-        refs[s.utube as usize] += 1;
+    for (k, s) in slots.iter().filter(|(_, s)| s.tube == ix) {
+        let u = slots.utube(k as u32);
+        assert_ne!(u, NIL, "task {} in a utube tube has no utube", s.id);
+        refs[u as usize] += 1;
         if s.status == Status::Taken {
-            taken[s.utube as usize] += 1;
+            taken[u as usize] += 1;
         }
     }
     let mut heads = 0;
     ready.for_each(slots, |k| {
-        let u = slots[k as usize].utube;
+        let u = slots.utube(k);
         assert_eq!(
             ut.list[u as usize].head, k,
             "ready task at {k} is not its utube's head"
@@ -459,7 +461,8 @@ fn check_utubes(ut: &Utubes, ix: TubeIx, ready: &SkipList, slots: &Slots, tw: &T
         rest += t.rest.check(slots, tw, Status::Ready);
         t.rest.for_each(slots, |k| {
             assert_eq!(
-                slots[k as usize].utube, u as u32,
+                slots.utube(k),
+                u as u32,
                 "task at {k} in another utube's list"
             );
         });
