@@ -99,7 +99,10 @@ pub struct Payload(PayloadRepr);
 
 #[derive(Clone)]
 enum PayloadRepr {
-    Inline { len: u8, bytes: [u8; INLINE_PAYLOAD] },
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_PAYLOAD],
+    },
     Boxed(Box<[u8]>),
 }
 
@@ -162,6 +165,61 @@ impl Eq for Payload {}
 impl std::fmt::Debug for Payload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// What a put hands the queue: bytes it copies into its own records when they are small, or
+/// a box it keeps as it is when they are big. A borrowed slice costs a put no allocation for
+/// a small payload (the server passes the request frame's bytes); an owned box saves a copy
+/// of a big one.
+pub trait PutPayload {
+    fn bytes(&self) -> &[u8];
+    /// The payload as a box (a slice is copied).
+    fn into_box(self) -> Box<[u8]>;
+}
+
+impl PutPayload for &[u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn into_box(self) -> Box<[u8]> {
+        self.into()
+    }
+}
+
+impl PutPayload for Box<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn into_box(self) -> Box<[u8]> {
+        self
+    }
+}
+
+impl<const N: usize> PutPayload for &[u8; N] {
+    fn bytes(&self) -> &[u8] {
+        &self[..]
+    }
+    fn into_box(self) -> Box<[u8]> {
+        self[..].into()
+    }
+}
+
+impl<const N: usize> PutPayload for Box<[u8; N]> {
+    fn bytes(&self) -> &[u8] {
+        &self[..]
+    }
+    fn into_box(self) -> Box<[u8]> {
+        self
+    }
+}
+
+impl PutPayload for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn into_box(self) -> Box<[u8]> {
+        self.into_boxed_slice()
     }
 }
 

@@ -20,8 +20,8 @@ use crate::tubes::{
     MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
-    Advance, Event, Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, RestoredTask,
-    SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut, URGENT_PRI,
+    Advance, Event, Micros, PutOptions, PutOutcome, PutPayload, QueueError, ReleaseOptions,
+    RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut, URGENT_PRI,
 };
 
 /// The session that owns tasks restored as Taken (no session survives a restart).
@@ -152,7 +152,7 @@ impl Queue {
 
     /// Adds a task to `default`: Ready, or Waiting until `now + delay`. Ids go up by one from
     /// `last_id`. (The TTL counts from the put, the delay does not extend it.)
-    pub fn put(&mut self, now: Micros, data: Box<[u8]>, opts: PutOptions) -> TaskRef<'_> {
+    pub fn put(&mut self, now: Micros, data: impl PutPayload, opts: PutOptions) -> TaskRef<'_> {
         let k = self.add_task(now, DEFAULT_TUBE, data, opts, NIL);
         self.view(k)
     }
@@ -423,7 +423,7 @@ impl Queue {
         &mut self,
         now: Micros,
         tube: TubeIx,
-        data: Box<[u8]>,
+        data: impl PutPayload,
         p: TubePut<'_>,
     ) -> Result<PutOutcome<'_>, QueueError> {
         let t = self.live_tube(tube)?;
@@ -948,9 +948,10 @@ impl Queue {
         self.slots.iter().map(|(k, _)| self.view(k as u32))
     }
 
-    /// Bytes the engine holds beyond the payloads: the arena, index, towers, heap and session
-    /// tables as allocated (capacity, not length), and the tubes with their utubes and dedup
-    /// windows (keys excluded). For the memory figure in benches and tests.
+    /// Bytes the engine holds: the slots, records (small payloads included: they live there),
+    /// extensions, index, towers, heap and session tables as allocated (capacity, not length),
+    /// and the tubes with their utubes and dedup windows (keys excluded); big payloads' own
+    /// boxes are not counted. For the memory figure in benches and tests.
     pub fn overhead_bytes(&self) -> usize {
         use std::mem::size_of;
         let tubes: usize = self
@@ -1066,7 +1067,11 @@ impl Queue {
         let heap_pos = self.slots.heap_pos(k);
         match Self::due(&self.slots, k) {
             Some((at, kind)) => {
-                assert_ne!(heap_pos, NIL, "task {} has deadline {at} but no entry", s.id);
+                assert_ne!(
+                    heap_pos, NIL,
+                    "task {} has deadline {at} but no entry",
+                    s.id
+                );
                 let e = self.heap.get(heap_pos);
                 assert_eq!(
                     (e.at, e.kind(), e.slot()),
@@ -1415,7 +1420,7 @@ impl Queue {
         &mut self,
         now: Micros,
         tube: TubeIx,
-        data: Box<[u8]>,
+        data: impl PutPayload,
         opts: PutOptions,
         utube: u32,
     ) -> u32 {
@@ -1531,7 +1536,7 @@ impl Queue {
     }
 
     /// Allocates and indexes a slot, in no list and with no deadline yet.
-    fn insert_slot(&mut self, new: NewSlot, data: Box<[u8]>) -> u32 {
+    fn insert_slot(&mut self, new: NewSlot, data: impl PutPayload) -> u32 {
         assert!(self.slots.len() < MAX_TASKS, "more than {MAX_TASKS} tasks");
         let k = self.slots.insert(new, data);
         let slots = &self.slots;

@@ -29,7 +29,7 @@ use std::ops::{Index, IndexMut};
 
 use crate::arena::Arena;
 use crate::heap::NIL;
-use crate::{Micros, Payload, Status, TaskId, TubeIx};
+use crate::{Micros, Payload, PutPayload, Status, TaskId, TubeIx};
 
 /// Payloads up to this size are stored in the task's record (and come back inline in a
 /// [`Payload`] when the task leaves); bigger ones keep their own allocation.
@@ -187,20 +187,21 @@ impl Slots {
 
     /// Stores a new task, in no list and with no deadline; its payload is copied into its
     /// record when small, else kept in its box. Returns its key.
-    pub fn insert(&mut self, n: NewSlot, data: Box<[u8]>) -> u32 {
-        let small = data.len() <= SMALL_PAYLOAD;
-        let size = CREATED_BYTES + if small { data.len() } else { 4 };
+    pub fn insert(&mut self, n: NewSlot, data: impl PutPayload) -> u32 {
+        let len = data.bytes().len();
+        let small = len <= SMALL_PAYLOAD;
+        let size = CREATED_BYTES + if small { len } else { 4 };
         let rec = self.records.alloc(size);
         let bytes = self.records.bytes_mut(rec, size);
         bytes[..CREATED_BYTES].copy_from_slice(&n.created.to_le_bytes());
         let mut flags =
             if n.ttl.is_some() { HAS_TTL } else { 0 } | if n.ttr.is_some() { HAS_TTR } else { 0 };
         let small_len = if small {
-            bytes[CREATED_BYTES..].copy_from_slice(&data);
-            data.len() as u8
+            bytes[CREATED_BYTES..].copy_from_slice(data.bytes());
+            len as u8
         } else {
             flags |= BIG;
-            let b = self.big.insert(data) as u32;
+            let b = self.big.insert(data.into_box()) as u32;
             bytes[CREATED_BYTES..].copy_from_slice(&b.to_le_bytes());
             0
         };
@@ -468,8 +469,7 @@ impl Records {
                 let off = self.offset(self.chunks.len() - 1, self.top);
                 self.free(off, tail);
             }
-            self.chunks
-                .push(vec![0u8; RECORD_CHUNK].into_boxed_slice());
+            self.chunks.push(vec![0u8; RECORD_CHUNK].into_boxed_slice());
             self.top = 0;
         }
         let off = self.offset(self.chunks.len() - 1, self.top);
@@ -540,7 +540,7 @@ mod tests {
                 if put || m.is_empty() {
                     let data: Vec<u8> = (0..len).map(|i| (i + n) as u8).collect();
                     let created = 1_000_000 + n as u64;
-                    let k = s.insert(new_slot(n as u64 + 1, created), data.clone().into());
+                    let k = s.insert(new_slot(n as u64 + 1, created), data.clone());
                     prop_assert!(m.insert(k, (created, data)).is_none());
                 } else {
                     let k = *m.keys().nth(usize::from(pick) % m.len()).unwrap();
@@ -570,7 +570,7 @@ mod tests {
     #[test]
     fn the_extension_comes_and_goes_with_its_fields() {
         let mut s = Slots::default();
-        let k = s.insert(new_slot(1, 5), vec![1, 2, 3].into());
+        let k = s.insert(new_slot(1, 5), vec![1, 2, 3]);
         assert_eq!(s.ext.len(), 0, "a plain task has no extension");
         s.set_t(k, 0);
         s.set_heap_pos(k, NIL);

@@ -8,7 +8,7 @@ fn arena_cursor_visits_live_tasks_only_and_is_bounded_by_the_most_ever_live() {
     let mut q = Queue::new();
     for round in 0..100u64 {
         let ids: Vec<u64> = (0..50)
-            .map(|i| q.put(0, vec![i as u8].into(), PutOptions::default()).id)
+            .map(|i| q.put(0, vec![i as u8], PutOptions::default()).id)
             .collect();
         for _ in &ids[..49] {
             let t = q.take(0, round).expect("ready").id;

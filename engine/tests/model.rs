@@ -1256,7 +1256,7 @@ fn run_seed(q: &mut Queue, m: &mut Model, now: &mut Micros, step: usize, op: &Op
         } => {
             let data = vec![len as u8; len];
             let o = opts(delay, ttl, ttr, pri);
-            let got = q.put(now_v, data.clone().into(), o).to_task();
+            let got = q.put(now_v, data.clone(), o).to_task();
             assert_eq!(got, m.add(now_v, 0, data, o, None), "put at step {step}");
         }
         Op::Take { sid } => {
@@ -1381,7 +1381,7 @@ fn run_tube(q: &mut Queue, m: &mut Model, now: Micros, step: usize, op: &Op) {
                 dedup_key: dkey.as_ref().map(|d| &d[..]),
             };
             let data = vec![7u8; 2];
-            let got = q.put_in(now, t, data.clone().into(), p).map(|o| match o {
+            let got = q.put_in(now, t, data.clone(), p).map(|o| match o {
                 PutOutcome::Created(r) => (0, Some(r.to_task()), r.id),
                 PutOutcome::Duplicate(r) => (1, Some(r.to_task()), r.id),
                 PutOutcome::DuplicateDone(id) => (1, None, id),

@@ -67,7 +67,7 @@ fn put_ready_returns_the_task_and_keeps_bytes() {
     let mut q = Queue::new();
     let t = q.put(
         T0,
-        vec![0xa5, b'h', b'e', b'l', b'l', b'o'].into(),
+        vec![0xa5, b'h', b'e', b'l', b'l', b'o'],
         PutOptions::default(),
     );
     assert_eq!(t.id, 1);

@@ -49,7 +49,7 @@ fn load(q: &mut Queue, n: &mut u64) {
     let now = now_us();
     for _ in 0..LOAD_PER_TURN {
         *n += 1;
-        q.put(now, payload(*n).into(), PutOptions::default());
+        q.put(now, payload(*n), PutOptions::default());
         if let Some(t) = q.take(now, 1) {
             let id = t.id;
             q.ack(1, id).expect("owner acks");
@@ -145,7 +145,7 @@ fn fill(dir: &Path, cfg: &WalConfig, tasks: u64, f: &mut Figures) {
                 ttl: n.is_multiple_of(7).then_some(86_400_000_000),
                 ..PutOptions::default()
             };
-            q.put(now, payload(n).into(), opts);
+            q.put(now, payload(n), opts);
         }
         turn(&mut wal, &mut q);
     }
@@ -367,7 +367,7 @@ mod restart_loop {
             for _ in 0..FILL_PER_TURN.min(left as usize) {
                 *n += 1;
                 left -= 1;
-                q.put(now, payload(*n).into(), PutOptions::default());
+                q.put(now, payload(*n), PutOptions::default());
             }
             turn(&mut wal, &mut q);
         }
@@ -411,7 +411,7 @@ mod restart_loop {
         q.set_last_id(HISTORY_IDS);
         let now = now_us();
         for n in 0..HISTORY_LIVE {
-            q.put(now, payload(n).into(), PutOptions::default());
+            q.put(now, payload(n), PutOptions::default());
         }
         wal.flush(&mut q, WAIT).expect("flush");
         let t = Instant::now();

@@ -71,11 +71,11 @@ fn cycle_ns(resident: usize) -> f64 {
     const CYCLES: usize = 2_000_000;
     let mut q = Queue::new();
     for _ in 0..resident {
-        q.put(0, vec![0xa5; PAYLOAD].into(), PutOptions::default());
+        q.put(0, vec![0xa5; PAYLOAD], PutOptions::default());
     }
     let start = Instant::now();
     for _ in 0..CYCLES {
-        q.put(0, vec![0xa5; PAYLOAD].into(), PutOptions::default());
+        q.put(0, vec![0xa5; PAYLOAD], PutOptions::default());
         let id = q.take(0, 1).expect("a ready task").id;
         q.ack(1, id).expect("taken by this session");
     }
@@ -90,7 +90,7 @@ fn main() {
     let rss_empty = rss_bytes();
     let mut q = Queue::new();
     let fill = timed(n, |_| {
-        q.put(0, vec![0xa5; PAYLOAD].into(), PutOptions::default());
+        q.put(0, vec![0xa5; PAYLOAD], PutOptions::default());
     });
     let rss_full = rss_bytes();
     let drain = timed(n, |_| {

@@ -28,7 +28,7 @@ fn take_latencies(busy: usize) -> (u64, u64, u64) {
             utube: key,
             ..TubePut::default()
         };
-        match q.put_in(NOW, t, vec![0xa5].into(), p) {
+        match q.put_in(NOW, t, vec![0xa5], p) {
             Ok(PutOutcome::Created(r)) => r.id,
             other => panic!("a put, got {other:?}"),
         }

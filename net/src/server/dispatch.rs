@@ -325,7 +325,7 @@ impl Server {
     }
 
     fn put(&mut self, idx: usize, reply: ReplyTo, data: &[u8], opts: PutOptions) -> Option<TubeIx> {
-        let t = self.queue.put(self.now, data.into(), opts);
+        let t = self.queue.put(self.now, data, opts);
         deliver!(self, idx, reply, &Outcome::Task(t));
         (opts.delay == 0).then_some(DEFAULT_TUBE)
     }
@@ -339,7 +339,7 @@ impl Server {
         opts: TubePut<'_>,
         wait: Micros,
     ) -> Option<TubeIx> {
-        let outcome = match self.queue.put_in(self.now, tube, data.into(), opts) {
+        let outcome = match self.queue.put_in(self.now, tube, data, opts) {
             Ok(PutOutcome::Created(t)) => {
                 let ready = t.status == tarq_engine::Status::Ready;
                 deliver!(self, idx, reply, &Outcome::Task(t));

@@ -104,7 +104,7 @@ impl Server {
                 self.waiting_puts.remove(i);
                 continue;
             }
-            let res = self.queue.put_in(self.now, tube, p.data.clone(), p.opts());
+            let res = self.queue.put_in(self.now, tube, &*p.data, p.opts());
             let outcome = match res {
                 Err(QueueError::TubeFull { .. }) => return,
                 Ok(PutOutcome::Created(t) | PutOutcome::Duplicate(t)) => Outcome::Task(t),

@@ -40,7 +40,7 @@ fn ids(q: &Queue) -> Vec<u64> {
 /// and walks snapshots that are due).
 fn put_turns(wal: &mut Wal, q: &mut Queue, n: usize, size: usize) {
     for _ in 0..n {
-        q.put(START, vec![b'p'; size].into(), PutOptions::default());
+        q.put(START, vec![b'p'; size], PutOptions::default());
         wal.append_turn(q);
         wal.submit();
         wal.poll(q);
@@ -280,14 +280,14 @@ fn a_queue_with_a_billion_id_history_snapshots_in_one_turn() {
     let (mut wal, mut q, _) = open_mem(&storage, cfg(0));
     // A long history: ids issued up to a billion, arena drained but for three tasks.
     for _ in 0..2000 {
-        let id = q.put(START, b"x".to_vec().into(), PutOptions::default()).id;
+        let id = q.put(START, b"x".to_vec(), PutOptions::default()).id;
         let t = q.take(START, 1).expect("ready").id;
         assert_eq!(t, id);
         q.ack(1, t).expect("taken");
     }
     q.set_last_id(1_000_000_000);
     for _ in 0..3 {
-        q.put(START, b"live".to_vec().into(), PutOptions::default());
+        q.put(START, b"live".to_vec(), PutOptions::default());
     }
     wal.flush(&mut q, WAIT).expect("flushed");
     wal.snapshot_now(&mut q, WAIT).expect("snapshot");

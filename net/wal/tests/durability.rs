@@ -139,7 +139,7 @@ impl Driver {
                     };
                     let pad = "x".repeat(self.next(40) as usize);
                     let data = format!("task {} {pad}", self.n);
-                    q.put(self.now, data.into_bytes().into(), opts);
+                    q.put(self.now, data.into_bytes(), opts);
                 }
                 4 | 5 => {
                     q.take(self.now, 1 + self.next(3));
@@ -449,7 +449,7 @@ fn snapshot_then_wal_recovers_and_old_files_go() {
     assert_eq!(report.snapshot.as_deref(), Some(second.as_str()));
     assert_eq!(model(&q), want);
     assert!(q.last_id() >= last_id, "ids continue above {last_id}");
-    let t = q.put(d.now, b"after".to_vec().into(), PutOptions::default());
+    let t = q.put(d.now, b"after".to_vec(), PutOptions::default());
     assert!(t.id > last_id, "new id {} above {last_id}", t.id);
     wal.append_turn(&mut q);
     wal.submit();
@@ -470,7 +470,7 @@ fn a_snapshot_taken_while_the_queue_changes_recovers_exactly() {
             pri: (i % 3) as i64,
             ..Default::default()
         };
-        q.put(now, format!("t{i}").into_bytes().into(), opts);
+        q.put(now, format!("t{i}").into_bytes(), opts);
     }
     wal.flush(&mut q, WAIT).unwrap();
     assert!(wal.request_snapshot());
@@ -521,7 +521,7 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
     for i in 0..10 {
         q.put(
             now,
-            format!("before {i}").into_bytes().into(),
+            format!("before {i}").into_bytes(),
             PutOptions::default(),
         );
     }
@@ -531,7 +531,7 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
 
     // The disk fills up in the middle of the next turn's write.
     storage.set_space_left(Some(40));
-    q.put(now, b"during".to_vec().into(), PutOptions::default());
+    q.put(now, b"during".to_vec(), PutOptions::default());
     wal.append_turn(&mut q);
     let held = wal.submit();
     assert!(
@@ -597,10 +597,10 @@ fn a_failed_fsync_rewrites_the_unsynced_turns_into_a_new_segment() {
     let clock = ManualClock::new();
     let (mut wal, mut q, _) = open_with_clock(&storage, c.clone(), &clock);
     let now = START;
-    q.put(now, b"one".to_vec().into(), PutOptions::default());
+    q.put(now, b"one".to_vec(), PutOptions::default());
     wal.flush(&mut q, WAIT).unwrap();
     storage.fail_sync_at(1);
-    q.put(now, b"two".to_vec().into(), PutOptions::default());
+    q.put(now, b"two".to_vec(), PutOptions::default());
     let err = wal.flush(&mut q, WAIT).expect_err("the sync fails");
     assert!(err.to_string().starts_with("WAL write failed: "), "{err}");
     assert!(wal.check_writable().is_err());

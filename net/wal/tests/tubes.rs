@@ -151,7 +151,7 @@ impl Driver {
         };
         let pad = "x".repeat(self.next(30) as usize);
         let data = format!("task {} {pad}", self.n);
-        let _ = q.put_in(self.now, tube, data.into_bytes().into(), p);
+        let _ = q.put_in(self.now, tube, data.into_bytes(), p);
     }
 
     /// One loop turn's worth of calls.
@@ -343,7 +343,7 @@ fn beanstalk_turn(q: &mut Queue, turn: usize, now: Micros) -> bool {
             ..TubePut::default()
         };
         let data = format!("job pri {pri} delay {delay}").into_bytes();
-        match q.put_in(now, tube, data.into(), p).expect("put") {
+        match q.put_in(now, tube, data, p).expect("put") {
             tarq_engine::PutOutcome::Created(t) => t.id,
             other => panic!("a new task, got {other:?}"),
         }
@@ -364,7 +364,7 @@ fn beanstalk_turn(q: &mut Queue, turn: usize, now: Micros) -> bool {
                 delay: 10 * SEC,
                 ..PutOptions::default()
             };
-            q.put(now, b"default, delayed".to_vec().into(), o); // 6: kick_delayed in default
+            q.put(now, b"default, delayed".to_vec(), o); // 6: kick_delayed in default
         }
         2 => {
             let bs = bs.expect("bs");
@@ -526,7 +526,7 @@ fn a_dropped_tube_stays_dropped_and_its_name_can_be_reused() {
         utube: b"k",
         ..TubePut::default()
     };
-    q.put_in(START, a, b"x".to_vec().into(), p).expect("put");
+    q.put_in(START, a, b"x".to_vec(), p).expect("put");
     wal.flush(&mut q, WAIT).expect("flushed");
     q.drop_tube(a).expect("dropped");
     wal.flush(&mut q, WAIT).expect("flushed");
@@ -539,7 +539,7 @@ fn a_dropped_tube_stays_dropped_and_its_name_can_be_reused() {
     let b = q
         .create_tube("b", TubeType::Fifo, TubeOptions::default())
         .expect("new");
-    q.put_in(START, b, b"y".to_vec().into(), TubePut::default())
+    q.put_in(START, b, b"y".to_vec(), TubePut::default())
         .expect("put");
     q.drop_tube(b).expect("dropped");
     let b2 = q
@@ -692,9 +692,7 @@ fn a_version_1_data_directory_is_read_into_the_default_tube_and_kept_readable() 
     );
     assert_eq!(q.get(3).expect("live").pri, 3);
     // New records go to a version-2 segment beside the old one; both are read again.
-    let id = q
-        .put(START, b"four".to_vec().into(), PutOptions::default())
-        .id;
+    let id = q.put(START, b"four".to_vec(), PutOptions::default()).id;
     wal.flush(&mut q, WAIT).expect("flushed");
     let want = model(&q, START);
     drop(wal);
@@ -731,7 +729,7 @@ fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
     // older snapshot and misread the WAL after it): the start stops.
     let storage = MemStorage::new();
     let (mut wal, mut q, _) = open(&storage);
-    q.put(START, b"a".to_vec().into(), PutOptions::default());
+    q.put(START, b"a".to_vec(), PutOptions::default());
     let name = wal.snapshot_now(&mut q, WAIT).expect("snapshot");
     drop(wal);
     let mut bytes = storage.contents(&name).expect("written");
@@ -753,11 +751,11 @@ fn terms_and_the_history_id_survive_restarts_and_snapshots() {
     wal.adopt_history(0xfeed);
     wal.adopt_history(0xbeef);
     assert_eq!(wal.history(), 0xfeed, "a log keeps the history it has");
-    q.put(START, b"a".to_vec().into(), PutOptions::default());
+    q.put(START, b"a".to_vec(), PutOptions::default());
     wal.flush(&mut q, WAIT).expect("flushed");
     let first_turn_end = wal.last_seq();
     wal.set_term(7);
-    q.put(START, b"b".to_vec().into(), PutOptions::default());
+    q.put(START, b"b".to_vec(), PutOptions::default());
     wal.flush(&mut q, WAIT).expect("flushed");
     drop(wal);
     let (mut wal, mut q, _) = open(&storage);
