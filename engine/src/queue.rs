@@ -1169,27 +1169,22 @@ impl Queue {
     }
 
     fn view(&self, k: u32) -> TaskRef<'_> {
-        let slots = &self.slots;
-        let s = &slots[k as usize];
-        let u = slots.utube(k);
-        let utube = (u != NIL).then(|| {
+        let p = self.slots.parts(k);
+        let s = p.slot;
+        let utube = (p.utube != NIL).then(|| {
             let utubes = self.tube(s.tube).utubes.as_ref().expect("utube tube");
-            &*utubes.list[u as usize].key
+            &*utubes.list[p.utube as usize].key
         });
         TaskRef {
             id: s.id,
             status: s.status,
-            runat: if s.status == Status::Waiting {
-                slots.t(k)
-            } else {
-                0
-            },
+            runat: if s.status == Status::Waiting { p.t } else { 0 },
             pri: s.pri,
-            ttl: slots.ttl(k),
-            ttr: slots.ttr(k),
-            created: slots.created(k),
+            ttl: p.ttl,
+            ttr: p.ttr,
+            created: p.created,
             owner: (s.status == Status::Taken).then(|| self.owner_of(s)),
-            data: slots.data(k),
+            data: p.data,
             tube: s.tube,
             deliveries: s.deliveries,
             utube,
@@ -1220,6 +1215,11 @@ impl Queue {
 
     /// Brings the task's heap entry in line with its deadlines after a transition.
     fn reschedule(&mut self, k: u32) {
+        if !self.slots.has_ext(k) {
+            // Every deadline (TTL, runat, TTR) and the heap position live in the extension:
+            // a task without one has none, and no entry to update (the plain task's path).
+            return;
+        }
         let pos = self.slots.heap_pos(k);
         let id = self.slots[k as usize].id;
         match (Self::due(&self.slots, k), pos) {

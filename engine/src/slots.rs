@@ -128,6 +128,18 @@ pub(crate) struct NewSlot {
     pub height: u8,
 }
 
+/// A live task's fields, read together (`Slots::parts`).
+pub(crate) struct Parts<'a> {
+    pub slot: &'a Slot,
+    pub created: Micros,
+    pub data: &'a [u8],
+    /// Waiting: runat; Taken with `TTR_ARMED`: the TTR time; else 0.
+    pub t: Micros,
+    pub ttl: Option<Micros>,
+    pub ttr: Option<Micros>,
+    pub utube: u32,
+}
+
 /// A task removed from the store: its slot, put time and payload.
 pub(crate) struct Removed {
     pub slot: Slot,
@@ -260,6 +272,12 @@ impl Slots {
         }
     }
 
+    /// Whether the task has an extension: without one it has no deadline and no heap entry.
+    #[inline]
+    pub fn has_ext(&self, k: u32) -> bool {
+        self.hot[k as usize].ext != NIL
+    }
+
     /// The task's put time.
     #[inline]
     pub fn created(&self, k: u32) -> Micros {
@@ -267,22 +285,37 @@ impl Slots {
         read_u64(self.records.bytes(s.rec, CREATED_BYTES))
     }
 
-    /// The task's payload.
     #[inline]
-    pub fn data(&self, k: u32) -> &[u8] {
-        let s = &self.hot[k as usize];
-        let bytes = self.records.bytes(s.rec, record_size(s));
-        if s.flags & BIG == 0 {
-            &bytes[CREATED_BYTES..]
-        } else {
-            &self.big[read_u32(&bytes[CREATED_BYTES..]) as usize]
-        }
+    fn ext(&self, k: u32) -> Option<&Ext> {
+        self.ext_of(&self.hot[k as usize])
     }
 
     #[inline]
-    fn ext(&self, k: u32) -> Option<&Ext> {
-        let e = self.hot[k as usize].ext;
-        (e != NIL).then(|| &self.ext[e as usize])
+    fn ext_of(&self, s: &Slot) -> Option<&Ext> {
+        (s.ext != NIL).then(|| &self.ext[s.ext as usize])
+    }
+
+    /// Everything a view of task `k` reads, with one lookup of each part: the slot, its put
+    /// time, payload, runat-or-TTR time, TTL, TTR and utube.
+    #[inline]
+    pub fn parts(&self, k: u32) -> Parts<'_> {
+        let s = &self.hot[k as usize];
+        let bytes = self.records.bytes(s.rec, record_size(s));
+        let data = if s.flags & BIG == 0 {
+            &bytes[CREATED_BYTES..]
+        } else {
+            &self.big[read_u32(&bytes[CREATED_BYTES..]) as usize]
+        };
+        let e = self.ext_of(s);
+        Parts {
+            slot: s,
+            created: read_u64(bytes),
+            data,
+            t: e.map_or(0, |e| e.t),
+            ttl: (s.flags & HAS_TTL != 0).then(|| e.map_or(0, |e| e.ttl)),
+            ttr: (s.flags & HAS_TTR != 0).then(|| e.map_or(0, |e| e.ttr)),
+            utube: e.map_or(NIL, |e| e.utube),
+        }
     }
 
     /// The task's extension, made if it has none.
@@ -319,7 +352,10 @@ impl Slots {
 
     #[inline]
     pub fn set_t(&mut self, k: u32, t: Micros) {
-        if t != 0 || self.hot[k as usize].ext != NIL {
+        let e = self.hot[k as usize].ext;
+        if e != NIL {
+            self.ext[e as usize].t = t;
+        } else if t != 0 {
             self.ext_mut(k).t = t;
         }
     }
@@ -368,7 +404,10 @@ impl Slots {
 
     #[inline]
     pub fn set_heap_pos(&mut self, k: u32, pos: u32) {
-        if pos != NIL || self.hot[k as usize].ext != NIL {
+        let e = self.hot[k as usize].ext;
+        if e != NIL {
+            self.ext[e as usize].heap_pos = pos;
+        } else if pos != NIL {
             self.ext_mut(k).heap_pos = pos;
         }
     }
@@ -551,7 +590,7 @@ mod tests {
                 }
                 for (&k, (created, data)) in &m {
                     prop_assert_eq!(s.created(k), *created);
-                    prop_assert_eq!(s.data(k), &data[..]);
+                    prop_assert_eq!(s.parts(k).data, &data[..]);
                 }
             }
         }
