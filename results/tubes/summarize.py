@@ -79,6 +79,9 @@ out["ratios"] = {
     "tubes_over_before": ratio("tubes-d16", "base-tubes-d16"),
     "tubes_over_seed": ratio("tubes-d16", "seed-d16"),
     "tubes_over_seed_by_round": round_ratios("tubes-d16", "seed-d16"),
+    "before_tubes_over_before_seed": ratio("base-tubes-d16", "base-seed-d16"),
+    "before_tubes_over_before_seed_by_round": round_ratios("base-tubes-d16", "base-seed-d16"),
+    "seed_over_before_seed": ratio("seed-d16", "base-seed-d16"),
     "wal_write_over_none": ratio("walmode-write-d16", "walmode-none-d16"),
     "wal_write_over_null": ratio("walmode-write-d16", "walmode-null-d16"),
 }

@@ -113,10 +113,11 @@ impl Tube {
 }
 
 pub struct IprotoDriver {
-    /// The function names of put, take and ack.
-    put_fn: String,
-    take_fn: String,
-    ack_fn: String,
+    /// The bodies of put, take and ack calls up to their args (function name and keys),
+    /// encoded once: a tube's names are long, and they are the same in every request.
+    put_head: Vec<u8>,
+    take_head: Vec<u8>,
+    ack_head: Vec<u8>,
     /// True for the tubes API: tasks are `[id, status, data]` arrays.
     tubes: bool,
     /// `{utube = key}` option maps, encoded once; empty unless the tube is keyed.
@@ -125,8 +126,6 @@ pub struct IprotoDriver {
     next_utube: usize,
     /// `[timeout]`, encoded once.
     take_args: Vec<u8>,
-    /// Reused to encode put and ack arguments without allocating.
-    scratch: Vec<u8>,
     sync: u64,
 }
 
@@ -162,32 +161,34 @@ impl IprotoDriver {
             _ => Vec::new(),
         };
         IprotoDriver {
-            put_fn,
-            take_fn,
-            ack_fn,
+            put_head: client::call_head(&put_fn),
+            take_head: client::call_head(&take_fn),
+            ack_head: client::call_head(&ack_fn),
             tubes: tube.is_some(),
             utube_opts,
             next_utube: 0,
             take_args,
-            scratch: Vec::with_capacity(64),
             sync: 0,
         }
     }
 
-    /// `[payload]`, or `[payload, {utube = key}]` cycling through the keys.
-    fn put_args(&mut self, data: &[u8]) {
-        self.scratch.clear();
+    /// Which `{utube = key}` option the next put carries, cycling through the keys; `None`
+    /// unless the tube is keyed.
+    fn next_utube(&mut self) -> Option<usize> {
         if self.utube_opts.is_empty() {
-            write::array_len(&mut self.scratch, 1);
-            write::bin(&mut self.scratch, data);
-        } else {
-            write::array_len(&mut self.scratch, 2);
-            write::bin(&mut self.scratch, data);
-            self.scratch
-                .extend_from_slice(&self.utube_opts[self.next_utube]);
-            self.next_utube = (self.next_utube + 1) % self.utube_opts.len();
+            return None;
         }
+        let k = self.next_utube;
+        self.next_utube = (k + 1) % self.utube_opts.len();
+        Some(k)
     }
+}
+
+/// `[payload]`, or `[payload, {utube = key}]`, written in place.
+fn put_args(out: &mut Vec<u8>, data: &[u8], utube: Option<&[u8]>) {
+    write::array_len(out, if utube.is_some() { 2 } else { 1 });
+    write::bin(out, data);
+    out.extend_from_slice(utube.unwrap_or_default());
 }
 
 /// Read and check the 128-byte greeting.
@@ -289,17 +290,17 @@ impl Driver for IprotoDriver {
         let sync = self.sync;
         match req {
             Request::Put(data) => {
-                self.put_args(data);
-                client::call(out, sync, &self.put_fn, &self.scratch);
+                let utube = self.next_utube().map(|k| &self.utube_opts[k][..]);
+                client::call_with_head(out, sync, &self.put_head, |o| put_args(o, data, utube));
             }
             // A parked take does not hold up the connection, so every take may wait.
-            Request::Take { .. } => client::call(out, sync, &self.take_fn, &self.take_args),
-            Request::Ack { id, .. } => {
-                self.scratch.clear();
-                write::array_len(&mut self.scratch, 1);
-                write::uint(&mut self.scratch, id);
-                client::call(out, sync, &self.ack_fn, &self.scratch);
-            }
+            Request::Take { .. } => client::call_with_head(out, sync, &self.take_head, |o| {
+                o.extend_from_slice(&self.take_args)
+            }),
+            Request::Ack { id, .. } => client::call_with_head(out, sync, &self.ack_head, |o| {
+                write::array_len(o, 1);
+                write::uint(o, id);
+            }),
         }
         sync
     }

@@ -50,11 +50,31 @@ pub fn call16(out: &mut Vec<u8>, sync: u64, function: &str, args: &[u8]) {
 
 fn call_type(out: &mut Vec<u8>, rtype: u32, sync: u64, function: &str, args: &[u8]) {
     request(out, rtype, sync, |o| {
-        write::map_len(o, 2);
-        write::uint(o, keys::FUNCTION_NAME);
-        write::str(o, function);
-        write::uint(o, keys::TUPLE);
+        call_head_into(o, function);
         o.extend_from_slice(args);
+    });
+}
+
+/// The body of a CALL up to its args (`{FUNCTION_NAME: function, TUPLE: `): the same bytes in
+/// every call of `function`, so a client sending many encodes it once for [`call_with_head`].
+pub fn call_head(function: &str) -> Vec<u8> {
+    let mut head = Vec::new();
+    call_head_into(&mut head, function);
+    head
+}
+
+fn call_head_into(out: &mut Vec<u8>, function: &str) {
+    write::map_len(out, 2);
+    write::uint(out, keys::FUNCTION_NAME);
+    write::str(out, function);
+    write::uint(out, keys::TUPLE);
+}
+
+/// CALL with a body head from [`call_head`]; `args` writes the args array in place.
+pub fn call_with_head(out: &mut Vec<u8>, sync: u64, head: &[u8], args: impl FnOnce(&mut Vec<u8>)) {
+    request(out, types::CALL, sync, |o| {
+        o.extend_from_slice(head);
+        args(o);
     });
 }
 

@@ -168,9 +168,9 @@ impl Server {
             call16,
             style: Style::Seed,
         };
-        if let Some(parsed) = tubes::parse(&self.config().queue_namespace, function, args) {
-            match parsed {
-                Ok(call) => self.tube_call(idx, function, reply, call),
+        if let Some(name) = tubes::split(&self.config().queue_namespace, function) {
+            match name {
+                Ok(name) => self.tube_api(idx, function, reply, name, args),
                 Err(e) => call_error(self.reply_buf(idx), sync, &e),
             }
             return;
@@ -265,26 +265,29 @@ fn encode_item(out: &mut Vec<u8>, outcome: &Outcome<'_>) {
 
 /// The outcomes the tube API shapes its own way; false for the rest (shaped as the seed's).
 fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
-    // A task is a tuple: `[task]` over CALL and over CALL_16 alike.
-    let tuple = |out: &mut Vec<u8>, write_task: &dyn Fn(&mut Vec<u8>)| {
-        let start = response::begin_data(out, r.sync, 1);
-        write_task(out);
-        response::finish(out, start);
-    };
     match outcome {
-        Outcome::Task(t) => tuple(out, &|o| tubes::write_task(o, t, false)),
-        Outcome::Done(t) => tuple(out, &|o| tubes::write_task(o, &t.as_ref(), true)),
-        Outcome::DoneId(id) => tuple(out, &|o| {
-            write::array_len(o, 3);
-            write::uint(o, *id);
-            write::str(o, "-");
-            write::nil(o);
-        }),
+        Outcome::Task(t) => task_tuple(out, r.sync, t, false),
+        Outcome::Done(t) => task_tuple(out, r.sync, &t.as_ref(), true),
+        Outcome::DoneId(id) => {
+            let start = response::begin_data(out, r.sync, 1);
+            write::array_len(out, 3);
+            write::uint(out, *id);
+            write::str(out, "-");
+            write::nil(out);
+            response::finish(out, start);
+        }
         Outcome::Tube(t) => one_value(out, r, |o| tubes::write_tube(o, t)),
         Outcome::TubeStats(s) => one_value(out, r, |o| tubes::write_stats(o, s)),
         _ => return false,
     }
     true
+}
+
+/// A task is a tuple: `[task]` over CALL and over CALL_16 alike.
+fn task_tuple(out: &mut Vec<u8>, sync: u64, t: &TaskRef<'_>, done: bool) {
+    let start = response::begin_data(out, sync, 1);
+    tubes::write_task(out, t, done);
+    response::finish(out, start);
 }
 
 /// A reply of one value: `[v]` over CALL, `[[v]]` over CALL_16 (Tarantool wraps every

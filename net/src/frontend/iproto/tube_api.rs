@@ -9,7 +9,7 @@ use tarq_iproto::mp::write;
 use tarq_iproto::mp::Reader;
 use tarq_iproto::response;
 
-use super::tubes::{self, Method, TubeCall};
+use super::tubes::{self, Method, Name, TubeCall};
 use super::{one_value, Reply, Style};
 use crate::frontend::ReplyTo;
 use crate::server::dispatch::{Command, On};
@@ -17,16 +17,70 @@ use crate::server::tube_sessions::OnClose;
 use crate::server::Server;
 
 impl Server {
+    /// A call of the tube API: a method, or one of the module's own calls.
+    pub(super) fn tube_api(
+        &mut self,
+        idx: usize,
+        function: &str,
+        r: Reply,
+        name: Name<'_>,
+        args: &[u8],
+    ) {
+        match name {
+            Name::Method { tube, method } => self.tube_method(idx, function, r, tube, method, args),
+            Name::Module(call) => match tubes::module_call(function, call, args) {
+                Ok(call) => self.tube_call(idx, function, r, call),
+                Err(e) => super::call_error(self.reply_buf(idx), r.sync, &e),
+            },
+        }
+    }
+
+    /// `<ns>.tube.<tube>:<method>(args)`, the hot path: the tube is resolved before the args
+    /// are decoded (a missing tube is a missing function to Tarantool, whatever the args), and
+    /// the args become the command without a detour through [`TubeCall`].
+    #[inline]
+    fn tube_method(
+        &mut self,
+        idx: usize,
+        function: &str,
+        r: Reply,
+        tube: &str,
+        method: &str,
+        args: &[u8],
+    ) {
+        let r = tube_style(r);
+        let Some(tube) = self.queue().tube_ix(tube) else {
+            let msg = format!("Procedure '{function}' is not defined");
+            return response::error(self.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
+        };
+        match tubes::method(function, method, args) {
+            Ok(method) => self.run_method(idx, r, tube, method),
+            Err(e) => super::call_error(self.reply_buf(idx), r.sync, &e),
+        }
+    }
+
+    /// Runs `method` on `tube`: a batch as a batch, anything else as one command (or the
+    /// answer that needs none).
+    #[inline]
+    fn run_method(&mut self, idx: usize, r: Reply, tube: u16, method: Method<'_>) {
+        let method = match method {
+            Method::PutMany { .. } | Method::TakeMany { .. } | Method::AckMany { .. } => {
+                match self.batch(idx, r, tube, method) {
+                    Ok(()) => return,
+                    Err(single) => single,
+                }
+            }
+            single => single,
+        };
+        match method_command(tube, method) {
+            Ok(command) => self.dispatch(idx, ReplyTo::Iproto(r), command),
+            Err(answer) => self.answer(idx, r, answer),
+        }
+    }
+
     /// Answers or dispatches a call of the tube API.
     pub(super) fn tube_call(&mut self, idx: usize, function: &str, r: Reply, call: TubeCall<'_>) {
-        // The tube API's shapes, unless the caller asked for none (an EVAL).
-        let r = match r.style {
-            Style::Silent => r,
-            _ => Reply {
-                style: Style::Tube,
-                ..r
-            },
-        };
+        let r = tube_style(r);
         let command = match call {
             TubeCall::CreateTube {
                 name,
@@ -44,14 +98,7 @@ impl Server {
                     let msg = format!("Procedure '{function}' is not defined");
                     return response::error(self.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
                 };
-                let method = match self.batch(idx, r, tube, method) {
-                    Ok(()) => return,
-                    Err(single) => single,
-                };
-                match method_command(tube, method) {
-                    Ok(command) => command,
-                    Err(answer) => return self.answer(idx, r, answer),
-                }
+                return self.run_method(idx, r, tube, method);
             }
             TubeCall::Statistics { tube: Some(name) } => match self.queue().tube_ix(name) {
                 Some(tube) => Command::TubeStats { tube },
@@ -152,8 +199,8 @@ impl Server {
         };
         if expr == create {
             let function = format!("{ns}.create_tube");
-            match tubes::parse(ns, &function, args) {
-                Some(Ok(call)) => self.tube_call(idx, &function, r, call),
+            match tubes::split(ns, &function) {
+                Some(Ok(name)) => self.tube_api(idx, &function, r, name, args),
                 Some(Err(e)) => super::call_error(self.reply_buf(idx), sync, &e),
                 None => unreachable!("create_tube is the tube API's"),
             }
@@ -259,6 +306,17 @@ impl Server {
     }
 }
 
+/// The tube API's shapes, unless the caller asked for none (an EVAL).
+fn tube_style(r: Reply) -> Reply {
+    match r.style {
+        Style::Silent => r,
+        _ => Reply {
+            style: Style::Tube,
+            ..r
+        },
+    }
+}
+
 /// A reply the front-end gives without the engine.
 enum Answer {
     Nothing,
@@ -267,6 +325,7 @@ enum Answer {
 }
 
 /// The method's command on `tube`, or the answer that needs none.
+#[inline]
 fn method_command(tube: u16, method: Method<'_>) -> Result<Command<'_>, Answer> {
     let on = On::Tube(tube);
     Ok(match method {

@@ -106,62 +106,88 @@ pub enum Method<'a> {
     },
 }
 
+/// A function name of the tube API, split; its args are decoded by [`method`] or
+/// [`module_call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Name<'a> {
+    /// `<ns>.tube.<tube>:<method>`.
+    Method { tube: &'a str, method: &'a str },
+    /// `<ns>.<call>`: the module's own calls (`create_tube`, `statistics`, ...).
+    Module(&'a str),
+}
+
+/// Splits `function` if it belongs to the tube API under namespace `ns`; `None` leaves it to
+/// the seed API. Deciding that allocates nothing, so the seed's hot path stays free of
+/// allocations.
+pub fn split<'a>(ns: &str, function: &'a str) -> Option<Result<Name<'a>, CallError>> {
+    let rest = function.strip_prefix(ns)?.strip_prefix('.')?;
+    if let Some(path) = rest.strip_prefix("tube.") {
+        // The last ':' (a tube name may hold one): ASCII, so a byte search splits the str.
+        let Some(colon) = path.bytes().rposition(|b| b == b':') else {
+            return Some(Err(bad(format!(
+                "'{function}': call a tube's methods in the colon form, \
+                 {ns}.tube.<name>:<method>"
+            ))));
+        };
+        let (tube, method) = (&path[..colon], &path[colon + 1..]);
+        return Some(Ok(Name::Method { tube, method }));
+    }
+    is_api_name(rest).then_some(Ok(Name::Module(rest)))
+}
+
 /// Decodes `function` if it belongs to the tube API under namespace `ns`; `None` leaves it to
-/// the seed API.
+/// the seed API. (The loop splits the name first and resolves the tube before it decodes a
+/// method's args; this is the whole decoding in one step.)
 pub fn parse<'a>(
     ns: &str,
     function: &'a str,
     args: &'a [u8],
 ) -> Option<Result<TubeCall<'a>, CallError>> {
-    let rest = function.strip_prefix(ns)?.strip_prefix('.')?;
-    if let Some(path) = rest.strip_prefix("tube.") {
-        // The hot path, a method: straight to it, no other name compared.
-        let mut r = Reader::new(args);
-        return Some((|| {
-            let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
-            // The last ':' (a tube name may hold one): ASCII, so a byte search splits the str.
-            let Some(colon) = path.bytes().rposition(|b| b == b':') else {
-                return Err(bad(format!(
-                    "'{function}': call a tube's methods in the colon form, \
-                     {ns}.tube.<name>:<method>"
-                )));
-            };
-            let (tube, method) = (&path[..colon], &path[colon + 1..]);
-            match method_args(method, &mut r, n)? {
-                Some(method) => Ok(TubeCall::Method { tube, method }),
-                None => Err(CallError::NoSuchProc(function.to_string())),
-            }
-        })());
-    }
-    // Anything else (the seed's `queue.put`, ...) is the seed's to answer; deciding that
-    // allocates nothing, so the seed's hot path stays free of allocations.
-    if !is_api_name(rest) {
-        return None;
-    }
+    Some(match split(ns, function)? {
+        Ok(Name::Method { tube, method: name }) => {
+            method(function, name, args).map(|method| TubeCall::Method { tube, method })
+        }
+        Ok(Name::Module(call)) => module_call(function, call, args),
+        Err(e) => Err(e),
+    })
+}
+
+/// The args of method `name` (of `function`, named in the error of a method the API does not
+/// have).
+#[inline]
+pub fn method<'a>(function: &str, name: &str, args: &'a [u8]) -> Result<Method<'a>, CallError> {
     let mut r = Reader::new(args);
-    let parsed = (|| {
-        let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
-        Ok(match rest {
-            "create_tube" => create_tube(&mut r, n)?,
-            "statistics" => TubeCall::Statistics {
-                tube: optional_str(&mut r, n, "tube name")?,
+    let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
+    method_args(name, &mut r, n)?.ok_or_else(|| CallError::NoSuchProc(function.to_string()))
+}
+
+/// The args of the module's call `call` (of `function`).
+pub fn module_call<'a>(
+    function: &str,
+    call: &str,
+    args: &'a [u8],
+) -> Result<TubeCall<'a>, CallError> {
+    let mut r = Reader::new(args);
+    let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
+    Ok(match call {
+        "create_tube" => create_tube(&mut r, n)?,
+        "statistics" => TubeCall::Statistics {
+            tube: optional_str(&mut r, n, "tube name")?,
+        },
+        "identify" => TubeCall::Identify {
+            uuid: if n == 0 || r.eat_nil() {
+                None
+            } else {
+                Some(
+                    r.read_str_or_bin()
+                        .map_err(|_| bad("Invalid UUID format."))?,
+                )
             },
-            "identify" => TubeCall::Identify {
-                uuid: if n == 0 || r.eat_nil() {
-                    None
-                } else {
-                    Some(
-                        r.read_str_or_bin()
-                            .map_err(|_| bad("Invalid UUID format."))?,
-                    )
-                },
-            },
-            "cfg" => cfg(&mut r, n)?,
-            "state" => TubeCall::State,
-            _ => return Err(CallError::NoSuchProc(function.to_string())),
-        })
-    })();
-    Some(parsed)
+        },
+        "cfg" => cfg(&mut r, n)?,
+        "state" => TubeCall::State,
+        _ => return Err(CallError::NoSuchProc(function.to_string())),
+    })
 }
 
 fn is_api_name(rest: &str) -> bool {
@@ -284,6 +310,7 @@ fn cfg<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
 }
 
 /// The args of a method; `None` for a method the API does not have.
+#[inline]
 fn method_args<'a>(
     method: &str,
     r: &mut Reader<'a>,
@@ -386,6 +413,7 @@ fn put_many<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
     Ok(Method::PutMany { items, opts })
 }
 
+#[inline]
 fn put<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
     if n == 0 {
         return Err(bad(
@@ -450,6 +478,7 @@ fn utube_key<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], CallError> {
     }
 }
 
+#[inline]
 fn take_timeout(r: &mut Reader<'_>, n: u32) -> Result<Option<Micros>, CallError> {
     if n == 0 || r.eat_nil() {
         return Ok(None);
