@@ -65,8 +65,8 @@ const SEND_QUANTUM: Duration = Duration::from_micros(50);
 /// a second by default) then takes the core for up to 50 ms at once to run them, once a
 /// second — measured: put→ack p99 of 47–49 ms against a null target. So a spinning loop rests
 /// `SPIN_REST` after every `SPIN_SLICE`, 7% of the core in slices short enough to stay far
-/// below the latencies measured, which is more than the fair server reserves: it never needs
-/// to step in.
+/// below the latencies measured, which is more than the fair server reserves, so it need not
+/// step in (it still may: `results/durability/tail-2026-11-26/`).
 const SPIN_SLICE: Duration = Duration::from_millis(2);
 const SPIN_REST: Duration = Duration::from_micros(150);
 /// The poll token of the open-loop timer; connections use their index.
