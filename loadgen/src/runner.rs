@@ -57,9 +57,18 @@ const TICK: Duration = Duration::from_millis(100);
 /// latency), but wakes at most once per this quantum and sends everything due as one batch:
 /// at high rates a wake-up and a write per message would make the loadgen the bottleneck. A
 /// put can thus leave up to this much after its intended time, which its latency includes.
-/// It never spins: on a shared core a thread that never sleeps loses the scheduler's favour
-/// and then runs late by whole time slices.
+/// Without `--spin` it never spins: on a shared core a thread that never sleeps loses the
+/// scheduler's favour and then runs late by whole time slices.
 const SEND_QUANTUM: Duration = Duration::from_micros(50);
+/// A loop that never slept, run under a real-time policy (as it must be on a shared machine),
+/// would starve the ordinary tasks of its core: Linux's fair server (a deadline server, 50 ms
+/// a second by default) then takes the core for up to 50 ms at once to run them, once a
+/// second — measured: put→ack p99 of 47–49 ms against a null target. So a spinning loop rests
+/// `SPIN_REST` after every `SPIN_SLICE`, 7% of the core in slices short enough to stay far
+/// below the latencies measured, which is more than the fair server reserves, so it need not
+/// step in (it still may: `results/durability/tail-2026-11-26/`).
+const SPIN_SLICE: Duration = Duration::from_millis(2);
+const SPIN_REST: Duration = Duration::from_micros(150);
 /// The poll token of the open-loop timer; connections use their index.
 const TIMER_TOKEN: Token = Token(usize::MAX);
 /// A run stops early when errors pass this count and outnumber successes: the target is
@@ -722,6 +731,8 @@ struct Run<'c, D> {
     /// Open loop without `--spin`: wakes the loop for the next send.
     timer: Option<Timer>,
     armed_for: u64,
+    /// `--spin`: when the loop last rested (see `SPIN_SLICE`).
+    rested_at: u64,
     consumers_started: bool,
     /// Open loop: the schedule's origin and the next message's place on it.
     schedule_start_ns: u64,
@@ -734,6 +745,12 @@ struct Run<'c, D> {
 
 impl<'c, D: Driver> Run<'c, D> {
     fn new(cfg: &'c RunConfig, poll: Poll, conns: Vec<Conn<D>>, run_id: u64) -> Result<Self> {
+        // Timer wake-ups (the send timer's, a spinning loop's rest) may otherwise be deferred
+        // by the default 50 µs slack.
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+        }
         let timer = match cfg.rate {
             Some(_) if !cfg.spin && cfg.steady => Some(send_timer(&poll)?),
             _ => None,
@@ -772,6 +789,7 @@ impl<'c, D: Driver> Run<'c, D> {
             sh,
             timer,
             armed_for: u64::MAX,
+            rested_at: 0,
             consumers_started: false,
             schedule_start_ns: 0,
             next_due_k: 0,
@@ -986,12 +1004,21 @@ impl<'c, D: Driver> Run<'c, D> {
     /// the send timer wakes it for the next put that falls due.
     fn poll_timeout(&mut self, now: u64) -> Result<Duration> {
         if self.cfg.spin {
+            if now.saturating_sub(self.rested_at) >= SPIN_SLICE.as_nanos() as u64 {
+                std::thread::sleep(SPIN_REST);
+                self.rested_at = self.sh.now();
+            }
             return Ok(Duration::ZERO);
         }
         if let (Some(rate), Some(timer), true) = (self.cfg.rate, &self.timer, self.sh.open_loop) {
             let due = self.due(self.next_due_k, 1e9 / rate.max(1e-3));
             let wake = due.max(now + SEND_QUANTUM.as_nanos() as u64);
-            if self.armed_for != wake {
+            // An armed timer that has not fired and falls between the next put and `wake`
+            // is kept: re-arming it on every turn was a fifth of the loadgen's CPU (on a VM
+            // each timerfd_settime programs the hypervisor's timer), and a turn comes with
+            // every reply.
+            let keep = self.armed_for > now && (due..=wake).contains(&self.armed_for);
+            if !keep {
                 let wait = Duration::from_nanos(wake.saturating_sub(self.sh.now()));
                 timer.arm_in(wait).context("arming the send timer")?;
                 self.armed_for = wake;
@@ -1010,9 +1037,8 @@ impl<'c, D: Driver> Run<'c, D> {
         }
         for ev in self.events.iter() {
             if ev.token() == TIMER_TOKEN {
-                if let Some(t) = &self.timer {
-                    t.clear();
-                }
+                // Not read: it fired, so `poll_timeout` arms it again, and arming resets its
+                // count, so its next expiry is a new edge (one syscall a wake-up saved).
                 continue;
             }
             let idx = ev.token().0;
@@ -1021,7 +1047,8 @@ impl<'c, D: Driver> Run<'c, D> {
                 continue;
             }
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                read_ready(conn, &mut self.sh)?;
+                let until_eof = ev.is_read_closed() || ev.is_error();
+                read_ready(conn, &mut self.sh, until_eof)?;
             }
             if ev.is_writable() && !conn.tx.dirty && conn.tx.wpos < conn.tx.wbuf.len() {
                 conn.tx.dirty = true;
@@ -1201,11 +1228,6 @@ impl<'c, D: Driver> Run<'c, D> {
 
 /// Register a send timer for the open-loop schedule.
 fn send_timer(poll: &Poll) -> Result<Timer> {
-    // Timer wake-ups may otherwise be deferred by the default 50 µs slack.
-    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-    }
     let t = Timer::new().context("creating the send timer")?;
     poll.registry()
         .register(
@@ -1217,8 +1239,14 @@ fn send_timer(poll: &Poll) -> Result<Timer> {
     Ok(t)
 }
 
-/// Read until the socket would block, handling every complete reply as it arrives.
-fn read_ready<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> {
+/// Read until the socket is drained, handling every complete reply as it arrives.
+///
+/// Drained is a read that would block or, unless `until_eof` (the peer closed: its end must be
+/// read), a read shorter than the room offered: the kernel hands over all it holds, so a short
+/// read emptied the socket and any reply arriving later raises a new edge-triggered event.
+/// That saves the read that would only say `WouldBlock`, one syscall per readable connection
+/// per turn (the server's `ReadBuf::fill` does the same).
+fn read_ready<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared, until_eof: bool) -> Result<()> {
     loop {
         if conn.rlen == conn.rbuf.len() {
             let grown = conn.rbuf.len() * 2;
@@ -1231,6 +1259,7 @@ fn read_ready<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> {
             }
             conn.rbuf.resize(grown, 0);
         }
+        let room = conn.rbuf.len() - conn.rlen;
         match conn.stream.read(&mut conn.rbuf[conn.rlen..]) {
             Ok(0) => {
                 let why = format!(
@@ -1244,6 +1273,9 @@ fn read_ready<D: Driver>(conn: &mut Conn<D>, sh: &mut Shared) -> Result<()> {
             Ok(n) => {
                 conn.rlen += n;
                 handle_replies(conn, sh)?;
+                if n < room && !until_eof {
+                    return Ok(());
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -1546,15 +1578,6 @@ impl Timer {
             return Err(io::Error::last_os_error());
         }
         Ok(())
-    }
-
-    /// Consume the expiry so the next one is a new readiness edge.
-    fn clear(&self) {
-        let mut ticks = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into an 8-byte buffer; EAGAIN is harmless.
-        unsafe {
-            libc::read(self.fd.as_raw_fd(), ticks.as_mut_ptr().cast(), ticks.len());
-        }
     }
 }
 
