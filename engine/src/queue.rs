@@ -482,8 +482,21 @@ impl Queue {
     /// Deletes a task of `tube` taken by `sid`; the task as it was. Anything else is the
     /// original's `Task was not taken`.
     pub fn ack_in(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
-        let k = self.taken_in(tube, sid, id)?;
-        let task = self.remove_slot(k);
+        self.live_tube(tube)?;
+        // One probe of the index both finds the task and, once ownership is checked, unlinks
+        // it (as the seed's `ack`).
+        let slots = &self.slots;
+        let not_taken = QueueError::TaskNotTaken(id);
+        let found = self
+            .index
+            .find(id, hash_id, |j| slots[j as usize].id)
+            .filter(|f| slots[f.key as usize].tube == tube)
+            .ok_or_else(|| not_taken.clone())?;
+        let k = found.key;
+        check_owner(slots, &self.sessions, k, sid, id).map_err(|_| not_taken)?;
+        self.index
+            .remove_found(found, |j| hash_id(slots[j as usize].id));
+        let task = self.remove_unindexed(k);
         self.tube_mut(tube).ops.acks += 1;
         self.log(Event::Acked { id });
         Ok(task)
