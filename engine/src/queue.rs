@@ -119,6 +119,30 @@ pub struct Queue {
     /// probe reads the slots of other tasks sharing the home bucket (cache misses in a big
     /// queue). Checked against the slot, so a removed task or a reused slot never matches.
     recent: (TaskId, u32),
+    /// Between `begin_bulk_restore` and `end_bulk_restore`: the restored Ready, Waiting and
+    /// Buried tasks not yet listed.
+    bulk: Option<Vec<Deferred>>,
+}
+
+/// A restored task waiting to be listed in order: `key` is its list's first key (pri with
+/// the sign bit flipped, so it sorts as unsigned; runat while Waiting).
+#[derive(Clone, Copy, Debug)]
+struct Deferred {
+    key: u64,
+    id: TaskId,
+    k: u32,
+    status: Status,
+}
+
+impl Deferred {
+    /// Sort order: by list kind, then by the list's own order.
+    fn sort_key(&self) -> (u8, u64, TaskId) {
+        let kind = match self.status {
+            Status::Waiting => 1,
+            _ => 0,
+        };
+        (kind, self.key, self.id)
+    }
 }
 
 impl Default for Queue {
@@ -145,6 +169,7 @@ impl Queue {
             journal_on: false,
             journal: Vec::new(),
             recent: (0, NIL),
+            bulk: None,
         }
     }
 
@@ -226,6 +251,7 @@ impl Queue {
     /// O(t log t) for t taken tasks: they are listed by session, so this sorts them (once per
     /// restart, not on the request path).
     pub fn release_all_taken(&mut self) -> usize {
+        self.end_bulk_restore();
         let mut taken = self.sessions.taken_slots(&self.slots);
         let slots = &self.slots;
         taken.sort_unstable_by_key(|&k| order(slots, k));
@@ -865,6 +891,7 @@ impl Queue {
 
     /// Recovery: removes a task (ack, delete or expiry replay). Journals nothing.
     pub fn restore_remove(&mut self, id: TaskId) -> Option<Task> {
+        self.end_bulk_restore();
         let k = self.find(id)?;
         Some(self.remove_slot(k))
     }
@@ -878,6 +905,7 @@ impl Queue {
         status: Status,
         runat: Micros,
     ) -> Result<(), QueueError> {
+        self.end_bulk_restore();
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
         self.leave(k);
         self.enter_restored(k, status, runat);
@@ -911,6 +939,7 @@ impl Queue {
 
     /// Recovery: drops a tube and its tasks (no check for Taken ones). Journals nothing.
     pub fn restore_drop_tube(&mut self, tube: TubeIx) -> Result<(), QueueError> {
+        self.end_bulk_restore();
         if tube == DEFAULT_TUBE {
             return Err(QueueError::DefaultTubeUndroppable);
         }
@@ -922,6 +951,7 @@ impl Queue {
 
     /// Recovery: empties a tube. Journals nothing.
     pub fn restore_truncate(&mut self, tube: TubeIx) -> Result<(), QueueError> {
+        self.end_bulk_restore();
         self.live_tube(tube)?;
         self.clear_tube(tube);
         Ok(())
@@ -940,6 +970,35 @@ impl Queue {
             d.record(key, id, expires);
         }
         Ok(())
+    }
+
+    /// Loading a snapshot: until `end_bulk_restore`, tasks `restore_in` brings back Ready,
+    /// Waiting or Buried are held aside instead of being inserted into their lists one by one.
+    /// A snapshot lists tasks in arena order, which after churn is no list's order, so each
+    /// insert would search its list (O(log n) steps, a cache miss each); sorted first, every
+    /// task is appended at its list's tail in O(height). Only `restore_in`, `restore_tube`,
+    /// `restore_dedup`, `set_last_id` and `reserve` may come in between; the other `restore*`
+    /// calls and `release_all_taken` end the bulk first. Taken tasks are entered at once.
+    pub fn begin_bulk_restore(&mut self) {
+        self.bulk.get_or_insert_with(Vec::new);
+    }
+
+    /// Lists the tasks held aside since `begin_bulk_restore`, each list in its own order.
+    /// O(n log n) to sort (O(n) for a snapshot already in order), then O(height) a task.
+    pub fn end_bulk_restore(&mut self) {
+        let Some(mut held) = self.bulk.take() else {
+            return;
+        };
+        held.sort_unstable_by_key(Deferred::sort_key);
+        for d in held {
+            let t = if d.status == Status::Waiting {
+                d.key
+            } else {
+                0
+            };
+            self.enter(d.k, d.status, t);
+            self.reschedule(d.k);
+        }
     }
 
     /// Recovery: new ids continue above `id` (never lowers the current last id).
@@ -993,6 +1052,10 @@ impl Queue {
 
     /// Panics with a message naming the broken invariant. O(n log n): for tests and debugging.
     pub fn check_invariants(&self) {
+        assert!(
+            self.bulk.is_none(),
+            "a bulk restore is open: tasks are not listed"
+        );
         let n = self.slots.len();
         let slots = &self.slots;
         let mut indexed = self.index.check(|j| hash_id(slots[j as usize].id));
@@ -1623,6 +1686,20 @@ impl Queue {
 
     /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
     fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
+        if let (Some(bulk), false) = (self.bulk.as_mut(), status == Status::Taken) {
+            let s = &self.slots[k as usize];
+            let key = match status {
+                Status::Waiting => runat,
+                _ => (s.pri as u64) ^ (1 << 63),
+            };
+            bulk.push(Deferred {
+                key,
+                id: s.id,
+                k,
+                status,
+            });
+            return;
+        }
         match status {
             Status::Ready | Status::Buried => self.enter(k, status, 0),
             Status::Waiting => self.enter(k, status, runat),

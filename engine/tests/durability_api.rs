@@ -59,3 +59,100 @@ fn dedup_seqs_cover_the_live_entries() {
     let keys: Vec<&[u8]> = r.map(|s| q.dedup_entry(t, s).expect("live").0).collect();
     assert_eq!(keys, [b"a", b"b", b"c"]);
 }
+
+mod bulk_restore {
+    //! A snapshot's tasks come in arena order; `begin_bulk_restore` / `end_bulk_restore` list
+    //! them sorted instead of one search each. The queue must come out the same either way.
+
+    use proptest::prelude::*;
+    use tarq_engine::{Queue, RestoredTask, Status, TaskId, TubeIx, TubeOptions, TubeType};
+
+    /// (tube: 0 default / 1 a utube tube, status, pri, runat, ttl, utube key) per task.
+    type Spec = (bool, u8, i8, u8, Option<u8>, u8);
+
+    fn restore(specs: &[Spec], bulk: bool) -> (Queue, TubeIx) {
+        let mut q = Queue::new();
+        let u: TubeIx = 1;
+        q.restore_tube(u, "u", TubeType::UtubeTtl, TubeOptions::default())
+            .expect("tube");
+        if bulk {
+            q.begin_bulk_restore();
+        }
+        // Ids in order; pri and runat at random, so no list receives its tasks in its own
+        // order (as after churn, when a snapshot's arena order is no list's order).
+        for (i, &(in_utube, status, pri, runat, ttl, key)) in specs.iter().enumerate() {
+            let id: TaskId = i as u64 + 1;
+            let status = match status % 4 {
+                0 => Status::Ready,
+                1 => Status::Waiting,
+                2 => Status::Buried,
+                _ => Status::Taken,
+            };
+            let task = RestoredTask {
+                id,
+                status,
+                runat: if status == Status::Waiting {
+                    1_000 + u64::from(runat)
+                } else {
+                    0
+                },
+                pri: i64::from(pri),
+                ttl: ttl.map(|t| 10_000 + u64::from(t)),
+                ttr: None,
+                created: 500,
+                data: vec![i as u8].into(),
+            };
+            let (tube, key) = if in_utube {
+                (u, Some(&[key % 3][..]))
+            } else {
+                (0, None)
+            };
+            q.restore_in(tube, task, key, 0).expect("restored");
+        }
+        if bulk {
+            q.end_bulk_restore();
+        }
+        q.release_all_taken();
+        q.check_invariants();
+        (q, u)
+    }
+
+    /// Everything a client can observe, in order: takes now, then after the delays end, then
+    /// the buried tasks kicked and taken.
+    fn observe(q: &mut Queue, u: TubeIx) -> Vec<(TubeIx, TaskId)> {
+        let mut seen = Vec::new();
+        for phase in 0..3 {
+            if phase == 1 {
+                q.advance(2_000, usize::MAX);
+            }
+            if phase == 2 {
+                for t in [0, u] {
+                    q.kick(t, u64::MAX).expect("kick");
+                }
+            }
+            for t in [0, u] {
+                while let Some(task) = q.take_from(2_000, t, 1).expect("tube") {
+                    seen.push((t, task.id));
+                    let id = task.id;
+                    q.ack_in(t, 1, id).expect("ack");
+                }
+            }
+        }
+        q.check_invariants();
+        seen
+    }
+
+    proptest! {
+        #[test]
+        fn bulk_restore_lists_tasks_as_one_by_one_restore_does(
+            specs in prop::collection::vec(
+                (any::<bool>(), any::<u8>(), -3i8..3, any::<u8>(), prop::option::of(any::<u8>()), any::<u8>()),
+                0..300,
+            )
+        ) {
+            let (mut one, u) = restore(&specs, false);
+            let (mut bulk, _) = restore(&specs, true);
+            prop_assert_eq!(observe(&mut one, u), observe(&mut bulk, u));
+        }
+    }
+}

@@ -562,6 +562,9 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
             })
             .map_err(|e| format!("starting the snapshot reader: {e}"))?;
         let mut counts = (0u64, 0u64);
+        // Tasks come in arena order: list them once all are in, sorted (see the engine's
+        // `begin_bulk_restore`).
+        queue.begin_bulk_restore();
         let result = loop {
             match rx.recv() {
                 Ok(Ok(Loading::End(l))) => break Ok(l),
@@ -576,6 +579,7 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         };
         drop(rx);
         let _ = decoder.join();
+        queue.end_bulk_restore();
         let loaded = result?;
         if (loaded.tasks, loaded.dedup_keys) != counts {
             return Err(format!(
