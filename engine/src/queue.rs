@@ -125,24 +125,14 @@ pub struct Queue {
 }
 
 /// A restored task waiting to be listed in order: `key` is its list's first key (pri with
-/// the sign bit flipped, so it sorts as unsigned; runat while Waiting).
+/// the sign bit flipped, so it sorts as unsigned; runat while Waiting). Sorted all together by
+/// (key, id), each list still receives its own tasks in its own order.
 #[derive(Clone, Copy, Debug)]
 struct Deferred {
     key: u64,
     id: TaskId,
     k: u32,
     status: Status,
-}
-
-impl Deferred {
-    /// Sort order: by list kind, then by the list's own order.
-    fn sort_key(&self) -> (u8, u64, TaskId) {
-        let kind = match self.status {
-            Status::Waiting => 1,
-            _ => 0,
-        };
-        (kind, self.key, self.id)
-    }
 }
 
 impl Default for Queue {
@@ -190,23 +180,7 @@ impl Queue {
 
     /// Deletes a task of `default` taken by `sid` and returns it as it was (status Taken).
     pub fn ack(&mut self, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
-        // One probe of the index both finds the task and, once ownership is checked, unlinks it.
-        let slots = &self.slots;
-        let found = self
-            .index
-            .find(id, hash_id, |j| slots[j as usize].id)
-            .ok_or(QueueError::NotFound(id))?;
-        let k = found.key;
-        if self.slots[k as usize].tube != DEFAULT_TUBE {
-            return Err(QueueError::NotFound(id));
-        }
-        check_owner(&self.slots, &self.sessions, k, sid, id)?;
-        self.index
-            .remove_found(found, |j| hash_id(slots[j as usize].id));
-        let task = self.remove_unindexed(k);
-        self.tube_mut(DEFAULT_TUBE).ops.acks += 1;
-        self.log(Event::Acked { id });
-        Ok(task)
+        self.ack_held(DEFAULT_TUBE, sid, id)
     }
 
     /// Gives a task of `default` taken by `sid` back: Ready at its place by (pri, id), or
@@ -509,23 +483,8 @@ impl Queue {
     /// original's `Task was not taken`.
     pub fn ack_in(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         self.live_tube(tube)?;
-        // One probe of the index both finds the task and, once ownership is checked, unlinks
-        // it (as the seed's `ack`).
-        let slots = &self.slots;
-        let not_taken = QueueError::TaskNotTaken(id);
-        let found = self
-            .index
-            .find(id, hash_id, |j| slots[j as usize].id)
-            .filter(|f| slots[f.key as usize].tube == tube)
-            .ok_or_else(|| not_taken.clone())?;
-        let k = found.key;
-        check_owner(slots, &self.sessions, k, sid, id).map_err(|_| not_taken)?;
-        self.index
-            .remove_found(found, |j| hash_id(slots[j as usize].id));
-        let task = self.remove_unindexed(k);
-        self.tube_mut(tube).ops.acks += 1;
-        self.log(Event::Acked { id });
-        Ok(task)
+        self.ack_held(tube, sid, id)
+            .map_err(|_| QueueError::TaskNotTaken(id))
     }
 
     /// Gives back a task of `tube` taken by `sid`, with the original's `delay` (which extends
@@ -989,7 +948,7 @@ impl Queue {
         let Some(mut held) = self.bulk.take() else {
             return;
         };
-        held.sort_unstable_by_key(Deferred::sort_key);
+        held.sort_unstable_by_key(|d| (d.key, d.id));
         for d in held {
             let t = if d.status == Status::Waiting {
                 d.key
@@ -1818,6 +1777,26 @@ impl Queue {
                 .remove_found(found, |j| hash_id(slots[j as usize].id));
         }
         self.remove_unindexed(k)
+    }
+
+    /// Deletes task `id` of `tube` if `sid` holds it (counted, journaled), else the seed's
+    /// error for why not (`NotFound` for a task of another tube). One probe of the index both
+    /// finds the task and, once ownership is checked, unlinks it.
+    fn ack_held(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
+        let slots = &self.slots;
+        let found = self
+            .index
+            .find(id, hash_id, |j| slots[j as usize].id)
+            .filter(|f| slots[f.key as usize].tube == tube)
+            .ok_or(QueueError::NotFound(id))?;
+        let k = found.key;
+        check_owner(slots, &self.sessions, k, sid, id)?;
+        self.index
+            .remove_found(found, |j| hash_id(slots[j as usize].id));
+        let task = self.remove_unindexed(k);
+        self.tube_mut(tube).ops.acks += 1;
+        self.log(Event::Acked { id });
+        Ok(task)
     }
 
     /// `remove_slot` for a task already out of the index.
