@@ -123,11 +123,19 @@ impl Table {
     }
 
     /// Whether one more entry in `lane` needs a bigger table: past 3/4 of the buckets in all
-    /// (short chains: ~2.5 blocks to find an entry), or past 7/8 of one lane's (a lane that
-    /// fills can take no insert; only a skewed set of live ids gets there first).
+    /// (short chains: ~2.5 blocks to find an entry), or at 7/8 of one lane's once the entry is
+    /// in (only a skewed set of live ids gets there first). The entry goes in before the table
+    /// grows, so the lane limit counts it: a lane must keep an empty bucket, where every probe
+    /// of it ends (the smallest table's lanes have 8 buckets, and 7 + the insert filled one).
     fn full_for(&self, lane: usize) -> bool {
         let n = self.buckets.len();
-        self.len >= n / 4 * 3 || self.lane_len[lane] >= n / LANES * 7 / 8
+        self.len >= n / 4 * 3 || self.lane_len[lane] + 1 >= n / LANES * 7 / 8
+    }
+
+    /// Blocks in a lane: no probe goes further (it would come round to where it began).
+    #[inline]
+    fn lane_blocks(&self) -> usize {
+        (self.mask + 1) / LANES
     }
 
     /// The distance in blocks from home `home` to bucket `j` of the same lane.
@@ -150,7 +158,9 @@ impl Table {
         let mut dist = 0;
         loop {
             let e = self.buckets[j];
-            if e == 0 {
+            // A lane always keeps an empty bucket (`full_for`); the bound is the backstop
+            // that keeps a lookup finite if it ever did not.
+            if e == 0 || dist == self.lane_blocks() {
                 return None;
             }
             if e != GONE
@@ -175,6 +185,10 @@ impl Table {
     /// to the first free one, which the insert reads anyway): false then. No slot is read.
     #[inline]
     fn insert_absent(&mut self, key: u32, h: u64) -> bool {
+        assert!(
+            self.lane_len[h as usize % LANES] + 1 < self.lane_blocks(),
+            "a lane keeps an empty bucket"
+        );
         let mut j = h as usize & self.mask;
         let mut dist = 0;
         loop {
@@ -704,6 +718,39 @@ mod tests {
         assert_eq!(ix.find(5000, hash, id_of).unwrap().key, 40);
         assert!(ix.find(1040, hash, id_of).is_none());
         assert!(ix.find(1003, hash, id_of).is_none());
+    }
+
+    #[test]
+    fn a_skewed_lane_grows_the_table_before_it_fills_and_lookups_end() {
+        // Every third key's hash is home 0 (lane 0), the rest spread over lanes 1..8: lane 0
+        // reaches its limit long before the table's 3/4, with arena positions the move has
+        // not walked yet. Lookups of absent ids in lane 0 must still end, in either table.
+        let h = |k: u32| {
+            if k % 3 == 0 {
+                0
+            } else {
+                u64::from(k) * 8 + 1 + u64::from(k % 7)
+            }
+        };
+        let id_of = |k: u32| u64::from(k) + 1000;
+        let hash = |id: TaskId| h((id - 1000) as u32);
+        let mut ix = IdIndex::default();
+        for k in 0..40u32 {
+            ix.insert(k, h, |p| (p <= k).then(|| h(p)), k as usize + 1);
+            ix.check(h);
+            for lane in 0..LANES {
+                assert!(
+                    ix.live.lane_len[lane] < ix.live.lane_blocks(),
+                    "lane {lane} full"
+                );
+            }
+            for absent in [3 * 1000u64 + 1000, 999_999] {
+                assert!(ix.find(absent, |_| 0, id_of).is_none());
+            }
+            for j in 0..=k {
+                assert_eq!(ix.find(id_of(j), hash, id_of).map(|f| f.key), Some(j));
+            }
+        }
     }
 
     #[test]

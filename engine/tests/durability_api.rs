@@ -156,3 +156,33 @@ mod bulk_restore {
         }
     }
 }
+
+#[test]
+fn tasks_restored_in_scrambled_id_order_are_all_found() {
+    // A churned queue's snapshot lists its tasks in arena order, which is no id order: each
+    // restore looks its id up first. A lookup in a lane with no empty bucket once never ended.
+    use tarq_engine::{RestoredTask, Status};
+    for n in [50u64, 300, 1000, 20_000] {
+        let mut q = Queue::new();
+        let ids: Vec<u64> = (0..n).map(|i| (i * 7919) % n + 1).collect();
+        for &id in &ids {
+            let task = RestoredTask {
+                id,
+                status: Status::Ready,
+                runat: 0,
+                pri: 0,
+                ttl: None,
+                ttr: None,
+                created: 0,
+                data: vec![id as u8].into(),
+            };
+            q.restore(task).expect("restored");
+        }
+        q.check_invariants();
+        assert_eq!(q.len(), n as usize);
+        for &id in &ids {
+            assert_eq!(q.get(id).expect("restored").data[0], id as u8);
+        }
+        assert!(q.get(n + 1).is_none());
+    }
+}
