@@ -726,7 +726,7 @@ mod tests {
         // reaches its limit long before the table's 3/4, with arena positions the move has
         // not walked yet. Lookups of absent ids in lane 0 must still end, in either table.
         let h = |k: u32| {
-            if k % 3 == 0 {
+            if k.is_multiple_of(3) {
                 0
             } else {
                 u64::from(k) * 8 + 1 + u64::from(k % 7)
