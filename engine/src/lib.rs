@@ -481,9 +481,10 @@ pub struct Stats {
 }
 
 /// A full task for recovery (snapshot load / WAL replay); `restore_in` adds its tube, utube
-/// key and delivery count. Any status, Buried included.
+/// key and delivery count. Any status, Buried included. The payload is any [`PutPayload`]: a
+/// snapshot load lends it from the block it read (`&[u8]`), so a task costs no allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RestoredTask {
+pub struct RestoredTask<D = Box<[u8]>> {
     pub id: TaskId,
     pub status: Status,
     pub runat: Micros,
@@ -491,5 +492,5 @@ pub struct RestoredTask {
     pub ttl: Option<Micros>,
     pub ttr: Option<Micros>,
     pub created: Micros,
-    pub data: Box<[u8]>,
+    pub data: D,
 }

@@ -88,7 +88,7 @@ mod bulk_restore {
                 2 => Status::Buried,
                 _ => Status::Taken,
             };
-            let task = RestoredTask {
+            let task: RestoredTask = RestoredTask {
                 id,
                 status,
                 runat: if status == Status::Waiting {

@@ -1121,7 +1121,7 @@ fn restart(q: &Queue) -> (Queue, usize) {
         fresh.restore_tube(t.ix, t.name, t.kind, t.opts).unwrap();
     }
     for t in q.iter() {
-        let task = RestoredTask {
+        let task: RestoredTask = RestoredTask {
             id: t.id,
             status: t.status,
             runat: t.runat,

@@ -104,8 +104,10 @@ fn args() -> Args {
 }
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("restart-loop") {
-        return restart_loop::main();
+    match std::env::args().nth(1).as_deref() {
+        Some("restart-loop") => return restart_loop::main(),
+        Some("recover") => return recover_only(),
+        _ => {}
     }
     let a = args();
     let _ = std::fs::remove_dir_all(&a.dir);
@@ -122,8 +124,41 @@ fn main() {
     let live = snapshot_under_load(&a.dir, (wal, q), &mut m, &mut f);
     let (wal, q) = recover_from_snapshot(&a.dir, &cfg, live, &mut f);
     recover_from_idle_snapshot(&a.dir, &cfg, (wal, q), &mut m, &mut f);
-    let _ = std::fs::remove_dir_all(&a.dir);
+    if std::env::var_os("TARQ_BENCH_KEEP_DIR").is_some() {
+        eprintln!("kept {}", a.dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&a.dir);
+    }
     write_record(&a, &load_before, f);
+}
+
+/// `durability recover DIR [TIMES]`: opens a data directory kept by a run with
+/// `TARQ_BENCH_KEEP_DIR` set, `TIMES` times, printing each recovery's time and its snapshot
+/// load's: for profiling the load (`perf record`) without filling the queue every time.
+fn recover_only() {
+    const USAGE: &str = "usage: durability recover DIR [TIMES]";
+    let mut args = std::env::args().skip(2);
+    let dir = PathBuf::from(args.next().expect(USAGE));
+    let times: usize = args.next().map_or(1, |s| s.parse().expect(USAGE));
+    let cfg = WalConfig {
+        mode: WalMode::Write,
+        snapshot_every_bytes: 0,
+        ..WalConfig::default()
+    };
+    for _ in 0..times {
+        let t = Instant::now();
+        let (wal, q, report) = Wal::open_dir(&dir, cfg.clone()).expect("recover");
+        let took = t.elapsed();
+        println!(
+            "{} tasks in {:.3} s (snapshot load {:.3} s, {} WAL records)",
+            q.len(),
+            took.as_secs_f64(),
+            report.snapshot_load.as_secs_f64(),
+            report.records
+        );
+        drop(wal);
+        drop(q);
+    }
 }
 
 /// Fill the queue with `tasks` tasks, a turn of `FILL_PER_TURN` at a time, and flush.

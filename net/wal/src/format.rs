@@ -446,13 +446,15 @@ pub fn encode_task_v1(buf: &mut Vec<u8>, t: &TaskRef<'_>) {
     buf.extend_from_slice(t.data);
 }
 
-/// A task as a record holds it: what `Queue::restore_in` needs.
+/// A task as a record holds it: what `Queue::restore_in` needs. Its byte fields (payload,
+/// utube key) are `D`: owned boxes for WAL replay, spans of the block read for a snapshot
+/// load (see [`Body::task_with`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredTask {
-    pub task: RestoredTask,
+pub struct StoredTask<D = Box<[u8]>> {
+    pub task: RestoredTask<D>,
     pub tube: TubeIx,
     pub deliveries: u16,
-    pub utube: Option<Box<[u8]>>,
+    pub utube: Option<D>,
 }
 
 /// A tube as a record holds it.
@@ -576,6 +578,16 @@ impl<'a> Body<'a> {
 
     /// A task in the layout of format `version`.
     pub fn task(&mut self, version: u32) -> Result<StoredTask, String> {
+        self.task_with(version, |bytes| bytes.into())
+    }
+
+    /// [`task`](Self::task), keeping each byte field (payload, utube key) as `keep` makes it
+    /// from the body's bytes: a snapshot load keeps where they are, not copies.
+    pub fn task_with<D>(
+        &mut self,
+        version: u32,
+        mut keep: impl FnMut(&'a [u8]) -> D,
+    ) -> Result<StoredTask<D>, String> {
         let id = self.u64()?;
         let status = status_from(self.u8()?)?;
         let flags = self.u8()?;
@@ -590,10 +602,10 @@ impl<'a> Body<'a> {
             deliveries = self.u16()?;
             let key_len = self.u16()? as usize;
             let key = self.take(key_len)?;
-            utube = (flags & HAS_UTUBE != 0).then(|| key.into());
+            utube = (flags & HAS_UTUBE != 0).then(|| keep(key));
         }
         let len = self.u32()? as usize;
-        let data = self.take(len)?.into();
+        let data = keep(self.take(len)?);
         let task = RestoredTask {
             id,
             status,

@@ -535,10 +535,38 @@ impl From<String> for LoadError {
 /// busy, few enough that a fast reader holds at most a few MiB of decoded tasks.
 const LOAD_QUEUE_BLOCKS: usize = 4;
 
+/// Tasks restored ahead of the one being restored whose id-index line is asked for: a few
+/// hundred ns of lead, the time of a cache miss.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Where a byte field (payload, utube key) lies in its block's body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+/// A block of tasks as read: the record's bytes and its tasks, whose payloads and keys are
+/// spans of those bytes. The engine copies a payload into its own records, so lending it
+/// from the block spares an allocation and a free per task (and the free would be on the
+/// other thread's heap). The bytes go back to the reader for the next block.
+struct TaskBlock {
+    bytes: Vec<u8>,
+    /// Where the record's body begins in `bytes` (spans count from there).
+    body_start: usize,
+    tasks: Vec<StoredTask<Span>>,
+}
+
+impl TaskBlock {
+    fn at(&self, s: Span) -> &[u8] {
+        &self.bytes[self.body_start + s.start as usize..][..s.len as usize]
+    }
+}
+
 enum Loading {
     Tubes(Vec<StoredTube>),
     /// The tasks of one block and the block's offset (for error messages).
-    Tasks(Vec<StoredTask>, u64),
+    Tasks(TaskBlock, u64),
     Dedup(Vec<StoredDedup>, u64),
     End(Loaded),
 }
@@ -550,11 +578,14 @@ enum Loading {
 pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Loaded, LoadError> {
     let reader = storage.open_read(name).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::sync_channel(LOAD_QUEUE_BLOCKS);
+    // Block buffers restored go back to the reader: the next block is read into memory
+    // already mapped, not fresh pages the kernel must fault in and zero.
+    let (recycle, recycled) = mpsc::sync_channel(LOAD_QUEUE_BLOCKS + 2);
     std::thread::scope(|scope| {
         let decoder = std::thread::Builder::new()
             .name("tarq-snap-load".into())
             .spawn_scoped(scope, move || {
-                let sent = decode(reader, &tx);
+                let sent = decode(reader, &tx, &recycled);
                 if let Err(e) = sent {
                     // The receiver learns of the failure through the channel.
                     let _ = tx.send(Err(e));
@@ -569,7 +600,7 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
             match rx.recv() {
                 Ok(Ok(Loading::End(l))) => break Ok(l),
                 Ok(Ok(part)) => {
-                    if let Err(e) = restore_part(queue, part, &mut counts) {
+                    if let Err(e) = restore_part(queue, part, &mut counts, &recycle) {
                         break Err(LoadError::Damaged(e));
                     }
                 }
@@ -593,7 +624,12 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
 }
 
 /// Restores one decoded block; `counts` are the tasks and dedup keys restored so far.
-fn restore_part(queue: &mut Queue, part: Loading, counts: &mut (u64, u64)) -> Result<(), String> {
+fn restore_part(
+    queue: &mut Queue,
+    part: Loading,
+    counts: &mut (u64, u64),
+    recycle: &SyncSender<Vec<u8>>,
+) -> Result<(), String> {
     match part {
         Loading::Tubes(tubes) => {
             for t in tubes.into_iter().filter(|t| t.ix != DEFAULT_TUBE) {
@@ -602,17 +638,32 @@ fn restore_part(queue: &mut Queue, part: Loading, counts: &mut (u64, u64)) -> Re
                     .map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
             }
         }
-        Loading::Tasks(batch, offset) => {
-            queue.reserve(batch.len());
-            for t in batch {
+        Loading::Tasks(block, offset) => {
+            queue.reserve(block.tasks.len());
+            for (i, t) in block.tasks.iter().enumerate() {
+                if let Some(ahead) = block.tasks.get(i + PREFETCH_AHEAD) {
+                    queue.prefetch_id(ahead.task.id);
+                }
                 let (id, tube) = (t.task.id, t.tube);
+                let task = tarq_engine::RestoredTask {
+                    id,
+                    status: t.task.status,
+                    runat: t.task.runat,
+                    pri: t.task.pri,
+                    ttl: t.task.ttl,
+                    ttr: t.task.ttr,
+                    created: t.task.created,
+                    data: block.at(t.task.data),
+                };
                 queue
-                    .restore_in(tube, t.task, t.utube.as_deref(), t.deliveries)
+                    .restore_in(tube, task, t.utube.map(|s| block.at(s)), t.deliveries)
                     .map_err(|e| {
                         format!("block at offset {offset}: task {id} in tube {tube}: {e}")
                     })?;
                 counts.0 += 1;
             }
+            // The reader may have stopped (it then needs no buffers): nothing to do.
+            let _ = recycle.try_send(block.bytes);
         }
         Loading::Dedup(keys, offset) => {
             for d in keys {
@@ -683,7 +734,11 @@ fn entries<'a, T>(
 
 /// Reads and checks every record of a snapshot, sending decoded blocks; `Err` says what is
 /// wrong and where.
-fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), LoadError> {
+fn decode(
+    reader: Box<dyn Read + Send>,
+    tx: &Sender,
+    recycled: &Receiver<Vec<u8>>,
+) -> Result<(), LoadError> {
     let mut r = std::io::BufReader::with_capacity(1 << 20, reader);
     let header = read_header(&mut r)?;
     let version = header.version;
@@ -693,6 +748,7 @@ fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), LoadError> {
     let (mut tasks, mut keys) = (0u64, 0u64);
     loop {
         let rec = read_record(&mut r, &mut buf, offset)?;
+        let rec_end = rec.end as u64;
         if rec.seq != expect_block {
             return Err(format!(
                 "at offset {offset}: block {} where {expect_block} was due",
@@ -708,9 +764,23 @@ fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), LoadError> {
                 Loading::Tubes(entries(&mut body, Body::tube).map_err(at)?)
             }
             Kind::SnapTasks => {
-                let batch = entries(&mut body, |b| b.task(version)).map_err(at)?;
+                // Spans count from the body's start; where that is in `buf` is known once
+                // the record's borrow of it ends.
+                let origin = body.0.as_ptr() as usize;
+                let span = |b: &[u8]| Span {
+                    start: (b.as_ptr() as usize - origin) as u32,
+                    len: b.len() as u32,
+                };
+                let batch = entries(&mut body, |b| b.task_with(version, span)).map_err(at)?;
                 tasks += batch.len() as u64;
-                Loading::Tasks(batch, offset)
+                let body_start = origin - buf.as_ptr() as usize;
+                let next = recycled.try_recv().unwrap_or_default();
+                let block = TaskBlock {
+                    bytes: std::mem::replace(&mut buf, next),
+                    body_start,
+                    tasks: batch,
+                };
+                Loading::Tasks(block, offset)
             }
             Kind::SnapDedup if version >= 2 => {
                 let batch = entries(&mut body, Body::dedup).map_err(at)?;
@@ -758,6 +828,6 @@ fn decode(reader: Box<dyn Read + Send>, tx: &Sender) -> Result<(), LoadError> {
         if tx.send(Ok(part)).is_err() {
             return Ok(()); // the restoring side gave up
         }
-        offset += rec.end as u64;
+        offset += rec_end;
     }
 }
