@@ -13,7 +13,7 @@ mod sessions;
 mod slots;
 mod tubes;
 
-pub use queue::Queue;
+pub use queue::{BulkIds, Queue};
 pub use tubes::{
     PutOutcome, ReleaseOptions, TubeInfo, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
     DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,

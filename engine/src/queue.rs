@@ -122,6 +122,21 @@ pub struct Queue {
     /// Between `begin_bulk_restore` and `end_bulk_restore`: the restored Ready, Waiting and
     /// Buried tasks not yet listed.
     bulk: Option<Vec<Deferred>>,
+    /// The open bulk restore's ids are vouched distinct and new: `restore_in` looks none up.
+    bulk_ids_distinct: bool,
+}
+
+/// How `restore_in` treats ids during a bulk restore ([`Queue::begin_bulk_restore`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BulkIds {
+    /// Each restore looks its id up and refuses a duplicate.
+    Check,
+    /// The caller has made sure the ids are distinct and none is in the queue already, so no
+    /// restore looks one up (in a churned queue's snapshot the lookup is a cache miss or two
+    /// per task, a sixth of the load). A snapshot's ids are distinct by construction and its
+    /// loader checks them on its reading thread; should they not be, the queue holds two index
+    /// entries for one id and must be discarded, as a failed load's is.
+    Distinct,
 }
 
 /// A restored task waiting to be listed in order: `key` is its list's first key (pri with
@@ -160,6 +175,7 @@ impl Queue {
             journal: Vec::new(),
             recent: (0, NIL),
             bulk: None,
+            bulk_ids_distinct: false,
         }
     }
 
@@ -821,7 +837,7 @@ impl Queue {
         self.live_tube(tube)?;
         // Every live id is at most `last_id`, so a higher one needs no lookup: a snapshot of a
         // queue filled in order restores in id order, and skips a probe per task.
-        if task.id <= self.last_id && self.find(task.id).is_some() {
+        if task.id <= self.last_id && !self.bulk_ids_distinct && self.find(task.id).is_some() {
             return Err(QueueError::Duplicate(task.id));
         }
         self.last_id = self.last_id.max(task.id);
@@ -946,8 +962,18 @@ impl Queue {
     /// task is appended at its list's tail in O(height). Only `restore_in`, `restore_tube`,
     /// `restore_dedup`, `set_last_id` and `reserve` may come in between; the other `restore*`
     /// calls and `release_all_taken` end the bulk first. Taken tasks are entered at once.
-    pub fn begin_bulk_restore(&mut self) {
+    pub fn begin_bulk_restore(&mut self, ids: BulkIds) {
         self.bulk.get_or_insert_with(Vec::new);
+        self.bulk_ids_distinct = ids == BulkIds::Distinct;
+    }
+
+    /// Sorts the tasks held aside so far into their lists' order, without listing them: a
+    /// loader that must wait (for another thread to vouch for the ids) spends the wait here,
+    /// and `end_bulk_restore` then finds them in order (a check, O(n)).
+    pub fn sort_bulk_restore(&mut self) {
+        if let Some(held) = self.bulk.as_mut() {
+            held.sort_unstable_by_key(|d| (d.key, d.id));
+        }
     }
 
     /// Lists the tasks held aside since `begin_bulk_restore`, each list in its own order.
@@ -956,6 +982,7 @@ impl Queue {
         let Some(mut held) = self.bulk.take() else {
             return;
         };
+        self.bulk_ids_distinct = false;
         held.sort_unstable_by_key(|d| (d.key, d.id));
         for d in held {
             let t = if d.status == Status::Waiting {
@@ -977,6 +1004,8 @@ impl Queue {
     /// snapshot of known size grows neither step by step (each doubling of the index rehashes
     /// every id). Towers, heap and sessions grow with what the tasks turn out to need.
     pub fn reserve(&mut self, additional: usize) {
+        // More than the arena can ever hold is asked of no allocator.
+        let additional = additional.min(MAX_TASKS.saturating_sub(self.slots.len()));
         self.slots.reserve(additional);
         let live = self.slots.iter().map(|(k, s)| (k as u32, hash_id(s.id)));
         self.index.reserve(additional, live);

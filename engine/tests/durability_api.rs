@@ -65,23 +65,27 @@ mod bulk_restore {
     //! them sorted instead of one search each. The queue must come out the same either way.
 
     use proptest::prelude::*;
-    use tarq_engine::{Queue, RestoredTask, Status, TaskId, TubeIx, TubeOptions, TubeType};
+    use tarq_engine::{
+        BulkIds, Queue, RestoredTask, Status, TaskId, TubeIx, TubeOptions, TubeType,
+    };
 
     /// (tube: 0 default / 1 a utube tube, status, pri, runat, ttl, utube key) per task.
     type Spec = (bool, u8, i8, u8, Option<u8>, u8);
 
-    fn restore(specs: &[Spec], bulk: bool) -> (Queue, TubeIx) {
+    fn restore(specs: &[Spec], bulk: Option<BulkIds>) -> (Queue, TubeIx) {
         let mut q = Queue::new();
         let u: TubeIx = 1;
         q.restore_tube(u, "u", TubeType::UtubeTtl, TubeOptions::default())
             .expect("tube");
-        if bulk {
-            q.begin_bulk_restore();
+        if let Some(ids) = bulk {
+            q.begin_bulk_restore(ids);
         }
-        // Ids in order; pri and runat at random, so no list receives its tasks in its own
-        // order (as after churn, when a snapshot's arena order is no list's order).
+        // Ids scrambled (7919 is a prime above any length here, so this is a permutation of
+        // 1..=n), pri and runat at random: no list receives its tasks in its own order, as
+        // after churn, when a snapshot's arena order is no list's order.
+        let n = specs.len() as u64;
         for (i, &(in_utube, status, pri, runat, ttl, key)) in specs.iter().enumerate() {
-            let id: TaskId = i as u64 + 1;
+            let id: TaskId = (i as u64 * 7919) % n + 1;
             let status = match status % 4 {
                 0 => Status::Ready,
                 1 => Status::Waiting,
@@ -109,7 +113,7 @@ mod bulk_restore {
             };
             q.restore_in(tube, task, key, 0).expect("restored");
         }
-        if bulk {
+        if bulk.is_some() {
             q.end_bulk_restore();
         }
         q.release_all_taken();
@@ -150,9 +154,12 @@ mod bulk_restore {
                 0..300,
             )
         ) {
-            let (mut one, u) = restore(&specs, false);
-            let (mut bulk, _) = restore(&specs, true);
-            prop_assert_eq!(observe(&mut one, u), observe(&mut bulk, u));
+            let (mut one, u) = restore(&specs, None);
+            let (mut bulk, _) = restore(&specs, Some(BulkIds::Check));
+            let (mut vouched, _) = restore(&specs, Some(BulkIds::Distinct));
+            let want = observe(&mut one, u);
+            prop_assert_eq!(&want, &observe(&mut bulk, u));
+            prop_assert_eq!(&want, &observe(&mut vouched, u));
         }
     }
 }
@@ -185,4 +192,30 @@ fn tasks_restored_in_scrambled_id_order_are_all_found() {
         }
         assert!(q.get(n + 1).is_none());
     }
+}
+
+#[test]
+fn a_checked_bulk_restore_refuses_a_duplicate_id() {
+    use tarq_engine::{BulkIds, RestoredTask, Status};
+    let mut q = Queue::new();
+    q.begin_bulk_restore(BulkIds::Check);
+    let task = |id| -> RestoredTask {
+        RestoredTask {
+            id,
+            status: Status::Ready,
+            runat: 0,
+            pri: 0,
+            ttl: None,
+            ttr: None,
+            created: 0,
+            data: Box::new([]),
+        }
+    };
+    for id in [5, 3, 9] {
+        q.restore(task(id)).expect("new id");
+    }
+    assert!(q.restore(task(3)).is_err(), "3 is there already");
+    q.end_bulk_restore();
+    q.check_invariants();
+    assert_eq!(q.len(), 3);
 }

@@ -2,9 +2,11 @@
 //! state changes inside records. Shared by WAL segments (`.xlog`) and snapshots (`.snap`).
 //! Nothing here does I/O; `Wal`, `recovery` and `snapshot` move the bytes.
 //!
-//! A file starts with a 32-byte header: 8-byte magic, u32 version, u32 zero, u64 sequence
+//! A file starts with a 32-byte header: 8-byte magic, u32 version, u32 hint, u64 sequence
 //! number (a segment's first record; a snapshot's WAL position), u32 crc32c of the 24 bytes
-//! before it, u32 zero. Records follow, each a 24-byte header and a body:
+//! before it, u32 zero. The hint is 0 in a segment; in a snapshot, the tasks the queue held
+//! when its walk began (saturated), so a load sizes its tables once (files written before it
+//! existed hold 0 there, and older builds ignore it: no version change). Records follow, each a 24-byte header and a body:
 //!
 //! ```text
 //! 0  u32 marker 0x71726174    lets --force-recovery find the next record after damage
@@ -154,6 +156,16 @@ pub fn file_header(magic: [u8; 8], seq: u64) -> [u8; FILE_HEADER_LEN] {
     file_header_version(magic, FORMAT_VERSION, seq)
 }
 
+/// A snapshot's file header, with the tasks its walk began with as the hint.
+pub fn snapshot_header(seq: u64, tasks: usize) -> [u8; FILE_HEADER_LEN] {
+    let mut h = file_header(SNAP_MAGIC, seq);
+    let hint = u32::try_from(tasks).unwrap_or(u32::MAX);
+    h[12..16].copy_from_slice(&hint.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..24]);
+    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
 /// A file header of any version (tests write older formats with it).
 pub fn file_header_version(magic: [u8; 8], version: u32, seq: u64) -> [u8; FILE_HEADER_LEN] {
     let mut h = [0u8; FILE_HEADER_LEN];
@@ -170,6 +182,8 @@ pub fn file_header_version(magic: [u8; 8], version: u32, seq: u64) -> [u8; FILE_
 pub struct FileHeader {
     pub seq: u64,
     pub version: u32,
+    /// A snapshot's task count at its start (0: not known); see the module doc.
+    pub hint: u32,
 }
 
 /// Why a file header was not accepted.
@@ -207,6 +221,7 @@ pub fn parse_file_header(buf: &[u8], magic: [u8; 8]) -> Result<FileHeader, Heade
     Ok(FileHeader {
         seq: u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes")),
         version,
+        hint: u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes")),
     })
 }
 

@@ -1091,7 +1091,10 @@ impl Wal {
         if self
             .writer
             .tx
-            .send(snapshot::ToWriter::Begin { start_seq })
+            .send(snapshot::ToWriter::Begin {
+                start_seq,
+                tasks: queue.len(),
+            })
             .is_err()
         {
             tracing::error!("snapshot writer thread is gone");

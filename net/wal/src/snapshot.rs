@@ -28,7 +28,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tarq_engine::{Queue, TaskId, TubeIx, DEFAULT_TUBE};
+use tarq_engine::{BulkIds, Queue, TaskId, TubeIx, DEFAULT_TUBE};
 
 use super::format::{
     self, Body, HeaderError, Kind, StoredDedup, StoredTask, StoredTube, FILE_HEADER_LEN,
@@ -55,6 +55,8 @@ pub const SNAPSHOT_QUEUE_BLOCKS: usize = 16;
 pub(super) enum ToWriter {
     Begin {
         start_seq: u64,
+        /// The queue's tasks as the walk begins: the header's hint (`format::snapshot_header`).
+        tasks: usize,
     },
     Block(Vec<u8>),
     /// The end record; the thread syncs and reports `Synced`.
@@ -128,11 +130,11 @@ fn writer(
     let mut failed = false;
     for msg in rx {
         let result = match msg {
-            ToWriter::Begin { start_seq } => {
+            ToWriter::Begin { start_seq, tasks } => {
                 failed = false;
                 let tmp = inprogress_name(start_seq);
                 storage.create(&tmp).and_then(|f| {
-                    f.write_all(&format::file_header(format::SNAP_MAGIC, start_seq))?;
+                    f.write_all(&format::snapshot_header(start_seq, tasks))?;
                     bytes = FILE_HEADER_LEN as u64;
                     file = Some((f, start_seq));
                     Ok(None)
@@ -564,6 +566,10 @@ impl TaskBlock {
 }
 
 enum Loading {
+    /// The header's hint: about this many tasks follow (0: not known).
+    Expect(u32),
+    /// Every block is in; the end (or what is wrong) follows once the ids are checked.
+    Drained,
     Tubes(Vec<StoredTube>),
     /// The tasks of one block and the block's offset (for error messages).
     Tasks(TaskBlock, u64),
@@ -571,7 +577,8 @@ enum Loading {
     End(Loaded),
 }
 
-/// Loads `name` into `queue` (which must be new). Any flaw makes the whole snapshot invalid:
+/// Loads `name` into `queue` (which must be new, and is to be discarded on an error). Any flaw
+/// makes the whole snapshot invalid:
 /// the error says what and where. A second thread reads, checks and decodes the blocks while
 /// this one restores the tasks into the queue: on two cores recovery takes about as long as the
 /// engine needs to insert the tasks.
@@ -595,7 +602,7 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         let mut counts = (0u64, 0u64);
         // Tasks come in arena order: list them once all are in, sorted (see the engine's
         // `begin_bulk_restore`).
-        queue.begin_bulk_restore();
+        queue.begin_bulk_restore(BulkIds::Distinct);
         let result = loop {
             match rx.recv() {
                 Ok(Ok(Loading::End(l))) => break Ok(l),
@@ -610,8 +617,10 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         };
         drop(rx);
         let _ = decoder.join();
-        queue.end_bulk_restore();
+        // On failure the queue is discarded as it is: its tasks are not listed (the ids
+        // may not have been checked).
         let loaded = result?;
+        queue.end_bulk_restore();
         if (loaded.tasks, loaded.dedup_keys) != counts {
             return Err(format!(
                 "restored {} tasks and {} dedup keys, the file holds {} and {}",
@@ -621,6 +630,12 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         }
         Ok(loaded)
     })
+}
+
+/// An id that occurs more than once, if any.
+fn repeated_id(mut ids: Vec<TaskId>) -> Option<TaskId> {
+    ids.sort_unstable();
+    ids.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
 }
 
 /// Restores one decoded block; `counts` are the tasks and dedup keys restored so far.
@@ -678,6 +693,9 @@ fn restore_part(
                 counts.1 += 1;
             }
         }
+        Loading::Expect(tasks) => queue.reserve(tasks as usize),
+        // Listing waits for the ids' check (a repeated id would be listed twice).
+        Loading::Drained => queue.sort_bulk_restore(),
         Loading::End(_) => {}
     }
     Ok(())
@@ -742,10 +760,16 @@ fn decode(
     let mut r = std::io::BufReader::with_capacity(1 << 20, reader);
     let header = read_header(&mut r)?;
     let version = header.version;
+    if header.hint > 0 && tx.send(Ok(Loading::Expect(header.hint))).is_err() {
+        return Ok(()); // the restoring side gave up
+    }
     let mut offset = FILE_HEADER_LEN as u64;
     let mut buf = Vec::new();
     let mut expect_block = 1u64;
     let (mut tasks, mut keys) = (0u64, 0u64);
+    // Every task's id, to check on this thread that none comes twice: the restoring thread
+    // looks none up (`BulkIds::Distinct`).
+    let mut ids: Vec<TaskId> = Vec::with_capacity(header.hint as usize);
     loop {
         let rec = read_record(&mut r, &mut buf, offset)?;
         let rec_end = rec.end as u64;
@@ -773,6 +797,7 @@ fn decode(
                 };
                 let batch = entries(&mut body, |b| b.task_with(version, span)).map_err(at)?;
                 tasks += batch.len() as u64;
+                ids.extend(batch.iter().map(|t| t.task.id));
                 let body_start = origin - buf.as_ptr() as usize;
                 let next = recycled.try_recv().unwrap_or_default();
                 let block = TaskBlock {
@@ -818,6 +843,13 @@ fn decode(
                     term,
                     history,
                 };
+                // The restoring side sorts its tasks while the ids are checked here.
+                if tx.send(Ok(Loading::Drained)).is_err() {
+                    return Ok(());
+                }
+                if let Some(id) = repeated_id(ids) {
+                    return Err(format!("task {id} appears twice").into());
+                }
                 let _ = tx.send(Ok(Loading::End(loaded)));
                 return Ok(());
             }

@@ -630,10 +630,29 @@ fn commit(buf: &mut Vec<u8>, seq: u64) {
 /// A data directory as the format before tubes wrote it: a snapshot of tasks 1 and 2 at
 /// position 2, then a segment with a put of task 3 and a take of task 1 (v1 status record).
 fn write_v1_dir(storage: &MemStorage) {
+    let snap = v1_snapshot(&[(1, b"one"), (2, b"two")]);
+    storage.put_file(&format::snapshot_name(2), snap);
+
+    let mut seg = format::file_header_version(WAL_MAGIC, 1, 1).to_vec();
+    // Records 1..=2 are covered by the snapshot.
+    v1_task(&mut seg, 1, 1, b"one");
+    commit(&mut seg, 2);
+    v1_task(&mut seg, 3, 3, b"three");
+    let at = format::begin_record(&mut seg, 4, Kind::Status);
+    seg.extend_from_slice(&1u64.to_le_bytes());
+    seg.push(1); // Taken
+    seg.extend_from_slice(&0u64.to_le_bytes());
+    format::end_small_record(&mut seg, at);
+    commit(&mut seg, 5);
+    storage.put_file(&format::segment_name(1), seg);
+}
+
+/// A version-1 snapshot at position 2 of these tasks (Ready, in `default`), in this order.
+fn v1_snapshot(tasks: &[(u64, &[u8])]) -> Vec<u8> {
     let mut snap = format::file_header_version(SNAP_MAGIC, 1, 2).to_vec();
     let at = format::begin_record(&mut snap, 1, Kind::SnapTasks);
-    snap.extend_from_slice(&2u32.to_le_bytes());
-    for (id, data) in [(1u64, b"one".as_slice()), (2, b"two")] {
+    snap.extend_from_slice(&(tasks.len() as u32).to_le_bytes());
+    for &(id, data) in tasks {
         let mut q = Queue::new();
         q.restore(tarq_engine::RestoredTask {
             id,
@@ -650,24 +669,38 @@ fn write_v1_dir(storage: &MemStorage) {
     }
     format::end_record(&mut snap, at).expect("small");
     let at = format::begin_record(&mut snap, 2, Kind::SnapEnd);
-    for v in [2u64, 2, 2] {
+    let last_id = tasks.iter().map(|t| t.0).max().unwrap_or(0);
+    for v in [2u64, last_id, tasks.len() as u64] {
         snap.extend_from_slice(&v.to_le_bytes());
     }
     format::end_small_record(&mut snap, at);
-    storage.put_file(&format::snapshot_name(2), snap);
+    snap
+}
 
-    let mut seg = format::file_header_version(WAL_MAGIC, 1, 1).to_vec();
-    // Records 1..=2 are covered by the snapshot.
-    v1_task(&mut seg, 1, 1, b"one");
-    commit(&mut seg, 2);
-    v1_task(&mut seg, 3, 3, b"three");
-    let at = format::begin_record(&mut seg, 4, Kind::Status);
-    seg.extend_from_slice(&1u64.to_le_bytes());
-    seg.push(1); // Taken
-    seg.extend_from_slice(&0u64.to_le_bytes());
-    format::end_small_record(&mut seg, at);
-    commit(&mut seg, 5);
-    storage.put_file(&format::segment_name(1), seg);
+#[test]
+fn a_snapshot_listing_an_id_twice_is_refused_and_recovery_replays_the_wal() {
+    // The load looks no id up as it restores (its reading thread checks them all): a
+    // snapshot that is sound record by record but lists a task twice must still be refused.
+    let storage = MemStorage::new();
+    write_v1_dir(&storage);
+    let twice = v1_snapshot(&[(2, b"two"), (1, b"one"), (2, b"two")]);
+    storage.put_file(&format::snapshot_name(2), twice);
+    let mut q = Queue::new();
+    let name = format::snapshot_name(2);
+    match tarq_wal::snapshot::load(&storage, &name, &mut q) {
+        Err(tarq_wal::snapshot::LoadError::Damaged(e)) => {
+            assert!(e.contains("task 2 appears twice"), "{e}")
+        }
+        other => panic!(
+            "a repeated id must be refused: {:?}",
+            other.map(|l| l.tasks)
+        ),
+    }
+    let (_wal, q, report) = open(&storage);
+    assert!(report.snapshot.is_none(), "the snapshot is not used");
+    let mut ids: Vec<u64> = q.iter().map(|t| t.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 3], "the WAL from its start, without the snapshot");
 }
 
 #[test]
