@@ -552,6 +552,7 @@ struct Span {
 /// spans of those bytes. The engine copies a payload into its own records, so lending it
 /// from the block spares an allocation and a free per task (and the free would be on the
 /// other thread's heap). The bytes go back to the reader for the next block.
+#[derive(Default)]
 struct TaskBlock {
     bytes: Vec<u8>,
     /// Where the record's body begins in `bytes` (spans count from there).
@@ -585,9 +586,10 @@ enum Loading {
 pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Loaded, LoadError> {
     let reader = storage.open_read(name).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::sync_channel(LOAD_QUEUE_BLOCKS);
-    // Block buffers restored go back to the reader: the next block is read into memory
-    // already mapped, not fresh pages the kernel must fault in and zero.
-    let (recycle, recycled) = mpsc::sync_channel(LOAD_QUEUE_BLOCKS + 2);
+    // Blocks restored go back to the reader, their buffers to be filled again: the next
+    // block is read and decoded into memory already mapped, not fresh pages the kernel must
+    // fault in and zero (and, on this thread, unmap).
+    let (recycle, recycled) = mpsc::sync_channel::<TaskBlock>(LOAD_QUEUE_BLOCKS + 2);
     std::thread::scope(|scope| {
         let decoder = std::thread::Builder::new()
             .name("tarq-snap-load".into())
@@ -643,7 +645,7 @@ fn restore_part(
     queue: &mut Queue,
     part: Loading,
     counts: &mut (u64, u64),
-    recycle: &SyncSender<Vec<u8>>,
+    recycle: &SyncSender<TaskBlock>,
 ) -> Result<(), String> {
     match part {
         Loading::Tubes(tubes) => {
@@ -678,7 +680,7 @@ fn restore_part(
                 counts.0 += 1;
             }
             // The reader may have stopped (it then needs no buffers): nothing to do.
-            let _ = recycle.try_send(block.bytes);
+            let _ = recycle.try_send(block);
         }
         Loading::Dedup(keys, offset) => {
             for d in keys {
@@ -740,14 +742,25 @@ fn entries<'a, T>(
     body: &mut Body<'a>,
     one: impl Fn(&mut Body<'a>) -> Result<T, String>,
 ) -> Result<Vec<T>, String> {
+    let mut out = Vec::new();
+    entries_into(body, &mut out, one)?;
+    Ok(out)
+}
+
+/// [`entries`] into `out` (emptied first), reusing its allocation.
+fn entries_into<'a, T>(
+    body: &mut Body<'a>,
+    out: &mut Vec<T>,
+    one: impl Fn(&mut Body<'a>) -> Result<T, String>,
+) -> Result<(), String> {
     let count = body.u32()?;
+    out.clear();
     // Each entry takes more than a byte: a damaged count cannot make this allocate much.
-    let mut out = Vec::with_capacity((count as usize).min(body.0.len()));
+    out.reserve((count as usize).min(body.0.len()));
     for _ in 0..count {
         out.push(one(body)?);
     }
-    body.finish()?;
-    Ok(out)
+    body.finish()
 }
 
 /// Reads and checks every record of a snapshot, sending decoded blocks; `Err` says what is
@@ -755,7 +768,7 @@ fn entries<'a, T>(
 fn decode(
     reader: Box<dyn Read + Send>,
     tx: &Sender,
-    recycled: &Receiver<Vec<u8>>,
+    recycled: &Receiver<TaskBlock>,
 ) -> Result<(), LoadError> {
     let mut r = std::io::BufReader::with_capacity(1 << 20, reader);
     let header = read_header(&mut r)?;
@@ -769,7 +782,9 @@ fn decode(
     let (mut tasks, mut keys) = (0u64, 0u64);
     // Every task's id, to check on this thread that none comes twice: the restoring thread
     // looks none up (`BulkIds::Distinct`).
-    let mut ids: Vec<TaskId> = Vec::with_capacity(header.hint as usize);
+    // Sized from the hint up to 16M ids (128 MiB); a bigger queue's grow as they come.
+    let mut ids: Vec<TaskId> = Vec::with_capacity((header.hint as usize).min(1 << 24));
+    let mut spare_tasks = Vec::new();
     loop {
         let rec = read_record(&mut r, &mut buf, offset)?;
         let rec_end = rec.end as u64;
@@ -795,13 +810,15 @@ fn decode(
                     start: (b.as_ptr() as usize - origin) as u32,
                     len: b.len() as u32,
                 };
-                let batch = entries(&mut body, |b| b.task_with(version, span)).map_err(at)?;
+                let mut batch = std::mem::take(&mut spare_tasks);
+                entries_into(&mut body, &mut batch, |b| b.task_with(version, span)).map_err(at)?;
                 tasks += batch.len() as u64;
                 ids.extend(batch.iter().map(|t| t.task.id));
                 let body_start = origin - buf.as_ptr() as usize;
-                let next = recycled.try_recv().unwrap_or_default();
+                let next = recycled.try_recv().unwrap_or_else(|_| TaskBlock::default());
+                spare_tasks = next.tasks;
                 let block = TaskBlock {
-                    bytes: std::mem::replace(&mut buf, next),
+                    bytes: std::mem::replace(&mut buf, next.bytes),
                     body_start,
                     tasks: batch,
                 };
