@@ -104,6 +104,7 @@ fn args() -> Args {
 }
 
 fn main() {
+    tarq_benches::allocator_as_in_the_server();
     match std::env::args().nth(1).as_deref() {
         Some("restart-loop") => return restart_loop::main(),
         Some("recover") => return recover_only(),

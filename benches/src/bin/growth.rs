@@ -83,6 +83,7 @@ fn cycle_ns(resident: usize) -> f64 {
 }
 
 fn main() {
+    tarq_benches::allocator_as_in_the_server();
     let n: usize = std::env::args()
         .nth(1)
         .map(|s| s.parse().expect("TASKS is a number"))
