@@ -351,7 +351,11 @@ fn write_record(a: &Args, load_before: &str, figures: Figures) {
             "wal_mode": "write",
             "fill_puts_per_turn": FILL_PER_TURN,
             "load_per_turn": LOAD_PER_TURN,
-            "snapshot_tasks_per_turn": tarq_wal::snapshot::SNAPSHOT_TASKS_PER_TURN,
+            "snapshot_duty_percent": tarq_wal::snapshot::SNAPSHOT_DUTY_PERCENT,
+            "snapshot_step_us": [
+                tarq_wal::snapshot::SNAPSHOT_STEP_MIN.as_micros() as u64,
+                tarq_wal::snapshot::SNAPSHOT_STEP_MAX.as_micros() as u64,
+            ],
             "snapshot_slots_per_turn": tarq_wal::snapshot::SNAPSHOT_SLOTS_PER_TURN,
         }),
     );

@@ -318,6 +318,11 @@ pub struct Wal {
     last_snapshot_bytes: u64,
     /// When the newest snapshot was committed (or the WAL opened): the interval trigger.
     last_snapshot_at: Instant,
+    /// When the walk's last step ended (`None` before a walk's first): the work since then
+    /// sets the next step's share (`snapshot::step_budget`).
+    last_walk_end: Option<Instant>,
+    /// Set while `step_blocking` polls: nobody waits, so the walk takes long steps.
+    unpaced: bool,
     events: Vec<Event>,
     vanished: Vec<TaskId>,
     /// Tubes created and dropped within the open turn: nothing of them is logged.
@@ -427,6 +432,8 @@ impl Wal {
             bytes_since_snapshot: report.wal_bytes_since_snapshot,
             last_snapshot_bytes: report.snapshot_bytes,
             last_snapshot_at: opened_at,
+            last_walk_end: None,
+            unpaced: false,
             events: Vec::new(),
             vanished: Vec::new(),
             vanished_tubes: Vec::new(),
@@ -1000,8 +1007,22 @@ impl Wal {
         if let SnapState::Walking(walk) = &mut self.snap {
             // `poll` appended every journaled event first, so `last_seq` covers all the walk saw.
             let t0 = Instant::now();
-            let step = walk.step(queue, &self.writer.tx, &self.writer.free, self.last_seq);
-            let took = t0.elapsed().as_micros() as u64;
+            let budget = if self.unpaced {
+                snapshot::SNAPSHOT_STEP_UNPACED
+            } else {
+                // The work since the last step (the turn's requests) sets this one's share.
+                snapshot::step_budget(self.last_walk_end.map_or(Duration::ZERO, |e| t0 - e))
+            };
+            let step = walk.step(
+                queue,
+                &self.writer.tx,
+                &self.writer.free,
+                self.last_seq,
+                t0 + budget,
+            );
+            let end = Instant::now();
+            self.last_walk_end = Some(end);
+            let took = (end - t0).as_micros() as u64;
             self.stats.snapshot_walk_steps += 1;
             self.stats.snapshot_longest_step_us = self.stats.snapshot_longest_step_us.max(took);
             match step {
@@ -1103,6 +1124,7 @@ impl Wal {
         tracing::info!(start_seq, tasks = queue.len(), "snapshot started");
         self.stats.snapshot_walk_steps = 0;
         self.stats.snapshot_longest_step_us = 0;
+        self.last_walk_end = None;
         let (term, history) = (self.terms.last_term(), self.terms.history);
         self.snap = SnapState::Walking(snapshot::Walk::new(queue, term, history));
     }
@@ -1209,7 +1231,10 @@ impl Wal {
     fn step_blocking(&mut self, queue: &mut Queue, deadline: Instant) -> Result<(), WalError> {
         self.append_turn(queue);
         self.submit();
+        // Nobody waits for this loop: the walk is not paced.
+        self.unpaced = true;
         self.poll(queue);
+        self.unpaced = false;
         if Instant::now() >= deadline {
             return Err(WalError::io(
                 "snapshot",

@@ -96,6 +96,11 @@ impl MemStorage {
         self.lock().writes
     }
 
+    /// File syncs done so far (directory syncs not counted).
+    pub fn syncs(&self) -> u64 {
+        self.lock().syncs
+    }
+
     /// Simulates a crash and a reboot: afterwards the directory holds what survived, every
     /// fault is cleared, and handles opened before keep writing into files no name reaches.
     pub fn crash(&self, how: Crash) {

@@ -1,9 +1,12 @@
 //! Snapshots: the whole queue in one `.snap` file, so recovery does not replay the WAL from the
 //! beginning of time and old WAL segments can go.
 //!
-//! The loop walks the engine's arena positions (`Queue::task_at`) a bounded number per turn
-//! (`SNAPSHOT_SLOTS_PER_TURN`, at most `SNAPSHOT_TASKS_PER_TURN` tasks encoded) and encodes the
-//! live tasks into blocks, so a walk costs what the queue holds, never the ids ever issued; a writer thread writes the blocks to
+//! The loop walks the engine's arena positions (`Queue::task_at`) a step per turn and encodes
+//! the live tasks into blocks, so a walk costs what the queue holds, never the ids ever issued.
+//! A step lasts `SNAPSHOT_DUTY_PERCENT` of the turn's other work (`step_budget`, within
+//! `SNAPSHOT_STEP_MIN..=SNAPSHOT_STEP_MAX`, at most `SNAPSHOT_SLOTS_PER_TURN` positions): a
+//! snapshot takes a bounded share of a busy loop, and an idle loop walks as fast as it spins.
+//! A writer thread writes the blocks to
 //! `<start>.snap.inprogress`, syncs it, and — once the WAL is durable up to the last record
 //! the walk could have seen — renames it to `<start>.snap`, syncs the directory and removes what
 //! the new snapshot makes unnecessary. The image is "fuzzy": each task is captured at the turn
@@ -27,6 +30,7 @@ use std::io::Read;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tarq_engine::{BulkIds, Queue, TaskId, TubeIx, DEFAULT_TUBE};
 
@@ -37,17 +41,44 @@ use super::format::{
 use super::storage::{Storage, StorageFile};
 use super::{files_to_remove, Notify};
 
-/// Tasks the walk encodes per loop turn: about 50 µs of copying at ~50 ns each, far under the
-/// pause budget, yet a 1M-task queue is walked in ~1000 turns.
-pub const SNAPSHOT_TASKS_PER_TURN: usize = 1024;
-/// Arena positions the walk looks at per turn: an empty position costs a byte compare, so
-/// 16k of them (a drained arena) stay within tens of µs.
+/// The share of the loop's time a walk takes while the loop serves requests: each step may
+/// last this fraction of the step and the work before it (`step_budget`). A fixed number of
+/// tasks per turn instead (1024, once) cost a busy loop with short turns half its throughput
+/// for the whole walk of a 10M backlog — and one such walk came every ~30 s. At a fifth, a
+/// snapshot takes at most a fifth of the loop while it runs, and lasts longer in turn.
+pub const SNAPSHOT_DUTY_PERCENT: u32 = 20;
+/// The shortest step, however short the turns: an idle loop (which spins while a walk is
+/// under way) walks in steps of this, and a loop answering one request per turn gives the walk
+/// at most about this much per request.
+pub const SNAPSHOT_STEP_MIN: Duration = Duration::from_micros(10);
+/// The longest step: the most a walk adds to one turn's latency.
+pub const SNAPSHOT_STEP_MAX: Duration = Duration::from_micros(250);
+/// A step when nobody waits for the loop (`Wal::snapshot_now`, a stop): long, so a blocking
+/// snapshot is not slowed by pacing meant for a serving loop.
+pub const SNAPSHOT_STEP_UNPACED: Duration = Duration::from_millis(5);
+/// Arena positions the walk looks at per turn at most: an empty position costs a byte
+/// compare, so 16k of them (a drained arena) stay within tens of µs.
 pub const SNAPSHOT_SLOTS_PER_TURN: usize = 16 * 1024;
+/// Positions walked between two looks at the clock (~25 ns each).
+const CLOCK_EVERY: usize = 16;
+
+/// How long the next walk step may take, after `foreground` of other work since the last one:
+/// `SNAPSHOT_DUTY_PERCENT` of the two together, within `SNAPSHOT_STEP_MIN..=SNAPSHOT_STEP_MAX`.
+pub fn step_budget(foreground: Duration) -> Duration {
+    let duty = SNAPSHOT_DUTY_PERCENT;
+    (foreground * duty / (100 - duty)).clamp(SNAPSHOT_STEP_MIN, SNAPSHOT_STEP_MAX)
+}
 /// Dedup keys the walk encodes per turn: like tasks, small copies.
 pub const SNAPSHOT_DEDUP_PER_TURN: usize = 1024;
 /// A block is handed to the writer thread once it holds this much: large enough that the
 /// per-block record header and channel hop cost nothing, small enough to bound the copy.
 pub const SNAPSHOT_BLOCK_BYTES: usize = 1 << 20;
+/// The writer thread syncs the snapshot file each time this many bytes went in since its last
+/// sync, as Redis's `rdb-save-incremental-fsync` (32 MB) and RocksDB's `bytes_per_sync` do: the
+/// kernel then never holds a whole snapshot's worth of dirty pages (a gigabyte for a 10M
+/// backlog) to flush at the final sync, a flush during which the WAL's own writes — the loop's
+/// — queue behind it on the same disk and journal.
+pub const SNAPSHOT_SYNC_EVERY_BYTES: u64 = 32 << 20;
 /// Blocks in flight to the writer thread; the walk pauses when the disk is this far behind,
 /// so a slow disk bounds the memory a snapshot takes to this many blocks.
 pub const SNAPSHOT_QUEUE_BLOCKS: usize = 16;
@@ -126,6 +157,7 @@ fn writer(
 ) {
     let mut file: Option<(Arc<dyn StorageFile>, u64)> = None;
     let mut bytes = 0u64;
+    let mut synced = 0u64;
     // After a failure the rest of that snapshot's messages are dropped until the next Begin.
     let mut failed = false;
     for msg in rx {
@@ -136,6 +168,7 @@ fn writer(
                 storage.create(&tmp).and_then(|f| {
                     f.write_all(&format::snapshot_header(start_seq, tasks))?;
                     bytes = FILE_HEADER_LEN as u64;
+                    synced = 0;
                     file = Some((f, start_seq));
                     Ok(None)
                 })
@@ -144,7 +177,11 @@ fn writer(
             ToWriter::Block(mut block) => match &file {
                 Some((f, _)) => {
                     bytes += block.len() as u64;
-                    let written = f.write_all(&block).map(|()| None);
+                    let mut written = f.write_all(&block).map(|()| None);
+                    if written.is_ok() && bytes - synced >= SNAPSHOT_SYNC_EVERY_BYTES {
+                        written = f.sync().map(|()| None);
+                        synced = bytes;
+                    }
                     block.clear();
                     // The walk may be over (its blocks are then dropped with the rest).
                     let _ = emptied.send(block);
@@ -362,6 +399,7 @@ impl Walk {
         tx: &SyncSender<ToWriter>,
         free: &Receiver<Vec<u8>>,
         last_seq: u64,
+        until: Instant,
     ) -> Step {
         self.spare.extend(free.try_iter());
         if let Some(m) = self.stalled.take() {
@@ -377,11 +415,11 @@ impl Walk {
         // Tasks put after the start may take positions beyond the arena's end at the start;
         // their puts are in the WAL, so the walk does not go back once the arena is done.
         let r = if !self.tasks_done && self.cursor < queue.arena_end() {
-            self.walk_tasks(queue, tx)
+            self.walk_tasks(queue, tx, until)
         } else if !self.tasks_done {
             self.end_tasks(tx)
         } else if self.dedup.iter().any(|(_, s)| !s.is_empty()) {
-            self.walk_dedup(queue, tx)
+            self.walk_dedup(queue, tx, until)
         } else {
             return self.seal(queue, tx, last_seq);
         };
@@ -397,13 +435,14 @@ impl Walk {
         &mut self,
         queue: &Queue,
         tx: &SyncSender<ToWriter>,
+        until: Instant,
     ) -> Result<(), Option<String>> {
+        let start = self.cursor;
         let stop = self.cursor.saturating_add(SNAPSHOT_SLOTS_PER_TURN);
-        let mut encoded = 0;
-        while self.cursor < stop
-            && self.cursor < queue.arena_end()
-            && encoded < SNAPSHOT_TASKS_PER_TURN
-        {
+        while self.cursor < stop && self.cursor < queue.arena_end() {
+            if (self.cursor - start) % CLOCK_EVERY == CLOCK_EVERY - 1 && Instant::now() >= until {
+                break;
+            }
             let Some(t) = queue.task_at(self.cursor).filter(|t| self.captures(t.tube)) else {
                 self.cursor += 1;
                 continue;
@@ -420,7 +459,6 @@ impl Walk {
                 .map_err(|e| Some(format!("task {} cannot be written: {e}", t.id)))?;
             self.block_count += 1;
             self.tasks += 1;
-            encoded += 1;
             self.cursor += 1;
         }
         Ok(())
@@ -445,11 +483,15 @@ impl Walk {
         &mut self,
         queue: &Queue,
         tx: &SyncSender<ToWriter>,
+        until: Instant,
     ) -> Result<(), Option<String>> {
         let mut encoded = 0;
         for i in 0..self.dedup.len() {
             let tube = self.dedup[i].0;
             while encoded < SNAPSHOT_DEDUP_PER_TURN {
+                if encoded % CLOCK_EVERY == CLOCK_EVERY - 1 && Instant::now() >= until {
+                    return Ok(());
+                }
                 let Some(seq) = self.dedup[i].1.next() else {
                     break;
                 };
@@ -878,5 +920,19 @@ fn decode(
             return Ok(()); // the restoring side gave up
         }
         offset += rec_end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_takes_its_share_of_the_turn_within_bounds() {
+        let us = Duration::from_micros;
+        assert_eq!(step_budget(Duration::ZERO), SNAPSHOT_STEP_MIN, "idle loop");
+        // 400 µs of requests: a fifth of 500 µs is 100 µs of walk.
+        assert_eq!(step_budget(us(400)), us(100));
+        assert_eq!(step_budget(Duration::from_secs(1)), SNAPSHOT_STEP_MAX);
     }
 }

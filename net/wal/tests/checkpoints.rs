@@ -303,3 +303,43 @@ fn a_queue_with_a_billion_id_history_snapshots_in_one_turn() {
         "ids continue above the history"
     );
 }
+
+/// A big snapshot is synced as it is written, every `SNAPSHOT_SYNC_EVERY_BYTES`, not only once
+/// at its end: the kernel never holds the whole snapshot dirty, to be flushed in one go while
+/// the WAL's writes wait behind it.
+#[test]
+fn a_big_snapshot_is_synced_as_it_is_written() {
+    use tarq_wal::snapshot::SNAPSHOT_SYNC_EVERY_BYTES;
+    let storage = MemStorage::new();
+    let big_segments = WalConfig {
+        segment_bytes: 64 << 20,
+        ..cfg(0)
+    };
+    let (mut wal, mut q, _) = open_mem(&storage, big_segments);
+    put_turns(&mut wal, &mut q, 1, 10);
+    let before = storage.syncs();
+    wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    let small = storage.syncs() - before;
+    // Two and a half times the interval of 4 KiB payloads, in a few turns.
+    let size = 4096;
+    let tasks = (SNAPSHOT_SYNC_EVERY_BYTES as usize * 5 / 2) / size;
+    for _ in 0..8 {
+        for _ in 0..tasks / 8 {
+            q.put(START, vec![b'b'; size], PutOptions::default());
+        }
+        wal.append_turn(&mut q);
+        wal.submit();
+        wal.poll(&mut q);
+    }
+    settle(&mut wal, &mut q);
+    let before = storage.syncs();
+    let name = wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    let big = storage.syncs() - before;
+    let bytes = storage.contents(&name).expect("written").len() as u64;
+    assert!(bytes > 2 * SNAPSHOT_SYNC_EVERY_BYTES, "{bytes} bytes");
+    assert_eq!(
+        big,
+        small + bytes / SNAPSHOT_SYNC_EVERY_BYTES,
+        "one sync per {SNAPSHOT_SYNC_EVERY_BYTES} bytes of a {bytes}-byte snapshot, then the last"
+    );
+}
