@@ -10,6 +10,7 @@ pub mod payload;
 pub mod plot;
 pub mod proto;
 pub mod report;
+pub mod restart;
 pub mod runner;
 pub mod single;
 pub mod stats;

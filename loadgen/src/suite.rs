@@ -9,6 +9,7 @@
 use crate::plot;
 use crate::proto::iproto::{Api, TubeType};
 use crate::report::{self, thousands, Machine, Summary};
+use crate::restart::{self, RestartArgs, RestartRecord};
 use crate::single::{self, RunArgs};
 use crate::target::{self, SpawnOptions, Target};
 use anyhow::{bail, Context, Result};
@@ -99,6 +100,14 @@ pub struct SuiteArgs {
     /// memory).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = BACKLOG_ROWS_TASKS)]
     pub backlog_rows: Option<u64>,
+    /// Add the restart loop: tarq started and stopped CYCLES times (default 20) on one data
+    /// directory, each lifetime putting and acking `--restart-messages` (less WAL than the
+    /// snapshot threshold); recovery time and the directory's size per cycle.
+    #[arg(long, value_name = "CYCLES", num_args = 0..=1, default_missing_value = "20")]
+    pub restart_rows: Option<usize>,
+    /// Messages each lifetime of the restart loop puts and acks (~230 bytes of WAL each).
+    #[arg(long, default_value_t = 400_000)]
+    pub restart_messages: u64,
     /// Only regenerate the suite's section of results/README.md and the charts from the newest (or this) results
     /// directory, without running anything.
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
@@ -299,9 +308,52 @@ pub fn run(args: &SuiteArgs) -> Result<()> {
     }
     let reference = tarq_at_open.as_ref().or(tarq_best.as_ref());
     run_open_loop(args, &dir, reference, &mut record)?;
+    if let Some(cycles) = args
+        .restart_rows
+        .filter(|_| targets.contains(&Target::Tarq))
+    {
+        run_restart_loop(args, &dir, cycles, tarq_bin.clone())?;
+    }
 
     finish(&results, &dir, &mut record)
 }
+
+/// The restart loop (`restart::run`), its record written beside the runs as
+/// `RESTART_FILE`.
+fn run_restart_loop(
+    args: &SuiteArgs,
+    dir: &Path,
+    cycles: usize,
+    tarq_bin: Option<PathBuf>,
+) -> Result<()> {
+    let two_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let pin = two_cores && !args.no_pin;
+    let a = RestartArgs {
+        cycles,
+        messages: args.restart_messages,
+        payload: args.payload,
+        tarq_bin,
+        target_args: Vec::new(),
+        target_cpu: pin.then_some(single::TARGET_CORE),
+        cpu: pin.then_some(single::LOADGEN_CORE),
+    };
+    eprintln!(
+        "restart loop: {cycles} lifetimes of {} messages",
+        a.messages
+    );
+    let record = restart::run(&a, |c| {
+        eprintln!(
+            "  cycle {}: started in {:.0} ms, {:.0} msgs/s, directory {} bytes ({} snapshots, {} WAL segments)",
+            c.cycle, c.start_ms, c.msgs_per_s, c.dir_bytes, c.snapshots, c.wal_segments
+        )
+    })?;
+    let text = serde_json::to_string_pretty(&record)? + "\n";
+    std::fs::write(dir.join(RESTART_FILE), text)
+        .with_context(|| format!("writing {}", dir.join(RESTART_FILE).display()))
+}
+
+/// The restart loop's record in a suite's directory.
+const RESTART_FILE: &str = "restart-loop.json";
 
 /// tarq's rate at a shape and the arguments that reached it.
 type TarqRate = Option<(f64, RunArgs)>;
@@ -696,6 +748,7 @@ fn newest_suite(results: &Path) -> Result<PathBuf> {
 struct Loaded {
     record: SuiteRecord,
     runs: Vec<(RunEntry, Option<Summary>)>,
+    restart: Option<RestartRecord>,
 }
 
 fn load(dir: &Path) -> Result<Loaded> {
@@ -710,7 +763,19 @@ fn load(dir: &Path) -> Result<Loaded> {
         };
         runs.push((e.clone(), s));
     }
-    Ok(Loaded { record, runs })
+    let restart = match std::fs::read_to_string(dir.join(RESTART_FILE)) {
+        Ok(text) => Some(
+            serde_json::from_str(&text)
+                .with_context(|| format!("reading {}/{RESTART_FILE}", dir.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).context(format!("reading {}/{RESTART_FILE}", dir.display())),
+    };
+    Ok(Loaded {
+        record,
+        runs,
+        restart,
+    })
 }
 
 impl Loaded {
@@ -906,6 +971,7 @@ fn render(
     render_goals(&mut o, l);
     render_open_loop(&mut o, l);
     render_backlogs(&mut o, l);
+    render_restarts(&mut o, l);
     render_every_run(&mut o, rel, l);
     render_charts(&mut o, rel, charts);
     render_reproduce(&mut o, l);
@@ -1205,6 +1271,57 @@ fn render_backlogs(o: &mut String, l: &Loaded) {
         o,
         "\nLatencies and stalls in µs; `stall` is the longest a connection waited for a reply with \
          a request outstanding; `left` is the messages put and not yet acked when the phase ended.\n"
+    );
+}
+
+/// The restart loop, a row per lifetime.
+fn render_restarts(o: &mut String, l: &Loaded) {
+    let Some(r) = &l.restart else {
+        return;
+    };
+    let _ = writeln!(
+        o,
+        "### Restart loop
+"
+    );
+    let _ = writeln!(
+        o,
+        "tarq started and stopped (SIGTERM) {} times on one data directory, with its defaults{}; \
+         each lifetime puts {} messages of {} bytes and takes and acks them all, so the queue is \
+         empty at every stop and no lifetime alone writes the WAL a snapshot waits for. `start` \
+         is from starting the process to its first answer (recovery included, in 25 ms probe \
+         steps); the directory is measured after the stop.\n",
+        r.cycles.len(),
+        if r.target_args.is_empty() {
+            String::new()
+        } else {
+            format!(" and `{}`", r.target_args.join(" "))
+        },
+        thousands(r.messages_per_cycle as f64),
+        r.payload
+    );
+    let _ = writeln!(
+        o,
+        "| cycle | start (ms) | msgs/s | errors | unacked | directory | snapshots | WAL segments |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for c in &r.cycles {
+        let _ = writeln!(
+            o,
+            "| {} | {:.0} | {} | {} | {} | {:.1} MB | {} | {} |",
+            c.cycle,
+            c.start_ms,
+            thousands(c.msgs_per_s),
+            c.errors,
+            c.unacked,
+            c.dir_bytes as f64 / 1e6,
+            c.snapshots,
+            c.wal_segments
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nLargest directory after a stop: {:.1} MB.\n",
+        r.peak_dir_bytes() as f64 / 1e6
     );
 }
 

@@ -166,7 +166,8 @@ pub struct Spawned {
     pub addr: SocketAddr,
     child: Child,
     log: PathBuf,
-    // Kept for its Drop: the data directory disappears with the target.
+    // Kept for its Drop: the temporary directory (the data, unless given, and the log)
+    // disappears with the target.
     _dir: tempfile::TempDir,
 }
 
@@ -287,6 +288,12 @@ pub fn tarq_binary(opts: &SpawnOptions) -> Result<PathBuf> {
 
 /// Start `target` on a free port and a fresh data directory and wait until it answers.
 pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
+    spawn_in(target, opts, None)
+}
+
+/// [`spawn`], with the data in `data_dir` when given: kept after the target stops, so the
+/// next start recovers from it (the restart loop). The log goes to a temporary directory.
+pub fn spawn_in(target: Target, opts: &SpawnOptions, data_dir: Option<&Path>) -> Result<Spawned> {
     if let Some(why) = target.unavailable() {
         bail!(why);
     }
@@ -294,10 +301,11 @@ pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
         .prefix(&format!("tarq-loadgen-{}-", target.name()))
         .tempdir()
         .context("creating a temporary data directory")?;
+    let data = data_dir.unwrap_or(dir.path());
     let port = free_port()?;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let log = dir.path().join(format!("{}.log", target.name()));
-    let mut cmd = command(target, opts, dir.path(), addr, &log)?;
+    let mut cmd = command(target, opts, data, addr, &log)?;
     if !opts.args.is_empty() {
         if target.is_lua_script() {
             bail!("{target} runs a Lua script on Tarantool, which takes no extra arguments");
