@@ -7,10 +7,10 @@ pub mod baseline;
 pub mod report;
 
 /// Sets glibc's allocator as `tarq` does at start (`tarq_net::server::MMAP_THRESHOLD_BYTES`):
-/// blocks from 1 MiB up are their own fresh mappings. Without it glibc raises the threshold
-/// as big blocks are freed, and a later 4 MiB record chunk comes from the heap and is zeroed
-/// by `memset` (~0.35 ms on the bench machine) where the server gets untouched zero pages: a
-/// bench of the engine's stalls must allocate as the server does. Call first in `main`.
+/// blocks from 1 MiB up are their own fresh mappings. Without it glibc raises its threshold as
+/// big blocks are freed, and later big blocks (a 4 MiB record chunk, a grown table) may come
+/// from the heap instead, zeroed or copied where the server maps them fresh: a bench of the
+/// engine's stalls and recovery must allocate as the server does. Call first in `main`.
 pub fn allocator_as_in_the_server() {
     // SAFETY: mallopt only sets an allocator parameter; called before any other thread runs.
     unsafe {
