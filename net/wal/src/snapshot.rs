@@ -579,6 +579,9 @@ impl From<String> for LoadError {
 /// busy, few enough that a fast reader holds at most a few MiB of decoded tasks.
 const LOAD_QUEUE_BLOCKS: usize = 4;
 
+/// The most tasks a snapshot header's hint may size tables for (64M: ~6 GB of tasks).
+const HINT_CAP: u32 = 1 << 26;
+
 /// Tasks restored ahead of the one being restored whose id-index line is asked for: a few
 /// hundred ns of lead, the time of a cache miss.
 const PREFETCH_AHEAD: usize = 8;
@@ -815,7 +818,11 @@ fn decode(
     let mut r = std::io::BufReader::with_capacity(1 << 20, reader);
     let header = read_header(&mut r)?;
     let version = header.version;
-    if header.hint > 0 && tx.send(Ok(Loading::Expect(header.hint))).is_err() {
+    // The hint sizes tables before a task is read: trusted up to `HINT_CAP` tasks, so a
+    // damaged one (the header's checksum passed, but still) reserves little; a bigger queue's
+    // tables grow as its blocks come, as without a hint.
+    let hint = header.hint.min(HINT_CAP);
+    if hint > 0 && tx.send(Ok(Loading::Expect(hint))).is_err() {
         return Ok(()); // the restoring side gave up
     }
     let mut offset = FILE_HEADER_LEN as u64;
@@ -824,8 +831,7 @@ fn decode(
     let (mut tasks, mut keys) = (0u64, 0u64);
     // Every task's id, to check on this thread that none comes twice: the restoring thread
     // looks none up (`BulkIds::Distinct`).
-    // Sized from the hint up to 16M ids (128 MiB); a bigger queue's grow as they come.
-    let mut ids: Vec<TaskId> = Vec::with_capacity((header.hint as usize).min(1 << 24));
+    let mut ids: Vec<TaskId> = Vec::with_capacity(hint as usize);
     let mut spare_tasks = Vec::new();
     loop {
         let rec = read_record(&mut r, &mut buf, offset)?;
