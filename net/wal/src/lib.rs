@@ -70,6 +70,9 @@ pub const DEFAULT_SNAPSHOT_EVERY_BYTES: u64 = 256 << 20;
 /// snapshot work stays at most the WAL's own at any backlog, and recovery replays at most
 /// that much WAL on top of the snapshot.
 pub const SNAPSHOT_WAL_RATIO: u64 = 1;
+/// The WAL buffer's capacity kept between turns: a busy turn's records fit many times over;
+/// a buffer a big record grew shrinks back to this once its turns are durable.
+const WAL_BUF_RESTING_BYTES: usize = 1 << 20;
 /// Snapshots kept; the WAL from the oldest kept one on is kept too. Two, so a snapshot found
 /// damaged at start still has a predecessor.
 pub const DEFAULT_KEEP_SNAPSHOTS: usize = 2;
@@ -807,6 +810,13 @@ impl Wal {
             self.batches.pop_front();
         }
         self.buf.drain(..cut);
+        if self.buf.capacity() > WAL_BUF_RESTING_BYTES
+            && self.buf.len() <= WAL_BUF_RESTING_BYTES / 2
+        {
+            // A big turn (a put of a big payload) grew the buffer: give it back, or the
+            // process keeps a copy's worth of memory for good.
+            self.buf.shrink_to(WAL_BUF_RESTING_BYTES);
+        }
         self.unwritten -= cut;
         for b in &mut self.batches {
             b.start -= cut;
@@ -933,6 +943,11 @@ impl Wal {
     /// timers only, or none at all.
     pub fn submitted_change(&self) -> Option<u64> {
         self.submitted_change
+    }
+
+    /// Bytes the log holds allocated for records not yet durable (its buffer's capacity).
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// The last sequence number given to a record (a replica's position once applied).

@@ -343,3 +343,33 @@ fn a_big_snapshot_is_synced_as_it_is_written() {
         "one sync per {SNAPSHOT_SYNC_EVERY_BYTES} bytes of a {bytes}-byte snapshot, then the last"
     );
 }
+
+/// A big put grows the log's buffer for its turn; once the turn is durable the buffer shrinks
+/// back, so the process does not keep a copy of the payload's size for good.
+#[test]
+fn the_log_gives_back_a_big_records_buffer_once_it_is_durable() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open_mem(
+        &storage,
+        WalConfig {
+            segment_bytes: 64 << 20,
+            ..cfg(0)
+        },
+    );
+    let big = 8 << 20;
+    q.put(START, vec![b'b'; big], PutOptions::default());
+    wal.append_turn(&mut q);
+    assert!(wal.buffer_capacity() >= big, "the record is in the buffer");
+    wal.submit();
+    wal.flush(&mut q, WAIT).expect("flushed");
+    put_turns(&mut wal, &mut q, 3, 10);
+    wal.flush(&mut q, WAIT).expect("flushed");
+    assert!(
+        wal.buffer_capacity() <= 1 << 20,
+        "{} bytes kept after the big turn",
+        wal.buffer_capacity()
+    );
+    drop(wal);
+    let (_wal, q2, _) = open_mem(&storage, cfg(0));
+    assert_eq!(q2.len(), 4, "the big task and the small ones recovered");
+}
