@@ -70,6 +70,8 @@ pub const DEFAULT_SNAPSHOT_EVERY_BYTES: u64 = 256 << 20;
 /// snapshot work stays at most the WAL's own at any backlog, and recovery replays at most
 /// that much WAL on top of the snapshot.
 pub const SNAPSHOT_WAL_RATIO: u64 = 1;
+/// A put's payload from this size up is logged at the turn's end (`Wal::record_event`).
+const DEFER_RECORD_BYTES: usize = 1 << 20;
 /// The WAL buffer's capacity kept between turns: a busy turn's records fit many times over;
 /// a buffer a big record grew shrinks back to this once its turns are durable.
 const WAL_BUF_RESTING_BYTES: usize = 1 << 20;
@@ -498,7 +500,7 @@ impl Wal {
         let mut events = std::mem::take(&mut self.events);
         events.extend(queue.drain_events());
         for &ev in &events {
-            self.record_event(queue, ev);
+            self.encode_event(queue, ev);
         }
         events.clear();
         self.events = events;
@@ -507,10 +509,30 @@ impl Wal {
     /// Encodes one event into the open batch. `queue` is the state after the event's call or
     /// later in the same turn: records are absolute, each says what a task or tube is at the
     /// end of the turn, so later events of the turn replay on top of it.
+    ///
+    /// A put (or update) of a payload of `DEFER_RECORD_BYTES` or more is encoded at the
+    /// turn's end instead (`append_turn`), and every event after it in the turn too, in order:
+    /// by then the request's input buffer is given back, so the payload is not held four times
+    /// at once (input, task, record, reply) but three.
     pub fn record_event(&mut self, queue: &Queue, ev: Event) {
         if self.cfg.mode == WalMode::None {
             return;
         }
+        let big = |id| {
+            queue
+                .get(id)
+                .is_some_and(|t| t.data.len() >= DEFER_RECORD_BYTES)
+        };
+        let defer = !self.events.is_empty()
+            || matches!(ev, Event::Put { id } | Event::Updated { id } if big(id));
+        if defer {
+            self.events.push(ev);
+        } else {
+            self.encode_event(queue, ev);
+        }
+    }
+
+    fn encode_event(&mut self, queue: &Queue, ev: Event) {
         match ev {
             Event::TubeCreated { tube }
             | Event::TubeDropped { tube }

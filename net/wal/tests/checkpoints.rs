@@ -373,3 +373,51 @@ fn the_log_gives_back_a_big_records_buffer_once_it_is_durable() {
     let (_wal, q2, _) = open_mem(&storage, cfg(0));
     assert_eq!(q2.len(), 4, "the big task and the small ones recovered");
 }
+
+/// A big put's record waits for the turn's end (the request's input is given back by then),
+/// and every event after it in the turn waits too, so the log keeps the turn's order.
+#[test]
+fn a_big_puts_record_and_the_events_after_it_are_logged_at_the_turns_end_in_order() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open_mem(
+        &storage,
+        WalConfig {
+            segment_bytes: 64 << 20,
+            ..cfg(0)
+        },
+    );
+    // As the server does: each call's events handed to the log as the call returns.
+    fn hand_over(wal: &mut Wal, q: &mut Queue) {
+        let events: Vec<_> = q.drain_events().collect();
+        for ev in events {
+            wal.record_event(q, ev);
+        }
+    }
+    let small = q.put(START, b"small".to_vec(), PutOptions::default()).id;
+    hand_over(&mut wal, &mut q);
+    let logged_small = wal.buffer_capacity();
+    let big = q.put(START, vec![b'b'; 2 << 20], PutOptions::default()).id;
+    hand_over(&mut wal, &mut q);
+    assert_eq!(wal.buffer_capacity(), logged_small, "the big record waits");
+    // Later in the same turn: the small task is taken and acked, the big one taken.
+    assert_eq!(q.take(START, 1).map(|t| t.id), Some(small));
+    hand_over(&mut wal, &mut q);
+    q.ack(1, small).expect("taken");
+    hand_over(&mut wal, &mut q);
+    assert_eq!(q.take(START, 1).map(|t| t.id), Some(big));
+    hand_over(&mut wal, &mut q);
+    wal.append_turn(&mut q);
+    assert!(wal.buffer_capacity() >= 2 << 20, "logged at the turn's end");
+    wal.submit();
+    wal.flush(&mut q, WAIT).expect("flushed");
+    drop(wal);
+    let (_wal, q, report) = open_mem(&storage, cfg(0));
+    assert!(report.torn.is_none(), "{report:?}");
+    assert!(
+        q.get(small).is_none(),
+        "the small task's ack is logged after its put"
+    );
+    let t = q.get(big).expect("the big task is recovered");
+    assert_eq!(t.data.len(), 2 << 20);
+    assert_eq!(t.status, tarq_engine::Status::Ready, "taken, back as ready");
+}
