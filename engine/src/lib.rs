@@ -494,3 +494,20 @@ pub struct RestoredTask<D = Box<[u8]>> {
     pub created: Micros,
     pub data: D,
 }
+
+impl<D> RestoredTask<D> {
+    /// The same task with its payload turned into another form (a span into a block read,
+    /// into the bytes it spans).
+    pub fn map_data<E>(self, f: impl FnOnce(D) -> E) -> RestoredTask<E> {
+        RestoredTask {
+            id: self.id,
+            status: self.status,
+            runat: self.runat,
+            pri: self.pri,
+            ttl: self.ttl,
+            ttr: self.ttr,
+            created: self.created,
+            data: f(self.data),
+        }
+    }
+}

@@ -120,10 +120,15 @@ pub struct Queue {
     /// queue). Checked against the slot, so a removed task or a reused slot never matches.
     recent: (TaskId, u32),
     /// Between `begin_bulk_restore` and `end_bulk_restore`: the restored Ready, Waiting and
-    /// Buried tasks not yet listed.
-    bulk: Option<Vec<Deferred>>,
-    /// The open bulk restore's ids are vouched distinct and new: `restore_in` looks none up.
-    bulk_ids_distinct: bool,
+    /// Buried tasks not yet listed, and how ids are treated meanwhile.
+    bulk: Option<Bulk>,
+}
+
+/// An open bulk restore.
+#[derive(Debug)]
+struct Bulk {
+    held: Vec<Deferred>,
+    ids: BulkIds,
 }
 
 /// How `restore_in` treats ids during a bulk restore ([`Queue::begin_bulk_restore`]).
@@ -175,7 +180,6 @@ impl Queue {
             journal: Vec::new(),
             recent: (0, NIL),
             bulk: None,
-            bulk_ids_distinct: false,
         }
     }
 
@@ -837,7 +841,11 @@ impl Queue {
         self.live_tube(tube)?;
         // Every live id is at most `last_id`, so a higher one needs no lookup: a snapshot of a
         // queue filled in order restores in id order, and skips a probe per task.
-        if task.id <= self.last_id && !self.bulk_ids_distinct && self.find(task.id).is_some() {
+        let vouched = self
+            .bulk
+            .as_ref()
+            .is_some_and(|b| b.ids == BulkIds::Distinct);
+        if task.id <= self.last_id && !vouched && self.find(task.id).is_some() {
             return Err(QueueError::Duplicate(task.id));
         }
         self.last_id = self.last_id.max(task.id);
@@ -963,27 +971,30 @@ impl Queue {
     /// `restore_dedup`, `set_last_id` and `reserve` may come in between; the other `restore*`
     /// calls and `release_all_taken` end the bulk first. Taken tasks are entered at once.
     pub fn begin_bulk_restore(&mut self, ids: BulkIds) {
-        self.bulk.get_or_insert_with(Vec::new);
-        self.bulk_ids_distinct = ids == BulkIds::Distinct;
+        self.bulk
+            .get_or_insert_with(|| Bulk {
+                held: Vec::new(),
+                ids,
+            })
+            .ids = ids;
     }
 
     /// Sorts the tasks held aside so far into their lists' order, without listing them: a
     /// loader that must wait (for another thread to vouch for the ids) spends the wait here,
     /// and `end_bulk_restore` then finds them in order (a check, O(n)).
     pub fn sort_bulk_restore(&mut self) {
-        if let Some(held) = self.bulk.as_mut() {
-            held.sort_unstable_by_key(|d| (d.key, d.id));
+        if let Some(b) = self.bulk.as_mut() {
+            b.held.sort_unstable_by_key(|d| (d.key, d.id));
         }
     }
 
     /// Lists the tasks held aside since `begin_bulk_restore`, each list in its own order.
     /// O(n log n) to sort (O(n) for a snapshot already in order), then O(height) a task.
     pub fn end_bulk_restore(&mut self) {
-        let Some(mut held) = self.bulk.take() else {
+        self.sort_bulk_restore();
+        let Some(Bulk { held, .. }) = self.bulk.take() else {
             return;
         };
-        self.bulk_ids_distinct = false;
-        held.sort_unstable_by_key(|d| (d.key, d.id));
         for d in held {
             let t = if d.status == Status::Waiting {
                 d.key
@@ -1682,13 +1693,13 @@ impl Queue {
 
     /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
     fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
-        if let (Some(bulk), false) = (self.bulk.as_mut(), status == Status::Taken) {
+        if let (Some(Bulk { held, .. }), false) = (self.bulk.as_mut(), status == Status::Taken) {
             let s = &self.slots[k as usize];
             let key = match status {
                 Status::Waiting => runat,
                 _ => (s.pri as u64) ^ (1 << 63),
             };
-            bulk.push(Deferred {
+            held.push(Deferred {
                 key,
                 id: s.id,
                 k,

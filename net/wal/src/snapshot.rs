@@ -707,16 +707,7 @@ fn restore_part(
                     queue.prefetch_id(ahead.task.id);
                 }
                 let (id, tube) = (t.task.id, t.tube);
-                let task = tarq_engine::RestoredTask {
-                    id,
-                    status: t.task.status,
-                    runat: t.task.runat,
-                    pri: t.task.pri,
-                    ttl: t.task.ttl,
-                    ttr: t.task.ttr,
-                    created: t.task.created,
-                    data: block.at(t.task.data),
-                };
+                let task = t.task.clone().map_data(|s| block.at(s));
                 queue
                     .restore_in(tube, task, t.utube.map(|s| block.at(s)), t.deliveries)
                     .map_err(|e| {
