@@ -158,19 +158,20 @@ pub fn file_header(magic: [u8; 8], seq: u64) -> [u8; FILE_HEADER_LEN] {
 
 /// A snapshot's file header, with the tasks its walk began with as the hint.
 pub fn snapshot_header(seq: u64, tasks: usize) -> [u8; FILE_HEADER_LEN] {
-    let mut h = file_header(SNAP_MAGIC, seq);
     let hint = u32::try_from(tasks).unwrap_or(u32::MAX);
-    h[12..16].copy_from_slice(&hint.to_le_bytes());
-    let crc = crc32c::crc32c(&h[0..24]);
-    h[24..28].copy_from_slice(&crc.to_le_bytes());
-    h
+    header(SNAP_MAGIC, FORMAT_VERSION, hint, seq)
 }
 
 /// A file header of any version (tests write older formats with it).
 pub fn file_header_version(magic: [u8; 8], version: u32, seq: u64) -> [u8; FILE_HEADER_LEN] {
+    header(magic, version, 0, seq)
+}
+
+fn header(magic: [u8; 8], version: u32, hint: u32, seq: u64) -> [u8; FILE_HEADER_LEN] {
     let mut h = [0u8; FILE_HEADER_LEN];
     h[0..8].copy_from_slice(&magic);
     h[8..12].copy_from_slice(&version.to_le_bytes());
+    h[12..16].copy_from_slice(&hint.to_le_bytes());
     h[16..24].copy_from_slice(&seq.to_le_bytes());
     let crc = crc32c::crc32c(&h[0..24]);
     h[24..28].copy_from_slice(&crc.to_le_bytes());

@@ -70,6 +70,14 @@ pub const DEFAULT_SNAPSHOT_EVERY_BYTES: u64 = 256 << 20;
 /// snapshot work stays at most the WAL's own at any backlog, and recovery replays at most
 /// that much WAL on top of the snapshot.
 pub const SNAPSHOT_WAL_RATIO: u64 = 1;
+/// How long a snapshot walk's step may be: a share of a serving loop's turn, or long when
+/// nobody waits for the loop (`snapshot_now`, a stop).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pace {
+    Serving,
+    Unpaced,
+}
+
 /// A put's payload from this size up is logged at the turn's end (`Wal::record_event`).
 const DEFER_RECORD_BYTES: usize = 1 << 20;
 /// The WAL buffer's capacity kept between turns: a busy turn's records fit many times over;
@@ -326,8 +334,6 @@ pub struct Wal {
     /// When the walk's last step ended (`None` before a walk's first): the work since then
     /// sets the next step's share (`snapshot::step_budget`).
     last_walk_end: Option<Instant>,
-    /// Set while `step_blocking` polls: nobody waits, so the walk takes long steps.
-    unpaced: bool,
     events: Vec<Event>,
     vanished: Vec<TaskId>,
     /// Tubes created and dropped within the open turn: nothing of them is logged.
@@ -438,7 +444,6 @@ impl Wal {
             last_snapshot_bytes: report.snapshot_bytes,
             last_snapshot_at: opened_at,
             last_walk_end: None,
-            unpaced: false,
             events: Vec::new(),
             vanished: Vec::new(),
             vanished_tubes: Vec::new(),
@@ -500,7 +505,7 @@ impl Wal {
         let mut events = std::mem::take(&mut self.events);
         events.extend(queue.drain_events());
         for &ev in &events {
-            self.encode_event(queue, ev);
+            self.encode_event(queue, ev, false);
         }
         events.clear();
         self.events = events;
@@ -518,21 +523,16 @@ impl Wal {
         if self.cfg.mode == WalMode::None {
             return;
         }
-        let big = |id| {
-            queue
-                .get(id)
-                .is_some_and(|t| t.data.len() >= DEFER_RECORD_BYTES)
-        };
-        let defer = !self.events.is_empty()
-            || matches!(ev, Event::Put { id } | Event::Updated { id } if big(id));
-        if defer {
-            self.events.push(ev);
+        if self.events.is_empty() {
+            self.encode_event(queue, ev, true);
         } else {
-            self.encode_event(queue, ev);
+            self.events.push(ev);
         }
     }
 
-    fn encode_event(&mut self, queue: &Queue, ev: Event) {
+    /// Encodes `ev`, or with `defer_big` holds a big put back for `append_turn` (the lookup
+    /// that reads the task to encode it tells its size).
+    fn encode_event(&mut self, queue: &Queue, ev: Event, defer_big: bool) {
         match ev {
             Event::TubeCreated { tube }
             | Event::TubeDropped { tube }
@@ -545,11 +545,11 @@ impl Wal {
                     format::end_small_record(&mut self.buf, at);
                 }
             }
-            _ => self.record_task_event(queue, ev),
+            _ => self.record_task_event(queue, ev, defer_big),
         }
     }
 
-    fn record_task_event(&mut self, queue: &Queue, ev: Event) {
+    fn record_task_event(&mut self, queue: &Queue, ev: Event, defer_big: bool) {
         let id = match ev {
             Event::Put { id }
             | Event::Taken { id, .. }
@@ -585,6 +585,7 @@ impl Wal {
         let deliveries = task.map_or(0, |t| t.deliveries);
         match ev {
             Event::Put { id } | Event::Updated { id } => match task {
+                Some(t) if defer_big && t.data.len() >= DEFER_RECORD_BYTES => self.events.push(ev),
                 Some(t) => {
                     self.open_needs_durability = true;
                     let kind = if matches!(ev, Event::Put { .. }) {
@@ -852,6 +853,10 @@ impl Wal {
     /// Once per loop turn, after `submit`: collects sync results, retries a failed disk and
     /// advances a running snapshot by a bounded step.
     pub fn poll(&mut self, queue: &mut Queue) {
+        self.poll_paced(queue, Pace::Serving);
+    }
+
+    fn poll_paced(&mut self, queue: &mut Queue, pace: Pace) {
         // Events the server did not append yet join the next batch (the snapshot needs them
         // logged before it names its end).
         self.append_turn(queue);
@@ -875,7 +880,7 @@ impl Wal {
         }
         self.stats.pending_bytes = self.buf.len() as u64;
         self.stats.wal_bytes_since_snapshot = self.bytes_since_snapshot;
-        self.poll_snapshot(queue);
+        self.poll_snapshot(queue, pace);
     }
 
     /// How long the loop may sleep before the WAL needs `poll` again (threads use the waker).
@@ -1031,7 +1036,7 @@ impl Wal {
         }
     }
 
-    fn poll_snapshot(&mut self, queue: &mut Queue) {
+    fn poll_snapshot(&mut self, queue: &mut Queue, pace: Pace) {
         while let Ok(msg) = self.writer.rx.try_recv() {
             self.on_writer(msg);
         }
@@ -1044,11 +1049,12 @@ impl Wal {
         if let SnapState::Walking(walk) = &mut self.snap {
             // `poll` appended every journaled event first, so `last_seq` covers all the walk saw.
             let t0 = Instant::now();
-            let budget = if self.unpaced {
-                snapshot::SNAPSHOT_STEP_UNPACED
-            } else {
+            let budget = match pace {
+                Pace::Unpaced => snapshot::SNAPSHOT_STEP_UNPACED,
                 // The work since the last step (the turn's requests) sets this one's share.
-                snapshot::step_budget(self.last_walk_end.map_or(Duration::ZERO, |e| t0 - e))
+                Pace::Serving => {
+                    snapshot::step_budget(self.last_walk_end.map_or(Duration::ZERO, |e| t0 - e))
+                }
             };
             let step = walk.step(
                 queue,
@@ -1269,9 +1275,7 @@ impl Wal {
         self.append_turn(queue);
         self.submit();
         // Nobody waits for this loop: the walk is not paced.
-        self.unpaced = true;
-        self.poll(queue);
-        self.unpaced = false;
+        self.poll_paced(queue, Pace::Unpaced);
         if Instant::now() >= deadline {
             return Err(WalError::io(
                 "snapshot",
