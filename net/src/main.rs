@@ -8,15 +8,12 @@ use anyhow::Context;
 use clap::Parser;
 use tarq_net::config::{Cli, Command, Config};
 use tarq_net::ctl;
-use tarq_net::server::{Server, WalJournal, MMAP_THRESHOLD_BYTES};
+use tarq_net::server::{Server, WalJournal};
 use tarq_ops::logging;
 use tarq_wal::Wal;
 
 fn main() -> anyhow::Result<()> {
-    // SAFETY: mallopt only sets an allocator parameter; called before any other thread runs.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES as libc::c_int);
-    }
+    tarq_net::server::set_mmap_threshold();
     let mut cli = Cli::parse();
     if let Some(Command::Ctl(args)) = cli.command.take() {
         return ctl::run(args, &mut std::io::stdout().lock());

@@ -104,7 +104,8 @@ fn args() -> Args {
 }
 
 fn main() {
-    tarq_benches::allocator_as_in_the_server();
+    // Big blocks as the server allocates them: fresh mappings, not zeroed or copied heap.
+    tarq_net::server::set_mmap_threshold();
     match std::env::args().nth(1).as_deref() {
         Some("restart-loop") => return restart_loop::main(),
         Some("recover") => return recover_only(),
@@ -112,11 +113,7 @@ fn main() {
     }
     let a = args();
     let _ = std::fs::remove_dir_all(&a.dir);
-    let cfg = WalConfig {
-        mode: WalMode::Write,
-        snapshot_every_bytes: 0,
-        ..WalConfig::default()
-    };
+    let cfg = bench_config();
     let load_before = sh("cat", &["/proc/loadavg"]);
     let mut f = Figures::new();
     fill(&a.dir, &cfg, a.tasks, &mut f);
@@ -133,6 +130,15 @@ fn main() {
     write_record(&a, &load_before, f);
 }
 
+/// Write mode, snapshots only when the bench asks for one.
+fn bench_config() -> WalConfig {
+    WalConfig {
+        mode: WalMode::Write,
+        snapshot_every_bytes: 0,
+        ..WalConfig::default()
+    }
+}
+
 /// `durability recover DIR [TIMES]`: opens a data directory kept by a run with
 /// `TARQ_BENCH_KEEP_DIR` set, `TIMES` times, printing each recovery's time and its snapshot
 /// load's: for profiling the load (`perf record`) without filling the queue every time.
@@ -141,11 +147,7 @@ fn recover_only() {
     let mut args = std::env::args().skip(2);
     let dir = PathBuf::from(args.next().expect(USAGE));
     let times: usize = args.next().map_or(1, |s| s.parse().expect(USAGE));
-    let cfg = WalConfig {
-        mode: WalMode::Write,
-        snapshot_every_bytes: 0,
-        ..WalConfig::default()
-    };
+    let cfg = bench_config();
     for _ in 0..times {
         let t = Instant::now();
         let (wal, q, report) = Wal::open_dir(&dir, cfg.clone()).expect("recover");

@@ -97,7 +97,8 @@ fn cycle_ns(resident: usize) -> f64 {
 }
 
 fn main() {
-    tarq_benches::allocator_as_in_the_server();
+    // Big blocks as the server allocates them: fresh mappings, not zeroed or copied heap.
+    tarq_net::server::set_mmap_threshold();
     let n: usize = std::env::args()
         .nth(1)
         .map(|s| s.parse().expect("TASKS is a number"))

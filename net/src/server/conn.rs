@@ -23,6 +23,16 @@ use tarq_iproto::greeting::SALT_LEN;
 /// grow for a big frame without writing to memory the frame has not sent yet.
 pub const MMAP_THRESHOLD_BYTES: usize = 1 << 20;
 
+/// Sets glibc's mmap threshold to [`MMAP_THRESHOLD_BYTES`] (fixed: no longer raised as big
+/// blocks are freed). `main` calls it first; benches of the engine call it too, so they
+/// allocate as the server does.
+pub fn set_mmap_threshold() {
+    // SAFETY: mallopt only sets an allocator parameter; called before any other thread runs.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES as libc::c_int);
+    }
+}
+
 /// Initial (and resting) read buffer: Tarantool's `readahead`, enough for a pipelined burst of
 /// small requests in one read.
 pub const READ_BUF_BYTES: usize = 16 * 1024;

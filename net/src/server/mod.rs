@@ -43,7 +43,7 @@ use tracing::{debug, info, warn};
 use crate::config::Config;
 use crate::frontend::beanstalk::BsConn;
 use crate::frontend::ReplyTo;
-pub use conn::MMAP_THRESHOLD_BYTES;
+pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
 use dispatch::Outcome;
 use journal::{Journal, NoJournal, Ticket};
