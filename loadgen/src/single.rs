@@ -449,7 +449,7 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
 
 /// The cores for the target and the loadgen: with --spawn on a machine of two cores or more,
 /// each gets its own unless told otherwise.
-fn cores(args: &RunArgs) -> (Option<usize>, Option<usize>) {
+pub fn cores(args: &RunArgs) -> (Option<usize>, Option<usize>) {
     if args.no_pin {
         (None, None)
     } else if args.spawn {

@@ -326,16 +326,18 @@ fn run_restart_loop(
     cycles: usize,
     tarq_bin: Option<PathBuf>,
 ) -> Result<()> {
-    let two_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
-    let pin = two_cores && !args.no_pin;
+    // Pinned as a spawned run of the matrix is.
+    let mut shape = RunArgs::shape(Target::Tarq, 1, 1, 1);
+    shape.no_pin = args.no_pin;
+    let (target_cpu, cpu) = single::cores(&shape);
     let a = RestartArgs {
         cycles,
         messages: args.restart_messages,
         payload: args.payload,
         tarq_bin,
         target_args: Vec::new(),
-        target_cpu: pin.then_some(single::TARGET_CORE),
-        cpu: pin.then_some(single::LOADGEN_CORE),
+        target_cpu,
+        cpu,
     };
     eprintln!(
         "restart loop: {cycles} lifetimes of {} messages",
@@ -1279,11 +1281,7 @@ fn render_restarts(o: &mut String, l: &Loaded) {
     let Some(r) = &l.restart else {
         return;
     };
-    let _ = writeln!(
-        o,
-        "### Restart loop
-"
-    );
+    let _ = writeln!(o, "### Restart loop\n");
     let _ = writeln!(
         o,
         "tarq started and stopped (SIGTERM) {} times on one data directory, with its defaults{}; \
