@@ -168,22 +168,12 @@ mod bulk_restore {
 fn tasks_restored_in_scrambled_id_order_are_all_found() {
     // A churned queue's snapshot lists its tasks in arena order, which is no id order: each
     // restore looks its id up first. A lookup in a lane with no empty bucket once never ended.
-    use tarq_engine::{RestoredTask, Status};
     for n in [50u64, 300, 1000, 20_000] {
         let mut q = Queue::new();
         let ids: Vec<u64> = (0..n).map(|i| (i * 7919) % n + 1).collect();
         for &id in &ids {
-            let task = RestoredTask {
-                id,
-                status: Status::Ready,
-                runat: 0,
-                pri: 0,
-                ttl: None,
-                ttr: None,
-                created: 0,
-                data: vec![id as u8].into(),
-            };
-            q.restore(task).expect("restored");
+            q.restore(ready(id, vec![id as u8].into()))
+                .expect("restored");
         }
         q.check_invariants();
         assert_eq!(q.len(), n as usize);
@@ -196,26 +186,31 @@ fn tasks_restored_in_scrambled_id_order_are_all_found() {
 
 #[test]
 fn a_checked_bulk_restore_refuses_a_duplicate_id() {
-    use tarq_engine::{BulkIds, RestoredTask, Status};
+    use tarq_engine::BulkIds;
     let mut q = Queue::new();
     q.begin_bulk_restore(BulkIds::Check);
-    let task = |id| -> RestoredTask {
-        RestoredTask {
-            id,
-            status: Status::Ready,
-            runat: 0,
-            pri: 0,
-            ttl: None,
-            ttr: None,
-            created: 0,
-            data: Box::new([]),
-        }
-    };
     for id in [5, 3, 9] {
-        q.restore(task(id)).expect("new id");
+        q.restore(ready(id, Box::new([]))).expect("new id");
     }
-    assert!(q.restore(task(3)).is_err(), "3 is there already");
+    assert!(
+        q.restore(ready(3, Box::new([]))).is_err(),
+        "3 is there already"
+    );
     q.end_bulk_restore();
     q.check_invariants();
     assert_eq!(q.len(), 3);
+}
+
+/// A Ready task of `default` as recovery brings it back, put at time 0.
+fn ready(id: u64, data: Box<[u8]>) -> tarq_engine::RestoredTask {
+    tarq_engine::RestoredTask {
+        id,
+        status: tarq_engine::Status::Ready,
+        runat: 0,
+        pri: 0,
+        ttl: None,
+        ttr: None,
+        created: 0,
+        data,
+    }
 }

@@ -25,6 +25,14 @@ fn cfg(every: u64) -> WalConfig {
     }
 }
 
+/// `cfg(0)` with segments of 64 MiB: a test writing big records in few files.
+fn big_segments() -> WalConfig {
+    WalConfig {
+        segment_bytes: 64 << 20,
+        ..cfg(0)
+    }
+}
+
 fn open_mem(storage: &MemStorage, cfg: WalConfig) -> (Wal, Queue, RecoveryReport) {
     let storage: Arc<dyn Storage> = Arc::new(storage.clone());
     Wal::open(storage, cfg).unwrap_or_else(|e| panic!("recovery failed: {e}"))
@@ -311,11 +319,7 @@ fn a_queue_with_a_billion_id_history_snapshots_in_one_turn() {
 fn a_big_snapshot_is_synced_as_it_is_written() {
     use tarq_wal::snapshot::SNAPSHOT_SYNC_EVERY_BYTES;
     let storage = MemStorage::new();
-    let big_segments = WalConfig {
-        segment_bytes: 64 << 20,
-        ..cfg(0)
-    };
-    let (mut wal, mut q, _) = open_mem(&storage, big_segments);
+    let (mut wal, mut q, _) = open_mem(&storage, big_segments());
     put_turns(&mut wal, &mut q, 1, 10);
     let before = storage.syncs();
     wal.snapshot_now(&mut q, WAIT).expect("snapshot");
@@ -349,13 +353,7 @@ fn a_big_snapshot_is_synced_as_it_is_written() {
 #[test]
 fn the_log_gives_back_a_big_records_buffer_once_it_is_durable() {
     let storage = MemStorage::new();
-    let (mut wal, mut q, _) = open_mem(
-        &storage,
-        WalConfig {
-            segment_bytes: 64 << 20,
-            ..cfg(0)
-        },
-    );
+    let (mut wal, mut q, _) = open_mem(&storage, big_segments());
     let big = 8 << 20;
     q.put(START, vec![b'b'; big], PutOptions::default());
     wal.append_turn(&mut q);
@@ -379,13 +377,7 @@ fn the_log_gives_back_a_big_records_buffer_once_it_is_durable() {
 #[test]
 fn a_big_puts_record_and_the_events_after_it_are_logged_at_the_turns_end_in_order() {
     let storage = MemStorage::new();
-    let (mut wal, mut q, _) = open_mem(
-        &storage,
-        WalConfig {
-            segment_bytes: 64 << 20,
-            ..cfg(0)
-        },
-    );
+    let (mut wal, mut q, _) = open_mem(&storage, big_segments());
     // As the server does: each call's events handed to the log as the call returns.
     fn hand_over(wal: &mut Wal, q: &mut Queue) {
         let events: Vec<_> = q.drain_events().collect();
