@@ -13,6 +13,7 @@ mod sessions;
 mod slots;
 mod tubes;
 
+pub use bytes::Bytes;
 pub use queue::{BulkIds, Queue};
 pub use tubes::{
     PutOutcome, ReleaseOptions, TubeInfo, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
@@ -93,7 +94,7 @@ pub const INLINE_PAYLOAD: usize = 128;
 
 /// An owned payload: the bytes of a task that left the queue. A small one (up to
 /// [`INLINE_PAYLOAD`] bytes) is held inline, so an ack allocates nothing; a bigger one is the
-/// box it was put with. Reads as `&[u8]`.
+/// buffer it was put with. Reads as `&[u8]`.
 #[derive(Clone)]
 pub struct Payload(PayloadRepr);
 
@@ -103,7 +104,7 @@ enum PayloadRepr {
         len: u8,
         bytes: [u8; INLINE_PAYLOAD],
     },
-    Boxed(Box<[u8]>),
+    Shared(Bytes),
 }
 
 impl std::ops::Deref for Payload {
@@ -112,7 +113,7 @@ impl std::ops::Deref for Payload {
     fn deref(&self) -> &[u8] {
         match &self.0 {
             PayloadRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            PayloadRepr::Boxed(b) => b,
+            PayloadRepr::Shared(b) => b,
         }
     }
 }
@@ -128,14 +129,14 @@ impl From<&[u8]> for Payload {
                 bytes,
             })
         } else {
-            Payload(PayloadRepr::Boxed(b.into()))
+            Payload(PayloadRepr::Shared(Bytes::copy_from_slice(b)))
         }
     }
 }
 
-impl From<Box<[u8]>> for Payload {
-    fn from(b: Box<[u8]>) -> Payload {
-        Payload(PayloadRepr::Boxed(b))
+impl From<Bytes> for Payload {
+    fn from(b: Bytes) -> Payload {
+        Payload(PayloadRepr::Shared(b))
     }
 }
 
@@ -145,11 +146,11 @@ impl From<Vec<u8>> for Payload {
     }
 }
 
-impl From<Payload> for Box<[u8]> {
-    fn from(p: Payload) -> Box<[u8]> {
+impl From<Payload> for Bytes {
+    fn from(p: Payload) -> Bytes {
         match p.0 {
-            PayloadRepr::Boxed(b) => b,
-            PayloadRepr::Inline { .. } => (*p).into(),
+            PayloadRepr::Shared(b) => b,
+            PayloadRepr::Inline { .. } => Bytes::copy_from_slice(&p),
         }
     }
 }
@@ -169,21 +170,31 @@ impl std::fmt::Debug for Payload {
 }
 
 /// What a put hands the queue: bytes it copies into its own records when they are small, or
-/// a box it keeps as it is when they are big. A borrowed slice costs a put no allocation for
-/// a small payload (the server passes the request frame's bytes); an owned box saves a copy
-/// of a big one.
+/// a buffer it keeps as it is when they are big. A borrowed slice costs a put no allocation
+/// for a small payload (the server passes the request frame's bytes); an owned buffer saves
+/// a copy of a big one (the server hands over the frame a big put arrived in, and the log and
+/// the reply share it with the task rather than copy it: [`Queue::shared_payload`]).
 pub trait PutPayload {
     fn bytes(&self) -> &[u8];
-    /// The payload as a box (a slice is copied).
-    fn into_box(self) -> Box<[u8]>;
+    /// The payload as an owned buffer (a slice is copied).
+    fn into_shared(self) -> Bytes;
 }
 
 impl PutPayload for &[u8] {
     fn bytes(&self) -> &[u8] {
         self
     }
-    fn into_box(self) -> Box<[u8]> {
-        self.into()
+    fn into_shared(self) -> Bytes {
+        Bytes::copy_from_slice(self)
+    }
+}
+
+impl PutPayload for Bytes {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn into_shared(self) -> Bytes {
+        self
     }
 }
 
@@ -191,8 +202,8 @@ impl PutPayload for Box<[u8]> {
     fn bytes(&self) -> &[u8] {
         self
     }
-    fn into_box(self) -> Box<[u8]> {
-        self
+    fn into_shared(self) -> Bytes {
+        self.into()
     }
 }
 
@@ -200,8 +211,8 @@ impl<const N: usize> PutPayload for &[u8; N] {
     fn bytes(&self) -> &[u8] {
         &self[..]
     }
-    fn into_box(self) -> Box<[u8]> {
-        self[..].into()
+    fn into_shared(self) -> Bytes {
+        Bytes::copy_from_slice(self)
     }
 }
 
@@ -209,8 +220,9 @@ impl<const N: usize> PutPayload for Box<[u8; N]> {
     fn bytes(&self) -> &[u8] {
         &self[..]
     }
-    fn into_box(self) -> Box<[u8]> {
-        self
+    fn into_shared(self) -> Bytes {
+        let unsized_box: Box<[u8]> = self;
+        unsized_box.into()
     }
 }
 
@@ -218,8 +230,8 @@ impl PutPayload for Vec<u8> {
     fn bytes(&self) -> &[u8] {
         self
     }
-    fn into_box(self) -> Box<[u8]> {
-        self.into_boxed_slice()
+    fn into_shared(self) -> Bytes {
+        self.into()
     }
 }
 

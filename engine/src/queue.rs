@@ -20,7 +20,7 @@ use crate::tubes::{
     MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
-    Advance, Event, Micros, PutOptions, PutOutcome, PutPayload, QueueError, ReleaseOptions,
+    Advance, Bytes, Event, Micros, PutOptions, PutOutcome, PutPayload, QueueError, ReleaseOptions,
     RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut, URGENT_PRI,
 };
 
@@ -305,6 +305,15 @@ impl Queue {
     /// The live task `id`, in any tube.
     pub fn get(&self, id: TaskId) -> Option<TaskRef<'_>> {
         self.find(id).map(|k| self.view(k))
+    }
+
+    /// Task `id`'s payload as a shared handle to the buffer the queue holds it in, when it is
+    /// over [`INLINE_PAYLOAD`](crate::INLINE_PAYLOAD) bytes: the log and a reply can keep a
+    /// big payload without copying it (a clone counts a reference). `None` for an absent task
+    /// or a small payload (copy those: they are in the queue's records).
+    pub fn shared_payload(&self, id: TaskId) -> Option<Bytes> {
+        self.find(id)
+            .and_then(|k| self.slots.shared_payload(k).cloned())
     }
 
     /// Counts now and operations since start, of the tube `default`. O(1).

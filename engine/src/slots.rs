@@ -9,8 +9,9 @@
 //!   size): the put time (8 bytes) followed by the payload itself when it is at most
 //!   [`SMALL_PAYLOAD`] bytes, with no allocator header and no rounding — a 32-byte payload
 //!   takes 40 bytes, where `Box<[u8]>` took a 16-byte pointer in the slot and a 48-byte
-//!   malloc chunk. A bigger payload keeps its own `Box` (its header is noise beside it) in
-//!   the `big` arena, and the record holds that box's key.
+//!   malloc chunk. A bigger payload keeps its own buffer (a `Bytes`: its header is noise
+//!   beside it, and the log and a reply can hold it too without a copy) in the `big` arena,
+//!   and the record holds that buffer's key.
 //! - the **extension** (40 bytes, in a second arena, linked from the slot): the deadline
 //!   fields — `t` (runat while Waiting, the TTR time while Taken), TTL, TTR, the heap
 //!   position — and the utube. A plain task (no TTL, no TTR, no delay, no utube) has none;
@@ -29,7 +30,7 @@ use std::ops::{Index, IndexMut};
 
 use crate::arena::Arena;
 use crate::heap::NIL;
-use crate::{Micros, Payload, PutPayload, Status, TaskId, TubeIx};
+use crate::{Bytes, Micros, Payload, PutPayload, Status, TaskId, TubeIx};
 
 /// Payloads up to this size are stored in the task's record (and come back inline in a
 /// [`Payload`] when the task leaves); bigger ones keep their own allocation.
@@ -156,7 +157,7 @@ pub(crate) struct Slots {
     hot: Arena<Slot>,
     ext: Arena<Ext>,
     records: Records,
-    big: Arena<Box<[u8]>>,
+    big: Arena<Bytes>,
 }
 
 impl Slots {
@@ -194,7 +195,7 @@ impl Slots {
         self.hot.capacity() * Arena::<Slot>::ENTRY_BYTES
             + self.ext.capacity() * Arena::<Ext>::ENTRY_BYTES
             + self.records.capacity_bytes()
-            + self.big.capacity() * Arena::<Box<[u8]>>::ENTRY_BYTES
+            + self.big.capacity() * Arena::<Bytes>::ENTRY_BYTES
     }
 
     /// Stores a new task, in no list and with no deadline; its payload is copied into its
@@ -213,7 +214,7 @@ impl Slots {
             len as u8
         } else {
             flags |= BIG;
-            let b = self.big.insert(data.into_box()) as u32;
+            let b = self.big.insert(data.into_shared()) as u32;
             bytes[CREATED_BYTES..].copy_from_slice(&b.to_le_bytes());
             0
         };
@@ -293,6 +294,16 @@ impl Slots {
     #[inline]
     fn ext_of(&self, s: &Slot) -> Option<&Ext> {
         (s.ext != NIL).then(|| &self.ext[s.ext as usize])
+    }
+
+    /// Task `k`'s payload buffer when it is big (kept in its own buffer), to share without a
+    /// copy; `None` for a payload kept in the record.
+    pub fn shared_payload(&self, k: u32) -> Option<&Bytes> {
+        let s = &self.hot[k as usize];
+        (s.flags & BIG != 0).then(|| {
+            let bytes = self.records.bytes(s.rec, record_size(s));
+            &self.big[read_u32(&bytes[CREATED_BYTES..]) as usize]
+        })
     }
 
     /// Everything a view of task `k` reads, with one lookup of each part: the slot, its put

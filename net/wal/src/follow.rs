@@ -16,7 +16,9 @@ use tarq_engine::Queue;
 
 use super::format::{self, Change, SNAP_SUFFIX, WAL_SUFFIX};
 use super::storage::StorageFile;
-use super::{recovery, snapshot, Batch, SnapState, Terms, Wal, WalError, WalMode, BLOCKING_STEP};
+use super::{
+    pending, recovery, snapshot, Batch, SnapState, Terms, Wal, WalError, WalMode, BLOCKING_STEP,
+};
 
 /// Longest `join_finish` waits for a snapshot of the replica's own that is being committed
 /// (its commit renames and removes files the join replaces).
@@ -141,14 +143,14 @@ impl Wal {
         }
         self.submitted += 1;
         self.stats.batches += 1;
-        let start = self.buf.len();
-        self.buf.extend_from_slice(bytes);
+        let start = self.pending.len();
+        self.pending.buf.extend_from_slice(bytes);
         self.batches.push_back(Batch {
             id: self.submitted,
             first_seq: first,
             last_seq: last,
             start,
-            end: self.buf.len(),
+            end: self.pending.len(),
         });
         if self.failed.is_none() {
             self.write_pending();
@@ -272,7 +274,7 @@ impl Wal {
         }
         self.snap = SnapState::Idle;
         self.snapshot_requested = false;
-        self.buf.clear();
+        self.pending = pending::Pending::default();
         self.batches.clear();
         self.unwritten = 0;
         self.open = None;

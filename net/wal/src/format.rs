@@ -255,6 +255,28 @@ pub fn end_record(buf: &mut Vec<u8>, start: usize) -> Result<(), TooLarge> {
     Ok(())
 }
 
+/// `end_record` for a record whose body is `buf[start + header..]` followed by `tail`, which
+/// the caller writes after those bytes without copying it into `buf` (a big payload).
+pub fn end_record_with_tail(buf: &mut Vec<u8>, start: usize, tail: &[u8]) -> Result<(), TooLarge> {
+    let body_len = buf.len() - start - RECORD_HEADER_LEN + tail.len();
+    if body_len > MAX_RECORD_BODY {
+        buf.truncate(start);
+        return Err(TooLarge {
+            what: "record body",
+            len: body_len,
+            max: MAX_RECORD_BODY,
+        });
+    }
+    buf[start + 4..start + 8].copy_from_slice(&(body_len as u32).to_le_bytes());
+    let crc = record_crc(
+        &buf[start + 4..start + 20],
+        &buf[start + RECORD_HEADER_LEN..],
+    );
+    let crc = crc32c::crc32c_append(crc, tail);
+    buf[start + 20..start + 24].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
 /// `end_record` for records whose size is bounded by construction (fixed fields only).
 pub fn end_small_record(buf: &mut [u8], start: usize) {
     let body_len = buf.len() - start - RECORD_HEADER_LEN;
@@ -417,13 +439,21 @@ pub fn task_len(t: &TaskRef<'_>) -> usize {
 /// Appends a whole task (a Put or Replace record's body, or one entry of a snapshot block).
 /// A payload over `MAX_PAYLOAD_BYTES` or a key over 64 KiB is refused and nothing appended.
 pub fn encode_task(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLarge> {
+    buf.reserve(task_len(t));
+    encode_task_head(buf, t)?;
+    buf.extend_from_slice(t.data);
+    Ok(())
+}
+
+/// Appends a task up to its payload (its length included): the record's tail is the payload,
+/// which the caller appends or, for a big one, hands to [`end_record_with_tail`].
+pub fn encode_task_head(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLarge> {
     check_payload(t.data.len())?;
     let key = t.utube.unwrap_or_default();
     let key_len = u16_len("utube key", key.len())?;
     let flags = if t.ttl.is_some() { HAS_TTL } else { 0 }
         | if t.ttr.is_some() { HAS_TTR } else { 0 }
         | if t.utube.is_some() { HAS_UTUBE } else { 0 };
-    buf.reserve(task_len(t));
     // The fixed fields before the key, built on the stack and appended in one copy.
     let mut head = [0u8; TASK_HEAD_BYTES];
     head[0..8].copy_from_slice(&t.id.to_le_bytes());
@@ -441,7 +471,6 @@ pub fn encode_task(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLarge> {
     buf.extend_from_slice(key);
     // Fits: checked against MAX_PAYLOAD_BYTES, which is below u32::MAX.
     buf.extend_from_slice(&(t.data.len() as u32).to_le_bytes());
-    buf.extend_from_slice(t.data);
     Ok(())
 }
 

@@ -26,6 +26,7 @@ pub mod format;
 pub mod lock;
 #[cfg(feature = "test-storage")]
 pub mod mem_storage;
+mod pending;
 pub mod recovery;
 pub mod relay;
 pub mod snapshot;
@@ -78,8 +79,9 @@ enum Pace {
     Unpaced,
 }
 
-/// A put's payload from this size up is logged at the turn's end (`Wal::record_event`).
-const DEFER_RECORD_BYTES: usize = 1 << 20;
+/// A put's payload from this size up is not copied into its record: the record holds the
+/// queue's buffer (`pending`) and the write takes the bytes from there.
+const SHARED_RECORD_BYTES: usize = 64 * 1024;
 /// The WAL buffer's capacity kept between turns: a busy turn's records fit many times over;
 /// a buffer a big record grew shrinks back to this once its turns are durable.
 const WAL_BUF_RESTING_BYTES: usize = 1 << 20;
@@ -277,7 +279,7 @@ struct Failure {
 
 enum SnapState {
     Idle,
-    Walking(snapshot::Walk),
+    Walking(Box<snapshot::Walk>),
     /// The end record is queued; commit once synced and the WAL covers `end_seq`.
     Sealed {
         end_seq: u64,
@@ -296,7 +298,7 @@ pub struct Wal {
     /// The last sequence number given to a record.
     last_seq: u64,
     /// Bytes of every batch not yet durable, then the open batch; `batches` index into it.
-    buf: Vec<u8>,
+    pending: pending::Pending,
     batches: VecDeque<Batch>,
     /// `buf[unwritten..]` is not yet written to the current segment.
     unwritten: usize,
@@ -424,7 +426,7 @@ impl Wal {
             cfg,
             notify,
             last_seq,
-            buf: Vec::new(),
+            pending: pending::Pending::default(),
             batches: VecDeque::new(),
             unwritten: 0,
             open: None,
@@ -478,22 +480,22 @@ impl Wal {
 
     /// False once records of a failing disk pile up past `MAX_PENDING_BYTES`: refuse takes too.
     pub fn accepts_takes(&self) -> bool {
-        self.buf.len() < MAX_PENDING_BYTES
+        self.pending.bytes() < MAX_PENDING_BYTES
     }
 
     fn record(&mut self, kind: Kind) -> usize {
         self.last_seq += 1;
         if self.open.is_none() {
-            self.open = Some((self.buf.len(), self.last_seq));
+            self.open = Some((self.pending.len(), self.last_seq));
         }
         self.stats.records += 1;
-        format::begin_record(&mut self.buf, self.last_seq, kind)
+        format::begin_record(&mut self.pending.buf, self.last_seq, kind)
     }
 
     fn status_record(&mut self, id: TaskId, status: Status, runat: u64, deliveries: u16) {
         let at = self.record(Kind::Status);
-        format::encode_status(&mut self.buf, id, status, runat, deliveries);
-        format::end_small_record(&mut self.buf, at);
+        format::encode_status(&mut self.pending.buf, id, status, runat, deliveries);
+        format::end_small_record(&mut self.pending.buf, at);
     }
 
     /// Encodes the events the queue journaled since the last call into the open batch.
@@ -505,7 +507,7 @@ impl Wal {
         let mut events = std::mem::take(&mut self.events);
         events.extend(queue.drain_events());
         for &ev in &events {
-            self.encode_event(queue, ev, false);
+            self.record_event(queue, ev);
         }
         events.clear();
         self.events = events;
@@ -515,24 +517,12 @@ impl Wal {
     /// later in the same turn: records are absolute, each says what a task or tube is at the
     /// end of the turn, so later events of the turn replay on top of it.
     ///
-    /// A put (or update) of a payload of `DEFER_RECORD_BYTES` or more is encoded at the
-    /// turn's end instead (`append_turn`), and every event after it in the turn too, in order:
-    /// by then the request's input buffer is given back, so the payload is not held four times
-    /// at once (input, task, record, reply) but three.
+    /// A put (or update) of a payload of `SHARED_RECORD_BYTES` or more holds the queue's
+    /// buffer of it instead of a copy (`pending`).
     pub fn record_event(&mut self, queue: &Queue, ev: Event) {
         if self.cfg.mode == WalMode::None {
             return;
         }
-        if self.events.is_empty() {
-            self.encode_event(queue, ev, true);
-        } else {
-            self.events.push(ev);
-        }
-    }
-
-    /// Encodes `ev`, or with `defer_big` holds a big put back for `append_turn` (the lookup
-    /// that reads the task to encode it tells its size).
-    fn encode_event(&mut self, queue: &Queue, ev: Event, defer_big: bool) {
         match ev {
             Event::TubeCreated { tube }
             | Event::TubeDropped { tube }
@@ -541,15 +531,15 @@ impl Wal {
                 // Absent when the key expired within the same turn: nothing to keep.
                 if let Some((key, id, expires)) = queue.dedup_entry(tube, seq) {
                     let at = self.record(Kind::Dedup);
-                    format::encode_dedup(&mut self.buf, tube, key, id, expires);
-                    format::end_small_record(&mut self.buf, at);
+                    format::encode_dedup(&mut self.pending.buf, tube, key, id, expires);
+                    format::end_small_record(&mut self.pending.buf, at);
                 }
             }
-            _ => self.record_task_event(queue, ev, defer_big),
+            _ => self.record_task_event(queue, ev),
         }
     }
 
-    fn record_task_event(&mut self, queue: &Queue, ev: Event, defer_big: bool) {
+    fn record_task_event(&mut self, queue: &Queue, ev: Event) {
         let id = match ev {
             Event::Put { id }
             | Event::Taken { id, .. }
@@ -577,15 +567,14 @@ impl Wal {
             // misses walks its whole probe chain).
             self.open_needs_durability |= !matches!(ev, Event::Expired { .. });
             let at = self.record(Kind::Remove);
-            self.buf.extend_from_slice(&id.to_le_bytes());
-            format::end_small_record(&mut self.buf, at);
+            self.pending.buf.extend_from_slice(&id.to_le_bytes());
+            format::end_small_record(&mut self.pending.buf, at);
             return;
         }
         let task = queue.get(id);
         let deliveries = task.map_or(0, |t| t.deliveries);
         match ev {
             Event::Put { id } | Event::Updated { id } => match task {
-                Some(t) if defer_big && t.data.len() >= DEFER_RECORD_BYTES => self.events.push(ev),
                 Some(t) => {
                     self.open_needs_durability = true;
                     let kind = if matches!(ev, Event::Put { .. }) {
@@ -593,11 +582,24 @@ impl Wal {
                     } else {
                         Kind::Replace
                     };
+                    let shared = if t.data.len() >= SHARED_RECORD_BYTES {
+                        queue.shared_payload(id)
+                    } else {
+                        None
+                    };
                     let at = self.record(kind);
-                    if let Err(e) = format::encode_task(&mut self.buf, &t)
-                        .and_then(|()| format::end_record(&mut self.buf, at))
-                    {
-                        self.refuse_unloggable(at, e);
+                    let buf = &mut self.pending.buf;
+                    let encoded = match &shared {
+                        Some(payload) => format::encode_task_head(buf, &t)
+                            .and_then(|()| format::end_record_with_tail(buf, at, payload)),
+                        None => {
+                            format::encode_task(buf, &t).and_then(|()| format::end_record(buf, at))
+                        }
+                    };
+                    match (encoded, shared) {
+                        (Err(e), _) => self.refuse_unloggable(at, e),
+                        (Ok(()), Some(payload)) => self.pending.hold(payload),
+                        (Ok(()), None) => {}
                     }
                 }
                 // Put and removed within this turn: nothing to log for it at all.
@@ -643,8 +645,8 @@ impl Wal {
             Event::TubeCreated { .. } => match queue.tube_info(tube) {
                 Some(info) => {
                     let at = self.record(Kind::TubeCreate);
-                    format::encode_tube(&mut self.buf, &info);
-                    format::end_small_record(&mut self.buf, at);
+                    format::encode_tube(&mut self.pending.buf, &info);
+                    format::end_small_record(&mut self.pending.buf, at);
                 }
                 None => self.vanished_tubes.push(tube),
             },
@@ -657,8 +659,8 @@ impl Wal {
                     Kind::TubeTruncate
                 };
                 let at = self.record(kind);
-                self.buf.extend_from_slice(&tube.to_le_bytes());
-                format::end_small_record(&mut self.buf, at);
+                self.pending.buf.extend_from_slice(&tube.to_le_bytes());
+                format::end_small_record(&mut self.pending.buf, at);
             }
             _ => {}
         }
@@ -669,7 +671,7 @@ impl Wal {
     /// be logged: the WAL stops accepting changes for good and the turn is never durable, so
     /// no reply claims what a restart would not bring back. Nothing panics.
     fn refuse_unloggable(&mut self, at: usize, e: format::TooLarge) {
-        self.buf.truncate(at);
+        self.pending.truncate(at);
         self.last_seq -= 1;
         self.stats.records -= 1;
         if self.open.is_some_and(|(start, _)| start == at) {
@@ -696,8 +698,8 @@ impl Wal {
             return self.submitted;
         };
         let at = self.record(Kind::Commit);
-        format::encode_commit(&mut self.buf, self.term, self.terms.history);
-        format::end_small_record(&mut self.buf, at);
+        format::encode_commit(&mut self.pending.buf, self.term, self.terms.history);
+        format::end_small_record(&mut self.pending.buf, at);
         self.terms.note(self.term, first_seq, 0);
         self.open = None;
         self.stats.batches += 1;
@@ -711,7 +713,7 @@ impl Wal {
             first_seq,
             last_seq: self.last_seq,
             start,
-            end: self.buf.len(),
+            end: self.pending.len(),
         });
         if self.failed.is_none() {
             self.write_pending();
@@ -764,12 +766,21 @@ impl Wal {
             self.segment.as_mut().expect("just set").bytes = FILE_HEADER_LEN as u64;
         }
         let seg = self.segment.as_mut().expect("segment open");
-        let bytes = &self.buf[self.unwritten..end];
-        seg.file.write_all(bytes)?;
-        if let Some(tap) = &mut self.tap {
-            tap.extend_from_slice(bytes);
+        match self.pending.contiguous(self.unwritten, end) {
+            Some(bytes) => seg.file.write_all(bytes)?,
+            None => {
+                let pieces: Vec<&[u8]> = self.pending.pieces(self.unwritten, end).collect();
+                seg.file.write_all_vectored(&pieces)?;
+            }
         }
-        let n = bytes.len() as u64;
+        if let Some(tap) = &mut self.tap {
+            // Only once all of it is written: a failed write rewrites the turn, and the tap
+            // must not carry a part of it twice.
+            self.pending
+                .pieces(self.unwritten, end)
+                .for_each(|piece| tap.extend_from_slice(piece));
+        }
+        let n = self.pending.bytes_between(self.unwritten, end) as u64;
         seg.bytes += n;
         self.stats.writes += 1;
         self.stats.bytes_written += n;
@@ -809,7 +820,7 @@ impl Wal {
         // The segment may hold a partial turn: abandon it and rewrite every turn that is not
         // durable into a new segment starting at that turn's sequence number.
         self.segment = None;
-        self.unwritten = self.batches.front().map_or(self.buf.len(), |b| b.start);
+        self.unwritten = self.batches.front().map_or(self.pending.len(), |b| b.start);
         if let Some(s) = &self.sync {
             s.abandon(self.durable);
         }
@@ -832,13 +843,12 @@ impl Wal {
             self.durable_seq = b.last_seq;
             self.batches.pop_front();
         }
-        self.buf.drain(..cut);
-        if self.buf.capacity() > WAL_BUF_RESTING_BYTES
-            && self.buf.len() <= WAL_BUF_RESTING_BYTES / 2
-        {
-            // A big turn (a put of a big payload) grew the buffer: give it back, or the
-            // process keeps a copy's worth of memory for good.
-            self.buf.shrink_to(WAL_BUF_RESTING_BYTES);
+        self.pending.drain_front(cut);
+        let buf = &mut self.pending.buf;
+        if buf.capacity() > WAL_BUF_RESTING_BYTES && buf.len() <= WAL_BUF_RESTING_BYTES / 2 {
+            // A big turn grew the buffer: give it back, or the process keeps that memory
+            // for good.
+            buf.shrink_to(WAL_BUF_RESTING_BYTES);
         }
         self.unwritten -= cut;
         for b in &mut self.batches {
@@ -878,7 +888,7 @@ impl Wal {
                 }
             }
         }
-        self.stats.pending_bytes = self.buf.len() as u64;
+        self.stats.pending_bytes = self.pending.bytes() as u64;
         self.stats.wal_bytes_since_snapshot = self.bytes_since_snapshot;
         self.poll_snapshot(queue, pace);
     }
@@ -972,9 +982,10 @@ impl Wal {
         self.submitted_change
     }
 
-    /// Bytes the log holds allocated for records not yet durable (its buffer's capacity).
+    /// Bytes the log holds allocated for records not yet durable (its buffer's capacity; big
+    /// payloads it holds are the queue's buffers, not its own).
     pub fn buffer_capacity(&self) -> usize {
-        self.buf.capacity()
+        self.pending.buf.capacity()
     }
 
     /// The last sequence number given to a record (a replica's position once applied).
@@ -1169,7 +1180,7 @@ impl Wal {
         self.stats.snapshot_longest_step_us = 0;
         self.last_walk_end = None;
         let (term, history) = (self.terms.last_term(), self.terms.history);
-        self.snap = SnapState::Walking(snapshot::Walk::new(queue, term, history));
+        self.snap = SnapState::Walking(Box::new(snapshot::Walk::new(queue, term, history)));
     }
 
     /// Tests and shutdown: drives `poll` until every submitted batch is durable.

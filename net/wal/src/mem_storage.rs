@@ -281,6 +281,10 @@ impl StorageFile for MemHandle {
             .extend_from_slice(&buf[..len]);
         result
     }
+    /// One write of the concatenation: a fault tears it at any byte, as a real `writev` may.
+    fn write_all_vectored(&self, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write_all(&bufs.concat())
+    }
     fn sync(&self) -> io::Result<()> {
         let mut g = self.lock();
         MemStorage::check_alive(&g)?;

@@ -32,14 +32,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tarq_engine::{BulkIds, Queue, TaskId, TubeIx, DEFAULT_TUBE};
+use tarq_engine::{BulkIds, Bytes, Queue, TaskId, TaskRef, TubeIx, DEFAULT_TUBE};
 
 use super::format::{
     self, Body, HeaderError, Kind, StoredDedup, StoredTask, StoredTube, FILE_HEADER_LEN,
     INPROGRESS_SUFFIX, RECORD_HEADER_LEN,
 };
 use super::storage::{Storage, StorageFile};
-use super::{files_to_remove, Notify};
+use super::{files_to_remove, Notify, SHARED_RECORD_BYTES};
 
 /// The share of the loop's time a walk takes while the loop serves requests: each step may
 /// last this fraction of the step and the work before it (`step_budget`). A fixed number of
@@ -89,13 +89,13 @@ pub(super) enum ToWriter {
         /// The queue's tasks as the walk begins: the header's hint (`format::snapshot_header`).
         tasks: usize,
     },
-    Block(Vec<u8>),
+    /// A block record; `tail` is the end of its body when that is a big task's payload held
+    /// by reference (the queue's buffer, not a copy: see `pending`).
+    Block { bytes: Vec<u8>, tail: Option<Bytes> },
     /// The end record; the thread syncs and reports `Synced`.
     End(Vec<u8>),
     /// The WAL covers the snapshot: rename, sync the directory, clean up.
-    Commit {
-        keep: usize,
-    },
+    Commit { keep: usize },
 }
 
 #[derive(Debug)]
@@ -174,10 +174,14 @@ fn writer(
                 })
             }
             _ if failed => continue,
-            ToWriter::Block(mut block) => match &file {
+            ToWriter::Block {
+                bytes: mut block,
+                tail,
+            } => match &file {
                 Some((f, _)) => {
-                    bytes += block.len() as u64;
-                    let mut written = f.write_all(&block).map(|()| None);
+                    let tail = tail.as_deref().unwrap_or_default();
+                    bytes += (block.len() + tail.len()) as u64;
+                    let mut written = f.write_all_vectored(&[&block, tail]).map(|()| None);
                     if written.is_ok() && bytes - synced >= SNAPSHOT_SYNC_EVERY_BYTES {
                         written = f.sync().map(|()| None);
                         synced = bytes;
@@ -322,8 +326,11 @@ impl Walk {
                 w.dedup.push((t.ix, seqs));
             }
         }
-        let table = w.close_block();
-        w.stalled = Some(ToWriter::Block(table));
+        let table = w.close_block(&[]);
+        w.stalled = Some(ToWriter::Block {
+            bytes: table,
+            tail: None,
+        });
         w.open_block(Kind::SnapTasks);
         w
     }
@@ -352,12 +359,13 @@ impl Walk {
         self.block_count = 0;
     }
 
-    fn close_block(&mut self) -> Vec<u8> {
+    /// Seals the block; `tail` ends its body (a big task's payload the writer sends after it).
+    fn close_block(&mut self, tail: &[u8]) -> Vec<u8> {
         let at = self.block_start + RECORD_HEADER_LEN;
         self.block[at..at + 4].copy_from_slice(&self.block_count.to_le_bytes());
         // A block holds one task past SNAPSHOT_BLOCK_BYTES at most, and a task fits a record
         // alone (`MAX_PAYLOAD_BYTES`): within the limit.
-        let sealed = format::end_record(&mut self.block, self.block_start);
+        let sealed = format::end_record_with_tail(&mut self.block, self.block_start, tail);
         debug_assert!(sealed.is_ok(), "snapshot block over the record limit");
         let next = self
             .spare
@@ -386,9 +394,15 @@ impl Walk {
 
     /// Closes the block and hands it over, opening the next one of `next` kind.
     fn ship(&mut self, tx: &SyncSender<ToWriter>, next: Kind) -> Result<bool, ()> {
-        let b = self.close_block();
+        let b = self.close_block(&[]);
         self.open_block(next);
-        self.send(tx, ToWriter::Block(b))
+        self.send(
+            tx,
+            ToWriter::Block {
+                bytes: b,
+                tail: None,
+            },
+        )
     }
 
     /// One turn's share of the walk. `last_seq` is the last WAL sequence number assigned;
@@ -447,6 +461,14 @@ impl Walk {
                 self.cursor += 1;
                 continue;
             };
+            if t.data.len() >= SHARED_RECORD_BYTES {
+                if let Some(payload) = queue.shared_payload(t.id) {
+                    if !self.ship_big_task(tx, &t, payload)? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
             if self.block_count > 0
                 && self.block.len() + format::task_len(&t) > SNAPSHOT_BLOCK_BYTES
             {
@@ -462,6 +484,34 @@ impl Walk {
             self.cursor += 1;
         }
         Ok(())
+    }
+
+    /// A big task goes out in a block of its own whose payload is the queue's buffer, held
+    /// by reference rather than copied into the block (a 256 MiB task would double the memory
+    /// it takes while the snapshot writes it). `Ok(false)`: the writer's queue is full, and
+    /// the walk resumes at this task (the block before it is kept for the next step) or after
+    /// it (its own block is).
+    fn ship_big_task(
+        &mut self,
+        tx: &SyncSender<ToWriter>,
+        t: &TaskRef<'_>,
+        payload: Bytes,
+    ) -> Result<bool, Option<String>> {
+        if self.block_count > 0 && !self.ship(tx, Kind::SnapTasks).map_err(|()| None)? {
+            return Ok(false);
+        }
+        format::encode_task_head(&mut self.block, t)
+            .map_err(|e| Some(format!("task {} cannot be written: {e}", t.id)))?;
+        self.block_count = 1;
+        self.tasks += 1;
+        self.cursor += 1;
+        let bytes = self.close_block(&payload);
+        self.open_block(Kind::SnapTasks);
+        let msg = ToWriter::Block {
+            bytes,
+            tail: Some(payload),
+        };
+        self.send(tx, msg).map_err(|()| None)
     }
 
     /// The arena is walked: the last task block goes out and the keys' blocks begin.
@@ -516,7 +566,7 @@ impl Walk {
     /// Every position and key was visited: the last block and the end record go out.
     fn seal(&mut self, queue: &Queue, tx: &SyncSender<ToWriter>, last_seq: u64) -> Step {
         let mut bytes = if self.block_count > 0 {
-            self.close_block()
+            self.close_block(&[])
         } else {
             self.blocks -= 1;
             Vec::new()

@@ -4,7 +4,7 @@
 //! What goes into the files is `format`'s business; when to sync is `Wal`'s.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +31,10 @@ pub trait Storage: Send + Sync + 'static {
 pub trait StorageFile: Send + Sync {
     /// Appends all of `buf`; on error a prefix of it may have been written.
     fn write_all(&self, buf: &[u8]) -> io::Result<()>;
+    /// Appends all of `bufs`, in order, as one write would (`writev`): a record whose big
+    /// payload is held apart goes out without being copied together first. On error a prefix
+    /// of their concatenation may have been written.
+    fn write_all_vectored(&self, bufs: &[&[u8]]) -> io::Result<()>;
     /// Makes every byte written before the call durable.
     fn sync(&self) -> io::Result<()>;
     /// Cuts the file to `len` bytes (used to cut a torn tail at recovery).
@@ -61,6 +65,21 @@ impl StorageFile for FsFile {
     fn write_all(&self, buf: &[u8]) -> io::Result<()> {
         // `&File` is `Write`; the file is opened with O_APPEND so every write lands at the end.
         (&self.0).write_all(buf)
+    }
+    fn write_all_vectored(&self, bufs: &[&[u8]]) -> io::Result<()> {
+        let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+        let mut rest = &mut slices[..];
+        // Drops leading empty slices, so an empty rest means all is written.
+        IoSlice::advance_slices(&mut rest, 0);
+        while !rest.is_empty() {
+            match (&self.0).write_vectored(rest) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
     fn sync(&self) -> io::Result<()> {
         self.0.sync_data()

@@ -137,7 +137,16 @@ impl Driver {
                         ttr: (self.next(4) == 0).then(|| (1 + self.next(3)) * SEC),
                         pri: self.next(3) as i64,
                     };
-                    let pad = "x".repeat(self.next(40) as usize);
+                    // One put in eight is big enough that its record holds the queue's
+                    // buffer rather than a copy (written by a vectored write).
+                    let pad_len = if self.next(8) == 0 {
+                        (64 << 10) + self.next(4096)
+                    } else {
+                        self.next(40)
+                    };
+                    let pad: String = (0..pad_len)
+                        .map(|i| (b'a' + (i % 26) as u8) as char)
+                        .collect();
                     let data = format!("task {} {pad}", self.n);
                     q.put(self.now, data.into_bytes(), opts);
                 }
@@ -232,6 +241,13 @@ fn crash_everywhere(mode: WalMode, crash_of: impl Fn(usize) -> Crash, keeps: &[u
         "the workload writes at least once per turn ({writes})"
     );
     check_recovered(&clean, &models, TURNS, "clean shutdown");
+    assert!(
+        models
+            .iter()
+            .flat_map(|m| m.values())
+            .any(|t| t.6.len() > 64 << 10),
+        "the workload puts payloads big enough to be held apart from the log's buffer"
+    );
     for n in 1..=writes {
         for (k, &keep) in keeps.iter().enumerate() {
             let storage = MemStorage::new();
@@ -250,11 +266,12 @@ fn crash_everywhere(mode: WalMode, crash_of: impl Fn(usize) -> Crash, keeps: &[u
 
 #[test]
 fn write_mode_survives_a_process_crash_at_every_write_whole_or_torn() {
-    // The process dies during write n, which leaves 0, a few, a header's worth, or all bytes.
+    // The process dies during write n, which leaves 0, a few, a header's worth, part of a
+    // big payload (in a write that has one), or all bytes.
     crash_everywhere(
         WalMode::Write,
         |_| Crash::Process,
-        &[0, 5, 24, 61, usize::MAX],
+        &[0, 5, 24, 61, 40_000, usize::MAX],
     );
 }
 
@@ -529,9 +546,11 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
     let b = wal.submit();
     assert_eq!(wal.durable_upto(), b);
 
-    // The disk fills up in the middle of the next turn's write.
+    // The disk fills up in the middle of the next turn's write: a put big enough that its
+    // record holds the queue's buffer, so the retry rewrites it from there.
     storage.set_space_left(Some(40));
-    q.put(now, b"during".to_vec(), PutOptions::default());
+    let during: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    q.put(now, during.clone(), PutOptions::default());
     wal.append_turn(&mut q);
     let held = wal.submit();
     assert!(
@@ -584,7 +603,7 @@ fn a_full_disk_refuses_changes_keeps_takes_and_resumes_by_itself() {
         "nothing acknowledged was lost, the acked task stays gone"
     );
     assert!(
-        q.iter().any(|t| t.data == b"during"),
+        q.iter().any(|t| t.data == during),
         "the held put was written on retry"
     );
 }
