@@ -4,7 +4,10 @@ mode given), put one payload of SIZE bytes over IPROTO with the tarantool connec
 server's peak and current RSS (VmHWM, VmRSS in /proc/<pid>/status) before and after. Prints one
 JSON record (commit, machine, figures).
 
-    python3 results/durability/big-put.py TARQ_BIN SIZE_MIB [WAL_MODE] > OUT.json
+    python3 results/durability/big-put.py TARQ_BIN SIZE_MIB [WAL_MODE [TARQ_ARGS...]] > OUT.json
+
+TARQ_ARGS go to the server as they are (e.g. `--snapshot-every-bytes 0`, to tell the put's own
+cost from that of the snapshot a 256 MiB put triggers at the default threshold).
 """
 import json, os, socket, subprocess, sys, tempfile, time
 
@@ -32,12 +35,13 @@ def free_port():
 def main():
     binary, size_mib = sys.argv[1], int(sys.argv[2])
     mode = sys.argv[3] if len(sys.argv) > 3 else "write"
+    extra = sys.argv[4:]
     size = size_mib << 20
     port = free_port()
     with tempfile.TemporaryDirectory() as data:
         proc = subprocess.Popen(
             [binary, "--listen", f"127.0.0.1:{port}", "--data-dir", data,
-             "--max-frame-bytes", str(size + (1 << 20)), "--wal-mode", mode],
+             "--max-frame-bytes", str(size + (1 << 20)), "--wal-mode", mode, *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(200):
@@ -66,6 +70,7 @@ def main():
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cores": os.cpu_count(), "loadavg": open("/proc/loadavg").read().strip()},
         "wal_mode": mode,
+        "tarq_args": extra,
         "payload_bytes": size,
         "rss_before": before["VmRSS"],
         "peak_rss": after["VmHWM"],

@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 
 use mio::net::TcpStream;
-use tarq_engine::{Micros, SessionId};
+use tarq_engine::{Bytes, Micros, SessionId};
 
 use super::journal::Ticket;
 use super::limits::Guard;
@@ -125,6 +125,25 @@ impl ReadBuf {
                 self.buf.shrink_to_fit();
             }
         }
+    }
+
+    /// Hands over the buffer when it holds exactly one whole frame of [`MMAP_THRESHOLD_BYTES`]
+    /// or more (the buffer grew to the size it announced, and the frame filled it), leaving a
+    /// resting buffer in its place. A big put's task then keeps the payload where it was read
+    /// instead of a copy of it ([`Server::frame_payload`](super::Server)).
+    pub fn take_whole_big_frame(&mut self) -> Option<Bytes> {
+        let whole = self.head == 0
+            && self.tail == self.buf.len()
+            && self.tail >= MMAP_THRESHOLD_BYTES
+            && (self.announced)(&self.buf[..self.tail]) == Some(self.tail);
+        if !whole {
+            return None;
+        }
+        self.tail = 0;
+        Some(Bytes::from(std::mem::replace(
+            &mut self.buf,
+            vec![0; READ_BUF_BYTES],
+        )))
     }
 
     /// Makes room for more input: compacts, or grows to the announced frame size (else double)
@@ -515,5 +534,37 @@ mod tests {
         let mut src: &[u8] = &frame[..2 * READ_BUF_BYTES];
         b.fill(&mut src, 20_000, READ_BUDGET_BYTES, false);
         assert_eq!(b.buf.len(), 20_000);
+    }
+
+    #[test]
+    fn a_whole_big_frame_is_handed_over_in_place_and_nothing_else_is() {
+        const BODY: usize = 3 << 20;
+        let mut frame = vec![0xce];
+        frame.extend_from_slice(&(BODY as u32).to_be_bytes());
+        frame.extend((0..BODY).map(|i| (i % 253) as u8));
+        let mut b = ReadBuf::framed(tarq_iproto::announced_total);
+        let mut src: &[u8] = &frame[..READ_BUF_BYTES];
+        b.fill(&mut src, 8 << 20, READ_BUDGET_BYTES, false);
+        let mut src: &[u8] = &frame[READ_BUF_BYTES..frame.len() - 1];
+        b.fill(&mut src, 8 << 20, 8 << 20, false);
+        assert!(b.take_whole_big_frame().is_none(), "one byte short");
+        let mut src: &[u8] = &frame[frame.len() - 1..];
+        b.fill(&mut src, 8 << 20, 8 << 20, false);
+        let at = b.buf.as_ptr();
+        let whole = b.take_whole_big_frame().expect("the whole frame");
+        assert_eq!(&whole[..], &frame[..]);
+        assert_eq!(whole.as_ptr(), at, "the buffer itself, not a copy");
+        assert!(b.data().is_empty());
+        assert_eq!(
+            b.allocated(),
+            READ_BUF_BYTES,
+            "a resting buffer in its place"
+        );
+        // Small frames stay where they are.
+        let small = [0xce, 0, 0, 0, 3, 1, 2, 3];
+        let mut src: &[u8] = &small;
+        b.fill(&mut src, 8 << 20, READ_BUDGET_BYTES, false);
+        assert!(b.take_whole_big_frame().is_none());
+        assert_eq!(b.data(), &small);
     }
 }

@@ -9,7 +9,7 @@
 //! are the front-ends'.
 
 use tarq_engine::{
-    Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, Stats, Status, Task, TaskId,
+    Bytes, Micros, PutOptions, PutOutcome, QueueError, ReleaseOptions, Stats, Status, Task, TaskId,
     TaskRef, TubeInfo, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
 };
 
@@ -324,8 +324,24 @@ impl Server {
         None
     }
 
+    /// `data` as a handle into the big frame it arrived in, when that frame's buffer was
+    /// handed over and the payload is most of it: the task keeps the payload where it was
+    /// read instead of a copy, and holds at most as much again of the rest of the frame (a
+    /// batch of smaller payloads in one frame is copied, or one left in the queue would keep
+    /// the whole frame).
+    fn frame_payload(&self, data: &[u8]) -> Option<Bytes> {
+        let frame = self.big_frame.as_ref()?;
+        let within = frame.as_ptr_range();
+        let ptrs = data.as_ptr_range();
+        let inside = within.start <= ptrs.start && ptrs.end <= within.end;
+        (inside && data.len() * 2 >= frame.len()).then(|| frame.slice_ref(data))
+    }
+
     fn put(&mut self, idx: usize, reply: ReplyTo, data: &[u8], opts: PutOptions) -> Option<TubeIx> {
-        let t = self.queue.put(self.now, data, opts);
+        let t = match self.frame_payload(data) {
+            Some(payload) => self.queue.put(self.now, payload, opts),
+            None => self.queue.put(self.now, data, opts),
+        };
         deliver!(self, idx, reply, &Outcome::Task(t));
         (opts.delay == 0).then_some(DEFAULT_TUBE)
     }
@@ -339,7 +355,11 @@ impl Server {
         opts: TubePut<'_>,
         wait: Micros,
     ) -> Option<TubeIx> {
-        let outcome = match self.queue.put_in(self.now, tube, data, opts) {
+        let put = match self.frame_payload(data) {
+            Some(payload) => self.queue.put_in(self.now, tube, payload, opts),
+            None => self.queue.put_in(self.now, tube, data, opts),
+        };
+        let outcome = match put {
             Ok(PutOutcome::Created(t)) => {
                 let ready = t.status == tarq_engine::Status::Ready;
                 deliver!(self, idx, reply, &Outcome::Task(t));

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
-use tarq_engine::{Event, Micros, Queue, SessionId};
+use tarq_engine::{Bytes, Event, Micros, Queue, SessionId};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
@@ -201,6 +201,10 @@ pub struct Server {
     sync: sync::SyncGate,
     /// Replicas' acknowledgements, gathered each turn (reused).
     acked: Vec<u64>,
+    /// The request being executed when it arrived as one big frame whose read buffer was
+    /// handed over ([`conn::ReadBuf::take_whole_big_frame`]): a big put's payload is kept in
+    /// it, not copied ([`Server::frame_payload`]).
+    big_frame: Option<Bytes>,
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -281,6 +285,7 @@ impl Server {
             read_list: Vec::new(),
             read_again: Vec::new(),
             read_again_fed: Vec::new(),
+            big_frame: None,
             flush_list: Vec::new(),
             holding: Vec::new(),
             lingering: Vec::new(),
@@ -846,15 +851,28 @@ impl Server {
         let read = got > 0;
         self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
-        let rbuf = std::mem::take(&mut c.rbuf);
-        let data = rbuf.data();
-        let used = if c.beanstalk.is_some() {
-            self.execute_beanstalk_input(idx, data)
-        } else {
-            self.execute_iproto_input(idx, data)
+        let mut rbuf = std::mem::take(&mut c.rbuf);
+        let big_frame = match c.beanstalk {
+            Some(_) => None,
+            None => rbuf.take_whole_big_frame(),
         };
-        let mut rbuf = rbuf;
-        rbuf.consume(used);
+        let used = if let Some(frame) = big_frame {
+            // The buffer is the frame's now: a big put may keep its payload in it.
+            self.big_frame = Some(frame.clone());
+            let used = self.execute_iproto_input(idx, &frame);
+            self.big_frame = None;
+            debug_assert!(used == frame.len() || self.conns[idx].closing.is_some());
+            used
+        } else {
+            let data = rbuf.data();
+            let used = if c.beanstalk.is_some() {
+                self.execute_beanstalk_input(idx, data)
+            } else {
+                self.execute_iproto_input(idx, data)
+            };
+            rbuf.consume(used);
+            used
+        };
         let c = &mut self.conns[idx];
         c.rbuf = rbuf;
         if c.closing.is_some() {
