@@ -857,12 +857,7 @@ impl Server {
             None => rbuf.take_whole_big_frame(),
         };
         let used = if let Some(frame) = big_frame {
-            // The buffer is the frame's now: a big put may keep its payload in it.
-            self.big_frame = Some(frame.clone());
-            let used = self.execute_iproto_input(idx, &frame);
-            self.big_frame = None;
-            debug_assert!(used == frame.len() || self.conns[idx].closing.is_some());
-            used
+            self.execute_big_frame(idx, frame)
         } else {
             let data = rbuf.data();
             let used = if c.beanstalk.is_some() {
@@ -905,6 +900,18 @@ impl Server {
                 self.begin_close(idx, "read error", false);
             }
         }
+    }
+
+    /// Executes one big frame whose read buffer was handed over: a big put may keep its
+    /// payload in it (`frame_payload`). Out of line: rare, and the usual read path stays small.
+    #[cold]
+    #[inline(never)]
+    fn execute_big_frame(&mut self, idx: usize, frame: Bytes) -> usize {
+        self.big_frame = Some(frame.clone());
+        let used = self.execute_iproto_input(idx, &frame);
+        self.big_frame = None;
+        debug_assert!(used == frame.len() || self.conns[idx].closing.is_some());
+        used
     }
 
     /// Executes every complete IPROTO frame at the front of `data`; returns the bytes used.
