@@ -5,6 +5,7 @@
 //! `tarq-net`; this crate only reports what changed through an optional journal of [`Event`]s.
 
 mod arena;
+mod bulk;
 mod heap;
 mod index;
 mod lists;
@@ -13,8 +14,9 @@ mod sessions;
 mod slots;
 mod tubes;
 
+pub use bulk::{list_key, BulkIds};
 pub use bytes::Bytes;
-pub use queue::{BulkIds, Queue};
+pub use queue::Queue;
 pub use tubes::{
     PutOutcome, ReleaseOptions, TubeInfo, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
     DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
@@ -328,6 +330,10 @@ pub enum QueueError {
         owner: SessionId,
         caller: SessionId,
     },
+    /// Recovery only: an order given to `end_bulk_restore_in` that does not name each held
+    /// task once.
+    #[error("Bulk restore order refused: {0}")]
+    RestoreOrder(String),
     /// Recovery only: `restore` of an id that is already live.
     #[error("Task {0} already exists")]
     Duplicate(TaskId),

@@ -10,6 +10,7 @@ use std::hash::Hasher;
 
 use std::collections::HashMap;
 
+use crate::bulk::{list_key, Bulk, BulkIds};
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
 use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
@@ -122,37 +123,6 @@ pub struct Queue {
     /// Between `begin_bulk_restore` and `end_bulk_restore`: the restored Ready, Waiting and
     /// Buried tasks not yet listed, and how ids are treated meanwhile.
     bulk: Option<Bulk>,
-}
-
-/// An open bulk restore.
-#[derive(Debug)]
-struct Bulk {
-    held: Vec<Deferred>,
-    ids: BulkIds,
-}
-
-/// How `restore_in` treats ids during a bulk restore ([`Queue::begin_bulk_restore`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BulkIds {
-    /// Each restore looks its id up and refuses a duplicate.
-    Check,
-    /// The caller has made sure the ids are distinct and none is in the queue already, so no
-    /// restore looks one up (in a churned queue's snapshot the lookup is a cache miss or two
-    /// per task, a sixth of the load). A snapshot's ids are distinct by construction and its
-    /// loader checks them on its reading thread; should they not be, the queue holds two index
-    /// entries for one id and must be discarded, as a failed load's is.
-    Distinct,
-}
-
-/// A restored task waiting to be listed in order: `key` is its list's first key (pri with
-/// the sign bit flipped, so it sorts as unsigned; runat while Waiting). Sorted all together by
-/// (key, id), each list still receives its own tasks in its own order.
-#[derive(Clone, Copy, Debug)]
-struct Deferred {
-    key: u64,
-    id: TaskId,
-    k: u32,
-    status: Status,
 }
 
 impl Default for Queue {
@@ -973,46 +943,82 @@ impl Queue {
     }
 
     /// Loading a snapshot: until `end_bulk_restore`, tasks `restore_in` brings back Ready,
-    /// Waiting or Buried are held aside instead of being inserted into their lists one by one.
-    /// A snapshot lists tasks in arena order, which after churn is no list's order, so each
-    /// insert would search its list (O(log n) steps, a cache miss each); sorted first, every
-    /// task is appended at its list's tail in O(height). Only `restore_in`, `restore_tube`,
+    /// Waiting or Buried are held unlisted and listed together at the end, sorted, each
+    /// appended at its list's tail (see [`crate::bulk`]). Only `restore_in`, `restore_tube`,
     /// `restore_dedup`, `set_last_id` and `reserve` may come in between; the other `restore*`
     /// calls and `release_all_taken` end the bulk first. Taken tasks are entered at once.
     pub fn begin_bulk_restore(&mut self, ids: BulkIds) {
-        self.bulk
-            .get_or_insert_with(|| Bulk {
-                held: Vec::new(),
-                ids,
-            })
-            .ids = ids;
+        self.bulk.get_or_insert_with(|| Bulk::new(ids)).ids = ids;
     }
 
-    /// Sorts the tasks held aside so far into their lists' order, without listing them: a
-    /// loader that must wait (for another thread to vouch for the ids) spends the wait here,
-    /// and `end_bulk_restore` then finds them in order (a check, O(n)).
-    pub fn sort_bulk_restore(&mut self) {
-        if let Some(b) = self.bulk.as_mut() {
-            b.held.sort_unstable_by_key(|d| (d.key, d.id));
-        }
-    }
-
-    /// Lists the tasks held aside since `begin_bulk_restore`, each list in its own order.
-    /// O(n log n) to sort (O(n) for a snapshot already in order), then O(height) a task.
+    /// Lists the tasks held since `begin_bulk_restore`, each list in its own order: sorted
+    /// here, O(n log n) (O(n) for a snapshot already in order), then O(height) a task.
     pub fn end_bulk_restore(&mut self) {
-        self.sort_bulk_restore();
-        let Some(Bulk { held, .. }) = self.bulk.take() else {
+        let Some(bulk) = self.bulk.take() else {
             return;
         };
-        for d in held {
-            let t = if d.status == Status::Waiting {
-                d.key
-            } else {
-                0
-            };
-            self.enter(d.k, d.status, t);
-            self.reschedule(d.k);
+        let mut held: Vec<((u8, u64), TaskId, u32)> = Vec::with_capacity(bulk.held);
+        for k in (0..bulk.len() as u32).filter_map(|i| bulk.key(i)) {
+            let s = &self.slots[k as usize];
+            if let Some(key) = list_key(s.status, s.pri, self.slots.t(k)) {
+                held.push((key, s.id, k));
+            }
         }
+        held.sort_unstable();
+        for (_, _, k) in held {
+            self.list_held(k);
+        }
+    }
+
+    /// [`end_bulk_restore`](Self::end_bulk_restore) in an order the caller sorted: `order`
+    /// names each held task by its ordinal (the how-manieth `restore_in` of the bulk it was),
+    /// sorted by ([`list_key`], id). A snapshot's loader computes it on its reading thread
+    /// while this one restores. An order that is not sorted lists every task all the same,
+    /// only slower (each insert then searches its list); one that names a task twice, leaves
+    /// one out or names a Taken one or none is refused before anything is listed, and the
+    /// bulk stays open.
+    pub fn end_bulk_restore_in(&mut self, order: &[u32]) -> Result<(), QueueError> {
+        let Some(bulk) = self.bulk.as_ref() else {
+            return Err(QueueError::RestoreOrder("no bulk restore is open".into()));
+        };
+        if order.len() != bulk.held {
+            return Err(QueueError::RestoreOrder(format!(
+                "it names {} tasks, {} are held",
+                order.len(),
+                bulk.held
+            )));
+        }
+        let mut seen = vec![0u64; bulk.len().div_ceil(64)];
+        for &i in order {
+            let held = bulk
+                .key(i)
+                .is_some_and(|k| self.slots[k as usize].status != Status::Taken);
+            let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
+            if !held || seen[word] & bit != 0 {
+                return Err(QueueError::RestoreOrder(format!(
+                    "task {i} of the bulk is not held or named twice"
+                )));
+            }
+            seen[word] |= bit;
+        }
+        drop(seen);
+        let bulk = self.bulk.take().expect("checked open");
+        for &i in order {
+            self.list_held(bulk.key(i).expect("checked held"));
+        }
+        Ok(())
+    }
+
+    /// Lists a held task in its tube's list of the status and time it was restored with.
+    fn list_held(&mut self, k: u32) {
+        let status = self.slots[k as usize].status;
+        let t = if status == Status::Waiting {
+            self.slots.t(k)
+        } else {
+            0
+        };
+        self.enter(k, status, t);
+        self.reschedule(k);
     }
 
     /// Recovery: new ids continue above `id` (never lowers the current last id).
@@ -1701,20 +1707,17 @@ impl Queue {
     }
 
     /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
+    /// During a bulk restore any other status is only noted in the slot, to be listed later.
     fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
-        if let (Some(Bulk { held, .. }), false) = (self.bulk.as_mut(), status == Status::Taken) {
-            let s = &self.slots[k as usize];
-            let key = match status {
-                Status::Waiting => runat,
-                _ => (s.pri as u64) ^ (1 << 63),
-            };
-            held.push(Deferred {
-                key,
-                id: s.id,
-                k,
-                status,
-            });
-            return;
+        if let Some(bulk) = self.bulk.as_mut() {
+            let held = status != Status::Taken;
+            bulk.restored(k, held);
+            if held {
+                self.slots[k as usize].status = status;
+                let t = if status == Status::Waiting { runat } else { 0 };
+                self.slots.set_t(k, t);
+                return;
+            }
         }
         match status {
             Status::Ready | Status::Buried => self.enter(k, status, 0),

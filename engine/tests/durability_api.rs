@@ -62,24 +62,41 @@ fn dedup_seqs_cover_the_live_entries() {
 
 mod bulk_restore {
     //! A snapshot's tasks come in arena order; `begin_bulk_restore` / `end_bulk_restore` list
-    //! them sorted instead of one search each. The queue must come out the same either way.
+    //! them sorted instead of one search each, in the engine's sort or in one the caller
+    //! gives (`end_bulk_restore_in`). The queue must come out the same every way.
 
     use proptest::prelude::*;
     use tarq_engine::{
-        BulkIds, Queue, RestoredTask, Status, TaskId, TubeIx, TubeOptions, TubeType,
+        list_key, BulkIds, Queue, RestoredTask, Status, TaskId, TubeIx, TubeOptions, TubeType,
     };
+
+    /// How the tasks are restored.
+    #[derive(Clone, Copy)]
+    enum Mode {
+        OneByOne,
+        Bulk(BulkIds),
+        /// A bulk listed in an order computed as a snapshot's loader does; `false`: that
+        /// order reversed (no list's order: slower, the same queue).
+        Given {
+            sorted: bool,
+        },
+    }
 
     /// (tube: 0 default / 1 a utube tube, status, pri, runat, ttl, utube key) per task.
     type Spec = (bool, u8, i8, u8, Option<u8>, u8);
 
-    fn restore(specs: &[Spec], bulk: Option<BulkIds>) -> (Queue, TubeIx) {
+    fn restore(specs: &[Spec], mode: Mode) -> (Queue, TubeIx) {
         let mut q = Queue::new();
         let u: TubeIx = 1;
         q.restore_tube(u, "u", TubeType::UtubeTtl, TubeOptions::default())
             .expect("tube");
-        if let Some(ids) = bulk {
-            q.begin_bulk_restore(ids);
+        match mode {
+            Mode::OneByOne => {}
+            Mode::Bulk(ids) => q.begin_bulk_restore(ids),
+            Mode::Given { .. } => q.begin_bulk_restore(BulkIds::Distinct),
         }
+        // (list key, id, ordinal) of each held task, as the loader computes them.
+        let mut order = Vec::new();
         // Ids scrambled (7919 is a prime above any length here, so this is a permutation of
         // 1..=n), pri and runat at random: no list receives its tasks in its own order, as
         // after churn, when a snapshot's arena order is no list's order.
@@ -111,10 +128,22 @@ mod bulk_restore {
             } else {
                 (0, None)
             };
+            if let Some(key) = list_key(task.status, task.pri, task.runat) {
+                order.push((key, id, i as u32));
+            }
             q.restore_in(tube, task, key, 0).expect("restored");
         }
-        if bulk.is_some() {
-            q.end_bulk_restore();
+        order.sort_unstable();
+        let mut ordinals: Vec<u32> = order.iter().map(|o| o.2).collect();
+        match mode {
+            Mode::OneByOne => {}
+            Mode::Bulk(_) => q.end_bulk_restore(),
+            Mode::Given { sorted } => {
+                if !sorted {
+                    ordinals.reverse();
+                }
+                q.end_bulk_restore_in(&ordinals).expect("a whole order");
+            }
         }
         q.release_all_taken();
         q.check_invariants();
@@ -154,13 +183,50 @@ mod bulk_restore {
                 0..300,
             )
         ) {
-            let (mut one, u) = restore(&specs, None);
-            let (mut bulk, _) = restore(&specs, Some(BulkIds::Check));
-            let (mut vouched, _) = restore(&specs, Some(BulkIds::Distinct));
+            let (mut one, u) = restore(&specs, Mode::OneByOne);
             let want = observe(&mut one, u);
-            prop_assert_eq!(&want, &observe(&mut bulk, u));
-            prop_assert_eq!(&want, &observe(&mut vouched, u));
+            for mode in [
+                Mode::Bulk(BulkIds::Check),
+                Mode::Bulk(BulkIds::Distinct),
+                Mode::Given { sorted: true },
+                Mode::Given { sorted: false },
+            ] {
+                let (mut bulk, _) = restore(&specs, mode);
+                prop_assert_eq!(&want, &observe(&mut bulk, u));
+            }
         }
+    }
+
+    #[test]
+    fn an_order_that_does_not_name_each_held_task_once_is_refused_and_lists_nothing() {
+        let mut q = Queue::new();
+        q.begin_bulk_restore(BulkIds::Distinct);
+        for (id, status) in [(1, Status::Ready), (2, Status::Taken), (3, Status::Ready)] {
+            let task: RestoredTask = RestoredTask {
+                id,
+                status,
+                runat: 0,
+                pri: 0,
+                ttl: None,
+                ttr: None,
+                created: 0,
+                data: vec![id as u8].into(),
+            };
+            q.restore_in(0, task, None, 0).expect("restored");
+        }
+        // Ordinal 1 is the Taken task; 3 was never restored.
+        for bad in [&[0][..], &[0, 0], &[0, 1], &[0, 3], &[2, 0, 0]] {
+            let e = q.end_bulk_restore_in(bad).expect_err("refused");
+            assert!(e.to_string().contains("order refused"), "{e}");
+        }
+        q.end_bulk_restore_in(&[2, 0]).expect("each held task once");
+        q.release_all_taken();
+        q.check_invariants();
+        let ids: Vec<TaskId> = std::iter::from_fn(|| q.take(0, 1).map(|t| t.id)).collect();
+        // A reversed order lists the same (only slower); the Taken task, released, takes its
+        // place by id among them.
+        assert_eq!(ids, [1, 2, 3]);
+        assert!(q.end_bulk_restore_in(&[]).is_err(), "no bulk is open");
     }
 }
 

@@ -23,6 +23,7 @@
 mod clock;
 mod follow;
 pub mod format;
+mod list_order;
 pub mod lock;
 #[cfg(feature = "test-storage")]
 pub mod mem_storage;
