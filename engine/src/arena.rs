@@ -31,6 +31,8 @@ pub(crate) struct Arena<T> {
     chunks: Vec<Vec<Entry<T>>>,
     free: u32,
     len: usize,
+    /// Entries ever used: the next new key. Chunks past it are reserved and empty.
+    end: usize,
 }
 
 impl<T> Default for Arena<T> {
@@ -39,6 +41,7 @@ impl<T> Default for Arena<T> {
             chunks: Vec::new(),
             free: NONE,
             len: 0,
+            end: 0,
         }
     }
 }
@@ -68,9 +71,7 @@ impl<T> Arena<T> {
 
     /// Entries ever used (live or free): every key handed out is below this.
     pub fn end(&self) -> usize {
-        self.chunks
-            .last()
-            .map_or(0, |c| (self.chunks.len() - 1) * CHUNK + c.len())
+        self.end
     }
 
     /// Allocates the chunks `additional` more entries need now (loading a snapshot).
@@ -119,13 +120,14 @@ impl<T> Arena<T> {
             *e = Entry::Occupied(value);
             return k;
         }
-        let k = self.end();
+        let k = self.end;
         let (c, _) = split(k);
         if c == self.chunks.len() {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
         // Pushing into a chunk allocated with room for `CHUNK` never reallocates.
         self.chunks[c].push(Entry::Occupied(value));
+        self.end += 1;
         k
     }
 
@@ -236,6 +238,23 @@ mod tests {
         assert_eq!(a.capacity(), 2 * CHUNK);
         assert!(std::ptr::eq(&a[0], first), "the first chunk did not move");
         assert_eq!(a[CHUNK], 7);
+    }
+
+    #[test]
+    fn reserved_chunks_are_filled_from_the_first_key() {
+        // Reserved chunks are empty vectors: the next key is counted, not read off the last
+        // chunk's length (which made a load's keys start past every reserved chunk but one).
+        let mut a: Arena<u64> = Arena::default();
+        a.reserve(3 * CHUNK);
+        assert_eq!(a.capacity(), 3 * CHUNK);
+        let keys: Vec<usize> = (0..3 * CHUNK as u64).map(|n| a.insert(n)).collect();
+        assert_eq!(keys, (0..3 * CHUNK).collect::<Vec<_>>());
+        assert_eq!(
+            (a.end(), a.capacity()),
+            (3 * CHUNK, 3 * CHUNK),
+            "no chunk more"
+        );
+        assert_eq!(a.iter().count(), 3 * CHUNK);
     }
 
     #[test]
