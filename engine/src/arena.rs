@@ -18,7 +18,7 @@ const CHUNK_BITS: u32 = 6;
 const CHUNK: usize = 1 << CHUNK_BITS;
 const NONE: u32 = u32::MAX;
 
-enum Entry<T> {
+pub(crate) enum Entry<T> {
     /// A free slot, linking the next free one (`NONE` ends the list).
     Vacant(u32),
     Occupied(T),
@@ -33,7 +33,16 @@ pub(crate) struct Arena<T> {
     len: usize,
     /// Entries ever used: the next new key. Chunks past it are reserved and empty.
     end: usize,
+    /// Chunks before this index that lie past `end` were handed in already faulted in
+    /// ([`Arena::add_chunk`]); the next one handed in goes here or further.
+    faulted: usize,
 }
+
+/// A chunk's memory: room for [`CHUNK`] entries.
+pub(crate) type Chunk<T> = Vec<Entry<T>>;
+
+/// Bytes of a page: one write into each faults it in.
+pub(crate) const PAGE: usize = 4096;
 
 impl<T> Default for Arena<T> {
     fn default() -> Self {
@@ -42,6 +51,7 @@ impl<T> Default for Arena<T> {
             free: NONE,
             len: 0,
             end: 0,
+            faulted: 0,
         }
     }
 }
@@ -80,6 +90,39 @@ impl<T> Arena<T> {
         while self.capacity() < want {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
+    }
+
+    /// Entries a chunk holds.
+    pub const CHUNK_ENTRIES: usize = CHUNK;
+
+    /// A chunk for [`Arena::add_chunk`], its pages faulted in on the calling thread: every
+    /// entry written once (each page holds the start of one at least), then the vector
+    /// emptied, which leaves the pages mapped.
+    pub fn faulted_chunk() -> Chunk<T> {
+        let mut c = Vec::with_capacity(CHUNK);
+        c.resize_with(CHUNK, || Entry::Vacant(NONE));
+        c.clear();
+        c
+    }
+
+    /// Takes a chunk made by [`Arena::faulted_chunk`] (anywhere) as the first chunk past
+    /// the ones in use and the ones handed in before, in place of a reserved one if there
+    /// is one there: new keys reach it without a page fault.
+    pub fn add_chunk(&mut self, chunk: Chunk<T>) {
+        debug_assert!(chunk.is_empty() && chunk.capacity() >= CHUNK);
+        let at = self.end.div_ceil(CHUNK).max(self.faulted);
+        if at < self.chunks.len() {
+            self.chunks[at] = chunk;
+        } else {
+            self.chunks.push(chunk);
+        }
+        self.faulted = at + 1;
+    }
+
+    /// Whether no chunk handed in waits for the next new keys: the next chunk they open
+    /// would be faulted in by the inserts themselves.
+    pub fn wants_chunk(&self) -> bool {
+        self.faulted <= self.end.div_ceil(CHUNK)
     }
 
     /// Free entries are reused before new ones; counting them exactly would walk the list.
@@ -255,6 +298,33 @@ mod tests {
             "no chunk more"
         );
         assert_eq!(a.iter().count(), 3 * CHUNK);
+    }
+
+    #[test]
+    fn chunks_handed_in_are_filled_next_wherever_they_go() {
+        let mut a: Arena<u64> = Arena::default();
+        a.reserve(2 * CHUNK);
+        a.insert(0);
+        // Mid-chunk: the chunk goes after the one in use, replacing the reserved one...
+        assert!(a.wants_chunk());
+        a.add_chunk(Arena::faulted_chunk());
+        assert!(!a.wants_chunk(), "the next chunk is there");
+        // ...and the next one after it, past what was reserved.
+        a.add_chunk(Arena::faulted_chunk());
+        assert_eq!(a.capacity(), 3 * CHUNK);
+        let keys: Vec<usize> = (1..3 * CHUNK as u64).map(|n| a.insert(n)).collect();
+        assert_eq!(keys, (1..3 * CHUNK).collect::<Vec<_>>());
+        assert_eq!(
+            a.capacity(),
+            3 * CHUNK,
+            "every key in a chunk handed in or reserved"
+        );
+        assert!((0..3 * CHUNK).all(|k| a[k] == k as u64));
+        assert!(a.wants_chunk(), "all used");
+        // At a chunk boundary, a late chunk is the very next one.
+        a.add_chunk(Arena::faulted_chunk());
+        assert_eq!(a.insert(7), 3 * CHUNK);
+        assert_eq!(a.capacity(), 4 * CHUNK);
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod heap;
 mod index;
 mod lists;
 mod queue;
+mod room;
 mod sessions;
 mod slots;
 mod tubes;
@@ -17,6 +18,7 @@ mod tubes;
 pub use bulk::{list_key, BulkIds};
 pub use bytes::Bytes;
 pub use queue::Queue;
+pub use room::{Room, RoomWanted};
 pub use tubes::{
     PutOutcome, ReleaseOptions, TubeInfo, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
     DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,

@@ -14,6 +14,7 @@ use crate::bulk::{list_key, Bulk, BulkIds};
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
 use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
+use crate::room::{Room, RoomWanted};
 use crate::sessions::Sessions;
 use crate::slots::{NewSlot, Slot, Slots, HAS_TTR, TTR_ARMED};
 use crate::tubes::{
@@ -1035,6 +1036,19 @@ impl Queue {
         self.slots.reserve(additional);
         let live = self.slots.iter().map(|(k, s)| (k as u32, hash_id(s.id)));
         self.index.reserve(additional, live);
+    }
+
+    /// Takes memory made ready for the next tasks, possibly on another thread ([`Room`]):
+    /// their inserts then fault in no page. What is not used stays as capacity.
+    pub fn add_room(&mut self, room: Room) {
+        self.slots.add_room(room.slots, room.records);
+    }
+
+    /// Which kinds of [`Room`] the next inserts would use: a caller handing room in takes
+    /// it from its maker only when it is wanted, so none is made in vain.
+    pub fn room_wanted(&self) -> RoomWanted {
+        let (slots, records) = self.slots.room_wanted();
+        RoomWanted { slots, records }
     }
 
     /// Every live task, of every tube, in no particular order (snapshots).

@@ -28,7 +28,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use crate::arena::Arena;
+use crate::arena::{Arena, Chunk, PAGE};
 use crate::heap::NIL;
 use crate::{Bytes, Micros, Payload, PutPayload, Status, TaskId, TubeIx};
 
@@ -179,6 +179,20 @@ impl Slots {
         self.hot.reserve(additional);
     }
 
+    /// Whether the next new slots, and the next new records, would open a chunk nobody
+    /// made ready ([`crate::Room`]).
+    pub fn room_wanted(&self) -> (bool, bool) {
+        (self.hot.wants_chunk(), self.records.spare.is_empty())
+    }
+
+    /// Takes memory made ready elsewhere ([`crate::Room`]) for the next slots and records.
+    pub fn add_room(&mut self, slots: Vec<Chunk<Slot>>, records: Vec<Box<[u8]>>) {
+        for c in slots {
+            self.hot.add_chunk(c);
+        }
+        self.records.spare.extend(records);
+    }
+
     #[inline]
     pub fn get(&self, k: usize) -> Option<&Slot> {
         self.hot.get(k)
@@ -203,7 +217,7 @@ impl Slots {
     pub fn insert(&mut self, n: NewSlot, data: impl PutPayload) -> u32 {
         let len = data.bytes().len();
         let small = len <= SMALL_PAYLOAD;
-        let size = CREATED_BYTES + if small { len } else { 4 };
+        let size = record_bytes(len);
         let rec = self.records.alloc(size);
         let bytes = self.records.bytes_mut(rec, size);
         bytes[..CREATED_BYTES].copy_from_slice(&n.created.to_le_bytes());
@@ -477,6 +491,25 @@ const MAX_RECORD: usize = CREATED_BYTES + SMALL_PAYLOAD;
 /// End of a free list.
 const NONE: u64 = u64::MAX;
 
+/// The record bytes of a task whose payload is `len` bytes.
+pub(crate) fn record_bytes(len: usize) -> usize {
+    CREATED_BYTES + if len <= SMALL_PAYLOAD { len } else { 4 }
+}
+
+/// Bytes of a record chunk.
+pub(crate) const RECORD_CHUNK_BYTES: usize = RECORD_CHUNK;
+
+/// A record chunk for [`Slots::add_room`], its pages faulted in on the calling thread. The
+/// zeros are written through `black_box`, or the compiler may drop stores of zero into
+/// memory it knows came zeroed.
+pub(crate) fn faulted_record_chunk() -> Box<[u8]> {
+    let mut c = vec![0u8; RECORD_CHUNK].into_boxed_slice();
+    for b in c.iter_mut().step_by(PAGE) {
+        *b = std::hint::black_box(0);
+    }
+    c
+}
+
 /// Records of variable size in chunks that never move. A freed record goes on the free list
 /// of its exact size (linked through its first 8 bytes, which every record has), and the
 /// next record of that size takes it; otherwise records are cut from the end of the last
@@ -484,6 +517,8 @@ const NONE: u64 = u64::MAX;
 #[derive(Debug)]
 struct Records {
     chunks: Vec<Box<[u8]>>,
+    /// Chunks handed in faulted in ([`Slots::add_room`]), taken before a new one is made.
+    spare: Vec<Box<[u8]>>,
     /// Bytes used of the last chunk.
     top: usize,
     /// Head of the free list of each size (index = size), NONE if empty.
@@ -494,6 +529,7 @@ impl Default for Records {
     fn default() -> Self {
         Records {
             chunks: Vec::new(),
+            spare: Vec::new(),
             top: RECORD_CHUNK,
             free: vec![NONE; MAX_RECORD + 1],
         }
@@ -502,7 +538,7 @@ impl Default for Records {
 
 impl Records {
     fn capacity_bytes(&self) -> usize {
-        self.chunks.len() * RECORD_CHUNK + self.free.capacity() * 8
+        (self.chunks.len() + self.spare.len()) * RECORD_CHUNK + self.free.capacity() * 8
     }
 
     #[inline]
@@ -519,7 +555,11 @@ impl Records {
                 let off = self.offset(self.chunks.len() - 1, self.top);
                 self.free(off, tail);
             }
-            self.chunks.push(vec![0u8; RECORD_CHUNK].into_boxed_slice());
+            let chunk = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| vec![0u8; RECORD_CHUNK].into_boxed_slice());
+            self.chunks.push(chunk);
             self.top = 0;
         }
         let off = self.offset(self.chunks.len() - 1, self.top);

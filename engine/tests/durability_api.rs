@@ -280,3 +280,38 @@ fn ready(id: u64, data: Box<[u8]>) -> tarq_engine::RestoredTask {
         data,
     }
 }
+
+#[test]
+fn tasks_fill_room_made_on_another_thread_before_the_queue_allocates() {
+    use tarq_engine::{Queue, Room};
+    // Room for 2 chunks of slots and the records of their tasks, made on another thread.
+    let tasks = 2 * Room::SLOTS;
+    let record_chunks = (tasks * Room::record_bytes(3)).div_ceil(Room::RECORD_BYTES);
+    let rooms = std::thread::spawn(move || {
+        let mut rooms = vec![Room::slots(), Room::slots()];
+        rooms.extend((0..record_chunks).map(|_| Room::records()));
+        rooms
+    })
+    .join()
+    .expect("made");
+    let mut q = Queue::new();
+    for r in rooms {
+        q.add_room(r);
+    }
+    let before = q.overhead_bytes();
+    for i in 0..tasks as u64 {
+        q.restore(ready(i + 1, vec![i as u8, 1, 2].into()))
+            .expect("restored");
+    }
+    q.check_invariants();
+    assert_eq!(q.len(), tasks);
+    assert_eq!(q.get(5).expect("there").data[..], [4, 1, 2]);
+    // Slots and records came from the room: what grew is the index and the lists' towers.
+    let slots_and_records = tasks * 48 + record_chunks * Room::RECORD_BYTES;
+    assert!(
+        q.overhead_bytes() - before < slots_and_records / 2,
+        "{} -> {}: the room was not used",
+        before,
+        q.overhead_bytes()
+    );
+}

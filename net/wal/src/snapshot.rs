@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tarq_engine::{BulkIds, Bytes, Queue, TaskId, TaskRef, TubeIx, DEFAULT_TUBE};
+use tarq_engine::{BulkIds, Bytes, Queue, Room, TaskId, TaskRef, TubeIx, DEFAULT_TUBE};
 
 use super::format::{
     self, Body, HeaderError, Kind, StoredDedup, StoredTask, StoredTube, FILE_HEADER_LEN,
@@ -685,11 +685,19 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
     // block is read and decoded into memory already mapped, not fresh pages the kernel must
     // fault in and zero (and, on this thread, unmap).
     let (recycle, recycled) = mpsc::sync_channel::<TaskBlock>(LOAD_QUEUE_BLOCKS + 2);
+    // Memory for the tasks to come, made by the reader while it would wait (see `Room`): a
+    // few chunks of each kind at most, taken when the queue's next inserts want them.
+    let (slot_rooms_tx, slot_rooms) = mpsc::sync_channel::<Room>(ROOMS_AHEAD);
+    let (record_rooms_tx, record_rooms) = mpsc::sync_channel::<Room>(ROOMS_AHEAD);
     std::thread::scope(|scope| {
         let decoder = std::thread::Builder::new()
             .name("tarq-snap-load".into())
             .spawn_scoped(scope, move || {
-                let sent = decode(reader, &tx, &recycled);
+                let mut out = Out {
+                    parts: &tx,
+                    rooms: RoomMaker::new(slot_rooms_tx, record_rooms_tx),
+                };
+                let sent = decode(reader, &mut out, &recycled);
                 if let Err(e) = sent {
                     // The receiver learns of the failure through the channel.
                     let _ = tx.send(Err(e));
@@ -701,6 +709,15 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         // thread sorted them into (see `list_order`).
         queue.begin_bulk_restore(BulkIds::Distinct);
         let result = loop {
+            let wanted = queue.room_wanted();
+            for (want, rooms) in [(wanted.slots, &slot_rooms), (wanted.records, &record_rooms)] {
+                if !want {
+                    continue; // a room taken and not added would be made in vain
+                }
+                if let Ok(room) = rooms.try_recv() {
+                    queue.add_room(room);
+                }
+            }
             match rx.recv() {
                 Ok(Ok(Loading::End(l, order))) => break Ok((l, order)),
                 Ok(Ok(part)) => {
@@ -783,6 +800,80 @@ fn restore_part(
     Ok(())
 }
 
+/// Where the reading thread sends what it decodes: the parts in order, and room made for the
+/// restoring side while it waits.
+struct Out<'a> {
+    parts: &'a Sender,
+    rooms: RoomMaker,
+}
+
+impl Out<'_> {
+    /// Sends `part`. While the restoring side is behind (the channel is full), makes room for
+    /// the tasks it will insert, a chunk at a time, instead of waiting; then waits. False:
+    /// the restoring side gave up.
+    fn send_making_room(&mut self, part: Loading) -> bool {
+        let mut part = Ok(part);
+        loop {
+            match self.parts.try_send(part) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(p)) => {
+                    part = p;
+                    if !self.rooms.make_one() {
+                        return self.parts.send(part).is_ok();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Chunks of room made ready ahead of the restoring side, per kind.
+const ROOMS_AHEAD: usize = 2;
+
+/// Makes room of each kind into its channel while there is space: the restoring side takes
+/// a room when its queue wants one, so what a load makes in vain is bounded by the channels
+/// (and is given back when they are dropped).
+struct RoomMaker {
+    slots: SyncSender<Room>,
+    records: SyncSender<Room>,
+    /// A room made whose channel was full, sent first next time.
+    held: [Option<Room>; 2],
+}
+
+impl RoomMaker {
+    fn new(slots: SyncSender<Room>, records: SyncSender<Room>) -> Self {
+        RoomMaker {
+            slots,
+            records,
+            held: [None, None],
+        }
+    }
+
+    /// Makes or sends one room; false when both channels are full with one held for each.
+    fn make_one(&mut self) -> bool {
+        for (kind, tx) in [(0, &self.slots), (1, &self.records)] {
+            match self.held[kind].take() {
+                None => {
+                    self.held[kind] = Some(if kind == 0 {
+                        Room::slots()
+                    } else {
+                        Room::records()
+                    });
+                    return true;
+                }
+                Some(room) => match tx.try_send(room) {
+                    Ok(()) => return true,
+                    Err(TrySendError::Full(room)) => self.held[kind] = Some(room),
+                    // The restoring side is gone: nothing to make room for.
+                    Err(TrySendError::Disconnected(_)) => {}
+                },
+            }
+        }
+        false
+    }
+}
+
 type Sender = mpsc::SyncSender<Result<Loading, LoadError>>;
 
 /// Reads the file header: the start sequence and the format version.
@@ -856,7 +947,7 @@ fn entries_into<'a, T>(
 /// wrong and where.
 fn decode(
     reader: Box<dyn Read + Send>,
-    tx: &Sender,
+    out: &mut Out<'_>,
     recycled: &Receiver<TaskBlock>,
 ) -> Result<(), LoadError> {
     let mut r = reader;
@@ -866,7 +957,7 @@ fn decode(
     // damaged one (the header's checksum passed, but still) reserves little; a bigger queue's
     // tables grow as its blocks come, as without a hint.
     let hint = header.hint.min(HINT_CAP);
-    if hint > 0 && tx.send(Ok(Loading::Expect(hint))).is_err() {
+    if hint > 0 && out.parts.send(Ok(Loading::Expect(hint))).is_err() {
         return Ok(()); // the restoring side gave up
     }
     let mut offset = FILE_HEADER_LEN as u64;
@@ -957,14 +1048,14 @@ fn decode(
                 let order = order
                     .finish()
                     .map_err(|id| format!("task {id} appears twice"))?;
-                let _ = tx.send(Ok(Loading::End(loaded, order)));
+                let _ = out.parts.send(Ok(Loading::End(loaded, order)));
                 return Ok(());
             }
             other => {
                 return Err(at(format!("{other:?} record in a version {version} snapshot")).into())
             }
         };
-        if tx.send(Ok(part)).is_err() {
+        if !out.send_making_room(part) {
             return Ok(()); // the restoring side gave up
         }
         // The block's sort and merges, while the restoring side inserts the block.
@@ -976,6 +1067,29 @@ fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn room_is_made_ahead_only_as_far_as_its_channels_hold() {
+        let (slots_tx, slots) = mpsc::sync_channel(ROOMS_AHEAD);
+        let (records_tx, records) = mpsc::sync_channel(ROOMS_AHEAD);
+        let mut maker = RoomMaker::new(slots_tx, records_tx);
+        let mut steps = 0;
+        while maker.make_one() {
+            steps += 1;
+            assert!(steps < 100, "made without end");
+        }
+        // Each kind: its channel full, and one more made and held.
+        assert_eq!(steps, 2 * (2 * ROOMS_AHEAD + 1));
+        assert!(maker.held.iter().all(Option::is_some));
+        // The restoring side takes a slots room: the held one goes, one more is made.
+        slots.try_recv().expect("a room");
+        assert!(maker.make_one() && maker.make_one() && !maker.make_one());
+        assert_eq!(slots.try_iter().count(), ROOMS_AHEAD);
+        assert_eq!(records.try_iter().count(), ROOMS_AHEAD);
+        // Gone: nothing more to make room for.
+        drop((slots, records));
+        assert!(!maker.make_one());
+    }
 
     #[test]
     fn a_step_takes_its_share_of_the_turn_within_bounds() {
