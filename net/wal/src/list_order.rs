@@ -178,18 +178,22 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn status_of(n: u8) -> Status {
+        [
+            Status::Ready,
+            Status::Waiting,
+            Status::Buried,
+            Status::Taken,
+        ][n as usize % 4]
+    }
+
     /// (status 0..4, pri, runat, id) per task, in blocks of the given sizes.
     fn order_of(tasks: &[(u8, i8, u8, u64)], blocks: &[usize]) -> Result<Vec<u32>, TaskId> {
         let mut o = ListOrder::with_capacity(0);
         let mut sizes = blocks.iter().cycle();
         let mut in_block = 0;
         for &(status, pri, runat, id) in tasks {
-            let status = [
-                Status::Ready,
-                Status::Waiting,
-                Status::Buried,
-                Status::Taken,
-            ][status as usize % 4];
+            let status = status_of(status);
             o.task(id, status, i64::from(pri), u64::from(runat));
             in_block += 1;
             if in_block >= *sizes.next().expect("cycle") {
@@ -204,12 +208,7 @@ mod tests {
     fn sorted_once(tasks: &[(u8, i8, u8, u64)]) -> Vec<u32> {
         let mut all: Vec<((u8, u64), TaskId, u32)> = Vec::new();
         for (i, &(status, pri, runat, id)) in tasks.iter().enumerate() {
-            let status = [
-                Status::Ready,
-                Status::Waiting,
-                Status::Buried,
-                Status::Taken,
-            ][status as usize % 4];
+            let status = status_of(status);
             if let Some(key) = list_key(status, i64::from(pri), u64::from(runat)) {
                 all.push((key, id, i as u32));
             }
