@@ -8,7 +8,7 @@
 
 use std::ops::{Index, IndexMut};
 
-/// Slots per chunk: 6 MB of 96-byte slots, small enough to allocate in microseconds, large
+/// Slots per chunk: 3 MiB of 48-byte slots, small enough to allocate in microseconds, large
 /// enough that the chunk table stays a few cache lines. Unit tests use small chunks to cross
 /// their boundaries often.
 #[cfg(not(test))]

@@ -48,6 +48,9 @@ pub(crate) struct Bulk {
     keys: Keys,
     /// How many of them are held (not Taken): the tasks the listing must name.
     pub(crate) held: usize,
+    /// The ordinals of the Taken ones (few), so a given order is checked without reading
+    /// a slot per task.
+    pub(crate) taken: Vec<u32>,
 }
 
 /// Ordinal → arena key. A fresh arena hands out keys in order, so in a snapshot load the key
@@ -55,7 +58,7 @@ pub(crate) struct Bulk {
 #[derive(Debug)]
 enum Keys {
     InOrder(u32),
-    Listed(Vec<u32>),
+    Mapped(Vec<u32>),
 }
 
 impl Bulk {
@@ -64,20 +67,24 @@ impl Bulk {
             ids,
             keys: Keys::InOrder(0),
             held: 0,
+            taken: Vec::new(),
         }
     }
 
     /// Notes the next restored task's arena key; `held` unless it is Taken.
     pub(crate) fn restored(&mut self, k: u32, held: bool) {
         self.held += usize::from(held);
+        if !held {
+            self.taken.push(self.len() as u32);
+        }
         match &mut self.keys {
             Keys::InOrder(n) if *n == k => *n += 1,
             Keys::InOrder(n) => {
                 let mut keys: Vec<u32> = (0..*n).collect();
                 keys.push(k);
-                self.keys = Keys::Listed(keys);
+                self.keys = Keys::Mapped(keys);
             }
-            Keys::Listed(keys) => keys.push(k),
+            Keys::Mapped(keys) => keys.push(k),
         }
     }
 
@@ -85,7 +92,7 @@ impl Bulk {
     pub(crate) fn len(&self) -> usize {
         match &self.keys {
             Keys::InOrder(n) => *n as usize,
-            Keys::Listed(keys) => keys.len(),
+            Keys::Mapped(keys) => keys.len(),
         }
     }
 
@@ -93,7 +100,7 @@ impl Bulk {
     pub(crate) fn key(&self, ordinal: u32) -> Option<u32> {
         match &self.keys {
             Keys::InOrder(n) => (ordinal < *n).then_some(ordinal),
-            Keys::Listed(keys) => keys.get(ordinal as usize).copied(),
+            Keys::Mapped(keys) => keys.get(ordinal as usize).copied(),
         }
     }
 }
@@ -113,6 +120,7 @@ mod tests {
         b.restored(3, true);
         assert_eq!(b.len(), 5);
         assert_eq!(b.held, 4);
+        assert_eq!(b.taken, [3], "the ordinal of the Taken one");
         let keys: Vec<_> = (0..6).map(|i| b.key(i)).collect();
         assert_eq!(keys, [Some(0), Some(1), Some(2), Some(7), Some(3), None]);
     }

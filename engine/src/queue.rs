@@ -989,13 +989,14 @@ impl Queue {
                 bulk.held
             )));
         }
+        // One bit an ordinal: set for those named, and from the start for the Taken ones.
         let mut seen = vec![0u64; bulk.len().div_ceil(64)];
+        for &i in &bulk.taken {
+            seen[i as usize / 64] |= 1 << (i % 64);
+        }
         for &i in order {
-            let held = bulk
-                .key(i)
-                .is_some_and(|k| self.slots[k as usize].status != Status::Taken);
             let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
-            if !held || seen[word] & bit != 0 {
+            if bulk.key(i).is_none() || seen[word] & bit != 0 {
                 return Err(QueueError::RestoreOrder(format!(
                     "task {i} of the bulk is not held or named twice"
                 )));
@@ -1045,7 +1046,8 @@ impl Queue {
     }
 
     /// Which kinds of [`Room`] the next inserts would use: a caller handing room in takes
-    /// it from its maker only when it is wanted, so none is made in vain.
+    /// it from its maker only when it is wanted (a maker working ahead still makes a few
+    /// that nobody takes).
     pub fn room_wanted(&self) -> RoomWanted {
         let (slots, records) = self.slots.room_wanted();
         RoomWanted { slots, records }

@@ -49,7 +49,7 @@ struct Runs {
     /// Where each sorted run begins; each run is shorter than the one before it.
     starts: Vec<usize>,
     /// Where the runs end and the current block's tasks begin.
-    sorted: usize,
+    runs_end: usize,
 }
 
 impl ListOrder {
@@ -99,16 +99,16 @@ impl ListOrder {
 
 impl Runs {
     fn end_run(&mut self, scratch: &mut Vec<Entry>) {
-        let start = self.sorted;
+        let start = self.runs_end;
         if start == self.entries.len() {
             return;
         }
         // O(n) for a block already in order (pattern-defeating quicksort checks first).
         self.entries[start..].sort_unstable();
         self.starts.push(start);
-        self.sorted = self.entries.len();
+        self.runs_end = self.entries.len();
         while let [.., prev, last] = self.starts[..] {
-            if self.sorted - last < last - prev {
+            if self.runs_end - last < last - prev {
                 break;
             }
             self.merge_last_two(scratch);
@@ -119,7 +119,7 @@ impl Runs {
     fn merge_last_two(&mut self, scratch: &mut Vec<Entry>) {
         let last = self.starts.pop().expect("two runs");
         let prev = *self.starts.last().expect("two runs");
-        merge(&mut self.entries[prev..self.sorted], last - prev, scratch);
+        merge(&mut self.entries[prev..self.runs_end], last - prev, scratch);
     }
 }
 
@@ -156,9 +156,10 @@ fn repeated_id(ids: impl Iterator<Item = TaskId> + Clone) -> Option<TaskId> {
     if n == 0 {
         return None;
     }
-    let span = hi - lo + 1;
-    if span <= n.saturating_mul(BITMAP_IDS_PER_TASK) {
-        let mut seen = vec![0u64; span.div_ceil(64) as usize];
+    // The span less one: ids 0 and u64::MAX (a damaged file) must not overflow it.
+    let span = hi - lo;
+    if span < n.saturating_mul(BITMAP_IDS_PER_TASK) {
+        let mut seen = vec![0u64; (span / 64 + 1) as usize];
         for id in ids {
             let (word, bit) = (((id - lo) / 64) as usize, 1u64 << ((id - lo) % 64));
             if seen[word] & bit != 0 {
@@ -262,6 +263,21 @@ mod tests {
             prop_assert!(order_of(tasks_ok, &[7]).is_ok());
             prop_assert_eq!(order_of(&tasks, &[7]), Err(twice));
         }
+    }
+
+    #[test]
+    fn ids_at_both_ends_of_the_range_are_checked_without_overflow() {
+        // A damaged file may hold any id: the span of 0 and u64::MAX must not wrap.
+        let far = [(0, 0, 0, 0), (0, 0, 0, u64::MAX)];
+        assert_eq!(order_of(&far, &[1]), Ok(vec![0, 1]));
+        let twice = [(0, 0, 0, u64::MAX), (2, 0, 0, 0), (3, 0, 0, u64::MAX)];
+        assert_eq!(order_of(&twice, &[2]), Err(u64::MAX));
+        // Dense at the top of the range: the bitmap, its last word included.
+        let top: Vec<_> = (0..130).map(|i| (0, 0, 0, u64::MAX - i)).collect();
+        assert!(order_of(&top, &[10]).is_ok());
+        let mut top_twice = top.clone();
+        top_twice.push((1, 0, 0, u64::MAX - 129));
+        assert_eq!(order_of(&top_twice, &[10]), Err(u64::MAX - 129));
     }
 
     #[test]

@@ -839,6 +839,8 @@ struct RoomMaker {
     records: SyncSender<Room>,
     /// A room made whose channel was full, sent first next time.
     held: [Option<Room>; 2],
+    /// The restoring side is gone: nothing more to make.
+    gone: bool,
 }
 
 impl RoomMaker {
@@ -847,11 +849,15 @@ impl RoomMaker {
             slots,
             records,
             held: [None, None],
+            gone: false,
         }
     }
 
     /// Makes or sends one room; false when both channels are full with one held for each.
     fn make_one(&mut self) -> bool {
+        if self.gone {
+            return false;
+        }
         for (kind, tx) in [(0, &self.slots), (1, &self.records)] {
             match self.held[kind].take() {
                 None => {
@@ -865,8 +871,10 @@ impl RoomMaker {
                 Some(room) => match tx.try_send(room) {
                     Ok(()) => return true,
                     Err(TrySendError::Full(room)) => self.held[kind] = Some(room),
-                    // The restoring side is gone: nothing to make room for.
-                    Err(TrySendError::Disconnected(_)) => {}
+                    Err(TrySendError::Disconnected(_)) => {
+                        self.gone = true;
+                        return false;
+                    }
                 },
             }
         }
