@@ -29,6 +29,7 @@ type Model = BTreeMap<
         Option<Micros>,
         Micros,
         Vec<u8>,
+        u16,
     ),
 >;
 
@@ -49,6 +50,7 @@ fn model(q: &Queue) -> Model {
                     t.ttr,
                     t.created,
                     t.data.to_vec(),
+                    t.deliveries,
                 ),
             )
         })
