@@ -11,6 +11,7 @@
 //!
 //! Recovery only reads; cutting the torn tail is `Wal::open`'s job.
 
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tarq_engine::{Queue, TaskId};
@@ -416,21 +417,54 @@ impl Replay {
             // Sequence numbers start at 1; a segment named 0 holds nothing before its first record.
             self.prev_seq = s.saturating_sub(1);
         }
-        for i in first..segs.len() {
-            let (hdr_seq, name) = segs[i];
-            let last = i + 1 == segs.len();
-            let next_first = segs.get(i + 1).map(|s| s.0);
-            if self.segment(storage, name, hdr_seq, last, next_first)? {
-                break;
+        // A second thread reads the next segment while this one replays the current one: a
+        // 64 MiB read is ~65 ms of copying and page faults that would otherwise come between
+        // two segments' replays. One segment ahead at most.
+        let names: Vec<&str> = segs
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.1.as_str())
+            .collect();
+        std::thread::scope(|scope| {
+            let (tx, rx) = mpsc::sync_channel(0);
+            std::thread::Builder::new()
+                .name("tarq-wal-read".into())
+                .spawn_scoped(scope, move || {
+                    for name in names {
+                        // The receiver gone (replay stopped early): nothing more to read.
+                        if tx.send(read_all(storage, name)).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|e| WalError::io("starting the WAL reader", e))?;
+            for i in first..segs.len() {
+                let (hdr_seq, name) = segs[i];
+                let buf = rx
+                    .recv()
+                    .map_err(|_| {
+                        WalError::io(
+                            format!("reading {name}"),
+                            std::io::ErrorKind::BrokenPipe.into(),
+                        )
+                    })?
+                    .map_err(|e| WalError::io(format!("reading {name}"), e))?;
+                let last = i + 1 == segs.len();
+                let next_first = segs.get(i + 1).map(|s| s.0);
+                if self.segment(&buf, name, hdr_seq, last, next_first)? {
+                    break;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
-    /// Replays one segment; `true` when recovery must stop here (a torn file creation).
+    /// Replays one segment, `buf` its bytes; `true` when recovery must stop here (a torn
+    /// file creation).
     fn segment(
         &mut self,
-        storage: &dyn Storage,
+        buf: &[u8],
         name: &str,
         hdr_seq: u64,
         last: bool,
@@ -438,9 +472,7 @@ impl Replay {
     ) -> Result<bool, WalError> {
         self.file = name.to_owned();
         self.report.segments += 1;
-        let buf =
-            read_all(storage, name).map_err(|e| WalError::io(format!("reading {name}"), e))?;
-        let version = match format::parse_file_header(&buf, format::WAL_MAGIC) {
+        let version = match format::parse_file_header(buf, format::WAL_MAGIC) {
             Ok(h) if h.seq == hdr_seq => h.version,
             Ok(h) => {
                 let seq = h.seq;
@@ -480,7 +512,7 @@ impl Replay {
             )?;
         }
         self.prev_seq = hdr_seq.saturating_sub(1);
-        let end = self.records(&buf, version, last, next_first)?;
+        let end = self.records(buf, version, last, next_first)?;
         if end.superseded || end.turn_end >= buf.len() {
             return Ok(false);
         }
