@@ -480,6 +480,7 @@ impl Config {
                 snapshot_interval: snapshot_interval(
                     cli.snapshot_interval.or(file.snapshot_interval),
                 )?,
+                loop_cpu: cli.cpu.or(file.cpu),
             },
         };
         cfg.validate()?;

@@ -90,3 +90,51 @@ fn serves_from_a_config_file_and_stops_on_sigterm() {
     assert!(exited.success(), "exit status {exited:?}");
     run.wait_for_line("tarq stopped");
 }
+
+/// The cores in a `Cpus_allowed_list` line of `/proc/.../status` ("0-1", "0,2-3").
+fn cores_in(status: &str) -> Vec<usize> {
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim();
+    let mut cores = Vec::new();
+    for part in list.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        cores.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    cores
+}
+
+#[test]
+fn with_cpu_the_loop_has_its_core_and_the_wal_threads_the_others() {
+    let allowed = cores_in(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let cpu = allowed[0].to_string();
+    let t = Tarq::start(&["--cpu", &cpu, "--wal-mode", "fsync"]);
+    let pid = t.proc.0.id();
+    let mut seen = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap();
+        let cores = cores_in(&std::fs::read_to_string(task.join("status")).unwrap());
+        seen.push((name.trim().to_owned(), cores));
+    }
+    let cores_of = |name: &str| {
+        seen.iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no thread {name} in {seen:?}"))
+            .1
+            .clone()
+    };
+    // The main thread runs the loop, pinned; the WAL's threads on every other core (on a
+    // machine of one core, that core).
+    assert_eq!(cores_of("tarq"), [allowed[0]], "{seen:?}");
+    let others = if allowed.len() > 1 {
+        allowed[1..].to_vec()
+    } else {
+        allowed.clone()
+    };
+    for helper in ["tarq-wal-sync", "tarq-snapshot"] {
+        assert_eq!(cores_of(helper), others, "{helper}: {seen:?}");
+    }
+}

@@ -20,6 +20,7 @@
 //! the machine); `WalMode::Fsync` when the sync thread's `fdatasync` returns; `WalMode::None`
 //! writes no WAL (snapshots still work).
 
+mod affinity;
 mod clock;
 mod follow;
 pub mod format;
@@ -154,6 +155,10 @@ pub struct WalConfig {
     /// This WAL follows a primary's (a replica): recovery keeps taken tasks taken and the
     /// position is the last complete turn; records come from `apply_replicated`.
     pub replica: bool,
+    /// The loop thread's core (`--cpu`): the WAL's long-lived threads (sync, snapshot
+    /// writer) run on the process's other cores when it has others. Recovery's threads use
+    /// every core: the loop does not run yet.
+    pub loop_cpu: Option<usize>,
 }
 
 impl Default for WalConfig {
@@ -166,6 +171,7 @@ impl Default for WalConfig {
             keep_snapshots: DEFAULT_KEEP_SNAPSHOTS,
             force_recovery: false,
             replica: false,
+            loop_cpu: None,
         }
     }
 }
@@ -395,12 +401,12 @@ impl Wal {
         let notify = Notify::default();
         let sync = match cfg.mode {
             WalMode::Fsync => Some(
-                sync::SyncThread::start(storage.clone(), notify.clone())
+                sync::SyncThread::start(storage.clone(), notify.clone(), cfg.loop_cpu)
                     .map_err(|e| WalError::io("starting the sync thread", e))?,
             ),
             _ => None,
         };
-        let writer = snapshot::Writer::start(storage.clone(), notify.clone())
+        let writer = snapshot::Writer::start(storage.clone(), notify.clone(), cfg.loop_cpu)
             .map_err(|e| WalError::io("starting the snapshot thread", e))?;
         let mut queue = rec.queue;
         queue.set_journal(cfg.mode != WalMode::None);

@@ -122,13 +122,21 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub fn start(storage: Arc<dyn Storage>, notify: Notify) -> std::io::Result<Self> {
+    /// Starts the thread, off core `loop_cpu` when there is another (see `affinity`).
+    pub fn start(
+        storage: Arc<dyn Storage>,
+        notify: Notify,
+        loop_cpu: Option<usize>,
+    ) -> std::io::Result<Self> {
         let (tx, from_loop) = mpsc::sync_channel(SNAPSHOT_QUEUE_BLOCKS);
         let (to_loop, rx) = mpsc::channel();
         let (emptied, free) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("tarq-snapshot".into())
-            .spawn(move || writer(&*storage, from_loop, to_loop, emptied, notify))?;
+            .spawn(move || {
+                crate::affinity::leave_core(loop_cpu);
+                writer(&*storage, from_loop, to_loop, emptied, notify)
+            })?;
         Ok(Self {
             tx,
             rx,

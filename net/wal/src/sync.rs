@@ -58,7 +58,12 @@ impl Shared {
 }
 
 impl SyncThread {
-    pub fn start(storage: Arc<dyn Storage>, notify: Notify) -> std::io::Result<Self> {
+    /// Starts the thread, off core `loop_cpu` when there is another (see `affinity`).
+    pub fn start(
+        storage: Arc<dyn Storage>,
+        notify: Notify,
+        loop_cpu: Option<usize>,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
@@ -66,7 +71,10 @@ impl SyncThread {
         let s = shared.clone();
         let handle = std::thread::Builder::new()
             .name("tarq-wal-sync".into())
-            .spawn(move || run(&s, &*storage, &notify))?;
+            .spawn(move || {
+                crate::affinity::leave_core(loop_cpu);
+                run(&s, &*storage, &notify)
+            })?;
         Ok(Self {
             shared,
             handle: Some(handle),

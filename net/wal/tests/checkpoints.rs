@@ -22,6 +22,7 @@ fn cfg(every: u64) -> WalConfig {
         keep_snapshots: 2,
         force_recovery: false,
         replica: false,
+        loop_cpu: None,
     }
 }
 

@@ -67,6 +67,7 @@ fn cfg(mode: WalMode) -> WalConfig {
         keep_snapshots: 2,
         force_recovery: false,
         replica: false,
+        loop_cpu: None,
     }
 }
 

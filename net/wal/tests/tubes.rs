@@ -28,6 +28,7 @@ fn cfg_in(mode: WalMode) -> WalConfig {
         keep_snapshots: 2,
         force_recovery: false,
         replica: false,
+        loop_cpu: None,
     }
 }
 
