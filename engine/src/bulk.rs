@@ -46,10 +46,8 @@ pub(crate) struct Bulk {
     pub(crate) ids: BulkIds,
     /// The arena key of each task restored since the bulk began, by ordinal.
     keys: Keys,
-    /// How many of them are held (not Taken): the tasks the listing must name.
-    pub(crate) held: usize,
     /// The ordinals of the Taken ones (few), so a given order is checked without reading
-    /// a slot per task.
+    /// a slot per task; every other task restored is held.
     pub(crate) taken: Vec<u32>,
 }
 
@@ -66,14 +64,12 @@ impl Bulk {
         Bulk {
             ids,
             keys: Keys::InOrder(0),
-            held: 0,
             taken: Vec::new(),
         }
     }
 
     /// Notes the next restored task's arena key; `held` unless it is Taken.
     pub(crate) fn restored(&mut self, k: u32, held: bool) {
-        self.held += usize::from(held);
         if !held {
             self.taken.push(self.len() as u32);
         }
@@ -86,6 +82,11 @@ impl Bulk {
             }
             Keys::Mapped(keys) => keys.push(k),
         }
+    }
+
+    /// How many of the tasks restored are held (not Taken): the tasks the listing names.
+    pub(crate) fn held(&self) -> usize {
+        self.len() - self.taken.len()
     }
 
     /// How many tasks were restored.
@@ -119,7 +120,7 @@ mod tests {
         b.restored(7, false);
         b.restored(3, true);
         assert_eq!(b.len(), 5);
-        assert_eq!(b.held, 4);
+        assert_eq!(b.held(), 4);
         assert_eq!(b.taken, [3], "the ordinal of the Taken one");
         let keys: Vec<_> = (0..6).map(|i| b.key(i)).collect();
         assert_eq!(keys, [Some(0), Some(1), Some(2), Some(7), Some(3), None]);

@@ -958,7 +958,7 @@ impl Queue {
         let Some(bulk) = self.bulk.take() else {
             return;
         };
-        let mut held: Vec<((u8, u64), TaskId, u32)> = Vec::with_capacity(bulk.held);
+        let mut held: Vec<((u8, u64), TaskId, u32)> = Vec::with_capacity(bulk.held());
         for k in (0..bulk.len() as u32).filter_map(|i| bulk.key(i)) {
             let s = &self.slots[k as usize];
             if let Some(key) = list_key(s.status, s.pri, self.slots.t(k)) {
@@ -982,11 +982,11 @@ impl Queue {
         let Some(bulk) = self.bulk.as_ref() else {
             return Err(QueueError::RestoreOrder("no bulk restore is open".into()));
         };
-        if order.len() != bulk.held {
+        if order.len() != bulk.held() {
             return Err(QueueError::RestoreOrder(format!(
                 "it names {} tasks, {} are held",
                 order.len(),
-                bulk.held
+                bulk.held()
             )));
         }
         // One bit an ordinal: set for those named, and from the start for the Taken ones.
@@ -1042,6 +1042,7 @@ impl Queue {
     /// Takes memory made ready for the next tasks, possibly on another thread ([`Room`]):
     /// their inserts then fault in no page. What is not used stays as capacity.
     pub fn add_room(&mut self, room: Room) {
+        // Slots takes the pieces: `room` depends on `slots`, not the other way round.
         self.slots.add_room(room.slots, room.records);
     }
 

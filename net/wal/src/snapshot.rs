@@ -866,14 +866,12 @@ impl RoomMaker {
         if self.gone {
             return false;
         }
-        for (kind, tx) in [(0, &self.slots), (1, &self.records)] {
+        let kinds: [(_, fn() -> Room); 2] =
+            [(&self.slots, Room::slots), (&self.records, Room::records)];
+        for (kind, (tx, make)) in kinds.into_iter().enumerate() {
             match self.held[kind].take() {
                 None => {
-                    self.held[kind] = Some(if kind == 0 {
-                        Room::slots()
-                    } else {
-                        Room::records()
-                    });
+                    self.held[kind] = Some(make());
                     return true;
                 }
                 Some(room) => match tx.try_send(room) {
