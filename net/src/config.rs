@@ -68,46 +68,46 @@ pub struct Cli {
     pub data_dir: Option<PathBuf>,
 
     /// Pin the event-loop thread to this CPU core (unpinned when absent).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub cpu: Option<usize>,
 
     /// Most simultaneous client connections; more are refused with an error [default: 1000].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(1, MAX_CONNECTIONS_LIMIT as u64), allow_negative_numbers = true)]
     pub max_connections: Option<usize>,
 
     /// Largest request frame in bytes; a bigger one gets an error and the connection is closed
     /// [default: 16777216 (16 MiB)].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = whole::<usize>(MIN_FRAME_BYTES as u64, u64::from(u32::MAX)), allow_negative_numbers = true)]
     pub max_frame_bytes: Option<usize>,
 
     /// Most unread reply bytes held for one connection before it is disconnected; at least twice
     /// --max-frame-bytes [default: 33554432 (32 MiB), or twice --max-frame-bytes if more].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub max_write_backlog: Option<usize>,
 
     /// Most bytes all clients together may make the server hold in unfinished request frames;
     /// at the limit the connection holding the most is closed [default: a sixteenth of the
     /// memory, at most 1 GiB, at least twice --max-frame-bytes].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub input_budget_bytes: Option<usize>,
 
     /// Seconds a request frame may take to arrive once its first byte has; 0: no limit
     /// [default: 30].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub frame_timeout: Option<f64>,
 
     /// With --user: seconds a new connection has to authenticate; 0: no limit [default: 10].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub auth_timeout: Option<f64>,
 
     /// Close a connection that has sent nothing for this many seconds (a take waiting for a
     /// task keeps it open); 0: never [default: 0].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub idle_timeout: Option<f64>,
 
     /// Most simultaneous connections from one client address (clients and /metrics together);
     /// 0: no limit [default: 0].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub max_connections_per_peer: Option<usize>,
 
     /// Log level: error, warn, info, debug or trace [default: info].
@@ -121,7 +121,7 @@ pub struct Cli {
 
     /// Largest job body a beanstalk `put` may carry; a bigger one gets JOB_TOO_BIG (beanstalkd's
     /// -z) [default: 65535].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = whole::<u32>(0, u64::from(u32::MAX)), allow_negative_numbers = true)]
     pub beanstalk_max_job_size: Option<u32>,
 
     /// Namespace of the tarantool/queue API: its calls are `<NS>.create_tube`,
@@ -146,13 +146,13 @@ pub struct Cli {
     /// Synchronous replication: answer a change (put, ack, release, ...) only once this many
     /// replicas have it durably in their own WAL (Tarantool's replication_synchro_quorum,
     /// counting replicas, not the primary) [default: 0, asynchronous].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, MAX_SYNC_REPLICAS as u64), allow_negative_numbers = true)]
     pub sync_replicas: Option<usize>,
 
     /// How long a change waits for --sync-replicas acknowledgements before its client gets
     /// ER_SYNC_QUORUM_TIMEOUT; the change stays applied and keeps replicating, as with
     /// Tarantool's replication_synchro_timeout in its new behaviour [default: 5].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub sync_timeout: Option<f64>,
 
     /// Fail over through etcd: every node campaigns for a lease-backed leader key under
@@ -176,7 +176,7 @@ pub struct Cli {
 
     /// Lease TTL in whole seconds (with --etcd): how long a dead primary keeps its role
     /// before another node may take over [default: 3].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = lease_ttl_secs, allow_negative_numbers = true)]
     pub lease_ttl: Option<u64>,
 
     /// Benchmark mode: answer every CALL at once with an empty result, without the queue.
@@ -190,7 +190,7 @@ pub struct Cli {
     pub graphite: Option<String>,
 
     /// Seconds between Graphite pushes [default: 1].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub graphite_interval: Option<f64>,
 
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
@@ -211,22 +211,22 @@ pub struct Cli {
     /// from the files, so across restarts), and at least as much as the last snapshot's size;
     /// 0: no size trigger (`queue.snapshot()` and --snapshot-interval still work)
     /// [default: 268435456 (256 MiB)].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = whole::<u64>(0, u64::MAX), allow_negative_numbers = true)]
     pub snapshot_every_bytes: Option<u64>,
 
     /// Start a new WAL segment file past this size (Tarantool's wal_max_size): the WAL a
     /// snapshot makes obsolete is removed a whole segment at a time
     /// [default: 67108864 (64 MiB)].
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = whole::<u64>(4096, u64::MAX), allow_negative_numbers = true)]
     pub wal_segment_bytes: Option<u64>,
 
     /// Snapshots to keep (with the WAL the oldest of them needs) [default: 2].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(1, u64::MAX), allow_negative_numbers = true)]
     pub keep_snapshots: Option<usize>,
 
     /// Also take a snapshot this many seconds after the last one, if anything was written
     /// since (Tarantool's checkpoint_interval); 0: off [default: 0].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub snapshot_interval: Option<f64>,
 }
 
@@ -351,15 +351,17 @@ impl Default for Config {
 /// A configuration that cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    // The cause is part of the message and deliberately not a `source`: anyhow would print
+    // it a second time as "Caused by", and a reload logs only the message.
+    #[error("cannot read config file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("bad config file {path}: {source}")]
+    #[error("bad config file {path}: {error}")]
     Parse {
         path: PathBuf,
-        source: Box<toml::de::Error>,
+        error: Box<toml::de::Error>,
     },
     #[error("{0}")]
     Invalid(String),
@@ -636,7 +638,10 @@ fn cluster_config(
     };
     if endpoints.is_empty() {
         if cli.cluster.is_some() || cli.node_name.is_some() {
-            return Err(invalid("cluster and node-name need etcd"));
+            return Err(invalid(
+                "--cluster and --node-name only work with --etcd URL, the etcd that elects the \
+                 cluster's primary",
+            ));
         }
         return Ok(None);
     }
@@ -644,12 +649,21 @@ fn cluster_config(
         .cluster
         .clone()
         .or(file.cluster.clone())
-        .ok_or_else(|| invalid("etcd needs cluster NAME"))?;
+        .ok_or_else(|| {
+            invalid(
+                "--etcd needs --cluster NAME, the cluster's name in etcd (TOML: cluster = \"NAME\")",
+            )
+        })?;
     let name = cli
         .node_name
         .clone()
         .or(file.node_name.clone())
-        .ok_or_else(|| invalid("etcd needs node-name NAME"))?;
+        .ok_or_else(|| {
+            invalid(
+                "--etcd needs --node-name NAME, this node's name, unique in the cluster \
+                 (TOML: node-name = \"NAME\")",
+            )
+        })?;
     let advertise = cli.advertise.or(file.advertise).unwrap_or(listen);
     if advertise.ip().is_unspecified() || advertise.port() == 0 {
         return Err(invalid(format!(
@@ -659,9 +673,53 @@ fn cluster_config(
     let mut election =
         tarq_cluster::Config::new(endpoints, &cluster, &name, &advertise.to_string());
     if let Some(ttl) = cli.lease_ttl.or(file.lease_ttl) {
+        // Checked here too (the flag's parser checks it), for the value from the file.
+        let (min, max) = lease_ttl_range();
+        if !(min..=max).contains(&ttl) {
+            return Err(invalid(format!(
+                "lease-ttl {ttl} must be whole seconds from {min} to {max}"
+            )));
+        }
         election = election.with_lease_ttl(Duration::from_secs(ttl));
     }
     Ok(Some(ClusterConfig { election }))
+}
+
+/// The whole seconds `--lease-ttl` may be: the election's own limits.
+fn lease_ttl_range() -> (u64, u64) {
+    (
+        tarq_cluster::MIN_LEASE_TTL.as_secs(),
+        tarq_cluster::MAX_LEASE_TTL.as_secs(),
+    )
+}
+
+/// `--lease-ttl`'s value parser: the range in seconds, as the check of the file's value says.
+fn lease_ttl_secs(text: &str) -> Result<u64, String> {
+    let (min, max) = lease_ttl_range();
+    let range = || format!("must be whole seconds from {min} to {max}");
+    let n: u64 = text.trim().parse().map_err(|_| range())?;
+    (min..=max).contains(&n).then_some(n).ok_or_else(range)
+}
+
+/// A clap value parser for a whole number from `min` to `max`, whose error names the range
+/// (`--max-connections -5`: "must be a whole number from 1 to 16777216"). The flags that use it
+/// also set `allow_negative_numbers`, so a negative value reaches it instead of being taken
+/// for an unknown flag.
+fn whole<T>(min: u64, max: u64) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+where
+    T: TryFrom<u64>,
+{
+    move |text: &str| {
+        let range = || match max {
+            u64::MAX => format!("must be a whole number, at least {min}"),
+            _ => format!("must be a whole number from {min} to {max}"),
+        };
+        let n: u64 = text.trim().parse().map_err(|_| range())?;
+        if !(min..=max).contains(&n) {
+            return Err(range());
+        }
+        T::try_from(n).map_err(|_| range())
+    }
 }
 
 /// Longest `--snapshot-interval`: a week; a snapshot rarer than that leaves recovery to the
@@ -721,13 +779,13 @@ fn invalid(msg: impl Into<String>) -> ConfigError {
 }
 
 fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: path.to_owned(),
-        source,
+        error,
     })?;
-    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+    toml::from_str(&text).map_err(|error| ConfigError::Parse {
         path: path.to_owned(),
-        source: Box::new(source),
+        error: Box::new(error),
     })
 }
 
@@ -828,9 +886,74 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max-write-backlog 10"), "{e}");
-        let e = parse(&["--max-connections", "0"]).unwrap_err().to_string();
-        assert!(e.contains("max-connections 0"), "{e}");
+        std::fs::write(&path, "max-connections = 0\n").unwrap();
+        let e = parse(&["--config", path.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max-connections 0 must be between 1 and"), "{e}");
         assert!(Cli::try_parse_from(["tarq", "--user", "u"]).is_err());
+    }
+
+    /// The error clap gives for a command line, as the user reads it.
+    fn refused(args: &[&str]) -> String {
+        let mut argv = vec!["tarq"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)
+            .expect_err("the command line is refused")
+            .to_string()
+    }
+
+    #[test]
+    fn a_number_out_of_range_is_refused_naming_the_range() {
+        let e = refused(&["--max-connections", "-5"]);
+        assert!(
+            e.contains(
+                "'-5' for '--max-connections <N>': must be a whole number from 1 to 16777216"
+            ),
+            "{e}"
+        );
+        let e = refused(&["--max-connections", "0"]);
+        assert!(e.contains("from 1 to 16777216"), "{e}");
+        let e = refused(&["--sync-replicas", "99"]);
+        assert!(e.contains("must be a whole number from 0 to 32"), "{e}");
+        let e = refused(&["--lease-ttl", "0"]);
+        assert!(e.contains("must be whole seconds from 2 to 60"), "{e}");
+        let e = refused(&["--keep-snapshots", "many"]);
+        assert!(e.contains("must be a whole number, at least 1"), "{e}");
+        // A negative number of seconds reaches the check that names the setting's range.
+        let e = parse(&["--idle-timeout", "-1"]).unwrap_err().to_string();
+        assert!(
+            e.contains("idle-timeout -1 must be between 0 (off) and"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn etcd_settings_name_the_flag_that_is_missing() {
+        let e = parse(&["--etcd", "http://127.0.0.1:2379"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--etcd needs --cluster NAME"), "{e}");
+        let e = parse(&["--etcd", "http://127.0.0.1:2379", "--cluster", "c"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--etcd needs --node-name NAME"), "{e}");
+        let e = parse(&["--cluster", "c"]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--cluster and --node-name only work with --etcd"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(
+            &path,
+            "etcd = [\"http://127.0.0.1:2379\"]\ncluster = \"c\"\nnode-name = \"n\"\nlease-ttl = 0\n",
+        )
+        .unwrap();
+        let e = parse(&["--config", path.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "lease-ttl 0 must be whole seconds from 2 to 60");
     }
 
     #[test]

