@@ -7,7 +7,7 @@ mod support;
 
 use std::process::{Command, Output};
 
-use support::BIN;
+use support::{Tarq, BIN};
 
 /// `tarq args...` run to its end (it must refuse to start, so it ends at once).
 fn tarq(args: &[&str]) -> Output {
@@ -71,4 +71,21 @@ fn a_wrong_key_in_the_config_file_is_printed_once() {
         "{err}"
     );
     assert!(!err.contains("Caused by"), "{err}");
+}
+
+#[test]
+fn a_wrong_password_says_the_server_answered_and_refused_it() {
+    let server = Tarq::start(&["--user", "u", "--password", "right"]);
+    let addr = server.addr.to_string();
+    let out = server.ctl(&["--user", "u", "--password", "wrong", "stats"]);
+    let err = failure(&out);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "Error: {addr} answered but refused the login as \"u\": Incorrect password supplied \
+             for user 'u' (code 47); check the user name and password"
+        )
+    );
+    let ok = server.ctl(&["--user", "u", "--password", "right", "stats"]);
+    assert!(ok.status.success(), "{ok:?}");
 }

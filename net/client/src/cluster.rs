@@ -3,7 +3,9 @@
 //!
 //! - **Addresses**: [`parse_addrs`] reads `--addr A,B,C` (and repeated `--addr`) into a list.
 //!   [`Cluster::connect`] talks to the first that answers (one pass, so a command against a
-//!   stopped cluster fails at once, naming every address and why).
+//!   stopped cluster fails at once, naming every address and why). A server that answers and
+//!   refuses the login ends it at once ([`ClusterError::LoginRefused`]): a cluster shares its
+//!   credentials, so the other addresses would refuse them too.
 //! - **Redirects**: a replica refuses a change with ER_READONLY (7) and the message
 //!   `read-only replica: the primary is ADDR` ([`primary_in`] reads ADDR). Nothing was done,
 //!   so any call is retried on the primary it names; at most [`MAX_REDIRECTS`] refusals in a
@@ -26,7 +28,9 @@ use std::time::{Duration, Instant};
 use rmpv::Value;
 
 use crate::{Client, ClientError};
-use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_READONLY};
+use tarq_iproto::codes::{
+    ER_ACCESS_DENIED, ER_NO_SUCH_PROC, ER_NO_SUCH_USER, ER_PASSWORD_MISMATCH, ER_READONLY,
+};
 
 /// Refusals followed in a row for one call before giving up: a healthy cluster needs one (a
 /// replica names the leader); more means stale or circular information.
@@ -177,6 +181,15 @@ pub enum ClusterError {
     /// The first pass over the addresses found no server.
     #[error("no server answered: {}", list(.tried))]
     NoneAnswered { tried: Vec<Attempt> },
+    /// A server answered and refused the login: the same credentials would be refused by the
+    /// other nodes of a cluster too (it shares them), so no other address is tried.
+    #[error("{addr} answered but refused the login as {user:?}: {message} (code {code}); check the user name and password")]
+    LoginRefused {
+        addr: String,
+        user: String,
+        code: u32,
+        message: String,
+    },
     /// Refusals kept naming another node.
     #[error("{function} was refused as read-only {} times in a row: {}", .path.len(), .path.join(" -> "))]
     TooManyRedirects { function: String, path: Vec<String> },
@@ -244,6 +257,20 @@ impl Cluster {
             let addr = c.addrs[i].clone();
             match c.open(&addr) {
                 Ok(()) => return Ok(c),
+                Err(ClientError::Server { code, message })
+                    if matches!(
+                        code,
+                        ER_ACCESS_DENIED | ER_NO_SUCH_USER | ER_PASSWORD_MISMATCH
+                    ) =>
+                {
+                    let user = c.opts.credentials.clone().unwrap_or_default().0;
+                    return Err(ClusterError::LoginRefused {
+                        addr,
+                        user,
+                        code,
+                        message,
+                    });
+                }
                 Err(e) => tried.push(Attempt {
                     addr,
                     outcome: e.to_string(),
