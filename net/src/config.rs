@@ -234,6 +234,7 @@ pub struct Cli {
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Talk to a running tarq: put, take, ack, release, stats, or an interactive console.
+    #[command(version)]
     Ctl(CtlArgs),
 }
 

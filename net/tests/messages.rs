@@ -7,7 +7,7 @@ mod support;
 
 use std::process::{Command, Output};
 
-use support::{Tarq, BIN};
+use support::{Client, Tarq, BIN};
 
 /// `tarq args...` run to its end (it must refuse to start, so it ends at once).
 fn tarq(args: &[&str]) -> Output {
@@ -88,4 +88,29 @@ fn a_wrong_password_says_the_server_answered_and_refused_it() {
     );
     let ok = server.ctl(&["--user", "u", "--password", "right", "stats"]);
     assert!(ok.status.success(), "{ok:?}");
+}
+
+#[test]
+fn a_missing_tube_is_named_by_ctl_while_iproto_keeps_the_original_text() {
+    let server = Tarq::start(&[]);
+    let err = failure(&server.ctl(&["drop-tube", "work"]));
+    assert_eq!(
+        err.trim_end(),
+        "Error: tube 'work' does not exist (`tarq ctl list-tubes` lists the tubes, \
+         `tarq ctl create-tube` makes one)"
+    );
+    let err = failure(&server.ctl(&["--namespace", "box.queue", "drop-tube", "work"]));
+    assert!(
+        err.contains("no tarantool/queue API under the namespace 'box.queue': give --namespace"),
+        "{err}"
+    );
+    // A net.box client meets what tarantool/queue answers: the missing tube's method is not
+    // defined.
+    let mut c = Client::connect(server.addr);
+    let r = c.call("queue.tube.work:drop", &[]);
+    assert_eq!(r.code, tarq_iproto::codes::ER_NO_SUCH_PROC);
+    assert_eq!(
+        r.error.as_deref(),
+        Some("Procedure 'queue.tube.work:drop' is not defined")
+    );
 }

@@ -301,9 +301,54 @@ fn ctl_works_on_tubes() {
     assert_eq!(json(&t.ctl(&["drop-tube", "jobs"])), true);
     let out = t.ctl(&["--tube", "jobs", "peek", "1"]);
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tube 'jobs' does not exist"), "{err}");
+}
+
+#[test]
+fn ctl_lists_tubes_deletes_touches_and_sets_a_dedup_window() {
+    let t = Tarq::start(&[]);
+    assert_eq!(json(&t.ctl(&["list-tubes"])), serde_json::json!([]));
+    let tube = json(&t.ctl(&["create-tube", "work", "fifottl", "--dedup-window", "60"]));
+    assert_eq!(tube["opts"]["dedup_window"], 60.0);
+    json(&t.ctl(&["create-tube", "ab", "utube"]));
+    assert_eq!(
+        json(&t.ctl(&["list-tubes"])),
+        serde_json::json!(["ab", "work"])
+    );
+
+    let put = json(&t.ctl(&["--tube", "work", "put", "a", "--ttl", "60"]));
+    let id = put[0].as_u64().unwrap().to_string();
+    // Only the connection that took a task may touch it, as the original says; a delta
+    // of 0 or less (a negative number is a value) changes nothing and answers nothing.
+    assert_eq!(
+        json(&t.ctl(&["--tube", "work", "touch", &id, "-5"])),
+        serde_json::Value::Null
+    );
+    let out = t.ctl(&["--tube", "work", "touch", &id, "5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("Procedure 'queue.tube.jobs:peek' is not defined"),
+        !out.status.success() && err.contains("Task was not taken"),
         "{err}"
+    );
+    let deleted = json(&t.ctl(&["--tube", "work", "delete", &id]));
+    assert_eq!(deleted, serde_json::json!([put[0], "-", "a"]));
+    let out = t.ctl(&["--tube", "work", "delete", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("Task {id} not found")), "{err}");
+
+    // Without --tube, on the seed's queue.
+    let seed = json(&t.ctl(&["put", "s"]));
+    let id = seed["id"].as_u64().unwrap().to_string();
+    assert_eq!(json(&t.ctl(&["delete", &id]))[1], "-");
+    assert_eq!(json(&t.ctl(&["stats"]))["total"], 0);
+
+    let out = Command::new(BIN)
+        .args(["ctl", "--version"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("tarq-ctl {}", env!("CARGO_PKG_VERSION"))
     );
 }
 

@@ -1,6 +1,8 @@
 //! `tarq ctl`: a command-line client of a running server — `put`, `take`, `ack`, `release`,
-//! `stats` (on the seed's queue, or with `--tube` on a tube), the tube commands `create-tube`,
-//! `drop-tube`, `peek`, `bury`, `kick` print their result as JSON, `console` opens the
+//! `stats`, `delete`, `touch` (on the seed's queue, or with `--tube` on a tube), the tube
+//! commands `list-tubes`, `create-tube`, `drop-tube`, `peek`, `bury`, `kick` print their
+//! result as JSON; a tube that does not exist is said so (the server answers with the
+//! original's "Procedure ... is not defined"), `console` opens the
 //! interactive console ([`console`]), `cluster` shows the members, leader, term and lags
 //! ([`cluster`]). It speaks IPROTO through the one blocking client, behind
 //! [`tarq_client::cluster::Cluster`]: `--addr` may list several nodes, and calls follow the
@@ -20,6 +22,8 @@ use rmpv::Value;
 
 use tarq_client::cluster::{parse_addrs, Cluster, Effect, Options};
 use tarq_client::pack_args;
+use tarq_engine::DEFAULT_TUBE_NAME;
+use tarq_iproto::codes::ER_NO_SUCH_PROC;
 
 /// Default `--addr`: the server's default `--listen`.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:3301";
@@ -125,12 +129,28 @@ pub enum CtlCommand {
         /// Bury a task taken this many times instead of handing it out again.
         #[arg(long)]
         max_deliveries: Option<u64>,
+        /// Seconds a put with a dedup_key returns the earlier task of the same key instead
+        /// of a new one.
+        #[arg(long, value_name = "SECONDS")]
+        dedup_window: Option<f64>,
         /// No error when the tube exists.
         #[arg(long)]
         if_not_exists: bool,
     },
     /// Drop a tube (refused while one of its tasks is taken).
     DropTube { name: String },
+    /// List the tubes of the tarantool/queue API (the seed's queue, tube `default`, is not
+    /// listed), as a JSON array of names.
+    ListTubes,
+    /// Delete a task, in any state (of --tube, else of the seed's queue).
+    Delete { id: u64 },
+    /// Add DELTA seconds to a taken task's time to live and time to run (of --tube, else of
+    /// the seed's queue); only its taker's connection may, as for ack.
+    Touch {
+        id: u64,
+        #[arg(value_name = "DELTA", allow_negative_numbers = true)]
+        delta: f64,
+    },
     /// Show a task of --tube.
     Peek { id: u64 },
     /// Bury a task of --tube.
@@ -270,13 +290,67 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         function,
         args: call_args,
         wait,
+        tube,
+        show,
     } = call_of(args.command, args.tube.as_deref(), &args.namespace)?;
     let effect = Effect::of(&function);
-    let values = cluster.call(&function, &pack_args(&call_args), wait, effect)?;
+    let values = match cluster.call(&function, &pack_args(&call_args), wait, effect) {
+        Ok(values) => values,
+        Err(e) => {
+            return Err(match tube {
+                Some(tube) => why_no_method(&mut cluster, &args.namespace, &tube, e),
+                None => e.into(),
+            })
+        }
+    };
     // One result prints as itself; none (a take that found nothing) as null.
-    let shown = values.into_iter().next().unwrap_or(Value::Nil);
+    let shown = show(values.into_iter().next().unwrap_or(Value::Nil));
     writeln!(out, "{}", serde_json::to_string(&to_json(&shown))?)?;
     Ok(())
+}
+
+/// The error of a call of a method of `tube` (`queue.tube.jobs:drop`) refused as
+/// ER_NO_SUCH_PROC, which is what tarantool/queue answers for a tube that does not exist: its
+/// methods live on the tube's object, so a missing tube's are not defined. The server keeps
+/// that text for its clients, which may match it; ctl is read by a person, so it asks the
+/// tube's statistics to tell a missing tube from a wrong --namespace (or a method the server
+/// does not have, which keeps the server's text).
+fn why_no_method(
+    cluster: &mut Cluster,
+    ns: &str,
+    tube: &str,
+    e: tarq_client::cluster::ClusterError,
+) -> anyhow::Error {
+    if e.server().is_none_or(|(code, _)| code != ER_NO_SUCH_PROC) {
+        return e.into();
+    }
+    let statistics = format!("{ns}.statistics");
+    let args = pack_args(&[Value::from(tube)]);
+    match cluster.call(&statistics, &args, None, Effect::Reads) {
+        Ok(_) => e.into(),
+        Err(s) if s.server().is_some_and(|(code, _)| code == ER_NO_SUCH_PROC) => anyhow::anyhow!(
+            "the server has no tarantool/queue API under the namespace '{ns}': give --namespace \
+             as the server's --queue-namespace"
+        ),
+        Err(s) if s.server().is_some() => anyhow::anyhow!(
+            "tube '{tube}' does not exist (`tarq ctl list-tubes` lists the tubes, \
+             `tarq ctl create-tube` makes one)"
+        ),
+        Err(_) => e.into(),
+    }
+}
+
+/// The names of `queue.statistics()`'s map of tubes, sorted (an empty array when none).
+fn tube_names(all: Value) -> Value {
+    let mut names: Vec<String> = match all {
+        Value::Map(tubes) => tubes
+            .into_iter()
+            .filter_map(|(k, _)| k.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
+    names.sort();
+    Value::Array(names.into_iter().map(Value::from).collect())
 }
 
 /// The call a command makes.
@@ -285,15 +359,25 @@ struct Call {
     args: Vec<Value>,
     /// How much longer than `--timeout` the reply may take (a take's own timeout).
     wait: Option<Duration>,
+    /// The tube whose method this calls by name, if it does (for the error of a missing tube).
+    tube: Option<String>,
+    /// The result as printed.
+    show: fn(Value) -> Value,
 }
 
 /// The call of `command`: on the seed's queue, or on `tube` through the API under `ns`.
 fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<Call> {
     let f = |v: Option<f64>| v.map(Value::F64);
+    let as_is = |v| v;
+    // A call on `tube` when its function is one of the tube's methods.
     let call = |function: String, args| Call {
+        tube: tube
+            .filter(|t| function.starts_with(&format!("{ns}.tube.{t}:")))
+            .map(str::to_owned),
         function,
         args,
         wait: None,
+        show: as_is,
     };
     // `queue.put` on the seed's queue, `queue.tube.<name>:put` on a tube.
     let method = |seed: &str, m: &str| match tube {
@@ -303,6 +387,11 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
     let on_tube = |m: &str| {
         tube.map(|t| format!("{ns}.tube.{t}:{m}"))
             .ok_or_else(|| anyhow::anyhow!("{m} works on a tube: give --tube NAME"))
+    };
+    // A method the seed's queue has only through the tube API: on its tube `default`.
+    let on_tube_or_seed = |m: &str| {
+        let t = tube.unwrap_or(DEFAULT_TUBE_NAME);
+        format!("{ns}.tube.{t}:{m}")
     };
     Ok(match command {
         CtlCommand::Console { .. } | CtlCommand::Cluster { .. } => {
@@ -333,9 +422,8 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
                 (false, None) => vec![],
             };
             Call {
-                function: method("queue.take", "take"),
-                args: a,
                 wait,
+                ..call(method("queue.take", "take"), a)
             }
         }
         CtlCommand::Ack { id } => call(method("queue.ack", "ack"), vec![Value::from(id)]),
@@ -356,6 +444,7 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
             pri,
             capacity,
             max_deliveries,
+            dedup_window,
             if_not_exists,
         } => {
             let o = options(&[
@@ -364,6 +453,7 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
                 ("pri", pri.map(Value::from)),
                 ("capacity", capacity.map(Value::from)),
                 ("max_deliveries", max_deliveries.map(Value::from)),
+                ("dedup_window", f(dedup_window)),
                 (
                     "if_not_exists",
                     if_not_exists.then_some(Value::Boolean(true)),
@@ -373,7 +463,25 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
             a.extend(o);
             call(format!("{ns}.create_tube"), a)
         }
-        CtlCommand::DropTube { name } => call(format!("{ns}.tube.{name}:drop"), vec![]),
+        CtlCommand::DropTube { name } => Call {
+            tube: Some(name.clone()),
+            ..call(format!("{ns}.tube.{name}:drop"), vec![])
+        },
+        CtlCommand::ListTubes => Call {
+            show: tube_names,
+            ..call(format!("{ns}.statistics"), vec![])
+        },
+        CtlCommand::Delete { id } => Call {
+            tube: Some(tube.unwrap_or(DEFAULT_TUBE_NAME).to_owned()),
+            ..call(on_tube_or_seed("delete"), vec![Value::from(id)])
+        },
+        CtlCommand::Touch { id, delta } => Call {
+            tube: Some(tube.unwrap_or(DEFAULT_TUBE_NAME).to_owned()),
+            ..call(
+                on_tube_or_seed("touch"),
+                vec![Value::from(id), Value::F64(delta)],
+            )
+        },
         CtlCommand::Peek { id } => call(on_tube("peek")?, vec![Value::from(id)]),
         CtlCommand::Bury { id } => call(on_tube("bury")?, vec![Value::from(id)]),
         CtlCommand::Kick { count } => call(on_tube("kick")?, vec![Value::from(count)]),
