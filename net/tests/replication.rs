@@ -325,9 +325,30 @@ fn a_replica_pointed_at_an_unrelated_primary_is_refused_and_keeps_its_tasks() {
     workload(&mut pb, 8);
     let baddr = b.addr.to_string();
     let dir = replica.take_dir();
-    let mut replica = Tarq::start_in(dir, &replica_args(&baddr, "write"));
+    let mut args = replica_args(&baddr, "write");
+    args.extend(["--log-level", "debug"]);
+    let mut replica = Tarq::start_in(dir, &args);
     let line = replica.wait_for_line("replication stopped");
     assert!(line.contains("of history"), "{line}");
+    // It says what to do, in one readable sentence, and once: the retries that follow are
+    // refused the same way and logged at debug only.
+    assert!(
+        line.contains("they share nothing. This replica's data directory")
+            && line.contains("point --replica-of at that primary, or move"),
+        "{line}"
+    );
+    let error = &line[line.find("error=").expect("the error field")..];
+    assert!(!error.contains("  "), "a run of spaces: {error}");
+    let from = replica.log().len();
+    replica.wait_for_line_after(from, "replication still stopped");
+    let from = replica.log().len();
+    replica.wait_for_line_after(from, "replication still stopped");
+    let warnings = replica
+        .log()
+        .iter()
+        .filter(|l| l.contains("replication stopped; trying again"))
+        .count();
+    assert_eq!(warnings, 1, "{:#?}", replica.log());
     let mut r = Client::connect(replica.addr);
     assert_eq!(tasks(&mut r), want, "the replica kept its own tasks");
     assert_eq!(stat(&mut r, "replication_joins"), 0);

@@ -338,7 +338,8 @@ fn check_history(wal: &tarq_wal::Wal, after: u64, term: u64, history: u64) -> Re
         return Err((
             ER_HISTORY_MISMATCH,
             format!(
-                "the replica's log is of history {history:016x}, this primary's of {:016x}:                  they share nothing",
+                "the replica's log is of history {history:016x}, this primary's of {:016x}: \
+                 they share nothing",
                 wal.history()
             ),
         ));
@@ -348,7 +349,8 @@ fn check_history(wal: &tarq_wal::Wal, after: u64, term: u64, history: u64) -> Re
         Some(t) => Err((
             ER_WAL_NOT_RETAINED,
             format!(
-                "the replica's log diverged: record {after} is of term {t} here, of term {term}                  there; join again"
+                "the replica's log diverged: record {after} is of term {t} here, of term {term} \
+                 there; join again"
             ),
         )),
         None if after <= wal.last_seq() && (term != 0 || wal.last_term() != 0) => Err((

@@ -25,7 +25,7 @@ use tarq_iproto::replication::{self, Frame};
 use tarq_iproto::{auth, client, split_frame};
 use tarq_ops::stats::UpstreamFigures;
 use tarq_wal::format;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::relay::HEARTBEAT_INTERVAL;
 use super::Server;
@@ -92,6 +92,9 @@ pub(crate) struct Upstream {
     /// A cluster node: etcd chose this primary, so a log of another history is replaced by
     /// joining it (outside a cluster such a replica keeps its data and waits for an operator).
     in_cluster: bool,
+    /// Why replication last stopped, as logged: the same reason again (a primary that keeps
+    /// refusing, every few seconds) is logged at debug only, until the stream is back.
+    last_logged: Option<String>,
 }
 
 impl Upstream {
@@ -115,6 +118,7 @@ impl Upstream {
             position: 0,
             acked: 0,
             in_cluster: false,
+            last_logged: None,
         }
     }
 
@@ -327,6 +331,7 @@ impl Server {
                     info!(primary = %up.primary, after = p, "streaming from the primary");
                     up.phase = Phase::Streaming;
                     up.backoff = RETRY_MIN;
+                    up.last_logged = None;
                 }
             },
             Frame::Snapshot(bytes) => {
@@ -351,6 +356,7 @@ impl Server {
                 up.need_join = false;
                 up.phase = Phase::Streaming;
                 up.backoff = RETRY_MIN;
+                up.last_logged = None;
                 info!(primary = %up.primary, position = self.position(), "joined the primary");
             }
             Frame::Xlog(bytes) => {
@@ -375,6 +381,17 @@ impl Server {
                 if code == ER_WAL_NOT_RETAINED || (code == ER_HISTORY_MISMATCH && up.in_cluster) {
                     up.need_join = true;
                     up.backoff = 0;
+                }
+                if code == ER_HISTORY_MISMATCH && !up.in_cluster {
+                    // Retrying cannot help: the operator pointed this replica at a primary
+                    // that is not the one its data came from, and only they can choose which.
+                    let dir = self.cfg.data_dir.display();
+                    return Err(format!(
+                        "the primary: {message}. This replica's data directory {dir} holds \
+                         another primary's log: point --replica-of at that primary, or move \
+                         {dir} away so that this tarq copies {} afresh",
+                        up.primary
+                    ));
                 }
                 return Err(format!("the primary: {message}"));
             }
@@ -448,8 +465,12 @@ impl Server {
         if let Some(mut s) = up.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
-        if up.phase != Phase::Down || up.backoff <= RETRY_MIN {
+        let first = up.phase != Phase::Down || up.backoff <= RETRY_MIN;
+        if first && up.last_logged.as_deref() != Some(why) {
             warn!(primary = %up.primary, error = why, join = up.need_join, "replication stopped; trying again");
+            up.last_logged = Some(why.to_string());
+        } else {
+            debug!(primary = %up.primary, error = why, "replication still stopped; trying again");
         }
         up.phase = Phase::Down;
         up.more = false;
