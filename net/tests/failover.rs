@@ -5,7 +5,8 @@
 //! - split brain: a primary stopped (SIGSTOP) until its lease expires is replaced; resumed, it
 //!   refuses changes and follows the new primary; no task is acknowledged by two primaries;
 //! - etcd down: the primary serves until its lease runs out, then refuses changes saying why;
-//!   when etcd answers again, the cluster elects a primary again.
+//!   when etcd answers again, the cluster elects a primary again; meanwhile `tarq ctl cluster`
+//!   says that the leader etcd names is not leading, and that etcd is unavailable.
 //!
 //! Every wait has a deadline; the clients find the leader as a user's would (`Writer`).
 
@@ -389,4 +390,69 @@ fn ctl_cluster_shows_the_leader_the_term_and_each_replicas_lag() {
         assert_eq!(row[1], addrs[i], "{text}");
         assert!(row[3].contains(':'), "position term:lsn in {row:?}");
     }
+}
+
+/// With etcd paused the leader's lease runs out: it stops leading while etcd, unreachable,
+/// still names it. `tarq ctl cluster` says so as `queue.cluster()` does: no leader now, the
+/// named one not leading and why, and etcd unavailable to each node, with the error.
+#[test]
+fn ctl_cluster_marks_a_leader_that_stopped_leading_and_etcd_unavailable() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start(&etcd, 2, &[]);
+    let leader = nodes.wait_leader();
+    wait_following(&nodes, 1 - leader);
+    etcd.pause();
+    wait_for("the leader to stop leading", || nodes.leader().is_none());
+    wait_for("both nodes to see etcd unavailable", || {
+        (0..2).all(|i| {
+            nodes
+                .overview(i)
+                .is_some_and(|o| !str_field(&o, "etcd_error").is_empty())
+        })
+    });
+    let addrs: Vec<String> = nodes.nodes.iter().map(|n| n.addr.to_string()).collect();
+    let ctl = |extra: &[&str]| {
+        let out = std::process::Command::new(support::BIN)
+            .args(["ctl", "--addr", &addrs.join(","), "cluster"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = ctl(&[]);
+    assert!(
+        text.starts_with("leader none now (see below)  term "),
+        "{text}"
+    );
+    let named = format!(
+        "  n{leader} ({}) is named leader by etcd but is not leading now: ",
+        addrs[leader]
+    );
+    assert!(text.contains(&named), "{text}");
+    assert!(
+        text.contains("  etcd unavailable to n0, n1: etcd"),
+        "{text}"
+    );
+    let row = |i: usize| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("n{i} ")))
+            .unwrap_or_else(|| panic!("no row for n{i}: {text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(row(leader)[2], "leader", "etcd's word: {text}");
+    assert_eq!(row(leader).last().unwrap(), "not-leading", "{text}");
+
+    let doc: serde_json::Value = serde_json::from_str(&ctl(&["--json"])).unwrap();
+    let member = &doc["members"][leader];
+    assert_eq!(member["leading"], false, "{doc}");
+    assert!(member["etcd_error"].is_string(), "{doc}");
+    etcd.resume();
+    nodes.wait_leader();
 }

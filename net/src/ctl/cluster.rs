@@ -6,6 +6,13 @@
 //! `queue.stats()` (`replicas`, `replication_*`), one row per address, an unreachable one
 //! saying why. The printing reads keys by name and shows `-` for any it does not find, so a
 //! server that sends more or fewer keys still prints.
+//!
+//! etcd's view lags the nodes' own: a leader whose lease could not be refreshed (etcd
+//! unreachable, the process stalled) stops leading at once, while etcd still names it until
+//! the lease expires, and not at all while etcd is unreachable. So each member's own word
+//! (`role`, `state`, `etcd_error` of its `queue.cluster()`) is shown beside etcd's: the
+//! header says when the named leader is not leading now, and each node that cannot reach etcd
+//! is named with the error.
 
 use std::io::Write;
 
@@ -16,14 +23,16 @@ use tarq_iproto::codes::ER_NO_SUCH_PROC;
 
 use super::to_json;
 
-/// The member keys shown, in order, with their column titles.
-const MEMBER_COLUMNS: [(&str, &str); 6] = [
+/// The member keys shown, in order, with their column titles (`role` is etcd's word, `now`
+/// the member's own; the last column, so the ones before keep their place).
+const MEMBER_COLUMNS: [(&str, &str); 7] = [
     ("name", "NAME"),
     ("addr", "ADDRESS"),
     ("role", "ROLE"),
     ("position", "POSITION"),
     ("lag_records", "LAG RECORDS"),
     ("lag_ms", "LAG MS"),
+    ("now", "NOW"),
 ];
 
 /// The `queue.stats()` figures of the fallback, with their column titles.
@@ -97,8 +106,10 @@ pub fn run(
 
 /// etcd's member entries say who is where; each member's position and lag are its own, so
 /// each member is asked (its `queue.cluster()`: `position_term`/`position`, and a replica's
-/// `upstream` lag) and its row gets `position` (`term:lsn`), `lag_records` and `lag_ms`. A
-/// member that does not answer keeps `-` there.
+/// `upstream` lag) and its row gets `position` (`term:lsn`), `lag_records` and `lag_ms`, and
+/// its own word: `leading` (whether it takes changes now), `state` (why not, in its words),
+/// `etcd_error` (while it cannot reach etcd). A member that does not answer keeps `-` there
+/// and gets `error` instead.
 fn with_member_figures(mut map: Value, opts: &Options) -> Value {
     let Value::Map(entries) = &mut map else {
         return map;
@@ -115,10 +126,22 @@ fn with_member_figures(mut map: Value, opts: &Options) -> Value {
             else {
                 continue;
             };
-            let Ok(own) = call_on(&addr, opts, "queue.cluster") else {
-                continue;
-            };
+            let own = call_on(&addr, opts, "queue.cluster");
             let Value::Map(fields) = m else { continue };
+            let own = match own {
+                Ok(own) => own,
+                Err(e) => {
+                    fields.push(("error".into(), e.into()));
+                    continue;
+                }
+            };
+            let leading = map_get(&own, "role").and_then(Value::as_str) == Some("leader");
+            fields.push(("leading".into(), leading.into()));
+            for key in ["state", "etcd_error"] {
+                if let Some(v) = map_get(&own, key).filter(|v| !v.is_nil()) {
+                    fields.push((key.into(), v.clone()));
+                }
+            }
             if let (Some(t), Some(p)) = (map_get(&own, "position_term"), map_get(&own, "position"))
             {
                 fields.push((
@@ -189,28 +212,90 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
-/// The `queue.cluster()` map as text: a header line, then one row per member.
+/// The `queue.cluster()` map as text: a header line (the leader etcd names, or that it is
+/// not leading now, and the term), a line for each member that says something is wrong (not
+/// leading, etcd unavailable, no answer), then one row per member.
 pub fn render_cluster(map: &Value) -> String {
-    let leader = match map_get(map, "leader") {
-        None | Some(Value::Nil) => "none (no leader elected)".to_string(),
-        // `{name, addr}` as the server names it; a bare address from an older one.
-        Some(l @ Value::Map(_)) => format!(
-            "{} ({})",
-            cell(map_get(l, "name")),
-            cell(map_get(l, "addr"))
-        ),
-        v => cell(v),
-    };
-    let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
     let members = match map_get(map, "members") {
         Some(Value::Array(members)) => members.as_slice(),
         _ => &[],
     };
+    let named = |l: &Value| {
+        format!(
+            "{} ({})",
+            cell(map_get(l, "name")),
+            cell(map_get(l, "addr"))
+        )
+    };
+    let mut notes = Vec::new();
+    let leader = match map_get(map, "leader") {
+        None | Some(Value::Nil) => "none (no leader elected)".to_string(),
+        // `{name, addr}` as the server names it; a bare address from an older one.
+        Some(l @ Value::Map(_)) => {
+            let own = members
+                .iter()
+                .find(|m| map_get(m, "name").is_some() && map_get(m, "name") == map_get(l, "name"));
+            match own
+                .and_then(|m| map_get(m, "leading"))
+                .and_then(Value::as_bool)
+            {
+                Some(false) => {
+                    let state = own.and_then(|m| map_get(m, "state"));
+                    notes.push(format!(
+                        "{} is named leader by etcd but is not leading now: {}",
+                        named(l),
+                        cell(state)
+                    ));
+                    "none now (see below)".to_string()
+                }
+                _ => named(l),
+            }
+        }
+        v => cell(v),
+    };
+    let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
+    for m in members {
+        let name = cell(map_get(m, "name"));
+        let state = map_get(m, "state").and_then(Value::as_str);
+        let leading = map_get(m, "leading").and_then(Value::as_bool);
+        if let Some(e) = map_get(m, "error") {
+            notes.push(format!("{name} does not answer: {}", cell(Some(e))));
+        } else if leading == Some(false)
+            && map_get(m, "role").and_then(Value::as_str) != Some("leader")
+            && state.is_some_and(|s| s != "following")
+        {
+            notes.push(format!(
+                "{name} is not following a leader: {}",
+                cell(map_get(m, "state"))
+            ));
+        }
+    }
+    // One line per distinct etcd error, naming the members that see it.
+    let mut etcd: Vec<(String, Vec<String>)> = Vec::new();
+    for m in members {
+        let Some(e) = map_get(m, "etcd_error").and_then(Value::as_str) else {
+            continue;
+        };
+        let name = cell(map_get(m, "name"));
+        match etcd.iter_mut().find(|(err, _)| err == e) {
+            Some((_, names)) => names.push(name),
+            None => etcd.push((e.to_string(), vec![name])),
+        }
+    }
+    for (e, names) in etcd {
+        notes.push(format!("etcd unavailable to {}: {e}", names.join(", ")));
+    }
+    for n in notes {
+        text.push_str(&format!("  {n}\n"));
+    }
     let mut rows = vec![MEMBER_COLUMNS.iter().map(|(_, t)| t.to_string()).collect()];
     rows.extend(members.iter().map(|m| {
         MEMBER_COLUMNS
             .iter()
-            .map(|(k, _)| cell(map_get(m, k)))
+            .map(|(k, _)| match *k {
+                "now" => now_of(m),
+                k => cell(map_get(m, k)),
+            })
             .collect()
     }));
     text.push_str(&table(&rows));
@@ -218,6 +303,24 @@ pub fn render_cluster(map: &Value) -> String {
         text.push_str("(no members listed)\n");
     }
     text
+}
+
+/// A member's own word in one cell: `leading`, `following`, `not-leading` (electing, etcd
+/// unreachable, its lease ran out: the notes say which), `no-answer`, or `-` from a server
+/// that does not say. One word each, so a row splits on whitespace.
+fn now_of(m: &Value) -> String {
+    if map_get(m, "error").is_some() {
+        return "no-answer".into();
+    }
+    match (
+        map_get(m, "leading").and_then(Value::as_bool),
+        map_get(m, "state").and_then(Value::as_str),
+    ) {
+        (Some(true), _) => "leading".into(),
+        (Some(false), Some("following")) => "following".into(),
+        (Some(false), _) => "not-leading".into(),
+        (None, _) => "-".into(),
+    }
 }
 
 /// The fallback rows as text: each address, its role and its figures, or why it is missing.
@@ -308,15 +411,15 @@ mod tests {
         assert_eq!(
             render_cluster(&m),
             "leader 127.0.0.1:3301  term 4\n\
-             NAME  ADDRESS         ROLE     POSITION  LAG RECORDS  LAG MS\n\
-             n1    127.0.0.1:3301  leader   120       0            0\n\
-             n2    127.0.0.1:3302  replica  -         7            -\n"
+             NAME  ADDRESS         ROLE     POSITION  LAG RECORDS  LAG MS  NOW\n\
+             n1    127.0.0.1:3301  leader   120       0            0       -\n\
+             n2    127.0.0.1:3302  replica  -         7            -       -\n"
         );
         let bare = map(&[("leader", Value::Nil)]);
         assert_eq!(
             render_cluster(&bare),
             "leader none (no leader elected)  term -\n\
-             NAME  ADDRESS  ROLE  POSITION  LAG RECORDS  LAG MS\n\
+             NAME  ADDRESS  ROLE  POSITION  LAG RECORDS  LAG MS  NOW\n\
              (no members listed)\n"
         );
         assert!(render_cluster(&Value::Nil).contains("no members listed"));
@@ -351,6 +454,59 @@ mod tests {
             "b:2      replica  0         1          57        0            -          -       -"
         );
         assert_eq!(lines[3], "c:3: unreachable: cannot connect");
+    }
+
+    #[test]
+    fn a_leader_etcd_names_that_is_not_leading_and_etcd_unavailable_are_said() {
+        let etcd_down = "etcd at http://127.0.0.1:2379 unreachable: timeout";
+        let stopped = "this node stopped leading term 4: its lease could not be refreshed in time";
+        let m = map(&[
+            (
+                "leader",
+                map(&[("name", "n1".into()), ("addr", "127.0.0.1:3301".into())]),
+            ),
+            ("term", Value::from(4u64)),
+            (
+                "members",
+                Value::Array(vec![
+                    map(&[
+                        ("name", "n1".into()),
+                        ("addr", "127.0.0.1:3301".into()),
+                        ("role", "leader".into()),
+                        ("leading", false.into()),
+                        ("state", stopped.into()),
+                        ("etcd_error", etcd_down.into()),
+                    ]),
+                    map(&[
+                        ("name", "n2".into()),
+                        ("addr", "127.0.0.1:3302".into()),
+                        ("role", "replica".into()),
+                        ("leading", false.into()),
+                        ("state", "electing a primary".into()),
+                        ("etcd_error", etcd_down.into()),
+                    ]),
+                    map(&[
+                        ("name", "n3".into()),
+                        ("addr", "127.0.0.1:3303".into()),
+                        ("role", "replica".into()),
+                        ("error", "cannot connect to 127.0.0.1:3303".into()),
+                    ]),
+                ]),
+            ),
+        ]);
+        let text = render_cluster(&m);
+        let want = format!(
+            "leader none now (see below)  term 4\n  \
+             n1 (127.0.0.1:3301) is named leader by etcd but is not leading now: {stopped}\n  \
+             n2 is not following a leader: electing a primary\n  \
+             n3 does not answer: cannot connect to 127.0.0.1:3303\n  \
+             etcd unavailable to n1, n2: {etcd_down}\n\
+             NAME  ADDRESS         ROLE     POSITION  LAG RECORDS  LAG MS  NOW\n\
+             n1    127.0.0.1:3301  leader   -         -            -       not-leading\n\
+             n2    127.0.0.1:3302  replica  -         -            -       not-leading\n\
+             n3    127.0.0.1:3303  replica  -         -            -       no-answer\n"
+        );
+        assert_eq!(text, want);
     }
 
     #[test]
