@@ -38,6 +38,22 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
             }
         };
     }
+    // A duration in µs as a person reads it (`30 s`, `250 ms`; 0 is off).
+    let secs = |us: u64| match us {
+        0 => "off".to_string(),
+        us => tarq_cluster::human(&std::time::Duration::from_micros(us)),
+    };
+    macro_rules! live_micros {
+        ($($field:ident).+, $name:literal) => {
+            if current.$($field).+ != new.$($field).+ {
+                out.applied.push(format!(
+                    "{}: {} -> {}",
+                    $name, secs(current.$($field).+), secs(new.$($field).+)
+                ));
+                current.$($field).+ = new.$($field).+;
+            }
+        };
+    }
     macro_rules! restart {
         ($($field:ident).+, $name:literal) => {
             if current.$($field).+ != new.$($field).+ {
@@ -53,11 +69,11 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     live!(max_frame_bytes, "max-frame-bytes");
     live!(max_write_backlog, "max-write-backlog");
     live!(limits.input_budget, "input-budget-bytes");
-    live!(limits.frame_timeout, "frame-timeout (µs)");
-    live!(limits.auth_timeout, "auth-timeout (µs)");
-    live!(limits.idle_timeout, "idle-timeout (µs)");
+    live_micros!(limits.frame_timeout, "frame-timeout");
+    live_micros!(limits.auth_timeout, "auth-timeout");
+    live_micros!(limits.idle_timeout, "idle-timeout");
     live!(limits.max_connections_per_peer, "max-connections-per-peer");
-    live!(ops.graphite_interval, "graphite-interval (µs)");
+    live_micros!(ops.graphite_interval, "graphite-interval");
     if current.ops.graphite != new.ops.graphite {
         let show = |t: Option<tarq_ops::graphite::Target>| {
             t.map_or_else(|| "off".to_string(), |t| t.to_string())
@@ -161,6 +177,11 @@ mod tests {
         let new = Config {
             log_level: "debug".into(),
             max_connections: 7,
+            limits: crate::server::limits::LimitsConfig {
+                frame_timeout: 250_000,
+                idle_timeout: 90_000_000,
+                ..Config::default().limits
+            },
             auth: Some(Credentials {
                 user: "u".into(),
                 password: "secret".into(),
@@ -187,6 +208,8 @@ mod tests {
         for want in [
             "log-level: \"info\" -> \"debug\"",
             "max-connections: 1000 -> 7",
+            "frame-timeout: 30 s -> 250 ms",
+            "idle-timeout: off -> 90 s",
             "graphite: off -> tcp://127.0.0.1:2003",
             "user/password: changed",
         ] {
