@@ -256,7 +256,11 @@ fn a_bad_setting_is_refused_before_any_thread_starts() {
     c.name = "a".into();
     c.lease_ttl = Duration::from_secs(600);
     let err = Cluster::start(c, Box::new(|| {})).err().unwrap();
-    assert!(err.to_string().contains("lease TTL 600s"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("lease TTL 600 s must be whole seconds from 2 s to 60 s"),
+        "{err}"
+    );
 }
 
 #[test]
