@@ -45,7 +45,7 @@ pub struct CtlArgs {
 
     /// Seconds to keep trying the other addresses when the server in use is lost (a
     /// failover): reads are sent again, a change whose reply was lost is not.
-    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_FAILOVER_WAIT_SECS)]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, default_value_t = DEFAULT_FAILOVER_WAIT_SECS)]
     pub failover_wait: f64,
 
     /// Authenticate as this user (chap-sha1); guest when absent.
@@ -57,7 +57,7 @@ pub struct CtlArgs {
     pub password: Option<String>,
 
     /// Seconds to wait for the connection and for each reply (a take also gets its own timeout).
-    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_TIMEOUT_SECS)]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, default_value_t = DEFAULT_TIMEOUT_SECS)]
     pub timeout: f64,
 
     /// Work on this tube through the tarantool/queue API instead of the seed's queue (needed
@@ -79,13 +79,13 @@ pub enum CtlCommand {
     Put {
         data: String,
         /// Seconds before the task becomes ready.
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         delay: Option<f64>,
         /// Seconds after which the task is deleted, in any state.
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         ttl: Option<f64>,
         /// Seconds a taken task may stay taken before it is ready again.
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         ttr: Option<f64>,
         /// Priority: lower is taken first.
         #[arg(long, allow_negative_numbers = true)]
@@ -95,7 +95,12 @@ pub enum CtlCommand {
     /// exits, since the connection that took it closes: use the console to take and ack.
     Take {
         /// Seconds to wait for a task.
-        #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            allow_negative_numbers = true,
+            default_value_t = 0.0
+        )]
         timeout: f64,
     },
     /// Ack a task (only its taker's connection may).
@@ -104,7 +109,7 @@ pub enum CtlCommand {
     Release {
         id: u64,
         /// Seconds before it is ready again.
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         delay: Option<f64>,
     },
     /// Print queue.stats() (with --tube: the tube's statistics).
@@ -115,10 +120,10 @@ pub enum CtlCommand {
         #[arg(value_name = "TYPE")]
         kind: String,
         /// Default seconds a task lives (ttl types).
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         ttl: Option<f64>,
         /// Default seconds a task may stay taken (ttl types).
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         ttr: Option<f64>,
         /// Default priority (ttl types).
         #[arg(long, allow_negative_numbers = true)]
@@ -131,7 +136,7 @@ pub enum CtlCommand {
         max_deliveries: Option<u64>,
         /// Seconds a put with a dedup_key returns the earlier task of the same key instead
         /// of a new one.
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         dedup_window: Option<f64>,
         /// No error when the tube exists.
         #[arg(long)]
@@ -175,10 +180,10 @@ pub enum CtlCommand {
     },
 }
 
-/// Seconds as a `Duration`, refusing what cannot be one.
+/// Seconds as a `Duration`, refusing what cannot be one (negative, not a number, too long).
 fn seconds(what: &str, s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s)
-        .map_err(|_| anyhow::anyhow!("{what} {s} is not a number of seconds"))
+        .map_err(|_| anyhow::anyhow!("{what} {s} must be a number of seconds, 0 or more"))
 }
 
 /// The value `tarq ctl put` sends for DATA: its JSON reading, else the string itself.
@@ -511,6 +516,24 @@ mod tests {
         ] {
             assert_eq!(data_value(arg), want, "{arg}");
         }
+    }
+
+    #[test]
+    fn a_negative_number_of_seconds_is_a_value_refused_with_its_range() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            ctl: CtlArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["ctl", "--timeout", "-1", "stats"])
+            .expect("-1 is the value of --timeout, not a flag");
+        let err = seconds("--timeout", cli.ctl.timeout)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "--timeout -1 must be a number of seconds, 0 or more");
+        assert!(
+            <Cli as clap::Parser>::try_parse_from(["ctl", "put", "x", "--delay", "-1"]).is_ok()
+        );
     }
 
     #[test]
