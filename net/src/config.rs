@@ -712,7 +712,7 @@ where
 {
     move |text: &str| {
         let range = || match max {
-            u64::MAX => format!("must be a whole number, at least {min}"),
+            u64::MAX => format!("must be a whole number, {min} or more"),
             _ => format!("must be a whole number from {min} to {max}"),
         };
         let n: u64 = text.trim().parse().map_err(|_| range())?;
@@ -920,7 +920,7 @@ mod tests {
         let e = refused(&["--lease-ttl", "0"]);
         assert!(e.contains("must be whole seconds from 2 to 60"), "{e}");
         let e = refused(&["--keep-snapshots", "many"]);
-        assert!(e.contains("must be a whole number, at least 1"), "{e}");
+        assert!(e.contains("must be a whole number, 1 or more"), "{e}");
         // A negative number of seconds reaches the check that names the setting's range.
         let e = parse(&["--idle-timeout", "-1"]).unwrap_err().to_string();
         assert!(
