@@ -233,7 +233,8 @@ pub struct Cli {
 /// Subcommands of the binary.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
-    /// Talk to a running tarq: put, take, ack, release, stats, or an interactive console.
+    /// Talk to a running tarq: put, take, ack, release, delete, touch, stats, tubes, the
+    /// cluster, or an interactive console.
     #[command(version)]
     Ctl(CtlArgs),
 }

@@ -589,6 +589,10 @@ fn help_documents_the_ops_flags_and_ctl_commands() {
         "release",
         "stats",
         "console",
+        "list-tubes",
+        "delete",
+        "touch",
+        "--version",
         "--addr",
         "127.0.0.1:3301",
     ] {

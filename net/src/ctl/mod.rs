@@ -165,8 +165,10 @@ pub enum CtlCommand {
         #[arg(default_value_t = 1)]
         count: u64,
     },
-    /// The cluster: members, leader, term and each replica's lag (`queue.cluster()`); from a
-    /// server without failover, the replication figures of every --addr.
+    /// The cluster: members, leader, term and each replica's lag (`queue.cluster()`), and
+    /// what each member says of itself (NOW: leading, following, not-leading, no-answer; a
+    /// leader that stopped leading and etcd being unavailable are said above the table); from
+    /// a server without failover, the replication figures of every --addr.
     Cluster {
         /// Print JSON instead of a table.
         #[arg(long)]
