@@ -254,6 +254,7 @@ pub fn render_cluster(map: &Value) -> String {
         v => cell(v),
     };
     let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
+    let leader_name = map_get(map, "leader").and_then(|l| map_get(l, "name"));
     for m in members {
         let name = cell(map_get(m, "name"));
         let state = map_get(m, "state").and_then(Value::as_str);
@@ -261,7 +262,8 @@ pub fn render_cluster(map: &Value) -> String {
         if let Some(e) = map_get(m, "error") {
             notes.push(format!("{name} does not answer: {}", cell(Some(e))));
         } else if leading == Some(false)
-            && map_get(m, "role").and_then(Value::as_str) != Some("leader")
+            // The leader etcd names has its note above.
+            && (leader_name.is_none() || map_get(m, "name") != leader_name)
             && state.is_some_and(|s| s != "following")
         {
             notes.push(format!(
