@@ -114,3 +114,25 @@ fn a_missing_tube_is_named_by_ctl_while_iproto_keeps_the_original_text() {
         Some("Procedure 'queue.tube.work:drop' is not defined")
     );
 }
+
+#[test]
+fn no_server_at_the_address_says_what_to_check() {
+    let addr = format!("127.0.0.1:{}", support::free_port());
+    let out = Command::new(BIN)
+        .args(["ctl", "--addr", &addr, "stats"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let err = failure(&out);
+    assert!(
+        err.starts_with(&format!(
+            "Error: no server answered: {addr} (cannot connect to {addr}"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.trim_end()
+            .ends_with("; is tarq running and listening there? --addr gives the addresses to try"),
+        "{err}"
+    );
+}

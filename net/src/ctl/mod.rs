@@ -20,7 +20,7 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 use rmpv::Value;
 
-use tarq_client::cluster::{parse_addrs, Cluster, Effect, Options};
+use tarq_client::cluster::{parse_addrs, Cluster, ClusterError, Effect, Options};
 use tarq_client::pack_args;
 use tarq_engine::DEFAULT_TUBE_NAME;
 use tarq_iproto::codes::ER_NO_SUCH_PROC;
@@ -287,7 +287,12 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         credentials: args.user.clone().zip(args.password.clone()),
         failover_wait: seconds("--failover-wait", args.failover_wait)?,
     };
-    let mut cluster = Cluster::connect(addrs.clone(), opts.clone())?;
+    let mut cluster = Cluster::connect(addrs.clone(), opts.clone()).map_err(|e| match e {
+        ClusterError::NoneAnswered { .. } => anyhow::anyhow!(
+            "{e}; is tarq running and listening there? --addr gives the addresses to try"
+        ),
+        e => e.into(),
+    })?;
     match args.command {
         CtlCommand::Console { history } => return console::run(&mut cluster, history),
         CtlCommand::Cluster { json } => return cluster::run(&mut cluster, &opts, json, out),
@@ -322,12 +327,7 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 /// that text for its clients, which may match it; ctl is read by a person, so it asks the
 /// tube's statistics to tell a missing tube from a wrong --namespace (or a method the server
 /// does not have, which keeps the server's text).
-fn why_no_method(
-    cluster: &mut Cluster,
-    ns: &str,
-    tube: &str,
-    e: tarq_client::cluster::ClusterError,
-) -> anyhow::Error {
+fn why_no_method(cluster: &mut Cluster, ns: &str, tube: &str, e: ClusterError) -> anyhow::Error {
     if e.server().is_none_or(|(code, _)| code != ER_NO_SUCH_PROC) {
         return e.into();
     }
