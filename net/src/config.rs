@@ -383,8 +383,8 @@ impl Config {
         let auth = match (user, password) {
             (Some(user), Some(password)) => Some(Credentials { user, password }),
             (None, None) => None,
-            (Some(_), None) => return Err(invalid("user is set but password is not")),
-            (None, Some(_)) => return Err(invalid("password is set but user is not")),
+            (Some(_), None) => return Err(invalid("user is set but password is not: set both (--password, or password in the config file)")),
+            (None, Some(_)) => return Err(invalid("password is set but user is not: set both (--user, or user in the config file)")),
         };
         let max_frame_bytes = cli
             .max_frame_bytes
@@ -501,7 +501,7 @@ impl Config {
             }
             if primary == self.listen {
                 return Err(invalid(format!(
-                    "replica-of {primary} is this tarq's own listen address"
+                    "replica-of {primary} is this tarq's own listen address: give the primary's"
                 )));
             }
         }
@@ -513,7 +513,8 @@ impl Config {
         }
         if self.sync_replicas > 0 && self.wal.mode == tarq_wal::WalMode::None {
             return Err(invalid(
-                "sync-replicas needs a WAL to stream: wal-mode none cannot have replicas",
+                "sync-replicas needs a WAL to stream: wal-mode none cannot have replicas; use \
+                 wal-mode write or fsync",
             ));
         }
         if let Some(c) = &self.cluster {
@@ -524,7 +525,8 @@ impl Config {
             }
             if self.null || self.wal.mode == tarq_wal::WalMode::None {
                 return Err(invalid(
-                    "etcd needs a WAL to replicate: it cannot run with null or wal-mode none",
+                    "etcd needs a WAL to replicate: it cannot run with null or wal-mode none; use \
+                     wal-mode write or fsync",
                 ));
             }
             c.election
@@ -956,6 +958,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "lease-ttl 0 must be whole seconds from 2 to 60");
+        let etcd = [
+            "--etcd",
+            "http://127.0.0.1:2379",
+            "--cluster",
+            "c",
+            "--node-name",
+            "n",
+        ];
+        let e = parse(&[&etcd[..], &["--wal-mode", "none"]].concat())
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("; use wal-mode write or fsync"), "{e}");
+        std::fs::write(&path, "password = \"p\"\n").unwrap();
+        let e = parse(&["--config", path.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("set both (--user, or user in the config file)"),
+            "{e}"
+        );
     }
 
     #[test]
