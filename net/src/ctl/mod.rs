@@ -77,6 +77,7 @@ pub struct CtlArgs {
 pub enum CtlCommand {
     /// Put a task; DATA is JSON (`'{"a":1}'`, `42`, `'"s"'`), or else taken as a plain string.
     Put {
+        #[arg(allow_negative_numbers = true)]
         data: String,
         /// Seconds before the task becomes ready.
         #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
@@ -104,9 +105,13 @@ pub enum CtlCommand {
         timeout: f64,
     },
     /// Ack a task (only its taker's connection may).
-    Ack { id: u64 },
+    Ack {
+        #[arg(value_parser = task_id, allow_negative_numbers = true)]
+        id: u64,
+    },
     /// Release a task (only its taker's connection may).
     Release {
+        #[arg(value_parser = task_id, allow_negative_numbers = true)]
         id: u64,
         /// Seconds before it is ready again.
         #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
@@ -148,21 +153,31 @@ pub enum CtlCommand {
     /// listed), as a JSON array of names.
     ListTubes,
     /// Delete a task, in any state (of --tube, else of the seed's queue).
-    Delete { id: u64 },
+    Delete {
+        #[arg(value_parser = task_id, allow_negative_numbers = true)]
+        id: u64,
+    },
     /// Add DELTA seconds to a taken task's time to live and time to run (of --tube, else of
     /// the seed's queue); only its taker's connection may, as for ack.
     Touch {
+        #[arg(value_parser = task_id, allow_negative_numbers = true)]
         id: u64,
         #[arg(value_name = "DELTA", allow_negative_numbers = true)]
         delta: f64,
     },
     /// Show a task of --tube.
-    Peek { id: u64 },
+    Peek {
+        #[arg(value_parser = task_id, allow_negative_numbers = true)]
+        id: u64,
+    },
     /// Bury a task of --tube.
-    Bury { id: u64 },
+    Bury {
+        #[arg(value_parser = task_id, allow_negative_numbers = true)]
+        id: u64,
+    },
     /// Kick up to COUNT buried tasks of --tube back to ready.
     Kick {
-        #[arg(default_value_t = 1)]
+        #[arg(default_value_t = 1, value_parser = task_count, allow_negative_numbers = true)]
         count: u64,
     },
     /// The cluster: members, leader, term and each replica's lag (`queue.cluster()`), and
@@ -180,6 +195,19 @@ pub enum CtlCommand {
         #[arg(long, value_name = "FILE")]
         history: Option<PathBuf>,
     },
+}
+
+/// A task id from the command line; a negative one is read as a value (not taken for a flag)
+/// and refused here, naming what an id is.
+fn task_id(text: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| "a task id is a whole number, 0 or more".to_string())
+}
+
+/// `kick`'s COUNT, refused as [`task_id`] refuses an id.
+fn task_count(text: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| "a count is a whole number, 0 or more".to_string())
 }
 
 /// Seconds as a `Duration`, refusing what cannot be one (negative, not a number, too long).
@@ -535,6 +563,16 @@ mod tests {
         assert_eq!(err, "--timeout -1 must be a number of seconds, 0 or more");
         assert!(
             <Cli as clap::Parser>::try_parse_from(["ctl", "put", "x", "--delay", "-1"]).is_ok()
+        );
+        let put = <Cli as clap::Parser>::try_parse_from(["ctl", "put", "-1"]).unwrap();
+        assert!(matches!(put.ctl.command, CtlCommand::Put { data, .. } if data == "-1"));
+        let Err(e) = <Cli as clap::Parser>::try_parse_from(["ctl", "ack", "-1"]) else {
+            panic!("a negative id parsed");
+        };
+        assert!(
+            e.to_string()
+                .contains("invalid value '-1' for '<ID>': a task id is a whole number, 0 or more"),
+            "{e}"
         );
     }
 
