@@ -367,10 +367,16 @@ fn why_no_method(cluster: &mut Cluster, ns: &str, tube: &str, e: ClusterError) -
             "the server has no tarantool/queue API under the namespace '{ns}': give --namespace \
              as the server's --queue-namespace"
         ),
-        Err(s) if s.server().is_some() => anyhow::anyhow!(
-            "tube '{tube}' does not exist (`tarq ctl list-tubes` lists the tubes, \
+        // The original's `Tube 'NAME' does not exist`.
+        Err(s)
+            if s.server()
+                .is_some_and(|(_, m)| m.contains("does not exist")) =>
+        {
+            anyhow::anyhow!(
+                "tube '{tube}' does not exist (`tarq ctl list-tubes` lists the tubes, \
              `tarq ctl create-tube` makes one)"
-        ),
+            )
+        }
         Err(_) => e.into(),
     }
 }
