@@ -136,3 +136,36 @@ fn no_server_at_the_address_says_what_to_check() {
         "{err}"
     );
 }
+
+#[test]
+fn ctl_cluster_says_a_node_cannot_reach_etcd_when_it_never_did() {
+    // Port 1 (tcpmux) has no listener on a test machine: every call is refused at once.
+    let etcd = "http://127.0.0.1:1".to_string();
+    // Listening on port 0 needs an address to publish; no other node ever reads this one.
+    let mut node = Tarq::start(&[
+        "--etcd",
+        &etcd,
+        "--cluster",
+        "c",
+        "--node-name",
+        "n9",
+        "--advertise",
+        "127.0.0.1:1",
+    ]);
+    node.wait_for_line("etcd unavailable");
+    let out = node.ctl(&["cluster"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(
+            "leader none (no leader elected)  term 0\n  n9 is not following a leader: "
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "\n  etcd unavailable to n9: etcd at {etcd} unreachable"
+        )),
+        "{text}"
+    );
+}

@@ -255,7 +255,27 @@ pub fn render_cluster(map: &Value) -> String {
     };
     let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
     let leader_name = map_get(map, "leader").and_then(|l| map_get(l, "name"));
-    for m in members {
+    // The node asked speaks for itself too when it is not among the members (it never
+    // reached etcd, so it has no member list).
+    let asked = map_get(map, "node");
+    let asked_alone = (asked.is_some() && !members.iter().any(|m| map_get(m, "name") == asked))
+        .then(|| {
+            let mut own = vec![
+                ("name".into(), asked.cloned().unwrap_or(Value::Nil)),
+                (
+                    "leading".into(),
+                    (map_get(map, "role").and_then(Value::as_str) == Some("leader")).into(),
+                ),
+            ];
+            for key in ["state", "etcd_error"] {
+                if let Some(v) = map_get(map, key).filter(|v| !v.is_nil()) {
+                    own.push((key.into(), v.clone()));
+                }
+            }
+            Value::Map(own)
+        });
+    let speakers: Vec<&Value> = asked_alone.iter().chain(members).collect();
+    for m in &speakers {
         let name = cell(map_get(m, "name"));
         let state = map_get(m, "state").and_then(Value::as_str);
         let leading = map_get(m, "leading").and_then(Value::as_bool);
@@ -272,9 +292,9 @@ pub fn render_cluster(map: &Value) -> String {
             ));
         }
     }
-    // One line per distinct etcd error, naming the members that see it.
+    // One line per distinct etcd error, naming the nodes that see it.
     let mut etcd: Vec<(String, Vec<String>)> = Vec::new();
-    for m in members {
+    for m in &speakers {
         let Some(e) = map_get(m, "etcd_error").and_then(Value::as_str) else {
             continue;
         };
@@ -425,6 +445,25 @@ mod tests {
              (no members listed)\n"
         );
         assert!(render_cluster(&Value::Nil).contains("no members listed"));
+        let alone = map(&[
+            ("node", Value::from("n3")),
+            ("role", Value::from("replica")),
+            ("state", Value::from("waiting for etcd's first answer")),
+            ("leader", Value::Nil),
+            ("members", Value::Array(vec![])),
+            (
+                "etcd_error",
+                Value::from("etcd at http://e:2379 unreachable"),
+            ),
+        ]);
+        assert_eq!(
+            render_cluster(&alone),
+            "leader none (no leader elected)  term -\n  \
+             n3 is not following a leader: waiting for etcd's first answer\n  \
+             etcd unavailable to n3: etcd at http://e:2379 unreachable\n\
+             NAME  ADDRESS  ROLE  POSITION  LAG RECORDS  LAG MS  NOW\n\
+             (no members listed)\n"
+        );
     }
 
     #[test]
