@@ -44,7 +44,11 @@ enum Plan {
 /// Every ```sh block of the README, by a prefix of its first line.
 const BLOCKS: &[(&str, Plan)] = &[
     (
-        "cargo run --release",
+        "cargo run --release -p tarq-loadgen -- suite",
+        Plan::Skip("the benchmark suite: minutes per target on a quiet machine"),
+    ),
+    (
+        "cargo run --release        # start the server",
         Plan::Skip("the first starts the server in the foreground, the second runs this test"),
     ),
     (
@@ -81,12 +85,13 @@ const BLOCKS: &[(&str, Plan)] = &[
     ),
     ("# push stats to Graphite", Plan::Run),
     (
+        "sudo systemctl enable --now tarq",
+        Plan::Skip("needs a running systemd: package.rs installs the unit and verifies it"),
+    ),
+    ("tarq ctl stats", Plan::Run),
+    (
         "cargo build --release -p tarq-net -p tarq-loadgen",
         Plan::Skip("release builds and minutes of load; loadgen/tests/ run the loadgen"),
-    ),
-    (
-        "cargo run --release -p tarq-loadgen -- suite",
-        Plan::Skip("the benchmark suite: minutes per target on a quiet machine"),
     ),
     (
         "target/release/tarq --listen 127.0.0.1:3301 --data-dir /tmp/tarq-prof",
@@ -168,7 +173,15 @@ fn checks() -> Vec<(&'static str, Check)> {
         ),
         (
             "tarq ctl stats",
-            Prints(|out, _| assert_eq!(json(out)["total"], 0)),
+            Prints(|out, _| assert!(json(out)["total"].is_u64(), "{out}")),
+        ),
+        (
+            "tarq ctl --tube default stats",
+            Prints(|out, _| assert!(json(out)["tasks"]["total"].is_u64(), "{out}")),
+        ),
+        (
+            "echo 'queue.stats()' | tarq ctl console",
+            Prints(|out, _| assert!(json(out)[0]["total"].is_u64(), "{out}")),
         ),
         (
             "tarq ctl put '{\"job\":7}' --delay 5 --pri -1",
@@ -259,8 +272,13 @@ impl Servers {
                     i += 2;
                 }
                 ("--data-dir", Some(v)) => {
-                    let name = Path::new(v).file_name().unwrap();
-                    let dir = self.tmp.path().join(name);
+                    // Each start its own directory: the README's examples stand alone, so
+                    // two of them may name the same one.
+                    let name = Path::new(v).file_name().unwrap().to_str().unwrap();
+                    let dir = self
+                        .tmp
+                        .path()
+                        .join(format!("{}-{name}", self.running.len()));
                     args.extend([w.to_string(), dir.to_str().unwrap().to_string()]);
                     i += 2;
                 }
@@ -434,7 +452,14 @@ fn run_line(line: &str, servers: &mut Servers, checks: &[(&str, Check)]) {
 fn the_readme_commands_work_as_written_and_print_what_it_says() {
     support::prerequisite("nc (netcat-openbsd)", support::tool("nc"));
     support::prerequisite("curl", support::tool("curl"));
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    // The README, then the pages of docs/, in one set of servers.
+    let mut pages = vec![workspace().join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(workspace().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    docs.sort();
+    pages.extend(docs);
     // The Graphite receiver of the Operating example is this listener; its first line comes
     // back through the channel.
     let graphite = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -454,14 +479,25 @@ fn the_readme_commands_work_as_written_and_print_what_it_says() {
     };
     let checks = checks();
     let mut ran = 0;
-    for (at, lines) in sh_blocks(&readme) {
+    let blocks = pages.iter().flat_map(|page| {
+        let text = std::fs::read_to_string(page).unwrap();
+        let name = page
+            .strip_prefix(workspace())
+            .unwrap()
+            .display()
+            .to_string();
+        sh_blocks(&text)
+            .into_iter()
+            .map(move |(line, lines)| (format!("{name}:{line}"), lines))
+    });
+    for (at, lines) in blocks {
         let first = lines.first().map(|l| l.trim()).unwrap_or_default();
         let plan = BLOCKS
             .iter()
             .find(|(prefix, _)| first.starts_with(prefix))
             .map(|(_, p)| p)
             .unwrap_or_else(|| {
-                panic!("README.md:{at}: a ```sh block readme.rs neither runs nor skips: {first}")
+                panic!("{at}: a ```sh block readme.rs neither runs nor skips: {first}")
             });
         match plan {
             Plan::Run => {
@@ -470,10 +506,10 @@ fn the_readme_commands_work_as_written_and_print_what_it_says() {
                 }
                 ran += 1;
             }
-            Plan::Skip(why) => eprintln!("README.md:{at}: not run here: {why}"),
+            Plan::Skip(why) => eprintln!("{at}: not run here: {why}"),
         }
     }
-    assert_eq!(ran, 4, "the blocks marked Run were all found");
+    assert_eq!(ran, 6, "the blocks marked Run were all found");
 
     // Graphite got the pushes of the Operating example's server.
     let first = pushed
