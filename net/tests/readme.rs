@@ -1,10 +1,13 @@
-//! The README's shell examples, run as written against real servers, and what they print held
-//! to what the README says they print.
+//! The examples of the README and of docs/, run as written against real servers, and what they
+//! print held to what the pages say they print.
 //!
-//! Every ```sh block of README.md is either run here or skipped with the reason (another test
-//! runs the same commands, or the block needs a release build, etcd or perf); a block or a line
-//! this file does not know fails the test, so the README cannot grow a command nobody ran.
-//! A block runs line by line, in order, in one shared set of servers:
+//! Every ```sh, ```lua and ```python block is either run here or skipped with the reason
+//! (another test runs the same commands, or the block needs a release build, etcd or perf); a
+//! block or a line this file does not know fails the test, so the pages cannot grow a command
+//! nobody ran. The pages run in order (README.md, then docs/), in one shared set of servers,
+//! starting with the one `cargo run --release` starts (its defaults, on port 0). A Lua block
+//! runs as a `tarantool` script (net.box), a Python block with `python3` (the `tarantool`
+//! connector): each must end without an error. An sh block runs line by line:
 //!
 //! - a line that starts a server (`tarq ... &`) starts the test build of `tarq` on port 0 in a
 //!   temporary directory; the README's addresses are mapped to the ports the servers report
@@ -49,8 +52,18 @@ const BLOCKS: &[(&str, Plan)] = &[
     ),
     (
         "cargo run --release        # start the server",
-        Plan::Skip("the first starts the server in the foreground, the second runs this test"),
+        Plan::Skip(
+            "this test starts the same server (its defaults, port 0) first; the second runs it",
+        ),
     ),
+    // The client examples in Lua (net.box, run by `tarantool`) and Python (the `tarantool`
+    // connector), against the server `cargo run --release` starts.
+    ("-- Tarantool's net.box", Plan::Run),
+    (
+        "local conn = require('net.box').connect('127.0.0.1:3301')",
+        Plan::Run,
+    ),
+    ("import tarantool", Plan::Run),
     (
         "cargo install --locked --path net",
         Plan::Skip("a release build of the same binary; package.rs installs the packaged one"),
@@ -226,26 +239,30 @@ impl Servers {
             .to_string()
     }
 
-    /// `line` with every `127.0.0.1:PORT` (and `127.0.0.1 PORT`, nc's form) the README uses
-    /// replaced by the address it stands for here.
-    fn map(&self, line: &str) -> String {
+    /// `text` with every `127.0.0.1:PORT` (and `127.0.0.1 PORT`, nc's form, and
+    /// `'127.0.0.1', PORT`, Python's) the README uses replaced by the address it stands for
+    /// here.
+    fn map(&self, text: &str) -> String {
         const HOST: &str = "127.0.0.1";
         let mut out = String::new();
-        let mut rest = line;
+        let mut rest = text;
         while let Some(at) = rest.find(HOST) {
             out.push_str(&rest[..at]);
             let after = &rest[at + HOST.len()..];
-            let sep = after.chars().next().filter(|c| *c == ':' || *c == ' ');
-            let digits = after
-                .get(1..)
-                .map(|a| a.chars().take_while(char::is_ascii_digit).count())
-                .unwrap_or(0);
+            let sep = [":", " ", "', "].into_iter().find(|s| after.starts_with(s));
+            let digits = sep.map_or(0, |s| {
+                after[s.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .count()
+            });
             match sep {
                 Some(sep) if digits > 0 => {
-                    let real = self.real(&format!("{HOST}:{}", &after[1..1 + digits]));
+                    let port = &after[sep.len()..sep.len() + digits];
+                    let real = self.real(&format!("{HOST}:{port}"));
                     let real: SocketAddr = real.parse().unwrap();
                     out.push_str(&format!("{HOST}{sep}{}", real.port()));
-                    rest = &after[1 + digits..];
+                    rest = &after[sep.len() + digits..];
                 }
                 _ => {
                     out.push_str(HOST);
@@ -292,9 +309,11 @@ impl Servers {
             listens.push(("--listen", DEFAULT_ADDR.into()));
             args.extend(["--listen".into(), "127.0.0.1:0".into()]);
         }
+        // Its own working directory, where a default `--data-dir` (./data) goes.
+        let cwd = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(BIN);
-        cmd.args(&args);
-        let t = Tarq::spawn_cmd(tempfile::tempdir().unwrap(), cmd);
+        cmd.args(&args).current_dir(cwd.path());
+        let t = Tarq::spawn_cmd(cwd, cmd);
         for (flag, readme) in listens {
             let real = match flag {
                 "--listen" => t.addr,
@@ -312,6 +331,36 @@ impl Servers {
         }
         self.last_pid = Some(t.proc.id());
         self.running.push(t);
+    }
+
+    /// Runs a Lua block as a `tarantool` script (net.box) or a Python block with `python3`,
+    /// the addresses mapped; it must end without an error (a failed call raises one).
+    fn script(&self, lang: &str, code: &str) {
+        let mut code = self.map(code);
+        if lang == "lua" {
+            // A script ends when it says so: net.box's fibers keep `tarantool` running.
+            code.push_str("\nos.exit(0)\n");
+        }
+        let file = self.tmp.path().join(format!("example.{lang}"));
+        std::fs::write(&file, &code).unwrap();
+        let interpreter = if lang == "lua" {
+            "tarantool"
+        } else {
+            "python3"
+        };
+        let out = Command::new("timeout")
+            .args(["60", interpreter])
+            .arg(&file)
+            .current_dir(self.tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{interpreter} {code}\n-> {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Runs one line in bash as a user would, the test build of `tarq` first on `PATH`.
@@ -342,18 +391,19 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// The README's ```sh blocks: (line number of the first line, the lines with `\`
+/// A page's code blocks: (line number of the first line, language, the lines with `\`
 /// continuations joined).
-fn sh_blocks(readme: &str) -> Vec<(usize, Vec<String>)> {
+fn code_blocks(page: &str) -> Vec<(usize, String, Vec<String>)> {
     let mut blocks = Vec::new();
-    let mut current: Option<(usize, Vec<String>)> = None;
+    let mut current: Option<(usize, String, Vec<String>)> = None;
     let mut pending = String::new();
-    for (n, line) in readme.lines().enumerate() {
-        match &mut current {
-            None if line.trim_start() == "```sh" => current = Some((n + 2, Vec::new())),
-            None => {}
-            Some(_) if line.trim_start().starts_with("```") => blocks.extend(current.take()),
-            Some((_, lines)) => {
+    for (n, line) in page.lines().enumerate() {
+        let fence = line.trim_start().strip_prefix("```");
+        match (&mut current, fence) {
+            (None, Some(lang)) => current = Some((n + 2, lang.trim().to_string(), Vec::new())),
+            (None, None) => {}
+            (Some(_), Some(_)) => blocks.extend(current.take()),
+            (Some((_, _, lines)), None) => {
                 if let Some(head) = line.strip_suffix('\\') {
                     pending.push_str(head);
                     continue;
@@ -452,6 +502,11 @@ fn run_line(line: &str, servers: &mut Servers, checks: &[(&str, Check)]) {
 fn the_readme_commands_work_as_written_and_print_what_it_says() {
     support::prerequisite("nc (netcat-openbsd)", support::tool("nc"));
     support::prerequisite("curl", support::tool("curl"));
+    support::prerequisite("tarantool (net.box)", support::tool("tarantool"));
+    support::require_command(
+        "the tarantool Python connector",
+        &["python3", "-c", "import tarantool"],
+    );
     // The README, then the pages of docs/, in one set of servers.
     let mut pages = vec![workspace().join("README.md")];
     let mut docs: Vec<_> = std::fs::read_dir(workspace().join("docs"))
@@ -486,30 +541,39 @@ fn the_readme_commands_work_as_written_and_print_what_it_says() {
             .unwrap()
             .display()
             .to_string();
-        sh_blocks(&text)
+        code_blocks(&text)
             .into_iter()
-            .map(move |(line, lines)| (format!("{name}:{line}"), lines))
+            .map(move |(line, lang, lines)| (format!("{name}:{line}"), lang, lines))
     });
-    for (at, lines) in blocks {
+    // The server of the README's first command, `cargo run --release`: its defaults.
+    servers.start(&["tarq"]);
+    for (at, lang, lines) in blocks {
+        if !["sh", "lua", "python"].contains(&lang.as_str()) {
+            continue;
+        }
         let first = lines.first().map(|l| l.trim()).unwrap_or_default();
         let plan = BLOCKS
             .iter()
             .find(|(prefix, _)| first.starts_with(prefix))
             .map(|(_, p)| p)
             .unwrap_or_else(|| {
-                panic!("{at}: a ```sh block readme.rs neither runs nor skips: {first}")
+                panic!("{at}: a ```{lang} block readme.rs neither runs nor skips: {first}")
             });
         match plan {
-            Plan::Run => {
+            Plan::Run if lang == "sh" => {
                 for line in &lines {
                     run_line(line, &mut servers, &checks);
                 }
                 ran += 1;
             }
+            Plan::Run => {
+                servers.script(&lang, &lines.join("\n"));
+                ran += 1;
+            }
             Plan::Skip(why) => eprintln!("{at}: not run here: {why}"),
         }
     }
-    assert_eq!(ran, 6, "the blocks marked Run were all found");
+    assert_eq!(ran, 12, "the blocks marked Run were all found");
 
     // Graphite got the pushes of the Operating example's server.
     let first = pushed
