@@ -7,7 +7,8 @@
 //! Then `dpkg -r` keeps the configuration and the data, `dpkg -P` removes both.
 //!
 //! It installs a system package, so it needs root (or sudo) and refuses to run where a `tarq`
-//! package is already installed: it would replace and then purge it. Only the listen address is
+//! package is already installed: it would replace and then purge it. Two runs on one machine
+//! (two work trees testing at once) take turns through a lock file. Only the listen address is
 //! given on the command line (`127.0.0.1:0`, so tests running at the same time never collide);
 //! everything else comes from the installed file.
 
@@ -82,6 +83,22 @@ fn stat(path: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// Waits for, then holds, the machine-wide lock of this test until dropped (the kernel
+/// releases it with the file, also when the test process dies).
+fn machine_lock() -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("tarq-package-test.lock"))
+        .unwrap();
+    // SAFETY: flock on a descriptor this function owns; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    file
+}
+
 #[test]
 fn the_debian_package_installs_a_service_that_serves_and_removes_cleanly() {
     prerequisite("cargo-deb (cargo install cargo-deb)", tool("cargo-deb"));
@@ -91,9 +108,11 @@ fn the_debian_package_installs_a_service_that_serves_and_removes_cleanly() {
         tool("systemd-analyze"),
     );
     prerequisite("setpriv (util-linux)", tool("setpriv"));
+    let _turn = machine_lock();
     assert!(
         !installed(),
-        "a tarq package is installed on this machine: this test would replace and purge it"
+        "a tarq package is installed on this machine: this test would replace and purge it \
+         (`dpkg -P tarq` removes it)"
     );
 
     // The binary the tests were built with: cargo-deb's dev profile is target/debug, which is
