@@ -38,13 +38,13 @@ use tarq_net::config::FileConfig;
 /// without `--addr`.
 const DEFAULT_ADDR: &str = "127.0.0.1:3301";
 
-/// What a README block is to this test, chosen by the block's first line.
+/// What a code block is to this test, chosen by the block's first line.
 enum Plan {
     Run,
     Skip(&'static str),
 }
 
-/// Every ```sh block of the README, by a prefix of its first line.
+/// Every sh, lua and python block of the README and docs/, by a prefix of its first line.
 const BLOCKS: &[(&str, Plan)] = &[
     (
         "cargo run --release -p tarq-loadgen -- suite",
