@@ -1,5 +1,5 @@
 //! Where a task's fields live, laid out for memory: a resident task of a 32-byte payload
-//! costs about 100 bytes in all (the budget), where a 96-byte slot and a malloc'd
+//! costs about 100 bytes in all (the budget the layout is held to), where a 96-byte slot and a malloc'd
 //! payload cost 150. Three places, each paid only by the tasks that need it:
 //!
 //! - the **slot** (48 bytes, in the chunked [`Arena`]): what every list, the index and the

@@ -149,7 +149,7 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
 }
 
-/// Percentiles of one latency, in microseconds: the JSON keys the issue names.
+/// Percentiles of one latency, in microseconds, under the JSON keys the reports and plots read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     pub p50: f64,

@@ -1121,7 +1121,8 @@ struct Goal {
     depth: Option<usize>,
 }
 
-/// The ratios the issues ask for; a goal whose two series did not both run is left out.
+/// The ratios tarq is measured against (its goals beside each peer); a goal whose two series
+/// did not both run is left out.
 const GOALS: [Goal; 9] = [
     Goal {
         ours: "tarq",

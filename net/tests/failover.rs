@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use cluster::{field, peek_data, str_field, wait_for, Etcd, Nodes, Put, Writer};
 
-/// kill -9s of the primary in the failover test (the issue asks for 20).
+/// kill -9s of the primary in the failover test: enough for a lost acknowledged task, if the
+/// election or the fencing could lose one, to show up.
 const KILLS: usize = 20;
 /// The longest a failover may take, kill to the first acknowledged put.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(5);

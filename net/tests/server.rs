@@ -1,6 +1,7 @@
 //! End-to-end tests of the `tarq` server: a real server on a free loopback port, driven with raw
 //! IPROTO frames built by the codec's client side. Covers the queue calls and their errors,
-//! sessions, parked takes, delays, and every kind of bad input the issue names.
+//! sessions, parked takes, delays, and bad input (broken framing, oversized frames, bad headers
+//! and bodies, deep nesting, unknown requests, clients that never read).
 
 mod support;
 

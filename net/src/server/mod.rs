@@ -24,6 +24,7 @@ mod relay;
 pub mod reload;
 mod replica;
 mod sync;
+mod systemd;
 pub mod tube_sessions;
 mod waiting_puts;
 pub mod wal_journal;
@@ -396,6 +397,12 @@ impl Server {
             auth = self.cfg.auth.is_some(),
             "tarq serving"
         );
+        // Only the binary, which handles the process's signals, speaks for the process to
+        // systemd; servers run in-process by tests do not.
+        let service = self.reloader.is_some();
+        if service {
+            systemd::ready();
+        }
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         while !self.stop.load(Ordering::SeqCst) {
             let timeout = self.poll_timeout();
@@ -446,9 +453,20 @@ impl Server {
                 match request {
                     Request::Stop { signal } => {
                         info!(signal = signals::name(signal), "stopping");
+                        if service {
+                            systemd::stopping();
+                        }
                         self.stop.store(true, Ordering::SeqCst);
                     }
-                    Request::Reload => self.reload(),
+                    Request::Reload => {
+                        if service {
+                            systemd::reloading();
+                        }
+                        self.reload();
+                        if service {
+                            systemd::ready();
+                        }
+                    }
                 }
             }
             self.turn();
