@@ -1,8 +1,30 @@
 //! Keeping the WAL's long-lived threads off the loop's core. With `--cpu N` the event loop
 //! pins itself to N and keeps that core to itself, as Tarantool's TX thread has its WAL thread
 //! beside it, not on it: the sync and snapshot-writer threads each move themselves to the
-//! process's other cores as they start. Recovery's threads (the snapshot loader, the WAL
-//! reader) do not: the loop does not run yet, and a load on one core took ~40% longer.
+//! process's other cores as they start, and [`spawn_off_core`] returns only once it has, so
+//! that a server that says it serves has its threads where they belong. Recovery's threads
+//! (the snapshot loader, the WAL reader) do not move: the loop does not run yet, and a load on
+//! one core took ~40% longer.
+
+/// Spawns a named thread that first moves itself off core `loop_cpu` (see [`leave_core`]),
+/// and waits until it has before returning.
+pub(crate) fn spawn_off_core<T: Send + 'static>(
+    name: &str,
+    loop_cpu: Option<usize>,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    let (moved, wait) = std::sync::mpsc::sync_channel(1);
+    let handle = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            leave_core(loop_cpu);
+            let _ = moved.send(());
+            body()
+        })?;
+    // An Err here means the thread ended before it signalled (it panicked): the join reports it.
+    let _ = wait.recv();
+    Ok(handle)
+}
 
 /// Moves the calling thread off core `cpu`, when the process may run on another; otherwise
 /// (no `cpu`, `cpu` not allowed, or the only core allowed) leaves it where it is.

@@ -131,12 +131,9 @@ impl Writer {
         let (tx, from_loop) = mpsc::sync_channel(SNAPSHOT_QUEUE_BLOCKS);
         let (to_loop, rx) = mpsc::channel();
         let (emptied, free) = mpsc::channel();
-        let handle = std::thread::Builder::new()
-            .name("tarq-snapshot".into())
-            .spawn(move || {
-                crate::affinity::leave_core(loop_cpu);
-                writer(&*storage, from_loop, to_loop, emptied, notify)
-            })?;
+        let handle = crate::affinity::spawn_off_core("tarq-snapshot", loop_cpu, move || {
+            writer(&*storage, from_loop, to_loop, emptied, notify)
+        })?;
         Ok(Self {
             tx,
             rx,

@@ -69,12 +69,9 @@ impl SyncThread {
             cv: Condvar::new(),
         });
         let s = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("tarq-wal-sync".into())
-            .spawn(move || {
-                crate::affinity::leave_core(loop_cpu);
-                run(&s, &*storage, &notify)
-            })?;
+        let handle = crate::affinity::spawn_off_core("tarq-wal-sync", loop_cpu, move || {
+            run(&s, &*storage, &notify)
+        })?;
         Ok(Self {
             shared,
             handle: Some(handle),
