@@ -20,8 +20,26 @@ const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 /// binary heap (10 levels at 1M) while the four siblings share one or two cache lines.
 const ARITY: usize = 4;
 
-/// `Entry::tie` for an id that does not fit in it: compare the full ids from the slots.
-const TIE_BIG: u32 = u32::MAX;
+/// `default`'s ids (tube 0) below this are their own `Entry::tie`.
+const TIE_DEFAULT: u64 = 1 << 31;
+/// In another tube, numbers below this are exact in `Entry::tie`: the 4095 other tubes share
+/// the upper half of the u32 range, 2^19 numbers each.
+const TIE_NUMBERS: u64 = 1 << 19;
+
+const _: () = assert!(TIE_DEFAULT + (crate::MAX_TUBES as u64) * TIE_NUMBERS <= 1 << 32);
+
+/// `Entry::tie` of an id: a u32 that never orders two ids the other way round, and differs
+/// for two ids unless one of them is past the exact range (`default`'s ids from 2^31 on, a
+/// tube's numbers from 2^19 on); equal ties compare the full ids from the slots.
+fn tie_of(id: TaskId) -> u32 {
+    let (tube, n) = (crate::id_tube(id), crate::task_number(id));
+    let tie = if tube == 0 {
+        n.min(TIE_DEFAULT - 1)
+    } else {
+        TIE_DEFAULT + (u64::from(tube - 1) * TIE_NUMBERS) + n.min(TIE_NUMBERS - 1)
+    };
+    tie as u32
+}
 
 /// What a deadline does when it falls due. At equal times the smaller kind is the task's
 /// deadline: an expiry wins over a promotion, since the task is deleted anyway.
@@ -45,8 +63,9 @@ impl Kind {
     }
 }
 
-/// One pending deadline in 16 bytes. `tie` is the task id when it fits in 32 bits (always,
-/// short of four billion tasks), so equal times order without reading a slot.
+/// One pending deadline in 16 bytes. `tie` orders the task id in 32 bits ([`tie_of`]: exact
+/// short of two billion ids in `default` or half a million in another tube), so equal times
+/// order without reading a slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
     pub at: Micros,
@@ -59,7 +78,7 @@ impl Entry {
         debug_assert!(slot <= SLOT_MASK);
         Entry {
             at,
-            tie: u32::try_from(id).unwrap_or(TIE_BIG),
+            tie: tie_of(id),
             slot_kind: slot | (kind as u32) << SLOT_BITS,
         }
     }
@@ -82,9 +101,7 @@ fn less(a: &Entry, b: &Entry, slots: &Slots) -> bool {
     if a.tie != b.tie {
         return a.tie < b.tie;
     }
-    if a.tie != TIE_BIG {
-        return false; // the same task
-    }
+    // Two ids past the exact range (or the same task, which compares false).
     slots[a.slot() as usize].id < slots[b.slot() as usize].id
 }
 
@@ -199,11 +216,7 @@ impl DeadlineHeap {
                 i,
                 "slot of {e:?} records another position"
             );
-            assert_eq!(
-                e.tie,
-                u32::try_from(s.id).unwrap_or(TIE_BIG),
-                "tie of {e:?}"
-            );
+            assert_eq!(e.tie, tie_of(s.id), "tie of {e:?}");
         }
     }
 }

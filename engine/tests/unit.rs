@@ -5,8 +5,9 @@
 //! `check_invariants()` after every step that changes the queue.
 
 use tarq_engine::{
-    Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask, Stats, Status,
-    Task, TaskId, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE, URGENT_PRI,
+    task_id, Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask, Stats,
+    Status, Task, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
+    MAX_TASK_NUMBER, URGENT_PRI,
 };
 
 const T0: u64 = 1_700_000_000_000_000;
@@ -634,12 +635,34 @@ fn iter_visits_every_task() {
 }
 
 #[test]
-fn ids_past_32_bits_still_fire_in_id_order() {
-    // Heap entries keep a 32-bit copy of the id for ties; beyond it they compare full ids.
+fn ids_past_the_heap_ties_exact_range_still_fire_in_id_order() {
+    // Heap entries keep a 32-bit copy of the id's order for ties, exact below 2^31 in
+    // `default` and below 2^19 in other tubes; beyond it they compare full ids. Puts into the
+    // named tube come first, so the order of the puts is not the order of the ids.
     let mut q = Queue::new();
-    q.set_last_id(u64::from(u32::MAX) - 3);
+    let a = q
+        .create_tube("a", TubeType::FifoTtl, TubeOptions::default())
+        .unwrap();
+    let numbers = TubeNumbers {
+        next: (1 << 19) - 4,
+        legacy_below: 0,
+    };
+    q.restore_tube_numbers(a, numbers).unwrap();
+    let ttl = TubePut {
+        ttl: Some(10),
+        ..Default::default()
+    };
+    let mut want = vec![];
     for _ in 0..8 {
-        put(
+        let id = match q.put_in(T0, a, data("x"), ttl).unwrap() {
+            PutOutcome::Created(t) => t.id,
+            other => panic!("{other:?}"),
+        };
+        want.push(id);
+    }
+    q.set_last_id((1 << 31) - 4);
+    for _ in 0..8 {
+        want.push(put(
             &mut q,
             T0,
             "x",
@@ -647,11 +670,11 @@ fn ids_past_32_bits_still_fire_in_id_order() {
                 ttl: Some(10),
                 ..Default::default()
             },
-        );
+        ));
     }
-    q.set_last_id(u64::MAX - 20);
+    q.set_last_id(MAX_TASK_NUMBER - 5);
     for _ in 0..4 {
-        put(
+        want.push(put(
             &mut q,
             T0,
             "x",
@@ -659,10 +682,11 @@ fn ids_past_32_bits_still_fire_in_id_order() {
                 ttl: Some(10),
                 ..Default::default()
             },
-        );
+        ));
     }
+    want.sort_unstable();
     q.set_journal(true);
-    for _ in 0..12 {
+    for _ in 0..20 {
         assert_eq!(q.advance(T0 + 10, 1).processed, 1);
         q.check_invariants();
     }
@@ -673,11 +697,8 @@ fn ids_past_32_bits_still_fire_in_id_order() {
             other => panic!("unexpected {other:?}"),
         })
         .collect();
-    let first = u64::from(u32::MAX) - 2;
-    let want: Vec<TaskId> = (first..first + 8)
-        .chain(u64::MAX - 19..u64::MAX - 15)
-        .collect();
     assert_eq!(ids, want);
+    assert_eq!(*ids.last().unwrap(), task_id(a, (1 << 19) + 3));
 }
 
 #[test]

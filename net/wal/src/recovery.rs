@@ -236,6 +236,7 @@ pub fn apply_change(
         },
         Change::TubeCreate(t) => q
             .restore_tube(t.ix, &t.name, t.kind, t.opts)
+            .and_then(|()| q.restore_tube_numbers(t.ix, t.numbers))
             .err()
             .map(|e| format!("creation of tube {} {:?}: {e}", t.ix, t.name)),
         Change::TubeDrop(ix) => q
