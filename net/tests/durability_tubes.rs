@@ -39,22 +39,23 @@ fn task(v: &Value) -> (u64, String, String) {
     )
 }
 
+/// A task as the tube API names it: its tube and its number there (each tube numbers its own).
+type Key = (&'static str, u64);
+
 #[derive(Default)]
 struct Seen {
-    /// id → payload of every put answered.
-    put: BTreeMap<u64, String>,
-    /// ids whose bury was answered (and not acked after).
-    buried: BTreeSet<u64>,
-    /// ids a bury was sent for (done and durable, perhaps, without its reply arriving).
-    bury_sent: BTreeSet<u64>,
-    /// ids an ack was sent for.
-    ack_sent: BTreeSet<u64>,
-    /// dedup key → the id its put was answered with.
+    /// Payload of every put answered.
+    put: BTreeMap<Key, String>,
+    /// Tasks whose bury was answered (and not acked after).
+    buried: BTreeSet<Key>,
+    /// Tasks a bury was sent for (done and durable, perhaps, without its reply arriving).
+    bury_sent: BTreeSet<Key>,
+    /// Tasks an ack was sent for.
+    ack_sent: BTreeSet<Key>,
+    /// dedup key → the number its put into `d` was answered with.
     dedup: BTreeMap<String, u64>,
-    /// id → the tube it was put into.
-    tube: BTreeMap<u64, &'static str>,
-    /// ids put with a delay (an hour: still delayed after the restart).
-    delayed: BTreeSet<u64>,
+    /// Tasks put with a delay (an hour: still delayed after the restart).
+    delayed: BTreeSet<Key>,
 }
 
 #[derive(Clone, Default)]
@@ -96,10 +97,9 @@ impl Load {
             let (id, _, data) = task(&r[0]);
             assert_eq!(data, payload);
             let mut seen = self.seen.lock().unwrap();
-            seen.put.insert(id, payload);
-            seen.tube.insert(id, tube);
+            seen.put.insert((tube, id), payload);
             if tube == "lim" {
-                seen.delayed.insert(id);
+                seen.delayed.insert((tube, id));
             }
             if let Some(key) = key {
                 seen.dedup.insert(key, id);
@@ -123,9 +123,9 @@ impl Load {
             n += 1;
             let bury = n.is_multiple_of(3);
             if bury {
-                self.seen.lock().unwrap().bury_sent.insert(id);
+                self.seen.lock().unwrap().bury_sent.insert(("u", id));
             } else {
-                self.seen.lock().unwrap().ack_sent.insert(id);
+                self.seen.lock().unwrap().ack_sent.insert(("u", id));
             }
             let f = if bury {
                 "queue.tube.u:bury"
@@ -136,7 +136,7 @@ impl Load {
                 return;
             };
             if bury {
-                self.seen.lock().unwrap().buried.insert(id);
+                self.seen.lock().unwrap().buried.insert(("u", id));
                 self.buries.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -222,26 +222,27 @@ fn check_after_restart(addr: SocketAddr, seen: &Seen) {
         assert_eq!(taken, Some(0), "nothing taken in {tube}: {s}");
     }
     let mut checked = 0;
-    for (id, payload) in &seen.put {
-        if seen.ack_sent.contains(id) {
+    for (key, payload) in &seen.put {
+        let (tube, id) = *key;
+        if seen.ack_sent.contains(key) {
             continue;
         }
-        let f = format!("queue.tube.{}:peek", seen.tube[id]);
-        let r = call(&mut c, &f, &[Value::from(*id)])
+        let f = format!("queue.tube.{tube}:peek");
+        let r = call(&mut c, &f, &[Value::from(id)])
             .unwrap_or_else(|e| panic!("task {id}'s put was answered, yet {f} says {e}"));
         let (_, status, data) = task(&r[0]);
-        assert_eq!(&data, payload, "task {id}");
-        let want = if seen.buried.contains(id) {
+        assert_eq!(&data, payload, "task {id} of {tube}");
+        let want = if seen.buried.contains(key) {
             "!"
-        } else if seen.delayed.contains(id) {
+        } else if seen.delayed.contains(key) {
             "~"
         } else {
             "r"
         };
         // A bury sent without its reply may have been done before the kill, or not.
-        let unanswered_bury = seen.bury_sent.contains(id) && !seen.buried.contains(id);
+        let unanswered_bury = seen.bury_sent.contains(key) && !seen.buried.contains(key);
         if !(unanswered_bury && status == "!") {
-            assert_eq!(status, want, "task {id}'s status");
+            assert_eq!(status, want, "task {id} of {tube}: status");
         }
         checked += 1;
     }
