@@ -20,25 +20,18 @@ const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 /// binary heap (10 levels at 1M) while the four siblings share one or two cache lines.
 const ARITY: usize = 4;
 
-/// `default`'s ids (tube 0) below this are their own `Entry::tie`.
-const TIE_DEFAULT: u64 = 1 << 31;
-/// In another tube, numbers below this are exact in `Entry::tie`: the 4095 other tubes share
-/// the upper half of the u32 range, 2^19 numbers each.
-const TIE_NUMBERS: u64 = 1 << 19;
-
-const _: () = assert!(TIE_DEFAULT + (crate::MAX_TUBES as u64) * TIE_NUMBERS <= 1 << 32);
-
-/// `Entry::tie` of an id: a u32 that never orders two ids the other way round, and differs
-/// for two ids unless one of them is past the exact range (`default`'s ids from 2^31 on, a
-/// tube's numbers from 2^19 on); equal ties compare the full ids from the slots.
+/// `Entry::tie` of an id: its number in its tube, saturated at `u32::MAX`. Exact short of four
+/// billion tasks in a tube, so equal times order without reading a slot; two entries with the
+/// same tie (the same number in two tubes, or numbers past 2^32) compare their full keys.
 fn tie_of(id: TaskId) -> u32 {
-    let (tube, n) = (crate::id_tube(id), crate::task_number(id));
-    let tie = if tube == 0 {
-        n.min(TIE_DEFAULT - 1)
-    } else {
-        TIE_DEFAULT + (u64::from(tube - 1) * TIE_NUMBERS) + n.min(TIE_NUMBERS - 1)
-    };
-    tie as u32
+    u32::try_from(crate::task_number(id)).unwrap_or(u32::MAX)
+}
+
+/// The order of two tasks' deadlines at the same time: by number in their tubes, then by id
+/// (which tells tubes apart). In `default` alone, the order of ids.
+#[inline]
+fn tie_key(id: TaskId) -> (u64, TaskId) {
+    (crate::task_number(id), id)
 }
 
 /// What a deadline does when it falls due. At equal times the smaller kind is the task's
@@ -63,9 +56,8 @@ impl Kind {
     }
 }
 
-/// One pending deadline in 16 bytes. `tie` orders the task id in 32 bits ([`tie_of`]: exact
-/// short of two billion ids in `default` or half a million in another tube), so equal times
-/// order without reading a slot.
+/// One pending deadline in 16 bytes. `tie` is the task's number in its tube when it fits in 32
+/// bits ([`tie_of`]), so equal times order without reading a slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
     pub at: Micros,
@@ -92,7 +84,7 @@ impl Entry {
     }
 }
 
-/// `a` fires before `b`: by time, then by task id.
+/// `a` fires before `b`: by time, then by number in the tube, then by task id.
 #[inline]
 fn less(a: &Entry, b: &Entry, slots: &Slots) -> bool {
     if a.at != b.at {
@@ -101,8 +93,9 @@ fn less(a: &Entry, b: &Entry, slots: &Slots) -> bool {
     if a.tie != b.tie {
         return a.tie < b.tie;
     }
-    // Two ids past the exact range (or the same task, which compares false).
-    slots[a.slot() as usize].id < slots[b.slot() as usize].id
+    // The same number in two tubes, numbers past 2^32, or the same task (which compares
+    // false).
+    tie_key(slots[a.slot() as usize].id) < tie_key(slots[b.slot() as usize].id)
 }
 
 #[derive(Debug, Default)]

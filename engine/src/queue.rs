@@ -238,7 +238,7 @@ impl Queue {
         taken.len()
     }
 
-    /// Fires due deadlines (`at <= now`) in (time, id) order, at most `budget` of them:
+    /// Fires due deadlines (`at <= now`) in (time, number in the tube, id) order, at most `budget` of them:
     /// Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready). O(budget log n). Also
     /// forgets dedup keys whose window has passed (at most `budget` per tube, not counted).
     pub fn advance(&mut self, now: Micros, budget: usize) -> Advance {
@@ -1639,13 +1639,15 @@ impl Queue {
         opts: PutOptions,
         utube: u32,
     ) -> u32 {
-        let numbers = &mut self.tube_mut(tube).numbers;
-        let n = numbers.next;
+        // One look at the tube for its next number and its count of puts.
+        let t = self.tube_mut(tube);
+        let n = t.numbers.next;
         assert!(
             n <= MAX_TASK_NUMBER,
             "tube {tube} has given out every number"
         );
-        numbers.next = n + 1;
+        t.numbers.next = n + 1;
+        t.ops.puts += 1;
         let id = task_id(tube, n);
         if id.is_multiple_of(8) {
             // The next run of 8 ids will share one block of the id index, a random one in a
@@ -1670,7 +1672,6 @@ impl Queue {
             self.enter(k, Status::Waiting, now.saturating_add(opts.delay));
         }
         self.reschedule(k);
-        self.tube_mut(tube).ops.puts += 1;
         self.log(Event::Put { id });
         self.recent = (id, k);
         k

@@ -354,13 +354,15 @@ impl MTask {
         }
     }
 
-    /// Its pending deadlines as (time, id, kind): kind 0 expire, 1 promote, 2 TTR.
-    fn deadlines(&self) -> impl Iterator<Item = (Micros, TaskId, u8)> {
+    /// Its pending deadlines as (time, number in its tube, id, kind): kind 0 expire, 1
+    /// promote, 2 TTR. Equal times fire by number, then id.
+    fn deadlines(&self) -> impl Iterator<Item = (Micros, u64, TaskId, u8)> {
+        let n = self.id & ((1 << 41) - 1);
         let ttl = self
             .ttl
-            .map(|t| (self.created.saturating_add(t), self.id, 0));
-        let promote = (self.status == Status::Waiting).then_some((self.runat, self.id, 1));
-        let ttr = self.ttr_at.map(|at| (at, self.id, 2));
+            .map(|t| (self.created.saturating_add(t), n, self.id, 0));
+        let promote = (self.status == Status::Waiting).then_some((self.runat, n, self.id, 1));
+        let ttr = self.ttr_at.map(|at| (at, n, self.id, 2));
         ttl.into_iter().chain(promote).chain(ttr)
     }
 }
@@ -442,7 +444,7 @@ impl Model {
         &mut self.tubes.get_mut(&tube).unwrap().ops
     }
 
-    fn next_deadline(&self) -> Option<(Micros, TaskId, u8)> {
+    fn next_deadline(&self) -> Option<(Micros, u64, TaskId, u8)> {
         self.tasks.values().flat_map(MTask::deadlines).min()
     }
 
@@ -661,7 +663,7 @@ impl Model {
     fn advance(&mut self, now: Micros, budget: usize) -> (usize, Option<Micros>) {
         let mut processed = 0;
         while processed < budget {
-            let Some((at, id, kind)) = self.next_deadline() else {
+            let Some((at, _, id, kind)) = self.next_deadline() else {
                 break;
             };
             if at > now {
