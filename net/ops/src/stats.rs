@@ -101,7 +101,8 @@ pub struct Snapshot {
     pub limits: LimitFigures,
     pub wal: Option<WalFigures>,
     pub replication: ReplicationFigures,
-    /// `Queue::last_id()`: ids are a counter from 1 that survives restarts.
+    /// `Queue::last_id()`: the seed API's ids (tube `default`'s) are a counter from 1 that
+    /// survives restarts.
     pub last_id: u64,
     /// Time since the server started.
     pub uptime: Micros,
