@@ -1015,3 +1015,38 @@ fn a_version_3_data_directory_keeps_its_ids_and_numbers_new_tasks_above_them() {
     assert_eq!(put_in(&mut q, 2, b"next"), task_id(2, 12));
     assert_eq!(q.put(START, b"s".to_vec(), PutOptions::default()).id, 13);
 }
+
+#[test]
+fn a_replica_carries_each_tubes_numbering_from_the_stream() {
+    // The primary's turns, as a relay streams them: a tube, three puts, the newest deleted.
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    wal.set_tap(true);
+    let t = q
+        .create_tube("q", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    for _ in 0..3 {
+        put_in(&mut q, t, b"x");
+    }
+    q.delete(t, q.task_id_in(t, 2)).expect("live");
+    wal.append_turn(&mut q);
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let mut stream = Vec::new();
+    wal.take_tap(&mut stream);
+    assert!(!stream.is_empty(), "the turn was tapped");
+
+    let replica_storage = MemStorage::new();
+    let cfg = WalConfig {
+        replica: true,
+        ..cfg_in(WalMode::Write)
+    };
+    let (mut rwal, mut r, _) =
+        Wal::open(Arc::new(replica_storage.clone()), cfg).expect("replica opens");
+    rwal.apply_replicated(&mut r, &stream).expect("applied");
+    r.check_invariants();
+    assert_eq!(model(&r, START), model(&q, START));
+    let numbers = r.tube_info(t).expect("replicated tube").numbers;
+    assert_eq!(numbers, q.tube_info(t).expect("live").numbers);
+    // Promoted, the replica goes on where its primary was: 2 is not given again.
+    assert_eq!(task_number(put_in(&mut r, t, b"y")), 3);
+}
