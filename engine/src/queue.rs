@@ -238,9 +238,10 @@ impl Queue {
         taken.len()
     }
 
-    /// Fires due deadlines (`at <= now`) in (time, number in the tube, id) order, at most `budget` of them:
-    /// Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready). O(budget log n). Also
-    /// forgets dedup keys whose window has passed (at most `budget` per tube, not counted).
+    /// Fires due deadlines (`at <= now`) in (time, number in the tube, id) order, at most
+    /// `budget` of them: Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready).
+    /// O(budget log n). Also forgets dedup keys whose window has passed (at most `budget` per
+    /// tube, not counted).
     pub fn advance(&mut self, now: Micros, budget: usize) -> Advance {
         let mut processed = 0;
         while processed < budget {

@@ -24,7 +24,8 @@
 //! next number and its `legacy_below` mark, so a restart never numbers a task twice, even when
 //! the newest was deleted before the snapshot. Older files still load: their ids are kept
 //! as they are, and the snapshot loader starts every tube of an older snapshot numbering above
-//! its global last id (`legacy_below`, see `tarq_engine::TubeNumbers`). 3 (failover) closes each turn with a `Commit` that carries the term of the
+//! its global last id (`legacy_below`, see `tarq_engine::TubeNumbers`).
+//! 3 (failover) closes each turn with a `Commit` that carries the term of the
 //! leader that wrote it and the log's history id (`encode_commit`), and a snapshot's end record
 //! carries both as of its start: a replica refuses a deposed primary's turns, and a node tells
 //! a log it shares from one that diverged or is unrelated. 2 carries tubes (a task names its tube, delivery count and utube key; records
