@@ -5,7 +5,9 @@
 //! back with its type and options, a dropped tube stays dropped, every put whose reply arrived
 //! is there with its payload (unless its ack was sent), buried if its bury was answered,
 //! delayed if it was put with a delay, a dedup key answered before the kill still returns its
-//! task, and nothing is taken.
+//! task, and nothing is taken. And a data directory written in format 3 (one global id
+//! counter) starts with its ids: the tube API and the beanstalk port reach the old tasks by
+//! them, and new tasks are numbered above them, also after a restart.
 
 mod support;
 
@@ -15,9 +17,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+
 use rmpv::Value;
-use support::{Client, Tarq, WAIT};
+use support::{addr_in, Client, Tarq, WAIT};
 use tarq_client::{pack_args, ClientError};
+use tarq_engine::{
+    task_id, RestoredTask, Status, TaskId, TubeInfo, TubeIx, TubeNumbers, TubeOptions, TubeType,
+};
+use tarq_wal::format::{self, Kind, SNAP_MAGIC};
 
 const PRODUCERS: usize = 4;
 /// Puts answered before the kill: enough that it lands amid steady load.
@@ -290,4 +299,131 @@ fn kill_9_keeps_tubes_and_their_tasks_in_fsync_mode() {
 #[test]
 fn kill_9_keeps_tubes_and_their_tasks_in_write_mode() {
     kill_9_keeps_tubes("write");
+}
+
+/// A task of `tube` in the layout formats 2 to 4 share.
+fn older_task(buf: &mut Vec<u8>, tube: TubeIx, id: TaskId, status: Status) {
+    let mut q = tarq_engine::Queue::new();
+    if tube != 0 {
+        q.restore_tube(tube, "t", TubeType::FifoTtl, TubeOptions::default())
+            .expect("tube");
+    }
+    let task = RestoredTask {
+        id,
+        status,
+        runat: 0,
+        pri: 0,
+        ttl: None,
+        ttr: None,
+        created: 1_700_000_000_000_000,
+        data: rmp_str(&format!("task {id}")),
+    };
+    q.restore_in(tube, task, None, 0).expect("restored");
+    format::encode_task(buf, &q.get(id).expect("live")).expect("small");
+}
+
+/// A MessagePack string, as a payload.
+fn rmp_str(s: &str) -> Box<[u8]> {
+    let mut b = Vec::new();
+    rmp::encode::write_str(&mut b, s).expect("to a Vec");
+    b.into_boxed_slice()
+}
+
+/// A format-3 snapshot at position 2, from one global id counter at 9: tube 1 `old` holds
+/// tasks 5 (ready) and 7 (buried), `default` task 6.
+fn format_3_snapshot() -> Vec<u8> {
+    let mut snap = format::file_header_version(SNAP_MAGIC, 3, 2).to_vec();
+    let at = format::begin_record(&mut snap, 1, Kind::SnapTubes);
+    snap.extend_from_slice(&2u32.to_le_bytes());
+    for (ix, name) in [(0, "default"), (1, "old")] {
+        let info = TubeInfo {
+            ix,
+            name,
+            kind: TubeType::FifoTtl,
+            opts: TubeOptions::default(),
+            numbers: TubeNumbers::default(),
+        };
+        format::encode_tube_v3(&mut snap, &info);
+    }
+    format::end_record(&mut snap, at).expect("small");
+    let at = format::begin_record(&mut snap, 2, Kind::SnapTasks);
+    snap.extend_from_slice(&3u32.to_le_bytes());
+    older_task(&mut snap, 1, 5, Status::Ready);
+    older_task(&mut snap, 0, 6, Status::Ready);
+    older_task(&mut snap, 1, 7, Status::Buried);
+    format::end_record(&mut snap, at).expect("small");
+    let at = format::begin_record(&mut snap, 3, Kind::SnapEnd);
+    for v in [2u64, 9, 3, 0] {
+        snap.extend_from_slice(&v.to_le_bytes());
+    }
+    format::encode_commit(&mut snap, 0, 0);
+    format::end_small_record(&mut snap, at);
+    snap
+}
+
+/// The first line of the beanstalk port's answer to `cmd`.
+fn beanstalk_line(addr: std::net::SocketAddr, cmd: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(cmd.as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).expect("a reply");
+    line.trim_end().to_owned()
+}
+
+fn start_on(dir: tempfile::TempDir) -> (Tarq, std::net::SocketAddr) {
+    let mut tarq = Tarq::start_in(dir, &["--beanstalk-listen", "127.0.0.1:0"]);
+    let line = tarq.wait_for_line("serving the beanstalk protocol");
+    let bs = addr_in(&line, "listen=").expect("the beanstalk address");
+    (tarq, bs)
+}
+
+#[test]
+fn a_format_3_data_directory_starts_with_its_ids_over_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join(format::snapshot_name(2)), format_3_snapshot()).unwrap();
+    let (mut tarq, bs) = start_on(dir);
+    let mut c = Client::connect(tarq.addr);
+    let task = |v: Value| {
+        let a = v.as_array().expect("a task").clone();
+        (a[0].as_u64().unwrap(), a[1].as_str().unwrap().to_owned())
+    };
+    // The old tasks, by their old ids, on both protocols.
+    let peek = |c: &mut Client, n: u64| task(c.call("queue.tube.old:peek", &[n.into()]).one());
+    assert_eq!(peek(&mut c, 5), (5, "r".into()));
+    assert_eq!(peek(&mut c, 7), (7, "!".into()));
+    assert!(beanstalk_line(bs, "peek 7\r\n").starts_with("FOUND 7 "));
+    assert!(beanstalk_line(bs, "peek 6\r\n").starts_with("FOUND 6 "));
+    // New tasks: `old` numbers above the old counter (9), `default` too.
+    let put = task(c.call("queue.tube.old:put", &[Value::from("new")]).one());
+    assert_eq!(put, (10, "r".into()));
+    let seed = support::id_of(&c.call("queue.put", &[Value::from("seed")]).one());
+    assert_eq!(seed, 10);
+    let whole = task_id(1, 10);
+    assert!(
+        beanstalk_line(bs, &format!("peek {whole}\r\n")).starts_with(&format!("FOUND {whole} "))
+    );
+    // An old task is taken and acked by its old id; the tube API's 6 is `default`'s, not old's.
+    assert_eq!(
+        task(c.call("queue.tube.old:take", &[0.into()]).one()),
+        (5, "t".into())
+    );
+    assert_eq!(
+        task(c.call("queue.tube.old:ack", &[5.into()]).one()),
+        (5, "-".into())
+    );
+    let e = c.call("queue.tube.old:peek", &[6.into()]).err(32);
+    assert!(e.contains("Task 6 not found"), "{e}");
+    drop(c);
+    // After a restart (a snapshot in the new format on the way out), the same.
+    tarq.proc.signal("TERM");
+    tarq.proc.wait_exit();
+    let (tarq, _bs) = start_on(tarq.take_dir());
+    let mut c = Client::connect(tarq.addr);
+    assert_eq!(peek(&mut c, 7), (7, "!".into()));
+    assert_eq!(peek(&mut c, 10), (10, "r".into()));
+    let put = task(c.call("queue.tube.old:put", &[Value::from("newer")]).one());
+    assert_eq!(put, (11, "r".into()));
 }

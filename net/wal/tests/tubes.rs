@@ -886,8 +886,7 @@ fn v3_tube(buf: &mut Vec<u8>, ix: TubeIx, name: &str) {
         opts: TubeOptions::default(),
         numbers: TubeNumbers::default(),
     };
-    format::encode_tube(buf, &info);
-    buf.truncate(buf.len() - 16);
+    format::encode_tube_v3(buf, &info);
 }
 
 /// A task of `tube` in the layout formats 2 to 4 share.
