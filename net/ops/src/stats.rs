@@ -246,12 +246,13 @@ impl Snapshot {
                 "Seconds since the server started.",
                 self.uptime / 1_000_000,
             ),
-            // Ids are a counter from 1, so the last one is the number of puts ever, across
-            // restarts: a cheap cross-check against `puts` (which counts since start).
+            // `default`'s ids are a counter from 1, so the last one is the number of seed puts
+            // ever, across restarts: a cheap cross-check against `puts` (which counts since
+            // start). Other tubes number their own tasks.
             m(
                 "last_id",
                 Gauge,
-                "The highest task id given out.",
+                "The highest task id the tube default has given out.",
                 self.last_id,
             ),
             m(
