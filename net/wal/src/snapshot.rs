@@ -611,6 +611,8 @@ pub struct Loaded {
     /// The term of the record at `start_seq` and the log's history id (0 before version 3).
     pub term: u64,
     pub history: u64,
+    /// The file's format version.
+    pub version: u32,
     /// Written before tubes numbered their own tasks (version 3 or older): every id in it is
     /// the global counter's.
     pub global_ids: bool,
@@ -1091,6 +1093,7 @@ fn decode(
                     bytes: offset + rec.end as u64,
                     term,
                     history,
+                    version,
                     global_ids: version < 4,
                 };
                 let order = order

@@ -873,6 +873,7 @@ fn a_tubes_numbering_survives_restarts_and_snapshots_after_its_newest_task_is_de
     let (_wal, mut q, report) = open(&storage);
     assert!(report.snapshot.is_some(), "recovered from the snapshot");
     assert_eq!(report.records, 0, "nothing replayed after it");
+    assert!(!report.older_format, "all in the current format");
     assert_eq!(task_number(put_in(&mut q, t, b"x")), 4);
     q.check_invariants();
 }
@@ -997,7 +998,8 @@ fn a_version_3_data_directory_keeps_its_ids_and_numbers_new_tasks_above_them() {
     wal.flush(&mut q, WAIT).expect("flushed");
     let want = model(&q, START);
     drop(wal);
-    // Older snapshot, older segment and a new segment, read again: the same.
+    // Read again (the older files and a new segment, or the snapshot in the current format
+    // the start asked for, if it was written by then): the same.
     let (mut wal, mut q, _) = open(&storage);
     assert_eq!(model(&q, START), want);
     check_v3_ids(&q);
@@ -1048,4 +1050,40 @@ fn a_replica_carries_each_tubes_numbering_from_the_stream() {
     assert_eq!(numbers, q.tube_info(t).expect("live").numbers);
     // Promoted, the replica goes on where its primary was: 2 is not given again.
     assert_eq!(task_number(put_in(&mut r, t, b"y")), 3);
+}
+
+#[test]
+fn a_start_on_an_older_format_asks_for_a_snapshot_in_the_current_one() {
+    let storage = MemStorage::new();
+    write_v3_dir(&storage);
+    let (mut wal, mut q, report) = open(&storage);
+    assert!(report.older_format, "{report:?}");
+    wal.poll(&mut q);
+    assert!(wal.snapshot_running(), "asked for at the start");
+    let deadline = std::time::Instant::now() + WAIT;
+    while wal.snapshot_running() {
+        wal.poll(&mut q);
+        assert!(std::time::Instant::now() < deadline, "the snapshot ends");
+        std::thread::yield_now();
+    }
+    let newest = storage
+        .list()
+        .expect("listed")
+        .into_iter()
+        .filter(|n| n.ends_with(format::SNAP_SUFFIX))
+        .max()
+        .expect("a snapshot");
+    let bytes = storage.contents(&newest).expect("written");
+    let header = format::parse_file_header(&bytes, SNAP_MAGIC).expect("a header");
+    assert_eq!(header.version, format::FORMAT_VERSION);
+    drop(wal);
+    let (_wal, q, report) = open(&storage);
+    assert_eq!(report.snapshot.as_deref(), Some(newest.as_str()));
+    check_v3_ids(&q);
+    let old = q.tube_info(1).expect("live").numbers;
+    assert_eq!(
+        (old.next, old.legacy_below),
+        (10, 10),
+        "the marks, carried in format 4"
+    );
 }
