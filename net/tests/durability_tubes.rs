@@ -7,7 +7,8 @@
 //! delayed if it was put with a delay, a dedup key answered before the kill still returns its
 //! task, and nothing is taken. And a data directory written in format 3 (one global id
 //! counter) starts with its ids: the tube API and the beanstalk port reach the old tasks by
-//! them, and new tasks are numbered above them, also after a restart.
+//! them, and new tasks are numbered above them, also after a restart; and a tube whose numbers
+//! are spent refuses puts on both protocols, saying why.
 
 mod support;
 
@@ -25,6 +26,7 @@ use support::{addr_in, Client, Tarq, WAIT};
 use tarq_client::{pack_args, ClientError};
 use tarq_engine::{
     task_id, RestoredTask, Status, TaskId, TubeInfo, TubeIx, TubeNumbers, TubeOptions, TubeType,
+    MAX_TASK_NUMBER,
 };
 use tarq_wal::format::{self, Kind, SNAP_MAGIC};
 
@@ -426,4 +428,52 @@ fn a_format_3_data_directory_starts_with_its_ids_over_the_wire() {
     assert_eq!(peek(&mut c, 10), (10, "r".into()));
     let put = task(c.call("queue.tube.old:put", &[Value::from("newer")]).one());
     assert_eq!(put, (11, "r".into()));
+}
+
+#[test]
+fn a_tube_whose_numbers_are_spent_refuses_puts_on_both_protocols() {
+    // A data directory whose tube `full` has one number left and whose `default` has none
+    // (2^41 puts each would take weeks): written by the WAL itself, as a snapshot carries it.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    {
+        let storage = std::sync::Arc::new(tarq_wal::FsStorage::new(&data).expect("storage"));
+        let (mut wal, mut q, _) =
+            tarq_wal::Wal::open(storage, tarq_wal::WalConfig::default()).expect("opens");
+        let full = q
+            .create_tube("full", TubeType::FifoTtl, TubeOptions::default())
+            .expect("new");
+        wal.append_turn(&mut q);
+        let last = TubeNumbers {
+            next: MAX_TASK_NUMBER,
+            legacy_below: 0,
+        };
+        q.restore_tube_numbers(full, last).expect("live");
+        q.set_last_id(MAX_TASK_NUMBER);
+        wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    }
+    let (tarq, bs) = start_on(dir);
+    let mut c = Client::connect(tarq.addr);
+    let put = c.call("queue.tube.full:put", &[Value::from("last")]).one();
+    assert_eq!(put.as_array().unwrap()[0].as_u64(), Some(MAX_TASK_NUMBER));
+    let e = c
+        .call("queue.tube.full:put", &[Value::from("one more")])
+        .err(32);
+    assert!(e.contains("Tube 'full' has given out every task id"), "{e}");
+    let e = c.call("queue.put", &[Value::from("seed")]).err(32);
+    assert!(
+        e.contains("Tube 'default' has given out every task id"),
+        "{e}"
+    );
+    let mut s = TcpStream::connect(bs).expect("connect");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(b"use full\r\nput 0 0 60 1\r\nx\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), "USING full");
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), "OUT_OF_MEMORY");
 }
