@@ -20,8 +20,19 @@ const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
 /// binary heap (10 levels at 1M) while the four siblings share one or two cache lines.
 const ARITY: usize = 4;
 
-/// `Entry::tie` for an id that does not fit in it: compare the full ids from the slots.
-const TIE_BIG: u32 = u32::MAX;
+/// `Entry::tie` of an id: its number in its tube, saturated at `u32::MAX`. Exact short of four
+/// billion tasks in a tube, so equal times order without reading a slot; two entries with the
+/// same tie (the same number in two tubes, or numbers past 2^32) compare their full keys.
+fn tie_of(id: TaskId) -> u32 {
+    u32::try_from(crate::task_number(id)).unwrap_or(u32::MAX)
+}
+
+/// The order of two tasks' deadlines at the same time: by number in their tubes, then by id
+/// (which tells tubes apart). In `default` alone, the order of ids.
+#[inline]
+fn tie_key(id: TaskId) -> (u64, TaskId) {
+    (crate::task_number(id), id)
+}
 
 /// What a deadline does when it falls due. At equal times the smaller kind is the task's
 /// deadline: an expiry wins over a promotion, since the task is deleted anyway.
@@ -45,8 +56,8 @@ impl Kind {
     }
 }
 
-/// One pending deadline in 16 bytes. `tie` is the task id when it fits in 32 bits (always,
-/// short of four billion tasks), so equal times order without reading a slot.
+/// One pending deadline in 16 bytes. `tie` is the task's number in its tube when it fits in 32
+/// bits ([`tie_of`]), so equal times order without reading a slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
     pub at: Micros,
@@ -59,7 +70,7 @@ impl Entry {
         debug_assert!(slot <= SLOT_MASK);
         Entry {
             at,
-            tie: u32::try_from(id).unwrap_or(TIE_BIG),
+            tie: tie_of(id),
             slot_kind: slot | (kind as u32) << SLOT_BITS,
         }
     }
@@ -73,7 +84,7 @@ impl Entry {
     }
 }
 
-/// `a` fires before `b`: by time, then by task id.
+/// `a` fires before `b`: by time, then by number in the tube, then by task id.
 #[inline]
 fn less(a: &Entry, b: &Entry, slots: &Slots) -> bool {
     if a.at != b.at {
@@ -82,10 +93,9 @@ fn less(a: &Entry, b: &Entry, slots: &Slots) -> bool {
     if a.tie != b.tie {
         return a.tie < b.tie;
     }
-    if a.tie != TIE_BIG {
-        return false; // the same task
-    }
-    slots[a.slot() as usize].id < slots[b.slot() as usize].id
+    // The same number in two tubes, numbers past 2^32, or the same task (which compares
+    // false).
+    tie_key(slots[a.slot() as usize].id) < tie_key(slots[b.slot() as usize].id)
 }
 
 #[derive(Debug, Default)]
@@ -199,11 +209,7 @@ impl DeadlineHeap {
                 i,
                 "slot of {e:?} records another position"
             );
-            assert_eq!(
-                e.tie,
-                u32::try_from(s.id).unwrap_or(TIE_BIG),
-                "tie of {e:?}"
-            );
+            assert_eq!(e.tie, tie_of(s.id), "tie of {e:?}");
         }
     }
 }

@@ -20,8 +20,9 @@ pub use bytes::Bytes;
 pub use queue::Queue;
 pub use room::{Room, RoomWanted};
 pub use tubes::{
-    PutOutcome, ReleaseOptions, TubeInfo, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
-    DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+    id_tube, task_id, task_number, PutOutcome, ReleaseOptions, TubeInfo, TubeNumbers, TubeOptions,
+    TubePut, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER,
+    MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES, TUBE_ID_SHIFT,
 };
 
 /// beanstalkd's "urgent" line: a task with a lower pri is urgent (`ready_urgent`,
@@ -48,7 +49,9 @@ pub(crate) fn prefetch<T>(r: &T) {
 /// tube back at its index); a dropped tube's index is reused by a later `create_tube`.
 pub type TubeIx = u16;
 
-/// A task's id: a counter from 1, never reused (also across restarts, see `set_last_id`).
+/// A task's id: its tube's index and its number in the tube ([`task_id`]); numbers count up
+/// from 0 in each tube (from 1 in `default`) and are never given twice (also across restarts:
+/// `restore_in` and `restore_tube_numbers` carry each tube's counter). Unique across tubes.
 pub type TaskId = u64;
 /// The session (connection) that owns a taken task.
 pub type SessionId = u64;
@@ -378,6 +381,12 @@ pub enum QueueError {
     /// not its utube's head.
     #[error("Task {id} is {status:?}: it cannot be taken now")]
     NotTakeable { id: TaskId, status: Status },
+    /// A put into a tube that has given out all its numbers (`MAX_TASK_NUMBER`).
+    #[error("Tube '{name}' has given out every task id it has (2^41); create another tube")]
+    TubeNumbersSpent { name: String },
+    /// Recovery only: a task id that packs another tube's index than the tube it is restored in.
+    #[error("Task {id} is not an id of tube {tube}")]
+    IdNotOfTube { id: TaskId, tube: TubeIx },
 }
 
 /// Every state change, in order, for the WAL and the stats; kept only while the journal is on.

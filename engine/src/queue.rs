@@ -18,8 +18,9 @@ use crate::room::{Room, RoomWanted};
 use crate::sessions::Sessions;
 use crate::slots::{NewSlot, Slot, Slots, HAS_TTR, TTR_ARMED};
 use crate::tubes::{
-    Tube, TubeInfo, TubeOptions, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES,
-    MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+    id_tube, task_id, task_number, Tube, TubeInfo, TubeNumbers, TubeOptions, TubeType,
+    DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER, MAX_TUBES,
+    MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
     Advance, Bytes, Event, Micros, PutOptions, PutOutcome, PutPayload, QueueError, ReleaseOptions,
@@ -112,7 +113,6 @@ pub struct Queue {
     sessions: Sessions,
     /// xorshift64 state for skiplist heights.
     rng: u64,
-    last_id: TaskId,
     journal_on: bool,
     journal: Vec<Event>,
     /// The task the last put or take touched, as (id, slot key): the journal reads that task
@@ -135,7 +135,17 @@ impl Default for Queue {
 impl Queue {
     /// An empty queue holding the tube `default` (a `fifottl` with no default TTL or TTR).
     pub fn new() -> Self {
-        let default = Tube::new(DEFAULT_TUBE_NAME, TubeType::FifoTtl, TubeOptions::default());
+        // The seed's ids start at 1.
+        let numbers = TubeNumbers {
+            next: 1,
+            legacy_below: 0,
+        };
+        let default = Tube::new(
+            DEFAULT_TUBE_NAME,
+            TubeType::FifoTtl,
+            TubeOptions::default(),
+            numbers,
+        );
         Queue {
             slots: Slots::default(),
             index: IdIndex::default(),
@@ -146,7 +156,6 @@ impl Queue {
             heap: DeadlineHeap::default(),
             sessions: Sessions::default(),
             rng: HEIGHT_SEED,
-            last_id: 0,
             journal_on: false,
             journal: Vec::new(),
             recent: (0, NIL),
@@ -157,7 +166,9 @@ impl Queue {
     // ---- the seed API: the tube `default` ----
 
     /// Adds a task to `default`: Ready, or Waiting until `now + delay`. Ids go up by one from
-    /// `last_id`. (The TTL counts from the put, the delay does not extend it.)
+    /// `last_id`. (The TTL counts from the put, the delay does not extend it.) Panics once
+    /// `default` has given out its 2^41 ids: a caller that may get there asks
+    /// [`numbers_left`](Self::numbers_left) first.
     pub fn put(&mut self, now: Micros, data: impl PutPayload, opts: PutOptions) -> TaskRef<'_> {
         let k = self.add_task(now, DEFAULT_TUBE, data, opts, NIL);
         self.view(k)
@@ -227,9 +238,10 @@ impl Queue {
         taken.len()
     }
 
-    /// Fires due deadlines (`at <= now`) in (time, id) order, at most `budget` of them:
-    /// Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready). O(budget log n). Also
-    /// forgets dedup keys whose window has passed (at most `budget` per tube, not counted).
+    /// Fires due deadlines (`at <= now`) in (time, number in the tube, id) order, at most
+    /// `budget` of them: Waiting -> Ready, TTL expiry (deleted), TTR (Taken -> Ready).
+    /// O(budget log n). Also forgets dedup keys whose window has passed (at most `budget` per
+    /// tube, not counted).
     pub fn advance(&mut self, now: Micros, budget: usize) -> Advance {
         let mut processed = 0;
         while processed < budget {
@@ -292,8 +304,33 @@ impl Queue {
         self.tube(DEFAULT_TUBE).stats()
     }
 
+    /// The newest id `default` gave out (0 for none): the seed API's ids count up from 1.
     pub fn last_id(&self) -> TaskId {
-        self.last_id
+        self.tube(DEFAULT_TUBE).numbers.next - 1
+    }
+
+    /// Whether `tube` has a number left for a put.
+    pub fn numbers_left(&self, tube: TubeIx) -> bool {
+        self.live_tube(tube)
+            .is_ok_and(|t| t.numbers.next <= MAX_TASK_NUMBER)
+    }
+
+    /// The id the tube API means by task `number` of `tube`: the tube's own number, or, below
+    /// the tube's `legacy_below` mark, the id a task kept from before tubes numbered their own.
+    /// A number past `MAX_TASK_NUMBER` is taken as a whole id (one a beanstalk client or the
+    /// seed API showed), which the tube calls then find only if it is the tube's. O(1).
+    #[inline]
+    pub fn task_id_in(&self, tube: TubeIx, number: u64) -> TaskId {
+        let legacy_below = self
+            .tubes
+            .get(tube as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |t| t.numbers.legacy_below);
+        if number < legacy_below || number > MAX_TASK_NUMBER {
+            number
+        } else {
+            task_id(tube, number)
+        }
     }
 
     /// Live tasks in every tube.
@@ -347,7 +384,7 @@ impl Queue {
             opts.ttr = opts.ttl;
         }
         let ix = ix as TubeIx;
-        self.install_tube(ix, name, kind, opts);
+        self.install_tube(ix, name, kind, opts, TubeNumbers::default());
         self.log(Event::TubeCreated { tube: ix });
         Ok(ix)
     }
@@ -393,6 +430,7 @@ impl Queue {
             name: &t.name,
             kind: t.kind,
             opts: t.opts,
+            numbers: t.numbers,
         })
     }
 
@@ -452,6 +490,11 @@ impl Queue {
             return Err(QueueError::TubeFull {
                 name: t.name.to_string(),
                 capacity: t.opts.capacity,
+            });
+        }
+        if t.numbers.next > MAX_TASK_NUMBER {
+            return Err(QueueError::TubeNumbersSpent {
+                name: t.name.to_string(),
             });
         }
         let opts = Self::put_options(t, tube, &p);
@@ -804,8 +847,8 @@ impl Queue {
     // ---- recovery ----
 
     /// Recovery: adds a task to `default` as it was. Taken comes back owned by session 0 (call
-    /// `release_all_taken` once recovery is done) and without a TTR deadline. `last_id` rises
-    /// to the id. Journals nothing, counts no operation.
+    /// `release_all_taken` once recovery is done) and without a TTR deadline. The numbering of
+    /// the id's tube rises past it. Journals nothing, counts no operation.
     pub fn restore(&mut self, task: RestoredTask) -> Result<(), QueueError> {
         self.restore_in(DEFAULT_TUBE, task, None, 0)
     }
@@ -819,16 +862,33 @@ impl Queue {
         deliveries: u16,
     ) -> Result<(), QueueError> {
         self.live_tube(tube)?;
-        // Every live id is at most `last_id`, so a higher one needs no lookup: a snapshot of a
-        // queue filled in order restores in id order, and skips a probe per task.
+        // The tube the id is counted in: its own, or `default` for an id below 2^41 — in
+        // another tube, one kept from before tubes numbered their own tasks.
+        let (owner, n) = (id_tube(task.id), task_number(task.id));
+        if owner != tube && owner != DEFAULT_TUBE {
+            return Err(QueueError::IdNotOfTube { id: task.id, tube });
+        }
+        // Every live id is below its tube's next number, so a higher one needs no lookup: a
+        // snapshot of a queue filled in order restores in id order, and skips a probe per task.
         let vouched = self
             .bulk
             .as_ref()
             .is_some_and(|b| b.ids == BulkIds::Distinct);
-        if task.id <= self.last_id && !vouched && self.find(task.id).is_some() {
+        let numbers = self.tube(owner).numbers;
+        if n < numbers.next && !vouched && self.find(task.id).is_some() {
             return Err(QueueError::Duplicate(task.id));
         }
-        self.last_id = self.last_id.max(task.id);
+        self.tube_mut(owner).numbers.next = numbers.next.max(n + 1);
+        if owner != tube {
+            let mark = task.id + 1;
+            self.restore_tube_numbers(
+                tube,
+                TubeNumbers {
+                    next: mark,
+                    legacy_below: mark,
+                },
+            )?;
+        }
         let utube = match self.tube_mut(tube).utubes.as_mut() {
             Some(u) => u.intern(utube.unwrap_or_default()),
             None => NIL,
@@ -904,7 +964,26 @@ impl Queue {
         if self.tubes.len() <= tube as usize {
             self.tubes.resize_with(tube as usize + 1, || None);
         }
-        self.install_tube(tube, name, kind, opts);
+        let numbers = TubeNumbers {
+            next: u64::from(tube == DEFAULT_TUBE),
+            legacy_below: 0,
+        };
+        self.install_tube(tube, name, kind, opts, numbers);
+        Ok(())
+    }
+
+    /// Recovery: `tube` numbers its next tasks from `numbers.next` at least, and reads the
+    /// numbers below `numbers.legacy_below` as ids kept from before tubes numbered their own
+    /// (neither ever goes down; the next number stays at or above the mark). Journals nothing.
+    pub fn restore_tube_numbers(
+        &mut self,
+        tube: TubeIx,
+        numbers: TubeNumbers,
+    ) -> Result<(), QueueError> {
+        self.live_tube(tube)?;
+        let t = &mut self.tube_mut(tube).numbers;
+        t.legacy_below = t.legacy_below.max(numbers.legacy_below);
+        t.next = t.next.max(numbers.next).max(t.legacy_below);
         Ok(())
     }
 
@@ -1023,9 +1102,14 @@ impl Queue {
         self.reschedule(k);
     }
 
-    /// Recovery: new ids continue above `id` (never lowers the current last id).
+    /// Recovery: the tube `id` is counted in (`default` for an id below 2^41, as every id
+    /// was before tubes numbered their own tasks) numbers its next tasks above it. Never goes
+    /// down; an id of a tube that is gone changes nothing.
     pub fn set_last_id(&mut self, id: TaskId) {
-        self.last_id = self.last_id.max(id);
+        let (owner, n) = (id_tube(id), task_number(id));
+        if let Some(Some(t)) = self.tubes.get_mut(owner as usize) {
+            t.numbers.next = t.numbers.next.max(n + 1);
+        }
     }
 
     /// Makes room for `additional` more tasks in the arena and the id index, so loading a
@@ -1135,12 +1219,21 @@ impl Queue {
             "index does not find task {} at {k}",
             s.id
         );
+        let (owner, n) = (id_tube(s.id), task_number(s.id));
+        let counted = self.tubes.get(owner as usize).and_then(Option::as_ref);
         assert!(
-            s.id != 0 && s.id <= self.last_id,
-            "task {} beyond last id {}",
-            s.id,
-            self.last_id
+            s.id != 0 && counted.is_some_and(|t| n < t.numbers.next),
+            "task {} beyond its tube's numbers",
+            s.id
         );
+        if owner != s.tube {
+            assert!(
+                owner == DEFAULT_TUBE && s.id < self.tube(s.tube).numbers.legacy_below,
+                "task {} in tube {} is neither its nor kept from before",
+                s.id,
+                s.tube
+            );
+        }
         assert!(
             (1..=MAX_LEVEL).contains(&(s.height as usize)),
             "task {} height",
@@ -1395,11 +1488,12 @@ impl Queue {
         Ok(k)
     }
 
-    /// The slot of task `id` if it is in `tube`.
+    /// The slot of task `id` if it is in `tube`; else the original's error, naming the task's
+    /// number in the tube, as the tube API's caller gave it.
     fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<u32, QueueError> {
         self.find(id)
             .filter(|&k| self.slots[k as usize].tube == tube)
-            .ok_or(QueueError::TaskNotInTube(id))
+            .ok_or(QueueError::TaskNotInTube(task_number(id)))
     }
 
     fn tube(&self, t: TubeIx) -> &Tube {
@@ -1417,11 +1511,18 @@ impl Queue {
             .ok_or(QueueError::TubeNotFound(t))
     }
 
-    fn install_tube(&mut self, ix: TubeIx, name: &str, kind: TubeType, opts: TubeOptions) {
+    fn install_tube(
+        &mut self,
+        ix: TubeIx,
+        name: &str,
+        kind: TubeType,
+        opts: TubeOptions,
+        numbers: TubeNumbers,
+    ) {
         if ix as usize == self.tubes.len() {
             self.tubes.push(None);
         }
-        self.tubes[ix as usize] = Some(Tube::new(name, kind, opts));
+        self.tubes[ix as usize] = Some(Tube::new(name, kind, opts, numbers));
         self.names.insert(name.into(), ix);
         if opts.dedup_window > 0 {
             self.dedup_tubes.push(ix);
@@ -1539,11 +1640,16 @@ impl Queue {
         opts: PutOptions,
         utube: u32,
     ) -> u32 {
-        let id = self
-            .last_id
-            .checked_add(1)
-            .expect("task ids exhausted (last id is u64::MAX)");
-        self.last_id = id;
+        // One look at the tube for its next number and its count of puts.
+        let t = self.tube_mut(tube);
+        let n = t.numbers.next;
+        assert!(
+            n <= MAX_TASK_NUMBER,
+            "tube {tube} has given out every number"
+        );
+        t.numbers.next = n + 1;
+        t.ops.puts += 1;
+        let id = task_id(tube, n);
         if id.is_multiple_of(8) {
             // The next run of 8 ids will share one block of the id index, a random one in a
             // big table: ask for it now, 8 puts before the first of them waits for it.
@@ -1567,7 +1673,6 @@ impl Queue {
             self.enter(k, Status::Waiting, now.saturating_add(opts.delay));
         }
         self.reschedule(k);
-        self.tube_mut(tube).ops.puts += 1;
         self.log(Event::Put { id });
         self.recent = (id, k);
         k

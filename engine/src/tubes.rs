@@ -1,5 +1,6 @@
-//! Tubes: named queues sharing the engine's arena, id counter, deadline heap and sessions.
-//! This module owns what is a tube's own: its name, type and options, its Ready / Waiting /
+//! Tubes: named queues sharing the engine's arena, id index, deadline heap and sessions.
+//! This module owns what is a tube's own: its name, type and options, its task numbering
+//! (`TubeNumbers`; how an id packs a tube and a number is `task_id`), its Ready / Waiting /
 //! Buried skiplists, its counters, its interned utube keys with their per-utube ready lists
 //! (`Utubes`), and its dedup window (`Dedup`). The transitions that move tasks between these
 //! structures are `Queue`'s (`queue.rs`); this module keeps the structures and their checks.
@@ -29,6 +30,52 @@ pub const MAX_TUBE_NAME_BYTES: usize = 200;
 /// 4096 tubes are ~80k series, about what one scrape interval carries comfortably. The tube
 /// index is a u16 in the slot, so the hard ceiling would be 65536.
 pub const MAX_TUBES: usize = 4096;
+
+/// A task id is its tube's index and its number in the tube, packed:
+/// `ix << TUBE_ID_SHIFT | number`. 41 bits of number beside the 12 bits `MAX_TUBES` needs keep
+/// every id below 2^53, which JavaScript clients (beanstalk's, net.box's Lua numbers) read
+/// exactly. `default` is index 0, so its ids are its numbers.
+pub const TUBE_ID_SHIFT: u32 = 41;
+
+/// The highest number a tube gives a task: a tube has 2^41 numbers (25 days of puts at a
+/// million a second), then refuses puts (`QueueError::TubeNumbersSpent`).
+pub const MAX_TASK_NUMBER: u64 = (1 << TUBE_ID_SHIFT) - 1;
+
+const _: () = assert!(((MAX_TUBES as u64) << TUBE_ID_SHIFT) <= 1 << 53);
+
+/// The id of task `number` of tube `tube`.
+#[inline]
+pub const fn task_id(tube: TubeIx, number: u64) -> TaskId {
+    ((tube as u64) << TUBE_ID_SHIFT) | number
+}
+
+/// A task's number in its tube, as the tube API shows it. An id kept from before tubes
+/// numbered their own tasks (below 2^41, see `TubeNumbers::legacy_below`) is its own number.
+#[inline]
+pub const fn task_number(id: TaskId) -> u64 {
+    id & MAX_TASK_NUMBER
+}
+
+/// The tube whose numbers `id` is counted in: its tube, or `default` (0) for every id below
+/// 2^41, which includes the ids kept from before tubes numbered their own tasks.
+#[inline]
+pub const fn id_tube(id: TaskId) -> TubeIx {
+    (id >> TUBE_ID_SHIFT) as TubeIx
+}
+
+/// How a tube numbers its tasks. A number is never given twice in a tube's life (deleting
+/// the newest task does not give its number back, unlike the original's `max + 1`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TubeNumbers {
+    /// The number the next put gets: 0 in a new tube (1 in `default`, whose seed ids start
+    /// at 1).
+    pub next: u64,
+    /// A tube that held tasks before tubes numbered their own (a data directory of an older
+    /// format): its tasks of then kept their global ids, all below this mark, and the tube's
+    /// own numbers start at it. The tube API reads a number below it as such an id. 0 for a
+    /// tube created since.
+    pub legacy_below: u64,
+}
 
 /// A utube key is stored once per tube (interned) but hashed and compared on every put:
 /// 256 bytes is ample for the ids users put there (user ids, order ids, UUIDs).
@@ -151,6 +198,7 @@ pub struct TubeInfo<'a> {
     pub name: &'a str,
     pub kind: TubeType,
     pub opts: TubeOptions,
+    pub numbers: TubeNumbers,
 }
 
 /// One utube key of a tube: its Ready tasks but the head, and whether one of its tasks is
@@ -334,6 +382,7 @@ pub(crate) struct Tube {
     pub name: Box<str>,
     pub kind: TubeType,
     pub opts: TubeOptions,
+    pub numbers: TubeNumbers,
     /// Ready tasks by (pri, id); in a utube tube only the heads of utubes with none Taken.
     pub ready: SkipList,
     /// By (runat, id): the head is due first (promotion order, beanstalk's delayed kicks).
@@ -353,11 +402,12 @@ pub(crate) struct Tube {
 }
 
 impl Tube {
-    pub fn new(name: &str, kind: TubeType, opts: TubeOptions) -> Tube {
+    pub fn new(name: &str, kind: TubeType, opts: TubeOptions, numbers: TubeNumbers) -> Tube {
         Tube {
             name: name.into(),
             kind,
             opts,
+            numbers,
             ready: SkipList::default(),
             waiting: SkipList::default(),
             buried: SkipList::default(),

@@ -354,13 +354,15 @@ impl MTask {
         }
     }
 
-    /// Its pending deadlines as (time, id, kind): kind 0 expire, 1 promote, 2 TTR.
-    fn deadlines(&self) -> impl Iterator<Item = (Micros, TaskId, u8)> {
+    /// Its pending deadlines as (time, number in its tube, id, kind): kind 0 expire, 1
+    /// promote, 2 TTR. Equal times fire by number, then id.
+    fn deadlines(&self) -> impl Iterator<Item = (Micros, u64, TaskId, u8)> {
+        let n = self.id & ((1 << 41) - 1);
         let ttl = self
             .ttl
-            .map(|t| (self.created.saturating_add(t), self.id, 0));
-        let promote = (self.status == Status::Waiting).then_some((self.runat, self.id, 1));
-        let ttr = self.ttr_at.map(|at| (at, self.id, 2));
+            .map(|t| (self.created.saturating_add(t), n, self.id, 0));
+        let promote = (self.status == Status::Waiting).then_some((self.runat, n, self.id, 1));
+        let ttr = self.ttr_at.map(|at| (at, n, self.id, 2));
         ttl.into_iter().chain(promote).chain(ttr)
     }
 }
@@ -373,6 +375,8 @@ struct MTube {
     ops: Stats,
     /// Every dedup key recorded since creation or truncate: (key, id, expires).
     dedup: Vec<(Vec<u8>, TaskId, Micros)>,
+    /// The number the next put gets: from 0 (1 in `default`), never given twice.
+    next: u64,
 }
 
 /// Why a taken task goes back.
@@ -390,7 +394,6 @@ struct Model {
     tubes: BTreeMap<TubeIx, MTube>,
     /// Each session's taken ids, in take order.
     sessions: BTreeMap<SessionId, VecDeque<TaskId>>,
-    last_id: TaskId,
     events: Vec<Event>,
     /// Dedup records of this step: (tube, key, id), for `DedupRecorded`.
     dedup_events: Vec<(TubeIx, Vec<u8>, TaskId)>,
@@ -404,15 +407,20 @@ impl Model {
             opts: TubeOptions::default(),
             ops: Stats::default(),
             dedup: vec![],
+            next: 1,
         };
         Model {
             tasks: BTreeMap::new(),
             tubes: BTreeMap::from([(0, default)]),
             sessions: BTreeMap::new(),
-            last_id: 0,
             events: vec![],
             dedup_events: vec![],
         }
+    }
+
+    /// The newest id of `default`.
+    fn last_id(&self) -> TaskId {
+        self.tubes[&0].next - 1
     }
 
     fn stats(&self, tube: TubeIx) -> Stats {
@@ -436,7 +444,7 @@ impl Model {
         &mut self.tubes.get_mut(&tube).unwrap().ops
     }
 
-    fn next_deadline(&self) -> Option<(Micros, TaskId, u8)> {
+    fn next_deadline(&self) -> Option<(Micros, u64, TaskId, u8)> {
         self.tasks.values().flat_map(MTask::deadlines).min()
     }
 
@@ -487,8 +495,9 @@ impl Model {
         o: PutOptions,
         utube: Option<Vec<u8>>,
     ) -> Task {
-        self.last_id += 1;
-        let id = self.last_id;
+        let mt = self.tubes.get_mut(&tube).unwrap();
+        let id = (u64::from(tube) << 41) | mt.next;
+        mt.next += 1;
         let t = MTask {
             id,
             tube,
@@ -571,7 +580,7 @@ impl Model {
         self.live(tube)?;
         match self.tasks.get(&id) {
             Some(t) if t.tube == tube => Ok(()),
-            _ => Err(QueueError::TaskNotInTube(id)),
+            _ => Err(QueueError::TaskNotInTube(id & ((1 << 41) - 1))),
         }
     }
 
@@ -654,7 +663,7 @@ impl Model {
     fn advance(&mut self, now: Micros, budget: usize) -> (usize, Option<Micros>) {
         let mut processed = 0;
         while processed < budget {
-            let Some((at, id, kind)) = self.next_deadline() else {
+            let Some((at, _, id, kind)) = self.next_deadline() else {
                 break;
             };
             if at > now {
@@ -683,7 +692,7 @@ impl Model {
     fn pick(&self, which: usize) -> TaskId {
         let n = self.tasks.len();
         if which % (n + 1) == n {
-            self.last_id + 1 + (which % 3) as u64
+            self.last_id() + 1 + (which % 3) as u64
         } else {
             *self.tasks.keys().nth(which % (n + 1)).unwrap()
         }
@@ -723,6 +732,7 @@ impl Model {
                 opts,
                 ops: Stats::default(),
                 dedup: vec![],
+                next: 0,
             },
         );
         self.events.push(Event::TubeCreated { tube: ix });
@@ -1117,8 +1127,11 @@ fn opts(delay: Option<u64>, ttl: Option<u64>, ttr: Option<u64>, pri: i64) -> Put
 fn restart(q: &Queue) -> (Queue, usize) {
     let mut fresh = Queue::new();
     fresh.set_journal(true);
-    for t in q.tubes().filter(|t| t.ix != 0) {
-        fresh.restore_tube(t.ix, t.name, t.kind, t.opts).unwrap();
+    for t in q.tubes() {
+        if t.ix != 0 {
+            fresh.restore_tube(t.ix, t.name, t.kind, t.opts).unwrap();
+        }
+        fresh.restore_tube_numbers(t.ix, t.numbers).unwrap();
     }
     for t in q.iter() {
         let task: RestoredTask = RestoredTask {
@@ -1215,7 +1228,7 @@ fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
             t.id
         );
     }
-    assert_eq!(q.ttr_deadline(m.last_id + 1), None);
+    assert_eq!(q.ttr_deadline(m.last_id() + 1), None);
     for sid in 0..=SESSIONS + 1 {
         assert_eq!(
             q.soonest_ttr(sid),
@@ -1228,7 +1241,14 @@ fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
         m.next_deadline().map(|d| d.0),
         "deadline at step {step}"
     );
-    assert_eq!(q.last_id(), m.last_id);
+    assert_eq!(q.last_id(), m.last_id());
+    for (&ix, t) in &m.tubes {
+        let numbers = q.tube_info(ix).expect("live tube").numbers;
+        assert_eq!(
+            numbers.next, t.next,
+            "tube {ix}'s next number after step {step}"
+        );
+    }
     assert_eq!(q.len(), m.tasks.len());
     let mut all: Vec<(Task, Option<Vec<u8>>)> = q
         .iter()
@@ -1241,7 +1261,7 @@ fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
         .map(|t| (t.task(), t.utube.clone()))
         .collect();
     assert_eq!(all, want, "tasks after step {step} {op:?}");
-    assert!(q.get(m.last_id + 1).is_none());
+    assert!(q.get(m.last_id() + 1).is_none());
 }
 
 fn run_seed(q: &mut Queue, m: &mut Model, now: &mut Micros, step: usize, op: &Op) {

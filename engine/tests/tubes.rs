@@ -1,11 +1,13 @@
 //! Unit tests of the tube API: every error it returns, and each type's behaviour — ordering,
 //! priorities, delays, TTL, TTR, touch, utube exclusivity, bury / kick, capacity,
-//! max_deliveries, dedup windows, drop and truncate, `default` under the tube API.
+//! max_deliveries, dedup windows, drop and truncate, `default` under the tube API, and how a
+//! tube numbers its tasks (from 0, never twice, ids kept from an older format).
 //! `check_invariants()` runs after every call that changes the queue.
 
 use tarq_engine::{
-    Event, Micros, PutOutcome, Queue, QueueError, ReleaseOptions, Status, TaskId, TubeIx,
-    TubeOptions, TubePut, TubeType, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+    task_id, task_number, Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
+    RestoredTask, Status, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType,
+    MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 
 const T0: Micros = 1_000_000;
@@ -106,7 +108,12 @@ fn a_task_is_not_taken_by_another_session_or_in_another_tube() {
     assert_eq!(take(&mut q, a, T0), Some(id));
     assert_eq!(q.ack_in(a, 2, id), Err(QueueError::TaskNotTaken(id)));
     assert_eq!(q.ack_in(b, S, id), Err(QueueError::TaskNotTaken(id)));
-    assert_eq!(q.peek(b, id).unwrap_err(), QueueError::TaskNotInTube(id));
+    // The original's error names the task's number in the tube.
+    let number = task_number(id);
+    assert_eq!(
+        q.peek(b, id).unwrap_err(),
+        QueueError::TaskNotInTube(number)
+    );
     // The seed API sees only `default`.
     assert_eq!(q.ack(S, id), Err(QueueError::NotFound(id)));
     assert_eq!(q.ack_in(a, S, id).unwrap().id, id);
@@ -493,5 +500,269 @@ fn the_seed_api_and_the_tube_api_share_default() {
     assert_eq!(q.get(id).unwrap().ttl, Some(10));
     assert_eq!(q.stats().releases, 1);
     assert_eq!(q.stats(), q.tube_stats(0).unwrap());
+    q.check_invariants();
+}
+
+/// A Ready task `id` as recovery brings it back.
+fn restored(id: TaskId) -> RestoredTask {
+    RestoredTask {
+        id,
+        status: Status::Ready,
+        runat: 0,
+        pri: 0,
+        ttl: None,
+        ttr: None,
+        created: T0,
+        data: Box::new([0x90]),
+    }
+}
+
+/// Rebuilds the queue as recovery does from a snapshot: each tube with its numbering, each
+/// task, the seed's last id; then taken tasks go back.
+fn restart(q: &Queue) -> Queue {
+    let mut fresh = Queue::new();
+    for t in q.tubes() {
+        if t.ix != 0 {
+            fresh.restore_tube(t.ix, t.name, t.kind, t.opts).unwrap();
+        }
+        fresh.restore_tube_numbers(t.ix, t.numbers).unwrap();
+    }
+    for t in q.iter() {
+        let task: RestoredTask = RestoredTask {
+            id: t.id,
+            status: t.status,
+            runat: t.runat,
+            pri: t.pri,
+            ttl: t.ttl,
+            ttr: t.ttr,
+            created: t.created,
+            data: t.data.into(),
+        };
+        fresh
+            .restore_in(t.tube, task, t.utube, t.deliveries)
+            .unwrap();
+    }
+    fresh.set_last_id(q.last_id());
+    fresh.release_all_taken();
+    fresh.check_invariants();
+    fresh
+}
+
+#[test]
+fn a_fresh_tube_numbers_its_tasks_from_0_and_default_keeps_its_ids() {
+    let mut q = Queue::new();
+    assert_eq!(q.put(T0, Box::new([0x90]), PutOptions::default()).id, 1);
+    let a = tube(&mut q, "a", TubeType::FifoTtl, TubeOptions::default());
+    let b = tube(&mut q, "b", TubeType::Fifo, TubeOptions::default());
+    for n in 0..5 {
+        let id = put(&mut q, a, TubePut::default());
+        assert_eq!((id, task_number(id)), (task_id(a, n), n));
+        assert_eq!(q.task_id_in(a, n), id);
+    }
+    // Each tube counts its own; ids stay unique across tubes and below 2^53.
+    let first_b = put(&mut q, b, TubePut::default());
+    assert_eq!(task_number(first_b), 0);
+    assert_ne!(first_b, task_id(a, 0));
+    assert!(task_id(MAX_TUBES as TubeIx - 1, MAX_TASK_NUMBER) < 1 << 53);
+    // `default` under either API: the number is the seed's id.
+    assert_eq!(q.put(T0, Box::new([0x90]), PutOptions::default()).id, 2);
+    assert_eq!(q.task_id_in(0, 2), 2);
+    assert_eq!(q.last_id(), 2);
+}
+
+#[test]
+fn the_statistics_flow_of_the_original_runs_on_numbers() {
+    // The original's statistics tests: five puts into a fresh tube, then delete(4),
+    // release(0), ack(0), bury(1), bury(2).
+    let mut q = Queue::new();
+    tube(&mut q, "other", TubeType::FifoTtl, TubeOptions::default());
+    let t = tube(&mut q, "stats", TubeType::FifoTtl, TubeOptions::default());
+    for _ in 0..5 {
+        put(&mut q, t, TubePut::default());
+    }
+    let id = |n| q.task_id_in(t, n);
+    let (d4, r0, b1, b2) = (id(4), id(0), id(1), id(2));
+    assert_eq!(task_number(q.delete(t, d4).unwrap().id), 4);
+    assert_eq!(take(&mut q, t, T0), Some(r0));
+    let r = q
+        .release_in(T0, t, S, r0, ReleaseOptions::default())
+        .unwrap();
+    assert_eq!((task_number(r.id), r.status), (0, Status::Ready));
+    assert_eq!(take(&mut q, t, T0), Some(r0));
+    assert_eq!(task_number(q.ack_in(t, S, r0).unwrap().id), 0);
+    assert_eq!(q.bury(t, b1).unwrap().status, Status::Buried);
+    assert_eq!(q.bury(t, b2).unwrap().status, Status::Buried);
+    q.check_invariants();
+    let st = q.tube_stats(t).unwrap();
+    assert_eq!((st.total, st.ready, st.buried), (3, 1, 2));
+    assert_eq!(
+        (st.puts, st.deletes, st.releases, st.acks, st.buries),
+        (5, 1, 1, 1, 2)
+    );
+}
+
+#[test]
+fn a_number_is_never_given_twice_even_after_the_newest_is_deleted_and_a_restart() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "q", TubeType::FifoTtl, TubeOptions::default());
+    for _ in 0..3 {
+        put(&mut q, t, TubePut::default());
+    }
+    q.delete(t, q.task_id_in(t, 2)).unwrap();
+    // The original's max + 1 would hand out 2 again.
+    assert_eq!(task_number(put(&mut q, t, TubePut::default())), 3);
+    q.delete(t, q.task_id_in(t, 3)).unwrap();
+    let taken = take(&mut q, t, T0).unwrap();
+    q.ack_in(t, S, taken).unwrap();
+    // A late ack of the deleted newest finds nothing rather than another task.
+    let late = q.task_id_in(t, 3);
+    assert_eq!(q.ack_in(t, S, late), Err(QueueError::TaskNotTaken(late)));
+    // The snapshot carries the tube's numbering: restored, it goes on from 4, not from the
+    // newest live task (1).
+    let mut q = restart(&q);
+    assert_eq!(q.tube_info(t).unwrap().numbers.next, 4);
+    assert_eq!(task_number(put(&mut q, t, TubePut::default())), 4);
+    // Replayed puts carry it too: a restore past the counter raises it.
+    let mut r = Queue::new();
+    r.restore_tube(t, "q", TubeType::FifoTtl, TubeOptions::default())
+        .unwrap();
+    let task = restored(task_id(t, 9));
+    r.restore_in(t, task, None, 0).unwrap();
+    r.restore_remove(task_id(t, 9));
+    assert_eq!(task_number(put(&mut r, t, TubePut::default())), 10);
+}
+
+#[test]
+fn a_tube_dropped_and_created_again_numbers_from_0_as_the_originals_new_space_does() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    put(&mut q, t, TubePut::default());
+    q.drop_tube(t).unwrap();
+    let again = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    assert_eq!(again, t);
+    assert_eq!(task_number(put(&mut q, again, TubePut::default())), 0);
+    // Truncate keeps the numbering: the tube lives on.
+    q.truncate(again).unwrap();
+    assert_eq!(task_number(put(&mut q, again, TubePut::default())), 1);
+}
+
+#[test]
+fn a_job_put_by_id_is_handled_by_number_and_the_other_way_round() {
+    // beanstalk's calls take the whole id, the tube API's the number: the same task.
+    let mut q = Queue::new();
+    let t = tube(&mut q, "jobs", TubeType::FifoTtl, TubeOptions::default());
+    let ids: Vec<TaskId> = (0..4).map(|_| put(&mut q, t, TubePut::default())).collect();
+    // Taken by id (reserve-job), acked by number.
+    q.take_task(T0, S, ids[0]).unwrap();
+    q.ack_in(t, S, q.task_id_in(t, 0)).unwrap();
+    // Buried by its holder by id, kicked by the tube's kick, deleted by number.
+    q.take_task(T0, S, ids[1]).unwrap();
+    q.bury_taken(S, ids[1], 7).unwrap();
+    assert_eq!(
+        q.peek(t, q.task_id_in(t, 1)).unwrap().status,
+        Status::Buried
+    );
+    assert_eq!(q.kick(t, 1).unwrap(), 1);
+    q.delete(t, q.task_id_in(t, 1)).unwrap();
+    assert!(q.get(ids[1]).is_none());
+    // Buried by number, kicked by id (kick-job), taken by the tube API, touched by id.
+    q.bury(t, q.task_id_in(t, 2)).unwrap();
+    q.kick_task(T0, ids[2]).unwrap();
+    assert_eq!(take(&mut q, t, T0), Some(ids[2]));
+    q.touch_ttr(T0, S, ids[2]).unwrap();
+    q.release_in(T0, t, S, q.task_id_in(t, 2), ReleaseOptions::default())
+        .unwrap();
+    // The whole id is accepted by the tube API too; a number of another tube is not found.
+    assert_eq!(q.task_id_in(t, ids[3]), ids[3]);
+    assert_eq!(q.peek(t, ids[3]).unwrap().id, ids[3]);
+    let elsewhere = q.task_id_in(0, 3);
+    assert_eq!(
+        q.peek(t, elsewhere).unwrap_err(),
+        QueueError::TaskNotInTube(3)
+    );
+    q.check_invariants();
+}
+
+#[test]
+fn ids_kept_from_before_tubes_numbered_their_own_stay_reachable_and_unshadowed() {
+    // A data directory of the older format: one global counter (60 here); tube 1 holds tasks
+    // 57 and 58 under it, `default` task 59.
+    let mut q = Queue::new();
+    q.restore_tube(1, "old", TubeType::FifoTtl, TubeOptions::default())
+        .unwrap();
+    for (tube, id) in [(1, 57), (1, 58), (0, 59)] {
+        q.restore_in(tube, restored(id), None, 0).unwrap();
+    }
+    q.set_last_id(60);
+    // What the older snapshot's loader adds: the tube's numbers go on above the old counter.
+    let mark = TubeNumbers {
+        next: 61,
+        legacy_below: 61,
+    };
+    q.restore_tube_numbers(1, mark).unwrap();
+    q.check_invariants();
+    // The tube API reaches the old tasks by their old ids.
+    assert_eq!(q.task_id_in(1, 57), 57);
+    assert_eq!(q.peek(1, q.task_id_in(1, 58)).unwrap().id, 58);
+    // New tasks: the tube's own numbers from the mark, `default`'s above the old counter.
+    let new = put(&mut q, 1, TubePut::default());
+    assert_eq!((new, task_number(new)), (task_id(1, 61), 61));
+    assert_eq!(q.task_id_in(1, 61), new);
+    assert_eq!(q.put(T0, Box::new([0x90]), PutOptions::default()).id, 61);
+    // A number below the mark never reaches a new task, nor one of `default`.
+    assert_eq!(
+        q.peek(1, q.task_id_in(1, 59)).unwrap_err(),
+        QueueError::TaskNotInTube(59)
+    );
+    q.check_invariants();
+    // The mark survives a snapshot.
+    let q = restart(&q);
+    let after = TubeNumbers {
+        next: 62,
+        legacy_below: 61,
+    };
+    assert_eq!(q.tube_info(1).unwrap().numbers, after);
+    assert_eq!(q.peek(1, q.task_id_in(1, 57)).unwrap().id, 57);
+
+    // Replaying an older WAL (no snapshot): the old ids themselves set the mark.
+    let mut r = Queue::new();
+    r.restore_tube(2, "replayed", TubeType::Fifo, TubeOptions::default())
+        .unwrap();
+    let task = restored(33);
+    r.restore_in(2, task, None, 0).unwrap();
+    let numbers = r.tube_info(2).unwrap().numbers;
+    assert_eq!((numbers.next, numbers.legacy_below), (34, 34));
+    assert_eq!(r.put(T0, Box::new([0x90]), PutOptions::default()).id, 34);
+    r.check_invariants();
+}
+
+#[test]
+fn a_tube_whose_numbers_run_out_refuses_puts_and_ids_of_another_tube_are_refused() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    let last = TubeNumbers {
+        next: MAX_TASK_NUMBER,
+        legacy_below: 0,
+    };
+    q.restore_tube_numbers(t, last).unwrap();
+    assert!(q.numbers_left(t));
+    let id = put(&mut q, t, TubePut::default());
+    assert_eq!(task_number(id), MAX_TASK_NUMBER);
+    assert!(!q.numbers_left(t));
+    assert_eq!(
+        q.put_in(T0, t, Box::new([0x90]), TubePut::default())
+            .unwrap_err(),
+        QueueError::TubeNumbersSpent { name: "q".into() }
+    );
+    // Recovery refuses an id that packs another tube's index.
+    let other = tube(&mut q, "other", TubeType::Fifo, TubeOptions::default());
+    let task = restored(task_id(t, 5));
+    assert_eq!(
+        q.restore_in(other, task, None, 0),
+        Err(QueueError::IdNotOfTube {
+            id: task_id(t, 5),
+            tube: other
+        })
+    );
     q.check_invariants();
 }

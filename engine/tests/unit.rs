@@ -5,8 +5,9 @@
 //! `check_invariants()` after every step that changes the queue.
 
 use tarq_engine::{
-    Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask, Stats, Status,
-    Task, TaskId, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE, URGENT_PRI,
+    task_id, task_number, Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
+    RestoredTask, Stats, Status, Task, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType,
+    DEFAULT_TUBE, MAX_TASK_NUMBER, URGENT_PRI,
 };
 
 const T0: u64 = 1_700_000_000_000_000;
@@ -634,35 +635,49 @@ fn iter_visits_every_task() {
 }
 
 #[test]
-fn ids_past_32_bits_still_fire_in_id_order() {
-    // Heap entries keep a 32-bit copy of the id for ties; beyond it they compare full ids.
+fn equal_deadlines_fire_by_number_then_id_past_the_heaps_32_bit_tie() {
+    // Heap entries keep the task's number in its tube in 32 bits for ties; beyond it, and for
+    // the same number in two tubes, they compare full keys. The named tube's puts come first
+    // and the two tubes give the same numbers, so neither put order nor id order is the
+    // order of firing.
     let mut q = Queue::new();
-    q.set_last_id(u64::from(u32::MAX) - 3);
+    let a = q
+        .create_tube("a", TubeType::FifoTtl, TubeOptions::default())
+        .unwrap();
+    let near = (1u64 << 32) - 4;
+    let numbers = TubeNumbers {
+        next: near,
+        legacy_below: 0,
+    };
+    q.restore_tube_numbers(a, numbers).unwrap();
+    let ttl = TubePut {
+        ttl: Some(10),
+        ..Default::default()
+    };
+    let mut want = vec![];
     for _ in 0..8 {
-        put(
-            &mut q,
-            T0,
-            "x",
-            PutOptions {
-                ttl: Some(10),
-                ..Default::default()
-            },
-        );
+        let id = match q.put_in(T0, a, data("x"), ttl).unwrap() {
+            PutOutcome::Created(t) => t.id,
+            other => panic!("{other:?}"),
+        };
+        want.push(id);
     }
-    q.set_last_id(u64::MAX - 20);
+    let ttl = PutOptions {
+        ttl: Some(10),
+        ..Default::default()
+    };
+    q.set_last_id(near - 1);
+    for _ in 0..8 {
+        want.push(put(&mut q, T0, "x", ttl));
+    }
+    q.set_last_id(MAX_TASK_NUMBER - 5);
     for _ in 0..4 {
-        put(
-            &mut q,
-            T0,
-            "x",
-            PutOptions {
-                ttl: Some(10),
-                ..Default::default()
-            },
-        );
+        want.push(put(&mut q, T0, "x", ttl));
     }
+    want.sort_unstable_by_key(|&id| (task_number(id), id));
+    assert_eq!(want[..2], [near, task_id(a, near)]);
     q.set_journal(true);
-    for _ in 0..12 {
+    for _ in 0..20 {
         assert_eq!(q.advance(T0 + 10, 1).processed, 1);
         q.check_invariants();
     }
@@ -672,10 +687,6 @@ fn ids_past_32_bits_still_fire_in_id_order() {
             Event::Expired { id } => id,
             other => panic!("unexpected {other:?}"),
         })
-        .collect();
-    let first = u64::from(u32::MAX) - 2;
-    let want: Vec<TaskId> = (first..first + 8)
-        .chain(u64::MAX - 19..u64::MAX - 15)
         .collect();
     assert_eq!(ids, want);
 }

@@ -1,7 +1,7 @@
 //! The beanstalk port against a real in-process tarq: what only tarq has to get right beyond
 //! beanstalkd's replies (those are compared byte for byte with beanstalkd by
-//! `beanstalk_diff.rs`): one engine behind both protocols (a job put on one is taken on the
-//! other), a reserve waiting on several tubes, commands queued behind a waiting reserve,
+//! `beanstalk_diff.rs`): one engine behind both protocols (a job put on one is taken, buried,
+//! kicked and deleted on the other, by its id there and its number in the tube API), a reserve waiting on several tubes, commands queued behind a waiting reserve,
 //! pause-tube holding takes of both protocols, tubes in use kept from being dropped, and the
 //! figures in `queue.stats()`.
 
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use rmpv::Value;
 use support::{TestServer, WAIT};
 use tarq_beanstalk::Reply;
+use tarq_engine::task_number;
 use tarq_net::server::Server;
 
 /// A tarq serving both protocols: the IPROTO test server and its beanstalk address.
@@ -113,13 +114,17 @@ fn a_job_put_on_one_protocol_is_taken_on_the_other() {
     let mut bs = Bs::connect(addr);
     let mut ip = srv.connect();
 
-    // beanstalk → IPROTO: the body arrives as the string it was.
+    // beanstalk → IPROTO: the body arrives as the string it was. The job id is the task's
+    // whole id (its tube's index and its number, below 2^53), the tube API shows its number.
     assert_eq!(bs.line("use jobs\r\n"), "USING jobs");
     let put = bs.line("put 10 0 60 5\r\nhello\r\n");
     assert!(put.starts_with("INSERTED "), "{put}");
+    let job = id_in(&put);
+    assert!((1 << 41..1 << 53).contains(&job), "job id {job}");
+    assert_eq!(task_number(job), 0, "the first task of `jobs`");
     let task = ip.call("queue.tube.jobs:take", &[Value::from(0)]).one();
     let t = task.as_array().unwrap();
-    assert_eq!(t[0].as_u64(), Some(id_in(&put)));
+    assert_eq!(t[0].as_u64(), Some(task_number(job)));
     assert_eq!(t[1].as_str(), Some("t"));
     assert_eq!(t[2].as_str(), Some("hello"));
     ip.call("queue.tube.jobs:ack", &[t[0].clone()]).one();
@@ -128,7 +133,9 @@ fn a_job_put_on_one_protocol_is_taken_on_the_other() {
     let put = ip
         .call("queue.tube.jobs:put", &[Value::from("from iproto")])
         .one();
-    let id = put.as_array().unwrap()[0].as_u64().unwrap();
+    let n = put.as_array().unwrap()[0].as_u64().unwrap();
+    assert_eq!(n, 1, "numbered after the beanstalk job");
+    let id = job - task_number(job) + n;
     assert_eq!(bs.line("watch jobs\r\n"), "WATCHING 2");
     bs.send(b"reserve-with-timeout 0\r\n");
     let (line, body) = bs.reply();
@@ -148,9 +155,77 @@ fn a_job_put_on_one_protocol_is_taken_on_the_other() {
     bs.send(b"put 0 0 60 2\r\n\xff\xfe\r\n");
     let put = bs.reply().0;
     let task = ip
-        .call("queue.tube.jobs:peek", &[Value::from(id_in(&put))])
+        .call(
+            "queue.tube.jobs:peek",
+            &[Value::from(task_number(id_in(&put)))],
+        )
         .one();
     assert_eq!(task.as_array().unwrap()[2], Value::Binary(vec![0xff, 0xfe]));
+}
+
+#[test]
+fn a_job_is_buried_kicked_and_deleted_on_either_protocol_by_its_id_or_its_number() {
+    let (srv, addr) = start();
+    let mut bs = Bs::connect(addr);
+    let mut ip = srv.connect();
+    ip.call(
+        "queue.create_tube",
+        &[Value::from("work"), Value::from("fifottl")],
+    )
+    .one();
+    let state = |ip: &mut support::Client, n: u64| {
+        let t = ip.call("queue.tube.work:peek", &[Value::from(n)]).one();
+        t.as_array().unwrap()[1].as_str().unwrap().to_owned()
+    };
+
+    // Put over IPROTO: reserved over beanstalk by its id, buried there; seen buried and
+    // kicked by the tube API; released over beanstalk; deleted by the tube API.
+    let put = ip.call("queue.tube.work:put", &[Value::from("a")]).one();
+    let n = put.as_array().unwrap()[0].as_u64().unwrap();
+    assert_eq!(n, 0, "a fresh tube numbers from 0");
+    assert_eq!(bs.line("watch work\r\n"), "WATCHING 2");
+    bs.send(b"reserve-with-timeout 0\r\n");
+    let id = id_in(&bs.reply().0);
+    assert_eq!(task_number(id), n);
+    assert_eq!(bs.line(&format!("bury {id} 5\r\n")), "BURIED");
+    assert_eq!(state(&mut ip, n), "!");
+    let kicked = ip.call("queue.tube.work:kick", &[Value::from(1)]).one();
+    assert_eq!(kicked.as_u64(), Some(1));
+    assert_eq!(
+        bs.line(&format!("reserve-job {id}\r\n")),
+        format!("RESERVED {id} 1")
+    );
+    assert_eq!(bs.line(&format!("release {id} 0 0\r\n")), "RELEASED");
+    let gone = ip.call("queue.tube.work:delete", &[Value::from(n)]).one();
+    assert_eq!(gone.as_array().unwrap()[1].as_str(), Some("-"));
+    assert_eq!(bs.line(&format!("peek {id}\r\n")), "NOT_FOUND");
+
+    // Put over beanstalk: buried by the tube API, kicked by id over beanstalk, taken and
+    // acked by the tube API; then gone for beanstalk too.
+    assert_eq!(bs.line("use work\r\n"), "USING work");
+    let id = id_in(&bs.line("put 0 0 60 1\r\nb\r\n"));
+    let n = task_number(id);
+    assert_eq!(
+        n, 1,
+        "the next number of the tube, whichever protocol put it"
+    );
+    let buried = ip.call("queue.tube.work:bury", &[Value::from(n)]).one();
+    assert_eq!(buried.as_array().unwrap()[1].as_str(), Some("!"));
+    assert_eq!(bs.line(&format!("kick-job {id}\r\n")), "KICKED");
+    let t = ip.call("queue.tube.work:take", &[Value::from(0)]).one();
+    assert_eq!(t.as_array().unwrap()[0].as_u64(), Some(n));
+    ip.call("queue.tube.work:ack", &[Value::from(n)]).one();
+    assert_eq!(bs.line(&format!("peek {id}\r\n")), "NOT_FOUND");
+
+    // Deleted over beanstalk: the tube API no longer finds its number, and the next put does
+    // not get it back.
+    let id = id_in(&bs.line("put 0 0 60 1\r\nc\r\n"));
+    assert_eq!(bs.line(&format!("delete {id}\r\n")), "DELETED");
+    let n = task_number(id);
+    let e = ip.call("queue.tube.work:peek", &[Value::from(n)]).err(32);
+    assert!(e.contains(&format!("Task {n} not found")), "{e}");
+    let put = ip.call("queue.tube.work:put", &[Value::from("d")]).one();
+    assert_eq!(put.as_array().unwrap()[0].as_u64(), Some(n + 1));
 }
 
 #[test]

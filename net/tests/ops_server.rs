@@ -281,13 +281,14 @@ fn ctl_works_on_tubes() {
     );
     assert_eq!(tube["opts"]["ttl"], 60.0);
     let put = json(&t.ctl(&["--tube", "jobs", "put", r#"{"job":7}"#, "--pri", "2"]));
-    assert_eq!(put, serde_json::json!([1, "r", {"job": 7}]));
-    let buried = json(&t.ctl(&["--tube", "jobs", "bury", "1"]));
+    // A tube numbers its own tasks from 0.
+    assert_eq!(put, serde_json::json!([0, "r", {"job": 7}]));
+    let buried = json(&t.ctl(&["--tube", "jobs", "bury", "0"]));
     assert_eq!(buried[1], "!");
-    assert_eq!(json(&t.ctl(&["--tube", "jobs", "peek", "1"]))[1], "!");
+    assert_eq!(json(&t.ctl(&["--tube", "jobs", "peek", "0"]))[1], "!");
     assert_eq!(json(&t.ctl(&["--tube", "jobs", "kick", "5"])), 1);
     let taken = json(&t.ctl(&["--tube", "jobs", "take"]));
-    assert_eq!((taken[0].as_u64(), taken[1].as_str()), (Some(1), Some("t")));
+    assert_eq!((taken[0].as_u64(), taken[1].as_str()), (Some(0), Some("t")));
     let stats = json(&t.ctl(&["--tube", "jobs", "stats"]));
     assert_eq!(stats["calls"]["kick"], 1);
     assert_eq!(

@@ -30,12 +30,24 @@ fn stat(c: &mut Client, name: &str) -> u64 {
     field(&stats, name).as_u64().unwrap_or(0)
 }
 
-/// Every task of the queue at `c`, as (tube, id, status, data), read with `peek`.
-fn tasks(c: &mut Client) -> Vec<(String, u64, String, Value)> {
-    let last = stat(c, "last_id");
+/// Above every number a tube of the primary at `p` has given: each tube numbers its own
+/// tasks, one a put (from 0; `default`'s from 1, its last id). A replica counts no calls, so
+/// its tasks are read up to its primary's bound.
+fn numbers_used(p: &mut Client) -> u64 {
+    let all = p.call("queue.statistics", &[]).one();
+    let puts = all.as_map().expect("a map of tubes").iter().map(|(_, st)| {
+        let calls = field(st, "calls");
+        field(calls, "put").as_u64().expect("a count")
+    });
+    puts.max().unwrap_or(0).max(stat(p, "last_id")) + 1
+}
+
+/// Every task of the queue at `c` numbered below `upto` in its tube, as (tube, number, status,
+/// data), read with `peek`.
+fn tasks(c: &mut Client, upto: u64) -> Vec<(String, u64, String, Value)> {
     let mut out = Vec::new();
     for tube in TUBES {
-        for id in 1..=last {
+        for id in 0..upto {
             let r = c.call(&format!("queue.tube.{tube}:peek"), &[id.into()]);
             if r.code != 0 {
                 continue;
@@ -108,12 +120,13 @@ fn workload(c: &mut Client, round: u32) {
 
 /// Waits until the replica at `r` holds exactly the primary's tasks (read at `p`).
 fn wait_for_same_tasks(p: &mut Client, r: &mut Client) {
-    let want = tasks(p);
+    let upto = numbers_used(p);
+    let want = tasks(p, upto);
     assert!(want.len() > 50, "the workload left tasks: {}", want.len());
     let mut got = Vec::new();
     let deadline = std::time::Instant::now() + WAIT;
     while std::time::Instant::now() < deadline {
-        got = tasks(r);
+        got = tasks(r, upto);
         if got == want {
             return;
         }
@@ -225,7 +238,8 @@ fn a_change_sent_to_a_replica_is_refused_naming_the_primary() {
     // Reads work.
     assert!(stat(&mut r, "total") > 0);
     r.call("queue.statistics", &[]).ok();
-    let id = tasks(&mut p)[0].1;
+    let upto = numbers_used(&mut p);
+    let id = tasks(&mut p, upto)[0].1;
     r.call("queue.tube.default:peek", &[id.into()]).one();
     // And the beanstalk port says the same.
     let line = replica.wait_for_line("serving the beanstalk protocol");
@@ -313,7 +327,8 @@ fn a_replica_pointed_at_an_unrelated_primary_is_refused_and_keeps_its_tasks() {
     let mut replica = Tarq::start(&replica_args(&aaddr, "write"));
     let mut r = Client::connect(replica.addr);
     wait_for_same_tasks(&mut pa, &mut r);
-    let want = tasks(&mut r);
+    let upto = numbers_used(&mut pa);
+    let want = tasks(&mut r, upto);
     drop(r);
     replica.signal("KILL");
     replica.wait_exit();
@@ -350,6 +365,6 @@ fn a_replica_pointed_at_an_unrelated_primary_is_refused_and_keeps_its_tasks() {
         .count();
     assert_eq!(warnings, 1, "{:#?}", replica.log());
     let mut r = Client::connect(replica.addr);
-    assert_eq!(tasks(&mut r), want, "the replica kept its own tasks");
+    assert_eq!(tasks(&mut r, upto), want, "the replica kept its own tasks");
     assert_eq!(stat(&mut r, "replication_joins"), 0);
 }

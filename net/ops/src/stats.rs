@@ -101,7 +101,8 @@ pub struct Snapshot {
     pub limits: LimitFigures,
     pub wal: Option<WalFigures>,
     pub replication: ReplicationFigures,
-    /// `Queue::last_id()`: ids are a counter from 1 that survives restarts.
+    /// `Queue::last_id()`: the seed API's ids (tube `default`'s) are a counter from 1 that
+    /// survives restarts.
     pub last_id: u64,
     /// Time since the server started.
     pub uptime: Micros,
@@ -245,12 +246,13 @@ impl Snapshot {
                 "Seconds since the server started.",
                 self.uptime / 1_000_000,
             ),
-            // Ids are a counter from 1, so the last one is the number of puts ever, across
-            // restarts: a cheap cross-check against `puts` (which counts since start).
+            // `default`'s ids are a counter from 1, so the last one is the number of seed puts
+            // ever, across restarts: a cheap cross-check against `puts` (which counts since
+            // start). Other tubes number their own tasks.
             m(
                 "last_id",
                 Gauge,
-                "The highest task id given out.",
+                "The highest task id the tube default has given out.",
                 self.last_id,
             ),
             m(

@@ -338,6 +338,12 @@ impl Server {
     }
 
     fn put(&mut self, idx: usize, reply: ReplyTo, data: &[u8], opts: PutOptions) -> Option<TubeIx> {
+        if !self.queue.numbers_left(DEFAULT_TUBE) {
+            let name = tarq_engine::DEFAULT_TUBE_NAME.to_string();
+            let e = Refusal::Queue(QueueError::TubeNumbersSpent { name });
+            deliver!(self, idx, reply, &Outcome::Error(e));
+            return None;
+        }
         let t = match self.frame_payload(data) {
             Some(payload) => self.queue.put(self.now, payload, opts),
             None => self.queue.put(self.now, data, opts),

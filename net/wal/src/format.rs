@@ -19,23 +19,30 @@
 //! Every integer is little-endian. A `Commit` record closes the records of one loop turn:
 //! recovery applies a turn whole or not at all.
 //!
-//! Versions: 3 (failover) closes each turn with a `Commit` that carries the term of the
+//! Versions: 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
+//! `tarq_engine::task_id`) adds to a tube's entry (snapshot table, `TubeCreate` record) its
+//! next number and its `legacy_below` mark, so a restart never numbers a task twice, even when
+//! the newest was deleted before the snapshot. Older files still load: their ids are kept
+//! as they are, and the snapshot loader starts every tube of an older snapshot numbering above
+//! its global last id (`legacy_below`, see `tarq_engine::TubeNumbers`).
+//! 3 (failover) closes each turn with a `Commit` that carries the term of the
 //! leader that wrote it and the log's history id (`encode_commit`), and a snapshot's end record
 //! carries both as of its start: a replica refuses a deposed primary's turns, and a node tells
 //! a log it shares from one that diverged or is unrelated. 2 carries tubes (a task names its tube, delivery count and utube key; records
 //! for tube creation, drop and truncation and for dedup keys; snapshots hold the tube table
 //! and the dedup windows). Versions 2 and 1 (one anonymous queue, its tasks land in the tube
-//! `default`) are still read; their turns have term 0 and no history id. Any other version is refused with `HeaderError::Version`, never guessed.
+//! `default`) are still read; their turns have term 0 and no history id; versions before 4 keep
+//! their global ids. Any other version is refused with `HeaderError::Version`, never guessed.
 
 use tarq_engine::{
-    Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions, TubeType,
-    DEFAULT_TUBE,
+    Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeNumbers, TubeOptions,
+    TubeType, DEFAULT_TUBE,
 };
 
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
 pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 /// Bumped on any incompatible change of this file's layout; new files are written in it.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 pub const FILE_HEADER_LEN: usize = 32;
@@ -509,6 +516,8 @@ pub struct StoredTube {
     pub name: String,
     pub kind: TubeType,
     pub opts: TubeOptions,
+    /// From version 4; all zero before (the tube's ids were then the global counter's).
+    pub numbers: TubeNumbers,
 }
 
 /// A dedup key as a record holds it.
@@ -560,6 +569,18 @@ pub fn encode_tube(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     let name = &t.name.as_bytes()[..t.name.len().min(u16::MAX as usize)];
     buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
     buf.extend_from_slice(name);
+    buf.extend_from_slice(&t.numbers.next.to_le_bytes());
+    buf.extend_from_slice(&t.numbers.legacy_below.to_le_bytes());
+}
+
+/// A tube's numbering at the end of its entry (version 4): next number, `legacy_below`.
+const TUBE_NUMBERS_BYTES: usize = 16;
+
+/// Appends a tube in the layout of versions 2 and 3 (no numbering): only tests write it, to
+/// check that a data directory of those formats starts with its ids.
+pub fn encode_tube_v3(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
+    encode_tube(buf, t);
+    buf.truncate(buf.len() - TUBE_NUMBERS_BYTES);
 }
 
 /// Appends a dedup key (a Dedup record's body, or one entry of a snapshot's dedup block).
@@ -669,7 +690,8 @@ impl<'a> Body<'a> {
         })
     }
 
-    pub fn tube(&mut self) -> Result<StoredTube, String> {
+    /// A tube entry in the layout of format `version`.
+    pub fn tube(&mut self, version: u32) -> Result<StoredTube, String> {
         let ix = self.u16()?;
         let kind = kind_from(self.u8()?)?;
         let flags = self.u8()?;
@@ -683,6 +705,14 @@ impl<'a> Body<'a> {
         let name = std::str::from_utf8(self.take(len)?)
             .map_err(|e| format!("tube name is not UTF-8: {e}"))?
             .to_owned();
+        let numbers = if version >= 4 {
+            TubeNumbers {
+                next: self.u64()?,
+                legacy_below: self.u64()?,
+            }
+        } else {
+            TubeNumbers::default()
+        };
         let opts = TubeOptions {
             ttl: (flags & HAS_TTL != 0).then_some(ttl),
             ttr: (flags & HAS_TTR != 0).then_some(ttr),
@@ -697,6 +727,7 @@ impl<'a> Body<'a> {
             name,
             kind,
             opts,
+            numbers,
         })
     }
 
@@ -794,7 +825,7 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
         Kind::Remove => Change::Remove { id: b.u64()? },
         Kind::TubeCreate => {
             v2("TubeCreate")?;
-            Change::TubeCreate(b.tube()?)
+            Change::TubeCreate(b.tube(version)?)
         }
         Kind::TubeDrop => {
             v2("TubeDrop")?;

@@ -427,7 +427,7 @@ impl Wal {
             rec.last_seq
         };
         let wal = Wal {
-            snapshot_requested: !report.lost.is_empty(),
+            snapshot_requested: !report.lost.is_empty() || report.older_format,
             storage,
             clock,
             cfg,

@@ -62,6 +62,10 @@ pub struct RecoveryReport {
     pub fuzzy_upto: u64,
     /// The terms of the records kept and the log's history id.
     pub terms: crate::terms::Terms,
+    /// A file read was written in an older format version: a snapshot soon holds the state
+    /// in the current one (and a relay can stream the WAL after it, which it does only from
+    /// segments of the current version).
+    pub older_format: bool,
     pub elapsed: Duration,
 }
 
@@ -236,6 +240,7 @@ pub fn apply_change(
         },
         Change::TubeCreate(t) => q
             .restore_tube(t.ix, &t.name, t.kind, t.opts)
+            .and_then(|()| q.restore_tube_numbers(t.ix, t.numbers))
             .err()
             .map(|e| format!("creation of tube {} {:?}: {e}", t.ix, t.name)),
         Change::TubeDrop(ix) => q
@@ -350,6 +355,7 @@ fn load_newest_snapshot(
                 report.snapshot = Some((*name).clone());
                 report.snapshot_tasks = l.tasks;
                 report.snapshot_bytes = l.bytes;
+                report.older_format |= l.version < format::FORMAT_VERSION;
                 return Ok(Base {
                     queue: q,
                     start: l.start_seq,
@@ -473,7 +479,10 @@ impl Replay {
         self.file = name.to_owned();
         self.report.segments += 1;
         let version = match format::parse_file_header(buf, format::WAL_MAGIC) {
-            Ok(h) if h.seq == hdr_seq => h.version,
+            Ok(h) if h.seq == hdr_seq => {
+                self.report.older_format |= h.version < format::FORMAT_VERSION;
+                h.version
+            }
             Ok(h) => {
                 let seq = h.seq;
                 self.damage(

@@ -23,7 +23,8 @@
 //! File: header (`SNAP_MAGIC`, start sequence), records numbered from 1: one `SnapTubes` (a u32
 //! count and that many tubes), `SnapTasks` blocks (a u32 count and that many tasks), `SnapDedup`
 //! blocks (a u32 count and that many keys), then one `SnapEnd`: u64 end sequence (the last WAL
-//! record the walk could have seen), u64 last id, u64 task count, u64 dedup key count. Version 1
+//! record the walk could have seen), u64 last id (`default`'s from version 4, where each tube's
+//! numbering is in its entry), u64 task count, u64 dedup key count. Version 1
 //! files hold only `SnapTasks` blocks and an end without the dedup count.
 
 use std::io::Read;
@@ -32,7 +33,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tarq_engine::{BulkIds, Bytes, Queue, Room, TaskId, TaskRef, TubeIx, DEFAULT_TUBE};
+use tarq_engine::{
+    BulkIds, Bytes, Queue, Room, TaskId, TaskRef, TubeIx, TubeNumbers, DEFAULT_TUBE,
+};
 
 use super::format::{
     self, Body, HeaderError, Kind, StoredDedup, StoredTask, StoredTube, FILE_HEADER_LEN,
@@ -605,6 +608,11 @@ pub struct Loaded {
     /// The term of the record at `start_seq` and the log's history id (0 before version 3).
     pub term: u64,
     pub history: u64,
+    /// The file's format version.
+    pub version: u32,
+    /// Written before tubes numbered their own tasks (version 3 or older): every id in it is
+    /// the global counter's.
+    pub global_ids: bool,
 }
 
 /// Why a snapshot was not loaded.
@@ -749,6 +757,9 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         queue
             .end_bulk_restore_in(&order)
             .map_err(|e| e.to_string())?;
+        if loaded.global_ids {
+            continue_above_global_ids(queue, loaded.last_id)?;
+        }
         Ok(loaded)
     })
 }
@@ -762,9 +773,14 @@ fn restore_part(
 ) -> Result<(), String> {
     match part {
         Loading::Tubes(tubes) => {
-            for t in tubes.into_iter().filter(|t| t.ix != DEFAULT_TUBE) {
+            for t in tubes {
+                if t.ix != DEFAULT_TUBE {
+                    queue
+                        .restore_tube(t.ix, &t.name, t.kind, t.opts)
+                        .map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
+                }
                 queue
-                    .restore_tube(t.ix, &t.name, t.kind, t.opts)
+                    .restore_tube_numbers(t.ix, t.numbers)
                     .map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
             }
         }
@@ -802,6 +818,25 @@ fn restore_part(
         Loading::Expect(tasks) => queue.reserve(tasks as usize),
         Loading::End(..) => {}
     }
+    Ok(())
+}
+
+/// A snapshot of the format before tubes numbered their own tasks: each of its tubes but
+/// `default` (whose numbers are the seed's ids, as the global counter's were) numbers its next
+/// tasks above the global counter, and the tube API reads a number below it as the id it was.
+/// So no new task gets a number an old one had in the tube, nor an old id's number.
+fn continue_above_global_ids(queue: &mut Queue, last_id: TaskId) -> Result<(), String> {
+    let mark = TubeNumbers {
+        next: last_id + 1,
+        legacy_below: last_id + 1,
+    };
+    let tubes: Vec<TubeIx> = queue.tubes().map(|t| t.ix).collect();
+    for ix in tubes.into_iter().filter(|&ix| ix != DEFAULT_TUBE) {
+        queue
+            .restore_tube_numbers(ix, mark)
+            .map_err(|e| format!("tube {ix}: {e}"))?;
+    }
+    queue.set_last_id(last_id);
     Ok(())
 }
 
@@ -994,7 +1029,7 @@ fn decode(
         let at = |e: String| format!("at offset {offset}: {e}");
         let part = match rec.kind {
             Kind::SnapTubes if version >= 2 => {
-                Loading::Tubes(entries(&mut body, Body::tube).map_err(at)?)
+                Loading::Tubes(entries(&mut body, |b| b.tube(version)).map_err(at)?)
             }
             Kind::SnapTasks => {
                 // Spans count from the body's start; where that is in `buf` is known once
@@ -1055,6 +1090,8 @@ fn decode(
                     bytes: offset + rec.end as u64,
                     term,
                     history,
+                    version,
+                    global_ids: version < 4,
                 };
                 let order = order
                     .finish()

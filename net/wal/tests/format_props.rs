@@ -5,7 +5,7 @@
 //! by the decoder, never a panic.
 
 use proptest::prelude::*;
-use tarq_engine::{RestoredTask, Status, TaskRef, TubeInfo, TubeOptions, TubeType};
+use tarq_engine::{RestoredTask, Status, TaskRef, TubeInfo, TubeNumbers, TubeOptions, TubeType};
 use tarq_wal::format::{self, Change, Frame, Kind, MAX_PAYLOAD_BYTES, MAX_RECORD_BODY};
 use tarq_wal::{check_payload, TooLarge};
 
@@ -105,14 +105,18 @@ proptest! {
         pri in any::<i64>(), capacity in any::<u64>(), max_deliveries in any::<u16>(),
         dedup_window in any::<u64>(), temporary in any::<bool>(), name in "[a-z0-9_]{1,200}",
         key in proptest::collection::vec(any::<u8>(), 0..=256), id in any::<u64>(), expires in any::<u64>(),
+        next in any::<u64>(), legacy_below in any::<u64>(),
     ) {
         let kinds = [TubeType::Fifo, TubeType::FifoTtl, TubeType::LimFifoTtl, TubeType::Utube, TubeType::UtubeTtl];
         let opts = TubeOptions { ttl, ttr, pri, capacity, max_deliveries, dedup_window, temporary };
-        let info = TubeInfo { ix, name: &name, kind: kinds[kind], opts };
+        let numbers = TubeNumbers { next, legacy_below };
+        let info = TubeInfo { ix, name: &name, kind: kinds[kind], opts, numbers };
         let mut buf = Vec::new();
         format::encode_tube(&mut buf, &info);
-        let t = format::Body(&buf).tube().expect("decodes");
-        prop_assert_eq!((t.ix, t.name.as_str(), t.kind, t.opts), (ix, name.as_str(), kinds[kind], opts));
+        let mut body = format::Body(&buf);
+        let t = body.tube(format::FORMAT_VERSION).expect("decodes");
+        body.finish().expect("nothing left over");
+        prop_assert_eq!((t.ix, t.name.as_str(), t.kind, t.opts, t.numbers), (ix, name.as_str(), kinds[kind], opts, numbers));
         let mut buf = Vec::new();
         format::encode_dedup(&mut buf, ix, &key, id, expires);
         let d = format::Body(&buf).dedup().expect("decodes");

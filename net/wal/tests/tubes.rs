@@ -2,15 +2,18 @@
 //! their options, buried tasks, utube keys, delivery counts, dedup keys; a dropped tube stays
 //! dropped), with the process dying at every write; the beanstalk front-end's calls (kick_task,
 //! kick_delayed, bury_taken with a new pri, touch_ttr) likewise; a snapshot walked while tubes
-//! are created, dropped and truncated; and the format versions: a version-1 data directory is
-//! read, an unknown version is refused with an error that says so.
+//! are created, dropped and truncated; each tube's numbering through restarts and snapshots;
+//! and the format versions: a version-1 data directory is read, a version-3 one (global ids)
+//! keeps its ids and numbers its tubes' new tasks above them, an unknown version is refused
+//! with an error that says so.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tarq_engine::{
-    Micros, PutOptions, Queue, ReleaseOptions, Status, TubeIx, TubeOptions, TubePut, TubeType,
+    task_id, task_number, Micros, PutOptions, PutOutcome, Queue, ReleaseOptions, RestoredTask,
+    Status, TaskId, TubeInfo, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType,
 };
 use tarq_wal::format::{self, Kind, SNAP_MAGIC, WAL_MAGIC};
 use tarq_wal::{Crash, MemStorage, RecoveryReport, Storage, Wal, WalConfig, WalError, WalMode};
@@ -337,6 +340,8 @@ fn crash_everywhere(mode: WalMode, crash_of: impl Fn(usize) -> Crash, keeps: &[u
 /// (which logs nothing); time passing. Returns whether the turn did anything.
 fn beanstalk_turn(q: &mut Queue, turn: usize, now: Micros) -> bool {
     let bs = q.tube_ix("bs");
+    // The k-th put into `bs` (index 1), as the comments count them: numbered from 0 there.
+    let j = |k: u64| tarq_engine::task_id(1, k - 1);
     let put = |q: &mut Queue, tube, pri, delay| {
         let p = TubePut {
             pri: Some(pri),
@@ -365,29 +370,38 @@ fn beanstalk_turn(q: &mut Queue, turn: usize, now: Micros) -> bool {
                 delay: 10 * SEC,
                 ..PutOptions::default()
             };
-            q.put(now, b"default, delayed".to_vec(), o); // 6: kick_delayed in default
+            q.put(now, b"default, delayed".to_vec(), o); // 6 (`default`'s 1): kick_delayed there
         }
         2 => {
             let bs = bs.expect("bs");
             assert_eq!(
                 q.take_from(now, bs, 1).expect("live").map(|t| t.id),
-                Some(5)
+                Some(j(5))
             );
             assert_eq!(
                 q.take_from(now, bs, 2).expect("live").map(|t| t.id),
-                Some(1)
+                Some(j(1))
             );
         }
         3 => {
-            assert_eq!(q.bury_taken(2, 1, 2000).expect("held").pri, 2000);
-            q.touch_ttr(now, 1, 5).expect("held");
+            assert_eq!(q.bury_taken(2, j(1), 2000).expect("held").pri, 2000);
+            q.touch_ttr(now, 1, j(5)).expect("held");
         }
         4 => {
-            assert_eq!(q.bury_taken(1, 5, 0).expect("held").status, Status::Buried);
+            assert_eq!(
+                q.bury_taken(1, j(5), 0).expect("held").status,
+                Status::Buried
+            );
         }
         5 => {
-            assert_eq!(q.kick_task(now, 1).expect("buried").status, Status::Ready);
-            assert_eq!(q.kick_task(now, 2).expect("delayed").status, Status::Ready);
+            assert_eq!(
+                q.kick_task(now, j(1)).expect("buried").status,
+                Status::Ready
+            );
+            assert_eq!(
+                q.kick_task(now, j(2)).expect("delayed").status,
+                Status::Ready
+            );
         }
         6 => {
             assert_eq!(q.kick_delayed(now, bs.expect("bs"), 1), Ok(1));
@@ -397,11 +411,11 @@ fn beanstalk_turn(q: &mut Queue, turn: usize, now: Micros) -> bool {
             // Task 1 (pri 2000) now goes after task 3 (pri 5).
             let bs = bs.expect("bs");
             let t = q.take_from(now, bs, 1).expect("live").expect("ready");
-            assert_eq!(t.id, 2);
+            assert_eq!(t.id, j(2));
             let t = q.take_from(now, bs, 1).expect("live").expect("ready");
-            assert_eq!(t.id, 3);
-            q.touch_ttr(now, 1, 3).expect("held");
-            assert_eq!(q.bury_taken(1, 3, 7).expect("held").pri, 7);
+            assert_eq!(t.id, j(3));
+            q.touch_ttr(now, 1, j(3)).expect("held");
+            assert_eq!(q.bury_taken(1, j(3), 7).expect("held").pri, 7);
         }
         8 => {
             q.advance(now, 64);
@@ -452,7 +466,13 @@ fn beanstalk_kicks_and_buries_survive_a_restart() {
     assert_eq!(acked, models.len() - 1, "every turn acknowledged");
     let (_wal, q, _) = open(&storage);
     q.check_invariants();
-    let state = |id| {
+    // The k-th put into `bs` (1..=5), or `default`'s put (6).
+    let state = |k: u64| {
+        let id = if k == 6 {
+            1
+        } else {
+            tarq_engine::task_id(1, k - 1)
+        };
         let t = q.get(id).expect("live");
         (t.status, t.runat, t.pri)
     };
@@ -479,7 +499,7 @@ fn beanstalk_kicks_and_buries_survive_a_restart() {
     let bs = q.tube_ix("bs").expect("recovered");
     assert_eq!(
         q.peek_first(bs, Status::Ready).expect("live").map(|t| t.id),
-        Some(2)
+        Some(tarq_engine::task_id(bs, 1))
     );
     assert_eq!(
         q.ready_urgent(bs),
@@ -755,7 +775,7 @@ fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
     }
     let text = try_open(&storage).err().expect("refused").to_string();
     assert!(
-        text.contains("version 99") && text.contains("reads versions 1..=3"),
+        text.contains("version 99") && text.contains("reads versions 1..=4"),
         "{text}"
     );
 
@@ -767,10 +787,13 @@ fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
     let name = wal.snapshot_now(&mut q, WAIT).expect("snapshot");
     drop(wal);
     let mut bytes = storage.contents(&name).expect("written");
-    bytes[..32].copy_from_slice(&format::file_header_version(SNAP_MAGIC, 4, 1));
+    let later = format::FORMAT_VERSION + 1;
+    bytes[..32].copy_from_slice(&format::file_header_version(SNAP_MAGIC, later, 1));
     storage.put_file(&name, bytes);
     match try_open(&storage) {
-        Err(WalError::UnsupportedFormat { file, version: 4 }) => assert_eq!(file, name),
+        Err(WalError::UnsupportedFormat { file, version }) if version == later => {
+            assert_eq!(file, name)
+        }
         other => panic!("expected UnsupportedFormat, got {:?}", other.map(|x| x.2)),
     }
 }
@@ -814,5 +837,253 @@ fn terms_and_the_history_id_survive_restarts_and_snapshots() {
         wal.term_of(start - 1),
         None,
         "before the snapshot: not kept"
+    );
+}
+
+fn put_in(q: &mut Queue, tube: TubeIx, data: &[u8]) -> TaskId {
+    match q.put_in(START, tube, data.to_vec(), TubePut::default()) {
+        Ok(PutOutcome::Created(t)) => t.id,
+        other => panic!("a new task, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_tubes_numbering_survives_restarts_and_snapshots_after_its_newest_task_is_deleted() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    let t = q
+        .create_tube("q", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    for _ in 0..3 {
+        put_in(&mut q, t, b"x");
+    }
+    q.delete(t, q.task_id_in(t, 2)).expect("live");
+    wal.append_turn(&mut q);
+    wal.flush(&mut q, WAIT).expect("flushed");
+    drop(wal);
+    // From the WAL alone: the deleted put still counts.
+    let (mut wal, mut q, _) = open(&storage);
+    assert_eq!(task_number(put_in(&mut q, t, b"x")), 3);
+    q.delete(t, q.task_id_in(t, 3)).expect("live");
+    wal.append_turn(&mut q);
+    wal.flush(&mut q, WAIT).expect("flushed");
+    // From a snapshot taken after the newest went (the WAL before it removed).
+    wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    drop(wal);
+    let (_wal, mut q, report) = open(&storage);
+    assert!(report.snapshot.is_some(), "recovered from the snapshot");
+    assert_eq!(report.records, 0, "nothing replayed after it");
+    assert!(!report.older_format, "all in the current format");
+    assert_eq!(task_number(put_in(&mut q, t, b"x")), 4);
+    q.check_invariants();
+}
+
+/// A tube entry as formats 2 and 3 wrote it: without its numbering.
+fn v3_tube(buf: &mut Vec<u8>, ix: TubeIx, name: &str) {
+    let info = TubeInfo {
+        ix,
+        name,
+        kind: TubeType::FifoTtl,
+        opts: TubeOptions::default(),
+        numbers: TubeNumbers::default(),
+    };
+    format::encode_tube_v3(buf, &info);
+}
+
+/// A task of `tube` in the layout formats 2 to 4 share.
+fn v3_task(buf: &mut Vec<u8>, tube: TubeIx, id: TaskId, status: Status) {
+    let mut q = Queue::new();
+    if tube != 0 {
+        q.restore_tube(tube, "t", TubeType::FifoTtl, TubeOptions::default())
+            .expect("tube");
+    }
+    let task = RestoredTask {
+        id,
+        status,
+        runat: 0,
+        pri: 0,
+        ttl: None,
+        ttr: None,
+        created: START,
+        data: format!("task {id}").into_bytes().into_boxed_slice(),
+    };
+    q.restore_in(tube, task, None, 0).expect("restored");
+    format::encode_task(buf, &q.get(id).expect("live")).expect("small");
+}
+
+/// A data directory as format 3 wrote it, ids from one global counter (9 at the snapshot):
+/// a snapshot at position 2 of tube 1 `old` holding tasks 5 (ready) and 7 (buried) and
+/// `default` holding 6; then a segment whose one turn creates tube 2 `later`, puts task 10
+/// into it and task 11 into `default`.
+fn write_v3_dir(storage: &MemStorage) {
+    let mut snap = format::file_header_version(SNAP_MAGIC, 3, 2).to_vec();
+    let at = format::begin_record(&mut snap, 1, Kind::SnapTubes);
+    snap.extend_from_slice(&2u32.to_le_bytes());
+    v3_tube(&mut snap, 0, "default");
+    v3_tube(&mut snap, 1, "old");
+    format::end_record(&mut snap, at).expect("small");
+    let at = format::begin_record(&mut snap, 2, Kind::SnapTasks);
+    snap.extend_from_slice(&3u32.to_le_bytes());
+    v3_task(&mut snap, 1, 5, Status::Ready);
+    v3_task(&mut snap, 0, 6, Status::Ready);
+    v3_task(&mut snap, 1, 7, Status::Buried);
+    format::end_record(&mut snap, at).expect("small");
+    let at = format::begin_record(&mut snap, 3, Kind::SnapEnd);
+    for v in [2u64, 9, 3, 0] {
+        snap.extend_from_slice(&v.to_le_bytes());
+    }
+    format::encode_commit(&mut snap, 0, 0);
+    format::end_small_record(&mut snap, at);
+    storage.put_file(&format::snapshot_name(2), snap);
+
+    let mut seg = format::file_header_version(WAL_MAGIC, 3, 3).to_vec();
+    let at = format::begin_record(&mut seg, 3, Kind::TubeCreate);
+    v3_tube(&mut seg, 2, "later");
+    format::end_record(&mut seg, at).expect("small");
+    let at = format::begin_record(&mut seg, 4, Kind::Put);
+    v3_task(&mut seg, 2, 10, Status::Ready);
+    format::end_record(&mut seg, at).expect("small");
+    let at = format::begin_record(&mut seg, 5, Kind::Put);
+    v3_task(&mut seg, 0, 11, Status::Ready);
+    format::end_record(&mut seg, at).expect("small");
+    let at = format::begin_record(&mut seg, 6, Kind::Commit);
+    format::encode_commit(&mut seg, 0, 0);
+    format::end_small_record(&mut seg, at);
+    storage.put_file(&format::segment_name(3), seg);
+}
+
+/// Where each of the older directory's tasks is and how the tube API reaches it.
+fn check_v3_ids(q: &Queue) {
+    q.check_invariants();
+    for (tube, id) in [(1, 5), (0, 6), (1, 7), (2, 10), (0, 11)] {
+        let t = q.get(id).unwrap_or_else(|| panic!("task {id} kept"));
+        assert_eq!((t.tube, t.data), (tube, format!("task {id}").as_bytes()));
+        assert_eq!(q.task_id_in(tube, id), id, "the tube API's number {id}");
+        assert_eq!(q.peek(tube, id).expect("in its tube").id, id);
+    }
+    assert_eq!(q.get(7).expect("kept").status, Status::Buried);
+}
+
+#[test]
+fn a_version_3_data_directory_keeps_its_ids_and_numbers_new_tasks_above_them() {
+    let storage = MemStorage::new();
+    write_v3_dir(&storage);
+    let (mut wal, mut q, report) = open(&storage);
+    assert!(
+        report.snapshot.is_some() && report.torn.is_none(),
+        "{report:?}"
+    );
+    check_v3_ids(&q);
+    // `old` goes on above the snapshot's counter (9), though its newest task is 7; `later`,
+    // created in the older WAL, above its task 10; `default` above every old id.
+    let numbers = |q: &Queue, ix| q.tube_info(ix).expect("live").numbers;
+    let old = TubeNumbers {
+        next: 10,
+        legacy_below: 10,
+    };
+    let later = TubeNumbers {
+        next: 11,
+        legacy_below: 11,
+    };
+    assert_eq!((numbers(&q, 1), numbers(&q, 2)), (old, later));
+    let a = put_in(&mut q, 1, b"new in old");
+    let b = put_in(&mut q, 2, b"new in later");
+    let c = q.put(START, b"new seed".to_vec(), PutOptions::default()).id;
+    assert_eq!((a, b, c), (task_id(1, 10), task_id(2, 11), 12));
+    assert_eq!((q.task_id_in(1, 10), q.task_id_in(2, 11)), (a, b));
+    // A number below the mark is an old id: not another tube's task, nor a new one.
+    assert!(q.peek(1, q.task_id_in(1, 6)).is_err());
+    assert!(q.peek(2, q.task_id_in(2, 5)).is_err());
+    wal.append_turn(&mut q);
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let want = model(&q, START);
+    drop(wal);
+    // Read again (the older files and a new segment, or the snapshot in the current format
+    // the start asked for, if it was written by then): the same.
+    let (mut wal, mut q, _) = open(&storage);
+    assert_eq!(model(&q, START), want);
+    check_v3_ids(&q);
+    assert_eq!(numbers(&q, 1).next, 11);
+    // A snapshot in the new format carries the marks.
+    wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    drop(wal);
+    let (_wal, mut q, report) = open(&storage);
+    assert_eq!(report.records, 0, "all from the new snapshot");
+    assert_eq!(model(&q, START), want);
+    check_v3_ids(&q);
+    assert_eq!(numbers(&q, 1).legacy_below, 10);
+    assert_eq!(put_in(&mut q, 1, b"next"), task_id(1, 11));
+    assert_eq!(put_in(&mut q, 2, b"next"), task_id(2, 12));
+    assert_eq!(q.put(START, b"s".to_vec(), PutOptions::default()).id, 13);
+}
+
+#[test]
+fn a_replica_carries_each_tubes_numbering_from_the_stream() {
+    // The primary's turns, as a relay streams them: a tube, three puts, the newest deleted.
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    wal.set_tap(true);
+    let t = q
+        .create_tube("q", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    for _ in 0..3 {
+        put_in(&mut q, t, b"x");
+    }
+    q.delete(t, q.task_id_in(t, 2)).expect("live");
+    wal.append_turn(&mut q);
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let mut stream = Vec::new();
+    wal.take_tap(&mut stream);
+    assert!(!stream.is_empty(), "the turn was tapped");
+
+    let replica_storage = MemStorage::new();
+    let cfg = WalConfig {
+        replica: true,
+        ..cfg_in(WalMode::Write)
+    };
+    let (mut rwal, mut r, _) =
+        Wal::open(Arc::new(replica_storage.clone()), cfg).expect("replica opens");
+    rwal.apply_replicated(&mut r, &stream).expect("applied");
+    r.check_invariants();
+    assert_eq!(model(&r, START), model(&q, START));
+    let numbers = r.tube_info(t).expect("replicated tube").numbers;
+    assert_eq!(numbers, q.tube_info(t).expect("live").numbers);
+    // Promoted, the replica goes on where its primary was: 2 is not given again.
+    assert_eq!(task_number(put_in(&mut r, t, b"y")), 3);
+}
+
+#[test]
+fn a_start_on_an_older_format_asks_for_a_snapshot_in_the_current_one() {
+    let storage = MemStorage::new();
+    write_v3_dir(&storage);
+    let (mut wal, mut q, report) = open(&storage);
+    assert!(report.older_format, "{report:?}");
+    wal.poll(&mut q);
+    assert!(wal.snapshot_running(), "asked for at the start");
+    let deadline = std::time::Instant::now() + WAIT;
+    while wal.snapshot_running() {
+        wal.poll(&mut q);
+        assert!(std::time::Instant::now() < deadline, "the snapshot ends");
+        std::thread::yield_now();
+    }
+    let newest = storage
+        .list()
+        .expect("listed")
+        .into_iter()
+        .filter(|n| n.ends_with(format::SNAP_SUFFIX))
+        .max()
+        .expect("a snapshot");
+    let bytes = storage.contents(&newest).expect("written");
+    let header = format::parse_file_header(&bytes, SNAP_MAGIC).expect("a header");
+    assert_eq!(header.version, format::FORMAT_VERSION);
+    drop(wal);
+    let (_wal, q, report) = open(&storage);
+    assert_eq!(report.snapshot.as_deref(), Some(newest.as_str()));
+    check_v3_ids(&q);
+    let old = q.tube_info(1).expect("live").numbers;
+    assert_eq!(
+        (old.next, old.legacy_below),
+        (10, 10),
+        "the marks, carried in format 4"
     );
 }

@@ -23,7 +23,9 @@ mod stats;
 pub use state::BeanstalkState;
 
 use tarq_beanstalk::{Command as Bs, Decoded, Decoder, ProtocolError, Reply as Out};
-use tarq_engine::{Micros, ReleaseOptions, Status, TaskId, TubeIx, TubePut, DEFAULT_TUBE};
+use tarq_engine::{
+    Micros, QueueError, ReleaseOptions, Status, TaskId, TubeIx, TubePut, DEFAULT_TUBE,
+};
 
 use crate::server::dispatch::{Command, Outcome, Refusal};
 use crate::server::Server;
@@ -115,6 +117,11 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         }
         // A full limfifottl tube has no room for the put.
         (_, Outcome::Full) => Out::OutOfMemory,
+        // A tube that has given out every number (2^41 puts) has no id for another job:
+        // beanstalkd's answer when it has no room for one.
+        (_, Outcome::Error(Refusal::Queue(QueueError::TubeNumbersSpent { .. }))) => {
+            Out::OutOfMemory
+        }
         (_, Outcome::Error(Refusal::Queue(_))) => Out::NotFound,
         (_, _) => Out::InternalError,
     };

@@ -271,7 +271,7 @@ fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
         Outcome::DoneId(id) => {
             let start = response::begin_data(out, r.sync, 1);
             write::array_len(out, 3);
-            write::uint(out, *id);
+            write::uint(out, tarq_engine::task_number(*id));
             write::str(out, "-");
             write::nil(out);
             response::finish(out, start);

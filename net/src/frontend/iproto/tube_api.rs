@@ -1,9 +1,11 @@
 //! The tube API's translation table: a decoded [`TubeCall`] becomes a [`Command`] on the tube
 //! it names (resolved here, so a missing tube gets Tarantool's "not defined"), or is answered
 //! here when it needs no engine call (a touch with nothing to add, a negative kick, the
-//! session calls, `state`, statistics of every tube).
+//! session calls, `state`, statistics of every tube). A task id the caller gives is its
+//! number in the tube, made the engine's id here (`Queue::task_id_in`); the replies show the
+//! number again (`tubes::write_task`).
 
-use tarq_engine::DEFAULT_TUBE_NAME;
+use tarq_engine::{Queue, TubeIx, DEFAULT_TUBE_NAME};
 use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_UNKNOWN_REQUEST_TYPE};
 use tarq_iproto::mp::write;
 use tarq_iproto::mp::Reader;
@@ -63,6 +65,7 @@ impl Server {
     /// answer that needs none).
     #[inline]
     fn run_method(&mut self, idx: usize, r: Reply, tube: u16, method: Method<'_>) {
+        let method = engine_ids(self.queue(), tube, method);
         let method = match method {
             Method::PutMany { .. } | Method::TakeMany { .. } | Method::AckMany { .. } => {
                 match self.batch(idx, r, tube, method) {
@@ -322,6 +325,27 @@ enum Answer {
     Nothing,
     Int(i64),
     Str(&'static str),
+}
+
+/// `method` with the task numbers it names in `tube` made the engine's ids. O(1) a number.
+#[inline]
+fn engine_ids<'m>(q: &Queue, tube: TubeIx, method: Method<'m>) -> Method<'m> {
+    let id = |n| q.task_id_in(tube, n);
+    match method {
+        Method::Touch { id: n, delta } => Method::Touch { id: id(n), delta },
+        Method::Ack { id: n } => Method::Ack { id: id(n) },
+        Method::Release { id: n, opts } => Method::Release { id: id(n), opts },
+        Method::Peek { id: n } => Method::Peek { id: id(n) },
+        Method::Bury { id: n } => Method::Bury { id: id(n) },
+        Method::Delete { id: n } => Method::Delete { id: id(n) },
+        Method::AckMany { mut ids } => {
+            for n in &mut ids {
+                *n = id(*n);
+            }
+            Method::AckMany { ids }
+        }
+        other => other,
+    }
 }
 
 /// The method's command on `tube`, or the answer that needs none.

@@ -539,11 +539,11 @@ pub fn status_letter(s: Status) -> &'static str {
     }
 }
 
-/// A task as the original's tuple `[id, status, data]`; `done` writes the `-` of an acked or
-/// deleted task.
+/// A task as the original's tuple `[id, status, data]`, the id its number in its tube; `done`
+/// writes the `-` of an acked or deleted task.
 pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, done: bool) {
     write::array_len(out, 3);
-    write::uint(out, t.id);
+    write::uint(out, tarq_engine::task_number(t.id));
     write::str(out, if done { "-" } else { status_letter(t.status) });
     out.extend_from_slice(t.data);
 }

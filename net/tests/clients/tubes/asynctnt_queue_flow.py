@@ -6,7 +6,8 @@ Needs a fresh server (no tubes) on 127.0.0.1:<port>. Drives the package's Queue 
 API end to end on each type it serves (it has no create_tube: the tubes are created with a plain
 call, as its users do). Prints one line per step and "OK" at the end; on the first mismatch
 prints "FAIL: <what>" to stderr and exits 1. `reference` (the original, serve.lua) allows task
-ids to be reused; without it a new task must get an id never seen before.
+ids to be reused; without it a new task must get an id never seen before in its tube (each
+tube numbers its own tasks).
 """
 
 import asyncio
@@ -53,9 +54,10 @@ def expect(got, want, what):
 
 def new_task(task, data, what):
     expect((task.status, task.data), (Status.READY, data), what)
-    if not REFERENCE and task.task_id in SEEN:
-        fail(f"{what}: id {task.task_id} was used before")
-    SEEN.add(task.task_id)
+    key = (task.tube.name, task.task_id)
+    if not REFERENCE and key in SEEN:
+        fail(f"{what}: id {task.task_id} was used before in {key[0]}")
+    SEEN.add(key)
     return task
 
 

@@ -4,7 +4,8 @@
 --
 -- Needs a fresh server (no tubes) on 127.0.0.1:<port>. Prints one line per step and "OK" at
 -- the end; on the first mismatch prints "FAIL: <what>" to stderr and exits 1. `reference` (the
--- original, serve.lua) allows task ids to be reused; without it a new task must get a new id.
+-- original, serve.lua) allows task ids to be reused; without it a new task must get an id new
+-- in its tube (each tube numbers its own tasks).
 -- Errors are matched as substrings, as clients do (the original adds a "file:line: " prefix,
 -- and net.box reports the code of its Lua errors as nil instead of 32).
 
@@ -116,10 +117,11 @@ local function put(c, tube, data, opts, status)
     local t = task(call(c, 'queue.tube.' .. tube .. ':put', {data, opts}), status or 'r',
         'put into ' .. tube)
     expect(t[3], data, 'put into ' .. tube .. ': data')
-    if not reference and seen[t[1]] then
-        fail(('put into %s: id %s was used before'):format(tube, t[1]))
+    local key = tube .. '#' .. tostring(t[1])
+    if not reference and seen[key] then
+        fail(('put into %s: id %s was used before in it'):format(tube, t[1]))
     end
-    seen[t[1]] = true
+    seen[key] = true
     return t[1]
 end
 
