@@ -187,6 +187,9 @@ pub struct Server {
     takes_parked: u64,
     /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
     pub(crate) tube_sessions: tube_sessions::TubeSessions,
+    /// `queue.cfg{in_replicaset = true}`: `create_tube` refuses temporary tubes, as the
+    /// original does. Not kept across a restart (the original keeps it in memory too).
+    pub(crate) in_replicaset: bool,
     /// Connections streaming this tarq's WAL to replicas: (slot, generation).
     relays: Vec<(usize, u32)>,
     /// The WAL's bytes of the turn, for the live relays (reused).
@@ -301,6 +304,7 @@ impl Server {
             connections_accepted: 0,
             takes_parked: 0,
             tube_sessions: tube_sessions::TubeSessions::default(),
+            in_replicaset: false,
             relays: Vec::new(),
             tap: Vec::new(),
             relay_buf: Vec::new(),
