@@ -16,14 +16,15 @@ use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
 use crate::room::{Room, RoomWanted};
 use crate::sessions::Sessions;
-use crate::slots::{NewSlot, Slot, Slots, HAS_TTR, TTR_ARMED};
+use crate::slots::{NewSlot, Slot, Slots, COUNTED, HAS_TTR, TTR_ARMED};
 use crate::tubes::{
     Tube, TubeInfo, TubeOptions, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES,
     MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
-    Advance, Bytes, Event, Micros, PutOptions, PutOutcome, PutPayload, QueueError, ReleaseOptions,
-    RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut, URGENT_PRI,
+    Advance, Bytes, Event, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
+    ReleaseOptions, RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut,
+    URGENT_PRI,
 };
 
 /// The session that owns tasks restored as Taken (no session survives a restart).
@@ -571,6 +572,7 @@ impl Queue {
         let k = self.in_tube(tube, id)?;
         if self.slots[k as usize].status != Status::Buried {
             self.move_to(k, Status::Buried, 0);
+            self.slots.bump(k, |c| &mut c.buries);
             self.tube_mut(tube).ops.buries += 1;
             self.log(Event::Buried { id });
         }
@@ -765,6 +767,7 @@ impl Queue {
             self.log(Event::Updated { id });
         }
         self.move_to(k, Status::Buried, 0);
+        self.slots.bump(k, |c| &mut c.buries);
         self.tube_mut(tube).ops.buries += 1;
         self.log(Event::Buried { id });
         Ok(self.view(k))
@@ -1113,6 +1116,7 @@ impl Queue {
         );
         self.heap.check(&self.slots);
         let mut entries = 0;
+        let mut counted = 0;
         let mut towers = Vec::new();
         for (k, s) in self.slots.iter() {
             let k = k as u32;
@@ -1121,8 +1125,21 @@ impl Queue {
                 towers.push((s.up, s.height));
             }
             entries += usize::from(self.check_deadline(k, s));
+            if s.flags & COUNTED != 0 {
+                counted += 1;
+                assert!(
+                    !self.slots.counts(k).is_zero(),
+                    "task {} is marked counted with no count",
+                    s.id
+                );
+            }
         }
         assert_eq!(entries, self.heap.len(), "heap holds entries of no task");
+        assert_eq!(
+            counted,
+            self.slots.counted(),
+            "the counters' table holds entries of no task"
+        );
         self.towers.check(towers);
     }
 
@@ -1303,6 +1320,7 @@ impl Queue {
             tube: s.tube,
             deliveries: s.deliveries,
             utube,
+            counts: p.counts,
         }
     }
 
@@ -1356,6 +1374,7 @@ impl Queue {
     fn kick_slot(&mut self, k: u32) {
         let (id, tube) = (self.slots[k as usize].id, self.slots[k as usize].tube);
         self.move_to(k, Status::Ready, 0);
+        self.slots.bump(k, |c| &mut c.kicks);
         self.tube_mut(tube).ops.kicks += 1;
         self.log(Event::Kicked { id });
     }
@@ -1621,6 +1640,15 @@ impl Queue {
             self.move_to(k, Status::Ready, 0);
         } else {
             self.move_to(k, Status::Waiting, runat);
+        }
+        // beanstalkd counts a release and a TTR run out per job, not a disconnect.
+        match why {
+            Return::Release => self.slots.bump(k, |c| &mut c.releases),
+            Return::Ttr => self.slots.bump(k, |c| &mut c.timeouts),
+            Return::Auto => {}
+        }
+        if dead {
+            self.slots.bump(k, |c| &mut c.buries);
         }
         let ops = &mut self.tube_mut(tube).ops;
         match why {
@@ -1933,6 +1961,13 @@ impl Queue {
     pub fn task_at(&self, pos: usize) -> Option<TaskRef<'_>> {
         let k = u32::try_from(pos).ok()?;
         self.slots.get(pos).map(|_| self.view(k))
+    }
+
+    /// Recovery: sets a task's counters (a replayed record carries them). Journals nothing.
+    pub fn restore_counts(&mut self, id: TaskId, counts: JobCounts) -> Result<(), QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        self.slots.set_counts(k, counts);
+        Ok(())
     }
 
     /// Recovery: sets a task's delivery count (a replayed take carries it). Journals nothing.

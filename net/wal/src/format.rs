@@ -19,23 +19,27 @@
 //! Every integer is little-endian. A `Commit` record closes the records of one loop turn:
 //! recovery applies a turn whole or not at all.
 //!
-//! Versions: 3 (failover) closes each turn with a `Commit` that carries the term of the
+//! Versions: 4 carries each task's counters (releases, buries, kicks, TTR returns; four u16
+//! after the utube key, flagged `HAS_COUNTS`, only when one is not zero) in Put, Replace and
+//! snapshot entries, and at the end of a Status record (absent: all zero); 3 (failover) closes each turn with a `Commit` that carries the term of the
 //! leader that wrote it and the log's history id (`encode_commit`), and a snapshot's end record
 //! carries both as of its start: a replica refuses a deposed primary's turns, and a node tells
 //! a log it shares from one that diverged or is unrelated. 2 carries tubes (a task names its tube, delivery count and utube key; records
 //! for tube creation, drop and truncation and for dedup keys; snapshots hold the tube table
 //! and the dedup windows). Versions 2 and 1 (one anonymous queue, its tasks land in the tube
-//! `default`) are still read; their turns have term 0 and no history id. Any other version is refused with `HeaderError::Version`, never guessed.
+//! `default`) are still read; their turns have term 0 and no history id; before 4 a task's
+//! counters are zero and a Status record leaves them as they are. Any other version is refused
+//! with `HeaderError::Version`, never guessed.
 
 use tarq_engine::{
-    Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions, TubeType,
-    DEFAULT_TUBE,
+    JobCounts, Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions,
+    TubeType, DEFAULT_TUBE,
 };
 
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
 pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 /// Bumped on any incompatible change of this file's layout; new files are written in it.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 pub const FILE_HEADER_LEN: usize = 32;
@@ -47,7 +51,8 @@ pub const RECORD_HEADER_LEN: usize = 24;
 pub const MAX_RECORD_BODY: usize = 1 << 30;
 /// A task's fields around its payload at their largest (the utube key at its limit): the
 /// fixed part of `encode_task`, the key, and a snapshot block's task count.
-pub const MAX_TASK_OVERHEAD: usize = TASK_FIXED_BYTES + tarq_engine::MAX_UTUBE_KEY_BYTES + 4;
+pub const MAX_TASK_OVERHEAD: usize =
+    TASK_FIXED_BYTES + tarq_engine::MAX_UTUBE_KEY_BYTES + COUNTS_BYTES + 4;
 /// The largest payload a task may carry: its record (or a snapshot block holding it alone)
 /// then stays within `MAX_RECORD_BODY`. The server checks its frame limit against this at
 /// start, so no client can send a task the WAL cannot hold.
@@ -58,6 +63,8 @@ const TASK_FIXED_BYTES: usize = TASK_HEAD_BYTES + 4;
 /// The fixed fields before the utube key: id, status, flags, runat, pri, ttl, ttr, created,
 /// tube, deliveries, key length.
 const TASK_HEAD_BYTES: usize = 8 + 1 + 1 + 8 * 5 + 2 + 2 + 2;
+/// A task's counters when one is not zero (version 4): releases, buries, kicks, timeouts.
+const COUNTS_BYTES: usize = 2 * 4;
 
 /// A record or payload the format cannot hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -422,6 +429,19 @@ const HAS_TTR: u8 = 2;
 const HAS_UTUBE: u8 = 4;
 /// Tube options: the tube is temporary.
 const TEMPORARY: u8 = 8;
+/// Version 4: the task's counters follow its utube key.
+const HAS_COUNTS: u8 = 16;
+
+fn counts_bytes(c: &JobCounts) -> [u8; COUNTS_BYTES] {
+    let mut b = [0u8; COUNTS_BYTES];
+    for (at, v) in [c.releases, c.buries, c.kicks, c.timeouts]
+        .into_iter()
+        .enumerate()
+    {
+        b[2 * at..2 * at + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
 
 fn u16_len(what: &'static str, len: usize) -> Result<u16, TooLarge> {
     u16::try_from(len).map_err(|_| TooLarge {
@@ -433,7 +453,8 @@ fn u16_len(what: &'static str, len: usize) -> Result<u16, TooLarge> {
 
 /// The bytes `encode_task` appends for `t`.
 pub fn task_len(t: &TaskRef<'_>) -> usize {
-    TASK_FIXED_BYTES + t.utube.map_or(0, <[u8]>::len) + t.data.len()
+    let counts = if t.counts.is_zero() { 0 } else { COUNTS_BYTES };
+    TASK_FIXED_BYTES + t.utube.map_or(0, <[u8]>::len) + counts + t.data.len()
 }
 
 /// Appends a whole task (a Put or Replace record's body, or one entry of a snapshot block).
@@ -451,9 +472,11 @@ pub fn encode_task_head(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLar
     check_payload(t.data.len())?;
     let key = t.utube.unwrap_or_default();
     let key_len = u16_len("utube key", key.len())?;
+    let counted = !t.counts.is_zero();
     let flags = if t.ttl.is_some() { HAS_TTL } else { 0 }
         | if t.ttr.is_some() { HAS_TTR } else { 0 }
-        | if t.utube.is_some() { HAS_UTUBE } else { 0 };
+        | if t.utube.is_some() { HAS_UTUBE } else { 0 }
+        | if counted { HAS_COUNTS } else { 0 };
     // The fixed fields before the key, built on the stack and appended in one copy.
     let mut head = [0u8; TASK_HEAD_BYTES];
     head[0..8].copy_from_slice(&t.id.to_le_bytes());
@@ -469,6 +492,9 @@ pub fn encode_task_head(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLar
     head[54..56].copy_from_slice(&key_len.to_le_bytes());
     buf.extend_from_slice(&head);
     buf.extend_from_slice(key);
+    if counted {
+        buf.extend_from_slice(&counts_bytes(&t.counts));
+    }
     // Fits: checked against MAX_PAYLOAD_BYTES, which is below u32::MAX.
     buf.extend_from_slice(&(t.data.len() as u32).to_le_bytes());
     Ok(())
@@ -500,6 +526,8 @@ pub struct StoredTask<D = Box<[u8]>> {
     pub tube: TubeIx,
     pub deliveries: u16,
     pub utube: Option<D>,
+    /// Zero before version 4.
+    pub counts: JobCounts,
 }
 
 /// A tube as a record holds it.
@@ -642,12 +670,16 @@ impl<'a> Body<'a> {
         let ttr = self.u64()?;
         let created = self.u64()?;
         let (mut tube, mut deliveries, mut utube) = (DEFAULT_TUBE, 0, None);
+        let mut counts = JobCounts::default();
         if version >= 2 {
             tube = self.u16()?;
             deliveries = self.u16()?;
             let key_len = self.u16()? as usize;
             let key = self.take(key_len)?;
             utube = (flags & HAS_UTUBE != 0).then(|| keep(key));
+        }
+        if version >= 4 && flags & HAS_COUNTS != 0 {
+            counts = self.counts()?;
         }
         let len = self.u32()? as usize;
         let data = keep(self.take(len)?);
@@ -666,6 +698,17 @@ impl<'a> Body<'a> {
             tube,
             deliveries,
             utube,
+            counts,
+        })
+    }
+
+    /// A task's counters (version 4).
+    fn counts(&mut self) -> Result<JobCounts, String> {
+        Ok(JobCounts {
+            releases: self.u16()?,
+            buries: self.u16()?,
+            kicks: self.u16()?,
+            timeouts: self.u16()?,
         })
     }
 
@@ -726,6 +769,8 @@ pub enum Change {
         runat: Micros,
         /// Version 2: the delivery count.
         deliveries: Option<u16>,
+        /// Version 4: the task's counters (all zero when the record has none).
+        counts: Option<JobCounts>,
     },
     Remove {
         id: TaskId,
@@ -748,12 +793,15 @@ pub fn encode_commit(buf: &mut Vec<u8>, term: u64, history: u64) {
     buf.extend_from_slice(&history.to_le_bytes());
 }
 
+/// The body of a Status record; the task's counters end it only when one is not zero, so a
+/// take of a task never released, buried, kicked or timed out writes what it wrote before.
 pub fn encode_status(
     buf: &mut Vec<u8>,
     id: TaskId,
     status: Status,
     runat: Micros,
     deliveries: u16,
+    counts: &JobCounts,
 ) {
     let mut b = [0u8; 8 + 1 + 8 + 2];
     b[0..8].copy_from_slice(&id.to_le_bytes());
@@ -761,6 +809,9 @@ pub fn encode_status(
     b[9..17].copy_from_slice(&runat.to_le_bytes());
     b[17..19].copy_from_slice(&deliveries.to_le_bytes());
     buf.extend_from_slice(&b);
+    if !counts.is_zero() {
+        buf.extend_from_slice(&counts_bytes(counts));
+    }
 }
 
 /// Decodes the body of a WAL record of format `version`.
@@ -784,11 +835,17 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
             let status = status_from(b.u8()?)?;
             let runat = b.u64()?;
             let deliveries = if version >= 2 { Some(b.u16()?) } else { None };
+            let counts = match version {
+                ..=3 => None,
+                _ if b.is_empty() => Some(JobCounts::default()),
+                _ => Some(b.counts()?),
+            };
             Change::Status {
                 id,
                 status,
                 runat,
                 deliveries,
+                counts,
             }
         }
         Kind::Remove => Change::Remove { id: b.u64()? },

@@ -63,10 +63,10 @@ impl Server {
                 time_left: whole_secs(time_left),
                 file: 0,
                 reserves: t.deliveries as u32,
-                timeouts: 0,
-                releases: 0,
-                buries: 0,
-                kicks: 0,
+                timeouts: u32::from(t.counts.timeouts),
+                releases: u32::from(t.counts.releases),
+                buries: u32::from(t.counts.buries),
+                kicks: u32::from(t.counts.kicks),
             };
             ok_yaml(out, |o| stats.write_yaml(o));
         });

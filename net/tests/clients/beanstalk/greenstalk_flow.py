@@ -15,11 +15,11 @@ must be equal on both; what legitimately differs is normalised here:
   the job counters: the rest is per-process (uptime, rusage, hostname, binlog, id), counts
   connections or tubes (tarq's tubes outlive their last job and client), or counts commands
   (the `stats-tube` polls below make those vary from run to run); tarq also adds keys of its own;
-- `stats-job`'s per-job `timeouts`/`releases`/`buries`/`kicks` are only checked to be there:
-  tarq may count them differently (a deviation the project has accepted); and so is `delay` of a
-  job that is no longer delayed: beanstalkd keeps the delay it was last given, tarq keeps only
-  what is left of a delay (0 once it is over, README "The beanstalkd protocol"). A delayed job's
-  `delay` is compared: just after the put or release, what is left rounded up is the delay;
+- `stats-job`'s `delay` of a job that is no longer delayed is only checked to be there:
+  beanstalkd keeps the delay it was last given, tarq keeps only what is left of a delay (0 once
+  it is over, README "The beanstalkd protocol"). A delayed job's `delay` is compared: just after
+  the put or release, what is left rounded up is the delay. The per-job counters (`reserves`,
+  `timeouts`, `releases`, `buries`, `kicks`) are compared as they are;
 - `list-tubes` shows only the tubes this flow made plus `default` (tarq's tubes persist).
 
 Waits are for events, never fixed sleeps: a reserve-with-timeout that must wait gets what a
@@ -55,7 +55,6 @@ TUBES = ["flow", "short", "wait", "gone", "paused"]
 # The keys of stats-job and stats-tube that protocol.txt lists, in its order.
 STATS_JOB_KEYS = ["id", "tube", "state", "pri", "age", "delay", "ttr", "time-left", "file",
                   "reserves", "timeouts", "releases", "buries", "kicks"]
-JOB_COUNTERS_MAY_DIFFER = {"timeouts", "releases", "buries", "kicks"}
 STATS_TUBE_KEYS = ["name", "current-jobs-urgent", "current-jobs-ready", "current-jobs-reserved",
                    "current-jobs-delayed", "current-jobs-buried", "total-jobs", "current-using",
                    "current-waiting", "current-watching", "pause", "cmd-delete", "cmd-pause-tube",
@@ -141,8 +140,6 @@ def stats_job(s):
         elif key == "time-left" and s.get("state") == "delayed":
             v = bounded(v, s.get("delay"))
         elif key == "delay" and s.get("state") != "delayed":
-            v = "n" if isinstance(v, int) and v >= 0 else f"{v!r}?"
-        elif key in JOB_COUNTERS_MAY_DIFFER:
             v = "n" if isinstance(v, int) and v >= 0 else f"{v!r}?"
         out.append(f"{key}={v}")
     return " ".join(out)
