@@ -363,6 +363,19 @@ impl Queue {
         Ok(())
     }
 
+    /// Drops tube `tube` if it was made on demand (`TubeOptions::on_demand`) and holds no
+    /// task: journaled as any drop. Whether anything still uses it (a beanstalk connection,
+    /// a parked take) is the caller's to know. Ok(false): kept (made by `create_tube`,
+    /// `default`, or not empty).
+    pub fn drop_if_unneeded(&mut self, tube: TubeIx) -> Result<bool, QueueError> {
+        let t = self.live_tube(tube)?;
+        if tube == DEFAULT_TUBE || !t.opts.on_demand || t.total() > 0 {
+            return Ok(false);
+        }
+        self.drop_tube(tube)?;
+        Ok(true)
+    }
+
     /// Deletes every task of a tube, Taken ones included, and its dedup keys; counters stay
     /// (as the original's `truncate`). Returns how many tasks went. O(tasks of the tube +
     /// taken tasks of all tubes).

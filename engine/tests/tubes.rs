@@ -1,6 +1,7 @@
 //! Unit tests of the tube API: every error it returns, and each type's behaviour — ordering,
 //! priorities, delays, TTL, TTR, touch, utube exclusivity, bury / kick, capacity,
-//! max_deliveries, dedup windows, drop and truncate, `default` under the tube API.
+//! max_deliveries, dedup windows, drop and truncate, `default` under the tube API, and the
+//! drop of a tube made on demand once it is empty (`drop_if_unneeded`).
 //! `check_invariants()` runs after every call that changes the queue.
 
 use tarq_engine::{
@@ -494,4 +495,46 @@ fn the_seed_api_and_the_tube_api_share_default() {
     assert_eq!(q.stats().releases, 1);
     assert_eq!(q.stats(), q.tube_stats(0).unwrap());
     q.check_invariants();
+}
+
+#[test]
+fn a_tube_made_on_demand_is_dropped_once_empty_and_no_other_is() {
+    let mut q = Queue::new();
+    q.set_journal(true);
+    let on_demand = TubeOptions {
+        on_demand: true,
+        ..TubeOptions::default()
+    };
+    let made = tube(&mut q, "made", TubeType::FifoTtl, on_demand);
+    let created = tube(&mut q, "created", TubeType::FifoTtl, TubeOptions::default());
+    q.drain_events().for_each(drop);
+    // Made by create_tube, or `default`: kept, empty as they are.
+    assert_eq!(q.drop_if_unneeded(created), Ok(false));
+    assert_eq!(q.drop_if_unneeded(tarq_engine::DEFAULT_TUBE), Ok(false));
+    // Made on demand: kept while it holds a task in any status, Taken included.
+    let id = put(&mut q, made, TubePut::default());
+    assert_eq!(q.drop_if_unneeded(made), Ok(false));
+    assert_eq!(take(&mut q, made, T0), Some(id));
+    assert_eq!(q.drop_if_unneeded(made), Ok(false));
+    q.bury(made, id).unwrap();
+    assert_eq!(q.drop_if_unneeded(made), Ok(false));
+    assert_eq!(
+        q.drain_events()
+            .filter(|e| matches!(e, Event::TubeDropped { .. }))
+            .count(),
+        0
+    );
+    q.delete(made, id).unwrap();
+    assert_eq!(q.drop_if_unneeded(made), Ok(true));
+    q.check_invariants();
+    assert_eq!(q.tube_ix("made"), None);
+    assert!(q
+        .drain_events()
+        .any(|e| e == Event::TubeDropped { tube: made }));
+    // A dropped index is no tube any more.
+    assert_eq!(
+        q.drop_if_unneeded(made),
+        Err(QueueError::TubeNotFound(made))
+    );
+    assert_eq!(q.tube_ix("created"), Some(created));
 }

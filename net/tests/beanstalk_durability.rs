@@ -9,7 +9,8 @@
 //! the same way, passes the same checks: the checks ask only what beanstalkd itself keeps.
 //! Beside it, a job's `stats-job` counters (reserves, releases, buries, kicks, timeouts)
 //! survive a `kill -9` (replayed from the WAL) and a clean stop without a WAL (from the
-//! snapshot alone).
+//! snapshot alone); and a tube `use` made is forgotten after a restart once empty (no
+//! connection uses anything then), while one with a job, or made by `create_tube`, stays.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -372,4 +373,50 @@ fn job_counters_survive_a_kill_9_and_a_snapshot() {
         counters,
         "after the snapshot"
     );
+}
+
+fn list_tubes(addr: SocketAddr) -> Vec<String> {
+    Bs::connect(addr).call(&Command::ListTubes).yaml_list()
+}
+
+#[test]
+fn a_tube_use_made_goes_after_a_restart_once_empty() {
+    let args = ["--wal-mode", "write"];
+    let (mut tarq, addr) = beanstalk::start(&args);
+    // Made by `create_tube`: stays, empty.
+    let mut iproto = support::Client::connect(tarq.addr);
+    iproto
+        .call("queue.create_tube", &["made".into(), "fifottl".into()])
+        .one();
+    // Used, left empty, still used when the process dies; used and left with a job.
+    let mut user = Bs::connect(addr);
+    assert_eq!(
+        user.call(&Command::Use { tube: "empty" }).line,
+        "USING empty"
+    );
+    let mut producer = Bs::connect(addr);
+    assert_eq!(
+        producer.call(&Command::Use { tube: "full" }).line,
+        "USING full"
+    );
+    let id = producer.put(0, b"job");
+    drop(producer);
+    let want = ["default", "empty", "full", "made"];
+    assert_eq!(
+        list_tubes(addr),
+        want,
+        "a tube with a job outlives its user"
+    );
+    tarq.proc.0.kill().unwrap(); // SIGKILL, `empty` still in use
+    tarq.proc.0.wait().unwrap();
+    drop(user);
+    let (_again, addr) = beanstalk::start_in(tarq.take_dir(), &args);
+    assert_eq!(
+        list_tubes(addr),
+        ["default", "full", "made"],
+        "after the restart"
+    );
+    let mut c = Bs::connect(addr);
+    assert_eq!(c.call(&Command::Delete { id }).line, "DELETED");
+    assert_eq!(list_tubes(addr), ["default", "made"], "its last job gone");
 }

@@ -3,7 +3,8 @@
 //! tasks put before it joined and after; it refuses changes naming the primary, on IPROTO and
 //! on its beanstalk port; killed with SIGKILL it resumes from its own WAL; one whose position
 //! the primary no longer retains joins again from a snapshot; a job's `stats-job` counters
-//! reach it, in the snapshot it joins from and in the stream after. Every wait has a deadline.
+//! reach it, in the snapshot it joins from and in the stream after; a tube `use` made and left
+//! empty goes from it as from its primary. Every wait has a deadline.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -407,4 +408,32 @@ fn job_counters_reach_a_replica_by_snapshot_and_by_stream() {
             job_counters(&mut rb, id) == want
         });
     }
+}
+
+#[test]
+fn a_tube_use_made_and_left_empty_goes_from_the_replica_too() {
+    use tarq_beanstalk::Command;
+    let (primary, pbs) = beanstalk::start(&[]);
+    let paddr = primary.addr.to_string();
+    let (_replica, rbs) = beanstalk::start(&replica_args(&paddr, "write"));
+    let list = |addr| {
+        beanstalk::Bs::connect(addr)
+            .call(&Command::ListTubes)
+            .yaml_list()
+    };
+    let mut c = beanstalk::Bs::connect(pbs);
+    assert_eq!(c.call(&Command::Use { tube: "brief" }).line, "USING brief");
+    let id = c.put(0, b"job");
+    assert_eq!(
+        c.call(&Command::Use { tube: "default" }).line,
+        "USING default"
+    );
+    wait_until("the tube on the replica", || {
+        list(rbs) == ["brief", "default"]
+    });
+    assert_eq!(c.call(&Command::Delete { id }).line, "DELETED");
+    assert_eq!(list(pbs), ["default"]);
+    wait_until("the tube gone from the replica", || {
+        list(rbs) == ["default"]
+    });
 }

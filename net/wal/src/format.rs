@@ -21,7 +21,8 @@
 //!
 //! Versions: 4 carries each task's counters (releases, buries, kicks, TTR returns; four u16
 //! after the utube key, flagged `HAS_COUNTS`, only when one is not zero) in Put, Replace and
-//! snapshot entries, and at the end of a Status record (absent: all zero); 3 (failover) closes each turn with a `Commit` that carries the term of the
+//! snapshot entries, and at the end of a Status record (absent: all zero), and a tube's
+//! `on_demand` mark (a flag bit of its options); 3 (failover) closes each turn with a `Commit` that carries the term of the
 //! leader that wrote it and the log's history id (`encode_commit`), and a snapshot's end record
 //! carries both as of its start: a replica refuses a deposed primary's turns, and a node tells
 //! a log it shares from one that diverged or is unrelated. 2 carries tubes (a task names its tube, delivery count and utube key; records
@@ -431,6 +432,8 @@ const HAS_UTUBE: u8 = 4;
 const TEMPORARY: u8 = 8;
 /// Version 4: the task's counters follow its utube key.
 const HAS_COUNTS: u8 = 16;
+/// Tube options, version 4: made on demand by beanstalk's `use` / `watch`.
+const ON_DEMAND: u8 = 32;
 
 fn counts_bytes(c: &JobCounts) -> [u8; COUNTS_BYTES] {
     let mut b = [0u8; COUNTS_BYTES];
@@ -575,7 +578,8 @@ pub fn encode_tube(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     let o = &t.opts;
     let flags = if o.ttl.is_some() { HAS_TTL } else { 0 }
         | if o.ttr.is_some() { HAS_TTR } else { 0 }
-        | if o.temporary { TEMPORARY } else { 0 };
+        | if o.temporary { TEMPORARY } else { 0 }
+        | if o.on_demand { ON_DEMAND } else { 0 };
     buf.extend_from_slice(&t.ix.to_le_bytes());
     buf.push(kind_byte(t.kind));
     buf.push(flags);
@@ -734,6 +738,7 @@ impl<'a> Body<'a> {
             max_deliveries,
             dedup_window,
             temporary: flags & TEMPORARY != 0,
+            on_demand: flags & ON_DEMAND != 0,
         };
         Ok(StoredTube {
             ix,

@@ -139,6 +139,8 @@ impl Driver {
             max_deliveries: self.next(3) as u16,
             dedup_window: if self.next(2) == 0 { 5 * SEC } else { 0 },
             temporary: false,
+            // From the create count, not the generator: the workload stays as it was.
+            on_demand: self.n.is_multiple_of(4),
         };
         let _ = q.create_tube(&format!("t{}", self.n), kind, opts);
     }

@@ -121,7 +121,11 @@ impl Server {
                     return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
                 }
             },
-            TubeCall::Statistics { tube: None } => return self.all_statistics(idx, r),
+            TubeCall::Statistics { tube: None } => {
+                // Tubes beanstalk's `use` made and left empty are gone first, as in its list.
+                self.collect_tubes();
+                return self.all_statistics(idx, r);
+            }
             TubeCall::Identify { uuid } => return self.identify(idx, r, uuid),
             TubeCall::Cfg { ttr, in_replicaset } => {
                 if let Some(ttr) = ttr {

@@ -39,7 +39,7 @@ const PRI = 65536;
 const TTR = 60;
 // An id no fresh server holds.
 const MISSING_ID = 999999;
-// Every tube the flow makes (list-tubes shows only these and `default`: tarq's tubes persist).
+// Every tube the flow makes.
 const TUBES = ['flow', 'short', 'wait', 'gone', 'paused'];
 // The keys of stats-job and stats-tube that protocol.txt lists, in its order.
 const STATS_JOB_KEYS = ['id', 'tube', 'state', 'pri', 'age', 'delay', 'ttr', 'time-left', 'file',
@@ -137,8 +137,9 @@ function stats(s) {
   return out.join(' ');
 }
 
+// list-tubes in name order, compared whole (see greenstalk_flow.py).
 function tubes(all) {
-  return list(all.filter((t) => TUBES.includes(t) || t === 'default').sort());
+  return list([...all].sort());
 }
 
 async function waitFor(what, cond) {
