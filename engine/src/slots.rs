@@ -17,6 +17,9 @@
 //!   position — and the utube. A plain task (no TTL, no TTR, no delay, no utube) has none;
 //!   one gets an extension when it first needs a field of it and gives it back once it needs
 //!   none again.
+//! - the **counters** (releases, buries, kicks, timeouts: 12 bytes and a control byte in a
+//!   side table by slot key): only for a task that has one not zero, which the slot's
+//!   `COUNTED` flag says, so removing any other task tests one bit.
 //!
 //! A taken task is in no skiplist, so it gives its tower back and the slot's `up` names its
 //! owner (the session index) instead: taking a plain task touches no extension either.
