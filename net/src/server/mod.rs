@@ -1083,22 +1083,26 @@ impl Server {
         }
         let mut orphans = std::mem::take(&mut self.beanstalk.orphans);
         orphans.retain(|&t| {
-            if self.queue.tube_info(t).is_none() || self.beanstalk.in_use(t) {
-                return false; // gone, or used again
+            let made = self.queue.tube_info(t).is_some_and(|i| i.opts.on_demand);
+            if !made || self.beanstalk.in_use(t) {
+                return false; // gone (its index perhaps reused), or used again
+            }
+            let Ok(last) = self.queue.tube_stats(t) else {
+                return false;
+            };
+            if last.total > 0 {
+                return true; // looked at again (O(1)) until its last task goes
             }
             let drop = dispatch::Command::DropTube { tube: t };
             if self.parked.waiting_in(t) || self.refusal(&drop).is_some() {
                 return true; // a take waits on it, or nothing can change now: later
             }
-            let last = self.queue.tube_stats(t).unwrap_or_default();
             match self.queue.drop_if_unneeded(t) {
                 Ok(true) => {
                     self.beanstalk.forget_tube(t, &last);
                     false
                 }
-                // Still holds tasks: looked at again until the last one goes.
-                Ok(false) => self.queue.tube_info(t).is_some_and(|i| i.opts.on_demand),
-                Err(_) => false,
+                _ => false,
             }
         });
         self.drain_events();
