@@ -242,6 +242,28 @@ impl PutPayload for Vec<u8> {
     }
 }
 
+/// How many times a task was released, buried, kicked and returned at its TTR, each saturating
+/// at `u16::MAX` (beanstalkd's `stats-job` counters; its `reserves` is `deliveries`). Kept
+/// only for the tasks that have a non-zero one: most never do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct JobCounts {
+    /// Released by the holder (`release`, `release_in`); a disconnect or `release_all` is not
+    /// a release, as in beanstalkd.
+    pub releases: u16,
+    /// Buried: `bury`, `bury_taken`, or a return past `max_deliveries`.
+    pub buries: u16,
+    /// Kicked out of Buried or Waiting (`kick`, `kick_delayed`, `kick_task`).
+    pub kicks: u16,
+    /// Returned because its TTR ran out.
+    pub timeouts: u16,
+}
+
+impl JobCounts {
+    pub fn is_zero(&self) -> bool {
+        *self == JobCounts::default()
+    }
+}
+
 /// Borrowed view of a live task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskRef<'a> {
@@ -263,6 +285,8 @@ pub struct TaskRef<'a> {
     pub deliveries: u16,
     /// The utube key, in a utube / utubettl tube.
     pub utube: Option<&'a [u8]>,
+    /// Releases, buries, kicks and TTR returns so far.
+    pub counts: JobCounts,
 }
 
 impl TaskRef<'_> {
@@ -317,6 +341,7 @@ impl Task {
             // Not kept: an owned task is one that left the queue, and copying the key on
             // every ack would allocate.
             utube: None,
+            counts: JobCounts::default(),
         }
     }
 }

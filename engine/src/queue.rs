@@ -16,15 +16,16 @@ use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
 use crate::room::{Room, RoomWanted};
 use crate::sessions::Sessions;
-use crate::slots::{NewSlot, Slot, Slots, HAS_TTR, TTR_ARMED};
+use crate::slots::{NewSlot, Slot, Slots, COUNTED, HAS_TTR, TTR_ARMED};
 use crate::tubes::{
     id_tube, task_id, task_number, Tube, TubeInfo, TubeNumbers, TubeOptions, TubeType,
     DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER, MAX_TUBES,
     MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
-    Advance, Bytes, Event, Micros, PutOptions, PutOutcome, PutPayload, QueueError, ReleaseOptions,
-    RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut, URGENT_PRI,
+    Advance, Bytes, Event, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
+    ReleaseOptions, RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut,
+    URGENT_PRI,
 };
 
 /// The session that owns tasks restored as Taken (no session survives a restart).
@@ -399,6 +400,19 @@ impl Queue {
         Ok(())
     }
 
+    /// Drops tube `tube` if it was made on demand (`TubeOptions::on_demand`) and holds no
+    /// task: journaled as any drop. Whether anything still uses it (a beanstalk connection,
+    /// a parked take) is the caller's to know. Ok(false): kept (made by `create_tube`,
+    /// `default`, or not empty).
+    pub fn drop_if_unneeded(&mut self, tube: TubeIx) -> Result<bool, QueueError> {
+        let t = self.live_tube(tube)?;
+        if tube == DEFAULT_TUBE || !t.opts.on_demand || t.total() > 0 {
+            return Ok(false);
+        }
+        self.drop_tube(tube)?;
+        Ok(true)
+    }
+
     /// Deletes every task of a tube, Taken ones included, and its dedup keys; counters stay
     /// (as the original's `truncate`). Returns how many tasks went. O(tasks of the tube +
     /// taken tasks of all tubes).
@@ -614,6 +628,7 @@ impl Queue {
         let k = self.in_tube(tube, id)?;
         if self.slots[k as usize].status != Status::Buried {
             self.move_to(k, Status::Buried, 0);
+            self.slots.bump(k, |c| &mut c.buries);
             self.tube_mut(tube).ops.buries += 1;
             self.log(Event::Buried { id });
         }
@@ -808,6 +823,7 @@ impl Queue {
             self.log(Event::Updated { id });
         }
         self.move_to(k, Status::Buried, 0);
+        self.slots.bump(k, |c| &mut c.buries);
         self.tube_mut(tube).ops.buries += 1;
         self.log(Event::Buried { id });
         Ok(self.view(k))
@@ -1197,6 +1213,7 @@ impl Queue {
         );
         self.heap.check(&self.slots);
         let mut entries = 0;
+        let mut counted = 0;
         let mut towers = Vec::new();
         for (k, s) in self.slots.iter() {
             let k = k as u32;
@@ -1205,8 +1222,21 @@ impl Queue {
                 towers.push((s.up, s.height));
             }
             entries += usize::from(self.check_deadline(k, s));
+            if s.flags & COUNTED != 0 {
+                counted += 1;
+                assert!(
+                    !self.slots.counts(k).is_zero(),
+                    "task {} is marked counted with no count",
+                    s.id
+                );
+            }
         }
         assert_eq!(entries, self.heap.len(), "heap holds entries of no task");
+        assert_eq!(
+            counted,
+            self.slots.counted(),
+            "the counters' table holds entries of no task"
+        );
         self.towers.check(towers);
     }
 
@@ -1396,6 +1426,7 @@ impl Queue {
             tube: s.tube,
             deliveries: s.deliveries,
             utube,
+            counts: p.counts,
         }
     }
 
@@ -1449,6 +1480,7 @@ impl Queue {
     fn kick_slot(&mut self, k: u32) {
         let (id, tube) = (self.slots[k as usize].id, self.slots[k as usize].tube);
         self.move_to(k, Status::Ready, 0);
+        self.slots.bump(k, |c| &mut c.kicks);
         self.tube_mut(tube).ops.kicks += 1;
         self.log(Event::Kicked { id });
     }
@@ -1726,6 +1758,15 @@ impl Queue {
             self.move_to(k, Status::Ready, 0);
         } else {
             self.move_to(k, Status::Waiting, runat);
+        }
+        // beanstalkd counts a release and a TTR run out per job, not a disconnect.
+        match why {
+            Return::Release => self.slots.bump(k, |c| &mut c.releases),
+            Return::Ttr => self.slots.bump(k, |c| &mut c.timeouts),
+            Return::Auto => {}
+        }
+        if dead {
+            self.slots.bump(k, |c| &mut c.buries);
         }
         let ops = &mut self.tube_mut(tube).ops;
         match why {
@@ -2038,6 +2079,13 @@ impl Queue {
     pub fn task_at(&self, pos: usize) -> Option<TaskRef<'_>> {
         let k = u32::try_from(pos).ok()?;
         self.slots.get(pos).map(|_| self.view(k))
+    }
+
+    /// Recovery: sets a task's counters (a replayed record carries them). Journals nothing.
+    pub fn restore_counts(&mut self, id: TaskId, counts: JobCounts) -> Result<(), QueueError> {
+        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        self.slots.set_counts(k, counts);
+        Ok(())
     }
 
     /// Recovery: sets a task's delivery count (a replayed take carries it). Journals nothing.

@@ -17,6 +17,9 @@
 //!   position — and the utube. A plain task (no TTL, no TTR, no delay, no utube) has none;
 //!   one gets an extension when it first needs a field of it and gives it back once it needs
 //!   none again.
+//! - the **counters** (releases, buries, kicks, timeouts: 12 bytes and a control byte in a
+//!   side table by slot key): only for a task that has one not zero, which the slot's
+//!   `COUNTED` flag says, so removing any other task tests one bit.
 //!
 //! A taken task is in no skiplist, so it gives its tower back and the slot's `up` names its
 //! owner (the session index) instead: taking a plain task touches no extension either.
@@ -30,7 +33,7 @@ use std::ops::{Index, IndexMut};
 
 use crate::arena::{Arena, Chunk, PAGE};
 use crate::heap::NIL;
-use crate::{Bytes, Micros, Payload, PutPayload, Status, TaskId, TubeIx};
+use crate::{Bytes, JobCounts, Micros, Payload, PutPayload, Status, TaskId, TubeIx};
 
 /// Payloads up to this size are stored in the task's record (and come back inline in a
 /// [`Payload`] when the task leaves); bigger ones keep their own allocation.
@@ -45,6 +48,9 @@ pub(crate) const HAS_TTR: u8 = 2;
 pub(crate) const TTR_ARMED: u8 = 4;
 /// `Slot::flags`: the payload is in `big`; the record holds its key after the put time.
 const BIG: u8 = 8;
+/// `Slot::flags`: the task has an entry in `Slots::counts` (a release, bury, kick or TTR
+/// return so far). Removing a task tests this bit and nothing more when it is clear.
+pub(crate) const COUNTED: u8 = 16;
 
 /// Bytes of a record before its payload: the put time.
 const CREATED_BYTES: usize = 8;
@@ -139,6 +145,7 @@ pub(crate) struct Parts<'a> {
     pub ttl: Option<Micros>,
     pub ttr: Option<Micros>,
     pub utube: u32,
+    pub counts: JobCounts,
 }
 
 /// A task removed from the store: its slot, put time and payload.
@@ -150,6 +157,26 @@ pub(crate) struct Removed {
     pub data: Payload,
 }
 
+/// Hashes a slot key for the counters' table: one multiply, folded (slot keys are dense).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(u32::from(b) ^ self.0 as u32);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = crate::index::fold_mul(u64::from(n));
+    }
+}
+
+type CountsTable = hashbrown::HashMap<u32, JobCounts, std::hash::BuildHasherDefault<KeyHasher>>;
+
 /// The task store: slots, records, extensions and big payloads. Indexing (`slots[k]`) reads
 /// and writes the slot; the rest goes through the methods.
 #[derive(Debug, Default)]
@@ -158,6 +185,10 @@ pub(crate) struct Slots {
     ext: Arena<Ext>,
     records: Records,
     big: Arena<Bytes>,
+    /// The per-task counters of the tasks that have one (`COUNTED`), by slot key: a side
+    /// table, since the slot has no room and most tasks are never released, buried, kicked or
+    /// timed out (12 bytes and a control byte an entry, none for the rest).
+    counts: CountsTable,
 }
 
 impl Slots {
@@ -210,6 +241,7 @@ impl Slots {
             + self.ext.capacity() * Arena::<Ext>::ENTRY_BYTES
             + self.records.capacity_bytes()
             + self.big.capacity() * Arena::<Bytes>::ENTRY_BYTES
+            + self.counts.capacity() * (std::mem::size_of::<(u32, JobCounts)>() + 1)
     }
 
     /// Stores a new task, in no list and with no deadline; its payload is copied into its
@@ -260,6 +292,9 @@ impl Slots {
     /// Removes task `k` and everything it holds. Panics if `k` is not live.
     pub fn remove(&mut self, k: u32) -> Removed {
         let slot = self.hot.remove(k as usize);
+        if slot.flags & COUNTED != 0 {
+            self.counts.remove(&k);
+        }
         let (ttl, ttr) = if slot.ext == NIL {
             (None, None)
         } else {
@@ -340,7 +375,42 @@ impl Slots {
             ttl: (s.flags & HAS_TTL != 0).then(|| e.map_or(0, |e| e.ttl)),
             ttr: (s.flags & HAS_TTR != 0).then(|| e.map_or(0, |e| e.ttr)),
             utube: e.map_or(NIL, |e| e.utube),
+            counts: self.counts(k),
         }
+    }
+
+    /// Task `k`'s counters (all zero for a task without an entry).
+    #[inline]
+    pub fn counts(&self, k: u32) -> JobCounts {
+        if self.hot[k as usize].flags & COUNTED == 0 {
+            return JobCounts::default();
+        }
+        self.counts.get(&k).copied().unwrap_or_default()
+    }
+
+    /// Adds one to a counter of task `k` (saturating), making its entry if it has none.
+    pub fn bump(&mut self, k: u32, counter: impl FnOnce(&mut JobCounts) -> &mut u16) {
+        self.hot[k as usize].flags |= COUNTED;
+        let c = counter(self.counts.entry(k).or_default());
+        *c = c.saturating_add(1);
+    }
+
+    /// Sets task `k`'s counters (recovery); all zero leaves it without an entry.
+    pub fn set_counts(&mut self, k: u32, counts: JobCounts) {
+        if counts.is_zero() {
+            if self.hot[k as usize].flags & COUNTED != 0 {
+                self.hot[k as usize].flags &= !COUNTED;
+                self.counts.remove(&k);
+            }
+            return;
+        }
+        self.hot[k as usize].flags |= COUNTED;
+        self.counts.insert(k, counts);
+    }
+
+    /// Entries in the counters' table (`check_invariants`: one per `COUNTED` task).
+    pub fn counted(&self) -> usize {
+        self.counts.len()
     }
 
     /// The task's extension, made if it has none.

@@ -154,6 +154,10 @@ pub struct TubeOptions {
     pub dedup_window: Micros,
     /// Kept as data: the server does not log a temporary tube's tasks.
     pub temporary: bool,
+    /// Made on demand (beanstalk's `use` or `watch` of a tube that did not exist): it goes
+    /// once it holds no task and nothing uses it (`Queue::drop_if_unneeded`), as beanstalkd
+    /// forgets such a tube. A tube made by `create_tube` stays.
+    pub on_demand: bool,
 }
 
 /// Options of a put into a tube. What the type has no use for is ignored (as the original does).

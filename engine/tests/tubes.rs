@@ -1,7 +1,8 @@
 //! Unit tests of the tube API: every error it returns, and each type's behaviour — ordering,
 //! priorities, delays, TTL, TTR, touch, utube exclusivity, bury / kick, capacity,
-//! max_deliveries, dedup windows, drop and truncate, `default` under the tube API, and how a
-//! tube numbers its tasks (from 0, never twice, ids kept from an older format).
+//! max_deliveries, dedup windows, drop and truncate, `default` under the tube API, how a tube
+//! numbers its tasks (from 0, never twice, ids kept from an older format), and the drop of a
+//! tube made on demand once it is empty (`drop_if_unneeded`).
 //! `check_invariants()` runs after every call that changes the queue.
 
 use tarq_engine::{
@@ -765,4 +766,46 @@ fn a_tube_whose_numbers_run_out_refuses_puts_and_ids_of_another_tube_are_refused
         })
     );
     q.check_invariants();
+}
+
+#[test]
+fn a_tube_made_on_demand_is_dropped_once_empty_and_no_other_is() {
+    let mut q = Queue::new();
+    q.set_journal(true);
+    let on_demand = TubeOptions {
+        on_demand: true,
+        ..TubeOptions::default()
+    };
+    let made = tube(&mut q, "made", TubeType::FifoTtl, on_demand);
+    let created = tube(&mut q, "created", TubeType::FifoTtl, TubeOptions::default());
+    q.drain_events().for_each(drop);
+    // Made by create_tube, or `default`: kept, empty as they are.
+    assert_eq!(q.drop_if_unneeded(created), Ok(false));
+    assert_eq!(q.drop_if_unneeded(tarq_engine::DEFAULT_TUBE), Ok(false));
+    // Made on demand: kept while it holds a task in any status, Taken included.
+    let id = put(&mut q, made, TubePut::default());
+    assert_eq!(q.drop_if_unneeded(made), Ok(false));
+    assert_eq!(take(&mut q, made, T0), Some(id));
+    assert_eq!(q.drop_if_unneeded(made), Ok(false));
+    q.bury(made, id).unwrap();
+    assert_eq!(q.drop_if_unneeded(made), Ok(false));
+    assert_eq!(
+        q.drain_events()
+            .filter(|e| matches!(e, Event::TubeDropped { .. }))
+            .count(),
+        0
+    );
+    q.delete(made, id).unwrap();
+    assert_eq!(q.drop_if_unneeded(made), Ok(true));
+    q.check_invariants();
+    assert_eq!(q.tube_ix("made"), None);
+    assert!(q
+        .drain_events()
+        .any(|e| e == Event::TubeDropped { tube: made }));
+    // A dropped index is no tube any more.
+    assert_eq!(
+        q.drop_if_unneeded(made),
+        Err(QueueError::TubeNotFound(made))
+    );
+    assert_eq!(q.tube_ix("created"), Some(created));
 }

@@ -7,6 +7,10 @@
 //! the process), unless its `DELETED` arrived (then it is gone) or its delete was sent
 //! unanswered (either is right). The same load against beanstalkd with a binlog (`-b`), killed
 //! the same way, passes the same checks: the checks ask only what beanstalkd itself keeps.
+//! Beside it, a job's `stats-job` counters (reserves, releases, buries, kicks, timeouts)
+//! survive a `kill -9` (replayed from the WAL) and a clean stop without a WAL (from the
+//! snapshot alone); and a tube `use` made is forgotten after a restart once empty (no
+//! connection uses anything then), while one with a job, or made by `create_tube`, stays.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -255,4 +259,164 @@ fn kill_9_keeps_every_inserted_job_in_beanstalkd_with_a_binlog() {
     let seen = load.finish(threads);
     let again = Beanstalkd::spawn_with(&["-b", binlog, "-f", "0"]).expect("beanstalkd restarts");
     check_after_restart("beanstalkd", again.addr.parse().unwrap(), &seen);
+}
+
+/// Drives one job through a release, a release with a delay and a kick-job, a bury and a kick,
+/// and a TTR run out; returns its id and the counters `stats-job` then shows.
+fn count_up(addr: SocketAddr) -> (u64, Vec<(&'static str, String)>) {
+    let mut c = Bs::connect(addr);
+    let id = c
+        .call(&Command::Put {
+            pri: 0,
+            delay: 0,
+            ttr: 1,
+            body: b"counted",
+        })
+        .number()
+        .expect("INSERTED <id>");
+    let reserve = |c: &mut Bs| {
+        let r = c.call(&Command::ReserveWithTimeout { seconds: 0 });
+        assert_eq!((r.word(), r.number()), ("RESERVED", Some(id)), "{r:?}");
+    };
+    reserve(&mut c);
+    assert_eq!(
+        c.call(&Command::Release {
+            id,
+            pri: 0,
+            delay: 0
+        })
+        .line,
+        "RELEASED"
+    );
+    reserve(&mut c);
+    assert_eq!(
+        c.call(&Command::Release {
+            id,
+            pri: 0,
+            delay: 60
+        })
+        .line,
+        "RELEASED"
+    );
+    assert_eq!(c.call(&Command::KickJob { id }).line, "KICKED");
+    reserve(&mut c);
+    assert_eq!(c.call(&Command::Bury { id, pri: 0 }).line, "BURIED");
+    assert_eq!(c.call(&Command::Kick { bound: 1 }).line, "KICKED 1");
+    // Held by an idle connection, the job comes back at its 1 s TTR: a timeout.
+    let mut holder = Bs::connect(addr);
+    reserve(&mut holder);
+    let r = c.call(&Command::ReserveWithTimeout { seconds: 10 });
+    assert_eq!((r.word(), r.number()), ("RESERVED", Some(id)), "{r:?}");
+    assert_eq!(
+        c.call(&Command::Release {
+            id,
+            pri: 0,
+            delay: 0
+        })
+        .line,
+        "RELEASED"
+    );
+    let counters = job_counters(&mut c, id);
+    let want: Vec<(&str, String)> = [
+        ("reserves", 5),
+        ("timeouts", 1),
+        ("releases", 3),
+        ("buries", 1),
+        ("kicks", 2),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_string()))
+    .collect();
+    assert_eq!(counters, want, "counted before the restart");
+    (id, counters)
+}
+
+fn job_counters(c: &mut Bs, id: u64) -> Vec<(&'static str, String)> {
+    let stats = c.call(&Command::StatsJob { id });
+    ["reserves", "timeouts", "releases", "buries", "kicks"]
+        .into_iter()
+        .map(|k| {
+            (
+                k,
+                stats
+                    .yaml(k)
+                    .unwrap_or_else(|| panic!("{k} missing: {stats:?}")),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn job_counters_survive_a_kill_9_and_a_snapshot() {
+    // From the WAL: killed, restarted on the same directory.
+    let args = ["--wal-mode", "write"];
+    let (mut tarq, addr) = beanstalk::start(&args);
+    let (id, counters) = count_up(addr);
+    tarq.proc.0.kill().unwrap(); // SIGKILL
+    tarq.proc.0.wait().unwrap();
+    let (_again, addr) = beanstalk::start_in(tarq.take_dir(), &args);
+    assert_eq!(
+        job_counters(&mut Bs::connect(addr), id),
+        counters,
+        "after kill -9"
+    );
+
+    // From a snapshot alone: without a WAL a clean stop writes one, and the restart reads it.
+    let args = ["--wal-mode", "none"];
+    let (mut tarq, addr) = beanstalk::start(&args);
+    let (id, counters) = count_up(addr);
+    tarq.proc.signal("TERM");
+    assert!(tarq.proc.wait_exit().success());
+    let (_again, addr) = beanstalk::start_in(tarq.take_dir(), &args);
+    assert_eq!(
+        job_counters(&mut Bs::connect(addr), id),
+        counters,
+        "after the snapshot"
+    );
+}
+
+fn list_tubes(addr: SocketAddr) -> Vec<String> {
+    Bs::connect(addr).call(&Command::ListTubes).yaml_list()
+}
+
+#[test]
+fn a_tube_use_made_goes_after_a_restart_once_empty() {
+    let args = ["--wal-mode", "write"];
+    let (mut tarq, addr) = beanstalk::start(&args);
+    // Made by `create_tube`: stays, empty.
+    let mut iproto = support::Client::connect(tarq.addr);
+    iproto
+        .call("queue.create_tube", &["made".into(), "fifottl".into()])
+        .one();
+    // Used, left empty, still used when the process dies; used and left with a job.
+    let mut user = Bs::connect(addr);
+    assert_eq!(
+        user.call(&Command::Use { tube: "empty" }).line,
+        "USING empty"
+    );
+    let mut producer = Bs::connect(addr);
+    assert_eq!(
+        producer.call(&Command::Use { tube: "full" }).line,
+        "USING full"
+    );
+    let id = producer.put(0, b"job");
+    drop(producer);
+    let want = ["default", "empty", "full", "made"];
+    assert_eq!(
+        list_tubes(addr),
+        want,
+        "a tube with a job outlives its user"
+    );
+    tarq.proc.0.kill().unwrap(); // SIGKILL, `empty` still in use
+    tarq.proc.0.wait().unwrap();
+    drop(user);
+    let (_again, addr) = beanstalk::start_in(tarq.take_dir(), &args);
+    assert_eq!(
+        list_tubes(addr),
+        ["default", "full", "made"],
+        "after the restart"
+    );
+    let mut c = Bs::connect(addr);
+    assert_eq!(c.call(&Command::Delete { id }).line, "DELETED");
+    assert_eq!(list_tubes(addr), ["default", "made"], "its last job gone");
 }

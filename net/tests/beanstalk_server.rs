@@ -306,9 +306,15 @@ fn a_tube_in_use_on_the_beanstalk_port_cannot_be_dropped() {
     let (srv, addr) = start();
     let mut c = Bs::connect(addr);
     c.line("watch w\r\n");
+    c.line("use w\r\n");
+    // A job keeps the tube once nothing uses it (an empty one would go by itself).
+    c.line("put 0 0 60 1\r\nx\r\n");
     let mut ip = srv.connect();
     let e = ip.call("queue.tube.w:drop", &[]).err(32);
     assert!(e.contains("consumers"), "{e}");
+    c.line("use default\r\n");
+    let e = ip.call("queue.tube.w:drop", &[]).err(32);
+    assert!(e.contains("consumers"), "still watched: {e}");
     c.line("ignore w\r\n");
     let dropped = ip.call("queue.tube.w:drop", &[]).one();
     assert_eq!(dropped, Value::Boolean(true));

@@ -2,8 +2,12 @@
 //! primary acknowledged, task by task (id, tube, status, payload), in every WAL mode, for
 //! tasks put before it joined and after; it refuses changes naming the primary, on IPROTO and
 //! on its beanstalk port; killed with SIGKILL it resumes from its own WAL; one whose position
-//! the primary no longer retains joins again from a snapshot. Every wait has a deadline.
+//! the primary no longer retains joins again from a snapshot; a job's `stats-job` counters
+//! reach it, in the snapshot it joins from and in the stream after; a tube `use` made and left
+//! empty goes from it as from its primary. Every wait has a deadline.
 
+#[path = "support/beanstalk.rs"]
+mod beanstalk;
 mod support;
 
 use std::io::{Read, Write};
@@ -367,4 +371,105 @@ fn a_replica_pointed_at_an_unrelated_primary_is_refused_and_keeps_its_tasks() {
     let mut r = Client::connect(replica.addr);
     assert_eq!(tasks(&mut r, upto), want, "the replica kept its own tasks");
     assert_eq!(stat(&mut r, "replication_joins"), 0);
+}
+
+/// A job put through the beanstalk port into `tube` (a tube of its own: the workload's tasks
+/// are in others), then released, buried and kicked: its id.
+fn counted_job(addr: std::net::SocketAddr, tube: &str) -> u64 {
+    use tarq_beanstalk::Command;
+    let mut c = beanstalk::Bs::connect(addr);
+    for cmd in [
+        Command::Use { tube },
+        Command::Watch { tube },
+        Command::Ignore { tube: "default" },
+    ] {
+        c.call(&cmd);
+    }
+    let c = &mut c;
+    let id = c.put(0, b"counted");
+    let r = c.call(&Command::ReserveWithTimeout { seconds: 0 });
+    assert_eq!(r.number(), Some(id), "{r:?}");
+    assert_eq!(
+        c.call(&Command::Release {
+            id,
+            pri: 0,
+            delay: 0
+        })
+        .line,
+        "RELEASED"
+    );
+    let r = c.call(&Command::ReserveWithTimeout { seconds: 0 });
+    assert_eq!(r.number(), Some(id), "{r:?}");
+    assert_eq!(c.call(&Command::Bury { id, pri: 0 }).line, "BURIED");
+    assert_eq!(c.call(&Command::Kick { bound: 1 }).line, "KICKED 1");
+    id
+}
+
+fn job_counters(c: &mut beanstalk::Bs, id: u64) -> Vec<Option<String>> {
+    let stats = c.call(&tarq_beanstalk::Command::StatsJob { id });
+    ["reserves", "releases", "buries", "kicks", "timeouts"]
+        .into_iter()
+        .map(|k| stats.yaml(k))
+        .collect()
+}
+
+#[test]
+fn job_counters_reach_a_replica_by_snapshot_and_by_stream() {
+    let bs_args = ["--wal-segment-bytes", "4096", "--keep-snapshots", "1"];
+    let (primary, pbs) = beanstalk::start(&bs_args);
+    let mut p = Client::connect(primary.addr);
+    let before = counted_job(pbs, "before");
+    workload(&mut p, 1);
+    workload(&mut p, 2);
+    // A snapshot removes the WAL from the start, so the new replica joins from it.
+    p.call("queue.snapshot", &[]).one();
+    let paddr = primary.addr.to_string();
+    let (mut replica, rbs) = beanstalk::start(&replica_args(&paddr, "write"));
+    replica.wait_for_line("joined the primary");
+    let after = counted_job(pbs, "after");
+    let mut pb = beanstalk::Bs::connect(pbs);
+    let mut rb = beanstalk::Bs::connect(rbs);
+    for id in [before, after] {
+        let want = job_counters(&mut pb, id);
+        assert_eq!(
+            want[..4],
+            [
+                Some("2".into()),
+                Some("1".into()),
+                Some("1".into()),
+                Some("1".into())
+            ]
+        );
+        wait_until("the replica's counters", || {
+            job_counters(&mut rb, id) == want
+        });
+    }
+}
+
+#[test]
+fn a_tube_use_made_and_left_empty_goes_from_the_replica_too() {
+    use tarq_beanstalk::Command;
+    let (primary, pbs) = beanstalk::start(&[]);
+    let paddr = primary.addr.to_string();
+    let (_replica, rbs) = beanstalk::start(&replica_args(&paddr, "write"));
+    let list = |addr| {
+        beanstalk::Bs::connect(addr)
+            .call(&Command::ListTubes)
+            .yaml_list()
+    };
+    let mut c = beanstalk::Bs::connect(pbs);
+    assert_eq!(c.call(&Command::Use { tube: "brief" }).line, "USING brief");
+    let id = c.put(0, b"job");
+    assert_eq!(
+        c.call(&Command::Use { tube: "default" }).line,
+        "USING default"
+    );
+    wait_until("the tube on the replica", || {
+        list(rbs) == ["brief", "default"]
+    });
+    assert_eq!(c.call(&Command::Delete { id }).line, "DELETED");
+    assert_eq!(list(pbs), ["default"]);
+    wait_until("the tube gone from the replica", || {
+        list(rbs) == ["default"]
+    });
 }

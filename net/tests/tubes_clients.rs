@@ -1,7 +1,7 @@
 //! The tarantool/queue client scripts of `tests/clients/tubes/` against tarq: each real-client
 //! flow (net.box, the PyPI `tarantool` connector, `asynctnt-queue`) passes against a fresh
 //! `tarq`, the differential runner finds tarq's replies identical to the original's recorded
-//! transcript (`reference_transcript.jsonl`, 216 calls), and the API works under another
+//! transcript (`reference_transcript.jsonl`, 295 calls), and the API works under another
 //! namespace. `tubes_reference.rs` runs the same scripts against the original, which proves
 //! they check what tarantool/queue users get. This file owns the processes and their
 //! deadlines; what is checked lives in the scripts.

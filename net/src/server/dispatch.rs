@@ -522,13 +522,13 @@ impl Server {
             {
                 (Outcome::Error(Refusal::Consumers), None)
             }
-            Command::DropTube { tube } => match q.drop_tube(tube) {
-                Ok(()) => {
-                    self.beanstalk.forget_tube(tube);
+            Command::DropTube { tube } => match (q.tube_stats(tube), q.drop_tube(tube)) {
+                (last, Ok(())) => {
+                    self.beanstalk.forget_tube(tube, &last.unwrap_or_default());
                     self.refuse_waiting_puts(tube);
                     (Outcome::Dropped, None)
                 }
-                Err(e) => (Outcome::Error(e.into()), None),
+                (_, Err(e)) => (Outcome::Error(e.into()), None),
             },
             Command::CreateTube {
                 name,

@@ -188,6 +188,9 @@ pub struct Server {
     takes_parked: u64,
     /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
     pub(crate) tube_sessions: tube_sessions::TubeSessions,
+    /// `queue.cfg{in_replicaset = true}`: `create_tube` refuses temporary tubes, as the
+    /// original does. Not kept across a restart (the original keeps it in memory too).
+    pub(crate) in_replicaset: bool,
     /// Connections streaming this tarq's WAL to replicas: (slot, generation).
     relays: Vec<(usize, u32)>,
     /// The WAL's bytes of the turn, for the live relays (reused).
@@ -302,6 +305,7 @@ impl Server {
             connections_accepted: 0,
             takes_parked: 0,
             tube_sessions: tube_sessions::TubeSessions::default(),
+            in_replicaset: false,
             relays: Vec::new(),
             tap: Vec::new(),
             relay_buf: Vec::new(),
@@ -831,6 +835,8 @@ impl Server {
             let snapshot = self.snapshot();
             self.ops.tick(self.now, &snapshot, &mut self.limits);
         }
+        // Before the commit, so a tube's drop is in this turn's batch.
+        self.collect_tubes();
 
         self.commit_and_flush();
     }
@@ -1056,12 +1062,71 @@ impl Server {
             return Err(r);
         }
         self.conns[idx].out.changed = true;
+        let opts = tarq_engine::TubeOptions {
+            on_demand: true,
+            ..Default::default()
+        };
         let t = self
             .queue
-            .create_tube(name, tarq_engine::TubeType::FifoTtl, Default::default())
+            .create_tube(name, tarq_engine::TubeType::FifoTtl, opts)
             .map_err(dispatch::Refusal::Queue)?;
         self.drain_events();
         Ok(t)
+    }
+
+    /// Drops the tubes made on demand that hold no task and that nothing uses any more
+    /// (beanstalkd forgets such a tube), each journaled as a drop. Looks only at the tubes
+    /// let go of since the last call (or at every such tube after a start, and once this node
+    /// leads), so a turn with none pays two loads. A replica drops nothing: its primary's
+    /// drops reach it as records.
+    pub(crate) fn collect_tubes(&mut self) {
+        if !self.beanstalk.rescan && self.beanstalk.orphans.is_empty() {
+            return;
+        }
+        if !self.leads() {
+            self.beanstalk.orphans.clear();
+            self.beanstalk.rescan = true;
+            return;
+        }
+        if std::mem::take(&mut self.beanstalk.rescan) {
+            let made: Vec<tarq_engine::TubeIx> = (self.queue.tubes())
+                .filter(|t| t.opts.on_demand)
+                .map(|t| t.ix)
+                .collect();
+            for t in made {
+                if !self.beanstalk.in_use(t) && !self.beanstalk.orphans.contains(&t) {
+                    self.beanstalk.orphans.push(t);
+                }
+            }
+        }
+        let mut orphans = std::mem::take(&mut self.beanstalk.orphans);
+        orphans.retain(|&t| {
+            let made = self.queue.tube_info(t).is_some_and(|i| i.opts.on_demand);
+            if !made || self.beanstalk.in_use(t) {
+                return false; // gone (its index perhaps reused), or used again
+            }
+            let Ok(last) = self.queue.tube_stats(t) else {
+                return false;
+            };
+            if last.total > 0 {
+                return true; // looked at again (O(1)) until its last task goes
+            }
+            let drop = dispatch::Command::DropTube { tube: t };
+            if self.parked.waiting_in(t) || self.refusal(&drop).is_some() {
+                return true; // a take waits on it, or nothing can change now: later
+            }
+            match self.queue.drop_if_unneeded(t) {
+                Ok(true) => {
+                    self.beanstalk.forget_tube(t, &last);
+                    false
+                }
+                _ => false,
+            }
+        });
+        self.drain_events();
+        // Tubes let go of while this ran (none: nothing here lets go) keep their place.
+        orphans.append(&mut self.beanstalk.orphans);
+        self.beanstalk.orphans = orphans;
     }
 
     /// Pauses (beanstalk's pause-tube) that are over: their tubes' waiters are served.

@@ -68,6 +68,17 @@ impl Answer {
         self.line.split(' ').nth(1)?.parse().ok()
     }
 
+    /// A YAML list body's items (`list-tubes`), sorted.
+    pub fn yaml_list(&self) -> Vec<String> {
+        let body = String::from_utf8_lossy(self.body.as_deref().unwrap_or_default()).into_owned();
+        let mut items: Vec<String> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("- ").map(str::to_owned))
+            .collect();
+        items.sort();
+        items
+    }
+
     /// A YAML body's `key: value` pairs.
     pub fn yaml(&self, key: &str) -> Option<String> {
         let body = String::from_utf8_lossy(self.body.as_deref()?).into_owned();

@@ -22,9 +22,13 @@
 //! Versions: 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
 //! `tarq_engine::task_id`) adds to a tube's entry (snapshot table, `TubeCreate` record) its
 //! next number and its `legacy_below` mark, so a restart never numbers a task twice, even when
-//! the newest was deleted before the snapshot. Older files still load: their ids are kept
-//! as they are, and the snapshot loader starts every tube of an older snapshot numbering above
-//! its global last id (`legacy_below`, see `tarq_engine::TubeNumbers`).
+//! the newest was deleted before the snapshot, and a tube's `on_demand` mark (a flag bit of its
+//! options); it carries each task's counters (releases, buries, kicks, TTR returns; four u16
+//! after the utube key, flagged `HAS_COUNTS`, only when one is not zero) in Put, Replace and
+//! snapshot entries, and at the end of a Status record (absent: all zero). Older files still
+//! load: their ids are kept as they are, and the snapshot loader starts every tube of an older
+//! snapshot numbering above its global last id (`legacy_below`, see
+//! `tarq_engine::TubeNumbers`).
 //! 3 (failover) closes each turn with a `Commit` that carries the term of the
 //! leader that wrote it and the log's history id (`encode_commit`), and a snapshot's end record
 //! carries both as of its start: a replica refuses a deposed primary's turns, and a node tells
@@ -32,11 +36,12 @@
 //! for tube creation, drop and truncation and for dedup keys; snapshots hold the tube table
 //! and the dedup windows). Versions 2 and 1 (one anonymous queue, its tasks land in the tube
 //! `default`) are still read; their turns have term 0 and no history id; versions before 4 keep
-//! their global ids. Any other version is refused with `HeaderError::Version`, never guessed.
+//! their global ids, their tasks' counters are zero and a Status record leaves them as they
+//! are. Any other version is refused with `HeaderError::Version`, never guessed.
 
 use tarq_engine::{
-    Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeNumbers, TubeOptions,
-    TubeType, DEFAULT_TUBE,
+    JobCounts, Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeNumbers,
+    TubeOptions, TubeType, DEFAULT_TUBE,
 };
 
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
@@ -54,7 +59,8 @@ pub const RECORD_HEADER_LEN: usize = 24;
 pub const MAX_RECORD_BODY: usize = 1 << 30;
 /// A task's fields around its payload at their largest (the utube key at its limit): the
 /// fixed part of `encode_task`, the key, and a snapshot block's task count.
-pub const MAX_TASK_OVERHEAD: usize = TASK_FIXED_BYTES + tarq_engine::MAX_UTUBE_KEY_BYTES + 4;
+pub const MAX_TASK_OVERHEAD: usize =
+    TASK_FIXED_BYTES + tarq_engine::MAX_UTUBE_KEY_BYTES + COUNTS_BYTES + 4;
 /// The largest payload a task may carry: its record (or a snapshot block holding it alone)
 /// then stays within `MAX_RECORD_BODY`. The server checks its frame limit against this at
 /// start, so no client can send a task the WAL cannot hold.
@@ -65,6 +71,8 @@ const TASK_FIXED_BYTES: usize = TASK_HEAD_BYTES + 4;
 /// The fixed fields before the utube key: id, status, flags, runat, pri, ttl, ttr, created,
 /// tube, deliveries, key length.
 const TASK_HEAD_BYTES: usize = 8 + 1 + 1 + 8 * 5 + 2 + 2 + 2;
+/// A task's counters when one is not zero (version 4): releases, buries, kicks, timeouts.
+const COUNTS_BYTES: usize = 2 * 4;
 
 /// A record or payload the format cannot hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -429,6 +437,21 @@ const HAS_TTR: u8 = 2;
 const HAS_UTUBE: u8 = 4;
 /// Tube options: the tube is temporary.
 const TEMPORARY: u8 = 8;
+/// Version 4: the task's counters follow its utube key.
+const HAS_COUNTS: u8 = 16;
+/// Tube options, version 4: made on demand by beanstalk's `use` / `watch`.
+const ON_DEMAND: u8 = 32;
+
+fn counts_bytes(c: &JobCounts) -> [u8; COUNTS_BYTES] {
+    let mut b = [0u8; COUNTS_BYTES];
+    for (at, v) in [c.releases, c.buries, c.kicks, c.timeouts]
+        .into_iter()
+        .enumerate()
+    {
+        b[2 * at..2 * at + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
 
 fn u16_len(what: &'static str, len: usize) -> Result<u16, TooLarge> {
     u16::try_from(len).map_err(|_| TooLarge {
@@ -440,7 +463,8 @@ fn u16_len(what: &'static str, len: usize) -> Result<u16, TooLarge> {
 
 /// The bytes `encode_task` appends for `t`.
 pub fn task_len(t: &TaskRef<'_>) -> usize {
-    TASK_FIXED_BYTES + t.utube.map_or(0, <[u8]>::len) + t.data.len()
+    let counts = if t.counts.is_zero() { 0 } else { COUNTS_BYTES };
+    TASK_FIXED_BYTES + t.utube.map_or(0, <[u8]>::len) + counts + t.data.len()
 }
 
 /// Appends a whole task (a Put or Replace record's body, or one entry of a snapshot block).
@@ -458,9 +482,11 @@ pub fn encode_task_head(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLar
     check_payload(t.data.len())?;
     let key = t.utube.unwrap_or_default();
     let key_len = u16_len("utube key", key.len())?;
+    let counted = !t.counts.is_zero();
     let flags = if t.ttl.is_some() { HAS_TTL } else { 0 }
         | if t.ttr.is_some() { HAS_TTR } else { 0 }
-        | if t.utube.is_some() { HAS_UTUBE } else { 0 };
+        | if t.utube.is_some() { HAS_UTUBE } else { 0 }
+        | if counted { HAS_COUNTS } else { 0 };
     // The fixed fields before the key, built on the stack and appended in one copy.
     let mut head = [0u8; TASK_HEAD_BYTES];
     head[0..8].copy_from_slice(&t.id.to_le_bytes());
@@ -476,6 +502,9 @@ pub fn encode_task_head(buf: &mut Vec<u8>, t: &TaskRef<'_>) -> Result<(), TooLar
     head[54..56].copy_from_slice(&key_len.to_le_bytes());
     buf.extend_from_slice(&head);
     buf.extend_from_slice(key);
+    if counted {
+        buf.extend_from_slice(&counts_bytes(&t.counts));
+    }
     // Fits: checked against MAX_PAYLOAD_BYTES, which is below u32::MAX.
     buf.extend_from_slice(&(t.data.len() as u32).to_le_bytes());
     Ok(())
@@ -507,6 +536,8 @@ pub struct StoredTask<D = Box<[u8]>> {
     pub tube: TubeIx,
     pub deliveries: u16,
     pub utube: Option<D>,
+    /// Zero before version 4.
+    pub counts: JobCounts,
 }
 
 /// A tube as a record holds it.
@@ -556,7 +587,8 @@ pub fn encode_tube(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     let o = &t.opts;
     let flags = if o.ttl.is_some() { HAS_TTL } else { 0 }
         | if o.ttr.is_some() { HAS_TTR } else { 0 }
-        | if o.temporary { TEMPORARY } else { 0 };
+        | if o.temporary { TEMPORARY } else { 0 }
+        | if o.on_demand { ON_DEMAND } else { 0 };
     buf.extend_from_slice(&t.ix.to_le_bytes());
     buf.push(kind_byte(t.kind));
     buf.push(flags);
@@ -663,12 +695,16 @@ impl<'a> Body<'a> {
         let ttr = self.u64()?;
         let created = self.u64()?;
         let (mut tube, mut deliveries, mut utube) = (DEFAULT_TUBE, 0, None);
+        let mut counts = JobCounts::default();
         if version >= 2 {
             tube = self.u16()?;
             deliveries = self.u16()?;
             let key_len = self.u16()? as usize;
             let key = self.take(key_len)?;
             utube = (flags & HAS_UTUBE != 0).then(|| keep(key));
+        }
+        if version >= 4 && flags & HAS_COUNTS != 0 {
+            counts = self.counts()?;
         }
         let len = self.u32()? as usize;
         let data = keep(self.take(len)?);
@@ -687,6 +723,17 @@ impl<'a> Body<'a> {
             tube,
             deliveries,
             utube,
+            counts,
+        })
+    }
+
+    /// A task's counters (version 4).
+    fn counts(&mut self) -> Result<JobCounts, String> {
+        Ok(JobCounts {
+            releases: self.u16()?,
+            buries: self.u16()?,
+            kicks: self.u16()?,
+            timeouts: self.u16()?,
         })
     }
 
@@ -721,6 +768,7 @@ impl<'a> Body<'a> {
             max_deliveries,
             dedup_window,
             temporary: flags & TEMPORARY != 0,
+            on_demand: flags & ON_DEMAND != 0,
         };
         Ok(StoredTube {
             ix,
@@ -757,6 +805,8 @@ pub enum Change {
         runat: Micros,
         /// Version 2: the delivery count.
         deliveries: Option<u16>,
+        /// Version 4: the task's counters (all zero when the record has none).
+        counts: Option<JobCounts>,
     },
     Remove {
         id: TaskId,
@@ -779,12 +829,15 @@ pub fn encode_commit(buf: &mut Vec<u8>, term: u64, history: u64) {
     buf.extend_from_slice(&history.to_le_bytes());
 }
 
+/// The body of a Status record; the task's counters end it only when one is not zero, so a
+/// take of a task never released, buried, kicked or timed out writes what it wrote before.
 pub fn encode_status(
     buf: &mut Vec<u8>,
     id: TaskId,
     status: Status,
     runat: Micros,
     deliveries: u16,
+    counts: &JobCounts,
 ) {
     let mut b = [0u8; 8 + 1 + 8 + 2];
     b[0..8].copy_from_slice(&id.to_le_bytes());
@@ -792,6 +845,9 @@ pub fn encode_status(
     b[9..17].copy_from_slice(&runat.to_le_bytes());
     b[17..19].copy_from_slice(&deliveries.to_le_bytes());
     buf.extend_from_slice(&b);
+    if !counts.is_zero() {
+        buf.extend_from_slice(&counts_bytes(counts));
+    }
 }
 
 /// Decodes the body of a WAL record of format `version`.
@@ -815,11 +871,17 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
             let status = status_from(b.u8()?)?;
             let runat = b.u64()?;
             let deliveries = if version >= 2 { Some(b.u16()?) } else { None };
+            let counts = match version {
+                ..=3 => None,
+                _ if b.is_empty() => Some(JobCounts::default()),
+                _ => Some(b.counts()?),
+            };
             Change::Status {
                 id,
                 status,
                 runat,
                 deliveries,
+                counts,
             }
         }
         Kind::Remove => Change::Remove { id: b.u64()? },

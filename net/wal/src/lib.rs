@@ -43,7 +43,7 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tarq_engine::{Event, Queue, Status, TaskId, TubeIx};
+use tarq_engine::{Event, JobCounts, Queue, Status, TaskId, TubeIx};
 
 #[cfg(feature = "test-storage")]
 pub use clock::ManualClock;
@@ -499,9 +499,16 @@ impl Wal {
         format::begin_record(&mut self.pending.buf, self.last_seq, kind)
     }
 
-    fn status_record(&mut self, id: TaskId, status: Status, runat: u64, deliveries: u16) {
+    fn status_record(
+        &mut self,
+        id: TaskId,
+        status: Status,
+        runat: u64,
+        deliveries: u16,
+        counts: &JobCounts,
+    ) {
         let at = self.record(Kind::Status);
-        format::encode_status(&mut self.pending.buf, id, status, runat, deliveries);
+        format::encode_status(&mut self.pending.buf, id, status, runat, deliveries, counts);
         format::end_small_record(&mut self.pending.buf, at);
     }
 
@@ -580,6 +587,7 @@ impl Wal {
         }
         let task = queue.get(id);
         let deliveries = task.map_or(0, |t| t.deliveries);
+        let counts = task.map_or_else(JobCounts::default, |t| t.counts);
         match ev {
             Event::Put { id } | Event::Updated { id } => match task {
                 Some(t) => {
@@ -614,7 +622,9 @@ impl Wal {
                 // Updated, then removed in this turn: the removal is logged next.
                 None => {}
             },
-            Event::Taken { id, .. } => self.status_record(id, Status::Taken, 0, deliveries),
+            Event::Taken { id, .. } => {
+                self.status_record(id, Status::Taken, 0, deliveries, &counts)
+            }
             Event::Released { id, runat } => {
                 self.open_needs_durability = true;
                 let status = if runat == 0 {
@@ -622,18 +632,18 @@ impl Wal {
                 } else {
                     Status::Waiting
                 };
-                self.status_record(id, status, runat, deliveries)
+                self.status_record(id, status, runat, deliveries, &counts)
             }
             Event::Promoted { id }
             | Event::TtrReturned { id }
             | Event::AutoReleased { id }
             | Event::Kicked { id } => {
                 self.open_needs_durability |= matches!(ev, Event::Kicked { .. });
-                self.status_record(id, Status::Ready, 0, deliveries)
+                self.status_record(id, Status::Ready, 0, deliveries, &counts)
             }
             Event::Buried { id } | Event::DeadLettered { id } => {
                 self.open_needs_durability |= matches!(ev, Event::Buried { .. });
-                self.status_record(id, Status::Buried, 0, deliveries)
+                self.status_record(id, Status::Buried, 0, deliveries, &counts)
             }
             _ => {}
         }

@@ -220,11 +220,16 @@ pub fn apply_change(
             status,
             runat,
             deliveries,
+            counts,
         } => {
             let r = q
                 .restore_status(id, status, runat)
                 .and_then(|()| match deliveries {
                     Some(d) => q.restore_deliveries(id, d),
+                    None => Ok(()),
+                })
+                .and_then(|()| match counts {
+                    Some(c) => q.restore_counts(id, c),
                     None => Ok(()),
                 });
             match r {
@@ -260,8 +265,15 @@ pub fn apply_change(
 }
 
 fn restore(q: &mut Queue, t: StoredTask) -> Option<String> {
-    let (id, tube) = (t.task.id, t.tube);
+    let (id, tube, counts) = (t.task.id, t.tube, t.counts);
     q.restore_in(tube, t.task, t.utube.as_deref(), t.deliveries)
+        .and_then(|()| {
+            if counts.is_zero() {
+                Ok(())
+            } else {
+                q.restore_counts(id, counts)
+            }
+        })
         .err()
         .map(|e| format!("task {id} in tube {tube}: {e}"))
 }

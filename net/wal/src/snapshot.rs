@@ -794,6 +794,14 @@ fn restore_part(
                 let task = t.task.clone().map_data(|s| block.at(s));
                 queue
                     .restore_in(tube, task, t.utube.map(|s| block.at(s)), t.deliveries)
+                    .and_then(|()| {
+                        // Few tasks have counters: the rest pay this test only.
+                        if t.counts.is_zero() {
+                            Ok(())
+                        } else {
+                            queue.restore_counts(id, t.counts)
+                        }
+                    })
                     .map_err(|e| {
                         format!("block at offset {offset}: task {id} in tube {tube}: {e}")
                     })?;

@@ -5,7 +5,9 @@
 //! by the decoder, never a panic.
 
 use proptest::prelude::*;
-use tarq_engine::{RestoredTask, Status, TaskRef, TubeInfo, TubeNumbers, TubeOptions, TubeType};
+use tarq_engine::{
+    JobCounts, RestoredTask, Status, TaskRef, TubeInfo, TubeNumbers, TubeOptions, TubeType,
+};
 use tarq_wal::format::{self, Change, Frame, Kind, MAX_PAYLOAD_BYTES, MAX_RECORD_BODY};
 use tarq_wal::{check_payload, TooLarge};
 
@@ -45,8 +47,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn a_task_record_decodes_to_the_task(parts in task_parts(), replace in any::<bool>()) {
+    fn a_task_record_decodes_to_the_task(
+        parts in task_parts(),
+        replace in any::<bool>(),
+        c in (0u16..3, 0u16..3, any::<u16>(), any::<u16>()),
+    ) {
         let ((id, st, runat, pri), (ttl, ttr, created, tube, deliveries), utube, data) = parts;
+        let counts = JobCounts { releases: c.0, buries: c.1, kicks: c.2, timeouts: c.3 };
         let t = TaskRef {
             id,
             status: status(st),
@@ -60,6 +67,7 @@ proptest! {
             tube,
             deliveries,
             utube: utube.as_deref(),
+            counts,
         };
         let kind = if replace { Kind::Replace } else { Kind::Put };
         let mut buf = Vec::new();
@@ -79,6 +87,7 @@ proptest! {
         prop_assert_eq!(stored.tube, tube);
         prop_assert_eq!(stored.deliveries, deliveries);
         prop_assert_eq!(stored.utube.as_deref(), utube.as_deref());
+        prop_assert_eq!(stored.counts, counts);
 
         // Every cut is incomplete, every flipped byte is refused or decodes without panic.
         for cut in [0, 1, 23, 24, buf.len() - 1] {
@@ -93,7 +102,7 @@ proptest! {
             Kind::TubeCreate, Kind::TubeDrop, Kind::TubeTruncate, Kind::Dedup, Kind::SnapTasks]
             .get(kind as usize % 10)
         {
-            for version in [1, 2] {
+            for version in 1..=format::FORMAT_VERSION {
                 let _ = format::decode_change(*k, &bytes, version);
             }
         }
@@ -103,12 +112,13 @@ proptest! {
     fn a_tube_and_a_dedup_key_decode_to_themselves(
         ix in any::<u16>(), kind in 0usize..5, ttl in any::<Option<u64>>(), ttr in any::<Option<u64>>(),
         pri in any::<i64>(), capacity in any::<u64>(), max_deliveries in any::<u16>(),
-        dedup_window in any::<u64>(), temporary in any::<bool>(), name in "[a-z0-9_]{1,200}",
+        dedup_window in any::<u64>(), temporary in any::<bool>(), on_demand in any::<bool>(),
+        name in "[a-z0-9_]{1,200}",
         key in proptest::collection::vec(any::<u8>(), 0..=256), id in any::<u64>(), expires in any::<u64>(),
         next in any::<u64>(), legacy_below in any::<u64>(),
     ) {
         let kinds = [TubeType::Fifo, TubeType::FifoTtl, TubeType::LimFifoTtl, TubeType::Utube, TubeType::UtubeTtl];
-        let opts = TubeOptions { ttl, ttr, pri, capacity, max_deliveries, dedup_window, temporary };
+        let opts = TubeOptions { ttl, ttr, pri, capacity, max_deliveries, dedup_window, temporary, on_demand };
         let numbers = TubeNumbers { next, legacy_below };
         let info = TubeInfo { ix, name: &name, kind: kinds[kind], opts, numbers };
         let mut buf = Vec::new();
@@ -141,7 +151,44 @@ fn task_with(data: &[u8], utube: Option<&[u8]>) -> TaskRef<'static> {
         tube: 0,
         deliveries: 0,
         utube,
+        counts: JobCounts::default(),
     }
+}
+
+/// A Status record carries the task's counters only when one is not zero; a version 4 reader
+/// takes a record without them as all zero, an older version's as none said.
+#[test]
+fn a_status_record_carries_counters_only_when_there_are_some() {
+    let decode = |counts: &JobCounts, version| {
+        let mut buf = Vec::new();
+        format::encode_status(&mut buf, 9, Status::Ready, 0, 3, counts);
+        let len = buf.len();
+        match format::decode_change(Kind::Status, &buf, version) {
+            Ok(Change::Status {
+                id: 9,
+                deliveries: Some(3),
+                counts,
+                ..
+            }) => (len, counts),
+            _ => panic!("not the status written"),
+        }
+    };
+    let zero = JobCounts::default();
+    let some = JobCounts {
+        releases: 1,
+        buries: 2,
+        kicks: 3,
+        timeouts: u16::MAX,
+    };
+    assert_eq!(decode(&zero, 4), (19, Some(zero)));
+    assert_eq!(decode(&some, 4), (27, Some(some)));
+    // A version 3 Status record is the 19 bytes with no counters.
+    let mut v3 = Vec::new();
+    format::encode_status(&mut v3, 9, Status::Ready, 0, 3, &zero);
+    assert!(matches!(
+        format::decode_change(Kind::Status, &v3, 3),
+        Ok(Change::Status { counts: None, .. })
+    ));
 }
 
 #[test]

@@ -64,13 +64,18 @@ fn model(q: &Queue, now: Micros) -> BTreeSet<String> {
     }
     for t in q.iter() {
         let max = q.tube_info(t.tube).expect("live tube").opts.max_deliveries;
+        let mut counts = t.counts;
         let (status, runat) = match t.status {
-            Status::Taken if max > 0 && t.deliveries >= max => (Status::Buried, 0),
+            Status::Taken if max > 0 && t.deliveries >= max => {
+                // Recovery's return past max_deliveries buries it, and counts the bury.
+                counts.buries = counts.buries.saturating_add(1);
+                (Status::Buried, 0)
+            }
             Status::Taken => (Status::Ready, 0),
             s => (s, t.runat),
         };
         out.insert(format!(
-            "task {} tube {} {status:?} {runat} pri {} ttl {:?} ttr {:?} created {} deliveries {} utube {:?} data {:?}",
+            "task {} tube {} {status:?} {runat} pri {} ttl {:?} ttr {:?} created {} deliveries {} utube {:?} counts {counts:?} data {:?}",
             t.id, t.tube, t.pri, t.ttl, t.ttr, t.created, t.deliveries, t.utube, t.data
         ));
     }
@@ -137,6 +142,8 @@ impl Driver {
             max_deliveries: self.next(3) as u16,
             dedup_window: if self.next(2) == 0 { 5 * SEC } else { 0 },
             temporary: false,
+            // From the create count, not the generator: the workload stays as it was.
+            on_demand: self.n.is_multiple_of(4),
         };
         let _ = q.create_tube(&format!("t{}", self.n), kind, opts);
     }
@@ -796,6 +803,35 @@ fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
         }
         other => panic!("expected UnsupportedFormat, got {:?}", other.map(|x| x.2)),
     }
+}
+
+/// A data directory of format 3 (before per-task counters) opens, its tasks with no
+/// counters; new records carrying counters go beside it in format 4, and the mixed directory
+/// opens again, before and after a snapshot.
+#[test]
+fn a_version_3_data_directory_opens_and_takes_counters_from_then_on() {
+    let storage = MemStorage::new();
+    write_v3_dir(&storage);
+    let (mut wal, mut q, report) = open(&storage);
+    assert!(report.snapshot.is_some(), "{report:?}");
+    assert_eq!(q.len(), 5);
+    assert!(q.iter().all(|t| t.counts.is_zero()));
+    // Counters from now on, in format-4 records beside the format-3 ones.
+    let id = q.take(START, 1).expect("ready").id;
+    q.release(START, 1, id, 0).expect("held");
+    q.bury(tarq_engine::DEFAULT_TUBE, id).expect("live");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let want = model(&q, START);
+    assert_eq!(q.get(id).expect("live").counts.releases, 1);
+    drop(wal);
+    let (mut wal, mut q, _) = open(&storage);
+    assert_eq!(model(&q, START), want);
+    wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+    drop(wal);
+    let (_wal, q, _) = open(&storage);
+    assert_eq!(model(&q, START), want);
+    let t = q.get(id).expect("live");
+    assert_eq!((t.counts.releases, t.counts.buries), (1, 1));
 }
 
 /// Format 3: each turn carries its leader's term and the log's history id, a snapshot carries

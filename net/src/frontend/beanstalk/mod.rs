@@ -252,8 +252,8 @@ impl Server {
                 Some(t) => {
                     let bs = self.bs(idx);
                     let old = std::mem::replace(&mut bs.used, t);
-                    self.beanstalk.tube_mut(old).using -= 1;
                     self.beanstalk.tube_mut(t).using += 1;
+                    self.beanstalk.stop_using(old);
                     self.bs_answer(idx, Out::Using { tube });
                 }
                 None => self.bs_answer(idx, Out::OutOfMemory),
@@ -265,6 +265,8 @@ impl Server {
                 self.bs_reserve(idx, timeout)
             }
             Bs::ReserveJob { id } => {
+                // beanstalkd counts the connection a worker for a reserve-job too.
+                self.bs(idx).worker = true;
                 self.bs_dispatch(idx, Reply::Reserve, Command::TakeTask { id })
             }
             Bs::Delete { id } => self.bs_delete(idx, id),
@@ -312,13 +314,22 @@ impl Server {
             }
             Bs::KickJob { id } => self.bs_dispatch(idx, Reply::KickJob, Command::KickTask { id }),
             Bs::StatsJob { id } => self.bs_stats_job(idx, id),
-            Bs::StatsTube { tube } => self.bs_stats_tube(idx, tube),
-            Bs::Stats => self.bs_stats(idx),
-            Bs::ListTubes => self.reply_with_queue(idx, |out, q| {
-                tarq_beanstalk::ok_yaml(out, |o| {
-                    tarq_beanstalk::write_list(o, q.tubes().map(|t| t.name))
+            Bs::StatsTube { tube } => {
+                self.collect_tubes();
+                self.bs_stats_tube(idx, tube)
+            }
+            Bs::Stats => {
+                self.collect_tubes();
+                self.bs_stats(idx)
+            }
+            Bs::ListTubes => {
+                self.collect_tubes();
+                self.reply_with_queue(idx, |out, q| {
+                    tarq_beanstalk::ok_yaml(out, |o| {
+                        tarq_beanstalk::write_list(o, q.tubes().map(|t| t.name))
+                    })
                 })
-            }),
+            }
             Bs::ListTubeUsed => {
                 let used = self.bs(idx).used;
                 let name = self.tube_name(used);
@@ -331,18 +342,22 @@ impl Server {
                     tarq_beanstalk::write_list(o, names.iter().map(String::as_str))
                 });
             }
-            Bs::PauseTube { tube, delay } => match self.queue().tube_ix(tube) {
-                Some(t) => {
-                    // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so its
-                    // waiters wake), not to a second.
-                    let until = self.now().saturating_add(secs(delay));
-                    let st = self.beanstalk.tube_mut(t);
-                    st.cmd_pause_tube += 1;
-                    st.pause = Some((until, delay));
-                    self.bs_answer(idx, Out::Paused);
+            Bs::PauseTube { tube, delay } => {
+                // A tube forgotten once empty and unused is not found, as in beanstalkd.
+                self.collect_tubes();
+                match self.queue().tube_ix(tube) {
+                    Some(t) => {
+                        // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so
+                        // its waiters wake), not to a second.
+                        let until = self.now().saturating_add(secs(delay));
+                        let st = self.beanstalk.tube_mut(t);
+                        st.cmd_pause_tube += 1;
+                        st.pause = Some((until, delay));
+                        self.bs_answer(idx, Out::Paused);
+                    }
+                    None => self.bs_answer(idx, Out::NotFound),
                 }
-                None => self.bs_answer(idx, Out::NotFound),
-            },
+            }
             Bs::Quit => self.close_quietly(idx, "quit"),
         }
     }
@@ -506,7 +521,7 @@ impl Server {
             Some(p) => {
                 let t = bs.watched.swap_remove(p);
                 let count = bs.watched.len() as u64;
-                self.beanstalk.tube_mut(t).watching -= 1;
+                self.beanstalk.stop_watching(t);
                 self.bs_answer(idx, Out::Watching { count });
             }
             None => {

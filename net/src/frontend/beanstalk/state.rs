@@ -2,7 +2,9 @@
 //! tube what only beanstalk has — how many connections use and watch it, its `cmd-delete` and
 //! `cmd-pause-tube` counts, and its pause. The pause is the server's to enforce (a paused
 //! tube's tasks are handed to no take, on either protocol, until it ends), so the loop reads
-//! [`BeanstalkState::paused`] and wakes at [`BeanstalkState::next_unpause`].
+//! [`BeanstalkState::paused`] and wakes at [`BeanstalkState::next_unpause`]. It also lists
+//! the tubes nothing uses any more ([`BeanstalkState::orphans`]): a tube `use` or `watch` made
+//! goes once it is empty too, as beanstalkd forgets it (`Server::collect_tubes`).
 
 use tarq_beanstalk::CommandKind;
 use tarq_engine::{Micros, TubeIx};
@@ -20,7 +22,7 @@ pub struct TubeState {
     pub pause: Option<(Micros, u32)>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BeanstalkState {
     /// Commands run, by [`CommandKind::ALL`] position.
     cmds: [u64; CommandKind::ALL.len()],
@@ -34,8 +36,36 @@ pub struct BeanstalkState {
     tubes: Vec<TubeState>,
     /// A put's wrapped body, reused.
     pub scratch: Vec<u8>,
+    /// Tubes the last connection using or watching them let go of, to drop once empty if
+    /// `use` / `watch` made them (a tube with tasks waits here until its last one goes).
+    pub orphans: Vec<TubeIx>,
+    /// Every made-on-demand tube is to be looked at: no connection uses any after a start,
+    /// and a node that did not lead kept none.
+    pub rescan: bool,
+    /// Jobs put into and TTRs run out in tubes dropped since start: `stats`'s `total-jobs`
+    /// and `job-timeouts` count them, as beanstalkd's do.
+    pub dropped_puts: u64,
+    pub dropped_timeouts: u64,
     /// A reserve's watched tubes, reused.
     pub tubes_scratch: Vec<TubeIx>,
+}
+
+impl Default for BeanstalkState {
+    fn default() -> Self {
+        BeanstalkState {
+            cmds: [0; CommandKind::ALL.len()],
+            errors: 0,
+            connections: 0,
+            connections_accepted: 0,
+            tubes: Vec::new(),
+            scratch: Vec::new(),
+            tubes_scratch: Vec::new(),
+            orphans: Vec::new(),
+            rescan: true,
+            dropped_puts: 0,
+            dropped_timeouts: 0,
+        }
+    }
 }
 
 impl BeanstalkState {
@@ -73,11 +103,14 @@ impl BeanstalkState {
         s.using > 0 || s.watching > 0
     }
 
-    /// A dropped tube's figures go with it (its index may be reused).
-    pub fn forget_tube(&mut self, t: TubeIx) {
+    /// A dropped tube's figures go with it (its index may be reused); its puts and TTRs run
+    /// out stay in the server's totals.
+    pub fn forget_tube(&mut self, t: TubeIx, last: &tarq_engine::Stats) {
         if let Some(s) = self.tubes.get_mut(t as usize) {
             *s = TubeState::default();
         }
+        self.dropped_puts += last.puts;
+        self.dropped_timeouts += last.ttr_returned;
     }
 
     /// Whether `t` is paused at `now`.
@@ -109,9 +142,28 @@ impl BeanstalkState {
 
     /// A closing connection lets go of the tubes it used and watched.
     pub fn release_tubes(&mut self, used: TubeIx, watched: &[TubeIx]) {
-        self.tube_mut(used).using -= 1;
+        self.stop_using(used);
         for &t in watched {
-            self.tube_mut(t).watching -= 1;
+            self.stop_watching(t);
+        }
+    }
+
+    /// A connection's `use` moved off `t` (or it closed).
+    pub fn stop_using(&mut self, t: TubeIx) {
+        self.tube_mut(t).using -= 1;
+        self.let_go(t);
+    }
+
+    /// A connection ignores `t` (or it closed).
+    pub fn stop_watching(&mut self, t: TubeIx) {
+        self.tube_mut(t).watching -= 1;
+        self.let_go(t);
+    }
+
+    /// `t` is an orphan once nothing uses or watches it.
+    fn let_go(&mut self, t: TubeIx) {
+        if !self.in_use(t) && !self.orphans.contains(&t) {
+            self.orphans.push(t);
         }
     }
 }
@@ -164,7 +216,31 @@ mod tests {
         s.release_tubes(0, &[1]);
         assert!(!s.in_use(1));
         s.tube_mut(1).cmd_delete = 5;
-        s.forget_tube(1);
+        let last = tarq_engine::Stats {
+            puts: 3,
+            ttr_returned: 1,
+            ..Default::default()
+        };
+        s.forget_tube(1, &last);
         assert_eq!(s.tube(1), TubeState::default());
+        assert_eq!((s.dropped_puts, s.dropped_timeouts), (3, 1));
+    }
+
+    #[test]
+    fn a_tube_is_an_orphan_once_the_last_user_and_watcher_let_go() {
+        let mut s = BeanstalkState::default();
+        for _ in 0..2 {
+            s.tube_mut(4).using += 1;
+        }
+        s.tube_mut(4).watching += 1;
+        s.stop_using(4);
+        s.stop_watching(4);
+        assert!(s.orphans.is_empty(), "still used by one connection");
+        s.release_tubes(4, &[]);
+        assert_eq!(s.orphans, [4]);
+        // Let go of again after a new user: listed once.
+        s.tube_mut(4).watching += 1;
+        s.stop_watching(4);
+        assert_eq!(s.orphans, [4]);
     }
 }

@@ -63,10 +63,10 @@ impl Server {
                 time_left: whole_secs(time_left),
                 file: 0,
                 reserves: t.deliveries as u32,
-                timeouts: 0,
-                releases: 0,
-                buries: 0,
-                kicks: 0,
+                timeouts: u32::from(t.counts.timeouts),
+                releases: u32::from(t.counts.releases),
+                buries: u32::from(t.counts.buries),
+                kicks: u32::from(t.counts.kicks),
             };
             ok_yaml(out, |o| stats.write_yaml(o));
         });
@@ -158,8 +158,8 @@ impl Server {
             cmd_list_tube_used: b.cmds(CommandKind::ListTubeUsed),
             cmd_list_tubes_watched: b.cmds(CommandKind::ListTubesWatched),
             cmd_pause_tube: b.cmds(CommandKind::PauseTube),
-            job_timeouts: sum(|s| s.ttr_returned),
-            total_jobs: sum(|s| s.puts),
+            job_timeouts: sum(|s| s.ttr_returned) + b.dropped_timeouts,
+            total_jobs: sum(|s| s.puts) + b.dropped_puts,
             max_job_size,
             current_tubes: snapshot.tubes.len() as u64,
             current_connections: b.connections,

@@ -418,6 +418,7 @@ mod tests {
             tube: 0,
             deliveries: 0,
             utube: None,
+            counts: Default::default(),
         };
         let mut out = Vec::new();
         write_task(&mut out, &t);

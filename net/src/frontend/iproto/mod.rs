@@ -5,6 +5,7 @@
 //! shape the asking API expects ([`Style`]).
 
 pub mod calls;
+pub mod tostring;
 mod tube_api;
 pub mod tubes;
 

@@ -11,6 +11,7 @@ use tarq_iproto::mp::write;
 use tarq_iproto::mp::Reader;
 use tarq_iproto::response;
 
+use super::tostring::NumberText;
 use super::tubes::{self, Method, Name, TubeCall};
 use super::{one_value, Reply, Style};
 use crate::frontend::ReplyTo;
@@ -55,7 +56,8 @@ impl Server {
             let msg = format!("Procedure '{function}' is not defined");
             return response::error(self.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
         };
-        match tubes::method(function, method, args) {
+        let mut key = NumberText::default();
+        match tubes::method(function, method, args, &mut key) {
             Ok(method) => self.run_method(idx, r, tube, method),
             Err(e) => super::call_error(self.reply_buf(idx), r.sync, &e),
         }
@@ -87,6 +89,18 @@ impl Server {
         let command = match call {
             TubeCall::CreateTube {
                 name,
+                opts,
+                if_not_exists,
+                ..
+            } if self.in_replicaset
+                && opts.temporary
+                && !(if_not_exists && self.queue().tube_ix(name).is_some()) =>
+            {
+                let msg = "Cannot create temporary tube in replicaset mode";
+                return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, msg);
+            }
+            TubeCall::CreateTube {
+                name,
                 kind,
                 opts,
                 if_not_exists,
@@ -110,11 +124,31 @@ impl Server {
                     return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
                 }
             },
-            TubeCall::Statistics { tube: None } => return self.all_statistics(idx, r),
+            TubeCall::Statistics { tube: None } => {
+                // Tubes beanstalk's `use` made and left empty are gone first, as in its list.
+                self.collect_tubes();
+                return self.all_statistics(idx, r);
+            }
             TubeCall::Identify { uuid } => return self.identify(idx, r, uuid),
-            TubeCall::Cfg { ttr } => {
+            TubeCall::Cfg { ttr, in_replicaset } => {
                 if let Some(ttr) = ttr {
                     self.tube_sessions.set_ttr(ttr);
+                }
+                self.in_replicaset = in_replicaset;
+                // As the original: with temporary tubes present the mode stays off, logged.
+                if in_replicaset {
+                    let temporary: Vec<String> = (self.queue().tubes())
+                        .filter(|t| t.opts.temporary)
+                        .map(|t| t.name.to_string())
+                        .collect();
+                    if !temporary.is_empty() {
+                        self.in_replicaset = false;
+                        tracing::error!(
+                            "queue.cfg: cannot set `in_replicaset = true`: temporary tube(s) \
+                             exist: {}",
+                            temporary.join(", ")
+                        );
+                    }
                 }
                 return response::empty_data(self.reply_buf(idx), r.sync);
             }

@@ -13,6 +13,7 @@ use tarq_engine::{
 use tarq_iproto::mp::{write, Reader};
 
 use super::calls::{self, bad, kind, mp, read_options, seconds, task_id, CallError};
+use super::tostring::{self, NumberText};
 
 /// Most items one `put_many`, `take_many` or `ack_many` handles.
 pub const MAX_BATCH: u32 = 10_000;
@@ -41,9 +42,12 @@ pub enum TubeCall<'a> {
     Identify {
         uuid: Option<&'a [u8]>,
     },
-    /// `queue.cfg{ttr = N}`: how long a disconnected session keeps its tasks.
+    /// `queue.cfg{ttr = N, in_replicaset = B}`: how long a disconnected session keeps its
+    /// tasks; whether temporary tubes are refused (false unless given, on every call, as the
+    /// original resets it).
     Cfg {
         ttr: Option<Micros>,
+        in_replicaset: bool,
     },
     State,
 }
@@ -142,10 +146,11 @@ pub fn parse<'a>(
     ns: &str,
     function: &'a str,
     args: &'a [u8],
+    key: &'a mut NumberText,
 ) -> Option<Result<TubeCall<'a>, CallError>> {
     Some(match split(ns, function)? {
         Ok(Name::Method { tube, method: name }) => {
-            method(function, name, args).map(|method| TubeCall::Method { tube, method })
+            method(function, name, args, key).map(|method| TubeCall::Method { tube, method })
         }
         Ok(Name::Module(call)) => module_call(function, call, args),
         Err(e) => Err(e),
@@ -153,12 +158,17 @@ pub fn parse<'a>(
 }
 
 /// The args of method `name` (of `function`, named in the error of a method the API does not
-/// have).
+/// have). A put's utube key that is a number is written into `key` as the original's text.
 #[inline]
-pub fn method<'a>(function: &str, name: &str, args: &'a [u8]) -> Result<Method<'a>, CallError> {
+pub fn method<'a>(
+    function: &str,
+    name: &str,
+    args: &'a [u8],
+    key: &'a mut NumberText,
+) -> Result<Method<'a>, CallError> {
     let mut r = Reader::new(args);
     let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
-    method_args(name, &mut r, n)?.ok_or_else(|| CallError::NoSuchProc(function.to_string()))
+    method_args(name, &mut r, n, key)?.ok_or_else(|| CallError::NoSuchProc(function.to_string()))
 }
 
 /// The args of the module's call `call` (of `function`).
@@ -285,6 +295,7 @@ fn flag(r: &mut Reader<'_>, name: &str) -> Result<bool, CallError> {
 
 fn cfg<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
     let mut ttr = None;
+    let mut in_replicaset = false;
     if n >= 1 {
         read_options(r, |name, r| {
             match name {
@@ -299,14 +310,26 @@ fn cfg<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
                     ttr = Some((s.min(calls::MAX_SECONDS) * 1e6).round() as Micros);
                 }
                 "in_replicaset" => {
-                    flag(r, name)?;
+                    let value = r.skip_value().map_err(|e| mp(name, e))?;
+                    in_replicaset = match value {
+                        [0xc3] => true,
+                        [0xc2] => false,
+                        _ => {
+                            let mut room = NumberText::default();
+                            let text = tostring::scalar(value, &mut room).map_or_else(
+                                || kind(&Reader::new(value)).to_string(),
+                                |t| String::from_utf8_lossy(t).into_owned(),
+                            );
+                            return Err(bad(format!("Invalid value of in_replicaset: {text}")));
+                        }
+                    };
                 }
                 other => return Err(bad(format!("Unknown option {other}"))),
             }
             Ok(())
         })?;
     }
-    Ok(TubeCall::Cfg { ttr })
+    Ok(TubeCall::Cfg { ttr, in_replicaset })
 }
 
 /// The args of a method; `None` for a method the API does not have.
@@ -315,10 +338,11 @@ fn method_args<'a>(
     method: &str,
     r: &mut Reader<'a>,
     n: u32,
+    key: &'a mut NumberText,
 ) -> Result<Option<Method<'a>>, CallError> {
     let id = |r: &mut Reader<'_>| task_id(r, n);
     Ok(Some(match method {
-        "put" => put(r, n)?,
+        "put" => put(r, n, key)?,
         "take" => Method::Take {
             timeout: take_timeout(r, n)?,
         },
@@ -349,7 +373,7 @@ fn method_args<'a>(
                     .map_err(|_| bad(format!("kick count must be an integer, got {got}")))?
             },
         },
-        "put_many" => put_many(r, n)?,
+        "put_many" => put_many(r, n, key)?,
         "take_many" => {
             let got = kind(r);
             let count = if n == 0 {
@@ -402,32 +426,43 @@ fn batch<'a, T>(
     (0..len).map(|_| item(r)).collect()
 }
 
-fn put_many<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
+fn put_many<'a>(
+    r: &mut Reader<'a>,
+    n: u32,
+    key: &'a mut NumberText,
+) -> Result<Method<'a>, CallError> {
     let items = batch(r, n, "put_many", |r| {
         r.skip_value().map_err(|e| mp("task data", e))
     })?;
     // The options are put's; a batch never waits for room.
-    let Method::Put { opts, .. } = put_options(&[0xc0], r, n)? else {
+    let Method::Put { opts, .. } = put_options(&[0xc0], r, n, key)? else {
         unreachable!("put_options makes a Put")
     };
     Ok(Method::PutMany { items, opts })
 }
 
 #[inline]
-fn put<'a>(r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
+fn put<'a>(r: &mut Reader<'a>, n: u32, key: &'a mut NumberText) -> Result<Method<'a>, CallError> {
     if n == 0 {
         return Err(bad(
             "put needs the task data (nil is data; no argument is not)",
         ));
     }
     let data = r.skip_value().map_err(|e| mp("task data", e))?;
-    put_options(data, r, n)
+    put_options(data, r, n, key)
 }
 
-/// The options of a put (the argument after the data, of `n`) around `data`.
-fn put_options<'a>(data: &'a [u8], r: &mut Reader<'a>, n: u32) -> Result<Method<'a>, CallError> {
+/// The options of a put (the argument after the data, of `n`) around `data`; `key` holds the
+/// text of a numeric utube key.
+fn put_options<'a>(
+    data: &'a [u8],
+    r: &mut Reader<'a>,
+    n: u32,
+    key: &'a mut NumberText,
+) -> Result<Method<'a>, CallError> {
     let mut opts = TubePut::default();
     let mut wait = 0;
+    let mut utube = None;
     if n >= 2 {
         read_options(r, |name, r| {
             match name {
@@ -435,7 +470,7 @@ fn put_options<'a>(data: &'a [u8], r: &mut Reader<'a>, n: u32) -> Result<Method<
                 "ttl" => opts.ttl = Some(seconds(r, name, false)?),
                 "ttr" => opts.ttr = Some(seconds(r, name, false)?),
                 "pri" => opts.pri = Some(calls::priority(r)?),
-                "utube" => opts.utube = utube_key(r)?,
+                "utube" => utube = Some(r.skip_value().map_err(|e| mp(name, e))?),
                 "timeout" => wait = seconds(r, name, true)?,
                 "dedup_key" => {
                     opts.dedup_key = Some(
@@ -451,31 +486,23 @@ fn put_options<'a>(data: &'a [u8], r: &mut Reader<'a>, n: u32) -> Result<Method<
             Ok(())
         })?;
     }
+    // The last value given wins, as in a Lua table; it is read once the map is done, so
+    // `key` is written once.
+    if let Some(value) = utube {
+        opts.utube = utube_key(value, key)?;
+    }
     Ok(Method::Put { data, opts, wait })
 }
 
-/// The utube key as the original's `tostring(opts.utube)` makes it: strings as they are,
-/// numbers and booleans in their Lua text. The text of a number is the request's own bytes
-/// re-read, so it borrows nothing new: integers only (a float key is refused).
-fn utube_key<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], CallError> {
-    use rmp::Marker as M;
-    match r.peek_marker() {
-        Ok(M::FixStr(_) | M::Str8 | M::Str16 | M::Str32 | M::Bin8 | M::Bin16 | M::Bin32) => {
-            r.read_str_or_bin().map_err(|e| mp("option 'utube'", e))
-        }
-        Ok(M::True) => {
-            r.skip_value().map_err(|e| mp("option 'utube'", e))?;
-            Ok(b"true")
-        }
-        Ok(M::False) => {
-            r.skip_value().map_err(|e| mp("option 'utube'", e))?;
-            Ok(b"false")
-        }
-        _ => Err(bad(format!(
-            "option 'utube' must be a string or a boolean, got {}",
-            kind(r)
-        ))),
-    }
+/// The utube key as the original's `tostring(opts.utube)` makes it from any scalar: strings
+/// as they are, numbers and booleans in their Lua text (`1` and `'1'` name one utube).
+fn utube_key<'a>(value: &'a [u8], key: &'a mut NumberText) -> Result<&'a [u8], CallError> {
+    tostring::scalar(value, key).ok_or_else(|| {
+        bad(format!(
+            "option 'utube' must be a string, a number or a boolean, got {}",
+            kind(&Reader::new(value))
+        ))
+    })
 }
 
 #[inline]
@@ -636,6 +663,11 @@ pub fn uuid_text(u: &[u8; 16]) -> String {
 mod tests {
     use super::*;
 
+    /// Room for a numeric utube key that lives as long as the test.
+    fn key() -> &'static mut NumberText {
+        Box::leak(Box::default())
+    }
+
     fn args(build: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
         let mut v = Vec::new();
         build(&mut v);
@@ -653,7 +685,9 @@ mod tests {
             write::str(o, "pri");
             write::sint(o, -3);
         });
-        let call = parse("queue", "queue.tube.jobs:put", &a).unwrap().unwrap();
+        let call = parse("queue", "queue.tube.jobs:put", &a, key())
+            .unwrap()
+            .unwrap();
         let TubeCall::Method {
             tube,
             method: Method::Put { data, opts, wait },
@@ -668,39 +702,101 @@ mod tests {
         // Another namespace, as some clients use.
         let none = args(|o| write::array_len(o, 0));
         assert!(matches!(
-            parse("box.queue", "box.queue.tube.a.b:take", &none),
+            parse("box.queue", "box.queue.tube.a.b:take", &none, key()),
             Some(Ok(TubeCall::Method {
                 tube: "a.b",
                 method: Method::Take { timeout: None }
             }))
         ));
-        assert!(parse("box.queue", "queue.tube.a:take", &none).is_none());
+        assert!(parse("box.queue", "queue.tube.a:take", &none, key()).is_none());
+    }
+
+    #[test]
+    fn a_utube_key_is_the_text_of_any_scalar_and_the_last_given_wins() {
+        fn utube(a: &[u8]) -> Result<Vec<u8>, String> {
+            match parse("queue", "queue.tube.u:put", a, key()).unwrap() {
+                Ok(TubeCall::Method {
+                    method: Method::Put { opts, .. },
+                    ..
+                }) => Ok(opts.utube.to_vec()),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        let put = |value: &dyn Fn(&mut Vec<u8>)| {
+            args(|o| {
+                write::array_len(o, 2);
+                write::str(o, "x");
+                write::map_len(o, 1);
+                write::str(o, "utube");
+                value(o);
+            })
+        };
+        assert_eq!(utube(&put(&|o| write::uint(o, 1))), Ok(b"1".to_vec()));
+        assert_eq!(utube(&put(&|o| write::sint(o, -5))), Ok(b"-5".to_vec()));
+        assert_eq!(utube(&put(&|o| write::f64(o, 1.0))), Ok(b"1".to_vec()));
+        assert_eq!(utube(&put(&|o| write::f64(o, 1.5))), Ok(b"1.5".to_vec()));
+        assert_eq!(utube(&put(&|o| write::str(o, "1"))), Ok(b"1".to_vec()));
+        assert_eq!(utube(&put(&|o| write::bool(o, true))), Ok(b"true".to_vec()));
+        assert_eq!(
+            utube(&put(&|o| write::array_len(o, 0))),
+            Err("option 'utube' must be a string, a number or a boolean, got array".into())
+        );
+        let twice = args(|o| {
+            write::array_len(o, 2);
+            write::str(o, "x");
+            write::map_len(o, 2);
+            write::str(o, "utube");
+            write::uint(o, 7);
+            write::str(o, "utube");
+            write::sint(o, -8);
+        });
+        assert_eq!(utube(&twice), Ok(b"-8".to_vec()));
+        // put_many shares one key among its items.
+        let many = args(|o| {
+            write::array_len(o, 2);
+            write::array_len(o, 1);
+            write::str(o, "x");
+            write::map_len(o, 1);
+            write::str(o, "utube");
+            write::uint(o, 42);
+        });
+        let Ok(TubeCall::Method {
+            method: Method::PutMany { opts, .. },
+            ..
+        }) = parse("queue", "queue.tube.u:put_many", &many, key()).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(opts.utube, b"42");
     }
 
     #[test]
     fn unknown_methods_and_the_dot_form_are_refused_with_what_to_do() {
         let none = args(|o| write::array_len(o, 0));
         assert_eq!(
-            parse("queue", "queue.tube.q:fly", &none)
+            parse("queue", "queue.tube.q:fly", &none, key())
                 .unwrap()
                 .unwrap_err()
                 .to_string(),
             "Procedure 'queue.tube.q:fly' is not defined"
         );
-        let dot = parse("queue", "queue.tube.q.put", &none)
+        let dot = parse("queue", "queue.tube.q.put", &none, key())
             .unwrap()
             .unwrap_err();
         assert!(dot.to_string().contains("colon form"), "{dot}");
         // The seed's names are left to the seed.
-        assert!(parse("queue", "queue.put", &none).is_none());
-        assert!(parse("queue", "queue.stats", &none).is_none());
+        assert!(parse("queue", "queue.put", &none, key()).is_none());
+        assert!(parse("queue", "queue.stats", &none, key()).is_none());
     }
 
     #[test]
     fn take_touch_and_kick_read_their_arguments_as_the_original() {
         let none = args(|o| write::array_len(o, 0));
         fn t(a: &[u8]) -> TubeCall<'_> {
-            parse("queue", "queue.tube.q:take", a).unwrap().unwrap()
+            parse("queue", "queue.tube.q:take", a, key())
+                .unwrap()
+                .unwrap()
         }
         assert!(matches!(
             t(&none),
@@ -726,7 +822,7 @@ mod tests {
             write::uint(o, 0);
         });
         assert!(matches!(
-            parse("queue", "queue.tube.q:touch", &touch0)
+            parse("queue", "queue.tube.q:touch", &touch0, key())
                 .unwrap()
                 .unwrap(),
             TubeCall::Method {
@@ -735,7 +831,9 @@ mod tests {
             }
         ));
         assert!(matches!(
-            parse("queue", "queue.tube.q:kick", &none).unwrap().unwrap(),
+            parse("queue", "queue.tube.q:kick", &none, key())
+                .unwrap()
+                .unwrap(),
             TubeCall::Method {
                 method: Method::Kick { count: 1 },
                 ..
@@ -762,7 +860,9 @@ mod tests {
             kind,
             opts,
             if_not_exists,
-        } = parse("queue", "queue.create_tube", &a).unwrap().unwrap()
+        } = parse("queue", "queue.create_tube", &a, key())
+            .unwrap()
+            .unwrap()
         else {
             panic!()
         };
@@ -776,7 +876,7 @@ mod tests {
             write::str(o, "stack");
         });
         assert_eq!(
-            parse("queue", "queue.create_tube", &bad_type)
+            parse("queue", "queue.create_tube", &bad_type, key())
                 .unwrap()
                 .unwrap_err()
                 .to_string(),
@@ -789,7 +889,7 @@ mod tests {
             write::uint(o, 1);
         });
         assert_eq!(
-            parse("queue", "queue.cfg", &cfg)
+            parse("queue", "queue.cfg", &cfg, key())
                 .unwrap()
                 .unwrap_err()
                 .to_string(),

@@ -39,13 +39,11 @@ const PRI = 65536;
 const TTR = 60;
 // An id no fresh server holds.
 const MISSING_ID = 999999;
-// Every tube the flow makes (list-tubes shows only these and `default`: tarq's tubes persist).
+// Every tube the flow makes.
 const TUBES = ['flow', 'short', 'wait', 'gone', 'paused'];
 // The keys of stats-job and stats-tube that protocol.txt lists, in its order.
 const STATS_JOB_KEYS = ['id', 'tube', 'state', 'pri', 'age', 'delay', 'ttr', 'time-left', 'file',
   'reserves', 'timeouts', 'releases', 'buries', 'kicks'];
-// Per-job counters tarq may count differently (a deviation the project has accepted).
-const JOB_COUNTERS_MAY_DIFFER = new Set(['timeouts', 'releases', 'buries', 'kicks']);
 const STATS_TUBE_KEYS = ['name', 'current-jobs-urgent', 'current-jobs-ready',
   'current-jobs-reserved', 'current-jobs-delayed', 'current-jobs-buried', 'total-jobs',
   'current-using', 'current-waiting', 'current-watching', 'pause', 'cmd-delete',
@@ -116,7 +114,6 @@ function statsJob(s) {
     else if (key === 'time-left' && s.state === 'delayed') v = bounded(v, s.delay);
     // tarq keeps only what is left of a delay (see greenstalk_flow.py)
     else if (key === 'delay' && s.state !== 'delayed') v = Number.isInteger(v) && v >= 0 ? 'n' : `${v}?`;
-    else if (JOB_COUNTERS_MAY_DIFFER.has(key)) v = Number.isInteger(v) && v >= 0 ? 'n' : `${v}?`;
     return `${key}=${v}`;
   }).join(' ');
 }
@@ -140,8 +137,9 @@ function stats(s) {
   return out.join(' ');
 }
 
+// list-tubes in name order, compared whole (see greenstalk_flow.py).
 function tubes(all) {
-  return list(all.filter((t) => TUBES.includes(t) || t === 'default').sort());
+  return list([...all].sort());
 }
 
 async function waitFor(what, cond) {
