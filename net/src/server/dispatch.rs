@@ -146,7 +146,7 @@ pub enum Command<'a> {
 
 impl Command<'_> {
     /// Whether the command changes the queue (refused while the journal cannot take changes).
-    fn changes(&self) -> bool {
+    pub(crate) fn changes(&self) -> bool {
         !matches!(
             self,
             Command::Peek { .. }
@@ -298,8 +298,18 @@ impl Server {
     }
 
     /// The journal's refusal of a change it cannot make durable, checked before the queue is
-    /// touched.
-    pub(crate) fn refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
+    /// touched (the journal reserves the room for the change's records otherwise).
+    pub(crate) fn refusal(&mut self, cmd: &Command<'_>) -> Option<Refusal> {
+        self.refusal_within(cmd, None)
+    }
+
+    /// [`refusal`](Self::refusal) with the room to reserve given (`None`: `cmd`'s own bound):
+    /// a batch reserves for all its items at once.
+    pub(crate) fn refusal_within(
+        &mut self,
+        cmd: &Command<'_>,
+        bytes: Option<u64>,
+    ) -> Option<Refusal> {
         // Only the primary's records change a replica's queue; a take would too. A cluster
         // node checks its fence here, before the change runs.
         if !cmd.reads_only() && !self.leads() {
@@ -312,16 +322,17 @@ impl Server {
         if cmd.needs_tube_journal() && self.journal.wants_events() && !self.journal.logs_tubes() {
             return Some(Refusal::NotDurable);
         }
-        let refuse = match cmd {
+        let admitted = match cmd {
             Command::Take { .. } | Command::TakeAny { .. } | Command::TakeTask { .. } => {
-                !self.journal.accepts_takes()
+                self.journal.admit_take()
             }
-            c => c.changes(),
+            c if c.changes() => {
+                let bytes = bytes.unwrap_or_else(|| self.record_bound(c));
+                self.journal.admit_change(bytes)
+            }
+            _ => Ok(()),
         };
-        if refuse {
-            return self.journal.writable().err().map(Refusal::Journal);
-        }
-        None
+        admitted.err().map(Refusal::Journal)
     }
 
     /// `data` as a handle into the big frame it arrived in, when that frame's buffer was

@@ -100,12 +100,15 @@ impl Journal for WalJournal {
         true
     }
 
-    fn writable(&self) -> Result<(), String> {
-        self.wal.check_writable().map_err(|e| e.to_string())
+    fn admit_change(&mut self, bytes: u64) -> Result<(), String> {
+        self.wal.reserve(bytes).map_err(|e| e.to_string())
     }
 
-    fn accepts_takes(&self) -> bool {
-        self.wal.accepts_takes()
+    fn admit_take(&mut self) -> Result<(), String> {
+        if !self.wal.accepts_takes() {
+            self.wal.check_writable().map_err(|e| e.to_string())?;
+        }
+        self.wal.reserve_take().map_err(|e| e.to_string())
     }
 
     fn figures(&self) -> Option<WalFigures> {
@@ -116,6 +119,9 @@ impl Journal for WalJournal {
         Some(WalFigures {
             records: s.records,
             bytes: s.bytes_written,
+            disk_full: u64::from(s.disk_full),
+            refusals: s.refusals,
+            allocated_ahead: s.allocated_ahead,
         })
     }
 
