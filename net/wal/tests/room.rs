@@ -348,3 +348,34 @@ fn a_real_segment_is_allocated_ahead_and_its_tail_given_back_at_the_stop() {
         Some(b"on disk".to_vec())
     );
 }
+
+#[test]
+fn a_snapshot_on_a_nearly_full_disk_cannot_take_the_logs_room() {
+    let storage = MemStorage::new();
+    let clock = ManualClock::new();
+    let (mut wal, mut q, _) = open(&storage, cfg(64 << 20), &clock);
+    let payload = vec![b's'; 1024];
+    let mut acked = BTreeMap::new();
+    for _ in 0..200 {
+        acked.insert(put(&mut wal, &mut q, &payload).unwrap(), payload.clone());
+    }
+    let free = 10 * 1024;
+    storage.set_space_left(Some(free));
+    wal.snapshot_now(&mut q, Duration::from_secs(20))
+        .expect_err("no room for a snapshot of 200 KiB");
+    let names = storage.list().unwrap();
+    assert!(
+        names.iter().all(|n| !n.ends_with(".inprogress")),
+        "the failed snapshot's file is gone: {names:?}"
+    );
+    assert_eq!(storage.space_left(), Some(free), "and its space is back");
+    // The log's room was allocated ahead: the snapshot could not take it.
+    for _ in 0..100 {
+        acked.insert(put(&mut wal, &mut q, &payload).unwrap(), payload.clone());
+    }
+    assert_eq!(wal.stats().write_errors, 0);
+    drop(wal);
+    storage.crash(Crash::Process);
+    let (_wal, q, _) = open(&storage, cfg(64 << 20), &clock);
+    assert_eq!(tasks(&q), acked);
+}
