@@ -2,8 +2,9 @@
 //! a filesystem does): a change the disk has no room for is refused before the queue changes,
 //! every admitted change is written (none waits for room), takes go on in the reserve, a retry
 //! finds room again by itself; rotation allocates the new segment before a change goes into
-//! it and gives back the old one's tail; a preallocated segment recovers, its tail given back;
-//! a filesystem without `fallocate` falls back to waiting for room.
+//! it and gives back the old one's tail; a preallocated segment recovers, its tail given back
+//! (and zeros past the records read as the end of the log); a snapshot on a nearly full disk
+//! cannot take the log's room; a filesystem without `fallocate` falls back to waiting for room.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
