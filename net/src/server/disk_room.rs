@@ -21,34 +21,44 @@ use super::Server;
 const PER_FREED_TASK_BYTES: u64 = 2 * SMALL_RECORD_BYTES;
 
 impl Server {
-    /// The most bytes of records `cmd` can add to the turn's batch (0 when no journal keeps
-    /// records).
+    /// The most bytes of records `cmd` can add to the turn's batch. Computed whatever the
+    /// journal (one that keeps no records ignores it): asking it first costs the hot path a
+    /// call more than the bound of a put does. The put and the ack are answered here, inline;
+    /// the rest out of line.
+    #[inline]
     pub(crate) fn record_bound(&self, cmd: &Command<'_>) -> u64 {
-        if !self.journal.wants_events() {
-            return 0;
-        }
-        let q = &self.queue;
-        let task = |id: TaskId| q.get(id).map_or(0, |t| task_record_bytes(t.data.len()));
-        let tube_stats = |tube| q.tube_stats(tube).unwrap_or_default();
         CHANGE_SLACK_BYTES
             + match *cmd {
                 Command::Put { data, .. } => task_record_bytes(data.len()),
                 Command::PutIn { data, .. } => task_record_bytes(data.len()) + DEDUP_RECORD_BYTES,
-                Command::Release { id, opts, .. } if opts.pri.is_some() || opts.ttl.is_some() => {
-                    task(id)
-                }
-                Command::Touch { id, .. } | Command::BuryTaken { id, .. } => task(id),
-                Command::Kick { tube, count } | Command::KickAny { tube, count } => {
-                    let s = tube_stats(tube);
-                    count.min(s.buried + s.waiting) * PER_FREED_TASK_BYTES
-                }
-                Command::ReleaseAll { tube } => tube_stats(tube).taken * PER_FREED_TASK_BYTES,
-                Command::CreateTube { .. }
-                | Command::DropTube { .. }
-                | Command::Truncate { .. } => TUBE_RECORD_BYTES,
-                // One status or removal record (ack, delete, bury, kick-job, reserve-job,
-                // release), within the slack.
-                _ => 0,
+                // One status or removal record, within the slack.
+                Command::Ack { .. } | Command::Delete { .. } => 0,
+                _ => self.rarer_record_bound(cmd),
             }
+    }
+
+    /// [`record_bound`](Self::record_bound) beyond the slack, for the commands off the
+    /// put → take → ack path.
+    #[inline(never)]
+    fn rarer_record_bound(&self, cmd: &Command<'_>) -> u64 {
+        let q = &self.queue;
+        let task = |id: TaskId| q.get(id).map_or(0, |t| task_record_bytes(t.data.len()));
+        let tube_stats = |tube| q.tube_stats(tube).unwrap_or_default();
+        match *cmd {
+            Command::Release { id, opts, .. } if opts.pri.is_some() || opts.ttl.is_some() => {
+                task(id)
+            }
+            Command::Touch { id, .. } | Command::BuryTaken { id, .. } => task(id),
+            Command::Kick { tube, count } | Command::KickAny { tube, count } => {
+                let s = tube_stats(tube);
+                count.min(s.buried + s.waiting) * PER_FREED_TASK_BYTES
+            }
+            Command::ReleaseAll { tube } => tube_stats(tube).taken * PER_FREED_TASK_BYTES,
+            Command::CreateTube { .. } | Command::DropTube { .. } | Command::Truncate { .. } => {
+                TUBE_RECORD_BYTES
+            }
+            // One status record (bury, kick-job, reserve-job, release), within the slack.
+            _ => 0,
+        }
     }
 }

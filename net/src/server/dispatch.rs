@@ -300,16 +300,39 @@ impl Server {
     /// The journal's refusal of a change it cannot make durable, checked before the queue is
     /// touched (the journal reserves the room for the change's records otherwise).
     pub(crate) fn refusal(&mut self, cmd: &Command<'_>) -> Option<Refusal> {
-        self.refusal_within(cmd, None)
+        if let Some(r) = self.role_refusal(cmd) {
+            return Some(r);
+        }
+        let admitted = match cmd {
+            Command::Take { .. } | Command::TakeAny { .. } | Command::TakeTask { .. } => {
+                self.journal.admit_take()
+            }
+            c if c.changes() => {
+                let bytes = self.record_bound(c);
+                self.journal.admit_change(bytes)
+            }
+            _ => return None,
+        };
+        admitted.err().map(Refusal::Journal)
     }
 
-    /// [`refusal`](Self::refusal) with the room to reserve given (`None`: `cmd`'s own bound):
-    /// a batch reserves for all its items at once.
-    pub(crate) fn refusal_within(
-        &mut self,
-        cmd: &Command<'_>,
-        bytes: Option<u64>,
-    ) -> Option<Refusal> {
+    /// [`refusal`](Self::refusal) of a batch whose first command is `first` and whose records
+    /// take at most `bytes`: the room for all its items is reserved at once.
+    pub(crate) fn batch_refusal(&mut self, first: &Command<'_>, bytes: u64) -> Option<Refusal> {
+        if let Some(r) = self.role_refusal(first) {
+            return Some(r);
+        }
+        let admitted = match first {
+            Command::Take { .. } => self.journal.admit_take(),
+            _ => self.journal.admit_change(bytes),
+        };
+        admitted.err().map(Refusal::Journal)
+    }
+
+    /// Refusals that do not depend on the disk: a node that does not lead, a journal that
+    /// cannot log tube changes.
+    #[inline]
+    fn role_refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
         // Only the primary's records change a replica's queue; a take would too. A cluster
         // node checks its fence here, before the change runs.
         if !cmd.reads_only() && !self.leads() {
@@ -322,17 +345,7 @@ impl Server {
         if cmd.needs_tube_journal() && self.journal.wants_events() && !self.journal.logs_tubes() {
             return Some(Refusal::NotDurable);
         }
-        let admitted = match cmd {
-            Command::Take { .. } | Command::TakeAny { .. } | Command::TakeTask { .. } => {
-                self.journal.admit_take()
-            }
-            c if c.changes() => {
-                let bytes = bytes.unwrap_or_else(|| self.record_bound(c));
-                self.journal.admit_change(bytes)
-            }
-            _ => Ok(()),
-        };
-        admitted.err().map(Refusal::Journal)
+        None
     }
 
     /// `data` as a handle into the big frame it arrived in, when that frame's buffer was

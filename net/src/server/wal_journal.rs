@@ -38,6 +38,14 @@ fn wall_clock() -> Micros {
         .map_or(0, |d| d.as_micros() as Micros)
 }
 
+impl WalJournal {
+    /// The records a failing disk holds back piled up: takes are refused too while it fails.
+    #[cold]
+    fn backlog_refusal(&self) -> Result<(), String> {
+        self.wal.check_writable().map_err(|e| e.to_string())
+    }
+}
+
 impl Journal for WalJournal {
     fn wants_events(&self) -> bool {
         self.wal.mode() != WalMode::None
@@ -104,9 +112,10 @@ impl Journal for WalJournal {
         self.wal.reserve(bytes).map_err(|e| e.to_string())
     }
 
+    #[inline]
     fn admit_take(&mut self) -> Result<(), String> {
         if !self.wal.accepts_takes() {
-            self.wal.check_writable().map_err(|e| e.to_string())?;
+            self.backlog_refusal()?;
         }
         self.wal.reserve_take().map_err(|e| e.to_string())
     }

@@ -341,6 +341,10 @@ pub struct Wal {
     failed: Option<Failure>,
     /// The disk space allocated ahead for changes, and whether the disk has run out of it.
     room: room::Room,
+    /// `reserve` admits a change at once while the pending records and its bound stay within
+    /// this (`room::update_room_budget`); every change of the segment, the failed or the full
+    /// state sets it lower or to 0, so it never claims room that is not allocated.
+    room_budget: u64,
     sync: Option<sync::SyncThread>,
     writer: snapshot::Writer,
     snap: SnapState,
@@ -460,6 +464,7 @@ impl Wal {
             rotated_unsynced: Vec::new(),
             failed: None,
             room: room::Room::default(),
+            room_budget: 0,
             sync,
             writer,
             snap: SnapState::Idle,
@@ -706,6 +711,7 @@ impl Wal {
         tracing::error!(error = %message, "WAL refusing all changes");
         self.open_needs_durability = true;
         self.unloggable = true;
+        self.room_budget = 0;
         self.failed = Some(Failure {
             message,
             retry_at: self.clock.now(),
@@ -808,6 +814,7 @@ impl Wal {
         }
         let n = self.pending.bytes_between(self.unwritten, end) as u64;
         seg.bytes += n;
+        self.room_budget = self.room_budget.saturating_sub(n);
         self.stats.writes += 1;
         self.stats.bytes_written += n;
         self.bytes_since_snapshot += n;
@@ -818,6 +825,7 @@ impl Wal {
         if rotate {
             tracing::debug!(segment = %seg.name, bytes = seg.bytes, "WAL segment full; the next turn starts a new one");
             Wal::trim_segment(seg);
+            self.room_budget = 0;
             if self.sync.is_none() {
                 // Write mode never syncs while serving; `close` syncs these before it returns.
                 if self.rotated_unsynced.len() == MAX_ROTATED_UNSYNCED {
@@ -849,6 +857,7 @@ impl Wal {
         if let Some(seg) = self.segment.take() {
             Wal::trim_segment(&seg);
         }
+        self.room_budget = 0;
         self.unwritten = self.batches.front().map_or(self.pending.len(), |b| b.start);
         if let Some(s) = &self.sync {
             s.abandon(self.durable);
@@ -1262,6 +1271,7 @@ impl Wal {
             f.sync()
                 .map_err(|e| WalError::io("syncing a rotated WAL segment", e))?;
         }
+        self.room_budget = 0;
         if let Some(seg) = &self.segment {
             Wal::trim_segment(seg);
             seg.file

@@ -90,29 +90,53 @@ impl Wal {
     /// Before a change (put, ack, release, ...) whose records take at most `bytes` (the
     /// bounds above): `Ok` once the room for it is allocated, else `WriteFailed` with the
     /// disk's reason, and the queue must not be touched. Also refuses while the disk fails.
+    ///
+    /// The common case is one compare against `room_budget`; anything else (the budget
+    /// spent, a failing or full disk, no segment) takes the slow path.
+    #[inline]
     pub fn reserve(&mut self, bytes: u64) -> Result<(), WalError> {
+        if (self.pending.bytes() as u64).saturating_add(bytes) <= self.room_budget {
+            return Ok(());
+        }
+        self.reserve_slow(bytes)
+    }
+
+    /// Before a take: `Err` only when the open turn holds a change and the take's record
+    /// would not fit beside it (the disk is full past the reserve): the change's room is kept.
+    #[inline]
+    pub fn reserve_take(&mut self) -> Result<(), WalError> {
+        let fits = || {
+            self.room_budget > 0
+                && self.pending.bytes() as u64 + 2 * SMALL_RECORD_BYTES
+                    <= self.room_budget.saturating_add(TAKE_RESERVE_BYTES)
+        };
+        if !self.open_needs_durability || fits() {
+            return Ok(());
+        }
+        self.reserve_take_slow()
+    }
+
+    #[cold]
+    fn reserve_slow(&mut self, bytes: u64) -> Result<(), WalError> {
         if let Err(e) = self.check_writable() {
             self.room.refusals += 1;
             return Err(e);
         }
         if self.cfg.mode == WalMode::None || self.room.unsupported {
+            self.room_budget = u64::MAX;
             return Ok(());
         }
         let want = self.unwritten_bytes() + bytes + SMALL_RECORD_BYTES + TAKE_RESERVE_BYTES;
-        if self.allocated_for(want) {
-            return Ok(());
+        if !self.allocated_for(want) {
+            self.grow(want).inspect_err(|_| self.room.refusals += 1)?;
         }
-        self.grow(want).inspect_err(|_| self.room.refusals += 1)
+        self.update_room_budget();
+        Ok(())
     }
 
-    /// Before a take: `Err` only when the open turn holds a change and the take's record
-    /// would not fit beside it (the disk is full past the reserve): the change's room is kept.
-    pub fn reserve_take(&mut self) -> Result<(), WalError> {
-        if !self.open_needs_durability
-            || self.cfg.mode == WalMode::None
-            || self.room.unsupported
-            || self.failed.is_some()
-        {
+    #[cold]
+    fn reserve_take_slow(&mut self) -> Result<(), WalError> {
+        if self.cfg.mode == WalMode::None || self.room.unsupported || self.failed.is_some() {
             return Ok(());
         }
         let want = self.unwritten_bytes() + 2 * SMALL_RECORD_BYTES;
@@ -120,6 +144,20 @@ impl Wal {
             return Ok(());
         }
         self.grow(want).inspect_err(|_| self.room.refusals += 1)
+    }
+
+    /// Sets `room_budget` from the segment's allocation: what the pending records may reach
+    /// (the records of the turns written but not durable counted again: a bound, not an
+    /// exact figure) with a change's bound before the slow path must look; 0 unless the disk
+    /// takes changes and a segment is open.
+    pub(crate) fn update_room_budget(&mut self) {
+        self.room_budget = match &self.segment {
+            _ if self.room.unsupported && self.failed.is_none() => u64::MAX,
+            Some(s) if self.failed.is_none() && self.room.full.is_none() => s
+                .allocated
+                .saturating_sub(s.bytes + SMALL_RECORD_BYTES + TAKE_RESERVE_BYTES),
+            _ => 0,
+        };
     }
 
     /// Whether `want` bytes past the written end of the current segment are allocated.
@@ -205,6 +243,7 @@ impl Wal {
         match &result {
             Err(e) if !unsupported(e) => {
                 self.segment = None;
+                self.room_budget = 0;
                 if let Err(e) = self.storage.remove(&name) {
                     tracing::warn!(file = %name, error = %e, "could not remove a WAL segment with no room");
                 }
@@ -232,6 +271,7 @@ impl Wal {
             retry_at: self.clock.now() + RETRY_INTERVAL,
             want,
         });
+        self.room_budget = 0;
         WalError::WriteFailed(message)
     }
 

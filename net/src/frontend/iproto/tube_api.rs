@@ -162,7 +162,7 @@ impl Server {
         // Refused as a whole (a full disk, say) with the reason, rather than item by item.
         let first = commands.first().unwrap_or(&take);
         let bytes = commands.iter().map(|c| self.record_bound(c)).sum();
-        if let Some(refusal) = self.refusal_within(first, Some(bytes)) {
+        if let Some(refusal) = self.batch_refusal(first, bytes) {
             super::error(self.reply_buf(idx), r.sync, &refusal);
             return Ok(());
         }
