@@ -331,7 +331,7 @@ impl Server {
 
     /// Refusals that do not depend on the disk: a node that does not lead, a journal that
     /// cannot log tube changes.
-    #[inline]
+    #[inline(always)]
     fn role_refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
         // Only the primary's records change a replica's queue; a take would too. A cluster
         // node checks its fence here, before the change runs.

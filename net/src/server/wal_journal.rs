@@ -39,10 +39,20 @@ fn wall_clock() -> Micros {
 }
 
 impl WalJournal {
-    /// The records a failing disk holds back piled up: takes are refused too while it fails.
+    /// A change the fast check did not admit: the WAL makes room, or says why not.
     #[cold]
-    fn backlog_refusal(&self) -> Result<(), String> {
-        self.wal.check_writable().map_err(|e| e.to_string())
+    fn change_refusal(&mut self, bytes: u64) -> Result<(), String> {
+        self.wal.reserve(bytes).map_err(|e| e.to_string())
+    }
+
+    /// A take the fast check did not admit: refused while the records a failing disk holds
+    /// back piled up, or when it would take a change's room.
+    #[cold]
+    fn take_refusal(&mut self) -> Result<(), String> {
+        if !self.wal.accepts_takes() {
+            self.wal.check_writable().map_err(|e| e.to_string())?;
+        }
+        self.wal.reserve_take().map_err(|e| e.to_string())
     }
 }
 
@@ -109,15 +119,17 @@ impl Journal for WalJournal {
     }
 
     fn admit_change(&mut self, bytes: u64) -> Result<(), String> {
-        self.wal.reserve(bytes).map_err(|e| e.to_string())
+        if self.wal.fits(bytes) {
+            return Ok(());
+        }
+        self.change_refusal(bytes)
     }
 
-    #[inline]
     fn admit_take(&mut self) -> Result<(), String> {
-        if !self.wal.accepts_takes() {
-            self.backlog_refusal()?;
+        if self.wal.take_fits() && self.wal.accepts_takes() {
+            return Ok(());
         }
-        self.wal.reserve_take().map_err(|e| e.to_string())
+        self.take_refusal()
     }
 
     fn figures(&self) -> Option<WalFigures> {

@@ -95,25 +95,37 @@ impl Wal {
     /// spent, a failing or full disk, no segment) takes the slow path.
     #[inline]
     pub fn reserve(&mut self, bytes: u64) -> Result<(), WalError> {
-        if (self.pending.bytes() as u64).saturating_add(bytes) <= self.room_budget {
+        if self.fits(bytes) {
             return Ok(());
         }
         self.reserve_slow(bytes)
+    }
+
+    /// Whether a change of at most `bytes` of records fits what is known to be allocated
+    /// (`reserve`'s fast path, without its side effects: `false` only says to ask `reserve`).
+    #[inline]
+    pub fn fits(&self, bytes: u64) -> bool {
+        (self.pending.bytes() as u64).saturating_add(bytes) <= self.room_budget
     }
 
     /// Before a take: `Err` only when the open turn holds a change and the take's record
     /// would not fit beside it (the disk is full past the reserve): the change's room is kept.
     #[inline]
     pub fn reserve_take(&mut self) -> Result<(), WalError> {
-        let fits = || {
-            self.room_budget > 0
-                && self.pending.bytes() as u64 + 2 * SMALL_RECORD_BYTES
-                    <= self.room_budget.saturating_add(TAKE_RESERVE_BYTES)
-        };
-        if !self.open_needs_durability || fits() {
+        if self.take_fits() {
             return Ok(());
         }
         self.reserve_take_slow()
+    }
+
+    /// Whether a take's record surely fits (`reserve_take`'s fast path, without its side
+    /// effects): the open turn holds no change to keep room for, or the allocation has it.
+    #[inline]
+    pub fn take_fits(&self) -> bool {
+        !self.open_needs_durability
+            || (self.room_budget > 0
+                && self.pending.bytes() as u64 + 2 * SMALL_RECORD_BYTES
+                    <= self.room_budget.saturating_add(TAKE_RESERVE_BYTES))
     }
 
     #[cold]
