@@ -5,7 +5,9 @@
 //! and, for a change that logs a whole task it does not carry (touch, release with options,
 //! bury with a priority) or many tasks (kick, release_all), from the queue, in O(1) or one
 //! lookup. Record sizes are `tarq_wal::room`'s; what a change logs beside its own records (the
-//! take a parked consumer makes of a task it freed) is in its slack.
+//! take a parked consumer makes of a task it freed) is in its slack. A debug build checks, after
+//! every change `dispatch` runs, that it logged no more than this (so every test that runs a
+//! server checks the bounds of the commands it sends).
 
 use tarq_engine::TaskId;
 use tarq_wal::room::{

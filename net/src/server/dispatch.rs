@@ -267,6 +267,11 @@ impl Server {
         if cmd.changes() {
             self.conns[idx].out.changed = true;
         }
+        // The pair of the reservation: what the change logged stays within what it reserved.
+        #[cfg(debug_assertions)]
+        let reserved = cmd
+            .changes()
+            .then(|| (self.record_bound(&cmd), self.journal.pending_bytes()));
         let woke = match cmd {
             Command::Put { data, opts } => self.put(idx, reply, data, opts),
             Command::PutIn {
@@ -294,6 +299,15 @@ impl Server {
         self.drain_events();
         if let Some(tube) = woke {
             self.serve_parked(tube);
+        }
+        #[cfg(debug_assertions)]
+        if let Some((bound, before)) = reserved {
+            self.drain_events();
+            let logged = self.journal.pending_bytes().saturating_sub(before);
+            assert!(
+                logged <= bound,
+                "{cmd:?} logged {logged} bytes of records, over the {bound} it reserved"
+            );
         }
     }
 

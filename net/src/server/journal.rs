@@ -80,6 +80,12 @@ pub trait Journal: Send {
         Ok(())
     }
 
+    /// Bytes of records logged and not durable yet: a debug build checks that a change logs
+    /// no more than the room it reserved (`admit_change`).
+    fn pending_bytes(&self) -> u64 {
+        0
+    }
+
     /// `queue.snapshot()`: `None` when this journal has no snapshots (the call is then not
     /// defined), else the result to report or an error message.
     fn snapshot(&mut self, _queue: &Queue, _now: Micros) -> Option<Result<String, String>> {

@@ -132,6 +132,10 @@ impl Journal for WalJournal {
         self.take_refusal()
     }
 
+    fn pending_bytes(&self) -> u64 {
+        self.wal.pending_bytes()
+    }
+
     fn figures(&self) -> Option<WalFigures> {
         if self.wal.mode() == WalMode::None {
             return None;

@@ -1037,6 +1037,11 @@ impl Wal {
         self.pending.buf.capacity()
     }
 
+    /// Bytes of records not durable yet (the open turn's included).
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.bytes() as u64
+    }
+
     /// The last sequence number given to a record (a replica's position once applied).
     pub fn last_seq(&self) -> u64 {
         self.last_seq
