@@ -12,10 +12,19 @@
 //! memory. A take in a turn that already holds a change is the one exception: it is refused
 //! rather than let it take that change's room ([`Wal::reserve_take`]).
 //!
-//! A filesystem without `fallocate` (`EOPNOTSUPP`) turns all this off, logged once: a change
-//! that meets a full disk there waits for room, as it did before. What a request's records
-//! can take is bounded by the functions here, from the sizes the request carries; the server
-//! adds them up (`server::disk_room` in `tarq-net`).
+//! The check runs before every change and take, so its common case is one compare: the WAL
+//! keeps a budget (`room_budget`) from the segment's allocation, which every write lowers and
+//! every change of the segment, a failure or a full disk sets to 0; past it `reserve_slow`
+//! looks at the segment and grows the allocation. `RLIMIT_FSIZE` is the same class of error
+//! as a full disk: `fallocate` does not check it, so `FsStorage`'s `allocate` does ("File too
+//! large").
+//!
+//! A filesystem without `fallocate` (`EOPNOTSUPP`, ZFS among them) turns all this off, logged
+//! once: a change that meets a full disk there waits for room, as it did before. On a
+//! copy-on-write filesystem that does allocate (btrfs) the first write into allocated blocks
+//! goes in place, as on ext4 and XFS. What a request's records can take is bounded by the
+//! functions here, from the sizes the request carries; the server adds them up
+//! (`server::disk_room` in `tarq-net`).
 
 use std::io;
 use std::time::Instant;
