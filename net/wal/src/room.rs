@@ -20,9 +20,10 @@
 //! large").
 //!
 //! A filesystem without `fallocate` (`EOPNOTSUPP`, ZFS among them) turns all this off, logged
-//! once: a change that meets a full disk there waits for room, as it did before. On a
-//! copy-on-write filesystem that does allocate (btrfs) the first write into allocated blocks
-//! goes in place, as on ext4 and XFS. What a request's records can take is bounded by the
+//! once: a change that meets a full disk there waits for room, as it did before. A
+//! copy-on-write filesystem that allocates (btrfs) promises less than ext4, XFS or tmpfs: a
+//! write into allocated blocks may still meet a full disk, and the failed state takes over
+//! (the change's reply waits for room). What a request's records can take is bounded by the
 //! functions here, from the sizes the request carries; the server adds them up
 //! (`server::disk_room` in `tarq-net`).
 
