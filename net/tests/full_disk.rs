@@ -5,7 +5,9 @@
 //! (`OUT_OF_MEMORY`) — none hangs (each answer must come within `PROMPT`); takes, peeks and
 //! stats answer, `queue.stats()` and `/metrics` show `wal_disk_full` and the refusals; once
 //! the filler is removed tarq writes again by itself (no restart, no operator), and after a
-//! restart every put whose reply said OK is there, and no put that was refused.
+//! restart every put whose reply said OK is there, and no put that was refused. A replica
+//! whose disk fills applies none of its primary's turns it cannot log, and catches up from
+//! its own position once there is room.
 //!
 //! Where mounting is not allowed, the same flow runs under a file size limit instead
 //! (`RLIMIT_FSIZE`, set with `prlimit` on a `tarq` that ignores SIGXFSZ, as a shell `trap`
@@ -436,4 +438,76 @@ fn drain_after_restart(dir: tempfile::TempDir) -> (Acked, Acked) {
         assert!(tube.insert(id, data).is_none(), "each task once");
     }
     (found, tube)
+}
+
+/// A figure of `queue.stats()` at `c`.
+fn stat(c: &mut Client, name: &str) -> u64 {
+    let stats = call(c, "queue.stats", &[]).expect("stats answer");
+    field(&stats[0], name).as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_replica_on_a_full_disk_applies_nothing_it_cannot_log_and_catches_up_once_there_is_room() {
+    let outer = tempfile::tempdir().expect("tempdir");
+    let data = outer.path().join("data");
+    let mnt = Tmpfs::mount(&data).unwrap_or_else(|why| panic!("this test needs a tmpfs: {why}"));
+    let filler = fill(&data);
+    let primary = Tarq::start(&["--log-level", "info"]);
+    let mut p = client(primary.addr);
+    let paddr = primary.addr.to_string();
+    let mut replica = Tarq::start_in(
+        outer,
+        &[
+            "--replica-of",
+            &paddr,
+            "--wal-mode",
+            "write",
+            "--log-level",
+            "info",
+        ],
+    );
+    let mut r = Client::connect_addr(replica.addr, WAIT).expect("connects");
+    support::wait_until("the replica streams", || {
+        stat(&mut r, "replication_connected") == 1
+    });
+    let joins = stat(&mut r, "replication_joins");
+
+    // More than the replica's disk holds: the primary takes them all.
+    let pad = "r".repeat(PAYLOAD);
+    let n = 2 * LEFT_FREE as usize / PAYLOAD;
+    for i in 0..n {
+        put(&mut p, &format!("{i} {pad}")).expect("the primary has room");
+    }
+    support::wait_until("the replica's disk is full", || {
+        stat(&mut r, "wal_disk_full") == 1
+    });
+    let behind = stat(&mut r, "last_id");
+    assert!(
+        behind < n as u64,
+        "the replica stopped applying: {behind} of {n}"
+    );
+    assert!(
+        stat(&mut r, "wal_refusals") > 0,
+        "the primary's turns were refused"
+    );
+
+    // Room again: the replica resumes from its position and holds every task, logged.
+    std::fs::remove_file(&filler).expect("filler removed");
+    support::wait_until("the replica caught up", || {
+        stat(&mut r, "last_id") == n as u64 && stat(&mut r, "total") == n as u64
+    });
+    assert_eq!(stat(&mut r, "wal_disk_full"), 0);
+    assert_eq!(
+        stat(&mut r, "replication_joins"),
+        joins,
+        "it resumed from its own position, without a join"
+    );
+    drop(r);
+    replica.signal("TERM");
+    assert!(replica.wait_exit().success(), "a clean stop");
+    let dir = replica.take_dir();
+    let replica = Tarq::start_in(dir, &["--log-level", "info"]);
+    let mut r = client(replica.addr);
+    assert_eq!(stat(&mut r, "total"), n as u64, "every task was in its WAL");
+    drop(mnt);
 }
