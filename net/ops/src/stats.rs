@@ -56,6 +56,12 @@ pub struct WalFigures {
     pub records: u64,
     /// Bytes appended since start.
     pub bytes: u64,
+    /// 1 while the disk has no room for changes (they are refused at once), else 0.
+    pub disk_full: u64,
+    /// Changes refused since start because the disk had no room for them, or failed.
+    pub refusals: u64,
+    /// Bytes of disk allocated ahead of the log's written end now.
+    pub allocated_ahead: u64,
 }
 
 /// Replication: the replicas streaming from this tarq, and, on a replica, how far behind its
@@ -332,6 +338,24 @@ impl Snapshot {
                     Counter,
                     "Bytes written to the WAL since start.",
                     w.bytes,
+                ),
+                m(
+                    "wal_disk_full",
+                    Gauge,
+                    "1 while the disk has no room for the WAL and changes are refused, else 0.",
+                    w.disk_full,
+                ),
+                m(
+                    "wal_refusals",
+                    Counter,
+                    "Changes refused since start because the disk had no room or failed.",
+                    w.refusals,
+                ),
+                m(
+                    "wal_allocated_ahead_bytes",
+                    Gauge,
+                    "Disk space allocated ahead of the WAL's written end now.",
+                    w.allocated_ahead,
                 ),
             ]
         });

@@ -146,7 +146,7 @@ pub enum Command<'a> {
 
 impl Command<'_> {
     /// Whether the command changes the queue (refused while the journal cannot take changes).
-    fn changes(&self) -> bool {
+    pub(crate) fn changes(&self) -> bool {
         !matches!(
             self,
             Command::Peek { .. }
@@ -267,6 +267,11 @@ impl Server {
         if cmd.changes() {
             self.conns[idx].out.changed = true;
         }
+        // The pair of the reservation: what the change logged stays within what it reserved.
+        #[cfg(debug_assertions)]
+        let reserved = cmd
+            .changes()
+            .then(|| (self.record_bound(&cmd), self.journal.pending_bytes()));
         let woke = match cmd {
             Command::Put { data, opts } => self.put(idx, reply, data, opts),
             Command::PutIn {
@@ -295,11 +300,53 @@ impl Server {
         if let Some(tube) = woke {
             self.serve_parked(tube);
         }
+        #[cfg(debug_assertions)]
+        if let Some((bound, before)) = reserved {
+            self.drain_events();
+            let logged = self.journal.pending_bytes().saturating_sub(before);
+            assert!(
+                logged <= bound,
+                "{cmd:?} logged {logged} bytes of records, over the {bound} it reserved"
+            );
+        }
     }
 
     /// The journal's refusal of a change it cannot make durable, checked before the queue is
-    /// touched.
-    pub(crate) fn refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
+    /// touched (the journal reserves the room for the change's records otherwise).
+    pub(crate) fn refusal(&mut self, cmd: &Command<'_>) -> Option<Refusal> {
+        if let Some(r) = self.role_refusal(cmd) {
+            return Some(r);
+        }
+        let admitted = match cmd {
+            Command::Take { .. } | Command::TakeAny { .. } | Command::TakeTask { .. } => {
+                self.journal.admit_take()
+            }
+            c if c.changes() => {
+                let bytes = self.record_bound(c);
+                self.journal.admit_change(bytes)
+            }
+            _ => return None,
+        };
+        admitted.err().map(Refusal::Journal)
+    }
+
+    /// [`refusal`](Self::refusal) of a batch whose first command is `first` and whose records
+    /// take at most `bytes`: the room for all its items is reserved at once.
+    pub(crate) fn batch_refusal(&mut self, first: &Command<'_>, bytes: u64) -> Option<Refusal> {
+        if let Some(r) = self.role_refusal(first) {
+            return Some(r);
+        }
+        let admitted = match first {
+            Command::Take { .. } => self.journal.admit_take(),
+            _ => self.journal.admit_change(bytes),
+        };
+        admitted.err().map(Refusal::Journal)
+    }
+
+    /// Refusals that do not depend on the disk: a node that does not lead, a journal that
+    /// cannot log tube changes.
+    #[inline(always)]
+    fn role_refusal(&self, cmd: &Command<'_>) -> Option<Refusal> {
         // Only the primary's records change a replica's queue; a take would too. A cluster
         // node checks its fence here, before the change runs.
         if !cmd.reads_only() && !self.leads() {
@@ -311,15 +358,6 @@ impl Server {
         }
         if cmd.needs_tube_journal() && self.journal.wants_events() && !self.journal.logs_tubes() {
             return Some(Refusal::NotDurable);
-        }
-        let refuse = match cmd {
-            Command::Take { .. } | Command::TakeAny { .. } | Command::TakeTask { .. } => {
-                !self.journal.accepts_takes()
-            }
-            c => c.changes(),
-        };
-        if refuse {
-            return self.journal.writable().err().map(Refusal::Journal);
         }
         None
     }

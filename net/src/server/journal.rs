@@ -65,15 +65,25 @@ pub trait Journal: Send {
         false
     }
 
-    /// `Err(message)` while changes cannot be made durable (a full or failing disk): put, ack
-    /// and release are refused with that message before they touch the queue.
-    fn writable(&self) -> Result<(), String> {
+    /// Before a change whose records take at most `bytes` (`server::disk_room`):
+    /// `Err(message)` when it cannot be made durable now (no room on the disk, or a failing
+    /// disk), and it is refused with that message before it touches the queue; otherwise the
+    /// room for it is kept.
+    fn admit_change(&mut self, _bytes: u64) -> Result<(), String> {
         Ok(())
     }
 
-    /// False when even takes must be refused (the records a failing disk holds back piled up).
-    fn accepts_takes(&self) -> bool {
-        true
+    /// Before a take: `Err(message)` only when even takes must be refused (the records a
+    /// failing disk holds back piled up, or the take's record would take the room of a
+    /// change in the same turn).
+    fn admit_take(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Bytes of records logged and not durable yet: a debug build checks that a change logs
+    /// no more than the room it reserved (`admit_change`).
+    fn pending_bytes(&self) -> u64 {
+        0
     }
 
     /// `queue.snapshot()`: `None` when this journal has no snapshots (the call is then not

@@ -15,6 +15,7 @@
 
 mod cluster;
 pub mod conn;
+mod disk_room;
 pub mod dispatch;
 mod enforce;
 pub mod journal;

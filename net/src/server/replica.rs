@@ -437,6 +437,10 @@ impl Server {
             return Ok(());
         }
         let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
+        // Applied only once the disk has room to log them: on a full disk the stream stops
+        // here with nothing applied, and resumes from the position once there is room.
+        wal.reserve(commit_end as u64)
+            .map_err(|e| format!("no room to log the primary's records: {e}"))?;
         if let Err(e) = wal.apply_replicated(&mut self.queue, &up.records[..commit_end]) {
             up.need_join = true;
             return Err(format!("applying the primary's records: {e}"));

@@ -104,6 +104,28 @@ impl Server {
                 self.waiting_puts.remove(i);
                 continue;
             }
+            // The put may run now: the disk must have room for it, as for any change; on a
+            // full disk it is answered with the refusal instead of waiting on.
+            let cmd = super::dispatch::Command::PutIn {
+                tube,
+                data: &p.data,
+                opts: p.opts(),
+                wait: 0,
+            };
+            let bytes = self.record_bound(&cmd);
+            if let Err(message) = self.journal.admit_change(bytes) {
+                let p = self.waiting_puts.remove(i).expect("the waiting put");
+                self.conns[p.conn].out.changed = true;
+                super::dispatch::deliver_to(
+                    &mut self.conns,
+                    &mut self.flush_list,
+                    p.conn,
+                    p.reply,
+                    &Outcome::Error(Refusal::Journal(message)),
+                );
+                continue;
+            }
+            let p = &self.waiting_puts[i];
             let res = self.queue.put_in(self.now, tube, &*p.data, p.opts());
             let outcome = match res {
                 Err(QueueError::TubeFull { .. }) => return,

@@ -38,6 +38,24 @@ fn wall_clock() -> Micros {
         .map_or(0, |d| d.as_micros() as Micros)
 }
 
+impl WalJournal {
+    /// A change the fast check did not admit: the WAL makes room, or says why not.
+    #[cold]
+    fn change_refusal(&mut self, bytes: u64) -> Result<(), String> {
+        self.wal.reserve(bytes).map_err(|e| e.to_string())
+    }
+
+    /// A take the fast check did not admit: refused while the records a failing disk holds
+    /// back piled up, or when it would take a change's room.
+    #[cold]
+    fn take_refusal(&mut self) -> Result<(), String> {
+        if !self.wal.accepts_takes() {
+            self.wal.check_writable().map_err(|e| e.to_string())?;
+        }
+        self.wal.reserve_take().map_err(|e| e.to_string())
+    }
+}
+
 impl Journal for WalJournal {
     fn wants_events(&self) -> bool {
         self.wal.mode() != WalMode::None
@@ -100,12 +118,22 @@ impl Journal for WalJournal {
         true
     }
 
-    fn writable(&self) -> Result<(), String> {
-        self.wal.check_writable().map_err(|e| e.to_string())
+    fn admit_change(&mut self, bytes: u64) -> Result<(), String> {
+        if self.wal.fits(bytes) {
+            return Ok(());
+        }
+        self.change_refusal(bytes)
     }
 
-    fn accepts_takes(&self) -> bool {
-        self.wal.accepts_takes()
+    fn admit_take(&mut self) -> Result<(), String> {
+        if self.wal.take_fits() && self.wal.accepts_takes() {
+            return Ok(());
+        }
+        self.take_refusal()
+    }
+
+    fn pending_bytes(&self) -> u64 {
+        self.wal.pending_bytes()
     }
 
     fn figures(&self) -> Option<WalFigures> {
@@ -116,6 +144,9 @@ impl Journal for WalJournal {
         Some(WalFigures {
             records: s.records,
             bytes: s.bytes_written,
+            disk_full: u64::from(s.disk_full),
+            refusals: s.refusals,
+            allocated_ahead: s.allocated_ahead,
         })
     }
 

@@ -282,6 +282,7 @@ impl Wal {
         self.held.clear();
         self.durable = self.submitted;
         self.segment = None;
+        self.room_budget = 0;
         self.rotated_unsynced.clear();
         self.failed = None;
         if let Some(s) = &self.sync {

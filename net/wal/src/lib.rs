@@ -3,9 +3,10 @@
 //!
 //! How the loop uses it, once per turn:
 //! 1. execute the requests of the turn against the `Queue` (journal on);
-//!    before a put/ack/release, `check_writable()` — when the disk failed, the call gets
-//!    `WalError::WriteFailed` ("WAL write failed: No space left on device") without touching
-//!    the queue; takes and stats go on;
+//!    before a put/ack/release, `reserve(bytes)` with a bound of its records (`room`) —
+//!    when the disk has no room for them, or failed, the call gets `WalError::WriteFailed`
+//!    ("WAL write failed: No space left on device") without touching the queue; before a
+//!    take, `reserve_take()`; takes and stats go on;
 //! 2. `append_turn(&mut queue)` encodes the turn's events, `submit()` writes them as one batch
 //!    (one `write`) and returns its `BatchId`; replies to put/ack/release wait for that batch;
 //!    take replies need not (a take lost in a crash comes back ready, as every taken task does
@@ -31,6 +32,7 @@ pub mod mem_storage;
 mod pending;
 pub mod recovery;
 pub mod relay;
+pub mod room;
 pub mod snapshot;
 pub mod storage;
 mod sync;
@@ -262,6 +264,12 @@ pub struct WalStats {
     pub snapshot_longest_step_us: u64,
     /// WAL bytes written since the newest snapshot's position (counted from the files at start).
     pub wal_bytes_since_snapshot: u64,
+    /// The disk has no room for changes now: they are refused until a retry finds it.
+    pub disk_full: bool,
+    /// Changes (and takes) refused since start because the disk had no room or failed.
+    pub refusals: u64,
+    /// Bytes allocated ahead of the current segment's written end.
+    pub allocated_ahead: u64,
 }
 
 struct Batch {
@@ -277,6 +285,9 @@ struct Segment {
     file: Arc<dyn StorageFile>,
     name: String,
     bytes: u64,
+    /// Bytes from the file's start that have disk space (`room`): appends below this cannot
+    /// meet a full disk.
+    allocated: u64,
 }
 
 struct Failure {
@@ -328,6 +339,12 @@ pub struct Wal {
     /// Write mode: segments rotated away since the start, never synced (for `close`).
     rotated_unsynced: Vec<Arc<dyn StorageFile>>,
     failed: Option<Failure>,
+    /// The disk space allocated ahead for changes, and whether the disk has run out of it.
+    room: room::Room,
+    /// `reserve` admits a change at once while the pending records and its bound stay within
+    /// this (`room::update_room_budget`); every change of the segment, the failed or the full
+    /// state sets it lower or to 0, so it never claims room that is not allocated.
+    room_budget: u64,
     sync: Option<sync::SyncThread>,
     writer: snapshot::Writer,
     snap: SnapState,
@@ -446,6 +463,8 @@ impl Wal {
             segment: None,
             rotated_unsynced: Vec::new(),
             failed: None,
+            room: room::Room::default(),
+            room_budget: 0,
             sync,
             writer,
             snap: SnapState::Idle,
@@ -477,9 +496,13 @@ impl Wal {
         self.cfg.mode
     }
 
-    /// `Err(WriteFailed)` while the disk fails: put, ack and release must be refused.
+    /// `Err(WriteFailed)` while the disk fails or has no room: changes must be refused
+    /// (`reserve` says so too, and makes the room).
     pub fn check_writable(&self) -> Result<(), WalError> {
-        match &self.failed {
+        if let Some(f) = &self.failed {
+            return Err(WalError::WriteFailed(f.message.clone()));
+        }
+        match self.room.full() {
             Some(f) => Err(WalError::WriteFailed(f.message.clone())),
             None => Ok(()),
         }
@@ -698,6 +721,7 @@ impl Wal {
         tracing::error!(error = %message, "WAL refusing all changes");
         self.open_needs_durability = true;
         self.unloggable = true;
+        self.room_budget = 0;
         self.failed = Some(Failure {
             message,
             retry_at: self.clock.now(),
@@ -778,6 +802,7 @@ impl Wal {
                 file: file.clone(),
                 name,
                 bytes: 0,
+                allocated: 0,
             });
             file.write_all(&format::file_header(format::WAL_MAGIC, first.first_seq))?;
             self.segment.as_mut().expect("just set").bytes = FILE_HEADER_LEN as u64;
@@ -799,6 +824,7 @@ impl Wal {
         }
         let n = self.pending.bytes_between(self.unwritten, end) as u64;
         seg.bytes += n;
+        self.room_budget = self.room_budget.saturating_sub(n);
         self.stats.writes += 1;
         self.stats.bytes_written += n;
         self.bytes_since_snapshot += n;
@@ -808,6 +834,8 @@ impl Wal {
         let rotate = seg.bytes >= self.cfg.segment_bytes;
         if rotate {
             tracing::debug!(segment = %seg.name, bytes = seg.bytes, "WAL segment full; the next turn starts a new one");
+            Wal::trim_segment(seg);
+            self.room_budget = 0;
             if self.sync.is_none() {
                 // Write mode never syncs while serving; `close` syncs these before it returns.
                 if self.rotated_unsynced.len() == MAX_ROTATED_UNSYNCED {
@@ -836,7 +864,10 @@ impl Wal {
         });
         // The segment may hold a partial turn: abandon it and rewrite every turn that is not
         // durable into a new segment starting at that turn's sequence number.
-        self.segment = None;
+        if let Some(seg) = self.segment.take() {
+            Wal::trim_segment(&seg);
+        }
+        self.room_budget = 0;
         self.unwritten = self.batches.front().map_or(self.pending.len(), |b| b.start);
         if let Some(s) = &self.sync {
             s.abandon(self.durable);
@@ -905,6 +936,7 @@ impl Wal {
                 }
             }
         }
+        self.retry_room();
         self.stats.pending_bytes = self.pending.bytes() as u64;
         self.stats.wal_bytes_since_snapshot = self.bytes_since_snapshot;
         self.poll_snapshot(queue, pace);
@@ -922,11 +954,16 @@ impl Wal {
             }
             _ => {}
         }
+        let now = self.clock.now();
         let retry = self
             .failed
             .as_ref()
             .filter(|_| !self.unloggable)
-            .map(|f| f.retry_at.saturating_duration_since(self.clock.now()));
+            .map(|f| f.retry_at)
+            .into_iter()
+            .chain(self.room_retry_at())
+            .min()
+            .map(|at| at.saturating_duration_since(now));
         match (
             retry,
             self.interval_left()
@@ -952,7 +989,12 @@ impl Wal {
     }
 
     pub fn stats(&self) -> WalStats {
-        self.stats.clone()
+        WalStats {
+            disk_full: self.room.full().is_some(),
+            refusals: self.room.refusals,
+            allocated_ahead: self.allocated_ahead(),
+            ..self.stats.clone()
+        }
     }
 
     /// The last record written to the log (a relay may stream up to it).
@@ -1003,6 +1045,11 @@ impl Wal {
     /// payloads it holds are the queue's buffers, not its own).
     pub fn buffer_capacity(&self) -> usize {
         self.pending.buf.capacity()
+    }
+
+    /// Bytes of records not durable yet (the open turn's included).
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.bytes() as u64
     }
 
     /// The last sequence number given to a record (a replica's position once applied).
@@ -1239,7 +1286,9 @@ impl Wal {
             f.sync()
                 .map_err(|e| WalError::io("syncing a rotated WAL segment", e))?;
         }
+        self.room_budget = 0;
         if let Some(seg) = &self.segment {
+            Wal::trim_segment(seg);
             seg.file
                 .sync()
                 .map_err(|e| WalError::io(format!("syncing {}", seg.name), e))?;
@@ -1340,6 +1389,13 @@ fn tidy_after_recovery(storage: &dyn Storage, report: &RecoveryReport) -> Result
     let names = storage
         .list()
         .map_err(|e| WalError::io("listing the data directory", e))?;
+    // A segment the last process left open (or abandoned) may hold space allocated past its
+    // end (`room`): give it back. Only space is at stake, so a failure is not fatal.
+    for n in names.iter().filter(|n| n.ends_with(WAL_SUFFIX)) {
+        if let Err(e) = storage.open_append(n).and_then(|f| f.trim()) {
+            tracing::warn!(file = %n, error = %describe(&e), "could not give back the space allocated past a WAL segment's end");
+        }
+    }
     for n in names.iter().filter(|n| n.ends_with(INPROGRESS_SUFFIX)) {
         storage
             .remove(n)

@@ -3,6 +3,10 @@
 //! synced directory), so a test can "crash" the machine, losing what was never synced or keeping
 //! a torn prefix of it, and can make the Nth write fail the way a full or dying disk does. Compiled only with the `test-storage`
 //! feature, which only dev-dependencies enable, so it never ships in the server binary.
+//!
+//! Free space is counted as a filesystem counts blocks: a file uses the larger of its length
+//! and what `allocate` gave it; writes within an allocation cost nothing more, a truncate or
+//! a removal gives space back.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
@@ -24,6 +28,15 @@ pub enum Crash {
 struct MemFile {
     data: Vec<u8>,
     durable: Vec<u8>,
+    /// Bytes given space by `allocate` (from offset 0), whatever the length.
+    allocated: u64,
+}
+
+impl MemFile {
+    /// The space the file takes.
+    fn used(&self) -> u64 {
+        (self.data.len() as u64).max(self.allocated)
+    }
 }
 
 #[derive(Default)]
@@ -43,6 +56,17 @@ struct MemInner {
     fail_sync_at: Option<u64>,
     /// After `die_at_write` fired every call fails: the process is gone.
     dead: bool,
+    /// `allocate` fails with EOPNOTSUPP, as on a filesystem without `fallocate`.
+    no_allocate: bool,
+}
+
+impl MemInner {
+    /// Space given back (a truncate, a removal) counts as free again.
+    fn give_back(&mut self, bytes: u64) {
+        if let Some(s) = &mut self.space_left {
+            *s += bytes;
+        }
+    }
 }
 
 /// An in-memory directory with fault injection; clones share the same directory.
@@ -77,6 +101,22 @@ impl MemStorage {
     /// Limits the free space to `bytes` (`None`: unlimited).
     pub fn set_space_left(&self, bytes: Option<u64>) {
         self.lock().space_left = bytes;
+    }
+
+    /// Makes `allocate` fail with EOPNOTSUPP (`true`), as a filesystem without `fallocate`.
+    pub fn set_allocate_unsupported(&self, unsupported: bool) {
+        self.lock().no_allocate = unsupported;
+    }
+
+    /// Free space left (`None`: unlimited).
+    pub fn space_left(&self) -> Option<u64> {
+        self.lock().space_left
+    }
+
+    /// The bytes of `name` that have space: its length or its allocation, the larger.
+    pub fn allocated(&self, name: &str) -> Option<u64> {
+        let g = self.lock();
+        g.dir.get(name).map(|i| g.files[i].used())
     }
 
     /// The `n`th write from now (1 = the next) keeps only `keep` bytes, then every call fails.
@@ -136,6 +176,7 @@ impl MemStorage {
         g.durable_dir = dir.clone();
         g.dir = dir;
         g.space_left = None;
+        g.no_allocate = false;
         g.die_at_write = None;
         g.fail_sync_at = None;
         g.dead = false;
@@ -166,6 +207,7 @@ impl MemStorage {
             MemFile {
                 data: bytes.clone(),
                 durable: bytes,
+                allocated: 0,
             },
         );
         g.dir.insert(name.to_owned(), inode);
@@ -188,7 +230,10 @@ impl Storage for MemStorage {
         g.next_inode += 1;
         let inode = g.next_inode;
         g.files.insert(inode, MemFile::default());
-        g.dir.insert(name.to_owned(), inode);
+        if let Some(old) = g.dir.insert(name.to_owned(), inode) {
+            let used = g.files[&old].used();
+            g.give_back(used);
+        }
         Ok(Arc::new(MemHandle {
             inner: self.inner.clone(),
             inode,
@@ -228,9 +273,12 @@ impl Storage for MemStorage {
     fn remove(&self, name: &str) -> io::Result<()> {
         let mut g = self.lock();
         Self::check_alive(&g)?;
-        g.dir
+        let inode = g
+            .dir
             .remove(name)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let used = g.files[&inode].used();
+        g.give_back(used);
         Ok(())
     }
     fn list(&self) -> io::Result<Vec<String>> {
@@ -267,18 +315,17 @@ impl StorageFile for MemHandle {
                 result = Err(dead_err());
             }
         }
+        let f = g.files.get_mut(&self.inode).expect("open file exists");
         if let Some(space) = g.space_left {
-            if (len as u64) > space {
-                len = space as usize;
+            // Bytes within the file's allocation are paid for already.
+            let covered = f.allocated.saturating_sub(f.data.len() as u64);
+            if (len as u64) > covered + space {
+                len = (covered + space) as usize;
                 result = Err(enospc());
             }
-            g.space_left = Some(space - len as u64);
+            g.space_left = Some(space - (len as u64).saturating_sub(covered));
         }
-        g.files
-            .get_mut(&self.inode)
-            .expect("open file exists")
-            .data
-            .extend_from_slice(&buf[..len]);
+        f.data.extend_from_slice(&buf[..len]);
         result
     }
     /// One write of the concatenation: a fault tears it at any byte, as a real `writev` may.
@@ -300,7 +347,38 @@ impl StorageFile for MemHandle {
         let mut g = self.lock();
         MemStorage::check_alive(&g)?;
         let f = g.files.get_mut(&self.inode).expect("open file exists");
+        let before = f.used();
         f.data.truncate(len as usize);
+        f.allocated = f.allocated.min(len);
+        let freed = before - f.used();
+        g.give_back(freed);
         Ok(())
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut g = self.lock();
+        let g = &mut *g;
+        MemStorage::check_alive(g)?;
+        if g.no_allocate {
+            return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        }
+        let f = g.files.get_mut(&self.inode).expect("open file exists");
+        let end = offset + len;
+        let extra = end.saturating_sub(f.used());
+        if let Some(space) = g.space_left {
+            if extra > space {
+                return Err(enospc());
+            }
+            g.space_left = Some(space - extra);
+        }
+        f.allocated = f.allocated.max(end);
+        Ok(())
+    }
+    fn trim(&self) -> io::Result<()> {
+        let len = {
+            let g = self.lock();
+            MemStorage::check_alive(&g)?;
+            g.files[&self.inode].data.len() as u64
+        };
+        self.truncate(len)
     }
 }

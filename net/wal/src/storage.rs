@@ -39,6 +39,13 @@ pub trait StorageFile: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     /// Cuts the file to `len` bytes (used to cut a torn tail at recovery).
     fn truncate(&self, len: u64) -> io::Result<()>;
+    /// Gives the bytes `offset..offset + len` disk space without changing the file's length
+    /// (`fallocate` with `FALLOC_FL_KEEP_SIZE`): a later append within them cannot fail for
+    /// lack of room. Fails as a write there would — `ENOSPC`, `EDQUOT`, `EFBIG` past the
+    /// process's file size limit — or with `EOPNOTSUPP` where the filesystem cannot.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Gives back the space allocated past the file's end (a truncate to its own length).
+    fn trim(&self) -> io::Result<()>;
 }
 
 /// The real directory on disk.
@@ -86,6 +93,23 @@ impl StorageFile for FsFile {
     }
     fn truncate(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        use rustix::process::{getrlimit, Resource};
+        // `fallocate` ignores RLIMIT_FSIZE when the length stays; the write would not.
+        let end = offset.saturating_add(len);
+        if getrlimit(Resource::Fsize)
+            .current
+            .is_some_and(|limit| end > limit)
+        {
+            return Err(rustix::io::Errno::FBIG.into());
+        }
+        rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::KEEP_SIZE, offset, len)
+            .map_err(io::Error::from)
+    }
+    fn trim(&self) -> io::Result<()> {
+        // A truncate to the same length frees the blocks past it (ext4, XFS, tmpfs).
+        self.0.set_len(self.0.metadata()?.len())
     }
 }
 

@@ -191,6 +191,11 @@ fn run(storage: &MemStorage, mode: WalMode, seed: u64) -> (Vec<Model>, usize) {
     let mut models = vec![model(&q)];
     let mut acked = 0;
     for turn in 1..=TURNS {
+        // Room first, as the server asks before a change: the segment is created and
+        // allocated ahead here, so a crash meets that too.
+        if wal.reserve(64 << 10).is_err() {
+            break;
+        }
         d.turn(&mut q, true);
         models.push(model(&q));
         wal.append_turn(&mut q);

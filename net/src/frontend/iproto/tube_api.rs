@@ -198,7 +198,8 @@ impl Server {
         };
         // Refused as a whole (a full disk, say) with the reason, rather than item by item.
         let first = commands.first().unwrap_or(&take);
-        if let Some(refusal) = self.refusal(first) {
+        let bytes = commands.iter().map(|c| self.record_bound(c)).sum();
+        if let Some(refusal) = self.batch_refusal(first, bytes) {
             super::error(self.reply_buf(idx), r.sync, &refusal);
             return Ok(());
         }
