@@ -21,8 +21,9 @@
 //!
 //! Versions: 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
 //! `tarq_engine::task_id`) adds to a tube's entry (snapshot table, `TubeCreate` record) its
-//! next number and its `legacy_below` mark, so a restart never numbers a task twice, even when
-//! the newest was deleted before the snapshot. Older files still load: their ids are kept
+//! next number and its `legacy_below` mark, and a `Spent` record for a put whose task was gone
+//! by the end of its turn, so a restart never numbers a task twice, even when the newest was
+//! deleted before the snapshot or within its own turn. Older files still load: their ids are kept
 //! as they are, and the snapshot loader starts every tube of an older snapshot numbering above
 //! its global last id (`legacy_below`, see `tarq_engine::TubeNumbers`).
 //! 3 (failover) closes each turn with a `Commit` that carries the term of the
@@ -110,6 +111,9 @@ pub enum Kind {
     TubeTruncate = 8,
     /// A dedup key a put recorded.
     Dedup = 9,
+    /// A number a tube gave to a put whose task was gone by the end of its turn, so no `Put`
+    /// holds it (the id; version 4): replayed, the tube numbers its next tasks above it.
+    Spent = 10,
     SnapTasks = 16,
     SnapEnd = 17,
     /// The tube table at the snapshot's start.
@@ -130,6 +134,7 @@ impl Kind {
             7 => Kind::TubeDrop,
             8 => Kind::TubeTruncate,
             9 => Kind::Dedup,
+            10 => Kind::Spent,
             16 => Kind::SnapTasks,
             17 => Kind::SnapEnd,
             18 => Kind::SnapTubes,
@@ -765,6 +770,10 @@ pub enum Change {
     TubeDrop(TubeIx),
     TubeTruncate(TubeIx),
     Dedup(StoredDedup),
+    /// A number given to a put the log holds no task of: the id.
+    Spent {
+        id: TaskId,
+    },
     /// The end of a turn: the term of the leader that wrote it and the log's history id
     /// (both 0 before version 3).
     Commit {
@@ -839,6 +848,8 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
             v2("Dedup")?;
             Change::Dedup(b.dedup()?)
         }
+        Kind::Spent if version >= 4 => Change::Spent { id: b.u64()? },
+        Kind::Spent => return Err(format!("Spent record in a version {version} file")),
         Kind::Commit if version >= 3 => Change::Commit {
             term: b.u64()?,
             history: b.u64()?,

@@ -255,6 +255,10 @@ pub fn apply_change(
             .restore_dedup(d.tube, &d.key, d.id, d.expires)
             .err()
             .map(|e| format!("dedup key of tube {}: {e}", d.tube)),
+        Change::Spent { id } => {
+            q.set_last_id(id);
+            None
+        }
         Change::Commit { .. } => None,
     }
 }
