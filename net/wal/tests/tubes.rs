@@ -1166,3 +1166,43 @@ fn a_dedup_key_of_a_task_gone_within_its_turn_never_names_another_task() {
         other => panic!("the key's task, done, got {other:?}"),
     }
 }
+
+/// A tube dropped and another created at its index numbers from 0, and goes on where it was
+/// after a restart and on a replica: the dropped tube's higher ids raise nothing.
+#[test]
+fn a_tube_created_at_a_dropped_ones_index_keeps_its_numbering_through_restarts_and_replicas() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    wal.set_tap(true);
+    let a = q
+        .create_tube("a", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    for _ in 0..10 {
+        put_in(&mut q, a, b"x");
+    }
+    wal.flush(&mut q, WAIT).expect("flushed");
+    q.drop_tube(a).expect("droppable");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let b = q
+        .create_tube("b", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    assert_eq!(b, a, "the index is reused");
+    put_in(&mut q, b, b"y");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let want = q.tube_info(b).expect("live").numbers;
+    assert_eq!(want.next, 1);
+    let mut stream = Vec::new();
+    wal.take_tap(&mut stream);
+    drop(wal);
+
+    let (_wal, q, _) = open(&storage);
+    assert_eq!(q.tube_info(b).expect("recovered").numbers, want);
+
+    let cfg = WalConfig {
+        replica: true,
+        ..cfg_in(WalMode::Write)
+    };
+    let (mut rwal, mut r, _) = Wal::open(Arc::new(MemStorage::new()), cfg).expect("replica opens");
+    rwal.apply_replicated(&mut r, &stream).expect("applied");
+    assert_eq!(r.tube_info(b).expect("replicated").numbers, want);
+}
