@@ -79,6 +79,8 @@ impl Wal {
             }
             new_from.get_or_insert(at);
             expect += 1;
+            // The stream is in this build's format: the handshake refuses a primary of another
+            // (`tarq_iproto::replication::FORMAT`), as the bytes go to this WAL as they are.
             let change = format::decode_change(rec.kind, rec.body, format::FORMAT_VERSION)
                 .map_err(|e| format!("record {}: {e}", rec.seq))?;
             let Change::Commit { term, history } = change else {

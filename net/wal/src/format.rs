@@ -46,6 +46,9 @@ pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
+/// The version of a replication peer that names none: builds from before the stream carried
+/// its format (`tarq_iproto::replication::FORMAT`) wrote version 3.
+pub const UNNAMED_PEER_VERSION: u32 = 3;
 pub const FILE_HEADER_LEN: usize = 32;
 pub const RECORD_MARKER: u32 = 0x7172_6174;
 pub const RECORD_HEADER_LEN: usize = 24;
