@@ -2,8 +2,9 @@
 //! earliest pending deadline (runat of a Waiting task, TTL expiry, TTR of a Taken task). The
 //! task's slot records the entry's position, so an ack, a release or a fired deadline updates
 //! or removes the entry in place in O(log n): no stale entries exist, nothing piles up and
-//! `advance` never skips garbage. Entries order by (time, id), which makes `advance` fully
-//! deterministic; one entry per task keeps the heap at 16 bytes a task at most.
+//! `advance` never skips garbage. Entries order by (time, number in the tube, id), which makes
+//! `advance` fully deterministic; one entry per task keeps the heap at 16 bytes a task at
+//! most.
 
 use crate::slots::Slots;
 use crate::{Micros, TaskId};

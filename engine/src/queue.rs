@@ -878,33 +878,20 @@ impl Queue {
         deliveries: u16,
     ) -> Result<(), QueueError> {
         self.live_tube(tube)?;
-        // The tube the id is counted in: its own, or `default` for an id below 2^41 — in
-        // another tube, one kept from before tubes numbered their own tasks.
-        let (owner, n) = (id_tube(task.id), task_number(task.id));
-        if owner != tube && owner != DEFAULT_TUBE {
-            return Err(QueueError::IdNotOfTube { id: task.id, tube });
-        }
+        let owner = self.numbering_of(tube, task.id)?;
         // Every live id is below its tube's next number, so a higher one needs no lookup: a
         // snapshot of a queue filled in order restores in id order, and skips a probe per task.
         let vouched = self
             .bulk
             .as_ref()
             .is_some_and(|b| b.ids == BulkIds::Distinct);
-        let numbers = self.tube(owner).numbers;
-        if n < numbers.next && !vouched && self.find(task.id).is_some() {
+        if task_number(task.id) < self.tube(owner).numbers.next
+            && !vouched
+            && self.find(task.id).is_some()
+        {
             return Err(QueueError::Duplicate(task.id));
         }
-        self.tube_mut(owner).numbers.next = numbers.next.max(n + 1);
-        if owner != tube {
-            let mark = task.id + 1;
-            self.restore_tube_numbers(
-                tube,
-                TubeNumbers {
-                    next: mark,
-                    legacy_below: mark,
-                },
-            )?;
-        }
+        self.count_restored_id(tube, owner, task.id);
         let utube = match self.tube_mut(tube).utubes.as_mut() {
             Some(u) => u.intern(utube.unwrap_or_default()),
             None => NIL,
@@ -1023,7 +1010,9 @@ impl Queue {
         Ok(())
     }
 
-    /// Recovery: a dedup key of `tube` for task `id` until `expires`. Journals nothing.
+    /// Recovery: a dedup key of `tube` for task `id` until `expires`. The tube's numbering
+    /// rises past the id, as a restored task's does: the key's task may be gone, and a retry
+    /// with the key must not name a new task that got its number. Journals nothing.
     pub fn restore_dedup(
         &mut self,
         tube: TubeIx,
@@ -1032,6 +1021,8 @@ impl Queue {
         expires: Micros,
     ) -> Result<(), QueueError> {
         self.live_tube(tube)?;
+        let owner = self.numbering_of(tube, id)?;
+        self.count_restored_id(tube, owner, id);
         if let Some(d) = self.tube_mut(tube).dedup.as_mut() {
             d.record(key, id, expires);
         }
@@ -1120,11 +1111,34 @@ impl Queue {
 
     /// Recovery: the tube `id` is counted in (`default` for an id below 2^41, as every id
     /// was before tubes numbered their own tasks) numbers its next tasks above it. Never goes
-    /// down; an id of a tube that is gone changes nothing.
+    /// down; an id of a tube that is gone, or of no tube, changes nothing.
     pub fn set_last_id(&mut self, id: TaskId) {
-        let (owner, n) = (id_tube(id), task_number(id));
-        if let Some(Some(t)) = self.tubes.get_mut(owner as usize) {
-            t.numbers.next = t.numbers.next.max(n + 1);
+        let owner = id_tube(id).and_then(|ix| self.tubes.get_mut(ix as usize));
+        if let Some(Some(t)) = owner {
+            t.numbers.next = t.numbers.next.max(task_number(id) + 1);
+        }
+    }
+
+    /// The tube whose numbers a task `id` restored into `tube` is counted in: `tube`'s own,
+    /// or `default` for an id below 2^41 — in another tube, one kept from before tubes
+    /// numbered their own tasks. An id packing a third tube is refused.
+    fn numbering_of(&self, tube: TubeIx, id: TaskId) -> Result<TubeIx, QueueError> {
+        match id_tube(id) {
+            Some(owner) if owner == tube || owner == DEFAULT_TUBE => Ok(owner),
+            _ => Err(QueueError::IdNotOfTube { id, tube }),
+        }
+    }
+
+    /// Raises the numbering `id` is counted in (`owner`, from `numbering_of`) past it; an id
+    /// kept from before tubes numbered their own tasks also raises `tube`'s `legacy_below`
+    /// mark past it, so the tube API reads the number as that id and no new task takes it.
+    fn count_restored_id(&mut self, tube: TubeIx, owner: TubeIx, id: TaskId) {
+        let numbers = &mut self.tube_mut(owner).numbers;
+        numbers.next = numbers.next.max(task_number(id) + 1);
+        if owner != tube {
+            let numbers = &mut self.tube_mut(tube).numbers;
+            numbers.legacy_below = numbers.legacy_below.max(id + 1);
+            numbers.next = numbers.next.max(numbers.legacy_below);
         }
     }
 
@@ -1249,10 +1263,10 @@ impl Queue {
             "index does not find task {} at {k}",
             s.id
         );
-        let (owner, n) = (id_tube(s.id), task_number(s.id));
+        let owner = id_tube(s.id).unwrap_or_else(|| panic!("task {} packs no tube", s.id));
         let counted = self.tubes.get(owner as usize).and_then(Option::as_ref);
         assert!(
-            s.id != 0 && counted.is_some_and(|t| n < t.numbers.next),
+            s.id != 0 && counted.is_some_and(|t| task_number(s.id) < t.numbers.next),
             "task {} beyond its tube's numbers",
             s.id
         );
@@ -1520,12 +1534,19 @@ impl Queue {
         Ok(k)
     }
 
-    /// The slot of task `id` if it is in `tube`; else the original's error, naming the task's
-    /// number in the tube, as the tube API's caller gave it.
+    /// The slot of task `id` if it is in `tube`; else the original's error, naming the task
+    /// as the tube API's caller gave it: its number in the tube, or, for an id that is not
+    /// the tube's (a whole id of another tube, one kept from before tubes numbered their
+    /// own), that id (`task_id_in` passes both through unchanged).
     fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<u32, QueueError> {
+        let given = if id_tube(id) == Some(tube) {
+            task_number(id)
+        } else {
+            id
+        };
         self.find(id)
             .filter(|&k| self.slots[k as usize].tube == tube)
-            .ok_or(QueueError::TaskNotInTube(task_number(id)))
+            .ok_or(QueueError::TaskNotInTube(given))
     }
 
     fn tube(&self, t: TubeIx) -> &Tube {

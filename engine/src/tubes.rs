@@ -57,10 +57,12 @@ pub const fn task_number(id: TaskId) -> u64 {
 }
 
 /// The tube whose numbers `id` is counted in: its tube, or `default` (0) for every id below
-/// 2^41, which includes the ids kept from before tubes numbered their own tasks.
+/// 2^41, which includes the ids kept from before tubes numbered their own tasks. `None` for
+/// an id from 2^57 on, which packs no tube index at all (a damaged one): refused, not taken
+/// for the tube its low bits would name.
 #[inline]
-pub const fn id_tube(id: TaskId) -> TubeIx {
-    (id >> TUBE_ID_SHIFT) as TubeIx
+pub fn id_tube(id: TaskId) -> Option<TubeIx> {
+    TubeIx::try_from(id >> TUBE_ID_SHIFT).ok()
 }
 
 /// How a tube numbers its tasks. A number is never given twice in a tube's life (deleting

@@ -580,7 +580,11 @@ impl Model {
         self.live(tube)?;
         match self.tasks.get(&id) {
             Some(t) if t.tube == tube => Ok(()),
-            _ => Err(QueueError::TaskNotInTube(id & ((1 << 41) - 1))),
+            // Named as the caller gave it: a number of this tube, or a whole id.
+            _ if id >> 41 == u64::from(tube) => {
+                Err(QueueError::TaskNotInTube(id & ((1 << 41) - 1)))
+            }
+            _ => Err(QueueError::TaskNotInTube(id)),
         }
     }
 

@@ -109,11 +109,13 @@ fn a_task_is_not_taken_by_another_session_or_in_another_tube() {
     assert_eq!(take(&mut q, a, T0), Some(id));
     assert_eq!(q.ack_in(a, 2, id), Err(QueueError::TaskNotTaken(id)));
     assert_eq!(q.ack_in(b, S, id), Err(QueueError::TaskNotTaken(id)));
-    // The original's error names the task's number in the tube.
-    let number = task_number(id);
+    // The original's error names the task as the caller gave it: a number of the tube, or
+    // a whole id of another tube.
+    assert_eq!(q.peek(b, id).unwrap_err(), QueueError::TaskNotInTube(id));
+    let missing = q.task_id_in(a, 9);
     assert_eq!(
-        q.peek(b, id).unwrap_err(),
-        QueueError::TaskNotInTube(number)
+        q.peek(a, missing).unwrap_err(),
+        QueueError::TaskNotInTube(9)
     );
     // The seed API sees only `default`.
     assert_eq!(q.ack(S, id), Err(QueueError::NotFound(id)));
@@ -755,16 +757,37 @@ fn a_tube_whose_numbers_run_out_refuses_puts_and_ids_of_another_tube_are_refused
             .unwrap_err(),
         QueueError::TubeNumbersSpent { name: "q".into() }
     );
-    // Recovery refuses an id that packs another tube's index.
+    // Recovery refuses an id that packs another tube's index, or none at all (from 2^57 on:
+    // not the tube its low bits name), as a task or as a dedup key's task.
     let other = tube(&mut q, "other", TubeType::Fifo, TubeOptions::default());
-    let task = restored(task_id(t, 5));
-    assert_eq!(
-        q.restore_in(other, task, None, 0),
-        Err(QueueError::IdNotOfTube {
-            id: task_id(t, 5),
-            tube: other
-        })
-    );
+    for id in [task_id(t, 5), 1 << 57 | task_id(other, 5)] {
+        let refused = Err(QueueError::IdNotOfTube { id, tube: other });
+        assert_eq!(q.restore_in(other, restored(id), None, 0), refused);
+        assert_eq!(q.restore_dedup(other, b"k", id, T0), refused);
+    }
+    assert_eq!(q.len(), 1, "nothing restored");
+    q.check_invariants();
+}
+
+#[test]
+fn a_restored_dedup_key_raises_its_tubes_numbering_past_its_task() {
+    // The key's task is gone (put and deleted in one turn, so no record of it): the tube must
+    // not give its number to a new task, which a retry with the key would then name.
+    let mut q = Queue::new();
+    let opts = TubeOptions {
+        dedup_window: 60_000_000,
+        ..TubeOptions::default()
+    };
+    q.restore_tube(1, "d", TubeType::Fifo, opts).unwrap();
+    q.restore_dedup(1, b"k", task_id(1, 4), T0 + 1).unwrap();
+    assert_eq!(q.tube_info(1).unwrap().numbers.next, 5);
+    assert_eq!(task_number(put(&mut q, 1, TubePut::default())), 5);
+    // A key kept from before tubes numbered their own: `default` goes on above its id and
+    // the tube reads the number as that id.
+    q.restore_tube(2, "old", TubeType::Fifo, opts).unwrap();
+    q.restore_dedup(2, b"k", 40, T0 + 1).unwrap();
+    assert_eq!(q.tube_info(2).unwrap().numbers.legacy_below, 41);
+    assert_eq!(q.put(T0, Box::new([0x90]), PutOptions::default()).id, 41);
     q.check_invariants();
 }
 

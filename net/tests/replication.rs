@@ -4,7 +4,8 @@
 //! on its beanstalk port; killed with SIGKILL it resumes from its own WAL; one whose position
 //! the primary no longer retains joins again from a snapshot; a job's `stats-job` counters
 //! reach it, in the snapshot it joins from and in the stream after; a tube `use` made and left
-//! empty goes from it as from its primary. Every wait has a deadline.
+//! empty goes from it as from its primary; a primary and a replica of different WAL formats
+//! refuse each other, saying what to do. Every wait has a deadline.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -16,6 +17,10 @@ use std::time::Duration;
 
 use rmpv::Value;
 use support::{addr_in, field, wait_until, Client, Tarq, WAIT};
+use tarq_iproto::codes::ER_REPLICATION;
+use tarq_iproto::mp::write;
+use tarq_iproto::replication::{self, JOIN, SUBSCRIBE, VCLOCK};
+use tarq_wal::format::FORMAT_VERSION;
 
 /// Tubes the workload uses (`default` is the seed API's).
 const TUBES: [&str; 4] = ["default", "jobs", "u", "late"];
@@ -207,8 +212,8 @@ fn a_replica_has_every_task_in_fsync_mode() {
 fn a_primary_without_a_wal_refuses_replicas() {
     let primary = Tarq::start(&["--wal-mode", "none"]);
     let mut c = Client::connect(primary.addr);
-    let r = c.request(|out, sync| tarq_iproto::replication::subscribe(out, sync, 0, 0, 0));
-    let msg = r.err(tarq_iproto::codes::ER_REPLICATION);
+    let r = c.request(|out, sync| replication::subscribe(out, sync, 0, 0, 0, FORMAT_VERSION));
+    let msg = r.err(ER_REPLICATION);
     assert!(msg.contains("wal_mode = 'none'"), "{msg}");
 }
 
@@ -472,4 +477,107 @@ fn a_tube_use_made_and_left_empty_goes_from_the_replica_too() {
     wait_until("the tube gone from the replica", || {
         list(rbs) == ["default"]
     });
+}
+
+/// `{0x26: {1: lsn}}`, the position as Tarantool writes it.
+fn position(out: &mut Vec<u8>, lsn: u64) {
+    write::uint(out, VCLOCK);
+    write::map_len(out, 1);
+    write::uint(out, 1);
+    write::uint(out, lsn);
+}
+
+/// A replica stores its primary's records byte for byte, so the two must share the WAL
+/// format: the primary names its own in the `OK`, and refuses a replica of another — also one
+/// of a build from before the exchange, which names none (format 3) — saying what to do.
+#[test]
+fn a_primary_streams_only_to_a_replica_of_its_wal_format() {
+    let primary = Tarq::start(&[]);
+    let mut c = Client::connect(primary.addr);
+    let older = |msg: String| {
+        assert!(
+            msg.contains(&format!("this primary writes WAL format {FORMAT_VERSION}"))
+                && msg.contains("the replica's tarq stores format 3: upgrade the replica"),
+            "{msg}"
+        );
+    };
+    // An older replica: SUBSCRIBE with its position only, JOIN with an empty map.
+    older(
+        c.request(|out, sync| {
+            tarq_iproto::client::request(out, SUBSCRIBE, sync, |o| {
+                write::map_len(o, 1);
+                position(o, 0);
+            })
+        })
+        .err(ER_REPLICATION),
+    );
+    older(
+        c.request(|out, sync| {
+            tarq_iproto::client::request(out, JOIN, sync, |o| write::map_len(o, 0))
+        })
+        .err(ER_REPLICATION),
+    );
+    let newer = FORMAT_VERSION + 1;
+    let msg = c
+        .request(|out, sync| replication::join(out, sync, newer))
+        .err(ER_REPLICATION);
+    assert!(msg.contains("upgrade this primary"), "{msg}");
+    // Its own format: the stream starts, and the `OK` names the format.
+    let r = c.request(|out, sync| replication::subscribe(out, sync, 0, 0, 0, FORMAT_VERSION));
+    assert_eq!(r.code, 0, "{r:?}");
+    let mut body = r.body.as_slice();
+    let body = rmpv::decode::read_value(&mut body).expect("a body");
+    let format = body
+        .as_map()
+        .expect("a map")
+        .iter()
+        .find(|(k, _)| k.as_u64() == Some(replication::FORMAT))
+        .and_then(|(_, v)| v.as_u64());
+    assert_eq!(format, Some(u64::from(FORMAT_VERSION)));
+}
+
+/// A replica names its format in SUBSCRIBE and refuses a primary whose `OK` names another, or
+/// none (a primary from before the exchange: format 3), before a record arrives, saying what to
+/// do. The primary here is the test, answering as an older tarq did.
+#[test]
+fn a_replica_refuses_a_primary_of_another_wal_format() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let paddr = listener.local_addr().expect("bound").to_string();
+    let mut replica = Tarq::start(&replica_args(&paddr, "write"));
+    let (mut s, _) = listener.accept().expect("the replica connects");
+    s.set_read_timeout(Some(WAIT)).expect("a timeout");
+    let salt = [1; tarq_iproto::greeting::SALT_LEN];
+    s.write_all(&tarq_iproto::greeting::encode(&[7; 16], &salt))
+        .expect("greeting sent");
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let frame = loop {
+        if let Some(f) = tarq_iproto::split_frame(&got, 1 << 20).expect("a frame") {
+            break got[f.prefix..f.total()].to_vec();
+        }
+        let n = s.read(&mut chunk).expect("the replica asks");
+        assert!(n > 0, "closed after {got:?}");
+        got.extend_from_slice(&chunk[..n]);
+    };
+    let req = tarq_iproto::request::decode(&frame).expect("a request");
+    match req.kind {
+        tarq_iproto::request::RequestKind::Subscribe { format, .. } => {
+            assert_eq!(format, Some(FORMAT_VERSION))
+        }
+        other => panic!("a SUBSCRIBE, got {other:?}"),
+    }
+    let mut ok = Vec::new();
+    let at = tarq_iproto::response::begin(&mut ok, tarq_iproto::types::OK, req.sync);
+    write::map_len(&mut ok, 1);
+    position(&mut ok, 0);
+    tarq_iproto::response::finish(&mut ok, at);
+    s.write_all(&ok).expect("answered");
+    let line = replica.wait_for_line("replication stopped");
+    assert!(
+        line.contains(&format!(
+            "the primary streams WAL format 3 and this replica's tarq stores format {FORMAT_VERSION}: \
+             upgrade the primary to this replica's tarq release"
+        )),
+        "{line}"
+    );
 }

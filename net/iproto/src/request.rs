@@ -50,14 +50,18 @@ pub enum RequestKind<'a> {
         expr: &'a str,
         args: &'a [u8],
     },
-    /// JOIN (65): a replica asks for a snapshot and the stream after it.
-    Join,
+    /// JOIN (65): a replica asks for a snapshot and the stream after it; its build stores WAL
+    /// format `format` (`None`: a replica from before the format was exchanged).
+    Join {
+        format: Option<u32>,
+    },
     /// SUBSCRIBE (66): a replica asks for the stream after record `after`, which it holds
-    /// as of `term` in the log of history `history` (0: unknown).
+    /// as of `term` in the log of history `history` (0: unknown); `format` as for JOIN.
     Subscribe {
         after: u64,
         term: u64,
         history: u64,
+        format: Option<u32>,
     },
     /// Any other request type, answered with error 48; its body is not read.
     Other(u32),
@@ -133,8 +137,9 @@ pub fn decode(frame: &[u8]) -> Result<Request<'_>, DecodeError> {
         }
         types::EVAL => decode_eval(&mut r, sync)?,
         super::replication::JOIN => {
-            body_fields(&mut r, sync, |_, _| Ok(false))?;
-            RequestKind::Join
+            let format = super::replication::join_format(r.remaining())
+                .map_err(|e| invalid(sync, "packet body", e))?;
+            RequestKind::Join { format }
         }
         super::replication::SUBSCRIBE => {
             let s = super::replication::subscribe_position(r.remaining())
@@ -143,6 +148,7 @@ pub fn decode(frame: &[u8]) -> Result<Request<'_>, DecodeError> {
                 after: s.after,
                 term: s.term,
                 history: s.history,
+                format: s.format,
             }
         }
         other => RequestKind::Other(other),

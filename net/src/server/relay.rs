@@ -23,6 +23,7 @@ use tarq_iproto::codes::{
     ER_ACCESS_DENIED, ER_HISTORY_MISMATCH, ER_REPLICATION, ER_WAL_NOT_RETAINED,
 };
 use tarq_iproto::{replication, response};
+use tarq_wal::format::{FORMAT_VERSION, UNNAMED_PEER_VERSION};
 use tarq_wal::relay::{self as wal_relay, Cursor, RelayError};
 use tarq_wal::WalMode;
 use tracing::{info, warn};
@@ -94,9 +95,15 @@ fn refused(e: RelayError) -> Refused {
 
 impl Server {
     /// JOIN (`after` None) or SUBSCRIBE after record `after` (with the replica's term there and
-    /// its history id): connection `idx` becomes a relay.
-    pub(crate) fn start_relay(&mut self, idx: usize, sync: u64, after: Option<(u64, u64, u64)>) {
-        match self.open_relay(idx, sync, after) {
+    /// its history id) from a replica storing WAL `format`: connection `idx` becomes a relay.
+    pub(crate) fn start_relay(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        format: Option<u32>,
+        after: Option<(u64, u64, u64)>,
+    ) {
+        match self.open_relay(idx, sync, format, after) {
             Ok(relay) => {
                 let c = self.conn_mut(idx);
                 c.relay = Some(Box::new(relay));
@@ -115,6 +122,7 @@ impl Server {
         &mut self,
         idx: usize,
         sync: u64,
+        format: Option<u32>,
         subscribe: Option<(u64, u64, u64)>,
     ) -> Result<Relay, Refused> {
         let after = subscribe.map(|s| s.0);
@@ -146,6 +154,7 @@ impl Server {
                 "Replication does not support wal_mode = 'none'".into(),
             ));
         };
+        check_format(format)?;
         if let Some((after, term, history)) = subscribe {
             check_history(wal, after, term, history)?;
         }
@@ -175,7 +184,7 @@ impl Server {
             }
         };
         let out = self.reply_buf(idx);
-        replication::start(out, sync, start);
+        replication::start(out, sync, start, FORMAT_VERSION);
         if after.is_none() && matches!(phase, Phase::CatchUp(_)) {
             replication::snapshot_end(out);
         }
@@ -188,7 +197,7 @@ impl Server {
 
     /// Input from a replica on its relay: acknowledgements of what it applied.
     pub(crate) fn relay_input(&mut self, idx: usize, frame: &[u8]) {
-        if let Ok(replication::Frame::Position(lsn)) = replication::decode(frame) {
+        if let Ok(replication::Frame::Position { lsn, .. }) = replication::decode(frame) {
             if let Some(r) = &mut self.conn_mut(idx).relay {
                 r.acked = r.acked.max(lsn);
             }
@@ -327,6 +336,29 @@ impl Server {
             self.close_quietly(idx, "replication stream ended");
         }
     }
+}
+
+/// A replica stores the stream's records byte for byte in its own WAL, whose files say their
+/// format: it must store the format this primary writes. One of another format is refused
+/// with what to do (a replica from before the exchange names none: format 3).
+fn check_format(format: Option<u32>) -> Result<(), Refused> {
+    let theirs = format.unwrap_or(UNNAMED_PEER_VERSION);
+    if theirs == FORMAT_VERSION {
+        return Ok(());
+    }
+    let todo = if theirs < FORMAT_VERSION {
+        "upgrade the replica to this primary's tarq release"
+    } else {
+        "upgrade this primary to the replica's tarq release"
+    };
+    Err((
+        ER_REPLICATION,
+        format!(
+            "this primary writes WAL format {FORMAT_VERSION} and the replica's tarq stores \
+             format {theirs}: {todo} (replicas and their primary run the same format; see \
+             CHANGELOG.md)"
+        ),
+    ))
 }
 
 /// A replica may stream after record `after` only if its log is this one's up to there: the

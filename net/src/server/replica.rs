@@ -199,6 +199,24 @@ impl Upstream {
     }
 }
 
+/// Why a primary whose stream is in WAL format `format` (`None`: a primary from before the
+/// format was exchanged, which wrote 3) cannot be followed, and what to do. This replica
+/// stores the records byte for byte in its own WAL, in its own format, and reads them back as
+/// such: it never takes another format's records for its own.
+fn stream_format_refused(format: Option<u32>) -> String {
+    let theirs = format.unwrap_or(format::UNNAMED_PEER_VERSION);
+    let ours = format::FORMAT_VERSION;
+    let todo = if theirs < ours {
+        "upgrade the primary to this replica's tarq release"
+    } else {
+        "upgrade this replica to the primary's tarq release"
+    };
+    format!(
+        "the primary streams WAL format {theirs} and this replica's tarq stores format {ours}: \
+         {todo} (replicas and their primary run the same format; see CHANGELOG.md)"
+    )
+}
+
 impl Server {
     /// The upstream socket is readable or writable: the turn reads it.
     pub(super) fn upstream_ready(&mut self) {
@@ -320,7 +338,12 @@ impl Server {
         let frame = replication::decode(frame)?;
         // The frame borrows `up.rbuf`; what it carries is copied or applied before `up` moves.
         match frame {
-            Frame::Position(p) => match up.phase {
+            Frame::Position { lsn: p, format } => match up.phase {
+                Phase::Asked { .. }
+                    if format.unwrap_or(format::UNNAMED_PEER_VERSION) != format::FORMAT_VERSION =>
+                {
+                    return Err(stream_format_refused(format));
+                }
                 Phase::Asked { join: true } => {
                     up.phase = Phase::Snapshot {
                         start: p,
@@ -402,7 +425,7 @@ impl Server {
     /// SUBSCRIBE after the position, or JOIN.
     fn ask(&mut self, up: &mut Upstream) {
         if up.need_join {
-            replication::join(&mut up.wbuf, 2);
+            replication::join(&mut up.wbuf, 2, format::FORMAT_VERSION);
             info!(primary = %up.primary, "joining the primary from its snapshot");
         } else {
             let position = self.position();
@@ -410,7 +433,14 @@ impl Server {
                 .journal
                 .wal()
                 .map_or((0, 0), |w| (w.last_term(), w.history()));
-            replication::subscribe(&mut up.wbuf, 2, position, term, history);
+            replication::subscribe(
+                &mut up.wbuf,
+                2,
+                position,
+                term,
+                history,
+                format::FORMAT_VERSION,
+            );
         }
         up.phase = Phase::Asked { join: up.need_join };
     }

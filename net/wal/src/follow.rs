@@ -66,7 +66,6 @@ impl Wal {
         let mut expect = self.last_seq + 1;
         let (mut off, mut new_from) = (0, None);
         let mut turn: Vec<(u64, Change)> = Vec::new();
-        let mut max_id = queue.last_id();
         while off < bytes.len() {
             let rec = format::parse_record(bytes, off)
                 .map_err(|e| format!("stream offset {off}: {e:?}"))?;
@@ -80,6 +79,8 @@ impl Wal {
             }
             new_from.get_or_insert(at);
             expect += 1;
+            // The stream is in this build's format: the handshake refuses a primary of another
+            // (`tarq_iproto::replication::FORMAT`), as the bytes go to this WAL as they are.
             let change = format::decode_change(rec.kind, rec.body, format::FORMAT_VERSION)
                 .map_err(|e| format!("record {}: {e}", rec.seq))?;
             let Change::Commit { term, history } = change else {
@@ -115,7 +116,7 @@ impl Wal {
                     w.tube_changed(*ix);
                 }
                 let fuzzy = seq <= self.follow.fuzzy_upto;
-                if let Some(why) = recovery::apply_change(queue, c, fuzzy, &mut max_id) {
+                if let Some(why) = recovery::apply_change(queue, c, fuzzy) {
                     return Err(format!("record {seq} does not fit the replica: {why}"));
                 }
             }
@@ -123,7 +124,6 @@ impl Wal {
         if !turn.is_empty() {
             return Err("the stream handed over ends inside a turn".into());
         }
-        queue.set_last_id(max_id);
         let Some(from) = new_from else {
             return Ok(0);
         };

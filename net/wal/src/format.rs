@@ -21,9 +21,10 @@
 //!
 //! Versions: 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
 //! `tarq_engine::task_id`) adds to a tube's entry (snapshot table, `TubeCreate` record) its
-//! next number and its `legacy_below` mark, so a restart never numbers a task twice, even when
-//! the newest was deleted before the snapshot, and a tube's `on_demand` mark (a flag bit of its
-//! options); it carries each task's counters (releases, buries, kicks, TTR returns; four u16
+//! next number and its `legacy_below` mark, and a `Spent` record for a put whose task was gone
+//! by the end of its turn, so a restart never numbers a task twice, even when the newest was
+//! deleted before the snapshot or within its own turn; a tube's `on_demand` mark (a flag bit of
+//! its options); and each task's counters (releases, buries, kicks, TTR returns; four u16
 //! after the utube key, flagged `HAS_COUNTS`, only when one is not zero) in Put, Replace and
 //! snapshot entries, and at the end of a Status record (absent: all zero). Older files still
 //! load: their ids are kept as they are, and the snapshot loader starts every tube of an older
@@ -50,6 +51,9 @@ pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
+/// The version of a replication peer that names none: builds from before the stream carried
+/// its format (`tarq_iproto::replication::FORMAT`) wrote version 3.
+pub const UNNAMED_PEER_VERSION: u32 = 3;
 pub const FILE_HEADER_LEN: usize = 32;
 pub const RECORD_MARKER: u32 = 0x7172_6174;
 pub const RECORD_HEADER_LEN: usize = 24;
@@ -118,6 +122,9 @@ pub enum Kind {
     TubeTruncate = 8,
     /// A dedup key a put recorded.
     Dedup = 9,
+    /// A number a tube gave to a put whose task was gone by the end of its turn, so no `Put`
+    /// holds it (the id; version 4): replayed, the tube numbers its next tasks above it.
+    Spent = 10,
     SnapTasks = 16,
     SnapEnd = 17,
     /// The tube table at the snapshot's start.
@@ -138,6 +145,7 @@ impl Kind {
             7 => Kind::TubeDrop,
             8 => Kind::TubeTruncate,
             9 => Kind::Dedup,
+            10 => Kind::Spent,
             16 => Kind::SnapTasks,
             17 => Kind::SnapEnd,
             18 => Kind::SnapTubes,
@@ -815,6 +823,10 @@ pub enum Change {
     TubeDrop(TubeIx),
     TubeTruncate(TubeIx),
     Dedup(StoredDedup),
+    /// A number given to a put the log holds no task of: the id.
+    Spent {
+        id: TaskId,
+    },
     /// The end of a turn: the term of the leader that wrote it and the log's history id
     /// (both 0 before version 3).
     Commit {
@@ -901,6 +913,8 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
             v2("Dedup")?;
             Change::Dedup(b.dedup()?)
         }
+        Kind::Spent if version >= 4 => Change::Spent { id: b.u64()? },
+        Kind::Spent => return Err(format!("Spent record in a version {version} file")),
         Kind::Commit if version >= 3 => Change::Commit {
             term: b.u64()?,
             history: b.u64()?,

@@ -640,8 +640,11 @@ impl Wal {
                         (Ok(()), None) => {}
                     }
                 }
-                // Put and removed within this turn: nothing to log for it at all.
-                None if matches!(ev, Event::Put { .. }) => self.vanished.push(id),
+                // Put and removed within this turn: no task to log, only its number.
+                None if matches!(ev, Event::Put { .. }) => {
+                    self.vanished.push(id);
+                    self.spent_record(queue, id);
+                }
                 // Updated, then removed in this turn: the removal is logged next.
                 None => {}
             },
@@ -670,6 +673,24 @@ impl Wal {
             }
             _ => {}
         }
+    }
+
+    /// A put whose task is gone by the end of its turn logs no `Put`, yet its tube gave it a
+    /// number: a `Spent` record carries the id, so a restart or a replica numbers the tube's
+    /// next task above it (neither a later put nor a `TubeCreate` need be logged to carry the
+    /// numbering). Its reply waits for it, as any put's. A tube that is gone logs none: its
+    /// numbers went with it.
+    fn spent_record(&mut self, queue: &Queue, id: TaskId) {
+        if tarq_engine::id_tube(id)
+            .and_then(|t| queue.tube_info(t))
+            .is_none()
+        {
+            return;
+        }
+        self.open_needs_durability = true;
+        let at = self.record(Kind::Spent);
+        self.pending.buf.extend_from_slice(&id.to_le_bytes());
+        format::end_small_record(&mut self.pending.buf, at);
     }
 
     /// A tube created, dropped or truncated: logged as the tube is at the end of the turn. A

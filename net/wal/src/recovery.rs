@@ -14,7 +14,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use tarq_engine::{Queue, TaskId};
+use tarq_engine::Queue;
 
 use super::format::{
     self, Change, Frame, HeaderError, Kind, StoredTask, FILE_HEADER_LEN, RECORD_MARKER,
@@ -126,7 +126,6 @@ struct Replay {
     /// Records up to here may meet a task in a later state than they expect: the snapshot walk
     /// captured it after they were written.
     fuzzy_upto: u64,
-    max_id: TaskId,
     /// The segment being read.
     file: String,
     /// The last sequence number read.
@@ -175,21 +174,17 @@ impl Replay {
     }
 
     fn apply_one(&mut self, change: Change, fuzzy: bool) -> Option<String> {
-        apply_change(&mut self.queue, change, fuzzy, &mut self.max_id)
+        apply_change(&mut self.queue, change, fuzzy)
     }
 }
 
 /// Applies one WAL change to `q` through the engine's silent restore calls (recovery, and a
 /// replica applying its primary's stream); returns what does not fit the state before it. In
 /// the fuzzy window (records up to a snapshot's end) a record may meet a task in a later state:
-/// the snapshot walk captured it after the record was written. `max_id` rises to every task
-/// id seen.
-pub fn apply_change(
-    q: &mut Queue,
-    change: Change,
-    fuzzy: bool,
-    max_id: &mut TaskId,
-) -> Option<String> {
+/// the snapshot walk captured it after the record was written. Each tube's numbering rises
+/// past the ids restored in it (`restore_in`, `restore_dedup`) and the ids `Spent` records
+/// name, and only its: a tube at the index of a dropped one keeps its own.
+pub fn apply_change(q: &mut Queue, change: Change, fuzzy: bool) -> Option<String> {
     match change {
         // A put in the window whose task is present: the walk captured the task after this
         // put, in the same state or a later one, and every change since is a record after
@@ -199,22 +194,15 @@ pub fn apply_change(
         // out of its list and searching its place again (a put behind a list's tail is a
         // search: ~1 µs a task, most of the replay after a snapshot taken while puts poured
         // in).
-        Change::Put(t) if fuzzy && q.get(t.task.id).is_some() => {
-            *max_id = (*max_id).max(t.task.id);
-            None
-        }
+        Change::Put(t) if fuzzy && q.get(t.task.id).is_some() => None,
         Change::Replace(t) => {
             let id = t.task.id;
-            *max_id = (*max_id).max(id);
             if q.get(id).is_some() {
                 q.restore_remove(id);
             }
             restore(q, t)
         }
-        Change::Put(t) => {
-            *max_id = (*max_id).max(t.task.id);
-            restore(q, t)
-        }
+        Change::Put(t) => restore(q, t),
         Change::Status {
             id,
             status,
@@ -260,6 +248,10 @@ pub fn apply_change(
             .restore_dedup(d.tube, &d.key, d.id, d.expires)
             .err()
             .map(|e| format!("dedup key of tube {}: {e}", d.tube)),
+        Change::Spent { id } => {
+            q.set_last_id(id);
+            None
+        }
         Change::Commit { .. } => None,
     }
 }
@@ -310,7 +302,6 @@ pub fn recover(
         report,
         start: base.start,
         fuzzy_upto: base.fuzzy_upto,
-        max_id: base.last_id,
         file: String::new(),
         prev_seq: base.start,
         last_commit: base.start,
@@ -320,7 +311,6 @@ pub fn recover(
     r.replay_segments(storage, &segs)?;
 
     let mut queue = r.queue;
-    queue.set_last_id(r.max_id);
     r.report.last_commit = r.last_commit;
     r.report.fuzzy_upto = base.fuzzy_upto;
     r.report.terms = if r.report.snapshot.is_some() {
@@ -348,7 +338,6 @@ struct Base {
     /// The snapshot's WAL position: replay applies records after it.
     start: u64,
     fuzzy_upto: u64,
-    last_id: TaskId,
     /// The term of the record at `start` and the log's history id.
     term: u64,
     history: u64,
@@ -372,7 +361,6 @@ fn load_newest_snapshot(
                     queue: q,
                     start: l.start_seq,
                     fuzzy_upto: l.end_seq,
-                    last_id: l.last_id,
                     term: l.term,
                     history: l.history,
                 });
@@ -397,7 +385,6 @@ fn load_newest_snapshot(
         queue: Queue::new(),
         start: 0,
         fuzzy_upto: 0,
-        last_id: 0,
         term: 0,
         history: 0,
     })

@@ -99,8 +99,9 @@ proptest! {
     fn damaged_records_never_panic_the_decoder(bytes in proptest::collection::vec(any::<u8>(), 0..512), kind in 0u8..32) {
         let _ = format::parse_record(&bytes, 0);
         if let Some(k) = [Kind::Put, Kind::Status, Kind::Remove, Kind::Commit, Kind::Replace,
-            Kind::TubeCreate, Kind::TubeDrop, Kind::TubeTruncate, Kind::Dedup, Kind::SnapTasks]
-            .get(kind as usize % 10)
+            Kind::TubeCreate, Kind::TubeDrop, Kind::TubeTruncate, Kind::Dedup, Kind::Spent,
+            Kind::SnapTasks]
+            .get(kind as usize % 11)
         {
             for version in 1..=format::FORMAT_VERSION {
                 let _ = format::decode_change(*k, &bytes, version);

@@ -883,13 +883,19 @@ fn put_in(q: &mut Queue, tube: TubeIx, data: &[u8]) -> TaskId {
     }
 }
 
+/// A tube created in a turn of its own: no `TubeCreate` of a later turn carries its
+/// numbering, so what those turns log must.
+fn tube_of_its_own(wal: &mut Wal, q: &mut Queue, opts: TubeOptions) -> TubeIx {
+    let t = q.create_tube("q", TubeType::FifoTtl, opts).expect("new");
+    wal.flush(q, WAIT).expect("flushed");
+    t
+}
+
 #[test]
 fn a_tubes_numbering_survives_restarts_and_snapshots_after_its_newest_task_is_deleted() {
     let storage = MemStorage::new();
     let (mut wal, mut q, _) = open(&storage);
-    let t = q
-        .create_tube("q", TubeType::FifoTtl, TubeOptions::default())
-        .expect("new");
+    let t = tube_of_its_own(&mut wal, &mut q, TubeOptions::default());
     for _ in 0..3 {
         put_in(&mut q, t, b"x");
     }
@@ -1055,13 +1061,12 @@ fn a_version_3_data_directory_keeps_its_ids_and_numbers_new_tasks_above_them() {
 
 #[test]
 fn a_replica_carries_each_tubes_numbering_from_the_stream() {
-    // The primary's turns, as a relay streams them: a tube, three puts, the newest deleted.
+    // The primary's turns, as a relay streams them: a tube, then three puts and the newest
+    // deleted in one turn.
     let storage = MemStorage::new();
     let (mut wal, mut q, _) = open(&storage);
     wal.set_tap(true);
-    let t = q
-        .create_tube("q", TubeType::FifoTtl, TubeOptions::default())
-        .expect("new");
+    let t = tube_of_its_own(&mut wal, &mut q, TubeOptions::default());
     for _ in 0..3 {
         put_in(&mut q, t, b"x");
     }
@@ -1122,4 +1127,118 @@ fn a_start_on_an_older_format_asks_for_a_snapshot_in_the_current_one() {
         (10, 10),
         "the marks, carried in format 4"
     );
+}
+
+/// A put removed within its own turn leaves no task to log, yet its number is given: neither
+/// a restart (from the WAL alone, or from a snapshot and the WAL after it) nor a promoted
+/// replica gives it again.
+#[test]
+fn a_number_put_and_removed_within_one_turn_is_not_given_again() {
+    for snapshot_first in [false, true] {
+        let storage = MemStorage::new();
+        let (mut wal, mut q, _) = open(&storage);
+        wal.set_tap(true);
+        let t = tube_of_its_own(&mut wal, &mut q, TubeOptions::default());
+        assert_eq!(task_number(put_in(&mut q, t, b"kept")), 0);
+        wal.flush(&mut q, WAIT).expect("flushed");
+        if snapshot_first {
+            wal.snapshot_now(&mut q, WAIT).expect("snapshot");
+        }
+        // Put and deleted in one turn, then put and truncated away in one turn: only the
+        // truncation names the tube.
+        let gone = put_in(&mut q, t, b"deleted");
+        q.delete(t, gone).expect("live");
+        wal.flush(&mut q, WAIT).expect("flushed");
+        put_in(&mut q, t, b"truncated");
+        q.truncate(t).expect("live");
+        wal.flush(&mut q, WAIT).expect("flushed");
+        let mut stream = Vec::new();
+        wal.take_tap(&mut stream);
+        drop(wal);
+
+        let (_wal, mut q, report) = open(&storage);
+        assert_eq!(report.snapshot.is_some(), snapshot_first, "{report:?}");
+        assert_eq!(task_number(put_in(&mut q, t, b"next")), 3);
+
+        let cfg = WalConfig {
+            replica: true,
+            ..cfg_in(WalMode::Write)
+        };
+        let (mut rwal, mut r, _) =
+            Wal::open(Arc::new(MemStorage::new()), cfg).expect("replica opens");
+        rwal.apply_replicated(&mut r, &stream).expect("applied");
+        assert_eq!(task_number(put_in(&mut r, t, b"promoted")), 3);
+    }
+}
+
+/// A dedup key whose task was put and deleted within one turn is logged, the put is not: after
+/// a restart an unrelated put must not get that task's id, or a retry with the key would
+/// answer with the unrelated task.
+#[test]
+fn a_dedup_key_of_a_task_gone_within_its_turn_never_names_another_task() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    let opts = TubeOptions {
+        dedup_window: 60 * SEC,
+        ..TubeOptions::default()
+    };
+    let t = tube_of_its_own(&mut wal, &mut q, opts);
+    let keyed = TubePut {
+        dedup_key: Some(b"k"),
+        ..TubePut::default()
+    };
+    let gone = match q.put_in(START, t, b"keyed".to_vec(), keyed) {
+        Ok(PutOutcome::Created(task)) => task.id,
+        other => panic!("a new task, got {other:?}"),
+    };
+    q.delete(t, gone).expect("live");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    drop(wal);
+
+    let (_wal, mut q, _) = open(&storage);
+    assert_ne!(put_in(&mut q, t, b"unrelated"), gone);
+    match q.put_in(START, t, b"retry".to_vec(), keyed) {
+        Ok(PutOutcome::DuplicateDone(id)) => assert_eq!(id, gone),
+        other => panic!("the key's task, done, got {other:?}"),
+    }
+}
+
+/// A tube dropped and another created at its index numbers from 0, and goes on where it was
+/// after a restart and on a replica: the dropped tube's higher ids raise nothing.
+#[test]
+fn a_tube_created_at_a_dropped_ones_index_keeps_its_numbering_through_restarts_and_replicas() {
+    let storage = MemStorage::new();
+    let (mut wal, mut q, _) = open(&storage);
+    wal.set_tap(true);
+    let a = q
+        .create_tube("a", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    for _ in 0..10 {
+        put_in(&mut q, a, b"x");
+    }
+    wal.flush(&mut q, WAIT).expect("flushed");
+    q.drop_tube(a).expect("droppable");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let b = q
+        .create_tube("b", TubeType::FifoTtl, TubeOptions::default())
+        .expect("new");
+    assert_eq!(b, a, "the index is reused");
+    put_in(&mut q, b, b"y");
+    wal.flush(&mut q, WAIT).expect("flushed");
+    let want = q.tube_info(b).expect("live").numbers;
+    assert_eq!(want.next, 1);
+    let mut stream = Vec::new();
+    wal.take_tap(&mut stream);
+    drop(wal);
+
+    let (_wal, q, _) = open(&storage);
+    assert_eq!(q.tube_info(b).expect("recovered").numbers, want);
+
+    let cfg = WalConfig {
+        replica: true,
+        ..cfg_in(WalMode::Write)
+    };
+    let (mut rwal, mut r, _) = Wal::open(Arc::new(MemStorage::new()), cfg).expect("replica opens");
+    rwal.apply_replicated(&mut r, &stream).expect("applied");
+    assert_eq!(r.tube_info(b).expect("replicated").numbers, want);
 }

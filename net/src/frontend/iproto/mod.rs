@@ -97,12 +97,13 @@ impl Server {
                 }
             }
             RequestKind::Eval { expr, args } => self.eval(idx, sync, expr, args),
-            RequestKind::Join => self.start_relay(idx, sync, None),
+            RequestKind::Join { format } => self.start_relay(idx, sync, format, None),
             RequestKind::Subscribe {
                 after,
                 term,
                 history,
-            } => self.start_relay(idx, sync, Some((after, term, history))),
+                format,
+            } => self.start_relay(idx, sync, format, Some((after, term, history))),
             RequestKind::Other(t) => {
                 let msg = format!("Unknown request type {t}");
                 response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
