@@ -1,5 +1,5 @@
 //! What the failover tests share: a real etcd on free loopback ports (`Etcd`, killed on drop,
-//! pausable with SIGSTOP), a cluster of real `tarq` processes on fixed free ports with their
+//! pausable with SIGSTOP, checked to be the process listening on its port), a cluster of real `tarq` processes on fixed free ports with their
 //! data directories kept across kills (`Nodes`), and a client that follows the leader as a user's
 //! would (`Writer`: on a refusal or a dropped connection it asks the nodes who leads). A missing
 //! `etcd` fails the test with the reason.
@@ -8,6 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,9 +27,28 @@ pub struct Etcd {
     dir: tempfile::TempDir,
 }
 
+/// Starts of etcd on ports that another process took between our pick and its bind, before
+/// the test gives up.
+const ETCD_START_TRIES: usize = 3;
+
 impl Etcd {
+    /// A fresh etcd, once it is the process listening on its client port and answers there.
+    /// etcd cannot report a port it got from port 0, so it is handed free ones; when another
+    /// process took one first, etcd exits and is started again on others.
     pub fn start() -> Etcd {
         let bin = prerequisite("etcd (Debian package etcd-server)", tool("etcd"));
+        let mut last = String::new();
+        for _ in 0..ETCD_START_TRIES {
+            match Etcd::try_start(&bin) {
+                Ok(etcd) => return etcd,
+                Err(log) => last = log,
+            }
+        }
+        panic!("etcd did not start in {ETCD_START_TRIES} tries; the last one's log:\n{last}");
+    }
+
+    /// One start: the etcd, or its log when it exited before serving.
+    fn try_start(bin: &Path) -> Result<Etcd, String> {
         let dir = tempfile::tempdir().unwrap();
         let (client, peer) = (free_port(), free_port());
         let url = format!("http://127.0.0.1:{client}");
@@ -47,14 +67,24 @@ impl Etcd {
             .stderr(log)
             .spawn()
             .expect("spawn etcd");
-        let etcd = Etcd {
+        let mut etcd = Etcd {
             child,
             url,
             addr: ([127, 0, 0, 1], client).into(),
             dir,
         };
-        wait_for("etcd to answer its health check", || etcd.healthy());
-        etcd
+        let mut exited = false;
+        wait_for("etcd to answer its health check", || {
+            exited = etcd.child.try_wait().unwrap().is_some();
+            // Only once it holds the port is an answer there its own.
+            exited || (tarq_testkit::ports::listens_on(etcd.child.id(), client) && etcd.healthy())
+        });
+        if exited {
+            return Err(
+                std::fs::read_to_string(etcd.dir.path().join("etcd.log")).unwrap_or_default()
+            );
+        }
+        Ok(etcd)
     }
 
     fn healthy(&self) -> bool {
@@ -90,7 +120,10 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        self.resume();
+        // One that exited at start (its port taken) has nothing to resume.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.resume();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,5 +1,6 @@
 //! What the election tests share: a real etcd on free loopback ports with its own data
-//! directory (`Etcd`, killed on drop, pausable with SIGSTOP), a TCP relay that can black-hole
+//! directory (`Etcd`, killed on drop, pausable with SIGSTOP; checked to be the process
+//! listening on its port, started again on other ports when another process took one), a TCP relay that can black-hole
 //! one node's traffic to etcd to cut it off like a network partition (`Relay`), a node under
 //! test with its event log (`Node`), and the rule for the `etcd` binary (missing, the test
 //! fails saying so).
@@ -9,7 +10,7 @@
 use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use tarq_cluster::{Cluster, Config, Event, EventKind};
+use tarq_testkit::ports;
 
 /// Longest wait for any one event or condition: a failover takes a TTL plus a few polls, and a
 /// loaded 2-core machine can stretch that.
@@ -57,6 +59,8 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// A port nobody listens on at this instant (bound, then released): etcd cannot report a port
+/// it got from port 0, so it is handed one, and then checked to be the process listening on it.
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -64,8 +68,25 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Starts of etcd on ports that another process took between our pick and its bind, before
+/// the test gives up.
+const ETCD_START_TRIES: usize = 3;
+
 impl Etcd {
     fn start(bin: PathBuf) -> Etcd {
+        let mut last = String::new();
+        for _ in 0..ETCD_START_TRIES {
+            match Etcd::try_start(&bin) {
+                Ok(etcd) => return etcd,
+                Err(log) => last = log,
+            }
+        }
+        panic!("etcd did not start in {ETCD_START_TRIES} tries; the last one's log:\n{last}");
+    }
+
+    /// One start on two fresh ports: the etcd once it is the process listening on its client
+    /// port and answers there, or its log when it exited first (a port was taken).
+    fn try_start(bin: &Path) -> Result<Etcd, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let (client, peer) = (free_port(), free_port());
         let client_url = format!("http://127.0.0.1:{client}");
@@ -84,35 +105,36 @@ impl Etcd {
             .stderr(log)
             .spawn()
             .expect("spawn etcd");
-        let etcd = Etcd {
+        let mut etcd = Etcd {
             child,
             client_addr: ([127, 0, 0, 1], client).into(),
             client_url,
             dir,
         };
-        etcd.wait_healthy();
-        etcd
-    }
-
-    fn wait_healthy(&self) {
         let deadline = Instant::now() + ETCD_START;
-        let url = format!("{}/health", self.client_url);
         loop {
-            let healthy = ureq::get(&url)
-                .call()
-                .ok()
-                .and_then(|mut r| r.body_mut().read_to_string().ok())
-                .is_some_and(|body| body.contains("\"true\""));
-            if healthy {
-                return;
+            if etcd.child.try_wait().expect("try_wait etcd").is_some() {
+                return Err(etcd.log());
+            }
+            // Only once it holds the port is an answer there its own.
+            if ports::listens_on(etcd.child.id(), client) && etcd.healthy() {
+                return Ok(etcd);
             }
             assert!(
                 Instant::now() < deadline,
                 "etcd did not become healthy within {ETCD_START:?}; its log:\n{}",
-                self.log()
+                etcd.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn healthy(&self) -> bool {
+        ureq::get(format!("{}/health", self.client_url))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .is_some_and(|body| body.contains("\"true\""))
     }
 
     pub fn log(&self) -> String {
@@ -159,7 +181,10 @@ impl ReadJson for ureq::Body {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        self.resume();
+        // One that exited at start (its port taken) has nothing to resume.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.resume();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
