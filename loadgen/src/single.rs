@@ -415,7 +415,9 @@ pub struct Finished {
 
 /// Run once as the flags say; prints nothing but the progress bar.
 pub fn run(args: &RunArgs) -> Result<Finished> {
-    args.validate()?;
+    // Arguments that do not fit the target fail the same way on every attempt.
+    args.validate()
+        .map_err(|e| target::CannotStart(format!("{e:#}")))?;
     let (target_cpu, cpu) = cores(args);
     let spawned = spawn_target(args, target_cpu)?;
     let (addr, failover) = match &spawned {
