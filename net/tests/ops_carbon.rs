@@ -28,9 +28,41 @@ impl Carbon {
     }
 }
 
-/// Writes carbon's config into `dir` and starts it with its line receiver on `port`.
-fn start_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
+/// Starts of carbon on a line port that another process took between our pick and its bind,
+/// before the test gives up.
+const CARBON_START_TRIES: usize = 3;
+
+/// A carbon-cache with its config in `dir`, and its line receiver's port. carbon reads port 0
+/// as "no line receiver", so the port is picked here: carbon's "starting on PORT" line, logged
+/// once it has bound it, proves the port is its own; when another process took it first,
+/// carbon exits and is started again on another.
+fn start_carbon(carbon: &Path, dir: &Path) -> (Carbon, u16) {
+    for _ in 0..CARBON_START_TRIES {
+        let port = free_port();
+        let mut c = spawn_carbon(carbon, dir, port);
+        let bound = format!("CarbonReceiverFactory starting on {port}");
+        if c.lines.find_after(0, &bound, CARBON_WAIT).is_some() {
+            return (c, port);
+        }
+    }
+    panic!("carbon-cache did not start in {CARBON_START_TRIES} tries");
+}
+
+/// A port nobody listens on at this instant (bound, then released), for carbon's line
+/// receiver.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// Writes carbon's config into `dir` and starts it with its line receiver on `port`, no
+/// pickle receiver, and its cache query port on port 0 (unused here).
+fn spawn_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
     let storage = dir.join("storage");
+    // A pid file of an earlier try would stop this one.
+    let _ = std::fs::remove_dir_all(dir.join("pid"));
     for d in ["storage/whisper", "storage/lists", "log", "pid"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
@@ -51,16 +83,14 @@ fn start_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
          LINE_RECEIVER_PORT = {port}\n\
          ENABLE_UDP_LISTENER = False\n\
          PICKLE_RECEIVER_INTERFACE = 127.0.0.1\n\
-         PICKLE_RECEIVER_PORT = {pickle}\n\
+         PICKLE_RECEIVER_PORT = 0\n\
          CACHE_QUERY_INTERFACE = 127.0.0.1\n\
-         CACHE_QUERY_PORT = {query}\n\
+         CACHE_QUERY_PORT = 0\n\
          LOG_UPDATES = True\n\
          LOG_CREATES = True\n\
          WHISPER_AUTOFLUSH = True\n",
         storage = storage.display(),
         dir = dir.display(),
-        pickle = free_port(),
-        query = free_port(),
     );
     std::fs::write(dir.join("carbon.conf"), conf).unwrap();
     // One-second points kept for an hour: every push of tarq lands in its own slot.
@@ -82,9 +112,7 @@ fn start_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
             .stderr(Stdio::null()),
     );
     let lines = Lines::read(proc.0.stdout.take().unwrap());
-    let mut c = Carbon { _proc: proc, lines };
-    c.wait_for(&format!("CarbonReceiverFactory starting on {port}"));
-    c
+    Carbon { _proc: proc, lines }
 }
 
 /// The non-null points of a whisper file since `from`, as (unix seconds, value).
@@ -120,8 +148,7 @@ fn carbon_cache_stores_what_tarq_pushes() {
         tool("whisper-fetch"),
     );
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut carbon = start_carbon(&carbon, dir.path(), port);
+    let (mut carbon, port) = start_carbon(&carbon, dir.path());
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()

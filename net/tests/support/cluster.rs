@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rmpv::Value;
 use tarq_client::{pack_args, Client as Blocking, ClientError};
 
-use crate::support::{free_port, prerequisite, tool, Tarq, WAIT};
+use crate::support::{prerequisite, tool, Tarq, WAIT};
 
 /// Lease TTL of the nodes under test: the shortest etcd honours, so failovers are quick.
 pub const TTL_SECS: u64 = 2;
@@ -25,6 +25,17 @@ pub struct Etcd {
     pub url: String,
     addr: SocketAddr,
     dir: tempfile::TempDir,
+}
+
+/// A port nobody listens on at this instant (bound, then released). etcd cannot report a port
+/// it got from port 0, and a node's address must be known before it starts (it is advertised
+/// in etcd, and a restarted node comes back on it), so these ports are picked here; etcd is
+/// then checked to be the process on its port, and a node logs the address it bound.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
 }
 
 /// Starts of etcd on ports that another process took between our pick and its bind, before
