@@ -32,7 +32,7 @@ pub struct RunArgs {
     /// new one after a failover (errors counted, not fatal).
     #[arg(long, value_name = "HOST:PORT[,...]")]
     pub addr: Option<String>,
-    /// Start the target on a free port and a fresh temporary data dir, pinned to
+    /// Start the target on a port of its own and a fresh temporary data dir, pinned to
     /// --target-cpu, and stop it afterwards.
     #[arg(long)]
     pub spawn: bool,

@@ -1511,7 +1511,9 @@ fn render_reproduce(o: &mut String, l: &Loaded) {
     let _ = writeln!(
         o,
         "Peers come from Debian: `apt-get install -y tarantool beanstalkd redis-server` \
-         (Tarantool runs `shared/reference/tarantool-seed/init.lua`, the reference queue). \
+         (Tarantool runs the originals from `$TARQ_REFERENCE_DIR`: `tarantool-seed/init.lua`, the \
+         article's queue, and `tarantool-queue/serve.lua`, tarantool/queue 1.5.0; see the \
+         README's Tests). \
          The whole suite (it rebuilds `target/release/tarq` first):\n\n```sh\n\
          cargo run --release -p tarq-loadgen -- suite --duration {}s --warmup {}s\n```\n",
         r.duration_s, r.warmup_s

@@ -271,7 +271,7 @@ pub fn tarq_binary(opts: &SpawnOptions) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// Start `target` on a free port and a fresh data directory and wait until it answers.
+/// Start `target` on a port of its own and a fresh data directory and wait until it answers.
 pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
     spawn_in(target, opts, None)
 }
