@@ -5,19 +5,19 @@
 //! to one core, waits until it answers (with a deadline), and stops it when the run is over.
 //! A target binds port 0 and the loadgen learns the port it got: tarq says it in its log, the
 //! others' is read from `/proc` (`tarq_testkit::ports`); only Redis, for which port 0 means no
-//! TCP at all, gets a port picked here, and is checked to be the process listening on it.
+//! TCP at all, gets a port held for it here (`Refusing::reserve`) and is checked to listen there.
 //! The originals Tarantool runs are found by `tarq_testkit::reference`; a target whose program
 //! or original is missing fails with [`CannotStart`], which the suite does not try again.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tarq_testkit::ports;
+use tarq_testkit::ports::{self, Refusing};
 use tarq_testkit::reference::{self, Original};
 
 /// How long a spawned target gets to answer: Tarantool needs about a second to create its
@@ -30,9 +30,6 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(25);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time allowed for one probe connection's round trip.
 const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(2);
-/// Starts of Redis on a port picked here that another process took first, before giving up.
-const REDIS_START_TRIES: usize = 3;
-
 /// Why a target cannot be started here at all: its program is not installed, or the original it
 /// runs is absent. Trying again cannot help, unlike a run that failed.
 #[derive(Debug, thiserror::Error)]
@@ -187,6 +184,8 @@ pub struct Spawned {
     pub addr: SocketAddr,
     child: Child,
     log: PathBuf,
+    /// The port held for a target that cannot bind port 0 (Redis).
+    _port: Option<Refusing>,
     // Kept for its Drop: the temporary directory (the data, unless given, and the log)
     // disappears with the target.
     _dir: tempfile::TempDir,
@@ -288,40 +287,14 @@ pub fn spawn_in(target: Target, opts: &SpawnOptions, data_dir: Option<&Path>) ->
         ))
         .into());
     }
-    let tries = if target == Target::Redis {
-        REDIS_START_TRIES
-    } else {
-        1
-    };
-    let mut last = None;
-    for _ in 0..tries {
-        match spawn_once(target, opts, data_dir)? {
-            Ok(spawned) => return wait_ready(spawned),
-            Err(why) => last = Some(why),
-        }
-    }
-    Err(last.unwrap_or_else(|| anyhow!("{target} did not start")))
-}
-
-/// One start of `target`: the inner error when Redis found the port picked for it taken (a
-/// reason to pick another), the outer one for anything else.
-fn spawn_once(
-    target: Target,
-    opts: &SpawnOptions,
-    data_dir: Option<&Path>,
-) -> Result<Result<Spawned>> {
     let dir = tempfile::Builder::new()
         .prefix(&format!("tarq-loadgen-{}-", target.name()))
         .tempdir()
         .context("creating a temporary data directory")?;
     let data = data_dir.unwrap_or(dir.path());
-    // Port 0 but for Redis, where it means no TCP listener at all.
-    let port = if target == Target::Redis {
-        free_port()?
-    } else {
-        0
-    };
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    // Port 0 but for Redis, where it means no TCP listener at all: its port is held for it.
+    let held = (target == Target::Redis).then(Refusing::reserve);
+    let addr: SocketAddr = held.as_ref().map_or(([127, 0, 0, 1], 0).into(), |h| h.addr);
     let log = dir.path().join(format!("{}.log", target.name()));
     let mut cmd = command(target, opts, data, addr, &log)?;
     cmd.args(&opts.args);
@@ -340,30 +313,15 @@ fn spawn_once(
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {target}: {cmd:?}"))?;
-    let mut spawned = Spawned {
+    let spawned = Spawned {
         target,
         addr,
         child,
         log,
+        _port: held,
         _dir: dir,
     };
-    if target == Target::Redis {
-        // Redis exits at once when the port is taken; anything else is for wait_ready to judge.
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while Instant::now() < deadline && !ports::listens_on(spawned.pid(), port) {
-            if spawned.child.try_wait()?.is_some() {
-                let tail = spawned.log_tail();
-                if tail.contains("in use") {
-                    return Ok(Err(anyhow!(
-                        "redis found port {port} taken; its log ends with:\n{tail}"
-                    )));
-                }
-                break;
-            }
-            std::thread::sleep(PROBE_INTERVAL);
-        }
-    }
-    Ok(Ok(spawned))
+    wait_ready(spawned)
 }
 
 /// The command line that starts `target` listening on `addr` (port 0 but for Redis) with its
@@ -560,13 +518,6 @@ fn expect_reply(s: &mut TcpStream, request: &[u8], prefix: &[u8]) -> Result<()> 
         );
     }
     Ok(())
-}
-
-/// A port the kernel just handed out and released, for Redis, which binds it right after (and
-/// is then checked to be the process listening on it).
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// Pin the child (and every thread it starts) to `cpu` before it runs.

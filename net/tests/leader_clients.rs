@@ -87,7 +87,7 @@ fn ctl_puts_on_the_primary_whichever_address_comes_first() {
     );
 
     // Repeated --addr is the same list; a dead first address is skipped.
-    let refusing = Refusing::new();
+    let refusing = Refusing::open();
     let dead = refusing.addr.to_string();
     let out = Command::new(BIN)
         .args(["ctl", "--addr", &dead, "--addr", &r, "put", "third"])
@@ -110,7 +110,7 @@ fn ctl_puts_on_the_primary_whichever_address_comes_first() {
 
 #[test]
 fn ctl_names_every_address_when_none_answers() {
-    let refusing = (Refusing::new(), Refusing::new());
+    let refusing = (Refusing::open(), Refusing::open());
     let (a, b) = (refusing.0.addr.to_string(), refusing.1.addr.to_string());
     let out = ctl(&format!("{a},{b}"), &["stats"]);
     assert!(!out.status.success());
@@ -135,7 +135,7 @@ fn ctl_cluster_prints_the_replication_figures_of_each_address() {
     wait_until("the replica applied the put", || {
         stat(&mut rc, "total") == 1 && stat(&mut rc, "replication_lag_records") == 0
     });
-    let refusing = Refusing::new();
+    let refusing = Refusing::open();
     let dead = refusing.addr.to_string();
 
     let text = ok(&ctl(&format!("{p},{r},{dead}"), &["cluster"]));

@@ -28,41 +28,22 @@ impl Carbon {
     }
 }
 
-/// Starts of carbon on a line port that another process took between our pick and its bind,
-/// before the test gives up.
-const CARBON_START_TRIES: usize = 3;
-
-/// A carbon-cache with its config in `dir`, and its line receiver's port. carbon reads port 0
-/// as "no line receiver", so the port is picked here: carbon's "starting on PORT" line, logged
-/// once it has bound it, proves the port is its own; when another process took it first,
-/// carbon exits and is started again on another.
-fn start_carbon(carbon: &Path, dir: &Path) -> (Carbon, u16) {
-    for _ in 0..CARBON_START_TRIES {
-        let port = free_port();
-        let mut c = spawn_carbon(carbon, dir, port);
-        let bound = format!("CarbonReceiverFactory starting on {port}");
-        if c.lines.find_after(0, &bound, CARBON_WAIT).is_some() {
-            return (c, port);
-        }
-    }
-    panic!("carbon-cache did not start in {CARBON_START_TRIES} tries");
-}
-
-/// A port nobody listens on at this instant (bound, then released), for carbon's line
-/// receiver.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
+/// A carbon-cache with its config in `dir`, and its line receiver's port, held for it: carbon
+/// reads port 0 as "no line receiver", so it cannot bind port 0 and say which it got.
+fn start_carbon(carbon: &Path, dir: &Path) -> (Carbon, Refusing) {
+    let port = Refusing::reserve();
+    let mut c = spawn_carbon(carbon, dir, port.addr.port());
+    c.wait_for(&format!(
+        "CarbonReceiverFactory starting on {}",
+        port.addr.port()
+    ));
+    (c, port)
 }
 
 /// Writes carbon's config into `dir` and starts it with its line receiver on `port`, no
 /// pickle receiver, and its cache query port on port 0 (unused here).
 fn spawn_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
     let storage = dir.join("storage");
-    // A pid file of an earlier try would stop this one.
-    let _ = std::fs::remove_dir_all(dir.join("pid"));
     for d in ["storage/whisper", "storage/lists", "log", "pid"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
@@ -148,7 +129,8 @@ fn carbon_cache_stores_what_tarq_pushes() {
         tool("whisper-fetch"),
     );
     let dir = tempfile::tempdir().unwrap();
-    let (mut carbon, port) = start_carbon(&carbon, dir.path());
+    let (mut carbon, line_port) = start_carbon(&carbon, dir.path());
+    let port = line_port.addr.port();
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()

@@ -141,7 +141,7 @@ fn udp_datagrams_carry_the_same_lines() {
 #[test]
 fn a_graphite_that_goes_away_and_comes_back_gets_lines_again() {
     // Graphite is down at start: its port refuses connections, and is held for it.
-    let down = Refusing::new();
+    let down = Refusing::open();
     let addr = down.addr;
     let target: Target = format!("tcp://{addr}").parse().unwrap();
     let mut poll = Poll::new().unwrap();

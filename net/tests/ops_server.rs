@@ -109,7 +109,7 @@ fn graphite_over_udp_gets_the_same_lines() {
 #[test]
 fn an_absent_graphite_never_stalls_serving() {
     // Nobody listens there: every connect is refused and retried with backoff.
-    let absent = Refusing::new();
+    let absent = Refusing::open();
     let target = format!("tcp://{}", absent.addr);
     let mut t = Tarq::start(&["--graphite", &target, "--graphite-interval", "0.01"]);
     let mut c = Client::connect(t.addr);
@@ -310,7 +310,7 @@ fn ctl_works_on_tubes() {
 
 #[test]
 fn ctl_names_an_unreachable_server() {
-    let absent = Refusing::new();
+    let absent = Refusing::open();
     let addr = absent.addr.to_string();
     let out = Command::new(BIN)
         .args(["ctl", "--addr", &addr, "--timeout", "2", "stats"])

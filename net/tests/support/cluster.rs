@@ -1,21 +1,21 @@
-//! What the failover tests share: a real etcd on free loopback ports (`Etcd`, killed on drop,
-//! pausable with SIGSTOP, checked to be the process listening on its port), a cluster of real `tarq` processes on fixed free ports with their
-//! data directories kept across kills (`Nodes`), and a client that follows the leader as a user's
-//! would (`Writer`: on a refusal or a dropped connection it asks the nodes who leads). A missing
-//! `etcd` fails the test with the reason.
+//! What the failover tests share: a real etcd on loopback ports held for it (`Etcd`, killed on
+//! drop, pausable with SIGSTOP), a cluster of real
+//! `tarq` processes on fixed ports held for them (`Nodes`, their data directories kept across
+//! kills), and a client that follows the leader as a user's would (`Writer`: on a refusal or a
+//! dropped connection it asks the nodes who leads). A missing `etcd` fails the test with the
+//! reason.
 
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rmpv::Value;
 use tarq_client::{pack_args, Client as Blocking, ClientError};
 
-use crate::support::{prerequisite, tool, Tarq, WAIT};
+use crate::support::{prerequisite, tool, Refusing, Tarq, WAIT};
 
 /// Lease TTL of the nodes under test: the shortest etcd honours, so failovers are quick.
 pub const TTL_SECS: u64 = 2;
@@ -25,45 +25,19 @@ pub struct Etcd {
     pub url: String,
     addr: SocketAddr,
     dir: tempfile::TempDir,
+    /// Its client and peer ports, held for it: etcd cannot report a port it got from port 0.
+    _ports: (Refusing, Refusing),
 }
-
-/// A port nobody listens on at this instant (bound, then released). etcd cannot report a port
-/// it got from port 0, and a node's address must be known before it starts (it is advertised
-/// in etcd, and a restarted node comes back on it), so these ports are picked here; etcd is
-/// then checked to be the process on its port, and a node logs the address it bound.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
-
-/// Starts of etcd on ports that another process took between our pick and its bind, before
-/// the test gives up.
-const ETCD_START_TRIES: usize = 3;
 
 impl Etcd {
-    /// A fresh etcd, once it is the process listening on its client port and answers there.
-    /// etcd cannot report a port it got from port 0, so it is handed free ones; when another
-    /// process took one first, etcd exits and is started again on others.
+    /// A fresh etcd on two ports held for it, once it answers its health check there.
     pub fn start() -> Etcd {
         let bin = prerequisite("etcd (Debian package etcd-server)", tool("etcd"));
-        let mut last = String::new();
-        for _ in 0..ETCD_START_TRIES {
-            match Etcd::try_start(&bin) {
-                Ok(etcd) => return etcd,
-                Err(log) => last = log,
-            }
-        }
-        panic!("etcd did not start in {ETCD_START_TRIES} tries; the last one's log:\n{last}");
-    }
-
-    /// One start: the etcd, or its log when it exited before serving.
-    fn try_start(bin: &Path) -> Result<Etcd, String> {
         let dir = tempfile::tempdir().unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
+        let ports = (Refusing::reserve(), Refusing::reserve());
+        let (client, peer) = (ports.0.addr, ports.1.addr);
+        let url = format!("http://{client}");
+        let peer_url = format!("http://{peer}");
         let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
         let child = Command::new(bin)
             .arg("--name=test")
@@ -81,21 +55,20 @@ impl Etcd {
         let mut etcd = Etcd {
             child,
             url,
-            addr: ([127, 0, 0, 1], client).into(),
+            addr: client,
             dir,
+            _ports: ports,
         };
-        let mut exited = false;
         wait_for("etcd to answer its health check", || {
-            exited = etcd.child.try_wait().unwrap().is_some();
-            // Only once it holds the port is an answer there its own.
-            exited || (tarq_testkit::ports::listens_on(etcd.child.id(), client) && etcd.healthy())
+            if let Some(status) = etcd.child.try_wait().unwrap() {
+                panic!(
+                    "etcd exited with {status}; its log:\n{}",
+                    std::fs::read_to_string(etcd.dir.path().join("etcd.log")).unwrap_or_default()
+                );
+            }
+            etcd.healthy()
         });
-        if exited {
-            return Err(
-                std::fs::read_to_string(etcd.dir.path().join("etcd.log")).unwrap_or_default()
-            );
-        }
-        Ok(etcd)
+        etcd
     }
 
     fn healthy(&self) -> bool {
@@ -153,6 +126,9 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 pub struct Node {
     pub name: String,
     pub addr: SocketAddr,
+    /// Holds the node's port for the whole test, while it runs and while it is down between a
+    /// kill and a restart, so no other test's server gets it (etcd advertises the address).
+    _port: Refusing,
     pub tarq: Option<Tarq>,
     dir: Option<tempfile::TempDir>,
 }
@@ -170,11 +146,15 @@ impl Nodes {
         let mut nodes = Nodes {
             etcd_url: etcd.url.clone(),
             nodes: (0..n)
-                .map(|i| Node {
-                    name: format!("n{i}"),
-                    addr: ([127, 0, 0, 1], free_port()).into(),
-                    tarq: None,
-                    dir: Some(tempfile::tempdir().unwrap()),
+                .map(|i| {
+                    let port = Refusing::reserve();
+                    Node {
+                        name: format!("n{i}"),
+                        addr: port.addr,
+                        _port: port,
+                        tarq: None,
+                        dir: Some(tempfile::tempdir().unwrap()),
+                    }
                 })
                 .collect(),
             extra: extra.iter().map(|s| s.to_string()).collect(),

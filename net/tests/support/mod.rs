@@ -363,53 +363,8 @@ pub fn addr_in(line: &str, key: &str) -> Option<SocketAddr> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// A loopback address that refuses connections for as long as this lives: a socket bound to
-/// a port of its own that never listens. Holding the port keeps every other process from
-/// listening there meanwhile, which a port bound and released could not.
-pub struct Refusing {
-    pub addr: SocketAddr,
-    socket: std::os::fd::OwnedFd,
-}
-
-impl Refusing {
-    pub fn new() -> Refusing {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        // SAFETY: socket(2) with constant arguments; the descriptor it returns is owned here.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_in is plain data, all-zero is valid before the fields are set.
-        let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-        sin.sin_family = libc::AF_INET as libc::sa_family_t;
-        sin.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
-        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let sa = (&raw mut sin).cast::<libc::sockaddr>();
-        // SAFETY: sa points to a sockaddr_in of `len` bytes that lives across both calls.
-        unsafe {
-            assert_eq!(libc::bind(socket.as_raw_fd(), sa, len), 0, "bind");
-            assert_eq!(
-                libc::getsockname(socket.as_raw_fd(), sa, &mut len),
-                0,
-                "getsockname"
-            );
-        }
-        Refusing {
-            addr: (std::net::Ipv4Addr::LOCALHOST, u16::from_be(sin.sin_port)).into(),
-            socket,
-        }
-    }
-
-    /// Starts listening on the address: a server that was down comes up on the same port,
-    /// which nobody could take meanwhile.
-    pub fn listen(self) -> TcpListener {
-        use std::os::fd::AsRawFd;
-        // SAFETY: listen(2) on the bound socket this owns.
-        let rc = unsafe { libc::listen(self.socket.as_raw_fd(), 128) };
-        assert_eq!(rc, 0, "listen: {}", std::io::Error::last_os_error());
-        TcpListener::from(self.socket)
-    }
-}
+#[allow(unused_imports)] // each test binary uses a different part of the harness
+pub use tarq_testkit::ports::Refusing;
 
 /// The one TCP port process `pid` listens on, for a server started on port 0 that cannot say
 /// which port it got (beanstalkd, Tarantool): read from `/proc`, so it is this process's port

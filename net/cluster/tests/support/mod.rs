@@ -1,6 +1,5 @@
-//! What the election tests share: a real etcd on free loopback ports with its own data
-//! directory (`Etcd`, killed on drop, pausable with SIGSTOP; checked to be the process
-//! listening on its port, started again on other ports when another process took one), a TCP relay that can black-hole
+//! What the election tests share: a real etcd on loopback ports held for it, with its own data
+//! directory (`Etcd`, killed on drop, pausable with SIGSTOP), a TCP relay that can black-hole
 //! one node's traffic to etcd to cut it off like a network partition (`Relay`), a node under
 //! test with its event log (`Node`), and the rule for the `etcd` binary (missing, the test
 //! fails saying so).
@@ -10,7 +9,7 @@
 use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +18,7 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use tarq_cluster::{Cluster, Config, Event, EventKind};
-use tarq_testkit::ports;
+use tarq_testkit::ports::Refusing;
 
 /// Longest wait for any one event or condition: a failover takes a TTL plus a few polls, and a
 /// loaded 2-core machine can stretch that.
@@ -37,6 +36,8 @@ pub struct Etcd {
     pub client_url: String,
     pub client_addr: SocketAddr,
     dir: tempfile::TempDir,
+    /// Its client and peer ports, held for it.
+    _ports: (Refusing, Refusing),
 }
 
 /// An etcd to test against. A missing binary fails the test with the reason, in CI and out
@@ -59,38 +60,14 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A port nobody listens on at this instant (bound, then released): etcd cannot report a port
-/// it got from port 0, so it is handed one, and then checked to be the process listening on it.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free loopback port")
-        .port()
-}
-
-/// Starts of etcd on ports that another process took between our pick and its bind, before
-/// the test gives up.
-const ETCD_START_TRIES: usize = 3;
-
 impl Etcd {
+    /// A fresh etcd on two ports held for it (it cannot report a port it got from port 0),
+    /// once it answers its health check there.
     fn start(bin: PathBuf) -> Etcd {
-        let mut last = String::new();
-        for _ in 0..ETCD_START_TRIES {
-            match Etcd::try_start(&bin) {
-                Ok(etcd) => return etcd,
-                Err(log) => last = log,
-            }
-        }
-        panic!("etcd did not start in {ETCD_START_TRIES} tries; the last one's log:\n{last}");
-    }
-
-    /// One start on two fresh ports: the etcd once it is the process listening on its client
-    /// port and answers there, or its log when it exited first (a port was taken).
-    fn try_start(bin: &Path) -> Result<Etcd, String> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (client, peer) = (free_port(), free_port());
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
+        let ports = (Refusing::reserve(), Refusing::reserve());
+        let client_url = format!("http://{}", ports.0.addr);
+        let peer_url = format!("http://{}", ports.1.addr);
         let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log file");
         let child = Command::new(bin)
             .arg("--name=test")
@@ -107,18 +84,15 @@ impl Etcd {
             .expect("spawn etcd");
         let mut etcd = Etcd {
             child,
-            client_addr: ([127, 0, 0, 1], client).into(),
+            client_addr: ports.0.addr,
             client_url,
             dir,
+            _ports: ports,
         };
         let deadline = Instant::now() + ETCD_START;
-        loop {
-            if etcd.child.try_wait().expect("try_wait etcd").is_some() {
-                return Err(etcd.log());
-            }
-            // Only once it holds the port is an answer there its own.
-            if ports::listens_on(etcd.child.id(), client) && etcd.healthy() {
-                return Ok(etcd);
+        while !etcd.healthy() {
+            if let Some(status) = etcd.child.try_wait().expect("try_wait etcd") {
+                panic!("etcd exited with {status}; its log:\n{}", etcd.log());
             }
             assert!(
                 Instant::now() < deadline,
@@ -127,6 +101,7 @@ impl Etcd {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        etcd
     }
 
     fn healthy(&self) -> bool {
