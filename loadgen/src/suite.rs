@@ -399,8 +399,9 @@ fn run_matrix(
 }
 
 /// Stamps the record's end, writes `suite.json` into `dir` and, when every run succeeded,
-/// regenerates the README. A failed run leaves the README as it was (it is tracked: a table
-/// of failures is no result) and fails the suite; its directory keeps what did run.
+/// regenerates the README. A failed run, or no run at all (every target skipped), leaves the
+/// README as it was (it is tracked: a table of failures is no result) and fails the suite;
+/// its directory keeps what did run.
 fn finish(results: &Path, dir: &Path, record: &mut SuiteRecord) -> Result<()> {
     record.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     record.machine.loadavg_after = report::loadavg();
@@ -408,6 +409,17 @@ fn finish(results: &Path, dir: &Path, record: &mut SuiteRecord) -> Result<()> {
         dir.join("suite.json"),
         serde_json::to_string_pretty(&record)? + "\n",
     )?;
+    if record.runs.is_empty() {
+        bail!(
+            "nothing ran ({}); {} left as it was",
+            if record.skipped.is_empty() {
+                "no run was asked for".to_string()
+            } else {
+                format!("skipped: {}", record.skipped.join("; "))
+            },
+            results.join("README.md").display()
+        );
+    }
     let failed: Vec<&str> = record
         .runs
         .iter()
@@ -1658,6 +1670,17 @@ mod tests {
         let err = finish(out.path(), &dir, &mut record).unwrap_err();
         assert!(err.to_string().contains("1 of 1 runs failed"), "{err:#}");
         assert!(dir.join("suite.json").exists());
+        assert_eq!(
+            std::fs::read_to_string(&readme).unwrap(),
+            "# results\n\nkept\n"
+        );
+        // Every target skipped: nothing ran, nothing is drawn.
+        let mut record = new_record(
+            &args,
+            vec!["tarantool: the article's queue not found".into()],
+        );
+        let err = finish(out.path(), &dir, &mut record).unwrap_err();
+        assert!(err.to_string().contains("nothing ran"), "{err:#}");
         assert_eq!(
             std::fs::read_to_string(&readme).unwrap(),
             "# results\n\nkept\n"
