@@ -32,7 +32,7 @@ pub struct RunArgs {
     /// new one after a failover (errors counted, not fatal).
     #[arg(long, value_name = "HOST:PORT[,...]")]
     pub addr: Option<String>,
-    /// Start the target on a free port and a fresh temporary data dir, pinned to
+    /// Start the target on a port of its own and a fresh temporary data dir, pinned to
     /// --target-cpu, and stop it afterwards.
     #[arg(long)]
     pub spawn: bool,
@@ -415,7 +415,9 @@ pub struct Finished {
 
 /// Run once as the flags say; prints nothing but the progress bar.
 pub fn run(args: &RunArgs) -> Result<Finished> {
-    args.validate()?;
+    // Arguments that do not fit the target fail the same way on every attempt.
+    args.validate()
+        .map_err(|e| target::CannotStart(format!("{e:#}")))?;
     let (target_cpu, cpu) = cores(args);
     let spawned = spawn_target(args, target_cpu)?;
     let (addr, failover) = match &spawned {

@@ -108,10 +108,11 @@ pub struct SuiteArgs {
     /// Messages each lifetime of the restart loop puts and acks (~230 bytes of WAL each).
     #[arg(long, default_value_t = 400_000)]
     pub restart_messages: u64,
-    /// Only regenerate the suite's section of results/README.md and the charts from the newest (or this) results
-    /// directory, without running anything.
-    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
-    pub report_only: Option<PathBuf>,
+    /// Only regenerate the suite's section of README.md and the charts, without running
+    /// anything: from the newest suite directory under --out (default results/), or from DIR,
+    /// whose README is the one in DIR's parent (or in --out, which must hold DIR).
+    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    pub report_only: Option<Option<PathBuf>>,
 }
 
 /// `suite.json`: what the suite ran, in order, and where each run's figures are.
@@ -257,18 +258,13 @@ fn parse_shape(s: &str) -> Result<(usize, usize)> {
 }
 
 pub fn run(args: &SuiteArgs) -> Result<()> {
+    if let Some(dir) = &args.report_only {
+        return report_only(args.out.as_deref(), dir.as_deref());
+    }
     let results = args
         .out
         .clone()
         .unwrap_or_else(|| target::workspace_root().join("results"));
-    if let Some(dir) = &args.report_only {
-        let dir = if dir.as_os_str().is_empty() {
-            newest_suite(&results)?
-        } else {
-            dir.clone()
-        };
-        return write_readme(&results, &dir);
-    }
     let shapes: Vec<(usize, usize)> = args
         .shapes
         .iter()
@@ -402,7 +398,10 @@ fn run_matrix(
     Ok((tarq_at_open, tarq_best))
 }
 
-/// Stamps the record's end, writes `suite.json` into `dir` and regenerates the README.
+/// Stamps the record's end, writes `suite.json` into `dir` and, when every run succeeded,
+/// regenerates the README. A failed run, or no run at all (every target skipped), leaves the
+/// README as it was (it is tracked: a table of failures is no result) and fails the suite;
+/// its directory keeps what did run.
 fn finish(results: &Path, dir: &Path, record: &mut SuiteRecord) -> Result<()> {
     record.finished_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     record.machine.loadavg_after = report::loadavg();
@@ -410,7 +409,77 @@ fn finish(results: &Path, dir: &Path, record: &mut SuiteRecord) -> Result<()> {
         dir.join("suite.json"),
         serde_json::to_string_pretty(&record)? + "\n",
     )?;
+    if record.runs.is_empty() {
+        bail!(
+            "nothing ran ({}); {} left as it was",
+            if record.skipped.is_empty() {
+                "no run was asked for".to_string()
+            } else {
+                format!("skipped: {}", record.skipped.join("; "))
+            },
+            results.join("README.md").display()
+        );
+    }
+    let failed: Vec<&str> = record
+        .runs
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| r.label.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} of {} runs failed ({}); {} left as it was. The runs that succeeded are in {}; \
+             `tarq-loadgen suite --report-only {}` draws the README from them anyway",
+            failed.len(),
+            record.runs.len(),
+            failed.join(", "),
+            results.join("README.md").display(),
+            dir.display(),
+            dir.display()
+        );
+    }
     write_readme(results, dir)?;
+    eprintln!("done: {}", results.join("README.md").display());
+    Ok(())
+}
+
+/// `--report-only [DIR]`: the README beside the newest suite under `out` (default results/),
+/// or beside DIR: in `out` when given (which must hold DIR), else in DIR's parent, so the
+/// links, relative to the README, reach DIR.
+fn report_only(out: Option<&Path>, dir: Option<&Path>) -> Result<()> {
+    let (results, dir) = match dir {
+        None => {
+            let results = out.map_or_else(
+                || target::workspace_root().join("results"),
+                Path::to_path_buf,
+            );
+            let dir = newest_suite(&results)?;
+            (results, dir)
+        }
+        Some(dir) => {
+            let dir = dir
+                .canonicalize()
+                .with_context(|| format!("--report-only {}", dir.display()))?;
+            let results = match out {
+                Some(out) => out
+                    .canonicalize()
+                    .with_context(|| format!("--out {}", out.display()))?,
+                None => dir
+                    .parent()
+                    .with_context(|| format!("{} has no parent directory", dir.display()))?
+                    .to_path_buf(),
+            };
+            if !dir.starts_with(&results) {
+                bail!(
+                    "{} is not under {}: the README links to a suite directory below its own",
+                    dir.display(),
+                    results.display()
+                );
+            }
+            (results, dir)
+        }
+    };
+    write_readme(&results, &dir)?;
     eprintln!("done: {}", results.join("README.md").display());
     Ok(())
 }
@@ -667,7 +736,10 @@ fn one(
                 // The table gets the root cause; the full chain (with the target's log) went
                 // to stderr.
                 entry.error = Some(e.root_cause().to_string());
-                if attempt == max_attempts {
+                // A target that cannot start here (missing program or original) will not
+                // start on the next attempt either.
+                let cannot_start = e.chain().any(|c| c.is::<target::CannotStart>());
+                if cannot_start || attempt == max_attempts {
                     break;
                 }
             }
@@ -941,8 +1013,15 @@ fn merge_block(readme: Option<&str>, block: &str) -> String {
     }
 }
 
-/// Regenerate the suite's section of `results/README.md` (and the charts) from `dir`.
+/// Regenerate the suite's section of `results/README.md` (and the charts) from `dir`, which
+/// lies under `results`: the README's links are relative to `results`.
 pub fn write_readme(results: &Path, dir: &Path) -> Result<()> {
+    let results = &results
+        .canonicalize()
+        .with_context(|| format!("{}", results.display()))?;
+    let dir = &dir
+        .canonicalize()
+        .with_context(|| format!("{}", dir.display()))?;
     let l = load(dir)?;
     let charts = draw(dir, &l)?;
     let rel = dir
@@ -1445,7 +1524,9 @@ fn render_reproduce(o: &mut String, l: &Loaded) {
     let _ = writeln!(
         o,
         "Peers come from Debian: `apt-get install -y tarantool beanstalkd redis-server` \
-         (Tarantool runs `shared/reference/tarantool-seed/init.lua`, the reference queue). \
+         (Tarantool runs the originals from `$TARQ_REFERENCE_DIR`: `tarantool-seed/init.lua`, the \
+         article's queue, and `tarantool-queue/serve.lua`, tarantool/queue 1.5.0; see the \
+         README's Tests). \
          The whole suite (it rebuilds `target/release/tarq` first):\n\n```sh\n\
          cargo run --release -p tarq-loadgen -- suite --duration {}s --warmup {}s\n```\n",
         r.duration_s, r.warmup_s
@@ -1547,6 +1628,64 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    /// The suite's arguments as the command line `suite ARGS` gives them.
+    fn suite_args(args: &[&str]) -> SuiteArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            suite: SuiteArgs,
+        }
+        <Cli as clap::Parser>::parse_from(std::iter::once("suite").chain(args.iter().copied()))
+            .suite
+    }
+
+    #[test]
+    fn report_only_takes_an_optional_directory() {
+        assert_eq!(suite_args(&[]).report_only, None);
+        assert_eq!(suite_args(&["--report-only"]).report_only, Some(None));
+        assert_eq!(
+            suite_args(&["--report-only", "results/x"]).report_only,
+            Some(Some(PathBuf::from("results/x")))
+        );
+    }
+
+    #[test]
+    fn a_run_that_cannot_start_is_made_once_and_fails_the_suite_leaving_the_readme() {
+        let out = tempfile::tempdir().unwrap();
+        let readme = out.path().join("README.md");
+        std::fs::write(&readme, "# results\n\nkept\n").unwrap();
+        let args = suite_args(&["--out", out.path().to_str().unwrap(), "--attempts", "3"]);
+        let dir = fresh_dir(out.path(), "suite").unwrap();
+        let mut record = new_record(&args, Vec::new());
+        // Tarantool runs a Lua script that takes no arguments: no start can succeed.
+        let mut a = RunArgs::shape(Target::Tarantool, 1, 1, 1);
+        a.target_args = Some("--wal-mode none".into());
+        a.no_pin = true;
+        a.quiet = true;
+        assert!(one(&dir, &a, None, args.attempts, &mut record)
+            .unwrap()
+            .is_none());
+        assert_eq!(record.runs[0].attempts, 1, "{:?}", record.runs[0]);
+        let err = finish(out.path(), &dir, &mut record).unwrap_err();
+        assert!(err.to_string().contains("1 of 1 runs failed"), "{err:#}");
+        assert!(dir.join("suite.json").exists());
+        assert_eq!(
+            std::fs::read_to_string(&readme).unwrap(),
+            "# results\n\nkept\n"
+        );
+        // Every target skipped: nothing ran, nothing is drawn.
+        let mut record = new_record(
+            &args,
+            vec!["tarantool: the article's queue not found".into()],
+        );
+        let err = finish(out.path(), &dir, &mut record).unwrap_err();
+        assert!(err.to_string().contains("nothing ran"), "{err:#}");
+        assert_eq!(
+            std::fs::read_to_string(&readme).unwrap(),
+            "# results\n\nkept\n"
+        );
     }
 
     #[test]

@@ -1,18 +1,24 @@
 //! The systems under test and how to start them: our `tarq` release build (also in its `--null`
 //! mode, the loadgen's ceiling, and with its beanstalk port), Debian's `tarantool` running the
 //! reference queue or the original tarantool/queue 1.5.0, `beanstalkd` (in memory or with its
-//! binlog) and `redis-server`. `--spawn` starts one on a free port and a fresh temporary data
-//! directory, pinned to one core, waits until it answers (with a deadline), and stops it when
-//! the run is over.
+//! binlog) and `redis-server`. `--spawn` starts one on a fresh temporary data directory, pinned
+//! to one core, waits until it answers (with a deadline), and stops it when the run is over.
+//! A target binds port 0 and the loadgen learns the port it got: tarq says it in its log, the
+//! others' is read from `/proc` (`tarq_testkit::ports`); only Redis, for which port 0 means no
+//! TCP at all, gets a port held for it here (`Refusing::reserve`) and is checked to listen there.
+//! The originals Tarantool runs are found by `tarq_testkit::reference`; a target whose program
+//! or original is missing fails with [`CannotStart`], which the suite does not try again.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tarq_testkit::ports::{self, Refusing};
+use tarq_testkit::reference::{self, Original};
 
 /// How long a spawned target gets to answer: Tarantool needs about a second to create its
 /// spaces; a debug build of tarq or a loaded machine more.
@@ -24,10 +30,11 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(25);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time allowed for one probe connection's round trip.
 const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(2);
-/// Where the reference queue lives, relative to an ancestor of the workspace.
-const SEED_INIT: &str = "shared/reference/tarantool-seed/init.lua";
-/// Where the original tarantool/queue's launcher lives, relative to an ancestor of the workspace.
-const QUEUE_SERVE: &str = "shared/reference/tarantool-queue/serve.lua";
+/// Why a target cannot be started here at all: its program is not installed, or the original it
+/// runs is absent. Trying again cannot help, unlike a run that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CannotStart(pub String);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -127,15 +134,26 @@ impl Target {
         matches!(self, Target::Tarantool | Target::TarantoolQueue)
     }
 
-    /// `None` when the target can be started here, else why not (with the install line).
+    /// `None` when the target can be started here, else why not: the program with its install
+    /// line, or the original it runs with where to get it.
     pub fn unavailable(self) -> Option<String> {
-        let (package, program) = self.package()?;
-        if find_in_path(program).is_some() {
-            None
-        } else {
-            Some(format!(
-                "{program} is not installed; install it with: apt-get install -y {package}"
-            ))
+        if let Some((package, program)) = self.package() {
+            if find_in_path(program).is_none() {
+                return Some(format!(
+                    "{program} is not installed; install it with: apt-get install -y {package}"
+                ));
+            }
+        }
+        self.original()
+            .and_then(|o| reference::locate(o, &workspace_root()).err())
+    }
+
+    /// The original a target runs on Tarantool, when it runs one.
+    pub fn original(self) -> Option<Original> {
+        match self {
+            Target::Tarantool => Some(Original::SeedQueue),
+            Target::TarantoolQueue => Some(Original::TarantoolQueue),
+            _ => None,
         }
     }
 }
@@ -166,6 +184,8 @@ pub struct Spawned {
     pub addr: SocketAddr,
     child: Child,
     log: PathBuf,
+    /// The port held for a target that cannot bind port 0 (Redis).
+    _port: Option<Refusing>,
     // Kept for its Drop: the temporary directory (the data, unless given, and the log)
     // disappears with the target.
     _dir: tempfile::TempDir,
@@ -223,42 +243,6 @@ pub fn workspace_root() -> PathBuf {
     }
 }
 
-/// The reference queue's `init.lua`: `$TARQ_SEED_INIT`, or `shared/reference/...` beside the
-/// workspace or any of its ancestors.
-pub fn seed_init() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("TARQ_SEED_INIT") {
-        return Ok(PathBuf::from(p));
-    }
-    let root = workspace_root();
-    root.ancestors()
-        .map(|dir| dir.join(SEED_INIT))
-        .find(|p| p.exists())
-        .ok_or_else(|| {
-            anyhow!(
-                "cannot find {SEED_INIT} above {}; set TARQ_SEED_INIT to the reference init.lua",
-                root.display()
-            )
-        })
-}
-
-/// The original tarantool/queue's `serve.lua`: `$TARQ_QUEUE_SERVE`, or `shared/reference/...`
-/// beside the workspace or any of its ancestors.
-pub fn queue_serve() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("TARQ_QUEUE_SERVE") {
-        return Ok(PathBuf::from(p));
-    }
-    let root = workspace_root();
-    root.ancestors()
-        .map(|dir| dir.join(QUEUE_SERVE))
-        .find(|p| p.exists())
-        .ok_or_else(|| {
-            anyhow!(
-                "cannot find {QUEUE_SERVE} above {}; set TARQ_QUEUE_SERVE to tarantool/queue's serve.lua",
-                root.display()
-            )
-        })
-}
-
 /// The tarq release binary, built when missing (or always with `rebuild`).
 pub fn tarq_binary(opts: &SpawnOptions) -> Result<PathBuf> {
     if let Some(bin) = &opts.tarq_bin {
@@ -286,7 +270,7 @@ pub fn tarq_binary(opts: &SpawnOptions) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// Start `target` on a free port and a fresh data directory and wait until it answers.
+/// Start `target` on a port of its own and a fresh data directory and wait until it answers.
 pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
     spawn_in(target, opts, None)
 }
@@ -295,23 +279,25 @@ pub fn spawn(target: Target, opts: &SpawnOptions) -> Result<Spawned> {
 /// next start recovers from it (the restart loop). The log goes to a temporary directory.
 pub fn spawn_in(target: Target, opts: &SpawnOptions, data_dir: Option<&Path>) -> Result<Spawned> {
     if let Some(why) = target.unavailable() {
-        bail!(why);
+        return Err(CannotStart(why).into());
+    }
+    if !opts.args.is_empty() && target.is_lua_script() {
+        return Err(CannotStart(format!(
+            "{target} runs a Lua script on Tarantool, which takes no extra arguments"
+        ))
+        .into());
     }
     let dir = tempfile::Builder::new()
         .prefix(&format!("tarq-loadgen-{}-", target.name()))
         .tempdir()
         .context("creating a temporary data directory")?;
     let data = data_dir.unwrap_or(dir.path());
-    let port = free_port()?;
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    // Port 0 but for Redis, where it means no TCP listener at all: its port is held for it.
+    let held = (target == Target::Redis).then(Refusing::reserve);
+    let addr: SocketAddr = held.as_ref().map_or(([127, 0, 0, 1], 0).into(), |h| h.addr);
     let log = dir.path().join(format!("{}.log", target.name()));
     let mut cmd = command(target, opts, data, addr, &log)?;
-    if !opts.args.is_empty() {
-        if target.is_lua_script() {
-            bail!("{target} runs a Lua script on Tarantool, which takes no extra arguments");
-        }
-        cmd.args(&opts.args);
-    }
+    cmd.args(&opts.args);
     let log_file = std::fs::File::create(if target.is_lua_script() {
         dir.path().join("stdout.log")
     } else {
@@ -332,12 +318,14 @@ pub fn spawn_in(target: Target, opts: &SpawnOptions, data_dir: Option<&Path>) ->
         addr,
         child,
         log,
+        _port: held,
         _dir: dir,
     };
     wait_ready(spawned)
 }
 
-/// The command line that starts `target` listening on `addr` with its data in `dir`.
+/// The command line that starts `target` listening on `addr` (port 0 but for Redis) with its
+/// data in `dir`.
 fn command(
     target: Target,
     opts: &SpawnOptions,
@@ -360,10 +348,9 @@ fn command(
         }
         Target::TarqBeanstalk => {
             // The measured port is the beanstalk one; IPROTO listens on a port of its own.
-            let iproto: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
             let mut c = Command::new(tarq_binary(opts)?);
             c.arg("--listen")
-                .arg(iproto.to_string())
+                .arg(addr.to_string())
                 .arg("--beanstalk-listen")
                 .arg(addr.to_string())
                 .arg("--data-dir")
@@ -371,11 +358,10 @@ fn command(
             c
         }
         Target::Tarantool | Target::TarantoolQueue => {
-            let script = if target == Target::Tarantool {
-                seed_init()?
-            } else {
-                queue_serve()?
-            };
+            let original = target
+                .original()
+                .expect("a Tarantool target runs an original");
+            let script = reference::locate(original, &workspace_root()).map_err(CannotStart)?;
             let mut c = Command::new("tarantool");
             c.arg(script)
                 .env("WORKDIR", dir)
@@ -411,10 +397,39 @@ fn command(
     Ok(cmd)
 }
 
+/// Where the target serves, once it says or listens: tarq names its address in its log (the
+/// beanstalk one for tarq-beanstalk); the port of beanstalkd or Tarantool, started on port 0, is
+/// the one its process listens on; Redis must be the process listening on the port it was
+/// given. `None` until then.
+fn served_addr(spawned: &Spawned) -> Option<SocketAddr> {
+    let pid = spawned.pid();
+    match spawned.target {
+        Target::Tarq | Target::Null => addr_in_log(&spawned.log, "tarq serving"),
+        Target::TarqBeanstalk => addr_in_log(&spawned.log, "serving the beanstalk protocol"),
+        Target::Redis => ports::listens_on(pid, spawned.addr.port()).then_some(spawned.addr),
+        Target::Tarantool
+        | Target::TarantoolQueue
+        | Target::Beanstalkd
+        | Target::BeanstalkdBinlog => match ports::listening_ports(pid).ok()?[..] {
+            [port] => Some(([127, 0, 0, 1], port).into()),
+            _ => None,
+        },
+    }
+}
+
+/// The address after `listen=` on the first line of the log at `path` that holds `needle`.
+fn addr_in_log(path: &Path, needle: &str) -> Option<SocketAddr> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.contains(needle))?;
+    let rest = &line[line.find("listen=")? + "listen=".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
 /// Probe until the target answers, it exits, or `READY_TIMEOUT` passes.
 fn wait_ready(mut spawned: Spawned) -> Result<Spawned> {
-    let (target, addr) = (spawned.target, spawned.addr);
+    let target = spawned.target;
     let deadline = Instant::now() + READY_TIMEOUT;
+    let mut known = None;
     loop {
         if let Some(status) = spawned.child.try_wait()? {
             bail!(
@@ -422,12 +437,23 @@ fn wait_ready(mut spawned: Spawned) -> Result<Spawned> {
                 spawned.log_tail()
             );
         }
-        match probe(target, addr) {
-            Ok(()) => return Ok(spawned),
+        if known.is_none() {
+            known = served_addr(&spawned);
+        }
+        let result = match known {
+            Some(addr) => probe(target, addr),
+            None => Err(anyhow!("not listening yet")),
+        };
+        match result {
+            Ok(()) => {
+                spawned.addr = known.expect("probed an address");
+                return Ok(spawned);
+            }
             Err(e) if Instant::now() >= deadline => {
                 let _ = spawned.terminate();
                 bail!(
-                    "{target} did not answer on {addr} within {READY_TIMEOUT:?} (last probe: {e:#}); its log ends with:\n{}",
+                    "{target} did not answer on {} within {READY_TIMEOUT:?} (last probe: {e:#}); its log ends with:\n{}",
+                    known.map_or("its port".to_string(), |a| a.to_string()),
                     spawned.log_tail()
                 );
             }
@@ -492,12 +518,6 @@ fn expect_reply(s: &mut TcpStream, request: &[u8], prefix: &[u8]) -> Result<()> 
         );
     }
     Ok(())
-}
-
-/// A port the kernel just handed out and released; the target binds it right after.
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// Pin the child (and every thread it starts) to `cpu` before it runs.

@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{addr_in, free_port, prerequisite, run_with_deadline, tool, wait_until, Proc, Tarq};
+use support::{
+    addr_in, listening_port, prerequisite, run_with_deadline, tool, wait_until, Proc, Tarq,
+};
 
 /// How long a whole script may run: the flows take about 3 s (three 1 s waits for a delay, a
 /// TTR and a pause); their own calls are bounded by 20 s, so a hung server shows up as a script
@@ -31,7 +33,7 @@ fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/beanstalk")
 }
 
-/// A real beanstalkd on a free port, killed on drop.
+/// A real beanstalkd on port 0, killed on drop; its port is the one its process listens on.
 struct Beanstalkd {
     _proc: Proc,
     port: u16,
@@ -43,22 +45,25 @@ impl Beanstalkd {
             "beanstalkd (Debian package `beanstalkd`)",
             tool("beanstalkd"),
         );
-        // beanstalkd cannot report a port it got from port 0.
-        let port = free_port();
         let mut proc = Proc::spawn(
             Command::new(bin)
-                .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+                .args(["-l", "127.0.0.1", "-p", "0"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
         );
+        let mut port = None;
         wait_until("beanstalkd to listen", || {
             if let Some(status) = proc.0.try_wait().unwrap() {
-                panic!("beanstalkd on port {port} exited with {status}");
+                panic!("beanstalkd exited with {status}");
             }
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
+            port = listening_port(proc.id());
+            port.is_some_and(|p| TcpStream::connect(("127.0.0.1", p)).is_ok())
         });
-        Beanstalkd { _proc: proc, port }
+        Beanstalkd {
+            _proc: proc,
+            port: port.expect("listening"),
+        }
     }
 }
 

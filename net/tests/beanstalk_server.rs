@@ -372,15 +372,15 @@ fn a_tube_name_of_beanstalkds_longest_is_a_tarq_tube() {
 
 #[test]
 fn the_binary_serves_the_port_and_shows_its_figures_in_ctl_and_metrics() {
-    let port = support::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let tarq = support::Tarq::start(&[
+    let mut tarq = support::Tarq::start(&[
         "--beanstalk-listen",
-        &listen,
+        "127.0.0.1:0",
         "--metrics-listen",
         "127.0.0.1:0",
     ]);
-    let mut c = Bs::connect(listen.parse().unwrap());
+    let line = tarq.wait_for_line("serving the beanstalk protocol");
+    let beanstalk = support::addr_in(&line, "listen=").expect("the line names the address");
+    let mut c = Bs::connect(beanstalk);
     assert!(c.line("put 0 0 60 1\r\nx\r\n").starts_with("INSERTED"));
     let out = tarq.ctl(&["stats"]);
     let text = String::from_utf8_lossy(&out.stdout);

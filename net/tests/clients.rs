@@ -6,6 +6,8 @@
 //! scripts) and their deadlines; what is checked lives in the scripts.
 //!
 //! A client that is not installed fails the test, naming it (`bash .ci/test` installs them).
+//! The seed queue is not part of the repository: without it the reference tests pass as
+//! skipped, saying where to get it, except under `CI=true` (see `tarq_testkit::reference`).
 
 mod support;
 
@@ -16,7 +18,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{free_port, prerequisite, run_with_deadline, Proc, Tarq};
+use support::{listening_port, original, prerequisite, run_with_deadline, Proc, Tarq};
+use tarq_testkit::reference::Original;
 use tempfile::TempDir;
 
 /// How long the reference Tarantool gets to accept connections: it starts in about half a
@@ -28,9 +31,6 @@ const SCRIPT_DEADLINE: Duration = Duration::from_secs(90);
 /// Pause between two checks of a process or port being ready: a polling interval, not a wait
 /// for anything in particular.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// Tries at starting the reference on a free port: another process may take the port between
-/// our probe and its bind (Tarantool cannot report a port it got from port 0, as tarq does).
-const START_TRIES: usize = 3;
 /// The tail of a server's log shown when a script fails.
 const LOG_TAIL_BYTES: usize = 4000;
 
@@ -91,6 +91,7 @@ impl Client {
 /// The reference Tarantool with its data directory, killed on drop (before the directory goes).
 struct Reference {
     proc: Proc,
+    /// The port it got from port 0, read from `/proc` once it listens (0 until then).
     port: u16,
     /// What the process printed (stdout and stderr).
     out: PathBuf,
@@ -106,59 +107,58 @@ const TARANTOOL_LOG: &str = "tarantool.log";
 const TARANTOOL_READY: &str = "entering the event loop";
 
 impl Reference {
-    /// Starts the seed queue on a real Tarantool and waits until `queue` is defined (it
-    /// listens before that, so a connect is not enough: its log says when it is ready).
+    /// Starts the seed queue on a real Tarantool on port 0 and waits until `queue` is defined
+    /// (it listens before that, so a connect is not enough: its log says when it is ready).
     fn start(init_lua: &Path) -> Reference {
-        let mut last_error = String::new();
-        for _ in 0..START_TRIES {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let out = dir.path().join("server.out");
-            let file = File::create(&out).expect("create the server's output file");
-            let port = free_port();
-            let log = dir.path().join(TARANTOOL_LOG);
-            let proc = Proc::spawn(
-                Command::new("tarantool")
-                    .arg(init_lua)
-                    .env("WORKDIR", dir.path())
-                    .env("LISTEN", format!("127.0.0.1:{port}"))
-                    .env("LOGFILE", &log)
-                    .current_dir(dir.path())
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::from(file.try_clone().expect("dup output file")))
-                    .stderr(Stdio::from(file)),
-            );
-            let mut server = Reference {
-                proc,
-                port,
-                out,
-                log,
-                _dir: dir,
-            };
-            match server.wait_ready() {
-                Ok(()) => return server,
-                Err(e) => last_error = e,
-            }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("server.out");
+        let file = File::create(&out).expect("create the server's output file");
+        let log = dir.path().join(TARANTOOL_LOG);
+        let proc = Proc::spawn(
+            Command::new("tarantool")
+                .arg(init_lua)
+                .env("WORKDIR", dir.path())
+                .env("LISTEN", "127.0.0.1:0")
+                .env("LOGFILE", &log)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(file.try_clone().expect("dup output file")))
+                .stderr(Stdio::from(file)),
+        );
+        let mut server = Reference {
+            proc,
+            port: 0,
+            out,
+            log,
+            _dir: dir,
+        };
+        if let Err(e) = server.wait_ready() {
+            panic!("the reference Tarantool queue did not start: {e}");
         }
-        panic!("the reference Tarantool queue did not start in {START_TRIES} tries: {last_error}");
+        server
     }
 
     /// Waits until the server shows its ready line and accepts connections, or fails with its
     /// output if it exits or the deadline passes.
     fn wait_ready(&mut self) -> Result<(), String> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let deadline = Instant::now() + START_DEADLINE;
         loop {
             if let Some(status) = self.proc.0.try_wait().expect("try_wait") {
                 return Err(format!("exited with {status}:\n{}", self.logs()));
             }
-            if read_lossy(&self.log).contains(TARANTOOL_READY)
-                && TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok()
-            {
-                return Ok(());
+            if read_lossy(&self.log).contains(TARANTOOL_READY) {
+                if let Some(port) = listening_port(self.proc.id()) {
+                    self.port = port;
+                    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                    if TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok() {
+                        return Ok(());
+                    }
+                }
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "not ready on {addr} after {START_DEADLINE:?}:\n{}",
+                    "not ready (port {}) after {START_DEADLINE:?}:\n{}",
+                    self.port,
                     self.logs()
                 ));
             }
@@ -231,27 +231,15 @@ fn against_tarq(client: Client) {
     });
 }
 
-/// Where the reference material lives: `shared/` beside the repository (two levels up from a
-/// worktree under `wt/`).
-const SEED_INIT_LUA: &str = "shared/reference/tarantool-seed/init.lua";
-
-/// The seed queue's `init.lua`, looked for in the ancestors of this crate.
-fn seed_init_lua() -> Result<PathBuf, String> {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    crate_dir
-        .ancestors()
-        .map(|dir| dir.join(SEED_INIT_LUA))
-        .find(|p| p.exists())
-        .ok_or_else(|| format!("no {SEED_INIT_LUA} above {}", crate_dir.display()))
-}
-
 fn against_reference(client: Client) {
+    let Some(init) = original(Original::SeedQueue) else {
+        return;
+    };
     prerequisite(client.name(), client.available());
     prerequisite(
         "Tarantool (runs the reference queue)",
         Client::NetBox.available(),
     );
-    let init = prerequisite("the seed queue", seed_init_lua());
     let server = Reference::start(&init);
     run_flow(client, server.port, true, || server.logs());
 }

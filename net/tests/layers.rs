@@ -11,11 +11,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tarq-engine", &[]),
     // Codecs never import the server, the WAL or the engine.
     ("tarq-iproto", &[]),
-    ("tarq-beanstalk", &[]),
-    ("tarq-client", &["tarq-iproto"]),
+    // Their tests may use testkit (the ports a peer listens on, an address that refuses), as
+    // may the client's and the election's.
+    ("tarq-beanstalk", &["tarq-testkit"]),
+    ("tarq-client", &["tarq-iproto", "tarq-testkit"]),
     ("tarq-testkit", &[]),
     // Leader election talks to etcd only; the server drives it through a channel.
-    ("tarq-cluster", &[]),
+    ("tarq-cluster", &["tarq-testkit"]),
     // The WAL never imports the server or ops.
     ("tarq-wal", &["tarq-engine", "tarq-wal"]),
     // Ops sees figures and plain data, never the server or the WAL.
@@ -33,10 +35,16 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tarq-cluster",
         ],
     ),
-    // The load generator speaks the protocols through the codecs and the client only.
+    // The load generator speaks the protocols through the codecs and the client only; testkit
+    // finds the originals its reference targets run and the ports its targets got.
     (
         "tarq-loadgen",
-        &["tarq-iproto", "tarq-client", "tarq-beanstalk"],
+        &[
+            "tarq-iproto",
+            "tarq-client",
+            "tarq-beanstalk",
+            "tarq-testkit",
+        ],
     ),
     (
         "tarq-benches",

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use rmpv::Value;
-use support::{field, free_port, wait_until, Client, Tarq, BIN};
+use support::{field, wait_until, Client, Refusing, Tarq, BIN};
 
 /// A primary and a replica of it, the replica caught up with the primary's task count.
 fn pair() -> (Tarq, Tarq) {
@@ -87,7 +87,8 @@ fn ctl_puts_on_the_primary_whichever_address_comes_first() {
     );
 
     // Repeated --addr is the same list; a dead first address is skipped.
-    let dead = format!("127.0.0.1:{}", free_port());
+    let refusing = Refusing::open();
+    let dead = refusing.addr.to_string();
     let out = Command::new(BIN)
         .args(["ctl", "--addr", &dead, "--addr", &r, "put", "third"])
         .output()
@@ -109,10 +110,8 @@ fn ctl_puts_on_the_primary_whichever_address_comes_first() {
 
 #[test]
 fn ctl_names_every_address_when_none_answers() {
-    let (a, b) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
+    let refusing = (Refusing::open(), Refusing::open());
+    let (a, b) = (refusing.0.addr.to_string(), refusing.1.addr.to_string());
     let out = ctl(&format!("{a},{b}"), &["stats"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -136,7 +135,8 @@ fn ctl_cluster_prints_the_replication_figures_of_each_address() {
     wait_until("the replica applied the put", || {
         stat(&mut rc, "total") == 1 && stat(&mut rc, "replication_lag_records") == 0
     });
-    let dead = format!("127.0.0.1:{}", free_port());
+    let refusing = Refusing::open();
+    let dead = refusing.addr.to_string();
 
     let text = ok(&ctl(&format!("{p},{r},{dead}"), &["cluster"]));
     assert!(text.contains("no etcd cluster (no failover) at"), "{text}");

@@ -117,7 +117,10 @@ fn a_missing_tube_is_named_by_ctl_while_iproto_keeps_the_original_text() {
 
 #[test]
 fn no_server_at_the_address_says_what_to_check() {
-    let addr = format!("127.0.0.1:{}", support::free_port());
+    // A port held without listening: connections to it are refused, and no other test's
+    // server can take it meanwhile.
+    let dead = tarq_testkit::ports::Refusing::open();
+    let addr = dead.addr.to_string();
     let out = Command::new(BIN)
         .args(["ctl", "--addr", &addr, "stats"])
         .env("RUST_BACKTRACE", "0")

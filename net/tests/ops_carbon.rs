@@ -28,8 +28,21 @@ impl Carbon {
     }
 }
 
-/// Writes carbon's config into `dir` and starts it with its line receiver on `port`.
-fn start_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
+/// A carbon-cache with its config in `dir`, and its line receiver's port, held for it: carbon
+/// reads port 0 as "no line receiver", so it cannot bind port 0 and say which it got.
+fn start_carbon(carbon: &Path, dir: &Path) -> (Carbon, Refusing) {
+    let port = Refusing::reserve();
+    let mut c = spawn_carbon(carbon, dir, port.addr.port());
+    c.wait_for(&format!(
+        "CarbonReceiverFactory starting on {}",
+        port.addr.port()
+    ));
+    (c, port)
+}
+
+/// Writes carbon's config into `dir` and starts it with its line receiver on `port`, no
+/// pickle receiver, and its cache query port on port 0 (unused here).
+fn spawn_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
     let storage = dir.join("storage");
     for d in ["storage/whisper", "storage/lists", "log", "pid"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
@@ -51,16 +64,14 @@ fn start_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
          LINE_RECEIVER_PORT = {port}\n\
          ENABLE_UDP_LISTENER = False\n\
          PICKLE_RECEIVER_INTERFACE = 127.0.0.1\n\
-         PICKLE_RECEIVER_PORT = {pickle}\n\
+         PICKLE_RECEIVER_PORT = 0\n\
          CACHE_QUERY_INTERFACE = 127.0.0.1\n\
-         CACHE_QUERY_PORT = {query}\n\
+         CACHE_QUERY_PORT = 0\n\
          LOG_UPDATES = True\n\
          LOG_CREATES = True\n\
          WHISPER_AUTOFLUSH = True\n",
         storage = storage.display(),
         dir = dir.display(),
-        pickle = free_port(),
-        query = free_port(),
     );
     std::fs::write(dir.join("carbon.conf"), conf).unwrap();
     // One-second points kept for an hour: every push of tarq lands in its own slot.
@@ -82,9 +93,7 @@ fn start_carbon(carbon: &Path, dir: &Path, port: u16) -> Carbon {
             .stderr(Stdio::null()),
     );
     let lines = Lines::read(proc.0.stdout.take().unwrap());
-    let mut c = Carbon { _proc: proc, lines };
-    c.wait_for(&format!("CarbonReceiverFactory starting on {port}"));
-    c
+    Carbon { _proc: proc, lines }
 }
 
 /// The non-null points of a whisper file since `from`, as (unix seconds, value).
@@ -120,8 +129,8 @@ fn carbon_cache_stores_what_tarq_pushes() {
         tool("whisper-fetch"),
     );
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut carbon = start_carbon(&carbon, dir.path(), port);
+    let (mut carbon, line_port) = start_carbon(&carbon, dir.path());
+    let port = line_port.addr.port();
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()

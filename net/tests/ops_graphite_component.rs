@@ -15,7 +15,7 @@ use tarq_ops::graphite::{Graphite, Target};
 use tarq_ops::stats::Snapshot;
 use tarq_ops::GRAPHITE_TOKEN;
 
-use support::{collect_tcp_lines, graphite_line_aged, CLOSED};
+use support::{collect_tcp_lines, graphite_line_aged, Refusing, CLOSED};
 
 /// Every wait in these tests ends by this.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -140,11 +140,9 @@ fn udp_datagrams_carry_the_same_lines() {
 
 #[test]
 fn a_graphite_that_goes_away_and_comes_back_gets_lines_again() {
-    // Graphite is down at start: the port is free (bound once, then released).
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Graphite is down at start: its port refuses connections, and is held for it.
+    let down = Refusing::open();
+    let addr = down.addr;
     let target: Target = format!("tcp://{addr}").parse().unwrap();
     let mut poll = Poll::new().unwrap();
     let mut g = Graphite::new(target, INTERVAL, now());
@@ -156,7 +154,7 @@ fn a_graphite_that_goes_away_and_comes_back_gets_lines_again() {
     assert!(g.buffered() > 0, "samples wait for Graphite");
 
     // Graphite comes up: the buffered samples arrive (the retry is at most a few backoffs away).
-    let listener = TcpListener::bind(addr).unwrap();
+    let listener = down.listen();
     let rx = collect_lines(listener.try_clone().unwrap());
     let mut lines = 0;
     drive(&mut g, &mut poll, |g| {

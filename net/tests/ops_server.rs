@@ -109,7 +109,8 @@ fn graphite_over_udp_gets_the_same_lines() {
 #[test]
 fn an_absent_graphite_never_stalls_serving() {
     // Nobody listens there: every connect is refused and retried with backoff.
-    let target = format!("tcp://127.0.0.1:{}", free_port());
+    let absent = Refusing::open();
+    let target = format!("tcp://{}", absent.addr);
     let mut t = Tarq::start(&["--graphite", &target, "--graphite-interval", "0.01"]);
     let mut c = Client::connect(t.addr);
     let started = Instant::now();
@@ -355,7 +356,8 @@ fn ctl_lists_tubes_deletes_touches_and_sets_a_dedup_window() {
 
 #[test]
 fn ctl_names_an_unreachable_server() {
-    let addr = format!("127.0.0.1:{}", free_port());
+    let absent = Refusing::open();
+    let addr = absent.addr.to_string();
     let out = Command::new(BIN)
         .args(["ctl", "--addr", &addr, "--timeout", "2", "stats"])
         .env("RUST_BACKTRACE", "0")

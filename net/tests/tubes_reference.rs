@@ -7,6 +7,8 @@
 //! their deadlines; what is checked lives in the scripts.
 //!
 //! A tool that is not installed fails the test, naming it (`bash .ci/test` installs them).
+//! The original is not part of the repository: without it these tests pass as skipped, saying
+//! where to get it, except under `CI=true` (see `tarq_testkit::reference`).
 
 mod support;
 
@@ -17,7 +19,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{free_port, prerequisite, run_with_deadline, Proc};
+use support::{listening_port, original, prerequisite, run_with_deadline, Proc};
+use tarq_testkit::reference::Original as Reference;
 use tempfile::TempDir;
 
 /// How long the original gets to serve: it starts in about half a second; this leaves room
@@ -28,19 +31,15 @@ const START_DEADLINE: Duration = Duration::from_secs(20);
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
 /// Pause between two checks of a process or port being ready: a polling interval.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// Tries at starting the original on a free port: another process may take the port between
-/// our probe and its bind (Tarantool cannot report a port it got from port 0).
-const START_TRIES: usize = 3;
 /// The tail of a log shown when something fails.
 const LOG_TAIL_BYTES: usize = 4000;
-/// Where the original lives: `shared/` beside the repository (two levels up from a worktree).
-const SERVE_LUA: &str = "shared/reference/tarantool-queue/serve.lua";
 /// The line of Tarantool's log that says the queue is defined and requests are served.
 const READY_LINE: &str = "entering the event loop";
 
 /// The original served by Tarantool in a temporary work dir, killed on drop.
 struct Original {
     proc: Proc,
+    /// The port it got from port 0, read from `/proc` once it listens (0 until then).
     port: u16,
     log: PathBuf,
     out: PathBuf,
@@ -49,53 +48,51 @@ struct Original {
 
 impl Original {
     fn start(serve_lua: &Path) -> Original {
-        let mut last_error = String::new();
-        for _ in 0..START_TRIES {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let out = dir.path().join("server.out");
-            let file = File::create(&out).expect("create the server's output file");
-            let log = dir.path().join("tarantool.log");
-            let port = free_port();
-            let proc = Proc::spawn(
-                Command::new("tarantool")
-                    .arg(serve_lua)
-                    .env("WORKDIR", dir.path())
-                    .env("LISTEN", format!("127.0.0.1:{port}"))
-                    .env("LOGFILE", &log)
-                    .current_dir(dir.path())
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::from(file.try_clone().expect("dup output file")))
-                    .stderr(Stdio::from(file)),
-            );
-            let mut original = Original {
-                proc,
-                port,
-                log,
-                out,
-                _dir: dir,
-            };
-            match original.wait_ready() {
-                Ok(()) => return original,
-                Err(e) => last_error = e,
-            }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("server.out");
+        let file = File::create(&out).expect("create the server's output file");
+        let log = dir.path().join("tarantool.log");
+        let proc = Proc::spawn(
+            Command::new("tarantool")
+                .arg(serve_lua)
+                .env("WORKDIR", dir.path())
+                .env("LISTEN", "127.0.0.1:0")
+                .env("LOGFILE", &log)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(file.try_clone().expect("dup output file")))
+                .stderr(Stdio::from(file)),
+        );
+        let mut original = Original {
+            proc,
+            port: 0,
+            log,
+            out,
+            _dir: dir,
+        };
+        if let Err(e) = original.wait_ready() {
+            panic!("the original tarantool/queue did not start: {e}");
         }
-        panic!("the original tarantool/queue did not start in {START_TRIES} tries: {last_error}");
+        original
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let deadline = Instant::now() + START_DEADLINE;
         loop {
             if let Some(status) = self.proc.0.try_wait().expect("try_wait") {
                 return Err(format!("exited with {status}:\n{}", self.logs()));
             }
-            if read_lossy(&self.log).contains(READY_LINE)
-                && TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok()
-            {
-                return Ok(());
+            if read_lossy(&self.log).contains(READY_LINE) {
+                if let Some(port) = listening_port(self.proc.id()) {
+                    self.port = port;
+                    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                    if TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_ok() {
+                        return Ok(());
+                    }
+                }
             }
             if Instant::now() > deadline {
-                return Err(format!("not ready on {addr}:\n{}", self.logs()));
+                return Err(format!("not ready (port {}):\n{}", self.port, self.logs()));
             }
             thread::sleep(POLL_INTERVAL);
         }
@@ -129,8 +126,10 @@ fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tubes")
 }
 
-/// `serve.lua`, once Tarantool and the original are there; else the test fails saying why.
-fn original_available(client: &str, client_check: &[&str]) -> PathBuf {
+/// `serve.lua` once Tarantool and the client are there (else the test fails saying why);
+/// `None` when the original is absent and the test passes as skipped.
+fn original_available(client: &str, client_check: &[&str]) -> Option<PathBuf> {
+    let serve = original(Reference::TarantoolQueue)?;
     let runs = |program: &str, args: &[&str]| match Command::new(program).args(args).output() {
         Ok(out) if out.status.success() => Ok(()),
         Ok(out) => Err(format!(
@@ -142,13 +141,7 @@ fn original_available(client: &str, client_check: &[&str]) -> PathBuf {
     };
     prerequisite("Tarantool", runs("tarantool", &["--version"]));
     prerequisite(client, runs(client_check[0], &client_check[1..]));
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let found = crate_dir
-        .ancestors()
-        .map(|dir| dir.join(SERVE_LUA))
-        .find(|p| p.exists())
-        .ok_or_else(|| format!("no {SERVE_LUA} above {}", crate_dir.display()));
-    prerequisite("the original tarantool/queue", found)
+    Some(serve)
 }
 
 /// Runs `cmd` to completion within SCRIPT_DEADLINE and fails with everything it and the
@@ -172,7 +165,9 @@ fn run_script(cmd: Command, servers: &[&Original]) {
 }
 
 fn flow_against_original(program: &str, script: &str, check: &[&str], client: &str) {
-    let serve = original_available(client, check);
+    let Some(serve) = original_available(client, check) else {
+        return;
+    };
     let original = Original::start(&serve);
     let mut cmd = Command::new(program);
     cmd.arg(scripts().join(script))
@@ -213,10 +208,12 @@ fn asynctnt_queue_flow_holds_against_the_original() {
 
 #[test]
 fn differential_runner_finds_two_originals_identical() {
-    let serve = original_available(
+    let Some(serve) = original_available(
         "the PyPI `tarantool` connector",
         &["python3", "-c", "import tarantool"],
-    );
+    ) else {
+        return;
+    };
     let (a, b) = (Original::start(&serve), Original::start(&serve));
     let mut cmd = Command::new("python3");
     cmd.arg(scripts().join("diff_tubes.py"))
@@ -227,10 +224,12 @@ fn differential_runner_finds_two_originals_identical() {
 
 #[test]
 fn the_original_still_gives_the_recorded_transcript() {
-    let serve = original_available(
+    let Some(serve) = original_available(
         "the PyPI `tarantool` connector",
         &["python3", "-c", "import tarantool"],
-    );
+    ) else {
+        return;
+    };
     let original = Original::start(&serve);
     let mut cmd = Command::new("python3");
     cmd.arg(scripts().join("diff_tubes.py"))

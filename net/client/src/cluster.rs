@@ -534,6 +534,7 @@ fn last_per_addr(tried: Vec<Attempt>) -> Vec<Attempt> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tarq_testkit::ports::Refusing;
 
     #[test]
     fn addresses_are_lists_of_host_port() {
@@ -622,12 +623,9 @@ mod tests {
 
     #[test]
     fn none_answering_names_every_address() {
-        let addrs: Vec<String> = (0..2)
-            .map(|_| {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                l.local_addr().unwrap().to_string()
-            })
-            .collect();
+        // Held, never listening: no other test's server can answer there meanwhile.
+        let held = [Refusing::open(), Refusing::open()];
+        let addrs: Vec<String> = held.iter().map(|r| r.addr.to_string()).collect();
         let Err(e) = Cluster::connect(addrs.clone(), Options::new(Duration::from_secs(2))) else {
             panic!("connected to nothing");
         };

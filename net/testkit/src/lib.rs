@@ -4,6 +4,12 @@
 //! threads that opted in with [`track_this_thread`] (what a hot path allocates while other
 //! threads, such as a test's client, run beside it). A binary installs it with
 //! `#[global_allocator] static GLOBAL: Counting = Counting;`.
+//!
+//! Beside it: [`reference`], where the originals tarq is compared against are found and what
+//! a test does without them, and [`ports`], the ports a spawned server really listens on.
+
+pub mod ports;
+pub mod reference;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -1,8 +1,9 @@
-//! What the failover tests share: a real etcd on free loopback ports (`Etcd`, killed on drop,
-//! pausable with SIGSTOP), a cluster of real `tarq` processes on fixed free ports with their
-//! data directories kept across kills (`Nodes`), and a client that follows the leader as a user's
-//! would (`Writer`: on a refusal or a dropped connection it asks the nodes who leads). A missing
-//! `etcd` fails the test with the reason.
+//! What the failover tests share: a real etcd on loopback ports held for it (`Etcd`, killed on
+//! drop, pausable with SIGSTOP), a cluster of real
+//! `tarq` processes on fixed ports held for them (`Nodes`, their data directories kept across
+//! kills), and a client that follows the leader as a user's would (`Writer`: on a refusal or a
+//! dropped connection it asks the nodes who leads). A missing `etcd` fails the test with the
+//! reason.
 
 #![allow(dead_code)]
 
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use rmpv::Value;
 use tarq_client::{pack_args, Client as Blocking, ClientError};
 
-use crate::support::{free_port, prerequisite, tool, Tarq, WAIT};
+use crate::support::{prerequisite, tool, Refusing, Tarq, WAIT};
 
 /// Lease TTL of the nodes under test: the shortest etcd honours, so failovers are quick.
 pub const TTL_SECS: u64 = 2;
@@ -24,15 +25,19 @@ pub struct Etcd {
     pub url: String,
     addr: SocketAddr,
     dir: tempfile::TempDir,
+    /// Its client and peer ports, held for it: etcd cannot report a port it got from port 0.
+    _ports: (Refusing, Refusing),
 }
 
 impl Etcd {
+    /// A fresh etcd on two ports held for it, once it answers its health check there.
     pub fn start() -> Etcd {
         let bin = prerequisite("etcd (Debian package etcd-server)", tool("etcd"));
         let dir = tempfile::tempdir().unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
+        let ports = (Refusing::reserve(), Refusing::reserve());
+        let (client, peer) = (ports.0.addr, ports.1.addr);
+        let url = format!("http://{client}");
+        let peer_url = format!("http://{peer}");
         let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
         let child = Command::new(bin)
             .arg("--name=test")
@@ -47,13 +52,22 @@ impl Etcd {
             .stderr(log)
             .spawn()
             .expect("spawn etcd");
-        let etcd = Etcd {
+        let mut etcd = Etcd {
             child,
             url,
-            addr: ([127, 0, 0, 1], client).into(),
+            addr: client,
             dir,
+            _ports: ports,
         };
-        wait_for("etcd to answer its health check", || etcd.healthy());
+        wait_for("etcd to answer its health check", || {
+            if let Some(status) = etcd.child.try_wait().unwrap() {
+                panic!(
+                    "etcd exited with {status}; its log:\n{}",
+                    std::fs::read_to_string(etcd.dir.path().join("etcd.log")).unwrap_or_default()
+                );
+            }
+            etcd.healthy()
+        });
         etcd
     }
 
@@ -90,7 +104,10 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        self.resume();
+        // One that exited at start (its port taken) has nothing to resume.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.resume();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -109,6 +126,9 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 pub struct Node {
     pub name: String,
     pub addr: SocketAddr,
+    /// Holds the node's port for the whole test, while it runs and while it is down between a
+    /// kill and a restart, so no other test's server gets it (etcd advertises the address).
+    _port: Refusing,
     pub tarq: Option<Tarq>,
     dir: Option<tempfile::TempDir>,
 }
@@ -126,11 +146,15 @@ impl Nodes {
         let mut nodes = Nodes {
             etcd_url: etcd.url.clone(),
             nodes: (0..n)
-                .map(|i| Node {
-                    name: format!("n{i}"),
-                    addr: ([127, 0, 0, 1], free_port()).into(),
-                    tarq: None,
-                    dir: Some(tempfile::tempdir().unwrap()),
+                .map(|i| {
+                    let port = Refusing::reserve();
+                    Node {
+                        name: format!("n{i}"),
+                        addr: port.addr,
+                        _port: port,
+                        tarq: None,
+                        dir: Some(tempfile::tempdir().unwrap()),
+                    }
                 })
                 .collect(),
             extra: extra.iter().map(|s| s.to_string()).collect(),

@@ -8,8 +8,10 @@
 //! - [`Proc`] and [`Lines`]: any child process killed on drop, and an output stream of it read
 //!   line by line (also for carbon-cache and the like);
 //! - [`Client`]: a blocking raw-frame client on the codec's client side, and [`Reply`];
-//! - [`prerequisite`] and [`tool`]: the CI rule for external tools (missing under `CI=true`
-//!   fails; elsewhere a notice);
+//! - [`prerequisite`] and [`tool`]: external tools (missing, the test fails naming it), and
+//!   [`original`]: the originals compared against (missing, skipped; required under `CI=true`);
+//! - [`listening_port`]: the port a server started on port 0 got, for servers that cannot say;
+//!   [`Refusing`]: an address that refuses connections, its port held so no server takes it;
 //! - Graphite lines and a raw HTTP GET, for the operating tests.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
@@ -361,14 +363,27 @@ pub fn addr_in(line: &str, key: &str) -> Option<SocketAddr> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// A port nobody listens on right now (bound, then released): for an address that must refuse
-/// connections, or for a program that cannot report the port it got from port 0.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+#[allow(unused_imports)] // each test binary uses a different part of the harness
+pub use tarq_testkit::ports::Refusing;
+
+/// The one TCP port process `pid` listens on, for a server started on port 0 that cannot say
+/// which port it got (beanstalkd, Tarantool): read from `/proc`, so it is this process's port
+/// and no other's. `None` while it listens on none; a failure when it listens on several.
+pub fn listening_port(pid: u32) -> Option<u16> {
+    let ports = tarq_testkit::ports::listening_ports(pid).ok()?;
+    match ports[..] {
+        [] => None,
+        [port] => Some(port),
+        _ => panic!("process {pid} listens on several ports: {ports:?}"),
+    }
+}
+
+/// Where `original` is, for a test that compares against it; `None` when it is absent and the
+/// test is to pass as skipped (it said so); absent under `CI=true`, a failure saying where to
+/// get it. See `tarq_testkit::reference`.
+pub fn original(original: tarq_testkit::reference::Original) -> Option<PathBuf> {
+    let root = tarq_testkit::reference::workspace_root(Path::new(env!("CARGO_MANIFEST_DIR")));
+    tarq_testkit::reference::needed(original, &root)
 }
 
 /// Waits until `cond` holds, checking every few milliseconds, failing after [`WAIT`].

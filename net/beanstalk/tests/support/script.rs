@@ -23,12 +23,13 @@
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tarq_beanstalk::Reply;
+use tarq_testkit::ports::listening_ports;
 
 /// How long a step waits for its replies: far above any reply time of a local server, so a
 /// timeout means a missing reply.
@@ -501,7 +502,9 @@ pub fn diff(want: &str, got: &str) -> String {
     out
 }
 
-/// A real beanstalkd on a free local port, killed on drop.
+/// A real beanstalkd on a port of its own, killed on drop. It binds port 0 and cannot say which
+/// port it got, so the port is the one its process listens on (`/proc`): never a port picked
+/// here and released, which another test's server could take first.
 pub struct Beanstalkd {
     child: Child,
     pub addr: String,
@@ -515,33 +518,34 @@ impl Beanstalkd {
 
     /// With more arguments (`-z 100`, `-b DIR`).
     pub fn spawn_with(args: &[&str]) -> Option<Beanstalkd> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let child = Command::new("beanstalkd")
-            .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-l", "127.0.0.1", "-p", "0"])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .ok()?;
-        let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut server = Beanstalkd { child, addr };
-        while TcpStream::connect(&server.addr).is_err() {
+        let mut server = Beanstalkd {
+            child,
+            addr: String::new(),
+        };
+        loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("beanstalkd {args:?} on {} exited: {status}", server.addr);
+                panic!("beanstalkd {args:?} exited: {status}");
+            }
+            if let Ok([port]) = listening_ports(server.child.id()).as_deref() {
+                server.addr = format!("127.0.0.1:{port}");
+                if TcpStream::connect(&server.addr).is_ok() {
+                    return Some(server);
+                }
             }
             assert!(
                 Instant::now() < deadline,
-                "beanstalkd did not listen on {}",
-                server.addr
+                "beanstalkd {args:?} did not listen within 10 s"
             );
             std::thread::yield_now();
         }
-        Some(server)
     }
 }
 

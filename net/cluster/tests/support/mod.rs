@@ -1,4 +1,4 @@
-//! What the election tests share: a real etcd on free loopback ports with its own data
+//! What the election tests share: a real etcd on loopback ports held for it, with its own data
 //! directory (`Etcd`, killed on drop, pausable with SIGSTOP), a TCP relay that can black-hole
 //! one node's traffic to etcd to cut it off like a network partition (`Relay`), a node under
 //! test with its event log (`Node`), and the rule for the `etcd` binary (missing, the test
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use tarq_cluster::{Cluster, Config, Event, EventKind};
+use tarq_testkit::ports::Refusing;
 
 /// Longest wait for any one event or condition: a failover takes a TTL plus a few polls, and a
 /// loaded 2-core machine can stretch that.
@@ -35,6 +36,8 @@ pub struct Etcd {
     pub client_url: String,
     pub client_addr: SocketAddr,
     dir: tempfile::TempDir,
+    /// Its client and peer ports, held for it.
+    _ports: (Refusing, Refusing),
 }
 
 /// An etcd to test against. A missing binary fails the test with the reason, in CI and out
@@ -57,19 +60,14 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free loopback port")
-        .port()
-}
-
 impl Etcd {
+    /// A fresh etcd on two ports held for it (it cannot report a port it got from port 0),
+    /// once it answers its health check there.
     fn start(bin: PathBuf) -> Etcd {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (client, peer) = (free_port(), free_port());
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
+        let ports = (Refusing::reserve(), Refusing::reserve());
+        let client_url = format!("http://{}", ports.0.addr);
+        let peer_url = format!("http://{}", ports.1.addr);
         let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log file");
         let child = Command::new(bin)
             .arg("--name=test")
@@ -84,35 +82,34 @@ impl Etcd {
             .stderr(log)
             .spawn()
             .expect("spawn etcd");
-        let etcd = Etcd {
+        let mut etcd = Etcd {
             child,
-            client_addr: ([127, 0, 0, 1], client).into(),
+            client_addr: ports.0.addr,
             client_url,
             dir,
+            _ports: ports,
         };
-        etcd.wait_healthy();
-        etcd
-    }
-
-    fn wait_healthy(&self) {
         let deadline = Instant::now() + ETCD_START;
-        let url = format!("{}/health", self.client_url);
-        loop {
-            let healthy = ureq::get(&url)
-                .call()
-                .ok()
-                .and_then(|mut r| r.body_mut().read_to_string().ok())
-                .is_some_and(|body| body.contains("\"true\""));
-            if healthy {
-                return;
+        while !etcd.healthy() {
+            if let Some(status) = etcd.child.try_wait().expect("try_wait etcd") {
+                panic!("etcd exited with {status}; its log:\n{}", etcd.log());
             }
             assert!(
                 Instant::now() < deadline,
                 "etcd did not become healthy within {ETCD_START:?}; its log:\n{}",
-                self.log()
+                etcd.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        etcd
+    }
+
+    fn healthy(&self) -> bool {
+        ureq::get(format!("{}/health", self.client_url))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .is_some_and(|body| body.contains("\"true\""))
     }
 
     pub fn log(&self) -> String {
@@ -159,7 +156,10 @@ impl ReadJson for ureq::Body {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        self.resume();
+        // One that exited at start (its port taken) has nothing to resume.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.resume();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
