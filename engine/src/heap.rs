@@ -25,14 +25,14 @@ const ARITY: usize = 4;
 /// billion tasks in a tube, so equal times order without reading a slot; two entries with the
 /// same tie (the same number in two tubes, or numbers past 2^32) compare their full keys.
 fn tie_of(id: TaskId) -> u32 {
-    u32::try_from(crate::task_number(id)).unwrap_or(u32::MAX)
+    u32::try_from(crate::id_number(id)).unwrap_or(u32::MAX)
 }
 
 /// The order of two tasks' deadlines at the same time: by number in their tubes, then by id
 /// (which tells tubes apart). In `default` alone, the order of ids.
 #[inline]
 fn tie_key(id: TaskId) -> (u64, TaskId) {
-    (crate::task_number(id), id)
+    (crate::id_number(id), id)
 }
 
 /// What a deadline does when it falls due. At equal times the smaller kind is the task's

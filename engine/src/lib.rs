@@ -20,7 +20,7 @@ pub use bytes::Bytes;
 pub use queue::Queue;
 pub use room::{Room, RoomWanted};
 pub use tubes::{
-    id_tube, task_id, task_number, PutOutcome, ReleaseOptions, TubeInfo, TubeNumbers, TubeOptions,
+    id_number, id_tube, task_id, PutOutcome, ReleaseOptions, TubeInfo, TubeNumbers, TubeOptions,
     TubePut, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER,
     MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES, TUBE_ID_SHIFT,
 };
@@ -46,12 +46,15 @@ pub(crate) fn prefetch<T>(r: &T) {
 }
 
 /// A tube's index: stable for the tube's life and across restarts (`restore_tube` puts a
-/// tube back at its index); a dropped tube's index is reused by a later `create_tube`.
+/// tube back at its index); a dropped tube's index is reused by a later `create_tube`, whose
+/// tube numbers on from the dropped one's.
 pub type TubeIx = u16;
 
-/// A task's id: its tube's index and its number in the tube ([`task_id`]); numbers count up
-/// from 0 in each tube (from 1 in `default`) and are never given twice (also across restarts:
-/// `restore_in` and `restore_tube_numbers` carry each tube's counter). Unique across tubes.
+/// A task's id: its tube's index and a number at that index ([`task_id`]); numbers count up
+/// from 0 at each index (from 1 in `default`), on through every tube the index holds in turn
+/// (`TubeNumbers::first`), and are never given twice (also across restarts: `restore_in`,
+/// `restore_tube` and `restore_floor` carry each index's counter). Unique across tubes and
+/// over a data directory's life.
 pub type TaskId = u64;
 /// The session (connection) that owns a taken task.
 pub type SessionId = u64;
@@ -268,6 +271,8 @@ impl JobCounts {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskRef<'a> {
     pub id: TaskId,
+    /// Its number as the tube API shows it (`Queue::task_number`).
+    pub number: u64,
     pub status: Status,
     /// When Waiting becomes Ready; 0 unless Waiting.
     pub runat: Micros,
@@ -294,6 +299,7 @@ impl TaskRef<'_> {
     pub fn to_task(&self) -> Task {
         Task {
             id: self.id,
+            number: self.number,
             status: self.status,
             runat: self.runat,
             pri: self.pri,
@@ -312,6 +318,8 @@ impl TaskRef<'_> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Task {
     pub id: TaskId,
+    /// Its number as the tube API shows it (`Queue::task_number`), read when it left.
+    pub number: u64,
     pub status: Status,
     pub runat: Micros,
     pub pri: i64,
@@ -328,6 +336,7 @@ impl Task {
     pub fn as_ref(&self) -> TaskRef<'_> {
         TaskRef {
             id: self.id,
+            number: self.number,
             status: self.status,
             runat: self.runat,
             pri: self.pri,
@@ -409,9 +418,14 @@ pub enum QueueError {
     /// A put into a tube that has given out all its numbers (`MAX_TASK_NUMBER`).
     #[error("Tube '{name}' has given out every task id it has (2^41); create another tube")]
     TubeNumbersSpent { name: String },
-    /// Recovery only: a task id that packs another tube's index than the tube it is restored in.
+    /// Recovery only: a task id that packs another tube's index than the tube it is restored
+    /// in, or a number the tube did not give (below its `TubeNumbers::first`).
     #[error("Task {id} is not an id of tube {tube}")]
     IdNotOfTube { id: TaskId, tube: TubeIx },
+    /// Recovery only: a tube's numbering that cannot be: `first` other than the tube's own, or
+    /// above 0 in `default` or beside a `legacy_below` mark.
+    #[error("Tube {tube} cannot number its tasks from {first}")]
+    TubeNumbering { tube: TubeIx, first: u64 },
 }
 
 /// Every state change, in order, for the WAL and the stats; kept only while the journal is on.

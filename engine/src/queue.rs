@@ -18,9 +18,9 @@ use crate::room::{Room, RoomWanted};
 use crate::sessions::Sessions;
 use crate::slots::{NewSlot, Slot, Slots, COUNTED, HAS_TTR, TTR_ARMED};
 use crate::tubes::{
-    id_tube, task_id, task_number, Tube, TubeInfo, TubeNumbers, TubeOptions, TubeType,
-    DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER, MAX_TUBES,
-    MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+    id_number, id_tube, task_id, Tube, TubeInfo, TubeNumbers, TubeOptions, TubeType, DEFAULT_TUBE,
+    DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES,
+    MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
     Advance, Bytes, Event, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
@@ -107,6 +107,10 @@ pub struct Queue {
     /// By `TubeIx`; `None` for a dropped tube's index. Index 0 is `default`.
     tubes: Vec<Option<Tube>>,
     names: HashMap<Box<str>, TubeIx>,
+    /// By `TubeIx`: where the next tube created at a free index starts numbering — the next
+    /// number of the last tube dropped there (0 at an index never used, or past the end).
+    /// Only read for a free index: a live tube keeps its own start (`TubeNumbers::first`).
+    floors: Vec<u64>,
     /// Tubes with a dedup window, which `advance` prunes.
     dedup_tubes: Vec<TubeIx>,
     towers: Towers,
@@ -139,7 +143,7 @@ impl Queue {
         // The seed's ids start at 1.
         let numbers = TubeNumbers {
             next: 1,
-            legacy_below: 0,
+            ..TubeNumbers::default()
         };
         let default = Tube::new(
             DEFAULT_TUBE_NAME,
@@ -152,6 +156,7 @@ impl Queue {
             index: IdIndex::default(),
             tubes: vec![Some(default)],
             names: HashMap::from([(DEFAULT_TUBE_NAME.into(), DEFAULT_TUBE)]),
+            floors: Vec::new(),
             dedup_tubes: Vec::new(),
             towers: Towers::default(),
             heap: DeadlineHeap::default(),
@@ -316,22 +321,53 @@ impl Queue {
             .is_ok_and(|t| t.numbers.next <= MAX_TASK_NUMBER)
     }
 
-    /// The id the tube API means by task `number` of `tube`: the tube's own number, or, below
-    /// the tube's `legacy_below` mark, the id a task kept from before tubes numbered their own.
-    /// A number past `MAX_TASK_NUMBER` is taken as a whole id (one a beanstalk client or the
-    /// seed API showed), which the tube calls then find only if it is the tube's. O(1).
+    /// The id the tube API means by task `number` of `tube`: the tube's own number (counted
+    /// from its `first`), or, below the tube's `legacy_below` mark, the id a task kept from
+    /// before tubes numbered their own. A number past `MAX_TASK_NUMBER` is taken as a whole id
+    /// (one a beanstalk client or the seed API showed), which the tube calls then find only if
+    /// it is the tube's; so is one past the numbers left at the tube's index (no task has it).
+    /// O(1).
     #[inline]
     pub fn task_id_in(&self, tube: TubeIx, number: u64) -> TaskId {
-        let legacy_below = self
+        let numbers = self
             .tubes
             .get(tube as usize)
             .and_then(Option::as_ref)
-            .map_or(0, |t| t.numbers.legacy_below);
-        if number < legacy_below || number > MAX_TASK_NUMBER {
-            number
-        } else {
-            task_id(tube, number)
+            .map_or(TubeNumbers::default(), |t| t.numbers);
+        if number < numbers.legacy_below || number > MAX_TASK_NUMBER {
+            return number;
         }
+        match numbers.first.checked_add(number) {
+            Some(n) if n <= MAX_TASK_NUMBER => task_id(tube, n),
+            _ => number,
+        }
+    }
+
+    /// The number the tube API shows for task `id` of `tube`: the number it packs counted
+    /// from the tube's `first` (so a tube numbers from 0 wherever its index's numbers stand).
+    /// An id that is not one of the tube's own numbers — kept from before tubes numbered
+    /// their own, another tube's — is shown whole, as `task_id_in` reads it. O(1).
+    #[inline]
+    pub fn task_number(&self, tube: TubeIx, id: TaskId) -> u64 {
+        let first = self
+            .tubes
+            .get(tube as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |t| t.numbers.first);
+        match id_tube(id) {
+            Some(owner) if owner == tube => id_number(id).checked_sub(first).unwrap_or(id),
+            _ => id,
+        }
+    }
+
+    /// Where each free tube index's next tube starts numbering (`TubeNumbers::first`), for
+    /// the indexes where that is not 0: what a snapshot keeps beside the tube table, so a
+    /// tube created after a restart does not give a dropped tube's ids again.
+    pub fn floors(&self) -> impl Iterator<Item = (TubeIx, u64)> + '_ {
+        let free = |ix: usize| self.tubes.get(ix).is_none_or(Option::is_none);
+        (self.floors.iter().enumerate())
+            .filter(move |&(ix, &floor)| floor > 0 && free(ix))
+            .map(|(ix, &floor)| (ix as TubeIx, floor))
     }
 
     /// Live tasks in every tube.
@@ -384,8 +420,14 @@ impl Queue {
         if opts.ttr.is_none() {
             opts.ttr = opts.ttl;
         }
+        let first = self.floors.get(ix).copied().unwrap_or(0);
+        let numbers = TubeNumbers {
+            next: first,
+            first,
+            legacy_below: 0,
+        };
+        self.install_tube(ix as TubeIx, name, kind, opts, numbers);
         let ix = ix as TubeIx;
-        self.install_tube(ix, name, kind, opts, TubeNumbers::default());
         self.log(Event::TubeCreated { tube: ix });
         Ok(ix)
     }
@@ -507,6 +549,7 @@ impl Queue {
             });
         }
         if t.numbers.next > MAX_TASK_NUMBER {
+            // Spent by this tube or by the tubes before it at its index.
             return Err(QueueError::TubeNumbersSpent {
                 name: t.name.to_string(),
             });
@@ -885,7 +928,7 @@ impl Queue {
             .bulk
             .as_ref()
             .is_some_and(|b| b.ids == BulkIds::Distinct);
-        if task_number(task.id) < self.tube(owner).numbers.next
+        if id_number(task.id) < self.tube(owner).numbers.next
             && !vouched
             && self.find(task.id).is_some()
         {
@@ -946,13 +989,17 @@ impl Queue {
         Ok(())
     }
 
-    /// Recovery: a tube as it was, at its index. Journals nothing.
+    /// Recovery: a tube as it was, at its index, numbering as `numbers` says (`first` as it
+    /// was made with — the tube API's numbers of its tasks depend on it —, the next number
+    /// and `legacy_below` at least as given; all 0 for a tube of an older format). Journals
+    /// nothing.
     pub fn restore_tube(
         &mut self,
         tube: TubeIx,
         name: &str,
         kind: TubeType,
         opts: TubeOptions,
+        numbers: TubeNumbers,
     ) -> Result<(), QueueError> {
         if self.names.contains_key(name) {
             return Err(QueueError::TubeExists(name.to_owned()));
@@ -967,23 +1014,38 @@ impl Queue {
         if self.tubes.len() <= tube as usize {
             self.tubes.resize_with(tube as usize + 1, || None);
         }
-        let numbers = TubeNumbers {
-            next: u64::from(tube == DEFAULT_TUBE),
-            legacy_below: 0,
-        };
+        if numbers.first > 0 && (tube == DEFAULT_TUBE || numbers.legacy_below > 0) {
+            return Err(QueueError::TubeNumbering {
+                tube,
+                first: numbers.first,
+            });
+        }
+        let next = (numbers.next)
+            .max(numbers.first)
+            .max(numbers.legacy_below)
+            .max(u64::from(tube == DEFAULT_TUBE));
+        let numbers = TubeNumbers { next, ..numbers };
         self.install_tube(tube, name, kind, opts, numbers);
         Ok(())
     }
 
     /// Recovery: `tube` numbers its next tasks from `numbers.next` at least, and reads the
     /// numbers below `numbers.legacy_below` as ids kept from before tubes numbered their own
-    /// (neither ever goes down; the next number stays at or above the mark). Journals nothing.
+    /// (neither ever goes down; the next number stays at or above the mark). `numbers.first`
+    /// must be the tube's own (it is set once, by `create_tube` or `restore_tube`), and a
+    /// mark is refused in a tube whose numbers do not start at 0. Journals nothing.
     pub fn restore_tube_numbers(
         &mut self,
         tube: TubeIx,
         numbers: TubeNumbers,
     ) -> Result<(), QueueError> {
-        self.live_tube(tube)?;
+        let first = self.live_tube(tube)?.numbers.first;
+        if numbers.first != first || (first > 0 && numbers.legacy_below > 0) {
+            return Err(QueueError::TubeNumbering {
+                tube,
+                first: numbers.first,
+            });
+        }
         let t = &mut self.tube_mut(tube).numbers;
         t.legacy_below = t.legacy_below.max(numbers.legacy_below);
         t.next = t.next.max(numbers.next).max(t.legacy_below);
@@ -1110,21 +1172,51 @@ impl Queue {
     }
 
     /// Recovery: the tube `id` is counted in (`default` for an id below 2^41, as every id
-    /// was before tubes numbered their own tasks) numbers its next tasks above it. Never goes
-    /// down; an id of a tube that is gone, or of no tube, changes nothing.
+    /// was before tubes numbered their own tasks) numbers its next tasks above it; at a free
+    /// index, the next tube created there does (its floor: a put in a tube dropped in the
+    /// same turn is logged only so). Never goes down; an id of no tube changes nothing.
     pub fn set_last_id(&mut self, id: TaskId) {
-        let owner = id_tube(id).and_then(|ix| self.tubes.get_mut(ix as usize));
-        if let Some(Some(t)) = owner {
-            t.numbers.next = t.numbers.next.max(task_number(id) + 1);
+        let Some(ix) = id_tube(id).map(usize::from).filter(|&ix| ix < MAX_TUBES) else {
+            return;
+        };
+        let above = id_number(id) + 1;
+        match self.tubes.get_mut(ix) {
+            Some(Some(t)) => t.numbers.next = t.numbers.next.max(above),
+            _ => self.raise_floor(ix, above),
         }
     }
 
-    /// The tube whose numbers a task `id` restored into `tube` is counted in: `tube`'s own,
-    /// or `default` for an id below 2^41 — in another tube, one kept from before tubes
-    /// numbered their own tasks. An id packing a third tube is refused.
+    /// Recovery: the next tube created at free index `tube` numbers from `floor` at least
+    /// (a snapshot's record of the floors, `floors`). Refused for a live tube, which numbers
+    /// as it was made. Journals nothing.
+    pub fn restore_floor(&mut self, tube: TubeIx, floor: u64) -> Result<(), QueueError> {
+        if tube as usize >= MAX_TUBES {
+            return Err(QueueError::TooManyTubes { max: MAX_TUBES });
+        }
+        if let Ok(t) = self.live_tube(tube) {
+            return Err(QueueError::TubeExists(t.name.to_string()));
+        }
+        self.raise_floor(tube as usize, floor);
+        Ok(())
+    }
+
+    fn raise_floor(&mut self, ix: usize, floor: u64) {
+        if self.floors.len() <= ix {
+            self.floors.resize(ix + 1, 0);
+        }
+        self.floors[ix] = self.floors[ix].max(floor);
+    }
+
+    /// The tube whose numbers a task `id` restored into live `tube` is counted in: `tube`'s
+    /// own, or `default` for an id below 2^41 — in another tube, one kept from before tubes
+    /// numbered their own tasks, which only a tube numbering from 0 holds. An id packing a
+    /// third tube, or a number below the tube's `first` (a tube before it at its index), is
+    /// refused.
     fn numbering_of(&self, tube: TubeIx, id: TaskId) -> Result<TubeIx, QueueError> {
+        let first = self.tube(tube).numbers.first;
         match id_tube(id) {
-            Some(owner) if owner == tube || owner == DEFAULT_TUBE => Ok(owner),
+            Some(owner) if owner == tube && id_number(id) >= first => Ok(owner),
+            Some(DEFAULT_TUBE) if first == 0 => Ok(DEFAULT_TUBE),
             _ => Err(QueueError::IdNotOfTube { id, tube }),
         }
     }
@@ -1134,7 +1226,7 @@ impl Queue {
     /// mark past it, so the tube API reads the number as that id and no new task takes it.
     fn count_restored_id(&mut self, tube: TubeIx, owner: TubeIx, id: TaskId) {
         let numbers = &mut self.tube_mut(owner).numbers;
-        numbers.next = numbers.next.max(task_number(id) + 1);
+        numbers.next = numbers.next.max(id_number(id) + 1);
         if owner != tube {
             let numbers = &mut self.tube_mut(tube).numbers;
             numbers.legacy_below = numbers.legacy_below.max(id + 1);
@@ -1266,11 +1358,17 @@ impl Queue {
         let owner = id_tube(s.id).unwrap_or_else(|| panic!("task {} packs no tube", s.id));
         let counted = self.tubes.get(owner as usize).and_then(Option::as_ref);
         assert!(
-            s.id != 0 && counted.is_some_and(|t| task_number(s.id) < t.numbers.next),
+            s.id != 0 && counted.is_some_and(|t| id_number(s.id) < t.numbers.next),
             "task {} beyond its tube's numbers",
             s.id
         );
-        if owner != s.tube {
+        if owner == s.tube {
+            assert!(
+                id_number(s.id) >= self.tube(s.tube).numbers.first,
+                "task {} below its tube's first number",
+                s.id
+            );
+        } else {
             assert!(
                 owner == DEFAULT_TUBE && s.id < self.tube(s.tube).numbers.legacy_below,
                 "task {} in tube {} is neither its nor kept from before",
@@ -1356,6 +1454,12 @@ impl Queue {
             live += 1;
             let ix = ix as TubeIx;
             listed += t.check(ix, &self.slots, &self.towers);
+            let n = t.numbers;
+            assert!(
+                n.first <= n.next && (n.first == 0 || (ix != DEFAULT_TUBE && n.legacy_below == 0)),
+                "tube {}: numbering {n:?}",
+                t.name
+            );
             assert_eq!(
                 self.names.get(&t.name),
                 Some(&ix),
@@ -1429,6 +1533,7 @@ impl Queue {
         });
         TaskRef {
             id: s.id,
+            number: self.task_number(s.tube, s.id),
             status: s.status,
             runat: if s.status == Status::Waiting { p.t } else { 0 },
             pri: s.pri,
@@ -1539,14 +1644,9 @@ impl Queue {
     /// the tube's (a whole id of another tube, one kept from before tubes numbered their
     /// own), that id (`task_id_in` passes both through unchanged).
     fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<u32, QueueError> {
-        let given = if id_tube(id) == Some(tube) {
-            task_number(id)
-        } else {
-            id
-        };
         self.find(id)
             .filter(|&k| self.slots[k as usize].tube == tube)
-            .ok_or(QueueError::TaskNotInTube(given))
+            .ok_or_else(|| QueueError::TaskNotInTube(self.task_number(tube, id)))
     }
 
     fn tube(&self, t: TubeIx) -> &Tube {
@@ -1584,6 +1684,8 @@ impl Queue {
 
     fn uninstall_tube(&mut self, ix: TubeIx) {
         let t = self.tubes[ix as usize].take().expect("live tube");
+        // The next tube here numbers on from this one: its ids are never given again.
+        self.raise_floor(ix as usize, t.numbers.next);
         self.names.remove(&t.name);
         self.dedup_tubes.retain(|&d| d != ix);
     }
@@ -2073,6 +2175,7 @@ impl Queue {
         }
         Task {
             id: r.slot.id,
+            number: self.task_number(tube, r.slot.id),
             status,
             runat,
             pri: r.slot.pri,

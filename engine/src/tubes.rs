@@ -49,10 +49,13 @@ pub const fn task_id(tube: TubeIx, number: u64) -> TaskId {
     ((tube as u64) << TUBE_ID_SHIFT) | number
 }
 
-/// A task's number in its tube, as the tube API shows it. An id kept from before tubes
-/// numbered their own tasks (below 2^41, see `TubeNumbers::legacy_below`) is its own number.
+/// The number `id` packs: its place in its tube's index's numbering, which a tube re-created
+/// at a dropped one's index continues (`TubeNumbers::first`). The tube API shows a task's
+/// number counted from its tube's first instead: `Queue::task_number`. An id kept from before
+/// tubes numbered their own tasks (below 2^41, see `TubeNumbers::legacy_below`) is its own
+/// number.
 #[inline]
-pub const fn task_number(id: TaskId) -> u64 {
+pub const fn id_number(id: TaskId) -> u64 {
     id & MAX_TASK_NUMBER
 }
 
@@ -65,17 +68,24 @@ pub fn id_tube(id: TaskId) -> Option<TubeIx> {
     TubeIx::try_from(id >> TUBE_ID_SHIFT).ok()
 }
 
-/// How a tube numbers its tasks. A number is never given twice in a tube's life (deleting
-/// the newest task does not give its number back, unlike the original's `max + 1`).
+/// How a tube numbers its tasks. A number is never given twice at a tube index, across all
+/// the tubes it ever holds (deleting the newest task does not give its number back, unlike the
+/// original's `max + 1`; a tube created at a dropped one's index numbers on from it), so no
+/// id is ever given twice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TubeNumbers {
-    /// The number the next put gets: 0 in a new tube (1 in `default`, whose seed ids start
-    /// at 1).
+    /// The number the next put gets (packed in its id): `first` in a new tube (1 in
+    /// `default`, whose seed ids start at 1).
     pub next: u64,
+    /// The number the tube's first task got: the next number of the last tube dropped at its
+    /// index (0 at an index never used). The tube API shows a task's number less this, so a
+    /// fresh tube numbers from 0 there as in the original, while its ids stay new. 0 in
+    /// `default` and in every tube with a `legacy_below` mark.
+    pub first: u64,
     /// A tube that held tasks before tubes numbered their own (a data directory of an older
     /// format): its tasks of then kept their global ids, all below this mark, and the tube's
     /// own numbers start at it. The tube API reads a number below it as such an id. 0 for a
-    /// tube created since.
+    /// tube created since (only a tube with `first` 0 has one).
     pub legacy_below: u64,
 }
 

@@ -88,8 +88,14 @@ mod bulk_restore {
     fn restore(specs: &[Spec], mode: Mode) -> (Queue, TubeIx) {
         let mut q = Queue::new();
         let u: TubeIx = 1;
-        q.restore_tube(u, "u", TubeType::UtubeTtl, TubeOptions::default())
-            .expect("tube");
+        q.restore_tube(
+            u,
+            "u",
+            TubeType::UtubeTtl,
+            TubeOptions::default(),
+            tarq_engine::TubeNumbers::default(),
+        )
+        .expect("tube");
         match mode {
             Mode::OneByOne => {}
             Mode::Bulk(ids) => q.begin_bulk_restore(ids),

@@ -322,6 +322,8 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Clone, Debug)]
 struct MTask {
     id: TaskId,
+    /// As the tube API shows it: counted from the tube's first number.
+    number: u64,
     tube: TubeIx,
     status: Status,
     runat: Micros,
@@ -341,6 +343,7 @@ impl MTask {
     fn task(&self) -> Task {
         Task {
             id: self.id,
+            number: self.number,
             status: self.status,
             runat: self.runat,
             pri: self.pri,
@@ -375,8 +378,10 @@ struct MTube {
     ops: Stats,
     /// Every dedup key recorded since creation or truncate: (key, id, expires).
     dedup: Vec<(Vec<u8>, TaskId, Micros)>,
-    /// The number the next put gets: from 0 (1 in `default`), never given twice.
+    /// The number the next put gets: from `first` (1 in `default`), never given twice.
     next: u64,
+    /// Where the tube's numbers start: where the last tube dropped at its index stopped.
+    first: u64,
 }
 
 /// Why a taken task goes back.
@@ -397,6 +402,8 @@ struct Model {
     events: Vec<Event>,
     /// Dedup records of this step: (tube, key, id), for `DedupRecorded`.
     dedup_events: Vec<(TubeIx, Vec<u8>, TaskId)>,
+    /// By index: the next number of the last tube dropped there.
+    floors: BTreeMap<TubeIx, u64>,
 }
 
 impl Model {
@@ -408,6 +415,7 @@ impl Model {
             ops: Stats::default(),
             dedup: vec![],
             next: 1,
+            first: 0,
         };
         Model {
             tasks: BTreeMap::new(),
@@ -415,6 +423,7 @@ impl Model {
             sessions: BTreeMap::new(),
             events: vec![],
             dedup_events: vec![],
+            floors: BTreeMap::new(),
         }
     }
 
@@ -497,9 +506,11 @@ impl Model {
     ) -> Task {
         let mt = self.tubes.get_mut(&tube).unwrap();
         let id = (u64::from(tube) << 41) | mt.next;
+        let number = mt.next - mt.first;
         mt.next += 1;
         let t = MTask {
             id,
+            number,
             tube,
             status: if o.delay == 0 {
                 Status::Ready
@@ -728,6 +739,7 @@ impl Model {
         if opts.ttr.is_none() {
             opts.ttr = opts.ttl;
         }
+        let first = self.floors.get(&ix).copied().unwrap_or(0);
         self.tubes.insert(
             ix,
             MTube {
@@ -736,7 +748,8 @@ impl Model {
                 opts,
                 ops: Stats::default(),
                 dedup: vec![],
-                next: 0,
+                next: first,
+                first,
             },
         );
         self.events.push(Event::TubeCreated { tube: ix });
@@ -766,7 +779,8 @@ impl Model {
             return Err(QueueError::TubeHasTaken(tube));
         }
         self.clear(tube);
-        self.tubes.remove(&tube);
+        let gone = self.tubes.remove(&tube).unwrap();
+        self.floors.insert(tube, gone.next);
         self.events.push(Event::TubeDropped { tube });
         Ok(())
     }
@@ -1133,9 +1147,15 @@ fn restart(q: &Queue) -> (Queue, usize) {
     fresh.set_journal(true);
     for t in q.tubes() {
         if t.ix != 0 {
-            fresh.restore_tube(t.ix, t.name, t.kind, t.opts).unwrap();
+            fresh
+                .restore_tube(t.ix, t.name, t.kind, t.opts, t.numbers)
+                .unwrap();
+        } else {
+            fresh.restore_tube_numbers(t.ix, t.numbers).unwrap();
         }
-        fresh.restore_tube_numbers(t.ix, t.numbers).unwrap();
+    }
+    for (ix, floor) in q.floors() {
+        fresh.restore_floor(ix, floor).unwrap();
     }
     for t in q.iter() {
         let task: RestoredTask = RestoredTask {

@@ -6,7 +6,7 @@
 //! `check_invariants()` runs after every call that changes the queue.
 
 use tarq_engine::{
-    task_id, task_number, Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
+    id_number, task_id, Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
     RestoredTask, Status, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType,
     MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
@@ -520,15 +520,21 @@ fn restored(id: TaskId) -> RestoredTask {
     }
 }
 
-/// Rebuilds the queue as recovery does from a snapshot: each tube with its numbering, each
-/// task, the seed's last id; then taken tasks go back.
+/// Rebuilds the queue as recovery does from a snapshot: each tube with its numbering, the
+/// free indexes' floors, each task, the seed's last id; then taken tasks go back.
 fn restart(q: &Queue) -> Queue {
     let mut fresh = Queue::new();
     for t in q.tubes() {
         if t.ix != 0 {
-            fresh.restore_tube(t.ix, t.name, t.kind, t.opts).unwrap();
+            fresh
+                .restore_tube(t.ix, t.name, t.kind, t.opts, t.numbers)
+                .unwrap();
+        } else {
+            fresh.restore_tube_numbers(t.ix, t.numbers).unwrap();
         }
-        fresh.restore_tube_numbers(t.ix, t.numbers).unwrap();
+    }
+    for (ix, floor) in q.floors() {
+        fresh.restore_floor(ix, floor).unwrap();
     }
     for t in q.iter() {
         let task: RestoredTask = RestoredTask {
@@ -559,12 +565,12 @@ fn a_fresh_tube_numbers_its_tasks_from_0_and_default_keeps_its_ids() {
     let b = tube(&mut q, "b", TubeType::Fifo, TubeOptions::default());
     for n in 0..5 {
         let id = put(&mut q, a, TubePut::default());
-        assert_eq!((id, task_number(id)), (task_id(a, n), n));
+        assert_eq!((id, id_number(id)), (task_id(a, n), n));
         assert_eq!(q.task_id_in(a, n), id);
     }
     // Each tube counts its own; ids stay unique across tubes and below 2^53.
     let first_b = put(&mut q, b, TubePut::default());
-    assert_eq!(task_number(first_b), 0);
+    assert_eq!(id_number(first_b), 0);
     assert_ne!(first_b, task_id(a, 0));
     assert!(task_id(MAX_TUBES as TubeIx - 1, MAX_TASK_NUMBER) < 1 << 53);
     // `default` under either API: the number is the seed's id.
@@ -585,14 +591,14 @@ fn the_statistics_flow_of_the_original_runs_on_numbers() {
     }
     let id = |n| q.task_id_in(t, n);
     let (d4, r0, b1, b2) = (id(4), id(0), id(1), id(2));
-    assert_eq!(task_number(q.delete(t, d4).unwrap().id), 4);
+    assert_eq!(id_number(q.delete(t, d4).unwrap().id), 4);
     assert_eq!(take(&mut q, t, T0), Some(r0));
     let r = q
         .release_in(T0, t, S, r0, ReleaseOptions::default())
         .unwrap();
-    assert_eq!((task_number(r.id), r.status), (0, Status::Ready));
+    assert_eq!((id_number(r.id), r.status), (0, Status::Ready));
     assert_eq!(take(&mut q, t, T0), Some(r0));
-    assert_eq!(task_number(q.ack_in(t, S, r0).unwrap().id), 0);
+    assert_eq!(id_number(q.ack_in(t, S, r0).unwrap().id), 0);
     assert_eq!(q.bury(t, b1).unwrap().status, Status::Buried);
     assert_eq!(q.bury(t, b2).unwrap().status, Status::Buried);
     q.check_invariants();
@@ -613,7 +619,7 @@ fn a_number_is_never_given_twice_even_after_the_newest_is_deleted_and_a_restart(
     }
     q.delete(t, q.task_id_in(t, 2)).unwrap();
     // The original's max + 1 would hand out 2 again.
-    assert_eq!(task_number(put(&mut q, t, TubePut::default())), 3);
+    assert_eq!(id_number(put(&mut q, t, TubePut::default())), 3);
     q.delete(t, q.task_id_in(t, 3)).unwrap();
     let taken = take(&mut q, t, T0).unwrap();
     q.ack_in(t, S, taken).unwrap();
@@ -624,29 +630,185 @@ fn a_number_is_never_given_twice_even_after_the_newest_is_deleted_and_a_restart(
     // newest live task (1).
     let mut q = restart(&q);
     assert_eq!(q.tube_info(t).unwrap().numbers.next, 4);
-    assert_eq!(task_number(put(&mut q, t, TubePut::default())), 4);
+    assert_eq!(id_number(put(&mut q, t, TubePut::default())), 4);
     // Replayed puts carry it too: a restore past the counter raises it.
     let mut r = Queue::new();
-    r.restore_tube(t, "q", TubeType::FifoTtl, TubeOptions::default())
-        .unwrap();
+    r.restore_tube(
+        t,
+        "q",
+        TubeType::FifoTtl,
+        TubeOptions::default(),
+        TubeNumbers::default(),
+    )
+    .unwrap();
     let task = restored(task_id(t, 9));
     r.restore_in(t, task, None, 0).unwrap();
     r.restore_remove(task_id(t, 9));
-    assert_eq!(task_number(put(&mut r, t, TubePut::default())), 10);
+    assert_eq!(id_number(put(&mut r, t, TubePut::default())), 10);
+}
+
+/// Puts into `t` and returns the whole id and the number the tube API shows (from the task
+/// the put returns, and from `task_number`, which must agree).
+fn put_shown(q: &mut Queue, t: TubeIx) -> (TaskId, u64) {
+    let number = match q
+        .put_in(T0, t, Box::new([0x90]), TubePut::default())
+        .unwrap()
+    {
+        PutOutcome::Created(r) => (r.id, r.number),
+        other => panic!("a new task, got {other:?}"),
+    };
+    assert_eq!(q.task_number(t, number.0), number.1);
+    assert_eq!(q.task_id_in(t, number.1), number.0);
+    q.check_invariants();
+    number
 }
 
 #[test]
-fn a_tube_dropped_and_created_again_numbers_from_0_as_the_originals_new_space_does() {
+fn a_tube_created_at_a_dropped_ones_index_numbers_from_0_and_gives_no_id_again() {
+    // The original's new space numbers from 0; beanstalkd never gives a job id twice. A tube
+    // at a dropped one's index shows its numbers from 0 and takes its ids above the old ones.
     let mut q = Queue::new();
     let t = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
-    put(&mut q, t, TubePut::default());
+    let old: Vec<(TaskId, u64)> = (0..3).map(|_| put_shown(&mut q, t)).collect();
+    assert_eq!(old.iter().map(|o| o.1).collect::<Vec<_>>(), [0, 1, 2]);
     q.drop_tube(t).unwrap();
-    let again = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    assert_eq!(q.floors().collect::<Vec<_>>(), [(t, 3)]);
+    let again = tube(&mut q, "r", TubeType::FifoTtl, TubeOptions::default());
     assert_eq!(again, t);
-    assert_eq!(task_number(put(&mut q, again, TubePut::default())), 0);
+    assert_eq!(q.tube_info(again).unwrap().numbers.first, 3);
+    assert_eq!(q.floors().count(), 0, "a live index has no floor to keep");
+    let (id, n) = put_shown(&mut q, again);
+    assert_eq!((id, n), (task_id(t, 3), 0));
+    assert!(old.iter().all(|o| o.0 != id));
     // Truncate keeps the numbering: the tube lives on.
     q.truncate(again).unwrap();
-    assert_eq!(task_number(put(&mut q, again, TubePut::default())), 1);
+    assert_eq!(put_shown(&mut q, again), (task_id(t, 4), 1));
+    // By number: the tube's own; a number it has not given finds nothing, named as given.
+    let by_number = q.peek(again, q.task_id_in(again, 1)).unwrap().id;
+    assert_eq!(by_number, task_id(t, 4));
+    assert_eq!(
+        q.peek(again, q.task_id_in(again, 7)).unwrap_err(),
+        QueueError::TaskNotInTube(7)
+    );
+    // The dropped tube's whole ids name nothing, and read as no number of the new tube.
+    assert!(q.get(old[0].0).is_none());
+    assert_eq!(q.task_number(again, old[0].0), old[0].0);
+    // A third tube at the index numbers on from the second's counter.
+    q.drop_tube(again).unwrap();
+    let third = tube(&mut q, "s", TubeType::Fifo, TubeOptions::default());
+    assert_eq!(put_shown(&mut q, third), (task_id(t, 5), 0));
+    // Restarted from a snapshot of this state (a live index keeps its tube's first).
+    let mut r = restart(&q);
+    assert_eq!(
+        r.tube_info(third).unwrap().numbers,
+        q.tube_info(third).unwrap().numbers
+    );
+    assert_eq!(put_shown(&mut r, third), (task_id(t, 6), 1));
+}
+
+#[test]
+fn a_free_index_keeps_its_floor_through_a_restart_and_a_replayed_spent_number() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    for _ in 0..4 {
+        put_shown(&mut q, t);
+    }
+    q.drop_tube(t).unwrap();
+    // A snapshot taken while the index is free carries its floor.
+    let mut r = restart(&q);
+    assert_eq!(r.floors().collect::<Vec<_>>(), [(t, 4)]);
+    let again = tube(&mut r, "q", TubeType::Fifo, TubeOptions::default());
+    assert_eq!(put_shown(&mut r, again), (task_id(t, 4), 0));
+    // The log names a number spent at a free index (a put into a tube dropped within its
+    // turn): the next tube there numbers above it.
+    let mut w = Queue::new();
+    w.set_last_id(task_id(9, 11));
+    assert_eq!(w.floors().collect::<Vec<_>>(), [(9, 12)]);
+    w.restore_floor(9, 5).unwrap();
+    assert_eq!(
+        w.floors().collect::<Vec<_>>(),
+        [(9, 12)],
+        "a floor never goes down"
+    );
+    assert_eq!(
+        w.restore_floor(0, 1).unwrap_err(),
+        QueueError::TubeExists("default".into())
+    );
+    for i in 1..=9 {
+        tube(
+            &mut w,
+            &format!("t{i}"),
+            TubeType::Fifo,
+            TubeOptions::default(),
+        );
+    }
+    assert_eq!(put_shown(&mut w, 9), (task_id(9, 12), 0));
+    assert_eq!(put_shown(&mut w, 8), (task_id(8, 0), 0));
+}
+
+#[test]
+fn an_index_whose_numbers_are_spent_refuses_puts_in_every_tube_created_there() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    q.drop_tube(t).unwrap();
+    q.restore_floor(t, MAX_TASK_NUMBER).unwrap();
+    let again = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    assert_eq!(put_shown(&mut q, again), (task_id(t, MAX_TASK_NUMBER), 0));
+    assert!(!q.numbers_left(again));
+    let refused = q.put_in(T0, again, Box::new([0x90]), TubePut::default());
+    assert_eq!(
+        refused.unwrap_err(),
+        QueueError::TubeNumbersSpent { name: "q".into() }
+    );
+    // A number past what the index has left names no task of the tube.
+    assert_eq!(q.task_id_in(again, 1), 1);
+    assert_eq!(q.peek(again, 1).unwrap_err(), QueueError::TaskNotInTube(1));
+    q.drop_tube(again).unwrap();
+    let third = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
+    assert!(!q.numbers_left(third));
+}
+
+#[test]
+fn a_restored_tube_keeps_the_first_number_it_was_made_with() {
+    let mut q = Queue::new();
+    let numbers = TubeNumbers {
+        next: 7,
+        legacy_below: 0,
+        first: 5,
+    };
+    q.restore_tube(1, "q", TubeType::Fifo, TubeOptions::default(), numbers)
+        .unwrap();
+    assert_eq!(q.tube_info(1).unwrap().numbers, numbers);
+    // A task below the tube's first was a tube's before it: not this one's.
+    let below = restored(task_id(1, 4));
+    assert_eq!(
+        q.restore_in(1, below, None, 0).unwrap_err(),
+        QueueError::IdNotOfTube {
+            id: task_id(1, 4),
+            tube: 1
+        }
+    );
+    // Nor one kept from before tubes numbered their own: those live in tubes numbering from 0.
+    assert!(q.restore_in(1, restored(3), None, 0).is_err());
+    q.restore_in(1, restored(task_id(1, 6)), None, 0).unwrap();
+    assert_eq!(q.get(task_id(1, 6)).unwrap().number, 1);
+    // Its first is its own: a mark or another first is refused.
+    let other = TubeNumbers {
+        first: 2,
+        ..numbers
+    };
+    assert!(q.restore_tube_numbers(1, other).is_err());
+    let mark = TubeNumbers {
+        legacy_below: 3,
+        ..numbers
+    };
+    assert!(q.restore_tube_numbers(1, mark).is_err());
+    let default_first = TubeNumbers {
+        first: 1,
+        ..TubeNumbers::default()
+    };
+    assert!(q.restore_tube_numbers(0, default_first).is_err());
+    q.check_invariants();
 }
 
 #[test]
@@ -691,8 +853,14 @@ fn ids_kept_from_before_tubes_numbered_their_own_stay_reachable_and_unshadowed()
     // A data directory of the older format: one global counter (60 here); tube 1 holds tasks
     // 57 and 58 under it, `default` task 59.
     let mut q = Queue::new();
-    q.restore_tube(1, "old", TubeType::FifoTtl, TubeOptions::default())
-        .unwrap();
+    q.restore_tube(
+        1,
+        "old",
+        TubeType::FifoTtl,
+        TubeOptions::default(),
+        TubeNumbers::default(),
+    )
+    .unwrap();
     for (tube, id) in [(1, 57), (1, 58), (0, 59)] {
         q.restore_in(tube, restored(id), None, 0).unwrap();
     }
@@ -701,6 +869,7 @@ fn ids_kept_from_before_tubes_numbered_their_own_stay_reachable_and_unshadowed()
     let mark = TubeNumbers {
         next: 61,
         legacy_below: 61,
+        first: 0,
     };
     q.restore_tube_numbers(1, mark).unwrap();
     q.check_invariants();
@@ -709,7 +878,7 @@ fn ids_kept_from_before_tubes_numbered_their_own_stay_reachable_and_unshadowed()
     assert_eq!(q.peek(1, q.task_id_in(1, 58)).unwrap().id, 58);
     // New tasks: the tube's own numbers from the mark, `default`'s above the old counter.
     let new = put(&mut q, 1, TubePut::default());
-    assert_eq!((new, task_number(new)), (task_id(1, 61), 61));
+    assert_eq!((new, id_number(new)), (task_id(1, 61), 61));
     assert_eq!(q.task_id_in(1, 61), new);
     assert_eq!(q.put(T0, Box::new([0x90]), PutOptions::default()).id, 61);
     // A number below the mark never reaches a new task, nor one of `default`.
@@ -723,14 +892,21 @@ fn ids_kept_from_before_tubes_numbered_their_own_stay_reachable_and_unshadowed()
     let after = TubeNumbers {
         next: 62,
         legacy_below: 61,
+        first: 0,
     };
     assert_eq!(q.tube_info(1).unwrap().numbers, after);
     assert_eq!(q.peek(1, q.task_id_in(1, 57)).unwrap().id, 57);
 
     // Replaying an older WAL (no snapshot): the old ids themselves set the mark.
     let mut r = Queue::new();
-    r.restore_tube(2, "replayed", TubeType::Fifo, TubeOptions::default())
-        .unwrap();
+    r.restore_tube(
+        2,
+        "replayed",
+        TubeType::Fifo,
+        TubeOptions::default(),
+        TubeNumbers::default(),
+    )
+    .unwrap();
     let task = restored(33);
     r.restore_in(2, task, None, 0).unwrap();
     let numbers = r.tube_info(2).unwrap().numbers;
@@ -746,11 +922,12 @@ fn a_tube_whose_numbers_run_out_refuses_puts_and_ids_of_another_tube_are_refused
     let last = TubeNumbers {
         next: MAX_TASK_NUMBER,
         legacy_below: 0,
+        first: 0,
     };
     q.restore_tube_numbers(t, last).unwrap();
     assert!(q.numbers_left(t));
     let id = put(&mut q, t, TubePut::default());
-    assert_eq!(task_number(id), MAX_TASK_NUMBER);
+    assert_eq!(id_number(id), MAX_TASK_NUMBER);
     assert!(!q.numbers_left(t));
     assert_eq!(
         q.put_in(T0, t, Box::new([0x90]), TubePut::default())
@@ -778,13 +955,15 @@ fn a_restored_dedup_key_raises_its_tubes_numbering_past_its_task() {
         dedup_window: 60_000_000,
         ..TubeOptions::default()
     };
-    q.restore_tube(1, "d", TubeType::Fifo, opts).unwrap();
+    q.restore_tube(1, "d", TubeType::Fifo, opts, TubeNumbers::default())
+        .unwrap();
     q.restore_dedup(1, b"k", task_id(1, 4), T0 + 1).unwrap();
     assert_eq!(q.tube_info(1).unwrap().numbers.next, 5);
-    assert_eq!(task_number(put(&mut q, 1, TubePut::default())), 5);
+    assert_eq!(id_number(put(&mut q, 1, TubePut::default())), 5);
     // A key kept from before tubes numbered their own: `default` goes on above its id and
     // the tube reads the number as that id.
-    q.restore_tube(2, "old", TubeType::Fifo, opts).unwrap();
+    q.restore_tube(2, "old", TubeType::Fifo, opts, TubeNumbers::default())
+        .unwrap();
     q.restore_dedup(2, b"k", 40, T0 + 1).unwrap();
     assert_eq!(q.tube_info(2).unwrap().numbers.legacy_below, 41);
     assert_eq!(q.put(T0, Box::new([0x90]), PutOptions::default()).id, 41);

@@ -5,7 +5,7 @@
 //! `check_invariants()` after every step that changes the queue.
 
 use tarq_engine::{
-    task_id, task_number, Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
+    id_number, task_id, Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
     RestoredTask, Stats, Status, Task, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType,
     DEFAULT_TUBE, MAX_TASK_NUMBER, URGENT_PRI,
 };
@@ -648,6 +648,7 @@ fn equal_deadlines_fire_by_number_then_id_past_the_heaps_32_bit_tie() {
     let numbers = TubeNumbers {
         next: near,
         legacy_below: 0,
+        first: 0,
     };
     q.restore_tube_numbers(a, numbers).unwrap();
     let ttl = TubePut {
@@ -674,7 +675,7 @@ fn equal_deadlines_fire_by_number_then_id_past_the_heaps_32_bit_tie() {
     for _ in 0..4 {
         want.push(put(&mut q, T0, "x", ttl));
     }
-    want.sort_unstable_by_key(|&id| (task_number(id), id));
+    want.sort_unstable_by_key(|&id| (id_number(id), id));
     assert_eq!(want[..2], [near, task_id(a, near)]);
     q.set_journal(true);
     for _ in 0..20 {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rmpv::Value;
 use support::{TestServer, WAIT};
 use tarq_beanstalk::Reply;
-use tarq_engine::task_number;
+use tarq_engine::id_number;
 use tarq_net::server::Server;
 
 /// A tarq serving both protocols: the IPROTO test server and its beanstalk address.
@@ -121,10 +121,10 @@ fn a_job_put_on_one_protocol_is_taken_on_the_other() {
     assert!(put.starts_with("INSERTED "), "{put}");
     let job = id_in(&put);
     assert!((1 << 41..1 << 53).contains(&job), "job id {job}");
-    assert_eq!(task_number(job), 0, "the first task of `jobs`");
+    assert_eq!(id_number(job), 0, "the first task of `jobs`");
     let task = ip.call("queue.tube.jobs:take", &[Value::from(0)]).one();
     let t = task.as_array().unwrap();
-    assert_eq!(t[0].as_u64(), Some(task_number(job)));
+    assert_eq!(t[0].as_u64(), Some(id_number(job)));
     assert_eq!(t[1].as_str(), Some("t"));
     assert_eq!(t[2].as_str(), Some("hello"));
     ip.call("queue.tube.jobs:ack", &[t[0].clone()]).one();
@@ -135,7 +135,7 @@ fn a_job_put_on_one_protocol_is_taken_on_the_other() {
         .one();
     let n = put.as_array().unwrap()[0].as_u64().unwrap();
     assert_eq!(n, 1, "numbered after the beanstalk job");
-    let id = job - task_number(job) + n;
+    let id = job - id_number(job) + n;
     assert_eq!(bs.line("watch jobs\r\n"), "WATCHING 2");
     bs.send(b"reserve-with-timeout 0\r\n");
     let (line, body) = bs.reply();
@@ -157,7 +157,7 @@ fn a_job_put_on_one_protocol_is_taken_on_the_other() {
     let task = ip
         .call(
             "queue.tube.jobs:peek",
-            &[Value::from(task_number(id_in(&put)))],
+            &[Value::from(id_number(id_in(&put)))],
         )
         .one();
     assert_eq!(task.as_array().unwrap()[2], Value::Binary(vec![0xff, 0xfe]));
@@ -186,7 +186,7 @@ fn a_job_is_buried_kicked_and_deleted_on_either_protocol_by_its_id_or_its_number
     assert_eq!(bs.line("watch work\r\n"), "WATCHING 2");
     bs.send(b"reserve-with-timeout 0\r\n");
     let id = id_in(&bs.reply().0);
-    assert_eq!(task_number(id), n);
+    assert_eq!(id_number(id), n);
     assert_eq!(bs.line(&format!("bury {id} 5\r\n")), "BURIED");
     assert_eq!(state(&mut ip, n), "!");
     let kicked = ip.call("queue.tube.work:kick", &[Value::from(1)]).one();
@@ -204,7 +204,7 @@ fn a_job_is_buried_kicked_and_deleted_on_either_protocol_by_its_id_or_its_number
     // acked by the tube API; then gone for beanstalk too.
     assert_eq!(bs.line("use work\r\n"), "USING work");
     let id = id_in(&bs.line("put 0 0 60 1\r\nb\r\n"));
-    let n = task_number(id);
+    let n = id_number(id);
     assert_eq!(
         n, 1,
         "the next number of the tube, whichever protocol put it"
@@ -221,7 +221,7 @@ fn a_job_is_buried_kicked_and_deleted_on_either_protocol_by_its_id_or_its_number
     // not get it back.
     let id = id_in(&bs.line("put 0 0 60 1\r\nc\r\n"));
     assert_eq!(bs.line(&format!("delete {id}\r\n")), "DELETED");
-    let n = task_number(id);
+    let n = id_number(id);
     let e = ip.call("queue.tube.work:peek", &[Value::from(n)]).err(32);
     assert!(e.contains(&format!("Task {n} not found")), "{e}");
     let put = ip.call("queue.tube.work:put", &[Value::from("d")]).one();

@@ -307,8 +307,14 @@ fn kill_9_keeps_tubes_and_their_tasks_in_write_mode() {
 fn older_task(buf: &mut Vec<u8>, tube: TubeIx, id: TaskId, status: Status) {
     let mut q = tarq_engine::Queue::new();
     if tube != 0 {
-        q.restore_tube(tube, "t", TubeType::FifoTtl, TubeOptions::default())
-            .expect("tube");
+        q.restore_tube(
+            tube,
+            "t",
+            TubeType::FifoTtl,
+            TubeOptions::default(),
+            TubeNumbers::default(),
+        )
+        .expect("tube");
     }
     let task = RestoredTask {
         id,
@@ -448,6 +454,7 @@ fn a_tube_whose_numbers_are_spent_refuses_puts_on_both_protocols() {
         let last = TubeNumbers {
             next: MAX_TASK_NUMBER,
             legacy_below: 0,
+            first: 0,
         };
         q.restore_tube_numbers(full, last).expect("live");
         q.set_last_id(MAX_TASK_NUMBER);

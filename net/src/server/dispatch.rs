@@ -199,8 +199,12 @@ pub enum Outcome<'q> {
     Task(TaskRef<'q>),
     /// A task that left the queue (ack, delete), as it was.
     Done(Task),
-    /// A dedup put whose earlier task is already gone: its id.
-    DoneId(TaskId),
+    /// A dedup put whose earlier task is already gone: its id, and its number as the tube API
+    /// shows it (`Queue::task_number`).
+    DoneId {
+        id: TaskId,
+        number: u64,
+    },
     /// No task: a take that timed out, a touch with nothing to add.
     Nothing,
     /// A put into a full tube that waited (or could not wait) and found no room.
@@ -410,7 +414,10 @@ impl Server {
                 return ready.then_some(tube);
             }
             Ok(PutOutcome::Duplicate(t)) => Outcome::Task(t),
-            Ok(PutOutcome::DuplicateDone(id)) => Outcome::DoneId(id),
+            Ok(PutOutcome::DuplicateDone(id)) => Outcome::DoneId {
+                id,
+                number: self.queue.task_number(tube, id),
+            },
             Err(QueueError::TubeFull { .. }) if wait > 0 => {
                 self.park_put(idx, reply, tube, data, opts, wait);
                 return None;

@@ -130,7 +130,10 @@ impl Server {
             let outcome = match res {
                 Err(QueueError::TubeFull { .. }) => return,
                 Ok(PutOutcome::Created(t) | PutOutcome::Duplicate(t)) => Outcome::Task(t),
-                Ok(PutOutcome::DuplicateDone(id)) => Outcome::DoneId(id),
+                Ok(PutOutcome::DuplicateDone(id)) => Outcome::DoneId {
+                    id,
+                    number: self.queue.task_number(tube, id),
+                },
                 Err(e) => Outcome::Error(Refusal::Queue(e)),
             };
             let (conn, reply) = (p.conn, p.reply);

@@ -21,7 +21,10 @@
 //!
 //! Versions: 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
 //! `tarq_engine::task_id`) adds to a tube's entry (snapshot table, `TubeCreate` record) its
-//! next number and its `legacy_below` mark, and a `Spent` record for a put whose task was gone
+//! next number, its `legacy_below` mark and its `first` number (where the numbers of its
+//! index stood when it was made: a tube at a dropped one's index numbers on from it, so an id
+//! is never given twice; a snapshot's `SnapFloors` record carries where they stand at each
+//! free index), and a `Spent` record for a put whose task was gone
 //! by the end of its turn, so a restart never numbers a task twice, even when the newest was
 //! deleted before the snapshot or within its own turn; a tube's `on_demand` mark (a flag bit of
 //! its options); and each task's counters (releases, buries, kicks, TTR returns; four u16
@@ -123,7 +126,8 @@ pub enum Kind {
     /// A dedup key a put recorded.
     Dedup = 9,
     /// A number a tube gave to a put whose task was gone by the end of its turn, so no `Put`
-    /// holds it (the id; version 4): replayed, the tube numbers its next tasks above it.
+    /// holds it (the id; version 4): replayed, the tube numbers its next tasks above it — or,
+    /// its tube dropped in the same turn, the next tube at its index does.
     Spent = 10,
     SnapTasks = 16,
     SnapEnd = 17,
@@ -131,6 +135,10 @@ pub enum Kind {
     SnapTubes = 18,
     /// Dedup keys of the tubes, oldest first.
     SnapDedup = 19,
+    /// Where the numbers of each free tube index stand at the snapshot's start, for the
+    /// indexes a dropped tube used (version 4): a u32 count and that many (u16 index, u64
+    /// floor) pairs, right after `SnapTubes`.
+    SnapFloors = 20,
 }
 
 impl Kind {
@@ -150,6 +158,7 @@ impl Kind {
             17 => Kind::SnapEnd,
             18 => Kind::SnapTubes,
             19 => Kind::SnapDedup,
+            20 => Kind::SnapFloors,
             _ => return None,
         })
     }
@@ -611,10 +620,12 @@ pub fn encode_tube(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     buf.extend_from_slice(name);
     buf.extend_from_slice(&t.numbers.next.to_le_bytes());
     buf.extend_from_slice(&t.numbers.legacy_below.to_le_bytes());
+    buf.extend_from_slice(&t.numbers.first.to_le_bytes());
 }
 
-/// A tube's numbering at the end of its entry (version 4): next number, `legacy_below`.
-const TUBE_NUMBERS_BYTES: usize = 16;
+/// A tube's numbering at the end of its entry (version 4): next number, `legacy_below`,
+/// `first`.
+const TUBE_NUMBERS_BYTES: usize = 24;
 
 /// Appends a tube in the layout of versions 2 and 3 (no numbering): only tests write it, to
 /// check that a data directory of those formats starts with its ids.
@@ -764,6 +775,7 @@ impl<'a> Body<'a> {
             TubeNumbers {
                 next: self.u64()?,
                 legacy_below: self.u64()?,
+                first: self.u64()?,
             }
         } else {
             TubeNumbers::default()
@@ -923,7 +935,7 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
             term: 0,
             history: 0,
         },
-        Kind::SnapTasks | Kind::SnapEnd | Kind::SnapTubes | Kind::SnapDedup => {
+        Kind::SnapTasks | Kind::SnapEnd | Kind::SnapTubes | Kind::SnapDedup | Kind::SnapFloors => {
             return Err(format!("snapshot record {kind:?} inside a WAL segment"))
         }
     };

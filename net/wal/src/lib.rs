@@ -643,7 +643,7 @@ impl Wal {
                 // Put and removed within this turn: no task to log, only its number.
                 None if matches!(ev, Event::Put { .. }) => {
                     self.vanished.push(id);
-                    self.spent_record(queue, id);
+                    self.spent_record(id);
                 }
                 // Updated, then removed in this turn: the removal is logged next.
                 None => {}
@@ -678,15 +678,10 @@ impl Wal {
     /// A put whose task is gone by the end of its turn logs no `Put`, yet its tube gave it a
     /// number: a `Spent` record carries the id, so a restart or a replica numbers the tube's
     /// next task above it (neither a later put nor a `TubeCreate` need be logged to carry the
-    /// numbering). Its reply waits for it, as any put's. A tube that is gone logs none: its
-    /// numbers went with it.
-    fn spent_record(&mut self, queue: &Queue, id: TaskId) {
-        if tarq_engine::id_tube(id)
-            .and_then(|t| queue.tube_info(t))
-            .is_none()
-        {
-            return;
-        }
+    /// numbering). Its reply waits for it, as any put's. A tube dropped within the turn logs
+    /// them too: its numbers stay spent at its index (the replay raises the index's floor),
+    /// though a tube created and dropped in one turn logs nothing else.
+    fn spent_record(&mut self, id: TaskId) {
         self.open_needs_durability = true;
         let at = self.record(Kind::Spent);
         self.pending.buf.extend_from_slice(&id.to_le_bytes());

@@ -232,8 +232,7 @@ pub fn apply_change(q: &mut Queue, change: Change, fuzzy: bool) -> Option<String
             _ => None,
         },
         Change::TubeCreate(t) => q
-            .restore_tube(t.ix, &t.name, t.kind, t.opts)
-            .and_then(|()| q.restore_tube_numbers(t.ix, t.numbers))
+            .restore_tube(t.ix, &t.name, t.kind, t.opts, t.numbers)
             .err()
             .map(|e| format!("creation of tube {} {:?}: {e}", t.ix, t.name)),
         Change::TubeDrop(ix) => q

@@ -21,7 +21,9 @@
 //! stood at the start (later ones are in the WAL).
 //!
 //! File: header (`SNAP_MAGIC`, start sequence), records numbered from 1: one `SnapTubes` (a u32
-//! count and that many tubes), `SnapTasks` blocks (a u32 count and that many tasks), `SnapDedup`
+//! count and that many tubes), from version 4 one `SnapFloors` (a u32 count and that many
+//! (u16 index, u64 floor) pairs: where the numbers of each free index a dropped tube used
+//! stand, `Queue::floors`), `SnapTasks` blocks (a u32 count and that many tasks), `SnapDedup`
 //! blocks (a u32 count and that many keys), then one `SnapEnd`: u64 end sequence (the last WAL
 //! record the walk could have seen), u64 last id (`default`'s from version 4, where each tube's
 //! numbering is in its entry), u64 task count, u64 dedup key count. Version 1
@@ -335,7 +337,17 @@ impl Walk {
                 w.dedup.push((t.ix, seqs));
             }
         }
-        let table = w.close_block(&[]);
+        let mut table = w.close_block(&[]);
+        // The floors as of the same turn, so a tube created after a restart from this
+        // snapshot (before any WAL) does not give a dropped tube's ids again. One buffer
+        // with the table: the writer writes its bytes as they are.
+        w.open_block(Kind::SnapFloors);
+        for (ix, floor) in queue.floors() {
+            w.block.extend_from_slice(&ix.to_le_bytes());
+            w.block.extend_from_slice(&floor.to_le_bytes());
+            w.block_count += 1;
+        }
+        table.extend_from_slice(&w.close_block(&[]));
         w.stalled = Some(ToWriter::Block {
             bytes: table,
             tail: None,
@@ -679,6 +691,8 @@ enum Loading {
     /// The header's hint: about this many tasks follow (0: not known).
     Expect(u32),
     Tubes(Vec<StoredTube>),
+    /// Free tube indexes and where their numbers stand.
+    Floors(Vec<(TubeIx, u64)>),
     /// The tasks of one block and the block's offset (for error messages).
     Tasks(TaskBlock, u64),
     Dedup(Vec<StoredDedup>, u64),
@@ -774,14 +788,19 @@ fn restore_part(
     match part {
         Loading::Tubes(tubes) => {
             for t in tubes {
-                if t.ix != DEFAULT_TUBE {
-                    queue
-                        .restore_tube(t.ix, &t.name, t.kind, t.opts)
-                        .map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
-                }
+                let restored = if t.ix == DEFAULT_TUBE {
+                    queue.restore_tube_numbers(t.ix, t.numbers)
+                } else {
+                    queue.restore_tube(t.ix, &t.name, t.kind, t.opts, t.numbers)
+                };
+                restored.map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
+            }
+        }
+        Loading::Floors(floors) => {
+            for (ix, floor) in floors {
                 queue
-                    .restore_tube_numbers(t.ix, t.numbers)
-                    .map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
+                    .restore_floor(ix, floor)
+                    .map_err(|e| format!("floor of tube index {ix}: {e}"))?;
             }
         }
         Loading::Tasks(block, offset) => {
@@ -837,6 +856,7 @@ fn continue_above_global_ids(queue: &mut Queue, last_id: TaskId) -> Result<(), S
     let mark = TubeNumbers {
         next: last_id + 1,
         legacy_below: last_id + 1,
+        first: 0,
     };
     let tubes: Vec<TubeIx> = queue.tubes().map(|t| t.ix).collect();
     for ix in tubes.into_iter().filter(|&ix| ix != DEFAULT_TUBE) {
@@ -1038,6 +1058,10 @@ fn decode(
         let part = match rec.kind {
             Kind::SnapTubes if version >= 2 => {
                 Loading::Tubes(entries(&mut body, |b| b.tube(version)).map_err(at)?)
+            }
+            Kind::SnapFloors if version >= 4 => {
+                let floor = |b: &mut Body<'_>| Ok((b.u16()?, b.u64()?));
+                Loading::Floors(entries(&mut body, floor).map_err(at)?)
             }
             Kind::SnapTasks => {
                 // Spans count from the body's start; where that is in `buf` is known once

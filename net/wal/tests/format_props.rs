@@ -55,6 +55,7 @@ proptest! {
         let ((id, st, runat, pri), (ttl, ttr, created, tube, deliveries), utube, data) = parts;
         let counts = JobCounts { releases: c.0, buries: c.1, kicks: c.2, timeouts: c.3 };
         let t = TaskRef {
+            number: 0,
             id,
             status: status(st),
             runat,
@@ -116,11 +117,11 @@ proptest! {
         dedup_window in any::<u64>(), temporary in any::<bool>(), on_demand in any::<bool>(),
         name in "[a-z0-9_]{1,200}",
         key in proptest::collection::vec(any::<u8>(), 0..=256), id in any::<u64>(), expires in any::<u64>(),
-        next in any::<u64>(), legacy_below in any::<u64>(),
+        next in any::<u64>(), legacy_below in any::<u64>(), first in any::<u64>(),
     ) {
         let kinds = [TubeType::Fifo, TubeType::FifoTtl, TubeType::LimFifoTtl, TubeType::Utube, TubeType::UtubeTtl];
         let opts = TubeOptions { ttl, ttr, pri, capacity, max_deliveries, dedup_window, temporary, on_demand };
-        let numbers = TubeNumbers { next, legacy_below };
+        let numbers = TubeNumbers { next, legacy_below, first };
         let info = TubeInfo { ix, name: &name, kind: kinds[kind], opts, numbers };
         let mut buf = Vec::new();
         format::encode_tube(&mut buf, &info);
@@ -140,6 +141,7 @@ fn task_with(data: &[u8], utube: Option<&[u8]>) -> TaskRef<'static> {
     let data: &'static [u8] = Box::leak(data.to_vec().into_boxed_slice());
     let utube = utube.map(|u| &*Box::leak(u.to_vec().into_boxed_slice()));
     TaskRef {
+        number: 0,
         id: 1,
         status: Status::Ready,
         runat: 0,
@@ -213,6 +215,7 @@ fn payload_limit_boundaries() {
     // zeroed lazily by the allocator and never touched, so this costs no real memory.
     let huge = vec![0u8; MAX_PAYLOAD_BYTES + 1];
     let t = TaskRef {
+        number: 0,
         data: &huge,
         ..task_with(b"", None)
     };

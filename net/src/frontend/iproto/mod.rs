@@ -247,7 +247,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Outcome::Nothing | Outcome::Ok => response::empty_data(out, sync),
         Outcome::ServerStats(s) => one_value(out, r, |o| s.write_msgpack(o)),
         Outcome::Text(text) => one_value(out, r, |o| write::str(o, text)),
-        Outcome::DoneId(id) => one_value(out, r, |o| write::uint(o, *id)),
+        Outcome::DoneId { id, .. } => one_value(out, r, |o| write::uint(o, *id)),
         Outcome::Full => one_value(out, r, write::nil),
         Outcome::Count(n) => one_value(out, r, |o| write::uint(o, *n)),
         Outcome::Dropped => one_value(out, r, |o| write::bool(o, true)),
@@ -270,10 +270,10 @@ fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
     match outcome {
         Outcome::Task(t) => task_tuple(out, r.sync, t, false),
         Outcome::Done(t) => task_tuple(out, r.sync, &t.as_ref(), true),
-        Outcome::DoneId(id) => {
+        Outcome::DoneId { number, .. } => {
             let start = response::begin_data(out, r.sync, 1);
             write::array_len(out, 3);
-            write::uint(out, tarq_engine::task_number(*id));
+            write::uint(out, *number);
             write::str(out, "-");
             write::nil(out);
             response::finish(out, start);

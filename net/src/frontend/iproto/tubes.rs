@@ -566,11 +566,12 @@ pub fn status_letter(s: Status) -> &'static str {
     }
 }
 
-/// A task as the original's tuple `[id, status, data]`, the id its number in its tube; `done`
+/// A task as the original's tuple `[id, status, data]`, the id its number in its tube (as the
+/// engine shows it: `Queue::task_number`); `done`
 /// writes the `-` of an acked or deleted task.
 pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, done: bool) {
     write::array_len(out, 3);
-    write::uint(out, tarq_engine::task_number(t.id));
+    write::uint(out, t.number);
     write::str(out, if done { "-" } else { status_letter(t.status) });
     out.extend_from_slice(t.data);
 }
