@@ -10,7 +10,8 @@
 //! Beside it, a job's `stats-job` counters (reserves, releases, buries, kicks, timeouts)
 //! survive a `kill -9` (replayed from the WAL) and a clean stop without a WAL (from the
 //! snapshot alone); and a tube `use` made is forgotten after a restart once empty (no
-//! connection uses anything then), while one with a job, or made by `create_tube`, stays.
+//! connection uses anything then), while one with a job, or made by `create_tube`, stays; and
+//! a tube made after a restart at a forgotten tube's index gives none of its job ids again.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -419,4 +420,47 @@ fn a_tube_use_made_goes_after_a_restart_once_empty() {
     let mut c = Bs::connect(addr);
     assert_eq!(c.call(&Command::Delete { id }).line, "DELETED");
     assert_eq!(list_tubes(addr), ["default", "made"], "its last job gone");
+}
+
+/// Puts a job into `tube` (made by `use`), deletes it and leaves the tube, which is then
+/// forgotten; returns the job's id.
+fn put_and_forget(addr: SocketAddr, tube: &str) -> u64 {
+    let mut c = Bs::connect(addr);
+    assert_eq!(c.call(&Command::Use { tube }).line, format!("USING {tube}"));
+    let id = c.put(0, b"job");
+    assert_eq!(c.call(&Command::Delete { id }).line, "DELETED");
+    assert_eq!(
+        c.call(&Command::Use { tube: "default" }).line,
+        "USING default"
+    );
+    assert!(
+        !list_tubes(addr).iter().any(|t| t == tube),
+        "{tube} forgotten"
+    );
+    id
+}
+
+#[test]
+fn a_forgotten_tubes_job_ids_are_not_given_again_after_a_restart() {
+    // beanstalkd never gives a job id twice; a tube `use` made comes and goes, and the next
+    // one takes its index. From the WAL: killed, restarted on the same directory.
+    let args = ["--wal-mode", "write"];
+    let (mut tarq, addr) = beanstalk::start(&args);
+    let mut given = vec![put_and_forget(addr, "t3"), put_and_forget(addr, "t4")];
+    tarq.proc.0.kill().unwrap(); // SIGKILL
+    tarq.proc.0.wait().unwrap();
+    let (_again, addr) = beanstalk::start_in(tarq.take_dir(), &args);
+    given.push(put_and_forget(addr, "t5"));
+    let distinct: BTreeSet<u64> = given.iter().copied().collect();
+    assert_eq!(distinct.len(), given.len(), "after kill -9: {given:?}");
+
+    // From a snapshot alone: without a WAL a clean stop writes one while the index is free.
+    let args = ["--wal-mode", "none"];
+    let (mut tarq, addr) = beanstalk::start(&args);
+    let before = put_and_forget(addr, "x");
+    tarq.proc.signal("TERM");
+    assert!(tarq.proc.wait_exit().success());
+    let (_again, addr) = beanstalk::start_in(tarq.take_dir(), &args);
+    let after = put_and_forget(addr, "y");
+    assert_ne!(before, after, "after the snapshot");
 }
