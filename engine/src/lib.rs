@@ -20,9 +20,9 @@ pub use bytes::Bytes;
 pub use queue::Queue;
 pub use room::{Room, RoomWanted};
 pub use tubes::{
-    id_number, id_tube, task_id, PutOutcome, ReleaseOptions, TubeInfo, TubeNumbers, TubeOptions,
-    TubePut, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER,
-    MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES, TUBE_ID_SHIFT,
+    id_number, id_tube, number_from, task_id, PutOutcome, ReleaseOptions, TubeInfo, TubeNumbers,
+    TubeOptions, TubePut, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES,
+    MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES, TUBE_ID_SHIFT,
 };
 
 /// beanstalkd's "urgent" line: a task with a lower pri is urgent (`ready_urgent`,
@@ -271,8 +271,6 @@ impl JobCounts {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskRef<'a> {
     pub id: TaskId,
-    /// Its number as the tube API shows it (`Queue::task_number`).
-    pub number: u64,
     pub status: Status,
     /// When Waiting becomes Ready; 0 unless Waiting.
     pub runat: Micros,
@@ -299,7 +297,6 @@ impl TaskRef<'_> {
     pub fn to_task(&self) -> Task {
         Task {
             id: self.id,
-            number: self.number,
             status: self.status,
             runat: self.runat,
             pri: self.pri,
@@ -318,8 +315,6 @@ impl TaskRef<'_> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Task {
     pub id: TaskId,
-    /// Its number as the tube API shows it (`Queue::task_number`), read when it left.
-    pub number: u64,
     pub status: Status,
     pub runat: Micros,
     pub pri: i64,
@@ -336,7 +331,6 @@ impl Task {
     pub fn as_ref(&self) -> TaskRef<'_> {
         TaskRef {
             id: self.id,
-            number: self.number,
             status: self.status,
             runat: self.runat,
             pri: self.pri,

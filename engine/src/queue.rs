@@ -349,15 +349,19 @@ impl Queue {
     /// their own, another tube's — is shown whole, as `task_id_in` reads it. O(1).
     #[inline]
     pub fn task_number(&self, tube: TubeIx, id: TaskId) -> u64 {
-        let first = self
-            .tubes
+        crate::tubes::number_from(tube, self.tube_first(tube), id)
+    }
+
+    /// The number `tube`'s first task got (`TubeNumbers::first`; 0 for a missing tube): what
+    /// the tube API's front-end reads once per call to show the tasks it answers with
+    /// [`number_from`](crate::tubes::number_from), so that a task handed out carries no
+    /// tube lookup. O(1).
+    #[inline]
+    pub fn tube_first(&self, tube: TubeIx) -> u64 {
+        self.tubes
             .get(tube as usize)
             .and_then(Option::as_ref)
-            .map_or(0, |t| t.numbers.first);
-        match id_tube(id) {
-            Some(owner) if owner == tube => id_number(id).checked_sub(first).unwrap_or(id),
-            _ => id,
-        }
+            .map_or(0, |t| t.numbers.first)
     }
 
     /// Where each free tube index's next tube starts numbering (`TubeNumbers::first`), for
@@ -1533,7 +1537,6 @@ impl Queue {
         });
         TaskRef {
             id: s.id,
-            number: self.task_number(s.tube, s.id),
             status: s.status,
             runat: if s.status == Status::Waiting { p.t } else { 0 },
             pri: s.pri,
@@ -2175,7 +2178,6 @@ impl Queue {
         }
         Task {
             id: r.slot.id,
-            number: self.task_number(tube, r.slot.id),
             status,
             runat,
             pri: r.slot.pri,

@@ -59,6 +59,18 @@ pub const fn id_number(id: TaskId) -> u64 {
     id & MAX_TASK_NUMBER
 }
 
+/// The number the tube API shows for task `id` of `tube`, whose first task got number `first`
+/// (`TubeNumbers::first`): the number `id` packs, counted from `first`. An id that is not
+/// one of the tube's own numbers — kept from before tubes numbered their own, another tube's
+/// — is shown whole, as `Queue::task_id_in` reads it.
+#[inline]
+pub fn number_from(tube: TubeIx, first: u64, id: TaskId) -> u64 {
+    match id_tube(id) {
+        Some(owner) if owner == tube && id_number(id) >= first => id_number(id) - first,
+        _ => id,
+    }
+}
+
 /// The tube whose numbers `id` is counted in: its tube, or `default` (0) for every id below
 /// 2^41, which includes the ids kept from before tubes numbered their own tasks. `None` for
 /// an id from 2^57 on, which packs no tube index at all (a damaged one): refused, not taken

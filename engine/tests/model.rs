@@ -343,7 +343,6 @@ impl MTask {
     fn task(&self) -> Task {
         Task {
             id: self.id,
-            number: self.number,
             status: self.status,
             runat: self.runat,
             pri: self.pri,
@@ -1285,6 +1284,18 @@ fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
         .map(|t| (t.task(), t.utube.clone()))
         .collect();
     assert_eq!(all, want, "tasks after step {step} {op:?}");
+    // Each task's number as the tube API shows it, by the engine and by the front-end's
+    // mapping from the tube's first number.
+    for t in m.tasks.values() {
+        assert_eq!(
+            q.task_number(t.tube, t.id),
+            t.number,
+            "task {} number",
+            t.id
+        );
+        let first = q.tube_first(t.tube);
+        assert_eq!(tarq_engine::number_from(t.tube, first, t.id), t.number);
+    }
     assert!(q.get(m.last_id() + 1).is_none());
 }
 

@@ -650,14 +650,19 @@ fn a_number_is_never_given_twice_even_after_the_newest_is_deleted_and_a_restart(
 /// Puts into `t` and returns the whole id and the number the tube API shows (from the task
 /// the put returns, and from `task_number`, which must agree).
 fn put_shown(q: &mut Queue, t: TubeIx) -> (TaskId, u64) {
-    let number = match q
+    let id = match q
         .put_in(T0, t, Box::new([0x90]), TubePut::default())
         .unwrap()
     {
-        PutOutcome::Created(r) => (r.id, r.number),
+        PutOutcome::Created(r) => r.id,
         other => panic!("a new task, got {other:?}"),
     };
-    assert_eq!(q.task_number(t, number.0), number.1);
+    let number = (id, q.task_number(t, id));
+    assert_eq!(
+        tarq_engine::number_from(t, q.tube_first(t), id),
+        number.1,
+        "the front-end's mapping"
+    );
     assert_eq!(q.task_id_in(t, number.1), number.0);
     q.check_invariants();
     number
@@ -791,7 +796,8 @@ fn a_restored_tube_keeps_the_first_number_it_was_made_with() {
     // Nor one kept from before tubes numbered their own: those live in tubes numbering from 0.
     assert!(q.restore_in(1, restored(3), None, 0).is_err());
     q.restore_in(1, restored(task_id(1, 6)), None, 0).unwrap();
-    assert_eq!(q.get(task_id(1, 6)).unwrap().number, 1);
+    q.get(task_id(1, 6)).unwrap();
+    assert_eq!(q.task_number(1, task_id(1, 6)), 1);
     // Its first is its own: a mark or another first is refused.
     let other = TubeNumbers {
         first: 2,

@@ -200,6 +200,7 @@ mod tests {
             sync,
             call16: false,
             style: Style::Seed,
+            first: 0,
         })
     }
 

@@ -55,7 +55,6 @@ proptest! {
         let ((id, st, runat, pri), (ttl, ttr, created, tube, deliveries), utube, data) = parts;
         let counts = JobCounts { releases: c.0, buries: c.1, kicks: c.2, timeouts: c.3 };
         let t = TaskRef {
-            number: 0,
             id,
             status: status(st),
             runat,
@@ -141,7 +140,6 @@ fn task_with(data: &[u8], utube: Option<&[u8]>) -> TaskRef<'static> {
     let data: &'static [u8] = Box::leak(data.to_vec().into_boxed_slice());
     let utube = utube.map(|u| &*Box::leak(u.to_vec().into_boxed_slice()));
     TaskRef {
-        number: 0,
         id: 1,
         status: Status::Ready,
         runat: 0,
@@ -215,7 +213,6 @@ fn payload_limit_boundaries() {
     // zeroed lazily by the allocator and never touched, so this costs no real memory.
     let huge = vec![0u8; MAX_PAYLOAD_BYTES + 1];
     let t = TaskRef {
-        number: 0,
         data: &huge,
         ..task_with(b"", None)
     };

@@ -406,7 +406,6 @@ mod tests {
     #[test]
     fn tasks_encode_as_string_keyed_maps() {
         let t = TaskRef {
-            number: 0,
             id: 1,
             status: Status::Ready,
             runat: 0,
@@ -429,7 +428,6 @@ mod tests {
             r#"{"id": 1, "status": "R", "runat": 0, "data": ["hello"]}"#
         );
         let w = TaskRef {
-            number: 0,
             status: Status::Waiting,
             runat: 2_500_000,
             pri: 2,

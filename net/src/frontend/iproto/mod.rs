@@ -25,12 +25,15 @@ use calls::{Call, CallError};
 const ER_UNKNOWN: u32 = 0;
 
 /// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
-/// wrapped as tuples), and which API's shapes to use.
+/// wrapped as tuples), which API's shapes to use, and, for the tube API, the number the
+/// tube's first task got (`Queue::tube_first`), read once when the call is decoded so that
+/// showing a task's number in the tube (`tarq_engine::number_from`) needs no tube lookup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
     pub sync: u64,
     pub call16: bool,
     pub style: Style,
+    pub first: u64,
 }
 
 /// The reply shapes of one API.
@@ -169,6 +172,7 @@ impl Server {
             sync,
             call16,
             style: Style::Seed,
+            first: 0,
         };
         if let Some(name) = tubes::split(&self.config().queue_namespace, function) {
             match name {
@@ -230,7 +234,7 @@ fn seed_command(call: Call<'_>) -> Command<'_> {
 /// Encodes `outcome` as the IPROTO reply `r` asks for.
 pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     match r.style {
-        Style::Item => return encode_item(out, outcome),
+        Style::Item => return encode_item(out, r.first, outcome),
         Style::Silent => {
             return match outcome {
                 Outcome::Error(e) => error(out, r.sync, e),
@@ -257,10 +261,10 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
 }
 
 /// One value of a batch: the task's tuple, or nil for anything else.
-fn encode_item(out: &mut Vec<u8>, outcome: &Outcome<'_>) {
+fn encode_item(out: &mut Vec<u8>, first: u64, outcome: &Outcome<'_>) {
     match outcome {
-        Outcome::Task(t) => tubes::write_task(out, t, false),
-        Outcome::Done(t) => tubes::write_task(out, &t.as_ref(), true),
+        Outcome::Task(t) => tubes::write_task(out, t, first, false),
+        Outcome::Done(t) => tubes::write_task(out, &t.as_ref(), first, true),
         _ => write::nil(out),
     }
 }
@@ -268,8 +272,8 @@ fn encode_item(out: &mut Vec<u8>, outcome: &Outcome<'_>) {
 /// The outcomes the tube API shapes its own way; false for the rest (shaped as the seed's).
 fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
     match outcome {
-        Outcome::Task(t) => task_tuple(out, r.sync, t, false),
-        Outcome::Done(t) => task_tuple(out, r.sync, &t.as_ref(), true),
+        Outcome::Task(t) => task_tuple(out, r, t, false),
+        Outcome::Done(t) => task_tuple(out, r, &t.as_ref(), true),
         Outcome::DoneId { number, .. } => {
             let start = response::begin_data(out, r.sync, 1);
             write::array_len(out, 3);
@@ -286,9 +290,9 @@ fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
 }
 
 /// A task is a tuple: `[task]` over CALL and over CALL_16 alike.
-fn task_tuple(out: &mut Vec<u8>, sync: u64, t: &TaskRef<'_>, done: bool) {
-    let start = response::begin_data(out, sync, 1);
-    tubes::write_task(out, t, done);
+fn task_tuple(out: &mut Vec<u8>, r: Reply, t: &TaskRef<'_>, done: bool) {
+    let start = response::begin_data(out, r.sync, 1);
+    tubes::write_task(out, t, r.first, done);
     response::finish(out, start);
 }
 

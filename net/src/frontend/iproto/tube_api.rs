@@ -67,6 +67,10 @@ impl Server {
     /// answer that needs none).
     #[inline]
     fn run_method(&mut self, idx: usize, r: Reply, tube: u16, method: Method<'_>) {
+        let r = Reply {
+            first: self.queue().tube_first(tube),
+            ..r
+        };
         let method = engine_ids(self.queue(), tube, method);
         let method = match method {
             Method::PutMany { .. } | Method::TakeMany { .. } | Method::AckMany { .. } => {
@@ -234,6 +238,7 @@ impl Server {
             sync,
             call16: false,
             style: Style::Silent,
+            first: 0,
         };
         if expr == create {
             let function = format!("{ns}.create_tube");

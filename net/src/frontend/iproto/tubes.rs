@@ -566,12 +566,12 @@ pub fn status_letter(s: Status) -> &'static str {
     }
 }
 
-/// A task as the original's tuple `[id, status, data]`, the id its number in its tube (as the
-/// engine shows it: `Queue::task_number`); `done`
-/// writes the `-` of an acked or deleted task.
-pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, done: bool) {
+/// A task as the original's tuple `[id, status, data]`, the id its number in its tube, whose
+/// first task got number `first` (`tarq_engine::number_from`); `done` writes the `-` of an
+/// acked or deleted task.
+pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, first: u64, done: bool) {
     write::array_len(out, 3);
-    write::uint(out, t.number);
+    write::uint(out, tarq_engine::number_from(t.tube, first, t.id));
     write::str(out, if done { "-" } else { status_letter(t.status) });
     out.extend_from_slice(t.data);
 }
