@@ -329,18 +329,18 @@ impl Queue {
     /// O(1).
     #[inline]
     pub fn task_id_in(&self, tube: TubeIx, number: u64) -> TaskId {
-        let numbers = self
-            .tubes
+        self.tube_numbers(tube).id_of(tube, number)
+    }
+
+    /// How `tube` numbers its tasks (all zero for a missing tube): what the tube API's
+    /// front-end reads once per call to turn numbers into ids and back
+    /// (`TubeNumbers::id_of`, [`number_from`](crate::tubes::number_from)). O(1).
+    #[inline]
+    pub fn tube_numbers(&self, tube: TubeIx) -> TubeNumbers {
+        self.tubes
             .get(tube as usize)
             .and_then(Option::as_ref)
-            .map_or(TubeNumbers::default(), |t| t.numbers);
-        if number < numbers.legacy_below || number > MAX_TASK_NUMBER {
-            return number;
-        }
-        match numbers.first.checked_add(number) {
-            Some(n) if n <= MAX_TASK_NUMBER => task_id(tube, n),
-            _ => number,
-        }
+            .map_or(TubeNumbers::default(), |t| t.numbers)
     }
 
     /// The number the tube API shows for task `id` of `tube`: the number it packs counted
@@ -349,19 +349,7 @@ impl Queue {
     /// their own, another tube's — is shown whole, as `task_id_in` reads it. O(1).
     #[inline]
     pub fn task_number(&self, tube: TubeIx, id: TaskId) -> u64 {
-        crate::tubes::number_from(tube, self.tube_first(tube), id)
-    }
-
-    /// The number `tube`'s first task got (`TubeNumbers::first`; 0 for a missing tube): what
-    /// the tube API's front-end reads once per call to show the tasks it answers with
-    /// [`number_from`](crate::tubes::number_from), so that a task handed out carries no
-    /// tube lookup. O(1).
-    #[inline]
-    pub fn tube_first(&self, tube: TubeIx) -> u64 {
-        self.tubes
-            .get(tube as usize)
-            .and_then(Option::as_ref)
-            .map_or(0, |t| t.numbers.first)
+        crate::tubes::number_from(tube, self.tube_numbers(tube).first, id)
     }
 
     /// Where each free tube index's next tube starts numbering (`TubeNumbers::first`), for

@@ -62,12 +62,15 @@ pub const fn id_number(id: TaskId) -> u64 {
 /// The number the tube API shows for task `id` of `tube`, whose first task got number `first`
 /// (`TubeNumbers::first`): the number `id` packs, counted from `first`. An id that is not
 /// one of the tube's own numbers — kept from before tubes numbered their own, another tube's
-/// — is shown whole, as `Queue::task_id_in` reads it.
+/// — is shown whole, as `TubeNumbers::id_of` reads it. A few instructions: it runs for every
+/// task the tube API answers with.
 #[inline]
 pub fn number_from(tube: TubeIx, first: u64, id: TaskId) -> u64 {
-    match id_tube(id) {
-        Some(owner) if owner == tube && id_number(id) >= first => id_number(id) - first,
-        _ => id,
+    let number = id_number(id);
+    if id >> TUBE_ID_SHIFT == tube as u64 && number >= first {
+        number - first
+    } else {
+        id
     }
 }
 
@@ -99,6 +102,24 @@ pub struct TubeNumbers {
     /// own numbers start at it. The tube API reads a number below it as such an id. 0 for a
     /// tube created since (only a tube with `first` 0 has one).
     pub legacy_below: u64,
+}
+
+impl TubeNumbers {
+    /// The id the tube API means by task `number` of tube `tube` numbered so: the tube's own
+    /// number (counted from `first`), or, below `legacy_below`, the id a task kept from before
+    /// tubes numbered their own. A number past `MAX_TASK_NUMBER` is taken as a whole id (one a
+    /// beanstalk client or the seed API showed), which the tube calls then find only if it is
+    /// the tube's; so is one past the numbers left at the tube's index (no task has it).
+    #[inline]
+    pub fn id_of(&self, tube: TubeIx, number: u64) -> TaskId {
+        if number < self.legacy_below || number > MAX_TASK_NUMBER {
+            return number;
+        }
+        match self.first.checked_add(number) {
+            Some(n) if n <= MAX_TASK_NUMBER => task_id(tube, n),
+            _ => number,
+        }
+    }
 }
 
 /// A utube key is stored once per tube (interned) but hashed and compared on every put:

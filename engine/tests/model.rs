@@ -1293,7 +1293,7 @@ fn compare(q: &mut Queue, m: &mut Model, step: usize, op: &Op) {
             "task {} number",
             t.id
         );
-        let first = q.tube_first(t.tube);
+        let first = q.tube_numbers(t.tube).first;
         assert_eq!(tarq_engine::number_from(t.tube, first, t.id), t.number);
     }
     assert!(q.get(m.last_id() + 1).is_none());

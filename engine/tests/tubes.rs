@@ -659,7 +659,7 @@ fn put_shown(q: &mut Queue, t: TubeIx) -> (TaskId, u64) {
     };
     let number = (id, q.task_number(t, id));
     assert_eq!(
-        tarq_engine::number_from(t, q.tube_first(t), id),
+        tarq_engine::number_from(t, q.tube_numbers(t).first, id),
         number.1,
         "the front-end's mapping"
     );

@@ -26,7 +26,7 @@ const ER_UNKNOWN: u32 = 0;
 
 /// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
 /// wrapped as tuples), which API's shapes to use, and, for the tube API, the number the
-/// tube's first task got (`Queue::tube_first`), read once when the call is decoded so that
+/// tube's first task got (`TubeNumbers::first`), read once when the call is decoded so that
 /// showing a task's number in the tube (`tarq_engine::number_from`) needs no tube lookup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {

@@ -5,7 +5,7 @@
 //! number in the tube, made the engine's id here (`Queue::task_id_in`); the replies show the
 //! number again (`tubes::write_task`).
 
-use tarq_engine::{Queue, TubeIx, DEFAULT_TUBE_NAME};
+use tarq_engine::{TubeIx, TubeNumbers, DEFAULT_TUBE_NAME};
 use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_UNKNOWN_REQUEST_TYPE};
 use tarq_iproto::mp::write;
 use tarq_iproto::mp::Reader;
@@ -67,21 +67,23 @@ impl Server {
     /// answer that needs none).
     #[inline]
     fn run_method(&mut self, idx: usize, r: Reply, tube: u16, method: Method<'_>) {
+        // One lookup a call: the numbers a method names become ids, and the tasks it answers
+        // with show their numbers, without another look at the tube.
+        let numbers = self.queue().tube_numbers(tube);
         let r = Reply {
-            first: self.queue().tube_first(tube),
+            first: numbers.first,
             ..r
         };
-        let method = engine_ids(self.queue(), tube, method);
         let method = match method {
             Method::PutMany { .. } | Method::TakeMany { .. } | Method::AckMany { .. } => {
-                match self.batch(idx, r, tube, method) {
+                match self.batch(idx, r, tube, batch_ids(numbers, tube, method)) {
                     Ok(()) => return,
                     Err(single) => single,
                 }
             }
             single => single,
         };
-        match method_command(tube, method) {
+        match method_command(tube, numbers, method) {
             Ok(command) => self.dispatch(idx, ReplyTo::Iproto(r), command),
             Err(answer) => self.answer(idx, r, answer),
         }
@@ -367,20 +369,13 @@ enum Answer {
     Str(&'static str),
 }
 
-/// `method` with the task numbers it names in `tube` made the engine's ids. O(1) a number.
-#[inline]
-fn engine_ids<'m>(q: &Queue, tube: TubeIx, method: Method<'m>) -> Method<'m> {
-    let id = |n| q.task_id_in(tube, n);
+/// A batch `method` with the task numbers it names in `tube` (numbered as `numbers` says)
+/// made the engine's ids. O(1) a number.
+fn batch_ids(numbers: TubeNumbers, tube: TubeIx, method: Method<'_>) -> Method<'_> {
     match method {
-        Method::Touch { id: n, delta } => Method::Touch { id: id(n), delta },
-        Method::Ack { id: n } => Method::Ack { id: id(n) },
-        Method::Release { id: n, opts } => Method::Release { id: id(n), opts },
-        Method::Peek { id: n } => Method::Peek { id: id(n) },
-        Method::Bury { id: n } => Method::Bury { id: id(n) },
-        Method::Delete { id: n } => Method::Delete { id: id(n) },
         Method::AckMany { mut ids } => {
             for n in &mut ids {
-                *n = id(*n);
+                *n = numbers.id_of(tube, *n);
             }
             Method::AckMany { ids }
         }
@@ -388,10 +383,16 @@ fn engine_ids<'m>(q: &Queue, tube: TubeIx, method: Method<'m>) -> Method<'m> {
     }
 }
 
-/// The method's command on `tube`, or the answer that needs none.
+/// The method's command on `tube`, the task numbers it names made the engine's ids (`tube`
+/// numbers its tasks as `numbers` says), or the answer that needs none.
 #[inline]
-fn method_command(tube: u16, method: Method<'_>) -> Result<Command<'_>, Answer> {
+fn method_command(
+    tube: u16,
+    numbers: TubeNumbers,
+    method: Method<'_>,
+) -> Result<Command<'_>, Answer> {
     let on = On::Tube(tube);
+    let id = |n| numbers.id_of(tube, n);
     Ok(match method {
         Method::Put { data, opts, wait } => Command::PutIn {
             tube,
@@ -402,19 +403,27 @@ fn method_command(tube: u16, method: Method<'_>) -> Result<Command<'_>, Answer> 
         Method::Take { timeout } => Command::Take { on, timeout },
         Method::Touch { delta: None, .. } => return Err(Answer::Nothing),
         Method::Touch {
-            id,
+            id: n,
             delta: Some(delta),
-        } => Command::Touch { tube, id, delta },
-        Method::Ack { id } => Command::Ack { on, id },
-        Method::Release { id, opts } => Command::Release { on, id, opts },
-        Method::Peek { id } => Command::Peek { tube, id },
-        Method::Bury { id } => Command::Bury { tube, id },
+        } => Command::Touch {
+            tube,
+            id: id(n),
+            delta,
+        },
+        Method::Ack { id: n } => Command::Ack { on, id: id(n) },
+        Method::Release { id: n, opts } => Command::Release {
+            on,
+            id: id(n),
+            opts,
+        },
+        Method::Peek { id: n } => Command::Peek { tube, id: id(n) },
+        Method::Bury { id: n } => Command::Bury { tube, id: id(n) },
         Method::Kick { count } if count < 0 => return Err(Answer::Int(count)),
         Method::Kick { count } => Command::Kick {
             tube,
             count: count as u64,
         },
-        Method::Delete { id } => Command::Delete { tube, id },
+        Method::Delete { id: n } => Command::Delete { tube, id: id(n) },
         Method::Drop => Command::DropTube { tube },
         Method::Truncate => Command::Truncate { tube },
         Method::ReleaseAll => Command::ReleaseAll { tube },
