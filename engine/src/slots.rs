@@ -375,14 +375,21 @@ impl Slots {
             ttl: (s.flags & HAS_TTL != 0).then(|| e.map_or(0, |e| e.ttl)),
             ttr: (s.flags & HAS_TTR != 0).then(|| e.map_or(0, |e| e.ttr)),
             utube: e.map_or(NIL, |e| e.utube),
-            counts: self.counts(k),
+            counts: self.counts_of(k, s),
         }
     }
 
     /// Task `k`'s counters (all zero for a task without an entry).
     #[inline]
     pub fn counts(&self, k: u32) -> JobCounts {
-        if self.hot[k as usize].flags & COUNTED == 0 {
+        self.counts_of(k, &self.hot[k as usize])
+    }
+
+    /// Task `k`'s counters, its slot `s` already at hand (a view reads it anyway): the
+    /// common task, never released, buried, kicked or timed out, costs one flag test.
+    #[inline]
+    fn counts_of(&self, k: u32, s: &Slot) -> JobCounts {
+        if s.flags & COUNTED == 0 {
             return JobCounts::default();
         }
         self.counts.get(&k).copied().unwrap_or_default()
