@@ -61,7 +61,7 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
 /// listening there meanwhile, which a port bound and released could not.
 pub struct Refusing {
     pub addr: std::net::SocketAddr,
-    socket: std::os::fd::OwnedFd,
+    socket: socket2::Socket,
 }
 
 impl Refusing {
@@ -78,55 +78,26 @@ impl Refusing {
     }
 
     fn bind(reuse: bool) -> Refusing {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        // SAFETY: socket(2) with constant arguments; the descriptor it returns is owned here.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
         if reuse {
-            let one: libc::c_int = 1;
-            // SAFETY: setsockopt(2) reads an int of the size given from a live local.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_REUSEADDR,
-                    (&raw const one).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(rc, 0, "SO_REUSEADDR: {}", std::io::Error::last_os_error());
+            socket.set_reuse_address(true).expect("SO_REUSEADDR");
         }
-        // SAFETY: sockaddr_in is plain data, all-zero is valid before the fields are set.
-        let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-        sin.sin_family = libc::AF_INET as libc::sa_family_t;
-        sin.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
-        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let sa = (&raw mut sin).cast::<libc::sockaddr>();
-        // SAFETY: sa points to a sockaddr_in of `len` bytes that lives across both calls.
-        unsafe {
-            assert_eq!(libc::bind(socket.as_raw_fd(), sa, len), 0, "bind");
-            assert_eq!(
-                libc::getsockname(socket.as_raw_fd(), sa, &mut len),
-                0,
-                "getsockname"
-            );
-        }
-        Refusing {
-            addr: (std::net::Ipv4Addr::LOCALHOST, u16::from_be(sin.sin_port)).into(),
-            socket,
-        }
+        let any_port = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0));
+        socket.bind(&any_port.into()).expect("bind");
+        let addr = socket
+            .local_addr()
+            .expect("getsockname")
+            .as_socket()
+            .expect("an IPv4 address");
+        Refusing { addr, socket }
     }
 
     /// Starts listening on the address: a server that was down comes up on the same port,
     /// which nobody could take meanwhile.
     pub fn listen(self) -> std::net::TcpListener {
-        use std::os::fd::AsRawFd;
-        // SAFETY: listen(2) on the bound socket this owns.
-        let rc = unsafe { libc::listen(self.socket.as_raw_fd(), 128) };
-        assert_eq!(rc, 0, "listen: {}", std::io::Error::last_os_error());
-        std::net::TcpListener::from(self.socket)
+        self.socket.listen(128).expect("listen");
+        self.socket.into()
     }
 }
 
