@@ -74,15 +74,43 @@ impl Server {
             first: numbers.first,
             ..r
         };
-        let method = match method {
+        let on = On::Tube(tube);
+        // The cycle's three calls build their command in the call that runs it.
+        match method {
+            Method::Put { data, opts, wait } => {
+                let put = Command::PutIn {
+                    tube,
+                    data,
+                    opts,
+                    wait,
+                };
+                self.dispatch(idx, ReplyTo::Iproto(r), put)
+            }
+            Method::Take { timeout } => {
+                self.dispatch(idx, ReplyTo::Iproto(r), Command::Take { on, timeout })
+            }
+            Method::Ack { id } => {
+                let id = numbers.id_of(tube, id);
+                self.dispatch(idx, ReplyTo::Iproto(r), Command::Ack { on, id })
+            }
             Method::PutMany { .. } | Method::TakeMany { .. } | Method::AckMany { .. } => {
-                match self.batch(idx, r, tube, batch_ids(numbers, tube, method)) {
-                    Ok(()) => return,
-                    Err(single) => single,
+                if let Err(single) = self.batch(idx, r, tube, batch_ids(numbers, tube, method)) {
+                    self.run_single(idx, r, tube, numbers, single);
                 }
             }
-            single => single,
-        };
+            other => self.run_single(idx, r, tube, numbers, other),
+        }
+    }
+
+    /// Runs a method that is not a batch as its command, or answers it when it needs none.
+    fn run_single(
+        &mut self,
+        idx: usize,
+        r: Reply,
+        tube: u16,
+        numbers: TubeNumbers,
+        method: Method<'_>,
+    ) {
         match method_command(tube, numbers, method) {
             Ok(command) => self.dispatch(idx, ReplyTo::Iproto(r), command),
             Err(answer) => self.answer(idx, r, answer),
