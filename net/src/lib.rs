@@ -6,6 +6,7 @@
 //! parses flags, sets up logging and runs a [`server::Server`].
 
 pub mod config;
+pub mod core;
 pub mod ctl;
 pub mod frontend;
 pub mod fuzz;

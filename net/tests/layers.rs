@@ -132,3 +132,34 @@ fn metadata() -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("metadata is JSON")
 }
+
+/// Inside the server crate: modules and the modules of this crate they must not use. The
+/// core runs commands for every front-end and knows none of them, nor the loop that hosts it
+/// (it talks to the loop through its `Host` trait).
+const MODULE_LAYERS: &[(&str, &[&str])] = &[("core", &["crate::server", "crate::frontend"])];
+
+#[test]
+fn the_core_uses_neither_the_loop_nor_the_front_ends() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for (module, forbidden) in MODULE_LAYERS {
+        let dir = src.join(module);
+        let files = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for file in files {
+            let path = file.expect("a directory entry").path();
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            for (n, line) in text.lines().enumerate() {
+                for f in *forbidden {
+                    if line.contains(f) && !line.trim_start().starts_with("//") {
+                        broken.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            dir.join("mod.rs").exists(),
+            "{module} is a directory module"
+        );
+    }
+    assert!(broken.is_empty(), "uses that cross the layers: {broken:#?}");
+}

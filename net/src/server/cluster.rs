@@ -94,8 +94,8 @@ impl ClusterNode {
 
     /// Why this node takes no changes now: a leader's address (the stable, parseable form
     /// `read-only replica: the primary is ADDR`), or a reason with no address.
-    pub fn not_leading(&self) -> super::dispatch::Refusal {
-        use super::dispatch::Refusal;
+    pub fn not_leading(&self) -> crate::core::Refusal {
+        use crate::core::Refusal;
         match &self.role {
             NodeRole::Following { addr, .. } => Refusal::ReadOnly(addr.clone()),
             NodeRole::Leading { term } => Refusal::NoPrimary(format!(
@@ -110,15 +110,6 @@ impl ClusterNode {
 }
 
 impl Server {
-    /// Whether this node is the primary now: without etcd, unless it is a replica; with
-    /// etcd, while it leads and its fence holds.
-    pub(crate) fn leads(&self) -> bool {
-        match &self.cluster {
-            None => self.upstream.is_none(),
-            Some(c) => c.leads().is_some(),
-        }
-    }
-
     /// A cluster node that does not lead now (its claim ran out, or it was deposed): replies
     /// to changes it made while it led are not sent as successes.
     pub(super) fn fenced(&self) -> bool {
@@ -152,7 +143,7 @@ impl Server {
                 }
             }
         }
-        let Some(position) = self.journal.wal().map(|wal| Position {
+        let Some(position) = self.core.journal_mut().wal().map(|wal| Position {
             term: wal.last_term(),
             lsn: wal.durable_seq(),
         }) else {
@@ -175,7 +166,7 @@ impl Server {
             up.close(self.poll.registry());
         }
         let fresh = random_bytes::<8>().map_or(1, u64::from_le_bytes) | 1;
-        if let Some(wal) = self.journal.wal() {
+        if let Some(wal) = self.core.journal_mut().wal() {
             wal.set_term(term);
             wal.adopt_history(fresh);
         }
@@ -187,11 +178,8 @@ impl Server {
         let (name, cluster) = (c.name.clone(), c.cluster.clone());
         // Whatever waited for replicas belongs to an earlier leadership (and was refused).
         self.sync.restart();
-        let released = self.queue.release_all_taken();
-        self.drain_events();
-        if released > 0 {
-            self.serve_all_parked();
-        }
+        let (core, mut wire) = self.split();
+        let released = core.release_all_taken(&mut wire);
         info!(term, released, node = %name, %cluster, "became the primary");
     }
 
@@ -277,10 +265,14 @@ impl Server {
     /// Parked takes are answered with no task, as a timeout would (nothing may be taken here
     /// now).
     fn answer_parked_with_nothing(&mut self) {
-        while let Some((key, p)) = self.parked.pop_any() {
-            if let Some(conn) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
-                super::forget_parked(conn, key);
-                self.deliver(p.conn, p.reply, &super::dispatch::Outcome::Nothing);
+        while let Some((caller, reply)) = self.core.any_parked() {
+            if self
+                .conns
+                .get(caller.conn)
+                .is_some_and(|c| c.gen == caller.gen)
+            {
+                self.deliver(caller.conn, reply, &crate::core::Outcome::Nothing);
+                self.parked_answered(caller.conn, reply);
             }
         }
     }
@@ -290,7 +282,8 @@ impl Server {
     pub(crate) fn cluster_overview(&mut self) -> Value {
         let s = |v: &str| Value::from(v);
         let (written, last_term, history) = self
-            .journal
+            .core
+            .journal_mut()
             .wal()
             .map_or((0, 0, 0), |w| (w.written_seq(), w.last_term(), w.history()));
         let mut replicas = Vec::new();

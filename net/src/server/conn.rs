@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 use mio::net::TcpStream;
 use tarq_engine::{Bytes, Micros, SessionId};
 
-use super::journal::Ticket;
 use super::limits::Guard;
 use super::sync::Verdict;
+use crate::core::journal::Ticket;
 use tarq_iproto::greeting::SALT_LEN;
 
 /// Allocations from this size up get their own mapping (`main` sets glibc's threshold), which
@@ -374,8 +374,6 @@ pub struct Conn {
     pub authenticated: bool,
     pub rbuf: ReadBuf,
     pub out: OutBuf,
-    /// Keys of this connection's parked takes.
-    pub parked: Vec<usize>,
     /// The poll token: slot and generation.
     pub token: mio::Token,
     /// Registered for WRITABLE: set only while replies wait for room in the socket.

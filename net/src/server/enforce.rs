@@ -145,6 +145,7 @@ impl Server {
     pub(super) fn expire_deadlines(&mut self) {
         let now = self.now;
         while let Some((slot, gen, at)) = self.limits.pop_due(now) {
+            let busy = self.core.parked_of(slot) > 0;
             let Some(c) = self
                 .conns
                 .get_mut(slot)
@@ -152,7 +153,6 @@ impl Server {
             else {
                 continue;
             };
-            let busy = !c.parked.is_empty();
             let auth = c.authenticated;
             let Some(why) = self
                 .limits

@@ -15,19 +15,15 @@
 
 mod cluster;
 pub mod conn;
-mod disk_room;
-pub mod dispatch;
 mod enforce;
-pub mod journal;
+mod host;
 pub mod limits;
-pub mod parked;
 mod relay;
 pub mod reload;
 mod replica;
 mod sync;
 mod systemd;
 pub mod tube_sessions;
-mod waiting_puts;
 pub mod wal_journal;
 
 use std::io::{self, Read, Write};
@@ -39,25 +35,23 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
-use tarq_engine::{Bytes, Event, Micros, Queue, SessionId};
+use tarq_engine::{Bytes, Micros, Queue, SessionId};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::core::journal::{Journal, NoJournal, Ticket};
+use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::BsConn;
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
-use dispatch::Outcome;
-use journal::{Journal, NoJournal, Ticket};
 use limits::Limits;
-use parked::Parked;
 use tarq_iproto::codes::*;
 use tarq_iproto::{auth, greeting, response, split_frame};
 use tarq_ops::signals::{self, Request};
 use tarq_ops::stats::{ServerFigures, Snapshot};
 use tarq_ops::tubes::TubeFigures;
 use tarq_ops::Ops;
-use waiting_puts::WaitingPuts;
 pub use wal_journal::WalJournal;
 
 const LISTENER: Token = Token(0);
@@ -151,12 +145,9 @@ pub struct Server {
     /// `sha1(sha1(password))` of the configured user, if any.
     hash2: Option<[u8; auth::SCRAMBLE_LEN]>,
     uuid: [u8; 16],
-    queue: Queue,
-    journal: Box<dyn Journal>,
+    /// The queue, the journal, parked takes and waiting puts: every command runs there.
+    core: Core<ReplyTo>,
     conns: Slab<Conn>,
-    parked: Parked,
-    /// Puts into a full tube waiting for room.
-    waiting_puts: WaitingPuts,
     /// Connections to read this turn (readable events, or left over from the budget).
     read_list: Vec<usize>,
     /// Connections that stopped at their read budget: read again next turn. Those that read
@@ -178,15 +169,12 @@ pub struct Server {
     next_gen: u32,
     /// The turn's clock reading: the `now` of every engine call in the turn.
     now: Micros,
-    /// Engine events on their way to the journal.
-    events: Vec<Event>,
     /// Graphite, `/metrics`, signals, and the service-time histogram.
     ops: Ops,
     reloader: Option<Reloader>,
     /// The input budget, per-address counts and connection deadlines.
     limits: Limits,
     connections_accepted: u64,
-    takes_parked: u64,
     /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
     pub(crate) tube_sessions: tube_sessions::TubeSessions,
     /// `queue.cfg{in_replicaset = true}`: `create_tube` refuses temporary tubes, as the
@@ -206,10 +194,6 @@ pub struct Server {
     sync: sync::SyncGate,
     /// Replicas' acknowledgements, gathered each turn (reused).
     acked: Vec<u64>,
-    /// The request being executed when it arrived as one big frame whose read buffer was
-    /// handed over ([`conn::ReadBuf::take_whole_big_frame`]): a big put's payload is kept in
-    /// it, not copied ([`Server::frame_payload`]).
-    big_frame: Option<Bytes>,
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -255,7 +239,7 @@ impl Server {
         };
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
-        let mut queue = journal.recovered_queue().unwrap_or_default();
+        let queue = journal.recovered_queue().unwrap_or_default();
         if cfg.replica_of.is_none() && cfg.cluster.is_none() {
             // A primary names its log's history when the log has none (a new data directory,
             // or one written before format 3): replicas of another log are told apart.
@@ -263,7 +247,7 @@ impl Server {
                 wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
             }
         }
-        queue.set_journal(journal.wants_events());
+        let now = wall_clock();
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
         let cluster = match &cfg.cluster {
             Some(c) => Some(cluster::ClusterNode::start(
@@ -282,15 +266,11 @@ impl Server {
             stop: Arc::new(AtomicBool::new(false)),
             hash2,
             uuid: random_bytes()?,
-            queue,
-            journal,
+            core: Core::new(queue, journal, now),
             conns: Slab::new(),
-            parked: Parked::default(),
-            waiting_puts: WaitingPuts::default(),
             read_list: Vec::new(),
             read_again: Vec::new(),
             read_again_fed: Vec::new(),
-            big_frame: None,
             flush_list: Vec::new(),
             holding: Vec::new(),
             lingering: Vec::new(),
@@ -298,13 +278,11 @@ impl Server {
             accept_paused_until: None,
             next_sid: 1,
             next_gen: 0,
-            now: wall_clock(),
-            events: Vec::new(),
+            now,
             ops,
             reloader: None,
             limits: Limits::new(cfg.limits),
             connections_accepted: 0,
-            takes_parked: 0,
             tube_sessions: tube_sessions::TubeSessions::default(),
             in_replicaset: false,
             relays: Vec::new(),
@@ -351,35 +329,36 @@ impl Server {
 
     /// Every figure of `queue.stats()`, Graphite and `/metrics`, as of now.
     pub fn snapshot(&self) -> Snapshot {
+        let queue = self.core.queue();
+        let (parked_takes, takes_parked) = self.core.parked_takes();
         Snapshot {
-            engine: self.queue.stats(),
-            tubes: self
-                .queue
+            engine: queue.stats(),
+            tubes: queue
                 .tubes()
                 .map(|t| TubeFigures {
                     name: t.name.to_owned(),
-                    stats: self.queue.tube_stats(t.ix).unwrap_or_default(),
+                    stats: queue.tube_stats(t.ix).unwrap_or_default(),
                 })
                 .collect(),
             server: ServerFigures {
                 connections: self.conns.len() as u64,
                 connections_accepted: self.connections_accepted,
-                parked_takes: self.parked.len() as u64,
-                takes_parked: self.takes_parked,
+                parked_takes: parked_takes as u64,
+                takes_parked,
                 requests: self.ops.service.requests(),
                 beanstalk_connections: self.beanstalk.connections,
                 beanstalk_commands: self.beanstalk.commands(),
                 beanstalk_errors: self.beanstalk.errors,
             },
             limits: self.limit_figures(),
-            wal: self.journal.figures(),
+            wal: self.core.journal().figures(),
             replication: tarq_ops::stats::ReplicationFigures {
                 replicas: self.replica_count(),
                 sync_waiting: self.sync.waiting(),
                 sync_timeouts: self.sync.timeouts,
                 upstream: self.upstream_figures(),
             },
-            last_id: self.queue.last_id(),
+            last_id: queue.last_id(),
             uptime: self.ops.uptime(self.now),
         }
     }
@@ -508,26 +487,12 @@ impl Server {
         if let Some(l) = &mut self.beanstalk_listener {
             let _ = self.poll.registry().deregister(l);
         }
-        while let Some((key, p)) = self.parked.pop_any() {
-            if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
-                forget_parked(c, key);
-                self.deliver(p.conn, p.reply, &Outcome::Nothing);
-                // A beanstalk reserve parked on several tubes is answered once.
-                self.parked_answered(p.conn, p.reply);
-            }
-        }
-        while let Some(p) = self.waiting_puts.front() {
-            let (conn, gen, reply) = (p.conn, p.gen, p.reply);
-            self.waiting_puts.pop_front();
-            if self.conns.get(conn).is_some_and(|c| c.gen == gen) {
-                self.deliver(conn, reply, &Outcome::Full);
-            }
-        }
+        self.answer_waiters();
         let deadline = Instant::now() + STOP_GRACE;
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         loop {
             self.now = wall_clock();
-            self.journal.turn_start(&mut self.queue, self.now);
+            self.core.begin_turn(self.now);
             // No events are dispatched here: retry every connection with replies left.
             for (idx, c) in self.conns.iter_mut() {
                 if c.out.has_released() && !c.to_flush {
@@ -562,7 +527,8 @@ impl Server {
                 }
             }
         }
-        if let Err(e) = self.journal.shutdown(&mut self.queue) {
+        let (queue, journal) = self.core.queue_and_journal();
+        if let Err(e) = journal.shutdown(queue) {
             warn!(error = %e, "the journal did not stop cleanly");
         }
         self.linger(deadline.min(Instant::now() + STOP_LINGER), &mut events);
@@ -617,21 +583,17 @@ impl Server {
             return Some(Duration::ZERO);
         }
         // A replica's deadlines fire on its primary: its engine never advances by itself.
-        let engine = self.queue.next_deadline().filter(|_| self.leads());
+        let leads = self.leads();
         let next = [
-            engine,
+            self.core.next_deadline(leads),
             self.next_heartbeat(),
             self.upstream.as_ref().and_then(|u| u.next_timer()),
-            self.parked.next_deadline(),
-            self.next_waiting_put_deadline(),
-            self.journal.next_wakeup(),
             self.sync.next_deadline(),
             self.accept_paused_until,
             self.ops.next_timer(),
             self.lingering.iter().map(|&(_, _, until)| until).min(),
             self.limits.next_deadline(),
             self.tube_sessions.next_deadline(),
-            self.beanstalk.next_unpause(),
         ]
         .into_iter()
         .flatten()
@@ -749,7 +711,6 @@ impl Server {
                 ReadBuf::framed(tarq_iproto::announced_total)
             },
             out,
-            parked: Vec::new(),
             token,
             want_write: false,
             to_read: false,
@@ -771,26 +732,23 @@ impl Server {
 
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
     fn turn(&mut self) {
-        self.journal.turn_start(&mut self.queue, self.now);
+        self.core.begin_turn(self.now);
         self.limits.turn_start();
         self.cluster_turn();
         if self.upstream.is_some() {
             self.upstream_turn();
         }
         if self.leads() && !self.cfg.null {
-            let adv = self.queue.advance(self.now, ADVANCE_BUDGET);
-            self.engine_behind = adv.next_deadline.is_some_and(|d| d <= self.now);
-            if adv.processed > 0 {
-                self.drain_events();
-                self.serve_all_parked();
-            }
+            let (core, mut wire) = self.split();
+            self.engine_behind = core.advance(ADVANCE_BUDGET, &mut wire);
         }
 
         for sid in self.tube_sessions.expired(self.now) {
             let released = self.release_session(sid);
             info!(sid, released, "session expired");
         }
-        self.end_pauses();
+        let (core, mut wire) = self.split();
+        core.end_pauses(&mut wire);
 
         let mut list = std::mem::take(&mut self.read_list);
         list.append(&mut self.read_again);
@@ -805,19 +763,21 @@ impl Server {
         self.read_again.append(&mut self.read_again_fed);
         self.expire_deadlines();
 
-        while let Some((key, p)) = self.parked.pop_expired(self.now) {
-            if let Some(c) = self.conns.get_mut(p.conn).filter(|c| c.gen == p.gen) {
-                forget_parked(c, key);
-                match p.reply {
+        while let Some((caller, reply)) = self.core.expired_take() {
+            if self
+                .conns
+                .get(caller.conn)
+                .is_some_and(|c| c.gen == caller.gen)
+            {
+                match reply {
                     // The front-end decides: TIMED_OUT, DEADLINE_SOON, or wait on.
-                    ReplyTo::Beanstalk(_) => self.bs_reserve_woke(p.conn),
-                    _ => self.deliver(p.conn, p.reply, &Outcome::Nothing),
+                    ReplyTo::Beanstalk(_) => self.bs_reserve_woke(caller.conn),
+                    _ => self.deliver(caller.conn, reply, &Outcome::Nothing),
                 }
             }
         }
-        if !self.waiting_puts.is_empty() {
-            self.expire_waiting_puts();
-        }
+        let (core, mut wire) = self.split();
+        core.expire_waiting_puts(&mut wire);
 
         if !self.lingering.is_empty() {
             // Past its deadline a lingering connection is flushed one last time and freed.
@@ -842,12 +802,27 @@ impl Server {
         self.commit_and_flush();
     }
 
-    fn drain_events(&mut self) {
-        if self.journal.wants_events() {
-            // Copied out first: `record` reads the queue the drain borrows. Reused, no allocation.
-            self.events.extend(self.queue.drain_events());
-            for ev in self.events.drain(..) {
-                self.journal.record(&self.queue, ev);
+    /// Answers every parked take with no value (as a timeout would) and every waiting put
+    /// with "full": the server stops, or this node stops leading.
+    fn answer_waiters(&mut self) {
+        while let Some((caller, reply)) = self.core.any_parked() {
+            if self
+                .conns
+                .get(caller.conn)
+                .is_some_and(|c| c.gen == caller.gen)
+            {
+                self.deliver(caller.conn, reply, &Outcome::Nothing);
+                // A beanstalk reserve parked on several tubes is answered once.
+                self.parked_answered(caller.conn, reply);
+            }
+        }
+        while let Some((caller, reply)) = self.core.any_waiting_put() {
+            if self
+                .conns
+                .get(caller.conn)
+                .is_some_and(|c| c.gen == caller.gen)
+            {
+                self.deliver(caller.conn, reply, &Outcome::Full);
             }
         }
     }
@@ -932,9 +907,9 @@ impl Server {
     #[cold]
     #[inline(never)]
     fn execute_big_frame(&mut self, idx: usize, frame: Bytes) -> usize {
-        self.big_frame = Some(frame.clone());
+        self.core.set_big_frame(Some(frame.clone()));
         let used = self.execute_iproto_input(idx, &frame);
-        self.big_frame = None;
+        self.core.set_big_frame(None);
         debug_assert!(used == frame.len() || self.conns[idx].closing.is_some());
         used
     }
@@ -981,7 +956,7 @@ impl Server {
         write: impl FnOnce(&mut Vec<u8>, &Queue),
     ) {
         let out = out_of(&mut self.conns, &mut self.flush_list, idx);
-        write(out, &self.queue);
+        write(out, self.core.queue());
     }
 
     /// Counts one request for the service-time figures; `Some` when this one is to be timed
@@ -998,7 +973,7 @@ impl Server {
 
     /// Takes parked on `tube` now.
     pub(crate) fn parked_count(&self, tube: tarq_engine::TubeIx) -> u64 {
-        self.parked.count_in(tube) as u64
+        self.core.parked_in(tube) as u64
     }
 
     /// beanstalk connections that have put, that have reserved, and that wait in a reserve now.
@@ -1026,9 +1001,7 @@ impl Server {
 
     /// Drops every parked take of connection `idx` (a beanstalk reserve parks one per tube).
     pub(crate) fn unpark_all(&mut self, idx: usize) {
-        for key in std::mem::take(&mut self.conns[idx].parked) {
-            self.parked.remove(key);
-        }
+        self.core.unpark(idx);
     }
 
     /// Connection `idx` may run the commands waiting in its buffer again: read it next turn.
@@ -1052,27 +1025,10 @@ impl Server {
         &mut self,
         idx: usize,
         name: &str,
-    ) -> Result<tarq_engine::TubeIx, dispatch::Refusal> {
-        let cmd = dispatch::Command::CreateTube {
-            name,
-            kind: tarq_engine::TubeType::FifoTtl,
-            opts: Default::default(),
-            if_not_exists: true,
-        };
-        if let Some(r) = self.refusal(&cmd) {
-            return Err(r);
-        }
-        self.conns[idx].out.changed = true;
-        let opts = tarq_engine::TubeOptions {
-            on_demand: true,
-            ..Default::default()
-        };
-        let t = self
-            .queue
-            .create_tube(name, tarq_engine::TubeType::FifoTtl, opts)
-            .map_err(dispatch::Refusal::Queue)?;
-        self.drain_events();
-        Ok(t)
+    ) -> Result<tarq_engine::TubeIx, crate::core::Refusal> {
+        let caller = self.caller(idx);
+        let (core, mut wire) = self.split();
+        core.create_tube_on_demand(caller, name, &mut wire)
     }
 
     /// Drops the tubes made on demand that hold no task and that nothing uses any more
@@ -1090,7 +1046,7 @@ impl Server {
             return;
         }
         if std::mem::take(&mut self.beanstalk.rescan) {
-            let made: Vec<tarq_engine::TubeIx> = (self.queue.tubes())
+            let made: Vec<tarq_engine::TubeIx> = (self.core.queue().tubes())
                 .filter(|t| t.opts.on_demand)
                 .map(|t| t.ix)
                 .collect();
@@ -1102,44 +1058,28 @@ impl Server {
         }
         let mut orphans = std::mem::take(&mut self.beanstalk.orphans);
         orphans.retain(|&t| {
-            let made = self.queue.tube_info(t).is_some_and(|i| i.opts.on_demand);
+            let queue = self.core.queue();
+            let made = queue.tube_info(t).is_some_and(|i| i.opts.on_demand);
             if !made || self.beanstalk.in_use(t) {
                 return false; // gone (its index perhaps reused), or used again
             }
-            let Ok(last) = self.queue.tube_stats(t) else {
-                return false;
-            };
-            if last.total > 0 {
+            if queue.tube_stats(t).is_ok_and(|s| s.total > 0) {
                 return true; // looked at again (O(1)) until its last task goes
             }
-            let drop = dispatch::Command::DropTube { tube: t };
-            if self.parked.waiting_in(t) || self.refusal(&drop).is_some() {
-                return true; // a take waits on it, or nothing can change now: later
-            }
-            match self.queue.drop_if_unneeded(t) {
-                Ok(true) => {
+            let (core, mut wire) = self.split();
+            match core.drop_if_unneeded(t, &mut wire) {
+                Unneeded::Dropped(last) => {
                     self.beanstalk.forget_tube(t, &last);
                     false
                 }
-                _ => false,
+                // A take waits on it, or nothing can change now.
+                Unneeded::Later => true,
+                Unneeded::Kept => false,
             }
         });
-        self.drain_events();
         // Tubes let go of while this ran (none: nothing here lets go) keep their place.
         orphans.append(&mut self.beanstalk.orphans);
         self.beanstalk.orphans = orphans;
-    }
-
-    /// Pauses (beanstalk's pause-tube) that are over: their tubes' waiters are served.
-    fn end_pauses(&mut self) {
-        if self.beanstalk.next_unpause().is_none_or(|t| t > self.now) {
-            return;
-        }
-        let mut ended = Vec::new();
-        self.beanstalk.unpause_due(self.now, &mut ended);
-        for tube in ended {
-            self.serve_parked(tube);
-        }
     }
 
     /// Connection `idx` (for front-ends: its authentication, salt, session).
@@ -1158,7 +1098,7 @@ impl Server {
 
     /// The queue, to read (for front-ends: names of tubes, statistics of every tube).
     pub(crate) fn queue(&self) -> &Queue {
-        &self.queue
+        self.core.queue()
     }
 
     /// 16 random bytes, for a session's UUID.
@@ -1184,10 +1124,8 @@ impl Server {
             flush,
             until: self.now.saturating_add(CLOSE_LINGER),
         });
-        for key in std::mem::take(&mut c.parked) {
-            self.parked.remove(key);
-        }
         let (sid, peer, uuid) = (c.sid, c.peer, c.session_uuid);
+        self.core.unpark(idx);
         if let Some(bs) = &c.beanstalk {
             self.beanstalk.release_tubes(bs.used, &bs.watched);
             self.beanstalk.connections -= 1;
@@ -1207,20 +1145,9 @@ impl Server {
         if self.cfg.null {
             return 0;
         }
-        if !self.leads() {
-            // A replica's queue changes only through its primary's records: a session that
-            // took tasks while this node led (the new primary released them) ends silently.
-            self.queue.set_journal(false);
-            let released = self.queue.release_session(sid);
-            self.queue.set_journal(self.journal.wants_events());
-            return released;
-        }
-        let released = self.queue.release_session(sid);
-        self.drain_events();
-        if released > 0 {
-            self.serve_all_parked();
-        }
-        released
+        let leads = self.leads();
+        let (core, mut wire) = self.split();
+        core.release_session(sid, leads, &mut wire)
     }
 
     /// Registers the connection for writability too (`on`) or for reading only. False when the
@@ -1258,9 +1185,9 @@ impl Server {
     /// Commits the turn, releases the replies that are durable, and writes them: one write per
     /// connection.
     fn commit_and_flush(&mut self) {
-        let ticket: Ticket = self.journal.commit(&mut self.queue, self.now);
+        let ticket: Ticket = self.core.commit();
         if self.sync.enabled() && self.leads() {
-            let change = self.journal.committed_change();
+            let change = self.core.journal().committed_change();
             self.sync.on_commit(ticket, change, self.now);
         }
         self.relay_turn();
@@ -1300,8 +1227,8 @@ impl Server {
                 c.out.hold(ticket);
             }
         }
-        let durable = self.journal.durable();
-        let journal = &self.journal;
+        let durable = self.core.journal_mut().durable();
+        let journal = self.core.journal();
         let gate = &self.sync;
         let fenced = self.fenced();
         let is_durable = |t: Ticket| t <= durable || journal.is_durable(t);
@@ -1478,13 +1405,6 @@ fn mark_flush(conns: &mut Slab<Conn>, flush: &mut Vec<usize>, idx: usize) {
     }
 }
 
-/// Drops a parked take's key from its connection (at most MAX_PARKED_PER_CONN, usually one).
-pub(crate) fn forget_parked(c: &mut Conn, key: usize) {
-    if let Some(pos) = c.parked.iter().position(|&k| k == key) {
-        c.parked.swap_remove(pos);
-    }
-}
-
 /// Pins the calling thread to a CPU core.
 fn pin_to(cpu: usize) -> io::Result<()> {
     let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -1588,12 +1508,12 @@ mod tests {
         let (waiter, mut waiter_client) = connect(&mut s);
         s.now = wall_clock();
         s.commit_and_flush(); // the greetings
-        s.queue
-            .put(s.now, Box::new([0xa1, b'x']), PutOptions::default());
+        let now = s.now;
+        (s.core.queue_mut()).put(now, Box::new([0xa1, b'x']), PutOptions::default());
         // The hog takes the task; the waiter's take(10) parks.
         s.call(hog, 1, calls::TAKE, &[0x90], false);
         s.call(waiter, 7, calls::TAKE, &[0x91, 0x0a], false);
-        assert_eq!(s.parked.len(), 1);
+        assert_eq!(s.core.parked_takes().0, 1);
         // The hog is flushed first, with far more than its socket takes: over its backlog
         // limit once that write returns. The waiter is flushed after it (a ping reply).
         s.cfg.max_write_backlog = 1 << 20;

@@ -147,7 +147,12 @@ impl Server {
                 format!("this tarq does not feed replicas: {why}"),
             ));
         }
-        let Some(wal) = self.journal.wal().filter(|w| w.mode() != WalMode::None) else {
+        let Some(wal) = self
+            .core
+            .journal_mut()
+            .wal()
+            .filter(|w| w.mode() != WalMode::None)
+        else {
             // As Tarantool: a log that is not kept cannot be streamed.
             return Err((
                 ER_REPLICATION,
@@ -258,7 +263,7 @@ impl Server {
                 .get(idx)
                 .is_some_and(|c| c.gen == gen && c.closing.is_none() && c.relay.is_some())
         });
-        let Some(wal) = self.journal.wal() else {
+        let Some(wal) = self.core.journal_mut().wal() else {
             return;
         };
         let mut tap = std::mem::take(&mut self.tap);
@@ -325,7 +330,7 @@ impl Server {
                 relay.next_heartbeat = self.now + HEARTBEAT_INTERVAL;
             }
         }
-        if let Some(wal) = self.journal.wal() {
+        if let Some(wal) = self.core.journal_mut().wal() {
             // Copy what the log writes only while some replica streams it live.
             wal.set_tap(live > 0);
         }

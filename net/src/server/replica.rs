@@ -361,7 +361,11 @@ impl Server {
                 let Phase::Snapshot { start, begun } = &mut up.phase else {
                     return Err("a snapshot chunk outside a join".into());
                 };
-                let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
+                let wal = self
+                    .core
+                    .journal_mut()
+                    .wal()
+                    .ok_or("a replica needs its WAL")?;
                 if !*begun {
                     wal.join_begin(*start).map_err(|e| e.to_string())?;
                     *begun = true;
@@ -372,8 +376,13 @@ impl Server {
                 if !matches!(up.phase, Phase::Snapshot { .. }) {
                     return Err("a snapshot end outside a join".into());
                 }
-                let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
-                self.queue = wal.join_finish().map_err(|e| e.to_string())?;
+                let wal = self
+                    .core
+                    .journal_mut()
+                    .wal()
+                    .ok_or("a replica needs its WAL")?;
+                let queue = wal.join_finish().map_err(|e| e.to_string())?;
+                self.core.replace_queue(queue);
                 up.position = self.position();
                 up.joins += 1;
                 up.need_join = false;
@@ -430,7 +439,8 @@ impl Server {
         } else {
             let position = self.position();
             let (term, history) = self
-                .journal
+                .core
+                .journal_mut()
                 .wal()
                 .map_or((0, 0), |w| (w.last_term(), w.history()));
             replication::subscribe(
@@ -466,12 +476,13 @@ impl Server {
         if commit_end == 0 {
             return Ok(());
         }
-        let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
+        let (queue, journal) = self.core.queue_and_journal();
+        let wal = journal.wal().ok_or("a replica needs its WAL")?;
         // Applied only once the disk has room to log them: on a full disk the stream stops
         // here with nothing applied, and resumes from the position once there is room.
         wal.reserve(commit_end as u64)
             .map_err(|e| format!("no room to log the primary's records: {e}"))?;
-        if let Err(e) = wal.apply_replicated(&mut self.queue, &up.records[..commit_end]) {
+        if let Err(e) = wal.apply_replicated(queue, &up.records[..commit_end]) {
             up.need_join = true;
             return Err(format!("applying the primary's records: {e}"));
         }
@@ -487,12 +498,12 @@ impl Server {
 
     /// The last primary record this replica holds durably (in its WAL mode).
     fn durable_position(&mut self) -> u64 {
-        self.journal.wal().map_or(0, |w| w.durable_seq())
+        self.core.journal_mut().wal().map_or(0, |w| w.durable_seq())
     }
 
     /// The last primary record this replica holds.
     fn position(&mut self) -> u64 {
-        self.journal.wal().map_or(0, |w| w.last_seq())
+        self.core.journal_mut().wal().map_or(0, |w| w.last_seq())
     }
 
     fn upstream_down(&mut self, up: &mut Upstream, why: &str) {

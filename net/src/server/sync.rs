@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use tarq_engine::Micros;
 use tracing::warn;
 
-use super::journal::Ticket;
+use crate::core::journal::Ticket;
 
 /// What to do with a turn's held replies, once the local WAL has them durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use tarq_engine::{Event, Micros, Queue};
 
 use tarq_wal::{Wal, WalMode};
 
-use super::journal::{Journal, Ticket};
+use crate::core::journal::{Journal, Ticket};
 use tarq_ops::stats::WalFigures;
 
 /// Longest a graceful stop waits for the WAL (or, without one, the snapshot) to be on disk:

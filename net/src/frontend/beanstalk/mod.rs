@@ -27,7 +27,7 @@ use tarq_engine::{
     Micros, QueueError, ReleaseOptions, Status, TaskId, TubeIx, TubePut, DEFAULT_TUBE,
 };
 
-use crate::server::dispatch::{Command, Outcome, Refusal};
+use crate::core::{Command, Outcome, Pause, Refusal};
 use crate::server::Server;
 
 use super::ReplyTo;
@@ -80,6 +80,7 @@ pub enum Reply {
     Touch,
     Kick,
     KickJob,
+    Pause,
 }
 
 /// Encodes `outcome` as the reply to `r`.
@@ -101,6 +102,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
             count: (*n).min(u32::MAX as u64) as u32,
         },
         (Reply::KickJob, Outcome::Task(_)) => Out::Kicked,
+        (Reply::Pause, Outcome::Ok) => Out::Paused,
         // The journal cannot take changes (a full or failing disk): beanstalkd answers a put
         // its binlog has no room for this way. The server's log names the cause.
         (_, Outcome::Error(Refusal::Journal(_))) => Out::OutOfMemory,
@@ -277,7 +279,7 @@ impl Server {
                         pri: Some(pri as i64),
                         ttl: None,
                     };
-                    let on = crate::server::dispatch::On::Tube(tube);
+                    let on = crate::core::On::Tube(tube);
                     self.bs_dispatch(idx, Reply::Release, Command::Release { on, id, opts })
                 }
                 None => self.bs_answer(idx, Out::NotFound),
@@ -350,10 +352,13 @@ impl Server {
                         // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so
                         // its waiters wake), not to a second.
                         let until = self.now().saturating_add(secs(delay));
-                        let st = self.beanstalk.tube_mut(t);
-                        st.cmd_pause_tube += 1;
-                        st.pause = Some((until, delay));
-                        self.bs_answer(idx, Out::Paused);
+                        self.beanstalk.tube_mut(t).cmd_pause_tube += 1;
+                        let pause = Pause {
+                            until,
+                            seconds: delay,
+                        };
+                        let cmd = Command::Pause { tube: t, pause };
+                        self.bs_dispatch(idx, Reply::Pause, cmd);
                     }
                     None => self.bs_answer(idx, Out::NotFound),
                 }
@@ -418,7 +423,7 @@ impl Server {
         self.dispatch(idx, ReplyTo::Beanstalk(Reply::Reserve), cmd);
         self.beanstalk.tubes_scratch = tubes;
         // Answered at once: nothing waits. (A parked take leaves `waiting` set.)
-        if self.conn_mut(idx).parked.is_empty() {
+        if self.parked_of(idx) == 0 {
             self.bs(idx).waiting = None;
         }
     }
@@ -493,7 +498,7 @@ impl Server {
         let now = self.now();
         tubes
             .iter()
-            .any(|&t| !self.beanstalk.paused(t, now) && self.queue().can_take(t))
+            .any(|&t| !self.pauses().paused(t, now) && self.queue().can_take(t))
     }
 
     fn bs_delete(&mut self, idx: usize, id: TaskId) {

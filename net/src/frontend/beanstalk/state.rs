@@ -1,13 +1,12 @@
 //! The beanstalk front-end's server-wide state: command and error counters (`stats`), and per
 //! tube what only beanstalk has — how many connections use and watch it, its `cmd-delete` and
-//! `cmd-pause-tube` counts, and its pause. The pause is the server's to enforce (a paused
-//! tube's tasks are handed to no take, on either protocol, until it ends), so the loop reads
-//! [`BeanstalkState::paused`] and wakes at [`BeanstalkState::next_unpause`]. It also lists
+//! `cmd-pause-tube` counts (the pause itself is the core's: it holds takes of every protocol).
+//! It also lists
 //! the tubes nothing uses any more ([`BeanstalkState::orphans`]): a tube `use` or `watch` made
 //! goes once it is empty too, as beanstalkd forgets it (`Server::collect_tubes`).
 
 use tarq_beanstalk::CommandKind;
-use tarq_engine::{Micros, TubeIx};
+use tarq_engine::TubeIx;
 
 /// One tube's beanstalk figures.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -18,8 +17,6 @@ pub struct TubeState {
     pub watching: u64,
     pub cmd_delete: u64,
     pub cmd_pause_tube: u64,
-    /// Paused until, and the pause asked for in seconds.
-    pub pause: Option<(Micros, u32)>,
 }
 
 #[derive(Debug)]
@@ -113,33 +110,6 @@ impl BeanstalkState {
         self.dropped_timeouts += last.ttr_returned;
     }
 
-    /// Whether `t` is paused at `now`.
-    pub fn paused(&self, t: TubeIx, now: Micros) -> bool {
-        self.tubes
-            .get(t as usize)
-            .and_then(|s| s.pause)
-            .is_some_and(|(until, _)| until > now)
-    }
-
-    /// The earliest end of a pause still in force.
-    pub fn next_unpause(&self) -> Option<Micros> {
-        self.tubes
-            .iter()
-            .filter_map(|s| s.pause)
-            .map(|(u, _)| u)
-            .min()
-    }
-
-    /// Ends the pauses that are over at `now`; returns their tubes (their waiters are served).
-    pub fn unpause_due(&mut self, now: Micros, ended: &mut Vec<TubeIx>) {
-        for (i, s) in self.tubes.iter_mut().enumerate() {
-            if s.pause.is_some_and(|(until, _)| until <= now) {
-                s.pause = None;
-                ended.push(i as TubeIx);
-            }
-        }
-    }
-
     /// A closing connection lets go of the tubes it used and watched.
     pub fn release_tubes(&mut self, used: TubeIx, watched: &[TubeIx]) {
         self.stop_using(used);
@@ -171,22 +141,6 @@ impl BeanstalkState {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_pause_holds_until_its_end_and_is_then_reported_once() {
-        let mut s = BeanstalkState::default();
-        s.tube_mut(3).pause = Some((100, 1));
-        assert!(s.paused(3, 99));
-        assert!(!s.paused(3, 100));
-        assert!(!s.paused(2, 0));
-        assert_eq!(s.next_unpause(), Some(100));
-        let mut ended = Vec::new();
-        s.unpause_due(99, &mut ended);
-        assert!(ended.is_empty());
-        s.unpause_due(100, &mut ended);
-        assert_eq!(ended, [3]);
-        assert_eq!(s.next_unpause(), None);
-    }
 
     #[test]
     fn a_kinds_discriminant_is_its_position_in_all() {

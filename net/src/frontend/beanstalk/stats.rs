@@ -79,10 +79,11 @@ impl Server {
         let now = self.now();
         let bs = self.beanstalk.tube(t);
         let waiting = self.parked_count(t);
+        let pause = self.pauses().of(t);
         self.reply_with_queue(idx, |out, q| {
             let s = q.tube_stats(t).unwrap_or_default();
-            let (pause, left) = match bs.pause {
-                Some((until, secs)) if until > now => (secs as u64, until - now),
+            let (pause, left) = match pause {
+                Some(p) if p.until > now => (u64::from(p.seconds), p.until - now),
                 _ => (0, 0),
             };
             let stats = StatsTube {

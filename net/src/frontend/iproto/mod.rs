@@ -16,13 +16,9 @@ use tarq_iproto::request::{self, RequestKind};
 use tarq_iproto::{auth, response, SYSTEM_SPACES};
 
 use super::ReplyTo;
-use crate::server::dispatch::{Command, On, Outcome, Refusal};
+use crate::core::{Command, On, Outcome, Refusal};
 use crate::server::Server;
 use calls::{Call, CallError};
-
-/// Error code sent when the server itself refuses (Tarantool's ER_UNKNOWN): every client
-/// raises an error carrying the message.
-const ER_UNKNOWN: u32 = 0;
 
 /// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
 /// wrapped as tuples), which API's shapes to use, and, for the tube API, the number the
@@ -194,6 +190,11 @@ impl Server {
             return;
         }
         match calls::parse(function, args) {
+            // The server's own figures, not the queue's alone.
+            Ok(Call::Stats) => {
+                let figures = Outcome::ServerStats(Box::new(self.snapshot()));
+                self.deliver(idx, ReplyTo::Iproto(reply), &figures);
+            }
             Ok(call) => self.dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
             Err(e) => call_error(self.reply_buf(idx), sync, &e),
         }
@@ -226,8 +227,8 @@ fn seed_command(call: Call<'_>) -> Command<'_> {
                 ..Default::default()
             },
         },
-        Call::Stats => Command::ServerStats,
         Call::Snapshot => Command::Snapshot,
+        Call::Stats => unreachable!("answered by `call`: the server's figures"),
     }
 }
 
@@ -318,7 +319,6 @@ pub(super) fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
             let msg = CallError::NoSuchProc(calls::SNAPSHOT.to_string()).to_string();
             return response::error(out, sync, ER_NO_SUCH_PROC, &msg);
         }
-        Refusal::NotDurable => ER_UNKNOWN,
         Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => ER_READONLY,
         _ => ER_PROC_LUA,
     };

@@ -14,8 +14,8 @@ use tarq_iproto::response;
 use super::tostring::NumberText;
 use super::tubes::{self, Method, Name, TubeCall};
 use super::{one_value, Reply, Style};
+use crate::core::{Command, On};
 use crate::frontend::ReplyTo;
-use crate::server::dispatch::{Command, On};
 use crate::server::tube_sessions::OnClose;
 use crate::server::Server;
 
@@ -232,8 +232,7 @@ impl Server {
         };
         // Refused as a whole (a full disk, say) with the reason, rather than item by item.
         let first = commands.first().unwrap_or(&take);
-        let bytes = commands.iter().map(|c| self.record_bound(c)).sum();
-        if let Some(refusal) = self.batch_refusal(first, bytes) {
+        if let Some(refusal) = self.batch_refusal(first, &commands) {
             super::error(self.reply_buf(idx), r.sync, &refusal);
             return Ok(());
         }

@@ -6,7 +6,7 @@
 //! bury with a priority) or many tasks (kick, release_all), from the queue, in O(1) or one
 //! lookup. Record sizes are `tarq_wal::room`'s; what a change logs beside its own records (the
 //! take a parked consumer makes of a task it freed) is in its slack. A debug build checks, after
-//! every change `dispatch` runs, that it logged no more than this (so every test that runs a
+//! every change `execute` runs, that it logged no more than this (so every test that runs a
 //! server checks the bounds of the commands it sends).
 
 use tarq_engine::TaskId;
@@ -15,14 +15,13 @@ use tarq_wal::room::{
     TUBE_RECORD_BYTES,
 };
 
-use super::dispatch::Command;
-use super::Server;
+use super::{Command, Core};
 
 /// A task a change frees may be taken by a parked consumer in the same turn: its status
 /// record, and the freed task's own.
 const PER_FREED_TASK_BYTES: u64 = 2 * SMALL_RECORD_BYTES;
 
-impl Server {
+impl<R> Core<R> {
     /// The most bytes of records `cmd` can add to the turn's batch. Computed whatever the
     /// journal (one that keeps no records ignores it): asking it first costs the hot path a
     /// call more than the bound of a put does. The put and the ack are answered here, inline;

@@ -3,8 +3,9 @@
 //! (no scan of all waiters), and one min-heap of deadlines answers "who timed out" and "when
 //! must the loop wake". Both are lazy: an entry whose take was served, timed out or whose
 //! connection closed is skipped when it reaches the front, and both are compacted when stale
-//! entries outnumber live ones. A parked take keeps its front-end's [`ReplyTo`], so it is
-//! answered in the protocol of the connection that parked it.
+//! entries outnumber live ones. A parked take keeps its front-end's reply token `R`, so it is
+//! answered in the protocol of the connection that parked it; each connection's takes are
+//! listed, so a close drops them without a search.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -12,7 +13,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use slab::Slab;
 use tarq_engine::{Micros, TubeIx};
 
-use crate::frontend::ReplyTo;
+use super::Caller;
 
 /// Parked takes one connection may hold: Tarantool runs each request in a fiber and caps them
 /// at `net_msg_max` = 768 per connection, so no real client parks more.
@@ -23,22 +24,26 @@ const COMPACT_SLACK: usize = 1024;
 
 /// A waiting take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ParkedTake {
-    /// The connection's slot and generation, to find it (or learn it is gone).
-    pub conn: usize,
-    pub gen: u32,
+pub struct ParkedTake<R> {
+    /// Who waits (its connection may be gone by the time it is served).
+    pub caller: Caller,
     pub tube: TubeIx,
     /// How its front-end answers it.
-    pub reply: ReplyTo,
+    pub reply: R,
+    /// The takes parked by one request share it (a beanstalk reserve parks on every tube it
+    /// watches): the first served ends the others.
+    pub group: u64,
     /// `Micros::MAX`: no deadline.
     pub deadline: Micros,
     /// Unique per park, so a reused slab key is never mistaken for the old entry.
     seq: u64,
 }
 
-#[derive(Debug, Default)]
-pub struct Parked {
-    takes: Slab<ParkedTake>,
+#[derive(Debug)]
+pub struct Parked<R> {
+    takes: Slab<ParkedTake<R>>,
+    /// By connection slot: the keys of its parked takes (at most [`MAX_PARKED_PER_CONN`]).
+    by_conn: Vec<Vec<usize>>,
     /// By tube index: that tube's waiters in arrival order, with their live count.
     fifos: Vec<(VecDeque<(usize, u64)>, usize)>,
     /// Tubes with live waiters, in no order.
@@ -47,7 +52,20 @@ pub struct Parked {
     next_seq: u64,
 }
 
-impl Parked {
+impl<R> Default for Parked<R> {
+    fn default() -> Self {
+        Parked {
+            takes: Slab::new(),
+            by_conn: Vec::new(),
+            fifos: Vec::new(),
+            busy: Vec::new(),
+            deadlines: BinaryHeap::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<R> Parked<R> {
     pub fn len(&self) -> usize {
         self.takes.len()
     }
@@ -56,25 +74,36 @@ impl Parked {
         self.takes.is_empty()
     }
 
-    /// Parks a take on `tube`; returns its key (the connection keeps it to drop it on close).
+    /// A new group for the takes one request parks.
+    pub fn new_group(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    /// Parks a take of `caller` on `tube`, in `group`; returns its key.
     pub fn park(
         &mut self,
-        conn: usize,
-        gen: u32,
+        caller: Caller,
         tube: TubeIx,
-        reply: ReplyTo,
+        reply: R,
         deadline: Micros,
+        group: u64,
     ) -> usize {
         self.next_seq += 1;
         let seq = self.next_seq;
         let key = self.takes.insert(ParkedTake {
-            conn,
-            gen,
+            caller,
             tube,
+            group,
             reply,
             deadline,
             seq,
         });
+        let c = caller.conn;
+        if self.by_conn.len() <= c {
+            self.by_conn.resize_with(c + 1, Vec::new);
+        }
+        self.by_conn[c].push(key);
         let t = tube as usize;
         if self.fifos.len() <= t {
             self.fifos.resize_with(t + 1, Default::default);
@@ -96,8 +125,12 @@ impl Parked {
     }
 
     /// Takes a live entry out, keeping its tube's live count.
-    fn take_out(&mut self, key: usize) -> ParkedTake {
+    fn take_out(&mut self, key: usize) -> ParkedTake<R> {
         let t = self.takes.remove(key);
+        let keys = &mut self.by_conn[t.caller.conn];
+        if let Some(pos) = keys.iter().position(|&k| k == key) {
+            keys.swap_remove(pos);
+        }
         let live = &mut self.fifos[t.tube as usize].1;
         *live -= 1;
         if *live == 0 {
@@ -107,11 +140,37 @@ impl Parked {
         t
     }
 
-    /// Removes a parked take (its connection closed). Its queue entries go stale.
-    pub fn remove(&mut self, key: usize) -> Option<ParkedTake> {
+    /// Removes a parked take. Its queue entries go stale.
+    pub fn remove(&mut self, key: usize) -> Option<ParkedTake<R>> {
         let t = self.takes.contains(key).then(|| self.take_out(key));
         self.maybe_compact();
         t
+    }
+
+    /// Removes every take connection `conn` parked (it closed, or its wait ended).
+    pub fn remove_conn(&mut self, conn: usize) {
+        while let Some(&key) = self.by_conn.get(conn).and_then(|keys| keys.last()) {
+            self.remove(key);
+        }
+    }
+
+    /// Removes the takes of connection `conn` in `group` (one of them was answered).
+    pub fn remove_group(&mut self, conn: usize, group: u64) {
+        let Some(keys) = self.by_conn.get(conn) else {
+            return;
+        };
+        let takes = &self.takes;
+        let same: Vec<usize> = (keys.iter().copied())
+            .filter(|&k| takes.get(k).is_some_and(|t| t.group == group))
+            .collect();
+        for key in same {
+            self.remove(key);
+        }
+    }
+
+    /// How many takes connection `conn` has parked.
+    pub fn count_of(&self, conn: usize) -> usize {
+        self.by_conn.get(conn).map_or(0, Vec::len)
     }
 
     /// How many takes wait on `tube`.
@@ -130,7 +189,7 @@ impl Parked {
     }
 
     /// The oldest waiter of `tube`, removed from the queue.
-    pub fn pop_oldest(&mut self, tube: TubeIx) -> Option<(usize, ParkedTake)> {
+    pub fn pop_oldest(&mut self, tube: TubeIx) -> Option<(usize, ParkedTake<R>)> {
         while let Some((key, seq)) = self.fifos.get_mut(tube as usize)?.0.pop_front() {
             if self.live(key, seq) {
                 return Some((key, self.take_out(key)));
@@ -140,13 +199,13 @@ impl Parked {
     }
 
     /// Any waiter, removed from the queue (a stop answers them all).
-    pub fn pop_any(&mut self) -> Option<(usize, ParkedTake)> {
+    pub fn pop_any(&mut self) -> Option<(usize, ParkedTake<R>)> {
         let tube = *self.busy.first()?;
         self.pop_oldest(tube)
     }
 
     /// A waiter whose deadline is `<= now`, removed from the queue.
-    pub fn pop_expired(&mut self, now: Micros) -> Option<(usize, ParkedTake)> {
+    pub fn pop_expired(&mut self, now: Micros) -> Option<(usize, ParkedTake<R>)> {
         while let Some(&Reverse((deadline, seq, key))) = self.deadlines.peek() {
             if deadline > now {
                 if self.live(key, seq) {
@@ -193,29 +252,27 @@ impl Parked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontend::iproto::{Reply, Style};
 
-    fn reply(sync: u64) -> ReplyTo {
-        ReplyTo::Iproto(Reply {
-            sync,
-            call16: false,
-            style: Style::Seed,
-            first: 0,
-        })
+    fn reply(sync: u64) -> u64 {
+        sync
+    }
+
+    fn caller(conn: usize, gen: u32) -> Caller {
+        Caller { conn, gen, sid: 1 }
     }
 
     #[test]
     fn oldest_first_and_expiry_by_deadline() {
-        let mut p = Parked::default();
-        let a = p.park(1, 1, 0, reply(100), 50);
-        let _b = p.park(2, 1, 0, reply(200), 30);
-        let c = p.park(3, 1, 0, reply(300), 40);
+        let mut p = Parked::<u64>::default();
+        let a = p.park(caller(1, 1), 0, reply(100), 50, 0);
+        let _b = p.park(caller(2, 1), 0, reply(200), 30, 0);
+        let c = p.park(caller(3, 1), 0, reply(300), 40, 0);
         assert_eq!(p.next_deadline(), Some(30));
         assert_eq!(p.pop_expired(29), None);
         let (_, t) = p.pop_expired(35).unwrap();
         assert_eq!(t.reply, reply(200));
         assert_eq!(p.pop_expired(35), None);
-        assert_eq!(p.remove(c).map(|t| t.conn), Some(3));
+        assert_eq!(p.remove(c).map(|t| t.caller.conn), Some(3));
         assert_eq!(p.next_deadline(), Some(50));
         let (k, t) = p.pop_oldest(0).unwrap();
         assert_eq!((k, t.reply), (a, reply(100)));
@@ -227,10 +284,10 @@ mod tests {
 
     #[test]
     fn reused_keys_are_not_confused_with_stale_entries() {
-        let mut p = Parked::default();
-        let a = p.park(1, 1, 0, reply(1), 100);
+        let mut p = Parked::<u64>::default();
+        let a = p.park(caller(1, 1), 0, reply(1), 100, 0);
         p.remove(a);
-        let b = p.park(1, 2, 0, reply(2), 200);
+        let b = p.park(caller(1, 2), 0, reply(2), 200, 0);
         assert_eq!(a, b, "the slab reuses the key");
         assert_eq!(
             p.pop_expired(150),
@@ -242,13 +299,13 @@ mod tests {
 
     #[test]
     fn each_tube_has_its_own_waiters() {
-        let mut p = Parked::default();
-        p.park(1, 1, 3, reply(1), Micros::MAX);
-        p.park(2, 1, 0, reply(2), Micros::MAX);
-        p.park(3, 1, 3, reply(3), 10);
+        let mut p = Parked::<u64>::default();
+        p.park(caller(1, 1), 3, reply(1), Micros::MAX, 0);
+        p.park(caller(2, 1), 0, reply(2), Micros::MAX, 0);
+        p.park(caller(3, 1), 3, reply(3), 10, 0);
         assert!(p.waiting_in(3) && p.waiting_in(0) && !p.waiting_in(1));
         assert_eq!(p.pop_oldest(3).map(|(_, t)| t.reply), Some(reply(1)));
-        assert_eq!(p.pop_expired(10).map(|(_, t)| t.conn), Some(3));
+        assert_eq!(p.pop_expired(10).map(|(_, t)| t.caller.conn), Some(3));
         assert!(!p.waiting_in(3), "the last waiter of tube 3 timed out");
         assert_eq!(p.waiting_tube(0), Some(0));
         assert_eq!(p.waiting_tube(1), None);
@@ -256,10 +313,30 @@ mod tests {
     }
 
     #[test]
+    fn a_group_goes_when_one_of_it_is_answered_and_a_close_drops_all() {
+        let mut p = Parked::<u64>::default();
+        let g = p.new_group();
+        p.park(caller(1, 1), 0, reply(1), Micros::MAX, g);
+        p.park(caller(1, 1), 2, reply(1), Micros::MAX, g);
+        let other = p.new_group();
+        p.park(caller(1, 1), 0, reply(2), Micros::MAX, other);
+        p.park(caller(4, 1), 2, reply(3), 10, 99);
+        assert_eq!(p.count_of(1), 3);
+        let (_, t) = p.pop_oldest(0).unwrap();
+        p.remove_group(t.caller.conn, t.group);
+        assert_eq!(p.count_of(1), 1, "the other take of the group went");
+        assert!(p.waiting_in(2), "connection 4's take on tube 2 stays");
+        p.remove_conn(1);
+        assert_eq!(p.count_of(1), 0);
+        assert!(!p.waiting_in(0));
+        assert_eq!(p.len(), 1);
+    }
+
+    #[test]
     fn stale_entries_are_compacted() {
-        let mut p = Parked::default();
+        let mut p = Parked::<u64>::default();
         for i in 0..10_000 {
-            let k = p.park(1, 1, 0, reply(i), 1_000_000 + i);
+            let k = p.park(caller(1, 1), 0, reply(i), 1_000_000 + i, 0);
             p.remove(k);
         }
         assert!(p.fifos[0].0.len() <= COMPACT_SLACK + 1);

@@ -1,6 +1,6 @@
 //! Puts waiting for room: a put into a full `limfifottl` tube with a timeout waits, like a parked
 //! take, until a task leaves the tube (ack, delete, bury-free expiry, truncate) or its deadline
-//! passes; then it is answered through its front-end's [`ReplyTo`] — the task, or "full". The
+//! passes; then it is answered through its front-end's reply token — the task, or "full". The
 //! original polls every 10 ms; here the put is retried when the tube changes, in arrival order.
 //! The put's payload and keys are copied out of the request (the frame is gone by then).
 
@@ -8,9 +8,7 @@ use std::collections::VecDeque;
 
 use tarq_engine::{Micros, PutOutcome, QueueError, TubeIx, TubePut};
 
-use super::dispatch::{Outcome, Refusal};
-use super::Server;
-use crate::frontend::ReplyTo;
+use super::{Caller, Command, Core, Host, Outcome, Refusal};
 
 /// Puts that may wait at once, server-wide: each holds its payload, so the bound caps the
 /// memory held for producers that outrun their consumers (at the 16 MiB frame cap, the worst
@@ -20,11 +18,10 @@ pub const MAX_WAITING_PUTS: usize = 4096;
 
 /// A put into a full tube, waiting for room.
 #[derive(Debug)]
-pub struct WaitingPut {
-    pub(super) conn: usize,
-    pub(super) gen: u32,
+pub struct WaitingPut<R> {
+    pub caller: Caller,
     tube: TubeIx,
-    pub(super) reply: ReplyTo,
+    pub reply: R,
     deadline: Micros,
     data: Box<[u8]>,
     utube: Box<[u8]>,
@@ -35,7 +32,7 @@ pub struct WaitingPut {
     pri: Option<i64>,
 }
 
-impl WaitingPut {
+impl<R> WaitingPut<R> {
     fn opts(&self) -> TubePut<'_> {
         TubePut {
             delay: self.delay,
@@ -49,26 +46,59 @@ impl WaitingPut {
 }
 
 /// Every waiting put, in arrival order (few, and served per tube).
-pub type WaitingPuts = VecDeque<WaitingPut>;
+#[derive(Debug)]
+pub struct WaitingPuts<R>(VecDeque<WaitingPut<R>>);
 
-impl Server {
+impl<R> Default for WaitingPuts<R> {
+    fn default() -> Self {
+        WaitingPuts(VecDeque::new())
+    }
+}
+
+impl<R> WaitingPuts<R> {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn waiting_in(&self, tube: TubeIx) -> bool {
+        self.0.iter().any(|p| p.tube == tube)
+    }
+
+    /// The `i`-th waiting put's tube (for serving every tube after deadlines fired).
+    pub fn tube_at(&self, i: usize) -> Option<TubeIx> {
+        self.0.get(i).map(|p| p.tube)
+    }
+
+    /// The earliest deadline of a waiting put.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        self.0.iter().map(|p| p.deadline).min()
+    }
+
+    pub fn pop_front(&mut self) -> Option<WaitingPut<R>> {
+        self.0.pop_front()
+    }
+}
+
+impl<R: Copy> Core<R> {
     /// Queues a put into the full `tube` for up to `wait`.
     pub(super) fn park_put(
         &mut self,
-        idx: usize,
-        reply: ReplyTo,
-        tube: TubeIx,
-        data: &[u8],
-        opts: TubePut<'_>,
-        wait: Micros,
+        caller: Caller,
+        reply: R,
+        put: (TubeIx, &[u8], TubePut<'_>, Micros),
+        host: &mut impl Host<R>,
     ) {
+        let (tube, data, opts, wait) = put;
         if self.waiting_puts.len() >= MAX_WAITING_PUTS {
-            self.deliver(idx, reply, &Outcome::Full);
+            host.deliver(caller, reply, &Outcome::Full);
             return;
         }
-        self.waiting_puts.push_back(WaitingPut {
-            conn: idx,
-            gen: self.conns[idx].gen,
+        self.waiting_puts.0.push_back(WaitingPut {
+            caller,
             tube,
             reply,
             deadline: self.now.saturating_add(wait),
@@ -82,31 +112,22 @@ impl Server {
         });
     }
 
-    pub(super) fn waiting_puts_in(&self, tube: TubeIx) -> bool {
-        self.waiting_puts.iter().any(|p| p.tube == tube)
-    }
-
-    /// The `i`-th waiting put's tube (for serving every tube after deadlines fired).
-    pub(super) fn waiting_put_tube(&self, i: usize) -> Option<TubeIx> {
-        self.waiting_puts.get(i).map(|p| p.tube)
-    }
-
     /// Retries the waiting puts of `tube`, oldest first, while they find room.
-    pub(super) fn serve_waiting_puts(&mut self, tube: TubeIx) {
+    pub(super) fn serve_waiting_puts(&mut self, tube: TubeIx, host: &mut impl Host<R>) {
         let mut i = 0;
         while i < self.waiting_puts.len() {
-            if self.waiting_puts[i].tube != tube {
+            let p = &self.waiting_puts.0[i];
+            if p.tube != tube {
                 i += 1;
                 continue;
             }
-            let p = &self.waiting_puts[i];
-            if self.conns.get(p.conn).is_none_or(|c| c.gen != p.gen) {
-                self.waiting_puts.remove(i);
+            if !host.is_live(p.caller) {
+                self.waiting_puts.0.remove(i);
                 continue;
             }
             // The put may run now: the disk must have room for it, as for any change; on a
             // full disk it is answered with the refusal instead of waiting on.
-            let cmd = super::dispatch::Command::PutIn {
+            let cmd = Command::PutIn {
                 tube,
                 data: &p.data,
                 opts: p.opts(),
@@ -114,18 +135,16 @@ impl Server {
             };
             let bytes = self.record_bound(&cmd);
             if let Err(message) = self.journal.admit_change(bytes) {
-                let p = self.waiting_puts.remove(i).expect("the waiting put");
-                self.conns[p.conn].out.changed = true;
-                super::dispatch::deliver_to(
-                    &mut self.conns,
-                    &mut self.flush_list,
-                    p.conn,
+                let p = self.waiting_puts.0.remove(i).expect("the waiting put");
+                host.changed(p.caller);
+                host.deliver(
+                    p.caller,
                     p.reply,
                     &Outcome::Error(Refusal::Journal(message)),
                 );
                 continue;
             }
-            let p = &self.waiting_puts[i];
+            let p = &self.waiting_puts.0[i];
             let res = self.queue.put_in(self.now, tube, &*p.data, p.opts());
             let outcome = match res {
                 Err(QueueError::TubeFull { .. }) => return,
@@ -136,54 +155,37 @@ impl Server {
                 },
                 Err(e) => Outcome::Error(Refusal::Queue(e)),
             };
-            let (conn, reply) = (p.conn, p.reply);
-            self.conns[conn].out.changed = true;
-            super::dispatch::deliver_to(
-                &mut self.conns,
-                &mut self.flush_list,
-                conn,
-                reply,
-                &outcome,
-            );
-            self.waiting_puts.remove(i);
+            host.changed(p.caller);
+            host.deliver(p.caller, p.reply, &outcome);
+            self.waiting_puts.0.remove(i);
         }
     }
 
     /// Answers "full" to the waiting puts whose deadline passed.
-    pub(super) fn expire_waiting_puts(&mut self) {
+    pub fn expire_waiting_puts(&mut self, host: &mut impl Host<R>) {
         let now = self.now;
-        let mut i = 0;
-        while i < self.waiting_puts.len() {
-            let p = &self.waiting_puts[i];
-            if p.deadline <= now {
-                let (conn, gen, reply) = (p.conn, p.gen, p.reply);
-                self.waiting_puts.remove(i);
-                if self
-                    .conns
-                    .get(conn)
-                    .is_some_and(|c| c.gen == gen && c.closing.is_none())
-                {
-                    self.deliver(conn, reply, &Outcome::Full);
-                }
-            } else {
-                i += 1;
+        self.waiting_puts.0.retain(|p| {
+            if p.deadline > now {
+                return true;
             }
-        }
-    }
-
-    /// The earliest deadline of a waiting put.
-    pub(super) fn next_waiting_put_deadline(&self) -> Option<Micros> {
-        self.waiting_puts.iter().map(|p| p.deadline).min()
+            if host.is_live(p.caller) {
+                host.deliver(p.caller, p.reply, &Outcome::Full);
+            }
+            false
+        });
     }
 
     /// The tube was dropped: its waiting puts get the error a put into it would.
-    pub(super) fn refuse_waiting_puts(&mut self, tube: TubeIx) {
-        while let Some(pos) = self.waiting_puts.iter().position(|p| p.tube == tube) {
-            let p = self.waiting_puts.remove(pos).expect("found above");
-            if self.conns.get(p.conn).is_some_and(|c| c.gen == p.gen) {
-                let e = Refusal::Queue(QueueError::TubeNotFound(tube));
-                self.deliver(p.conn, p.reply, &Outcome::Error(e));
+    pub(super) fn refuse_waiting_puts(&mut self, tube: TubeIx, host: &mut impl Host<R>) {
+        self.waiting_puts.0.retain(|p| {
+            if p.tube != tube {
+                return true;
             }
-        }
+            if host.is_live(p.caller) {
+                let e = Refusal::Queue(QueueError::TubeNotFound(tube));
+                host.deliver(p.caller, p.reply, &Outcome::Error(e));
+            }
+            false
+        });
     }
 }

@@ -1,0 +1,226 @@
+//! What a front-end asks of the core and what it gets back, in no wire format: a [`Command`]
+//! (payloads and keys borrow the request frame), an [`Outcome`] (tasks borrow the queue) or a
+//! [`Refusal`] (why the change was not made). Front-ends word and code these for their
+//! clients; the core never sees a wire text.
+
+use tarq_engine::{
+    Micros, PutOptions, QueueError, ReleaseOptions, Stats, Task, TaskId, TaskRef, TubeInfo, TubeIx,
+    TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
+};
+use tarq_ops::stats::Snapshot;
+
+use super::parked::MAX_PARKED_PER_CONN;
+use super::pauses::Pause;
+
+/// Which API a command speaks, when the two differ in wording: the seed calls (`queue.put`,
+/// ... on the tube `default`, with the seed's error texts) or the tube API on any tube.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum On {
+    Seed,
+    Tube(TubeIx),
+}
+
+impl On {
+    pub fn tube(self) -> TubeIx {
+        match self {
+            On::Seed => DEFAULT_TUBE,
+            On::Tube(t) => t,
+        }
+    }
+}
+
+/// A front-end-neutral request. Payloads and keys borrow the request frame.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Command<'a> {
+    /// The seed's put into `default`.
+    Put {
+        data: &'a [u8],
+        opts: PutOptions,
+    },
+    /// A put into a tube; `wait` is how long a put into a full tube waits for room (0: none).
+    PutIn {
+        tube: TubeIx,
+        data: &'a [u8],
+        opts: TubePut<'a>,
+        wait: Micros,
+    },
+    /// `timeout` 0 answers at once; `None` waits without end.
+    Take {
+        on: On,
+        timeout: Option<Micros>,
+    },
+    Ack {
+        on: On,
+        id: TaskId,
+    },
+    Release {
+        on: On,
+        id: TaskId,
+        opts: ReleaseOptions,
+    },
+    /// `delta` `None`: no TTL or TTR from now on.
+    Touch {
+        tube: TubeIx,
+        id: TaskId,
+        delta: Option<Micros>,
+    },
+    Peek {
+        tube: TubeIx,
+        id: TaskId,
+    },
+    Bury {
+        tube: TubeIx,
+        id: TaskId,
+    },
+    Kick {
+        tube: TubeIx,
+        count: u64,
+    },
+    Delete {
+        tube: TubeIx,
+        id: TaskId,
+    },
+    ReleaseAll {
+        tube: TubeIx,
+    },
+    Truncate {
+        tube: TubeIx,
+    },
+    DropTube {
+        tube: TubeIx,
+    },
+    CreateTube {
+        name: &'a str,
+        kind: TubeType,
+        opts: TubeOptions,
+        if_not_exists: bool,
+    },
+    /// A take from whichever of `tubes` has the lowest (pri, id) task ready (beanstalk's
+    /// reserve over its watched tubes). Parked on all of them while none has one; the parked
+    /// entries wake at `wake` (at most the timeout's deadline) for the front-end to decide.
+    TakeAny {
+        tubes: &'a [TubeIx],
+        timeout: Option<Micros>,
+        wake: Micros,
+    },
+    /// Take this task (beanstalk's reserve-job): Ready, Waiting or Buried, in any tube.
+    TakeTask {
+        id: TaskId,
+    },
+    /// Bury a task this session holds, with a new pri (beanstalk's bury).
+    BuryTaken {
+        id: TaskId,
+        pri: i64,
+    },
+    /// Restart the TTR of a task this session holds (beanstalk's touch).
+    TouchTtr {
+        id: TaskId,
+    },
+    /// Kick up to `count` buried tasks of `tube`, or if it has none, delayed ones (beanstalk's
+    /// kick).
+    KickAny {
+        tube: TubeIx,
+        count: u64,
+    },
+    /// Make one buried or delayed task ready (beanstalk's kick-job).
+    KickTask {
+        id: TaskId,
+    },
+    /// One tube's counters.
+    TubeStats {
+        tube: TubeIx,
+    },
+    /// Pause `tube`'s takes (beanstalk's pause-tube): no take of any protocol gets its tasks
+    /// until the pause ends.
+    Pause {
+        tube: TubeIx,
+        pause: Pause,
+    },
+    Snapshot,
+}
+
+impl Command<'_> {
+    /// Whether the command changes the queue (refused while the journal cannot take changes).
+    pub(crate) fn changes(&self) -> bool {
+        !matches!(
+            self,
+            Command::Peek { .. }
+                | Command::TubeStats { .. }
+                | Command::Pause { .. }
+                | Command::Snapshot
+                | Command::Take { .. }
+                | Command::TakeAny { .. }
+                | Command::TouchTtr { .. }
+        )
+    }
+
+    /// Whether the command only reads (all a replica serves). A snapshot is the replica's
+    /// own, and a pause is this node's: neither changes a task.
+    pub(crate) fn reads_only(&self) -> bool {
+        matches!(
+            self,
+            Command::Peek { .. }
+                | Command::TubeStats { .. }
+                | Command::Pause { .. }
+                | Command::Snapshot
+        )
+    }
+}
+
+/// What a command did, for the front-end to encode. Borrowed tasks live in the engine.
+#[derive(Debug)]
+pub enum Outcome<'q> {
+    /// A task as it is now (put, take, release, peek, bury, touch).
+    Task(TaskRef<'q>),
+    /// A task that left the queue (ack, delete), as it was.
+    Done(Task),
+    /// A dedup put whose earlier task is already gone: its id, and its number as the tube API
+    /// shows it (`Queue::task_number`).
+    DoneId {
+        id: TaskId,
+        number: u64,
+    },
+    /// No task: a take that timed out, a touch with nothing to add.
+    Nothing,
+    /// A put into a full tube that waited (or could not wait) and found no room.
+    Full,
+    /// How many (kick).
+    Count(u64),
+    /// Done, nothing to show (truncate, release_all).
+    Ok,
+    /// drop.
+    Dropped,
+    /// A tube created or found (`if_not_exists`).
+    Tube(TubeInfo<'q>),
+    TubeStats(Stats),
+    ServerStats(Box<Snapshot>),
+    /// The snapshot call's report.
+    Text(String),
+    Error(Refusal),
+}
+
+/// Why a command was refused, for the front-end to word and code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The journal cannot make changes durable now (a full or failing disk).
+    #[error("{0}")]
+    Journal(String),
+    #[error("Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}")]
+    TooManyParked,
+    /// drop of a tube with a take parked on it (the original's wording).
+    #[error("There are consumers connected the tube")]
+    Consumers,
+    /// The journal has no snapshots.
+    #[error("no snapshots without a WAL")]
+    NoSnapshots,
+    /// A change sent to a replica: it names the primary, so a client can go there. The form
+    /// `read-only replica: the primary is ADDR` is stable: clients parse it to redirect.
+    #[error("read-only replica: the primary is {0}")]
+    ReadOnly(String),
+    /// A change sent to a cluster node while no primary is known to it (an election, etcd
+    /// unreachable, a leadership that ran out): why.
+    #[error("read-only replica: no primary now: {0}")]
+    NoPrimary(String),
+}

@@ -1,0 +1,242 @@
+//! The core: the queue, the journal, parked takes, waiting puts and pauses, behind one entry
+//! point, [`Core::execute`]. A front-end decodes a request into a [`Command`] and hands it to
+//! `execute` with its own reply token `R` (how to answer: an IPROTO sync, a beanstalk reply
+//! kind); the core runs it and hands every [`Outcome`] to its [`Host`] to encode and queue —
+//! now, or later for a take that parked or a put that waited for room. The core knows no
+//! socket, no wire format and no front-end: the host (the event loop) owns the connections and
+//! answers the few questions the core asks of it (is this connection still there, may this
+//! node change anything, is a tube in use by a protocol's connections).
+//!
+//! A put's path: the loop reads a frame → the front-end decodes `Command::PutIn` → `execute`
+//! checks the node's role and the disk's room, puts, logs the engine's events to the journal
+//! → the host encodes the task into the connection's buffer → the loop commits the turn and
+//! writes the reply once durable. Nothing goes back the way it came.
+
+mod command;
+mod disk_room;
+mod execute;
+pub mod journal;
+pub mod parked;
+mod pauses;
+pub mod waiting_puts;
+
+use tarq_engine::{Bytes, Event, Micros, Queue, SessionId, Stats, TubeIx};
+
+pub use command::{Command, On, Outcome, Refusal};
+pub use execute::Unneeded;
+use journal::{Journal, Ticket};
+use parked::Parked;
+pub use pauses::{Pause, Pauses};
+use waiting_puts::WaitingPuts;
+
+/// Who asked: a connection's slot and generation (a reused slot is another caller) and its
+/// session (whose tasks it holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub conn: usize,
+    pub gen: u32,
+    pub sid: SessionId,
+}
+
+/// What the core needs from the loop that runs it.
+pub trait Host<R> {
+    /// Encodes `outcome` for `to` as `reply` says, queued for this turn's flush. `to` is live
+    /// (the core asks [`is_live`](Self::is_live) before answering a caller that waited).
+    fn deliver(&mut self, to: Caller, reply: R, outcome: &Outcome<'_>);
+
+    /// `to`'s replies of this turn answer a change (with synchronous replicas they wait for
+    /// the replicas' acknowledgements).
+    fn changed(&mut self, to: Caller);
+
+    /// Whether `to`'s connection is still the one that asked, and open.
+    fn is_live(&self, to: Caller) -> bool;
+
+    /// Why this node may change nothing now (a replica, a cluster node that does not lead).
+    fn role_refusal(&self) -> Option<Refusal>;
+
+    /// Whether a protocol's connections hold `tube` (beanstalk's `use` and `watch`): it may
+    /// not be dropped under them.
+    fn tube_in_use(&self, tube: TubeIx) -> bool;
+
+    /// `tube` was dropped; `last` are its final counters.
+    fn tube_dropped(&mut self, tube: TubeIx, last: &Stats);
+
+    /// A take that had parked was answered (served, or ended by its connection's front-end).
+    fn parked_answered(&mut self, to: Caller, reply: R);
+}
+
+/// The queue and everything that acts on it for the front-ends. `R` is the front-ends' reply
+/// token, kept by a take that parks and a put that waits.
+pub struct Core<R> {
+    queue: Queue,
+    journal: Box<dyn Journal>,
+    parked: Parked<R>,
+    waiting_puts: WaitingPuts<R>,
+    pauses: Pauses,
+    /// The turn's clock reading (wall clock, µs): the `now` of every engine call in the turn.
+    now: Micros,
+    /// Engine events on their way to the journal (reused).
+    events: Vec<Event>,
+    /// The request being executed when it arrived as one big frame whose read buffer was
+    /// handed over: a big put's payload is kept in it, not copied.
+    big_frame: Option<Bytes>,
+    /// Takes that parked since start.
+    takes_parked: u64,
+}
+
+impl<R: Copy> Core<R> {
+    pub fn new(mut queue: Queue, journal: Box<dyn Journal>, now: Micros) -> Core<R> {
+        queue.set_journal(journal.wants_events());
+        Core {
+            queue,
+            journal,
+            parked: Parked::default(),
+            waiting_puts: WaitingPuts::default(),
+            pauses: Pauses::default(),
+            now,
+            events: Vec::new(),
+            big_frame: None,
+            takes_parked: 0,
+        }
+    }
+
+    /// Starts a turn at `now`: the journal takes in a finished sync or snapshot.
+    pub fn begin_turn(&mut self, now: Micros) {
+        self.now = now;
+        self.journal.turn_start(&mut self.queue, now);
+    }
+
+    /// The turn's clock reading.
+    pub fn now(&self) -> Micros {
+        self.now
+    }
+
+    /// Sets the turn's clock reading without starting a turn (tests step it).
+    pub fn set_now(&mut self, now: Micros) {
+        self.now = now;
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// The queue, to change outside a command: restoring, applying a primary's records.
+    pub fn queue_mut(&mut self) -> &mut Queue {
+        &mut self.queue
+    }
+
+    /// Replaces the queue (a replica took a new copy of its primary's, whose records it
+    /// applies as they come: its own journal flag stays as the copy came).
+    pub fn replace_queue(&mut self, queue: Queue) {
+        self.queue = queue;
+    }
+
+    pub fn journal(&self) -> &dyn Journal {
+        &*self.journal
+    }
+
+    pub fn journal_mut(&mut self) -> &mut dyn Journal {
+        &mut *self.journal
+    }
+
+    /// The queue and the journal together (a journal call that reads or changes the queue).
+    pub fn queue_and_journal(&mut self) -> (&mut Queue, &mut dyn Journal) {
+        (&mut self.queue, &mut *self.journal)
+    }
+
+    pub fn pauses(&self) -> &Pauses {
+        &self.pauses
+    }
+
+    /// Takes parked now, and since start.
+    pub fn parked_takes(&self) -> (usize, u64) {
+        (self.parked.len(), self.takes_parked)
+    }
+
+    /// Takes parked on `tube` now.
+    pub fn parked_in(&self, tube: TubeIx) -> usize {
+        self.parked.count_in(tube)
+    }
+
+    /// Takes connection `conn` has parked now.
+    pub fn parked_of(&self, conn: usize) -> usize {
+        self.parked.count_of(conn)
+    }
+
+    /// Whether a take or a put waits on `tube`.
+    pub fn has_waiters(&self, tube: TubeIx) -> bool {
+        self.parked.waiting_in(tube) || self.waiting_puts.waiting_in(tube)
+    }
+
+    /// The request being executed arrived as this one big frame (`None` after it): a big put
+    /// keeps its payload in the frame instead of a copy.
+    pub fn set_big_frame(&mut self, frame: Option<Bytes>) {
+        self.big_frame = frame;
+    }
+
+    /// Hands the engine's events of the last call to the journal.
+    pub fn drain_events(&mut self) {
+        if self.journal.wants_events() {
+            // Copied out first: `record` reads the queue the drain borrows. Reused, no allocation.
+            self.events.extend(self.queue.drain_events());
+            for ev in self.events.drain(..) {
+                self.journal.record(&self.queue, ev);
+            }
+        }
+    }
+
+    /// Fires up to `budget` due engine deadlines (promotions, expiries, TTR returns) and serves
+    /// the takes they free. Returns whether deadlines are still due (the loop turns again at
+    /// once).
+    pub fn advance(&mut self, budget: usize, host: &mut impl Host<R>) -> bool {
+        let adv = self.queue.advance(self.now, budget);
+        if adv.processed > 0 {
+            self.drain_events();
+            self.serve_all_parked(host);
+        }
+        adv.next_deadline.is_some_and(|d| d <= self.now)
+    }
+
+    /// The earliest moment the core must act by itself: an engine deadline (when `leads`: a
+    /// replica's deadlines fire on its primary), a parked take's or waiting put's deadline, a
+    /// pause's end, a journal timer.
+    pub fn next_deadline(&mut self, leads: bool) -> Option<Micros> {
+        [
+            self.queue.next_deadline().filter(|_| leads),
+            self.parked.next_deadline(),
+            self.waiting_puts.next_deadline(),
+            self.journal.next_wakeup(),
+            self.pauses.next_end(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// A parked take whose deadline passed, removed: its front-end answers it.
+    pub fn expired_take(&mut self) -> Option<(Caller, R)> {
+        let (_, p) = self.parked.pop_expired(self.now)?;
+        Some((p.caller, p.reply))
+    }
+
+    /// Any parked take, removed (a stop answers them all).
+    pub fn any_parked(&mut self) -> Option<(Caller, R)> {
+        let (_, p) = self.parked.pop_any()?;
+        Some((p.caller, p.reply))
+    }
+
+    /// Any waiting put, removed (a stop answers them all).
+    pub fn any_waiting_put(&mut self) -> Option<(Caller, R)> {
+        self.waiting_puts.pop_front().map(|p| (p.caller, p.reply))
+    }
+
+    /// Drops the takes connection `conn` has parked (it closed, or its front-end ended them).
+    pub fn unpark(&mut self, conn: usize) {
+        self.parked.remove_conn(conn);
+    }
+
+    /// Commits the turn to the journal; returns its ticket.
+    pub fn commit(&mut self) -> Ticket {
+        self.journal.commit(&mut self.queue, self.now)
+    }
+}

@@ -1,0 +1,189 @@
+//! The loop as the core's [`Host`]: outcomes are encoded by the asking connection's front-end
+//! into its reply buffer, queued for the turn's flush; the node's role (a replica, a cluster
+//! node that does not lead) refuses changes; beanstalk's connections hold the tubes they use.
+//! [`Server::dispatch`] is the one way a front-end's command reaches the core.
+
+use std::net::SocketAddr;
+
+use slab::Slab;
+use tarq_engine::{Stats, TubeIx};
+
+use super::cluster::ClusterNode;
+use super::conn::Conn;
+use super::{mark_flush, Server};
+use crate::core::{Caller, Command, Core, Host, Outcome, Refusal};
+use crate::frontend::beanstalk::BeanstalkState;
+use crate::frontend::{self, ReplyTo};
+
+/// Who may change the queue here, read when a change comes.
+pub(super) struct Role<'a> {
+    pub cluster: Option<&'a ClusterNode>,
+    /// `--replica-of`: the primary changes go to.
+    pub replica_of: Option<SocketAddr>,
+    /// A stream from a primary is set up (`--replica-of`).
+    pub follows: bool,
+}
+
+impl Role<'_> {
+    /// Whether this node takes changes now.
+    pub fn leads(&self) -> bool {
+        match self.cluster {
+            None => !self.follows,
+            Some(c) => c.leads().is_some(),
+        }
+    }
+
+    /// Why this node takes no changes now.
+    pub fn refusal(&self) -> Option<Refusal> {
+        if self.leads() {
+            return None;
+        }
+        Some(match (self.cluster, self.replica_of) {
+            (Some(c), _) => c.not_leading(),
+            (None, Some(primary)) => Refusal::ReadOnly(primary.to_string()),
+            (None, None) => Refusal::NoPrimary("this tarq is not the primary".into()),
+        })
+    }
+}
+
+/// The loop's side of a core call: the connections and what the front-ends keep.
+pub(super) struct Wire<'a> {
+    pub conns: &'a mut Slab<Conn>,
+    pub flush: &'a mut Vec<usize>,
+    /// Connections to read again next turn (a beanstalk reserve answered lets the commands
+    /// behind it run).
+    pub read_again: &'a mut Vec<usize>,
+    pub beanstalk: &'a mut BeanstalkState,
+    pub role: Role<'a>,
+}
+
+impl Host<ReplyTo> for Wire<'_> {
+    #[inline]
+    fn deliver(&mut self, to: Caller, reply: ReplyTo, outcome: &Outcome<'_>) {
+        deliver_to(self.conns, self.flush, to.conn, reply, outcome);
+    }
+
+    #[inline]
+    fn changed(&mut self, to: Caller) {
+        self.conns[to.conn].out.changed = true;
+    }
+
+    fn is_live(&self, to: Caller) -> bool {
+        self.conns.get(to.conn).is_some_and(|c| c.gen == to.gen)
+    }
+
+    #[inline]
+    fn role_refusal(&self) -> Option<Refusal> {
+        self.role.refusal()
+    }
+
+    fn tube_in_use(&self, tube: TubeIx) -> bool {
+        self.beanstalk.in_use(tube)
+    }
+
+    fn tube_dropped(&mut self, tube: TubeIx, last: &Stats) {
+        self.beanstalk.forget_tube(tube, last);
+    }
+
+    fn parked_answered(&mut self, to: Caller, reply: ReplyTo) {
+        if let ReplyTo::Beanstalk(_) = reply {
+            // Its reserve is over: the commands that waited behind it run next turn.
+            let c = &mut self.conns[to.conn];
+            if let Some(bs) = c.beanstalk.as_mut() {
+                bs.waiting = None;
+            }
+            if c.closing.is_none() {
+                self.read_again.push(to.conn);
+            }
+        }
+    }
+}
+
+/// Writes `outcome` for connection `idx` through its front-end, queued for the turn's flush.
+pub(super) fn deliver_to(
+    conns: &mut Slab<Conn>,
+    flush: &mut Vec<usize>,
+    idx: usize,
+    reply: ReplyTo,
+    outcome: &Outcome<'_>,
+) {
+    mark_flush(conns, flush, idx);
+    frontend::encode(&mut conns[idx].out.out, reply, outcome);
+}
+
+impl Server {
+    /// The core and the loop's side of a call into it, borrowed apart.
+    pub(super) fn split(&mut self) -> (&mut Core<ReplyTo>, Wire<'_>) {
+        let wire = Wire {
+            conns: &mut self.conns,
+            flush: &mut self.flush_list,
+            read_again: &mut self.read_again,
+            beanstalk: &mut self.beanstalk,
+            role: Role {
+                cluster: self.cluster.as_ref(),
+                replica_of: self.cfg.replica_of,
+                follows: self.upstream.is_some(),
+            },
+        };
+        (&mut self.core, wire)
+    }
+
+    /// The role of this node now.
+    pub(super) fn role(&self) -> Role<'_> {
+        Role {
+            cluster: self.cluster.as_ref(),
+            replica_of: self.cfg.replica_of,
+            follows: self.upstream.is_some(),
+        }
+    }
+
+    /// Connection `idx` as the core knows it.
+    pub(crate) fn caller(&self, idx: usize) -> Caller {
+        let c = &self.conns[idx];
+        Caller {
+            conn: idx,
+            gen: c.gen,
+            sid: c.sid,
+        }
+    }
+
+    /// Runs a front-end's command for connection `idx` in the core, answered through `reply`.
+    #[inline]
+    pub(crate) fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
+        let caller = self.caller(idx);
+        let (core, mut wire) = self.split();
+        core.execute(caller, reply, cmd, &mut wire);
+    }
+
+    /// Encodes `outcome` into connection `idx`'s replies, queued for this turn's flush.
+    pub(crate) fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>) {
+        deliver_to(&mut self.conns, &mut self.flush_list, idx, reply, outcome);
+    }
+
+    /// The tubes' pauses (beanstalk's pause-tube).
+    pub(crate) fn pauses(&self) -> &crate::core::Pauses {
+        self.core.pauses()
+    }
+
+    /// Takes connection `idx` has parked now.
+    pub(crate) fn parked_of(&self, idx: usize) -> usize {
+        self.core.parked_of(idx)
+    }
+
+    /// Why a batch of `commands` (or a take of many, `first`) may not run now: the room for
+    /// all its items' records is reserved at once.
+    pub(crate) fn batch_refusal(
+        &mut self,
+        first: &Command<'_>,
+        commands: &[Command<'_>],
+    ) -> Option<Refusal> {
+        let (core, wire) = self.split();
+        let bytes = commands.iter().map(|c| core.record_bound(c)).sum();
+        core.batch_refusal(first, bytes, &wire)
+    }
+
+    /// Whether this node takes changes now.
+    pub(crate) fn leads(&self) -> bool {
+        self.role().leads()
+    }
+}
