@@ -189,7 +189,7 @@ impl<R: Copy> Core<R> {
         timeout: Option<Micros>,
         host: &mut impl Host<R>,
     ) {
-        if self.pauses.paused(tube, self.now) {
+        if self.pauses.paused(tube, self.mono) {
             return match timeout {
                 Some(0) => host.deliver(caller, reply, &Outcome::Nothing),
                 _ => self.park_take(caller, reply, tube, timeout, host),
@@ -211,7 +211,7 @@ impl<R: Copy> Core<R> {
         timeout: Option<Micros>,
         host: &mut impl Host<R>,
     ) {
-        let deadline = timeout.map_or(Micros::MAX, |t| self.now.saturating_add(t));
+        let deadline = timeout.map_or(Micros::MAX, |t| self.mono.saturating_add(t));
         self.park_on(caller, reply, &[tube], deadline, host);
     }
 
@@ -247,10 +247,10 @@ impl<R: Copy> Core<R> {
         wake: Micros,
         host: &mut impl Host<R>,
     ) {
-        let now = self.now;
+        let (now, mono) = (self.now, self.mono);
         let best = tubes
             .iter()
-            .filter(|&&t| !self.pauses.paused(t, now) && self.queue.can_take(t))
+            .filter(|&&t| !self.pauses.paused(t, mono) && self.queue.can_take(t))
             .filter_map(|&t| {
                 let head = self.queue.peek_first(t, Status::Ready).ok().flatten()?;
                 Some((head.pri, head.id, t))
@@ -478,7 +478,7 @@ impl<R: Copy> Core<R> {
     /// its waiting puts.
     pub fn serve_parked(&mut self, tube: TubeIx, host: &mut impl Host<R>) {
         self.serve_waiting_puts(tube, host);
-        if self.pauses.paused(tube, self.now) {
+        if self.pauses.paused(tube, self.mono) {
             return;
         }
         while self.parked.waiting_in(tube) && self.queue.can_take(tube) {
@@ -515,11 +515,11 @@ impl<R: Copy> Core<R> {
 
     /// Ends the pauses that are over: their tubes' waiters are served.
     pub fn end_pauses(&mut self, host: &mut impl Host<R>) {
-        if self.pauses.next_end().is_none_or(|t| t > self.now) {
+        if self.pauses.next_end().is_none_or(|t| t > self.mono) {
             return;
         }
         let mut ended = Vec::new();
-        self.pauses.end_due(self.now, &mut ended);
+        self.pauses.end_due(self.mono, &mut ended);
         for tube in ended {
             self.serve_parked(tube, host);
         }

@@ -44,8 +44,8 @@ pub trait Journal: Send {
     /// The newest ticket whose records are durable (every earlier one is too).
     fn durable(&mut self) -> Ticket;
 
-    /// When the loop must wake up for the journal's sake (a group-commit timer), if ever.
-    fn next_wakeup(&self) -> Option<Micros> {
+    /// How soon the loop must wake up for the journal's sake (a group-commit timer), if ever.
+    fn next_wakeup(&self) -> Option<std::time::Duration> {
         None
     }
 

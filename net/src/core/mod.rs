@@ -73,8 +73,12 @@ pub struct Core<R> {
     parked: Parked<R>,
     waiting_puts: WaitingPuts<R>,
     pauses: Pauses,
-    /// The turn's clock reading (wall clock, µs): the `now` of every engine call in the turn.
+    /// The turn's wall-clock reading (µs since the epoch): the `now` of every engine call,
+    /// which tasks keep (their deadlines are persisted).
     now: Micros,
+    /// The turn's monotonic reading (µs): the `now` of parked takes', waiting puts' and pauses'
+    /// deadlines, which live in this process only.
+    mono: Micros,
     /// Engine events on their way to the journal (reused).
     events: Vec<Event>,
     /// The request being executed when it arrived as one big frame whose read buffer was
@@ -85,7 +89,7 @@ pub struct Core<R> {
 }
 
 impl<R: Copy> Core<R> {
-    pub fn new(mut queue: Queue, journal: Box<dyn Journal>, now: Micros) -> Core<R> {
+    pub fn new(mut queue: Queue, journal: Box<dyn Journal>, now: Micros, mono: Micros) -> Core<R> {
         queue.set_journal(journal.wants_events());
         Core {
             queue,
@@ -94,26 +98,23 @@ impl<R: Copy> Core<R> {
             waiting_puts: WaitingPuts::default(),
             pauses: Pauses::default(),
             now,
+            mono,
             events: Vec::new(),
             big_frame: None,
             takes_parked: 0,
         }
     }
 
-    /// Starts a turn at `now`: the journal takes in a finished sync or snapshot.
-    pub fn begin_turn(&mut self, now: Micros) {
-        self.now = now;
+    /// Starts a turn at wall-clock `now` and monotonic `mono`: the journal takes in a finished
+    /// sync or snapshot.
+    pub fn begin_turn(&mut self, now: Micros, mono: Micros) {
+        (self.now, self.mono) = (now, mono);
         self.journal.turn_start(&mut self.queue, now);
     }
 
-    /// The turn's clock reading.
+    /// The turn's wall-clock reading.
     pub fn now(&self) -> Micros {
         self.now
-    }
-
-    /// Sets the turn's clock reading without starting a turn (tests step it).
-    pub fn set_now(&mut self, now: Micros) {
-        self.now = now;
     }
 
     pub fn queue(&self) -> &Queue {
@@ -142,6 +143,11 @@ impl<R: Copy> Core<R> {
     /// The queue and the journal together (a journal call that reads or changes the queue).
     pub fn queue_and_journal(&mut self) -> (&mut Queue, &mut dyn Journal) {
         (&mut self.queue, &mut *self.journal)
+    }
+
+    /// The turn's monotonic reading.
+    pub fn mono(&self) -> Micros {
+        self.mono
     }
 
     pub fn pauses(&self) -> &Pauses {
@@ -197,15 +203,19 @@ impl<R: Copy> Core<R> {
         adv.next_deadline.is_some_and(|d| d <= self.now)
     }
 
-    /// The earliest moment the core must act by itself: an engine deadline (when `leads`: a
-    /// replica's deadlines fire on its primary), a parked take's or waiting put's deadline, a
-    /// pause's end, a journal timer.
-    pub fn next_deadline(&mut self, leads: bool) -> Option<Micros> {
+    /// The engine's earliest deadline (a promotion, an expiry, a TTR), on the wall clock.
+    pub fn next_engine_deadline(&self) -> Option<Micros> {
+        self.queue.next_deadline()
+    }
+
+    /// The earliest in-process deadline, on the monotonic clock: a parked take's, a waiting
+    /// put's, a pause's end, the journal's timer.
+    pub fn next_timer(&mut self) -> Option<Micros> {
+        let journal = (self.journal.next_wakeup()).map(|d| self.mono + d.as_micros() as Micros);
         [
-            self.queue.next_deadline().filter(|_| leads),
             self.parked.next_deadline(),
             self.waiting_puts.next_deadline(),
-            self.journal.next_wakeup(),
+            journal,
             self.pauses.next_end(),
         ]
         .into_iter()
@@ -215,7 +225,7 @@ impl<R: Copy> Core<R> {
 
     /// A parked take whose deadline passed, removed: its front-end answers it.
     pub fn expired_take(&mut self) -> Option<(Caller, R)> {
-        let (_, p) = self.parked.pop_expired(self.now)?;
+        let (_, p) = self.parked.pop_expired(self.mono)?;
         Some((p.caller, p.reply))
     }
 

@@ -101,7 +101,7 @@ impl<R: Copy> Core<R> {
             caller,
             tube,
             reply,
-            deadline: self.now.saturating_add(wait),
+            deadline: self.mono.saturating_add(wait),
             data: data.into(),
             utube: opts.utube.into(),
             dedup_key: opts.dedup_key.map(Into::into),
@@ -163,7 +163,7 @@ impl<R: Copy> Core<R> {
 
     /// Answers "full" to the waiting puts whose deadline passed.
     pub fn expire_waiting_puts(&mut self, host: &mut impl Host<R>) {
-        let now = self.now;
+        let now = self.mono;
         self.waiting_puts.0.retain(|p| {
             if p.deadline > now {
                 return true;

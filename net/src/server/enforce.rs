@@ -143,7 +143,7 @@ impl Server {
     /// Closes every connection whose deadline (frame, authentication, idleness) has passed,
     /// telling it which; the others due are re-armed for their next deadline.
     pub(super) fn expire_deadlines(&mut self) {
-        let now = self.now;
+        let now = self.mono;
         while let Some((slot, gen, at)) = self.limits.pop_due(now) {
             let busy = self.core.parked_of(slot) > 0;
             let Some(c) = self

@@ -13,6 +13,7 @@
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
+mod clock;
 mod cluster;
 pub mod conn;
 mod enforce;
@@ -28,9 +29,9 @@ pub mod wal_journal;
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -108,18 +109,15 @@ pub const STOP_LINGER: Duration = Duration::from_secs(1);
 /// `--config` file as at start).
 pub type Reloader = Box<dyn FnMut() -> Result<Config, String> + Send>;
 
-/// The wall clock as microseconds since the Unix epoch.
-pub fn wall_clock() -> Micros {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as Micros)
-}
+pub use clock::wall_clock;
+use clock::LoopClock;
 
 /// Stops a running server from another thread.
 #[derive(Clone)]
 pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
+    wall_step: Arc<AtomicI64>,
 }
 
 impl ServerHandle {
@@ -127,6 +125,14 @@ impl ServerHandle {
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
         // A failed wake only delays the stop until the next event.
+        let _ = self.waker.wake();
+    }
+
+    /// Steps the server's wall clock by `micros` (back when negative), as NTP or an operator
+    /// steps a machine's clock, and wakes the loop: task deadlines follow the step, in-process
+    /// timeouts do not. For tests of exactly that.
+    pub fn step_wall_clock(&self, micros: i64) {
+        self.wall_step.fetch_add(micros, Ordering::SeqCst);
         let _ = self.waker.wake();
     }
 }
@@ -167,8 +173,12 @@ pub struct Server {
     accept_paused_until: Option<Micros>,
     next_sid: u64,
     next_gen: u32,
-    /// The turn's clock reading: the `now` of every engine call in the turn.
+    /// The wall and the monotonic clocks.
+    clock: LoopClock,
+    /// The turn's wall-clock reading: the `now` of every engine call in the turn.
     now: Micros,
+    /// The turn's monotonic reading: every in-process timeout's `now`.
+    mono: Micros,
     /// Graphite, `/metrics`, signals, and the service-time histogram.
     ops: Ops,
     reloader: Option<Reloader>,
@@ -247,7 +257,8 @@ impl Server {
                 wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
             }
         }
-        let now = wall_clock();
+        let clock = LoopClock::default();
+        let (now, mono) = (clock.wall(), clock.mono());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
         let cluster = match &cfg.cluster {
             Some(c) => Some(cluster::ClusterNode::start(
@@ -266,7 +277,7 @@ impl Server {
             stop: Arc::new(AtomicBool::new(false)),
             hash2,
             uuid: random_bytes()?,
-            core: Core::new(queue, journal, now),
+            core: Core::new(queue, journal, now, mono),
             conns: Slab::new(),
             read_list: Vec::new(),
             read_again: Vec::new(),
@@ -278,7 +289,9 @@ impl Server {
             accept_paused_until: None,
             next_sid: 1,
             next_gen: 0,
+            clock,
             now,
+            mono,
             ops,
             reloader: None,
             limits: Limits::new(cfg.limits),
@@ -305,6 +318,7 @@ impl Server {
         ServerHandle {
             stop: Arc::clone(&self.stop),
             waker: Arc::clone(&self.waker),
+            wall_step: self.clock.stepper(),
         }
     }
 
@@ -396,8 +410,8 @@ impl Server {
                 }
                 return Err(e);
             }
-            self.now = wall_clock();
-            if self.accept_paused_until.is_some_and(|t| t <= self.now) {
+            self.read_clocks();
+            if self.accept_paused_until.is_some_and(|t| t <= self.mono) {
                 self.accept_paused_until = None;
                 self.accept_all(Proto::Iproto);
                 self.accept_all(Proto::Beanstalk);
@@ -491,8 +505,8 @@ impl Server {
         let deadline = Instant::now() + STOP_GRACE;
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         loop {
-            self.now = wall_clock();
-            self.core.begin_turn(self.now);
+            self.read_clocks();
+            self.core.begin_turn(self.now, self.mono);
             // No events are dispatched here: retry every connection with replies left.
             for (idx, c) in self.conns.iter_mut() {
                 if c.out.has_released() && !c.to_flush {
@@ -584,22 +598,28 @@ impl Server {
         }
         // A replica's deadlines fire on its primary: its engine never advances by itself.
         let leads = self.leads();
-        let next = [
-            self.core.next_deadline(leads),
+        // The engine's deadlines and the operator's reports are on the wall clock.
+        let wall = [
+            self.core.next_engine_deadline().filter(|_| leads),
+            self.ops.next_timer(),
+        ];
+        // Every in-process timeout is on the monotonic clock.
+        let mono = [
+            self.core.next_timer(),
             self.next_heartbeat(),
             self.upstream.as_ref().and_then(|u| u.next_timer()),
             self.sync.next_deadline(),
             self.accept_paused_until,
-            self.ops.next_timer(),
             self.lingering.iter().map(|&(_, _, until)| until).min(),
             self.limits.next_deadline(),
             self.tube_sessions.next_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()?;
+        ];
+        let until = |at: Option<Micros>, now: Micros| at.map(|t| t.saturating_sub(now));
+        let wall_next = until(wall.into_iter().flatten().min(), self.clock.wall());
+        let mono_next = until(mono.into_iter().flatten().min(), self.clock.mono());
+        let next = wall_next.into_iter().chain(mono_next).min()?;
         // mio rounds a sub-millisecond timeout up, so a deadline is never slept past.
-        Some(Duration::from_micros(next.saturating_sub(wall_clock())))
+        Some(Duration::from_micros(next))
     }
 
     fn accept_all(&mut self, proto: Proto) {
@@ -619,7 +639,7 @@ impl Server {
                 Err(e) => {
                     // Out of file descriptors (or memory): keep serving, retry a little later.
                     warn!(error = %e, "accept failed; pausing accepts");
-                    self.accept_paused_until = Some(self.now + ACCEPT_BACKOFF);
+                    self.accept_paused_until = Some(self.mono + ACCEPT_BACKOFF);
                     return;
                 }
             }
@@ -697,7 +717,7 @@ impl Server {
         let authenticated = self.cfg.auth.is_none() || beanstalk.is_some();
         let guard = self
             .limits
-            .open(READ_BUF_BYTES, self.now, authenticated, (idx, gen));
+            .open(READ_BUF_BYTES, self.mono, authenticated, (idx, gen));
         entry.insert(Conn {
             stream,
             peer,
@@ -732,7 +752,7 @@ impl Server {
 
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
     fn turn(&mut self) {
-        self.core.begin_turn(self.now);
+        self.core.begin_turn(self.now, self.mono);
         self.limits.turn_start();
         self.cluster_turn();
         if self.upstream.is_some() {
@@ -743,7 +763,7 @@ impl Server {
             self.engine_behind = core.advance(ADVANCE_BUDGET, &mut wire);
         }
 
-        for sid in self.tube_sessions.expired(self.now) {
+        for sid in self.tube_sessions.expired(self.mono) {
             let released = self.release_session(sid);
             info!(sid, released, "session expired");
         }
@@ -781,7 +801,7 @@ impl Server {
 
         if !self.lingering.is_empty() {
             // Past its deadline a lingering connection is flushed one last time and freed.
-            let (now, conns, flush) = (self.now, &mut self.conns, &mut self.flush_list);
+            let (now, conns, flush) = (self.mono, &mut self.conns, &mut self.flush_list);
             self.lingering.retain(|&(idx, gen, until)| {
                 let live = conns.get(idx).is_some_and(|c| c.gen == gen);
                 if live && until <= now {
@@ -881,7 +901,7 @@ impl Server {
         let partial = !c.rbuf.data().is_empty() && !blocked;
         let id = (idx, c.gen);
         self.limits
-            .note_input(&mut c.guard, id, self.now, read, used > 0, partial);
+            .note_input(&mut c.guard, id, self.mono, read, used > 0, partial);
         match outcome {
             ReadOutcome::Drained => {}
             ReadOutcome::Budget | ReadOutcome::Full if blocked => {}
@@ -1091,9 +1111,20 @@ impl Server {
         &self.cfg
     }
 
-    /// The loop's time of this turn.
+    /// The turn's wall-clock time: the engine's (task deadlines).
     pub(crate) fn now(&self) -> Micros {
         self.now
+    }
+
+    /// The turn's monotonic time: in-process timeouts'.
+    pub(crate) fn mono(&self) -> Micros {
+        self.mono
+    }
+
+    /// Reads both clocks for a turn.
+    fn read_clocks(&mut self) {
+        self.now = self.clock.wall();
+        self.mono = self.clock.mono();
     }
 
     /// The queue, to read (for front-ends: names of tubes, statistics of every tube).
@@ -1122,7 +1153,7 @@ impl Server {
         c.closing = Some(Closing {
             reason,
             flush,
-            until: self.now.saturating_add(CLOSE_LINGER),
+            until: self.mono.saturating_add(CLOSE_LINGER),
         });
         let (sid, peer, uuid) = (c.sid, c.peer, c.session_uuid);
         self.core.unpark(idx);
@@ -1131,7 +1162,7 @@ impl Server {
             self.beanstalk.connections -= 1;
         }
         self.drop_input(idx);
-        let released = match self.tube_sessions.detach(sid, uuid, self.now) {
+        let released = match self.tube_sessions.detach(sid, uuid, self.mono) {
             tube_sessions::OnClose::Release(sid) => self.release_session(sid),
             tube_sessions::OnClose::Keep => 0,
         };
@@ -1188,13 +1219,13 @@ impl Server {
         let ticket: Ticket = self.core.commit();
         if self.sync.enabled() && self.leads() {
             let change = self.core.journal().committed_change();
-            self.sync.on_commit(ticket, change, self.now);
+            self.sync.on_commit(ticket, change, self.mono);
         }
         self.relay_turn();
         if self.sync.enabled() {
             let mut acked = std::mem::take(&mut self.acked);
             self.relay_acks(&mut acked);
-            self.sync.advance(&mut acked, self.now);
+            self.sync.advance(&mut acked, self.mono);
             self.acked = acked;
         }
         let mut list = std::mem::take(&mut self.flush_list);
@@ -1348,7 +1379,7 @@ impl Server {
         let owed = closing.flush
             && c.out.write_to(&mut c.stream).is_ok()
             && c.out.has_released()
-            && self.now < closing.until;
+            && self.mono < closing.until;
         if owed && (c.want_write || self.set_write_interest(idx, true)) {
             let gen = self.conns[idx].gen;
             if !self.lingering.iter().any(|&(i, g, _)| (i, g) == (idx, gen)) {
@@ -1477,7 +1508,7 @@ mod tests {
                 Instant::now() < deadline,
                 "only replies {syncs:?} arrived, {n} expected"
             );
-            s.now = wall_clock();
+            s.read_clocks();
             s.turn();
             match client.read(&mut chunk) {
                 Ok(0) => panic!("closed after replies {syncs:?}"),
@@ -1506,7 +1537,7 @@ mod tests {
         let (mut s, _dir) = server();
         let (hog, _hog_client) = connect(&mut s); // never reads
         let (waiter, mut waiter_client) = connect(&mut s);
-        s.now = wall_clock();
+        s.read_clocks();
         s.commit_and_flush(); // the greetings
         let now = s.now;
         (s.core.queue_mut()).put(now, Box::new([0xa1, b'x']), PutOptions::default());
@@ -1532,17 +1563,18 @@ mod tests {
     fn a_closing_client_that_does_not_read_is_freed_at_its_deadline() {
         let (mut s, _dir) = server();
         let (hog, _hog_client) = connect(&mut s); // never reads
-        s.now = wall_clock();
+        s.read_clocks();
         let junk = vec![0u8; 32 << 20];
         out_of(&mut s.conns, &mut s.flush_list, hog).extend_from_slice(&junk);
         s.begin_close(hog, "closed by peer", true);
         s.commit_and_flush();
         assert!(s.conns.contains(hog), "still owed replies: lingering");
         assert_eq!(s.lingering.len(), 1);
-        s.now = s.conns[hog].closing.unwrap().until - 1;
+        // The linger is an in-process timeout: on the monotonic clock.
+        s.mono = s.conns[hog].closing.unwrap().until - 1;
         s.turn();
         assert!(s.conns.contains(hog), "not before its deadline");
-        s.now += 1;
+        s.mono += 1;
         s.turn();
         assert!(!s.conns.contains(hog), "freed at its deadline");
         assert!(s.lingering.is_empty());

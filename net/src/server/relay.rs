@@ -164,7 +164,7 @@ impl Server {
             check_history(wal, after, term, history)?;
         }
         let (storage, written) = (wal.storage(), wal.written_seq());
-        let now = self.now;
+        let now = self.mono;
         let (start, phase) = match after {
             Some(after) => (
                 after,
@@ -320,14 +320,14 @@ impl Server {
                 continue;
             }
             live += matches!(relay.phase, Phase::Live) as usize;
-            if self.now >= relay.next_heartbeat {
+            if self.mono >= relay.next_heartbeat {
                 let behind = match &relay.phase {
                     Phase::CatchUp(c) => c.buffered(),
                     _ => 0,
                 };
                 let backlog = (out.backlog() + behind) as u64;
                 replication::heartbeat(&mut out.out, written, self.now, backlog);
-                relay.next_heartbeat = self.now + HEARTBEAT_INTERVAL;
+                relay.next_heartbeat = self.mono + HEARTBEAT_INTERVAL;
             }
         }
         if let Some(wal) = self.core.journal_mut().wal() {

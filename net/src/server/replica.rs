@@ -239,7 +239,7 @@ impl Server {
     }
 
     fn drive_upstream(&mut self, up: &mut Upstream) -> Result<(), String> {
-        let now = self.now;
+        let now = self.mono;
         if up.stream.is_none() {
             if now < up.retry_at {
                 return Ok(());
@@ -522,7 +522,7 @@ impl Server {
         up.rbuf.clear();
         up.wbuf.clear();
         up.records.clear();
-        up.retry_at = self.now + up.backoff;
+        up.retry_at = self.mono + up.backoff;
         up.backoff = (up.backoff * 2).clamp(RETRY_MIN, RETRY_MAX);
     }
 
@@ -542,7 +542,7 @@ impl Server {
                 0
             },
             lag_ms: if behind {
-                self.now.saturating_sub(up.caught_up_at) / 1000
+                self.mono.saturating_sub(up.caught_up_at) / 1000
             } else {
                 0
             },

@@ -4,7 +4,7 @@
 //! The recovered queue is handed to the server once, when it is built.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tarq_engine::{Event, Micros, Queue};
 
@@ -30,12 +30,6 @@ impl WalJournal {
             recovered: Some(queue),
         }
     }
-}
-
-fn wall_clock() -> Micros {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as Micros)
 }
 
 impl WalJournal {
@@ -87,10 +81,8 @@ impl Journal for WalJournal {
         self.wal.is_durable(ticket)
     }
 
-    fn next_wakeup(&self) -> Option<Micros> {
-        self.wal
-            .timeout()
-            .map(|d| wall_clock() + d.as_micros() as Micros)
+    fn next_wakeup(&self) -> Option<std::time::Duration> {
+        self.wal.timeout()
     }
 
     fn attach_waker(&mut self, waker: Arc<mio::Waker>) {

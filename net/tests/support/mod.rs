@@ -53,6 +53,11 @@ impl TestServer {
         TestServer::with(|_| {})
     }
 
+    /// The running server's handle (to step its wall clock, say).
+    pub fn handle(&self) -> &ServerHandle {
+        &self.handle
+    }
+
     /// A server with the default configuration changed by `tweak`.
     pub fn with(tweak: impl FnOnce(&mut Config)) -> TestServer {
         let (cfg, dir) = TestServer::config(tweak);

@@ -351,7 +351,7 @@ impl Server {
                     Some(t) => {
                         // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so
                         // its waiters wake), not to a second.
-                        let until = self.now().saturating_add(secs(delay));
+                        let until = self.mono().saturating_add(secs(delay));
                         self.beanstalk.tube_mut(t).cmd_pause_tube += 1;
                         let pause = Pause {
                             until,
@@ -398,7 +398,8 @@ impl Server {
     /// `reserve`: `DEADLINE_SOON` when a job this connection holds is about to time out and
     /// none is ready for it; else a take from its watched tubes, parked while none is ready.
     fn bs_reserve(&mut self, idx: usize, timeout: Option<Micros>) {
-        let now = self.now();
+        // A reserve's wait is an in-process timeout: on the monotonic clock.
+        let now = self.mono();
         let sid = self.conn_mut(idx).sid;
         // The watched tubes, copied into a reused buffer (the command borrows them while the
         // dispatch borrows the server).
@@ -428,19 +429,20 @@ impl Server {
         }
     }
 
-    /// When a waiting reserve must look again: its deadline, or earlier, when the soonest TTR
-    /// of the jobs its connection holds enters the safety margin.
+    /// When a waiting reserve must look again (monotonic): its deadline `until`, or earlier,
+    /// when the soonest TTR of the jobs its connection holds (a task deadline, on the wall
+    /// clock) enters the safety margin.
     fn reserve_wake(&self, sid: u64, until: Micros) -> Micros {
-        let soon = self
-            .queue()
-            .soonest_ttr(sid)
-            .map_or(Micros::MAX, |d| d.saturating_sub(DEADLINE_MARGIN));
+        let soon = self.queue().soonest_ttr(sid).map_or(Micros::MAX, |d| {
+            let left = d.saturating_sub(DEADLINE_MARGIN).saturating_sub(self.now());
+            self.mono().saturating_add(left)
+        });
         until.min(soon)
     }
 
     /// A waiting reserve's parked entries woke (at its deadline, or for `DEADLINE_SOON`).
     pub(crate) fn bs_reserve_woke(&mut self, idx: usize) {
-        let now = self.now();
+        let now = self.mono();
         let sid = self.conn_mut(idx).sid;
         let Some(until) = self.end_wait(idx) else {
             return;
@@ -495,7 +497,7 @@ impl Server {
 
     /// Whether any of `tubes` (not paused) has a task a take would get now.
     fn ready_in_any(&self, tubes: &[TubeIx]) -> bool {
-        let now = self.now();
+        let now = self.mono();
         tubes
             .iter()
             .any(|&t| !self.pauses().paused(t, now) && self.queue().can_take(t))

@@ -76,7 +76,7 @@ impl Server {
         let Some(t) = self.queue().tube_ix(name) else {
             return Out::NotFound.encode(self.reply_buf(idx));
         };
-        let now = self.now();
+        let now = self.mono();
         let bs = self.beanstalk.tube(t);
         let waiting = self.parked_count(t);
         let pause = self.pauses().of(t);

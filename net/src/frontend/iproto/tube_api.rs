@@ -355,7 +355,7 @@ impl Server {
                     None => Err(format!("The UUID {} is unknown.", tubes::uuid_text(&u))),
                     Some(new_sid) => {
                         if let OnClose::Release(old) =
-                            self.tube_sessions.detach(sid, own, self.now())
+                            self.tube_sessions.detach(sid, own, self.mono())
                         {
                             self.release_session(old);
                         }
