@@ -380,17 +380,17 @@ impl Server {
     }
 
     fn put(&mut self, idx: usize, reply: ReplyTo, data: &[u8], opts: PutOptions) -> Option<TubeIx> {
-        if !self.queue.numbers_left(DEFAULT_TUBE) {
-            let name = tarq_engine::DEFAULT_TUBE_NAME.to_string();
-            let e = Refusal::Queue(QueueError::TubeNumbersSpent { name });
-            deliver!(self, idx, reply, &Outcome::Error(e));
-            return None;
-        }
-        let t = match self.frame_payload(data) {
-            Some(payload) => self.queue.put(self.now, payload, opts),
-            None => self.queue.put(self.now, data, opts),
+        let put = match self.frame_payload(data) {
+            Some(payload) => self.queue.try_put(self.now, payload, opts),
+            None => self.queue.try_put(self.now, data, opts),
         };
-        deliver!(self, idx, reply, &Outcome::Task(t));
+        match put {
+            Ok(t) => deliver!(self, idx, reply, &Outcome::Task(t)),
+            Err(e) => {
+                deliver!(self, idx, reply, &Outcome::Error(e.into()));
+                return None;
+            }
+        }
         (opts.delay == 0).then_some(DEFAULT_TUBE)
     }
 
