@@ -264,6 +264,7 @@ impl Server {
             }
         }
         queue.set_journal(journal.wants_events());
+        queue.set_max_tasks(cfg.max_tasks);
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
         let cluster = match &cfg.cluster {
             Some(c) => Some(cluster::ClusterNode::start(
@@ -305,7 +306,10 @@ impl Server {
             limits: Limits::new(cfg.limits),
             connections_accepted: 0,
             takes_parked: 0,
-            tube_sessions: tube_sessions::TubeSessions::default(),
+            tube_sessions: tube_sessions::TubeSessions::new(
+                cfg.max_session_grace,
+                cfg.max_detached_sessions,
+            ),
             in_replicaset: false,
             relays: Vec::new(),
             tap: Vec::new(),

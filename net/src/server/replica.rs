@@ -374,6 +374,7 @@ impl Server {
                 }
                 let wal = self.journal.wal().ok_or("a replica needs its WAL")?;
                 self.queue = wal.join_finish().map_err(|e| e.to_string())?;
+                self.queue.set_max_tasks(self.cfg.max_tasks);
                 up.position = self.position();
                 up.joins += 1;
                 up.need_join = false;
