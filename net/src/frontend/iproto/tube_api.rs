@@ -388,7 +388,7 @@ impl Server {
 
 /// A duration as the seconds a client gave it: whole when it is, else with its fraction.
 fn seconds_text(us: Micros) -> String {
-    if us % 1_000_000 == 0 {
+    if us.is_multiple_of(1_000_000) {
         (us / 1_000_000).to_string()
     } else {
         (us as f64 / 1e6).to_string()
