@@ -17,7 +17,7 @@ mod tubes;
 
 pub use bulk::{list_key, BulkIds};
 pub use bytes::Bytes;
-pub use queue::Queue;
+pub use queue::{Queue, MAX_TASKS};
 pub use room::{Room, RoomWanted};
 pub use tubes::{
     id_number, id_tube, number_from, task_id, PutOutcome, ReleaseOptions, TubeInfo, TubeNumbers,
@@ -393,6 +393,10 @@ pub enum QueueError {
     TubeFull { name: String, capacity: u64 },
     #[error("Tube name of {len} bytes: the limit is {max} (and it may not be empty)")]
     BadTubeName { len: usize, max: usize },
+    /// A put into a queue that holds `max` live tasks, its limit ([`Queue::set_max_tasks`]);
+    /// also a restore past [`MAX_TASKS`].
+    #[error("Too many tasks: the queue holds {max}, its limit")]
+    TooManyTasks { max: usize },
     #[error("Too many tubes: the limit is {max}")]
     TooManyTubes { max: usize },
     #[error("Utube key of {len} bytes: the limit is {max}")]

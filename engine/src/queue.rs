@@ -31,10 +31,11 @@ use crate::{
 /// The session that owns tasks restored as Taken (no session survives a restart).
 const RESTORED_OWNER: SessionId = 0;
 
-/// Slot keys must fit the id index's 28 bits (and the heap entry's 30). 2^28 tasks at ~100
-/// bytes each would be 27 GB, more than the machine's memory, so the limit is never the one
-/// that bites.
-const MAX_TASKS: usize = MAX_KEY as usize + 1;
+/// The most live tasks a queue can hold: slot keys must fit the id index's 28 bits (and the
+/// heap entry's 30). 2^28 tasks at ~100 bytes each are 27 GB, more than most machines'
+/// memory; a server may set a lower limit ([`Queue::set_max_tasks`]). A put past the limit is
+/// refused ([`QueueError::TooManyTasks`]); only a restore may fill the queue up to this one.
+pub const MAX_TASKS: usize = MAX_KEY as usize + 1;
 
 /// Seed of the skiplist height generator: fixed, so runs are reproducible.
 const HEIGHT_SEED: u64 = 0x2545_F491_4F6C_DD1D;
@@ -129,6 +130,8 @@ pub struct Queue {
     /// Between `begin_bulk_restore` and `end_bulk_restore`: the restored Ready, Waiting and
     /// Buried tasks not yet listed, and how ids are treated meanwhile.
     bulk: Option<Bulk>,
+    /// Live tasks past which a put is refused; at most [`MAX_TASKS`].
+    max_tasks: usize,
 }
 
 impl Default for Queue {
@@ -166,18 +169,59 @@ impl Queue {
             journal: Vec::new(),
             recent: (0, NIL),
             bulk: None,
+            max_tasks: MAX_TASKS,
         }
+    }
+
+    /// Refuses puts once the queue holds `max` live tasks (at most [`MAX_TASKS`], which a
+    /// greater `max` means). Tasks held already stay: a lower limit only refuses puts until
+    /// acks, deletes and expiries bring the count below it. Restores are not refused.
+    pub fn set_max_tasks(&mut self, max: usize) {
+        self.max_tasks = max.min(MAX_TASKS);
+    }
+
+    /// Live tasks past which a put is refused.
+    pub fn max_tasks(&self) -> usize {
+        self.max_tasks
     }
 
     // ---- the seed API: the tube `default` ----
 
     /// Adds a task to `default`: Ready, or Waiting until `now + delay`. Ids go up by one from
-    /// `last_id`. (The TTL counts from the put, the delay does not extend it.) Panics once
-    /// `default` has given out its 2^41 ids: a caller that may get there asks
-    /// [`numbers_left`](Self::numbers_left) first.
+    /// `last_id`. (The TTL counts from the put, the delay does not extend it.) Panics where
+    /// [`try_put`](Self::try_put) refuses: a caller that may get there calls that instead.
     pub fn put(&mut self, now: Micros, data: impl PutPayload, opts: PutOptions) -> TaskRef<'_> {
+        self.try_put(now, data, opts)
+            .unwrap_or_else(|e| panic!("put refused: {e}"))
+    }
+
+    /// [`put`](Self::put), refused once `default` has given out its 2^41 ids
+    /// ([`QueueError::TubeNumbersSpent`]) or the queue holds [`max_tasks`](Self::max_tasks)
+    /// tasks ([`QueueError::TooManyTasks`]).
+    pub fn try_put(
+        &mut self,
+        now: Micros,
+        data: impl PutPayload,
+        opts: PutOptions,
+    ) -> Result<TaskRef<'_>, QueueError> {
+        if !self.numbers_left(DEFAULT_TUBE) {
+            return Err(QueueError::TubeNumbersSpent {
+                name: DEFAULT_TUBE_NAME.to_string(),
+            });
+        }
+        self.room_for_a_task()?;
         let k = self.add_task(now, DEFAULT_TUBE, data, opts, NIL);
-        self.view(k)
+        Ok(self.view(k))
+    }
+
+    /// Ok while a put may add a task: fewer than `max_tasks` are live.
+    fn room_for_a_task(&self) -> Result<(), QueueError> {
+        if self.slots.len() >= self.max_tasks {
+            return Err(QueueError::TooManyTasks {
+                max: self.max_tasks,
+            });
+        }
+        Ok(())
     }
 
     /// Takes the ready task of `default` with the lowest (pri, id) for session `sid`, if any.
@@ -546,6 +590,7 @@ impl Queue {
                 name: t.name.to_string(),
             });
         }
+        self.room_for_a_task()?;
         let opts = Self::put_options(t, tube, &p);
         let utube = match self.tube_mut(tube).utubes.as_mut() {
             Some(u) => u.intern(p.utube),
@@ -925,6 +970,11 @@ impl Queue {
             && self.find(task.id).is_some()
         {
             return Err(QueueError::Duplicate(task.id));
+        }
+        // What was accepted once is restored whatever `max_tasks` says now, up to what the
+        // index can address.
+        if self.slots.len() >= MAX_TASKS {
+            return Err(QueueError::TooManyTasks { max: MAX_TASKS });
         }
         self.count_restored_id(tube, owner, task.id);
         let utube = match self.tube_mut(tube).utubes.as_mut() {

@@ -7,7 +7,7 @@
 
 use tarq_engine::{
     id_number, task_id, Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
-    RestoredTask, Status, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType,
+    RestoredTask, Status, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType, MAX_TASKS,
     MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 
@@ -356,6 +356,80 @@ fn limfifottl_refuses_a_put_at_capacity() {
     assert_eq!(err.to_string(), "Tube 'lim' is full: 2 tasks");
     q.ack_in(t, S, a).unwrap();
     put(&mut q, t, TubePut::default());
+}
+
+/// Past its task limit a queue refuses puts (seed and tube calls alike) instead of panicking,
+/// names the limit, counts no put and journals nothing; a dedup hit, which adds no task, and
+/// a restore still go through; an ack makes room again.
+#[test]
+fn the_task_limit_refuses_puts_and_names_itself() {
+    let mut q = Queue::new();
+    assert_eq!(
+        q.max_tasks(),
+        MAX_TASKS,
+        "the default is what the index can address"
+    );
+    q.set_max_tasks(usize::MAX);
+    assert_eq!(q.max_tasks(), MAX_TASKS, "never above it");
+    q.set_max_tasks(3);
+    q.set_journal(true);
+    let opts = TubeOptions {
+        dedup_window: 60_000_000,
+        ..TubeOptions::default()
+    };
+    let t = tube(&mut q, "t", TubeType::FifoTtl, opts);
+    let keyed = |key: &'static [u8]| TubePut {
+        dedup_key: Some(key),
+        ..TubePut::default()
+    };
+    let first = put(&mut q, t, keyed(b"a"));
+    q.put(T0, Box::new([0x90]), PutOptions::default());
+    put(&mut q, t, TubePut::default());
+    q.drain_events();
+    let full = QueueError::TooManyTasks { max: 3 };
+    assert_eq!(
+        q.put_in(T0, t, Box::new([0x90]), TubePut::default())
+            .unwrap_err(),
+        full
+    );
+    assert_eq!(
+        q.try_put(T0, Box::new([0x90]), PutOptions::default())
+            .unwrap_err(),
+        full
+    );
+    assert_eq!(
+        full.to_string(),
+        "Too many tasks: the queue holds 3, its limit"
+    );
+    q.check_invariants();
+    assert_eq!(q.drain_events().count(), 0, "a refused put changes nothing");
+    assert_eq!(
+        q.tube_stats(t).unwrap().puts,
+        2,
+        "refused puts are not counted"
+    );
+    // A dedup hit returns the task it has: no new task, so no refusal.
+    assert!(matches!(
+        q.put_in(T0, t, Box::new([0x90]), keyed(b"a")),
+        Ok(PutOutcome::Duplicate(r)) if r.id == first
+    ));
+    // A restore replays what was accepted once, whatever the limit is now.
+    q.restore_in(t, restored(task_id(t, 40)), None, 0).unwrap();
+    q.check_invariants();
+    q.set_max_tasks(4);
+    assert_eq!(
+        q.try_put(T0, Box::new([0x90]), PutOptions::default())
+            .unwrap_err(),
+        QueueError::TooManyTasks { max: 4 },
+        "a limit below the tasks held refuses until they drop below it"
+    );
+    assert_eq!(take(&mut q, t, T0), Some(first));
+    q.ack_in(t, S, first).unwrap();
+    q.check_invariants();
+    assert_eq!(q.len(), 3);
+    q.try_put(T0, Box::new([0x90]), PutOptions::default())
+        .unwrap();
+    q.check_invariants();
 }
 
 #[test]

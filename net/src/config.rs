@@ -12,7 +12,8 @@ use serde::Deserialize;
 
 use crate::ctl::CtlArgs;
 use crate::server::limits::{default_input_budget, LimitsConfig};
-use tarq_engine::Micros;
+use crate::server::tube_sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_MAX_SESSION_GRACE};
+use tarq_engine::{Micros, MAX_TASKS};
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
 use tarq_ops::graphite::{self, Target};
 use tarq_ops::OpsConfig;
@@ -109,6 +110,22 @@ pub struct Cli {
     /// 0: no limit [default: 0].
     #[arg(long, value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub max_connections_per_peer: Option<usize>,
+
+    /// Longest grace a client may give its sessions with `queue.cfg{ttr = N}` (how long a
+    /// disconnected session's taken tasks stay taken); a longer one is refused with an error
+    /// naming this limit [default: 86400 (a day)].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub max_session_grace: Option<f64>,
+
+    /// Most sessions waiting out their grace at once; past it the one whose grace ends first
+    /// is released to make room [default: 100000].
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
+    pub max_detached_sessions: Option<usize>,
+
+    /// Most live tasks in the queue; a put past it is refused with an error naming the limit
+    /// [default: 268435454, the most the queue can address].
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(1, MAX_TASKS as u64), allow_negative_numbers = true)]
+    pub max_tasks: Option<usize>,
 
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, value_name = "LEVEL")]
@@ -254,6 +271,9 @@ pub struct FileConfig {
     pub auth_timeout: Option<f64>,
     pub idle_timeout: Option<f64>,
     pub max_connections_per_peer: Option<usize>,
+    pub max_session_grace: Option<f64>,
+    pub max_detached_sessions: Option<usize>,
+    pub max_tasks: Option<usize>,
     pub log_level: Option<String>,
     pub queue_namespace: Option<String>,
     pub beanstalk_listen: Option<SocketAddr>,
@@ -301,6 +321,12 @@ pub struct Config {
     pub max_write_backlog: usize,
     /// The input budget, deadlines and per-address cap.
     pub limits: LimitsConfig,
+    /// The longest `queue.cfg{ttr}` a client may set (µs).
+    pub max_session_grace: Micros,
+    /// Sessions kept waiting out their grace at once.
+    pub max_detached_sessions: usize,
+    /// Live tasks past which a put is refused.
+    pub max_tasks: usize,
     pub log_level: String,
     /// The tarantool/queue API's namespace (`queue`).
     pub queue_namespace: String,
@@ -334,6 +360,9 @@ impl Default for Config {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_write_backlog: DEFAULT_MAX_WRITE_BACKLOG,
             limits: LimitsConfig::with_frame_cap(DEFAULT_MAX_FRAME_BYTES),
+            max_session_grace: DEFAULT_MAX_SESSION_GRACE,
+            max_detached_sessions: DEFAULT_MAX_DETACHED_SESSIONS,
+            max_tasks: MAX_TASKS,
             log_level: "info".into(),
             queue_namespace: "queue".into(),
             beanstalk_listen: None,
@@ -429,6 +458,12 @@ impl Config {
                     .or(file.max_connections_per_peer)
                     .unwrap_or(d.limits.max_connections_per_peer),
             },
+            max_session_grace: max_session_grace(cli.max_session_grace.or(file.max_session_grace))?,
+            max_detached_sessions: cli
+                .max_detached_sessions
+                .or(file.max_detached_sessions)
+                .unwrap_or(d.max_detached_sessions),
+            max_tasks: cli.max_tasks.or(file.max_tasks).unwrap_or(d.max_tasks),
             log_level: cli.log_level.or(file.log_level).unwrap_or(d.log_level),
             queue_namespace: cli
                 .queue_namespace
@@ -764,6 +799,22 @@ fn timeout(name: &str, secs: Option<f64>, default: u64) -> Result<u64, ConfigErr
     Ok((secs * 1e6).round() as u64)
 }
 
+/// Longest `--max-session-grace`: a year; the grace keeps a gone client's tasks from every
+/// other consumer, and longer is a typo.
+pub const MAX_SESSION_GRACE_SECS: f64 = 365.0 * 86_400.0;
+
+/// `--max-session-grace` in microseconds, checked.
+fn max_session_grace(secs: Option<f64>) -> Result<Micros, ConfigError> {
+    match secs {
+        None => Ok(DEFAULT_MAX_SESSION_GRACE),
+        Some(s) if (0.0..=MAX_SESSION_GRACE_SECS).contains(&s) => Ok((s * 1e6).round() as Micros),
+        Some(s) => Err(invalid(format!(
+            "max-session-grace {s} must be between 0 (no grace) and {MAX_SESSION_GRACE_SECS} \
+             seconds"
+        ))),
+    }
+}
+
 /// `--graphite-interval` in microseconds, checked.
 fn graphite_interval(secs: Option<f64>) -> Result<u64, ConfigError> {
     let Some(secs) = secs else {
@@ -896,6 +947,44 @@ mod tests {
             .to_string();
         assert!(e.contains("max-connections 0 must be between 1 and"), "{e}");
         assert!(Cli::try_parse_from(["tarq", "--user", "u"]).is_err());
+    }
+
+    #[test]
+    fn session_and_task_bounds_from_flag_or_file_and_checked() {
+        let d = Config::default();
+        assert_eq!(d.max_session_grace, 86_400_000_000, "a day");
+        assert_eq!(d.max_tasks, tarq_engine::MAX_TASKS);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(
+            &path,
+            "max-session-grace = 60\nmax-detached-sessions = 5\nmax-tasks = 1000\n",
+        )
+        .unwrap();
+        let file = path.to_str().unwrap();
+        let c = parse(&["--config", file]).unwrap();
+        assert_eq!(
+            (c.max_session_grace, c.max_detached_sessions, c.max_tasks),
+            (60_000_000, 5, 1000)
+        );
+        let c = parse(&[
+            "--config",
+            file,
+            "--max-session-grace",
+            "0.5",
+            "--max-tasks",
+            "7",
+        ])
+        .unwrap();
+        assert_eq!((c.max_session_grace, c.max_tasks), (500_000, 7));
+        let e = parse(&["--max-session-grace", "-1"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max-session-grace -1 must be between 0"), "{e}");
+        let e = refused(&["--max-tasks", "0"]);
+        assert!(e.contains("--max-tasks <N>"), "{e}");
+        let e = refused(&["--max-tasks", "268435455"]);
+        assert!(e.contains("from 1 to 268435454"), "{e}");
     }
 
     /// The error clap gives for a command line, as the user reads it.

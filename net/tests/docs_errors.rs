@@ -1,7 +1,7 @@
 //! The error tables of `docs/seed-api.md` and `docs/tubes.md` hold what the server says: each
-//! error here is provoked on a real server, and its code and message must stand on one row of
-//! the page's table (numbers — ids, session ids, sizes — compared as "a number", since the
-//! page's examples cannot know them).
+//! error here is provoked on a real server (the bounds' errors on one with small limits), and
+//! its code and message must stand on one row of the page's table (numbers — ids, session ids,
+//! sizes — compared as "a number", since the page's examples cannot know them).
 
 mod support;
 
@@ -121,4 +121,21 @@ fn the_tube_api_errors_are_the_ones_docs_tubes_lists() {
     documented(page, &c.call("queue.tube.jobs:kick", &[s("a")]));
     documented(page, &c.call("queue.tube.jobs:take_many", &[]));
     documented(page, &c.call("queue.tube.mail:put", &[s("x")]));
+}
+
+#[test]
+fn the_bounds_errors_are_the_ones_the_pages_list() {
+    let server = TestServer::with(|cfg| {
+        cfg.max_tasks = 1;
+        cfg.max_session_grace = 60_000_000;
+    });
+    let mut c = server.connect();
+    documented(
+        "tubes.md",
+        &c.call("queue.cfg", &[map(&[("ttr", Value::from(61))])]),
+    );
+    c.call("queue.put", &[s("x")]).one();
+    documented("seed-api.md", &c.call("queue.put", &[s("x")]));
+    c.call("queue.create_tube", &[s("jobs"), s("fifo")]).ok();
+    documented("tubes.md", &c.call("queue.tube.jobs:put", &[s("x")]));
 }

@@ -132,17 +132,17 @@ impl<R: Copy> Core<R> {
         opts: PutOptions,
         host: &mut impl Host<R>,
     ) -> Option<TubeIx> {
-        if !self.queue.numbers_left(DEFAULT_TUBE) {
-            let name = tarq_engine::DEFAULT_TUBE_NAME.to_string();
-            let e = Refusal::Queue(QueueError::TubeNumbersSpent { name });
-            host.deliver(caller, reply, &Outcome::Error(e));
-            return None;
-        }
-        let t = match self.frame_payload(data) {
-            Some(payload) => self.queue.put(self.now, payload, opts),
-            None => self.queue.put(self.now, data, opts),
+        let put = match self.frame_payload(data) {
+            Some(payload) => self.queue.try_put(self.now, payload, opts),
+            None => self.queue.try_put(self.now, data, opts),
         };
-        host.deliver(caller, reply, &Outcome::Task(t));
+        match put {
+            Ok(t) => host.deliver(caller, reply, &Outcome::Task(t)),
+            Err(e) => {
+                host.deliver(caller, reply, &Outcome::Error(e.into()));
+                return None;
+            }
+        }
         (opts.delay == 0).then_some(DEFAULT_TUBE)
     }
 

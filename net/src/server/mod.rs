@@ -249,7 +249,7 @@ impl Server {
         };
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
-        let queue = journal.recovered_queue().unwrap_or_default();
+        let mut queue = journal.recovered_queue().unwrap_or_default();
         if cfg.replica_of.is_none() && cfg.cluster.is_none() {
             // A primary names its log's history when the log has none (a new data directory,
             // or one written before format 3): replicas of another log are told apart.
@@ -257,6 +257,7 @@ impl Server {
                 wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
             }
         }
+        queue.set_max_tasks(cfg.max_tasks);
         let clock = LoopClock::default();
         let (now, mono) = (clock.wall(), clock.mono());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
@@ -296,7 +297,10 @@ impl Server {
             reloader: None,
             limits: Limits::new(cfg.limits),
             connections_accepted: 0,
-            tube_sessions: tube_sessions::TubeSessions::default(),
+            tube_sessions: tube_sessions::TubeSessions::new(
+                cfg.max_session_grace,
+                cfg.max_detached_sessions,
+            ),
             in_replicaset: false,
             relays: Vec::new(),
             tap: Vec::new(),

@@ -381,7 +381,8 @@ impl Server {
                     .journal_mut()
                     .wal()
                     .ok_or("a replica needs its WAL")?;
-                let queue = wal.join_finish().map_err(|e| e.to_string())?;
+                let mut queue = wal.join_finish().map_err(|e| e.to_string())?;
+                queue.set_max_tasks(self.cfg.max_tasks);
                 self.core.replace_queue(queue);
                 up.position = self.position();
                 up.joins += 1;

@@ -5,11 +5,26 @@
 //! owns them again (ack and release work). Without it (N = 0, the default), or for a
 //! connection that never identified, a disconnect releases at once, as the seed does.
 //!
+//! Both bounds a client could otherwise walk past are here: N is at most `max_grace`
+//! (`--max-session-grace`), and at most `max_detached` sessions wait out their grace
+//! (`--max-detached-sessions`): past it, the one whose grace ends first is evicted (its tasks
+//! released) to make room, so a flood of identify-and-disconnect churns its own sessions
+//! rather than growing the table or pinning tasks. The waiting sessions are kept in deadline
+//! order, so a turn finds those due in O(log n) each, whatever the table holds.
+//!
 //! This holds no tasks: it says which engine session to release and when.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use tarq_engine::{Micros, SessionId};
+
+/// Default `--max-session-grace`: a day. tarantool/queue takes any `ttr`; a day covers a
+/// redeploy or a network outage, and a client asking more gets an error naming the limit.
+pub const DEFAULT_MAX_SESSION_GRACE: Micros = 86_400_000_000;
+
+/// Default `--max-detached-sessions`: each costs under 200 bytes here and in the engine's
+/// session table, so the table stays under 20 MB, far above what reconnecting clients need.
+pub const DEFAULT_MAX_DETACHED_SESSIONS: usize = 100_000;
 
 /// An identified session.
 #[derive(Debug)]
@@ -30,19 +45,57 @@ pub enum OnClose {
     Keep,
 }
 
+/// `queue.cfg{ttr = N}` with N above `--max-session-grace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraceTooLong {
+    pub asked: Micros,
+    pub max: Micros,
+}
+
 /// The identified sessions and the grace they get.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TubeSessions {
     ttr: Micros,
+    max_grace: Micros,
+    max_detached: usize,
     by_uuid: HashMap<[u8; 16], Entry>,
-    /// The earliest `expires`, so a turn looks at the table only when one is due.
-    next_expiry: Option<Micros>,
+    /// The sessions waiting out their grace, as (expires, uuid): the first is due first.
+    detached: BTreeSet<(Micros, [u8; 16])>,
+    /// Sessions evicted to make room, released on the next turn with the expired.
+    evicted: Vec<SessionId>,
+}
+
+impl Default for TubeSessions {
+    fn default() -> Self {
+        TubeSessions::new(DEFAULT_MAX_SESSION_GRACE, DEFAULT_MAX_DETACHED_SESSIONS)
+    }
 }
 
 impl TubeSessions {
-    /// `queue.cfg{ttr = N}`: the grace of sessions whose last connection closes from now on.
-    pub fn set_ttr(&mut self, ttr: Micros) {
+    /// No grace until `queue.cfg{ttr}` asks for one, at most `max_grace`, kept for at most
+    /// `max_detached` sessions at once.
+    pub fn new(max_grace: Micros, max_detached: usize) -> Self {
+        TubeSessions {
+            ttr: 0,
+            max_grace,
+            max_detached,
+            by_uuid: HashMap::new(),
+            detached: BTreeSet::new(),
+            evicted: Vec::new(),
+        }
+    }
+
+    /// `queue.cfg{ttr = N}`: the grace of sessions whose last connection closes from now on;
+    /// refused (and the grace left as it was) above `max_grace`.
+    pub fn set_ttr(&mut self, ttr: Micros) -> Result<(), GraceTooLong> {
+        if ttr > self.max_grace {
+            return Err(GraceTooLong {
+                asked: ttr,
+                max: self.max_grace,
+            });
+        }
         self.ttr = ttr;
+        Ok(())
     }
 
     /// Gives a new session `uuid` to the connection whose session is `sid`.
@@ -62,7 +115,9 @@ impl TubeSessions {
     pub fn attach(&mut self, uuid: &[u8; 16]) -> Option<SessionId> {
         let e = self.by_uuid.get_mut(uuid)?;
         e.conns += 1;
-        e.expires = None;
+        if let Some(at) = e.expires.take() {
+            self.detached.remove(&(at, *uuid));
+        }
         Some(e.sid)
     }
 
@@ -79,42 +134,70 @@ impl TubeSessions {
         if e.conns > 0 {
             return OnClose::Keep;
         }
-        if self.ttr == 0 {
+        if self.ttr == 0 || self.max_detached == 0 {
             self.by_uuid.remove(&uuid);
             return OnClose::Release(sid);
         }
         let at = now.saturating_add(self.ttr);
         e.expires = Some(at);
-        self.next_expiry = Some(self.next_expiry.map_or(at, |n| n.min(at)));
+        if self.detached.len() >= self.max_detached {
+            let (_, first) = self.detached.pop_first().expect("the table is full");
+            let gone = self
+                .by_uuid
+                .remove(&first)
+                .expect("a detached session is known");
+            self.evicted.push(gone.sid);
+        }
+        self.detached.insert((at, uuid));
         OnClose::Keep
     }
 
-    /// When the next session's grace ends, for the loop's sleep.
+    /// When the next session's grace ends (now, when one was evicted), for the loop's sleep.
     pub fn next_deadline(&self) -> Option<Micros> {
-        self.next_expiry
+        if self.evicted.is_empty() {
+            self.detached.first().map(|&(at, _)| at)
+        } else {
+            Some(0)
+        }
     }
 
-    /// Sessions whose grace ended by `now`: forgotten here, their tasks for the caller to
-    /// release.
+    /// Sessions whose grace ended by `now`, and those evicted: forgotten here, their tasks for
+    /// the caller to release. O(log n) for each.
     pub fn expired(&mut self, now: Micros) -> Vec<SessionId> {
-        if self.next_expiry.is_none_or(|n| n > now) {
-            return Vec::new();
+        let mut gone = std::mem::take(&mut self.evicted);
+        while let Some(&(at, uuid)) = self.detached.first() {
+            if at > now {
+                break;
+            }
+            self.detached.pop_first();
+            let e = self
+                .by_uuid
+                .remove(&uuid)
+                .expect("a detached session is known");
+            gone.push(e.sid);
         }
-        let mut gone = Vec::new();
-        let mut next = None::<Micros>;
-        self.by_uuid.retain(|_, e| match e.expires {
-            Some(at) if at <= now => {
-                gone.push(e.sid);
-                false
-            }
-            Some(at) => {
-                next = Some(next.map_or(at, |n| n.min(at)));
-                true
-            }
-            None => true,
-        });
-        self.next_expiry = next;
         gone
+    }
+
+    /// Panics unless the deadline order and the table agree: each waiting session once, with
+    /// its deadline, and none past the limit.
+    #[cfg(test)]
+    fn check(&self) {
+        assert!(self.detached.len() <= self.max_detached);
+        let waiting = self
+            .by_uuid
+            .values()
+            .filter(|e| e.expires.is_some())
+            .count();
+        assert_eq!(
+            waiting,
+            self.detached.len(),
+            "waiting sessions out of order"
+        );
+        for (at, uuid) in &self.detached {
+            let e = &self.by_uuid[uuid];
+            assert_eq!((e.expires, e.conns), (Some(*at), 0));
+        }
     }
 }
 
@@ -140,7 +223,7 @@ mod tests {
     #[test]
     fn with_ttr_a_session_waits_for_its_uuid_and_then_is_released() {
         let mut s = TubeSessions::default();
-        s.set_ttr(60);
+        s.set_ttr(60).unwrap();
         s.create(U, 6);
         assert_eq!(s.detach(6, Some(U), 100), OnClose::Keep);
         assert_eq!(s.next_deadline(), Some(160));
@@ -164,5 +247,91 @@ mod tests {
         assert_eq!(s.attach(&U), Some(6));
         assert_eq!(s.detach(6, Some(U), 0), OnClose::Keep);
         assert_eq!(s.detach(6, Some(U), 0), OnClose::Release(6));
+    }
+
+    #[test]
+    fn a_grace_above_the_limit_is_refused_and_the_old_one_kept() {
+        let mut s = TubeSessions::new(100, 10);
+        s.set_ttr(100).unwrap();
+        assert_eq!(
+            s.set_ttr(101),
+            Err(GraceTooLong {
+                asked: 101,
+                max: 100
+            })
+        );
+        s.create(U, 6);
+        assert_eq!(s.detach(6, Some(U), 1_000), OnClose::Keep);
+        assert_eq!(s.next_deadline(), Some(1_100), "the grace set before");
+    }
+
+    fn uuid(i: u32) -> [u8; 16] {
+        let mut u = [0; 16];
+        u[..4].copy_from_slice(&i.to_le_bytes());
+        u
+    }
+
+    /// The hostile loop (identify, disconnect, again): the table never holds more than its
+    /// limit, the session whose grace ends first makes room, and its tasks are due at once.
+    #[test]
+    fn a_flood_of_detached_sessions_evicts_the_first_due() {
+        let mut s = TubeSessions::new(1_000, 3);
+        s.set_ttr(1_000).unwrap();
+        for i in 0..3 {
+            s.create(uuid(i), u64::from(i));
+            assert_eq!(
+                s.detach(u64::from(i), Some(uuid(i)), u64::from(i)),
+                OnClose::Keep
+            );
+            s.check();
+        }
+        assert_eq!(s.next_deadline(), Some(1_000));
+        for i in 3..10 {
+            s.create(uuid(i), u64::from(i));
+            assert_eq!(
+                s.detach(u64::from(i), Some(uuid(i)), u64::from(i)),
+                OnClose::Keep
+            );
+            s.check();
+            assert_eq!(s.next_deadline(), Some(0), "an eviction is released now");
+            assert_eq!(s.expired(u64::from(i)), vec![u64::from(i) - 3]);
+            assert_eq!(s.attach(&uuid(i - 3)), None, "evicted: forgotten");
+        }
+        assert_eq!(s.attach(&uuid(9)), Some(9), "the newest kept");
+        s.check();
+        assert_eq!(s.expired(1_007), vec![7]);
+        assert_eq!(s.expired(10_000), vec![8]);
+        assert_eq!(s.next_deadline(), None);
+        s.check();
+    }
+
+    /// Expiry reads only what is due: a session attached again leaves the deadline order,
+    /// and sessions expire in deadline order, not table order.
+    #[test]
+    fn sessions_expire_in_deadline_order() {
+        let mut s = TubeSessions::new(1_000, 100);
+        for (i, ttr) in [(0, 500), (1, 100), (2, 300)] {
+            s.set_ttr(ttr).unwrap();
+            s.create(uuid(i), u64::from(i));
+            s.detach(u64::from(i), Some(uuid(i)), 0);
+        }
+        s.check();
+        assert_eq!(s.next_deadline(), Some(100));
+        assert_eq!(s.attach(&uuid(2)), Some(2));
+        s.check();
+        assert_eq!(s.expired(400), vec![1]);
+        assert_eq!(s.next_deadline(), Some(500));
+        assert_eq!(s.expired(500), vec![0]);
+        assert_eq!(s.next_deadline(), None);
+        s.check();
+    }
+
+    #[test]
+    fn no_room_for_detached_sessions_releases_at_once() {
+        let mut s = TubeSessions::new(1_000, 0);
+        s.set_ttr(1_000).unwrap();
+        s.create(U, 6);
+        assert_eq!(s.detach(6, Some(U), 0), OnClose::Release(6));
+        assert_eq!(s.attach(&U), None);
     }
 }

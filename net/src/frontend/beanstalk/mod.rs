@@ -119,11 +119,14 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         }
         // A full limfifottl tube has no room for the put.
         (_, Outcome::Full) => Out::OutOfMemory,
-        // A tube that has given out every number (2^41 puts) has no id for another job:
-        // beanstalkd's answer when it has no room for one.
-        (_, Outcome::Error(Refusal::Queue(QueueError::TubeNumbersSpent { .. }))) => {
-            Out::OutOfMemory
-        }
+        // A tube that has given out every number (2^41 puts) has no id for another job, a
+        // queue at its task limit no room for one: beanstalkd's answer when it has no room.
+        (
+            _,
+            Outcome::Error(Refusal::Queue(
+                QueueError::TubeNumbersSpent { .. } | QueueError::TooManyTasks { .. },
+            )),
+        ) => Out::OutOfMemory,
         (_, Outcome::Error(Refusal::Queue(_))) => Out::NotFound,
         (_, _) => Out::InternalError,
     };

@@ -5,7 +5,7 @@
 //! number in the tube, made the engine's id here (`Queue::task_id_in`); the replies show the
 //! number again (`tubes::write_task`).
 
-use tarq_engine::{TubeIx, TubeNumbers, DEFAULT_TUBE_NAME};
+use tarq_engine::{Micros, TubeIx, TubeNumbers, DEFAULT_TUBE_NAME};
 use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_UNKNOWN_REQUEST_TYPE};
 use tarq_iproto::mp::write;
 use tarq_iproto::mp::Reader;
@@ -165,8 +165,15 @@ impl Server {
             }
             TubeCall::Identify { uuid } => return self.identify(idx, r, uuid),
             TubeCall::Cfg { ttr, in_replicaset } => {
-                if let Some(ttr) = ttr {
-                    self.tube_sessions.set_ttr(ttr);
+                // Checked before anything is set, as the original checks every option first.
+                if let Some(Err(e)) = ttr.map(|ttr| self.tube_sessions.set_ttr(ttr)) {
+                    let msg = format!(
+                        "Invalid value of ttr: {}: above this server's limit of {} seconds \
+                         (max-session-grace)",
+                        seconds_text(e.asked),
+                        seconds_text(e.max)
+                    );
+                    return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
                 }
                 self.in_replicaset = in_replicaset;
                 // As the original: with temporary tubes present the mode stays off, logged.
@@ -375,6 +382,15 @@ impl Server {
                 o.extend_from_slice(&u);
             }),
         }
+    }
+}
+
+/// A duration as the seconds a client gave it: whole when it is, else with its fraction.
+fn seconds_text(us: Micros) -> String {
+    if us.is_multiple_of(1_000_000) {
+        (us / 1_000_000).to_string()
+    } else {
+        (us as f64 / 1e6).to_string()
     }
 }
 
