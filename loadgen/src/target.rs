@@ -13,7 +13,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -308,7 +307,7 @@ pub fn spawn_in(target: Target, opts: &SpawnOptions, data_dir: Option<&Path>) ->
         .stdout(log_file.try_clone()?)
         .stderr(log_file);
     if let Some(cpu) = opts.cpu {
-        pin_child(&mut cmd, cpu);
+        tarq_affinity::pin_child(&mut cmd, cpu);
     }
     let child = cmd
         .spawn()
@@ -516,32 +515,6 @@ fn expect_reply(s: &mut TcpStream, request: &[u8], prefix: &[u8]) -> Result<()> 
             String::from_utf8_lossy(prefix),
             String::from_utf8_lossy(&buf[..got])
         );
-    }
-    Ok(())
-}
-
-/// Pin the child (and every thread it starts) to `cpu` before it runs.
-fn pin_child(cmd: &mut Command, cpu: usize) {
-    // SAFETY: the closure runs between fork and exec; it only builds a cpu_set_t on the stack
-    // and calls sched_setaffinity, both async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || set_affinity(cpu));
-    }
-}
-
-/// Pin the calling thread (and children it later forks) to one core.
-pub fn set_affinity(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data, all-zero is the empty set; CPU_SET bounds-checks nothing
-    // beyond the set size, which we check against CPU_SETSIZE first.
-    unsafe {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
     }
     Ok(())
 }

@@ -155,17 +155,6 @@ fn start(a: &Args) -> Server {
     }
 }
 
-/// Pins this thread (and the threads it starts from now on) to one core.
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls only read it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(rc, 0, "cannot pin to core {cpu}");
-    }
-}
-
 /// The load average, to say how busy the shared machine was.
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -424,7 +413,7 @@ fn main() {
     let server = start(&a);
     let pid = server.child.id();
     if let Some(cpu) = a.client_cpu {
-        pin(cpu);
+        tarq_affinity::pin(cpu).unwrap_or_else(|e| panic!("{e}"));
     }
     let load_before = loadavg();
     let mut good = Client::connect(server.addr);
