@@ -10,6 +10,7 @@
 //! or original is missing fails with [`CannotStart`], which the suite does not try again.
 
 use anyhow::{anyhow, bail, Context, Result};
+use rustix::process::{kill_process, Pid, Signal};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -204,10 +205,9 @@ impl Spawned {
         if self.child.try_wait()?.is_some() {
             return Ok(());
         }
-        // SAFETY: kill(2) on our own child's pid; the child is not reaped yet (try_wait above).
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
+        // Our own child, not reaped yet (try_wait above): its pid is still its own. An error
+        // (it just exited) is met below, by the wait and then the kill.
+        let _ = kill_process(Pid::from_child(&self.child), Signal::TERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
@@ -519,10 +519,24 @@ fn expect_reply(s: &mut TcpStream, request: &[u8], prefix: &[u8]) -> Result<()> 
     Ok(())
 }
 
-/// Online cores of the machine, not the affinity mask a pinned loadgen sees.
+/// Online cores of the machine, not the affinity mask a pinned loadgen sees: the kernel's list
+/// of online cores ("0-3,6"), which is what glibc's `_SC_NPROCESSORS_ONLN` reads.
 pub fn online_cores() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|list| cores_in_list(list.trim()))
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// How many cores a kernel CPU list ("0-3,6") names.
+fn cores_in_list(list: &str) -> usize {
+    list.split(',')
+        .filter_map(|range| {
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            let (first, last): (usize, usize) = (first.parse().ok()?, last.parse().ok()?);
+            last.checked_sub(first).map(|n| n + 1)
+        })
+        .sum()
 }
 
 fn find_in_path(program: &str) -> Option<PathBuf> {
@@ -538,4 +552,17 @@ fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_list_counts_its_ranges_and_single_cores() {
+        for (list, cores) in [("0", 1), ("0-3", 4), ("0-3,6", 5), ("0,2,4-5", 4), ("", 0)] {
+            assert_eq!(cores_in_list(list), cores, "{list:?}");
+        }
+        assert!(online_cores() >= 1);
+    }
 }
