@@ -492,14 +492,7 @@ fn bench_advance(c: &mut Criterion) {
 /// CPU time of this thread: on a shared machine a step's wall time includes the time the
 /// scheduler gave to others, its CPU time does not. Both are recorded.
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own; CLOCK_THREAD_CPUTIME_ID always exists
-    // on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 

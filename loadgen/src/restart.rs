@@ -80,7 +80,7 @@ pub fn run(a: &RestartArgs, mut progress: impl FnMut(&Cycle)) -> Result<RestartR
         args: a.target_args.clone(),
     };
     if let Some(cpu) = a.cpu {
-        target::set_affinity(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
+        tarq_affinity::pin(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
     }
     let mut cycles = Vec::with_capacity(a.cycles);
     for cycle in 1..=a.cycles {

@@ -32,11 +32,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
+use rustix::time::{
+    timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
+    Timespec,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// Initial read buffer per connection: holds a full pipeline of replies of ordinary size, so the
@@ -747,10 +751,8 @@ impl<'c, D: Driver> Run<'c, D> {
     fn new(cfg: &'c RunConfig, poll: Poll, conns: Vec<Conn<D>>, run_id: u64) -> Result<Self> {
         // Timer wake-ups (the send timer's, a spinning loop's rest) may otherwise be deferred
         // by the default 50 µs slack.
-        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
-        unsafe {
-            libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-        }
+        // Best effort, as before: a run with the default slack is only less punctual.
+        let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
         let timer = match cfg.rate {
             Some(_) if !cfg.spin && cfg.steady => Some(send_timer(&poll)?),
             _ => None,
@@ -1541,42 +1543,27 @@ struct Timer {
 
 impl Timer {
     fn new() -> io::Result<Timer> {
-        // SAFETY: timerfd_create has no memory preconditions; a non-negative result is a fresh
-        // descriptor that we own from here on.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by timerfd_create and nothing else owns it.
-        Ok(Timer {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        Ok(Timer { fd })
     }
 
     /// Fire once, `after` from now (at least 1 ns: zero would disarm it).
     fn arm_in(&self, after: Duration) -> io::Result<()> {
         let after = after.max(Duration::from_nanos(1));
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
+        let spec = Itimerspec {
+            it_interval: Timespec {
                 tv_sec: 0,
                 tv_nsec: 0,
             },
-            it_value: libc::timespec {
-                tv_sec: after.as_secs() as libc::time_t,
-                tv_nsec: after.subsec_nanos() as libc::c_long,
+            it_value: Timespec {
+                tv_sec: after.as_secs().try_into().unwrap_or(i64::MAX),
+                tv_nsec: after.subsec_nanos().into(),
             },
         };
-        // SAFETY: spec is a valid itimerspec; a null old_value is allowed.
-        let rc =
-            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        timerfd_settime(&self.fd, TimerfdTimerFlags::empty(), &spec)?;
         Ok(())
     }
 }
@@ -1600,8 +1587,7 @@ pub fn machine_cpu_seconds() -> Option<f64> {
         .collect();
     // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
     let busy = f.get(..8)?.iter().sum::<f64>() - f[3] - f[4];
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = rustix::param::clock_ticks_per_second();
     Some(busy / hz.max(1) as f64)
 }
 
@@ -1614,7 +1600,6 @@ pub fn cpu_seconds(pid: &str) -> Option<f64> {
     // utime and stime are fields 14 and 15 of the full line, 12 and 13 after the name.
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = rustix::param::clock_ticks_per_second();
     Some((utime + stime) / hz.max(1) as f64)
 }

@@ -436,7 +436,7 @@ pub fn run(args: &RunArgs) -> Result<Finished> {
         target::create_tube(addr, &tube).with_context(|| format!("{} at {addr}", args.target))?;
     }
     if let Some(cpu) = cpu {
-        target::set_affinity(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
+        tarq_affinity::pin(cpu).with_context(|| format!("pinning the loadgen to core {cpu}"))?;
     }
     let mut cfg = run_config(args, addr, spawned.as_ref().map(|s| s.pid()));
     cfg.failover = failover;

@@ -10,10 +10,10 @@
 //! or original is missing fails with [`CannotStart`], which the suite does not try again.
 
 use anyhow::{anyhow, bail, Context, Result};
+use rustix::process::{kill_process, Pid, Signal};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -205,10 +205,9 @@ impl Spawned {
         if self.child.try_wait()?.is_some() {
             return Ok(());
         }
-        // SAFETY: kill(2) on our own child's pid; the child is not reaped yet (try_wait above).
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
+        // Our own child, not reaped yet (try_wait above): its pid is still its own. An error
+        // (it just exited) is met below, by the wait and then the kill.
+        let _ = kill_process(Pid::from_child(&self.child), Signal::TERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
@@ -308,7 +307,7 @@ pub fn spawn_in(target: Target, opts: &SpawnOptions, data_dir: Option<&Path>) ->
         .stdout(log_file.try_clone()?)
         .stderr(log_file);
     if let Some(cpu) = opts.cpu {
-        pin_child(&mut cmd, cpu);
+        tarq_affinity::pin_child(&mut cmd, cpu);
     }
     let child = cmd
         .spawn()
@@ -520,36 +519,24 @@ fn expect_reply(s: &mut TcpStream, request: &[u8], prefix: &[u8]) -> Result<()> 
     Ok(())
 }
 
-/// Pin the child (and every thread it starts) to `cpu` before it runs.
-fn pin_child(cmd: &mut Command, cpu: usize) {
-    // SAFETY: the closure runs between fork and exec; it only builds a cpu_set_t on the stack
-    // and calls sched_setaffinity, both async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || set_affinity(cpu));
-    }
-}
-
-/// Pin the calling thread (and children it later forks) to one core.
-pub fn set_affinity(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data, all-zero is the empty set; CPU_SET bounds-checks nothing
-    // beyond the set size, which we check against CPU_SETSIZE first.
-    unsafe {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// Online cores of the machine, not the affinity mask a pinned loadgen sees.
+/// Online cores of the machine, not the affinity mask a pinned loadgen sees: the kernel's list
+/// of online cores ("0-3,6"), which is what glibc's `_SC_NPROCESSORS_ONLN` reads.
 pub fn online_cores() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|list| cores_in_list(list.trim()))
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// How many cores a kernel CPU list ("0-3,6") names.
+fn cores_in_list(list: &str) -> usize {
+    list.split(',')
+        .filter_map(|range| {
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            let (first, last): (usize, usize) = (first.parse().ok()?, last.parse().ok()?);
+            last.checked_sub(first).map(|n| n + 1)
+        })
+        .sum()
 }
 
 fn find_in_path(program: &str) -> Option<PathBuf> {
@@ -565,4 +552,17 @@ fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_list_counts_its_ranges_and_single_cores() {
+        for (list, cores) in [("0", 1), ("0-3", 4), ("0-3,6", 5), ("0,2,4-5", 4), ("", 0)] {
+            assert_eq!(cores_in_list(list), cores, "{list:?}");
+        }
+        assert!(online_cores() >= 1);
+    }
 }

@@ -16,10 +16,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tarq-beanstalk", &["tarq-testkit"]),
     ("tarq-client", &["tarq-iproto", "tarq-testkit"]),
     ("tarq-testkit", &[]),
+    // Pinning to cores: the server's loop, the WAL's threads, the loadgen and its targets.
+    ("tarq-affinity", &[]),
     // Leader election talks to etcd only; the server drives it through a channel.
     ("tarq-cluster", &["tarq-testkit"]),
     // The WAL never imports the server or ops.
-    ("tarq-wal", &["tarq-engine", "tarq-wal"]),
+    ("tarq-wal", &["tarq-engine", "tarq-wal", "tarq-affinity"]),
     // Ops sees figures and plain data, never the server or the WAL.
     ("tarq-ops", &["tarq-engine", "tarq-iproto"]),
     (
@@ -33,6 +35,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tarq-ops",
             "tarq-testkit",
             "tarq-cluster",
+            "tarq-affinity",
         ],
     ),
     // The load generator speaks the protocols through the codecs and the client only; testkit
@@ -44,6 +47,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tarq-client",
             "tarq-beanstalk",
             "tarq-testkit",
+            "tarq-affinity",
         ],
     ),
     (
@@ -55,13 +59,20 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tarq-net",
             "tarq-wal",
             "tarq-testkit",
+            "tarq-affinity",
         ],
     ),
 ];
 
 /// Crates below the loop that must not know it: they take `now` or a wake-up callback from the
 /// server instead of owning a poll, so they stay testable without sockets.
-const LOOP_FREE: &[&str] = &["tarq-engine", "tarq-iproto", "tarq-beanstalk", "tarq-wal"];
+const LOOP_FREE: &[&str] = &[
+    "tarq-engine",
+    "tarq-iproto",
+    "tarq-beanstalk",
+    "tarq-wal",
+    "tarq-affinity",
+];
 /// The crates that make an event loop.
 const LOOP_CRATES: &[&str] = &["mio", "signal-hook-mio", "tokio"];
 

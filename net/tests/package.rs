@@ -85,18 +85,15 @@ fn stat(path: &str) -> String {
 
 /// Waits for, then holds, the machine-wide lock of this test until dropped (the kernel
 /// releases it with the file, also when the test process dies).
-fn machine_lock() -> std::fs::File {
-    use std::os::fd::AsRawFd;
+fn machine_lock() -> nix::fcntl::Flock<std::fs::File> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(std::env::temp_dir().join("tarq-package-test.lock"))
         .unwrap();
-    // SAFETY: flock on a descriptor this function owns; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-    file
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("flock: {e}"))
 }
 
 #[test]

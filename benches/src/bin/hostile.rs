@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde_json::{json, Value};
 use tarq_benches::report;
 use tarq_iproto::client::{self, GREETING_LEN};
@@ -152,17 +153,6 @@ fn start(a: &Args) -> Server {
             std::thread::spawn(move || while rx.recv().is_ok() {});
             return server;
         }
-    }
-}
-
-/// Pins this thread (and the threads it starts from now on) to one core.
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls only read it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(rc, 0, "cannot pin to core {cpu}");
     }
 }
 
@@ -297,10 +287,8 @@ fn percentiles(rtts: &mut [u64]) -> Value {
 /// then nothing. Non-blocking writes, `poll` for room. Returns the sockets (held open by the
 /// caller) and how many sent every byte.
 fn attack(addr: SocketAddr, n: usize, frame: usize, sent: usize) -> (Vec<TcpStream>, usize) {
-    // SAFETY: lowers this thread's own priority; no memory is passed.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
-    }
+    // This thread's own priority (a thread id is a process id to setpriority); best effort.
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
     let mut socks: Vec<TcpStream> = (0..n)
         .filter_map(|_| TcpStream::connect(addr).ok())
         .collect();
@@ -314,7 +302,7 @@ fn attack(addr: SocketAddr, n: usize, frame: usize, sent: usize) -> (Vec<TcpStre
     }
     let deadline = Instant::now() + WAIT * 5;
     loop {
-        let mut fds = Vec::new();
+        let mut waiting = Vec::new();
         for (i, s) in socks.iter_mut().enumerate() {
             while let Some(d) = done[i].filter(|&d| d < total) {
                 let buf = if d < header.len() {
@@ -325,22 +313,28 @@ fn attack(addr: SocketAddr, n: usize, frame: usize, sent: usize) -> (Vec<TcpStre
                 match s.write(buf) {
                     Ok(k) => done[i] = Some(d + k),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        fds.push(libc::pollfd {
-                            fd: std::os::fd::AsRawFd::as_raw_fd(s),
-                            events: libc::POLLOUT,
-                            revents: 0,
-                        });
+                        waiting.push(i);
                         break;
                     }
                     Err(_) => done[i] = None,
                 }
             }
         }
-        if fds.is_empty() || Instant::now() > deadline {
+        if waiting.is_empty() || Instant::now() > deadline {
             break;
         }
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
+        let mut fds: Vec<PollFd<'_>> = waiting
+            .iter()
+            .map(|&i| PollFd::new(&socks[i], PollFlags::OUT))
+            .collect();
+        // A timeout or an interruption only means another round of writes.
+        let _ = poll(
+            &mut fds,
+            Some(&Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            }),
+        );
     }
     let complete = done.iter().filter(|d| **d == Some(total)).count();
     (socks, complete)
@@ -424,7 +418,7 @@ fn main() {
     let server = start(&a);
     let pid = server.child.id();
     if let Some(cpu) = a.client_cpu {
-        pin(cpu);
+        tarq_affinity::pin(cpu).unwrap_or_else(|e| panic!("{e}"));
     }
     let load_before = loadavg();
     let mut good = Client::connect(server.addr);

@@ -116,18 +116,12 @@ pub fn default_input_budget(max_frame_bytes: usize) -> usize {
 
 /// Physical memory, or the cgroup's limit when one is set and lower.
 pub fn available_memory() -> u64 {
-    // SAFETY: sysconf reads system constants; no memory is passed.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let phys = if pages > 0 && page > 0 {
-        pages as u64 * page as u64
-    } else {
+    use nix::unistd::{sysconf, SysconfVar};
+    let known = |var| sysconf(var).ok().flatten().filter(|&n| n > 0);
+    let phys = match (known(SysconfVar::_PHYS_PAGES), known(SysconfVar::PAGE_SIZE)) {
+        (Some(pages), Some(page)) => pages as u64 * page as u64,
         // Unknown: assume a small machine, so the budget errs on the side of less.
-        4 << 30
+        _ => 4 << 30,
     };
     let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
         .ok()

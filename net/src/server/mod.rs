@@ -1442,19 +1442,7 @@ fn mark_flush(conns: &mut Slab<Conn>, flush: &mut Vec<usize>, idx: usize) {
 
 /// Pins the calling thread to a CPU core.
 fn pin_to(cpu: usize) -> io::Result<()> {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let Some(core) = cores.iter().find(|c| c.id == cpu) else {
-        let ids: Vec<String> = cores.iter().map(|c| c.id.to_string()).collect();
-        return Err(io::Error::other(format!(
-            "--cpu {cpu}: no such core (available: {})",
-            ids.join(", ")
-        )));
-    };
-    if !core_affinity::set_for_current(*core) {
-        return Err(io::Error::other(format!(
-            "--cpu {cpu}: pinning the loop thread failed"
-        )));
-    }
+    tarq_affinity::pin(cpu).map_err(|e| io::Error::new(e.kind(), format!("--cpu {cpu}: {e}")))?;
     info!(cpu, "event loop pinned");
     Ok(())
 }

@@ -21,7 +21,6 @@
 //! the machine); `WalMode::Fsync` when the sync thread's `fdatasync` returns; `WalMode::None`
 //! writes no WAL (snapshots still work).
 
-mod affinity;
 mod clock;
 mod follow;
 pub mod format;

@@ -2,9 +2,10 @@
 //! when the process dies, so a crash never leaves a stale lock behind; the pid written into
 //! the file only makes the refusal message useful.
 
+use rustix::fs::{flock, FlockOperation};
+use rustix::io::Errno;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::WalError;
@@ -31,11 +32,8 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| WalError::io(format!("opening {}", path.display()), e))?;
-        // SAFETY: flock on a descriptor this function owns; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        if let Err(err) = flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            if err == Errno::WOULDBLOCK {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 return Err(WalError::Locked {
@@ -43,7 +41,10 @@ impl DirLock {
                     holder: holder.trim().to_owned(),
                 });
             }
-            return Err(WalError::io(format!("locking {}", path.display()), err));
+            return Err(WalError::io(
+                format!("locking {}", path.display()),
+                err.into(),
+            ));
         }
         let pid = std::process::id();
         let written = file

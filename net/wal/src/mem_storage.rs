@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use rustix::io::Errno;
+
 use crate::storage::{Storage, StorageFile};
 
 /// What survives a simulated crash beyond the synced bytes.
@@ -85,7 +87,7 @@ fn dead_err() -> io::Error {
 }
 
 fn enospc() -> io::Error {
-    io::Error::from_raw_os_error(libc::ENOSPC)
+    Errno::NOSPC.into()
 }
 
 impl MemStorage {
@@ -337,7 +339,7 @@ impl StorageFile for MemHandle {
         MemStorage::check_alive(&g)?;
         g.syncs += 1;
         if g.fail_sync_at == Some(g.syncs) {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+            return Err(Errno::IO.into());
         }
         let f = g.files.get_mut(&self.inode).expect("open file exists");
         f.durable = f.data.clone();
@@ -359,7 +361,7 @@ impl StorageFile for MemHandle {
         let g = &mut *g;
         MemStorage::check_alive(g)?;
         if g.no_allocate {
-            return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+            return Err(Errno::OPNOTSUPP.into());
         }
         let f = g.files.get_mut(&self.inode).expect("open file exists");
         let end = offset + len;

@@ -30,6 +30,8 @@
 use std::io;
 use std::time::Instant;
 
+use rustix::io::Errno;
+
 use super::format::{MAX_TASK_OVERHEAD, RECORD_HEADER_LEN};
 use super::{describe, format, Segment, Wal, WalError, WalMode, FILE_HEADER_LEN, RETRY_INTERVAL};
 
@@ -87,13 +89,16 @@ impl Room {
 
 fn no_room(e: &io::Error) -> bool {
     matches!(
-        e.raw_os_error(),
-        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+        Errno::from_io_error(e),
+        Some(Errno::NOSPC | Errno::DQUOT | Errno::FBIG)
     )
 }
 
 fn unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS))
+    matches!(
+        Errno::from_io_error(e),
+        Some(Errno::OPNOTSUPP | Errno::NOSYS)
+    )
 }
 
 impl Wal {

@@ -127,7 +127,7 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread, off core `loop_cpu` when there is another (see `affinity`).
+    /// Starts the thread, off core `loop_cpu` when there is another (see `tarq_affinity`).
     pub fn start(
         storage: Arc<dyn Storage>,
         notify: Notify,
@@ -136,7 +136,7 @@ impl Writer {
         let (tx, from_loop) = mpsc::sync_channel(SNAPSHOT_QUEUE_BLOCKS);
         let (to_loop, rx) = mpsc::channel();
         let (emptied, free) = mpsc::channel();
-        let handle = crate::affinity::spawn_off_core("tarq-snapshot", loop_cpu, move || {
+        let handle = tarq_affinity::spawn_off_core("tarq-snapshot", loop_cpu, move || {
             writer(&*storage, from_loop, to_loop, emptied, notify)
         })?;
         Ok(Self {

@@ -120,7 +120,7 @@ impl Storage for FsStorage {
             .create(true)
             .truncate(true)
             .write(true)
-            .custom_flags(libc::O_APPEND)
+            .custom_flags(rustix::fs::OFlags::APPEND.bits() as i32)
             .open(self.dir.join(name))?;
         Ok(Arc::new(FsFile(f)))
     }

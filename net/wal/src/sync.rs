@@ -58,7 +58,7 @@ impl Shared {
 }
 
 impl SyncThread {
-    /// Starts the thread, off core `loop_cpu` when there is another (see `affinity`).
+    /// Starts the thread, off core `loop_cpu` when there is another (see `tarq_affinity`).
     pub fn start(
         storage: Arc<dyn Storage>,
         notify: Notify,
@@ -69,7 +69,7 @@ impl SyncThread {
             cv: Condvar::new(),
         });
         let s = shared.clone();
-        let handle = crate::affinity::spawn_off_core("tarq-wal-sync", loop_cpu, move || {
+        let handle = tarq_affinity::spawn_off_core("tarq-wal-sync", loop_cpu, move || {
             run(&s, &*storage, &notify)
         })?;
         Ok(Self {

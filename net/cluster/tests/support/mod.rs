@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use rustix::process::{kill_process, Pid, Signal};
 use tarq_cluster::{Cluster, Config, Event, EventKind};
 use tarq_testkit::ports::Refusing;
 
@@ -116,19 +117,19 @@ impl Etcd {
         std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
     }
 
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) on our own child's pid; the child is not reaped before drop.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "kill({sig}) on etcd");
+    /// Our own child's pid stays its own: the child is not reaped before drop.
+    fn signal(&self, sig: Signal) {
+        kill_process(Pid::from_child(&self.child), sig)
+            .unwrap_or_else(|e| panic!("kill({sig:?}) on etcd: {e}"));
     }
 
     /// Freezes etcd: connections stay open, nothing is answered.
     pub fn pause(&self) {
-        self.signal(libc::SIGSTOP);
+        self.signal(Signal::STOP);
     }
 
     pub fn resume(&self) {
-        self.signal(libc::SIGCONT);
+        self.signal(Signal::CONT);
     }
 
     /// The JSON value stored under `key`, read straight from etcd's gateway.

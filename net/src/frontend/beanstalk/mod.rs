@@ -146,25 +146,10 @@ pub fn wrap_body(out: &mut Vec<u8>, body: &[u8]) {
 /// The body a stored task is reserved with: the bytes of its string or bin, or its raw
 /// MessagePack when it is another value (a task put through IPROTO as a map, say).
 pub fn body_of(data: &[u8]) -> &[u8] {
-    let Some((&marker, rest)) = data.split_first() else {
-        return data;
-    };
-    let (len, rest) = match marker {
-        0xa0..=0xbf => ((marker & 0x1f) as usize, rest),
-        0xd9 | 0xc4 if !rest.is_empty() => (rest[0] as usize, &rest[1..]),
-        0xda | 0xc5 if rest.len() >= 2 => {
-            (u16::from_be_bytes([rest[0], rest[1]]) as usize, &rest[2..])
-        }
-        0xdb | 0xc6 if rest.len() >= 4 => (
-            u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize,
-            &rest[4..],
-        ),
-        _ => return data,
-    };
-    if len == rest.len() {
-        rest
-    } else {
-        data
+    let mut value = tarq_iproto::mp::Reader::new(data);
+    match value.read_str_or_bin() {
+        Ok(body) if value.is_empty() => body,
+        _ => data,
     }
 }
 

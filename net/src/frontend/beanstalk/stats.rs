@@ -191,17 +191,15 @@ impl Server {
 
 /// The process's user and system CPU time (`getrusage`).
 fn cpu_times() -> (CpuTime, CpuTime) {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a rusage for RUSAGE_SELF.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
         return Default::default();
-    }
-    let t = |tv: libc::timeval| CpuTime {
-        secs: tv.tv_sec.max(0) as u64,
-        micros: tv.tv_usec.clamp(0, 999_999) as u32,
     };
-    (t(ru.ru_utime), t(ru.ru_stime))
+    let t = |tv: nix::sys::time::TimeVal| CpuTime {
+        secs: tv.tv_sec().max(0) as u64,
+        micros: tv.tv_usec().clamp(0, 999_999) as u32,
+    };
+    (t(ru.user_time()), t(ru.system_time()))
 }
 
 /// A one-line file of /proc (hostname, kernel version), or "" where there is none.
