@@ -243,7 +243,7 @@ impl Server {
         let idxs: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.relay.is_none() && c.closing.is_none())
+            .filter(|(_, c)| c.relay().is_none() && c.closing.is_none())
             .map(|(i, _)| i)
             .collect();
         for idx in idxs {
@@ -291,7 +291,7 @@ impl Server {
             let Some(c) = self.conns.get(idx).filter(|c| c.gen == gen) else {
                 continue;
             };
-            let Some(r) = &c.relay else { continue };
+            let Some(r) = c.relay() else { continue };
             replicas.push(Value::Map(vec![
                 (s("peer"), s(&c.peer.to_string())),
                 (s("acked"), r.acked.into()),
@@ -324,6 +324,17 @@ impl Server {
             fields.push((s("primary"), primary.map_or(Value::Nil, |p| s(&p))));
             return Value::Map(fields);
         };
+        fields.extend(c.overview_fields());
+        Value::Map(fields)
+    }
+}
+
+impl ClusterNode {
+    /// `queue.cluster()`'s fields from the election: the cluster, this node and its state,
+    /// the term, the leader and the members as etcd has them.
+    fn overview_fields(&self) -> Vec<(Value, Value)> {
+        let s = |v: &str| Value::from(v);
+        let c = self;
         let o = c.handle.overview();
         let term = match &c.role {
             NodeRole::Leading { term } | NodeRole::Following { term, .. } => *term,
@@ -359,7 +370,7 @@ impl Server {
             NodeRole::Leading { .. } => "leading".into(),
             NodeRole::Following { .. } => "following".into(),
         };
-        fields.extend([
+        vec![
             (s("cluster"), s(&c.cluster)),
             (s("node"), s(&c.name)),
             (s("state"), s(&state)),
@@ -370,7 +381,6 @@ impl Server {
                 s("etcd_error"),
                 c.etcd_error.as_deref().map_or(Value::Nil, s),
             ),
-        ]);
-        Value::Map(fields)
+        ]
     }
 }

@@ -368,9 +368,8 @@ pub struct Conn {
     /// Distinguishes this connection from earlier ones in the same slot (tokens carry it).
     pub gen: u32,
     pub sid: SessionId,
-    /// The greeting's salt, for chap-sha1.
-    pub salt: [u8; SALT_LEN],
-    /// Allowed to call functions (always, unless the server requires a user).
+    /// Allowed to call functions (always, unless the server requires a user; always on the
+    /// beanstalk port, which has no authentication).
     pub authenticated: bool,
     pub rbuf: ReadBuf,
     pub out: OutBuf,
@@ -389,12 +388,78 @@ pub struct Conn {
     pub closing: Option<Closing>,
     /// Its share of the input budget and its deadlines.
     pub guard: Guard,
-    /// The tube API's session UUID, drawn at the first `queue.identify()`.
-    pub session_uuid: Option<[u8; 16]>,
-    /// A connection to the beanstalk port: its protocol state (`None`: IPROTO).
-    pub beanstalk: Option<Box<crate::frontend::beanstalk::BsConn>>,
-    /// A replica streaming this tarq's WAL (after its JOIN or SUBSCRIBE).
-    pub relay: Option<Box<super::relay::Relay>>,
+    /// What it speaks, and what that protocol keeps for it.
+    pub proto: Protocol,
+}
+
+/// What a connection speaks, with the state its protocol keeps for it.
+#[derive(Debug)]
+pub enum Protocol {
+    /// IPROTO: the greeting's salt (for chap-sha1) and the tube API's session UUID, drawn at
+    /// the first `queue.identify()`.
+    Iproto {
+        salt: [u8; SALT_LEN],
+        session_uuid: Option<[u8; 16]>,
+    },
+    /// A replica streaming this tarq's WAL: an IPROTO connection after its JOIN or SUBSCRIBE.
+    Relay(Box<super::relay::Relay>),
+    /// The beanstalk port.
+    Beanstalk(Box<crate::frontend::beanstalk::BsConn>),
+}
+
+impl Conn {
+    /// Its beanstalk state, on the beanstalk port.
+    pub fn beanstalk(&self) -> Option<&crate::frontend::beanstalk::BsConn> {
+        match &self.proto {
+            Protocol::Beanstalk(bs) => Some(bs),
+            _ => None,
+        }
+    }
+
+    pub fn beanstalk_mut(&mut self) -> Option<&mut crate::frontend::beanstalk::BsConn> {
+        match &mut self.proto {
+            Protocol::Beanstalk(bs) => Some(bs),
+            _ => None,
+        }
+    }
+
+    /// Its relay, once a replica streams on it.
+    pub fn relay(&self) -> Option<&super::relay::Relay> {
+        match &self.proto {
+            Protocol::Relay(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn relay_mut(&mut self) -> Option<&mut super::relay::Relay> {
+        match &mut self.proto {
+            Protocol::Relay(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The tube API's session UUID, once `queue.identify()` drew one.
+    pub fn session_uuid(&self) -> Option<[u8; 16]> {
+        match self.proto {
+            Protocol::Iproto { session_uuid, .. } => session_uuid,
+            _ => None,
+        }
+    }
+
+    /// Sets the tube API's session UUID (an IPROTO connection only).
+    pub fn set_session_uuid(&mut self, uuid: [u8; 16]) {
+        if let Protocol::Iproto { session_uuid, .. } = &mut self.proto {
+            *session_uuid = Some(uuid);
+        }
+    }
+
+    /// The greeting's salt (an IPROTO connection's; zeros for another).
+    pub fn salt(&self) -> [u8; SALT_LEN] {
+        match self.proto {
+            Protocol::Iproto { salt, .. } => salt,
+            _ => [0; SALT_LEN],
+        }
+    }
 }
 
 /// Why and how a connection is closing.

@@ -89,7 +89,7 @@ impl Host<ReplyTo> for Wire<'_> {
         if let ReplyTo::Beanstalk(_) = reply {
             // Its reserve is over: the commands that waited behind it run next turn.
             let c = &mut self.conns[to.conn];
-            if let Some(bs) = c.beanstalk.as_mut() {
+            if let Some(bs) = c.beanstalk_mut() {
                 bs.waiting = None;
             }
             if c.closing.is_none() {

@@ -45,7 +45,9 @@ use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::BsConn;
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
-use conn::{Closing, Conn, OutBuf, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES};
+use conn::{
+    Closing, Conn, OutBuf, Protocol, ReadBuf, ReadOutcome, READ_BUDGET_BYTES, READ_BUF_BYTES,
+};
 use limits::Limits;
 use tarq_iproto::codes::*;
 use tarq_iproto::{auth, greeting, response, split_frame};
@@ -228,36 +230,10 @@ impl Server {
             )
         })?;
         let poll = Poll::new()?;
-        let mut listener = TcpListener::bind(cfg.listen).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen))
-        })?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let beanstalk_listener = match cfg.beanstalk_listen {
-            Some(addr) => {
-                let mut l = TcpListener::bind(addr).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("cannot listen on {addr} (--beanstalk-listen): {e}"),
-                    )
-                })?;
-                poll.registry()
-                    .register(&mut l, BEANSTALK_LISTENER, Interest::READABLE)?;
-                Some(l)
-            }
-            None => None,
-        };
+        let (listener, beanstalk_listener) = bind_listeners(&cfg, &poll)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
-        let mut queue = journal.recovered_queue().unwrap_or_default();
-        if cfg.replica_of.is_none() && cfg.cluster.is_none() {
-            // A primary names its log's history when the log has none (a new data directory,
-            // or one written before format 3): replicas of another log are told apart.
-            if let Some(wal) = journal.wal() {
-                wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
-            }
-        }
-        queue.set_max_tasks(cfg.max_tasks);
+        let queue = recover(&mut *journal, &cfg)?;
         let clock = LoopClock::default();
         let (now, mono) = (clock.wall(), clock.mono());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
@@ -386,19 +362,7 @@ impl Server {
         if let Some(cpu) = self.cfg.cpu {
             pin_to(cpu)?;
         }
-        if let Some(addr) = self.beanstalk_addr() {
-            info!(listen = %addr, "serving the beanstalk protocol");
-            if self.cfg.auth.is_some() {
-                // The protocol has no authentication: --user guards the IPROTO port only.
-                warn!(listen = %addr, "the beanstalk port has no authentication: serve it on a trusted address only");
-            }
-        }
-        info!(
-            listen = %self.local_addr()?,
-            null = self.cfg.null,
-            auth = self.cfg.auth.is_some(),
-            "tarq serving"
-        );
+        self.announce()?;
         // Only the binary, which handles the process's signals, speaks for the process to
         // systemd; servers run in-process by tests do not.
         let service = self.reloader.is_some();
@@ -421,61 +385,90 @@ impl Server {
                 self.accept_all(Proto::Beanstalk);
             }
             for ev in events.iter() {
-                match ev.token() {
-                    LISTENER => self.accept_all(Proto::Iproto),
-                    BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
-                    WAKER => {}
-                    replica::UPSTREAM => self.upstream_ready(),
-                    t if Ops::owns(t) => self.ops.on_event(ev, self.now, &mut self.limits),
-                    Token(t) => {
-                        let Some(idx) = self.slot_of(t) else { continue };
-                        let c = &mut self.conns[idx];
-                        if c.closing.is_some() {
-                            // Only the replies it is owed matter now.
-                            if ev.is_writable() || ev.is_error() || ev.is_write_closed() {
-                                mark_flush(&mut self.conns, &mut self.flush_list, idx);
-                            }
-                            continue;
-                        }
-                        if ev.is_read_closed() || ev.is_error() {
-                            c.read_closed = true;
-                        }
-                        if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !c.to_read
-                        {
-                            c.to_read = true;
-                            self.read_list.push(idx);
-                        }
-                        if ev.is_writable() {
-                            mark_flush(&mut self.conns, &mut self.flush_list, idx);
-                        }
-                    }
-                }
+                self.on_event(ev);
             }
             for request in self.ops.take_requests() {
-                match request {
-                    Request::Stop { signal } => {
-                        info!(signal = signals::name(signal), "stopping");
-                        if service {
-                            systemd::stopping();
-                        }
-                        self.stop.store(true, Ordering::SeqCst);
-                    }
-                    Request::Reload => {
-                        if service {
-                            systemd::reloading();
-                        }
-                        self.reload();
-                        if service {
-                            systemd::ready();
-                        }
-                    }
-                }
+                self.on_signal(request, service);
             }
             self.turn();
         }
         self.stop_gracefully();
         info!(connections = self.conns.len(), "tarq stopped");
         Ok(())
+    }
+
+    /// Logs what this server serves, and where.
+    fn announce(&self) -> io::Result<()> {
+        if let Some(addr) = self.beanstalk_addr() {
+            info!(listen = %addr, "serving the beanstalk protocol");
+            if self.cfg.auth.is_some() {
+                // The protocol has no authentication: --user guards the IPROTO port only.
+                warn!(listen = %addr, "the beanstalk port has no authentication: serve it on a trusted address only");
+            }
+        }
+        info!(
+            listen = %self.local_addr()?,
+            null = self.cfg.null,
+            auth = self.cfg.auth.is_some(),
+            "tarq serving"
+        );
+        Ok(())
+    }
+
+    /// One readiness event: a listener accepts, a connection is queued to be read or
+    /// flushed, the upstream and ops take theirs.
+    fn on_event(&mut self, ev: &mio::event::Event) {
+        match ev.token() {
+            LISTENER => self.accept_all(Proto::Iproto),
+            BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
+            WAKER => {}
+            replica::UPSTREAM => self.upstream_ready(),
+            t if Ops::owns(t) => self.ops.on_event(ev, self.now, &mut self.limits),
+            Token(t) => {
+                let Some(idx) = self.slot_of(t) else { return };
+                let c = &mut self.conns[idx];
+                if c.closing.is_some() {
+                    // Only the replies it is owed matter now.
+                    if ev.is_writable() || ev.is_error() || ev.is_write_closed() {
+                        mark_flush(&mut self.conns, &mut self.flush_list, idx);
+                    }
+                    return;
+                }
+                if ev.is_read_closed() || ev.is_error() {
+                    c.read_closed = true;
+                }
+                if (ev.is_readable() || ev.is_read_closed() || ev.is_error()) && !c.to_read {
+                    c.to_read = true;
+                    self.read_list.push(idx);
+                }
+                if ev.is_writable() {
+                    mark_flush(&mut self.conns, &mut self.flush_list, idx);
+                }
+            }
+        }
+    }
+
+    /// A signal's request: stop (SIGTERM, SIGINT) or reload (SIGHUP), told to systemd when
+    /// this process is its `service`.
+    fn on_signal(&mut self, request: Request, service: bool) {
+        match request {
+            Request::Stop { signal } => {
+                info!(signal = signals::name(signal), "stopping");
+                if service {
+                    systemd::stopping();
+                }
+                self.stop.store(true, Ordering::SeqCst);
+            }
+            Request::Reload => {
+                if service {
+                    systemd::reloading();
+                }
+                self.reload();
+                if service {
+                    systemd::ready();
+                }
+            }
+        }
     }
 
     /// SIGHUP: re-reads the configuration and applies what can change live.
@@ -659,24 +652,8 @@ impl Server {
             }
         };
         let hello = greeting::encode(&self.uuid, &salt);
-        if self.conns.len() >= self.cfg.max_connections && proto == Proto::Beanstalk {
-            // beanstalk has no greeting and no error a client reads unasked: just closed.
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            warn!(%peer, limit = self.cfg.max_connections, "beanstalk connection refused: limit reached");
-            return;
-        }
         if self.conns.len() >= self.cfg.max_connections {
-            // Refused cleanly: the greeting, then an error every client reports, then close.
-            let mut msg = hello.to_vec();
-            let text = format!(
-                "Too many connections: the limit is {} (--max-connections)",
-                self.cfg.max_connections
-            );
-            response::error(&mut msg, 0, ER_UNKNOWN, &text);
-            // One best-effort write into a fresh socket buffer; the close follows regardless.
-            let _ = stream.write(&msg);
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            warn!(%peer, limit = self.cfg.max_connections, "connection refused: limit reached");
+            self.refuse_over_limit(stream, peer, proto, &hello);
             return;
         }
         if !self.admit_peer(&mut stream, peer, &hello) {
@@ -703,22 +680,25 @@ impl Server {
         let sid = self.next_sid;
         self.next_sid += 1;
         let mut out = OutBuf::default();
-        let beanstalk = (proto == Proto::Beanstalk).then(|| {
-            self.beanstalk.connections += 1;
-            self.beanstalk.connections_accepted += 1;
-            let default = self.beanstalk.tube_mut(tarq_engine::DEFAULT_TUBE);
-            default.using += 1;
-            default.watching += 1;
-            Box::new(BsConn::new(self.cfg.beanstalk_max_job_size))
-        });
-        if beanstalk.is_none() {
-            out.out.extend_from_slice(&hello);
-            // The greeting depends on no state change: it goes out at once, ahead of any ticket.
-            out.hold(0);
-            out.release(0);
-        }
+        let (conn_proto, rbuf) = match proto {
+            Proto::Beanstalk => {
+                self.beanstalk.opened();
+                let bs = BsConn::new(self.cfg.beanstalk_max_job_size);
+                (Protocol::Beanstalk(Box::new(bs)), ReadBuf::new())
+            }
+            Proto::Iproto => {
+                out.out.extend_from_slice(&hello);
+                // The greeting depends on no state change: it goes out at once, ahead of any
+                // ticket.
+                out.hold(0);
+                out.release(0);
+                let session_uuid = None;
+                let framed = ReadBuf::framed(tarq_iproto::announced_total);
+                (Protocol::Iproto { salt, session_uuid }, framed)
+            }
+        };
         // beanstalk has no authentication.
-        let authenticated = self.cfg.auth.is_none() || beanstalk.is_some();
+        let authenticated = self.cfg.auth.is_none() || proto == Proto::Beanstalk;
         let guard = self
             .limits
             .open(READ_BUF_BYTES, self.mono, authenticated, (idx, gen));
@@ -727,13 +707,8 @@ impl Server {
             peer,
             gen,
             sid,
-            salt,
             authenticated,
-            rbuf: if beanstalk.is_some() {
-                ReadBuf::new()
-            } else {
-                ReadBuf::framed(tarq_iproto::announced_total)
-            },
+            rbuf,
             out,
             token,
             want_write: false,
@@ -742,9 +717,7 @@ impl Server {
             to_flush: false,
             closing: None,
             guard,
-            session_uuid: None,
-            beanstalk,
-            relay: None,
+            proto: conn_proto,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         self.connections_accepted += 1;
@@ -752,6 +725,31 @@ impl Server {
         self.limits
             .sweep(|slot, gen| conns.get(slot).is_some_and(|c| c.gen == gen));
         info!(sid, %peer, ?proto, connections = self.conns.len(), "connection opened");
+    }
+
+    /// A connection past `--max-connections`: an IPROTO client gets the greeting, then an
+    /// error every client reports, then the close; beanstalk has no greeting and no error a
+    /// client reads unasked, so its connection is just closed.
+    fn refuse_over_limit(
+        &self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        proto: Proto,
+        hello: &[u8],
+    ) {
+        let limit = self.cfg.max_connections;
+        if proto == Proto::Beanstalk {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            warn!(%peer, limit, "beanstalk connection refused: limit reached");
+            return;
+        }
+        let mut msg = hello.to_vec();
+        let text = format!("Too many connections: the limit is {limit} (--max-connections)");
+        response::error(&mut msg, 0, ER_UNKNOWN, &text);
+        // One best-effort write into a fresh socket buffer; the close follows regardless.
+        let _ = stream.write(&msg);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        warn!(%peer, limit, "connection refused: limit reached");
     }
 
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
@@ -854,7 +852,7 @@ impl Server {
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
         let c = &self.conns[idx];
-        let request_cap = match &c.beanstalk {
+        let request_cap = match c.beanstalk() {
             Some(bs) => bs.decoder.max_request(),
             None => self.frame_cap(c.authenticated) + MAX_PREFIX,
         };
@@ -876,15 +874,16 @@ impl Server {
         self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let mut rbuf = std::mem::take(&mut c.rbuf);
-        let big_frame = match c.beanstalk {
-            Some(_) => None,
-            None => rbuf.take_whole_big_frame(),
+        let beanstalk = c.beanstalk().is_some();
+        let big_frame = match beanstalk {
+            true => None,
+            false => rbuf.take_whole_big_frame(),
         };
         let used = if let Some(frame) = big_frame {
             self.execute_big_frame(idx, frame)
         } else {
             let data = rbuf.data();
-            let used = if c.beanstalk.is_some() {
+            let used = if beanstalk {
                 self.execute_beanstalk_input(idx, data)
             } else {
                 self.execute_iproto_input(idx, data)
@@ -901,7 +900,7 @@ impl Server {
         self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // A beanstalk connection whose reserve waits holds whole commands, not a partial one:
         // they run when the reserve is answered ([`Server::resume_input`]), which reads again.
-        let blocked = c.beanstalk.as_ref().is_some_and(|b| b.waiting.is_some());
+        let blocked = c.beanstalk().is_some_and(|b| b.waiting.is_some());
         let partial = !c.rbuf.data().is_empty() && !blocked;
         let id = (idx, c.gen);
         self.limits
@@ -1004,7 +1003,7 @@ impl Server {
     pub(crate) fn beanstalk_roles(&self) -> (u64, u64, u64) {
         let mut roles = (0, 0, 0);
         for (_, c) in &self.conns {
-            if let Some(bs) = &c.beanstalk {
+            if let Some(bs) = c.beanstalk() {
                 roles.0 += bs.producer as u64;
                 roles.1 += bs.worker as u64;
                 roles.2 += bs.waiting.is_some() as u64;
@@ -1159,9 +1158,9 @@ impl Server {
             flush,
             until: self.mono.saturating_add(CLOSE_LINGER),
         });
-        let (sid, peer, uuid) = (c.sid, c.peer, c.session_uuid);
+        let (sid, peer, uuid) = (c.sid, c.peer, c.session_uuid());
         self.core.unpark(idx);
-        if let Some(bs) = &c.beanstalk {
+        if let Some(bs) = c.beanstalk() {
             self.beanstalk.release_tubes(bs.used, &bs.watched);
             self.beanstalk.connections -= 1;
         }
@@ -1405,7 +1404,7 @@ fn release_conn(
     cut_off: &mut Vec<usize>,
     idx: usize,
 ) {
-    let beanstalk = c.beanstalk.is_some();
+    let beanstalk = c.beanstalk().is_some();
     let mut failed = false;
     c.out
         .release_with(verdict, &mut |held: &[u8], new: &mut Vec<u8>| {
@@ -1438,6 +1437,39 @@ fn mark_flush(conns: &mut Slab<Conn>, flush: &mut Vec<usize>, idx: usize) {
         c.to_flush = true;
         flush.push(idx);
     }
+}
+
+/// Binds the IPROTO listener and, with `--beanstalk-listen`, the beanstalk one, registered
+/// with `poll`.
+fn bind_listeners(cfg: &Config, poll: &Poll) -> io::Result<(TcpListener, Option<TcpListener>)> {
+    let mut listener = TcpListener::bind(cfg.listen)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
+    let Some(addr) = cfg.beanstalk_listen else {
+        return Ok((listener, None));
+    };
+    let mut beanstalk = TcpListener::bind(addr).map_err(|e| {
+        let why = format!("cannot listen on {addr} (--beanstalk-listen): {e}");
+        io::Error::new(e.kind(), why)
+    })?;
+    poll.registry()
+        .register(&mut beanstalk, BEANSTALK_LISTENER, Interest::READABLE)?;
+    Ok((listener, Some(beanstalk)))
+}
+
+/// The queue the journal recovered (empty without one), its task limit set. A primary names
+/// its log's history when the log has none (a new data directory, or one written before
+/// format 3), so replicas of another log are told apart.
+fn recover(journal: &mut dyn Journal, cfg: &Config) -> io::Result<Queue> {
+    let mut queue = journal.recovered_queue().unwrap_or_default();
+    if cfg.replica_of.is_none() && cfg.cluster.is_none() {
+        if let Some(wal) = journal.wal() {
+            wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
+        }
+    }
+    queue.set_max_tasks(cfg.max_tasks);
+    Ok(queue)
 }
 
 /// Pins the calling thread to a CPU core.

@@ -28,6 +28,7 @@ use tarq_wal::relay::{self as wal_relay, Cursor, RelayError};
 use tarq_wal::WalMode;
 use tracing::{info, warn};
 
+use super::conn::Protocol;
 use super::{mark_flush, Server};
 
 /// Snapshot and catch-up bytes are read only while a replica has fewer unsent bytes than this:
@@ -106,7 +107,7 @@ impl Server {
         match self.open_relay(idx, sync, format, after) {
             Ok(relay) => {
                 let c = self.conn_mut(idx);
-                c.relay = Some(Box::new(relay));
+                c.proto = Protocol::Relay(Box::new(relay));
                 let (peer, gen) = (c.peer, c.gen);
                 self.relays.push((idx, gen));
                 info!(%peer, ?after, "replica subscribed");
@@ -118,14 +119,9 @@ impl Server {
         }
     }
 
-    fn open_relay(
-        &mut self,
-        idx: usize,
-        sync: u64,
-        format: Option<u32>,
-        subscribe: Option<(u64, u64, u64)>,
-    ) -> Result<Relay, Refused> {
-        let after = subscribe.map(|s| s.0);
+    /// Whether connection `idx` may become a relay: authenticated, not one already, and this
+    /// node the primary.
+    fn may_relay(&mut self, idx: usize) -> Result<(), Refused> {
         let c = self.conn_mut(idx);
         if !c.authenticated {
             return Err((
@@ -133,7 +129,7 @@ impl Server {
                 "Replication access is denied for user 'guest'".into(),
             ));
         }
-        if c.relay.is_some() {
+        if c.relay().is_some() {
             return Err((ER_REPLICATION, "this connection already streams".into()));
         }
         if !self.leads() {
@@ -147,6 +143,18 @@ impl Server {
                 format!("this tarq does not feed replicas: {why}"),
             ));
         }
+        Ok(())
+    }
+
+    fn open_relay(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        format: Option<u32>,
+        subscribe: Option<(u64, u64, u64)>,
+    ) -> Result<Relay, Refused> {
+        let after = subscribe.map(|s| s.0);
+        self.may_relay(idx)?;
         let Some(wal) = self
             .core
             .journal_mut()
@@ -165,29 +173,7 @@ impl Server {
         }
         let (storage, written) = (wal.storage(), wal.written_seq());
         let now = self.mono;
-        let (start, phase) = match after {
-            Some(after) => (
-                after,
-                Phase::CatchUp(Cursor::new(storage, after, written).map_err(refused)?),
-            ),
-            None => {
-                let src = wal_relay::join_source(&*storage).map_err(refused)?;
-                match src.snapshot {
-                    Some(reader) => (
-                        src.start_seq,
-                        Phase::Snapshot {
-                            reader,
-                            start: src.start_seq,
-                        },
-                    ),
-                    None => {
-                        // No snapshot: the log is whole from record 1, or it cannot be joined.
-                        let cursor = Cursor::new(storage, 0, written).map_err(refused)?;
-                        (0, Phase::CatchUp(cursor))
-                    }
-                }
-            }
-        };
+        let (start, phase) = relay_start(storage, after, written)?;
         let out = self.reply_buf(idx);
         replication::start(out, sync, start, FORMAT_VERSION);
         if after.is_none() && matches!(phase, Phase::CatchUp(_)) {
@@ -203,7 +189,7 @@ impl Server {
     /// Input from a replica on its relay: acknowledgements of what it applied.
     pub(crate) fn relay_input(&mut self, idx: usize, frame: &[u8]) {
         if let Ok(replication::Frame::Position { lsn, .. }) = replication::decode(frame) {
-            if let Some(r) = &mut self.conn_mut(idx).relay {
+            if let Some(r) = self.conn_mut(idx).relay_mut() {
                 r.acked = r.acked.max(lsn);
             }
         }
@@ -217,7 +203,7 @@ impl Server {
                 .conns
                 .get(idx)
                 .filter(|c| c.gen == gen && c.closing.is_none())?;
-            Some(c.relay.as_ref()?.acked)
+            Some(c.relay()?.acked)
         }));
     }
 
@@ -232,9 +218,7 @@ impl Server {
             self.conns.get(idx).is_some_and(|c| {
                 c.gen == gen
                     && c.closing.is_none()
-                    && c.relay
-                        .as_ref()
-                        .is_some_and(|r| r.has_work(c.out.backlog()))
+                    && c.relay().is_some_and(|r| r.has_work(c.out.backlog()))
             })
         })
     }
@@ -245,7 +229,7 @@ impl Server {
             .iter()
             .filter_map(|&(idx, gen)| {
                 let c = self.conns.get(idx).filter(|c| c.gen == gen)?;
-                Some(c.relay.as_ref()?.next_heartbeat)
+                Some(c.relay()?.next_heartbeat)
             })
             .min()
     }
@@ -261,7 +245,7 @@ impl Server {
         self.relays.retain(|&(idx, gen)| {
             conns
                 .get(idx)
-                .is_some_and(|c| c.gen == gen && c.closing.is_none() && c.relay.is_some())
+                .is_some_and(|c| c.gen == gen && c.closing.is_none() && c.relay().is_some())
         });
         let Some(wal) = self.core.journal_mut().wal() else {
             return;
@@ -276,43 +260,19 @@ impl Server {
             let (idx, _) = self.relays[i];
             mark_flush(&mut self.conns, &mut self.flush_list, idx);
             let c = &mut self.conns[idx];
-            let relay = c.relay.as_mut().expect("a relay");
+            let Protocol::Relay(relay) = &mut c.proto else {
+                unreachable!("the list holds relays only")
+            };
             let out = &mut c.out;
-            let step = match &mut relay.phase {
-                Phase::Live => {
-                    for part in tap.chunks(FRAME_BYTES) {
-                        replication::data(&mut out.out, replication::XLOG, part);
-                    }
-                    Ok(())
+            let step = if matches!(relay.phase, Phase::Live) {
+                for part in tap.chunks(FRAME_BYTES) {
+                    replication::data(&mut out.out, replication::XLOG, part);
                 }
-                _ if out.backlog() >= LOW_WATER => Ok(()),
-                Phase::Snapshot { reader, start } => {
-                    let start = *start;
-                    match send_snapshot(reader, &mut chunk, &mut out.out) {
-                        Ok(true) => {
-                            replication::snapshot_end(&mut out.out);
-                            Cursor::new(Arc::clone(&storage), start, written)
-                                .map(|cursor| relay.phase = Phase::CatchUp(cursor))
-                                .map_err(refused)
-                        }
-                        Ok(false) => Ok(()),
-                        Err(e) => Err(e),
-                    }
-                }
-                Phase::CatchUp(cursor) => {
-                    chunk.clear();
-                    let done = cursor
-                        .read(&mut chunk, READ_PER_TURN, written)
-                        .map_err(refused);
-                    if !chunk.is_empty() {
-                        replication::data(&mut out.out, replication::XLOG, &chunk);
-                    }
-                    done.map(|done| {
-                        if done {
-                            relay.phase = Phase::Live;
-                        }
-                    })
-                }
+                Ok(())
+            } else if out.backlog() >= LOW_WATER {
+                Ok(())
+            } else {
+                relay.feed(&mut out.out, &mut chunk, &storage, written)
             };
             if let Err((code, msg)) = step {
                 response::error(&mut out.out, 0, code, &msg);
@@ -339,6 +299,43 @@ impl Server {
         for (idx, msg) in failed {
             warn!(peer = %self.conns[idx].peer, error = %msg, "replication stream ended");
             self.close_quietly(idx, "replication stream ended");
+        }
+    }
+}
+
+impl Relay {
+    /// Sends a replica that is not live yet its next part: snapshot chunks, then the log
+    /// after the snapshot (`CatchUp`), until it reaches the log's end (`Live`).
+    fn feed(
+        &mut self,
+        out: &mut Vec<u8>,
+        chunk: &mut Vec<u8>,
+        storage: &Arc<dyn tarq_wal::storage::Storage>,
+        written: u64,
+    ) -> Result<(), Refused> {
+        match &mut self.phase {
+            Phase::Live => Ok(()),
+            Phase::Snapshot { reader, start } => {
+                let start = *start;
+                if !send_snapshot(reader, chunk, out)? {
+                    return Ok(());
+                }
+                replication::snapshot_end(out);
+                let cursor = Cursor::new(Arc::clone(storage), start, written).map_err(refused)?;
+                self.phase = Phase::CatchUp(cursor);
+                Ok(())
+            }
+            Phase::CatchUp(cursor) => {
+                chunk.clear();
+                let done = cursor.read(chunk, READ_PER_TURN, written).map_err(refused);
+                if !chunk.is_empty() {
+                    replication::data(out, replication::XLOG, chunk);
+                }
+                if done? {
+                    self.phase = Phase::Live;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -417,4 +414,36 @@ fn send_snapshot(
         replication::data(out, replication::SNAPSHOT, &chunk[..n]);
     }
     Ok(n == 0)
+}
+
+/// Where a relay starts and how: a SUBSCRIBE after `after` catches up from the log; a JOIN
+/// sends the newest snapshot and the log after it, or, with no snapshot, the whole log from
+/// record 1 (a log that cannot be joined so is refused).
+fn relay_start(
+    storage: std::sync::Arc<dyn tarq_wal::storage::Storage>,
+    after: Option<u64>,
+    written: u64,
+) -> Result<(u64, Phase), Refused> {
+    Ok(match after {
+        Some(after) => (
+            after,
+            Phase::CatchUp(Cursor::new(storage, after, written).map_err(refused)?),
+        ),
+        None => {
+            let src = wal_relay::join_source(&*storage).map_err(refused)?;
+            match src.snapshot {
+                Some(reader) => (
+                    src.start_seq,
+                    Phase::Snapshot {
+                        reader,
+                        start: src.start_seq,
+                    },
+                ),
+                None => (
+                    0,
+                    Phase::CatchUp(Cursor::new(storage, 0, written).map_err(refused)?),
+                ),
+            }
+        }
+    })
 }

@@ -263,15 +263,19 @@ impl Server {
             up.records.clear();
         }
         up.read()?;
+        // Out of `up` while its frames are handled: they borrow it, and handling changes `up`.
+        let mut rbuf = std::mem::take(&mut up.rbuf);
         let mut used = 0;
-        loop {
-            let step = self.upstream_step(up, used, now)?;
-            match step {
-                Some(n) => used += n,
-                None => break,
+        let stepped = loop {
+            match self.upstream_step(up, &rbuf[used..], now) {
+                Ok(Some(n)) => used += n,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
             }
-        }
-        up.rbuf.drain(..used);
+        };
+        rbuf.drain(..used);
+        up.rbuf = rbuf;
+        stepped?;
         if used > 0 {
             up.last_heard = now;
         }
@@ -293,15 +297,14 @@ impl Server {
         up.flush()
     }
 
-    /// Handles the next complete piece of input at `rbuf[at..]`; its length, or `None` when
-    /// it is incomplete.
+    /// Handles the next complete piece of input at the start of `buf`; its length, or `None`
+    /// when it is incomplete.
     fn upstream_step(
         &mut self,
         up: &mut Upstream,
-        at: usize,
+        buf: &[u8],
         now: Micros,
     ) -> Result<Option<usize>, String> {
-        let buf = &up.rbuf[at..];
         if up.phase == Phase::Greeting {
             if buf.len() < GREETING_LEN {
                 return Ok(None);
@@ -335,8 +338,13 @@ impl Server {
             self.ask(up);
             return Ok(Some(total));
         }
-        let frame = replication::decode(frame)?;
-        // The frame borrows `up.rbuf`; what it carries is copied or applied before `up` moves.
+        self.on_frame(up, replication::decode(frame)?, now)?;
+        Ok(Some(total))
+    }
+
+    /// One frame of the primary's stream: its position, a piece of its snapshot, records, a
+    /// heartbeat, or its error.
+    fn on_frame(&mut self, up: &mut Upstream, frame: Frame<'_>, now: Micros) -> Result<(), String> {
         match frame {
             Frame::Position { lsn: p, format } => match up.phase {
                 Phase::Asked { .. }
@@ -372,26 +380,7 @@ impl Server {
                 }
                 wal.join_write(bytes).map_err(|e| e.to_string())?;
             }
-            Frame::SnapshotEnd => {
-                if !matches!(up.phase, Phase::Snapshot { .. }) {
-                    return Err("a snapshot end outside a join".into());
-                }
-                let wal = self
-                    .core
-                    .journal_mut()
-                    .wal()
-                    .ok_or("a replica needs its WAL")?;
-                let mut queue = wal.join_finish().map_err(|e| e.to_string())?;
-                queue.set_max_tasks(self.cfg.max_tasks);
-                self.core.replace_queue(queue);
-                up.position = self.position();
-                up.joins += 1;
-                up.need_join = false;
-                up.phase = Phase::Streaming;
-                up.backoff = RETRY_MIN;
-                up.last_logged = None;
-                info!(primary = %up.primary, position = self.position(), "joined the primary");
-            }
+            Frame::SnapshotEnd => self.joined(up)?,
             Frame::Xlog(bytes) => {
                 if up.phase != Phase::Streaming {
                     return Err("records before the stream's start".into());
@@ -410,26 +399,53 @@ impl Server {
                 replication::ack(&mut up.wbuf, durable);
                 up.acked = durable;
             }
-            Frame::Error { code, message } => {
-                if code == ER_WAL_NOT_RETAINED || (code == ER_HISTORY_MISMATCH && up.in_cluster) {
-                    up.need_join = true;
-                    up.backoff = 0;
-                }
-                if code == ER_HISTORY_MISMATCH && !up.in_cluster {
-                    // Retrying cannot help: the operator pointed this replica at a primary
-                    // that is not the one its data came from, and only they can choose which.
-                    let dir = self.cfg.data_dir.display();
-                    return Err(format!(
-                        "the primary: {message}. This replica's data directory {dir} holds \
-                         another primary's log: point --replica-of at that primary, or move \
-                         {dir} away so that this tarq copies {} afresh",
-                        up.primary
-                    ));
-                }
-                return Err(format!("the primary: {message}"));
-            }
+            Frame::Error { code, message } => return Err(self.primary_error(up, code, &message)),
         }
-        Ok(Some(total))
+        Ok(())
+    }
+
+    /// The primary's snapshot is all here: it becomes this replica's queue.
+    fn joined(&mut self, up: &mut Upstream) -> Result<(), String> {
+        if !matches!(up.phase, Phase::Snapshot { .. }) {
+            return Err("a snapshot end outside a join".into());
+        }
+        let wal = self
+            .core
+            .journal_mut()
+            .wal()
+            .ok_or("a replica needs its WAL")?;
+        let mut queue = wal.join_finish().map_err(|e| e.to_string())?;
+        queue.set_max_tasks(self.cfg.max_tasks);
+        self.core.replace_queue(queue);
+        up.position = self.position();
+        up.joins += 1;
+        up.need_join = false;
+        up.phase = Phase::Streaming;
+        up.backoff = RETRY_MIN;
+        up.last_logged = None;
+        info!(primary = %up.primary, position = self.position(), "joined the primary");
+        Ok(())
+    }
+
+    /// The message for an error the primary sent, after marking what it asks of this
+    /// replica (a new join, when its log no longer holds this replica's position).
+    fn primary_error(&self, up: &mut Upstream, code: u32, message: &str) -> String {
+        if code == ER_WAL_NOT_RETAINED || (code == ER_HISTORY_MISMATCH && up.in_cluster) {
+            up.need_join = true;
+            up.backoff = 0;
+        }
+        if code == ER_HISTORY_MISMATCH && !up.in_cluster {
+            // Retrying cannot help: the operator pointed this replica at a primary that is not
+            // the one its data came from, and only they can choose which.
+            let dir = self.cfg.data_dir.display();
+            return format!(
+                "the primary: {message}. This replica's data directory {dir} holds another \
+                 primary's log: point --replica-of at that primary, or move {dir} away so \
+                 that this tarq copies {} afresh",
+                up.primary
+            );
+        }
+        format!("the primary: {message}")
     }
 
     /// SUBSCRIBE after the position, or JOIN.

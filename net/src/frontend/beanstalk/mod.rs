@@ -180,7 +180,7 @@ impl Server {
             if c.closing.is_some() {
                 break;
             }
-            let Some(bs) = c.beanstalk.as_mut() else {
+            let Some(bs) = c.beanstalk_mut() else {
                 break;
             };
             if bs.waiting.is_some() {
@@ -223,8 +223,7 @@ impl Server {
 
     fn bs(&mut self, idx: usize) -> &mut BsConn {
         self.conn_mut(idx)
-            .beanstalk
-            .as_mut()
+            .beanstalk_mut()
             .expect("a beanstalk connection")
     }
 
@@ -458,7 +457,7 @@ impl Server {
     /// returned (`None` when it was not waiting).
     fn end_wait(&mut self, idx: usize) -> Option<Micros> {
         self.unpark_all(idx);
-        self.conn_mut(idx).beanstalk.as_mut()?.waiting.take()
+        self.conn_mut(idx).beanstalk_mut()?.waiting.take()
     }
 
     /// Whether a job session `sid` holds is inside its TTR's last second (`DEADLINE_SOON`).

@@ -94,6 +94,15 @@ impl BeanstalkState {
         &mut self.tubes[i]
     }
 
+    /// A beanstalk connection opened: it uses and watches `default`.
+    pub fn opened(&mut self) {
+        self.connections += 1;
+        self.connections_accepted += 1;
+        let default = self.tube_mut(tarq_engine::DEFAULT_TUBE);
+        default.using += 1;
+        default.watching += 1;
+    }
+
     /// Whether beanstalk connections use or watch `t` (it may not be dropped under them).
     pub fn in_use(&self, t: TubeIx) -> bool {
         let s = self.tube(t);

@@ -49,7 +49,7 @@ pub enum Style {
 impl Server {
     /// Executes one IPROTO request frame: answers it, or dispatches the queue call it carries.
     pub(crate) fn execute_iproto(&mut self, idx: usize, frame: &[u8]) {
-        if self.conn_mut(idx).relay.is_some() {
+        if self.conn_mut(idx).relay().is_some() {
             // A replica's stream carries no more requests: only its acknowledgements.
             self.relay_input(idx, frame);
             return;
@@ -137,7 +137,7 @@ impl Server {
                         ER_ILLEGAL_PARAMS,
                         format!("Illegal parameters, unknown authentication method '{m}'"),
                     ))
-                } else if scramble.is_some_and(|s| auth::check(&c.salt, s, hash2)) {
+                } else if scramble.is_some_and(|s| auth::check(&c.salt(), s, hash2)) {
                     c.authenticated = true;
                     Ok(())
                 } else {

@@ -343,7 +343,7 @@ impl Server {
     fn identify(&mut self, idx: usize, r: Reply, uuid: Option<&[u8]>) {
         let (sid, own) = {
             let c = self.conn_mut(idx);
-            (c.sid, c.session_uuid)
+            (c.sid, c.session_uuid())
         };
         let result = match uuid {
             None => match own {
@@ -351,7 +351,7 @@ impl Server {
                 None => Server::new_session_uuid()
                     .inspect(|&u| {
                         self.tube_sessions.create(u, sid);
-                        self.conn_mut(idx).session_uuid = Some(u);
+                        self.conn_mut(idx).set_session_uuid(u);
                     })
                     .map_err(|e| e.to_string()),
             },
@@ -367,7 +367,8 @@ impl Server {
                             self.release_session(old);
                         }
                         let c = self.conn_mut(idx);
-                        (c.sid, c.session_uuid) = (new_sid, Some(u));
+                        c.sid = new_sid;
+                        c.set_session_uuid(u);
                         Ok(u)
                     }
                 },
