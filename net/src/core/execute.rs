@@ -70,13 +70,12 @@ impl<R: Copy> Core<R> {
     /// Why `cmd` may not run now: the node's role, or the journal's refusal of a change it
     /// cannot make durable, checked before the queue is touched (the journal reserves the room
     /// for the change's records otherwise).
+    #[inline(always)]
     pub fn refusal(&mut self, cmd: &Command<'_>, host: &impl Host<R>) -> Option<Refusal> {
-        if !cmd.reads_only() {
-            // Only the primary's records change a replica's queue; a take would too. A
-            // cluster node checks its fence here, before the change runs.
-            if let Some(r) = host.role_refusal() {
-                return Some(r);
-            }
+        // Only the primary's records change a replica's queue; a take would too. A cluster
+        // node checks its fence here, before the change runs.
+        if !cmd.reads_only() && !host.leads() {
+            return Some(host.not_leading());
         }
         let admitted = match cmd {
             Command::Take { .. } | Command::TakeAny { .. } | Command::TakeTask { .. } => {
@@ -99,10 +98,8 @@ impl<R: Copy> Core<R> {
         bytes: u64,
         host: &impl Host<R>,
     ) -> Option<Refusal> {
-        if !first.reads_only() {
-            if let Some(r) = host.role_refusal() {
-                return Some(r);
-            }
+        if !first.reads_only() && !host.leads() {
+            return Some(host.not_leading());
         }
         let admitted = match first {
             Command::Take { .. } => self.journal.admit_take(),
@@ -124,6 +121,7 @@ impl<R: Copy> Core<R> {
         (inside && data.len() * 2 >= frame.len()).then(|| frame.slice_ref(data))
     }
 
+    #[inline(always)]
     fn put(
         &mut self,
         caller: Caller,
@@ -225,7 +223,7 @@ impl<R: Copy> Core<R> {
         deadline: Micros,
         host: &mut impl Host<R>,
     ) {
-        if self.parked.count_of(caller.conn) + tubes.len() > MAX_PARKED_PER_CONN {
+        if self.parked.count_of(caller.slot()) + tubes.len() > MAX_PARKED_PER_CONN {
             host.deliver(caller, reply, &Outcome::Error(Refusal::TooManyParked));
             return;
         }
@@ -270,6 +268,7 @@ impl<R: Copy> Core<R> {
         }
     }
 
+    #[inline(always)]
     fn ack(
         &mut self,
         caller: Caller,
@@ -493,7 +492,7 @@ impl<R: Copy> Core<R> {
                 _ => break,
             }
             // Answered once: the takes it parked on other tubes go.
-            self.parked.remove_group(p.caller.conn, p.group);
+            self.parked.remove_group(p.caller.slot(), p.group);
             self.drain_events();
             host.parked_answered(p.caller, p.reply);
         }

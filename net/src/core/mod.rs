@@ -30,12 +30,25 @@ pub use pauses::{Pause, Pauses};
 use waiting_puts::WaitingPuts;
 
 /// Who asked: a connection's slot and generation (a reused slot is another caller) and its
-/// session (whose tasks it holds).
+/// session (whose tasks it holds). Two words, so it travels in registers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caller {
-    pub conn: usize,
+    conn: u32,
     pub gen: u32,
     pub sid: SessionId,
+}
+
+impl Caller {
+    pub fn new(slot: usize, gen: u32, sid: SessionId) -> Caller {
+        let conn = u32::try_from(slot).expect("connection slots are counted in u32");
+        Caller { conn, gen, sid }
+    }
+
+    /// The connection's slot.
+    #[inline]
+    pub fn slot(&self) -> usize {
+        self.conn as usize
+    }
 }
 
 /// What the core needs from the loop that runs it.
@@ -51,8 +64,12 @@ pub trait Host<R> {
     /// Whether `to`'s connection is still the one that asked, and open.
     fn is_live(&self, to: Caller) -> bool;
 
-    /// Why this node may change nothing now (a replica, a cluster node that does not lead).
-    fn role_refusal(&self) -> Option<Refusal>;
+    /// Whether this node may change the queue now (it leads: not a replica, not a cluster
+    /// node whose leadership ran out). Asked before every change: keep it cheap.
+    fn leads(&self) -> bool;
+
+    /// Why this node may change nothing now, when it does not lead.
+    fn not_leading(&self) -> Refusal;
 
     /// Whether a protocol's connections hold `tube` (beanstalk's `use` and `watch`): it may
     /// not be dropped under them.

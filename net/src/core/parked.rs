@@ -99,7 +99,7 @@ impl<R> Parked<R> {
             deadline,
             seq,
         });
-        let c = caller.conn;
+        let c = caller.slot();
         if self.by_conn.len() <= c {
             self.by_conn.resize_with(c + 1, Vec::new);
         }
@@ -127,7 +127,7 @@ impl<R> Parked<R> {
     /// Takes a live entry out, keeping its tube's live count.
     fn take_out(&mut self, key: usize) -> ParkedTake<R> {
         let t = self.takes.remove(key);
-        let keys = &mut self.by_conn[t.caller.conn];
+        let keys = &mut self.by_conn[t.caller.slot()];
         if let Some(pos) = keys.iter().position(|&k| k == key) {
             keys.swap_remove(pos);
         }
@@ -258,7 +258,7 @@ mod tests {
     }
 
     fn caller(conn: usize, gen: u32) -> Caller {
-        Caller { conn, gen, sid: 1 }
+        Caller::new(conn, gen, 1)
     }
 
     #[test]
@@ -272,7 +272,7 @@ mod tests {
         let (_, t) = p.pop_expired(35).unwrap();
         assert_eq!(t.reply, reply(200));
         assert_eq!(p.pop_expired(35), None);
-        assert_eq!(p.remove(c).map(|t| t.caller.conn), Some(3));
+        assert_eq!(p.remove(c).map(|t| t.caller.slot()), Some(3));
         assert_eq!(p.next_deadline(), Some(50));
         let (k, t) = p.pop_oldest(0).unwrap();
         assert_eq!((k, t.reply), (a, reply(100)));
@@ -305,7 +305,7 @@ mod tests {
         p.park(caller(3, 1), 3, reply(3), 10, 0);
         assert!(p.waiting_in(3) && p.waiting_in(0) && !p.waiting_in(1));
         assert_eq!(p.pop_oldest(3).map(|(_, t)| t.reply), Some(reply(1)));
-        assert_eq!(p.pop_expired(10).map(|(_, t)| t.caller.conn), Some(3));
+        assert_eq!(p.pop_expired(10).map(|(_, t)| t.caller.slot()), Some(3));
         assert!(!p.waiting_in(3), "the last waiter of tube 3 timed out");
         assert_eq!(p.waiting_tube(0), Some(0));
         assert_eq!(p.waiting_tube(1), None);
@@ -323,7 +323,7 @@ mod tests {
         p.park(caller(4, 1), 2, reply(3), 10, 99);
         assert_eq!(p.count_of(1), 3);
         let (_, t) = p.pop_oldest(0).unwrap();
-        p.remove_group(t.caller.conn, t.group);
+        p.remove_group(t.caller.slot(), t.group);
         assert_eq!(p.count_of(1), 1, "the other take of the group went");
         assert!(p.waiting_in(2), "connection 4's take on tube 2 stays");
         p.remove_conn(1);

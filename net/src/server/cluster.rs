@@ -268,11 +268,11 @@ impl Server {
         while let Some((caller, reply)) = self.core.any_parked() {
             if self
                 .conns
-                .get(caller.conn)
+                .get(caller.slot())
                 .is_some_and(|c| c.gen == caller.gen)
             {
-                self.deliver(caller.conn, reply, &crate::core::Outcome::Nothing);
-                self.parked_answered(caller.conn, reply);
+                self.deliver(caller.slot(), reply, &crate::core::Outcome::Nothing);
+                self.parked_answered(caller.slot(), reply);
             }
         }
     }

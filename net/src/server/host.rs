@@ -19,13 +19,14 @@ use crate::frontend::{self, ReplyTo};
 pub(super) struct Role<'a> {
     pub cluster: Option<&'a ClusterNode>,
     /// `--replica-of`: the primary changes go to.
-    pub replica_of: Option<SocketAddr>,
+    pub replica_of: &'a Option<SocketAddr>,
     /// A stream from a primary is set up (`--replica-of`).
     pub follows: bool,
 }
 
 impl Role<'_> {
     /// Whether this node takes changes now.
+    #[inline]
     pub fn leads(&self) -> bool {
         match self.cluster {
             None => !self.follows,
@@ -33,16 +34,14 @@ impl Role<'_> {
         }
     }
 
-    /// Why this node takes no changes now.
-    pub fn refusal(&self) -> Option<Refusal> {
-        if self.leads() {
-            return None;
-        }
-        Some(match (self.cluster, self.replica_of) {
+    /// Why this node takes no changes now (when it does not lead).
+    #[cold]
+    pub fn refusal(&self) -> Refusal {
+        match (self.cluster, self.replica_of) {
             (Some(c), _) => c.not_leading(),
             (None, Some(primary)) => Refusal::ReadOnly(primary.to_string()),
             (None, None) => Refusal::NoPrimary("this tarq is not the primary".into()),
-        })
+        }
     }
 }
 
@@ -60,20 +59,24 @@ pub(super) struct Wire<'a> {
 impl Host<ReplyTo> for Wire<'_> {
     #[inline]
     fn deliver(&mut self, to: Caller, reply: ReplyTo, outcome: &Outcome<'_>) {
-        deliver_to(self.conns, self.flush, to.conn, reply, outcome);
+        deliver_to(self.conns, self.flush, to.slot(), reply, outcome);
     }
 
     #[inline]
     fn changed(&mut self, to: Caller) {
-        self.conns[to.conn].out.changed = true;
+        self.conns[to.slot()].out.changed = true;
     }
 
     fn is_live(&self, to: Caller) -> bool {
-        self.conns.get(to.conn).is_some_and(|c| c.gen == to.gen)
+        self.conns.get(to.slot()).is_some_and(|c| c.gen == to.gen)
     }
 
     #[inline]
-    fn role_refusal(&self) -> Option<Refusal> {
+    fn leads(&self) -> bool {
+        self.role.leads()
+    }
+
+    fn not_leading(&self) -> Refusal {
         self.role.refusal()
     }
 
@@ -88,12 +91,12 @@ impl Host<ReplyTo> for Wire<'_> {
     fn parked_answered(&mut self, to: Caller, reply: ReplyTo) {
         if let ReplyTo::Beanstalk(_) = reply {
             // Its reserve is over: the commands that waited behind it run next turn.
-            let c = &mut self.conns[to.conn];
+            let c = &mut self.conns[to.slot()];
             if let Some(bs) = c.beanstalk_mut() {
                 bs.waiting = None;
             }
             if c.closing.is_none() {
-                self.read_again.push(to.conn);
+                self.read_again.push(to.slot());
             }
         }
     }
@@ -121,7 +124,7 @@ impl Server {
             beanstalk: &mut self.beanstalk,
             role: Role {
                 cluster: self.cluster.as_ref(),
-                replica_of: self.cfg.replica_of,
+                replica_of: &self.cfg.replica_of,
                 follows: self.upstream.is_some(),
             },
         };
@@ -132,19 +135,16 @@ impl Server {
     pub(super) fn role(&self) -> Role<'_> {
         Role {
             cluster: self.cluster.as_ref(),
-            replica_of: self.cfg.replica_of,
+            replica_of: &self.cfg.replica_of,
             follows: self.upstream.is_some(),
         }
     }
 
     /// Connection `idx` as the core knows it.
+    #[inline]
     pub(crate) fn caller(&self, idx: usize) -> Caller {
         let c = &self.conns[idx];
-        Caller {
-            conn: idx,
-            gen: c.gen,
-            sid: c.sid,
-        }
+        Caller::new(idx, c.gen, c.sid)
     }
 
     /// Runs a front-end's command for connection `idx` in the core, answered through `reply`.

@@ -788,13 +788,13 @@ impl Server {
         while let Some((caller, reply)) = self.core.expired_take() {
             if self
                 .conns
-                .get(caller.conn)
+                .get(caller.slot())
                 .is_some_and(|c| c.gen == caller.gen)
             {
                 match reply {
                     // The front-end decides: TIMED_OUT, DEADLINE_SOON, or wait on.
-                    ReplyTo::Beanstalk(_) => self.bs_reserve_woke(caller.conn),
-                    _ => self.deliver(caller.conn, reply, &Outcome::Nothing),
+                    ReplyTo::Beanstalk(_) => self.bs_reserve_woke(caller.slot()),
+                    _ => self.deliver(caller.slot(), reply, &Outcome::Nothing),
                 }
             }
         }
@@ -830,21 +830,21 @@ impl Server {
         while let Some((caller, reply)) = self.core.any_parked() {
             if self
                 .conns
-                .get(caller.conn)
+                .get(caller.slot())
                 .is_some_and(|c| c.gen == caller.gen)
             {
-                self.deliver(caller.conn, reply, &Outcome::Nothing);
+                self.deliver(caller.slot(), reply, &Outcome::Nothing);
                 // A beanstalk reserve parked on several tubes is answered once.
-                self.parked_answered(caller.conn, reply);
+                self.parked_answered(caller.slot(), reply);
             }
         }
         while let Some((caller, reply)) = self.core.any_waiting_put() {
             if self
                 .conns
-                .get(caller.conn)
+                .get(caller.slot())
                 .is_some_and(|c| c.gen == caller.gen)
             {
-                self.deliver(caller.conn, reply, &Outcome::Full);
+                self.deliver(caller.slot(), reply, &Outcome::Full);
             }
         }
     }

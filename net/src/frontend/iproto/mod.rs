@@ -155,7 +155,15 @@ impl Server {
         }
     }
 
+    /// `queue.stats()`: the server's own figures, not the queue's alone.
+    #[inline(never)]
+    fn answer_stats(&mut self, idx: usize, reply: Reply) {
+        let figures = Outcome::ServerStats(Box::new(self.snapshot()));
+        self.deliver(idx, ReplyTo::Iproto(reply), &figures);
+    }
+
     /// A CALL: decoded by the API its name belongs to, then dispatched.
+    #[inline]
     pub(crate) fn call(
         &mut self,
         idx: usize,
@@ -190,11 +198,7 @@ impl Server {
             return;
         }
         match calls::parse(function, args) {
-            // The server's own figures, not the queue's alone.
-            Ok(Call::Stats) => {
-                let figures = Outcome::ServerStats(Box::new(self.snapshot()));
-                self.deliver(idx, ReplyTo::Iproto(reply), &figures);
-            }
+            Ok(Call::Stats) => self.answer_stats(idx, reply),
             Ok(call) => self.dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
             Err(e) => call_error(self.reply_buf(idx), sync, &e),
         }
