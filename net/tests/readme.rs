@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use support::{addr_in, Tarq, BIN, WAIT};
-use tarq_net::config::FileConfig;
+use tarq_net::config::Settings;
 
 /// The README's default address, where `tarq` listens without `--listen` and `tarq ctl` calls
 /// without `--addr`.
@@ -583,8 +583,8 @@ fn the_readme_commands_work_as_written_and_print_what_it_says() {
 }
 
 /// A `--config` file with `text`, as the server reads it.
-fn parse_config(text: &str) -> Result<FileConfig, String> {
-    toml::from_str::<FileConfig>(text).map_err(|e| e.to_string())
+fn parse_config(text: &str) -> Result<Settings, String> {
+    toml::from_str::<Settings>(text).map_err(|e| e.to_string())
 }
 
 /// Every key the README and docs/ name as a TOML key — `(TOML `key`...)` — is one the parser
