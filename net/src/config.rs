@@ -506,7 +506,8 @@ impl Config {
         s.update_from_arg_matches(matches)
             .map_err(|e| invalid(e.to_string()))?;
         let auth = credentials(matches, &file, &s)?;
-        // Kept from the flags' first days: a cluster name in the file without etcd is inert.
+        // Without etcd a cluster name in the file is inert (kept there for later), while one
+        // on the command line or in the environment is a mistake worth stopping for.
         let names_a_cluster = matches.contains_id("cluster") || matches.contains_id("node_name");
         Config::resolve(s, auth, names_a_cluster)
     }
