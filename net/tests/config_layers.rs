@@ -6,23 +6,33 @@
 
 mod support;
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
 
-use support::{Tarq, BIN};
+use support::{Proc, Tarq, BIN};
 
 /// The stderr of `tarq args...` run with `env` (and no other `TARQ_` setting of the test's own
-/// environment), which must refuse to start.
+/// environment), which must refuse to start. One that starts anyway (on port 0, in a temporary
+/// directory) fails the test after [`support::WAIT`] instead of serving on.
 fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .env_remove("TARQ_LOG_LEVEL")
         .env_remove("TARQ_MAX_CONNECTIONS")
+        .env("TARQ_LISTEN", "127.0.0.1:0")
+        .env("TARQ_DATA_DIR", dir.path())
         .envs(env.iter().copied())
         .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "it started: {out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut tarq = Proc::spawn(&mut cmd);
+    let mut stderr = tarq.0.stderr.take().unwrap();
+    let status = tarq.wait_exit();
+    assert!(!status.success(), "it started: {status}");
+    let mut err = String::new();
+    stderr.read_to_string(&mut err).unwrap();
+    err
 }
 
 #[test]
