@@ -1,13 +1,21 @@
-//! The server's configuration: command-line flags (clap) and the same names in a `--config`
-//! TOML file, merged into one [`Config`]. A flag given on the command line wins over the file,
-//! the file over the default. A new setting is a field in [`Cli`], the same field in
-//! [`FileConfig`], a default, and a line in [`Config`].
+//! The server's configuration: one declaration per setting ([`Settings`]), read from four
+//! layers — the command line over the environment (`TARQ_...`) over the `--config` TOML file
+//! over the defaults — and resolved into the checked [`Config`] the server runs with.
+//!
+//! clap reads the command line and the environment ([`Cli`], `env = "TARQ_..."` on each flag),
+//! serde reads the file into the same [`Settings`], and clap lays what it found over the
+//! file's values ([`Config::load`]). A new setting is one field in [`Settings`] (its flag, its
+//! variable and its TOML key at once), a default, and a line in [`Config`]. Checks that need
+//! several settings, and the ranges of values from the file, live in [`Config::validate`].
+//! `tarq ctl`'s flags are its own (`crate::ctl`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::ctl::CtlArgs;
@@ -40,15 +48,18 @@ pub const MIN_FRAME_BYTES: usize = 64;
 /// Highest connection count a token can address (the slot index has 32 bits in a token).
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
 
-/// The command line of `tarq`.
+/// The command line of `tarq`: a subcommand, or the `--config` file and the [`Settings`].
 #[derive(Debug, Clone, Default, Parser)]
 #[command(
     name = "tarq",
     version,
     about = "tarq: a task-queue broker speaking Tarantool's binary protocol (IPROTO)",
-    after_help = "Every flag can also be set in the TOML file given with --config, under the same \
-                  name (for example `max-connections = 100`); a flag on the command line wins \
-                  over the file.",
+    after_help = "Every setting is a flag, an environment variable (TARQ_ and the flag's name in \
+                  capitals: TARQ_MAX_CONNECTIONS=100) and a key of the TOML file given with \
+                  --config, under the flag's name (max-connections = 100). The command line \
+                  wins over the environment, the environment over the file, the file over the \
+                  default. A yes/no setting takes a value to turn it off: --null=false, \
+                  TARQ_NULL=false.",
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
@@ -57,193 +68,306 @@ pub struct Cli {
     pub command: Option<Command>,
 
     /// TOML file with settings under the same names as these flags.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "TARQ_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+impl Cli {
+    /// The process's command line and environment as clap reads them. A refused value exits
+    /// with clap's message, which names the flag and its range, and, when the value came from
+    /// the flag's variable, the variable too.
+    pub fn matches() -> ArgMatches {
+        let argv: Vec<_> = std::env::args_os().collect();
+        Cli::command()
+            .try_get_matches_from(&argv)
+            .unwrap_or_else(|e| name_the_variable(e, &argv).exit())
+    }
+}
+
+/// Adds to clap's error for a refused value the `TARQ_` variable it came from, if it came from
+/// one (the variable is set and the flag is not on the command line).
+fn name_the_variable(mut error: clap::Error, argv: &[std::ffi::OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    // `--max-connections <N>`, `--null [<BOOL>]`: the flag's long name.
+    let long = arg
+        .trim_start_matches("--")
+        .split([' ', '='])
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let cmd = Cli::command();
+    let Some(var) = cmd
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long.as_str()))
+        .and_then(|a| a.get_env())
+    else {
+        return error;
+    };
+    let flag = format!("--{long}");
+    let on_the_line = argv.iter().any(|a| {
+        let a = a.to_string_lossy();
+        a == flag || a.starts_with(&format!("{flag}="))
+    });
+    if on_the_line || std::env::var_os(var).is_none() {
+        return error;
+    }
+    let tip = format!(
+        "the value comes from {} in the environment",
+        var.to_string_lossy()
+    );
+    error.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![tip.into()]),
+    );
+    error
+}
+
+/// Every setting of the server, once: its flag (clap, with its `TARQ_` variable) and its key in
+/// the `--config` file (serde, the flag's name). All optional: an absent one is left to the
+/// layer below, and in the end to the default [`Config`] names. Values on the command line and
+/// in the environment are checked by their parser here; the file's, by [`Config::validate`].
+#[derive(Debug, Clone, Default, PartialEq, Args, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Settings {
     /// Address to listen on [default: 127.0.0.1:3301].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "TARQ_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
     /// Directory for the queue's data files (created if missing) [default: ./data].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, env = "TARQ_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
     /// Pin the event-loop thread to this CPU core (unpinned when absent).
-    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_CPU", value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub cpu: Option<usize>,
 
     /// Most simultaneous client connections; more are refused with an error [default: 1000].
-    #[arg(long, value_name = "N", value_parser = whole::<usize>(1, MAX_CONNECTIONS_LIMIT as u64), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_MAX_CONNECTIONS", value_name = "N", value_parser = whole::<usize>(1, MAX_CONNECTIONS_LIMIT as u64), allow_negative_numbers = true)]
     pub max_connections: Option<usize>,
 
     /// Largest request frame in bytes; a bigger one gets an error and the connection is closed
     /// [default: 16777216 (16 MiB)].
-    #[arg(long, value_name = "BYTES", value_parser = whole::<usize>(MIN_FRAME_BYTES as u64, u64::from(u32::MAX)), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_MAX_FRAME_BYTES", value_name = "BYTES", value_parser = whole::<usize>(MIN_FRAME_BYTES as u64, u64::from(u32::MAX)), allow_negative_numbers = true)]
     pub max_frame_bytes: Option<usize>,
 
     /// Most unread reply bytes held for one connection before it is disconnected; at least twice
     /// --max-frame-bytes [default: 33554432 (32 MiB), or twice --max-frame-bytes if more].
-    #[arg(long, value_name = "BYTES", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_MAX_WRITE_BACKLOG", value_name = "BYTES", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub max_write_backlog: Option<usize>,
 
     /// Most bytes all clients together may make the server hold in unfinished request frames;
     /// at the limit the connection holding the most is closed [default: a sixteenth of the
     /// memory, at most 1 GiB, at least twice --max-frame-bytes].
-    #[arg(long, value_name = "BYTES", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_INPUT_BUDGET_BYTES", value_name = "BYTES", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub input_budget_bytes: Option<usize>,
 
     /// Seconds a request frame may take to arrive once its first byte has; 0: no limit
     /// [default: 30].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "TARQ_FRAME_TIMEOUT",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub frame_timeout: Option<f64>,
 
     /// With --user: seconds a new connection has to authenticate; 0: no limit [default: 10].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "TARQ_AUTH_TIMEOUT",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub auth_timeout: Option<f64>,
 
     /// Close a connection that has sent nothing for this many seconds (a take waiting for a
     /// task keeps it open); 0: never [default: 0].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "TARQ_IDLE_TIMEOUT",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub idle_timeout: Option<f64>,
 
     /// Most simultaneous connections from one client address (clients and /metrics together);
     /// 0: no limit [default: 0].
-    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_MAX_CONNECTIONS_PER_PEER", value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub max_connections_per_peer: Option<usize>,
 
     /// Longest grace a client may give its sessions with `queue.cfg{ttr = N}` (how long a
     /// disconnected session's taken tasks stay taken); a longer one is refused with an error
     /// naming this limit [default: 86400 (a day)].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "TARQ_MAX_SESSION_GRACE",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub max_session_grace: Option<f64>,
 
     /// Most sessions waiting out their grace at once; past it the one whose grace ends first
     /// is released to make room [default: 100000].
-    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_MAX_DETACHED_SESSIONS", value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub max_detached_sessions: Option<usize>,
 
     /// Most live tasks in the queue; a put past it is refused with an error naming the limit
     /// [default: 268435454, the most the queue can address].
-    #[arg(long, value_name = "N", value_parser = whole::<usize>(1, MAX_TASKS as u64), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_MAX_TASKS", value_name = "N", value_parser = whole::<usize>(1, MAX_TASKS as u64), allow_negative_numbers = true)]
     pub max_tasks: Option<usize>,
 
     /// Log level: error, warn, info, debug or trace [default: info].
-    #[arg(long, value_name = "LEVEL")]
+    #[arg(long, env = "TARQ_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
 
     /// Also serve beanstalkd's text protocol (version 1.12) on this address, over the same
     /// queue and tubes [default: off].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "TARQ_BEANSTALK_LISTEN", value_name = "ADDR")]
     pub beanstalk_listen: Option<SocketAddr>,
 
     /// Largest job body a beanstalk `put` may carry; a bigger one gets JOB_TOO_BIG (beanstalkd's
     /// -z) [default: 65535].
-    #[arg(long, value_name = "BYTES", value_parser = whole::<u32>(0, u64::from(u32::MAX)), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_BEANSTALK_MAX_JOB_SIZE", value_name = "BYTES", value_parser = whole::<u32>(0, u64::from(u32::MAX)), allow_negative_numbers = true)]
     pub beanstalk_max_job_size: Option<u32>,
 
     /// Namespace of the tarantool/queue API: its calls are `<NS>.create_tube`,
     /// `<NS>.tube.<name>:<method>`, ... (some clients use `box.queue`) [default: queue].
-    #[arg(long, value_name = "NS")]
+    #[arg(long, env = "TARQ_QUEUE_NAMESPACE", value_name = "NS")]
     pub queue_namespace: Option<String>,
 
-    /// Require clients to authenticate as this user (chap-sha1) before calling anything.
-    #[arg(long, value_name = "NAME", requires = "password")]
+    /// Require clients to authenticate as this user (chap-sha1) before calling anything; its
+    /// password comes from --password or --password-file.
+    #[arg(long, env = "TARQ_USER", value_name = "NAME")]
     pub user: Option<String>,
 
-    /// The password of --user.
-    #[arg(long, value_name = "SECRET", requires = "user")]
+    /// The password of --user. On a shared machine prefer --password-file or TARQ_PASSWORD:
+    /// any local user can read a command line.
+    #[arg(
+        long,
+        env = "TARQ_PASSWORD",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
     pub password: Option<String>,
+
+    /// A file holding the password of --user (one trailing newline is not part of it), read at
+    /// start and again on every reload (SIGHUP).
+    #[arg(long, env = "TARQ_PASSWORD_FILE", value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
 
     /// Run as a read-only replica of the tarq primary at this address: join it (a snapshot,
     /// then its WAL records as they are written), apply and log what it writes, and refuse
     /// changes with an error naming it [default: off, this tarq is a primary].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "TARQ_REPLICA_OF", value_name = "ADDR")]
     pub replica_of: Option<SocketAddr>,
 
     /// Synchronous replication: answer a change (put, ack, release, ...) only once this many
     /// replicas have it durably in their own WAL (Tarantool's replication_synchro_quorum,
     /// counting replicas, not the primary) [default: 0, asynchronous].
-    #[arg(long, value_name = "N", value_parser = whole::<usize>(0, MAX_SYNC_REPLICAS as u64), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_SYNC_REPLICAS", value_name = "N", value_parser = whole::<usize>(0, MAX_SYNC_REPLICAS as u64), allow_negative_numbers = true)]
     pub sync_replicas: Option<usize>,
 
     /// How long a change waits for --sync-replicas acknowledgements before its client gets
     /// ER_SYNC_QUORUM_TIMEOUT; the change stays applied and keeps replicating, as with
     /// Tarantool's replication_synchro_timeout in its new behaviour [default: 5].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "TARQ_SYNC_TIMEOUT",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub sync_timeout: Option<f64>,
 
     /// Fail over through etcd: every node campaigns for a lease-backed leader key under
     /// /tarq/<cluster>/; the leader is the primary, the others replicate it. Comma-separated
     /// client URLs, http://host:port [default: off]. Needs --cluster and --node-name.
-    #[arg(long, value_name = "URLS", value_delimiter = ',')]
-    pub etcd: Vec<String>,
+    #[arg(long, env = "TARQ_ETCD", value_name = "URLS", value_delimiter = ',')]
+    pub etcd: Option<Vec<String>>,
 
     /// The cluster's name in etcd (with --etcd).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "TARQ_CLUSTER", value_name = "NAME")]
     pub cluster: Option<String>,
 
     /// This node's name in the cluster, unique (with --etcd).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "TARQ_NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
 
     /// The address other nodes and clients reach this node's IPROTO port at (with --etcd)
     /// [default: the --listen address].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "TARQ_ADVERTISE", value_name = "ADDR")]
     pub advertise: Option<SocketAddr>,
 
     /// Lease TTL in whole seconds (with --etcd): how long a dead primary keeps its role
     /// before another node may take over [default: 3].
-    #[arg(long, value_name = "SECONDS", value_parser = lease_ttl_secs, allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_LEASE_TTL", value_name = "SECONDS", value_parser = lease_ttl_secs, allow_negative_numbers = true)]
     pub lease_ttl: Option<u64>,
 
-    /// Benchmark mode: answer every CALL at once with an empty result, without the queue.
-    #[arg(long)]
-    pub null: bool,
+    /// Benchmark mode: answer every CALL at once with an empty result, without the queue
+    /// (--null=false turns off a `null = true` of the file).
+    #[arg(long, env = "TARQ_NULL", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub null: Option<bool>,
 
     /// Push stats to Graphite's plaintext port every --graphite-interval, as lines
     /// `queue.stats.<name> <value> <unix_seconds>`: tcp://HOST:PORT or udp://HOST:PORT
     /// [default: off].
-    #[arg(long, value_name = "URL")]
+    #[arg(long, env = "TARQ_GRAPHITE", value_name = "URL")]
     pub graphite: Option<String>,
 
     /// Seconds between Graphite pushes [default: 1].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "TARQ_GRAPHITE_INTERVAL",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub graphite_interval: Option<f64>,
 
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
     /// When a change counts as durable: none (no WAL, snapshots only), write (written to the
     /// OS: survives a crash of tarq) or fsync (synced: survives a power loss) [default: write].
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, env = "TARQ_WAL_MODE", value_name = "MODE")]
+    #[serde(default, deserialize_with = "from_text")]
     pub wal_mode: Option<WalMode>,
 
     /// Start even when a WAL file is damaged in the middle: skip the damage and log what was
     /// lost (otherwise such a start stops with an error naming the file and offset).
-    #[arg(long)]
-    pub force_recovery: bool,
+    #[arg(long, env = "TARQ_FORCE_RECOVERY", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub force_recovery: Option<bool>,
 
     /// Take a snapshot once this many bytes of WAL were written since the last one (counted
     /// from the files, so across restarts), and at least as much as the last snapshot's size;
     /// 0: no size trigger (`queue.snapshot()` and --snapshot-interval still work)
     /// [default: 268435456 (256 MiB)].
-    #[arg(long, value_name = "BYTES", value_parser = whole::<u64>(0, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_SNAPSHOT_EVERY_BYTES", value_name = "BYTES", value_parser = whole::<u64>(0, u64::MAX), allow_negative_numbers = true)]
     pub snapshot_every_bytes: Option<u64>,
 
     /// Start a new WAL segment file past this size (Tarantool's wal_max_size): the WAL a
     /// snapshot makes obsolete is removed a whole segment at a time
     /// [default: 67108864 (64 MiB)].
-    #[arg(long, value_name = "BYTES", value_parser = whole::<u64>(4096, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_WAL_SEGMENT_BYTES", value_name = "BYTES", value_parser = whole::<u64>(4096, u64::MAX), allow_negative_numbers = true)]
     pub wal_segment_bytes: Option<u64>,
 
     /// Snapshots to keep (with the WAL the oldest of them needs) [default: 2].
-    #[arg(long, value_name = "N", value_parser = whole::<usize>(1, u64::MAX), allow_negative_numbers = true)]
+    #[arg(long, env = "TARQ_KEEP_SNAPSHOTS", value_name = "N", value_parser = whole::<usize>(1, u64::MAX), allow_negative_numbers = true)]
     pub keep_snapshots: Option<usize>,
 
     /// Also take a snapshot this many seconds after the last one, if anything was written
     /// since (Tarantool's checkpoint_interval); 0: off [default: 0].
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "TARQ_SNAPSHOT_INTERVAL",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub snapshot_interval: Option<f64>,
 }
 
@@ -256,48 +380,17 @@ pub enum Command {
     Ctl(CtlArgs),
 }
 
-/// The `--config` file: the same names as the flags, all optional.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct FileConfig {
-    pub listen: Option<SocketAddr>,
-    pub data_dir: Option<PathBuf>,
-    pub cpu: Option<usize>,
-    pub max_connections: Option<usize>,
-    pub max_frame_bytes: Option<usize>,
-    pub max_write_backlog: Option<usize>,
-    pub input_budget_bytes: Option<usize>,
-    pub frame_timeout: Option<f64>,
-    pub auth_timeout: Option<f64>,
-    pub idle_timeout: Option<f64>,
-    pub max_connections_per_peer: Option<usize>,
-    pub max_session_grace: Option<f64>,
-    pub max_detached_sessions: Option<usize>,
-    pub max_tasks: Option<usize>,
-    pub log_level: Option<String>,
-    pub queue_namespace: Option<String>,
-    pub beanstalk_listen: Option<SocketAddr>,
-    pub beanstalk_max_job_size: Option<u32>,
-    pub user: Option<String>,
-    pub password: Option<String>,
-    pub replica_of: Option<SocketAddr>,
-    pub sync_replicas: Option<usize>,
-    pub sync_timeout: Option<f64>,
-    pub etcd: Option<Vec<String>>,
-    pub cluster: Option<String>,
-    pub node_name: Option<String>,
-    pub advertise: Option<SocketAddr>,
-    pub lease_ttl: Option<u64>,
-    pub null: Option<bool>,
-    pub graphite: Option<String>,
-    pub graphite_interval: Option<f64>,
-    pub metrics_listen: Option<SocketAddr>,
-    pub wal_mode: Option<String>,
-    pub force_recovery: Option<bool>,
-    pub snapshot_every_bytes: Option<u64>,
-    pub wal_segment_bytes: Option<u64>,
-    pub keep_snapshots: Option<usize>,
-    pub snapshot_interval: Option<f64>,
+/// A setting given in the file as text and parsed as on the command line (`wal-mode`); the
+/// parser's message lands in the file's error, at the key's line.
+fn from_text<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr<Err = String>,
+{
+    match Option::<String>::deserialize(de)? {
+        None => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 /// A user allowed to authenticate.
@@ -399,128 +492,90 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Merges flags over the `--config` file (if any) over the defaults, then validates.
-    pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
-        let file = match &cli.config {
+    /// Reads the `--config` file (if any), lays the command line and the environment over it,
+    /// fills in the defaults and checks the result. `matches` are [`Cli`]'s; a reload (SIGHUP)
+    /// calls this again with the same ones, so only the file and a password file are read anew.
+    pub fn load(matches: &ArgMatches) -> Result<Config, ConfigError> {
+        let file = match matches.get_one::<PathBuf>("config") {
             Some(path) => load_file(path)?,
-            None => FileConfig::default(),
+            None => Settings::default(),
         };
+        // clap's own merge: every setting given on the command line or in the environment
+        // replaces the file's, the others keep it.
+        let mut s = file.clone();
+        s.update_from_arg_matches(matches)
+            .map_err(|e| invalid(e.to_string()))?;
+        let auth = credentials(matches, &file, &s)?;
+        // Without etcd a cluster name in the file is inert (kept there for later), while one
+        // on the command line or in the environment is a mistake worth stopping for.
+        let names_a_cluster = matches.contains_id("cluster") || matches.contains_id("node_name");
+        Config::resolve(s, auth, names_a_cluster)
+    }
+
+    /// The merged settings with the defaults filled in, then validated.
+    fn resolve(
+        s: Settings,
+        auth: Option<Credentials>,
+        names_a_cluster: bool,
+    ) -> Result<Config, ConfigError> {
         let d = Config::default();
-        let cluster = cluster_config(&cli, &file, cli.listen.or(file.listen).unwrap_or(d.listen))?;
-        let user = cli.user.or(file.user);
-        let password = cli.password.or(file.password);
-        let auth = match (user, password) {
-            (Some(user), Some(password)) => Some(Credentials { user, password }),
-            (None, None) => None,
-            (Some(_), None) => return Err(invalid("user is set but password is not: set both (--password, or password in the config file)")),
-            (None, Some(_)) => return Err(invalid("password is set but user is not: set both (--user, or user in the config file)")),
-        };
-        let max_frame_bytes = cli
-            .max_frame_bytes
-            .or(file.max_frame_bytes)
-            .unwrap_or(d.max_frame_bytes);
+        let listen = s.listen.unwrap_or(d.listen);
+        let cluster = cluster_config(&s, names_a_cluster, listen)?;
+        let max_frame_bytes = s.max_frame_bytes.unwrap_or(d.max_frame_bytes);
         let cfg = Config {
-            listen: cli.listen.or(file.listen).unwrap_or(d.listen),
-            data_dir: cli.data_dir.or(file.data_dir).unwrap_or(d.data_dir),
-            cpu: cli.cpu.or(file.cpu),
-            max_connections: cli
-                .max_connections
-                .or(file.max_connections)
-                .unwrap_or(d.max_connections),
+            listen,
+            data_dir: s.data_dir.unwrap_or(d.data_dir),
+            cpu: s.cpu,
+            max_connections: s.max_connections.unwrap_or(d.max_connections),
             max_frame_bytes,
             // Unless set, the backlog follows a raised frame cap so one reply always fits.
-            max_write_backlog: cli
+            max_write_backlog: s
                 .max_write_backlog
-                .or(file.max_write_backlog)
                 .unwrap_or(d.max_write_backlog.max(2 * max_frame_bytes)),
             limits: LimitsConfig {
-                input_budget: cli
+                input_budget: s
                     .input_budget_bytes
-                    .or(file.input_budget_bytes)
                     .unwrap_or_else(|| default_input_budget(max_frame_bytes)),
-                frame_timeout: timeout(
-                    "frame-timeout",
-                    cli.frame_timeout.or(file.frame_timeout),
-                    d.limits.frame_timeout,
-                )?,
-                auth_timeout: timeout(
-                    "auth-timeout",
-                    cli.auth_timeout.or(file.auth_timeout),
-                    d.limits.auth_timeout,
-                )?,
-                idle_timeout: timeout(
-                    "idle-timeout",
-                    cli.idle_timeout.or(file.idle_timeout),
-                    d.limits.idle_timeout,
-                )?,
-                max_connections_per_peer: cli
+                frame_timeout: timeout("frame-timeout", s.frame_timeout, d.limits.frame_timeout)?,
+                auth_timeout: timeout("auth-timeout", s.auth_timeout, d.limits.auth_timeout)?,
+                idle_timeout: timeout("idle-timeout", s.idle_timeout, d.limits.idle_timeout)?,
+                max_connections_per_peer: s
                     .max_connections_per_peer
-                    .or(file.max_connections_per_peer)
                     .unwrap_or(d.limits.max_connections_per_peer),
             },
-            max_session_grace: max_session_grace(cli.max_session_grace.or(file.max_session_grace))?,
-            max_detached_sessions: cli
-                .max_detached_sessions
-                .or(file.max_detached_sessions)
-                .unwrap_or(d.max_detached_sessions),
-            max_tasks: cli.max_tasks.or(file.max_tasks).unwrap_or(d.max_tasks),
-            log_level: cli.log_level.or(file.log_level).unwrap_or(d.log_level),
-            queue_namespace: cli
-                .queue_namespace
-                .or(file.queue_namespace)
-                .unwrap_or(d.queue_namespace),
-            beanstalk_listen: cli.beanstalk_listen.or(file.beanstalk_listen),
-            beanstalk_max_job_size: cli
-                .beanstalk_max_job_size
-                .or(file.beanstalk_max_job_size)
-                .unwrap_or(d.beanstalk_max_job_size),
+            max_session_grace: max_session_grace(s.max_session_grace)?,
+            max_detached_sessions: s.max_detached_sessions.unwrap_or(d.max_detached_sessions),
+            max_tasks: s.max_tasks.unwrap_or(d.max_tasks),
+            log_level: s.log_level.unwrap_or(d.log_level),
+            queue_namespace: s.queue_namespace.unwrap_or(d.queue_namespace),
+            beanstalk_listen: s.beanstalk_listen,
+            beanstalk_max_job_size: s.beanstalk_max_job_size.unwrap_or(d.beanstalk_max_job_size),
             auth,
-            replica_of: cli.replica_of.or(file.replica_of),
-            sync_replicas: cli.sync_replicas.or(file.sync_replicas).unwrap_or(0),
-            sync_timeout: sync_timeout(cli.sync_timeout.or(file.sync_timeout))?,
-            cluster,
-            null: cli.null || file.null.unwrap_or(false),
+            replica_of: s.replica_of,
+            sync_replicas: s.sync_replicas.unwrap_or(d.sync_replicas),
+            sync_timeout: sync_timeout(s.sync_timeout)?,
+            null: s.null.unwrap_or(d.null),
             ops: OpsConfig {
-                graphite: match cli.graphite.or(file.graphite) {
+                graphite: match s.graphite {
                     Some(url) => Some(url.parse::<Target>().map_err(|e| invalid(e.to_string()))?),
                     None => None,
                 },
-                graphite_interval: graphite_interval(
-                    cli.graphite_interval.or(file.graphite_interval),
-                )?,
-                metrics_listen: cli.metrics_listen.or(file.metrics_listen),
+                graphite_interval: graphite_interval(s.graphite_interval)?,
+                metrics_listen: s.metrics_listen,
             },
             wal: WalConfig {
-                mode: match (cli.wal_mode, file.wal_mode) {
-                    (Some(m), _) => m,
-                    (None, Some(s)) => s
-                        .parse()
-                        .map_err(|e: String| invalid(format!("wal-mode: {e}")))?,
-                    (None, None) => d.wal.mode,
-                },
-                force_recovery: cli.force_recovery || file.force_recovery.unwrap_or(false),
-                snapshot_every_bytes: cli
-                    .snapshot_every_bytes
-                    .or(file.snapshot_every_bytes)
-                    .unwrap_or(d.wal.snapshot_every_bytes),
-                keep_snapshots: cli
-                    .keep_snapshots
-                    .or(file.keep_snapshots)
-                    .unwrap_or(d.wal.keep_snapshots),
+                mode: s.wal_mode.unwrap_or(d.wal.mode),
+                force_recovery: s.force_recovery.unwrap_or(d.wal.force_recovery),
+                snapshot_every_bytes: s.snapshot_every_bytes.unwrap_or(d.wal.snapshot_every_bytes),
+                keep_snapshots: s.keep_snapshots.unwrap_or(d.wal.keep_snapshots),
                 // A cluster node starts as a replica: taken tasks stay taken until it learns
                 // whether it leads (then it releases them, as a restart does).
-                replica: cli.replica_of.or(file.replica_of).is_some()
-                    || !cli.etcd.is_empty()
-                    || file.etcd.is_some(),
-                segment_bytes: cli
-                    .wal_segment_bytes
-                    .or(file.wal_segment_bytes)
-                    .unwrap_or(d.wal.segment_bytes),
-                snapshot_interval: snapshot_interval(
-                    cli.snapshot_interval.or(file.snapshot_interval),
-                )?,
-                loop_cpu: cli.cpu.or(file.cpu),
+                replica: s.replica_of.is_some() || cluster.is_some(),
+                segment_bytes: s.wal_segment_bytes.unwrap_or(d.wal.segment_bytes),
+                snapshot_interval: snapshot_interval(s.snapshot_interval)?,
+                loop_cpu: s.cpu,
             },
+            cluster,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -665,18 +720,15 @@ pub struct ClusterConfig {
 }
 
 /// `--etcd` with `--cluster`, `--node-name`, `--advertise`, `--lease-ttl`: `None` without etcd.
+/// `names_a_cluster`: `--cluster` or `--node-name` came from the command line or environment.
 fn cluster_config(
-    cli: &Cli,
-    file: &FileConfig,
+    s: &Settings,
+    names_a_cluster: bool,
     listen: SocketAddr,
 ) -> Result<Option<ClusterConfig>, ConfigError> {
-    let endpoints = if cli.etcd.is_empty() {
-        file.etcd.clone().unwrap_or_default()
-    } else {
-        cli.etcd.clone()
-    };
+    let endpoints = s.etcd.clone().unwrap_or_default();
     if endpoints.is_empty() {
-        if cli.cluster.is_some() || cli.node_name.is_some() {
+        if names_a_cluster {
             return Err(invalid(
                 "--cluster and --node-name only work with --etcd URL, the etcd that elects the \
                  cluster's primary",
@@ -684,26 +736,18 @@ fn cluster_config(
         }
         return Ok(None);
     }
-    let cluster = cli
-        .cluster
-        .clone()
-        .or(file.cluster.clone())
-        .ok_or_else(|| {
-            invalid(
-                "--etcd needs --cluster NAME, the cluster's name in etcd (TOML: cluster = \"NAME\")",
-            )
-        })?;
-    let name = cli
-        .node_name
-        .clone()
-        .or(file.node_name.clone())
-        .ok_or_else(|| {
-            invalid(
-                "--etcd needs --node-name NAME, this node's name, unique in the cluster \
-                 (TOML: node-name = \"NAME\")",
-            )
-        })?;
-    let advertise = cli.advertise.or(file.advertise).unwrap_or(listen);
+    let cluster = s.cluster.clone().ok_or_else(|| {
+        invalid(
+            "--etcd needs --cluster NAME, the cluster's name in etcd (TOML: cluster = \"NAME\")",
+        )
+    })?;
+    let name = s.node_name.clone().ok_or_else(|| {
+        invalid(
+            "--etcd needs --node-name NAME, this node's name, unique in the cluster \
+             (TOML: node-name = \"NAME\")",
+        )
+    })?;
+    let advertise = s.advertise.unwrap_or(listen);
     if advertise.ip().is_unspecified() || advertise.port() == 0 {
         return Err(invalid(format!(
             "advertise {advertise}: other nodes cannot reach it; set --advertise HOST:PORT"
@@ -711,7 +755,7 @@ fn cluster_config(
     }
     let mut election =
         tarq_cluster::Config::new(endpoints, &cluster, &name, &advertise.to_string());
-    if let Some(ttl) = cli.lease_ttl.or(file.lease_ttl) {
+    if let Some(ttl) = s.lease_ttl {
         // Checked here too (the flag's parser checks it), for the value from the file.
         let (min, max) = lease_ttl_range();
         if !(min..=max).contains(&ttl) {
@@ -722,6 +766,84 @@ fn cluster_config(
         election = election.with_lease_ttl(Duration::from_secs(ttl));
     }
     Ok(Some(ClusterConfig { election }))
+}
+
+/// Where a setting's value came from, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Layer {
+    Default,
+    File,
+    Environment,
+    CommandLine,
+}
+
+impl Layer {
+    /// The layer of the setting `id` (clap's id: the field's name), `in_file` if the file
+    /// gives it.
+    fn of(matches: &ArgMatches, id: &str, in_file: bool) -> Layer {
+        match matches.value_source(id) {
+            Some(ValueSource::CommandLine) => Layer::CommandLine,
+            Some(ValueSource::EnvVariable) => Layer::Environment,
+            _ if in_file => Layer::File,
+            _ => Layer::Default,
+        }
+    }
+}
+
+/// `user` with its password. `password` and `password-file` are two spellings of one setting:
+/// the higher layer's wins (`--password-file` over `TARQ_PASSWORD`), and a layer that gives
+/// both is refused rather than one of them silently ignored.
+fn credentials(
+    matches: &ArgMatches,
+    file: &Settings,
+    s: &Settings,
+) -> Result<Option<Credentials>, ConfigError> {
+    let inline = Layer::of(matches, "password", file.password.is_some());
+    let in_a_file = Layer::of(matches, "password_file", file.password_file.is_some());
+    let both = match inline {
+        _ if inline != in_a_file => None,
+        Layer::Default => None,
+        Layer::File => Some("in the config file (password, password-file)"),
+        Layer::Environment => Some("in the environment (TARQ_PASSWORD, TARQ_PASSWORD_FILE)"),
+        Layer::CommandLine => Some("on the command line (--password, --password-file)"),
+    };
+    if let Some(place) = both {
+        return Err(invalid(format!(
+            "the password is given twice {place}: give one"
+        )));
+    }
+    let password = match &s.password_file {
+        Some(path) if in_a_file > inline => Some(read_password(path)?),
+        _ => s.password.clone(),
+    };
+    match (s.user.clone(), password) {
+        (Some(user), Some(password)) => Ok(Some(Credentials { user, password })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(invalid(
+            "user is set but password is not: set both (--password, --password-file, \
+             TARQ_PASSWORD, or password in the config file)",
+        )),
+        (None, Some(_)) => Err(invalid(
+            "password is set but user is not: set both (--user, TARQ_USER, or user in the \
+             config file)",
+        )),
+    }
+}
+
+/// The password in `path`: the whole file but one trailing newline (`echo secret > file`
+/// writes one that is not part of the password).
+fn read_password(path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid(format!("cannot read password-file {}: {e}", path.display())))?;
+    let line = text.strip_suffix('\n').unwrap_or(&text);
+    let password = line.strip_suffix('\r').unwrap_or(line);
+    if password.is_empty() {
+        return Err(invalid(format!(
+            "password-file {} is empty; it must hold the password of --user",
+            path.display()
+        )));
+    }
+    Ok(password.to_owned())
 }
 
 /// The whole seconds `--lease-ttl` may be: the election's own limits.
@@ -833,7 +955,7 @@ fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
 
-fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+fn load_file(path: &Path) -> Result<Settings, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: path.to_owned(),
         error,
@@ -851,7 +973,7 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Config, ConfigError> {
         let mut argv = vec!["tarq"];
         argv.extend_from_slice(args);
-        Config::from_cli(Cli::try_parse_from(argv).unwrap())
+        Config::load(&Cli::command().try_get_matches_from(argv).unwrap())
     }
 
     #[test]
@@ -946,7 +1068,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max-connections 0 must be between 1 and"), "{e}");
-        assert!(Cli::try_parse_from(["tarq", "--user", "u"]).is_err());
+        let e = parse(&["--user", "u"]).unwrap_err().to_string();
+        assert!(e.starts_with("user is set but password is not"), "{e}");
     }
 
     #[test]
@@ -1064,7 +1187,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("set both (--user, or user in the config file)"),
+            e.contains("set both (--user, TARQ_USER, or user in the config file)"),
             "{e}"
         );
     }
@@ -1103,5 +1226,110 @@ mod tests {
         assert!(e.contains("graphite-interval 0 must be between"), "{e}");
         let cli = Cli::try_parse_from(["tarq", "ctl", "--addr", "127.0.0.1:1", "stats"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Ctl(_))));
+    }
+
+    /// A `--config` file holding `text` in a temporary directory, and the directory.
+    fn file(text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(&path, text).unwrap();
+        let path = path.to_str().unwrap().to_owned();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_yes_no_setting_of_the_file_is_turned_off_on_the_command_line() {
+        let (_dir, path) = file("null = true\nforce-recovery = true\n");
+        let cfg = parse(&["--config", &path]).unwrap();
+        assert!(cfg.null && cfg.wal.force_recovery);
+        for off in [
+            &["--null=false", "--force-recovery=false"][..],
+            &["--null", "false", "--force-recovery", "no"],
+        ] {
+            let cfg = parse(&[&["--config", path.as_str()][..], off].concat()).unwrap();
+            assert!(!cfg.null && !cfg.wal.force_recovery, "{off:?}");
+        }
+        // The spellings from before: the bare flag turns it on.
+        let cfg = parse(&["--null", "--force-recovery"]).unwrap();
+        assert!(cfg.null && cfg.wal.force_recovery);
+        assert!(!parse(&[]).unwrap().null);
+    }
+
+    #[test]
+    fn every_setting_is_a_flag_a_tarq_variable_and_a_toml_key_of_one_name() {
+        let cmd = Cli::command();
+        let settings: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "config" | "help" | "version"))
+            .collect();
+        assert!(settings.len() > 30, "{}", settings.len());
+        for arg in settings {
+            let long = arg.get_long().expect("every setting is a long flag");
+            let var = format!("TARQ_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(arg.get_env(), Some(std::ffi::OsStr::new(&var)), "--{long}");
+            // A string is the wrong type for most keys, but only an unknown one says so.
+            let err = toml::from_str::<Settings>(&format!("{long} = \"x\""))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(!err.contains("unknown field"), "--{long}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_password_comes_from_a_file_read_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("password");
+        std::fs::write(&secret, "s3cret \n").unwrap();
+        let secret = secret.to_str().unwrap();
+        let want = Some(Credentials {
+            user: "u".into(),
+            password: "s3cret ".into(),
+        });
+        let cfg = parse(&["--user", "u", "--password-file", secret]).unwrap();
+        assert_eq!(cfg.auth, want, "one trailing newline is cut, the rest kept");
+        let (_d, path) = file(&format!("user = \"u\"\npassword-file = {secret:?}\n"));
+        assert_eq!(parse(&["--config", &path]).unwrap().auth, want);
+        // A higher layer's spelling wins over the file's other one, either way round.
+        let cfg = parse(&["--config", &path, "--password", "flag"]).unwrap();
+        assert_eq!(cfg.auth.unwrap().password, "flag");
+        let (_d, path) = file("user = \"u\"\npassword = \"file\"\n");
+        let cfg = parse(&["--config", &path, "--password-file", secret]).unwrap();
+        assert_eq!(cfg.auth.unwrap().password, "s3cret ");
+    }
+
+    #[test]
+    fn a_password_given_twice_or_unreadable_is_refused_naming_why() {
+        let e = parse(&["--user", "u", "--password", "a", "--password-file", "/p"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "the password is given twice on the command line (--password, --password-file): \
+             give one"
+        );
+        let (dir, path) = file("user = \"u\"\npassword = \"a\"\npassword-file = \"/p\"\n");
+        let e = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(e.contains("twice in the config file"), "{e}");
+        let missing = dir.path().join("missing");
+        let missing = missing.to_str().unwrap();
+        let e = parse(&["--user", "u", "--password-file", missing])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "cannot read password-file {missing}: No such file"
+            )),
+            "{e}"
+        );
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let e = parse(&["--user", "u", "--password-file", empty.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("is empty; it must hold the password of --user"),
+            "{e}"
+        );
     }
 }

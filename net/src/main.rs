@@ -1,11 +1,12 @@
-//! `tarq`: the task-queue broker binary. Parses flags (and `--config`), sets up logging, binds
-//! the server and runs its loop on the main thread until SIGINT or SIGTERM (SIGHUP reloads the
-//! configuration). `tarq ctl ...` is a client of a running server instead.
+//! `tarq`: the task-queue broker binary. Reads its configuration (the command line, the
+//! environment and `--config`), sets up logging, binds the server and runs its loop on the main
+//! thread until SIGINT or SIGTERM (SIGHUP reloads the configuration). `tarq ctl ...` is a client
+//! of a running server instead.
 
 use std::io::IsTerminal;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::FromArgMatches;
 use tarq_net::config::{Cli, Command, Config};
 use tarq_net::ctl;
 use tarq_net::server::{Server, WalJournal};
@@ -14,11 +15,13 @@ use tarq_wal::Wal;
 
 fn main() -> anyhow::Result<()> {
     tarq_net::server::set_mmap_threshold();
-    let mut cli = Cli::parse();
-    if let Some(Command::Ctl(args)) = cli.command.take() {
+    // The matches, not only the parsed `Cli`: each (re)load lays them over the file again.
+    let matches = Cli::matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(Command::Ctl(args)) = cli.command {
         return ctl::run(args, &mut std::io::stdout().lock());
     }
-    let cfg = Config::from_cli(cli.clone())?;
+    let cfg = Config::load(&matches)?;
     // Colours only for a person at a terminal, never into log files or pipes.
     logging::init(&cfg.log_level, std::io::stderr().is_terminal())?;
 
@@ -31,10 +34,11 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("opening the data directory {}", cfg.data_dir.display()))?;
         Server::with_journal(cfg, Box::new(WalJournal::new(wal, queue)))?
     };
-    // SIGHUP reads the same command line over the (possibly edited) --config file.
+    // SIGHUP reads the (possibly edited) --config file and password file again, under the same
+    // command line and environment.
     server
         .handle_signals(Box::new(move || {
-            Config::from_cli(cli.clone()).map_err(|e| e.to_string())
+            Config::load(&matches).map_err(|e| e.to_string())
         }))
         .context("installing signal handlers")?;
     server.run().context("event loop failed")?;

@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use support::{addr_in, Tarq, BIN, WAIT};
-use tarq_net::config::FileConfig;
+use tarq_net::config::Settings;
 
 /// The README's default address, where `tarq` listens without `--listen` and `tarq ctl` calls
 /// without `--addr`.
@@ -583,12 +583,13 @@ fn the_readme_commands_work_as_written_and_print_what_it_says() {
 }
 
 /// A `--config` file with `text`, as the server reads it.
-fn parse_config(text: &str) -> Result<FileConfig, String> {
-    toml::from_str::<FileConfig>(text).map_err(|e| e.to_string())
+fn parse_config(text: &str) -> Result<Settings, String> {
+    toml::from_str::<Settings>(text).map_err(|e| e.to_string())
 }
 
 /// Every key the README and docs/ name as a TOML key — `(TOML `key`...)` — is one the parser
-/// takes, and so is every key of the sample configuration, its commented ones included.
+/// takes, every `TARQ_` variable named beside one is a setting's, and every key of the sample
+/// configuration is one the parser takes, its commented ones included.
 #[test]
 fn every_toml_key_the_docs_name_is_one_the_parser_takes() {
     let mut texts = vec![std::fs::read_to_string(workspace().join("README.md")).unwrap()];
@@ -596,13 +597,16 @@ fn every_toml_key_the_docs_name_is_one_the_parser_takes() {
         texts.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
     }
     let mut named = Vec::new();
+    let mut variables = Vec::new();
     for text in &texts {
         for group in text.split("(TOML").skip(1) {
             let group = group.split(')').next().unwrap();
             for (i, quoted) in group.split('`').enumerate() {
                 // Odd pieces are inside backticks: `key` or `key = value` (or a `--flag`
-                // named beside them).
-                if i % 2 == 1 && !quoted.starts_with("--") {
+                // or a `TARQ_` variable named beside them, checked below).
+                if i % 2 == 1 && quoted.starts_with("TARQ_") {
+                    variables.push(quoted.to_string());
+                } else if i % 2 == 1 && !quoted.starts_with("--") {
                     named.push(quoted.split(" =").next().unwrap().trim().to_string());
                 }
             }
@@ -623,6 +627,15 @@ fn every_toml_key_the_docs_name_is_one_the_parser_takes() {
             .err()
             .unwrap_or_default();
         assert!(!err.contains("unknown field"), "TOML key {key}: {err}");
+    }
+
+    let cli = <tarq_net::config::Cli as clap::CommandFactory>::command();
+    for var in &variables {
+        assert!(
+            cli.get_arguments()
+                .any(|a| a.get_env() == Some(std::ffi::OsStr::new(var))),
+            "{var} is no setting's variable"
+        );
     }
 
     let sample = std::fs::read_to_string(workspace().join("packaging/tarq.toml")).unwrap();

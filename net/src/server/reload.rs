@@ -1,8 +1,9 @@
-//! SIGHUP: the server re-reads its configuration (the `--config` file under the same command
-//! line) and applies what can change while it runs — the log level, the Graphite target and
-//! interval, the connection, frame and input limits and timeouts, the credentials — and logs
-//! each setting that needs a restart instead (the listen address, the data dir, the CPU, the
-//! metrics address, the WAL settings, and any setting not listed here as live).
+//! SIGHUP: the server re-reads its configuration (the `--config` file and the password file,
+//! under the same command line and environment) and applies what can change while it runs —
+//! the log level, the Graphite target and interval, the connection, frame and input limits and
+//! timeouts, the credentials — and logs each setting that needs a restart instead (the listen
+//! address, the data dir, the CPU, the metrics address, the WAL settings, and any setting not
+//! listed here as live).
 //!
 //! Reading the file is the caller's (the loop holds a closure from `main`); this file decides
 //! and applies.
