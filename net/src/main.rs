@@ -8,8 +8,9 @@ use std::io::IsTerminal;
 use anyhow::Context;
 use clap::FromArgMatches;
 use tarq_net::config::{Cli, Command, Config};
+use tarq_net::core::journal::Journal;
 use tarq_net::ctl;
-use tarq_net::server::{Server, WalJournal};
+use tarq_net::server::Server;
 use tarq_ops::logging;
 use tarq_wal::Wal;
 
@@ -32,7 +33,7 @@ fn main() -> anyhow::Result<()> {
         // core; the WAL's threads keep off the loop's core (`WalConfig::loop_cpu`).
         let (wal, queue, _report) = Wal::open_dir(&cfg.data_dir, cfg.wal.clone())
             .with_context(|| format!("opening the data directory {}", cfg.data_dir.display()))?;
-        Server::with_journal(cfg, Box::new(WalJournal::new(wal, queue)))?
+        Server::with_journal(cfg, Journal::wal_with(wal, queue))?
     };
     // SIGHUP reads the (possibly edited) --config file and password file again, under the same
     // command line and environment.

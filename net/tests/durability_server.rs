@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use rmpv::Value;
 use support::{field, id_of, TestServer, WAIT};
+use tarq_net::core::journal::Journal;
 use tarq_net::server::Server;
-use tarq_net::server::WalJournal;
 use tarq_wal::{Crash, MemStorage, Wal, WalConfig, WalMode};
 
 const ER_PROC_LUA: u32 = 32;
@@ -27,7 +27,7 @@ fn start(storage: &MemStorage) -> TestServer {
     };
     let (wal, queue, _) = Wal::open(Arc::new(storage.clone()), wal_cfg.clone()).expect("open");
     let (cfg, dir) = TestServer::config(|c| c.wal = wal_cfg);
-    let server = Server::with_journal(cfg, Box::new(WalJournal::new(wal, queue))).expect("bind");
+    let server = Server::with_journal(cfg, Journal::wal_with(wal, queue)).expect("bind");
     TestServer::spawn(server, dir, || {})
 }
 

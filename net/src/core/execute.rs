@@ -380,7 +380,7 @@ impl<R: Copy> Core<R> {
                 self.pauses.pause(tube, pause);
                 (Outcome::Ok, None)
             }
-            Command::Snapshot => match self.journal.snapshot(&self.queue, now) {
+            Command::Snapshot => match self.journal.snapshot() {
                 None => (Outcome::Error(Refusal::NoSnapshots), None),
                 Some(Ok(text)) => (Outcome::Text(text), None),
                 Some(Err(msg)) => (Outcome::Error(Refusal::Journal(msg)), None),

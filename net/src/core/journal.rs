@@ -1,141 +1,217 @@
-//! The seam between the event loop and durability. The loop runs each turn as
-//! read → execute (engine events handed to [`Journal::record`] after every call) →
-//! [`Journal::commit`] → flush, and holds each connection's replies of a turn until
-//! [`Journal::durable`] reaches that turn's ticket. [`NoJournal`] (no WAL) makes every turn
-//! durable at once; [`super::WalJournal`] puts the WAL crate (`tarq-wal`) behind the same
-//! trait, with group commit, and wakes the loop through the [`mio::Waker`] it is given.
+//! Durability, held directly: the WAL (`tarq_wal::Wal`), or nothing (`--null`, and servers
+//! tests run without a data directory's log). The loop runs each turn as read → execute (engine
+//! events handed to [`Journal::record`] after every call) → [`Journal::commit`] → flush, and
+//! holds each connection's replies of a turn until [`Journal::durable`] reaches that turn's
+//! ticket; without a WAL every turn is durable the moment it commits. Replication reads and
+//! writes the WAL itself ([`Journal::wal`]): a replica's stream is the log.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tarq_engine::{Event, Micros, Queue};
-
 use tarq_ops::stats::WalFigures;
+use tarq_wal::{Wal, WalMode};
 
 /// Names one loop turn's batch of records. Tickets grow by one per commit, from 1.
 pub type Ticket = u64;
 
-/// What the loop needs from durability.
-pub trait Journal: Send {
-    /// Whether the engine must keep its event journal (`Queue::set_journal`). When false the
+/// Longest a graceful stop waits for the WAL (or, without one, the snapshot) to be on disk:
+/// well under the 90 s a service manager gives a stop before it kills.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The WAL behind the core, or none.
+pub struct Journal {
+    wal: Option<Wal>,
+    /// Without a WAL: the last turn's ticket (durable at once).
+    ticket: Ticket,
+    /// The queue the WAL recovered, taken once when the server is built.
+    recovered: Option<Queue>,
+}
+
+impl Journal {
+    /// No durability: every turn is durable the moment it commits.
+    pub fn none() -> Journal {
+        Journal {
+            wal: None,
+            ticket: 0,
+            recovered: None,
+        }
+    }
+
+    /// `wal` with the queue `Wal::open` recovered.
+    pub fn wal_with(wal: Wal, recovered: Queue) -> Journal {
+        Journal {
+            wal: Some(wal),
+            ticket: 0,
+            recovered: Some(recovered),
+        }
+    }
+
+    /// The WAL, for replication: a primary's relays read its files and tap; a replica applies
+    /// and logs its primary's records through it. `None` without one.
+    pub fn wal(&mut self) -> Option<&mut Wal> {
+        self.wal.as_mut()
+    }
+
+    /// The recovered queue (empty without a WAL), taken once.
+    pub fn recovered_queue(&mut self) -> Queue {
+        self.recovered.take().unwrap_or_default()
+    }
+
+    /// Whether the engine must keep its event journal (`Queue::set_journal`): when false the
     /// loop never drains events and `record` is never called.
-    fn wants_events(&self) -> bool;
+    #[inline]
+    pub fn wants_events(&self) -> bool {
+        self.wal.as_ref().is_some_and(|w| w.mode() != WalMode::None)
+    }
 
     /// One engine event of the current turn, in order. `queue` is the state right after the
-    /// call that produced it (read a put task with `queue.get(id)`).
-    fn record(&mut self, queue: &Queue, event: Event);
+    /// call that produced it.
+    #[inline]
+    pub fn record(&mut self, queue: &Queue, event: Event) {
+        if let Some(wal) = &mut self.wal {
+            wal.record_event(queue, event);
+        }
+    }
 
-    /// Called once per turn right after the poll, before any request runs: the place to take
-    /// in a finished sync or snapshot.
-    fn turn_start(&mut self, _queue: &mut Queue, _now: Micros) {}
+    /// Once per turn, right after the poll and before any request runs: takes in a finished
+    /// sync or snapshot.
+    pub fn turn_start(&mut self, queue: &mut Queue, _now: Micros) {
+        if let Some(wal) = &mut self.wal {
+            wal.poll(queue);
+        }
+    }
 
-    /// The turn's execution is over: start making its records durable. Returns the turn's
-    /// ticket; the replies of the turn are held until [`durable`](Self::durable) reaches it.
-    /// A journal that prefers to read the engine's events in one go may drain
-    /// `queue.drain_events()` here instead of taking them one by one in `record` (whatever the
-    /// loop has not handed to `record` is still in the queue).
-    fn commit(&mut self, queue: &mut Queue, now: Micros) -> Ticket;
+    /// The turn's execution is over: starts making its records durable. Returns the turn's
+    /// ticket; its replies are held until [`durable`](Self::durable) reaches it. Whatever the
+    /// loop did not hand to `record` is still journaled in the queue.
+    pub fn commit(&mut self, queue: &mut Queue, _now: Micros) -> Ticket {
+        match &mut self.wal {
+            Some(wal) => {
+                wal.append_turn(queue);
+                wal.submit()
+            }
+            None => {
+                self.ticket += 1;
+                self.ticket
+            }
+        }
+    }
 
     /// The last record of the turn just committed, when the turn holds a change whose reply
     /// waits for durability (synchronous replication waits for replicas to pass it too).
-    fn committed_change(&self) -> Option<u64> {
-        None
+    pub fn committed_change(&self) -> Option<u64> {
+        self.wal.as_ref()?.submitted_change()
     }
 
     /// The newest ticket whose records are durable (every earlier one is too).
-    fn durable(&mut self) -> Ticket;
-
-    /// How soon the loop must wake up for the journal's sake (a group-commit timer), if ever.
-    fn next_wakeup(&self) -> Option<std::time::Duration> {
-        None
-    }
-
-    /// Gives the journal the loop's waker, for a sync finished on another thread.
-    fn attach_waker(&mut self, _waker: Arc<mio::Waker>) {}
-
-    /// The queue recovered from disk, taken once when the server is built (`None`: start
-    /// with an empty queue).
-    fn recovered_queue(&mut self) -> Option<Queue> {
-        None
+    pub fn durable(&mut self) -> Ticket {
+        match &self.wal {
+            Some(wal) => wal.durable_upto(),
+            None => self.ticket,
+        }
     }
 
     /// Whether turn `ticket`'s replies may go out although an earlier turn still waits (a turn
     /// of takes only while a put's sync runs or the disk is full). Beyond the prefix rule of
     /// [`durable`](Self::durable), which always holds.
-    fn is_durable(&self, _ticket: Ticket) -> bool {
-        false
+    pub fn is_durable(&self, ticket: Ticket) -> bool {
+        self.wal.as_ref().is_some_and(|w| w.is_durable(ticket))
     }
 
-    /// Before a change whose records take at most `bytes` (`server::disk_room`):
-    /// `Err(message)` when it cannot be made durable now (no room on the disk, or a failing
-    /// disk), and it is refused with that message before it touches the queue; otherwise the
-    /// room for it is kept.
-    fn admit_change(&mut self, _bytes: u64) -> Result<(), String> {
-        Ok(())
+    /// How soon the loop must wake up for the WAL's sake (a group-commit timer), if ever.
+    pub fn next_wakeup(&self) -> Option<Duration> {
+        self.wal.as_ref()?.timeout()
+    }
+
+    /// Gives the WAL the loop's waker, for a sync finished on another thread.
+    pub fn attach_waker(&mut self, waker: Arc<mio::Waker>) {
+        if let Some(wal) = &mut self.wal {
+            wal.set_waker(Arc::new(move || {
+                if let Err(e) = waker.wake() {
+                    tracing::warn!(error = %e, "waking the loop failed");
+                }
+            }));
+        }
+    }
+
+    /// `queue.snapshot()`: `None` without a WAL (the call is then not defined), else what to
+    /// report.
+    pub fn snapshot(&mut self) -> Option<Result<String, String>> {
+        let started = self.wal.as_mut()?.request_snapshot();
+        Some(Ok(if started {
+            "snapshot started".to_owned()
+        } else {
+            "a snapshot is already running".to_owned()
+        }))
+    }
+
+    /// Before a change whose records take at most `bytes` (`core::disk_room`): `Err(message)`
+    /// when it cannot be made durable now (no room on the disk, or a failing disk), and it is
+    /// refused with that message before it touches the queue; otherwise the room for it is
+    /// kept.
+    #[inline]
+    pub fn admit_change(&mut self, bytes: u64) -> Result<(), String> {
+        match &mut self.wal {
+            Some(wal) if !wal.fits(bytes) => change_refusal(wal, bytes),
+            _ => Ok(()),
+        }
     }
 
     /// Before a take: `Err(message)` only when even takes must be refused (the records a
     /// failing disk holds back piled up, or the take's record would take the room of a
     /// change in the same turn).
-    fn admit_take(&mut self) -> Result<(), String> {
-        Ok(())
+    #[inline]
+    pub fn admit_take(&mut self) -> Result<(), String> {
+        match &mut self.wal {
+            Some(wal) if !(wal.take_fits() && wal.accepts_takes()) => take_refusal(wal),
+            _ => Ok(()),
+        }
     }
 
     /// Bytes of records logged and not durable yet: a debug build checks that a change logs
     /// no more than the room it reserved (`admit_change`).
-    fn pending_bytes(&self) -> u64 {
-        0
+    pub fn pending_bytes(&self) -> u64 {
+        self.wal.as_ref().map_or(0, Wal::pending_bytes)
     }
 
-    /// `queue.snapshot()`: `None` when this journal has no snapshots (the call is then not
-    /// defined), else the result to report or an error message.
-    fn snapshot(&mut self, _queue: &Queue, _now: Micros) -> Option<Result<String, String>> {
-        None
+    /// The WAL's figures for `queue.stats()`, Graphite and Prometheus; `None` without one.
+    pub fn figures(&self) -> Option<WalFigures> {
+        let wal = self.wal.as_ref().filter(|w| w.mode() != WalMode::None)?;
+        let s = wal.stats();
+        Some(WalFigures {
+            records: s.records,
+            bytes: s.bytes_written,
+            disk_full: u64::from(s.disk_full),
+            refusals: s.refusals,
+            allocated_ahead: s.allocated_ahead,
+        })
     }
 
-    /// Whether the journal can log tube changes (tubes, buried tasks, task updates). A journal
-    /// that wants events but cannot has the server refuse those changes with a clear error
-    /// rather than lose them.
-    fn logs_tubes(&self) -> bool {
-        false
-    }
-
-    /// The WAL's figures for `queue.stats()`, Graphite and Prometheus; `None` without a WAL.
-    fn figures(&self) -> Option<WalFigures> {
-        None
-    }
-
-    /// The WAL behind this journal, for replication (a primary's relays read its files and
-    /// tap; a replica applies and logs its primary's records through it); `None` without one.
-    fn wal(&mut self) -> Option<&mut tarq_wal::Wal> {
-        None
-    }
-
-    /// The server is stopping (SIGTERM/SIGINT): write and sync everything recorded so far, then
-    /// return. Called once, after the last turn; an error is logged and the exit stays clean.
-    fn shutdown(&mut self, _queue: &mut Queue) -> Result<(), String> {
-        Ok(())
+    /// The server is stopping: writes and syncs everything recorded so far, then returns.
+    /// Called once, after the last turn; an error is logged and the exit stays clean.
+    pub fn shutdown(&mut self, queue: &mut Queue) -> Result<(), String> {
+        match &mut self.wal {
+            Some(wal) => wal
+                .close(queue, SHUTDOWN_TIMEOUT)
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
     }
 }
 
-/// No durability: every turn is durable the moment it commits.
-#[derive(Debug, Default)]
-pub struct NoJournal {
-    ticket: Ticket,
+/// A change the fast check did not admit: the WAL makes room, or says why not.
+#[cold]
+fn change_refusal(wal: &mut Wal, bytes: u64) -> Result<(), String> {
+    wal.reserve(bytes).map_err(|e| e.to_string())
 }
 
-impl Journal for NoJournal {
-    fn wants_events(&self) -> bool {
-        false
+/// A take the fast check did not admit: refused while the records a failing disk holds back
+/// piled up, or when it would take a change's room.
+#[cold]
+fn take_refusal(wal: &mut Wal) -> Result<(), String> {
+    if !wal.accepts_takes() {
+        wal.check_writable().map_err(|e| e.to_string())?;
     }
-
-    fn record(&mut self, _queue: &Queue, _event: Event) {}
-
-    fn commit(&mut self, _queue: &mut Queue, _now: Micros) -> Ticket {
-        self.ticket += 1;
-        self.ticket
-    }
-
-    fn durable(&mut self) -> Ticket {
-        self.ticket
-    }
+    wal.reserve_take().map_err(|e| e.to_string())
 }

@@ -86,7 +86,7 @@ pub trait Host<R> {
 /// token, kept by a take that parks and a put that waits.
 pub struct Core<R> {
     queue: Queue,
-    journal: Box<dyn Journal>,
+    journal: Journal,
     parked: Parked<R>,
     waiting_puts: WaitingPuts<R>,
     pauses: Pauses,
@@ -106,7 +106,7 @@ pub struct Core<R> {
 }
 
 impl<R: Copy> Core<R> {
-    pub fn new(mut queue: Queue, journal: Box<dyn Journal>, now: Micros, mono: Micros) -> Core<R> {
+    pub fn new(mut queue: Queue, journal: Journal, now: Micros, mono: Micros) -> Core<R> {
         queue.set_journal(journal.wants_events());
         Core {
             queue,
@@ -149,17 +149,17 @@ impl<R: Copy> Core<R> {
         self.queue = queue;
     }
 
-    pub fn journal(&self) -> &dyn Journal {
-        &*self.journal
+    pub fn journal(&self) -> &Journal {
+        &self.journal
     }
 
-    pub fn journal_mut(&mut self) -> &mut dyn Journal {
-        &mut *self.journal
+    pub fn journal_mut(&mut self) -> &mut Journal {
+        &mut self.journal
     }
 
     /// The queue and the journal together (a journal call that reads or changes the queue).
-    pub fn queue_and_journal(&mut self) -> (&mut Queue, &mut dyn Journal) {
-        (&mut self.queue, &mut *self.journal)
+    pub fn queue_and_journal(&mut self) -> (&mut Queue, &mut Journal) {
+        (&mut self.queue, &mut self.journal)
     }
 
     /// The turn's monotonic reading.

@@ -25,7 +25,6 @@ mod replica;
 mod sync;
 mod systemd;
 pub mod tube_sessions;
-pub mod wal_journal;
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -40,7 +39,7 @@ use tarq_engine::{Bytes, Micros, Queue, SessionId};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::core::journal::{Journal, NoJournal, Ticket};
+use crate::core::journal::{Journal, Ticket};
 use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::BsConn;
 use crate::frontend::ReplyTo;
@@ -55,7 +54,6 @@ use tarq_ops::signals::{self, Request};
 use tarq_ops::stats::{ServerFigures, Snapshot};
 use tarq_ops::tubes::TubeFigures;
 use tarq_ops::Ops;
-pub use wal_journal::WalJournal;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -217,11 +215,11 @@ fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
 impl Server {
     /// Binds the listener and creates the data directory; no WAL.
     pub fn bind(cfg: Config) -> io::Result<Server> {
-        Server::with_journal(cfg, Box::new(NoJournal::default()))
+        Server::with_journal(cfg, Journal::none())
     }
 
     /// Binds with a journal (durability) behind the commit hook.
-    pub fn with_journal(cfg: Config, mut journal: Box<dyn Journal>) -> io::Result<Server> {
+    pub fn with_journal(cfg: Config, mut journal: Journal) -> io::Result<Server> {
         cfg.validate().map_err(io::Error::other)?;
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
             io::Error::new(
@@ -233,7 +231,7 @@ impl Server {
         let (listener, beanstalk_listener) = bind_listeners(&cfg, &poll)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
-        let queue = recover(&mut *journal, &cfg)?;
+        let queue = recover(&mut journal, &cfg)?;
         let clock = LoopClock::default();
         let (now, mono) = (clock.wall(), clock.mono());
         let hash2 = cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
@@ -1461,8 +1459,8 @@ fn bind_listeners(cfg: &Config, poll: &Poll) -> io::Result<(TcpListener, Option<
 /// The queue the journal recovered (empty without one), its task limit set. A primary names
 /// its log's history when the log has none (a new data directory, or one written before
 /// format 3), so replicas of another log are told apart.
-fn recover(journal: &mut dyn Journal, cfg: &Config) -> io::Result<Queue> {
-    let mut queue = journal.recovered_queue().unwrap_or_default();
+fn recover(journal: &mut Journal, cfg: &Config) -> io::Result<Queue> {
+    let mut queue = journal.recovered_queue();
     if cfg.replica_of.is_none() && cfg.cluster.is_none() {
         if let Some(wal) = journal.wal() {
             wal.adopt_history(u64::from_le_bytes(random_bytes()?) | 1);
