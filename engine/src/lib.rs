@@ -5,17 +5,17 @@
 //! `tarq-net`; this crate only reports what changed through an optional journal of [`Event`]s.
 
 mod arena;
-mod bulk;
 mod heap;
 mod index;
 mod lists;
 mod queue;
+mod restoring;
 mod room;
 mod sessions;
 mod slots;
 mod tubes;
 
-pub use bulk::{list_key, BulkIds};
+pub use restoring::{list_key, BulkIds, Restoring};
 pub use bytes::Bytes;
 pub use queue::{Queue, MAX_TASKS};
 pub use room::{Room, RoomWanted};
@@ -363,10 +363,14 @@ pub enum QueueError {
         owner: SessionId,
         caller: SessionId,
     },
-    /// Recovery only: an order given to `end_bulk_restore_in` that does not name each held
-    /// task once.
-    #[error("Bulk restore order refused: {0}")]
-    RestoreOrder(String),
+    /// Recovery only: an order given to `Restoring::finish_in` that names a number of tasks
+    /// other than the `held` ones.
+    #[error("restore order refused: it names {named} tasks, {held} are held")]
+    RestoreOrderLength { named: usize, held: usize },
+    /// Recovery only: an order given to `Restoring::finish_in` that names `ordinal` twice, or
+    /// names no held task by it (a Taken one, one past the last restored).
+    #[error("restore order refused: ordinal {ordinal} is no held task, or named twice")]
+    RestoreOrderOrdinal { ordinal: u32 },
     /// Recovery only: `restore` of an id that is already live.
     #[error("Task {0} already exists")]
     Duplicate(TaskId),

@@ -10,10 +10,10 @@ use std::hash::Hasher;
 
 use std::collections::HashMap;
 
-use crate::bulk::{list_key, Bulk, BulkIds};
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
 use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
+use crate::restoring::{list_key, Bulk, BulkIds, Restoring};
 use crate::room::{Room, RoomWanted};
 use crate::sessions::Sessions;
 use crate::slots::{NewSlot, Slot, Slots, COUNTED, HAS_TTR, TTR_ARMED};
@@ -127,9 +127,6 @@ pub struct Queue {
     /// probe reads the slots of other tasks sharing the home bucket (cache misses in a big
     /// queue). Checked against the slot, so a removed task or a reused slot never matches.
     recent: (TaskId, u32),
-    /// Between `begin_bulk_restore` and `end_bulk_restore`: the restored Ready, Waiting and
-    /// Buried tasks not yet listed, and how ids are treated meanwhile.
-    bulk: Option<Bulk>,
     /// Live tasks past which a put is refused; at most [`MAX_TASKS`].
     max_tasks: usize,
 }
@@ -168,7 +165,6 @@ impl Queue {
             journal_on: false,
             journal: Vec::new(),
             recent: (0, NIL),
-            bulk: None,
             max_tasks: MAX_TASKS,
         }
     }
@@ -277,7 +273,6 @@ impl Queue {
     /// O(t log t) for t taken tasks: they are listed by session, so this sorts them (once per
     /// restart, not on the request path).
     pub fn release_all_taken(&mut self) -> usize {
-        self.end_bulk_restore();
         let mut taken = self.sessions.taken_slots(&self.slots);
         let slots = &self.slots;
         taken.sort_unstable_by_key(|&k| order(slots, k));
@@ -957,14 +952,24 @@ impl Queue {
         utube: Option<&[u8]>,
         deliveries: u16,
     ) -> Result<(), QueueError> {
+        self.restore_task(tube, task, utube, deliveries, None)
+    }
+
+    /// `restore_in`, the task held unlisted in `bulk` when there is one (unless Taken).
+    #[inline]
+    pub(crate) fn restore_task(
+        &mut self,
+        tube: TubeIx,
+        task: RestoredTask<impl PutPayload>,
+        utube: Option<&[u8]>,
+        deliveries: u16,
+        bulk: Option<&mut Bulk>,
+    ) -> Result<(), QueueError> {
         self.live_tube(tube)?;
         let owner = self.numbering_of(tube, task.id)?;
         // Every live id is below its tube's next number, so a higher one needs no lookup: a
         // snapshot of a queue filled in order restores in id order, and skips a probe per task.
-        let vouched = self
-            .bulk
-            .as_ref()
-            .is_some_and(|b| b.ids == BulkIds::Distinct);
+        let vouched = bulk.as_ref().is_some_and(|b| b.ids == BulkIds::Distinct);
         if id_number(task.id) < self.tube(owner).numbers.next
             && !vouched
             && self.find(task.id).is_some()
@@ -996,7 +1001,7 @@ impl Queue {
             task.data,
         );
         self.slots[k as usize].deliveries = deliveries;
-        self.enter_restored(k, task.status, task.runat);
+        self.enter_restored(k, task.status, task.runat, bulk);
         Ok(())
     }
 
@@ -1010,7 +1015,6 @@ impl Queue {
 
     /// Recovery: removes a task (ack, delete or expiry replay). Journals nothing.
     pub fn restore_remove(&mut self, id: TaskId) -> Option<Task> {
-        self.end_bulk_restore();
         let k = self.find(id)?;
         Some(self.remove_slot(k))
     }
@@ -1024,10 +1028,9 @@ impl Queue {
         status: Status,
         runat: Micros,
     ) -> Result<(), QueueError> {
-        self.end_bulk_restore();
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
         self.leave(k);
-        self.enter_restored(k, status, runat);
+        self.enter_restored(k, status, runat, None);
         Ok(())
     }
 
@@ -1096,7 +1099,6 @@ impl Queue {
 
     /// Recovery: drops a tube and its tasks (no check for Taken ones). Journals nothing.
     pub fn restore_drop_tube(&mut self, tube: TubeIx) -> Result<(), QueueError> {
-        self.end_bulk_restore();
         if tube == DEFAULT_TUBE {
             return Err(QueueError::DefaultTubeUndroppable);
         }
@@ -1108,7 +1110,6 @@ impl Queue {
 
     /// Recovery: empties a tube. Journals nothing.
     pub fn restore_truncate(&mut self, tube: TubeIx) -> Result<(), QueueError> {
-        self.end_bulk_restore();
         self.live_tube(tube)?;
         self.clear_tube(tube);
         Ok(())
@@ -1133,76 +1134,21 @@ impl Queue {
         Ok(())
     }
 
-    /// Loading a snapshot: until `end_bulk_restore`, tasks `restore_in` brings back Ready,
-    /// Waiting or Buried are held unlisted and listed together at the end, sorted, each
-    /// appended at its list's tail (see [`crate::bulk`]). Only `restore_in`, `restore_tube`,
-    /// `restore_dedup`, `set_last_id` and `reserve` may come in between; the other `restore*`
-    /// calls and `release_all_taken` end the bulk first. Taken tasks are entered at once.
-    pub fn begin_bulk_restore(&mut self, ids: BulkIds) {
-        self.bulk.get_or_insert_with(|| Bulk::new(ids)).ids = ids;
+    /// Starts loading a snapshot into this queue: the [`Restoring`] it becomes holds the
+    /// tasks it restores unlisted until [`Restoring::finish`] lists them all at once, and no
+    /// other call reaches the queue until then.
+    pub fn restoring(self, ids: BulkIds) -> Restoring {
+        Restoring::new(self, ids)
     }
 
-    /// Lists the tasks held since `begin_bulk_restore`, each list in its own order: sorted
-    /// here, O(n log n) (O(n) for a snapshot already in order), then O(height) a task.
-    pub fn end_bulk_restore(&mut self) {
-        let Some(bulk) = self.bulk.take() else {
-            return;
-        };
-        let mut held: Vec<((u8, u64), TaskId, u32)> = Vec::with_capacity(bulk.held());
-        for k in (0..bulk.len() as u32).filter_map(|i| bulk.key(i)) {
-            let s = &self.slots[k as usize];
-            if let Some(key) = list_key(s.status, s.pri, self.slots.t(k)) {
-                held.push((key, s.id, k));
-            }
-        }
-        held.sort_unstable();
-        for (_, _, k) in held {
-            self.list_held(k);
-        }
-    }
-
-    /// [`end_bulk_restore`](Self::end_bulk_restore) in an order the caller sorted: `order`
-    /// names each held task by its ordinal (the how-manieth `restore_in` of the bulk it was),
-    /// sorted by ([`list_key`], id). A snapshot's loader computes it on its reading thread
-    /// while this one restores. An order that is not sorted lists every task all the same,
-    /// only slower (each insert then searches its list); one that names a task twice, leaves
-    /// one out or names a Taken one or none is refused before anything is listed, and the
-    /// bulk stays open.
-    pub fn end_bulk_restore_in(&mut self, order: &[u32]) -> Result<(), QueueError> {
-        let Some(bulk) = self.bulk.as_ref() else {
-            return Err(QueueError::RestoreOrder("no bulk restore is open".into()));
-        };
-        if order.len() != bulk.held() {
-            return Err(QueueError::RestoreOrder(format!(
-                "it names {} tasks, {} are held",
-                order.len(),
-                bulk.held()
-            )));
-        }
-        // One bit an ordinal: set for those named, and from the start for the Taken ones.
-        let mut seen = vec![0u64; bulk.len().div_ceil(64)];
-        for &i in &bulk.taken {
-            seen[i as usize / 64] |= 1 << (i % 64);
-        }
-        for &i in order {
-            let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
-            if bulk.key(i).is_none() || seen[word] & bit != 0 {
-                return Err(QueueError::RestoreOrder(format!(
-                    "task {i} of the bulk is not held or named twice"
-                )));
-            }
-            seen[word] |= bit;
-        }
-        drop(seen);
-        let bulk = self.bulk.take().expect("checked open");
-        for &i in order {
-            self.list_held(bulk.key(i).expect("checked held"));
-        }
-        Ok(())
+    /// A held task's ([`list_key`], id), to sort it by; `None` for a Taken one.
+    pub(crate) fn held_list_key(&self, k: u32) -> Option<((u8, u64), TaskId)> {
+        let s = &self.slots[k as usize];
+        list_key(s.status, s.pri, self.slots.t(k)).map(|key| (key, s.id))
     }
 
     /// Lists a held task in its tube's list of the status and time it was restored with.
-    fn list_held(&mut self, k: u32) {
+    pub(crate) fn list_held(&mut self, k: u32) {
         let status = self.slots[k as usize].status;
         let t = if status == Status::Waiting {
             self.slots.t(k)
@@ -1339,10 +1285,6 @@ impl Queue {
 
     /// Panics with a message naming the broken invariant. O(n log n): for tests and debugging.
     pub fn check_invariants(&self) {
-        assert!(
-            self.bulk.is_none(),
-            "a bulk restore is open: tasks are not listed"
-        );
         let n = self.slots.len();
         let slots = &self.slots;
         let mut indexed = self.index.check(|j| hash_id(slots[j as usize].id));
@@ -2035,8 +1977,8 @@ impl Queue {
 
     /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
     /// During a bulk restore any other status is only noted in the slot, to be listed later.
-    fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
-        if let Some(bulk) = self.bulk.as_mut() {
+    fn enter_restored(&mut self, k: u32, status: Status, runat: Micros, bulk: Option<&mut Bulk>) {
+        if let Some(bulk) = bulk {
             let held = status != Status::Taken;
             bulk.restored(k, held);
             if held {
