@@ -23,7 +23,7 @@ use crate::tubes::{
     MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
-    Advance, Bytes, Event, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
+    Advance, Bytes, Event, Hold, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
     ReleaseOptions, RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut,
     URGENT_PRI,
 };
@@ -58,7 +58,7 @@ impl Hasher for IdHasher {
     }
 }
 
-/// Ok if slot `k` (task `id`) is Taken by `sid`, else the seed's error for why not.
+/// Ok if slot `k` (task `id`) is Taken by `sid`, else why not.
 fn check_owner(
     slots: &Slots,
     sessions: &Sessions,
@@ -67,18 +67,24 @@ fn check_owner(
     id: TaskId,
 ) -> Result<(), QueueError> {
     let s = &slots[k as usize];
-    if s.status != Status::Taken {
-        return Err(QueueError::NotTaken(id));
+    let hold = if s.status != Status::Taken {
+        Hold::Untaken(s.status)
+    } else {
+        match sessions.owner(s.up) {
+            owner if owner == sid => return Ok(()),
+            owner => Hold::TakenBy(owner),
+        }
+    };
+    Err(not_held(id, sid, hold))
+}
+
+/// `sid` does not hold task `id`, for the reason `hold`.
+fn not_held(id: TaskId, sid: SessionId, hold: Hold) -> QueueError {
+    QueueError::NotHeld {
+        id,
+        caller: sid,
+        hold,
     }
-    let owner = sessions.owner(s.up);
-    if owner != sid {
-        return Err(QueueError::NotOwner {
-            id,
-            owner,
-            caller: sid,
-        });
-    }
-    Ok(())
 }
 
 /// Why a Taken task goes back (for its counter and event), unless `max_deliveries` buries it.
@@ -240,7 +246,7 @@ impl Queue {
         id: TaskId,
         delay: Micros,
     ) -> Result<TaskRef<'_>, QueueError> {
-        let k = self.owned(sid, id)?;
+        let k = self.taken_in(DEFAULT_TUBE, sid, id)?;
         let runat = if delay == 0 {
             0
         } else {
@@ -611,12 +617,10 @@ impl Queue {
         Ok(self.take_slot(now, tube, sid).map(|k| self.view(k)))
     }
 
-    /// Deletes a task of `tube` taken by `sid`; the task as it was. Anything else is the
-    /// original's `Task was not taken`.
+    /// Deletes a task of `tube` taken by `sid`; the task as it was.
     pub fn ack_in(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         self.live_tube(tube)?;
         self.ack_held(tube, sid, id)
-            .map_err(|_| QueueError::TaskNotTaken(id))
     }
 
     /// Gives back a task of `tube` taken by `sid`, with the original's `delay` (which extends
@@ -858,7 +862,7 @@ impl Queue {
 
     /// beanstalkd's `touch`: task `id`, Taken by `sid` in any tube, gets its TTR restarted:
     /// it returns at `now + ttr` (a task with no TTR is left as it is). Counted as a touch.
-    /// Errors are the seed `ack`'s (`NotFound`, `NotTaken`, `NotOwner`).
+    /// Refused (`NotHeld`) unless `sid` holds the task.
     ///
     /// Journals nothing, on purpose: a TTR deadline is not durable state. A restart brings
     /// every Taken task back Ready (`release_all_taken`), so the WAL has nothing to replay.
@@ -1593,43 +1597,30 @@ impl Queue {
         self.tube(tube).waiting.first()
     }
 
-    /// The slot of task `id`, in any tube, if `sid` holds it, else the seed's error for why not.
+    /// The slot of task `id`, in any tube, if `sid` holds it, else why not.
     fn held_by(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
-        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        let k = self.find(id).ok_or(not_held(id, sid, Hold::NoTask))?;
         check_owner(&self.slots, &self.sessions, k, sid, id)?;
         Ok(k)
     }
 
-    /// The slot of task `id` of `default` if `sid` holds it, else the seed's error for why not.
-    fn owned(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
-        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
-        if self.slots[k as usize].tube != DEFAULT_TUBE {
-            return Err(QueueError::NotFound(id));
-        }
-        check_owner(&self.slots, &self.sessions, k, sid, id)?;
-        Ok(k)
-    }
-
-    /// The slot of task `id` of `tube` if `sid` holds it, else the original's one error.
+    /// The slot of task `id` of `tube` if `sid` holds it, else why not (a task of another
+    /// tube is no task of this one).
     fn taken_in(&self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
         self.live_tube(tube)?;
         let k = self
             .find(id)
             .filter(|&k| self.slots[k as usize].tube == tube)
-            .ok_or(QueueError::TaskNotTaken(id))?;
-        check_owner(&self.slots, &self.sessions, k, sid, id)
-            .map_err(|_| QueueError::TaskNotTaken(id))?;
+            .ok_or(not_held(id, sid, Hold::NoTask))?;
+        check_owner(&self.slots, &self.sessions, k, sid, id)?;
         Ok(k)
     }
 
-    /// The slot of task `id` if it is in `tube`; else the original's error, naming the task
-    /// as the tube API's caller gave it: its number in the tube, or, for an id that is not
-    /// the tube's (a whole id of another tube, one kept from before tubes numbered their
-    /// own), that id (`task_id_in` passes both through unchanged).
+    /// The slot of task `id` if it is in `tube`.
     fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<u32, QueueError> {
         self.find(id)
             .filter(|&k| self.slots[k as usize].tube == tube)
-            .ok_or_else(|| QueueError::TaskNotInTube(self.task_number(tube, id)))
+            .ok_or(QueueError::NotInTube { id, tube })
     }
 
     fn tube(&self, t: TubeIx) -> &Tube {
@@ -2108,16 +2099,16 @@ impl Queue {
         self.remove_unindexed(k)
     }
 
-    /// Deletes task `id` of `tube` if `sid` holds it (counted, journaled), else the seed's
-    /// error for why not (`NotFound` for a task of another tube). One probe of the index both
-    /// finds the task and, once ownership is checked, unlinks it.
+    /// Deletes task `id` of `tube` if `sid` holds it (counted, journaled), else why not (a
+    /// task of another tube is no task of this one). One probe of the index both finds the
+    /// task and, once ownership is checked, unlinks it.
     fn ack_held(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         let slots = &self.slots;
         let found = self
             .index
             .find(id, hash_id, |j| slots[j as usize].id)
             .filter(|f| slots[f.key as usize].tube == tube)
-            .ok_or(QueueError::NotFound(id))?;
+            .ok_or(not_held(id, sid, Hold::NoTask))?;
         let k = found.key;
         check_owner(slots, &self.sessions, k, sid, id)?;
         self.index
