@@ -960,7 +960,6 @@ impl Queue {
     }
 
     /// `restore_in`, the task held unlisted in `bulk` when there is one (unless Taken).
-    #[inline]
     pub(crate) fn restore_task(
         &mut self,
         tube: TubeIx,

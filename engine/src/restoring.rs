@@ -173,6 +173,9 @@ impl Restoring {
     /// that is not sorted lists every task all the same, only slower (each insert then
     /// searches its list); one that names a task twice, leaves one out or names a Taken one
     /// or none is refused before anything is listed, and the half-restored queue dropped.
+    // A function of its own: inlined into the loader's large function, the listing loop (a
+    // good part of a load) compiles to slower code.
+    #[inline(never)]
     pub fn finish_in(self, order: &[u32]) -> Result<Queue, QueueError> {
         let Restoring { mut queue, bulk } = self;
         bulk.check_order(order)?;
