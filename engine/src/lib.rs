@@ -5,19 +5,19 @@
 //! `tarq-net`; this crate only reports what changed through an optional journal of [`Event`]s.
 
 mod arena;
-mod bulk;
 mod heap;
 mod index;
 mod lists;
 mod queue;
+mod restoring;
 mod room;
 mod sessions;
 mod slots;
 mod tubes;
 
-pub use bulk::{list_key, BulkIds};
 pub use bytes::Bytes;
 pub use queue::{Queue, MAX_TASKS};
+pub use restoring::{list_key, BulkIds, Restoring};
 pub use room::{Room, RoomWanted};
 pub use tubes::{
     id_number, id_tube, number_from, task_id, PutOutcome, ReleaseOptions, TubeInfo, TubeNumbers,
@@ -349,81 +349,106 @@ impl Task {
     }
 }
 
-/// Domain errors. The seed calls use the seed's wording, the tube calls tarantool/queue's
-/// (clients match both as substrings); the front-end may reword, the variant says what broke.
+/// Domain errors: what the engine refused, naming the values it refused. The texts are the
+/// engine's own, for logs and recovery reports; what a client reads (Tarantool's and the
+/// original queue's wording, beanstalk's answers) is its front-end's, chosen by variant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
-    #[error("Task {{{0}}} was not found")]
+    /// No live task has this id (a call that names a task in any tube).
+    #[error("no task {0}")]
     NotFound(TaskId),
-    #[error("Task {0} not taken by anybody")]
-    NotTaken(TaskId),
-    #[error("Task {id} taken by {owner}. Not you ({caller})")]
-    NotOwner {
+    /// No live task of `tube` has this id (peek, bury, delete: one in another tube does not
+    /// count).
+    #[error("no task {id} in tube {tube}")]
+    NotInTube { id: TaskId, tube: TubeIx },
+    /// A call on a task its caller must hold (ack, release, touch, `bury_taken`,
+    /// `touch_ttr`) named one that `caller` does not hold; `hold` says why.
+    #[error("session {caller} does not hold task {id}: {hold}")]
+    NotHeld {
         id: TaskId,
-        owner: SessionId,
         caller: SessionId,
+        hold: Hold,
     },
-    /// Recovery only: an order given to `end_bulk_restore_in` that does not name each held
-    /// task once.
-    #[error("Bulk restore order refused: {0}")]
-    RestoreOrder(String),
+    /// Recovery only: an order given to `Restoring::finish_in` that names a number of tasks
+    /// other than the `held` ones.
+    #[error("restore order refused: it names {named} tasks, {held} are held")]
+    RestoreOrderLength { named: usize, held: usize },
+    /// Recovery only: an order given to `Restoring::finish_in` that names `ordinal` twice, or
+    /// names no held task by it (a Taken one, one past the last restored).
+    #[error("restore order refused: ordinal {ordinal} is no held task, or named twice")]
+    RestoreOrderOrdinal { ordinal: u32 },
     /// Recovery only: `restore` of an id that is already live.
-    #[error("Task {0} already exists")]
+    #[error("task {0} is live already")]
     Duplicate(TaskId),
-    /// Tube API: ack / release / touch of a task this session does not hold (also a task
-    /// that does not exist: the original checks the taken table only).
-    #[error("Task was not taken")]
-    TaskNotTaken(TaskId),
-    /// Tube API: peek / bury / delete of an id that is not in the tube.
-    #[error("Task {0} not found")]
-    TaskNotInTube(TaskId),
-    #[error("Unknown tube type {0}")]
+    #[error("unknown tube type {0:?}")]
     UnknownTubeType(String),
-    #[error("Space '{0}' already exists")]
+    #[error("a tube named {0:?} exists already")]
     TubeExists(String),
     /// A tube index that names no tube (dropped, or never created).
-    #[error("Tube not found")]
+    #[error("no tube at index {0}")]
     TubeNotFound(TubeIx),
-    #[error("There are taken tasks in the tube")]
+    /// drop of a tube that holds Taken tasks.
+    #[error("tube {0} holds taken tasks")]
     TubeHasTaken(TubeIx),
-    #[error("The tube 'default' cannot be dropped")]
+    #[error("the tube default cannot be dropped")]
     DefaultTubeUndroppable,
     /// limfifottl: a put into a tube holding `capacity` tasks (the server may wait for room).
-    #[error("Tube '{name}' is full: {capacity} tasks")]
+    #[error("tube {name:?} holds {capacity} tasks, its capacity")]
     TubeFull { name: String, capacity: u64 },
-    #[error("Tube name of {len} bytes: the limit is {max} (and it may not be empty)")]
+    #[error("a tube name of {len} bytes: 1 to {max} are allowed")]
     BadTubeName { len: usize, max: usize },
     /// A put into a queue that holds `max` live tasks, its limit ([`Queue::set_max_tasks`]);
     /// also a restore past [`MAX_TASKS`].
-    #[error("Too many tasks: the queue holds {max}, its limit")]
+    #[error("the queue holds {max} tasks, its limit")]
     TooManyTasks { max: usize },
-    #[error("Too many tubes: the limit is {max}")]
+    #[error("{max} tubes exist, the limit")]
     TooManyTubes { max: usize },
-    #[error("Utube key of {len} bytes: the limit is {max}")]
+    #[error("a utube key of {len} bytes: at most {max} are allowed")]
     UtubeKeyTooLong { len: usize, max: usize },
-    #[error("Dedup key of {len} bytes: the limit is {max}")]
+    #[error("a dedup key of {len} bytes: at most {max} are allowed")]
     DedupKeyTooLong { len: usize, max: usize },
     /// fifo and utube tasks have no TTL or TTR to extend.
-    #[error("{0} queue does not support touch")]
+    #[error("a {0} tube has no touch")]
     TouchUnsupported(TubeType),
     /// `kick_task` of a task that is neither Buried nor Waiting (delayed).
-    #[error("Task {id} is {status:?}: only a buried or delayed task can be kicked")]
+    #[error("task {id} is {status:?}: only a buried or delayed task can be kicked")]
     NotKickable { id: TaskId, status: Status },
     /// beanstalk's reserve-job of a task that is taken already, or of a utube task that is
     /// not its utube's head.
-    #[error("Task {id} is {status:?}: it cannot be taken now")]
+    #[error("task {id} is {status:?}: it cannot be taken now")]
     NotTakeable { id: TaskId, status: Status },
     /// A put into a tube that has given out all its numbers (`MAX_TASK_NUMBER`).
-    #[error("Tube '{name}' has given out every task id it has (2^41); create another tube")]
+    #[error("tube {name:?} has given out all its task numbers")]
     TubeNumbersSpent { name: String },
     /// Recovery only: a task id that packs another tube's index than the tube it is restored
     /// in, or a number the tube did not give (below its `TubeNumbers::first`).
-    #[error("Task {id} is not an id of tube {tube}")]
+    #[error("task {id} is not an id of tube {tube}")]
     IdNotOfTube { id: TaskId, tube: TubeIx },
     /// Recovery only: a tube's numbering that cannot be: `first` other than the tube's own, or
     /// above 0 in `default` or beside a `legacy_below` mark.
-    #[error("Tube {tube} cannot number its tasks from {first}")]
+    #[error("tube {tube} cannot number its tasks from {first}")]
     TubeNumbering { tube: TubeIx, first: u64 },
+}
+
+/// Why a session does not hold a task it named ([`QueueError::NotHeld`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// No live task has the id (in the tube the call names, if it names one).
+    NoTask,
+    /// The task is not Taken: it is in this status.
+    Untaken(Status),
+    /// Another session holds it.
+    TakenBy(SessionId),
+}
+
+impl std::fmt::Display for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hold::NoTask => f.write_str("there is no such task"),
+            Hold::Untaken(status) => write!(f, "it is {status:?}, not taken"),
+            Hold::TakenBy(owner) => write!(f, "session {owner} holds it"),
+        }
+    }
 }
 
 /// Every state change, in order, for the WAL and the stats; kept only while the journal is on.

@@ -10,10 +10,10 @@ use std::hash::Hasher;
 
 use std::collections::HashMap;
 
-use crate::bulk::{list_key, Bulk, BulkIds};
 use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
 use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
+use crate::restoring::{list_key, Bulk, BulkIds, Restoring};
 use crate::room::{Room, RoomWanted};
 use crate::sessions::Sessions;
 use crate::slots::{NewSlot, Slot, Slots, COUNTED, HAS_TTR, TTR_ARMED};
@@ -23,7 +23,7 @@ use crate::tubes::{
     MAX_UTUBE_KEY_BYTES,
 };
 use crate::{
-    Advance, Bytes, Event, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
+    Advance, Bytes, Event, Hold, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
     ReleaseOptions, RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut,
     URGENT_PRI,
 };
@@ -58,7 +58,7 @@ impl Hasher for IdHasher {
     }
 }
 
-/// Ok if slot `k` (task `id`) is Taken by `sid`, else the seed's error for why not.
+/// Ok if slot `k` (task `id`) is Taken by `sid`, else why not.
 fn check_owner(
     slots: &Slots,
     sessions: &Sessions,
@@ -67,18 +67,24 @@ fn check_owner(
     id: TaskId,
 ) -> Result<(), QueueError> {
     let s = &slots[k as usize];
-    if s.status != Status::Taken {
-        return Err(QueueError::NotTaken(id));
+    let hold = if s.status != Status::Taken {
+        Hold::Untaken(s.status)
+    } else {
+        match sessions.owner(s.up) {
+            owner if owner == sid => return Ok(()),
+            owner => Hold::TakenBy(owner),
+        }
+    };
+    Err(not_held(id, sid, hold))
+}
+
+/// `sid` does not hold task `id`, for the reason `hold`.
+fn not_held(id: TaskId, sid: SessionId, hold: Hold) -> QueueError {
+    QueueError::NotHeld {
+        id,
+        caller: sid,
+        hold,
     }
-    let owner = sessions.owner(s.up);
-    if owner != sid {
-        return Err(QueueError::NotOwner {
-            id,
-            owner,
-            caller: sid,
-        });
-    }
-    Ok(())
 }
 
 /// Why a Taken task goes back (for its counter and event), unless `max_deliveries` buries it.
@@ -127,9 +133,6 @@ pub struct Queue {
     /// probe reads the slots of other tasks sharing the home bucket (cache misses in a big
     /// queue). Checked against the slot, so a removed task or a reused slot never matches.
     recent: (TaskId, u32),
-    /// Between `begin_bulk_restore` and `end_bulk_restore`: the restored Ready, Waiting and
-    /// Buried tasks not yet listed, and how ids are treated meanwhile.
-    bulk: Option<Bulk>,
     /// Live tasks past which a put is refused; at most [`MAX_TASKS`].
     max_tasks: usize,
 }
@@ -168,7 +171,6 @@ impl Queue {
             journal_on: false,
             journal: Vec::new(),
             recent: (0, NIL),
-            bulk: None,
             max_tasks: MAX_TASKS,
         }
     }
@@ -244,7 +246,7 @@ impl Queue {
         id: TaskId,
         delay: Micros,
     ) -> Result<TaskRef<'_>, QueueError> {
-        let k = self.owned(sid, id)?;
+        let k = self.taken_in(DEFAULT_TUBE, sid, id)?;
         let runat = if delay == 0 {
             0
         } else {
@@ -277,7 +279,6 @@ impl Queue {
     /// O(t log t) for t taken tasks: they are listed by session, so this sorts them (once per
     /// restart, not on the request path).
     pub fn release_all_taken(&mut self) -> usize {
-        self.end_bulk_restore();
         let mut taken = self.sessions.taken_slots(&self.slots);
         let slots = &self.slots;
         taken.sort_unstable_by_key(|&k| order(slots, k));
@@ -616,12 +617,10 @@ impl Queue {
         Ok(self.take_slot(now, tube, sid).map(|k| self.view(k)))
     }
 
-    /// Deletes a task of `tube` taken by `sid`; the task as it was. Anything else is the
-    /// original's `Task was not taken`.
+    /// Deletes a task of `tube` taken by `sid`; the task as it was.
     pub fn ack_in(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         self.live_tube(tube)?;
         self.ack_held(tube, sid, id)
-            .map_err(|_| QueueError::TaskNotTaken(id))
     }
 
     /// Gives back a task of `tube` taken by `sid`, with the original's `delay` (which extends
@@ -863,7 +862,7 @@ impl Queue {
 
     /// beanstalkd's `touch`: task `id`, Taken by `sid` in any tube, gets its TTR restarted:
     /// it returns at `now + ttr` (a task with no TTR is left as it is). Counted as a touch.
-    /// Errors are the seed `ack`'s (`NotFound`, `NotTaken`, `NotOwner`).
+    /// Refused (`NotHeld`) unless `sid` holds the task.
     ///
     /// Journals nothing, on purpose: a TTR deadline is not durable state. A restart brings
     /// every Taken task back Ready (`release_all_taken`), so the WAL has nothing to replay.
@@ -957,14 +956,23 @@ impl Queue {
         utube: Option<&[u8]>,
         deliveries: u16,
     ) -> Result<(), QueueError> {
+        self.restore_task(tube, task, utube, deliveries, None)
+    }
+
+    /// `restore_in`, the task held unlisted in `bulk` when there is one (unless Taken).
+    pub(crate) fn restore_task(
+        &mut self,
+        tube: TubeIx,
+        task: RestoredTask<impl PutPayload>,
+        utube: Option<&[u8]>,
+        deliveries: u16,
+        bulk: Option<&mut Bulk>,
+    ) -> Result<(), QueueError> {
         self.live_tube(tube)?;
         let owner = self.numbering_of(tube, task.id)?;
         // Every live id is below its tube's next number, so a higher one needs no lookup: a
         // snapshot of a queue filled in order restores in id order, and skips a probe per task.
-        let vouched = self
-            .bulk
-            .as_ref()
-            .is_some_and(|b| b.ids == BulkIds::Distinct);
+        let vouched = bulk.as_ref().is_some_and(|b| b.ids == BulkIds::Distinct);
         if id_number(task.id) < self.tube(owner).numbers.next
             && !vouched
             && self.find(task.id).is_some()
@@ -996,7 +1004,7 @@ impl Queue {
             task.data,
         );
         self.slots[k as usize].deliveries = deliveries;
-        self.enter_restored(k, task.status, task.runat);
+        self.enter_restored(k, task.status, task.runat, bulk);
         Ok(())
     }
 
@@ -1010,7 +1018,6 @@ impl Queue {
 
     /// Recovery: removes a task (ack, delete or expiry replay). Journals nothing.
     pub fn restore_remove(&mut self, id: TaskId) -> Option<Task> {
-        self.end_bulk_restore();
         let k = self.find(id)?;
         Some(self.remove_slot(k))
     }
@@ -1024,10 +1031,9 @@ impl Queue {
         status: Status,
         runat: Micros,
     ) -> Result<(), QueueError> {
-        self.end_bulk_restore();
         let k = self.find(id).ok_or(QueueError::NotFound(id))?;
         self.leave(k);
-        self.enter_restored(k, status, runat);
+        self.enter_restored(k, status, runat, None);
         Ok(())
     }
 
@@ -1096,7 +1102,6 @@ impl Queue {
 
     /// Recovery: drops a tube and its tasks (no check for Taken ones). Journals nothing.
     pub fn restore_drop_tube(&mut self, tube: TubeIx) -> Result<(), QueueError> {
-        self.end_bulk_restore();
         if tube == DEFAULT_TUBE {
             return Err(QueueError::DefaultTubeUndroppable);
         }
@@ -1108,7 +1113,6 @@ impl Queue {
 
     /// Recovery: empties a tube. Journals nothing.
     pub fn restore_truncate(&mut self, tube: TubeIx) -> Result<(), QueueError> {
-        self.end_bulk_restore();
         self.live_tube(tube)?;
         self.clear_tube(tube);
         Ok(())
@@ -1133,76 +1137,21 @@ impl Queue {
         Ok(())
     }
 
-    /// Loading a snapshot: until `end_bulk_restore`, tasks `restore_in` brings back Ready,
-    /// Waiting or Buried are held unlisted and listed together at the end, sorted, each
-    /// appended at its list's tail (see [`crate::bulk`]). Only `restore_in`, `restore_tube`,
-    /// `restore_dedup`, `set_last_id` and `reserve` may come in between; the other `restore*`
-    /// calls and `release_all_taken` end the bulk first. Taken tasks are entered at once.
-    pub fn begin_bulk_restore(&mut self, ids: BulkIds) {
-        self.bulk.get_or_insert_with(|| Bulk::new(ids)).ids = ids;
+    /// Starts loading a snapshot into this queue: the [`Restoring`] it becomes holds the
+    /// tasks it restores unlisted until [`Restoring::finish`] lists them all at once, and no
+    /// other call reaches the queue until then.
+    pub fn restoring(self, ids: BulkIds) -> Restoring {
+        Restoring::new(self, ids)
     }
 
-    /// Lists the tasks held since `begin_bulk_restore`, each list in its own order: sorted
-    /// here, O(n log n) (O(n) for a snapshot already in order), then O(height) a task.
-    pub fn end_bulk_restore(&mut self) {
-        let Some(bulk) = self.bulk.take() else {
-            return;
-        };
-        let mut held: Vec<((u8, u64), TaskId, u32)> = Vec::with_capacity(bulk.held());
-        for k in (0..bulk.len() as u32).filter_map(|i| bulk.key(i)) {
-            let s = &self.slots[k as usize];
-            if let Some(key) = list_key(s.status, s.pri, self.slots.t(k)) {
-                held.push((key, s.id, k));
-            }
-        }
-        held.sort_unstable();
-        for (_, _, k) in held {
-            self.list_held(k);
-        }
-    }
-
-    /// [`end_bulk_restore`](Self::end_bulk_restore) in an order the caller sorted: `order`
-    /// names each held task by its ordinal (the how-manieth `restore_in` of the bulk it was),
-    /// sorted by ([`list_key`], id). A snapshot's loader computes it on its reading thread
-    /// while this one restores. An order that is not sorted lists every task all the same,
-    /// only slower (each insert then searches its list); one that names a task twice, leaves
-    /// one out or names a Taken one or none is refused before anything is listed, and the
-    /// bulk stays open.
-    pub fn end_bulk_restore_in(&mut self, order: &[u32]) -> Result<(), QueueError> {
-        let Some(bulk) = self.bulk.as_ref() else {
-            return Err(QueueError::RestoreOrder("no bulk restore is open".into()));
-        };
-        if order.len() != bulk.held() {
-            return Err(QueueError::RestoreOrder(format!(
-                "it names {} tasks, {} are held",
-                order.len(),
-                bulk.held()
-            )));
-        }
-        // One bit an ordinal: set for those named, and from the start for the Taken ones.
-        let mut seen = vec![0u64; bulk.len().div_ceil(64)];
-        for &i in &bulk.taken {
-            seen[i as usize / 64] |= 1 << (i % 64);
-        }
-        for &i in order {
-            let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
-            if bulk.key(i).is_none() || seen[word] & bit != 0 {
-                return Err(QueueError::RestoreOrder(format!(
-                    "task {i} of the bulk is not held or named twice"
-                )));
-            }
-            seen[word] |= bit;
-        }
-        drop(seen);
-        let bulk = self.bulk.take().expect("checked open");
-        for &i in order {
-            self.list_held(bulk.key(i).expect("checked held"));
-        }
-        Ok(())
+    /// A held task's ([`list_key`], id), to sort it by; `None` for a Taken one.
+    pub(crate) fn held_list_key(&self, k: u32) -> Option<((u8, u64), TaskId)> {
+        let s = &self.slots[k as usize];
+        list_key(s.status, s.pri, self.slots.t(k)).map(|key| (key, s.id))
     }
 
     /// Lists a held task in its tube's list of the status and time it was restored with.
-    fn list_held(&mut self, k: u32) {
+    pub(crate) fn list_held(&mut self, k: u32) {
         let status = self.slots[k as usize].status;
         let t = if status == Status::Waiting {
             self.slots.t(k)
@@ -1339,10 +1288,6 @@ impl Queue {
 
     /// Panics with a message naming the broken invariant. O(n log n): for tests and debugging.
     pub fn check_invariants(&self) {
-        assert!(
-            self.bulk.is_none(),
-            "a bulk restore is open: tasks are not listed"
-        );
         let n = self.slots.len();
         let slots = &self.slots;
         let mut indexed = self.index.check(|j| hash_id(slots[j as usize].id));
@@ -1651,43 +1596,30 @@ impl Queue {
         self.tube(tube).waiting.first()
     }
 
-    /// The slot of task `id`, in any tube, if `sid` holds it, else the seed's error for why not.
+    /// The slot of task `id`, in any tube, if `sid` holds it, else why not.
     fn held_by(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
-        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
+        let k = self.find(id).ok_or(not_held(id, sid, Hold::NoTask))?;
         check_owner(&self.slots, &self.sessions, k, sid, id)?;
         Ok(k)
     }
 
-    /// The slot of task `id` of `default` if `sid` holds it, else the seed's error for why not.
-    fn owned(&self, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
-        let k = self.find(id).ok_or(QueueError::NotFound(id))?;
-        if self.slots[k as usize].tube != DEFAULT_TUBE {
-            return Err(QueueError::NotFound(id));
-        }
-        check_owner(&self.slots, &self.sessions, k, sid, id)?;
-        Ok(k)
-    }
-
-    /// The slot of task `id` of `tube` if `sid` holds it, else the original's one error.
+    /// The slot of task `id` of `tube` if `sid` holds it, else why not (a task of another
+    /// tube is no task of this one).
     fn taken_in(&self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<u32, QueueError> {
         self.live_tube(tube)?;
         let k = self
             .find(id)
             .filter(|&k| self.slots[k as usize].tube == tube)
-            .ok_or(QueueError::TaskNotTaken(id))?;
-        check_owner(&self.slots, &self.sessions, k, sid, id)
-            .map_err(|_| QueueError::TaskNotTaken(id))?;
+            .ok_or(not_held(id, sid, Hold::NoTask))?;
+        check_owner(&self.slots, &self.sessions, k, sid, id)?;
         Ok(k)
     }
 
-    /// The slot of task `id` if it is in `tube`; else the original's error, naming the task
-    /// as the tube API's caller gave it: its number in the tube, or, for an id that is not
-    /// the tube's (a whole id of another tube, one kept from before tubes numbered their
-    /// own), that id (`task_id_in` passes both through unchanged).
+    /// The slot of task `id` if it is in `tube`.
     fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<u32, QueueError> {
         self.find(id)
             .filter(|&k| self.slots[k as usize].tube == tube)
-            .ok_or_else(|| QueueError::TaskNotInTube(self.task_number(tube, id)))
+            .ok_or(QueueError::NotInTube { id, tube })
     }
 
     fn tube(&self, t: TubeIx) -> &Tube {
@@ -2035,8 +1967,8 @@ impl Queue {
 
     /// Recovery's `enter`: Taken goes to session 0 unarmed; runat counts only for Waiting.
     /// During a bulk restore any other status is only noted in the slot, to be listed later.
-    fn enter_restored(&mut self, k: u32, status: Status, runat: Micros) {
-        if let Some(bulk) = self.bulk.as_mut() {
+    fn enter_restored(&mut self, k: u32, status: Status, runat: Micros, bulk: Option<&mut Bulk>) {
+        if let Some(bulk) = bulk {
             let held = status != Status::Taken;
             bulk.restored(k, held);
             if held {
@@ -2166,16 +2098,16 @@ impl Queue {
         self.remove_unindexed(k)
     }
 
-    /// Deletes task `id` of `tube` if `sid` holds it (counted, journaled), else the seed's
-    /// error for why not (`NotFound` for a task of another tube). One probe of the index both
-    /// finds the task and, once ownership is checked, unlinks it.
+    /// Deletes task `id` of `tube` if `sid` holds it (counted, journaled), else why not (a
+    /// task of another tube is no task of this one). One probe of the index both finds the
+    /// task and, once ownership is checked, unlinks it.
     fn ack_held(&mut self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<Task, QueueError> {
         let slots = &self.slots;
         let found = self
             .index
             .find(id, hash_id, |j| slots[j as usize].id)
             .filter(|f| slots[f.key as usize].tube == tube)
-            .ok_or(QueueError::NotFound(id))?;
+            .ok_or(not_held(id, sid, Hold::NoTask))?;
         let k = found.key;
         check_owner(slots, &self.sessions, k, sid, id)?;
         self.index

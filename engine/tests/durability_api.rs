@@ -61,13 +61,14 @@ fn dedup_seqs_cover_the_live_entries() {
 }
 
 mod bulk_restore {
-    //! A snapshot's tasks come in arena order; `begin_bulk_restore` / `end_bulk_restore` list
-    //! them sorted instead of one search each, in the engine's sort or in one the caller
-    //! gives (`end_bulk_restore_in`). The queue must come out the same every way.
+    //! A snapshot's tasks come in arena order; a `Restoring` lists them sorted instead of one
+    //! search each, in the engine's sort (`finish`) or in one the caller gives (`finish_in`).
+    //! The queue must come out the same every way.
 
     use proptest::prelude::*;
     use tarq_engine::{
-        list_key, BulkIds, Queue, RestoredTask, Status, TaskId, TubeIx, TubeOptions, TubeType,
+        list_key, BulkIds, Queue, QueueError, RestoredTask, Restoring, Status, TaskId, TubeIx,
+        TubeOptions, TubeType,
     };
 
     /// How the tasks are restored.
@@ -85,6 +86,26 @@ mod bulk_restore {
     /// (tube: 0 default / 1 a utube tube, status, pri, runat, ttl, utube key) per task.
     type Spec = (bool, u8, i8, u8, Option<u8>, u8);
 
+    /// Where the tasks go: the queue itself, or a bulk restore into it.
+    enum Target {
+        Queue(Queue),
+        Bulk(Restoring),
+    }
+
+    impl Target {
+        fn restore_in(
+            &mut self,
+            tube: TubeIx,
+            task: RestoredTask,
+            key: Option<&[u8]>,
+        ) -> Result<(), QueueError> {
+            match self {
+                Target::Queue(q) => q.restore_in(tube, task, key, 0),
+                Target::Bulk(r) => r.restore_in(tube, task, key, 0),
+            }
+        }
+    }
+
     fn restore(specs: &[Spec], mode: Mode) -> (Queue, TubeIx) {
         let mut q = Queue::new();
         let u: TubeIx = 1;
@@ -96,11 +117,11 @@ mod bulk_restore {
             tarq_engine::TubeNumbers::default(),
         )
         .expect("tube");
-        match mode {
-            Mode::OneByOne => {}
-            Mode::Bulk(ids) => q.begin_bulk_restore(ids),
-            Mode::Given { .. } => q.begin_bulk_restore(BulkIds::Distinct),
-        }
+        let mut into = match mode {
+            Mode::OneByOne => Target::Queue(q),
+            Mode::Bulk(ids) => Target::Bulk(q.restoring(ids)),
+            Mode::Given { .. } => Target::Bulk(q.restoring(BulkIds::Distinct)),
+        };
         // (list key, id, ordinal) of each held task, as the loader computes them.
         let mut order = Vec::new();
         // Ids scrambled (7919 is a prime above any length here, so this is a permutation of
@@ -137,20 +158,20 @@ mod bulk_restore {
             if let Some(key) = list_key(task.status, task.pri, task.runat) {
                 order.push((key, id, i as u32));
             }
-            q.restore_in(tube, task, key, 0).expect("restored");
+            into.restore_in(tube, task, key).expect("restored");
         }
         order.sort_unstable();
         let mut ordinals: Vec<u32> = order.iter().map(|o| o.2).collect();
-        match mode {
-            Mode::OneByOne => {}
-            Mode::Bulk(_) => q.end_bulk_restore(),
-            Mode::Given { sorted } => {
+        let mut q = match (into, mode) {
+            (Target::Queue(q), _) => q,
+            (Target::Bulk(r), Mode::Given { sorted }) => {
                 if !sorted {
                     ordinals.reverse();
                 }
-                q.end_bulk_restore_in(&ordinals).expect("a whole order");
+                r.finish_in(&ordinals).expect("a whole order")
             }
-        }
+            (Target::Bulk(r), _) => r.finish(),
+        };
         q.release_all_taken();
         q.check_invariants();
         (q, u)
@@ -204,35 +225,43 @@ mod bulk_restore {
     }
 
     #[test]
-    fn an_order_that_does_not_name_each_held_task_once_is_refused_and_lists_nothing() {
-        let mut q = Queue::new();
-        q.begin_bulk_restore(BulkIds::Distinct);
-        for (id, status) in [(1, Status::Ready), (2, Status::Taken), (3, Status::Ready)] {
-            let task: RestoredTask = RestoredTask {
-                id,
-                status,
-                runat: 0,
-                pri: 0,
-                ttl: None,
-                ttr: None,
-                created: 0,
-                data: vec![id as u8].into(),
-            };
-            q.restore_in(0, task, None, 0).expect("restored");
-        }
+    fn an_order_that_does_not_name_each_held_task_once_is_refused() {
+        let restoring = || {
+            let mut r = Queue::new().restoring(BulkIds::Distinct);
+            for (id, status) in [(1, Status::Ready), (2, Status::Taken), (3, Status::Ready)] {
+                let task: RestoredTask = RestoredTask {
+                    id,
+                    status,
+                    runat: 0,
+                    pri: 0,
+                    ttl: None,
+                    ttr: None,
+                    created: 0,
+                    data: vec![id as u8].into(),
+                };
+                r.restore_in(0, task, None, 0).expect("restored");
+            }
+            r
+        };
         // Ordinal 1 is the Taken task; 3 was never restored.
-        for bad in [&[0][..], &[0, 0], &[0, 1], &[0, 3], &[2, 0, 0]] {
-            let e = q.end_bulk_restore_in(bad).expect_err("refused");
-            assert!(e.to_string().contains("order refused"), "{e}");
+        let length = |named| QueueError::RestoreOrderLength { named, held: 2 };
+        let ordinal = |ordinal| QueueError::RestoreOrderOrdinal { ordinal };
+        for (bad, e) in [
+            (&[0][..], length(1)),
+            (&[0, 0], ordinal(0)),
+            (&[0, 1], ordinal(1)),
+            (&[0, 3], ordinal(3)),
+            (&[2, 0, 0], length(3)),
+        ] {
+            assert_eq!(restoring().finish_in(bad).map(|_| ()), Err(e));
         }
-        q.end_bulk_restore_in(&[2, 0]).expect("each held task once");
+        let mut q = restoring().finish_in(&[2, 0]).expect("each held task once");
         q.release_all_taken();
         q.check_invariants();
         let ids: Vec<TaskId> = std::iter::from_fn(|| q.take(0, 1).map(|t| t.id)).collect();
         // A reversed order lists the same (only slower); the Taken task, released, takes its
         // place by id among them.
         assert_eq!(ids, [1, 2, 3]);
-        assert!(q.end_bulk_restore_in(&[]).is_err(), "no bulk is open");
     }
 }
 
@@ -258,17 +287,18 @@ fn tasks_restored_in_scrambled_id_order_are_all_found() {
 
 #[test]
 fn a_checked_bulk_restore_refuses_a_duplicate_id() {
-    use tarq_engine::BulkIds;
-    let mut q = Queue::new();
-    q.begin_bulk_restore(BulkIds::Check);
+    use tarq_engine::{BulkIds, QueueError, DEFAULT_TUBE};
+    let mut r = Queue::new().restoring(BulkIds::Check);
     for id in [5, 3, 9] {
-        q.restore(ready(id, Box::new([]))).expect("new id");
+        r.restore_in(DEFAULT_TUBE, ready(id, Box::new([])), None, 0)
+            .expect("new id");
     }
-    assert!(
-        q.restore(ready(3, Box::new([]))).is_err(),
+    assert_eq!(
+        r.restore_in(DEFAULT_TUBE, ready(3, Box::new([])), None, 0),
+        Err(QueueError::Duplicate(3)),
         "3 is there already"
     );
-    q.end_bulk_restore();
+    let q = r.finish();
     q.check_invariants();
     assert_eq!(q.len(), 3);
 }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
 use tarq_engine::{
-    Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask,
+    Event, Hold, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions, RestoredTask,
     SessionId, Stats, Status, Task, TaskId, TubeIx, TubeOptions, TubePut, TubeType, URGENT_PRI,
 };
 
@@ -560,41 +560,39 @@ impl Model {
         Some(self.tasks[&id].task())
     }
 
-    /// Seed ownership: the task must be in `default`.
-    fn owned(&self, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
-        let t = self
-            .tasks
-            .get(&id)
-            .filter(|t| t.tube == 0)
-            .ok_or(QueueError::NotFound(id))?;
+    /// Ownership as every call on a held task checks it: the task must be in `tube` (in any
+    /// tube for `None`) and Taken by `sid`.
+    fn held(&self, tube: Option<TubeIx>, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
+        let not_held = |hold| QueueError::NotHeld {
+            id,
+            caller: sid,
+            hold,
+        };
+        let t = (self.tasks.get(&id))
+            .filter(|t| tube.is_none_or(|tube| t.tube == tube))
+            .ok_or(not_held(Hold::NoTask))?;
         match t.owner {
-            None => Err(QueueError::NotTaken(id)),
-            Some(owner) if owner != sid => Err(QueueError::NotOwner {
-                id,
-                owner,
-                caller: sid,
-            }),
+            None => Err(not_held(Hold::Untaken(t.status))),
+            Some(owner) if owner != sid => Err(not_held(Hold::TakenBy(owner))),
             Some(_) => Ok(()),
         }
     }
 
+    /// Seed ownership: the task must be in `default`.
+    fn owned(&self, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
+        self.held(Some(0), sid, id)
+    }
+
     fn taken_in(&self, tube: TubeIx, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
         self.live(tube)?;
-        match self.tasks.get(&id) {
-            Some(t) if t.tube == tube && t.owner == Some(sid) => Ok(()),
-            _ => Err(QueueError::TaskNotTaken(id)),
-        }
+        self.held(Some(tube), sid, id)
     }
 
     fn in_tube(&self, tube: TubeIx, id: TaskId) -> Result<(), QueueError> {
         self.live(tube)?;
         match self.tasks.get(&id) {
             Some(t) if t.tube == tube => Ok(()),
-            // Named as the caller gave it: a number of this tube, or a whole id.
-            _ if id >> 41 == u64::from(tube) => {
-                Err(QueueError::TaskNotInTube(id & ((1 << 41) - 1)))
-            }
-            _ => Err(QueueError::TaskNotInTube(id)),
+            _ => Err(QueueError::NotInTube { id, tube }),
         }
     }
 
@@ -985,18 +983,9 @@ impl Model {
 
 /// The beanstalkd front-end's calls of the model.
 impl Model {
-    /// Ownership as the seed checks it, in any tube.
+    /// Ownership in any tube.
     fn owned_any(&self, sid: SessionId, id: TaskId) -> Result<(), QueueError> {
-        let t = self.tasks.get(&id).ok_or(QueueError::NotFound(id))?;
-        match t.owner {
-            None => Err(QueueError::NotTaken(id)),
-            Some(owner) if owner != sid => Err(QueueError::NotOwner {
-                id,
-                owner,
-                caller: sid,
-            }),
-            Some(_) => Ok(()),
-        }
+        self.held(None, sid, id)
     }
 
     /// The Waiting task of `tube` due first, by (runat, id).

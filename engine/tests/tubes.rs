@@ -6,9 +6,9 @@
 //! `check_invariants()` runs after every call that changes the queue.
 
 use tarq_engine::{
-    id_number, task_id, Event, Micros, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
-    RestoredTask, Status, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType, MAX_TASKS,
-    MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
+    id_number, task_id, Event, Hold, Micros, PutOptions, PutOutcome, Queue, QueueError,
+    ReleaseOptions, RestoredTask, Status, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut,
+    TubeType, MAX_TASKS, MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES,
 };
 
 const T0: Micros = 1_000_000;
@@ -42,53 +42,60 @@ fn utube(key: &[u8]) -> TubePut<'_> {
     }
 }
 
+/// Session `caller` does not hold task `id`, for the reason `hold`.
+fn not_held(id: TaskId, caller: u64, hold: Hold) -> QueueError {
+    QueueError::NotHeld { id, caller, hold }
+}
+
 #[test]
-fn tube_errors_carry_the_originals_texts() {
+fn tube_calls_say_what_they_refused() {
     let mut q = Queue::new();
     let f = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
-    let cases: Vec<(QueueError, &str)> = vec![
+    let no_task = not_held(99, S, Hold::NoTask);
+    let not_in_f = QueueError::NotInTube { id: 99, tube: f };
+    let cases: Vec<(QueueError, QueueError)> = vec![
         (
             TubeType::parse("lifo").unwrap_err(),
-            "Unknown tube type lifo",
+            QueueError::UnknownTubeType("lifo".into()),
         ),
         (
             q.create_tube("q", TubeType::Fifo, TubeOptions::default())
                 .unwrap_err(),
-            "Space 'q' already exists",
+            QueueError::TubeExists("q".into()),
         ),
-        (q.ack_in(f, S, 99).unwrap_err(), "Task was not taken"),
+        (q.ack_in(f, S, 99).unwrap_err(), no_task.clone()),
         (
             q.release_in(T0, f, S, 99, ReleaseOptions::default())
                 .unwrap_err(),
-            "Task was not taken",
+            no_task.clone(),
         ),
-        (q.peek(f, 99).unwrap_err(), "Task 99 not found"),
-        (q.bury(f, 99).unwrap_err(), "Task 99 not found"),
-        (q.delete(f, 99).unwrap_err(), "Task 99 not found"),
+        (q.peek(f, 99).unwrap_err(), not_in_f.clone()),
+        (q.bury(f, 99).unwrap_err(), not_in_f.clone()),
+        (q.delete(f, 99).unwrap_err(), not_in_f),
         // Ownership is checked before the type, as in the original.
-        (
-            q.touch(f, S, 99, Some(5)).unwrap_err(),
-            "Task was not taken",
-        ),
+        (q.touch(f, S, 99, Some(5)).unwrap_err(), no_task),
         (
             q.drop_tube(0).unwrap_err(),
-            "The tube 'default' cannot be dropped",
+            QueueError::DefaultTubeUndroppable,
         ),
-        (q.kick(9, 1).unwrap_err(), "Tube not found"),
+        (q.kick(9, 1).unwrap_err(), QueueError::TubeNotFound(9)),
         (
             q.create_tube("", TubeType::Fifo, TubeOptions::default())
                 .unwrap_err(),
-            "Tube name of 0 bytes: the limit is 200 (and it may not be empty)",
+            QueueError::BadTubeName {
+                len: 0,
+                max: MAX_TUBE_NAME_BYTES,
+            },
         ),
     ];
-    for (err, text) in cases {
-        assert_eq!(err.to_string(), text);
+    for (got, want) in cases {
+        assert_eq!(got, want);
     }
     let id = put(&mut q, f, TubePut::default());
     take(&mut q, f, T0);
     assert_eq!(
-        q.touch(f, S, id, Some(5)).unwrap_err().to_string(),
-        "fifo queue does not support touch"
+        q.touch(f, S, id, Some(5)).unwrap_err(),
+        QueueError::TouchUnsupported(TubeType::Fifo)
     );
     let long = "n".repeat(MAX_TUBE_NAME_BYTES + 1);
     assert_eq!(
@@ -107,18 +114,26 @@ fn a_task_is_not_taken_by_another_session_or_in_another_tube() {
     let b = tube(&mut q, "b", TubeType::FifoTtl, TubeOptions::default());
     let id = put(&mut q, a, TubePut::default());
     assert_eq!(take(&mut q, a, T0), Some(id));
-    assert_eq!(q.ack_in(a, 2, id), Err(QueueError::TaskNotTaken(id)));
-    assert_eq!(q.ack_in(b, S, id), Err(QueueError::TaskNotTaken(id)));
-    // The original's error names the task as the caller gave it: a number of the tube, or
-    // a whole id of another tube.
-    assert_eq!(q.peek(b, id).unwrap_err(), QueueError::TaskNotInTube(id));
+    assert_eq!(q.ack_in(a, 2, id), Err(not_held(id, 2, Hold::TakenBy(S))));
+    assert_eq!(q.ack_in(b, S, id), Err(not_held(id, S, Hold::NoTask)));
+    assert_eq!(
+        q.peek(b, id).unwrap_err(),
+        QueueError::NotInTube { id, tube: b }
+    );
+    // The tube API names a task as its caller gave it: a number of the tube, or a whole id
+    // of another tube.
+    assert_eq!((q.task_number(b, id), q.task_number(a, id)), (id, 0));
     let missing = q.task_id_in(a, 9);
     assert_eq!(
         q.peek(a, missing).unwrap_err(),
-        QueueError::TaskNotInTube(9)
+        QueueError::NotInTube {
+            id: missing,
+            tube: a
+        }
     );
+    assert_eq!(q.task_number(a, missing), 9);
     // The seed API sees only `default`.
-    assert_eq!(q.ack(S, id), Err(QueueError::NotFound(id)));
+    assert_eq!(q.ack(S, id), Err(not_held(id, S, Hold::NoTask)));
     assert_eq!(q.ack_in(a, S, id).unwrap().id, id);
     q.check_invariants();
 }
@@ -144,8 +159,11 @@ fn limits_on_tubes_and_utube_keys() {
     let key = vec![b'k'; MAX_UTUBE_KEY_BYTES + 1];
     let err = q.put_in(T0, u, Box::new([0x90]), utube(&key)).unwrap_err();
     assert_eq!(
-        err.to_string(),
-        format!("Utube key of 257 bytes: the limit is {MAX_UTUBE_KEY_BYTES}")
+        err,
+        QueueError::UtubeKeyTooLong {
+            len: 257,
+            max: MAX_UTUBE_KEY_BYTES
+        }
     );
     q.check_invariants();
 }
@@ -240,7 +258,7 @@ fn touch_extends_ttl_ttr_and_the_pending_return() {
     assert_eq!(q.tube_stats(t).unwrap().touches, 4);
     assert_eq!(
         q.touch(t, 2, id, Some(1)),
-        Err(QueueError::TaskNotTaken(id))
+        Err(not_held(id, 2, Hold::TakenBy(S)))
     );
 }
 
@@ -353,7 +371,13 @@ fn limfifottl_refuses_a_put_at_capacity() {
     let err = q
         .put_in(T0, t, Box::new([0x90]), TubePut::default())
         .unwrap_err();
-    assert_eq!(err.to_string(), "Tube 'lim' is full: 2 tasks");
+    assert_eq!(
+        err,
+        QueueError::TubeFull {
+            name: "lim".into(),
+            capacity: 2
+        }
+    );
     q.ack_in(t, S, a).unwrap();
     put(&mut q, t, TubePut::default());
 }
@@ -397,10 +421,8 @@ fn the_task_limit_refuses_puts_and_names_itself() {
             .unwrap_err(),
         full
     );
-    assert_eq!(
-        full.to_string(),
-        "Too many tasks: the queue holds 3, its limit"
-    );
+    assert_eq!(full, QueueError::TooManyTasks { max: 3 });
+    assert_eq!(full.to_string(), "the queue holds 3 tasks, its limit");
     q.check_invariants();
     assert_eq!(q.drain_events().count(), 0, "a refused put changes nothing");
     assert_eq!(
@@ -699,7 +721,7 @@ fn a_number_is_never_given_twice_even_after_the_newest_is_deleted_and_a_restart(
     q.ack_in(t, S, taken).unwrap();
     // A late ack of the deleted newest finds nothing rather than another task.
     let late = q.task_id_in(t, 3);
-    assert_eq!(q.ack_in(t, S, late), Err(QueueError::TaskNotTaken(late)));
+    assert_eq!(q.ack_in(t, S, late), Err(not_held(late, S, Hold::NoTask)));
     // The snapshot carries the tube's numbering: restored, it goes on from 4, not from the
     // newest live task (1).
     let mut q = restart(&q);
@@ -765,10 +787,15 @@ fn a_tube_created_at_a_dropped_ones_index_numbers_from_0_and_gives_no_id_again()
     // By number: the tube's own; a number it has not given finds nothing, named as given.
     let by_number = q.peek(again, q.task_id_in(again, 1)).unwrap().id;
     assert_eq!(by_number, task_id(t, 4));
+    let seven = q.task_id_in(again, 7);
     assert_eq!(
-        q.peek(again, q.task_id_in(again, 7)).unwrap_err(),
-        QueueError::TaskNotInTube(7)
+        q.peek(again, seven).unwrap_err(),
+        QueueError::NotInTube {
+            id: seven,
+            tube: again
+        }
     );
+    assert_eq!(q.task_number(again, seven), 7);
     // The dropped tube's whole ids name nothing, and read as no number of the new tube.
     assert!(q.get(old[0].0).is_none());
     assert_eq!(q.task_number(again, old[0].0), old[0].0);
@@ -841,7 +868,11 @@ fn an_index_whose_numbers_are_spent_refuses_puts_in_every_tube_created_there() {
     );
     // A number past what the index has left names no task of the tube.
     assert_eq!(q.task_id_in(again, 1), 1);
-    assert_eq!(q.peek(again, 1).unwrap_err(), QueueError::TaskNotInTube(1));
+    assert_eq!(
+        q.peek(again, 1).unwrap_err(),
+        QueueError::NotInTube { id: 1, tube: again }
+    );
+    assert_eq!(q.task_number(again, 1), 1);
     q.drop_tube(again).unwrap();
     let third = tube(&mut q, "q", TubeType::Fifo, TubeOptions::default());
     assert!(!q.numbers_left(third));
@@ -923,8 +954,12 @@ fn a_job_put_by_id_is_handled_by_number_and_the_other_way_round() {
     let elsewhere = q.task_id_in(0, 3);
     assert_eq!(
         q.peek(t, elsewhere).unwrap_err(),
-        QueueError::TaskNotInTube(3)
+        QueueError::NotInTube {
+            id: elsewhere,
+            tube: t
+        }
     );
+    assert_eq!(q.task_number(t, elsewhere), 3);
     q.check_invariants();
 }
 
@@ -962,10 +997,12 @@ fn ids_kept_from_before_tubes_numbered_their_own_stay_reachable_and_unshadowed()
     assert_eq!(q.task_id_in(1, 61), new);
     assert_eq!(q.put(T0, Box::new([0x90]), PutOptions::default()).id, 61);
     // A number below the mark never reaches a new task, nor one of `default`.
+    let old = q.task_id_in(1, 59);
     assert_eq!(
-        q.peek(1, q.task_id_in(1, 59)).unwrap_err(),
-        QueueError::TaskNotInTube(59)
+        q.peek(1, old).unwrap_err(),
+        QueueError::NotInTube { id: old, tube: 1 }
     );
+    assert_eq!(q.task_number(1, old), 59);
     q.check_invariants();
     // The mark survives a snapshot.
     let q = restart(&q);

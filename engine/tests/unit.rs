@@ -1,11 +1,12 @@
-//! Unit tests of the engine's public API: each error message (worded as in API.md) and each
+//! Unit tests of the engine's public API: each error (the engine's own texts; the wire's are
+//! the front-ends') and each
 //! transition (put, take, ack, release, session close, promote, expire, TTR, recovery), the
 //! calls the beanstalkd front-end needs (peek_first, kick_delayed, kick_task, touch_ttr,
 //! bury_taken, ttr_deadline, soonest_ttr, ready_urgent) with their errors, with
 //! `check_invariants()` after every step that changes the queue.
 
 use tarq_engine::{
-    id_number, task_id, Event, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
+    id_number, task_id, Event, Hold, PutOptions, PutOutcome, Queue, QueueError, ReleaseOptions,
     RestoredTask, Stats, Status, Task, TaskId, TubeIx, TubeNumbers, TubeOptions, TubePut, TubeType,
     DEFAULT_TUBE, MAX_TASK_NUMBER, URGENT_PRI,
 };
@@ -36,20 +37,32 @@ fn ready_ids(q: &mut Queue, sid: u64) -> Vec<TaskId> {
     out
 }
 
+/// Session `caller` does not hold task `id`, for the reason `hold`.
+fn not_held(id: TaskId, caller: u64, hold: Hold) -> QueueError {
+    QueueError::NotHeld { id, caller, hold }
+}
+
 #[test]
-fn error_messages_match_the_seed() {
+fn error_messages_name_what_was_refused() {
     let cases = [
-        (QueueError::NotFound(5), "Task {5} was not found"),
-        (QueueError::NotTaken(1), "Task 1 not taken by anybody"),
+        (QueueError::NotFound(5), "no task 5"),
         (
-            QueueError::NotOwner {
-                id: 1,
-                owner: 7,
-                caller: 8,
-            },
-            "Task 1 taken by 7. Not you (8)",
+            not_held(5, 8, Hold::NoTask),
+            "session 8 does not hold task 5: there is no such task",
         ),
-        (QueueError::Duplicate(3), "Task 3 already exists"),
+        (
+            not_held(1, 8, Hold::Untaken(Status::Ready)),
+            "session 8 does not hold task 1: it is Ready, not taken",
+        ),
+        (
+            not_held(1, 8, Hold::TakenBy(7)),
+            "session 8 does not hold task 1: session 7 holds it",
+        ),
+        (
+            QueueError::NotInTube { id: 4, tube: 2 },
+            "no task 4 in tube 2",
+        ),
+        (QueueError::Duplicate(3), "task 3 is live already"),
     ];
     for (err, text) in cases {
         assert_eq!(err.to_string(), text);
@@ -162,11 +175,11 @@ fn ack_deletes_and_returns_the_task_as_taken() {
         None,
         "the TTR deadline left with the task"
     );
-    assert_eq!(q.ack(1, 1), Err(QueueError::NotFound(1)));
+    assert_eq!(q.ack(1, 1), Err(not_held(1, 1, Hold::NoTask)));
 }
 
 #[test]
-fn ack_and_release_refuse_with_the_seed_errors() {
+fn ack_and_release_refuse_a_task_the_caller_does_not_hold() {
     let mut q = Queue::new();
     put(&mut q, T0, "ready", PutOptions::default());
     put(
@@ -190,18 +203,10 @@ fn ack_and_release_refuse_with_the_seed_errors() {
     assert_eq!(take(&mut q, T0, 7), Some(3));
     let before = q.stats();
     for (sid, id, err) in [
-        (7, 99, QueueError::NotFound(99)),
-        (7, 1, QueueError::NotTaken(1)),
-        (7, 2, QueueError::NotTaken(2)),
-        (
-            8,
-            3,
-            QueueError::NotOwner {
-                id: 3,
-                owner: 7,
-                caller: 8,
-            },
-        ),
+        (7, 99, not_held(99, 7, Hold::NoTask)),
+        (7, 1, not_held(1, 7, Hold::Untaken(Status::Ready))),
+        (7, 2, not_held(2, 7, Hold::Untaken(Status::Waiting))),
+        (8, 3, not_held(3, 8, Hold::TakenBy(7))),
     ] {
         assert_eq!(q.ack(sid, id).unwrap_err(), err);
         assert_eq!(q.release(T0, sid, id, 0).unwrap_err(), err);
@@ -377,7 +382,7 @@ fn ttl_expires_in_every_state() {
     assert!(q.is_empty());
     assert_eq!(q.stats().expired, 3);
     assert_eq!(q.release_session(4), 0, "the expired task left its session");
-    assert_eq!(q.ack(4, 3), Err(QueueError::NotFound(3)));
+    assert_eq!(q.ack(4, 3), Err(not_held(3, 4, Hold::NoTask)));
 }
 
 #[test]
@@ -408,7 +413,10 @@ fn ttr_returns_a_taken_task_to_ready() {
         vec![Event::TtrReturned { id: 1 }]
     );
     assert_eq!(q.get(1).unwrap().status, Status::Ready);
-    assert_eq!(q.ack(1, 1), Err(QueueError::NotTaken(1)));
+    assert_eq!(
+        q.ack(1, 1),
+        Err(not_held(1, 1, Hold::Untaken(Status::Ready)))
+    );
     assert_eq!(q.stats().ttr_returned, 1);
     assert_eq!(
         take(&mut q, T0 + 400, 2),
@@ -1027,7 +1035,7 @@ fn kick_task_kicks_one_buried_or_delayed_task_of_any_tube() {
     );
     assert_eq!(
         q.kick_task(T0, taken).unwrap_err().to_string(),
-        format!("Task {taken} is Taken: only a buried or delayed task can be kicked")
+        format!("task {taken} is Taken: only a buried or delayed task can be kicked")
     );
     assert_eq!(q.kick_task(T0, 99), Err(QueueError::NotFound(99)));
     assert_eq!(
@@ -1120,26 +1128,10 @@ fn touch_ttr_and_bury_taken_refuse_with_the_ack_errors() {
     assert_eq!(q.take(T0, 7).map(|r| r.id), Some(seed));
     let before = (q.tube_stats(t).unwrap(), q.stats());
     for (sid, id, err) in [
-        (7, 99, QueueError::NotFound(99)),
-        (7, ready, QueueError::NotTaken(ready)),
-        (
-            8,
-            held,
-            QueueError::NotOwner {
-                id: held,
-                owner: 7,
-                caller: 8,
-            },
-        ),
-        (
-            8,
-            seed,
-            QueueError::NotOwner {
-                id: seed,
-                owner: 7,
-                caller: 8,
-            },
-        ),
+        (7, 99, not_held(99, 7, Hold::NoTask)),
+        (7, ready, not_held(ready, 7, Hold::Untaken(Status::Ready))),
+        (8, held, not_held(held, 8, Hold::TakenBy(7))),
+        (8, seed, not_held(seed, 8, Hold::TakenBy(7))),
     ] {
         assert_eq!(q.touch_ttr(T0, sid, id).unwrap_err(), err);
         assert_eq!(q.bury_taken(sid, id, 5).unwrap_err(), err);

@@ -201,9 +201,8 @@ impl Wal {
                 storage.remove(n).map_err(io(format!("removing {n}")))?;
             }
         }
-        let mut queue = Queue::new();
         let mut loaded = None;
-        let (start, fuzzy, bytes) = match inc {
+        let (mut queue, start, fuzzy, bytes) = match inc {
             Some(inc) => {
                 inc.file
                     .sync()
@@ -215,7 +214,7 @@ impl Wal {
                 storage
                     .sync_dir()
                     .map_err(io("syncing the directory".into()))?;
-                let l = snapshot::load(&*storage, &name, &mut queue).map_err(|e| {
+                let (mut queue, l) = snapshot::load(&*storage, &name).map_err(|e| {
                     WalError::io(
                         format!("loading the snapshot {name} received"),
                         std::io::Error::other(e.to_string()),
@@ -223,13 +222,13 @@ impl Wal {
                 })?;
                 queue.set_last_id(l.last_id);
                 loaded = Some((l.term, l.history));
-                (l.start_seq, l.end_seq, l.bytes)
+                (queue, l.start_seq, l.end_seq, l.bytes)
             }
             None => {
                 storage
                     .sync_dir()
                     .map_err(io("syncing the directory".into()))?;
-                (0, 0, 0)
+                (Queue::new(), 0, 0, 0)
             }
         };
         queue.set_journal(self.cfg.mode != WalMode::None);

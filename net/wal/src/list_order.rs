@@ -2,7 +2,7 @@
 //! loop thread restores them; and the check that no id comes twice.
 //!
 //! The engine lists a bulk restore's tasks sorted by ([`list_key`], id) so that each goes at
-//! its list's tail ([`tarq_engine::Queue::end_bulk_restore_in`]). Sorting 10M tasks once all
+//! its list's tail ([`tarq_engine::Restoring::finish_in`]). Sorting 10M tasks once all
 //! are in took ~0.55 s on the loop thread, with the other thread idle. The reading thread,
 //! which waits on the loop thread for most of a load, instead sorts each block's tasks as it
 //! decodes them and merges the sorted runs as a binary counter does (a run is merged into the

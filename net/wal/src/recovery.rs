@@ -348,9 +348,8 @@ fn load_newest_snapshot(
     report: &mut RecoveryReport,
 ) -> Result<Base, WalError> {
     for (_, name) in snaps {
-        let mut q = Queue::new();
-        match snapshot::load(storage, name, &mut q) {
-            Ok(l) => {
+        match snapshot::load(storage, name) {
+            Ok((q, l)) => {
                 tracing::info!(file = %name, tasks = l.tasks, "snapshot loaded");
                 report.snapshot = Some((*name).clone());
                 report.snapshot_tasks = l.tasks;

@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tarq_engine::{
-    BulkIds, Bytes, Queue, Room, TaskId, TaskRef, TubeIx, TubeNumbers, DEFAULT_TUBE,
+    BulkIds, Bytes, Queue, Restoring, Room, TaskId, TaskRef, TubeIx, TubeNumbers, DEFAULT_TUBE,
 };
 
 use super::format::{
@@ -700,12 +700,11 @@ enum Loading {
     End(Loaded, Vec<u32>),
 }
 
-/// Loads `name` into `queue` (which must be new, and is to be discarded on an error). Any flaw
-/// makes the whole snapshot invalid:
-/// the error says what and where. A second thread reads, checks and decodes the blocks while
-/// this one restores the tasks into the queue: on two cores recovery takes about as long as the
-/// engine needs to insert the tasks.
-pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Loaded, LoadError> {
+/// Loads `name` into a new queue. Any flaw makes the whole snapshot invalid: the error says
+/// what and where, and the half-restored queue is dropped. A second thread reads, checks and
+/// decodes the blocks while this one restores the tasks into the queue: on two cores recovery
+/// takes about as long as the engine needs to insert the tasks.
+pub fn load(storage: &dyn Storage, name: &str) -> Result<(Queue, Loaded), LoadError> {
     let reader = storage.open_read(name).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::sync_channel(LOAD_QUEUE_BLOCKS);
     // Blocks restored go back to the reader, their buffers to be filled again: the next
@@ -734,7 +733,7 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         let mut counts = (0u64, 0u64);
         // Tasks come in arena order: list them once all are in, in the order the reading
         // thread sorted them into (see `list_order`).
-        queue.begin_bulk_restore(BulkIds::Distinct);
+        let mut queue = Queue::new().restoring(BulkIds::Distinct);
         let result = loop {
             let wanted = queue.room_wanted();
             for (want, rooms) in [(wanted.slots, &slot_rooms), (wanted.records, &record_rooms)] {
@@ -748,7 +747,7 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
             match rx.recv() {
                 Ok(Ok(Loading::End(l, order))) => break Ok((l, order)),
                 Ok(Ok(part)) => {
-                    if let Err(e) = restore_part(queue, part, &mut counts, &recycle) {
+                    if let Err(e) = restore_part(&mut queue, part, &mut counts, &recycle) {
                         break Err(LoadError::Damaged(e));
                     }
                 }
@@ -758,8 +757,8 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
         };
         drop(rx);
         let _ = decoder.join();
-        // On failure the queue is discarded as it is: its tasks are not listed (the ids
-        // may not have been checked).
+        // On failure the queue is dropped as it is: its tasks are not listed (the ids may not
+        // have been checked).
         let (loaded, order) = result?;
         if (loaded.tasks, loaded.dedup_keys) != counts {
             return Err(format!(
@@ -768,19 +767,17 @@ pub fn load(storage: &dyn Storage, name: &str, queue: &mut Queue) -> Result<Load
             )
             .into());
         }
-        queue
-            .end_bulk_restore_in(&order)
-            .map_err(|e| e.to_string())?;
+        let mut queue = queue.finish_in(&order).map_err(|e| e.to_string())?;
         if loaded.global_ids {
-            continue_above_global_ids(queue, loaded.last_id)?;
+            continue_above_global_ids(&mut queue, loaded.last_id)?;
         }
-        Ok(loaded)
+        Ok((queue, loaded))
     })
 }
 
 /// Restores one decoded block; `counts` are the tasks and dedup keys restored so far.
 fn restore_part(
-    queue: &mut Queue,
+    queue: &mut Restoring,
     part: Loading,
     counts: &mut (u64, u64),
     recycle: &SyncSender<TaskBlock>,

@@ -713,15 +713,14 @@ fn a_snapshot_listing_an_id_twice_is_refused_and_recovery_replays_the_wal() {
     write_v1_dir(&storage);
     let twice = v1_snapshot(&[(2, b"two"), (1, b"one"), (2, b"two")]);
     storage.put_file(&format::snapshot_name(2), twice);
-    let mut q = Queue::new();
     let name = format::snapshot_name(2);
-    match tarq_wal::snapshot::load(&storage, &name, &mut q) {
+    match tarq_wal::snapshot::load(&storage, &name) {
         Err(tarq_wal::snapshot::LoadError::Damaged(e)) => {
             assert!(e.contains("task 2 appears twice"), "{e}")
         }
         other => panic!(
             "a repeated id must be refused: {:?}",
-            other.map(|l| l.tasks)
+            other.map(|(_, l)| l.tasks)
         ),
     }
     let (_wal, q, report) = open(&storage);

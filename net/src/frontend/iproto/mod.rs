@@ -5,6 +5,7 @@
 //! shape the asking API expects ([`Style`]).
 
 pub mod calls;
+mod errors;
 pub mod tostring;
 mod tube_api;
 pub mod tubes;
@@ -16,9 +17,10 @@ use tarq_iproto::request::{self, RequestKind};
 use tarq_iproto::{auth, response, SYSTEM_SPACES};
 
 use super::ReplyTo;
-use crate::core::{Command, On, Outcome, Refusal};
+use crate::core::{Command, On, Outcome};
 use crate::server::Server;
 use calls::{Call, CallError};
+use errors::error;
 
 /// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
 /// wrapped as tuples), which API's shapes to use, and, for the tube API, the number the
@@ -242,7 +244,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Style::Item => return encode_item(out, r.first, outcome),
         Style::Silent => {
             return match outcome {
-                Outcome::Error(e) => error(out, r.sync, e),
+                Outcome::Error(e) => error(out, r, e),
                 _ => response::empty_data(out, r.sync),
             }
         }
@@ -261,7 +263,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Outcome::Count(n) => one_value(out, r, |o| write::uint(o, *n)),
         Outcome::Dropped => one_value(out, r, |o| write::bool(o, true)),
         Outcome::Tube(_) | Outcome::TubeStats(_) => one_value(out, r, write::nil),
-        Outcome::Error(e) => error(out, sync, e),
+        Outcome::Error(e) => error(out, r, e),
     }
 }
 
@@ -315,16 +317,4 @@ fn one_value(out: &mut Vec<u8>, r: Reply, value: impl FnOnce(&mut Vec<u8>)) {
 /// A task in the seed's shape: a map, so wrapped in a tuple over CALL_16.
 fn seed_task(out: &mut Vec<u8>, r: Reply, t: &TaskRef<'_>) {
     one_value(out, r, |o| calls::write_task(o, t));
-}
-
-pub(super) fn error(out: &mut Vec<u8>, sync: u64, e: &Refusal) {
-    let code = match e {
-        Refusal::NoSnapshots => {
-            let msg = CallError::NoSuchProc(calls::SNAPSHOT.to_string()).to_string();
-            return response::error(out, sync, ER_NO_SUCH_PROC, &msg);
-        }
-        Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => ER_READONLY,
-        _ => ER_PROC_LUA,
-    };
-    response::error(out, sync, code, &e.to_string());
 }

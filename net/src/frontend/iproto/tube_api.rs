@@ -240,7 +240,7 @@ impl Server {
         // Refused as a whole (a full disk, say) with the reason, rather than item by item.
         let first = commands.first().unwrap_or(&take);
         if let Some(refusal) = self.batch_refusal(first, &commands) {
-            super::error(self.reply_buf(idx), r.sync, &refusal);
+            super::error(self.reply_buf(idx), r, &refusal);
             return Ok(());
         }
         let item = ReplyTo::Iproto(Reply {

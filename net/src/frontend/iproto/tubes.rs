@@ -220,7 +220,9 @@ fn optional_str<'a>(r: &mut Reader<'a>, n: u32, what: &str) -> Result<Option<&'a
 fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
     let name = optional_str(r, n, "tube name")?.ok_or_else(|| bad("tube name required"))?;
     let kind = match optional_str(r, n.saturating_sub(1), "tube type")? {
-        Some(t) => TubeType::parse(t).map_err(|e| bad(e.to_string()))?,
+        Some(t) => {
+            TubeType::parse(t).map_err(|e| bad(super::errors::text(super::Style::Tube, 0, &e)))?
+        }
         None => return Err(bad("Unknown tube type nil")),
     };
     let mut opts = TubeOptions::default();
