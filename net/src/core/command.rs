@@ -199,28 +199,29 @@ pub enum Outcome<'q> {
     Error(Refusal),
 }
 
-/// Why a command was refused, for the front-end to word and code.
+/// Why a command was refused, for the front-end to word and code (its Display is the core's
+/// own words, for logs: what clients read is the front-end's).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error(transparent)]
     Queue(#[from] QueueError),
-    /// The journal cannot make changes durable now (a full or failing disk).
+    /// The journal cannot make changes durable now (a full or failing disk): why.
     #[error("{0}")]
     Journal(String),
-    #[error("Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}")]
+    /// The connection has [`MAX_PARKED_PER_CONN`] takes waiting already.
+    #[error("the connection has {MAX_PARKED_PER_CONN} takes waiting already")]
     TooManyParked,
-    /// drop of a tube with a take parked on it (the original's wording).
-    #[error("There are consumers connected the tube")]
+    /// drop of a tube a take waits on.
+    #[error("a take waits on the tube")]
     Consumers,
-    /// The journal has no snapshots.
+    /// `queue.snapshot()` without a WAL.
     #[error("no snapshots without a WAL")]
     NoSnapshots,
-    /// A change sent to a replica: it names the primary, so a client can go there. The form
-    /// `read-only replica: the primary is ADDR` is stable: clients parse it to redirect.
-    #[error("read-only replica: the primary is {0}")]
+    /// A change sent to a replica: the address of its primary, where a client can go.
+    #[error("this node is a replica of {0}")]
     ReadOnly(String),
     /// A change sent to a cluster node while no primary is known to it (an election, etcd
     /// unreachable, a leadership that ran out): why.
-    #[error("read-only replica: no primary now: {0}")]
+    #[error("no primary now: {0}")]
     NoPrimary(String),
 }

@@ -38,6 +38,8 @@ use slab::Slab;
 use tarq_engine::{Bytes, Micros, Queue, SessionId};
 use tracing::{debug, info, warn};
 
+use crate::frontend::iproto::errors::refusal_text;
+
 use crate::config::Config;
 use crate::core::journal::{Journal, Ticket};
 use crate::core::{Core, Outcome, Unneeded};
@@ -1282,7 +1284,7 @@ impl Server {
                 "not acknowledged: {}; the change may or may not survive",
                 self.cluster
                     .as_ref()
-                    .map(|c| c.not_leading().to_string())
+                    .map(|c| refusal_text(&c.not_leading()))
                     .unwrap_or_default()
             );
             fence_message.as_str()

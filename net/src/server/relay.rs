@@ -30,6 +30,7 @@ use tracing::{info, warn};
 
 use super::conn::Protocol;
 use super::{mark_flush, Server};
+use crate::frontend::iproto::errors::refusal_text;
 
 /// Snapshot and catch-up bytes are read only while a replica has fewer unsent bytes than this:
 /// a few turns of reading ahead keep its socket busy without holding much.
@@ -134,7 +135,7 @@ impl Server {
         }
         if !self.leads() {
             let why = match (&self.cluster, self.cfg.replica_of) {
-                (Some(c), _) => c.not_leading().to_string(),
+                (Some(c), _) => refusal_text(&c.not_leading()),
                 (None, Some(primary)) => format!("the primary is {primary}"),
                 (None, None) => "not the primary".into(),
             };

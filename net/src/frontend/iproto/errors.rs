@@ -7,8 +7,8 @@
 //! tube API answers every ack, release or touch of a task the caller does not hold with the one
 //! `Task was not taken` (tarantool/queue looks in its taken table only, whatever the reason),
 //! and names a task it cannot find by its number in the tube, as the caller gave it. The core's
-//! own refusals (a full disk, a replica, too many parked takes) keep the core's texts; only
-//! their codes are chosen here.
+//! own refusals are worded here too: a replica's is the stable `read-only replica: the primary
+//! is ADDR` that clients parse to find the primary (`tarq_client`'s `primary_in`).
 
 use tarq_engine::{number_from, Hold, QueueError};
 use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_READONLY};
@@ -16,6 +16,7 @@ use tarq_iproto::response;
 
 use super::calls::{self, CallError};
 use super::{Reply, Style};
+use crate::core::parked::MAX_PARKED_PER_CONN;
 use crate::core::Refusal;
 
 /// Writes the error reply to `r` that refuses with `e`.
@@ -33,10 +34,25 @@ fn wording(r: Reply, e: &Refusal) -> (u32, String) {
             let missing = CallError::NoSuchProc(calls::SNAPSHOT.to_string());
             (ER_NO_SUCH_PROC, missing.to_string())
         }
-        Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => (ER_READONLY, e.to_string()),
+        Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => (ER_READONLY, refusal_text(e)),
         Refusal::Journal(_) | Refusal::TooManyParked | Refusal::Consumers => {
-            (ER_PROC_LUA, e.to_string())
+            (ER_PROC_LUA, refusal_text(e))
         }
+    }
+}
+
+/// What an IPROTO client reads for a refusal of the core's own.
+pub fn refusal_text(e: &Refusal) -> String {
+    match e {
+        Refusal::ReadOnly(primary) => format!("read-only replica: the primary is {primary}"),
+        Refusal::NoPrimary(why) => format!("read-only replica: no primary now: {why}"),
+        Refusal::Journal(why) => why.clone(),
+        Refusal::TooManyParked => {
+            format!("Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}")
+        }
+        // The original's words.
+        Refusal::Consumers => "There are consumers connected the tube".to_owned(),
+        Refusal::Queue(_) | Refusal::NoSnapshots => e.to_string(),
     }
 }
 

@@ -5,7 +5,7 @@
 //! shape the asking API expects ([`Style`]).
 
 pub mod calls;
-mod errors;
+pub mod errors;
 pub mod tostring;
 mod tube_api;
 pub mod tubes;
