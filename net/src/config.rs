@@ -583,6 +583,14 @@ impl Config {
 
     /// Checks the limits against each other; the error names the setting and its value.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_replication()?;
+        self.validate_wal()?;
+        self.validate_names()?;
+        self.validate_limits()
+    }
+
+    /// `replica-of`, `sync-replicas` and `etcd` fit together and with the WAL.
+    fn validate_replication(&self) -> Result<(), ConfigError> {
         if let Some(primary) = self.replica_of {
             if self.null {
                 return Err(invalid(
@@ -623,6 +631,11 @@ impl Config {
                 .validate()
                 .map_err(|e| invalid(format!("etcd: {e}")))?;
         }
+        Ok(())
+    }
+
+    /// The WAL's segment and snapshot settings.
+    fn validate_wal(&self) -> Result<(), ConfigError> {
         if self.wal.segment_bytes < 4096 {
             return Err(invalid(format!(
                 "wal-segment-bytes {} must be at least 4096",
@@ -632,6 +645,11 @@ impl Config {
         if self.wal.keep_snapshots == 0 {
             return Err(invalid("keep-snapshots 0 must be at least 1"));
         }
+        Ok(())
+    }
+
+    /// The log level and the queue's namespace.
+    fn validate_names(&self) -> Result<(), ConfigError> {
         if !LOG_LEVELS.contains(&self.log_level.as_str()) {
             return Err(invalid(format!(
                 "log-level '{}' is not one of {}",
@@ -647,6 +665,12 @@ impl Config {
                 "queue-namespace '{ns}' must be names joined by dots, like queue or box.queue"
             )));
         }
+        Ok(())
+    }
+
+    /// Connections, frames, jobs, backlogs and the input budget, each within what the others
+    /// and the WAL allow.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
         if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS_LIMIT {
             return Err(invalid(format!(
                 "max-connections {} must be between 1 and {MAX_CONNECTIONS_LIMIT}",

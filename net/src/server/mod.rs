@@ -680,23 +680,8 @@ impl Server {
         let sid = self.next_sid;
         self.next_sid += 1;
         let mut out = OutBuf::default();
-        let (conn_proto, rbuf) = match proto {
-            Proto::Beanstalk => {
-                self.beanstalk.opened();
-                let bs = BsConn::new(self.cfg.beanstalk_max_job_size);
-                (Protocol::Beanstalk(Box::new(bs)), ReadBuf::new())
-            }
-            Proto::Iproto => {
-                out.out.extend_from_slice(&hello);
-                // The greeting depends on no state change: it goes out at once, ahead of any
-                // ticket.
-                out.hold(0);
-                out.release(0);
-                let session_uuid = None;
-                let framed = ReadBuf::framed(tarq_iproto::announced_total);
-                (Protocol::Iproto { salt, session_uuid }, framed)
-            }
-        };
+        let (bs, max_job) = (&mut self.beanstalk, self.cfg.beanstalk_max_job_size);
+        let (conn_proto, rbuf) = open_protocol(proto, bs, max_job, salt, &hello, &mut out);
         // beanstalk has no authentication.
         let authenticated = self.cfg.auth.is_none() || proto == Proto::Beanstalk;
         let guard = self
@@ -1436,6 +1421,35 @@ fn mark_flush(conns: &mut Slab<Conn>, flush: &mut Vec<usize>, idx: usize) {
     if !c.to_flush {
         c.to_flush = true;
         flush.push(idx);
+    }
+}
+
+/// A new connection's protocol state and read buffer; an IPROTO client's greeting goes into
+/// `out`, a beanstalk client is counted (`beanstalk`, with jobs of at most `max_job` bytes).
+fn open_protocol(
+    proto: Proto,
+    beanstalk: &mut crate::frontend::beanstalk::BeanstalkState,
+    max_job: u32,
+    salt: [u8; greeting::SALT_LEN],
+    hello: &[u8],
+    out: &mut OutBuf,
+) -> (Protocol, ReadBuf) {
+    match proto {
+        Proto::Beanstalk => {
+            beanstalk.opened();
+            let bs = BsConn::new(max_job);
+            (Protocol::Beanstalk(Box::new(bs)), ReadBuf::new())
+        }
+        Proto::Iproto => {
+            out.out.extend_from_slice(hello);
+            // The greeting depends on no state change: it goes out at once, ahead of any
+            // ticket.
+            out.hold(0);
+            out.release(0);
+            let session_uuid = None;
+            let framed = ReadBuf::framed(tarq_iproto::announced_total);
+            (Protocol::Iproto { salt, session_uuid }, framed)
+        }
     }
 }
 

@@ -237,16 +237,7 @@ impl Server {
                 ttr,
                 body,
             } => self.bs_put(idx, pri, delay, ttr, body),
-            Bs::Use { tube } => match self.bs_tube(idx, tube) {
-                Some(t) => {
-                    let bs = self.bs(idx);
-                    let old = std::mem::replace(&mut bs.used, t);
-                    self.beanstalk.tube_mut(t).using += 1;
-                    self.beanstalk.stop_using(old);
-                    self.bs_answer(idx, Out::Using { tube });
-                }
-                None => self.bs_answer(idx, Out::OutOfMemory),
-            },
+            Bs::Use { tube } => self.bs_use(idx, tube),
             Bs::Reserve => self.bs_reserve(idx, None),
             Bs::ReserveWithTimeout { seconds } => {
                 // Negative waits forever, as beanstalkd reads it.
@@ -276,21 +267,7 @@ impl Server {
                 self.bs_dispatch(idx, Reply::Bury, Command::BuryTaken { id, pri })
             }
             Bs::Touch { id } => self.bs_dispatch(idx, Reply::Touch, Command::TouchTtr { id }),
-            Bs::Watch { tube } => match self.bs_tube(idx, tube) {
-                Some(t) => {
-                    let bs = self.bs(idx);
-                    let added = !bs.watched.contains(&t);
-                    if added {
-                        bs.watched.push(t);
-                    }
-                    let count = bs.watched.len() as u64;
-                    if added {
-                        self.beanstalk.tube_mut(t).watching += 1;
-                    }
-                    self.bs_answer(idx, Out::Watching { count });
-                }
-                None => self.bs_answer(idx, Out::OutOfMemory),
-            },
+            Bs::Watch { tube } => self.bs_watch(idx, tube),
             Bs::Ignore { tube } => self.bs_ignore(idx, tube),
             Bs::Peek { id } => self.reply_with_queue(idx, |out, q| found(out, q.get(id))),
             Bs::PeekReady => self.bs_peek_first(idx, Status::Ready),
@@ -324,34 +301,66 @@ impl Server {
                 let name = self.tube_name(used);
                 self.bs_answer(idx, Out::Using { tube: &name });
             }
-            Bs::ListTubesWatched => {
-                let watched = self.bs(idx).watched.clone();
-                let names: Vec<String> = watched.iter().map(|&t| self.tube_name(t)).collect();
-                tarq_beanstalk::ok_yaml(self.reply_buf(idx), |o| {
-                    tarq_beanstalk::write_list(o, names.iter().map(String::as_str))
-                });
-            }
-            Bs::PauseTube { tube, delay } => {
-                // A tube forgotten once empty and unused is not found, as in beanstalkd.
-                self.collect_tubes();
-                match self.queue().tube_ix(tube) {
-                    Some(t) => {
-                        // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so
-                        // its waiters wake), not to a second.
-                        let until = self.mono().saturating_add(secs(delay));
-                        self.beanstalk.tube_mut(t).cmd_pause_tube += 1;
-                        let pause = Pause {
-                            until,
-                            seconds: delay,
-                        };
-                        let cmd = Command::Pause { tube: t, pause };
-                        self.bs_dispatch(idx, Reply::Pause, cmd);
-                    }
-                    None => self.bs_answer(idx, Out::NotFound),
-                }
-            }
+            Bs::ListTubesWatched => self.bs_list_watched(idx),
+            Bs::PauseTube { tube, delay } => self.bs_pause(idx, tube, delay),
             Bs::Quit => self.close_quietly(idx, "quit"),
         }
+    }
+
+    /// `use`: the tube this connection's puts go to, made when missing.
+    fn bs_use(&mut self, idx: usize, tube: &str) {
+        let Some(t) = self.bs_tube(idx, tube) else {
+            return self.bs_answer(idx, Out::OutOfMemory);
+        };
+        let bs = self.bs(idx);
+        let old = std::mem::replace(&mut bs.used, t);
+        self.beanstalk.tube_mut(t).using += 1;
+        self.beanstalk.stop_using(old);
+        self.bs_answer(idx, Out::Using { tube });
+    }
+
+    /// `watch`: a tube this connection's reserves take from, made when missing.
+    fn bs_watch(&mut self, idx: usize, tube: &str) {
+        let Some(t) = self.bs_tube(idx, tube) else {
+            return self.bs_answer(idx, Out::OutOfMemory);
+        };
+        let bs = self.bs(idx);
+        let added = !bs.watched.contains(&t);
+        if added {
+            bs.watched.push(t);
+        }
+        let count = bs.watched.len() as u64;
+        if added {
+            self.beanstalk.tube_mut(t).watching += 1;
+        }
+        self.bs_answer(idx, Out::Watching { count });
+    }
+
+    /// `list-tubes-watched`.
+    fn bs_list_watched(&mut self, idx: usize) {
+        let watched = self.bs(idx).watched.clone();
+        let names: Vec<String> = watched.iter().map(|&t| self.tube_name(t)).collect();
+        tarq_beanstalk::ok_yaml(self.reply_buf(idx), |o| {
+            tarq_beanstalk::write_list(o, names.iter().map(String::as_str))
+        });
+    }
+
+    /// `pause-tube`: the core holds the tube's tasks from every take for `delay` seconds.
+    fn bs_pause(&mut self, idx: usize, tube: &str, delay: u32) {
+        // A tube forgotten once empty and unused is not found, as in beanstalkd.
+        self.collect_tubes();
+        let Some(t) = self.queue().tube_ix(tube) else {
+            return self.bs_answer(idx, Out::NotFound);
+        };
+        // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so its waiters wake),
+        // not to a second.
+        let until = self.mono().saturating_add(secs(delay));
+        self.beanstalk.tube_mut(t).cmd_pause_tube += 1;
+        let pause = Pause {
+            until,
+            seconds: delay,
+        };
+        self.bs_dispatch(idx, Reply::Pause, Command::Pause { tube: t, pause });
     }
 
     /// Runs a command through the one dispatch, answered as `reply`.
