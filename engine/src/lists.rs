@@ -29,8 +29,9 @@ pub(crate) const MAX_LEVEL: usize = 16;
 pub(crate) struct Towers {
     links: Vec<u32>,
     /// Free towers by node height, chained through their own first word (NIL ends a chain): a
-    /// freed tower is reused by the next node of that height, and freeing never allocates —
-    /// a growing side list did, and its reallocation was the slowest step of a mass expiry.
+    /// freed tower is reused by the next node of that height, and freeing never allocates
+    /// (a side list of free towers would grow, and its reallocation would be the slowest step
+    /// of a mass expiry).
     free: [u32; MAX_LEVEL + 1],
 }
 

@@ -156,7 +156,7 @@ impl<'a> Reader<'a> {
     /// Any non-negative integer, whatever its width.
     pub fn read_uint(&mut self) -> Result<u64, MpError> {
         // The unsigned widths (every header key, sync and task id) read here; rmp's generic
-        // integer read, which also takes signed markers, cost ~3x as much. Anything else, a
+        // integer read, which also takes signed markers, costs ~3x as much. Anything else, a
         // truncated value included, is rmp's to read or refuse.
         match self.buf.get(self.pos) {
             Some(&b) if b < 0x80 => {
