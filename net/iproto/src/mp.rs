@@ -210,7 +210,7 @@ impl<'a> Reader<'a> {
         let at = self.pos;
         let raw = self.read_str_bytes()?;
         // Names (every call's function name) are ASCII: a word-wide check instead of the full
-        // decoder, which cost ~110 instructions for a 16-byte name.
+        // decoder, which costs ~110 instructions for a 16-byte name.
         if raw.is_ascii() {
             // SAFETY: ASCII bytes are valid UTF-8.
             return Ok(unsafe { std::str::from_utf8_unchecked(raw) });
