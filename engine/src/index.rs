@@ -7,9 +7,10 @@
 //! began with; the old table is then given back in [`SHRINK_BUCKETS`] pieces (freeing a 32 MB
 //! table at once costs ~1 ms of page unmapping). So the cost of growing is spread over the
 //! inserts that cause it instead of falling on one put (a one-shot rehash of 7M ids reads 7M
-//! random slots: ~0.45 s in which no client is answered). Walking the old table instead, as
-//! this index first did, read each moved id from a slot in hash order, a cache miss each: in
-//! a fresh server taking `put_many` the move was 18% of the loop's time, 78% of it that load.
+//! random slots: ~0.45 s in which no client is answered). The walk follows the arena, not the
+//! old table: the old table holds keys in hash order, so walking it would read each moved id
+//! from a random slot, a cache miss each: in a fresh server taking `put_many` such a move
+//! takes 18% of the loop's time.
 //!
 //! During a move every task is in exactly one place that a lookup trusts: a task present when
 //! the move began and not yet walked (its arena position at or past the walk) is in the old

@@ -7,7 +7,7 @@
 //! instead, see `sessions.rs`). Links are u32 slot keys, not pointers. Level 0 — the one every
 //! operation touches — lives in the task's own slot (`next0`, `prev0`); the upper levels of
 //! the one task in four that has them live in a side arena of towers (`Towers`), at an
-//! offset the slot records (`up`), so the slot stays small.
+//! offset the slot records (`Slot::tower`), so the slot stays small.
 //!
 //! Every level is doubly linked and the list keeps both its heads and its tails (the tail
 //! fingers), hence: pop of the head O(height), removal of any node O(height) with no search,
@@ -29,8 +29,9 @@ pub(crate) const MAX_LEVEL: usize = 16;
 pub(crate) struct Towers {
     links: Vec<u32>,
     /// Free towers by node height, chained through their own first word (NIL ends a chain): a
-    /// freed tower is reused by the next node of that height, and freeing never allocates —
-    /// a growing side list did, and its reallocation was the slowest step of a mass expiry.
+    /// freed tower is reused by the next node of that height, and freeing never allocates
+    /// (a side list of free towers would grow, and its reallocation would be the slowest step
+    /// of a mass expiry).
     free: [u32; MAX_LEVEL + 1],
 }
 
@@ -140,7 +141,7 @@ fn next(slots: &Slots, tw: &Towers, k: u32, i: usize) -> u32 {
     if i == 0 {
         s.next0
     } else {
-        tw.links[s.up as usize + 2 * (i - 1)]
+        tw.links[s.tower() as usize + 2 * (i - 1)]
     }
 }
 
@@ -150,7 +151,7 @@ fn prev(slots: &Slots, tw: &Towers, k: u32, i: usize) -> u32 {
     if i == 0 {
         s.prev0
     } else {
-        tw.links[s.up as usize + 2 * (i - 1) + 1]
+        tw.links[s.tower() as usize + 2 * (i - 1) + 1]
     }
 }
 
@@ -160,7 +161,7 @@ fn set_next(slots: &mut Slots, tw: &mut Towers, k: u32, i: usize, v: u32) {
     if i == 0 {
         s.next0 = v;
     } else {
-        tw.links[s.up as usize + 2 * (i - 1)] = v;
+        tw.links[s.tower() as usize + 2 * (i - 1)] = v;
     }
 }
 
@@ -170,7 +171,7 @@ fn set_prev(slots: &mut Slots, tw: &mut Towers, k: u32, i: usize, v: u32) {
     if i == 0 {
         s.prev0 = v;
     } else {
-        tw.links[s.up as usize + 2 * (i - 1) + 1] = v;
+        tw.links[s.tower() as usize + 2 * (i - 1) + 1] = v;
     }
 }
 

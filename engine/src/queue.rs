@@ -70,7 +70,7 @@ fn check_owner(
     let hold = if s.status != Status::Taken {
         Hold::Untaken(s.status)
     } else {
-        match sessions.owner(s.up) {
+        match sessions.owner(s.owner_ix()) {
             owner if owner == sid => return Ok(()),
             owner => Hold::TakenBy(owner),
         }
@@ -1312,7 +1312,7 @@ impl Queue {
             let k = k as u32;
             self.check_slot(k, s);
             if s.height > 1 && s.status != Status::Taken {
-                towers.push((s.up, s.height));
+                towers.push((s.tower(), s.height));
             }
             entries += usize::from(self.check_deadline(k, s));
             if s.flags & COUNTED != 0 {
@@ -1369,7 +1369,7 @@ impl Queue {
             s.id
         );
         if s.status != Status::Taken {
-            assert_eq!(s.up == NIL, s.height == 1, "task {} tower", s.id);
+            assert_eq!(s.tower() == NIL, s.height == 1, "task {} tower", s.id);
         }
         assert!(
             self.tubes.get(s.tube as usize).is_some_and(Option::is_some),
@@ -1394,7 +1394,7 @@ impl Queue {
         if s.status != Status::Taken {
             assert_eq!(s.flags & TTR_ARMED, 0, "task {} armed but not taken", s.id);
         } else {
-            assert_ne!(s.up, NIL, "taken task {} has no owner", s.id);
+            assert_ne!(s.owner_ix(), NIL, "taken task {} has no owner", s.id);
         }
     }
 
@@ -1535,9 +1535,9 @@ impl Queue {
         }
     }
 
-    /// The session holding a Taken slot (its `up` while Taken).
+    /// The session holding a Taken slot (its `owner_ix`).
     fn owner_of(&self, s: &Slot) -> SessionId {
-        self.sessions.owner(s.up)
+        self.sessions.owner(s.owner_ix())
     }
 
     /// The task's earliest pending deadline: TTL expiry, runat, or armed TTR.
@@ -1920,9 +1920,9 @@ impl Queue {
     fn enter(&mut self, k: u32, status: Status, t: Micros) {
         let s = &mut self.slots[k as usize];
         s.status = status;
-        if s.up == NIL {
+        if s.tower() == NIL {
             // New, or back from Taken (which gave its tower back).
-            s.up = self.towers.alloc(s.height);
+            s.set_tower(self.towers.alloc(s.height));
         }
         let tube = s.tube;
         self.slots.set_t(k, t);
@@ -1942,10 +1942,10 @@ impl Queue {
         self.slots.set_t(k, t);
         let s = &mut self.slots[k as usize];
         s.status = Status::Taken;
-        // In no skiplist while Taken: the tower goes back, and `up` names the owner.
-        if s.up != NIL {
-            self.towers.release(s.height, s.up);
-            s.up = NIL;
+        // In no skiplist while Taken: the tower goes back, and the word names the owner.
+        if s.tower() != NIL {
+            self.towers.release(s.height, s.tower());
+            s.set_tower(NIL);
         }
         let tube = s.tube;
         self.sessions.append(&mut self.slots, sid, k);
@@ -1997,7 +1997,7 @@ impl Queue {
         match status {
             Status::Taken => {
                 s.flags &= !TTR_ARMED;
-                let held = s.up != NIL;
+                let held = s.owner_ix() != NIL;
                 tb.taken_n -= 1;
                 if held {
                     self.sessions.remove(&mut self.slots, k);
@@ -2134,9 +2134,10 @@ impl Queue {
             self.heap.remove(pos, &mut self.slots);
         }
         let s = &self.slots[k as usize];
-        if s.up != NIL {
-            // Listed until `leave`: its tower (a Taken task's `up` is NIL once it has left).
-            self.towers.release(s.height, s.up);
+        if s.tower() != NIL {
+            // Listed until `leave`: its tower (a Taken task's `owner_ix` is NIL once it has
+            // left, so this reads NIL for it).
+            self.towers.release(s.height, s.tower());
         }
         let r = self.slots.remove(k);
         if u != NIL {

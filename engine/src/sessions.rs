@@ -3,8 +3,8 @@
 //! release unlinks its task in O(1). The list is intrusive and costs a taken task no byte
 //! beyond its slot: a Taken task is in no status skiplist (nothing needs Taken tasks in
 //! (pri, id) order but a restart, which sorts them once), so its level-0 links (`next0`,
-//! `prev0`) thread it into its session's list instead, and `up` (free of its tower while
-//! Taken) names the session.
+//! `prev0`) thread it into its session's list instead, and the slot word that holds a
+//! listed task's tower (free of it while Taken) names the session (`Slot::owner_ix`).
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -43,7 +43,7 @@ impl Sessions {
     }
 
     /// Records that session `sid` took slot `k` (in no list), after its earlier tasks: links
-    /// the slot's `next0` / `prev0` into the session's list and sets its `up` to the session. A session's
+    /// the slot's `next0` / `prev0` into the session's list and sets its `owner_ix` to the session. A session's
     /// entry is made on its first take and kept until `detach`.
     pub fn append(&mut self, slots: &mut Slots, sid: SessionId, k: u32) {
         let ix = if self.last.1 != 0 && self.last.0 == sid {
@@ -65,7 +65,7 @@ impl Sessions {
         let session = &mut self.list[ix as usize];
         let tail = session.tail;
         let s = &mut slots[k as usize];
-        s.up = ix;
+        s.set_owner_ix(ix);
         s.prev0 = tail;
         s.next0 = NIL;
         if tail == NIL {
@@ -86,16 +86,16 @@ impl Sessions {
         }
     }
 
-    /// The session at index `ix` (a Taken slot's `up`).
+    /// The session at index `ix` (a Taken slot's `owner_ix`).
     pub fn owner(&self, ix: u32) -> SessionId {
         self.list[ix as usize].sid
     }
 
-    /// Unlinks Taken slot `k` from its session's list and clears its `up`. O(1).
+    /// Unlinks Taken slot `k` from its session's list and clears its `owner_ix`. O(1).
     pub fn remove(&mut self, slots: &mut Slots, k: u32) {
         let s = &mut slots[k as usize];
-        let (ix, prev, next) = (s.up, s.prev0, s.next0);
-        s.up = NIL;
+        let (ix, prev, next) = (s.owner_ix(), s.prev0, s.next0);
+        s.set_owner_ix(NIL);
         s.prev0 = NIL;
         s.next0 = NIL;
         let session = &mut self.list[ix as usize];
@@ -124,11 +124,11 @@ impl Sessions {
     }
 
     /// Takes slot `k` of a detached session out of the session list (clearing its links and
-    /// `up`); returns the next slot of that session.
+    /// `owner_ix`); returns the next slot of that session.
     pub fn pop_detached(&mut self, slots: &mut Slots, k: u32) -> u32 {
         let s = &mut slots[k as usize];
         let next = s.next0;
-        s.up = NIL;
+        s.set_owner_ix(NIL);
         s.prev0 = NIL;
         s.next0 = NIL;
         self.live -= 1;
@@ -195,9 +195,11 @@ impl Sessions {
                     s.status
                 );
                 assert_eq!(
-                    s.up, ix,
+                    s.owner_ix(),
+                    ix,
                     "task {} held by {sid} points at session {}",
-                    s.id, s.up
+                    s.id,
+                    s.owner_ix()
                 );
                 assert_eq!(s.prev0, prev, "session {sid}: back link of task {}", s.id);
                 prev = k;

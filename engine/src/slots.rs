@@ -21,8 +21,8 @@
 //!   side table by slot key): only for a task that has one not zero, which the slot's
 //!   `COUNTED` flag says, so removing any other task tests one bit.
 //!
-//! A taken task is in no skiplist, so it gives its tower back and the slot's `up` names its
-//! owner (the session index) instead: taking a plain task touches no extension either.
+//! A taken task is in no skiplist, so it gives its tower back and the same slot word names its
+//! owner (the session index) instead (`Slot::tower` / `Slot::owner_ix`): taking a plain task touches no extension either.
 //!
 //! The records' free lists are per exact size, so a workload whose payload sizes shift keeps
 //! the memory of sizes it no longer uses (as memcached's slab classes do) — bounded by the
@@ -66,9 +66,10 @@ pub(crate) struct Slot {
     /// take order.
     pub next0: u32,
     pub prev0: u32,
-    /// Listed: offset of the upper levels in `Towers` (NIL for height 1). Taken: the owner's
-    /// index in `Sessions` (NIL once its session let it go), the tower having been given back.
-    pub up: u32,
+    /// One word, two meanings by status, read through [`tower`](Self::tower) and
+    /// [`owner_ix`](Self::owner_ix): a listed task's tower, a taken task's owner. A taken task
+    /// is in no skiplist, so it gives its tower back and the word is free for its owner.
+    tower_or_owner: u32,
     /// The extension's key, NIL if the task has none.
     ext: u32,
     pub tube: TubeIx,
@@ -80,6 +81,34 @@ pub(crate) struct Slot {
     pub height: u8,
     /// Payload length when it is in the record (not `BIG`).
     small_len: u8,
+}
+
+impl Slot {
+    /// Ready, Waiting or Buried (and unlisted between two of them): the offset of the task's
+    /// upper levels in `Towers`, NIL for height 1 or until `enter` gives it one.
+    #[inline]
+    pub fn tower(&self) -> u32 {
+        self.tower_or_owner
+    }
+
+    /// Sets [`tower`](Self::tower); only while the task is not Taken.
+    #[inline]
+    pub fn set_tower(&mut self, offset: u32) {
+        self.tower_or_owner = offset;
+    }
+
+    /// Taken: the owner's index in `Sessions`, NIL once its session let it go.
+    #[inline]
+    pub fn owner_ix(&self) -> u32 {
+        self.tower_or_owner
+    }
+
+    /// Sets [`owner_ix`](Self::owner_ix); only while the task is Taken (after its tower went
+    /// back).
+    #[inline]
+    pub fn set_owner_ix(&mut self, ix: u32) {
+        self.tower_or_owner = ix;
+    }
 }
 
 /// The slot's size is the bulk of the per-task cost; keep it from growing by accident. The
@@ -270,7 +299,7 @@ impl Slots {
             rec,
             next0: NIL,
             prev0: NIL,
-            up: NIL,
+            tower_or_owner: NIL,
             ext: NIL,
             tube: n.tube,
             deliveries: 0,

@@ -67,10 +67,10 @@ const SEND_QUANTUM: Duration = Duration::from_micros(50);
 /// A loop that never slept, run under a real-time policy (as it must be on a shared machine),
 /// would starve the ordinary tasks of its core: Linux's fair server (a deadline server, 50 ms
 /// a second by default) then takes the core for up to 50 ms at once to run them, once a
-/// second — measured: put→ack p99 of 47–49 ms against a null target. So a spinning loop rests
+/// second, which puts a put→ack p99 near 50 ms against a null target. So a spinning loop rests
 /// `SPIN_REST` after every `SPIN_SLICE`, 7% of the core in slices short enough to stay far
 /// below the latencies measured, which is more than the fair server reserves, so it need not
-/// step in (it still may: `results/durability/tail-2026-11-26/`).
+/// step in (it still may, rarely).
 const SPIN_SLICE: Duration = Duration::from_millis(2);
 const SPIN_REST: Duration = Duration::from_micros(150);
 /// The poll token of the open-loop timer; connections use their index.
@@ -751,7 +751,7 @@ impl<'c, D: Driver> Run<'c, D> {
     fn new(cfg: &'c RunConfig, poll: Poll, conns: Vec<Conn<D>>, run_id: u64) -> Result<Self> {
         // Timer wake-ups (the send timer's, a spinning loop's rest) may otherwise be deferred
         // by the default 50 µs slack.
-        // Best effort, as before: a run with the default slack is only less punctual.
+        // Best effort: a run with the default slack is only less punctual.
         let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
         let timer = match cfg.rate {
             Some(_) if !cfg.spin && cfg.steady => Some(send_timer(&poll)?),
@@ -1016,7 +1016,7 @@ impl<'c, D: Driver> Run<'c, D> {
             let due = self.due(self.next_due_k, 1e9 / rate.max(1e-3));
             let wake = due.max(now + SEND_QUANTUM.as_nanos() as u64);
             // An armed timer that has not fired and falls between the next put and `wake`
-            // is kept: re-arming it on every turn was a fifth of the loadgen's CPU (on a VM
+            // is kept: re-arming it on every turn costs a fifth of the loadgen's CPU (on a VM
             // each timerfd_settime programs the hypervisor's timer), and a turn comes with
             // every reply.
             let keep = self.armed_for > now && (due..=wake).contains(&self.armed_for);

@@ -1273,7 +1273,7 @@ mod tests {
             let cfg = parse(&[&["--config", path.as_str()][..], off].concat()).unwrap();
             assert!(!cfg.null && !cfg.wal.force_recovery, "{off:?}");
         }
-        // The spellings from before: the bare flag turns it on.
+        // The bare flag, with no value, turns it on.
         let cfg = parse(&["--null", "--force-recovery"]).unwrap();
         assert!(cfg.null && cfg.wal.force_recovery);
         assert!(!parse(&[]).unwrap().null);

@@ -156,7 +156,7 @@ impl<'a> Reader<'a> {
     /// Any non-negative integer, whatever its width.
     pub fn read_uint(&mut self) -> Result<u64, MpError> {
         // The unsigned widths (every header key, sync and task id) read here; rmp's generic
-        // integer read, which also takes signed markers, cost ~3x as much. Anything else, a
+        // integer read, which also takes signed markers, costs ~3x as much. Anything else, a
         // truncated value included, is rmp's to read or refuse.
         match self.buf.get(self.pos) {
             Some(&b) if b < 0x80 => {
@@ -210,7 +210,7 @@ impl<'a> Reader<'a> {
         let at = self.pos;
         let raw = self.read_str_bytes()?;
         // Names (every call's function name) are ASCII: a word-wide check instead of the full
-        // decoder, which cost ~110 instructions for a 16-byte name.
+        // decoder, which costs ~110 instructions for a 16-byte name.
         if raw.is_ascii() {
             // SAFETY: ASCII bytes are valid UTF-8.
             return Ok(unsafe { std::str::from_utf8_unchecked(raw) });

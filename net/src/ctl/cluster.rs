@@ -220,15 +220,34 @@ pub fn render_cluster(map: &Value) -> String {
         Some(Value::Array(members)) => members.as_slice(),
         _ => &[],
     };
-    let named = |l: &Value| {
-        format!(
-            "{} ({})",
-            cell(map_get(l, "name")),
-            cell(map_get(l, "addr"))
-        )
-    };
     let mut notes = Vec::new();
-    let leader = match map_get(map, "leader") {
+    let leader = leader_cell(map, members, &mut notes);
+    let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
+    let asked_alone = asked_alone(map, members);
+    let speakers: Vec<&Value> = asked_alone.iter().chain(members).collect();
+    let leader_name = map_get(map, "leader").and_then(|l| map_get(l, "name"));
+    notes.extend(member_notes(&speakers, leader_name));
+    notes.extend(etcd_notes(&speakers));
+    for n in notes {
+        text.push_str(&format!("  {n}\n"));
+    }
+    text.push_str(&member_table(members));
+    text
+}
+
+/// A node as `name (addr)`.
+fn named(l: &Value) -> String {
+    format!(
+        "{} ({})",
+        cell(map_get(l, "name")),
+        cell(map_get(l, "addr"))
+    )
+}
+
+/// The header's leader: the one etcd names, or `none now` with a note when that member says
+/// it is not leading.
+fn leader_cell(map: &Value, members: &[Value], notes: &mut Vec<String>) -> String {
+    match map_get(map, "leader") {
         None | Some(Value::Nil) => "none (no leader elected)".to_string(),
         // `{name, addr}` as the server names it; a bare address from an older one.
         Some(l @ Value::Map(_)) => {
@@ -252,37 +271,41 @@ pub fn render_cluster(map: &Value) -> String {
             }
         }
         v => cell(v),
-    };
-    let mut text = format!("leader {leader}  term {}\n", cell(map_get(map, "term")));
-    let leader_name = map_get(map, "leader").and_then(|l| map_get(l, "name"));
-    // The node asked speaks for itself too when it is not among the members (it never
-    // reached etcd, so it has no member list).
+    }
+}
+
+/// The node asked, as a member entry, when it is not among the members: it never reached
+/// etcd, so it has no member list, and speaks for itself.
+fn asked_alone(map: &Value, members: &[Value]) -> Option<Value> {
     let asked = map_get(map, "node");
-    let asked_alone = (asked.is_some() && !members.iter().any(|m| map_get(m, "name") == asked))
-        .then(|| {
-            let mut own = vec![
-                ("name".into(), asked.cloned().unwrap_or(Value::Nil)),
-                (
-                    "leading".into(),
-                    (map_get(map, "role").and_then(Value::as_str) == Some("leader")).into(),
-                ),
-            ];
-            for key in ["state", "etcd_error"] {
-                if let Some(v) = map_get(map, key).filter(|v| !v.is_nil()) {
-                    own.push((key.into(), v.clone()));
-                }
+    (asked.is_some() && !members.iter().any(|m| map_get(m, "name") == asked)).then(|| {
+        let mut own = vec![
+            ("name".into(), asked.cloned().unwrap_or(Value::Nil)),
+            (
+                "leading".into(),
+                (map_get(map, "role").and_then(Value::as_str) == Some("leader")).into(),
+            ),
+        ];
+        for key in ["state", "etcd_error"] {
+            if let Some(v) = map_get(map, key).filter(|v| !v.is_nil()) {
+                own.push((key.into(), v.clone()));
             }
-            Value::Map(own)
-        });
-    let speakers: Vec<&Value> = asked_alone.iter().chain(members).collect();
-    for m in &speakers {
+        }
+        Value::Map(own)
+    })
+}
+
+/// A note for each node that does not answer, or neither leads nor follows (the leader etcd
+/// names has its note from `leader_cell`).
+fn member_notes(speakers: &[&Value], leader_name: Option<&Value>) -> Vec<String> {
+    let mut notes = Vec::new();
+    for m in speakers {
         let name = cell(map_get(m, "name"));
         let state = map_get(m, "state").and_then(Value::as_str);
         let leading = map_get(m, "leading").and_then(Value::as_bool);
         if let Some(e) = map_get(m, "error") {
             notes.push(format!("{name} does not answer: {}", cell(Some(e))));
         } else if leading == Some(false)
-            // The leader etcd names has its note above.
             && (leader_name.is_none() || map_get(m, "name") != leader_name)
             && state.is_some_and(|s| s != "following")
         {
@@ -292,9 +315,13 @@ pub fn render_cluster(map: &Value) -> String {
             ));
         }
     }
-    // One line per distinct etcd error, naming the nodes that see it.
+    notes
+}
+
+/// One note per distinct etcd error, naming the nodes that see it.
+fn etcd_notes(speakers: &[&Value]) -> Vec<String> {
     let mut etcd: Vec<(String, Vec<String>)> = Vec::new();
-    for m in &speakers {
+    for m in speakers {
         let Some(e) = map_get(m, "etcd_error").and_then(Value::as_str) else {
             continue;
         };
@@ -304,12 +331,13 @@ pub fn render_cluster(map: &Value) -> String {
             None => etcd.push((e.to_string(), vec![name])),
         }
     }
-    for (e, names) in etcd {
-        notes.push(format!("etcd unavailable to {}: {e}", names.join(", ")));
-    }
-    for n in notes {
-        text.push_str(&format!("  {n}\n"));
-    }
+    etcd.into_iter()
+        .map(|(e, names)| format!("etcd unavailable to {}: {e}", names.join(", ")))
+        .collect()
+}
+
+/// The members' table, one row each.
+fn member_table(members: &[Value]) -> String {
     let mut rows = vec![MEMBER_COLUMNS.iter().map(|(_, t)| t.to_string()).collect()];
     rows.extend(members.iter().map(|m| {
         MEMBER_COLUMNS
@@ -320,7 +348,7 @@ pub fn render_cluster(map: &Value) -> String {
             })
             .collect()
     }));
-    text.push_str(&table(&rows));
+    let mut text = table(&rows);
     if members.is_empty() {
         text.push_str("(no members listed)\n");
     }

@@ -406,55 +406,63 @@ struct Call {
     show: fn(Value) -> Value,
 }
 
-/// The call of `command`: on the seed's queue, or on `tube` through the API under `ns`.
-fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<Call> {
-    let f = |v: Option<f64>| v.map(Value::F64);
-    let as_is = |v| v;
-    // A call on `tube` when its function is one of the tube's methods.
-    let call = |function: String, args| Call {
-        tube: tube
-            .filter(|t| function.starts_with(&format!("{ns}.tube.{t}:")))
-            .map(str::to_owned),
-        function,
-        args,
-        wait: None,
-        show: as_is,
-    };
-    // `queue.put` on the seed's queue, `queue.tube.<name>:put` on a tube.
-    let method = |seed: &str, m: &str| match tube {
-        None => seed.to_string(),
-        Some(t) => format!("{ns}.tube.{t}:{m}"),
-    };
-    let on_tube = |m: &str| {
-        tube.map(|t| format!("{ns}.tube.{t}:{m}"))
+/// Where a command's call goes: the seed's queue, or `tube` through the API under `ns`.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    tube: Option<&'a str>,
+    ns: &'a str,
+}
+
+impl<'a> Names<'a> {
+    /// A call of `function`, on `tube` when it is one of the tube's methods (for the error of
+    /// a missing tube).
+    fn call(self, function: String, args: Vec<Value>) -> Call {
+        Call {
+            tube: self
+                .tube
+                .filter(|t| function.starts_with(&format!("{}.tube.{t}:", self.ns)))
+                .map(str::to_owned),
+            function,
+            args,
+            wait: None,
+            show: |v| v,
+        }
+    }
+
+    /// `queue.put` on the seed's queue, `queue.tube.<name>:put` on a tube.
+    fn method(self, seed: &str, m: &str) -> String {
+        match self.tube {
+            None => seed.to_string(),
+            Some(t) => format!("{}.tube.{t}:{m}", self.ns),
+        }
+    }
+
+    /// A method only a tube has: refused without `--tube`.
+    fn on_tube(self, m: &str) -> anyhow::Result<String> {
+        self.tube
+            .map(|t| format!("{}.tube.{t}:{m}", self.ns))
             .ok_or_else(|| anyhow::anyhow!("{m} works on a tube: give --tube NAME"))
-    };
-    // A method the seed's queue has only through the tube API: on its tube `default`.
-    let on_tube_or_seed = |m: &str| {
-        let t = tube.unwrap_or(DEFAULT_TUBE_NAME);
-        format!("{ns}.tube.{t}:{m}")
-    };
+    }
+
+    /// A method the seed's queue has only through the tube API: on its tube `default`.
+    fn on_tube_or_seed(self, m: &str) -> String {
+        format!("{}.tube.{}:{m}", self.ns, self.tube_or_default())
+    }
+
+    fn tube_or_default(self) -> &'a str {
+        self.tube.unwrap_or(DEFAULT_TUBE_NAME)
+    }
+}
+
+/// The call of `command`: on the seed's queue, or on `tube` through the API under `ns`. A flat
+/// table, one arm per command; the arms with options build them in a function of their own.
+fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<Call> {
+    let n = Names { tube, ns };
     Ok(match command {
         CtlCommand::Console { .. } | CtlCommand::Cluster { .. } => {
             unreachable!("the console and cluster are run by `run`")
         }
-        CtlCommand::Put {
-            data,
-            delay,
-            ttl,
-            ttr,
-            pri,
-        } => {
-            let mut a = vec![data_value(&data)];
-            let o = [
-                ("delay", f(delay)),
-                ("ttl", f(ttl)),
-                ("ttr", f(ttr)),
-                ("pri", pri.map(Value::from)),
-            ];
-            a.extend(options(&o));
-            call(method("queue.put", "put"), a)
-        }
+        put @ CtlCommand::Put { .. } => n.call(n.method("queue.put", "put"), put_args(put)),
         CtlCommand::Take { timeout } => {
             let wait = Some(seconds("--timeout of take", timeout)?);
             // The seed waits for no argument; the tube API waits for ever without one.
@@ -464,69 +472,99 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
             };
             Call {
                 wait,
-                ..call(method("queue.take", "take"), a)
+                ..n.call(n.method("queue.take", "take"), a)
             }
         }
-        CtlCommand::Ack { id } => call(method("queue.ack", "ack"), vec![Value::from(id)]),
+        CtlCommand::Ack { id } => n.call(n.method("queue.ack", "ack"), vec![Value::from(id)]),
         CtlCommand::Release { id, delay } => {
             let mut a = vec![Value::from(id)];
-            a.extend(options(&[("delay", f(delay))]));
-            call(method("queue.release", "release"), a)
+            a.extend(options(&[("delay", delay.map(Value::F64))]));
+            n.call(n.method("queue.release", "release"), a)
         }
         CtlCommand::Stats => match tube {
-            None => call("queue.stats".into(), vec![]),
-            Some(t) => call(format!("{ns}.statistics"), vec![Value::from(t)]),
+            None => n.call("queue.stats".into(), vec![]),
+            Some(t) => n.call(format!("{ns}.statistics"), vec![Value::from(t)]),
         },
-        CtlCommand::CreateTube {
-            name,
-            kind,
-            ttl,
-            ttr,
-            pri,
-            capacity,
-            max_deliveries,
-            dedup_window,
-            if_not_exists,
-        } => {
-            let o = options(&[
-                ("ttl", f(ttl)),
-                ("ttr", f(ttr)),
-                ("pri", pri.map(Value::from)),
-                ("capacity", capacity.map(Value::from)),
-                ("max_deliveries", max_deliveries.map(Value::from)),
-                ("dedup_window", f(dedup_window)),
-                (
-                    "if_not_exists",
-                    if_not_exists.then_some(Value::Boolean(true)),
-                ),
-            ]);
-            let mut a = vec![Value::from(name), Value::from(kind)];
-            a.extend(o);
-            call(format!("{ns}.create_tube"), a)
+        create @ CtlCommand::CreateTube { .. } => {
+            n.call(format!("{ns}.create_tube"), create_tube_args(create))
         }
         CtlCommand::DropTube { name } => Call {
             tube: Some(name.clone()),
-            ..call(format!("{ns}.tube.{name}:drop"), vec![])
+            ..n.call(format!("{ns}.tube.{name}:drop"), vec![])
         },
         CtlCommand::ListTubes => Call {
             show: tube_names,
-            ..call(format!("{ns}.statistics"), vec![])
+            ..n.call(format!("{ns}.statistics"), vec![])
         },
         CtlCommand::Delete { id } => Call {
-            tube: Some(tube.unwrap_or(DEFAULT_TUBE_NAME).to_owned()),
-            ..call(on_tube_or_seed("delete"), vec![Value::from(id)])
+            tube: Some(n.tube_or_default().to_owned()),
+            ..n.call(n.on_tube_or_seed("delete"), vec![Value::from(id)])
         },
         CtlCommand::Touch { id, delta } => Call {
-            tube: Some(tube.unwrap_or(DEFAULT_TUBE_NAME).to_owned()),
-            ..call(
-                on_tube_or_seed("touch"),
+            tube: Some(n.tube_or_default().to_owned()),
+            ..n.call(
+                n.on_tube_or_seed("touch"),
                 vec![Value::from(id), Value::F64(delta)],
             )
         },
-        CtlCommand::Peek { id } => call(on_tube("peek")?, vec![Value::from(id)]),
-        CtlCommand::Bury { id } => call(on_tube("bury")?, vec![Value::from(id)]),
-        CtlCommand::Kick { count } => call(on_tube("kick")?, vec![Value::from(count)]),
+        CtlCommand::Peek { id } => n.call(n.on_tube("peek")?, vec![Value::from(id)]),
+        CtlCommand::Bury { id } => n.call(n.on_tube("bury")?, vec![Value::from(id)]),
+        CtlCommand::Kick { count } => n.call(n.on_tube("kick")?, vec![Value::from(count)]),
     })
+}
+
+/// A put's arguments: the data, then the options given.
+fn put_args(put: CtlCommand) -> Vec<Value> {
+    let CtlCommand::Put {
+        data,
+        delay,
+        ttl,
+        ttr,
+        pri,
+    } = put
+    else {
+        unreachable!("put_args of a put")
+    };
+    let mut a = vec![data_value(&data)];
+    a.extend(options(&[
+        ("delay", delay.map(Value::F64)),
+        ("ttl", ttl.map(Value::F64)),
+        ("ttr", ttr.map(Value::F64)),
+        ("pri", pri.map(Value::from)),
+    ]));
+    a
+}
+
+/// `create_tube`'s arguments: name, type, then the options given.
+fn create_tube_args(create: CtlCommand) -> Vec<Value> {
+    let CtlCommand::CreateTube {
+        name,
+        kind,
+        ttl,
+        ttr,
+        pri,
+        capacity,
+        max_deliveries,
+        dedup_window,
+        if_not_exists,
+    } = create
+    else {
+        unreachable!("create_tube_args of a create-tube")
+    };
+    let mut a = vec![Value::from(name), Value::from(kind)];
+    a.extend(options(&[
+        ("ttl", ttl.map(Value::F64)),
+        ("ttr", ttr.map(Value::F64)),
+        ("pri", pri.map(Value::from)),
+        ("capacity", capacity.map(Value::from)),
+        ("max_deliveries", max_deliveries.map(Value::from)),
+        ("dedup_window", dedup_window.map(Value::F64)),
+        (
+            "if_not_exists",
+            if_not_exists.then_some(Value::Boolean(true)),
+        ),
+    ]));
+    a
 }
 
 #[cfg(test)]

@@ -85,7 +85,7 @@ impl ClusterNode {
     }
 
     /// The term this node may act as leader in now: its role says so and the fence holds.
-    pub fn leads(&self) -> Option<u64> {
+    pub fn leading_term(&self) -> Option<u64> {
         match self.role {
             NodeRole::Leading { term } => self.fence.term_at(Instant::now()).filter(|&t| t == term),
             _ => None,
@@ -113,7 +113,9 @@ impl Server {
     /// A cluster node that does not lead now (its claim ran out, or it was deposed): replies
     /// to changes it made while it led are not sent as successes.
     pub(super) fn fenced(&self) -> bool {
-        self.cluster.as_ref().is_some_and(|c| c.leads().is_none())
+        self.cluster
+            .as_ref()
+            .is_some_and(|c| c.leading_term().is_none())
     }
 
     /// Once per turn: takes in the election's events and publishes this node's position.
@@ -366,7 +368,7 @@ impl ClusterNode {
         });
         let state = match &c.role {
             NodeRole::Unknown(why) => why.clone(),
-            NodeRole::Leading { .. } if c.leads().is_none() => "leadership ran out".into(),
+            NodeRole::Leading { .. } if c.leading_term().is_none() => "leadership ran out".into(),
             NodeRole::Leading { .. } => "leading".into(),
             NodeRole::Following { .. } => "following".into(),
         };

@@ -30,7 +30,7 @@ impl Role<'_> {
     pub fn leads(&self) -> bool {
         match self.cluster {
             None => !self.follows,
-            Some(c) => c.leads().is_some(),
+            Some(c) => c.leading_term().is_some(),
         }
     }
 

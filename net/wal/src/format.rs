@@ -342,7 +342,7 @@ const CRC_SMALL_BODY: usize = 512;
 
 /// crc32c of `data` continuing from `crc`, as `crc32c::crc32c_append`, for the short inputs of
 /// the WAL's records: one instruction per 8 bytes read unaligned, then 4, 2 and 1. The crate
-/// first steps byte by byte to an 8-byte boundary and through its parallel set-up, which cost a
+/// first steps byte by byte to an 8-byte boundary and through its parallel set-up, which costs a
 /// record of ~100 bytes more than the checksum itself (callgrind: ~250 instructions a record).
 fn crc_small(crc: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
@@ -853,8 +853,9 @@ pub fn encode_commit(buf: &mut Vec<u8>, term: u64, history: u64) {
     buf.extend_from_slice(&history.to_le_bytes());
 }
 
-/// The body of a Status record; the task's counters end it only when one is not zero, so a
-/// take of a task never released, buried, kicked or timed out writes what it wrote before.
+/// The body of a Status record; the task's counters end it only when one is not zero, so the
+/// record of a take of a task never released, buried, kicked or timed out (most takes)
+/// carries none.
 pub fn encode_status(
     buf: &mut Vec<u8>,
     id: TaskId,

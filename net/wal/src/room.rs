@@ -8,7 +8,7 @@
 //! changes ("WAL write failed: No space left on device"), and every later change too until a
 //! retry (`RETRY_INTERVAL`) finds room: no turn holding a change can then meet a full disk,
 //! so no reply waits on one. Takes and timers are not refused: their records use the reserve,
-//! and past it they end, as before, in the failed state (`Wal::fail`) whose records wait in
+//! and past it they end in the failed state (`Wal::fail`) whose records wait in
 //! memory. A take in a turn that already holds a change is the one exception: it is refused
 //! rather than let it take that change's room ([`Wal::reserve_take`]).
 //!
@@ -20,7 +20,8 @@
 //! large").
 //!
 //! A filesystem without `fallocate` (`EOPNOTSUPP`, ZFS among them) turns all this off, logged
-//! once: a change that meets a full disk there waits for room, as it did before. A
+//! once: a change that meets a full disk there puts the WAL in the failed state, and its
+//! reply waits for room. A
 //! copy-on-write filesystem that allocates (btrfs) promises less than ext4, XFS or tmpfs: a
 //! write into allocated blocks may still meet a full disk, and the failed state takes over
 //! (the change's reply waits for room). What a request's records can take is bounded by the
@@ -66,7 +67,8 @@ pub fn task_record_bytes(payload: usize) -> u64 {
 /// The allocation's state beside the segment's own `allocated`.
 #[derive(Default)]
 pub(crate) struct Room {
-    /// The filesystem cannot allocate: changes are admitted without room, as before.
+    /// The filesystem cannot allocate: changes are admitted without room (a full disk then
+    /// meets the write, and the failed state takes over).
     unsupported: bool,
     /// The disk had no room for a change: changes are refused until a retry finds it.
     full: Option<Full>,

@@ -48,10 +48,10 @@ use super::storage::{Storage, StorageFile};
 use super::{files_to_remove, Notify, SHARED_RECORD_BYTES};
 
 /// The share of the loop's time a walk takes while the loop serves requests: each step may
-/// last this fraction of the step and the work before it (`step_budget`). A fixed number of
-/// tasks per turn instead (1024, once) cost a busy loop with short turns half its throughput
-/// for the whole walk of a 10M backlog — and one such walk came every ~30 s. At a fifth, a
-/// snapshot takes at most a fifth of the loop while it runs, and lasts longer in turn.
+/// last this fraction of the step and the work before it (`step_budget`). A share, not a fixed
+/// number of tasks per turn: a fixed count (1024) costs a busy loop with short turns half its
+/// throughput for the whole walk of a 10M backlog. At a fifth, a snapshot takes at most a
+/// fifth of the loop while it runs, and lasts longer in turn.
 pub const SNAPSHOT_DUTY_PERCENT: u32 = 20;
 /// The shortest step, however short the turns: an idle loop (which spins while a walk is
 /// under way) walks in steps of this, and a loop answering one request per turn gives the walk
