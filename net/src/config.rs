@@ -19,8 +19,8 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use serde::Deserialize;
 
 use crate::ctl::CtlArgs;
+use crate::frontend::iproto::sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_MAX_SESSION_GRACE};
 use crate::server::limits::{default_input_budget, LimitsConfig};
-use crate::server::tube_sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_MAX_SESSION_GRACE};
 use tarq_engine::{Micros, MAX_TASKS};
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
 use tarq_ops::graphite::{self, Target};

@@ -2,13 +2,15 @@
 # Before/after the server's reshape (issue 27), alternating run by run so both binaries see the
 # same machine: tarq spawned by the loadgen on core 0, the loadgen on core 1, 4 producers + 4
 # consumers, depth 1 and 16, the seed API and the tube API, 3 s a run after 1 s of warm-up.
-#   rounds.sh BASE_BIN_DIR NEW_BIN_DIR OUT ROUNDS
+#   rounds.sh BASE_BIN_DIR NEW_BIN_DIR OUT ROUNDS [FIRST]
+# (FIRST, default 1: the first round's number, to add rounds to an OUT that has some; the
+# summary covers every run in OUT.)
 # Each BIN_DIR holds `tarq` and `tarq-loadgen` (the same loadgen drives both). One JSON per run
 # in OUT, then a summary (medians, new / base) on stdout.
 set -euo pipefail
-base=$1 new=$2 out=$3 rounds=${4:-5}
+base=$1 new=$2 out=$3 rounds=${4:-5} first=${5:-1}
 mkdir -p "$out"
-for r in $(seq 1 "$rounds"); do
+for r in $(seq "$first" $((first + rounds - 1))); do
   for depth in 1 16; do
     for api in seed tubes; do
       extra=""

@@ -1,14 +1,21 @@
-//! Front-ends: one per wire protocol. A front-end turns its frames into the server's
+//! Front-ends: one per wire protocol. A front-end turns its frames into the core's
 //! front-end-neutral [`Command`](crate::core::Command)s and the
-//! [`Outcome`](crate::core::Outcome)s back into its replies; the loop, sessions,
-//! parked takes, the journal and the stats are the server's and shared by all. Adding a
-//! protocol is a codec crate (bytes only, like `tarq-iproto`), a translation table here, and a
-//! [`ReplyTo`] variant carrying what its replies need (the IPROTO sync, say).
+//! [`Outcome`](crate::core::Outcome)s back into its replies. It reaches the loop it runs in
+//! only through [`Loop`] (the loop implements it), so the loop calls front-ends and never the
+//! other way; the queue, parked takes and the journal are the core's, shared by all. Adding a
+//! protocol is a codec crate (bytes only, like `tarq-iproto`), a translator here over `Loop`,
+//! and a [`ReplyTo`] variant carrying what its replies need (the IPROTO sync, say).
 
 pub mod beanstalk;
 pub mod iproto;
 
-use crate::core::Outcome;
+use std::time::Instant;
+
+use tarq_engine::{Micros, Queue, SessionId, TubeIx};
+use tarq_ops::stats::Snapshot;
+
+use crate::config::Config;
+use crate::core::{Command, Outcome, Pauses, Refusal};
 
 /// How to answer a command: the front-end of the asking connection and what its reply needs.
 /// Kept by a parked take, so it is answered in its own protocol whenever it is served.
@@ -24,4 +31,98 @@ pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
         ReplyTo::Iproto(r) => iproto::encode(out, r, outcome),
         ReplyTo::Beanstalk(r) => beanstalk::encode(out, r, outcome),
     }
+}
+
+/// What a front-end may ask of the loop it runs in: its connection's replies and state, the
+/// core's entry point and what it reads, and the loop's clocks and figures. The loop
+/// (`server::Server`) implements it; a front-end knows nothing else of it, so the arrows go
+/// one way — the loop calls a front-end, the front-end calls the core through this.
+pub trait Loop {
+    /// Runs `cmd` for connection `idx` in the core, answered through `reply`.
+    fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>);
+    /// Connection `idx`'s reply buffer, queued for the turn's flush.
+    fn reply_buf(&mut self, idx: usize) -> &mut Vec<u8>;
+    /// Writes a reply to `idx` that reads the queue (peeks, stats, lists).
+    fn reply_with_queue(&mut self, idx: usize, write: &mut dyn FnMut(&mut Vec<u8>, &Queue));
+    /// Whether connection `idx` is closing (nothing more of its input runs).
+    fn closing(&self, idx: usize) -> bool;
+    /// Connection `idx`'s engine session.
+    fn sid(&self, idx: usize) -> SessionId;
+    /// Closes connection `idx` at its client's request, after the replies it is owed.
+    fn close_quietly(&mut self, idx: usize, reason: &'static str);
+    /// Connection `idx` may run the requests waiting in its buffer again: read it next turn.
+    fn resume_input(&mut self, idx: usize);
+
+    fn queue(&self) -> &Queue;
+    fn pauses(&self) -> &Pauses;
+    /// Takes connection `idx` has parked now.
+    fn parked_of(&self, idx: usize) -> usize;
+    /// Takes parked on `tube` now.
+    fn parked_count(&self, tube: TubeIx) -> u64;
+    /// Drops every take connection `idx` has parked.
+    fn unpark_all(&mut self, idx: usize);
+    /// Creates tube `name` on first use (`fifottl`, made on demand: dropped once unused).
+    fn create_tube_for(&mut self, idx: usize, name: &str) -> Result<TubeIx, Refusal>;
+    /// Drops the tubes made on demand that nothing uses any more and that hold no task.
+    fn collect_tubes(&mut self);
+
+    /// The turn's wall-clock time (task deadlines).
+    fn now(&self) -> Micros;
+    /// The turn's monotonic time (in-process timeouts).
+    fn mono(&self) -> Micros;
+    /// Counts a request for the service-time figures; `Some` when this one is timed.
+    fn count_request(&mut self) -> Option<Instant>;
+    fn record_request(&mut self, started: Option<Instant>);
+    /// Every figure of `queue.stats()`.
+    fn snapshot(&self) -> Snapshot;
+    /// This process's random id.
+    fn server_id(&self) -> u64;
+    fn config(&self) -> &Config;
+
+    /// The beanstalk front-end's server-wide state, and connection `idx`'s own (`None` unless
+    /// it is a beanstalk connection).
+    fn beanstalk_parts(
+        &mut self,
+        idx: usize,
+    ) -> (
+        &mut beanstalk::BeanstalkState,
+        Option<&mut beanstalk::BsConn>,
+    );
+    /// beanstalk connections that have put, that have reserved, and that wait in a reserve.
+    fn beanstalk_roles(&self) -> (u64, u64, u64);
+
+    /// Encodes `outcome` for connection `idx` as `reply` says (an answer the core did not give).
+    fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>);
+    /// Why a batch of `commands` (or a take of many, `first`) may not run now.
+    fn batch_refusal(&mut self, first: &Command<'_>, commands: &[Command<'_>]) -> Option<Refusal>;
+    /// Releases every task session `sid` holds and serves the takes that wait for them.
+    fn release_session(&mut self, sid: SessionId) -> usize;
+    /// The IPROTO front-end's server-wide state.
+    fn iproto(&mut self) -> &mut iproto::IprotoState;
+    /// Whether connection `idx` may call functions (authenticated, or no user is required).
+    fn authenticated(&self, idx: usize) -> bool;
+    fn set_authenticated(&mut self, idx: usize, yes: bool);
+    /// Connection `idx`'s greeting salt (for chap-sha1).
+    fn salt(&self, idx: usize) -> [u8; tarq_iproto::greeting::SALT_LEN];
+    /// `sha1(sha1(password))` of the configured user, if any.
+    fn auth_hash(&self) -> Option<[u8; tarq_iproto::auth::SCRAMBLE_LEN]>;
+    /// Connection `idx`'s tube-API session UUID, once drawn.
+    fn session_uuid(&self, idx: usize) -> Option<[u8; 16]>;
+    /// Connection `idx` acts as engine session `sid`, named `uuid` in the tube API.
+    fn set_session(&mut self, idx: usize, sid: SessionId, uuid: [u8; 16]);
+    /// Whether connection `idx` streams this tarq's WAL to a replica (a relay).
+    fn is_relay(&self, idx: usize) -> bool;
+    /// JOIN (`subscribe` `None`) or SUBSCRIBE after `(position, term, history)`: connection
+    /// `idx` becomes a relay, or is refused.
+    fn start_relay(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        format: Option<u32>,
+        subscribe: Option<(u64, u64, u64)>,
+    );
+    /// A replica's acknowledgement on relay `idx`.
+    fn relay_input(&mut self, idx: usize, frame: &[u8]);
+    /// `queue.cluster()`.
+    fn cluster_overview(&mut self) -> rmpv::Value;
 }

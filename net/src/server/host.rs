@@ -160,16 +160,6 @@ impl Server {
         deliver_to(&mut self.conns, &mut self.flush_list, idx, reply, outcome);
     }
 
-    /// The tubes' pauses (beanstalk's pause-tube).
-    pub(crate) fn pauses(&self) -> &crate::core::Pauses {
-        self.core.pauses()
-    }
-
-    /// Takes connection `idx` has parked now.
-    pub(crate) fn parked_of(&self, idx: usize) -> usize {
-        self.core.parked_of(idx)
-    }
-
     /// Why a batch of `commands` (or a take of many, `first`) may not run now: the room for
     /// all its items' records is reserved at once.
     pub(crate) fn batch_refusal(

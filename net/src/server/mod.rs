@@ -17,6 +17,7 @@ mod clock;
 mod cluster;
 pub mod conn;
 mod enforce;
+mod front;
 mod host;
 pub mod limits;
 mod relay;
@@ -24,7 +25,6 @@ pub mod reload;
 mod replica;
 mod sync;
 mod systemd;
-pub mod tube_sessions;
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -43,7 +43,9 @@ use crate::frontend::iproto::errors::refusal_text;
 use crate::config::Config;
 use crate::core::journal::{Journal, Ticket};
 use crate::core::{Core, Outcome, Unneeded};
-use crate::frontend::beanstalk::BsConn;
+use crate::frontend::beanstalk::{Beanstalk, BsConn};
+use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
+use crate::frontend::iproto::{Iproto, IprotoState};
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{
@@ -188,10 +190,7 @@ pub struct Server {
     limits: Limits,
     connections_accepted: u64,
     /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
-    pub(crate) tube_sessions: tube_sessions::TubeSessions,
-    /// `queue.cfg{in_replicaset = true}`: `create_tube` refuses temporary tubes, as the
-    /// original does. Not kept across a restart (the original keeps it in memory too).
-    pub(crate) in_replicaset: bool,
+    pub(crate) iproto: IprotoState,
     /// Connections streaming this tarq's WAL to replicas: (slot, generation).
     relays: Vec<(usize, u32)>,
     /// The WAL's bytes of the turn, for the live relays (reused).
@@ -273,11 +272,10 @@ impl Server {
             reloader: None,
             limits: Limits::new(cfg.limits),
             connections_accepted: 0,
-            tube_sessions: tube_sessions::TubeSessions::new(
+            iproto: IprotoState::new(TubeSessions::new(
                 cfg.max_session_grace,
                 cfg.max_detached_sessions,
-            ),
-            in_replicaset: false,
+            )),
             relays: Vec::new(),
             tap: Vec::new(),
             relay_buf: Vec::new(),
@@ -609,7 +607,7 @@ impl Server {
             self.accept_paused_until,
             self.lingering.iter().map(|&(_, _, until)| until).min(),
             self.limits.next_deadline(),
-            self.tube_sessions.next_deadline(),
+            self.iproto.sessions.next_deadline(),
         ];
         let until = |at: Option<Micros>, now: Micros| at.map(|t| t.saturating_sub(now));
         let wall_next = until(wall.into_iter().flatten().min(), self.clock.wall());
@@ -750,7 +748,7 @@ impl Server {
             self.engine_behind = core.advance(ADVANCE_BUDGET, &mut wire);
         }
 
-        for sid in self.tube_sessions.expired(self.mono) {
+        for sid in self.iproto.sessions.expired(self.mono) {
             let released = self.release_session(sid);
             info!(sid, released, "session expired");
         }
@@ -778,7 +776,7 @@ impl Server {
             {
                 match reply {
                     // The front-end decides: TIMED_OUT, DEADLINE_SOON, or wait on.
-                    ReplyTo::Beanstalk(_) => self.bs_reserve_woke(caller.slot()),
+                    ReplyTo::Beanstalk(_) => Beanstalk::new(self).reserve_woke(caller.slot()),
                     _ => self.deliver(caller.slot(), reply, &Outcome::Nothing),
                 }
             }
@@ -869,7 +867,7 @@ impl Server {
         } else {
             let data = rbuf.data();
             let used = if beanstalk {
-                self.execute_beanstalk_input(idx, data)
+                Beanstalk::new(self).execute_input(idx, data)
             } else {
                 self.execute_iproto_input(idx, data)
             };
@@ -899,7 +897,7 @@ impl Server {
             ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
             ReadOutcome::Eof if blocked => {
                 // beanstalkd answers a reserve waiting on a half-closed connection at once.
-                self.bs_half_closed(idx);
+                Beanstalk::new(self).half_closed(idx);
                 self.begin_close(idx, "closed by peer", true);
             }
             ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
@@ -931,7 +929,7 @@ impl Server {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
-                    self.execute_iproto(idx, &data[used + f.prefix..used + f.total()]);
+                    Iproto::new(self).execute(idx, &data[used + f.prefix..used + f.total()]);
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());
@@ -979,11 +977,6 @@ impl Server {
         }
     }
 
-    /// Takes parked on `tube` now.
-    pub(crate) fn parked_count(&self, tube: tarq_engine::TubeIx) -> u64 {
-        self.core.parked_in(tube) as u64
-    }
-
     /// beanstalk connections that have put, that have reserved, and that wait in a reserve now.
     pub(crate) fn beanstalk_roles(&self) -> (u64, u64, u64) {
         let mut roles = (0, 0, 0);
@@ -1007,11 +1000,6 @@ impl Server {
         self.begin_close(idx, reason, true);
     }
 
-    /// Drops every parked take of connection `idx` (a beanstalk reserve parks one per tube).
-    pub(crate) fn unpark_all(&mut self, idx: usize) {
-        self.core.unpark(idx);
-    }
-
     /// Connection `idx` may run the commands waiting in its buffer again: read it next turn.
     pub(crate) fn resume_input(&mut self, idx: usize) {
         if self.conns.get(idx).is_some_and(|c| c.closing.is_none()) {
@@ -1023,7 +1011,7 @@ impl Server {
     /// commands behind it run.
     pub(crate) fn parked_answered(&mut self, idx: usize, reply: ReplyTo) {
         if matches!(reply, ReplyTo::Beanstalk(_)) {
-            self.bs_reserve_answered(idx);
+            Beanstalk::new(self).reserve_answered(idx);
         }
     }
 
@@ -1095,34 +1083,10 @@ impl Server {
         &mut self.conns[idx]
     }
 
-    pub(crate) fn config(&self) -> &Config {
-        &self.cfg
-    }
-
-    /// The turn's wall-clock time: the engine's (task deadlines).
-    pub(crate) fn now(&self) -> Micros {
-        self.now
-    }
-
-    /// The turn's monotonic time: in-process timeouts'.
-    pub(crate) fn mono(&self) -> Micros {
-        self.mono
-    }
-
     /// Reads both clocks for a turn.
     fn read_clocks(&mut self) {
         self.now = self.clock.wall();
         self.mono = self.clock.mono();
-    }
-
-    /// The queue, to read (for front-ends: names of tubes, statistics of every tube).
-    pub(crate) fn queue(&self) -> &Queue {
-        self.core.queue()
-    }
-
-    /// 16 random bytes, for a session's UUID.
-    pub(crate) fn new_session_uuid() -> io::Result<[u8; 16]> {
-        random_bytes()
     }
 
     /// `sha1(sha1(password))` of the configured user, if any.
@@ -1150,9 +1114,9 @@ impl Server {
             self.beanstalk.connections -= 1;
         }
         self.drop_input(idx);
-        let released = match self.tube_sessions.detach(sid, uuid, self.mono) {
-            tube_sessions::OnClose::Release(sid) => self.release_session(sid),
-            tube_sessions::OnClose::Keep => 0,
+        let released = match self.iproto.sessions.detach(sid, uuid, self.mono) {
+            OnClose::Release(sid) => self.release_session(sid),
+            OnClose::Keep => 0,
         };
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
         info!(sid, %peer, reason, released, "connection closed");
@@ -1580,15 +1544,15 @@ mod tests {
         let now = s.now;
         (s.core.queue_mut()).put(now, Box::new([0xa1, b'x']), PutOptions::default());
         // The hog takes the task; the waiter's take(10) parks.
-        s.call(hog, 1, calls::TAKE, &[0x90], false);
-        s.call(waiter, 7, calls::TAKE, &[0x91, 0x0a], false);
+        Iproto::new(&mut s).call(hog, 1, calls::TAKE, &[0x90], false);
+        Iproto::new(&mut s).call(waiter, 7, calls::TAKE, &[0x91, 0x0a], false);
         assert_eq!(s.core.parked_takes().0, 1);
         // The hog is flushed first, with far more than its socket takes: over its backlog
         // limit once that write returns. The waiter is flushed after it (a ping reply).
         s.cfg.max_write_backlog = 1 << 20;
         let junk = vec![0u8; 32 << 20];
         out_of(&mut s.conns, &mut s.flush_list, hog).extend_from_slice(&junk);
-        s.execute_iproto(waiter, &[0x82, 0x00, 0x40, 0x01, 0x08]);
+        Iproto::new(&mut s).execute(waiter, &[0x82, 0x00, 0x40, 0x01, 0x08]);
         assert_eq!(s.flush_list, [hog, waiter]);
         s.commit_and_flush();
         assert!(!s.conns.contains(hog), "the hog was cut off");

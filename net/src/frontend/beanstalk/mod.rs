@@ -5,7 +5,7 @@
 //! when the connection closes.
 //!
 //! Commands that change the queue (put, reserve, delete, release, bury, touch, kick,
-//! kick-job, reserve-job) go through [`Server::dispatch`] like the IPROTO calls, so the
+//! kick-job, reserve-job) go through the core ([`Loop::dispatch`]) like the IPROTO calls, so the
 //! journal's refusals, durability holds and parked-take wake-ups are the same; the rest
 //! (use / watch / ignore, peeks, stats, lists, pause-tube, quit) only read the queue or the
 //! connection's own state and are answered here. As in beanstalkd, a connection runs its
@@ -28,9 +28,8 @@ use tarq_engine::{
 };
 
 use crate::core::{Command, Outcome, Pause, Refusal};
-use crate::server::Server;
 
-use super::ReplyTo;
+use super::{Loop, ReplyTo};
 
 /// One second, in the engine's microseconds.
 const SECOND: Micros = 1_000_000;
@@ -170,17 +169,28 @@ fn secs(s: u32) -> Micros {
     s as Micros * SECOND
 }
 
-impl Server {
+/// The beanstalk front-end at work for the loop `L`: it translates a connection's commands
+/// into the core's and answers what needs no core call.
+pub struct Beanstalk<'a, L: Loop> {
+    l: &'a mut L,
+}
+
+impl<'a, L: Loop> Beanstalk<'a, L> {
+    pub fn new(l: &'a mut L) -> Self {
+        Beanstalk { l }
+    }
+}
+
+impl<L: Loop> Beanstalk<'_, L> {
     /// Executes what connection `idx` has sent, command by command, until a reserve waits or
     /// the input holds no whole command; returns the bytes used.
-    pub(crate) fn execute_beanstalk_input(&mut self, idx: usize, data: &[u8]) -> usize {
+    pub fn execute_input(&mut self, idx: usize, data: &[u8]) -> usize {
         let mut used = 0;
         loop {
-            let c = self.conn_mut(idx);
-            if c.closing.is_some() {
+            if self.l.closing(idx) {
                 break;
             }
-            let Some(bs) = c.beanstalk_mut() else {
+            let Some(bs) = self.l.beanstalk_parts(idx).1 else {
                 break;
             };
             if bs.waiting.is_some() {
@@ -192,9 +202,9 @@ impl Server {
             used += n;
             match step {
                 Decoded::Command(cmd) => {
-                    let started = self.count_request();
+                    let started = self.l.count_request();
                     self.execute_beanstalk(idx, cmd);
-                    self.record_request(started);
+                    self.l.record_request(started);
                 }
                 Decoded::Error(e) => self.protocol_error(idx, e),
                 Decoded::Discarded => {}
@@ -204,32 +214,35 @@ impl Server {
     }
 
     fn protocol_error(&mut self, idx: usize, e: ProtocolError) {
-        self.beanstalk.errors += 1;
+        self.state().errors += 1;
         // beanstalkd counts a put once its line is read, so a body refused is in `cmd-put`.
         if matches!(
             e,
             ProtocolError::JobTooBig { .. } | ProtocolError::ExpectedCrlf { .. }
         ) {
-            self.beanstalk.count(tarq_beanstalk::CommandKind::Put);
+            self.state().count(tarq_beanstalk::CommandKind::Put);
         }
-        tracing::debug!(sid = self.conn_mut(idx).sid, error = %e, "beanstalk request refused");
-        e.reply().encode(self.reply_buf(idx));
+        tracing::debug!(sid = self.l.sid(idx), error = %e, "beanstalk request refused");
+        e.reply().encode(self.l.reply_buf(idx));
     }
 
     /// Writes a reply that needs no engine call.
     fn bs_answer(&mut self, idx: usize, reply: Out<'_>) {
-        reply.encode(self.reply_buf(idx));
+        reply.encode(self.l.reply_buf(idx));
     }
 
     fn bs(&mut self, idx: usize) -> &mut BsConn {
-        self.conn_mut(idx)
-            .beanstalk_mut()
-            .expect("a beanstalk connection")
+        (self.l.beanstalk_parts(idx).1).expect("a beanstalk connection")
+    }
+
+    /// The front-end's server-wide state.
+    fn state(&mut self) -> &mut BeanstalkState {
+        self.l.beanstalk_parts(usize::MAX).0
     }
 
     /// The translation table: one beanstalk command.
     fn execute_beanstalk(&mut self, idx: usize, cmd: Bs<'_>) {
-        self.beanstalk.count(cmd.kind());
+        self.state().count(cmd.kind());
         match cmd {
             Bs::Put {
                 pri,
@@ -269,7 +282,9 @@ impl Server {
             Bs::Touch { id } => self.bs_dispatch(idx, Reply::Touch, Command::TouchTtr { id }),
             Bs::Watch { tube } => self.bs_watch(idx, tube),
             Bs::Ignore { tube } => self.bs_ignore(idx, tube),
-            Bs::Peek { id } => self.reply_with_queue(idx, |out, q| found(out, q.get(id))),
+            Bs::Peek { id } => self
+                .l
+                .reply_with_queue(idx, &mut |out, q| found(out, q.get(id))),
             Bs::PeekReady => self.bs_peek_first(idx, Status::Ready),
             Bs::PeekDelayed => self.bs_peek_first(idx, Status::Waiting),
             Bs::PeekBuried => self.bs_peek_first(idx, Status::Buried),
@@ -281,16 +296,16 @@ impl Server {
             Bs::KickJob { id } => self.bs_dispatch(idx, Reply::KickJob, Command::KickTask { id }),
             Bs::StatsJob { id } => self.bs_stats_job(idx, id),
             Bs::StatsTube { tube } => {
-                self.collect_tubes();
+                self.l.collect_tubes();
                 self.bs_stats_tube(idx, tube)
             }
             Bs::Stats => {
-                self.collect_tubes();
+                self.l.collect_tubes();
                 self.bs_stats(idx)
             }
             Bs::ListTubes => {
-                self.collect_tubes();
-                self.reply_with_queue(idx, |out, q| {
+                self.l.collect_tubes();
+                self.l.reply_with_queue(idx, &mut |out, q| {
                     tarq_beanstalk::ok_yaml(out, |o| {
                         tarq_beanstalk::write_list(o, q.tubes().map(|t| t.name))
                     })
@@ -303,7 +318,7 @@ impl Server {
             }
             Bs::ListTubesWatched => self.bs_list_watched(idx),
             Bs::PauseTube { tube, delay } => self.bs_pause(idx, tube, delay),
-            Bs::Quit => self.close_quietly(idx, "quit"),
+            Bs::Quit => self.l.close_quietly(idx, "quit"),
         }
     }
 
@@ -314,8 +329,8 @@ impl Server {
         };
         let bs = self.bs(idx);
         let old = std::mem::replace(&mut bs.used, t);
-        self.beanstalk.tube_mut(t).using += 1;
-        self.beanstalk.stop_using(old);
+        self.state().tube_mut(t).using += 1;
+        self.state().stop_using(old);
         self.bs_answer(idx, Out::Using { tube });
     }
 
@@ -331,7 +346,7 @@ impl Server {
         }
         let count = bs.watched.len() as u64;
         if added {
-            self.beanstalk.tube_mut(t).watching += 1;
+            self.state().tube_mut(t).watching += 1;
         }
         self.bs_answer(idx, Out::Watching { count });
     }
@@ -340,7 +355,7 @@ impl Server {
     fn bs_list_watched(&mut self, idx: usize) {
         let watched = self.bs(idx).watched.clone();
         let names: Vec<String> = watched.iter().map(|&t| self.tube_name(t)).collect();
-        tarq_beanstalk::ok_yaml(self.reply_buf(idx), |o| {
+        tarq_beanstalk::ok_yaml(self.l.reply_buf(idx), |o| {
             tarq_beanstalk::write_list(o, names.iter().map(String::as_str))
         });
     }
@@ -348,14 +363,14 @@ impl Server {
     /// `pause-tube`: the core holds the tube's tasks from every take for `delay` seconds.
     fn bs_pause(&mut self, idx: usize, tube: &str, delay: u32) {
         // A tube forgotten once empty and unused is not found, as in beanstalkd.
-        self.collect_tubes();
-        let Some(t) = self.queue().tube_ix(tube) else {
+        self.l.collect_tubes();
+        let Some(t) = self.l.queue().tube_ix(tube) else {
             return self.bs_answer(idx, Out::NotFound);
         };
         // A delay of 0 ends a pause at once: beanstalkd raises 0 to 1 ns (so its waiters wake),
         // not to a second.
-        let until = self.mono().saturating_add(secs(delay));
-        self.beanstalk.tube_mut(t).cmd_pause_tube += 1;
+        let until = self.l.mono().saturating_add(secs(delay));
+        self.state().tube_mut(t).cmd_pause_tube += 1;
         let pause = Pause {
             until,
             seconds: delay,
@@ -365,7 +380,7 @@ impl Server {
 
     /// Runs a command through the one dispatch, answered as `reply`.
     fn bs_dispatch(&mut self, idx: usize, reply: Reply, cmd: Command<'_>) {
-        self.dispatch(idx, ReplyTo::Beanstalk(reply), cmd);
+        self.l.dispatch(idx, ReplyTo::Beanstalk(reply), cmd);
     }
 
     fn bs_put(&mut self, idx: usize, pri: u32, delay: u32, ttr: u32, body: &[u8]) {
@@ -379,7 +394,7 @@ impl Server {
             pri: Some(pri as i64),
             ..Default::default()
         };
-        let mut data = std::mem::take(&mut self.beanstalk.scratch);
+        let mut data = std::mem::take(&mut self.state().scratch);
         wrap_body(&mut data, body);
         let cmd = Command::PutIn {
             tube,
@@ -387,25 +402,25 @@ impl Server {
             opts,
             wait: 0,
         };
-        self.dispatch(idx, ReplyTo::Beanstalk(Reply::Put), cmd);
-        self.beanstalk.scratch = data;
+        self.l.dispatch(idx, ReplyTo::Beanstalk(Reply::Put), cmd);
+        self.state().scratch = data;
     }
 
     /// `reserve`: `DEADLINE_SOON` when a job this connection holds is about to time out and
     /// none is ready for it; else a take from its watched tubes, parked while none is ready.
     fn bs_reserve(&mut self, idx: usize, timeout: Option<Micros>) {
         // A reserve's wait is an in-process timeout: on the monotonic clock.
-        let now = self.mono();
-        let sid = self.conn_mut(idx).sid;
+        let now = self.l.mono();
+        let sid = self.l.sid(idx);
         // The watched tubes, copied into a reused buffer (the command borrows them while the
         // dispatch borrows the server).
-        let mut tubes = std::mem::take(&mut self.beanstalk.tubes_scratch);
+        let mut tubes = std::mem::take(&mut self.state().tubes_scratch);
         let bs = self.bs(idx);
         bs.worker = true;
         tubes.clear();
         tubes.extend_from_slice(&bs.watched);
         if self.deadline_soon(sid) && !self.ready_in_any(&tubes) {
-            self.beanstalk.tubes_scratch = tubes;
+            self.state().tubes_scratch = tubes;
             self.bs_answer(idx, Out::DeadlineSoon);
             return;
         }
@@ -417,10 +432,11 @@ impl Server {
             timeout,
             wake,
         };
-        self.dispatch(idx, ReplyTo::Beanstalk(Reply::Reserve), cmd);
-        self.beanstalk.tubes_scratch = tubes;
+        self.l
+            .dispatch(idx, ReplyTo::Beanstalk(Reply::Reserve), cmd);
+        self.state().tubes_scratch = tubes;
         // Answered at once: nothing waits. (A parked take leaves `waiting` set.)
-        if self.parked_of(idx) == 0 {
+        if self.l.parked_of(idx) == 0 {
             self.bs(idx).waiting = None;
         }
     }
@@ -429,17 +445,19 @@ impl Server {
     /// when the soonest TTR of the jobs its connection holds (a task deadline, on the wall
     /// clock) enters the safety margin.
     fn reserve_wake(&self, sid: u64, until: Micros) -> Micros {
-        let soon = self.queue().soonest_ttr(sid).map_or(Micros::MAX, |d| {
-            let left = d.saturating_sub(DEADLINE_MARGIN).saturating_sub(self.now());
-            self.mono().saturating_add(left)
+        let soon = self.l.queue().soonest_ttr(sid).map_or(Micros::MAX, |d| {
+            let left = d
+                .saturating_sub(DEADLINE_MARGIN)
+                .saturating_sub(self.l.now());
+            self.l.mono().saturating_add(left)
         });
         until.min(soon)
     }
 
     /// A waiting reserve's parked entries woke (at its deadline, or for `DEADLINE_SOON`).
-    pub(crate) fn bs_reserve_woke(&mut self, idx: usize) {
-        let now = self.mono();
-        let sid = self.conn_mut(idx).sid;
+    pub fn reserve_woke(&mut self, idx: usize) {
+        let now = self.l.mono();
+        let sid = self.l.sid(idx);
         let Some(until) = self.end_wait(idx) else {
             return;
         };
@@ -453,11 +471,11 @@ impl Server {
             self.bs_reserve_again(idx, left);
             return;
         }
-        self.resume_input(idx);
+        self.l.resume_input(idx);
     }
 
     /// The client shut its side while its reserve waited: `TIMED_OUT`, as beanstalkd answers.
-    pub(crate) fn bs_half_closed(&mut self, idx: usize) {
+    pub fn half_closed(&mut self, idx: usize) {
         self.end_wait(idx);
         self.bs_answer(idx, Out::TimedOut);
     }
@@ -465,14 +483,15 @@ impl Server {
     /// Ends connection `idx`'s wait: its parked entries go, and the deadline it had is
     /// returned (`None` when it was not waiting).
     fn end_wait(&mut self, idx: usize) -> Option<Micros> {
-        self.unpark_all(idx);
-        self.conn_mut(idx).beanstalk_mut()?.waiting.take()
+        self.l.unpark_all(idx);
+        self.l.beanstalk_parts(idx).1?.waiting.take()
     }
 
     /// Whether a job session `sid` holds is inside its TTR's last second (`DEADLINE_SOON`).
     fn deadline_soon(&self, sid: u64) -> bool {
-        let now = self.now();
-        self.queue()
+        let now = self.l.now();
+        self.l
+            .queue()
             .soonest_ttr(sid)
             .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN))
     }
@@ -480,29 +499,30 @@ impl Server {
     fn bs_reserve_again(&mut self, idx: usize, timeout: Option<Micros>) {
         self.bs_reserve(idx, timeout);
         if self.bs(idx).waiting.is_none() {
-            self.resume_input(idx);
+            self.l.resume_input(idx);
         }
     }
 
     /// A parked reserve was answered (served, or timed out): drop its other entries and run
     /// the commands that waited behind it.
-    pub(crate) fn bs_reserve_answered(&mut self, idx: usize) {
+    pub fn reserve_answered(&mut self, idx: usize) {
         self.end_wait(idx);
-        self.resume_input(idx);
+        self.l.resume_input(idx);
     }
 
     /// Whether any of `tubes` (not paused) has a task a take would get now.
     fn ready_in_any(&self, tubes: &[TubeIx]) -> bool {
-        let now = self.mono();
+        let now = self.l.mono();
         tubes
             .iter()
-            .any(|&t| !self.pauses().paused(t, now) && self.queue().can_take(t))
+            .any(|&t| !self.l.pauses().paused(t, now) && self.l.queue().can_take(t))
     }
 
     fn bs_delete(&mut self, idx: usize, id: TaskId) {
-        let sid = self.conn_mut(idx).sid;
+        let sid = self.l.sid(idx);
         // A job reserved by another connection is not this one's to delete.
         let Some(tube) = self
+            .l
             .queue()
             .get(id)
             .filter(|t| t.owner.is_none_or(|o| o == sid))
@@ -511,12 +531,12 @@ impl Server {
             self.bs_answer(idx, Out::NotFound);
             return;
         };
-        self.beanstalk.tube_mut(tube).cmd_delete += 1;
+        self.state().tube_mut(tube).cmd_delete += 1;
         self.bs_dispatch(idx, Reply::Delete, Command::Delete { tube, id });
     }
 
     fn bs_ignore(&mut self, idx: usize, name: &str) {
-        let t = self.queue().tube_ix(name);
+        let t = self.l.queue().tube_ix(name);
         let bs = self.bs(idx);
         let pos = t.and_then(|t| bs.watched.iter().position(|&w| w == t));
         match pos {
@@ -524,7 +544,7 @@ impl Server {
             Some(p) => {
                 let t = bs.watched.swap_remove(p);
                 let count = bs.watched.len() as u64;
-                self.beanstalk.stop_watching(t);
+                self.state().stop_watching(t);
                 self.bs_answer(idx, Out::Watching { count });
             }
             None => {
@@ -536,7 +556,7 @@ impl Server {
 
     fn bs_peek_first(&mut self, idx: usize, status: Status) {
         let tube = self.bs(idx).used;
-        self.reply_with_queue(idx, |out, q| {
+        self.l.reply_with_queue(idx, &mut |out, q| {
             found(out, q.peek_first(tube, status).ok().flatten())
         });
     }
@@ -545,10 +565,10 @@ impl Server {
     /// creates a tube on `use` or `watch`. `None` when it cannot be created (the journal
     /// refuses changes, or the tube limit is reached): logged.
     fn bs_tube(&mut self, idx: usize, name: &str) -> Option<TubeIx> {
-        if let Some(t) = self.queue().tube_ix(name) {
+        if let Some(t) = self.l.queue().tube_ix(name) {
             return Some(t);
         }
-        match self.create_tube_for(idx, name) {
+        match self.l.create_tube_for(idx, name) {
             Ok(t) => Some(t),
             Err(e) => {
                 tracing::warn!(tube = name, error = %e, "beanstalk: cannot create the tube");
@@ -559,11 +579,12 @@ impl Server {
 
     /// The tube of task `id`, if it is live.
     fn tube_of(&self, id: TaskId) -> Option<TubeIx> {
-        self.queue().get(id).map(|t| t.tube)
+        self.l.queue().get(id).map(|t| t.tube)
     }
 
     fn tube_name(&self, t: TubeIx) -> String {
-        self.queue()
+        self.l
+            .queue()
             .tube_info(t)
             .map_or_else(String::new, |i| i.name.to_owned())
     }

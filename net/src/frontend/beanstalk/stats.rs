@@ -13,9 +13,7 @@ use tarq_beanstalk::{
 };
 use tarq_engine::{Micros, Status, TaskId};
 
-use crate::server::Server;
-
-use super::SECOND;
+use super::{Beanstalk, Loop, SECOND};
 
 /// The beanstalkd version tarq's `stats` reports: the protocol it speaks. Clients parse it.
 pub const PROTOCOL_VERSION: &str = "1.12";
@@ -29,11 +27,11 @@ fn beanstalk_pri(pri: i64) -> u32 {
     pri.clamp(0, u32::MAX as i64) as u32
 }
 
-impl Server {
+impl<L: Loop> Beanstalk<'_, L> {
     pub(super) fn bs_stats_job(&mut self, idx: usize, id: TaskId) {
-        let now = self.now();
-        let ttr_deadline = self.queue().ttr_deadline(id);
-        self.reply_with_queue(idx, |out, q| {
+        let now = self.l.now();
+        let ttr_deadline = self.l.queue().ttr_deadline(id);
+        self.l.reply_with_queue(idx, &mut |out, q| {
             let Some(t) = q.get(id) else {
                 return Out::NotFound.encode(out);
             };
@@ -73,14 +71,14 @@ impl Server {
     }
 
     pub(super) fn bs_stats_tube(&mut self, idx: usize, name: &str) {
-        let Some(t) = self.queue().tube_ix(name) else {
-            return Out::NotFound.encode(self.reply_buf(idx));
+        let Some(t) = self.l.queue().tube_ix(name) else {
+            return Out::NotFound.encode(self.l.reply_buf(idx));
         };
-        let now = self.mono();
-        let bs = self.beanstalk.tube(t);
-        let waiting = self.parked_count(t);
-        let pause = self.pauses().of(t);
-        self.reply_with_queue(idx, |out, q| {
+        let now = self.l.mono();
+        let bs = self.state().tube(t);
+        let waiting = self.l.parked_count(t);
+        let pause = self.l.pauses().of(t);
+        self.l.reply_with_queue(idx, &mut |out, q| {
             let s = q.tube_stats(t).unwrap_or_default();
             let (pause, left) = match pause {
                 Some(p) if p.until > now => (u64::from(p.seconds), p.until - now),
@@ -107,18 +105,18 @@ impl Server {
     }
 
     pub(super) fn bs_stats(&mut self, idx: usize) {
-        let snapshot = self.snapshot();
-        let (producers, workers, waiting) = self.beanstalk_roles();
-        let b = &self.beanstalk;
-        let max_job_size = self.config().beanstalk_max_job_size as u64;
+        let snapshot = self.l.snapshot();
+        let (producers, workers, waiting) = self.l.beanstalk_roles();
+        let max_job_size = self.l.config().beanstalk_max_job_size as u64;
         let (utime, stime) = cpu_times();
         let host = read_proc("/proc/sys/kernel/hostname");
         let os = read_proc("/proc/sys/kernel/version");
-        let id = format!("{:016x}", self.server_id());
+        let id = format!("{:016x}", self.l.server_id());
         let mut urgent = 0;
-        for t in self.queue().tubes() {
-            urgent += self.queue().ready_urgent(t.ix).unwrap_or(0);
+        for t in self.l.queue().tubes() {
+            urgent += self.l.queue().ready_urgent(t.ix).unwrap_or(0);
         }
+        let b = &*self.state();
         let sum = |f: fn(&tarq_engine::Stats) -> u64| -> u64 {
             snapshot.tubes.iter().map(|t| f(&t.stats)).sum()
         };
@@ -185,7 +183,7 @@ impl Server {
             platform: std::env::consts::ARCH,
             extra: &extra,
         };
-        ok_yaml(self.reply_buf(idx), |o| stats.write_yaml(o));
+        ok_yaml(self.l.reply_buf(idx), |o| stats.write_yaml(o));
     }
 }
 

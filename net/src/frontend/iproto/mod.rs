@@ -6,6 +6,7 @@
 
 pub mod calls;
 pub mod errors;
+pub mod sessions;
 pub mod tostring;
 mod tube_api;
 pub mod tubes;
@@ -16,11 +17,11 @@ use tarq_iproto::mp::write;
 use tarq_iproto::request::{self, RequestKind};
 use tarq_iproto::{auth, response, SYSTEM_SPACES};
 
-use super::ReplyTo;
+use super::{Loop, ReplyTo};
 use crate::core::{Command, On, Outcome};
-use crate::server::Server;
 use calls::{Call, CallError};
 use errors::error;
+use sessions::TubeSessions;
 
 /// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
 /// wrapped as tuples), which API's shapes to use, and, for the tube API, the number the
@@ -48,36 +49,67 @@ pub enum Style {
     Silent,
 }
 
-impl Server {
+/// The IPROTO front-end's server-wide state: the tube API's sessions and its replicaset mode.
+#[derive(Debug)]
+pub struct IprotoState {
+    /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
+    pub sessions: TubeSessions,
+    /// `queue.cfg{in_replicaset = true}`: `create_tube` refuses temporary tubes, as the
+    /// original does. Not kept across a restart (the original keeps it in memory too).
+    pub in_replicaset: bool,
+}
+
+impl IprotoState {
+    pub fn new(sessions: TubeSessions) -> Self {
+        IprotoState {
+            sessions,
+            in_replicaset: false,
+        }
+    }
+}
+
+/// The IPROTO front-end at work for the loop `L`: it answers the protocol's own requests and
+/// translates the queue's calls into the core's commands.
+pub struct Iproto<'a, L: Loop> {
+    l: &'a mut L,
+}
+
+impl<'a, L: Loop> Iproto<'a, L> {
+    pub fn new(l: &'a mut L) -> Self {
+        Iproto { l }
+    }
+}
+
+impl<L: Loop> Iproto<'_, L> {
     /// Executes one IPROTO request frame: answers it, or dispatches the queue call it carries.
-    pub(crate) fn execute_iproto(&mut self, idx: usize, frame: &[u8]) {
-        if self.conn_mut(idx).relay().is_some() {
+    pub fn execute(&mut self, idx: usize, frame: &[u8]) {
+        if self.l.is_relay(idx) {
             // A replica's stream carries no more requests: only its acknowledgements.
-            self.relay_input(idx, frame);
+            self.l.relay_input(idx, frame);
             return;
         }
         let req = match request::decode(frame) {
             Ok(r) => r,
             Err(e) => {
-                response::error(self.reply_buf(idx), e.sync, e.code, &e.message);
+                response::error(self.l.reply_buf(idx), e.sync, e.code, &e.message);
                 return;
             }
         };
         let sync = req.sync;
         match req.kind {
-            RequestKind::Ping => response::ok_empty(self.reply_buf(idx), sync),
+            RequestKind::Ping => response::ok_empty(self.l.reply_buf(idx), sync),
             RequestKind::Call {
                 function,
                 args,
                 call16,
             } => {
-                if !self.conn_mut(idx).authenticated {
+                if !self.l.authenticated(idx) {
                     let msg = format!(
                         "Execute access to function '{function}' is denied for user 'guest'"
                     );
-                    response::error(self.reply_buf(idx), sync, ER_ACCESS_DENIED, &msg);
-                } else if self.config().null {
-                    response::empty_data(self.reply_buf(idx), sync);
+                    response::error(self.l.reply_buf(idx), sync, ER_ACCESS_DENIED, &msg);
+                } else if self.l.config().null {
+                    response::empty_data(self.l.reply_buf(idx), sync);
                 } else {
                     self.call(idx, sync, function, args, call16);
                 }
@@ -87,9 +119,11 @@ impl Server {
                 method,
                 scramble,
             } => self.authenticate(idx, sync, user, method, scramble),
-            RequestKind::Id { .. } => response::id(self.reply_buf(idx), sync, response::ID_VERSION),
+            RequestKind::Id { .. } => {
+                response::id(self.l.reply_buf(idx), sync, response::ID_VERSION)
+            }
             RequestKind::Select { space } => {
-                let out = self.reply_buf(idx);
+                let out = self.l.reply_buf(idx);
                 if SYSTEM_SPACES.contains(&space) {
                     response::empty_data(out, sync);
                 } else {
@@ -98,16 +132,18 @@ impl Server {
                 }
             }
             RequestKind::Eval { expr, args } => self.eval(idx, sync, expr, args),
-            RequestKind::Join { format } => self.start_relay(idx, sync, format, None),
+            RequestKind::Join { format } => self.l.start_relay(idx, sync, format, None),
             RequestKind::Subscribe {
                 after,
                 term,
                 history,
                 format,
-            } => self.start_relay(idx, sync, format, Some((after, term, history))),
+            } => self
+                .l
+                .start_relay(idx, sync, format, Some((after, term, history))),
             RequestKind::Other(t) => {
                 let msg = format!("Unknown request type {t}");
-                response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
+                response::error(self.l.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
             }
         }
     }
@@ -120,14 +156,14 @@ impl Server {
         method: Option<&str>,
         scramble: Option<&[u8]>,
     ) {
-        let (cred, hash2) = (self.config().auth.clone(), self.auth_hash());
-        let c = self.conn_mut(idx);
+        let (cred, hash2) = (self.l.config().auth.clone(), self.l.auth_hash());
+        let salt = self.l.salt(idx);
         let verdict = match (&cred, &hash2) {
             // An open server accepts every AUTH, as Tarantool's guest-everything setup does.
             (None, _) | (_, None) => Ok(()),
             (Some(_), _) if user == "guest" && scramble.is_none() => {
                 // Becoming guest is allowed; calling still needs the configured user.
-                c.authenticated = false;
+                self.l.set_authenticated(idx, false);
                 Ok(())
             }
             (Some(cred), Some(hash2)) => {
@@ -139,8 +175,8 @@ impl Server {
                         ER_ILLEGAL_PARAMS,
                         format!("Illegal parameters, unknown authentication method '{m}'"),
                     ))
-                } else if scramble.is_some_and(|s| auth::check(&c.salt(), s, hash2)) {
-                    c.authenticated = true;
+                } else if scramble.is_some_and(|s| auth::check(&salt, s, hash2)) {
+                    self.l.set_authenticated(idx, true);
                     Ok(())
                 } else {
                     Err((
@@ -150,7 +186,7 @@ impl Server {
                 }
             }
         };
-        let out = self.reply_buf(idx);
+        let out = self.l.reply_buf(idx);
         match verdict {
             Ok(()) => response::ok_empty(out, sync),
             Err((code, msg)) => response::error(out, sync, code, &msg),
@@ -160,36 +196,29 @@ impl Server {
     /// `queue.stats()`: the server's own figures, not the queue's alone.
     #[inline(never)]
     fn answer_stats(&mut self, idx: usize, reply: Reply) {
-        let figures = Outcome::ServerStats(Box::new(self.snapshot()));
-        self.deliver(idx, ReplyTo::Iproto(reply), &figures);
+        let figures = Outcome::ServerStats(Box::new(self.l.snapshot()));
+        self.l.deliver(idx, ReplyTo::Iproto(reply), &figures);
     }
 
     /// A CALL: decoded by the API its name belongs to, then dispatched.
     #[inline]
-    pub(crate) fn call(
-        &mut self,
-        idx: usize,
-        sync: u64,
-        function: &str,
-        args: &[u8],
-        call16: bool,
-    ) {
+    pub fn call(&mut self, idx: usize, sync: u64, function: &str, args: &[u8], call16: bool) {
         let reply = Reply {
             sync,
             call16,
             style: Style::Seed,
             first: 0,
         };
-        if let Some(name) = tubes::split(&self.config().queue_namespace, function) {
+        if let Some(name) = tubes::split(&self.l.config().queue_namespace, function) {
             match name {
                 Ok(name) => self.tube_api(idx, function, reply, name, args),
-                Err(e) => call_error(self.reply_buf(idx), sync, &e),
+                Err(e) => call_error(self.l.reply_buf(idx), sync, &e),
             }
             return;
         }
         if function == calls::CLUSTER {
-            let overview = self.cluster_overview();
-            let out = self.reply_buf(idx);
+            let overview = self.l.cluster_overview();
+            let out = self.l.reply_buf(idx);
             let at = response::begin_data(out, sync, 1);
             if call16 {
                 // CALL_16 answers tuples: the map goes in one.
@@ -201,8 +230,10 @@ impl Server {
         }
         match calls::parse(function, args) {
             Ok(Call::Stats) => self.answer_stats(idx, reply),
-            Ok(call) => self.dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
-            Err(e) => call_error(self.reply_buf(idx), sync, &e),
+            Ok(call) => self
+                .l
+                .dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
+            Err(e) => call_error(self.l.reply_buf(idx), sync, &e),
         }
     }
 }

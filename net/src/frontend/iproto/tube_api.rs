@@ -11,15 +11,15 @@ use tarq_iproto::mp::write;
 use tarq_iproto::mp::Reader;
 use tarq_iproto::response;
 
+use super::sessions::OnClose;
 use super::tostring::NumberText;
 use super::tubes::{self, Method, Name, TubeCall};
+use super::Iproto;
 use super::{one_value, Reply, Style};
 use crate::core::{Command, On};
-use crate::frontend::ReplyTo;
-use crate::server::tube_sessions::OnClose;
-use crate::server::Server;
+use crate::frontend::{Loop, ReplyTo};
 
-impl Server {
+impl<L: Loop> Iproto<'_, L> {
     /// A call of the tube API: a method, or one of the module's own calls.
     pub(super) fn tube_api(
         &mut self,
@@ -33,7 +33,7 @@ impl Server {
             Name::Method { tube, method } => self.tube_method(idx, function, r, tube, method, args),
             Name::Module(call) => match tubes::module_call(function, call, args) {
                 Ok(call) => self.tube_call(idx, function, r, call),
-                Err(e) => super::call_error(self.reply_buf(idx), r.sync, &e),
+                Err(e) => super::call_error(self.l.reply_buf(idx), r.sync, &e),
             },
         }
     }
@@ -52,14 +52,14 @@ impl Server {
         args: &[u8],
     ) {
         let r = tube_style(r);
-        let Some(tube) = self.queue().tube_ix(tube) else {
+        let Some(tube) = self.l.queue().tube_ix(tube) else {
             let msg = format!("Procedure '{function}' is not defined");
-            return response::error(self.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
+            return response::error(self.l.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
         };
         let mut key = NumberText::default();
         match tubes::method(function, method, args, &mut key) {
             Ok(method) => self.run_method(idx, r, tube, method),
-            Err(e) => super::call_error(self.reply_buf(idx), r.sync, &e),
+            Err(e) => super::call_error(self.l.reply_buf(idx), r.sync, &e),
         }
     }
 
@@ -69,7 +69,7 @@ impl Server {
     fn run_method(&mut self, idx: usize, r: Reply, tube: u16, method: Method<'_>) {
         // One lookup a call: the numbers a method names become ids, and the tasks it answers
         // with show their numbers, without another look at the tube.
-        let numbers = self.queue().tube_numbers(tube);
+        let numbers = self.l.queue().tube_numbers(tube);
         let r = Reply {
             first: numbers.first,
             ..r
@@ -84,14 +84,16 @@ impl Server {
                     opts,
                     wait,
                 };
-                self.dispatch(idx, ReplyTo::Iproto(r), put)
+                self.l.dispatch(idx, ReplyTo::Iproto(r), put)
             }
             Method::Take { timeout } => {
-                self.dispatch(idx, ReplyTo::Iproto(r), Command::Take { on, timeout })
+                self.l
+                    .dispatch(idx, ReplyTo::Iproto(r), Command::Take { on, timeout })
             }
             Method::Ack { id } => {
                 let id = numbers.id_of(tube, id);
-                self.dispatch(idx, ReplyTo::Iproto(r), Command::Ack { on, id })
+                self.l
+                    .dispatch(idx, ReplyTo::Iproto(r), Command::Ack { on, id })
             }
             Method::PutMany { .. } | Method::TakeMany { .. } | Method::AckMany { .. } => {
                 if let Err(single) = self.batch(idx, r, tube, batch_ids(numbers, tube, method)) {
@@ -112,7 +114,7 @@ impl Server {
         method: Method<'_>,
     ) {
         match method_command(tube, numbers, method) {
-            Ok(command) => self.dispatch(idx, ReplyTo::Iproto(r), command),
+            Ok(command) => self.l.dispatch(idx, ReplyTo::Iproto(r), command),
             Err(answer) => self.answer(idx, r, answer),
         }
     }
@@ -126,12 +128,12 @@ impl Server {
                 opts,
                 if_not_exists,
                 ..
-            } if self.in_replicaset
+            } if self.l.iproto().in_replicaset
                 && opts.temporary
-                && !(if_not_exists && self.queue().tube_ix(name).is_some()) =>
+                && !(if_not_exists && self.l.queue().tube_ix(name).is_some()) =>
             {
                 let msg = "Cannot create temporary tube in replicaset mode";
-                return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, msg);
+                return response::error(self.l.reply_buf(idx), r.sync, ER_PROC_LUA, msg);
             }
             TubeCall::CreateTube {
                 name,
@@ -145,45 +147,45 @@ impl Server {
                 if_not_exists,
             },
             TubeCall::Method { tube, method } => {
-                let Some(tube) = self.queue().tube_ix(tube) else {
+                let Some(tube) = self.l.queue().tube_ix(tube) else {
                     let msg = format!("Procedure '{function}' is not defined");
-                    return response::error(self.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
+                    return response::error(self.l.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
                 };
                 return self.run_method(idx, r, tube, method);
             }
-            TubeCall::Statistics { tube: Some(name) } => match self.queue().tube_ix(name) {
+            TubeCall::Statistics { tube: Some(name) } => match self.l.queue().tube_ix(name) {
                 Some(tube) => Command::TubeStats { tube },
                 None => {
                     let msg = format!("Tube '{name}' does not exist");
-                    return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
+                    return response::error(self.l.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
                 }
             },
             TubeCall::Statistics { tube: None } => {
                 // Tubes beanstalk's `use` made and left empty are gone first, as in its list.
-                self.collect_tubes();
+                self.l.collect_tubes();
                 return self.all_statistics(idx, r);
             }
             TubeCall::Identify { uuid } => return self.identify(idx, r, uuid),
             TubeCall::Cfg { ttr, in_replicaset } => {
                 // Checked before anything is set, as the original checks every option first.
-                if let Some(Err(e)) = ttr.map(|ttr| self.tube_sessions.set_ttr(ttr)) {
+                if let Some(Err(e)) = ttr.map(|ttr| self.l.iproto().sessions.set_ttr(ttr)) {
                     let msg = format!(
                         "Invalid value of ttr: {}: above this server's limit of {} seconds \
                          (max-session-grace)",
                         seconds_text(e.asked),
                         seconds_text(e.max)
                     );
-                    return response::error(self.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
+                    return response::error(self.l.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
                 }
-                self.in_replicaset = in_replicaset;
+                self.l.iproto().in_replicaset = in_replicaset;
                 // As the original: with temporary tubes present the mode stays off, logged.
                 if in_replicaset {
-                    let temporary: Vec<String> = (self.queue().tubes())
+                    let temporary: Vec<String> = (self.l.queue().tubes())
                         .filter(|t| t.opts.temporary)
                         .map(|t| t.name.to_string())
                         .collect();
                     if !temporary.is_empty() {
-                        self.in_replicaset = false;
+                        self.l.iproto().in_replicaset = false;
                         tracing::error!(
                             "queue.cfg: cannot set `in_replicaset = true`: temporary tube(s) \
                              exist: {}",
@@ -191,11 +193,11 @@ impl Server {
                         );
                     }
                 }
-                return response::empty_data(self.reply_buf(idx), r.sync);
+                return response::empty_data(self.l.reply_buf(idx), r.sync);
             }
             TubeCall::State => return self.answer(idx, r, Answer::Str("RUNNING")),
         };
-        self.dispatch(idx, ReplyTo::Iproto(r), command);
+        self.l.dispatch(idx, ReplyTo::Iproto(r), command);
     }
 
     /// Runs a batch method (`put_many`, `take_many`, `ack_many`) as one command per item, all in
@@ -230,7 +232,7 @@ impl Server {
                 0,
             ),
             Method::TakeMany { timeout, .. }
-                if timeout != Some(0) && !self.queue().can_take(tube) =>
+                if timeout != Some(0) && !self.l.queue().can_take(tube) =>
             {
                 return Err(Method::Take { timeout });
             }
@@ -239,26 +241,26 @@ impl Server {
         };
         // Refused as a whole (a full disk, say) with the reason, rather than item by item.
         let first = commands.first().unwrap_or(&take);
-        if let Some(refusal) = self.batch_refusal(first, &commands) {
-            super::error(self.reply_buf(idx), r, &refusal);
+        if let Some(refusal) = self.l.batch_refusal(first, &commands) {
+            super::error(self.l.reply_buf(idx), r, &refusal);
             return Ok(());
         }
         let item = ReplyTo::Iproto(Reply {
             style: Style::Item,
             ..r
         });
-        let at = response::begin_data_counted(self.reply_buf(idx), r.sync);
+        let at = response::begin_data_counted(self.l.reply_buf(idx), r.sync);
         // Each command answers at once with one value: none of them can park.
         let mut items = 0;
         for command in commands {
-            self.dispatch(idx, item, command);
+            self.l.dispatch(idx, item, command);
             items += 1;
         }
-        while items < takes && self.queue().can_take(tube) {
-            self.dispatch(idx, item, take);
+        while items < takes && self.l.queue().can_take(tube) {
+            self.l.dispatch(idx, item, take);
             items += 1;
         }
-        response::finish_counted(self.reply_buf(idx), at, items);
+        response::finish_counted(self.l.reply_buf(idx), at, items);
         Ok(())
     }
 
@@ -266,7 +268,7 @@ impl Server {
     /// (create a tube; does a tube exist), answered as Tarantool would. Any other expression
     /// gets the error Tarantool gives for an unknown request type, naming it.
     pub(crate) fn eval(&mut self, idx: usize, sync: u64, expr: &str, args: &[u8]) {
-        let ns = &self.config().queue_namespace;
+        let ns = &self.l.config().queue_namespace;
         let create = format!("local name, type, cfg = ... ; {ns}.create_tube(name, type, cfg)");
         let exists = format!("local name = ... ; return {ns}.tube[name] ~= nil");
         let exists_old = format!("local name = ... ; return {ns}.tube[name] ~= null");
@@ -280,15 +282,15 @@ impl Server {
             let function = format!("{ns}.create_tube");
             match tubes::split(ns, &function) {
                 Some(Ok(name)) => self.tube_api(idx, &function, r, name, args),
-                Some(Err(e)) => super::call_error(self.reply_buf(idx), sync, &e),
+                Some(Err(e)) => super::call_error(self.l.reply_buf(idx), sync, &e),
                 None => unreachable!("create_tube is the tube API's"),
             }
         } else if expr == exists || expr == exists_old {
             let mut a = Reader::new(args);
             let name = a.read_array_len().ok().and_then(|_| a.read_str().ok());
-            let found = name.is_some_and(|n| self.queue().tube_ix(n).is_some());
+            let found = name.is_some_and(|n| self.l.queue().tube_ix(n).is_some());
             one_value(
-                self.reply_buf(idx),
+                self.l.reply_buf(idx),
                 Reply {
                     style: Style::Tube,
                     ..r
@@ -300,12 +302,12 @@ impl Server {
                 "EVAL is not supported: tarq runs no Lua (it answers only the expressions \
                  go-tarantool's queue sends), got: {expr}"
             );
-            response::error(self.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
+            response::error(self.l.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
         }
     }
 
     fn answer(&mut self, idx: usize, r: Reply, answer: Answer) {
-        let out = self.reply_buf(idx);
+        let out = self.l.reply_buf(idx);
         match answer {
             Answer::Nothing => response::empty_data(out, r.sync),
             Answer::Int(n) => one_value(out, r, |o| write::sint(o, n)),
@@ -318,6 +320,7 @@ impl Server {
     fn all_statistics(&mut self, idx: usize, r: Reply) {
         let mut body = Vec::new();
         let tubes: Vec<_> = self
+            .l
             .queue()
             .tubes()
             .filter(|t| t.name != DEFAULT_TUBE_NAME)
@@ -329,11 +332,15 @@ impl Server {
             write::map_len(&mut body, tubes.len() as u32);
             for (name, ix) in &tubes {
                 write::str(&mut body, name);
-                let stats = self.queue().tube_stats(*ix).expect("a listed tube is live");
+                let stats = self
+                    .l
+                    .queue()
+                    .tube_stats(*ix)
+                    .expect("a listed tube is live");
                 tubes::write_stats(&mut body, &stats);
             }
         }
-        one_value(self.reply_buf(idx), r, |o| o.extend_from_slice(&body));
+        one_value(self.l.reply_buf(idx), r, |o| o.extend_from_slice(&body));
     }
 
     /// `queue.identify([uuid])`: the connection's session UUID (drawn on first use), or, given
@@ -341,40 +348,36 @@ impl Server {
     /// this connection from now on: it owns that session's tasks, and its former session is
     /// left as a close would leave it.
     fn identify(&mut self, idx: usize, r: Reply, uuid: Option<&[u8]>) {
-        let (sid, own) = {
-            let c = self.conn_mut(idx);
-            (c.sid, c.session_uuid())
-        };
+        let (sid, own) = (self.l.sid(idx), self.l.session_uuid(idx));
         let result = match uuid {
             None => match own {
                 Some(u) => Ok(u),
-                None => Server::new_session_uuid()
+                None => new_session_uuid()
                     .inspect(|&u| {
-                        self.tube_sessions.create(u, sid);
-                        self.conn_mut(idx).set_session_uuid(u);
+                        self.l.iproto().sessions.create(u, sid);
+                        self.l.set_session(idx, sid, u);
                     })
                     .map_err(|e| e.to_string()),
             },
             Some(u) => match <[u8; 16]>::try_from(u) {
                 Err(_) => Err("Invalid UUID format.".to_string()),
                 Ok(u) if Some(u) == own => Ok(u),
-                Ok(u) => match self.tube_sessions.attach(&u) {
+                Ok(u) => match self.l.iproto().sessions.attach(&u) {
                     None => Err(format!("The UUID {} is unknown.", tubes::uuid_text(&u))),
                     Some(new_sid) => {
+                        let mono = self.l.mono();
                         if let OnClose::Release(old) =
-                            self.tube_sessions.detach(sid, own, self.mono())
+                            self.l.iproto().sessions.detach(sid, own, mono)
                         {
-                            self.release_session(old);
+                            self.l.release_session(old);
                         }
-                        let c = self.conn_mut(idx);
-                        c.sid = new_sid;
-                        c.set_session_uuid(u);
+                        self.l.set_session(idx, new_sid, u);
                         Ok(u)
                     }
                 },
             },
         };
-        let out = self.reply_buf(idx);
+        let out = self.l.reply_buf(idx);
         match result {
             Err(msg) => response::error(out, r.sync, ER_PROC_LUA, &msg),
             // The original sends the 16 raw bytes as a MessagePack string.
@@ -475,4 +478,11 @@ fn method_command(
             unreachable!("batches are run by `batch`")
         }
     })
+}
+
+/// 16 random bytes, for a session's UUID.
+fn new_session_uuid() -> std::io::Result<[u8; 16]> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| std::io::Error::other(format!("no randomness: {e}")))?;
+    Ok(b)
 }

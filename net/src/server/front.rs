@@ -1,0 +1,178 @@
+//! The loop as the front-ends see it ([`frontend::Loop`]): a connection's replies and state,
+//! the core's entry point and what it reads, the clocks and the figures. Each method is the
+//! loop's own, named once here.
+
+use std::time::Instant;
+
+use tarq_engine::{Micros, Queue, SessionId, TubeIx};
+use tarq_ops::stats::Snapshot;
+
+use super::Server;
+use crate::config::Config;
+use tarq_iproto::auth::SCRAMBLE_LEN;
+use tarq_iproto::greeting::SALT_LEN;
+
+use crate::core::{Command, Outcome, Pauses, Refusal};
+use crate::frontend::beanstalk::{BeanstalkState, BsConn};
+use crate::frontend::iproto::IprotoState;
+use crate::frontend::{self, ReplyTo};
+
+impl frontend::Loop for Server {
+    #[inline]
+    fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
+        Server::dispatch(self, idx, reply, cmd);
+    }
+
+    fn reply_buf(&mut self, idx: usize) -> &mut Vec<u8> {
+        Server::reply_buf(self, idx)
+    }
+
+    fn reply_with_queue(&mut self, idx: usize, write: &mut dyn FnMut(&mut Vec<u8>, &Queue)) {
+        Server::reply_with_queue(self, idx, write);
+    }
+
+    fn closing(&self, idx: usize) -> bool {
+        self.conns[idx].closing.is_some()
+    }
+
+    fn sid(&self, idx: usize) -> SessionId {
+        self.conns[idx].sid
+    }
+
+    fn close_quietly(&mut self, idx: usize, reason: &'static str) {
+        Server::close_quietly(self, idx, reason);
+    }
+
+    fn resume_input(&mut self, idx: usize) {
+        Server::resume_input(self, idx);
+    }
+
+    fn queue(&self) -> &Queue {
+        self.core.queue()
+    }
+
+    fn pauses(&self) -> &Pauses {
+        self.core.pauses()
+    }
+
+    fn parked_of(&self, idx: usize) -> usize {
+        self.core.parked_of(idx)
+    }
+
+    fn parked_count(&self, tube: TubeIx) -> u64 {
+        self.core.parked_in(tube) as u64
+    }
+
+    fn unpark_all(&mut self, idx: usize) {
+        self.core.unpark(idx);
+    }
+
+    fn create_tube_for(&mut self, idx: usize, name: &str) -> Result<TubeIx, Refusal> {
+        Server::create_tube_for(self, idx, name)
+    }
+
+    fn collect_tubes(&mut self) {
+        Server::collect_tubes(self);
+    }
+
+    fn now(&self) -> Micros {
+        self.now
+    }
+
+    fn mono(&self) -> Micros {
+        self.mono
+    }
+
+    fn count_request(&mut self) -> Option<Instant> {
+        Server::count_request(self)
+    }
+
+    fn record_request(&mut self, started: Option<Instant>) {
+        Server::record_request(self, started);
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Server::snapshot(self)
+    }
+
+    fn server_id(&self) -> u64 {
+        Server::server_id(self)
+    }
+
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn beanstalk_parts(&mut self, idx: usize) -> (&mut BeanstalkState, Option<&mut BsConn>) {
+        let conn = self.conns.get_mut(idx).and_then(|c| c.beanstalk_mut());
+        (&mut self.beanstalk, conn)
+    }
+
+    fn beanstalk_roles(&self) -> (u64, u64, u64) {
+        Server::beanstalk_roles(self)
+    }
+
+    fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>) {
+        Server::deliver(self, idx, reply, outcome);
+    }
+
+    fn batch_refusal(&mut self, first: &Command<'_>, commands: &[Command<'_>]) -> Option<Refusal> {
+        Server::batch_refusal(self, first, commands)
+    }
+
+    fn release_session(&mut self, sid: SessionId) -> usize {
+        Server::release_session(self, sid)
+    }
+
+    fn iproto(&mut self) -> &mut IprotoState {
+        &mut self.iproto
+    }
+
+    fn authenticated(&self, idx: usize) -> bool {
+        self.conns[idx].authenticated
+    }
+
+    fn set_authenticated(&mut self, idx: usize, yes: bool) {
+        self.conns[idx].authenticated = yes;
+    }
+
+    fn salt(&self, idx: usize) -> [u8; SALT_LEN] {
+        self.conns[idx].salt()
+    }
+
+    fn auth_hash(&self) -> Option<[u8; SCRAMBLE_LEN]> {
+        Server::auth_hash(self)
+    }
+
+    fn session_uuid(&self, idx: usize) -> Option<[u8; 16]> {
+        self.conns[idx].session_uuid()
+    }
+
+    fn set_session(&mut self, idx: usize, sid: SessionId, uuid: [u8; 16]) {
+        let c = &mut self.conns[idx];
+        c.sid = sid;
+        c.set_session_uuid(uuid);
+    }
+
+    fn is_relay(&self, idx: usize) -> bool {
+        self.conns[idx].relay().is_some()
+    }
+
+    fn start_relay(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        format: Option<u32>,
+        subscribe: Option<(u64, u64, u64)>,
+    ) {
+        Server::start_relay(self, idx, sync, format, subscribe);
+    }
+
+    fn relay_input(&mut self, idx: usize, frame: &[u8]) {
+        Server::relay_input(self, idx, frame);
+    }
+
+    fn cluster_overview(&mut self) -> rmpv::Value {
+        Server::cluster_overview(self)
+    }
+}
