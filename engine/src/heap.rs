@@ -7,10 +7,7 @@
 //! most.
 
 use crate::slots::Slots;
-use crate::{Micros, TaskId};
-
-/// "No position": the slot has no entry, or a link points nowhere.
-pub(crate) const NIL: u32 = u32::MAX;
+use crate::{Micros, TaskId, NIL};
 
 /// Slot keys are packed into 30 bits of an entry (the top 2 hold the kind).
 pub(crate) const SLOT_BITS: u32 = 30;

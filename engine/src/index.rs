@@ -40,6 +40,7 @@
 //! stores no ids: `id_of(key)` reads them from the arena, which holds them anyway.
 
 use crate::TaskId;
+use std::hash::Hasher;
 
 /// Arena keys stored in a bucket: `key + 1` must fit under the distance bits and differ from
 /// [`GONE`], so keys go up to `2^28 - 3` (268M tasks, more than the memory of the machines
@@ -75,6 +76,24 @@ const SHRINK_BUCKETS: usize = 2 * LANES;
 pub(crate) fn fold_mul(x: u64) -> u64 {
     let p = u128::from(x) * 0x9E37_79B9_7F4A_7C15;
     (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Session ids are small counters: one multiply spreads them (SipHash costs ~20 ns).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = fold_mul(n);
+    }
 }
 
 /// Hash of a task id: the block comes from the mix of its run, the lane (low 3 bits) is the

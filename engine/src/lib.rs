@@ -48,6 +48,9 @@ pub(crate) fn prefetch<T>(r: &T) {
 /// A tube's index: stable for the tube's life and across restarts (`restore_tube` puts a
 /// tube back at its index); a dropped tube's index is reused by a later `create_tube`, whose
 /// tube numbers on from the dropped one's.
+/// "No position": the slot has no entry, or a link points nowhere.
+pub(crate) const NIL: u32 = u32::MAX;
+
 pub type TubeIx = u16;
 
 /// A task's id: its tube's index and a number at that index ([`task_id`]); numbers count up

@@ -17,9 +17,9 @@
 
 use std::marker::PhantomData;
 
-use crate::heap::NIL;
 use crate::slots::Slots;
 use crate::Status;
+use crate::NIL;
 
 /// Levels at p = 1/4 stay balanced up to 4^16 = 4 billion nodes, past the arena's limit.
 pub(crate) const MAX_LEVEL: usize = 16;

@@ -6,12 +6,10 @@
 //! effect of another call. Parked takes are the server's (`tarq-net`). The seed calls (`put`,
 //! `take`, `ack`, ...) work on the tube `default`; the tube calls beside them on any tube.
 
-use std::hash::Hasher;
-
 use std::collections::HashMap;
 
-use crate::heap::{DeadlineHeap, Entry, Kind, NIL};
-use crate::index::{fold_mul, hash_id, IdIndex, MAX_KEY};
+use crate::heap::{DeadlineHeap, Entry, Kind};
+use crate::index::{hash_id, IdIndex, MAX_KEY};
 use crate::lists::{Towers, MAX_LEVEL};
 use crate::restoring::{list_key, Bulk, BulkIds, Restoring};
 use crate::room::{Room, RoomWanted};
@@ -22,6 +20,7 @@ use crate::tubes::{
     DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES,
     MAX_UTUBE_KEY_BYTES,
 };
+use crate::NIL;
 use crate::{
     Advance, Bytes, Event, Hold, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
     ReleaseOptions, RestoredTask, SessionId, Stats, Status, Task, TaskId, TaskRef, TubeIx, TubePut,
@@ -39,24 +38,6 @@ pub const MAX_TASKS: usize = MAX_KEY as usize + 1;
 
 /// Seed of the skiplist height generator: fixed, so runs are reproducible.
 const HEIGHT_SEED: u64 = 0x2545_F491_4F6C_DD1D;
-
-/// Session ids are small counters: one multiply spreads them (SipHash costs ~20 ns).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0 ^ u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = fold_mul(n);
-    }
-}
 
 /// Ok if slot `k` (task `id`) is Taken by `sid`, else why not.
 fn check_owner(

@@ -11,9 +11,9 @@ use std::hash::BuildHasherDefault;
 
 use slab::Slab;
 
-use crate::heap::NIL;
-use crate::queue::IdHasher;
+use crate::index::IdHasher;
 use crate::slots::Slots;
+use crate::NIL;
 use crate::{SessionId, Status};
 
 /// One session holding tasks: its id and the ends of its list of taken slots (take order).

@@ -32,7 +32,7 @@
 use std::ops::{Index, IndexMut};
 
 use crate::arena::{Arena, Chunk, PAGE};
-use crate::heap::NIL;
+use crate::NIL;
 use crate::{Bytes, JobCounts, Micros, Payload, PutPayload, Status, TaskId, TubeIx};
 
 /// Payloads up to this size are stored in the task's record (and come back inline in a

@@ -11,9 +11,9 @@ use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use hashbrown::HashTable;
 use slab::Slab;
 
-use crate::heap::NIL;
 use crate::lists::{ByRunat, SkipList, Towers};
 use crate::slots::Slots;
+use crate::NIL;
 use crate::{Micros, QueueError, Stats, Status, TaskId, TaskRef, TubeIx, URGENT_PRI};
 
 /// The tube the seed API works on: always exists, at index 0, and cannot be dropped.

@@ -96,13 +96,20 @@ pub struct UpstreamFigures {
     pub joins: u64,
 }
 
+/// One tube's figures at the instant of a [`Snapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TubeFigures {
+    pub name: String,
+    pub stats: Stats,
+}
+
 /// Everything the server reports, read at one instant of the loop. Cheap to build (a copy of a
 /// few counters), so the loop builds one whenever a report is due.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub engine: Stats,
     /// Each tube's figures (Graphite and Prometheus; `queue.statistics()` reads the engine).
-    pub tubes: Vec<crate::tubes::TubeFigures>,
+    pub tubes: Vec<TubeFigures>,
     pub server: ServerFigures,
     pub limits: LimitFigures,
     pub wal: Option<WalFigures>,

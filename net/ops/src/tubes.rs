@@ -10,12 +10,7 @@ use tarq_engine::Stats;
 
 use crate::stats::{Kind, Metric};
 
-/// One tube's figures at the instant of a [`crate::stats::Snapshot`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TubeFigures {
-    pub name: String,
-    pub stats: Stats,
-}
+pub use crate::stats::TubeFigures;
 
 /// How many figures each tube has.
 pub const TUBE_METRICS: usize = 19;

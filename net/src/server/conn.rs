@@ -438,6 +438,20 @@ impl Conn {
         }
     }
 
+    /// Makes this IPROTO connection a relay: from now on it streams the WAL to a replica.
+    pub fn become_relay(&mut self, relay: super::relay::Relay) {
+        self.proto = Protocol::Relay(Box::new(relay));
+    }
+
+    /// Its relay and its replies, borrowed together (a relay's turn writes the stream into
+    /// them).
+    pub fn relay_and_out(&mut self) -> Option<(&mut super::relay::Relay, &mut OutBuf)> {
+        match &mut self.proto {
+            Protocol::Relay(r) => Some((r, &mut self.out)),
+            _ => None,
+        }
+    }
+
     /// The tube API's session UUID, once `queue.identify()` drew one.
     pub fn session_uuid(&self) -> Option<[u8; 16]> {
         match self.proto {

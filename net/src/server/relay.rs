@@ -28,7 +28,6 @@ use tarq_wal::relay::{self as wal_relay, Cursor, RelayError};
 use tarq_wal::WalMode;
 use tracing::{info, warn};
 
-use super::conn::Protocol;
 use super::{mark_flush, Server};
 use crate::frontend::iproto::errors::refusal_text;
 
@@ -108,7 +107,7 @@ impl Server {
         match self.open_relay(idx, sync, format, after) {
             Ok(relay) => {
                 let c = self.conn_mut(idx);
-                c.proto = Protocol::Relay(Box::new(relay));
+                c.become_relay(relay);
                 let (peer, gen) = (c.peer, c.gen);
                 self.relays.push((idx, gen));
                 info!(%peer, ?after, "replica subscribed");
@@ -260,11 +259,7 @@ impl Server {
         for i in 0..self.relays.len() {
             let (idx, _) = self.relays[i];
             mark_flush(&mut self.conns, &mut self.flush_list, idx);
-            let c = &mut self.conns[idx];
-            let Protocol::Relay(relay) = &mut c.proto else {
-                unreachable!("the list holds relays only")
-            };
-            let out = &mut c.out;
+            let (relay, out) = (self.conns[idx].relay_and_out()).expect("the list holds relays");
             let step = if matches!(relay.phase, Phase::Live) {
                 for part in tap.chunks(FRAME_BYTES) {
                     replication::data(&mut out.out, replication::XLOG, part);
