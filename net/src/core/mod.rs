@@ -186,7 +186,20 @@ impl<R: Copy> Core<R> {
         self.parked.count_of(conn)
     }
 
+    /// Whether a pause has reached its end (the turn ends it: [`Core::end_pauses`]).
+    #[inline]
+    pub fn pauses_due(&self) -> bool {
+        self.pauses.next_end().is_some_and(|t| t <= self.mono)
+    }
+
+    /// Whether a put waits for room anywhere.
+    #[inline]
+    pub fn has_waiting_puts(&self) -> bool {
+        !self.waiting_puts.is_empty()
+    }
+
     /// Whether a take or a put waits on `tube`.
+    #[inline]
     pub fn has_waiters(&self, tube: TubeIx) -> bool {
         self.parked.waiting_in(tube) || self.waiting_puts.waiting_in(tube)
     }

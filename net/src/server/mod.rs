@@ -415,6 +415,7 @@ impl Server {
 
     /// One readiness event: a listener accepts, a connection is queued to be read or
     /// flushed, the upstream and ops take theirs.
+    #[inline]
     fn on_event(&mut self, ev: &mio::event::Event) {
         match ev.token() {
             LISTENER => self.accept_all(Proto::Iproto),
@@ -609,12 +610,16 @@ impl Server {
             self.limits.next_deadline(),
             self.iproto.sessions.next_deadline(),
         ];
-        let until = |at: Option<Micros>, now: Micros| at.map(|t| t.saturating_sub(now));
-        let wall_next = until(wall.into_iter().flatten().min(), self.clock.wall());
-        let mono_next = until(mono.into_iter().flatten().min(), self.clock.mono());
-        let next = wall_next.into_iter().chain(mono_next).min()?;
+        // A wall-clock deadline is as far from the turn's wall reading as its monotonic
+        // equivalent is from the turn's monotonic one: one clock read serves both lists.
+        let wall_as_mono = |t: Micros| self.mono.saturating_add(t).saturating_sub(self.now);
+        let next = (wall.into_iter().flatten().map(wall_as_mono))
+            .chain(mono.into_iter().flatten())
+            .min()?;
         // mio rounds a sub-millisecond timeout up, so a deadline is never slept past.
-        Some(Duration::from_micros(next))
+        Some(Duration::from_micros(
+            next.saturating_sub(self.clock.mono()),
+        ))
     }
 
     fn accept_all(&mut self, proto: Proto) {
@@ -752,8 +757,10 @@ impl Server {
             let released = self.release_session(sid);
             info!(sid, released, "session expired");
         }
-        let (core, mut wire) = self.split();
-        core.end_pauses(&mut wire);
+        if self.core.pauses_due() {
+            let (core, mut wire) = self.split();
+            core.end_pauses(&mut wire);
+        }
 
         let mut list = std::mem::take(&mut self.read_list);
         list.append(&mut self.read_again);
@@ -781,8 +788,10 @@ impl Server {
                 }
             }
         }
-        let (core, mut wire) = self.split();
-        core.expire_waiting_puts(&mut wire);
+        if self.core.has_waiting_puts() {
+            let (core, mut wire) = self.split();
+            core.expire_waiting_puts(&mut wire);
+        }
 
         if !self.lingering.is_empty() {
             // Past its deadline a lingering connection is flushed one last time and freed.
