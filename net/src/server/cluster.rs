@@ -264,21 +264,6 @@ impl Server {
         }
     }
 
-    /// Parked takes are answered with no task, as a timeout would (nothing may be taken here
-    /// now).
-    fn answer_parked_with_nothing(&mut self) {
-        while let Some((caller, reply)) = self.core.any_parked() {
-            if self
-                .conns
-                .get(caller.slot())
-                .is_some_and(|c| c.gen == caller.gen)
-            {
-                self.deliver(caller.slot(), reply, &crate::core::Outcome::Nothing);
-                self.parked_answered(caller.slot(), reply);
-            }
-        }
-    }
-
     /// `queue.cluster()`: this node, the leader and its term, the members as etcd has them,
     /// and each replica's lag as the primary sees it (or this replica's own).
     pub(crate) fn cluster_overview(&mut self) -> Value {

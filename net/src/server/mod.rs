@@ -776,11 +776,7 @@ impl Server {
         self.expire_deadlines();
 
         while let Some((caller, reply)) = self.core.expired_take() {
-            if self
-                .conns
-                .get(caller.slot())
-                .is_some_and(|c| c.gen == caller.gen)
-            {
+            if self.is_live(caller) {
                 match reply {
                     // The front-end decides: TIMED_OUT, DEADLINE_SOON, or wait on.
                     ReplyTo::Beanstalk(_) => Beanstalk::new(self).reserve_woke(caller.slot()),
@@ -817,28 +813,31 @@ impl Server {
     }
 
     /// Answers every parked take with no value (as a timeout would) and every waiting put
-    /// with "full": the server stops, or this node stops leading.
+    /// with "full": the server stops.
     fn answer_waiters(&mut self) {
+        self.answer_parked_with_nothing();
+        while let Some((caller, reply)) = self.core.any_waiting_put() {
+            if self.is_live(caller) {
+                self.deliver(caller.slot(), reply, &Outcome::Full);
+            }
+        }
+    }
+
+    /// Answers every parked take with no task, as a timeout would (nothing may be taken here
+    /// now: the server stops, or this node stops leading).
+    pub(super) fn answer_parked_with_nothing(&mut self) {
         while let Some((caller, reply)) = self.core.any_parked() {
-            if self
-                .conns
-                .get(caller.slot())
-                .is_some_and(|c| c.gen == caller.gen)
-            {
+            if self.is_live(caller) {
                 self.deliver(caller.slot(), reply, &Outcome::Nothing);
                 // A beanstalk reserve parked on several tubes is answered once.
                 self.parked_answered(caller.slot(), reply);
             }
         }
-        while let Some((caller, reply)) = self.core.any_waiting_put() {
-            if self
-                .conns
-                .get(caller.slot())
-                .is_some_and(|c| c.gen == caller.gen)
-            {
-                self.deliver(caller.slot(), reply, &Outcome::Full);
-            }
-        }
+    }
+
+    /// Whether `caller`'s connection is still the one that asked.
+    fn is_live(&self, caller: crate::core::Caller) -> bool {
+        (self.conns.get(caller.slot())).is_some_and(|c| c.gen == caller.gen)
     }
 
     /// Reads what the connection has and executes every complete frame in it.
