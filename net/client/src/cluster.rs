@@ -322,10 +322,9 @@ impl Cluster {
     pub fn find_leader(&mut self) -> Result<Option<String>, ClusterError> {
         match self.call("queue.cluster", &[0x90], None, Effect::Reads) {
             Ok(values) => {
-                let leader = values
-                    .first()
-                    .and_then(|m| map_get(m, "leader"))
-                    .and_then(Value::as_str)
+                // `{name, addr}` from tarq; a bare address is taken too.
+                let leader = (values.first().and_then(|m| map_get(m, "leader")))
+                    .and_then(|l| l.as_str().or_else(|| map_get(l, "addr")?.as_str()))
                     .map(str::to_string);
                 if let Some(leader) = leader {
                     if self.addr() != Some(leader.as_str()) {

@@ -21,6 +21,8 @@ enum Act {
     /// Answers `[name]`: which node took it.
     Ok,
     Refuse(String),
+    /// Answers `[value]`.
+    Value(rmpv::Value),
     /// Closes the connection without a reply.
     Close,
 }
@@ -74,6 +76,11 @@ fn serve(mut s: TcpStream, name: &str, act: &dyn Fn(&str) -> Act, seen: &AtomicU
                     response::finish(&mut out, start);
                 }
                 Act::Refuse(message) => response::error(&mut out, req.sync, ER_READONLY, &message),
+                Act::Value(v) => {
+                    let start = response::begin_data(&mut out, req.sync, 1);
+                    rmpv::encode::write_value(&mut out, &v).unwrap();
+                    response::finish(&mut out, start);
+                }
                 Act::Close => return,
             }
             if s.write_all(&out).is_err() {
@@ -116,6 +123,30 @@ fn a_refusal_leads_to_the_primary_it_names() {
     c.call("queue.put", &[0x90], None, Effect::Changes).unwrap();
     assert_eq!(replica.calls.load(Ordering::SeqCst), 1);
     assert_eq!(primary.calls.load(Ordering::SeqCst), 2);
+}
+
+/// `queue.cluster()` names the leader as `{name, addr}` (what tarq sends): `find_leader`
+/// goes there, though only a replica's address was given, without asking anyone's stats.
+#[test]
+fn find_leader_follows_the_leader_queue_cluster_names() {
+    let leader = node("leader", |_| Act::Ok);
+    let named = rmpv::Value::Map(vec![
+        ("name".into(), "b".into()),
+        ("addr".into(), leader.addr.as_str().into()),
+    ]);
+    let cluster = rmpv::Value::Map(vec![("leader".into(), named)]);
+    let replica = node("replica", move |f| match f {
+        "queue.cluster" => Act::Value(cluster.clone()),
+        _ => Act::Ok,
+    });
+    let mut c = Cluster::connect(vec![replica.addr.clone()], opts(1000)).unwrap();
+    assert_eq!(c.find_leader().unwrap(), Some(leader.addr.clone()));
+    assert_eq!(c.addr(), Some(leader.addr.as_str()));
+    assert_eq!(
+        replica.calls.load(Ordering::SeqCst),
+        1,
+        "only queue.cluster was asked"
+    );
 }
 
 #[test]
