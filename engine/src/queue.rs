@@ -460,6 +460,20 @@ impl Queue {
         Ok(())
     }
 
+    /// Makes tube `tube` permanent if it was made on demand (beanstalk's `use` or `watch`):
+    /// `create_tube` of a tube that exists keeps it from then on, as the original keeps every
+    /// tube it creates. Journaled as the tube's record (what it is now). Ok(false): it was
+    /// permanent already.
+    pub fn keep_tube(&mut self, tube: TubeIx) -> Result<bool, QueueError> {
+        let t = self.live_tube(tube)?;
+        if !t.opts.on_demand {
+            return Ok(false);
+        }
+        self.tube_mut(tube).opts.on_demand = false;
+        self.log(Event::TubeCreated { tube });
+        Ok(true)
+    }
+
     /// Drops tube `tube` if it was made on demand (`TubeOptions::on_demand`) and holds no
     /// task: journaled as any drop. Whether anything still uses it (a beanstalk connection,
     /// a parked take) is the caller's to know. Ok(false): kept (made by `create_tube`,
@@ -1022,6 +1036,10 @@ impl Queue {
     /// was made with — the tube API's numbers of its tasks depend on it —, the next number
     /// and `legacy_below` at least as given; all 0 for a tube of an older format). Journals
     /// nothing.
+    ///
+    /// A record of the tube that already lives at `tube` under this name and type says what it
+    /// is now (a tube made on demand that `create_tube` made permanent): its options are taken
+    /// and its numbers raised, as `restore_tube_numbers` does.
     pub fn restore_tube(
         &mut self,
         tube: TubeIx,
@@ -1030,6 +1048,17 @@ impl Queue {
         opts: TubeOptions,
         numbers: TubeNumbers,
     ) -> Result<(), QueueError> {
+        let same = |t: &Tube| *t.name == *name && t.kind == kind;
+        if self
+            .tubes
+            .get(tube as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(same)
+        {
+            self.restore_tube_numbers(tube, numbers)?;
+            self.tube_mut(tube).opts = opts;
+            return Ok(());
+        }
         if self.names.contains_key(name) {
             return Err(QueueError::TubeExists(name.to_owned()));
         }

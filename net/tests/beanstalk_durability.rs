@@ -422,6 +422,41 @@ fn a_tube_use_made_goes_after_a_restart_once_empty() {
     assert_eq!(list_tubes(addr), ["default", "made"], "its last job gone");
 }
 
+/// `create_tube(..., {if_not_exists = true})` of a tube beanstalk's `use` made keeps it, as the
+/// original keeps every tube it creates: it stays once its users leave, and after a restart
+/// (the log says it is permanent now).
+#[test]
+fn a_tube_use_made_and_then_created_is_kept() {
+    let args = ["--wal-mode", "write"];
+    let (mut tarq, addr) = beanstalk::start(&args);
+    let mut user = Bs::connect(addr);
+    assert_eq!(user.call(&Command::Use { tube: "kept" }).line, "USING kept");
+    let mut iproto = support::Client::connect(tarq.addr);
+    let opts = support::map(&[("if_not_exists", true.into())]);
+    iproto
+        .call(
+            "queue.create_tube",
+            &["kept".into(), "fifottl".into(), opts],
+        )
+        .one();
+    drop(user);
+    // `list-tubes` collects the tubes nobody uses first.
+    assert_eq!(
+        list_tubes(addr),
+        ["default", "kept"],
+        "kept once its user left"
+    );
+    tarq.proc.0.kill().unwrap(); // SIGKILL: what the log says is all there is
+    tarq.proc.0.wait().unwrap();
+    let (_again, addr) = beanstalk::start_in(tarq.take_dir(), &args);
+    assert_eq!(list_tubes(addr), ["default", "kept"], "after the restart");
+    // Used and left again: still kept.
+    let mut c = Bs::connect(addr);
+    assert_eq!(c.call(&Command::Use { tube: "kept" }).line, "USING kept");
+    drop(c);
+    assert_eq!(list_tubes(addr), ["default", "kept"]);
+}
+
 /// Puts a job into `tube` (made by `use`), deletes it and leaves the tube, which is then
 /// forgotten; returns the job's id.
 fn put_and_forget(addr: SocketAddr, tube: &str) -> u64 {

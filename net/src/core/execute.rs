@@ -346,7 +346,9 @@ impl<R: Copy> Core<R> {
                 if_not_exists,
             } => {
                 let found = q.tube_ix(name).filter(|_| if_not_exists);
-                match found.map_or_else(|| q.create_tube(name, kind, opts), Ok) {
+                // A tube beanstalk's `use` made is one `create_tube` keeps from now on.
+                let kept = found.map(|t| q.keep_tube(t).map(|_| t));
+                match kept.unwrap_or_else(|| q.create_tube(name, kind, opts)) {
                     Ok(t) => (Outcome::Tube(q.tube_info(t).expect("live")), None),
                     Err(e) => (Outcome::Error(e.into()), None),
                 }
