@@ -167,6 +167,7 @@ impl Server {
         if let Some(mut up) = self.upstream.take() {
             up.close(self.poll.registry());
         }
+        self.register_upstream();
         let fresh = random_bytes::<8>().map_or(1, u64::from_le_bytes) | 1;
         if let Some(wal) = self.core.journal_mut().wal() {
             wal.set_term(term);
@@ -217,6 +218,7 @@ impl Server {
             let mut up = replica::Upstream::new(primary);
             up.in_cluster();
             self.upstream = Some(up);
+            self.register_upstream();
         }
         info!(%leader, %addr, term, "following the primary");
     }
@@ -259,6 +261,7 @@ impl Server {
             .filter(|&(idx, gen)| self.conns.get(idx).is_some_and(|c| c.gen == gen))
             .map(|(idx, _)| idx)
             .collect();
+        self.register_heartbeats();
         for idx in relays {
             self.close_quietly(idx, reason);
         }

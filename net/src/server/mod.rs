@@ -25,6 +25,7 @@ pub mod reload;
 mod replica;
 mod sync;
 mod systemd;
+mod timers;
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -58,6 +59,7 @@ use tarq_ops::signals::{self, Request};
 use tarq_ops::stats::{ServerFigures, Snapshot};
 use tarq_ops::tubes::TubeFigures;
 use tarq_ops::Ops;
+use timers::{Timer, Timers};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -175,6 +177,9 @@ pub struct Server {
     /// The engine has due deadlines left over from its budget.
     engine_behind: bool,
     accept_paused_until: Option<Micros>,
+    /// The loop's own deadlines (replication's, the reports', the accept back-off, lingering
+    /// closes), registered by their owners.
+    timers: Timers,
     next_sid: u64,
     next_gen: u32,
     /// The wall and the monotonic clocks.
@@ -244,7 +249,7 @@ impl Server {
             None => None,
         };
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
-        Ok(Server {
+        let mut server = Server {
             poll,
             listener,
             beanstalk_listener,
@@ -263,6 +268,7 @@ impl Server {
             lingering: Vec::new(),
             engine_behind: false,
             accept_paused_until: None,
+            timers: Timers::default(),
             next_sid: 1,
             next_gen: 0,
             clock,
@@ -284,7 +290,9 @@ impl Server {
             sync: sync::SyncGate::new(cfg.sync_replicas, cfg.sync_timeout),
             acked: Vec::new(),
             cfg,
-        })
+        };
+        server.register_timers();
+        Ok(server)
     }
 
     /// The bound address (useful with port 0).
@@ -379,6 +387,7 @@ impl Server {
             self.read_clocks();
             if self.accept_paused_until.is_some_and(|t| t <= self.mono) {
                 self.accept_paused_until = None;
+                self.timers.set(Timer::AcceptPause, None);
                 self.accept_all(Proto::Iproto);
                 self.accept_all(Proto::Beanstalk);
             }
@@ -422,7 +431,10 @@ impl Server {
             BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
-            t if Ops::owns(t) => self.ops.on_event(ev, self.now, &mut self.limits),
+            t if Ops::owns(t) => {
+                self.ops.on_event(ev, self.now, &mut self.limits);
+                self.timers.set(Timer::Ops, self.ops.next_timer());
+            }
             Token(t) => {
                 let Some(idx) = self.slot_of(t) else { return };
                 let c = &mut self.conns[idx];
@@ -478,6 +490,7 @@ impl Server {
         match load() {
             Ok(new) => {
                 reload::apply(&mut self.cfg, new, &mut self.ops, self.now);
+                self.timers.set(Timer::Ops, self.ops.next_timer());
                 self.limits.reconfigure(self.cfg.limits);
                 self.hash2 = self.cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
             }
@@ -594,19 +607,17 @@ impl Server {
         }
         // A replica's deadlines fire on its primary: its engine never advances by itself.
         let leads = self.leads();
+        #[cfg(debug_assertions)]
+        self.check_timers();
+        let (own, own_wall) = self.timers.next();
         // The engine's deadlines and the operator's reports are on the wall clock.
-        let wall = [
-            self.core.next_engine_deadline().filter(|_| leads),
-            self.ops.next_timer(),
-        ];
-        // Every in-process timeout is on the monotonic clock.
+        let wall = [self.core.next_engine_deadline().filter(|_| leads), own_wall];
+        // Every in-process timeout is on the monotonic clock: the loop's own, and those the
+        // core, the limits, the sessions and the sync gate keep in order.
         let mono = [
+            own,
             self.core.next_timer(),
-            self.next_heartbeat(),
-            self.upstream.as_ref().and_then(|u| u.next_timer()),
             self.sync.next_deadline(),
-            self.accept_paused_until,
-            self.lingering.iter().map(|&(_, _, until)| until).min(),
             self.limits.next_deadline(),
             self.iproto.sessions.next_deadline(),
         ];
@@ -620,6 +631,52 @@ impl Server {
         Some(Duration::from_micros(
             next.saturating_sub(self.clock.mono()),
         ))
+    }
+
+    /// Registers the deadlines a new server starts with: the reports', and a replica's first
+    /// connection attempt.
+    fn register_timers(&mut self) {
+        self.timers.set(Timer::Ops, self.ops.next_timer());
+        self.register_upstream();
+    }
+
+    /// The upstream's deadline, after it changed (or went away, or came).
+    pub(super) fn register_upstream(&mut self) {
+        let at = self.upstream.as_ref().and_then(|u| u.next_timer());
+        self.timers.set(Timer::Upstream, at);
+    }
+
+    /// The relays' soonest heartbeat, after it changed.
+    pub(super) fn register_heartbeats(&mut self) {
+        self.timers.set(Timer::Heartbeats, self.next_heartbeat());
+    }
+
+    /// The soonest a lingering close is freed regardless.
+    fn next_linger(&self) -> Option<Micros> {
+        self.lingering.iter().map(|&(_, _, until)| until).min()
+    }
+
+    /// A debug build's check that every owner registered its deadline: each slot holds what
+    /// the owner says now.
+    #[cfg(debug_assertions)]
+    fn check_timers(&self) {
+        let truth = [
+            (Timer::Heartbeats, self.next_heartbeat()),
+            (
+                Timer::Upstream,
+                self.upstream.as_ref().and_then(|u| u.next_timer()),
+            ),
+            (Timer::AcceptPause, self.accept_paused_until),
+            (Timer::Linger, self.next_linger()),
+            (Timer::Ops, self.ops.next_timer()),
+        ];
+        for (timer, at) in truth {
+            assert_eq!(
+                self.timers.get(timer),
+                at,
+                "{timer:?} did not register its deadline"
+            );
+        }
     }
 
     fn accept_all(&mut self, proto: Proto) {
@@ -640,6 +697,8 @@ impl Server {
                     // Out of file descriptors (or memory): keep serving, retry a little later.
                     warn!(error = %e, "accept failed; pausing accepts");
                     self.accept_paused_until = Some(self.mono + ACCEPT_BACKOFF);
+                    self.timers
+                        .set(Timer::AcceptPause, self.accept_paused_until);
                     return;
                 }
             }
@@ -800,11 +859,13 @@ impl Server {
                 }
                 live
             });
+            self.timers.set(Timer::Linger, self.next_linger());
         }
 
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
             self.ops.tick(self.now, &snapshot, &mut self.limits);
+            self.timers.set(Timer::Ops, self.ops.next_timer());
         }
         // Before the commit, so a tube's drop is in this turn's batch.
         self.collect_tubes();
@@ -1171,6 +1232,9 @@ impl Server {
         self.limits.release(c.peer.ip());
         // Deregistering a socket about to be closed cannot matter if it fails.
         let _ = self.poll.registry().deregister(&mut c.stream);
+        if c.relay().is_some() {
+            self.register_heartbeats();
+        }
     }
 
     /// Commits the turn, releases the replies that are durable, and writes them: one write per
@@ -1344,6 +1408,7 @@ impl Server {
             let gen = self.conns[idx].gen;
             if !self.lingering.iter().any(|&(i, g, _)| (i, g) == (idx, gen)) {
                 self.lingering.push((idx, gen, closing.until));
+                self.timers.set(Timer::Linger, self.next_linger());
             }
         } else {
             self.finish_close(idx);

@@ -110,6 +110,7 @@ impl Server {
                 c.become_relay(relay);
                 let (peer, gen) = (c.peer, c.gen);
                 self.relays.push((idx, gen));
+                self.register_heartbeats();
                 info!(%peer, ?after, "replica subscribed");
             }
             Err((code, msg)) => {
@@ -241,6 +242,13 @@ impl Server {
         if self.relays.is_empty() {
             return;
         }
+        self.feed_relays();
+        self.register_heartbeats();
+    }
+
+    /// Sends each relay what is due: the turn's records to live ones, the next part of the
+    /// snapshot or the log to the others, a heartbeat when one is owed.
+    fn feed_relays(&mut self) {
         let conns = &self.conns;
         self.relays.retain(|&(idx, gen)| {
             conns

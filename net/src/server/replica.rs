@@ -236,6 +236,7 @@ impl Server {
             self.upstream_down(&mut up, &why);
         }
         self.upstream = Some(up);
+        self.register_upstream();
     }
 
     fn drive_upstream(&mut self, up: &mut Upstream) -> Result<(), String> {
