@@ -176,7 +176,6 @@ pub struct Server {
     lingering: Vec<(usize, u32, Micros)>,
     /// The engine has due deadlines left over from its budget.
     engine_behind: bool,
-    accept_paused_until: Option<Micros>,
     /// The loop's own deadlines (replication's, the reports', the accept back-off, lingering
     /// closes), registered by their owners.
     timers: Timers,
@@ -267,7 +266,6 @@ impl Server {
             holding: Vec::new(),
             lingering: Vec::new(),
             engine_behind: false,
-            accept_paused_until: None,
             timers: Timers::default(),
             next_sid: 1,
             next_gen: 0,
@@ -385,8 +383,7 @@ impl Server {
                 return Err(e);
             }
             self.read_clocks();
-            if self.accept_paused_until.is_some_and(|t| t <= self.mono) {
-                self.accept_paused_until = None;
+            if (self.timers.get(Timer::AcceptPause)).is_some_and(|t| t <= self.mono) {
                 self.timers.set(Timer::AcceptPause, None);
                 self.accept_all(Proto::Iproto);
                 self.accept_all(Proto::Beanstalk);
@@ -666,7 +663,6 @@ impl Server {
                 Timer::Upstream,
                 self.upstream.as_ref().and_then(|u| u.next_timer()),
             ),
-            (Timer::AcceptPause, self.accept_paused_until),
             (Timer::Linger, self.next_linger()),
             (Timer::Ops, self.ops.next_timer()),
         ];
@@ -696,9 +692,8 @@ impl Server {
                 Err(e) => {
                     // Out of file descriptors (or memory): keep serving, retry a little later.
                     warn!(error = %e, "accept failed; pausing accepts");
-                    self.accept_paused_until = Some(self.mono + ACCEPT_BACKOFF);
-                    self.timers
-                        .set(Timer::AcceptPause, self.accept_paused_until);
+                    let until = self.mono + ACCEPT_BACKOFF;
+                    self.timers.set(Timer::AcceptPause, Some(until));
                     return;
                 }
             }

@@ -229,12 +229,34 @@ impl<L: Loop> Iproto<'_, L> {
             return;
         }
         match calls::parse(function, args) {
-            Ok(Call::Stats) => self.answer_stats(idx, reply),
-            Ok(call) => self
-                .l
-                .dispatch(idx, ReplyTo::Iproto(reply), seed_command(call)),
+            Ok(call) => self.seed_call(idx, reply, call),
             Err(e) => call_error(self.l.reply_buf(idx), sync, &e),
         }
+    }
+
+    /// The seed API's translation table: a call becomes the core's command, or, for
+    /// `queue.stats()`, the server's own figures.
+    #[inline]
+    fn seed_call(&mut self, idx: usize, reply: Reply, call: Call<'_>) {
+        let cmd = match call {
+            Call::Put { data, opts } => Command::Put { data, opts },
+            Call::Take { timeout } => Command::Take {
+                on: On::Seed,
+                timeout: Some(timeout),
+            },
+            Call::Ack { id } => Command::Ack { on: On::Seed, id },
+            Call::Release { id, delay } => Command::Release {
+                on: On::Seed,
+                id,
+                opts: tarq_engine::ReleaseOptions {
+                    delay,
+                    ..Default::default()
+                },
+            },
+            Call::Snapshot => Command::Snapshot,
+            Call::Stats => return self.answer_stats(idx, reply),
+        };
+        self.l.dispatch(idx, ReplyTo::Iproto(reply), cmd);
     }
 }
 
@@ -245,28 +267,6 @@ fn call_error(out: &mut Vec<u8>, sync: u64, e: &CallError) {
         CallError::BadArgs(_) => ER_PROC_LUA,
     };
     response::error(out, sync, code, &e.to_string());
-}
-
-/// The seed API's translation table.
-fn seed_command(call: Call<'_>) -> Command<'_> {
-    match call {
-        Call::Put { data, opts } => Command::Put { data, opts },
-        Call::Take { timeout } => Command::Take {
-            on: On::Seed,
-            timeout: Some(timeout),
-        },
-        Call::Ack { id } => Command::Ack { on: On::Seed, id },
-        Call::Release { id, delay } => Command::Release {
-            on: On::Seed,
-            id,
-            opts: tarq_engine::ReleaseOptions {
-                delay,
-                ..Default::default()
-            },
-        },
-        Call::Snapshot => Command::Snapshot,
-        Call::Stats => unreachable!("answered by `call`: the server's figures"),
-    }
 }
 
 /// Encodes `outcome` as the IPROTO reply `r` asks for.
