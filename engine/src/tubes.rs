@@ -203,6 +203,11 @@ pub struct TubeOptions {
     /// once it holds no task and nothing uses it (`Queue::drop_if_unneeded`), as beanstalkd
     /// forgets such a tube. A tube made by `create_tube` stays.
     pub on_demand: bool,
+    /// Which partition of its named tube this is, in a sharded cluster: 0 for a whole tube
+    /// (and a partitioned tube's first partition, which holds the name); from 1 a partition
+    /// that shares its tube's name but is found by its index only (not by `tube_ix`, not in
+    /// `named_tubes`), so a node lists a partitioned tube once.
+    pub part: u16,
 }
 
 /// Options of a put into a tube. What the type has no use for is ignored (as the original does).

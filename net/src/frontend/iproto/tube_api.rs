@@ -180,7 +180,7 @@ impl<L: Loop> Iproto<'_, L> {
                 self.l.iproto().in_replicaset = in_replicaset;
                 // As the original: with temporary tubes present the mode stays off, logged.
                 if in_replicaset {
-                    let temporary: Vec<String> = (self.l.queue().tubes())
+                    let temporary: Vec<String> = (self.l.queue().named_tubes())
                         .filter(|t| t.opts.temporary)
                         .map(|t| t.name.to_string())
                         .collect();
@@ -322,7 +322,7 @@ impl<L: Loop> Iproto<'_, L> {
         let tubes: Vec<_> = self
             .l
             .queue()
-            .tubes()
+            .named_tubes()
             .filter(|t| t.name != DEFAULT_TUBE_NAME)
             .map(|t| (t.name.to_owned(), t.ix))
             .collect();
