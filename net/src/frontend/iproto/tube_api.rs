@@ -71,6 +71,7 @@ impl<L: Loop> Iproto<'_, L> {
         // with show their numbers, without another look at the tube.
         let numbers = self.l.queue().tube_numbers(tube);
         let r = Reply {
+            tube,
             first: numbers.first,
             ..r
         };
@@ -276,6 +277,7 @@ impl<L: Loop> Iproto<'_, L> {
             sync,
             call16: false,
             style: Style::Silent,
+            tube: 0,
             first: 0,
         };
         if expr == create {

@@ -7,8 +7,8 @@
 //! and executing are the loop's.
 
 use tarq_engine::{
-    Micros, ReleaseOptions, Stats, Status, TaskId, TaskRef, TubeInfo, TubeOptions, TubePut,
-    TubeType,
+    Micros, ReleaseOptions, Stats, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions,
+    TubePut, TubeType,
 };
 use tarq_iproto::mp::{write, Reader};
 
@@ -221,7 +221,7 @@ fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError
     let name = optional_str(r, n, "tube name")?.ok_or_else(|| bad("tube name required"))?;
     let kind = match optional_str(r, n.saturating_sub(1), "tube type")? {
         Some(t) => {
-            TubeType::parse(t).map_err(|e| bad(super::errors::text(super::Style::Tube, 0, &e)))?
+            TubeType::parse(t).map_err(|e| bad(super::errors::text(super::Style::Tube, 0, 0, &e)))?
         }
         None => return Err(bad("Unknown tube type nil")),
     };
@@ -568,12 +568,12 @@ pub fn status_letter(s: Status) -> &'static str {
     }
 }
 
-/// A task as the original's tuple `[id, status, data]`, the id its number in its tube, whose
+/// A task as the original's tuple `[id, status, data]`, the id its number in `tube`, whose
 /// first task got number `first` (`tarq_engine::number_from`); `done` writes the `-` of an
 /// acked or deleted task.
-pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, first: u64, done: bool) {
+pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, tube: TubeIx, first: u64, done: bool) {
     write::array_len(out, 3);
-    write::uint(out, tarq_engine::number_from(t.tube, first, t.id));
+    write::uint(out, tarq_engine::number_from(tube, first, t.id));
     write::str(out, if done { "-" } else { status_letter(t.status) });
     out.extend_from_slice(t.data);
 }
