@@ -48,6 +48,10 @@ impl<R: Copy> Core<R> {
                 self.take_any(caller, reply, tubes, timeout, wake, host);
                 None
             }
+            Command::Watch { tube } => {
+                self.watch(caller, reply, tube, host);
+                None
+            }
             Command::Ack { on, id } => self.ack(caller, reply, on, id, host),
             Command::Release { on, id, opts } => self.release(caller, reply, on, id, opts, host),
             other => self.execute_admin(caller, reply, other, host),
@@ -198,6 +202,21 @@ impl<R: Copy> Core<R> {
             Ok(None) if timeout == Some(0) => host.deliver(caller, reply, &Outcome::Nothing),
             Ok(None) => self.park_take(caller, reply, tube, timeout, host),
             Err(e) => host.deliver(caller, reply, &Outcome::Error(e.into())),
+        }
+    }
+
+    /// `Command::Watch`: answered now if a take of `tube` would get a task, else parked.
+    fn watch(&mut self, caller: Caller, reply: R, tube: TubeIx, host: &mut impl Host<R>) {
+        if self.queue.tube_info(tube).is_none() {
+            let e = tarq_engine::QueueError::TubeNotFound(tube);
+            return host.deliver(caller, reply, &Outcome::Error(e.into()));
+        }
+        if !self.pauses.paused(tube, self.mono) && self.queue.can_take(tube) {
+            host.deliver(caller, reply, &Outcome::Ok);
+        } else if self.parked.count_of(caller.slot()) >= MAX_PARKED_PER_CONN {
+            host.deliver(caller, reply, &Outcome::Error(Refusal::TooManyParked));
+        } else {
+            self.parked.park_watch(caller, tube, reply);
         }
     }
 
@@ -391,6 +410,7 @@ impl<R: Copy> Core<R> {
             | Command::PutIn { .. }
             | Command::Take { .. }
             | Command::TakeAny { .. }
+            | Command::Watch { .. }
             | Command::Ack { .. }
             | Command::Release { .. } => unreachable!("run by `execute`"),
         };
@@ -487,6 +507,12 @@ impl<R: Copy> Core<R> {
                 break;
             };
             if !host.is_live(p.caller) {
+                continue;
+            }
+            if p.wake_only {
+                // Woken, not served: the task stays for whoever takes it next.
+                host.deliver(p.caller, p.reply, &Outcome::Ok);
+                host.parked_answered(p.caller, p.reply);
                 continue;
             }
             match self.queue.take_from(self.now, tube, p.caller.sid) {

@@ -35,6 +35,8 @@ pub struct ParkedTake<R> {
     pub group: u64,
     /// `Micros::MAX`: no deadline.
     pub deadline: Micros,
+    /// A watch (`Command::Watch`): answered when the tube has a task, which it leaves there.
+    pub wake_only: bool,
     /// Unique per park, so a reused slab key is never mistaken for the old entry.
     seq: u64,
 }
@@ -97,6 +99,7 @@ impl<R> Parked<R> {
             group,
             reply,
             deadline,
+            wake_only: false,
             seq,
         });
         let c = caller.slot();
@@ -118,6 +121,13 @@ impl<R> Parked<R> {
             self.deadlines.push(Reverse((deadline, seq, key)));
         }
         key
+    }
+
+    /// Parks a watch of `caller` on `tube`: served like a take, answered without taking.
+    pub fn park_watch(&mut self, caller: Caller, tube: TubeIx, reply: R) {
+        let group = self.new_group();
+        let key = self.park(caller, tube, reply, Micros::MAX, group);
+        self.takes[key].wake_only = true;
     }
 
     fn live(&self, key: usize, seq: u64) -> bool {
