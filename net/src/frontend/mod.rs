@@ -8,6 +8,7 @@
 
 pub mod beanstalk;
 pub mod iproto;
+pub mod link;
 
 use std::time::Instant;
 
@@ -23,6 +24,8 @@ use crate::core::{Command, Outcome, Pauses, Refusal};
 pub enum ReplyTo {
     Iproto(iproto::Reply),
     Beanstalk(beanstalk::Reply),
+    /// A command another node of a sharded cluster forwarded.
+    Link(link::Reply),
 }
 
 /// Encodes `outcome` as the reply `to` asks for, appended to `out`.
@@ -30,6 +33,7 @@ pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
     match to {
         ReplyTo::Iproto(r) => iproto::encode(out, r, outcome),
         ReplyTo::Beanstalk(r) => beanstalk::encode(out, r, outcome),
+        ReplyTo::Link(r) => link::encode(out, r, outcome),
     }
 }
 
@@ -125,4 +129,14 @@ pub trait Loop {
     fn relay_input(&mut self, idx: usize, frame: &[u8]);
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
+
+    /// Connection `idx` becomes a link another node forwards its clients' calls on (answered
+    /// on `sync`), or is refused when this node is no sharded cluster's.
+    fn start_link(&mut self, idx: usize, sync: u64);
+    /// Link `idx`'s own state (`None` unless it is a link).
+    fn link_conn(&mut self, idx: usize) -> Option<&mut link::LinkConn>;
+    /// A new engine session (for a forwarding node's session).
+    fn new_session(&mut self) -> SessionId;
+    /// [`dispatch`](Self::dispatch) for session `sid` of connection `idx` (a link's).
+    fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>);
 }

@@ -175,4 +175,22 @@ impl frontend::Loop for Server {
     fn cluster_overview(&mut self) -> rmpv::Value {
         Server::cluster_overview(self)
     }
+
+    fn start_link(&mut self, idx: usize, sync: u64) {
+        Server::start_link(self, idx, sync);
+    }
+
+    fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {
+        self.conns.get_mut(idx).and_then(|c| c.link_mut())
+    }
+
+    fn new_session(&mut self) -> SessionId {
+        Server::new_session(self)
+    }
+
+    fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>) {
+        let caller = Caller::new(idx, self.conns[idx].gen, sid);
+        let (core, mut wire) = self.split();
+        core.execute(caller, reply, cmd, &mut wire);
+    }
 }
