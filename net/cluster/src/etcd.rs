@@ -65,6 +65,8 @@ pub struct Kv {
 pub enum Compare {
     /// The key's create revision equals this (0: the key does not exist).
     CreateRevision(Vec<u8>, i64),
+    /// The key's last modification was at this revision (0: the key does not exist).
+    ModRevision(Vec<u8>, i64),
     /// The key is bound to this lease.
     Lease(Vec<u8>, i64),
     /// Every key under the prefix was last modified before this revision (none changed or
@@ -113,6 +115,14 @@ impl Client {
             endpoints,
             current: 0,
         }
+    }
+
+    /// A client over endpoints as a user writes them (`http://host:port` or `host:port`),
+    /// checked as `Config` checks them: for tools (`tarq ctl`) that talk to etcd without an
+    /// election thread.
+    pub fn connect(endpoints: &[String]) -> Result<Client, crate::ConfigError> {
+        let urls = crate::config::base_urls(endpoints)?;
+        Ok(Client::new(urls))
     }
 
     /// The endpoint the next call goes to.
@@ -287,6 +297,10 @@ fn compare_json(c: &Compare) -> Value {
         Compare::CreateRevision(key, rev) => json!({
             "key": B64.encode(key), "target": "CREATE", "result": "EQUAL",
             "create_revision": rev.to_string(),
+        }),
+        Compare::ModRevision(key, rev) => json!({
+            "key": B64.encode(key), "target": "MOD", "result": "EQUAL",
+            "mod_revision": rev.to_string(),
         }),
         Compare::Lease(key, lease) => json!({
             "key": B64.encode(key), "target": "LEASE", "result": "EQUAL",
