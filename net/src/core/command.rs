@@ -101,6 +101,8 @@ pub enum Command<'a> {
         kind: TubeType,
         opts: TubeOptions,
         if_not_exists: bool,
+        /// How many partitions (a sharded cluster's; 1 elsewhere).
+        partitions: u16,
     },
     /// A take from whichever of `tubes` has the lowest (pri, id) task ready (beanstalk's
     /// reserve over its watched tubes). Parked on all of them while none has one; the parked
@@ -198,6 +200,8 @@ pub enum Outcome<'q> {
     },
     /// No task: a take that timed out, a touch with nothing to add.
     Nothing,
+    /// A watched tube has a task a take would get (`Command::Watch`).
+    Ready(TubeIx),
     /// A put into a full tube that waited (or could not wait) and found no room.
     Full,
     /// How many (kick).
@@ -240,4 +244,7 @@ pub enum Refusal {
     /// unreachable, a leadership that ran out): why.
     #[error("no primary now: {0}")]
     NoPrimary(String),
+    /// A sharded cluster could not place or reach a tube's partition: why.
+    #[error("{0}")]
+    Shards(String),
 }

@@ -211,13 +211,36 @@ impl<R: Copy> Core<R> {
             let e = tarq_engine::QueueError::TubeNotFound(tube);
             return host.deliver(caller, reply, &Outcome::Error(e.into()));
         }
-        if !self.pauses.paused(tube, self.mono) && self.queue.can_take(tube) {
-            host.deliver(caller, reply, &Outcome::Ok);
-        } else if self.parked.count_of(caller.slot()) >= MAX_PARKED_PER_CONN {
-            host.deliver(caller, reply, &Outcome::Error(Refusal::TooManyParked));
-        } else {
-            self.parked.park_watch(caller, tube, reply);
+        self.watch_any(caller, reply, &[tube], host);
+    }
+
+    /// Watches `tubes` for `caller`: `Outcome::Ready` names the first of them that has a task
+    /// a take would get — now, or once one has (then the watch's group ends, on every tube).
+    /// Returns the group of a watch that waits, for [`unwatch`](Self::unwatch).
+    pub fn watch_any(
+        &mut self,
+        caller: Caller,
+        reply: R,
+        tubes: &[TubeIx],
+        host: &mut impl Host<R>,
+    ) -> Option<u64> {
+        let ready = tubes.iter().copied().find(|&t| {
+            !self.pauses.paused(t, self.mono) && self.queue.can_take(t)
+        });
+        if let Some(tube) = ready {
+            host.deliver(caller, reply, &Outcome::Ready(tube));
+            return None;
         }
+        if self.parked.count_of(caller.slot()) + tubes.len() > MAX_PARKED_PER_CONN {
+            host.deliver(caller, reply, &Outcome::Error(Refusal::TooManyParked));
+            return None;
+        }
+        Some(self.parked.park_watch(caller, tubes, reply))
+    }
+
+    /// Ends the watch `group` of connection `slot` (its waiter was served another way).
+    pub fn unwatch(&mut self, slot: usize, group: u64) {
+        self.parked.remove_group(slot, group);
     }
 
     fn park_take(
@@ -358,11 +381,18 @@ impl<R: Copy> Core<R> {
             Command::ReleaseAll { tube } => (ok(q.release_all(tube)), Some(tube)),
             Command::Truncate { tube } => (ok(q.truncate(tube)), Some(tube)),
             Command::DropTube { tube } => return self.drop_tube(caller, reply, tube, host),
+            Command::CreateTube { partitions, .. } if partitions > 1 => {
+                let why = format!(
+                    "a tube of {partitions} partitions needs a sharded cluster (--replica-set)"
+                );
+                (Outcome::Error(Refusal::Shards(why)), None)
+            }
             Command::CreateTube {
                 name,
                 kind,
                 opts,
                 if_not_exists,
+                ..
             } => {
                 let found = q.tube_ix(name).filter(|_| if_not_exists);
                 // A tube beanstalk's `use` made is one `create_tube` keeps from now on.
@@ -458,6 +488,7 @@ impl<R: Copy> Core<R> {
             kind: tarq_engine::TubeType::FifoTtl,
             opts: Default::default(),
             if_not_exists: true,
+            partitions: 1,
         };
         if let Some(r) = self.refusal(&cmd, host) {
             return Err(r);
@@ -511,8 +542,8 @@ impl<R: Copy> Core<R> {
             }
             if p.wake_only {
                 // Woken, not served: the task stays for whoever takes it next.
-                host.deliver(p.caller, p.reply, &Outcome::Ok);
-                host.parked_answered(p.caller, p.reply);
+                self.parked.remove_group(p.caller.slot(), p.group);
+                host.deliver(p.caller, p.reply, &Outcome::Ready(tube));
                 continue;
             }
             match self.queue.take_from(self.now, tube, p.caller.sid) {

@@ -123,11 +123,18 @@ impl<R> Parked<R> {
         key
     }
 
-    /// Parks a watch of `caller` on `tube`: served like a take, answered without taking.
-    pub fn park_watch(&mut self, caller: Caller, tube: TubeIx, reply: R) {
+    /// Parks a watch of `caller` on `tubes`, in a group of its own (returned): served like a
+    /// take, answered without taking.
+    pub fn park_watch(&mut self, caller: Caller, tubes: &[TubeIx], reply: R) -> u64
+    where
+        R: Copy,
+    {
         let group = self.new_group();
-        let key = self.park(caller, tube, reply, Micros::MAX, group);
-        self.takes[key].wake_only = true;
+        for &tube in tubes {
+            let key = self.park(caller, tube, reply, Micros::MAX, group);
+            self.takes[key].wake_only = true;
+        }
+        group
     }
 
     fn live(&self, key: usize, seq: u64) -> bool {

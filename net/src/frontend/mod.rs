@@ -26,6 +26,9 @@ pub enum ReplyTo {
     Beanstalk(beanstalk::Reply),
     /// A command another node of a sharded cluster forwarded.
     Link(link::Reply),
+    /// Answered to the loop itself (a sharded cluster's router gathering a whole tube's
+    /// figures, or a watch), never to a connection: the token says which of its questions.
+    Router(u64),
 }
 
 /// Encodes `outcome` as the reply `to` asks for, appended to `out`.
@@ -34,6 +37,8 @@ pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
         ReplyTo::Iproto(r) => iproto::encode(out, r, outcome),
         ReplyTo::Beanstalk(r) => beanstalk::encode(out, r, outcome),
         ReplyTo::Link(r) => link::encode(out, r, outcome),
+        // The loop takes these before any encoding.
+        ReplyTo::Router(_) => {}
     }
 }
 

@@ -12,9 +12,10 @@ use crate::config::Config;
 use tarq_iproto::auth::SCRAMBLE_LEN;
 use tarq_iproto::greeting::SALT_LEN;
 
-use crate::core::{Command, Outcome, Pauses, Refusal};
+use crate::core::{Caller, Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
 use crate::frontend::iproto::IprotoState;
+use crate::frontend::link::LinkConn;
 use crate::frontend::{self, ReplyTo};
 
 impl frontend::Loop for Server {

@@ -23,6 +23,7 @@ pub mod limits;
 mod relay;
 pub mod reload;
 mod replica;
+mod shards;
 mod sync;
 mod systemd;
 mod timers;
@@ -47,6 +48,7 @@ use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::{Beanstalk, BsConn};
 use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
 use crate::frontend::iproto::{Iproto, IprotoState};
+use crate::frontend::link::Link;
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{
@@ -180,6 +182,10 @@ pub struct Server {
     /// closes), registered by their owners.
     timers: Timers,
     next_sid: u64,
+    /// A sharded cluster's router (`--replica-set`).
+    shards: Option<shards::Shards>,
+    /// Outcomes the core answered to the router this call (`ReplyTo::Router`).
+    routed: Vec<(u64, shards::Digest)>,
     next_gen: u32,
     /// The wall and the monotonic clocks.
     clock: LoopClock,
@@ -247,6 +253,13 @@ impl Server {
             )?),
             None => None,
         };
+        let shards = match (&cfg.cluster, &cluster) {
+            (Some(c), Some(node)) if c.election.replica_set.is_some() => {
+                let set = c.election.replica_set.clone().unwrap_or_default();
+                Some(shards::Shards::new(set, node.placement_fence()))
+            }
+            _ => None,
+        };
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         let mut server = Server {
             poll,
@@ -268,6 +281,8 @@ impl Server {
             engine_behind: false,
             timers: Timers::default(),
             next_sid: 1,
+            shards,
+            routed: Vec::new(),
             next_gen: 0,
             clock,
             now,
@@ -428,6 +443,7 @@ impl Server {
             BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
+            Token(t) if shards::Shards::owns_token(t) => self.link_ready(t),
             t if Ops::owns(t) => {
                 self.ops.on_event(ev, self.now, &mut self.limits);
                 self.timers.set(Timer::Ops, self.ops.next_timer());
@@ -864,6 +880,9 @@ impl Server {
         }
         // Before the commit, so a tube's drop is in this turn's batch.
         self.collect_tubes();
+        if self.shards.is_some() {
+            self.flush_links();
+        }
 
         self.commit_and_flush();
     }
@@ -993,7 +1012,12 @@ impl Server {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
-                    Iproto::new(self).execute(idx, &data[used + f.prefix..used + f.total()]);
+                    let frame = &data[used + f.prefix..used + f.total()];
+                    if matches!(self.conns[idx].proto, Protocol::Link(_)) {
+                        Link::new(self).execute(idx, frame);
+                    } else {
+                        Iproto::new(self).execute(idx, frame);
+                    }
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());
@@ -1178,6 +1202,13 @@ impl Server {
             self.beanstalk.connections -= 1;
         }
         self.drop_input(idx);
+        // A link's sessions are its forwarding node's clients': theirs go back to ready too.
+        let link_sessions: Vec<SessionId> = (self.conns[idx].link_mut())
+            .map(|l| l.sessions().collect())
+            .unwrap_or_default();
+        for s in link_sessions {
+            self.release_session(s);
+        }
         let released = match self.iproto.sessions.detach(sid, uuid, self.mono) {
             OnClose::Release(sid) => self.release_session(sid),
             OnClose::Keep => 0,
@@ -1192,6 +1223,7 @@ impl Server {
         if self.cfg.null {
             return 0;
         }
+        self.shards_session_ended(sid);
         let leads = self.leads();
         let (core, mut wire) = self.split();
         core.release_session(sid, leads, &mut wire)

@@ -35,7 +35,7 @@ fn wording(r: Reply, e: &Refusal) -> (u32, String) {
             (ER_NO_SUCH_PROC, missing.to_string())
         }
         Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => (ER_READONLY, refusal_text(e)),
-        Refusal::Journal(_) | Refusal::TooManyParked | Refusal::Consumers => {
+        Refusal::Journal(_) | Refusal::TooManyParked | Refusal::Consumers | Refusal::Shards(_) => {
             (ER_PROC_LUA, refusal_text(e))
         }
     }
@@ -46,7 +46,7 @@ pub fn refusal_text(e: &Refusal) -> String {
     match e {
         Refusal::ReadOnly(primary) => format!("read-only replica: the primary is {primary}"),
         Refusal::NoPrimary(why) => format!("read-only replica: no primary now: {why}"),
-        Refusal::Journal(why) => why.clone(),
+        Refusal::Journal(why) | Refusal::Shards(why) => why.clone(),
         Refusal::TooManyParked => {
             format!("Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}")
         }

@@ -220,6 +220,10 @@ impl<L: Loop> Iproto<'_, L> {
             }
             return;
         }
+        if function == super::link::wire::LINK {
+            // Another node of a sharded cluster: its link front-end takes the connection.
+            return self.l.start_link(idx, sync);
+        }
         if function == calls::CLUSTER {
             let overview = self.l.cluster_overview();
             let out = self.l.reply_buf(idx);
@@ -290,7 +294,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     match outcome {
         Outcome::Task(t) => seed_task(out, r, t),
         Outcome::Done(t) => seed_task(out, r, &t.as_ref()),
-        Outcome::Nothing | Outcome::Ok => response::empty_data(out, sync),
+        Outcome::Nothing | Outcome::Ok | Outcome::Ready(_) => response::empty_data(out, sync),
         Outcome::ServerStats(s) => one_value(out, r, |o| s.write_msgpack(o)),
         Outcome::Text(text) => one_value(out, r, |o| write::str(o, text)),
         Outcome::DoneId { id, .. } => one_value(out, r, |o| write::uint(o, *id)),

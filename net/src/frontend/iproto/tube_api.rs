@@ -141,11 +141,13 @@ impl<L: Loop> Iproto<'_, L> {
                 kind,
                 opts,
                 if_not_exists,
+                partitions,
             } => Command::CreateTube {
                 name,
                 kind,
                 opts,
                 if_not_exists,
+                partitions,
             },
             TubeCall::Method { tube, method } => {
                 let Some(tube) = self.l.queue().tube_ix(tube) else {

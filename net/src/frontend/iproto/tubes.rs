@@ -29,6 +29,7 @@ pub enum TubeCall<'a> {
         kind: TubeType,
         opts: TubeOptions,
         if_not_exists: bool,
+        partitions: u16,
     },
     Method {
         tube: &'a str,
@@ -227,6 +228,7 @@ fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError
     };
     let mut opts = TubeOptions::default();
     let mut if_not_exists = false;
+    let mut partitions = 1;
     let mut vinyl = false;
     if n >= 3 {
         read_options(r, |name, r| {
@@ -242,6 +244,12 @@ fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError
                 "dedup_window" => opts.dedup_window = seconds(r, name, true)?,
                 "temporary" => opts.temporary = flag(r, name)?,
                 "if_not_exists" => if_not_exists = flag(r, name)?,
+                "partitions" => {
+                    partitions = u16::try_from(count(r, name)?)
+                        .ok()
+                        .filter(|&n| n >= 1)
+                        .ok_or_else(|| bad("option 'partitions' is 1 to 65535"))?
+                }
                 "engine" => vinyl = r.read_str().is_ok_and(|e| e == "vinyl"),
                 // The original passes the rest to its driver, which ignores what it does not
                 // know.
@@ -260,6 +268,7 @@ fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError
         kind,
         opts,
         if_not_exists,
+        partitions,
     })
 }
 
@@ -863,6 +872,7 @@ mod tests {
             kind,
             opts,
             if_not_exists,
+            ..
         } = parse("queue", "queue.create_tube", &a, key())
             .unwrap()
             .unwrap()
