@@ -550,10 +550,10 @@ impl Queue {
         // A few tubes (the usual case; every tube-API call asks) are compared directly:
         // cheaper than hashing the name.
         if self.tubes.len() <= SCAN_TUBES {
-            let found = self
-                .tubes
-                .iter()
-                .position(|t| t.as_ref().is_some_and(|t| t.opts.part == 0 && *t.name == *name));
+            let found = self.tubes.iter().position(|t| {
+                t.as_ref()
+                    .is_some_and(|t| t.opts.part == 0 && *t.name == *name)
+            });
             return found.map(|i| i as TubeIx);
         }
         self.names.get(name).copied()

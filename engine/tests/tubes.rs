@@ -1140,9 +1140,18 @@ fn partitions_are_created_at_their_index_and_found_by_it_only() {
         part: 1,
         ..TubeOptions::default()
     };
-    assert_eq!(q.create_tube_at(7, "jobs", TubeType::Fifo, head, 0), Ok(true));
-    assert_eq!(q.create_tube_at(9, "jobs", TubeType::Fifo, part, 40), Ok(true));
-    assert_eq!(q.create_tube_at(9, "jobs", TubeType::Fifo, part, 40), Ok(false));
+    assert_eq!(
+        q.create_tube_at(7, "jobs", TubeType::Fifo, head, 0),
+        Ok(true)
+    );
+    assert_eq!(
+        q.create_tube_at(9, "jobs", TubeType::Fifo, part, 40),
+        Ok(true)
+    );
+    assert_eq!(
+        q.create_tube_at(9, "jobs", TubeType::Fifo, part, 40),
+        Ok(false)
+    );
     assert!(matches!(
         q.create_tube_at(9, "other", TubeType::Fifo, head, 0),
         Err(QueueError::TubeExists(_))

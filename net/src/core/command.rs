@@ -3,11 +3,11 @@
 //! [`Refusal`] (why the change was not made). Front-ends word and code these for their
 //! clients; the core never sees a wire text.
 
+use serde::{Deserialize, Serialize};
 use tarq_engine::{
     Micros, PutOptions, QueueError, ReleaseOptions, Stats, Task, TaskId, TaskRef, TubeInfo, TubeIx,
     TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
 };
-use serde::{Deserialize, Serialize};
 use tarq_ops::stats::Snapshot;
 
 use super::parked::MAX_PARKED_PER_CONN;

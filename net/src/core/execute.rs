@@ -224,9 +224,10 @@ impl<R: Copy> Core<R> {
         tubes: &[TubeIx],
         host: &mut impl Host<R>,
     ) -> Option<u64> {
-        let ready = tubes.iter().copied().find(|&t| {
-            !self.pauses.paused(t, self.mono) && self.queue.can_take(t)
-        });
+        let ready = tubes
+            .iter()
+            .copied()
+            .find(|&t| !self.pauses.paused(t, self.mono) && self.queue.can_take(t));
         if let Some(tube) = ready {
             host.deliver(caller, reply, &Outcome::Ready(tube));
             return None;

@@ -59,7 +59,12 @@ pub(crate) struct ClusterNode {
 
 impl ClusterNode {
     /// The placement and the replica sets as last read.
-    pub fn map(&self) -> (std::sync::Arc<tarq_cluster::Placement>, Vec<tarq_cluster::SetView>) {
+    pub fn map(
+        &self,
+    ) -> (
+        std::sync::Arc<tarq_cluster::Placement>,
+        Vec<tarq_cluster::SetView>,
+    ) {
         (self.handle.placement(), self.handle.overview().sets)
     }
 

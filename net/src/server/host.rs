@@ -9,8 +9,8 @@ use slab::Slab;
 use tarq_engine::{Stats, TubeIx};
 
 use super::cluster::ClusterNode;
-use super::shards::Digest;
 use super::conn::Conn;
+use super::shards::Digest;
 use super::{mark_flush, Server};
 use crate::core::{Caller, Command, Core, Host, Outcome, Refusal};
 use crate::frontend::beanstalk::BeanstalkState;
@@ -168,6 +168,9 @@ impl Server {
         let caller = self.caller(idx);
         let (core, mut wire) = self.split();
         core.execute(caller, reply, cmd, &mut wire);
+        if !self.routed.is_empty() {
+            self.take_routed();
+        }
     }
 
     /// Encodes `outcome` into connection `idx`'s replies, queued for this turn's flush.

@@ -681,6 +681,10 @@ impl Server {
             ),
             (Timer::Linger, self.next_linger()),
             (Timer::Ops, self.ops.next_timer()),
+            (
+                Timer::Shards,
+                self.shards.as_ref().and_then(shards::Shards::next_deadline),
+            ),
         ];
         for (timer, at) in truth {
             assert_eq!(
@@ -873,6 +877,11 @@ impl Server {
             self.timers.set(Timer::Linger, self.next_linger());
         }
 
+        if self.shards.is_some() {
+            // Watches answered while the turn served others' calls, and waits that ran out.
+            self.take_routed();
+            self.expire_waiters();
+        }
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
             self.ops.tick(self.now, &snapshot, &mut self.limits);

@@ -7,8 +7,8 @@
 //! and executing are the loop's.
 
 use tarq_engine::{
-    Micros, ReleaseOptions, Stats, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions,
-    TubePut, TubeType,
+    Micros, ReleaseOptions, Stats, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions, TubePut,
+    TubeType,
 };
 use tarq_iproto::mp::{write, Reader};
 
@@ -221,9 +221,8 @@ fn optional_str<'a>(r: &mut Reader<'a>, n: u32, what: &str) -> Result<Option<&'a
 fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
     let name = optional_str(r, n, "tube name")?.ok_or_else(|| bad("tube name required"))?;
     let kind = match optional_str(r, n.saturating_sub(1), "tube type")? {
-        Some(t) => {
-            TubeType::parse(t).map_err(|e| bad(super::errors::text(super::Style::Tube, 0, 0, &e)))?
-        }
+        Some(t) => TubeType::parse(t)
+            .map_err(|e| bad(super::errors::text(super::Style::Tube, 0, 0, &e)))?,
         None => return Err(bad("Unknown tube type nil")),
     };
     let mut opts = TubeOptions::default();

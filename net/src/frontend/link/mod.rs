@@ -77,7 +77,11 @@ impl<L: Loop> Link<'_, L> {
         match ask {
             Ok(Ask::Run { session, command }) => self.run(idx, reply, session, command),
             Ok(Ask::End { session }) => {
-                if let Some(sid) = self.l.link_conn(idx).and_then(|l| l.sessions.remove(&session)) {
+                if let Some(sid) = self
+                    .l
+                    .link_conn(idx)
+                    .and_then(|l| l.sessions.remove(&session))
+                {
                     self.l.release_session(sid);
                 }
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);

@@ -148,7 +148,14 @@ mod tests {
             wait: 0,
         };
         let mut out = Vec::new();
-        write_ask(&mut out, 9, &Ask::Run { session: 5, command });
+        write_ask(
+            &mut out,
+            9,
+            &Ask::Run {
+                session: 5,
+                command,
+            },
+        );
         let frame = &out[5..];
         let req = tarq_iproto::request::decode(frame).unwrap();
         let tarq_iproto::request::RequestKind::Call { function, args, .. } = req.kind else {
@@ -156,7 +163,10 @@ mod tests {
         };
         assert_eq!((req.sync, function), (9, ASK));
         match read_ask(args).unwrap() {
-            Ask::Run { session, command: c } => assert_eq!((session, c), (5, command)),
+            Ask::Run {
+                session,
+                command: c,
+            } => assert_eq!((session, c), (5, command)),
             other => panic!("{other:?}"),
         }
 

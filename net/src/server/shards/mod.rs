@@ -18,12 +18,13 @@
 
 mod out_link;
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tarq_cluster::{Placement, PlacementFence, SetView};
+use tarq_cluster::{Placement, PlacementFence, SetView, TubePlacement};
 use tarq_engine::{id_tube, Micros, SessionId, Stats, TubeIx, TubeOptions, TubeType};
 use tracing::{info, warn};
 
@@ -37,6 +38,9 @@ use out_link::{OutLink, FIRST_CALL_SYNC};
 
 /// The most replica sets a cluster routes to (a session's sets are a 64-bit mask).
 const MAX_SETS: usize = 64;
+/// Router tokens with this bit are a waiting take's local watch (the rest: its number);
+/// without it, a whole-tube figure's.
+const WATCH: u64 = 1 << 63;
 
 /// What the router keeps of an outcome answered to it (`ReplyTo::Router`).
 #[derive(Debug, Clone)]
@@ -99,9 +103,22 @@ struct Client {
 enum Then {
     Deliver,
     /// A take that found nothing there: try the next partitions.
-    Take { plan: TakePlan },
+    Take {
+        plan: TakePlan,
+    },
     /// One partition's share of a whole-tube figure.
-    Gather { key: u64 },
+    Gather {
+        key: u64,
+    },
+    /// A watch of a partition (for the waiting takes of its tube) was answered.
+    Woke {
+        ix: TubeIx,
+    },
+    /// A waiting take's try of a partition its watch said has a task.
+    WaitTake {
+        waiter: u64,
+        ix: TubeIx,
+    },
 }
 
 struct Pending {
@@ -116,6 +133,15 @@ struct TakePlan {
     on: On,
     left: Vec<TubeIx>,
     timeout: Option<Micros>,
+}
+
+/// A take waiting for a task of any partition of its tube.
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    client: Client,
+    on: On,
+    /// The watch of the partitions this node leads, while parked in the core.
+    local: Option<u64>,
 }
 
 /// A whole-tube figure being summed.
@@ -159,6 +185,13 @@ pub(crate) struct Shards {
     creates: HashMap<u64, Client>,
     next_token: u64,
     rr: usize,
+    /// Takes waiting across partitions, by number, and by tube in arrival order.
+    waiters: HashMap<u64, Waiter>,
+    queues: HashMap<TubeIx, VecDeque<u64>>,
+    next_waiter: u64,
+    deadlines: BinaryHeap<Reverse<(Micros, u64)>>,
+    /// Partitions led elsewhere that this node watches now.
+    watching: HashSet<TubeIx>,
 }
 
 impl Shards {
@@ -179,6 +212,11 @@ impl Shards {
             creates: HashMap::new(),
             next_token: 0,
             rr: 0,
+            waiters: HashMap::new(),
+            queues: HashMap::new(),
+            next_waiter: 0,
+            deadlines: BinaryHeap::new(),
+            watching: HashSet::new(),
         }
     }
 
@@ -211,23 +249,33 @@ impl Shards {
         self.parts.clear();
         self.tubes.clear();
         for t in placement.tubes.values() {
-            let Some(head) = t.partitions.first().map(|p| p.index) else {
-                continue;
-            };
-            let mut parts = Vec::with_capacity(t.partitions.len());
-            for p in &t.partitions {
-                let set = self.slot_of(&p.set);
-                let ix = p.index as usize;
-                if self.parts.len() <= ix {
-                    self.parts.resize(ix + 1, None);
-                }
-                self.parts[ix] = Some(Part { head, set });
-                parts.push(p.index);
-            }
-            let utube = matches!(t.kind.as_str(), "utube" | "utubettl");
-            self.tubes.insert(head, Routed { parts, utube });
+            self.add_tube(t);
         }
         self.placement = placement;
+    }
+
+    /// Routes tube `t` as placed.
+    fn add_tube(&mut self, t: &TubePlacement) {
+        let Some(head) = t.partitions.first().map(|p| p.index) else {
+            return;
+        };
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let set = self.slot_of(&p.set);
+            let ix = p.index as usize;
+            if self.parts.len() <= ix {
+                self.parts.resize(ix + 1, None);
+            }
+            self.parts[ix] = Some(Part { head, set });
+            parts.push(p.index);
+        }
+        let utube = matches!(t.kind.as_str(), "utube" | "utubettl");
+        self.tubes.insert(head, Routed { parts, utube });
+    }
+
+    /// The earliest deadline of a waiting take.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        self.deadlines.peek().map(|Reverse((t, _))| *t)
     }
 
     fn part(&self, ix: TubeIx) -> Option<Part> {
@@ -236,7 +284,10 @@ impl Shards {
 
     /// Whether this node serves partition `ix` itself: its set owns it and it leads the set.
     fn here(&self, ix: TubeIx, leads: bool) -> bool {
-        leads && self.part(ix).is_some_and(|p| self.sets[p.set].name == self.set)
+        leads
+            && self
+                .part(ix)
+                .is_some_and(|p| self.sets[p.set].name == self.set)
     }
 }
 
@@ -254,11 +305,17 @@ fn options_from(v: &serde_json::Value, part: u16) -> TubeOptions {
     TubeOptions {
         ttl: u("ttl"),
         ttr: u("ttr"),
-        pri: v.get("pri").and_then(serde_json::Value::as_i64).unwrap_or(0),
+        pri: v
+            .get("pri")
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or(0),
         capacity: u("capacity").unwrap_or(0),
         max_deliveries: u("max_deliveries").map_or(0, |n| n.min(u64::from(u16::MAX)) as u16),
         dedup_window: u("dedup_window").unwrap_or(0),
-        temporary: v.get("temporary").and_then(serde_json::Value::as_bool).unwrap_or(false),
+        temporary: v
+            .get("temporary")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false),
         on_demand: false,
         part,
     }
@@ -308,29 +365,39 @@ impl Server {
             return;
         };
         shards.apply(Arc::clone(&placement), sets);
-        let me = shards.set.clone();
-        info!(epoch = placement.epoch, tubes = placement.tubes.len(), "placement applied");
+        info!(
+            epoch = placement.epoch,
+            tubes = placement.tubes.len(),
+            "placement applied"
+        );
+        for t in placement.tubes.values() {
+            self.hold_tube(t);
+        }
+    }
+
+    /// On a primary, holds what of tube `t` this node must: every tube's first partition (so
+    /// its name resolves on every node) and the partitions its set owns.
+    fn hold_tube(&mut self, t: &TubePlacement) {
         if !self.leads() {
             return;
         }
-        for t in placement.tubes.values() {
-            let Ok(kind) = TubeType::parse(&t.kind) else {
-                warn!(tube = %t.name, kind = %t.kind, "placement names an unknown tube type");
+        let Some(me) = self.shards.as_ref().map(|s| s.set.clone()) else {
+            return;
+        };
+        let Ok(kind) = TubeType::parse(&t.kind) else {
+            warn!(tube = %t.name, kind = %t.kind, "placement names an unknown tube type");
+            return;
+        };
+        for (p, part) in t.partitions.iter().enumerate() {
+            if p > 0 && part.set != me {
                 continue;
-            };
-            for (p, part) in t.partitions.iter().enumerate() {
-                // Every tube's first partition is everywhere (names resolve on every node);
-                // the others where their set is.
-                if p > 0 && part.set != me {
-                    continue;
-                }
-                let opts = options_from(&t.options, p as u16);
-                if let Err(e) = self
-                    .core
-                    .place_tube(part.index, &t.name, kind, opts, part.first)
-                {
-                    warn!(tube = %t.name, partition = p, error = %e, "cannot hold a placed partition");
-                }
+            }
+            let opts = options_from(&t.options, p as u16);
+            if let Err(e) = self
+                .core
+                .place_tube(part.index, &t.name, kind, opts, part.first)
+            {
+                warn!(tube = %t.name, partition = p, error = %e, "cannot hold a placed partition");
             }
         }
     }
@@ -344,17 +411,29 @@ impl Server {
         let Some(client) = self.shards.as_mut().and_then(|s| s.creates.remove(&token)) else {
             return;
         };
-        if let Some(c) = &self.cluster {
-            let (placement, sets) = c.map();
-            self.shards_map_changed(placement, &sets);
+        if let Ok(t) = &result {
+            if let Some(s) = self.shards.as_mut() {
+                s.add_tube(t);
+            }
+            self.hold_tube(t);
         }
         let outcome = match result {
             Ok(t) => match t.partitions.first().map(|p| p.index) {
                 Some(ix) => match self.core.queue().tube_info(ix) {
                     Some(info) => {
-                        if self.conns.get(client.idx).is_some_and(|x| x.gen == client.gen) {
+                        if self
+                            .conns
+                            .get(client.idx)
+                            .is_some_and(|x| x.gen == client.gen)
+                        {
                             let (conns, flush) = (&mut self.conns, &mut self.flush_list);
-                            deliver_to(conns, flush, client.idx, client.reply, &Outcome::Tube(info));
+                            deliver_to(
+                                conns,
+                                flush,
+                                client.idx,
+                                client.reply,
+                                &Outcome::Tube(info),
+                            );
                         }
                         return;
                     }
@@ -376,7 +455,13 @@ impl Server {
 
     fn answer(&mut self, c: Client, outcome: &Outcome<'_>) {
         if self.conns.get(c.idx).is_some_and(|x| x.gen == c.gen) {
-            deliver_to(&mut self.conns, &mut self.flush_list, c.idx, c.reply, outcome);
+            deliver_to(
+                &mut self.conns,
+                &mut self.flush_list,
+                c.idx,
+                c.reply,
+                outcome,
+            );
         }
     }
 
@@ -413,7 +498,10 @@ impl Server {
                 let token = shards.next_token;
                 shards.next_token += 1;
                 shards.creates.insert(token, client);
-                let cluster = self.cluster.as_ref().expect("a sharded node is a cluster node");
+                let cluster = self
+                    .cluster
+                    .as_ref()
+                    .expect("a sharded node is a cluster node");
                 cluster.create_tube(token, name, kind.as_str(), options_json(&opts), partitions);
                 return None;
             }
@@ -431,8 +519,12 @@ impl Server {
                 let ix = if t.utube {
                     t.parts[key_partition(opts.utube, n)]
                 } else {
-                    let here: Vec<TubeIx> =
-                        t.parts.iter().copied().filter(|&p| shards.here(p, leads)).collect();
+                    let here: Vec<TubeIx> = t
+                        .parts
+                        .iter()
+                        .copied()
+                        .filter(|&p| shards.here(p, leads))
+                        .collect();
                     shards.rr = shards.rr.wrapping_add(1);
                     if here.is_empty() {
                         t.parts[shards.rr % n]
@@ -454,7 +546,10 @@ impl Server {
                     Route::Done => None,
                 };
             }
-            Command::Ack { on, id } => by_id(id, cmd, |ix| Command::Ack { on: on_ix(on, ix), id }),
+            Command::Ack { on, id } => by_id(id, cmd, |ix| Command::Ack {
+                on: on_ix(on, ix),
+                id,
+            }),
             Command::Release { on, id, opts } => by_id(id, cmd, |ix| Command::Release {
                 on: on_ix(on, ix),
                 id,
@@ -611,9 +706,10 @@ impl Server {
     /// Tries the next remote partition of `plan`, or ends the take.
     fn take_next(&mut self, client: Client, mut plan: TakePlan) {
         if plan.left.is_empty() {
-            // Waiting across partitions is not routed yet: a take that finds nothing anywhere
-            // answers at once.
-            return self.answer(client, &Outcome::Nothing);
+            return match plan.timeout {
+                Some(0) => self.answer(client, &Outcome::Nothing),
+                timeout => self.wait(client, plan.on, timeout),
+            };
         }
         let ix = plan.left.remove(0);
         let set = match self.shards.as_ref().and_then(|s| s.part(ix)) {
@@ -670,9 +766,242 @@ impl Server {
 
     /// Takes the outcomes the core answered to the router.
     pub(super) fn take_routed(&mut self) {
-        for (key, digest) in std::mem::take(&mut self.routed) {
-            self.gathered(key, digest);
+        while !self.routed.is_empty() {
+            for (token, digest) in std::mem::take(&mut self.routed) {
+                if token & WATCH != 0 {
+                    self.local_woke(token & !WATCH, digest);
+                } else {
+                    self.gathered(token, digest);
+                }
+            }
         }
+    }
+
+    /// A take that found no task in any partition waits: every partition of its tube is
+    /// watched (the ones led here in the core, the others by their owners), and the first to
+    /// have a task serves it.
+    fn wait(&mut self, client: Client, on: On, timeout: Option<Micros>) {
+        let leads = self.leads();
+        let deadline = timeout.map_or(Micros::MAX, |t| self.mono.saturating_add(t));
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let head = on.tube();
+        let Some(t) = shards.tubes.get(&head) else {
+            return self.answer(client, &Outcome::Nothing);
+        };
+        let (here, there): (Vec<TubeIx>, Vec<TubeIx>) =
+            t.parts.iter().partition(|&&p| shards.here(p, leads));
+        let id = shards.next_waiter;
+        shards.next_waiter += 1;
+        shards.waiters.insert(
+            id,
+            Waiter {
+                client,
+                on,
+                local: None,
+            },
+        );
+        shards.queues.entry(head).or_default().push_back(id);
+        if deadline != Micros::MAX {
+            shards.deadlines.push(Reverse((deadline, id)));
+            self.timers_changed();
+        }
+        for ix in there {
+            self.watch_remote(ix, client);
+        }
+        if !here.is_empty() {
+            let caller = Caller::new(client.idx, client.gen, client.sid);
+            let (core, mut wire) = self.split();
+            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &here, &mut wire);
+            if let Some(w) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+                w.local = group;
+            }
+            self.take_routed();
+        }
+    }
+
+    /// Asks the owner of partition `ix` to say when it has a task, unless asked already.
+    fn watch_remote(&mut self, ix: TubeIx, client: Client) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(part) = shards.part(ix) else { return };
+        if !shards.watching.insert(ix) {
+            return;
+        }
+        self.forward(
+            part.set,
+            client,
+            Command::Watch { tube: ix },
+            Then::Woke { ix },
+        );
+    }
+
+    /// The oldest take still waiting on `head`'s tube (the others gone are dropped).
+    fn oldest_waiter(&mut self, head: TubeIx) -> Option<(u64, Waiter)> {
+        let shards = self.shards.as_mut()?;
+        let queue = shards.queues.get_mut(&head)?;
+        while let Some(&id) = queue.front() {
+            match shards.waiters.get(&id) {
+                Some(w)
+                    if self
+                        .conns
+                        .get(w.client.idx)
+                        .is_some_and(|c| c.gen == w.client.gen) =>
+                {
+                    return Some((id, *w));
+                }
+                _ => {
+                    queue.pop_front();
+                    shards.waiters.remove(&id);
+                }
+            }
+        }
+        None
+    }
+
+    /// Waiter `id` is answered (or gone): it stops waiting everywhere.
+    fn end_wait(&mut self, id: u64) {
+        let Some(w) = self.shards.as_mut().and_then(|s| s.waiters.remove(&id)) else {
+            return;
+        };
+        if let Some(q) = self
+            .shards
+            .as_mut()
+            .and_then(|s| s.queues.get_mut(&w.on.tube()))
+        {
+            q.retain(|&x| x != id);
+        }
+        if let Some(group) = w.local {
+            self.core.unwatch(w.client.idx, group);
+        }
+    }
+
+    /// A local watch of waiter `id` fired: a partition led here has a task.
+    fn local_woke(&mut self, id: u64, digest: Digest) {
+        let Some(w) = self
+            .shards
+            .as_ref()
+            .and_then(|s| s.waiters.get(&id))
+            .copied()
+        else {
+            return;
+        };
+        let Digest::Ready(ix) = digest else {
+            // Refused (too many waiting takes on the connection): the take ends so.
+            self.end_wait(id);
+            let outcome = match digest {
+                Digest::Error(e) => Outcome::Error(e),
+                _ => Outcome::Nothing,
+            };
+            return self.answer(w.client, &outcome);
+        };
+        if let Some(x) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+            x.local = None;
+        }
+        if self.core.queue().can_take(ix) {
+            self.end_wait(id);
+            let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
+            let cmd = Command::Take {
+                on: on_ix(w.on, ix),
+                timeout: Some(0),
+            };
+            let (core, mut wire) = self.split();
+            core.execute(caller, w.client.reply, cmd, &mut wire);
+        } else {
+            // Taken by another first: watch again.
+            let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
+            let (core, mut wire) = self.split();
+            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &[ix], &mut wire);
+            if let Some(x) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+                x.local = group;
+            }
+        }
+    }
+
+    /// The owner of partition `ix` says it has a task: the oldest waiter tries it.
+    fn remote_woke(&mut self, ix: TubeIx, outcome: &Outcome<'_>) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        shards.watching.remove(&ix);
+        let Some(head) = shards.part(ix).map(|p| p.head) else {
+            return;
+        };
+        if !matches!(outcome, Outcome::Ready(_)) {
+            // The link failed or the owner refused: the waiters' deadlines end them, and the
+            // next waiter asks again.
+            return;
+        }
+        let Some((id, w)) = self.oldest_waiter(head) else {
+            return;
+        };
+        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
+            return;
+        };
+        let cmd = Command::Take {
+            on: on_ix(w.on, ix),
+            timeout: Some(0),
+        };
+        self.forward(set, w.client, cmd, Then::WaitTake { waiter: id, ix });
+    }
+
+    /// A waiting take's try of partition `ix` was answered.
+    fn wait_took(&mut self, id: u64, ix: TubeIx, client: Client, outcome: &Outcome<'_>) {
+        let head = self
+            .shards
+            .as_ref()
+            .and_then(|s| s.part(ix))
+            .map(|p| p.head);
+        let waiting = self
+            .shards
+            .as_ref()
+            .is_some_and(|s| s.waiters.contains_key(&id));
+        match outcome {
+            Outcome::Nothing => {}
+            Outcome::Task(_) if !waiting => {
+                // It timed out or its connection closed meanwhile: the task goes back.
+                self.shards_session_ended(client.sid);
+            }
+            other => {
+                self.end_wait(id);
+                self.answer(client, other);
+            }
+        }
+        // More waiters, or this one again: watch the partition again (answered at once if it
+        // still has tasks).
+        if let Some(head) = head {
+            if let Some((_, w)) = self.oldest_waiter(head) {
+                self.watch_remote(ix, w.client);
+            }
+        }
+    }
+
+    /// Ends the waiting takes whose deadline passed.
+    pub(super) fn expire_waiters(&mut self) {
+        let now = self.mono;
+        loop {
+            let Some(shards) = self.shards.as_mut() else {
+                return;
+            };
+            match shards.deadlines.peek() {
+                Some(Reverse((t, _))) if *t <= now => {}
+                _ => break,
+            }
+            let Reverse((_, id)) = shards.deadlines.pop().expect("peeked");
+            let Some(w) = shards.waiters.get(&id).copied() else {
+                continue;
+            };
+            self.end_wait(id);
+            self.answer(w.client, &Outcome::Nothing);
+        }
+        self.timers_changed();
+    }
+
+    fn timers_changed(&mut self) {
+        let next = self.shards.as_ref().and_then(Shards::next_deadline);
+        self.timers.set(super::timers::Timer::Shards, next);
     }
 
     fn gathered(&mut self, key: u64, digest: Digest) {
@@ -794,6 +1123,8 @@ impl Server {
                 other => self.answer(p.client, &other),
             },
             Then::Gather { key } => self.gathered(key, Digest::of(&outcome)),
+            Then::Woke { ix } => self.remote_woke(ix, &outcome),
+            Then::WaitTake { waiter, ix } => self.wait_took(waiter, ix, p.client, &outcome),
         }
     }
 

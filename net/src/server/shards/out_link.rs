@@ -28,7 +28,6 @@ const AUTH_SYNC: u64 = 1;
 const LINK_SYNC: u64 = 2;
 
 pub(crate) struct OutLink {
-    pub addr: SocketAddr,
     stream: TcpStream,
     token: Token,
     greeted: bool,
@@ -48,7 +47,6 @@ impl OutLink {
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
         let _ = stream.set_nodelay(true);
         Ok(OutLink {
-            addr,
             stream,
             token,
             greeted: false,
@@ -72,10 +70,6 @@ impl OutLink {
             &mut self.held
         };
         wire::write_ask(buf, sync, ask);
-    }
-
-    pub fn has_output(&self) -> bool {
-        !self.wbuf.is_empty()
     }
 
     /// Reads what arrived; handshakes once the greeting is whole. Err: the link is gone.
@@ -107,12 +101,16 @@ impl OutLink {
 
     /// The next whole answer: its sync and its DATA, or the error it carries. The handshake's
     /// answers are checked here and not returned.
-    pub fn next_answer(&mut self, used: &mut usize) -> Result<Option<(u64, Result<Vec<u8>, String>)>, String> {
+    pub fn next_answer(
+        &mut self,
+        used: &mut usize,
+    ) -> Result<Option<(u64, Result<Vec<u8>, String>)>, String> {
         if !self.greeted {
             return Ok(None);
         }
         loop {
-            let Some(f) = split_frame(&self.rbuf[*used..], MAX_ANSWER).map_err(|e| e.to_string())?
+            let Some(f) =
+                split_frame(&self.rbuf[*used..], MAX_ANSWER).map_err(|e| e.to_string())?
             else {
                 return Ok(None);
             };
@@ -129,7 +127,10 @@ impl OutLink {
             let answer = match (resp.is_ok(), resp.data) {
                 (true, Some(data)) => Ok(data.to_vec()),
                 (true, None) => Err("an answer without data".to_owned()),
-                (false, _) => Err(resp.error.unwrap_or("an error without a message").to_owned()),
+                (false, _) => Err(resp
+                    .error
+                    .unwrap_or("an error without a message")
+                    .to_owned()),
             };
             return Ok(Some((resp.sync, answer)));
         }
