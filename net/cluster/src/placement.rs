@@ -287,7 +287,7 @@ impl Keys {
     }
 }
 
-fn epoch_key(cluster: &str) -> Vec<u8> {
+pub(crate) fn epoch_key(cluster: &str) -> Vec<u8> {
     format!("/tarq/{cluster}/placement/epoch").into_bytes()
 }
 
@@ -300,14 +300,21 @@ fn index_key(cluster: &str, index: u16) -> Vec<u8> {
 }
 
 /// The reads of the map, in the order `parse_map` takes their results; the election thread
-/// appends them to its own read so the whole view is one revision.
-pub(crate) fn map_ops(cluster: &str) -> Vec<Op> {
+/// appends them to its own read so the whole view is one revision. Without `placement` only
+/// the epoch key is read of the placement: the election thread asks for that much when the
+/// epoch is the one it holds (every change puts the epoch key), so a poll does not carry the
+/// whole placement while nothing changes.
+pub(crate) fn map_ops(cluster: &str, placement: bool) -> Vec<Op> {
     let k = Keys::of(cluster);
     vec![
         Op::Get(k.default_leader),
         Op::GetPrefix(k.default_members),
         Op::GetPrefix(k.sets),
-        Op::GetPrefix(k.placement),
+        if placement {
+            Op::GetPrefix(k.placement)
+        } else {
+            Op::Get(epoch_key(cluster))
+        },
     ]
 }
 
@@ -399,7 +406,7 @@ fn json_of<T: serde::de::DeserializeOwned>(kv: &Kv) -> Option<T> {
 /// Reads every set and the placement of `cluster` in one transaction. `budget`: the call's
 /// time limit.
 pub fn read(client: &mut Client, cluster: &str, budget: Duration) -> Result<ClusterMap, EtcdError> {
-    let reply = client.txn(&[], &map_ops(cluster), &[], budget)?;
+    let reply = client.txn(&[], &map_ops(cluster, true), &[], budget)?;
     Ok(parse_map(cluster, &mut reply.ranges.into_iter()))
 }
 
