@@ -58,6 +58,13 @@ pub struct Overview {
     pub placement: Arc<Placement>,
 }
 
+impl Overview {
+    /// The leader of replica set `set` and its term, as last read (sharded nodes).
+    pub fn set_leader(&self, set: &str) -> Option<&(LeaderRecord, u64)> {
+        self.sets.iter().find(|s| s.name == set)?.leader.as_ref()
+    }
+}
+
 /// Something the election thread tells the loop, stamped with the instant it happened on the
 /// thread's monotonic clock.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -148,15 +148,8 @@ fn sets_elect_their_own_leaders_and_the_default_set_keeps_its_keys() {
         leaders(o).contains(&("s1".into(), "x2".into()))
     });
     assert_eq!(
-        o.sets
-            .iter()
-            .find(|s| s.name == "s2")
-            .unwrap()
-            .leader
-            .as_ref()
-            .unwrap()
-            .1,
-        ty
+        o.set_leader("s2").map(|(l, term)| (l.name.as_str(), *term)),
+        Some(("y1", ty))
     );
     assert_eq!(y1.cluster.fence().term_at(Instant::now()), Some(ty));
 }
@@ -404,4 +397,31 @@ fn the_placement_fence_runs_out_when_etcd_stops_answering() {
     wait_until("the placement view to hold again", || {
         fence.valid_at(Instant::now()).is_some()
     });
+}
+
+#[test]
+fn a_poll_reads_the_placement_again_only_when_the_epoch_moved() {
+    let etcd = etcd();
+    let (x1, _y1) = two_sets(&etcd.client_url);
+    let epoch = x1.cluster.placement().epoch;
+    // A tube key written by hand, past the epoch: polls do not read it...
+    let forged = serde_json::json!({
+        "name": "forged", "kind": "fifo", "options": null,
+        "partitions": [{"index": 77, "set": "s1", "first": 0}],
+    });
+    etcd.put_json("/tarq/test/placement/tubes/forged", &forged);
+    // ...while they go on.
+    let before = x1.cluster.overview().read_at.unwrap();
+    wait_until("two more polls", || {
+        x1.cluster.overview().read_at.unwrap() > before + Duration::from_millis(250)
+    });
+    assert!(!x1.cluster.placement().tubes.contains_key("forged"));
+    assert_eq!(x1.cluster.placement().epoch, epoch);
+    // ...until a change moves the epoch: then the whole placement is read.
+    x1.cluster
+        .create_tube(1, "q", "fifo", serde_json::Value::Null, 1);
+    done(&x1, 1).unwrap();
+    let o = wait_map(&x1, "the change", |o| o.placement.epoch > epoch);
+    assert!(o.placement.tubes.contains_key("forged"));
+    assert!(o.placement.owned_since(77).is_some());
 }
