@@ -437,7 +437,7 @@ impl Node {
             self.map_read = true;
         }
         let epoch = self.placement.epoch;
-        let validity = self.config.lease_ttl - self.config.safety_margin;
+        let validity = self.config.placement_validity();
         self.placement_fence.set(epoch, sent + validity);
         let signature: MapSignature = (
             epoch,
