@@ -94,6 +94,8 @@ pub struct Node {
     overview: Arc<Mutex<Overview>>,
     /// The placement as last read, with `owned_since` kept from one read to the next.
     placement: Arc<Placement>,
+    /// `ensure_default` was refused and said so.
+    default_refused: bool,
     /// Whether `placement` was read from etcd at least once.
     map_read: bool,
     /// What the last `MapChanged` announced.
@@ -143,6 +145,7 @@ impl Node {
             overview,
             placement: Arc::default(),
             map_read: false,
+            default_refused: false,
             announced: None,
             pending_map_event: None,
             state: State::Unknown,
@@ -210,7 +213,12 @@ impl Node {
                 info!(owner = %t.partitions[0].set, "the tube default is placed");
                 self.next_poll = Instant::now();
             }
-            Err(e) => warn!(error = %e, "cannot place the tube default"),
+            Err(e) if !self.default_refused => {
+                // Only a damaged map refuses it, and it stays damaged poll after poll: once.
+                self.default_refused = true;
+                warn!(error = %e, "cannot place the tube default");
+            }
+            Err(_) => {}
         }
         Ok(())
     }
