@@ -204,6 +204,13 @@ impl Config {
         Ok(endpoints)
     }
 
+    /// How long a view of the placement may be acted on after its read was sent: the lease TTL
+    /// less the safety margin, as a leader's claim (`PlacementFence`). A new owner holds a moved
+    /// partition this long after it first saw it (`Placement::owned_since`).
+    pub fn placement_validity(&self) -> Duration {
+        self.lease_ttl - self.safety_margin
+    }
+
     /// How often the lease is refreshed: a third of its TTL, so two refreshes can fail before
     /// the claim (TTL minus at most a third) runs out.
     pub fn refresh_interval(&self) -> Duration {

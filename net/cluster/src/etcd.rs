@@ -13,8 +13,10 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// Longest reply body read from etcd. A range over the member keys of a cluster is the largest
-/// reply this crate asks for: a few hundred bytes a member, far below this.
+/// Longest reply body read from etcd. The whole placement is the largest reply this crate asks
+/// for: at most 4095 index keys and as many partitions in tube keys, some 1.5 MB in the
+/// gateway's base64 with each key's revisions, below this; member keys are a few hundred bytes
+/// each.
 const MAX_REPLY_BYTES: u64 = 4 << 20;
 
 /// Why a call to etcd failed.

@@ -58,6 +58,13 @@ pub struct Overview {
     pub placement: Arc<Placement>,
 }
 
+impl Overview {
+    /// The leader of replica set `set` and its term, as last read (sharded nodes).
+    pub fn set_leader(&self, set: &str) -> Option<&(LeaderRecord, u64)> {
+        self.sets.iter().find(|s| s.name == set)?.leader.as_ref()
+    }
+}
+
 /// Something the election thread tells the loop, stamped with the instant it happened on the
 /// thread's monotonic clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +107,9 @@ pub enum EventKind {
     /// the first successful read too. `Cluster::overview` already holds the new map.
     MapChanged { epoch: i64 },
     /// The answer to `create_tube`, `drop_tube` or `place` with the caller's `token`: the tube
-    /// as created, as it was before the drop, or as placed now.
+    /// as created, as it was before the drop, or as placed now. `Err(PlacementError::Etcd)`
+    /// does not prove that nothing was written: a transaction may commit and its answer be
+    /// lost; the next map shows which (a create retried then answers `Exists`).
     PlacementDone {
         token: u64,
         result: Result<TubePlacement, PlacementError>,

@@ -68,12 +68,14 @@ struct View {
 /// The cluster map with the instants its read was sent and answered.
 struct MapRead {
     map: ClusterMap,
+    /// Whether the placement was read; if not, its epoch was the one already held.
+    full: bool,
     sent: Instant,
     answered: Instant,
 }
 
 /// What `MapChanged` announces a change of: the epoch and every set's leader.
-type MapSignature = (i64, Vec<(String, Option<(LeaderRecord, u64)>)>);
+type MapSignature = (i64, Vec<(String, (LeaderRecord, u64))>);
 
 struct Keys {
     leader: Vec<u8>,
@@ -92,6 +94,10 @@ pub struct Node {
     overview: Arc<Mutex<Overview>>,
     /// The placement as last read, with `owned_since` kept from one read to the next.
     placement: Arc<Placement>,
+    /// `ensure_default` was refused and said so.
+    default_refused: bool,
+    /// Whether `placement` was read from etcd at least once.
+    map_read: bool,
     /// What the last `MapChanged` announced.
     announced: Option<MapSignature>,
     /// A `MapChanged` to send once the overview is updated.
@@ -138,6 +144,8 @@ impl Node {
             placement_fence,
             overview,
             placement: Arc::default(),
+            map_read: false,
+            default_refused: false,
             announced: None,
             pending_map_event: None,
             state: State::Unknown,
@@ -205,7 +213,12 @@ impl Node {
                 info!(owner = %t.partitions[0].set, "the tube default is placed");
                 self.next_poll = Instant::now();
             }
-            Err(e) => warn!(error = %e, "cannot place the tube default"),
+            Err(e) if !self.default_refused => {
+                // Only a damaged map refuses it, and it stays damaged poll after poll: once.
+                self.default_refused = true;
+                warn!(error = %e, "cannot place the tube default");
+            }
+            Err(_) => {}
         }
         Ok(())
     }
@@ -361,12 +374,25 @@ impl Node {
             Op::GetPrefix(self.keys.members.clone()),
         ];
         let sharded = self.config.sharded();
+        let mut compare = Vec::new();
+        let mut otherwise = Vec::new();
         if sharded {
-            reads.extend(placement::map_ops(&self.config.cluster));
+            let cluster = &self.config.cluster;
+            if self.map_read {
+                // The placement only if its epoch moved; the sets every time.
+                let epoch = self.placement.epoch;
+                compare.push(Compare::ModRevision(placement::epoch_key(cluster), epoch));
+                otherwise = reads.clone();
+                otherwise.extend(placement::map_ops(cluster, true));
+                reads.extend(placement::map_ops(cluster, false));
+            } else {
+                reads.extend(placement::map_ops(cluster, true));
+            }
         }
         let sent = Instant::now();
-        let reply = self.call(|c, b| c.txn(&[], &reads, &[], b))?;
+        let reply = self.call(|c, b| c.txn(&compare, &reads, &otherwise, b))?;
         let answered = Instant::now();
+        let full = compare.is_empty() || !reply.succeeded;
         let mut ranges = reply.ranges.into_iter();
         let leader = ranges.next().unwrap_or_default().into_iter().next();
         let leader = leader.and_then(|kv| match serde_json::from_slice(&kv.value) {
@@ -391,6 +417,7 @@ impl Node {
             .collect();
         let map = sharded.then(|| MapRead {
             map: placement::parse_map(&self.config.cluster, &mut ranges),
+            full,
             sent,
             answered,
         });
@@ -407,20 +434,24 @@ impl Node {
     fn take_map(&mut self, read: MapRead) -> Vec<crate::SetView> {
         let MapRead {
             map,
+            full,
             sent,
             answered,
         } = read;
-        let mut placement = map.placement;
-        placement.track_ownership(Some(&self.placement), self.config.set_name(), answered);
-        let epoch = placement.epoch;
-        self.placement = Arc::new(placement);
-        let validity = self.config.lease_ttl - self.config.safety_margin;
+        if full {
+            let mut placement = map.placement;
+            placement.track_ownership(Some(&self.placement), self.config.set_name(), answered);
+            self.placement = Arc::new(placement);
+            self.map_read = true;
+        }
+        let epoch = self.placement.epoch;
+        let validity = self.config.placement_validity();
         self.placement_fence.set(epoch, sent + validity);
         let signature: MapSignature = (
             epoch,
             map.sets
                 .iter()
-                .map(|s| (s.name.clone(), s.leader.clone()))
+                .filter_map(|s| Some((s.name.clone(), s.leader.clone()?)))
                 .collect(),
         );
         if self.announced.as_ref() != Some(&signature) {

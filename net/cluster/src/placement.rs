@@ -287,7 +287,7 @@ impl Keys {
     }
 }
 
-fn epoch_key(cluster: &str) -> Vec<u8> {
+pub(crate) fn epoch_key(cluster: &str) -> Vec<u8> {
     format!("/tarq/{cluster}/placement/epoch").into_bytes()
 }
 
@@ -300,14 +300,21 @@ fn index_key(cluster: &str, index: u16) -> Vec<u8> {
 }
 
 /// The reads of the map, in the order `parse_map` takes their results; the election thread
-/// appends them to its own read so the whole view is one revision.
-pub(crate) fn map_ops(cluster: &str) -> Vec<Op> {
+/// appends them to its own read so the whole view is one revision. Without `placement` only
+/// the epoch key is read of the placement: the election thread asks for that much when the
+/// epoch is the one it holds (every change puts the epoch key), so a poll does not carry the
+/// whole placement while nothing changes.
+pub(crate) fn map_ops(cluster: &str, placement: bool) -> Vec<Op> {
     let k = Keys::of(cluster);
     vec![
         Op::Get(k.default_leader),
         Op::GetPrefix(k.default_members),
         Op::GetPrefix(k.sets),
-        Op::GetPrefix(k.placement),
+        if placement {
+            Op::GetPrefix(k.placement)
+        } else {
+            Op::Get(epoch_key(cluster))
+        },
     ]
 }
 
@@ -399,7 +406,7 @@ fn json_of<T: serde::de::DeserializeOwned>(kv: &Kv) -> Option<T> {
 /// Reads every set and the placement of `cluster` in one transaction. `budget`: the call's
 /// time limit.
 pub fn read(client: &mut Client, cluster: &str, budget: Duration) -> Result<ClusterMap, EtcdError> {
-    let reply = client.txn(&[], &map_ops(cluster), &[], budget)?;
+    let reply = client.txn(&[], &map_ops(cluster, true), &[], budget)?;
     Ok(parse_map(cluster, &mut reply.ranges.into_iter()))
 }
 
@@ -894,6 +901,66 @@ mod tests {
         // A lower floor given later does not lower the recorded one.
         let t = plan_create(&m, "r", "fifo", serde_json::Value::Null, 3).unwrap();
         assert_eq!(owners(&t), [(1, "a", 100), (2, "a", 5), (3, "a", 0)]);
+    }
+
+    fn kv(key: &str, value: &str, mod_revision: i64) -> Kv {
+        Kv {
+            key: key.into(),
+            value: value.into(),
+            create_revision: mod_revision,
+            mod_revision,
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn the_map_parses_from_its_keys_and_skips_what_does_not() {
+        let leader = r#"{"name":"n1","addr":"h:1"}"#;
+        let member = r#"{"name":"n2","addr":"h:2","role":"replica","eligible":true,"position":{"term":0,"lsn":0}}"#;
+        let tube = r#"{"name":"q/x","kind":"fifo","options":{},"partitions":[{"index":3,"set":"s1","first":9}]}"#;
+        let ranges = vec![
+            vec![],
+            vec![],
+            vec![
+                kv("/tarq/c/sets/s1/leader", leader, 5),
+                kv("/tarq/c/sets/s1/members/n2", member, 6),
+                kv("/tarq/c/sets/s2/members/n3", "not json", 7),
+                kv("/tarq/c/sets/s3", "{}", 8),
+            ],
+            vec![
+                kv("/tarq/c/placement/epoch", "{}", 40),
+                kv(
+                    "/tarq/c/placement/indexes/3",
+                    r#"{"tube":"q/x","partition":0}"#,
+                    40,
+                ),
+                kv("/tarq/c/placement/indexes/4", r#"{"floor":12}"#, 30),
+                kv("/tarq/c/placement/indexes/9999", r#"{"floor":1}"#, 30),
+                kv("/tarq/c/placement/tubes/q/x", tube, 40),
+                kv("/tarq/c/placement/tubes/other", tube, 40),
+            ],
+        ];
+        let map = parse_map("c", &mut ranges.into_iter());
+        // No default set: it has neither leader nor member; nor s2, whose only member does not
+        // parse.
+        let names: Vec<_> = map.sets.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["s1"]);
+        assert_eq!(map.sets[0].leader.as_ref().unwrap().1, 5);
+        assert_eq!(map.sets[0].members[0].name, "n2");
+        let p = &map.placement;
+        assert_eq!(p.epoch, 40);
+        assert_eq!(
+            p.tubes.keys().collect::<Vec<_>>(),
+            ["q/x"],
+            "a tube under another's key is skipped"
+        );
+        assert_eq!(p.owner("q/x", 0), Some("s1"));
+        assert_eq!(
+            p.at_index(3).map(|(t, part)| (t.name.as_str(), part)),
+            Some(("q/x", 0))
+        );
+        assert_eq!((p.floor(4), p.floor(5)), (12, 0));
+        assert_eq!(p.indexes.len(), 2, "index 9999 is past MAX_INDEX");
     }
 
     #[test]
