@@ -118,9 +118,10 @@ mod tests {
 
     use super::*;
 
-    /// Fails unless a client of `style` reads `want` for `e` (in a tube numbering from 0).
+    /// Fails unless a client of `style` reads `want` for `e` (a call naming tube 2, which
+    /// numbers from 0).
     fn check(style: Style, e: QueueError, want: &str) {
-        assert_eq!(text(style, 0, &e), want, "{style:?}, {e:?}");
+        assert_eq!(text(style, 2, 0, &e), want, "{style:?}, {e:?}");
     }
 
     fn not_held(id: u64, caller: u64, hold: Hold) -> QueueError {
@@ -159,7 +160,7 @@ mod tests {
         );
         check(t, e(99), "Task 99 not found");
         // Counted from the tube's first number.
-        let from_5 = text(t, 5, &e(task_id(2, 9)));
+        let from_5 = text(t, 2, 5, &e(task_id(2, 9)));
         assert_eq!(from_5, "Task 4 not found");
     }
 
