@@ -242,3 +242,86 @@ fn a_waiting_take_is_woken_by_a_put_on_another_set_and_a_closed_client_releases(
     });
     assert_eq!(again.as_deref(), Some("hello"));
 }
+
+#[test]
+fn utube_order_per_key_and_limfifottl_capacity_hold_across_partitions() {
+    let cl = start();
+    cl.create(cl.a, "u", "utube", 4);
+    let producer = [0, 1].into_iter().find(|&i| i != cl.a).unwrap();
+    let mut p = connect(cl.addr(producer));
+    const KEYS: usize = 10;
+    const PER_KEY: usize = 20;
+    let puts = (0..KEYS * PER_KEY).map(|n| {
+        let (key, seq) = (n % KEYS, n / KEYS);
+        let opts = map(&[("utube", Value::from(format!("k{key}")))]);
+        pack_args(&[Value::from(format!("k{key}:{seq}")), opts])
+    });
+    for r in pipelined(&mut p, "queue.tube.u:put", puts) {
+        assert!(task_id(&r).is_some(), "{r:?}");
+    }
+    // Through a node of the other set: at most one task of a key taken at a time, and each
+    // key's tasks in the order they were put.
+    let mut c = connect(cl.addr(cl.b));
+    let mut next = [0usize; KEYS];
+    let mut done = 0;
+    while done < KEYS * PER_KEY {
+        let mut held = Vec::new();
+        loop {
+            let r = c
+                .call("queue.tube.u:take", &pack_args(&[Value::from(0)]), None)
+                .unwrap();
+            let (Some(id), Some(data)) = (task_id(&r), task_data(&r)) else {
+                break;
+            };
+            let (key, seq) = data.split_once(':').unwrap();
+            let key: usize = key[1..].parse().unwrap();
+            let seq: usize = seq.parse().unwrap();
+            assert!(
+                held.iter().all(|&(k, _)| k != key),
+                "two tasks of key {key} taken at once"
+            );
+            assert_eq!(seq, next[key], "key {key} out of order");
+            next[key] += 1;
+            held.push((key, id));
+        }
+        assert!(
+            !held.is_empty(),
+            "nothing to take with {done} of {} done",
+            KEYS * PER_KEY
+        );
+        for (_, id) in held {
+            c.call("queue.tube.u:ack", &pack_args(&[Value::from(id)]), None)
+                .unwrap();
+            done += 1;
+        }
+    }
+
+    // A limfifottl tube of capacity 8 over 4 partitions holds 8 tasks, whichever node puts.
+    let mut c = connect(cl.addr(cl.b));
+    let opts = map(&[("partitions", Value::from(4)), ("capacity", Value::from(8))]);
+    let args = pack_args(&[Value::from("lim"), Value::from("limfifottl"), opts]);
+    c.call("queue.create_tube", &args, None).unwrap();
+    let mut accepted = 0;
+    for n in 0..12 {
+        let node = if n % 2 == 0 { cl.a } else { cl.b };
+        let mut c = connect(cl.addr(node));
+        wait_for("the tube lim on every node", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("lim")]), None)
+                .is_ok()
+        });
+        let r = c
+            .call("queue.tube.lim:put", &pack_args(&[Value::from(n)]), None)
+            .unwrap();
+        if task_id(&r).is_some() {
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 8, "the whole tube's capacity");
+    let stats = cl.statistics(cl.a, "lim");
+    assert_eq!(get(get(&stats, "tasks"), "total").as_u64(), Some(8));
+    // Fewer than one a partition is refused, naming why.
+    let opts = map(&[("partitions", Value::from(4)), ("capacity", Value::from(3))]);
+    let args = pack_args(&[Value::from("tiny"), Value::from("limfifottl"), opts]);
+    let e = c.call("queue.create_tube", &args, None).unwrap_err();
+    assert!(e.to_string().contains("shared by its partitions"), "{e}");
+}

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tarq_cluster::{Placement, PlacementFence, SetView, TubePlacement};
-use tarq_engine::{id_tube, Micros, SessionId, Stats, TubeIx, TubeOptions, TubeType};
+use tarq_engine::{id_tube, Micros, SessionId, Stats, TubeIx, TubeOptions, TubePut, TubeType};
 use tracing::{info, warn};
 
 use super::host::deliver_to;
@@ -88,6 +88,8 @@ struct Part {
 struct Routed {
     parts: Vec<TubeIx>,
     utube: bool,
+    /// limfifottl: its capacity is shared by its partitions, so a put tries each for room.
+    capped: bool,
 }
 
 /// Who asked a forwarded command.
@@ -119,6 +121,23 @@ enum Then {
         waiter: u64,
         ix: TubeIx,
     },
+    /// A put into a limfifottl tube: on `Full`, the next partition.
+    Put {
+        plan: PutPlan,
+    },
+}
+
+/// A put into a partitioned limfifottl tube, owned (it outlives the request's frame): the
+/// partitions still to try for room.
+#[derive(Clone, Debug)]
+struct PutPlan {
+    data: Vec<u8>,
+    utube: Vec<u8>,
+    dedup_key: Option<Vec<u8>>,
+    /// The put's scalar options (its keys are the fields above).
+    opts: TubePut<'static>,
+    wait: Micros,
+    left: Vec<TubeIx>,
 }
 
 struct Pending {
@@ -270,7 +289,15 @@ impl Shards {
             parts.push(p.index);
         }
         let utube = matches!(t.kind.as_str(), "utube" | "utubettl");
-        self.tubes.insert(head, Routed { parts, utube });
+        let capped = t.kind == "limfifottl";
+        self.tubes.insert(
+            head,
+            Routed {
+                parts,
+                utube,
+                capped,
+            },
+        );
     }
 
     /// The earliest deadline of a waiting take.
@@ -388,11 +415,16 @@ impl Server {
             warn!(tube = %t.name, kind = %t.kind, "placement names an unknown tube type");
             return;
         };
+        let n = t.partitions.len() as u64;
         for (p, part) in t.partitions.iter().enumerate() {
             if p > 0 && part.set != me {
                 continue;
             }
-            let opts = options_from(&t.options, p as u16);
+            let mut opts = options_from(&t.options, p as u16);
+            if opts.capacity > 0 {
+                // A limfifottl tube's capacity is its partitions' together.
+                opts.capacity = opts.capacity / n + u64::from((p as u64) < opts.capacity % n);
+            }
             if let Err(e) = self
                 .core
                 .place_tube(part.index, &t.name, kind, opts, part.first)
@@ -495,6 +527,17 @@ impl Server {
                 if if_not_exists && self.core.queue().tube_ix(name).is_some() {
                     return Some(cmd);
                 }
+                if kind == TubeType::LimFifoTtl
+                    && opts.capacity > 0
+                    && opts.capacity < u64::from(partitions)
+                {
+                    let why = format!(
+                        "a limfifottl tube's capacity ({}) is shared by its partitions: it needs at least one a partition ({partitions})",
+                        opts.capacity
+                    );
+                    self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+                    return None;
+                }
                 let token = shards.next_token;
                 shards.next_token += 1;
                 shards.creates.insert(token, client);
@@ -516,6 +559,9 @@ impl Server {
                     return Some(cmd);
                 };
                 let n = t.parts.len();
+                if t.capped && n > 1 {
+                    return self.put_capped(client, tube, data, opts, wait, leads);
+                }
                 let ix = if t.utube {
                     t.parts[key_partition(opts.utube, n)]
                 } else {
@@ -593,11 +639,11 @@ impl Server {
             }
             other => return Some(other),
         };
-        self.to_partition(client, ix, cmd, Then::Deliver, leads)
+        self.run_on_partition(client, ix, cmd, Then::Deliver, leads)
     }
 
     /// Runs `cmd` on partition `ix`: here (`Some`) or forwarded to its owner.
-    fn to_partition<'c>(
+    fn run_on_partition<'c>(
         &mut self,
         client: Client,
         ix: TubeIx,
@@ -701,6 +747,85 @@ impl Server {
             },
         );
         Route::Done
+    }
+
+    /// A put into a partitioned limfifottl tube: a partition led here with room, else the
+    /// others in turn until one has room (the last waits for room as the put asks).
+    fn put_capped<'c>(
+        &mut self,
+        client: Client,
+        head: TubeIx,
+        data: &'c [u8],
+        opts: TubePut<'c>,
+        wait: Micros,
+        leads: bool,
+    ) -> Option<Command<'c>> {
+        let shards = self.shards.as_mut()?;
+        let mut order = shards.tubes.get(&head)?.parts.clone();
+        shards.rr = shards.rr.wrapping_add(1);
+        let n = order.len();
+        order.rotate_left(shards.rr % n);
+        let q = self.core.queue();
+        let has_room = |ix: TubeIx| {
+            q.tube_info(ix).is_some_and(|t| {
+                t.opts.capacity == 0 || q.tube_stats(ix).is_ok_and(|s| s.total < t.opts.capacity)
+            })
+        };
+        let put = |ix: TubeIx| Command::PutIn {
+            tube: ix,
+            data,
+            opts,
+            wait,
+        };
+        if let Some(&ix) = order
+            .iter()
+            .find(|&&ix| shards.here(ix, leads) && has_room(ix))
+        {
+            return Some(put(ix));
+        }
+        let left: Vec<TubeIx> = order
+            .iter()
+            .copied()
+            .filter(|&ix| !shards.here(ix, leads))
+            .collect();
+        if left.is_empty() {
+            // Every partition is led here and full: the core answers (or waits) on one.
+            return Some(put(order[0]));
+        }
+        let plan = PutPlan {
+            data: data.to_vec(),
+            utube: opts.utube.to_vec(),
+            dedup_key: opts.dedup_key.map(<[u8]>::to_vec),
+            opts: TubePut {
+                utube: &[],
+                dedup_key: None,
+                ..opts
+            },
+            wait,
+            left,
+        };
+        self.put_next(client, plan);
+        None
+    }
+
+    /// Tries the next partition of a limfifottl put.
+    fn put_next(&mut self, client: Client, mut plan: PutPlan) {
+        let ix = plan.left.remove(0);
+        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
+            return self.answer(client, &Outcome::Full);
+        };
+        let next = plan.clone();
+        let cmd = Command::PutIn {
+            tube: ix,
+            data: &plan.data,
+            opts: TubePut {
+                utube: &plan.utube,
+                dedup_key: plan.dedup_key.as_deref(),
+                ..plan.opts
+            },
+            wait: if plan.left.is_empty() { plan.wait } else { 0 },
+        };
+        self.forward(set, client, cmd, Then::Put { plan: next });
     }
 
     /// Tries the next remote partition of `plan`, or ends the take.
@@ -1125,6 +1250,10 @@ impl Server {
             Then::Gather { key } => self.gathered(key, Digest::of(&outcome)),
             Then::Woke { ix } => self.remote_woke(ix, &outcome),
             Then::WaitTake { waiter, ix } => self.wait_took(waiter, ix, p.client, &outcome),
+            Then::Put { plan } => match outcome {
+                Outcome::Full if !plan.left.is_empty() => self.put_next(p.client, plan),
+                other => self.answer(p.client, &other),
+            },
         }
     }
 

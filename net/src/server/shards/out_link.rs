@@ -17,6 +17,9 @@ use tarq_iproto::{auth, client, split_frame};
 use crate::config::Credentials;
 use crate::frontend::link::wire::{self, Ask};
 
+/// A forwarded call's answer: the DATA of its reply, or the error it carries.
+pub(crate) type Answered = Result<Vec<u8>, String>;
+
 /// Links' tokens: this base plus the set's slot. Above the upstream's, below the ops'.
 pub(crate) const LINK_TOKEN_BASE: usize = 0xE100_0000;
 /// The largest answer accepted: a task at the payload limit and its envelope.
@@ -101,10 +104,7 @@ impl OutLink {
 
     /// The next whole answer: its sync and its DATA, or the error it carries. The handshake's
     /// answers are checked here and not returned.
-    pub fn next_answer(
-        &mut self,
-        used: &mut usize,
-    ) -> Result<Option<(u64, Result<Vec<u8>, String>)>, String> {
+    pub fn next_answer(&mut self, used: &mut usize) -> Result<Option<(u64, Answered)>, String> {
         if !self.greeted {
             return Ok(None);
         }
