@@ -190,6 +190,10 @@ impl frontend::Loop for Server {
     }
 
     fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>) {
+        // A forwarded command runs here or is refused: it is never forwarded again.
+        if let Some(why) = self.shards.as_mut().and_then(|s| s.refuse_forwarded(&cmd)) {
+            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+        }
         let caller = Caller::new(idx, self.conns[idx].gen, sid);
         let (core, mut wire) = self.split();
         core.execute(caller, reply, cmd, &mut wire);

@@ -256,7 +256,8 @@ impl Server {
         let shards = match (&cfg.cluster, &cluster) {
             (Some(c), Some(node)) if c.election.replica_set.is_some() => {
                 let set = c.election.replica_set.clone().unwrap_or_default();
-                Some(shards::Shards::new(set, node.placement_fence()))
+                let validity = c.election.placement_validity();
+                Some(shards::Shards::new(set, node.placement_fence(), validity))
             }
             _ => None,
         };

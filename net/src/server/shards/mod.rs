@@ -191,8 +191,13 @@ pub(crate) struct Shards {
     tubes: HashMap<TubeIx, Routed>,
     placement: Arc<Placement>,
     fence: PlacementFence,
-    /// Whether this node's view of the placement may be acted on this turn.
+    /// Whether this node's view of the placement may be acted on (read per call).
     valid: bool,
+    /// How long a view of the placement is trusted (lease TTL less the safety margin).
+    validity: std::time::Duration,
+    /// Partitions that moved to this node's set: not served before these instants, when every
+    /// view that showed the old owner has expired.
+    held: HashMap<TubeIx, Instant>,
     pending: HashMap<u64, Pending>,
     next_sync: u64,
     gathers: HashMap<u64, Gather>,
@@ -214,9 +219,11 @@ pub(crate) struct Shards {
 }
 
 impl Shards {
-    pub fn new(set: String, fence: PlacementFence) -> Shards {
+    pub fn new(set: String, fence: PlacementFence, validity: std::time::Duration) -> Shards {
         Shards {
             set,
+            validity,
+            held: HashMap::new(),
             sets: Vec::new(),
             parts: Vec::new(),
             tubes: HashMap::new(),
@@ -265,10 +272,24 @@ impl Shards {
                 self.sets[slot].primary = primary;
             }
         }
+        let before: Vec<Option<usize>> = self.parts.iter().map(|p| p.map(|p| p.set)).collect();
         self.parts.clear();
         self.tubes.clear();
         for t in placement.tubes.values() {
             self.add_tube(t);
+        }
+        // A partition another set owned until now: its old owner may act on its old view
+        // until that expires, so this set waits as long before serving it.
+        let now = Instant::now();
+        self.held.retain(|_, until| *until > now);
+        let mine = self.sets.iter().position(|s| s.name == self.set);
+        for (ix, p) in self.parts.iter().enumerate() {
+            let was = before.get(ix).copied().flatten();
+            if let (Some(p), Some(was)) = (p, was) {
+                if Some(p.set) == mine && was != p.set {
+                    self.held.insert(ix as TubeIx, now + self.validity);
+                }
+            }
         }
         self.placement = placement;
     }
@@ -307,6 +328,44 @@ impl Shards {
 
     fn part(&self, ix: TubeIx) -> Option<Part> {
         self.parts.get(ix as usize).copied().flatten()
+    }
+
+    /// Why this node may not change partition `ix` now though its set owns it: its view of
+    /// the placement may be stale, or the partition has just moved here.
+    fn hold(&self, ix: TubeIx) -> Option<String> {
+        if !self.valid {
+            return Some(
+                "this node's view of the placement is stale (etcd not read lately): no change now"
+                    .into(),
+            );
+        }
+        match self.held.get(&ix) {
+            Some(until) if Instant::now() < *until => Some(format!(
+                "partition at index {ix} has just moved to replica set {}: it serves it in {} ms",
+                self.set,
+                until.saturating_duration_since(Instant::now()).as_millis()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Why a command another node forwarded may not run here: it names a partition this
+    /// node's set does not own in this node's view (the forwarder's view is older or newer —
+    /// the fence on placement, as the term is on leadership), or one `hold` keeps.
+    pub fn refuse_forwarded(&mut self, cmd: &Command<'_>) -> Option<String> {
+        self.valid = self.fence.valid_at(Instant::now()).is_some();
+        let ix = named_partition(cmd)?;
+        let part = self.part(ix)?;
+        if self.sets[part.set].name != self.set {
+            return Some(format!(
+                "partition at index {ix} belongs to replica set {}, not {} (placement epoch {})",
+                self.sets[part.set].name, self.set, self.placement.epoch
+            ));
+        }
+        if cmd.reads_only() {
+            return None;
+        }
+        self.hold(ix)
     }
 
     /// Whether this node serves partition `ix` itself: its set owns it and it leads the set.
@@ -569,7 +628,7 @@ impl Server {
                         .parts
                         .iter()
                         .copied()
-                        .filter(|&p| shards.here(p, leads))
+                        .filter(|&p| shards.here(p, leads) && shards.hold(p).is_none())
                         .collect();
                     shards.rr = shards.rr.wrapping_add(1);
                     if here.is_empty() {
@@ -658,10 +717,11 @@ impl Server {
             return Some(cmd);
         };
         if shards.here(ix, leads) {
-            if cmd.changes() && !shards.valid {
-                let why = "this node's view of the placement is stale (etcd not read lately)";
-                self.answer(client, &Outcome::Error(Refusal::NoPrimary(why.into())));
-                return None;
+            if !cmd.reads_only() {
+                if let Some(why) = shards.hold(ix) {
+                    self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+                    return None;
+                }
             }
             return Some(cmd);
         }
@@ -719,6 +779,8 @@ impl Server {
         };
         let (mut here, mut there): (Vec<TubeIx>, Vec<TubeIx>) =
             t.parts.iter().partition(|&&p| shards.here(p, leads));
+        // A partition led here that may not be served now (a stale view, a move) is skipped.
+        here.retain(|&ix| shards.hold(ix).is_none());
         if there.is_empty() && here.len() == 1 {
             // One partition, led here: the core's own take, waiting as it does.
             let ix = here[0];
@@ -1307,6 +1369,35 @@ fn by_id<'c>(
     match id_tube(id) {
         Some(ix) => (ix, make(ix)),
         None => (TubeIx::MAX, cmd),
+    }
+}
+
+/// The partition a command names: its tube, or the one its id names.
+fn named_partition(cmd: &Command<'_>) -> Option<TubeIx> {
+    match *cmd {
+        Command::Put { .. } => Some(0),
+        Command::PutIn { tube, .. }
+        | Command::Touch { tube, .. }
+        | Command::Peek { tube, .. }
+        | Command::Bury { tube, .. }
+        | Command::Kick { tube, .. }
+        | Command::Delete { tube, .. }
+        | Command::ReleaseAll { tube }
+        | Command::Truncate { tube }
+        | Command::DropTube { tube }
+        | Command::TubeStats { tube }
+        | Command::KickAny { tube, .. }
+        | Command::Watch { tube } => Some(tube),
+        Command::Take { on, .. } => Some(on.tube()),
+        Command::Ack { on, id } | Command::Release { on, id, .. } => match on {
+            On::Seed => id_tube(id),
+            On::Tube(t) => Some(t),
+        },
+        Command::TakeTask { id }
+        | Command::BuryTaken { id, .. }
+        | Command::TouchTtr { id }
+        | Command::KickTask { id } => id_tube(id),
+        _ => None,
     }
 }
 
