@@ -193,7 +193,7 @@ fn a_primary_that_missed_a_placement_change_changes_nothing_it_no_longer_owns() 
 
     // Set a's primary is stopped past its view's validity; meanwhile the partition moves.
     nodes.signal(a, "STOP");
-    let mut client = tarq_cluster::etcd::Client::connect(&[etcd.url.clone()]).unwrap();
+    let mut client = tarq_cluster::etcd::Client::connect(std::slice::from_ref(&etcd.url)).unwrap();
     let moved =
         tarq_cluster::placement::place(&mut client, "c", on_a, 0, "b", Duration::from_secs(2))
             .unwrap();
