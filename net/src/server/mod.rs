@@ -1120,6 +1120,14 @@ impl Server {
         idx: usize,
         name: &str,
     ) -> Result<tarq_engine::TubeIx, crate::core::Refusal> {
+        if self.shards.is_some() {
+            // A sharded cluster's tubes are placed through etcd, each index once: a tube made
+            // here alone could take an index the placement gives another.
+            return Err(crate::core::Refusal::Shards(format!(
+                "tube {name} does not exist: a sharded cluster's tubes are made with \
+                 queue.create_tube"
+            )));
+        }
         let caller = self.caller(idx);
         let (core, mut wire) = self.split();
         core.create_tube_on_demand(caller, name, &mut wire)

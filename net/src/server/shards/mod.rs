@@ -691,6 +691,12 @@ impl Server {
                     tube: t,
                 });
             }
+            Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
+                let why = "dropping a tube placed over a sharded cluster is not built yet: \
+                           truncate it instead";
+                self.answer(client, &Outcome::Error(Refusal::Shards(why.into())));
+                return None;
+            }
             Command::ReleaseAll { tube } => {
                 return self.gather(client, tube, GatherKind::Ok, leads, |t| {
                     Command::ReleaseAll { tube: t }
