@@ -459,6 +459,37 @@ impl Server {
         for t in placement.tubes.values() {
             self.hold_tube(t);
         }
+        self.watch_again();
+    }
+
+    /// Watches again the partitions the waiting takes need that nothing watches now (a watch
+    /// lost with its link, answered while its set had no primary): after each new map.
+    fn watch_again(&mut self) {
+        let leads = self.leads();
+        let Some(shards) = self.shards.as_ref() else {
+            return;
+        };
+        let heads: Vec<TubeIx> = shards.queues.keys().copied().collect();
+        for head in heads {
+            let Some((_, w)) = self.oldest_waiter(head) else {
+                continue;
+            };
+            let Some(shards) = self.shards.as_ref() else {
+                return;
+            };
+            let parts: Vec<TubeIx> = (shards.tubes.get(&head))
+                .map(|t| {
+                    t.parts
+                        .iter()
+                        .copied()
+                        .filter(|&p| !shards.here(p, leads))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for ix in parts {
+                self.watch_remote(ix, w.client);
+            }
+        }
     }
 
     /// On a primary, holds what of tube `t` this node must: every tube's first partition (so
@@ -735,27 +766,29 @@ impl Server {
         None
     }
 
-    /// Sends `cmd` to the primary of set `set` for `client`.
+    /// Sends `cmd` to the primary of set `set` for `client`; its answer goes where `then`
+    /// says, a failure to send it too (a watch's failure is no answer to its client's take).
     fn forward(&mut self, set: usize, client: Client, cmd: Command<'_>, then: Then) {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        let sync = shards.next_sync;
+        shards.next_sync += 1;
         if shards.sets[set].link.is_none() {
             let s = &shards.sets[set];
-            let Some(addr) = s.primary.as_ref().and_then(|a| resolve(a)) else {
-                let why = format!("replica set {} has no primary now", s.name);
-                return self.answer(client, &Outcome::Error(Refusal::NoPrimary(why)));
+            let opened = match s.primary.as_ref().and_then(|a| resolve(a)) {
+                None => Err(format!("replica set {} has no primary now", s.name)),
+                Some(addr) => OutLink::connect(addr, set, self.poll.registry())
+                    .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };
-            match OutLink::connect(addr, set, self.poll.registry()) {
+            match opened {
                 Ok(l) => shards.sets[set].link = Some(l),
-                Err(e) => {
-                    let why = format!("cannot reach replica set {} at {addr}: {e}", s.name);
-                    return self.answer(client, &Outcome::Error(Refusal::NoPrimary(why)));
+                Err(why) => {
+                    shards.pending.insert(sync, Pending { set, client, then });
+                    return self.on_answer(sync, Err(why));
                 }
             }
         }
-        let sync = shards.next_sync;
-        shards.next_sync += 1;
         let link = shards.sets[set].link.as_mut().expect("opened above");
         link.send(
             sync,
@@ -1152,7 +1185,8 @@ impl Server {
             .as_ref()
             .is_some_and(|s| s.waiters.contains_key(&id));
         match outcome {
-            Outcome::Nothing => {}
+            // Taken by another first, or the owner unreachable now: the take waits on.
+            Outcome::Nothing | Outcome::Error(_) => {}
             Outcome::Task(_) if !waiting => {
                 // It timed out or its connection closed meanwhile: the task goes back.
                 self.shards_session_ended(client.sid);
@@ -1311,8 +1345,11 @@ impl Server {
         };
         match p.then {
             Then::Deliver => self.answer(p.client, &outcome),
+            // A partition without a task, or unreachable now (its set failing over): the next.
             Then::Take { plan } => match outcome {
-                Outcome::Nothing => self.take_next(p.client, plan),
+                Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_)) => {
+                    self.take_next(p.client, plan)
+                }
                 other => self.answer(p.client, &other),
             },
             Then::Gather { key } => self.gathered(key, Digest::of(&outcome)),
