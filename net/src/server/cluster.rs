@@ -68,6 +68,11 @@ impl ClusterNode {
         (self.handle.placement(), self.handle.overview().sets)
     }
 
+    /// The placement as last read, without the sets (figures built per scrape).
+    pub fn placement(&self) -> std::sync::Arc<tarq_cluster::Placement> {
+        self.handle.placement()
+    }
+
     pub fn placement_fence(&self) -> tarq_cluster::PlacementFence {
         self.handle.placement_fence()
     }
