@@ -298,6 +298,24 @@ fn every_node_shows_the_sets_and_placement_and_metrics_have_a_series_per_partiti
             .unwrap_or_else(|_| panic!("a count in {row:?}"));
     }
     assert_eq!(total, 8, "{shown}");
+    // The same as JSON: queue.cluster() with the owners' counts.
+    let out = cl.ctl(replica_b, &["cluster", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let jobs = doc["placement"]["tubes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "jobs")
+        .unwrap_or_else(|| panic!("jobs in {doc}"));
+    let totals: Vec<u64> = jobs["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["total"].as_u64().expect("every partition counted"))
+        .collect();
+    assert_eq!(totals.len(), PARTITIONS, "{doc}");
+    assert_eq!(totals.iter().sum::<u64>(), 8, "{doc}");
 
     // Each primary's /metrics: a series per partition it holds, none twice; promtool agrees.
     for i in [cl.a, cl.b] {
