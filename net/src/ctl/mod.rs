@@ -197,7 +197,9 @@ pub enum CtlCommand {
     /// owner's primary counts the partition empty; the primitive later moves build on. Talks
     /// to etcd (and to the owner's primary), not to --addr.
     Place {
+        /// The tube, as its name.
         tube: String,
+        /// The partition's number, as `tarq ctl cluster` shows it (PARTITION, not INDEX).
         partition: u16,
         /// The replica set to own the partition.
         #[arg(long, value_name = "SET")]
