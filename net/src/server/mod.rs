@@ -345,12 +345,25 @@ impl Server {
     pub fn snapshot(&self) -> Snapshot {
         let queue = self.core.queue();
         let (parked_takes, takes_parked) = self.core.parked_takes();
+        // A partitioned tube's partitions share its name: each is told by its number, known
+        // from the placement (a tube of one partition keeps its series as before shards).
+        let placement = self
+            .shards
+            .as_ref()
+            .and(self.cluster.as_ref())
+            .map(cluster::ClusterNode::placement);
         Snapshot {
             engine: queue.stats(),
             tubes: queue
                 .tubes()
                 .map(|t| TubeFigures {
                     name: t.name.to_owned(),
+                    partition: placement
+                        .as_deref()
+                        .and_then(|p| p.at_index(t.ix))
+                        .filter(|(tube, _)| tube.name == t.name && tube.partitions.len() > 1)
+                        .map(|(_, p)| p)
+                        .or((t.opts.part > 0).then_some(t.opts.part)),
                     stats: queue.tube_stats(t.ix).unwrap_or_default(),
                 })
                 .collect(),
