@@ -7,6 +7,7 @@ use std::time::Instant;
 use tarq_engine::{Micros, Queue, SessionId, TubeIx};
 use tarq_ops::stats::Snapshot;
 
+use super::conn::Protocol;
 use super::Server;
 use crate::config::Config;
 use tarq_iproto::auth::SCRAMBLE_LEN;
@@ -15,7 +16,7 @@ use tarq_iproto::greeting::SALT_LEN;
 use crate::core::{Caller, Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
 use crate::frontend::iproto::IprotoState;
-use crate::frontend::link::LinkConn;
+use crate::frontend::link::{Link, LinkConn};
 use crate::frontend::{self, ReplyTo};
 
 impl frontend::Loop for Server {
@@ -155,8 +156,8 @@ impl frontend::Loop for Server {
         c.set_session_uuid(uuid);
     }
 
-    fn is_relay(&self, idx: usize) -> bool {
-        self.conns[idx].relay().is_some()
+    fn taken_over(&self, idx: usize) -> bool {
+        !matches!(self.conns[idx].proto, Protocol::Iproto { .. })
     }
 
     fn start_relay(
@@ -169,8 +170,12 @@ impl frontend::Loop for Server {
         Server::start_relay(self, idx, sync, format, subscribe);
     }
 
-    fn relay_input(&mut self, idx: usize, frame: &[u8]) {
-        Server::relay_input(self, idx, frame);
+    fn taken_over_input(&mut self, idx: usize, frame: &[u8]) {
+        if matches!(self.conns[idx].proto, Protocol::Link(_)) {
+            Link::new(self).execute(idx, frame);
+        } else {
+            Server::relay_input(self, idx, frame);
+        }
     }
 
     fn cluster_overview(&mut self) -> rmpv::Value {
@@ -195,7 +200,6 @@ impl frontend::Loop for Server {
             return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
         }
         let caller = Caller::new(idx, self.conns[idx].gen, sid);
-        let (core, mut wire) = self.split();
-        core.execute(caller, reply, cmd, &mut wire);
+        self.execute_as(caller, reply, cmd);
     }
 }

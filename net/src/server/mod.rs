@@ -48,7 +48,6 @@ use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::{Beanstalk, BsConn};
 use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
 use crate::frontend::iproto::{Iproto, IprotoState};
-use crate::frontend::link::Link;
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{
@@ -1035,12 +1034,7 @@ impl Server {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
-                    let frame = &data[used + f.prefix..used + f.total()];
-                    if matches!(self.conns[idx].proto, Protocol::Link(_)) {
-                        Link::new(self).execute(idx, frame);
-                    } else {
-                        Iproto::new(self).execute(idx, frame);
-                    }
+                    Iproto::new(self).execute(idx, &data[used + f.prefix..used + f.total()]);
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());

@@ -980,9 +980,7 @@ impl Server {
             let here = self.shards.as_ref().is_some_and(|s| s.here(ix, leads));
             if here {
                 let caller = Caller::new(client.idx, client.gen, client.sid);
-                let (core, mut wire) = self.split();
-                core.execute(caller, ReplyTo::Router(key), make(ix), &mut wire);
-                self.take_routed();
+                self.execute_as(caller, ReplyTo::Router(key), make(ix));
             } else if let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) {
                 self.forward(set, client, make(ix), Then::Gather { key });
             }
@@ -1133,8 +1131,7 @@ impl Server {
                 on: on_ix(w.on, ix),
                 timeout: Some(0),
             };
-            let (core, mut wire) = self.split();
-            core.execute(caller, w.client.reply, cmd, &mut wire);
+            self.execute_as(caller, w.client.reply, cmd);
         } else {
             // Taken by another first: watch again.
             let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
