@@ -206,7 +206,7 @@ pub(crate) struct Shards {
     /// session ends).
     forwarded: HashMap<SessionId, u64>,
     /// create_tube calls waiting for etcd, by token.
-    creates: HashMap<u64, Client>,
+    creates: HashMap<u64, (Client, bool)>,
     next_token: u64,
     rr: usize,
     /// Takes waiting across partitions, by number, and by tube in arrival order.
@@ -530,8 +530,15 @@ impl Server {
         token: u64,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
-        let Some(client) = self.shards.as_mut().and_then(|s| s.creates.remove(&token)) else {
+        let Some((client, if_not_exists)) =
+            self.shards.as_mut().and_then(|s| s.creates.remove(&token))
+        else {
             return;
+        };
+        // Made by another node meanwhile, and this call lets it be: the tube as placed.
+        let result = match result {
+            Err(tarq_cluster::PlacementError::Exists(t)) if if_not_exists => Ok(*t),
+            other => other,
         };
         if let Ok(t) = &result {
             if let Some(s) = self.shards.as_mut() {
@@ -614,7 +621,9 @@ impl Server {
                 if_not_exists,
                 partitions,
             } => {
-                if if_not_exists && self.core.queue().tube_ix(name).is_some() {
+                // A tube that is here already, or a node that does not lead its set (it
+                // refuses a change as any replica does, naming its primary): the core's.
+                if !leads || (if_not_exists && self.core.queue().tube_ix(name).is_some()) {
                     return Some(cmd);
                 }
                 if kind == TubeType::LimFifoTtl
@@ -630,7 +639,7 @@ impl Server {
                 }
                 let token = shards.next_token;
                 shards.next_token += 1;
-                shards.creates.insert(token, client);
+                shards.creates.insert(token, (client, if_not_exists));
                 let cluster = self
                     .cluster
                     .as_ref()
