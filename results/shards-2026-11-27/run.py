@@ -17,12 +17,23 @@ and writes one JSON per run plus summary.json:
   owner and of a forwarding node, for clients that reach the owners (f = 0) and for clients
   spread evenly (f = (N-1)/N of calls forwarded).
 """
-import base64, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import atexit, base64, json, os, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
+import urllib.request
 
 BIN, OUT = sys.argv[1], sys.argv[2]
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 os.makedirs(OUT, exist_ok=True)
 TICK = os.sysconf("SC_CLK_TCK")
+SPAWNED = []
+
+
+@atexit.register
+def stop_all():
+    # Whatever happens, no etcd or tarq of this script outlives it.
+    for p in SPAWNED:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def free_port():
@@ -49,7 +60,7 @@ class Etcd:
              f"--advertise-client-urls={self.url}", f"--listen-peer-urls={peer}",
              f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=f={peer}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait(lambda: self.get("/health-probe") is not None or True, "etcd")
+        SPAWNED.append(self.proc)
         for _ in range(200):
             try:
                 urllib.request.urlopen(self.url + "/health", timeout=1)
@@ -92,6 +103,7 @@ class Node:
              f"{self.dir}/data", "--etcd", etcd.url, "--cluster", cluster, "--node-name", name,
              "--replica-set", name, "--lease-ttl", "2", "--log-level", "warn"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        SPAWNED.append(self.proc)
         self.leader_key = f"/tarq/{cluster}/sets/{name}/leader"
 
     def stop(self):
@@ -134,7 +146,6 @@ etcd, (a, b) = cluster("hop", ["a", "b"], [0, 1])
 create_tube(a, "hop", 1)
 owner_set = etcd.get("/tarq/hop/placement/tubes/hop")["partitions"][0]["set"]
 owner, forwarder = (a, b) if owner_set == "a" else (b, a)
-wait(lambda: True, "")
 runs = {"owner": [], "forwarded": []}
 for r in range(ROUNDS):
     for how, via in (("owner", owner), ("forwarded", forwarder)):
@@ -179,8 +190,6 @@ for r in range(ROUNDS):
 
     etcd, (a, b) = cluster("two", ["a", "b"], [0, 1])
     create_tube(a, "s", 2)
-    wait(lambda: True, "")
-    import threading
     rates = {}
 
     def drive(node, cpu, tag):

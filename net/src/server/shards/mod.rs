@@ -34,7 +34,7 @@ use crate::core::{Caller, Command, On, Outcome, Refusal};
 use crate::frontend::link::wire::{self, Ask};
 use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;
-use out_link::{OutLink, FIRST_CALL_SYNC};
+use out_link::{Answered, OutLink, FIRST_CALL_SYNC};
 
 /// The most replica sets a cluster routes to (a session's sets are a 64-bit mask).
 const MAX_SETS: usize = 64;
@@ -664,18 +664,21 @@ impl Server {
                 let ix = if t.utube {
                     t.parts[key_partition(opts.utube, n)]
                 } else {
-                    let here: Vec<TubeIx> = t
-                        .parts
-                        .iter()
-                        .copied()
-                        .filter(|&p| shards.here(p, leads) && shards.hold(p).is_none())
-                        .collect();
-                    shards.rr = shards.rr.wrapping_add(1);
-                    if here.is_empty() {
-                        t.parts[shards.rr % n]
-                    } else {
-                        here[shards.rr % here.len()]
-                    }
+                    // A partition led here, in turn (no hop); else any, in turn.
+                    let here = |p: &&TubeIx| shards.here(**p, leads) && shards.hold(**p).is_none();
+                    let rr = shards.rr;
+                    let local = t.parts.iter().filter(here).count();
+                    let ix = match local {
+                        0 => t.parts[rr % n],
+                        _ => *t
+                            .parts
+                            .iter()
+                            .filter(here)
+                            .nth(rr % local)
+                            .expect("counted"),
+                    };
+                    shards.rr = rr.wrapping_add(1);
+                    ix
                 };
                 let cmd = Command::PutIn {
                     tube: ix,
@@ -787,7 +790,7 @@ impl Server {
             let s = &shards.sets[set];
             let opened = match s.primary.as_ref().and_then(|a| resolve(a)) {
                 None => Err(format!("replica set {} has no primary now", s.name)),
-                Some(addr) => OutLink::connect(addr, set, self.poll.registry())
+                Some(addr) => OutLink::connect(addr, set, sync, self.poll.registry())
                     .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };
             match opened {
@@ -1267,30 +1270,29 @@ impl Server {
     /// A link's socket is ready.
     pub(super) fn link_ready(&mut self, token: usize) {
         let set = token - LINK_TOKEN_BASE;
-        let cred = self.cfg.auth.clone();
-        let Some(link) = self
-            .shards
-            .as_mut()
+        let cred = self.cfg.auth.as_ref();
+        let Some(link) = (self.shards.as_mut())
             .and_then(|s| s.sets.get_mut(set))
             .and_then(|s| s.link.as_mut())
         else {
             return;
         };
-        if let Err(why) = link.read(cred.as_ref()) {
+        if let Err(why) = link.read(cred) {
             return self.link_failed(set, &why);
         }
+        // Answers are handled where they were read: their tasks borrow the buffer.
+        let (id, input) = (link.id, link.take_input());
         let mut used = 0;
         loop {
-            let link = self.shards.as_mut().and_then(|s| s.sets[set].link.as_mut());
-            let Some(link) = link else { return };
-            match link.next_answer(&mut used) {
+            match out_link::next_answer(&input, &mut used) {
                 Ok(Some((sync, answer))) => self.on_answer(sync, answer),
                 Ok(None) => break,
                 Err(why) => return self.link_failed(set, &why),
             }
         }
-        if let Some(link) = self.shards.as_mut().and_then(|s| s.sets[set].link.as_mut()) {
-            link.consumed(used);
+        let link = self.shards.as_mut().and_then(|s| s.sets[set].link.as_mut());
+        if let Some(link) = link.filter(|l| l.id == id) {
+            link.give_back(input, used);
         }
         self.flush_links();
     }
@@ -1334,20 +1336,16 @@ impl Server {
     }
 
     /// The answer to forwarded request `sync`.
-    fn on_answer(&mut self, sync: u64, answer: Result<Vec<u8>, String>) {
+    fn on_answer(&mut self, sync: u64, answer: Answered<'_>) {
         let Some(p) = self.shards.as_mut().and_then(|s| s.pending.remove(&sync)) else {
             return;
         };
-        let data;
-        let outcome = match &answer {
-            Ok(bytes) => {
-                data = bytes;
-                match wire::read_answer(data) {
-                    Ok(a) => a.outcome(),
-                    Err(e) => Outcome::Error(Refusal::Shards(e)),
-                }
-            }
-            Err(why) => Outcome::Error(Refusal::NoPrimary(why.clone())),
+        let outcome = match answer {
+            Ok(bytes) => match wire::read_answer(bytes) {
+                Ok(a) => a.outcome(),
+                Err(e) => Outcome::Error(Refusal::Shards(e)),
+            },
+            Err(why) => Outcome::Error(Refusal::NoPrimary(why)),
         };
         match p.then {
             Then::Deliver => self.answer(p.client, &outcome),
