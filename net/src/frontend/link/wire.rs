@@ -69,6 +69,7 @@ impl<'a> Answer<'a> {
             Outcome::Error(r) => Answer::Error(r.clone()),
             Outcome::Tube(t) => Answer::Text(format!("tube {}", t.name)),
             Outcome::ServerStats(_) => Answer::Text("server stats".into()),
+            Outcome::AllStats(_) => Answer::Text("every tube's figures".into()),
         }
     }
 

@@ -86,6 +86,7 @@ struct Part {
 /// A placed tube: its partitions' indexes in order.
 #[derive(Debug)]
 struct Routed {
+    name: String,
     parts: Vec<TubeIx>,
     utube: bool,
     /// limfifottl: its capacity is shared by its partitions, so a put tries each for room.
@@ -111,6 +112,11 @@ enum Then {
     /// One partition's share of a whole-tube figure.
     Gather {
         key: u64,
+    },
+    /// One partition's figures toward every tube's (`queue.statistics()`): tube `head`'s.
+    GatherTube {
+        key: u64,
+        head: TubeIx,
     },
     /// A watch of a partition (for the waiting takes of its tube) was answered.
     Woke {
@@ -171,11 +177,14 @@ struct Gather {
     count: u64,
     kind: GatherKind,
     error: Option<Refusal>,
+    /// Every tube's figures (`GatherKind::All`): name, first partition's index, sum.
+    per: Vec<(String, TubeIx, Stats)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum GatherKind {
     Stats,
+    All,
     Count,
     Ok,
 }
@@ -314,6 +323,7 @@ impl Shards {
         self.tubes.insert(
             head,
             Routed {
+                name: t.name.clone(),
                 parts,
                 utube,
                 capped,
@@ -734,6 +744,10 @@ impl Server {
                     tube: t,
                 });
             }
+            Command::AllTubeStats => {
+                self.gather_all(client, leads);
+                return None;
+            }
             Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
                 let why = "dropping a tube placed over a sharded cluster is not built yet: \
                            truncate it instead";
@@ -986,6 +1000,7 @@ impl Server {
                 count: 0,
                 kind,
                 error: None,
+                per: Vec::new(),
             },
         );
         for ix in parts {
@@ -1000,6 +1015,55 @@ impl Server {
         None
     }
 
+    /// `queue.statistics()` on a sharded node: every placed tube's figures summed over its
+    /// partitions (the ones led here read at once, the others asked of their owners).
+    fn gather_all(&mut self, client: Client, leads: bool) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let mut tubes: Vec<(String, TubeIx, Vec<TubeIx>)> = (shards.tubes.iter())
+            .filter(|(_, t)| t.name != tarq_engine::DEFAULT_TUBE_NAME)
+            .map(|(&head, t)| (t.name.clone(), head, t.parts.clone()))
+            .collect();
+        tubes.sort();
+        let key = shards.next_gather;
+        shards.next_gather += 1;
+        let mut per = Vec::with_capacity(tubes.len());
+        let mut asks = Vec::new();
+        for (name, head, parts) in tubes {
+            let mut sum = Stats::default();
+            for ix in parts {
+                if shards.here(ix, leads) {
+                    add_stats(
+                        &mut sum,
+                        &self.core.queue().tube_stats(ix).unwrap_or_default(),
+                    );
+                } else if let Some(p) = shards.part(ix) {
+                    asks.push((p.set, ix, head));
+                }
+            }
+            per.push((name, head, sum));
+        }
+        let gather = Gather {
+            client,
+            left: asks.len(),
+            stats: Stats::default(),
+            count: 0,
+            kind: GatherKind::All,
+            error: None,
+            per,
+        };
+        if asks.is_empty() {
+            let all = gather.per.into_iter().map(|(n, _, s)| (n, s)).collect();
+            return self.answer(client, &Outcome::AllStats(all));
+        }
+        shards.gathers.insert(key, gather);
+        for (set, ix, head) in asks {
+            let cmd = Command::TubeStats { tube: ix };
+            self.forward(set, client, cmd, Then::GatherTube { key, head });
+        }
+    }
+
     /// Takes the outcomes the core answered to the router.
     pub(super) fn take_routed(&mut self) {
         while !self.routed.is_empty() {
@@ -1007,7 +1071,7 @@ impl Server {
                 if token & WATCH != 0 {
                     self.local_woke(token & !WATCH, digest);
                 } else {
-                    self.gathered(token, digest);
+                    self.gathered(token, None, digest);
                 }
             }
         }
@@ -1240,7 +1304,7 @@ impl Server {
         self.timers.set(super::timers::Timer::Shards, next);
     }
 
-    fn gathered(&mut self, key: u64, digest: Digest) {
+    fn gathered(&mut self, key: u64, head: Option<TubeIx>, digest: Digest) {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
@@ -1248,7 +1312,10 @@ impl Server {
             return;
         };
         match digest {
-            Digest::Stats(s) => add_stats(&mut g.stats, &s),
+            Digest::Stats(s) => match head.and_then(|h| g.per.iter_mut().find(|p| p.1 == h)) {
+                Some(p) => add_stats(&mut p.2, &s),
+                None => add_stats(&mut g.stats, &s),
+            },
             Digest::Count(n) => g.count += n,
             Digest::Error(e) => g.error = Some(e),
             _ => {}
@@ -1261,6 +1328,9 @@ impl Server {
         let outcome = match (g.error, g.kind) {
             (Some(e), _) => Outcome::Error(e),
             (None, GatherKind::Stats) => Outcome::TubeStats(g.stats),
+            (None, GatherKind::All) => {
+                Outcome::AllStats(g.per.into_iter().map(|(n, _, s)| (n, s)).collect())
+            }
             (None, GatherKind::Count) => Outcome::Count(g.count),
             (None, GatherKind::Ok) => Outcome::Ok,
         };
@@ -1356,7 +1426,8 @@ impl Server {
                 }
                 other => self.answer(p.client, &other),
             },
-            Then::Gather { key } => self.gathered(key, Digest::of(&outcome)),
+            Then::Gather { key } => self.gathered(key, None, Digest::of(&outcome)),
+            Then::GatherTube { key, head } => self.gathered(key, Some(head), Digest::of(&outcome)),
             Then::Woke { ix } => self.remote_woke(ix, &outcome),
             Then::WaitTake { waiter, ix } => self.wait_took(waiter, ix, p.client, &outcome),
             Then::Put { plan } => match outcome {
