@@ -202,12 +202,18 @@ impl Shards {
     }
 
     /// Takes in a map read from etcd.
-    fn apply(&mut self, placement: Arc<Placement>, sets: &[SetView]) {
+    /// Takes in a map read from etcd; returns the sets whose primary changed while a link
+    /// went to the old one (it no longer takes changes: the caller drops those links).
+    fn apply(&mut self, placement: Arc<Placement>, sets: &[SetView]) -> Vec<usize> {
+        let mut moved = Vec::new();
         for s in sets {
             let slot = self.slot_of(&s.name);
             let primary = s.leader.as_ref().map(|(l, _)| l.addr.clone());
             if self.sets[slot].primary != primary {
                 self.sets[slot].primary = primary;
+                if self.sets[slot].link.is_some() {
+                    moved.push(slot);
+                }
             }
         }
         let before: Vec<Option<usize>> = self.parts.iter().map(|p| p.map(|p| p.set)).collect();
@@ -230,6 +236,7 @@ impl Shards {
             }
         }
         self.placement = placement;
+        moved
     }
 
     /// Routes tube `t` as placed.
@@ -353,7 +360,9 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        shards.apply(Arc::clone(&placement), sets);
+        for set in shards.apply(Arc::clone(&placement), sets) {
+            self.link_failed(set, "its replica set has another primary now");
+        }
         info!(
             epoch = placement.epoch,
             tubes = placement.tubes.len(),
