@@ -401,3 +401,34 @@ fn bury_kick_and_truncate_act_on_the_whole_tube_from_any_node() {
         assert_eq!(get(&tasks(i), "total").as_u64(), Some(0), "node {i}");
     }
 }
+
+#[test]
+fn a_link_that_sends_garbage_gets_errors_naming_it_and_nothing_else_changes() {
+    let cl = start();
+    let mut c = connect(cl.addr(cl.a));
+    c.call("tarq.link", &pack_args(&[]), None)
+        .expect("a sharded node takes a link");
+    // Not an ask at all, then an ask that does not decode: each refused, naming why.
+    let not_bin = pack_args(&[Value::from(7)]);
+    let e = c.call("tarq.ask", &not_bin, None).unwrap_err().to_string();
+    assert!(e.contains("not [bin]"), "{e}");
+    let garbage = pack_args(&[Value::Binary(vec![0xc1, 0xff, 0x00])]);
+    let e = c.call("tarq.ask", &garbage, None).unwrap_err().to_string();
+    assert!(e.contains("does not decode"), "{e}");
+    let e = c
+        .call("queue.put", &pack_args(&[Value::from(1)]), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a link carries only tarq.ask calls"), "{e}");
+    // The node serves its other clients as before.
+    cl.create(cl.a, "after", "fifo", 2);
+    let mut other = connect(cl.addr(cl.b));
+    let r = other
+        .call(
+            "queue.tube.after:put",
+            &pack_args(&[Value::from("x")]),
+            None,
+        )
+        .unwrap();
+    assert!(task_id(&r).is_some());
+}
