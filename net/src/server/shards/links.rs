@@ -36,7 +36,7 @@ impl Server {
                 command: cmd,
             },
         );
-        *shards.forwarded.entry(client.sid).or_default() |= 1 << set;
+        *shards.forwarded.entry(client.sid).or_default() |= set_bit(set);
         shards.pending.insert(sync, Pending { set, client, then });
     }
 
@@ -149,7 +149,7 @@ impl Server {
             return;
         };
         for (i, s) in shards.sets.iter_mut().enumerate() {
-            if mask & (1 << i) != 0 {
+            if mask & set_bit(i) != 0 {
                 if let Some(link) = &mut s.link {
                     let sync = shards.next_sync;
                     shards.next_sync += 1;

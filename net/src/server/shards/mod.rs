@@ -44,8 +44,15 @@ use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;
 use out_link::{Answered, OutLink, FIRST_CALL_SYNC};
 
-/// The most replica sets a cluster routes to (a session's sets are a 64-bit mask).
-const MAX_SETS: usize = 64;
+/// Link tokens available: one per replica set the router has known.
+const MAX_LINKS: usize = 1 << 16;
+
+/// Set `set`'s bit in a session's mask of the sets it reached: sets from the 64th on share
+/// the last bit (their session ends are told to all of them; an owner that never saw the
+/// session ignores it).
+fn set_bit(set: usize) -> u64 {
+    1 << set.min(63)
+}
 
 /// A replica set as the router knows it.
 struct SetSlot {
@@ -186,7 +193,7 @@ impl Shards {
 
     /// Whether `token` is one of the links'.
     pub fn owns_token(token: usize) -> bool {
-        (LINK_TOKEN_BASE..LINK_TOKEN_BASE + MAX_SETS).contains(&token)
+        (LINK_TOKEN_BASE..LINK_TOKEN_BASE + MAX_LINKS).contains(&token)
     }
 
     fn slot_of(&mut self, name: &str) -> usize {
