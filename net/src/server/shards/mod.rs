@@ -283,6 +283,14 @@ impl Shards {
         self.parts.get(ix as usize).copied().flatten()
     }
 
+    /// Whether this node's routes may be acted on now: its view of the placement is recent
+    /// enough, and the routes are the view's own. The election thread reads a new map before
+    /// the loop applies it; until then the fence's epoch is not the routes', and the routes may
+    /// name an owner the placement no longer does.
+    fn view_valid(&self) -> bool {
+        self.fence.valid_at(Instant::now()) == Some(self.placement.epoch)
+    }
+
     /// Why this node may not change partition `ix` now though its set owns it: its view of
     /// the placement may be stale, or the partition has just moved here.
     fn hold(&self, ix: TubeIx) -> Option<String> {
@@ -306,7 +314,7 @@ impl Shards {
     /// node's set does not own in this node's view (the forwarder's view is older or newer —
     /// the fence on placement, as the term is on leadership), or one `hold` keeps.
     pub fn refuse_forwarded(&mut self, cmd: &Command<'_>) -> Option<String> {
-        self.valid = self.fence.valid_at(Instant::now()).is_some();
+        self.valid = self.view_valid();
         let ix = named_partition(cmd)?;
         let part = self.part(ix)?;
         if self.sets[part.set].name != self.set {

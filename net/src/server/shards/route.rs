@@ -70,7 +70,7 @@ impl Server {
             reply,
         };
         let shards = self.shards.as_mut()?;
-        shards.valid = shards.fence.valid_at(Instant::now()).is_some();
+        shards.valid = shards.view_valid();
         let to = |ix: TubeIx, cmd: Command<'c>| (ix, cmd);
         let (ix, cmd) = match cmd {
             Command::CreateTube {
