@@ -934,6 +934,61 @@ impl Queue {
         Ok(self.live_tube(tube)?.ready_urgent_n)
     }
 
+    /// Up to `limit` tasks of `tube` in `status`, in the order its list keeps them: Ready
+    /// and Buried by (pri, id) — the order takes and kicks follow —, Waiting by (runat, id),
+    /// Taken session by session in take order. A page of a listing starts after task `after`
+    /// when that task is still in the list, else at its head. In a utube tube the Ready list
+    /// holds the head of each utube (the tasks a take can get next). O(limit) for Ready,
+    /// Waiting and Buried (one lookup, then a walk of level 0); Taken walks the taken tasks of
+    /// every tube, which a console's page of them can afford.
+    pub fn list(
+        &self,
+        tube: TubeIx,
+        status: Status,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskRef<'_>>, QueueError> {
+        let t = self.live_tube(tube)?;
+        let mut out = Vec::with_capacity(limit.min(1024));
+        if status == Status::Taken {
+            let mut started = after.is_none();
+            for k in self.sessions.taken_slots(&self.slots) {
+                let s = &self.slots[k as usize];
+                if s.tube != tube {
+                    continue;
+                }
+                if !started {
+                    started = Some(s.id) == after;
+                    continue;
+                }
+                if out.len() >= limit {
+                    break;
+                }
+                out.push(self.view(k));
+            }
+            return Ok(out);
+        }
+        let head = match status {
+            Status::Ready => t.ready.first(),
+            Status::Waiting => t.waiting.first(),
+            Status::Buried => t.buried.first(),
+            Status::Taken => None,
+        };
+        let from = after
+            .and_then(|id| self.find(id))
+            .filter(|&k| {
+                let s = &self.slots[k as usize];
+                s.tube == tube && s.status == status
+            })
+            .map(|k| self.slots[k as usize].next0);
+        let mut k = from.or(head).unwrap_or(NIL);
+        while k != NIL && out.len() < limit {
+            out.push(self.view(k));
+            k = self.slots[k as usize].next0;
+        }
+        Ok(out)
+    }
+
     // ---- recovery ----
 
     /// Recovery: adds a task to `default` as it was. Taken comes back owned by session 0 (call

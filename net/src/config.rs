@@ -328,7 +328,14 @@ pub struct Settings {
     )]
     pub graphite_interval: Option<f64>,
 
-    /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
+    /// Serve the web console on this address: the dashboard at http://ADDR/, the JSON API
+    /// under /api/ and Prometheus metrics at /metrics. With --user/--password every page but
+    /// /metrics asks for them; without, the console is read-only. Keep it on a loopback or
+    /// trusted address (127.0.0.1:9100, say) [default: off].
+    #[arg(long, env = "TARQ_HTTP_LISTEN", value_name = "ADDR")]
+    pub http_listen: Option<SocketAddr>,
+
+    /// The old name of --http-listen (the port served /metrics only, and still does).
     #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
@@ -425,6 +432,8 @@ pub struct Config {
     pub queue_namespace: String,
     /// The beanstalk port, if served.
     pub beanstalk_listen: Option<SocketAddr>,
+    /// The HTTP port (web console, JSON API, `/metrics`), if served.
+    pub http_listen: Option<SocketAddr>,
     /// The largest beanstalk job body.
     pub beanstalk_max_job_size: u32,
     pub auth: Option<Credentials>,
@@ -459,6 +468,7 @@ impl Default for Config {
             log_level: "info".into(),
             queue_namespace: "queue".into(),
             beanstalk_listen: None,
+            http_listen: None,
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             auth: None,
             replica_of: None,
@@ -549,6 +559,7 @@ impl Config {
             log_level: s.log_level.unwrap_or(d.log_level),
             queue_namespace: s.queue_namespace.unwrap_or(d.queue_namespace),
             beanstalk_listen: s.beanstalk_listen,
+            http_listen: http_listen(s.http_listen, s.metrics_listen)?,
             beanstalk_max_job_size: s.beanstalk_max_job_size.unwrap_or(d.beanstalk_max_job_size),
             auth,
             replica_of: s.replica_of,
@@ -561,7 +572,8 @@ impl Config {
                     None => None,
                 },
                 graphite_interval: graphite_interval(s.graphite_interval)?,
-                metrics_listen: s.metrics_listen,
+                // The HTTP front-end serves /metrics on the loop's own connections.
+                metrics_listen: None,
             },
             wal: WalConfig {
                 mode: s.wal_mode.unwrap_or(d.wal.mode),
@@ -928,6 +940,20 @@ fn snapshot_interval(secs: Option<f64>) -> Result<Option<Duration>, ConfigError>
 /// Longest `--graphite-interval`: a day; Graphite's retentions rarely keep anything coarser.
 pub const MAX_GRAPHITE_INTERVAL_SECS: f64 = 86_400.0;
 
+/// `http-listen`, or its old name `metrics-listen`; both at once must agree.
+fn http_listen(
+    http: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    match (http, metrics) {
+        (Some(h), Some(m)) if h != m => Err(invalid(format!(
+            "http-listen {h} and metrics-listen {m} differ: metrics-listen is the old name of \
+             http-listen, give one"
+        ))),
+        (h, m) => Ok(h.or(m)),
+    }
+}
+
 /// Longest `--frame-timeout`, `--auth-timeout` or `--idle-timeout`: a day; any longer is a
 /// typo for "off", which is 0.
 pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
@@ -1232,10 +1258,14 @@ mod tests {
             "udp://127.0.0.1:2003"
         );
         assert_eq!(cfg.ops.graphite_interval, 500_000);
-        assert_eq!(
-            cfg.ops.metrics_listen,
-            Some("127.0.0.1:9100".parse().unwrap())
-        );
+        assert_eq!(cfg.http_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let both = parse(&[
+            "--http-listen",
+            "127.0.0.1:1",
+            "--metrics-listen",
+            "127.0.0.1:2",
+        ]);
+        assert!(both.unwrap_err().to_string().contains("differ"));
         assert_eq!(parse(&[]).unwrap().ops, OpsConfig::default());
         let e = parse(&["--graphite", "127.0.0.1:2003"])
             .unwrap_err()

@@ -4,6 +4,7 @@
 //! server's business (`tarq_net::server::reload`); `tarq ctl` lives with the binary.
 //!
 //! - [`stats`]: the one list of figures behind `queue.stats()`, Graphite and Prometheus;
+//! - [`live`]: the per-second ring of figures behind the web console's charts and events;
 //! - [`graphite`]: the periodic push to Graphite's plaintext port (TCP or UDP);
 //! - [`metrics`]: `GET /metrics` for Prometheus and the request service-time histogram;
 //! - [`signals`]: SIGTERM/SIGINT (graceful stop) and SIGHUP (reload) as loop events;
@@ -16,6 +17,7 @@
 //! [`metrics::ServiceTimes::record`].
 
 pub mod graphite;
+pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod signals;

@@ -7,6 +7,7 @@
 //! and a [`ReplyTo`] variant carrying what its replies need (the IPROTO sync, say).
 
 pub mod beanstalk;
+pub mod http;
 pub mod iproto;
 
 use std::time::Instant;
@@ -23,6 +24,7 @@ use crate::core::{Command, Outcome, Pauses, Refusal};
 pub enum ReplyTo {
     Iproto(iproto::Reply),
     Beanstalk(beanstalk::Reply),
+    Http(http::Reply),
 }
 
 /// Encodes `outcome` as the reply `to` asks for, appended to `out`.
@@ -30,6 +32,7 @@ pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
     match to {
         ReplyTo::Iproto(r) => iproto::encode(out, r, outcome),
         ReplyTo::Beanstalk(r) => beanstalk::encode(out, r, outcome),
+        ReplyTo::Http(r) => http::encode(out, r, outcome),
     }
 }
 
@@ -125,4 +128,18 @@ pub trait Loop {
     fn relay_input(&mut self, idx: usize, frame: &[u8]);
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
+
+    /// The HTTP front-end's server-wide counts.
+    fn http(&mut self) -> &mut http::HttpState;
+    /// Connection `idx`'s HTTP state (`None` unless it is an HTTP connection).
+    fn http_conn(&self, idx: usize) -> Option<&http::HttpConn>;
+    /// Connection `idx` carries the event stream from now on, or the streams open at the
+    /// limit refuse it.
+    fn start_stream(&mut self, idx: usize) -> Result<(), usize>;
+    /// The Prometheus page of every figure, into `page`.
+    fn metrics_page(&mut self, page: &mut String);
+    /// The per-second figures of the last minutes.
+    fn live(&self) -> &tarq_ops::live::Live;
+    /// Open connections by protocol.
+    fn connection_counts(&self) -> serde_json::Value;
 }

@@ -14,8 +14,10 @@ use tarq_iproto::greeting::SALT_LEN;
 
 use crate::core::{Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
+use crate::frontend::http::{HttpConn, HttpState};
 use crate::frontend::iproto::IprotoState;
 use crate::frontend::{self, ReplyTo};
+use tarq_ops::live::Live;
 
 impl frontend::Loop for Server {
     #[inline]
@@ -174,5 +176,29 @@ impl frontend::Loop for Server {
 
     fn cluster_overview(&mut self) -> rmpv::Value {
         Server::cluster_overview(self)
+    }
+
+    fn http(&mut self) -> &mut HttpState {
+        &mut self.http.state
+    }
+
+    fn http_conn(&self, idx: usize) -> Option<&HttpConn> {
+        self.conns.get(idx).and_then(|c| c.http())
+    }
+
+    fn start_stream(&mut self, idx: usize) -> Result<(), usize> {
+        Server::start_stream(self, idx)
+    }
+
+    fn metrics_page(&mut self, page: &mut String) {
+        Server::metrics_page(self, page);
+    }
+
+    fn live(&self) -> &Live {
+        &self.http.live
+    }
+
+    fn connection_counts(&self) -> serde_json::Value {
+        Server::connection_counts(self)
     }
 }

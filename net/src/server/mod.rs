@@ -19,6 +19,7 @@ pub mod conn;
 mod enforce;
 mod front;
 mod host;
+mod http;
 pub mod limits;
 mod relay;
 pub mod reload;
@@ -45,6 +46,7 @@ use crate::config::Config;
 use crate::core::journal::{Journal, Ticket};
 use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::{Beanstalk, BsConn};
+use crate::frontend::http::Http;
 use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
 use crate::frontend::iproto::{Iproto, IprotoState};
 use crate::frontend::ReplyTo;
@@ -65,14 +67,16 @@ const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 /// The beanstalk port's listener (`--beanstalk-listen`).
 const BEANSTALK_LISTENER: Token = Token(2);
+// Token 3 is the HTTP port's listener (`http::HTTP_LISTENER`).
 /// Connection tokens are `generation << 32 | (slot + FIRST_CONN_TOKEN)`.
-const FIRST_CONN_TOKEN: usize = 3;
+const FIRST_CONN_TOKEN: usize = 4;
 
 /// Which protocol a listener (and the connections it accepts) speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Proto {
     Iproto,
     Beanstalk,
+    Http,
 }
 
 /// Engine deadlines (promotions, expiries, TTR returns) fired per turn. Enough to keep up with
@@ -151,6 +155,8 @@ pub struct Server {
     beanstalk_listener: Option<TcpListener>,
     /// The beanstalk front-end's counters, tube uses and pauses.
     pub(crate) beanstalk: crate::frontend::beanstalk::BeanstalkState,
+    /// The HTTP port: its listener, its front-end's counts, the live figures and streams.
+    pub(crate) http: http::HttpPort,
     waker: Arc<Waker>,
     stop: Arc<AtomicBool>,
     cfg: Config,
@@ -234,6 +240,7 @@ impl Server {
         })?;
         let poll = Poll::new()?;
         let (listener, beanstalk_listener) = bind_listeners(&cfg, &poll)?;
+        let http = http::bind(cfg.http_listen, &poll)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
         let queue = recover(&mut journal, &cfg)?;
@@ -253,6 +260,7 @@ impl Server {
             listener,
             beanstalk_listener,
             beanstalk: Default::default(),
+            http,
             waker,
             stop: Arc::new(AtomicBool::new(false)),
             hash2,
@@ -313,9 +321,10 @@ impl Server {
             .and_then(|l| l.local_addr().ok())
     }
 
-    /// The bound `/metrics` address, when `--metrics-listen` is set (useful with port 0).
+    /// The bound `/metrics` address: the HTTP port's, when `--http-listen` (or its old name
+    /// `--metrics-listen`) is set (useful with port 0).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.ops.metrics_addr()
+        self.http_addr()
     }
 
     /// Handles SIGTERM/SIGINT (graceful stop) and SIGHUP (`reloader` re-reads the
@@ -387,6 +396,7 @@ impl Server {
                 self.timers.set(Timer::AcceptPause, None);
                 self.accept_all(Proto::Iproto);
                 self.accept_all(Proto::Beanstalk);
+                self.accept_all(Proto::Http);
             }
             for ev in events.iter() {
                 self.on_event(ev);
@@ -410,6 +420,7 @@ impl Server {
                 warn!(listen = %addr, "the beanstalk port has no authentication: serve it on a trusted address only");
             }
         }
+        self.announce_http();
         info!(
             listen = %self.local_addr()?,
             null = self.cfg.null,
@@ -426,6 +437,7 @@ impl Server {
         match ev.token() {
             LISTENER => self.accept_all(Proto::Iproto),
             BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
+            http::HTTP_LISTENER => self.accept_all(Proto::Http),
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
             t if Ops::owns(t) => {
@@ -505,6 +517,9 @@ impl Server {
         // Deregistered, new connections wait in the kernel's backlog until the exit resets them.
         let _ = self.poll.registry().deregister(&mut self.listener);
         if let Some(l) = &mut self.beanstalk_listener {
+            let _ = self.poll.registry().deregister(l);
+        }
+        if let Some(l) = &mut self.http.listener {
             let _ = self.poll.registry().deregister(l);
         }
         self.answer_waiters();
@@ -635,6 +650,7 @@ impl Server {
     fn register_timers(&mut self) {
         self.timers.set(Timer::Ops, self.ops.next_timer());
         self.register_upstream();
+        self.register_live();
     }
 
     /// The upstream's deadline, after it changed (or went away, or came).
@@ -680,6 +696,10 @@ impl Server {
             let listener = match proto {
                 Proto::Iproto => &self.listener,
                 Proto::Beanstalk => match &self.beanstalk_listener {
+                    Some(l) => l,
+                    None => return,
+                },
+                Proto::Http => match &self.http.listener {
                     Some(l) => l,
                     None => return,
                 },
@@ -739,8 +759,11 @@ impl Server {
         let mut out = OutBuf::default();
         let (bs, max_job) = (&mut self.beanstalk, self.cfg.beanstalk_max_job_size);
         let (conn_proto, rbuf) = open_protocol(proto, bs, max_job, salt, &hello, &mut out);
-        // beanstalk has no authentication.
-        let authenticated = self.cfg.auth.is_none() || proto == Proto::Beanstalk;
+        if proto == Proto::Http {
+            self.http.state.connections += 1;
+        }
+        // beanstalk has no authentication; HTTP asks for it with each request (Basic).
+        let authenticated = self.cfg.auth.is_none() || proto != Proto::Iproto;
         let guard = self
             .limits
             .open(READ_BUF_BYTES, self.mono, authenticated, (idx, gen));
@@ -783,6 +806,15 @@ impl Server {
         if proto == Proto::Beanstalk {
             let _ = stream.shutdown(std::net::Shutdown::Both);
             warn!(%peer, limit, "beanstalk connection refused: limit reached");
+            return;
+        }
+        if proto == Proto::Http {
+            let mut msg = Vec::new();
+            let why = format!("Too many connections: the limit is {limit} (--max-connections)");
+            crate::frontend::http::refusal(&mut msg, 503, &why);
+            let _ = stream.write(&msg);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            warn!(%peer, limit, "HTTP connection refused: limit reached");
             return;
         }
         let mut msg = hello.to_vec();
@@ -857,6 +889,9 @@ impl Server {
             self.timers.set(Timer::Linger, self.next_linger());
         }
 
+        if self.http.listener.is_some() {
+            self.live_tick();
+        }
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
             self.ops.tick(self.now, &snapshot, &mut self.limits);
@@ -899,9 +934,10 @@ impl Server {
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
         let c = &self.conns[idx];
-        let request_cap = match c.beanstalk() {
-            Some(bs) => bs.decoder.max_request(),
-            None => self.frame_cap(c.authenticated) + MAX_PREFIX,
+        let request_cap = match (c.beanstalk(), c.http()) {
+            (Some(bs), _) => bs.decoder.max_request(),
+            (_, Some(_)) => crate::frontend::http::MAX_REQUEST_BYTES,
+            _ => self.frame_cap(c.authenticated) + MAX_PREFIX,
         };
         let c = &mut self.conns[idx];
         if c.closing.is_some() {
@@ -922,7 +958,8 @@ impl Server {
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let beanstalk = c.beanstalk().is_some();
-        let big_frame = match beanstalk {
+        let web = c.http().is_some();
+        let big_frame = match beanstalk || web {
             true => None,
             false => rbuf.take_whole_big_frame(),
         };
@@ -932,6 +969,8 @@ impl Server {
             let data = rbuf.data();
             let used = if beanstalk {
                 Beanstalk::new(self).execute_input(idx, data)
+            } else if web {
+                Http::new(self).execute_input(idx, data)
             } else {
                 self.execute_iproto_input(idx, data)
             };
@@ -1176,6 +1215,9 @@ impl Server {
         if let Some(bs) = c.beanstalk() {
             self.beanstalk.release_tubes(bs.used, &bs.watched);
             self.beanstalk.connections -= 1;
+        }
+        if c.http().is_some() {
+            self.http.state.connections -= 1;
         }
         self.drop_input(idx);
         let released = match self.iproto.sessions.detach(sid, uuid, self.mono) {
@@ -1467,6 +1509,7 @@ fn open_protocol(
     out: &mut OutBuf,
 ) -> (Protocol, ReadBuf) {
     match proto {
+        Proto::Http => (Protocol::Http(Box::default()), ReadBuf::new()),
         Proto::Beanstalk => {
             beanstalk.opened();
             let bs = BsConn::new(max_job);

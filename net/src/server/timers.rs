@@ -22,9 +22,11 @@ pub enum Timer {
     Linger,
     /// The operator's reports (wall clock).
     Ops,
+    /// The web console's per-second sample of the live figures and its events.
+    Live,
 }
 
-const TIMERS: usize = 5;
+const TIMERS: usize = 6;
 
 impl Timer {
     const ALL: [Timer; TIMERS] = [
@@ -33,6 +35,7 @@ impl Timer {
         Timer::AcceptPause,
         Timer::Linger,
         Timer::Ops,
+        Timer::Live,
     ];
 
     /// Whether its deadlines are on the wall clock (else the monotonic one).
