@@ -61,6 +61,21 @@ impl Server {
         }
     }
 
+    /// [`admit_peer`](Self::admit_peer) for the HTTP port: a refusal is a 503 naming the limit.
+    pub(super) fn admit_http_peer(&mut self, stream: &mut TcpStream, peer: SocketAddr) -> bool {
+        match self.limits.admit(peer.ip()) {
+            Ok(()) => true,
+            Err(e) => {
+                let mut msg = Vec::new();
+                crate::frontend::http::refusal(&mut msg, 503, &e.to_string());
+                let _ = stream.write(&msg);
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                warn!(%peer, limit = e.limit, "HTTP connection refused: per-address limit reached");
+                false
+            }
+        }
+    }
+
     /// A frame too big for an unauthenticated connection: refused from its size prefix (no
     /// byte of its body beyond the resting buffer is read), with an error naming the size and
     /// the limit, then the connection is closed. False when `e` is not that case.

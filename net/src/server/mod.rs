@@ -348,7 +348,9 @@ impl Server {
                 })
                 .collect(),
             server: ServerFigures {
-                connections: self.conns.len() as u64,
+                // The queue's clients: the HTTP port's connections are counted apart
+                // (`/api/server`), as its old `/metrics` clients were.
+                connections: (self.conns.len() as u64).saturating_sub(self.http.state.connections),
                 connections_accepted: self.connections_accepted,
                 parked_takes: parked_takes as u64,
                 takes_parked,
@@ -733,7 +735,11 @@ impl Server {
             self.refuse_over_limit(stream, peer, proto, &hello);
             return;
         }
-        if !self.admit_peer(&mut stream, peer, &hello) {
+        if proto == Proto::Http {
+            if !self.admit_http_peer(&mut stream, peer) {
+                return;
+            }
+        } else if !self.admit_peer(&mut stream, peer, &hello) {
             return;
         }
         // Latency over batching: each turn already coalesces its replies into one write.

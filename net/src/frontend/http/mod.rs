@@ -121,7 +121,12 @@ impl<'a, L: Loop> Http<'a, L> {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut req = httparse::Request::new(&mut headers);
             let head_len = match req.parse(rest) {
-                Ok(Status::Complete(n)) => n,
+                Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
+                Ok(Status::Complete(_)) => {
+                    let why = format!("the request head is over {MAX_HEAD_BYTES} bytes");
+                    self.refuse(idx, 431, &why);
+                    return data.len();
+                }
                 Ok(Status::Partial) if rest.len() >= MAX_HEAD_BYTES => {
                     let why = format!("the request head is over {MAX_HEAD_BYTES} bytes");
                     self.refuse(idx, 431, &why);

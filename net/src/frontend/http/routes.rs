@@ -170,7 +170,11 @@ impl<'r, L: Loop> Request<'r, L> {
         }
         let mut page = String::new();
         self.l.metrics_page(&mut page);
-        self.send(200, PROMETHEUS_TEXT, page.as_bytes());
+        // One scrape, one connection, as the port always answered it: a scraper that reads
+        // to the close (and every one that reads the length) is served alike.
+        let out = self.l.reply_buf(self.idx);
+        response::write(out, 200, PROMETHEUS_TEXT, page.as_bytes(), true, &[]);
+        self.l.close_quietly(self.idx, "metrics scraped");
         Ok(())
     }
 
