@@ -270,7 +270,7 @@ fn the_dashboard_shows_the_queue_live_and_its_kick_moves_a_buried_task_to_ready(
     );
     b.until(
         "traffic shows in the chart",
-        "const el = document.getElementById('chart-rates'); return el.dataset.points > 2 && \
+        "const el = document.getElementById('chart-rates'); return el.dataset.nonzero === 'true' && \
          document.querySelector('tr[data-tube=\"work\"] td[data-status=\"put-rate\"]').textContent !== '0'",
     );
     // The table shows what queue.statistics gives.

@@ -136,25 +136,21 @@ pub struct Live {
 }
 
 impl Live {
-    /// Takes the sample of the second ending at `second` (since the epoch): `overall` is the
-    /// whole queue's counters, `tubes` each live tube's. O(tubes).
-    pub fn sample<'a>(
-        &mut self,
-        second: u64,
-        overall: &Stats,
-        tubes: impl Iterator<Item = (&'a str, Stats)>,
-    ) {
+    /// Takes the sample of the second ending at `second` (since the epoch) from each live
+    /// tube's counters; the whole queue's are their sum. O(tubes).
+    pub fn sample<'a>(&mut self, second: u64, tubes: impl Iterator<Item = (&'a str, Stats)>) {
         self.samples += 1;
         let n = self.samples;
-        let first = n == 1;
-        let mut s = Sample::between(&self.last, overall);
-        if first {
-            (s.put, s.take, s.ack) = (0, 0, 0);
-        }
-        self.overall.push(s);
-        self.last = Counters::from(overall);
         self.second = second;
+        let mut overall = Stats::default();
         for (name, stats) in tubes {
+            overall.puts += stats.puts;
+            overall.takes += stats.takes;
+            overall.acks += stats.acks;
+            overall.ready += stats.ready;
+            overall.taken += stats.taken;
+            overall.waiting += stats.waiting;
+            overall.buried += stats.buried;
             let charted = &mut self.charted;
             let t = self.tubes.entry(name.to_owned()).or_insert_with(|| {
                 let ring = (*charted < MAX_CHARTED_TUBES).then(Ring::default);
@@ -172,6 +168,13 @@ impl Live {
                 r.push(t.now);
             }
         }
+        // A dropped tube takes its counts with it: a rate never goes below 0 for that.
+        let mut s = Sample::between(&self.last, &overall);
+        if n == 1 {
+            (s.put, s.take, s.ack) = (0, 0, 0);
+        }
+        self.overall.push(s);
+        self.last = Counters::from(&overall);
         let charted = &mut self.charted;
         self.tubes.retain(|_, t| {
             let live = t.seen == n;
@@ -306,7 +309,7 @@ mod tests {
         let mut l = Live::default();
         for i in 0..(RING_SECONDS as u64 + 10) {
             let s = stats(i * 3, i);
-            l.sample(1000 + i, &s, [("a", s)].into_iter());
+            l.sample(1000 + i, [("a", s)].into_iter());
         }
         assert_eq!(l.overall_now().put, 3);
         assert_eq!(l.tube_now("a").unwrap().ready, RING_SECONDS as u32 + 9);
@@ -331,9 +334,9 @@ mod tests {
             .map(|i| format!("t{i}"))
             .collect();
         let s = Stats::default();
-        l.sample(1, &s, names.iter().map(|n| (n.as_str(), s)));
+        l.sample(1, names.iter().map(|n| (n.as_str(), s)));
         assert_eq!(l.charted, MAX_CHARTED_TUBES);
-        l.sample(2, &s, names[1..].iter().map(|n| (n.as_str(), s)));
+        l.sample(2, names[1..].iter().map(|n| (n.as_str(), s)));
         assert!(l.tube_now("t0").is_none());
         assert_eq!(l.charted, MAX_CHARTED_TUBES - 1);
         let mut out = String::new();

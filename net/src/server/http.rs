@@ -90,7 +90,6 @@ impl Server {
         let second = self.now / 1_000_000;
         self.http.live.sample(
             second,
-            &queue.stats(),
             queue
                 .tubes()
                 .map(|t| (t.name, queue.tube_stats(t.ix).unwrap_or_default())),

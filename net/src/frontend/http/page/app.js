@@ -97,7 +97,11 @@ function draw(id, data, names) {
   } else {
     c.setData(data);
   }
+  // Drawn while its view was hidden, or the window changed: fit the width it has now.
+  const width = Math.max(300, el.clientWidth - 4);
+  if (el.clientWidth > 0 && Math.abs(c.width - width) > 8) c.setSize({ width, height: 220 });
   el.dataset.points = String(data[0].length);
+  el.dataset.nonzero = String(data.slice(1).some((s) => s.some((v) => v > 0)));
 }
 
 // Appends one second to uPlot data, keeping 15 minutes.
@@ -502,6 +506,12 @@ async function start() {
   $("#filter").addEventListener("input", (ev) => { state.filter = ev.target.value; refreshSoon(); });
   $("#more").addEventListener("click", () => renderTasks(true));
   window.addEventListener("hashchange", route);
+  window.addEventListener("resize", () => {
+    for (const [id, c] of Object.entries(state.charts)) {
+      const el = document.getElementById(id);
+      if (el && el.clientWidth > 0) c.setSize({ width: Math.max(300, el.clientWidth - 4), height: 220 });
+    }
+  });
   await loadHistory().catch((e) => say(e.message, "error"));
   await route();
   listen();
