@@ -124,6 +124,10 @@ impl Default for Queue {
     }
 }
 
+/// Taken tasks [`Queue::list`] looks at in one call: a page of a console's task browser
+/// costs the loop at most this (about a millisecond) however many tasks are taken.
+pub const MAX_TAKEN_WALK: usize = 100_000;
+
 impl Queue {
     /// An empty queue holding the tube `default` (a `fifottl` with no default TTL or TTR).
     pub fn new() -> Self {
@@ -940,7 +944,8 @@ impl Queue {
     /// when that task is still in the list, else at its head. In a utube tube the Ready list
     /// holds the head of each utube (the tasks a take can get next). O(limit) for Ready,
     /// Waiting and Buried (one lookup, then a walk of level 0); Taken walks the taken tasks of
-    /// every tube, which a console's page of them can afford.
+    /// every tube, at most [`MAX_TAKEN_WALK`] of them a call (a page may then come short, its
+    /// tube's tasks being far down the sessions' lists).
     pub fn list(
         &self,
         tube: TubeIx,
@@ -952,20 +957,21 @@ impl Queue {
         let mut out = Vec::with_capacity(limit.min(1024));
         if status == Status::Taken {
             let mut started = after.is_none();
-            for k in self.sessions.taken_slots(&self.slots) {
+            let mut walked = 0;
+            let mut found = Vec::new();
+            self.sessions.walk_taken(&self.slots, |k| {
+                walked += 1;
                 let s = &self.slots[k as usize];
-                if s.tube != tube {
-                    continue;
+                if s.tube == tube {
+                    if started {
+                        found.push(k);
+                    } else {
+                        started = Some(s.id) == after;
+                    }
                 }
-                if !started {
-                    started = Some(s.id) == after;
-                    continue;
-                }
-                if out.len() >= limit {
-                    break;
-                }
-                out.push(self.view(k));
-            }
+                found.len() < limit && walked < MAX_TAKEN_WALK
+            });
+            out.extend(found.into_iter().map(|k| self.view(k)));
             return Ok(out);
         }
         let head = match status {

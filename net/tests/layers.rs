@@ -153,7 +153,10 @@ const MODULE_LAYERS: &[(&str, &[&str])] = &[
     ("frontend", &["crate::server"]),
     // The HTTP front-end parses requests from the bytes the loop read: no socket of its own,
     // no thread, no loop.
-    ("frontend/http", &["crate::server", "mio::", "std::net::Tcp", "std::thread"]),
+    (
+        "frontend/http",
+        &["crate::server", "mio::", "std::net::Tcp", "std::thread"],
+    ),
 ];
 
 #[test]

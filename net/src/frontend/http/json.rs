@@ -61,34 +61,74 @@ fn opt_secs(m: Option<Micros>) -> Value {
     m.map_or(Value::Null, secs)
 }
 
+/// Bytes of a payload a listing shows (the task's own page, a peek, shows it whole): a page
+/// of [`MAX_PAGE`](super::MAX_PAGE) tasks stays about a megabyte however big the tasks are.
+pub const PREVIEW_BYTES: usize = 1024;
+
 /// A task's payload, shown safely: a MessagePack string as `data` (text), bytes as
-/// `data_base64`, any other value as `data` in its JSON form.
-fn payload(obj: &mut Map<String, Value>, data: &[u8]) {
+/// `data_base64`, any other value as `data` in its JSON form. With `preview`, at most
+/// [`PREVIEW_BYTES`] of it, and `truncated` with the payload's `size` when it is longer.
+fn payload(obj: &mut Map<String, Value>, data: &[u8], preview: Option<usize>) {
+    let b64 = |b: &[u8]| json!(base64::engine::general_purpose::STANDARD.encode(b));
+    let limit = preview.unwrap_or(usize::MAX);
+    let cut = |obj: &mut Map<String, Value>, size: usize| {
+        obj.insert("truncated".into(), json!(true));
+        obj.insert("size".into(), json!(size));
+    };
     let mut r = tarq_iproto::mp::Reader::new(data);
-    if let Ok(v) = rmpv::decode::read_value(&mut &data[..]) {
-        match v {
-            rmpv::Value::String(s) if s.as_str().is_some() => {
-                obj.insert("data".into(), json!(s.as_str()));
+    match r.read_str_or_bin() {
+        Ok(body) if r.is_empty() => {
+            let shown = &body[..body.len().min(limit)];
+            // A string is text unless it is not UTF-8 (then its bytes are shown).
+            let text = std::str::from_utf8(body)
+                .ok()
+                .filter(|_| data.first().is_some_and(|&b| is_str_marker(b)));
+            match text {
+                Some(t) => {
+                    let mut end = shown.len();
+                    while !t.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    obj.insert("data".into(), json!(&t[..end]));
+                }
+                None => {
+                    obj.insert("data_base64".into(), b64(shown));
+                }
             }
-            rmpv::Value::Binary(b) => {
-                let b64 = base64::engine::general_purpose::STANDARD.encode(&b);
-                obj.insert("data_base64".into(), json!(b64));
-            }
-            other => {
-                obj.insert("data".into(), crate::ctl::to_json(&other));
+            if body.len() > limit {
+                cut(obj, body.len());
             }
         }
-        return;
+        _ if data.len() > limit => cut(obj, data.len()),
+        _ => match rmpv::decode::read_value(&mut &data[..]) {
+            Ok(v) => {
+                obj.insert("data".into(), crate::ctl::to_json(&v));
+            }
+            // Not one MessagePack value (never stored so, but shown rather than hidden).
+            Err(_) => {
+                obj.insert("data_base64".into(), b64(data));
+            }
+        },
     }
-    // Not one MessagePack value (never stored so, but shown rather than hidden).
-    let raw = r.read_str_or_bin().unwrap_or(data);
-    let b64 = base64::engine::general_purpose::STANDARD.encode(raw);
-    obj.insert("data_base64".into(), json!(b64));
+}
+
+/// Whether a MessagePack value starting with `b` is a string (fixstr, str8/16/32).
+fn is_str_marker(b: u8) -> bool {
+    (0xa0..=0xbf).contains(&b) || (0xd9..=0xdb).contains(&b)
 }
 
 /// A task: `id` is its number in its tube (what the tube API shows), `job_id` the whole id
-/// (what beanstalk and the seed API show).
+/// (what beanstalk and the seed API show); its payload whole.
 pub fn task(t: &TaskRef<'_>, first: u64, done: bool) -> Value {
+    task_shown(t, first, done, None)
+}
+
+/// A task in a listing: its payload up to [`PREVIEW_BYTES`].
+pub fn task_preview(t: &TaskRef<'_>, first: u64) -> Value {
+    task_shown(t, first, false, Some(PREVIEW_BYTES))
+}
+
+fn task_shown(t: &TaskRef<'_>, first: u64, done: bool, preview: Option<usize>) -> Value {
     let mut o = Map::new();
     o.insert("id".into(), json!(number_from(t.tube, first, t.id)));
     o.insert("job_id".into(), json!(t.id));
@@ -105,7 +145,7 @@ pub fn task(t: &TaskRef<'_>, first: u64, done: bool) -> Value {
     if let Some(k) = t.utube {
         o.insert("utube".into(), json!(String::from_utf8_lossy(k)));
     }
-    payload(&mut o, t.data);
+    payload(&mut o, t.data, preview);
     Value::Object(o)
 }
 
@@ -242,7 +282,7 @@ mod tests {
     fn payloads_show_as_text_bytes_or_json() {
         let show = |data: &[u8]| {
             let mut o = Map::new();
-            payload(&mut o, data);
+            payload(&mut o, data, Some(4));
             Value::Object(o)
         };
         assert_eq!(show(&[0xa2, b'h', b'i']), json!({ "data": "hi" }));
@@ -251,6 +291,15 @@ mod tests {
             json!({ "data_base64": "/wA=" })
         );
         assert_eq!(show(&[0x81, 0xa1, b'a', 1]), json!({ "data": { "a": 1 } }));
+        // Longer than the preview: cut (at a character's boundary), with the whole size.
+        assert_eq!(
+            show(&[0xa6, b'a', b'b', b'c', 0xc3, 0xa9, b'z']),
+            json!({ "data": "abc", "truncated": true, "size": 6 })
+        );
+        assert_eq!(
+            show(&[0x93, 1, 2, 0xa3, b'x', b'y', b'z']),
+            json!({ "truncated": true, "size": 7 })
+        );
     }
 
     #[test]

@@ -335,7 +335,7 @@ impl<'r, L: Loop> Request<'r, L> {
         let shown: Vec<Value> = tasks
             .iter()
             .take(limit)
-            .map(|task| json::task(task, first, false))
+            .map(|task| json::task_preview(task, first))
             .collect();
         let next = more
             .then(|| shown.last().and_then(|v| v["id"].as_u64()))
