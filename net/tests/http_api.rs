@@ -128,7 +128,7 @@ impl Web {
     /// Whether the server closed this connection (reads until the end, within the wait).
     fn closed(&mut self) -> bool {
         let mut rest = Vec::new();
-        matches!(self.s.read_to_end(&mut rest), Ok(_))
+        self.s.read_to_end(&mut rest).is_ok()
     }
 }
 
