@@ -281,6 +281,7 @@ function updateRow(tr, t) {
 async function renderTubes() {
   const started = performance.now();
   const tubes = await allTubes();
+  const fetched = performance.now();
   const body = $("#tubes tbody");
   const rows = new Map([...body.children].map((tr) => [tr.dataset.tube, tr]));
   const frag = document.createDocumentFragment();
@@ -298,7 +299,9 @@ async function renderTubes() {
   body.replaceChildren(frag);
   $("#tube-count").textContent = `${shown} of ${tubes.length}`;
   document.body.dataset.tubesRendered = String(tubes.length);
-  document.body.dataset.tubesRenderMs = String(Math.round(performance.now() - started));
+  // What a test reads: the time to fetch every page of tubes, and to build the table from them.
+  document.body.dataset.tubesFetchMs = String(Math.round(fetched - started));
+  document.body.dataset.tubesRenderMs = String(Math.round(performance.now() - fetched));
 }
 
 // ---- one tube ----
@@ -398,6 +401,7 @@ async function renderTasks(more) {
 function kv(obj) {
   const table = document.createElement("table");
   for (const [k, v] of Object.entries(obj || {})) {
+    if (v === undefined) continue;
     const tr = document.createElement("tr");
     const th = document.createElement("th");
     th.textContent = k;
@@ -412,31 +416,59 @@ function kv(obj) {
   return wrap;
 }
 
+function table(rows, columns, key) {
+  const t = document.createElement("table");
+  const head = document.createElement("tr");
+  for (const [label] of columns) {
+    const th = document.createElement("th");
+    th.textContent = label;
+    head.append(th);
+  }
+  const thead = document.createElement("thead");
+  thead.append(head);
+  const body = document.createElement("tbody");
+  for (const r of rows) {
+    const tr = document.createElement("tr");
+    tr.dataset[key] = String(r[columns[0][1]] ?? "");
+    for (const [, field] of columns) {
+      const td = document.createElement("td");
+      const v = typeof field === "function" ? field(r) : r[field];
+      td.textContent = v === undefined || v === null ? "" : String(v);
+      tr.append(td);
+    }
+    body.append(tr);
+  }
+  t.append(thead, body);
+  const wrap = document.createElement("div");
+  wrap.className = "table-wrap";
+  wrap.append(t);
+  return wrap;
+}
+
+function heading(text) {
+  const h = document.createElement("h3");
+  h.textContent = text;
+  return h;
+}
+
 async function renderCluster() {
   const [c, s] = await Promise.all([api("/api/cluster"), api("/api/server")]);
   const parts = [];
-  const members = c && (c.members || c.nodes);
-  if (Array.isArray(members)) {
-    const table = document.createElement("table");
-    table.innerHTML = "<thead><tr><th>member</th><th>role</th><th>lag</th><th>details</th></tr></thead>";
-    const tb = document.createElement("tbody");
-    for (const m of members) {
-      const tr = document.createElement("tr");
-      tr.dataset.member = m.name || m.addr || "";
-      for (const v of [m.name || m.addr, m.role, m.lag, JSON.stringify(m)]) {
-        const td = document.createElement("td");
-        td.textContent = v === undefined ? "" : String(v);
-        tr.append(td);
-      }
-      tb.append(tr);
-    }
-    table.append(tb);
-    const wrap = document.createElement("div");
-    wrap.className = "table-wrap";
-    wrap.append(table);
-    parts.push(wrap);
+  const leader = c.leader ? `${c.leader.name} (${c.leader.addr})` : c.primary || (c.role === "leader" ? "this node" : "none known");
+  parts.push(kv({ role: c.role, primary: leader, term: c.term ?? c.position_term, position: c.position, state: c.state, cluster: c.cluster, node: c.node }));
+  if (Array.isArray(c.members)) {
+    const top = Math.max(0, ...c.members.map((m) => m.lsn || 0));
+    parts.push(heading("Members"), table(c.members, [
+      ["member", "name"], ["address", "addr"], ["role", "role"], ["eligible", "eligible"],
+      ["term", "term"], ["lsn", "lsn"], ["lag (records)", (m) => top - (m.lsn || 0)],
+    ], "member"));
   }
-  parts.push(kv(Object.fromEntries(Object.entries(c || {}).filter(([k]) => k !== "members"))));
+  parts.push(heading("Replicas streaming from this node"), table(c.replicas || [], [
+    ["replica", "peer"], ["acknowledged", "acked"], ["lag (records)", "lag_records"], ["lag (bytes)", "lag_bytes"],
+  ], "replica"));
+  if (c.upstream) {
+    parts.push(heading("This node's primary"), kv(c.upstream));
+  }
   $("#cluster").replaceChildren(...parts);
   $("#server-info").replaceChildren(kv({ version: s.version, uptime: `${Math.round(s.uptime)} s`, ...s.connections, wal: s.wal.mode, read_only: s.read_only }));
 }
