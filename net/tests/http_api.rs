@@ -307,6 +307,8 @@ fn every_route_answers_as_documented() {
     assert_eq!(server["version"], env!("CARGO_PKG_VERSION"));
     assert!(server["connections"]["http"].as_u64().unwrap() >= 1);
     assert_eq!(server["read_only"], false);
+    assert_eq!(server["listen"]["http"], http.to_string());
+    assert_eq!(server["listen"]["iproto"], srv.addr.to_string());
     assert!(server["figures"]["puts"].is_u64());
     let cluster = w.ok("GET", "/api/cluster", None);
     assert_eq!(cluster["role"], "leader");

@@ -151,16 +151,17 @@ impl Live {
             overall.taken += stats.taken;
             overall.waiting += stats.waiting;
             overall.buried += stats.buried;
-            let charted = &mut self.charted;
-            let t = self.tubes.entry(name.to_owned()).or_insert_with(|| {
-                let ring = (*charted < MAX_CHARTED_TUBES).then(Ring::default);
-                *charted += ring.is_some() as usize;
-                TubeLive {
+            // Looked up by reference: a tube seen before costs no allocation a second.
+            if !self.tubes.contains_key(name) {
+                let ring = (self.charted < MAX_CHARTED_TUBES).then(Ring::default);
+                self.charted += ring.is_some() as usize;
+                let t = TubeLive {
                     last: Counters::from(&stats),
                     ..TubeLive::default()
-                }
-                .with_ring(ring)
-            });
+                };
+                self.tubes.insert(name.to_owned(), t.with_ring(ring));
+            }
+            let t = self.tubes.get_mut(name).expect("inserted above");
             t.now = Sample::between(&t.last, &stats);
             t.last = Counters::from(&stats);
             t.seen = n;

@@ -201,4 +201,12 @@ impl frontend::Loop for Server {
     fn connection_counts(&self) -> serde_json::Value {
         Server::connection_counts(self)
     }
+
+    fn addresses(&self) -> [Option<std::net::SocketAddr>; 3] {
+        [
+            self.local_addr().ok(),
+            self.beanstalk_addr(),
+            self.http_addr(),
+        ]
+    }
 }

@@ -218,6 +218,7 @@ impl<'r, L: Loop> Request<'r, L> {
         for m in snap.metrics() {
             figures.insert(m.name.to_owned(), json!(m.value));
         }
+        let [iproto, beanstalk, http] = self.l.addresses();
         let cfg = self.l.config();
         let addr = |a: Option<std::net::SocketAddr>| a.map(|a| a.to_string());
         let wal_mode = cfg.wal.mode.to_string();
@@ -226,9 +227,9 @@ impl<'r, L: Loop> Request<'r, L> {
             "uptime": snap.uptime as f64 / SECOND,
             "connections": self.l.connection_counts(),
             "listen": {
-                "iproto": cfg.listen.to_string(),
-                "beanstalk": addr(cfg.beanstalk_listen),
-                "http": addr(cfg.http_listen),
+                "iproto": addr(iproto),
+                "beanstalk": addr(beanstalk),
+                "http": addr(http),
             },
             "wal": {
                 "mode": wal_mode,
