@@ -308,6 +308,8 @@ fn every_route_answers_as_documented() {
     assert!(server["connections"]["http"].as_u64().unwrap() >= 1);
     assert_eq!(server["read_only"], false);
     assert_eq!(server["listen"]["http"], http.to_string());
+    assert!(server["http"]["requests"].as_u64().unwrap() > 20);
+    assert!(server["http"]["errors"].as_u64().unwrap() >= 2);
     assert_eq!(server["listen"]["iproto"], srv.addr.to_string());
     assert!(server["figures"]["puts"].is_u64());
     let cluster = w.ok("GET", "/api/cluster", None);

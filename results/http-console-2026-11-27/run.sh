@@ -36,6 +36,8 @@ run() { # $1: streams | none, $2: run number
     for i in $(seq $STREAMS); do got=$((got + $(grep -c '^data: ' "$dir/events-$i" || true))); done
     kill "${readers[@]}" 2>/dev/null || true
   fi
+  # What the console cost the loop in this run, by its own count (live_tick_seconds).
+  curl -s "http://$http/api/server" >"$out/run-$2-$1-server.json"
   echo "run $2 $1: events received $got" >&2
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rm -rf "$dir"

@@ -142,6 +142,8 @@ pub trait Loop {
     fn live(&self) -> &tarq_ops::live::Live;
     /// Open connections by protocol.
     fn connection_counts(&self) -> serde_json::Value;
+    /// The HTTP port's own figures (requests, refusals, the live ticks' cost).
+    fn console_figures(&self) -> serde_json::Value;
     /// The bound addresses: IPROTO's, beanstalk's and HTTP's (each `None` when not served).
     fn addresses(&self) -> [Option<std::net::SocketAddr>; 3];
 }

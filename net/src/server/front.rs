@@ -202,6 +202,10 @@ impl frontend::Loop for Server {
         Server::connection_counts(self)
     }
 
+    fn console_figures(&self) -> serde_json::Value {
+        Server::console_figures(self)
+    }
+
     fn addresses(&self) -> [Option<std::net::SocketAddr>; 3] {
         [
             self.local_addr().ok(),

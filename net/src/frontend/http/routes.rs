@@ -226,6 +226,7 @@ impl<'r, L: Loop> Request<'r, L> {
             "version": env!("CARGO_PKG_VERSION"),
             "uptime": snap.uptime as f64 / SECOND,
             "connections": self.l.connection_counts(),
+            "http": self.l.console_figures(),
             "listen": {
                 "iproto": addr(iproto),
                 "beanstalk": addr(beanstalk),
