@@ -284,6 +284,20 @@ fn the_dashboard_shows_the_queue_live_and_its_kick_moves_a_buried_task_to_ready(
     assert_eq!(row, stats, "the table against queue.statistics");
     assert_eq!(stats["buried"], 1);
     b.screenshot("overview.png");
+    // The system's dark theme, followed.
+    b.cmd(
+        "POST",
+        "goog/cdp/execute",
+        json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}}),
+    );
+    let bg = b.script("return getComputedStyle(document.body).backgroundColor");
+    assert_eq!(bg, "rgb(17, 19, 24)", "the dark background");
+    b.screenshot("overview-dark.png");
+    b.cmd(
+        "POST",
+        "goog/cdp/execute",
+        json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": [{"name": "prefers-color-scheme", "value": "light"}]}}),
+    );
 
     // The tube page: its buried task, and a press of its Kick.
     b.open(&format!("http://{http_addr}/#/tube/dead"));

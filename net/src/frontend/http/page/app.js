@@ -70,7 +70,9 @@ function chartOpts(el, series) {
     legend: { live: true },
     scales: { x: { time: true } },
     axes: [
-      { stroke: css("--muted"), grid: { stroke: css("--line") }, ticks: { stroke: css("--line") } },
+      // Whole seconds at least: the figures are a second apart.
+      { stroke: css("--muted"), grid: { stroke: css("--line") }, ticks: { stroke: css("--line") },
+        incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900] },
       { stroke: css("--muted"), grid: { stroke: css("--line") }, ticks: { stroke: css("--line") }, size: 60 },
     ],
     series: [{}].concat(series.map((s) => ({ label: s, stroke: css("--" + s), width: 1.5, points: { show: false } }))),
@@ -538,6 +540,12 @@ async function start() {
   $("#filter").addEventListener("input", (ev) => { state.filter = ev.target.value; refreshSoon(); });
   $("#more").addEventListener("click", () => renderTasks(true));
   window.addEventListener("hashchange", route);
+  // The theme changed: charts take their colours when drawn, so they are drawn anew.
+  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
+    for (const c of Object.values(state.charts)) c.destroy();
+    state.charts = {};
+    route();
+  });
   window.addEventListener("resize", () => {
     for (const [id, c] of Object.entries(state.charts)) {
       const el = document.getElementById(id);
