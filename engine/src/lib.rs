@@ -66,6 +66,7 @@ pub type Micros = u64;
 
 /// Where a task is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Status {
     Ready,
     Taken,
@@ -90,6 +91,7 @@ impl Status {
 
 /// Options of `put`. The default is the seed's plain put: ready now, no TTL, no TTR, pri 0.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PutOptions {
     /// 0 = ready now; else Waiting until `now + delay`.
     pub delay: Micros,
@@ -252,6 +254,7 @@ impl PutPayload for Vec<u8> {
 /// at `u16::MAX` (beanstalkd's `stats-job` counters; its `reserves` is `deliveries`). Kept
 /// only for the tasks that have a non-zero one: most never do.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct JobCounts {
     /// Released by the holder (`release`, `release_in`); a disconnect or `release_all` is not
     /// a release, as in beanstalkd.
@@ -272,6 +275,7 @@ impl JobCounts {
 
 /// Borrowed view of a live task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TaskRef<'a> {
     pub id: TaskId,
     pub status: Status,
@@ -285,11 +289,13 @@ pub struct TaskRef<'a> {
     /// Some while Taken.
     pub owner: Option<SessionId>,
     /// The raw MessagePack bytes received, never re-encoded.
+    #[cfg_attr(feature = "serde", serde(borrow, with = "serde_bytes"))]
     pub data: &'a [u8],
     pub tube: TubeIx,
     /// Times taken (saturates at `u16::MAX`).
     pub deliveries: u16,
     /// The utube key, in a utube / utubettl tube.
+    #[cfg_attr(feature = "serde", serde(borrow, with = "serde_bytes"))]
     pub utube: Option<&'a [u8]>,
     /// Releases, buries, kicks and TTR returns so far.
     pub counts: JobCounts,
@@ -356,6 +362,7 @@ impl Task {
 /// engine's own, for logs and recovery reports; what a client reads (Tarantool's and the
 /// original queue's wording, beanstalk's answers) is its front-end's, chosen by variant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum QueueError {
     /// No live task has this id (a call that names a task in any tube).
     #[error("no task {0}")]
@@ -435,6 +442,7 @@ pub enum QueueError {
 
 /// Why a session does not hold a task it named ([`QueueError::NotHeld`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Hold {
     /// No live task has the id (in the tube the call names, if it names one).
     NoTask,
@@ -548,6 +556,7 @@ pub struct Advance {
 /// (tasks kicked), `delete`, `touch`, `ttl` (= `expired`), `ttr` (= `ttr_returned`), `delay`
 /// (= `promoted`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Stats {
     pub total: u64,
     pub ready: u64,

@@ -454,6 +454,54 @@ impl Queue {
         Ok(ix)
     }
 
+    /// Creates a tube at index `ix` (a sharded cluster's placement names every tube's index,
+    /// the same on every node), its numbers starting at `first` or at the index's own floor if
+    /// that is higher (no id is given twice at an index). A tube that is there already with
+    /// this name, type and partition is kept as it is (`Ok(false)`): placement is applied again
+    /// after every change. Journaled as `create_tube`.
+    pub fn create_tube_at(
+        &mut self,
+        ix: TubeIx,
+        name: &str,
+        kind: TubeType,
+        mut opts: TubeOptions,
+        first: u64,
+    ) -> Result<bool, QueueError> {
+        if name.is_empty() || name.len() > MAX_TUBE_NAME_BYTES {
+            return Err(QueueError::BadTubeName {
+                len: name.len(),
+                max: MAX_TUBE_NAME_BYTES,
+            });
+        }
+        if ix as usize >= MAX_TUBES {
+            return Err(QueueError::TooManyTubes { max: MAX_TUBES });
+        }
+        if let Some(t) = self.tubes.get(ix as usize).and_then(Option::as_ref) {
+            if *t.name == *name && t.kind == kind && t.opts.part == opts.part {
+                return Ok(false);
+            }
+            return Err(QueueError::TubeExists(t.name.to_string()));
+        }
+        if opts.part == 0 && self.names.contains_key(name) {
+            return Err(QueueError::TubeExists(name.to_owned()));
+        }
+        if opts.ttr.is_none() {
+            opts.ttr = opts.ttl;
+        }
+        if self.tubes.len() <= ix as usize {
+            self.tubes.resize_with(ix as usize + 1, || None);
+        }
+        let first = first.max(self.floors.get(ix as usize).copied().unwrap_or(0));
+        let numbers = TubeNumbers {
+            next: first.max(u64::from(ix == DEFAULT_TUBE)),
+            first: if ix == DEFAULT_TUBE { 0 } else { first },
+            legacy_below: 0,
+        };
+        self.install_tube(ix, name, kind, opts, numbers);
+        self.log(Event::TubeCreated { tube: ix });
+        Ok(true)
+    }
+
     /// Drops a tube and every task in it. Refused for `default` and while a task of the tube
     /// is Taken (the original's rule; parked takes on it are the server's to refuse).
     pub fn drop_tube(&mut self, tube: TubeIx) -> Result<(), QueueError> {
@@ -506,10 +554,10 @@ impl Queue {
         // A few tubes (the usual case; every tube-API call asks) are compared directly:
         // cheaper than hashing the name.
         if self.tubes.len() <= SCAN_TUBES {
-            let found = self
-                .tubes
-                .iter()
-                .position(|t| t.as_ref().is_some_and(|t| *t.name == *name));
+            let found = self.tubes.iter().position(|t| {
+                t.as_ref()
+                    .is_some_and(|t| t.opts.part == 0 && *t.name == *name)
+            });
             return found.map(|i| i as TubeIx);
         }
         self.names.get(name).copied()
@@ -526,9 +574,14 @@ impl Queue {
         })
     }
 
-    /// Every tube, by index.
+    /// Every tube, by index, partitions included (`TubeOptions::part`).
     pub fn tubes(&self) -> impl Iterator<Item = TubeInfo<'_>> {
         (0..self.tubes.len()).filter_map(|i| self.tube_info(i as TubeIx))
+    }
+
+    /// The tubes a name finds: every tube but the partitions after a partitioned tube's first.
+    pub fn named_tubes(&self) -> impl Iterator<Item = TubeInfo<'_>> {
+        self.tubes().filter(|t| t.opts.part == 0)
     }
 
     /// A tube's counts and operations. O(1).
@@ -1109,7 +1162,7 @@ impl Queue {
         opts: TubeOptions,
         numbers: TubeNumbers,
     ) -> Result<(), QueueError> {
-        let same = |t: &Tube| *t.name == *name && t.kind == kind;
+        let same = |t: &Tube| *t.name == *name && t.kind == kind && t.opts.part == opts.part;
         if self
             .tubes
             .get(tube as usize)
@@ -1120,7 +1173,7 @@ impl Queue {
             self.tube_mut(tube).opts = opts;
             return Ok(());
         }
-        if self.names.contains_key(name) {
+        if opts.part == 0 && self.names.contains_key(name) {
             return Err(QueueError::TubeExists(name.to_owned()));
         }
         if tube as usize >= MAX_TUBES {
@@ -1509,7 +1562,7 @@ impl Queue {
         let mut live = 0;
         for (ix, t) in self.tubes.iter().enumerate() {
             let Some(t) = t else { continue };
-            live += 1;
+            live += usize::from(t.opts.part == 0);
             let ix = ix as TubeIx;
             listed += t.check(ix, &self.slots, &self.towers);
             let n = t.numbers;
@@ -1518,12 +1571,14 @@ impl Queue {
                 "tube {}: numbering {n:?}",
                 t.name
             );
-            assert_eq!(
-                self.names.get(&t.name),
-                Some(&ix),
-                "tube {} not named",
-                t.name
-            );
+            if t.opts.part == 0 {
+                assert_eq!(
+                    self.names.get(&t.name),
+                    Some(&ix),
+                    "tube {} not named",
+                    t.name
+                );
+            }
             assert_eq!(
                 t.taken_n, taken[ix as usize],
                 "tube {}: taken count",
@@ -1720,7 +1775,9 @@ impl Queue {
             self.tubes.push(None);
         }
         self.tubes[ix as usize] = Some(Tube::new(name, kind, opts, numbers));
-        self.names.insert(name.into(), ix);
+        if opts.part == 0 {
+            self.names.insert(name.into(), ix);
+        }
         if opts.dedup_window > 0 {
             self.dedup_tubes.push(ix);
         }
@@ -1730,7 +1787,9 @@ impl Queue {
         let t = self.tubes[ix as usize].take().expect("live tube");
         // The next tube here numbers on from this one: its ids are never given again.
         self.raise_floor(ix as usize, t.numbers.next);
-        self.names.remove(&t.name);
+        if t.opts.part == 0 {
+            self.names.remove(&t.name);
+        }
         self.dedup_tubes.retain(|&d| d != ix);
     }
 

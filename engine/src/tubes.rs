@@ -132,6 +132,7 @@ pub const MAX_DEDUP_KEY_BYTES: usize = 256;
 
 /// The five drivers of tarantool/queue 1.5.0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TubeType {
     Fifo,
     FifoTtl,
@@ -183,6 +184,7 @@ impl std::fmt::Display for TubeType {
 
 /// A tube's options, as `create_tube` stores them. Times in microseconds; `None` is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TubeOptions {
     /// Default TTL of a put (`*ttl` types).
     pub ttl: Option<Micros>,
@@ -203,10 +205,16 @@ pub struct TubeOptions {
     /// once it holds no task and nothing uses it (`Queue::drop_if_unneeded`), as beanstalkd
     /// forgets such a tube. A tube made by `create_tube` stays.
     pub on_demand: bool,
+    /// Which partition of its named tube this is, in a sharded cluster: 0 for a whole tube
+    /// (and a partitioned tube's first partition, which holds the name); from 1 a partition
+    /// that shares its tube's name but is found by its index only (not by `tube_ix`, not in
+    /// `named_tubes`), so a node lists a partitioned tube once.
+    pub part: u16,
 }
 
 /// Options of a put into a tube. What the type has no use for is ignored (as the original does).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TubePut<'a> {
     /// 0 = ready now; else Waiting for `delay` (and the TTL grows by `delay`, as in the original).
     pub delay: Micros,
@@ -215,12 +223,15 @@ pub struct TubePut<'a> {
     pub ttr: Option<Micros>,
     pub pri: Option<i64>,
     /// The utube key in a utube tube (the front-end passes the original's `tostring(utube)`).
+    #[cfg_attr(feature = "serde", serde(borrow, with = "serde_bytes"))]
     pub utube: &'a [u8],
+    #[cfg_attr(feature = "serde", serde(borrow, with = "serde_bytes"))]
     pub dedup_key: Option<&'a [u8]>,
 }
 
 /// Options of a release through the tube API (`*ttl` types; fifo and utube ignore them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReleaseOptions {
     /// 0 = Ready now; else Waiting for `delay`, and the TTL grows by `delay` (the original).
     pub delay: Micros,

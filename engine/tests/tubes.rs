@@ -1129,6 +1129,45 @@ fn a_tube_made_on_demand_is_dropped_once_empty_and_no_other_is() {
     assert_eq!(q.tube_ix("created"), Some(created));
 }
 
+/// A sharded cluster's placement names each partition's index: `create_tube_at` puts a tube
+/// there, applies again as a no-op, and a partition after the first shares its tube's name
+/// without being found by it or listed under it.
+#[test]
+fn partitions_are_created_at_their_index_and_found_by_it_only() {
+    let mut q = Queue::new();
+    let head = TubeOptions::default();
+    let part = TubeOptions {
+        part: 1,
+        ..TubeOptions::default()
+    };
+    assert_eq!(
+        q.create_tube_at(7, "jobs", TubeType::Fifo, head, 0),
+        Ok(true)
+    );
+    assert_eq!(
+        q.create_tube_at(9, "jobs", TubeType::Fifo, part, 40),
+        Ok(true)
+    );
+    assert_eq!(
+        q.create_tube_at(9, "jobs", TubeType::Fifo, part, 40),
+        Ok(false)
+    );
+    assert!(matches!(
+        q.create_tube_at(9, "other", TubeType::Fifo, head, 0),
+        Err(QueueError::TubeExists(_))
+    ));
+    assert_eq!(q.tube_ix("jobs"), Some(7));
+    let named: Vec<_> = q.named_tubes().map(|t| (t.ix, t.name)).collect();
+    assert_eq!(named, vec![(0, "default"), (7, "jobs")]);
+    assert_eq!(q.tubes().count(), 3);
+    // The partition numbers from the `first` its placement gave.
+    assert_eq!(put(&mut q, 9, TubePut::default()), task_id(9, 40));
+    q.check_invariants();
+    // Dropping the partition leaves the name to its tube.
+    q.drop_tube(9).unwrap();
+    assert_eq!(q.tube_ix("jobs"), Some(7));
+}
+
 #[test]
 fn list_walks_each_status_in_its_order_and_pages_after_a_task() {
     let mut q = Queue::new();

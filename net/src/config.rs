@@ -298,6 +298,13 @@ pub struct Settings {
     #[arg(long, env = "TARQ_NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
 
+    /// The replica set this node belongs to (with --etcd): a sharded cluster is several sets,
+    /// each electing its own primary under /tarq/<cluster>/sets/<NAME>/, and tubes are placed
+    /// over them. 1 to 64 bytes of A-Z a-z 0-9 . _ -; "default" is the set of the unsharded
+    /// keys [default: none, unsharded].
+    #[arg(long, env = "TARQ_REPLICA_SET", value_name = "NAME")]
+    pub replica_set: Option<String>,
+
     /// The address other nodes and clients reach this node's IPROTO port at (with --etcd)
     /// [default: the --listen address].
     #[arg(long, env = "TARQ_ADVERTISE", value_name = "ADDR")]
@@ -518,7 +525,9 @@ impl Config {
         let auth = credentials(matches, &file, &s)?;
         // Without etcd a cluster name in the file is inert (kept there for later), while one
         // on the command line or in the environment is a mistake worth stopping for.
-        let names_a_cluster = matches.contains_id("cluster") || matches.contains_id("node_name");
+        let names_a_cluster = ["cluster", "node_name", "replica_set"]
+            .iter()
+            .any(|id| matches.contains_id(id));
         Config::resolve(s, auth, names_a_cluster)
     }
 
@@ -755,8 +764,10 @@ pub struct ClusterConfig {
     pub election: tarq_cluster::Config,
 }
 
-/// `--etcd` with `--cluster`, `--node-name`, `--advertise`, `--lease-ttl`: `None` without etcd.
-/// `names_a_cluster`: `--cluster` or `--node-name` came from the command line or environment.
+/// `--etcd` with `--cluster`, `--node-name`, `--replica-set`, `--advertise`, `--lease-ttl`:
+/// `None` without etcd.
+/// `names_a_cluster`: `--cluster`, `--node-name` or `--replica-set` came from the command line
+/// or environment.
 fn cluster_config(
     s: &Settings,
     names_a_cluster: bool,
@@ -766,8 +777,8 @@ fn cluster_config(
     if endpoints.is_empty() {
         if names_a_cluster {
             return Err(invalid(
-                "--cluster and --node-name only work with --etcd URL, the etcd that elects the \
-                 cluster's primary",
+                "--cluster, --node-name and --replica-set only work with --etcd URL, the etcd \
+                 that elects the cluster's primaries",
             ));
         }
         return Ok(None);
@@ -791,6 +802,7 @@ fn cluster_config(
     }
     let mut election =
         tarq_cluster::Config::new(endpoints, &cluster, &name, &advertise.to_string());
+    election.replica_set = s.replica_set.clone();
     if let Some(ttl) = s.lease_ttl {
         // Checked here too (the flag's parser checks it), for the value from the file.
         let (min, max) = lease_ttl_range();
@@ -1204,11 +1216,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("--etcd needs --node-name NAME"), "{e}");
-        let e = parse(&["--cluster", "c"]).unwrap_err().to_string();
-        assert!(
-            e.starts_with("--cluster and --node-name only work with --etcd"),
-            "{e}"
-        );
+        for flags in [["--cluster", "c"], ["--replica-set", "s1"]] {
+            let e = parse(&flags).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--cluster, --node-name and --replica-set only work with --etcd"),
+                "{e}"
+            );
+        }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tarq.toml");
         std::fs::write(
@@ -1240,6 +1254,44 @@ mod tests {
             e.contains("set both (--user, TARQ_USER, or user in the config file)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn replica_set_reaches_the_election_from_flag_or_file_and_a_bad_name_is_named() {
+        let etcd = [
+            "--etcd",
+            "http://127.0.0.1:2379",
+            "--cluster",
+            "c",
+            "--node-name",
+            "n",
+            "--advertise",
+            "127.0.0.1:3301",
+        ];
+        let c = parse(&etcd).unwrap().cluster.unwrap();
+        assert_eq!(c.election.replica_set, None);
+        assert!(!c.election.sharded());
+        let c = parse(&[&etcd[..], &["--replica-set", "s1"]].concat())
+            .unwrap()
+            .cluster
+            .unwrap();
+        assert_eq!(c.election.replica_set.as_deref(), Some("s1"));
+        assert!(c.election.sharded());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(&path, "replica-set = \"s2\"\n").unwrap();
+        let file = ["--config", path.to_str().unwrap()];
+        let c = parse(&[&etcd[..], &file[..]].concat())
+            .unwrap()
+            .cluster
+            .unwrap();
+        assert_eq!(c.election.replica_set.as_deref(), Some("s2"));
+        // In the file without etcd it is inert, as cluster and node-name are.
+        assert!(parse(&file).unwrap().cluster.is_none());
+        let e = parse(&[&etcd[..], &["--replica-set", "a/b"]].concat())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("replica set name \"a/b\" must be"), "{e}");
     }
 
     #[test]

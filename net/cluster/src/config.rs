@@ -28,6 +28,9 @@ pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(50);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest node or cluster name: it is part of etcd keys and of every status line.
 pub const MAX_NAME_LEN: usize = 64;
+/// The replica set a node is in when it names none, whose keys stay where an unsharded
+/// cluster keeps them (`/tarq/<cluster>/leader`, `/tarq/<cluster>/members/`).
+pub const DEFAULT_SET: &str = "default";
 /// Longest advertised address: a host name (253) plus a port.
 pub const MAX_ADDR_LEN: usize = 260;
 
@@ -56,6 +59,11 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Whether this node campaigns at all.
     pub eligible: bool,
+    /// The replica set this node belongs to. `None` and `Some("default")` are the default set,
+    /// whose keys are the unsharded layout's; a named set `S` elects under
+    /// `/tarq/<cluster>/sets/S/`. `Some(_)` also makes the node *sharded*: it reads the cluster
+    /// map (every set and the placement) on each poll.
+    pub replica_set: Option<String>,
 }
 
 /// A setting refused, naming the value and the limit.
@@ -117,7 +125,31 @@ impl Config {
             settle: DEFAULT_POLL_INTERVAL * 2,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             eligible: true,
+            replica_set: None,
         }
+    }
+
+    /// Puts this node in replica set `set`, which makes it sharded.
+    pub fn with_replica_set(mut self, set: &str) -> Config {
+        self.replica_set = Some(set.into());
+        self
+    }
+
+    /// This node's replica set, `"default"` when none was named.
+    pub fn set_name(&self) -> &str {
+        self.replica_set.as_deref().unwrap_or(DEFAULT_SET)
+    }
+
+    /// Whether this node reads the cluster map and takes part in placement: a replica set was
+    /// named, even the default one.
+    pub fn sharded(&self) -> bool {
+        self.replica_set.is_some()
+    }
+
+    /// Where this node's set keeps its election keys: `/tarq/<cluster>/` for the default set,
+    /// `/tarq/<cluster>/sets/<set>/` for a named one.
+    pub fn set_prefix(&self) -> String {
+        set_prefix(&self.cluster, self.set_name())
     }
 
     /// Sets the TTL and the margin that goes with it (a quarter of it).
@@ -132,6 +164,11 @@ impl Config {
         let endpoints = self.base_urls()?;
         check_name("cluster name", &self.cluster)?;
         check_name("node name", &self.name)?;
+        if let Some(set) = &self.replica_set {
+            // The same rule as node names: a set name is one etcd key segment (no `/`), and it
+            // is printed in status lines and metric labels.
+            check_name("replica set name", set)?;
+        }
         if self.addr.is_empty() || self.addr.len() > MAX_ADDR_LEN {
             return Err(ConfigError::BadAddr(self.addr.clone()));
         }
@@ -167,6 +204,13 @@ impl Config {
         Ok(endpoints)
     }
 
+    /// How long a view of the placement may be acted on after its read was sent: the lease TTL
+    /// less the safety margin, as a leader's claim (`PlacementFence`). A new owner holds a moved
+    /// partition this long after it first saw it (`Placement::owned_since`).
+    pub fn placement_validity(&self) -> Duration {
+        self.lease_ttl - self.safety_margin
+    }
+
     /// How often the lease is refreshed: a third of its TTL, so two refreshes can fail before
     /// the claim (TTL minus at most a third) runs out.
     pub fn refresh_interval(&self) -> Duration {
@@ -174,11 +218,15 @@ impl Config {
     }
 
     fn base_urls(&self) -> Result<Vec<String>, ConfigError> {
-        if self.endpoints.is_empty() {
-            return Err(ConfigError::NoEndpoint);
-        }
-        self.endpoints.iter().map(|e| base_url(e)).collect()
+        base_urls(&self.endpoints)
     }
+}
+
+pub(crate) fn base_urls(endpoints: &[String]) -> Result<Vec<String>, ConfigError> {
+    if endpoints.is_empty() {
+        return Err(ConfigError::NoEndpoint);
+    }
+    endpoints.iter().map(|e| base_url(e)).collect()
 }
 
 fn base_url(endpoint: &str) -> Result<String, ConfigError> {
@@ -193,6 +241,15 @@ fn base_url(endpoint: &str) -> Result<String, ConfigError> {
         return Err(bad());
     }
     Ok(format!("http://{hostport}"))
+}
+
+/// The election prefix of replica set `set` of `cluster`.
+pub fn set_prefix(cluster: &str, set: &str) -> String {
+    if set == DEFAULT_SET {
+        format!("/tarq/{cluster}/")
+    } else {
+        format!("/tarq/{cluster}/sets/{set}/")
+    }
 }
 
 fn check_name(what: &'static str, value: &str) -> Result<(), ConfigError> {
@@ -251,6 +308,10 @@ mod tests {
         check(|c| c.endpoints = vec!["h:99999".into()], "\"h:99999\"");
         check(|c| c.name = "a/b".into(), "node name \"a/b\"");
         check(|c| c.cluster = String::new(), "cluster name \"\"");
+        check(
+            |c| c.replica_set = Some("s/1".into()),
+            "replica set name \"s/1\"",
+        );
         check(|c| c.addr = String::new(), "address \"\"");
         check(
             |c| *c = c.clone().with_lease_ttl(Duration::from_secs(1)),
@@ -275,6 +336,21 @@ mod tests {
         check(
             |c| c.request_timeout = Duration::from_secs(5),
             "request timeout 5 s",
+        );
+    }
+
+    #[test]
+    fn the_default_set_keeps_the_unsharded_keys() {
+        let c = config();
+        assert!(!c.sharded());
+        assert_eq!(c.set_prefix(), "/tarq/c1/");
+        let d = config().with_replica_set("default");
+        assert!(d.sharded());
+        assert_eq!(d.set_prefix(), "/tarq/c1/");
+        let s = config().with_replica_set("s1");
+        assert_eq!(
+            (s.set_name(), s.set_prefix().as_str()),
+            ("s1", "/tarq/c1/sets/s1/")
         );
     }
 

@@ -13,8 +13,10 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// Longest reply body read from etcd. A range over the member keys of a cluster is the largest
-/// reply this crate asks for: a few hundred bytes a member, far below this.
+/// Longest reply body read from etcd. The whole placement is the largest reply this crate asks
+/// for: at most 4095 index keys and as many partitions in tube keys, some 1.5 MB in the
+/// gateway's base64 with each key's revisions, below this; member keys are a few hundred bytes
+/// each.
 const MAX_REPLY_BYTES: u64 = 4 << 20;
 
 /// Why a call to etcd failed.
@@ -65,6 +67,8 @@ pub struct Kv {
 pub enum Compare {
     /// The key's create revision equals this (0: the key does not exist).
     CreateRevision(Vec<u8>, i64),
+    /// The key's last modification was at this revision (0: the key does not exist).
+    ModRevision(Vec<u8>, i64),
     /// The key is bound to this lease.
     Lease(Vec<u8>, i64),
     /// Every key under the prefix was last modified before this revision (none changed or
@@ -113,6 +117,14 @@ impl Client {
             endpoints,
             current: 0,
         }
+    }
+
+    /// A client over endpoints as a user writes them (`http://host:port` or `host:port`),
+    /// checked as `Config` checks them: for tools (`tarq ctl`) that talk to etcd without an
+    /// election thread.
+    pub fn connect(endpoints: &[String]) -> Result<Client, crate::ConfigError> {
+        let urls = crate::config::base_urls(endpoints)?;
+        Ok(Client::new(urls))
     }
 
     /// The endpoint the next call goes to.
@@ -287,6 +299,10 @@ fn compare_json(c: &Compare) -> Value {
         Compare::CreateRevision(key, rev) => json!({
             "key": B64.encode(key), "target": "CREATE", "result": "EQUAL",
             "create_revision": rev.to_string(),
+        }),
+        Compare::ModRevision(key, rev) => json!({
+            "key": B64.encode(key), "target": "MOD", "result": "EQUAL",
+            "mod_revision": rev.to_string(),
         }),
         Compare::Lease(key, lease) => json!({
             "key": B64.encode(key), "target": "LEASE", "result": "EQUAL",

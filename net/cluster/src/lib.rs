@@ -11,14 +11,23 @@
 //!   token: etcd's revisions only grow, so each won election has a larger term than all before.
 //! - `members/<name>`: a `Member` bound to that node's lease.
 //!
+//! Those are the default replica set's keys. A node given a replica set `S` (`Config::
+//! replica_set`) elects under `sets/S/leader` and `sets/S/members/<name>` by the same rules,
+//! and is *sharded*: each poll's read also takes the cluster map (every set's leader and
+//! members, the placement under `placement/`, see `placement`), published in `Overview` and
+//! announced by `MapChanged`. Placement changes are asked of the thread (`create_tube`,
+//! `drop_tube`, `place`) and answered by `PlacementDone`; `PlacementFence` says whether the
+//! node's view of the placement may still be acted on.
+//!
 //! The wire is etcd's v3 JSON gateway (`etcd`), the rules are pure functions (`election`),
 //! the thread's state machine is `node`. Not here: replication itself, the WAL, the server.
 
 mod config;
-mod etcd;
 mod node;
 
 pub mod election;
+pub mod etcd;
+pub mod placement;
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,6 +37,10 @@ use std::time::Instant;
 pub use config::*;
 pub use election::{Claim, Fence, LeaderRecord, Member, Position, Role};
 pub use etcd::EtcdError;
+pub use placement::{
+    ClusterMap, IndexUse, PartitionPlacement, Placement, PlacementError, PlacementFence, SetView,
+    TubePlacement,
+};
 
 /// What the election thread last read from etcd, for operators (`queue.cluster()`): the leader
 /// with its term, and every member key. Read under a lock the thread holds only to replace it.
@@ -37,6 +50,19 @@ pub struct Overview {
     pub members: Vec<Member>,
     /// When it was read; `None` before etcd first answered.
     pub read_at: Option<Instant>,
+    /// A sharded node's view of every replica set, sorted by name (`default` only when it has
+    /// a leader or a member); empty on an unsharded node.
+    pub sets: Vec<SetView>,
+    /// A sharded node's view of the placement, with this node's `owned_since`; empty (epoch 0)
+    /// on an unsharded node.
+    pub placement: Arc<Placement>,
+}
+
+impl Overview {
+    /// The leader of replica set `set` and its term, as last read (sharded nodes).
+    pub fn set_leader(&self, set: &str) -> Option<&(LeaderRecord, u64)> {
+        self.sets.iter().find(|s| s.name == set)?.leader.as_ref()
+    }
 }
 
 /// Something the election thread tells the loop, stamped with the instant it happened on the
@@ -76,6 +102,18 @@ pub enum EventKind {
     /// Another live process holds this node's member key: this node neither campaigns nor
     /// follows until that key's lease expires. Sent once per conflict.
     NameInUse { name: String },
+    /// A sharded node read a cluster map that differs from the last one announced: another
+    /// placement epoch, or some set's leader (name, address or term) changed. Sent once after
+    /// the first successful read too. `Cluster::overview` already holds the new map.
+    MapChanged { epoch: i64 },
+    /// The answer to `create_tube`, `drop_tube` or `place` with the caller's `token`: the tube
+    /// as created, as it was before the drop, or as placed now. `Err(PlacementError::Etcd)`
+    /// does not prove that nothing was written: a transaction may commit and its answer be
+    /// lost; the next map shows which (a create retried then answers `Exists`).
+    PlacementDone {
+        token: u64,
+        result: Result<TubePlacement, PlacementError>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +143,26 @@ pub enum Error {
 pub(crate) enum Command {
     Resign,
     Shutdown,
+    Placement { token: u64, change: Change },
+}
+
+/// A placement change the loop asked for.
+pub(crate) enum Change {
+    Create {
+        name: String,
+        kind: String,
+        options: serde_json::Value,
+        partitions: u16,
+    },
+    Drop {
+        name: String,
+        floors: Vec<(u16, u64)>,
+    },
+    Place {
+        tube: String,
+        partition: u16,
+        set: String,
+    },
 }
 
 /// The loop's handle on the election thread. Dropping it stops the thread; a leader resigns
@@ -114,6 +172,7 @@ pub struct Cluster {
     events: Receiver<Event>,
     position: Arc<Mutex<Position>>,
     fence: Fence,
+    placement_fence: PlacementFence,
     overview: Arc<Mutex<Overview>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -127,6 +186,7 @@ impl Cluster {
         let (event_tx, events) = mpsc::channel();
         let position = Arc::new(Mutex::new(Position::default()));
         let fence = Fence::default();
+        let placement_fence = PlacementFence::default();
         let overview = Arc::new(Mutex::new(Overview::default()));
         let node = node::Node::new(
             config.clone(),
@@ -137,6 +197,7 @@ impl Cluster {
             },
             Arc::clone(&position),
             fence.clone(),
+            placement_fence.clone(),
             Arc::clone(&overview),
         );
         let thread = std::thread::Builder::new()
@@ -147,6 +208,7 @@ impl Cluster {
             events,
             position,
             fence,
+            placement_fence,
             overview,
             thread: Some(thread),
         })
@@ -173,6 +235,73 @@ impl Cluster {
     /// The leadership claim to check before acknowledging a change.
     pub fn fence(&self) -> Fence {
         self.fence.clone()
+    }
+
+    /// Whether this node's view of the placement may still be acted on (sharded nodes; never
+    /// valid on an unsharded one).
+    pub fn placement_fence(&self) -> PlacementFence {
+        self.placement_fence.clone()
+    }
+
+    /// The placement as last read (empty on an unsharded node).
+    pub fn placement(&self) -> Arc<Placement> {
+        Arc::clone(
+            &self
+                .overview
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .placement,
+        )
+    }
+
+    /// Asks for tube `name` of `kind` with `partitions` partitions (1 to
+    /// `placement::MAX_PARTITIONS`), spread over the sets that have a leader (see
+    /// `placement::spread_order`). Answered by `PlacementDone { token, .. }`;
+    /// `Err(PlacementError::Exists(tube))` if the name is taken.
+    pub fn create_tube(
+        &self,
+        token: u64,
+        name: &str,
+        kind: &str,
+        options: serde_json::Value,
+        partitions: u16,
+    ) {
+        self.change(
+            token,
+            Change::Create {
+                name: name.into(),
+                kind: kind.into(),
+                options,
+                partitions,
+            },
+        );
+    }
+
+    /// Asks to drop tube `name`; `floors` are `(partition, next task number)`: each index the
+    /// tube leaves records the largest of that, the partition's `first` and a floor already
+    /// there. Answered by `PlacementDone` with the tube as it was.
+    pub fn drop_tube(&self, token: u64, name: &str, floors: Vec<(u16, u64)>) {
+        let name = name.into();
+        self.change(token, Change::Drop { name, floors });
+    }
+
+    /// Asks to give partition `partition` of `tube` to replica set `set` (moving its tasks is
+    /// not done). Answered by `PlacementDone` with the tube as placed now.
+    pub fn place(&self, token: u64, tube: &str, partition: u16, set: &str) {
+        let (tube, set) = (tube.into(), set.into());
+        self.change(
+            token,
+            Change::Place {
+                tube,
+                partition,
+                set,
+            },
+        );
+    }
+
+    fn change(&self, token: u64, change: Change) {
+        // A send fails only while the handle is being dropped: nobody waits for the answer.
+        let _ = self.commands.send(Command::Placement { token, change });
     }
 
     /// Records how far this node's log reaches; the thread publishes the latest value on its

@@ -17,7 +17,8 @@ use tracing::{info, warn};
 
 use crate::election::{may_campaign, Claim, Fence, LeaderRecord, Member, Position, Role};
 use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
-use crate::{Command, Config, DeposeReason, Event, EventKind, Overview};
+use crate::placement::{self, ClusterMap, Placement, PlacementError, PlacementFence};
+use crate::{Change, Command, Config, DeposeReason, Event, EventKind, Overview};
 
 /// Shortest budget given to a call: below this a call cannot even connect, and failing it
 /// early is the honest outcome.
@@ -55,12 +56,26 @@ enum State {
     },
 }
 
-/// The leader key and the member keys at one revision.
+/// The leader key and the member keys at one revision, and on a sharded node the cluster map
+/// at the same revision.
 struct View {
     revision: i64,
     leader: Option<(LeaderRecord, Kv)>,
     members: Vec<Member>,
+    map: Option<MapRead>,
 }
+
+/// The cluster map with the instants its read was sent and answered.
+struct MapRead {
+    map: ClusterMap,
+    /// Whether the placement was read; if not, its epoch was the one already held.
+    full: bool,
+    sent: Instant,
+    answered: Instant,
+}
+
+/// What `MapChanged` announces a change of: the epoch and every set's leader.
+type MapSignature = (i64, Vec<(String, (LeaderRecord, u64))>);
 
 struct Keys {
     leader: Vec<u8>,
@@ -75,7 +90,18 @@ pub struct Node {
     keys: Keys,
     position: Arc<Mutex<Position>>,
     fence: Fence,
+    placement_fence: PlacementFence,
     overview: Arc<Mutex<Overview>>,
+    /// The placement as last read, with `owned_since` kept from one read to the next.
+    placement: Arc<Placement>,
+    /// `ensure_default` was refused and said so.
+    default_refused: bool,
+    /// Whether `placement` was read from etcd at least once.
+    map_read: bool,
+    /// What the last `MapChanged` announced.
+    announced: Option<MapSignature>,
+    /// A `MapChanged` to send once the overview is updated.
+    pending_map_event: Option<i64>,
     state: State,
     lease: Option<Lease>,
     /// Leases given up without being sure etcd dropped them; revoked once etcd answers, so
@@ -99,9 +125,10 @@ impl Node {
         out: Outbox,
         position: Arc<Mutex<Position>>,
         fence: Fence,
+        placement_fence: PlacementFence,
         overview: Arc<Mutex<Overview>>,
     ) -> Node {
-        let prefix = format!("/tarq/{}/", config.cluster);
+        let prefix = config.set_prefix();
         let keys = Keys {
             leader: format!("{prefix}leader").into_bytes(),
             members: format!("{prefix}members/").into_bytes(),
@@ -114,7 +141,13 @@ impl Node {
             keys,
             position,
             fence,
+            placement_fence,
             overview,
+            placement: Arc::default(),
+            map_read: false,
+            default_refused: false,
+            announced: None,
+            pending_map_event: None,
             state: State::Unknown,
             lease: None,
             abandoned: Vec::new(),
@@ -135,6 +168,7 @@ impl Node {
             };
             match commands.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
                 Ok(Command::Resign) => self.resign(),
+                Ok(Command::Placement { token, change }) => self.change(token, change),
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {}
             }
@@ -157,7 +191,68 @@ impl Node {
             return Ok(());
         }
         let view = self.observe()?;
-        self.decide(view)
+        self.decide(view)?;
+        self.ensure_default()
+    }
+
+    /// A sharded leader makes sure the tube `default` exists, owned by its set if it is first.
+    fn ensure_default(&mut self) -> Result<(), EtcdError> {
+        let leading = matches!(self.state, State::Leading { .. });
+        if !self.config.sharded()
+            || !leading
+            || self.placement.tubes.contains_key(placement::DEFAULT_TUBE)
+        {
+            return Ok(());
+        }
+        let (cluster, set) = (
+            self.config.cluster.clone(),
+            self.config.set_name().to_owned(),
+        );
+        match self.call(|c, b| placement::ensure_default(c, &cluster, &set, b))? {
+            Ok(t) => {
+                info!(owner = %t.partitions[0].set, "the tube default is placed");
+                self.next_poll = Instant::now();
+            }
+            Err(e) if !self.default_refused => {
+                // Only a damaged map refuses it, and it stays damaged poll after poll: once.
+                self.default_refused = true;
+                warn!(error = %e, "cannot place the tube default");
+            }
+            Err(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Runs a placement change the loop asked for and answers it.
+    fn change(&mut self, token: u64, change: Change) {
+        let cluster = self.config.cluster.clone();
+        let outcome = self.call(|c, b| match &change {
+            Change::Create {
+                name,
+                kind,
+                options,
+                partitions,
+            } => placement::create_tube(c, &cluster, name, kind, options, *partitions, b),
+            Change::Drop { name, floors } => placement::drop_tube(c, &cluster, name, floors, b),
+            Change::Place {
+                tube,
+                partition,
+                set,
+            } => placement::place(c, &cluster, tube, *partition, set, b),
+        });
+        let result = match outcome {
+            Ok(result) => result,
+            Err(e) => {
+                let message = e.to_string();
+                self.etcd_failed(e);
+                Err(PlacementError::Etcd(message))
+            }
+        };
+        if result.is_ok() {
+            // Read the new map soon, so the fence and overview carry the change's epoch.
+            self.next_poll = Instant::now();
+        }
+        self.emit(EventKind::PlacementDone { token, result });
     }
 
     /// Steps down when the claim has run out: the refreshes that would have extended it failed.
@@ -274,11 +369,30 @@ impl Node {
     }
 
     fn observe(&mut self) -> Result<View, EtcdError> {
-        let reads = [
+        let mut reads = vec![
             Op::Get(self.keys.leader.clone()),
             Op::GetPrefix(self.keys.members.clone()),
         ];
-        let reply = self.call(|c, b| c.txn(&[], &reads, &[], b))?;
+        let sharded = self.config.sharded();
+        let mut compare = Vec::new();
+        let mut otherwise = Vec::new();
+        if sharded {
+            let cluster = &self.config.cluster;
+            if self.map_read {
+                // The placement only if its epoch moved; the sets every time.
+                let epoch = self.placement.epoch;
+                compare.push(Compare::ModRevision(placement::epoch_key(cluster), epoch));
+                otherwise = reads.clone();
+                otherwise.extend(placement::map_ops(cluster, true));
+                reads.extend(placement::map_ops(cluster, false));
+            } else {
+                reads.extend(placement::map_ops(cluster, true));
+            }
+        }
+        let sent = Instant::now();
+        let reply = self.call(|c, b| c.txn(&compare, &reads, &otherwise, b))?;
+        let answered = Instant::now();
+        let full = compare.is_empty() || !reply.succeeded;
         let mut ranges = reply.ranges.into_iter();
         let leader = ranges.next().unwrap_or_default().into_iter().next();
         let leader = leader.and_then(|kv| match serde_json::from_slice(&kv.value) {
@@ -301,14 +415,57 @@ impl Node {
                 }
             })
             .collect();
+        let map = sharded.then(|| MapRead {
+            map: placement::parse_map(&self.config.cluster, &mut ranges),
+            full,
+            sent,
+            answered,
+        });
         Ok(View {
             revision: reply.revision,
             leader,
             members,
+            map,
         })
     }
 
-    fn decide(&mut self, view: View) -> Result<(), EtcdError> {
+    /// Takes in a new cluster map: dates ownership, extends the placement fence, and announces
+    /// the map if its epoch or a set's leader changed.
+    fn take_map(&mut self, read: MapRead) -> Vec<crate::SetView> {
+        let MapRead {
+            map,
+            full,
+            sent,
+            answered,
+        } = read;
+        if full {
+            let mut placement = map.placement;
+            placement.track_ownership(Some(&self.placement), self.config.set_name(), answered);
+            self.placement = Arc::new(placement);
+            self.map_read = true;
+        }
+        let epoch = self.placement.epoch;
+        let validity = self.config.placement_validity();
+        self.placement_fence.set(epoch, sent + validity);
+        let signature: MapSignature = (
+            epoch,
+            map.sets
+                .iter()
+                .filter_map(|s| Some((s.name.clone(), s.leader.clone()?)))
+                .collect(),
+        );
+        if self.announced.as_ref() != Some(&signature) {
+            self.announced = Some(signature);
+            self.pending_map_event = Some(epoch);
+        }
+        map.sets
+    }
+
+    fn decide(&mut self, mut view: View) -> Result<(), EtcdError> {
+        let sets = match view.map.take() {
+            Some(read) => self.take_map(read),
+            None => Vec::new(),
+        };
         *self.overview.lock().unwrap_or_else(PoisonError::into_inner) = Overview {
             leader: view
                 .leader
@@ -316,7 +473,13 @@ impl Node {
                 .map(|(record, kv)| (record.clone(), kv.create_revision as u64)),
             members: view.members.clone(),
             read_at: Some(Instant::now()),
+            sets,
+            placement: Arc::clone(&self.placement),
         };
+        // Announced only once the overview holds the map, so the loop reads what it heard of.
+        if let Some(epoch) = self.pending_map_event.take() {
+            self.emit(EventKind::MapChanged { epoch });
+        }
         if let State::Leading { term } = self.state {
             let mine = self.lease.map(|l| l.id);
             let held = view

@@ -137,8 +137,13 @@ pub struct Live {
 
 impl Live {
     /// Takes the sample of the second ending at `second` (since the epoch) from each live
-    /// tube's counters; the whole queue's are their sum. O(tubes).
-    pub fn sample<'a>(&mut self, second: u64, tubes: impl Iterator<Item = (&'a str, Stats)>) {
+    /// tube's counters; the whole queue's are their sum. A tube without a name (`None`: one
+    /// that is only part of another) counts in the sum only. O(tubes).
+    pub fn sample<'a>(
+        &mut self,
+        second: u64,
+        tubes: impl Iterator<Item = (Option<&'a str>, Stats)>,
+    ) {
         self.samples += 1;
         let n = self.samples;
         self.second = second;
@@ -151,6 +156,7 @@ impl Live {
             overall.taken += stats.taken;
             overall.waiting += stats.waiting;
             overall.buried += stats.buried;
+            let Some(name) = name else { continue };
             // Looked up by reference: a tube seen before costs no allocation a second.
             if !self.tubes.contains_key(name) {
                 let ring = (self.charted < MAX_CHARTED_TUBES).then(Ring::default);
@@ -310,9 +316,13 @@ mod tests {
         let mut l = Live::default();
         for i in 0..(RING_SECONDS as u64 + 10) {
             let s = stats(i * 3, i);
-            l.sample(1000 + i, [("a", s)].into_iter());
+            l.sample(1000 + i, [(Some("a"), s), (None, s)].into_iter());
         }
-        assert_eq!(l.overall_now().put, 3);
+        assert_eq!(
+            l.overall_now().put,
+            6,
+            "the unnamed part counts in the whole"
+        );
         assert_eq!(l.tube_now("a").unwrap().ready, RING_SECONDS as u32 + 9);
         let mut h = String::new();
         l.history_json(&mut h, Some("a"));
@@ -324,7 +334,7 @@ mod tests {
         l.event_json(&mut e);
         assert_eq!(
             e,
-            format!("{{\"t\":1909,\"overall\":[3,0,0,{0},0,0,0],\"tubes\":{{\"a\":[3,0,0,{0},0,0,0]}}}}", RING_SECONDS + 9)
+            format!("{{\"t\":1909,\"overall\":[6,0,0,{1},0,0,0],\"tubes\":{{\"a\":[3,0,0,{0},0,0,0]}}}}", RING_SECONDS + 9, 2 * (RING_SECONDS + 9))
         );
     }
 
@@ -335,9 +345,9 @@ mod tests {
             .map(|i| format!("t{i}"))
             .collect();
         let s = Stats::default();
-        l.sample(1, names.iter().map(|n| (n.as_str(), s)));
+        l.sample(1, names.iter().map(|n| (Some(n.as_str()), s)));
         assert_eq!(l.charted, MAX_CHARTED_TUBES);
-        l.sample(2, names[1..].iter().map(|n| (n.as_str(), s)));
+        l.sample(2, names[1..].iter().map(|n| (Some(n.as_str()), s)));
         assert!(l.tube_now("t0").is_none());
         assert_eq!(l.charted, MAX_CHARTED_TUBES - 1);
         let mut out = String::new();

@@ -3,6 +3,7 @@
 //! [`Refusal`] (why the change was not made). Front-ends word and code these for their
 //! clients; the core never sees a wire text.
 
+use serde::{Deserialize, Serialize};
 use tarq_engine::{
     Micros, PutOptions, QueueError, ReleaseOptions, Stats, Task, TaskId, TaskRef, TubeInfo, TubeIx,
     TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
@@ -14,7 +15,7 @@ use super::pauses::Pause;
 
 /// Which API a command speaks, when the two differ in wording: the seed calls (`queue.put`,
 /// ... on the tube `default`, with the seed's error texts) or the tube API on any tube.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum On {
     Seed,
     Tube(TubeIx),
@@ -29,18 +30,23 @@ impl On {
     }
 }
 
-/// A front-end-neutral request. Payloads and keys borrow the request frame.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A front-end-neutral request. Payloads and keys borrow the request frame. It travels
+/// between nodes as it is (serde, on a sharded cluster's links); the few commands that never
+/// leave their node are not encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command<'a> {
     /// The seed's put into `default`.
     Put {
+        #[serde(borrow, with = "serde_bytes")]
         data: &'a [u8],
         opts: PutOptions,
     },
     /// A put into a tube; `wait` is how long a put into a full tube waits for room (0: none).
     PutIn {
         tube: TubeIx,
+        #[serde(borrow, with = "serde_bytes")]
         data: &'a [u8],
+        #[serde(borrow)]
         opts: TubePut<'a>,
         wait: Micros,
     },
@@ -90,14 +96,18 @@ pub enum Command<'a> {
         tube: TubeIx,
     },
     CreateTube {
+        #[serde(borrow)]
         name: &'a str,
         kind: TubeType,
         opts: TubeOptions,
         if_not_exists: bool,
+        /// How many partitions (a sharded cluster's; 1 elsewhere).
+        partitions: u16,
     },
     /// A take from whichever of `tubes` has the lowest (pri, id) task ready (beanstalk's
     /// reserve over its watched tubes). Parked on all of them while none has one; the parked
     /// entries wake at `wake` (at most the timeout's deadline) for the front-end to decide.
+    #[serde(skip)]
     TakeAny {
         tubes: &'a [TubeIx],
         timeout: Option<Micros>,
@@ -132,11 +142,18 @@ pub enum Command<'a> {
     },
     /// Pause `tube`'s takes (beanstalk's pause-tube): no take of any protocol gets its tasks
     /// until the pause ends.
+    #[serde(skip)]
     Pause {
         tube: TubeIx,
         pause: Pause,
     },
     Snapshot,
+    /// Answer `Ok` once `tube` has a task a take would get (at once if it has one now);
+    /// nothing is taken. A sharded cluster's nodes watch the partitions their waiting takes
+    /// could be served from, instead of polling them.
+    Watch {
+        tube: TubeIx,
+    },
 }
 
 impl Command<'_> {
@@ -151,6 +168,7 @@ impl Command<'_> {
                 | Command::Take { .. }
                 | Command::TakeAny { .. }
                 | Command::TouchTtr { .. }
+                | Command::Watch { .. }
         )
     }
 
@@ -182,6 +200,8 @@ pub enum Outcome<'q> {
     },
     /// No task: a take that timed out, a touch with nothing to add.
     Nothing,
+    /// A watched tube has a task a take would get (`Command::Watch`).
+    Ready(TubeIx),
     /// A put into a full tube that waited (or could not wait) and found no room.
     Full,
     /// How many (kick).
@@ -201,7 +221,7 @@ pub enum Outcome<'q> {
 
 /// Why a command was refused, for the front-end to word and code (its Display is the core's
 /// own words, for logs: what clients read is the front-end's).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum Refusal {
     #[error(transparent)]
     Queue(#[from] QueueError),
@@ -224,4 +244,7 @@ pub enum Refusal {
     /// unreachable, a leadership that ran out): why.
     #[error("no primary now: {0}")]
     NoPrimary(String),
+    /// A sharded cluster could not place or reach a tube's partition: why.
+    #[error("{0}")]
+    Shards(String),
 }

@@ -48,6 +48,10 @@ impl<R: Copy> Core<R> {
                 self.take_any(caller, reply, tubes, timeout, wake, host);
                 None
             }
+            Command::Watch { tube } => {
+                self.watch(caller, reply, tube, host);
+                None
+            }
             Command::Ack { on, id } => self.ack(caller, reply, on, id, host),
             Command::Release { on, id, opts } => self.release(caller, reply, on, id, opts, host),
             other => self.execute_admin(caller, reply, other, host),
@@ -201,6 +205,45 @@ impl<R: Copy> Core<R> {
         }
     }
 
+    /// `Command::Watch`: answered now if a take of `tube` would get a task, else parked.
+    fn watch(&mut self, caller: Caller, reply: R, tube: TubeIx, host: &mut impl Host<R>) {
+        if self.queue.tube_info(tube).is_none() {
+            let e = tarq_engine::QueueError::TubeNotFound(tube);
+            return host.deliver(caller, reply, &Outcome::Error(e.into()));
+        }
+        self.watch_any(caller, reply, &[tube], host);
+    }
+
+    /// Watches `tubes` for `caller`: `Outcome::Ready` names the first of them that has a task
+    /// a take would get — now, or once one has (then the watch's group ends, on every tube).
+    /// Returns the group of a watch that waits, for [`unwatch`](Self::unwatch).
+    pub fn watch_any(
+        &mut self,
+        caller: Caller,
+        reply: R,
+        tubes: &[TubeIx],
+        host: &mut impl Host<R>,
+    ) -> Option<u64> {
+        let ready = tubes
+            .iter()
+            .copied()
+            .find(|&t| !self.pauses.paused(t, self.mono) && self.queue.can_take(t));
+        if let Some(tube) = ready {
+            host.deliver(caller, reply, &Outcome::Ready(tube));
+            return None;
+        }
+        if self.parked.count_of(caller.slot()) + tubes.len() > MAX_PARKED_PER_CONN {
+            host.deliver(caller, reply, &Outcome::Error(Refusal::TooManyParked));
+            return None;
+        }
+        Some(self.parked.park_watch(caller, tubes, reply))
+    }
+
+    /// Ends the watch `group` of connection `slot` (its waiter was served another way).
+    pub fn unwatch(&mut self, slot: usize, group: u64) {
+        self.parked.remove_group(slot, group);
+    }
+
     fn park_take(
         &mut self,
         caller: Caller,
@@ -339,11 +382,18 @@ impl<R: Copy> Core<R> {
             Command::ReleaseAll { tube } => (ok(q.release_all(tube)), Some(tube)),
             Command::Truncate { tube } => (ok(q.truncate(tube)), Some(tube)),
             Command::DropTube { tube } => return self.drop_tube(caller, reply, tube, host),
+            Command::CreateTube { partitions, .. } if partitions > 1 => {
+                let why = format!(
+                    "a tube of {partitions} partitions needs a sharded cluster (--replica-set)"
+                );
+                (Outcome::Error(Refusal::Shards(why)), None)
+            }
             Command::CreateTube {
                 name,
                 kind,
                 opts,
                 if_not_exists,
+                ..
             } => {
                 let found = q.tube_ix(name).filter(|_| if_not_exists);
                 // A tube beanstalk's `use` made is one `create_tube` keeps from now on.
@@ -391,6 +441,7 @@ impl<R: Copy> Core<R> {
             | Command::PutIn { .. }
             | Command::Take { .. }
             | Command::TakeAny { .. }
+            | Command::Watch { .. }
             | Command::Ack { .. }
             | Command::Release { .. } => unreachable!("run by `execute`"),
         };
@@ -438,6 +489,7 @@ impl<R: Copy> Core<R> {
             kind: tarq_engine::TubeType::FifoTtl,
             opts: Default::default(),
             if_not_exists: true,
+            partitions: 1,
         };
         if let Some(r) = self.refusal(&cmd, host) {
             return Err(r);
@@ -487,6 +539,12 @@ impl<R: Copy> Core<R> {
                 break;
             };
             if !host.is_live(p.caller) {
+                continue;
+            }
+            if p.wake_only {
+                // Woken, not served: the task stays for whoever takes it next.
+                self.parked.remove_group(p.caller.slot(), p.group);
+                host.deliver(p.caller, p.reply, &Outcome::Ready(tube));
                 continue;
             }
             match self.queue.take_from(self.now, tube, p.caller.sid) {

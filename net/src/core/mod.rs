@@ -275,6 +275,21 @@ impl<R: Copy> Core<R> {
         self.parked.remove_conn(conn);
     }
 
+    /// Holds a tube a sharded cluster's placement puts here, at its index (journaled; a no-op
+    /// when it is there already).
+    pub fn place_tube(
+        &mut self,
+        ix: TubeIx,
+        name: &str,
+        kind: tarq_engine::TubeType,
+        opts: tarq_engine::TubeOptions,
+        first: u64,
+    ) -> Result<bool, tarq_engine::QueueError> {
+        let made = self.queue.create_tube_at(ix, name, kind, opts, first)?;
+        self.drain_events();
+        Ok(made)
+    }
+
     /// Commits the turn to the journal; returns its ticket.
     pub fn commit(&mut self) -> Ticket {
         self.journal.commit(&mut self.queue, self.now)

@@ -35,6 +35,8 @@ pub struct ParkedTake<R> {
     pub group: u64,
     /// `Micros::MAX`: no deadline.
     pub deadline: Micros,
+    /// A watch (`Command::Watch`): answered when the tube has a task, which it leaves there.
+    pub wake_only: bool,
     /// Unique per park, so a reused slab key is never mistaken for the old entry.
     seq: u64,
 }
@@ -97,6 +99,7 @@ impl<R> Parked<R> {
             group,
             reply,
             deadline,
+            wake_only: false,
             seq,
         });
         let c = caller.slot();
@@ -118,6 +121,20 @@ impl<R> Parked<R> {
             self.deadlines.push(Reverse((deadline, seq, key)));
         }
         key
+    }
+
+    /// Parks a watch of `caller` on `tubes`, in a group of its own (returned): served like a
+    /// take, answered without taking.
+    pub fn park_watch(&mut self, caller: Caller, tubes: &[TubeIx], reply: R) -> u64
+    where
+        R: Copy,
+    {
+        let group = self.new_group();
+        for &tube in tubes {
+            let key = self.park(caller, tube, reply, Micros::MAX, group);
+            self.takes[key].wake_only = true;
+        }
+        group
     }
 
     fn live(&self, key: usize, seq: u64) -> bool {

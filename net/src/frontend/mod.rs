@@ -9,6 +9,7 @@
 pub mod beanstalk;
 pub mod http;
 pub mod iproto;
+pub mod link;
 
 use std::time::Instant;
 
@@ -24,6 +25,11 @@ use crate::core::{Command, Outcome, Pauses, Refusal};
 pub enum ReplyTo {
     Iproto(iproto::Reply),
     Beanstalk(beanstalk::Reply),
+    /// A command another node of a sharded cluster forwarded.
+    Link(link::Reply),
+    /// Answered to the loop itself (a sharded cluster's router gathering a whole tube's
+    /// figures, or a watch), never to a connection: the token says which of its questions.
+    Router(u64),
     Http(http::Reply),
 }
 
@@ -32,6 +38,9 @@ pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
     match to {
         ReplyTo::Iproto(r) => iproto::encode(out, r, outcome),
         ReplyTo::Beanstalk(r) => beanstalk::encode(out, r, outcome),
+        ReplyTo::Link(r) => link::encode(out, r, outcome),
+        // The loop takes these before any encoding.
+        ReplyTo::Router(_) => {}
         ReplyTo::Http(r) => http::encode(out, r, outcome),
     }
 }
@@ -129,6 +138,15 @@ pub trait Loop {
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
 
+    /// Connection `idx` becomes a link another node forwards its clients' calls on (answered
+    /// on `sync`), or is refused when this node is no sharded cluster's.
+    fn start_link(&mut self, idx: usize, sync: u64);
+    /// Link `idx`'s own state (`None` unless it is a link).
+    fn link_conn(&mut self, idx: usize) -> Option<&mut link::LinkConn>;
+    /// A new engine session (for a forwarding node's session).
+    fn new_session(&mut self) -> SessionId;
+    /// [`dispatch`](Self::dispatch) for session `sid` of connection `idx` (a link's).
+    fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>);
     /// The HTTP front-end's server-wide counts.
     fn http(&mut self) -> &mut http::HttpState;
     /// Connection `idx`'s HTTP state (`None` unless it is an HTTP connection).

@@ -58,6 +58,33 @@ pub(crate) struct ClusterNode {
 }
 
 impl ClusterNode {
+    /// The placement and the replica sets as last read.
+    pub fn map(
+        &self,
+    ) -> (
+        std::sync::Arc<tarq_cluster::Placement>,
+        Vec<tarq_cluster::SetView>,
+    ) {
+        (self.handle.placement(), self.handle.overview().sets)
+    }
+
+    pub fn placement_fence(&self) -> tarq_cluster::PlacementFence {
+        self.handle.placement_fence()
+    }
+
+    /// Asks etcd to place a new tube; answered by `PlacementDone` with `token`.
+    pub fn create_tube(
+        &self,
+        token: u64,
+        name: &str,
+        kind: &str,
+        options: serde_json::Value,
+        partitions: u16,
+    ) {
+        self.handle
+            .create_tube(token, name, kind, options, partitions);
+    }
+
     pub fn start(
         config: tarq_cluster::Config,
         waker: std::sync::Arc<mio::Waker>,
@@ -125,6 +152,13 @@ impl Server {
                 EventKind::BecameLeader { term } => self.promote(term),
                 EventKind::Follow { leader, addr, term } => self.follow(leader, addr, term),
                 EventKind::Deposed { term, reason, .. } => self.deposed(term, reason),
+                EventKind::MapChanged { .. } => {
+                    let (placement, sets) = self.cluster_mut().map();
+                    self.shards_map_changed(placement, &sets);
+                }
+                EventKind::PlacementDone { token, result } => {
+                    self.shards_placement_done(token, result)
+                }
                 kind => {
                     let c = self.cluster_mut();
                     match kind {

@@ -405,6 +405,9 @@ pub enum Protocol {
     Relay(Box<super::relay::Relay>),
     /// The beanstalk port.
     Beanstalk(Box<crate::frontend::beanstalk::BsConn>),
+    /// Another node of a sharded cluster forwarding its clients' calls: an IPROTO connection
+    /// after its `tarq.link` call.
+    Link(Box<crate::frontend::link::LinkConn>),
     /// The HTTP port (web console, JSON API, `/metrics`).
     Http(Box<crate::frontend::http::HttpConn>),
 }
@@ -451,6 +454,14 @@ impl Conn {
     pub fn relay_mut(&mut self) -> Option<&mut super::relay::Relay> {
         match &mut self.proto {
             Protocol::Relay(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Its link state, once another node forwards on it.
+    pub fn link_mut(&mut self) -> Option<&mut crate::frontend::link::LinkConn> {
+        match &mut self.proto {
+            Protocol::Link(l) => Some(l),
             _ => None,
         }
     }

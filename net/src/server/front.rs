@@ -12,10 +12,11 @@ use crate::config::Config;
 use tarq_iproto::auth::SCRAMBLE_LEN;
 use tarq_iproto::greeting::SALT_LEN;
 
-use crate::core::{Command, Outcome, Pauses, Refusal};
+use crate::core::{Caller, Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
 use crate::frontend::http::{HttpConn, HttpState};
 use crate::frontend::iproto::IprotoState;
+use crate::frontend::link::LinkConn;
 use crate::frontend::{self, ReplyTo};
 use tarq_ops::live::Live;
 
@@ -176,6 +177,24 @@ impl frontend::Loop for Server {
 
     fn cluster_overview(&mut self) -> rmpv::Value {
         Server::cluster_overview(self)
+    }
+
+    fn start_link(&mut self, idx: usize, sync: u64) {
+        Server::start_link(self, idx, sync);
+    }
+
+    fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {
+        self.conns.get_mut(idx).and_then(|c| c.link_mut())
+    }
+
+    fn new_session(&mut self) -> SessionId {
+        Server::new_session(self)
+    }
+
+    fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>) {
+        let caller = Caller::new(idx, self.conns[idx].gen, sid);
+        let (core, mut wire) = self.split();
+        core.execute(caller, reply, cmd, &mut wire);
     }
 
     fn http(&mut self) -> &mut HttpState {

@@ -10,6 +10,7 @@ use tarq_engine::{Stats, TubeIx};
 
 use super::cluster::ClusterNode;
 use super::conn::Conn;
+use super::shards::Digest;
 use super::{mark_flush, Server};
 use crate::core::{Caller, Command, Core, Host, Outcome, Refusal};
 use crate::frontend::beanstalk::BeanstalkState;
@@ -54,11 +55,16 @@ pub(super) struct Wire<'a> {
     pub read_again: &'a mut Vec<usize>,
     pub beanstalk: &'a mut BeanstalkState,
     pub role: Role<'a>,
+    /// Outcomes answered to the router (`ReplyTo::Router`), for it to take after the call.
+    pub routed: &'a mut Vec<(u64, Digest)>,
 }
 
 impl Host<ReplyTo> for Wire<'_> {
     #[inline]
     fn deliver(&mut self, to: Caller, reply: ReplyTo, outcome: &Outcome<'_>) {
+        if let ReplyTo::Router(token) = reply {
+            return self.routed.push((token, Digest::of(outcome)));
+        }
         deliver_to(self.conns, self.flush, to.slot(), reply, outcome);
     }
 
@@ -122,6 +128,7 @@ impl Server {
             flush: &mut self.flush_list,
             read_again: &mut self.read_again,
             beanstalk: &mut self.beanstalk,
+            routed: &mut self.routed,
             role: Role {
                 cluster: self.cluster.as_ref(),
                 replica_of: &self.cfg.replica_of,
@@ -150,9 +157,20 @@ impl Server {
     /// Runs a front-end's command for connection `idx` in the core, answered through `reply`.
     #[inline]
     pub(crate) fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
+        let cmd = if self.shards.is_some() {
+            match self.route(idx, reply, cmd) {
+                Some(cmd) => cmd,
+                None => return,
+            }
+        } else {
+            cmd
+        };
         let caller = self.caller(idx);
         let (core, mut wire) = self.split();
         core.execute(caller, reply, cmd, &mut wire);
+        if !self.routed.is_empty() {
+            self.take_routed();
+        }
     }
 
     /// Encodes `outcome` into connection `idx`'s replies, queued for this turn's flush.

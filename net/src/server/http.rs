@@ -101,11 +101,14 @@ impl Server {
     fn sample_and_send(&mut self) {
         let queue = self.core.queue();
         let second = self.now / 1_000_000;
+        // A partitioned tube's other partitions share its name: they count in the whole
+        // queue's figures, and a tube's own are its first partition's (the one named).
         self.http.live.sample(
             second,
-            queue
-                .tubes()
-                .map(|t| (t.name, queue.tube_stats(t.ix).unwrap_or_default())),
+            queue.tubes().map(|t| {
+                let name = (t.opts.part == 0).then_some(t.name);
+                (name, queue.tube_stats(t.ix).unwrap_or_default())
+            }),
         );
         let conns = &self.conns;
         self.http.streams.retain(|&(idx, gen)| {
@@ -155,13 +158,14 @@ impl Server {
 
     /// Open connections by protocol, and the event streams among the HTTP ones.
     pub(crate) fn connection_counts(&self) -> serde_json::Value {
-        let (mut iproto, mut relays, mut beanstalk, mut web) = (0u64, 0u64, 0u64, 0u64);
+        let (mut iproto, mut relays, mut beanstalk, mut web, mut links) = (0u64, 0, 0, 0, 0);
         for (_, c) in &self.conns {
             match c.proto {
                 super::conn::Protocol::Iproto { .. } => iproto += 1,
                 super::conn::Protocol::Relay(_) => relays += 1,
                 super::conn::Protocol::Beanstalk(_) => beanstalk += 1,
                 super::conn::Protocol::Http(_) => web += 1,
+                super::conn::Protocol::Link(_) => links += 1,
             }
         }
         serde_json::json!({
@@ -170,6 +174,7 @@ impl Server {
             "replicas": relays,
             "beanstalk": beanstalk,
             "http": web,
+            "shard_links": links,
             "event_streams": self.http.streams.len(),
         })
     }

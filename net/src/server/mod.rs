@@ -24,6 +24,7 @@ pub mod limits;
 mod relay;
 pub mod reload;
 mod replica;
+mod shards;
 mod sync;
 mod systemd;
 mod timers;
@@ -49,6 +50,7 @@ use crate::frontend::beanstalk::{Beanstalk, BsConn};
 use crate::frontend::http::Http;
 use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
 use crate::frontend::iproto::{Iproto, IprotoState};
+use crate::frontend::link::Link;
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{
@@ -186,6 +188,10 @@ pub struct Server {
     /// closes), registered by their owners.
     timers: Timers,
     next_sid: u64,
+    /// A sharded cluster's router (`--replica-set`).
+    shards: Option<shards::Shards>,
+    /// Outcomes the core answered to the router this call (`ReplyTo::Router`).
+    routed: Vec<(u64, shards::Digest)>,
     next_gen: u32,
     /// The wall and the monotonic clocks.
     clock: LoopClock,
@@ -254,6 +260,13 @@ impl Server {
             )?),
             None => None,
         };
+        let shards = match (&cfg.cluster, &cluster) {
+            (Some(c), Some(node)) if c.election.replica_set.is_some() => {
+                let set = c.election.replica_set.clone().unwrap_or_default();
+                Some(shards::Shards::new(set, node.placement_fence()))
+            }
+            _ => None,
+        };
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         let mut server = Server {
             poll,
@@ -276,6 +289,8 @@ impl Server {
             engine_behind: false,
             timers: Timers::default(),
             next_sid: 1,
+            shards,
+            routed: Vec::new(),
             next_gen: 0,
             clock,
             now,
@@ -442,6 +457,7 @@ impl Server {
             http::HTTP_LISTENER => self.accept_all(Proto::Http),
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
+            Token(t) if shards::Shards::owns_token(t) => self.link_ready(t),
             t if Ops::owns(t) => {
                 self.ops.on_event(ev, self.now, &mut self.limits);
                 self.timers.set(Timer::Ops, self.ops.next_timer());
@@ -683,6 +699,10 @@ impl Server {
             ),
             (Timer::Linger, self.next_linger()),
             (Timer::Ops, self.ops.next_timer()),
+            (
+                Timer::Shards,
+                self.shards.as_ref().and_then(shards::Shards::next_deadline),
+            ),
         ];
         for (timer, at) in truth {
             assert_eq!(
@@ -895,6 +915,11 @@ impl Server {
             self.timers.set(Timer::Linger, self.next_linger());
         }
 
+        if self.shards.is_some() {
+            // Watches answered while the turn served others' calls, and waits that ran out.
+            self.take_routed();
+            self.expire_waiters();
+        }
         if self.http.listener.is_some() {
             self.live_tick();
         }
@@ -905,6 +930,9 @@ impl Server {
         }
         // Before the commit, so a tube's drop is in this turn's batch.
         self.collect_tubes();
+        if self.shards.is_some() {
+            self.flush_links();
+        }
 
         self.commit_and_flush();
     }
@@ -1038,7 +1066,12 @@ impl Server {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
-                    Iproto::new(self).execute(idx, &data[used + f.prefix..used + f.total()]);
+                    let frame = &data[used + f.prefix..used + f.total()];
+                    if matches!(self.conns[idx].proto, Protocol::Link(_)) {
+                        Link::new(self).execute(idx, frame);
+                    } else {
+                        Iproto::new(self).execute(idx, frame);
+                    }
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());
@@ -1226,6 +1259,13 @@ impl Server {
             self.http.state.connections -= 1;
         }
         self.drop_input(idx);
+        // A link's sessions are its forwarding node's clients': theirs go back to ready too.
+        let link_sessions: Vec<SessionId> = (self.conns[idx].link_mut())
+            .map(|l| l.sessions().collect())
+            .unwrap_or_default();
+        for s in link_sessions {
+            self.release_session(s);
+        }
         let released = match self.iproto.sessions.detach(sid, uuid, self.mono) {
             OnClose::Release(sid) => self.release_session(sid),
             OnClose::Keep => 0,
@@ -1240,6 +1280,7 @@ impl Server {
         if self.cfg.null {
             return 0;
         }
+        self.shards_session_ended(sid);
         let leads = self.leads();
         let (core, mut wire) = self.split();
         core.release_session(sid, leads, &mut wire)

@@ -22,11 +22,13 @@ pub enum Timer {
     Linger,
     /// The operator's reports (wall clock).
     Ops,
+    /// The soonest deadline of a take waiting across a sharded tube's partitions.
+    Shards,
     /// The web console's per-second sample of the live figures and its events.
     Live,
 }
 
-const TIMERS: usize = 6;
+const TIMERS: usize = 7;
 
 impl Timer {
     const ALL: [Timer; TIMERS] = [
@@ -35,6 +37,7 @@ impl Timer {
         Timer::AcceptPause,
         Timer::Linger,
         Timer::Ops,
+        Timer::Shards,
         Timer::Live,
     ];
 

@@ -131,6 +131,8 @@ pub struct Node {
     _port: Refusing,
     pub tarq: Option<Tarq>,
     dir: Option<tempfile::TempDir>,
+    /// Flags of this node's own (its replica set).
+    own: Vec<String>,
 }
 
 /// A cluster of tarq nodes on one etcd.
@@ -154,6 +156,7 @@ impl Nodes {
                         _port: port,
                         tarq: None,
                         dir: Some(tempfile::tempdir().unwrap()),
+                        own: Vec::new(),
                     }
                 })
                 .collect(),
@@ -163,6 +166,52 @@ impl Nodes {
             nodes.start_node(i);
         }
         nodes
+    }
+
+    /// Starts the replica sets `sets` (name, nodes) of one sharded cluster: node `<set><i>`
+    /// with `--replica-set <set>` and `extra`, in the order given.
+    pub fn start_sets(etcd: &Etcd, sets: &[(&str, usize)], extra: &[&str]) -> Nodes {
+        let mut nodes = Nodes {
+            etcd_url: etcd.url.clone(),
+            nodes: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for (set, n) in sets {
+            for i in 0..*n {
+                let port = Refusing::reserve();
+                nodes.nodes.push(Node {
+                    name: format!("{set}{i}"),
+                    addr: port.addr,
+                    _port: port,
+                    tarq: None,
+                    dir: Some(tempfile::tempdir().unwrap()),
+                    own: vec!["--replica-set".into(), set.to_string()],
+                });
+            }
+        }
+        for i in 0..nodes.nodes.len() {
+            nodes.start_node(i);
+        }
+        nodes
+    }
+
+    /// The node among `among` that says it leads its set.
+    pub fn leader_among(&self, among: &[usize]) -> Option<usize> {
+        among.iter().copied().find(|&i| {
+            self.nodes[i].tarq.is_some()
+                && self
+                    .overview(i)
+                    .is_some_and(|o| str_field(&o, "role") == "leader")
+        })
+    }
+
+    pub fn wait_leader_among(&self, among: &[usize]) -> usize {
+        let mut found = None;
+        wait_for("a leader of the set", || {
+            found = self.leader_among(among);
+            found.is_some()
+        });
+        found.unwrap()
     }
 
     pub fn start_node(&mut self, i: usize) {
@@ -185,6 +234,7 @@ impl Nodes {
             "2",
         ];
         args.extend(self.extra.iter().map(String::as_str));
+        args.extend(node.own.iter().map(String::as_str));
         node.tarq = Some(Tarq::start_with_args(dir, &args));
     }
 

@@ -458,6 +458,9 @@ const TEMPORARY: u8 = 8;
 const HAS_COUNTS: u8 = 16;
 /// Tube options, version 4: made on demand by beanstalk's `use` / `watch`.
 const ON_DEMAND: u8 = 32;
+/// Tube options, version 4: a partition after its tube's first (`TubeOptions::part`); its
+/// number follows the tube's numbering as a u16.
+const PART: u8 = 64;
 
 fn counts_bytes(c: &JobCounts) -> [u8; COUNTS_BYTES] {
     let mut b = [0u8; COUNTS_BYTES];
@@ -605,7 +608,8 @@ pub fn encode_tube(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     let flags = if o.ttl.is_some() { HAS_TTL } else { 0 }
         | if o.ttr.is_some() { HAS_TTR } else { 0 }
         | if o.temporary { TEMPORARY } else { 0 }
-        | if o.on_demand { ON_DEMAND } else { 0 };
+        | if o.on_demand { ON_DEMAND } else { 0 }
+        | if o.part > 0 { PART } else { 0 };
     buf.extend_from_slice(&t.ix.to_le_bytes());
     buf.push(kind_byte(t.kind));
     buf.push(flags);
@@ -621,6 +625,9 @@ pub fn encode_tube(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     buf.extend_from_slice(&t.numbers.next.to_le_bytes());
     buf.extend_from_slice(&t.numbers.legacy_below.to_le_bytes());
     buf.extend_from_slice(&t.numbers.first.to_le_bytes());
+    if o.part > 0 {
+        buf.extend_from_slice(&o.part.to_le_bytes());
+    }
 }
 
 /// A tube's numbering at the end of its entry (version 4): next number, `legacy_below`,
@@ -780,6 +787,7 @@ impl<'a> Body<'a> {
         } else {
             TubeNumbers::default()
         };
+        let part = if flags & PART != 0 { self.u16()? } else { 0 };
         let opts = TubeOptions {
             ttl: (flags & HAS_TTL != 0).then_some(ttl),
             ttr: (flags & HAS_TTR != 0).then_some(ttr),
@@ -789,6 +797,7 @@ impl<'a> Body<'a> {
             dedup_window,
             temporary: flags & TEMPORARY != 0,
             on_demand: flags & ON_DEMAND != 0,
+            part,
         };
         Ok(StoredTube {
             ix,

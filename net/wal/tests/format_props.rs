@@ -113,13 +113,13 @@ proptest! {
     fn a_tube_and_a_dedup_key_decode_to_themselves(
         ix in any::<u16>(), kind in 0usize..5, ttl in any::<Option<u64>>(), ttr in any::<Option<u64>>(),
         pri in any::<i64>(), capacity in any::<u64>(), max_deliveries in any::<u16>(),
-        dedup_window in any::<u64>(), temporary in any::<bool>(), on_demand in any::<bool>(),
+        dedup_window in any::<u64>(), temporary in any::<bool>(), on_demand in any::<bool>(), part in any::<u16>(),
         name in "[a-z0-9_]{1,200}",
         key in proptest::collection::vec(any::<u8>(), 0..=256), id in any::<u64>(), expires in any::<u64>(),
         next in any::<u64>(), legacy_below in any::<u64>(), first in any::<u64>(),
     ) {
         let kinds = [TubeType::Fifo, TubeType::FifoTtl, TubeType::LimFifoTtl, TubeType::Utube, TubeType::UtubeTtl];
-        let opts = TubeOptions { ttl, ttr, pri, capacity, max_deliveries, dedup_window, temporary, on_demand };
+        let opts = TubeOptions { ttl, ttr, pri, capacity, max_deliveries, dedup_window, temporary, on_demand, part };
         let numbers = TubeNumbers { next, legacy_below, first };
         let info = TubeInfo { ix, name: &name, kind: kinds[kind], opts, numbers };
         let mut buf = Vec::new();

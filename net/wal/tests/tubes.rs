@@ -144,6 +144,7 @@ impl Driver {
             temporary: false,
             // From the create count, not the generator: the workload stays as it was.
             on_demand: self.n.is_multiple_of(4),
+            ..TubeOptions::default()
         };
         let _ = q.create_tube(&format!("t{}", self.n), kind, opts);
     }

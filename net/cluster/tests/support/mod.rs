@@ -145,6 +145,21 @@ impl Etcd {
     }
 }
 
+impl Etcd {
+    /// Writes `value` as JSON under `key`, straight through etcd's gateway, as an operator's
+    /// `etcdctl put` would.
+    pub fn put_json(&self, key: &str, value: &serde_json::Value) {
+        let body = serde_json::json!({
+            "key": B64.encode(key),
+            "value": B64.encode(value.to_string()),
+        })
+        .to_string();
+        ureq::post(format!("{}/v3/kv/put", self.client_url))
+            .send(body)
+            .expect("put request");
+    }
+}
+
 trait ReadJson {
     fn read_json_value(&mut self) -> serde_json::Value;
 }

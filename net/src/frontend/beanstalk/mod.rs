@@ -307,7 +307,7 @@ impl<L: Loop> Beanstalk<'_, L> {
                 self.l.collect_tubes();
                 self.l.reply_with_queue(idx, &mut |out, q| {
                     tarq_beanstalk::ok_yaml(out, |o| {
-                        tarq_beanstalk::write_list(o, q.tubes().map(|t| t.name))
+                        tarq_beanstalk::write_list(o, q.named_tubes().map(|t| t.name))
                     })
                 })
             }

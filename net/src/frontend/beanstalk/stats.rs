@@ -113,7 +113,7 @@ impl<L: Loop> Beanstalk<'_, L> {
         let os = read_proc("/proc/sys/kernel/version");
         let id = format!("{:016x}", self.l.server_id());
         let mut urgent = 0;
-        for t in self.l.queue().tubes() {
+        for t in self.l.queue().named_tubes() {
             urgent += self.l.queue().ready_urgent(t.ix).unwrap_or(0);
         }
         let b = &*self.state();

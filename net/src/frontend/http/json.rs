@@ -5,7 +5,7 @@
 
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
-use tarq_engine::{number_from, Micros, QueueError, Stats, Status, TaskRef, TubeInfo};
+use tarq_engine::{number_from, Micros, QueueError, Stats, Status, TaskRef, TubeInfo, TubeIx};
 use tarq_ops::live::Sample;
 
 use super::response;
@@ -233,14 +233,15 @@ pub fn status_of(e: &Refusal) -> u16 {
         },
         Refusal::Consumers => 409,
         Refusal::Journal(_) | Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => 503,
+        Refusal::Shards(_) => 503,
         Refusal::TooManyParked | Refusal::NoSnapshots => 400,
     }
 }
 
 /// The text a refusal is worded with: the tube API's.
-pub fn error_text(e: &Refusal, first: u64) -> String {
+pub fn error_text(e: &Refusal, tube: TubeIx, first: u64) -> String {
     match e {
-        Refusal::Queue(q) => text(Style::Tube, first, q),
+        Refusal::Queue(q) => text(Style::Tube, tube, first, q),
         other => refusal_text(other),
     }
 }
@@ -257,7 +258,9 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
             json!({ "task": { "id": number, "status": "done" }, "deduplicated": true }),
         ),
         Outcome::Count(n) => (200, json!({ "kicked": n })),
-        Outcome::Ok | Outcome::Nothing | Outcome::Dropped => (200, json!({ "ok": true })),
+        Outcome::Ok | Outcome::Nothing | Outcome::Dropped | Outcome::Ready(_) => {
+            (200, json!({ "ok": true }))
+        }
         Outcome::Tube(t) => (
             ok,
             json!({ "name": t.name, "type": t.kind.as_str(), "options": options(t) }),
@@ -267,7 +270,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Outcome::ServerStats(_) | Outcome::Text(_) => (200, json!({ "ok": true })),
         Outcome::Error(e) => {
             let status = status_of(e);
-            let why = error_text(e, r.first);
+            let why = error_text(e, r.tube, r.first);
             (status, json!({ "error": why, "status": status }))
         }
     };
@@ -306,13 +309,13 @@ mod tests {
     fn refusals_map_to_statuses_with_the_tube_apis_words() {
         let e = Refusal::Queue(QueueError::TubeExists("q".into()));
         assert_eq!(
-            (status_of(&e), error_text(&e, 0)),
+            (status_of(&e), error_text(&e, 0, 0)),
             (409, "Space 'q' already exists".into())
         );
         let e = Refusal::ReadOnly("10.0.0.1:3301".into());
         assert_eq!(status_of(&e), 503);
         assert_eq!(
-            error_text(&e, 0),
+            error_text(&e, 0, 0),
             "read-only replica: the primary is 10.0.0.1:3301"
         );
     }

@@ -58,6 +58,8 @@ pub const MAX_EVENT_STREAMS: usize = 64;
 pub struct Reply {
     pub answer: Answer,
     pub close: bool,
+    /// The tube the request named (errors name its tasks by their number in it).
+    pub tube: tarq_engine::TubeIx,
     pub first: u64,
 }
 

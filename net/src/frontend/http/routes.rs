@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use serde_json::{json, Value};
-use tarq_engine::{Micros, Status, TubeIx, TubeOptions, TubePut, TubeType};
+use tarq_engine::{Micros, Status, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE};
 
 use super::json::{self, Answer};
 use super::response::{self, error_response, Head};
@@ -154,10 +154,11 @@ impl<'r, L: Loop> Request<'r, L> {
         self.send(status, "application/json", v.to_string().as_bytes());
     }
 
-    fn reply(&self, answer: Answer, first: u64) -> ReplyTo {
+    fn reply(&self, answer: Answer, tube: TubeIx, first: u64) -> ReplyTo {
         ReplyTo::Http(Reply {
             answer,
             close: self.head.close,
+            tube,
             first,
         })
     }
@@ -365,7 +366,7 @@ impl<'r, L: Loop> Request<'r, L> {
             }
             Err(e) => {
                 let e = crate::core::Refusal::Queue(e);
-                refused(json::status_of(&e), json::error_text(&e, first))
+                refused(json::status_of(&e), json::error_text(&e, t, first))
             }
         }
     }
@@ -393,7 +394,7 @@ impl<'r, L: Loop> Request<'r, L> {
         let kind = b["type"].as_str().unwrap_or("fifottl");
         let kind = TubeType::parse(kind).map_err(|e| {
             let e = crate::core::Refusal::Queue(e);
-            (400, json::error_text(&e, 0))
+            (400, json::error_text(&e, DEFAULT_TUBE, 0))
         })?;
         let o = &b["options"];
         let o = if o.is_object() { o } else { &b };
@@ -407,14 +408,20 @@ impl<'r, L: Loop> Request<'r, L> {
             dedup_window: seconds(o, "dedup_window")?.unwrap_or(0),
             temporary: o["temporary"].as_bool().unwrap_or(false),
             on_demand: false,
+            part: 0,
         };
+        let partitions = integer(o, "partitions")?.unwrap_or(1);
+        if !(1..=i64::from(u16::MAX)).contains(&partitions) {
+            return refused(400, format!("partitions {partitions}: 1 or more"));
+        }
         let cmd = Command::CreateTube {
             name,
             kind,
             opts,
             if_not_exists: b["if_not_exists"].as_bool().unwrap_or(false),
+            partitions: partitions as u16,
         };
-        let reply = self.reply(Answer::Created, 0);
+        let reply = self.reply(Answer::Created, DEFAULT_TUBE, 0);
         self.l.dispatch(self.idx, reply, cmd);
         Ok(())
     }
@@ -457,7 +464,7 @@ impl<'r, L: Loop> Request<'r, L> {
             opts,
             wait: 0,
         };
-        let reply = self.reply(Answer::Put, first);
+        let reply = self.reply(Answer::Put, t, first);
         self.l.dispatch(self.idx, reply, cmd);
         Ok(())
     }
@@ -507,7 +514,7 @@ impl<'r, L: Loop> Request<'r, L> {
             "truncate" => (Answer::Ok, Command::Truncate { tube }),
             _ => (Answer::Ok, Command::DropTube { tube }),
         };
-        let reply = self.reply(answer, first);
+        let reply = self.reply(answer, tube, first);
         self.l.dispatch(self.idx, reply, cmd);
         Ok(())
     }
@@ -529,12 +536,12 @@ impl<'r, L: Loop> Request<'r, L> {
                 // kick-job finds a task in any tube: this one must be the tube's.
                 if let Err(e) = queue.peek(tube, id) {
                     let e = crate::core::Refusal::Queue(e);
-                    return refused(json::status_of(&e), json::error_text(&e, first));
+                    return refused(json::status_of(&e), json::error_text(&e, tube, first));
                 }
                 (Answer::Task, Command::KickTask { id })
             }
         };
-        let reply = self.reply(answer, first);
+        let reply = self.reply(answer, tube, first);
         self.l.dispatch(self.idx, reply, cmd);
         Ok(())
     }

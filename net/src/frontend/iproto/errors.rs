@@ -10,7 +10,7 @@
 //! own refusals are worded here too: a replica's is the stable `read-only replica: the primary
 //! is ADDR` that clients parse to find the primary (`tarq_client`'s `primary_in`).
 
-use tarq_engine::{number_from, Hold, QueueError};
+use tarq_engine::{number_from, Hold, QueueError, TubeIx};
 use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_READONLY};
 use tarq_iproto::response;
 
@@ -28,14 +28,14 @@ pub(super) fn error(out: &mut Vec<u8>, r: Reply, e: &Refusal) {
 /// The code and text of the error reply to `r` that refuses with `e`.
 fn wording(r: Reply, e: &Refusal) -> (u32, String) {
     match e {
-        Refusal::Queue(e) => (ER_PROC_LUA, text(r.style, r.first, e)),
+        Refusal::Queue(e) => (ER_PROC_LUA, text(r.style, r.tube, r.first, e)),
         // A server without a WAL has no snapshot call at all, as Tarantool would have none.
         Refusal::NoSnapshots => {
             let missing = CallError::NoSuchProc(calls::SNAPSHOT.to_string());
             (ER_NO_SUCH_PROC, missing.to_string())
         }
         Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => (ER_READONLY, refusal_text(e)),
-        Refusal::Journal(_) | Refusal::TooManyParked | Refusal::Consumers => {
+        Refusal::Journal(_) | Refusal::TooManyParked | Refusal::Consumers | Refusal::Shards(_) => {
             (ER_PROC_LUA, refusal_text(e))
         }
     }
@@ -46,7 +46,7 @@ pub fn refusal_text(e: &Refusal) -> String {
     match e {
         Refusal::ReadOnly(primary) => format!("read-only replica: the primary is {primary}"),
         Refusal::NoPrimary(why) => format!("read-only replica: no primary now: {why}"),
-        Refusal::Journal(why) => why.clone(),
+        Refusal::Journal(why) | Refusal::Shards(why) => why.clone(),
         Refusal::TooManyParked => {
             format!("Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}")
         }
@@ -57,8 +57,8 @@ pub fn refusal_text(e: &Refusal) -> String {
 }
 
 /// The text a client of `style` reads for `e`. A task the tube API does not find is named by
-/// its number in the tube, which numbers from `first` ([`Reply::first`]).
-pub(crate) fn text(style: Style, first: u64, e: &QueueError) -> String {
+/// its number in `tube`, which numbers from `first` ([`Reply::first`]).
+pub(crate) fn text(style: Style, tube: TubeIx, first: u64, e: &QueueError) -> String {
     use QueueError as E;
     // Only the seed's own calls are worded as the seed's; an EVAL and a batch item are the
     // tube API's.
@@ -82,7 +82,7 @@ pub(crate) fn text(style: Style, first: u64, e: &QueueError) -> String {
         } if seed => format!("Task {id} taken by {owner}. Not you ({caller})"),
         // ...the original one thing for all of them.
         E::NotHeld { .. } => "Task was not taken".to_owned(),
-        E::NotInTube { id, tube } => format!("Task {} not found", number_from(*tube, first, *id)),
+        E::NotInTube { id, .. } => format!("Task {} not found", number_from(tube, first, *id)),
         E::UnknownTubeType(kind) => format!("Unknown tube type {kind}"),
         E::TubeExists(name) => format!("Space '{name}' already exists"),
         E::TubeNotFound(_) => "Tube not found".to_owned(),
@@ -118,9 +118,10 @@ mod tests {
 
     use super::*;
 
-    /// Fails unless a client of `style` reads `want` for `e` (in a tube numbering from 0).
+    /// Fails unless a client of `style` reads `want` for `e` (a call naming tube 2, which
+    /// numbers from 0).
     fn check(style: Style, e: QueueError, want: &str) {
-        assert_eq!(text(style, 0, &e), want, "{style:?}, {e:?}");
+        assert_eq!(text(style, 2, 0, &e), want, "{style:?}, {e:?}");
     }
 
     fn not_held(id: u64, caller: u64, hold: Hold) -> QueueError {
@@ -159,7 +160,7 @@ mod tests {
         );
         check(t, e(99), "Task 99 not found");
         // Counted from the tube's first number.
-        let from_5 = text(t, 5, &e(task_id(2, 9)));
+        let from_5 = text(t, 2, 5, &e(task_id(2, 9)));
         assert_eq!(from_5, "Task 4 not found");
     }
 

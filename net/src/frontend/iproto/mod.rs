@@ -11,7 +11,7 @@ pub mod tostring;
 mod tube_api;
 pub mod tubes;
 
-use tarq_engine::TaskRef;
+use tarq_engine::{TaskRef, TubeIx};
 use tarq_iproto::codes::*;
 use tarq_iproto::mp::write;
 use tarq_iproto::request::{self, RequestKind};
@@ -24,14 +24,17 @@ use errors::error;
 use sessions::TubeSessions;
 
 /// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
-/// wrapped as tuples), which API's shapes to use, and, for the tube API, the number the
-/// tube's first task got (`TubeNumbers::first`), read once when the call is decoded so that
-/// showing a task's number in the tube (`tarq_engine::number_from`) needs no tube lookup.
+/// wrapped as tuples), which API's shapes to use, and, for the tube API, the tube the call
+/// named and the number its first task got (`TubeNumbers::first`), read once when the call is
+/// decoded so that showing a task's number in the tube (`tarq_engine::number_from`) needs no
+/// tube lookup. A task of another index (a partition after a sharded tube's first) is shown
+/// by its whole id, which names its partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
     pub sync: u64,
     pub call16: bool,
     pub style: Style,
+    pub tube: TubeIx,
     pub first: u64,
 }
 
@@ -207,6 +210,7 @@ impl<L: Loop> Iproto<'_, L> {
             sync,
             call16,
             style: Style::Seed,
+            tube: 0,
             first: 0,
         };
         if let Some(name) = tubes::split(&self.l.config().queue_namespace, function) {
@@ -215,6 +219,10 @@ impl<L: Loop> Iproto<'_, L> {
                 Err(e) => call_error(self.l.reply_buf(idx), sync, &e),
             }
             return;
+        }
+        if function == super::link::wire::LINK {
+            // Another node of a sharded cluster: its link front-end takes the connection.
+            return self.l.start_link(idx, sync);
         }
         if function == calls::CLUSTER {
             let overview = self.l.cluster_overview();
@@ -272,7 +280,7 @@ fn call_error(out: &mut Vec<u8>, sync: u64, e: &CallError) {
 /// Encodes `outcome` as the IPROTO reply `r` asks for.
 pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     match r.style {
-        Style::Item => return encode_item(out, r.first, outcome),
+        Style::Item => return encode_item(out, r, outcome),
         Style::Silent => {
             return match outcome {
                 Outcome::Error(e) => error(out, r, e),
@@ -286,7 +294,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     match outcome {
         Outcome::Task(t) => seed_task(out, r, t),
         Outcome::Done(t) => seed_task(out, r, &t.as_ref()),
-        Outcome::Nothing | Outcome::Ok => response::empty_data(out, sync),
+        Outcome::Nothing | Outcome::Ok | Outcome::Ready(_) => response::empty_data(out, sync),
         Outcome::ServerStats(s) => one_value(out, r, |o| s.write_msgpack(o)),
         Outcome::Text(text) => one_value(out, r, |o| write::str(o, text)),
         Outcome::DoneId { id, .. } => one_value(out, r, |o| write::uint(o, *id)),
@@ -299,10 +307,10 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
 }
 
 /// One value of a batch: the task's tuple, or nil for anything else.
-fn encode_item(out: &mut Vec<u8>, first: u64, outcome: &Outcome<'_>) {
+fn encode_item(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     match outcome {
-        Outcome::Task(t) => tubes::write_task(out, t, first, false),
-        Outcome::Done(t) => tubes::write_task(out, &t.as_ref(), first, true),
+        Outcome::Task(t) => tubes::write_task(out, t, r.tube, r.first, false),
+        Outcome::Done(t) => tubes::write_task(out, &t.as_ref(), r.tube, r.first, true),
         _ => write::nil(out),
     }
 }
@@ -330,7 +338,7 @@ fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
 /// A task is a tuple: `[task]` over CALL and over CALL_16 alike.
 fn task_tuple(out: &mut Vec<u8>, r: Reply, t: &TaskRef<'_>, done: bool) {
     let start = response::begin_data(out, r.sync, 1);
-    tubes::write_task(out, t, r.first, done);
+    tubes::write_task(out, t, r.tube, r.first, done);
     response::finish(out, start);
 }
 

@@ -71,6 +71,7 @@ impl<L: Loop> Iproto<'_, L> {
         // with show their numbers, without another look at the tube.
         let numbers = self.l.queue().tube_numbers(tube);
         let r = Reply {
+            tube,
             first: numbers.first,
             ..r
         };
@@ -140,11 +141,13 @@ impl<L: Loop> Iproto<'_, L> {
                 kind,
                 opts,
                 if_not_exists,
+                partitions,
             } => Command::CreateTube {
                 name,
                 kind,
                 opts,
                 if_not_exists,
+                partitions,
             },
             TubeCall::Method { tube, method } => {
                 let Some(tube) = self.l.queue().tube_ix(tube) else {
@@ -180,7 +183,7 @@ impl<L: Loop> Iproto<'_, L> {
                 self.l.iproto().in_replicaset = in_replicaset;
                 // As the original: with temporary tubes present the mode stays off, logged.
                 if in_replicaset {
-                    let temporary: Vec<String> = (self.l.queue().tubes())
+                    let temporary: Vec<String> = (self.l.queue().named_tubes())
                         .filter(|t| t.opts.temporary)
                         .map(|t| t.name.to_string())
                         .collect();
@@ -276,6 +279,7 @@ impl<L: Loop> Iproto<'_, L> {
             sync,
             call16: false,
             style: Style::Silent,
+            tube: 0,
             first: 0,
         };
         if expr == create {
@@ -322,7 +326,7 @@ impl<L: Loop> Iproto<'_, L> {
         let tubes: Vec<_> = self
             .l
             .queue()
-            .tubes()
+            .named_tubes()
             .filter(|t| t.name != DEFAULT_TUBE_NAME)
             .map(|t| (t.name.to_owned(), t.ix))
             .collect();

@@ -7,7 +7,7 @@
 //! and executing are the loop's.
 
 use tarq_engine::{
-    Micros, ReleaseOptions, Stats, Status, TaskId, TaskRef, TubeInfo, TubeOptions, TubePut,
+    Micros, ReleaseOptions, Stats, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeOptions, TubePut,
     TubeType,
 };
 use tarq_iproto::mp::{write, Reader};
@@ -29,6 +29,7 @@ pub enum TubeCall<'a> {
         kind: TubeType,
         opts: TubeOptions,
         if_not_exists: bool,
+        partitions: u16,
     },
     Method {
         tube: &'a str,
@@ -220,13 +221,13 @@ fn optional_str<'a>(r: &mut Reader<'a>, n: u32, what: &str) -> Result<Option<&'a
 fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
     let name = optional_str(r, n, "tube name")?.ok_or_else(|| bad("tube name required"))?;
     let kind = match optional_str(r, n.saturating_sub(1), "tube type")? {
-        Some(t) => {
-            TubeType::parse(t).map_err(|e| bad(super::errors::text(super::Style::Tube, 0, &e)))?
-        }
+        Some(t) => TubeType::parse(t)
+            .map_err(|e| bad(super::errors::text(super::Style::Tube, 0, 0, &e)))?,
         None => return Err(bad("Unknown tube type nil")),
     };
     let mut opts = TubeOptions::default();
     let mut if_not_exists = false;
+    let mut partitions = 1;
     let mut vinyl = false;
     if n >= 3 {
         read_options(r, |name, r| {
@@ -242,6 +243,12 @@ fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError
                 "dedup_window" => opts.dedup_window = seconds(r, name, true)?,
                 "temporary" => opts.temporary = flag(r, name)?,
                 "if_not_exists" => if_not_exists = flag(r, name)?,
+                "partitions" => {
+                    partitions = u16::try_from(count(r, name)?)
+                        .ok()
+                        .filter(|&n| n >= 1)
+                        .ok_or_else(|| bad("option 'partitions' is 1 to 65535"))?
+                }
                 "engine" => vinyl = r.read_str().is_ok_and(|e| e == "vinyl"),
                 // The original passes the rest to its driver, which ignores what it does not
                 // know.
@@ -260,6 +267,7 @@ fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError
         kind,
         opts,
         if_not_exists,
+        partitions,
     })
 }
 
@@ -568,12 +576,12 @@ pub fn status_letter(s: Status) -> &'static str {
     }
 }
 
-/// A task as the original's tuple `[id, status, data]`, the id its number in its tube, whose
+/// A task as the original's tuple `[id, status, data]`, the id its number in `tube`, whose
 /// first task got number `first` (`tarq_engine::number_from`); `done` writes the `-` of an
 /// acked or deleted task.
-pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, first: u64, done: bool) {
+pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, tube: TubeIx, first: u64, done: bool) {
     write::array_len(out, 3);
-    write::uint(out, tarq_engine::number_from(t.tube, first, t.id));
+    write::uint(out, tarq_engine::number_from(tube, first, t.id));
     write::str(out, if done { "-" } else { status_letter(t.status) });
     out.extend_from_slice(t.data);
 }
@@ -863,6 +871,7 @@ mod tests {
             kind,
             opts,
             if_not_exists,
+            ..
         } = parse("queue", "queue.create_tube", &a, key())
             .unwrap()
             .unwrap()

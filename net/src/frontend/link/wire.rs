@@ -1,0 +1,200 @@
+//! What travels on a link between two nodes of a sharded cluster, in tarq's own IPROTO: every
+//! request is a CALL of [`ASK`] whose one argument is an [`Ask`] as MessagePack bytes (serde,
+//! `rmp-serde`), every answer an OK whose DATA is one [`Answer`] the same way. The commands are
+//! the core's own ([`Command`]), so a forwarded call runs on the owner exactly as a local one.
+//! A link starts with a CALL of [`LINK`] (after AUTH when the cluster has a password).
+
+use serde::{Deserialize, Serialize};
+use tarq_engine::{Stats, TaskId, TaskRef};
+
+use crate::core::{Command, Outcome, Refusal};
+
+/// The call that turns an IPROTO connection into a link.
+pub const LINK: &str = "tarq.link";
+/// The call that carries one [`Ask`].
+pub const ASK: &str = "tarq.ask";
+
+/// A forwarding node's request.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Ask<'a> {
+    /// Run `command` for the forwarding node's session `session` (its own number for it).
+    Run {
+        session: u64,
+        #[serde(borrow)]
+        command: Command<'a>,
+    },
+    /// The forwarding node's session `session` ended: what it holds here goes back to ready.
+    End { session: u64 },
+}
+
+/// An owner's answer: an [`Outcome`] of the kinds a forwarded command can have, tasks
+/// borrowing the reply frame.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Answer<'a> {
+    Task(#[serde(borrow)] TaskRef<'a>),
+    Done(#[serde(borrow)] TaskRef<'a>),
+    DoneId { id: TaskId, number: u64 },
+    Nothing,
+    Ready(u16),
+    Full,
+    Count(u64),
+    Ok,
+    Dropped,
+    TubeStats(Stats),
+    Text(String),
+    Error(Refusal),
+}
+
+impl<'a> Answer<'a> {
+    /// The answer for `outcome`; an outcome no forwarded command has (the server's figures, a
+    /// tube's description) travels as its debug text, never silently lost.
+    pub fn of(outcome: &'a Outcome<'_>) -> Answer<'a> {
+        match outcome {
+            Outcome::Task(t) => Answer::Task(*t),
+            Outcome::Done(t) => Answer::Done(t.as_ref()),
+            Outcome::DoneId { id, number } => Answer::DoneId {
+                id: *id,
+                number: *number,
+            },
+            Outcome::Nothing => Answer::Nothing,
+            Outcome::Ready(t) => Answer::Ready(*t),
+            Outcome::Full => Answer::Full,
+            Outcome::Count(n) => Answer::Count(*n),
+            Outcome::Ok => Answer::Ok,
+            Outcome::Dropped => Answer::Dropped,
+            Outcome::TubeStats(s) => Answer::TubeStats(*s),
+            Outcome::Text(t) => Answer::Text(t.clone()),
+            Outcome::Error(r) => Answer::Error(r.clone()),
+            Outcome::Tube(t) => Answer::Text(format!("tube {}", t.name)),
+            Outcome::ServerStats(_) => Answer::Text("server stats".into()),
+        }
+    }
+
+    /// The outcome to hand a front-end (a task that left the queue is copied).
+    pub fn outcome(self) -> Outcome<'a> {
+        match self {
+            Answer::Task(t) => Outcome::Task(t),
+            Answer::Done(t) => Outcome::Done(t.to_task()),
+            Answer::DoneId { id, number } => Outcome::DoneId { id, number },
+            Answer::Nothing => Outcome::Nothing,
+            Answer::Ready(t) => Outcome::Ready(t),
+            Answer::Full => Outcome::Full,
+            Answer::Count(n) => Outcome::Count(n),
+            Answer::Ok => Outcome::Ok,
+            Answer::Dropped => Outcome::Dropped,
+            Answer::TubeStats(s) => Outcome::TubeStats(s),
+            Answer::Text(t) => Outcome::Text(t),
+            Answer::Error(r) => Outcome::Error(r),
+        }
+    }
+}
+
+/// Appends a CALL of [`ASK`] carrying `ask`.
+pub fn write_ask(out: &mut Vec<u8>, sync: u64, ask: &Ask<'_>) {
+    let bytes = rmp_serde::to_vec(ask).expect("an ask always encodes");
+    let mut args = Vec::with_capacity(bytes.len() + 6);
+    rmp::encode::write_array_len(&mut args, 1).expect("a Vec grows");
+    rmp::encode::write_bin(&mut args, &bytes).expect("a Vec grows");
+    tarq_iproto::client::call(out, sync, ASK, &args);
+}
+
+/// The [`Ask`] in a CALL's arguments.
+pub fn read_ask(args: &[u8]) -> Result<Ask<'_>, String> {
+    let bin = one_bin(args)?;
+    rmp_serde::from_slice(bin).map_err(|e| format!("a link request that does not decode: {e}"))
+}
+
+/// Appends the answer to request `sync`.
+pub fn write_answer(out: &mut Vec<u8>, sync: u64, outcome: &Outcome<'_>) {
+    let bytes = rmp_serde::to_vec(&Answer::of(outcome)).expect("an answer always encodes");
+    let start = tarq_iproto::response::begin_data(out, sync, 1);
+    rmp::encode::write_bin(out, &bytes).expect("a Vec grows");
+    tarq_iproto::response::finish(out, start);
+}
+
+/// The [`Answer`] in a reply's DATA.
+pub fn read_answer(data: &[u8]) -> Result<Answer<'_>, String> {
+    let bin = one_bin(data)?;
+    rmp_serde::from_slice(bin).map_err(|e| format!("a link answer that does not decode: {e}"))
+}
+
+/// The one binary string in a one-item array.
+fn one_bin(mut data: &[u8]) -> Result<&[u8], String> {
+    let bad = |e: &dyn std::fmt::Display| format!("a link frame that is not [bin]: {e}");
+    match rmp::decode::read_array_len(&mut data) {
+        Ok(1) => {}
+        Ok(n) => return Err(format!("a link frame of {n} items, not 1")),
+        Err(e) => return Err(bad(&e)),
+    }
+    let len = rmp::decode::read_bin_len(&mut data).map_err(|e| bad(&e))? as usize;
+    data.get(..len)
+        .ok_or_else(|| "a link frame cut short".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarq_engine::{JobCounts, QueueError, Status, TubePut};
+
+    #[test]
+    fn an_ask_and_an_answer_decode_to_themselves() {
+        let command = Command::PutIn {
+            tube: 3,
+            data: &[0xa1, b'x'],
+            opts: TubePut {
+                utube: b"key",
+                ..TubePut::default()
+            },
+            wait: 0,
+        };
+        let mut out = Vec::new();
+        write_ask(
+            &mut out,
+            9,
+            &Ask::Run {
+                session: 5,
+                command,
+            },
+        );
+        let frame = &out[5..];
+        let req = tarq_iproto::request::decode(frame).unwrap();
+        let tarq_iproto::request::RequestKind::Call { function, args, .. } = req.kind else {
+            panic!("a CALL")
+        };
+        assert_eq!((req.sync, function), (9, ASK));
+        match read_ask(args).unwrap() {
+            Ask::Run {
+                session,
+                command: c,
+            } => assert_eq!((session, c), (5, command)),
+            other => panic!("{other:?}"),
+        }
+
+        let task = TaskRef {
+            id: 77,
+            status: Status::Taken,
+            runat: 0,
+            pri: 2,
+            ttl: None,
+            ttr: Some(5),
+            created: 1,
+            owner: Some(4),
+            data: &[0xa1, b'y'],
+            tube: 3,
+            deliveries: 1,
+            utube: Some(b"key"),
+            counts: JobCounts::default(),
+        };
+        for outcome in [
+            Outcome::Task(task),
+            Outcome::Nothing,
+            Outcome::Error(Refusal::Queue(QueueError::NotFound(77))),
+        ] {
+            let mut out = Vec::new();
+            write_answer(&mut out, 4, &outcome);
+            let resp = tarq_iproto::client::decode(&out[5..]).unwrap();
+            let back = read_answer(resp.data.unwrap()).unwrap().outcome();
+            assert_eq!(format!("{back:?}"), format!("{outcome:?}"));
+        }
+    }
+}

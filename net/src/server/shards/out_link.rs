@@ -1,0 +1,172 @@
+//! A link this node opened to another replica set's primary, to forward its clients' calls
+//! for the partitions that set owns: one non-blocking IPROTO connection per set, driven by the
+//! loop like any socket, many calls in flight on it (each its own sync). It reads the
+//! greeting, authenticates with this tarq's own `--user`/`--password` (a cluster shares its
+//! credentials), calls `tarq.link`, and then carries [`Ask`]s; the frames queued before the
+//! greeting arrived follow it in order. A link that fails is dropped: the calls in flight on it
+//! are answered with the failure, and the next forwarded call opens a new one.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use tarq_iproto::greeting::GREETING_LEN;
+use tarq_iproto::{auth, client, split_frame};
+
+use crate::config::Credentials;
+use crate::frontend::link::wire::{self, Ask};
+
+/// A forwarded call's answer: the DATA of its reply, or the error it carries.
+pub(crate) type Answered = Result<Vec<u8>, String>;
+
+/// Links' tokens: this base plus the set's slot. Above the upstream's, below the ops'.
+pub(crate) const LINK_TOKEN_BASE: usize = 0xE100_0000;
+/// The largest answer accepted: a task at the payload limit and its envelope.
+const MAX_ANSWER: usize = 64 << 20;
+
+/// Sync numbers below this are the link's own (AUTH, the `tarq.link` call).
+pub(crate) const FIRST_CALL_SYNC: u64 = 16;
+const AUTH_SYNC: u64 = 1;
+const LINK_SYNC: u64 = 2;
+
+pub(crate) struct OutLink {
+    stream: TcpStream,
+    token: Token,
+    greeted: bool,
+    rbuf: Vec<u8>,
+    /// Frames to write (after the greeting's answer: the handshake first).
+    wbuf: Vec<u8>,
+    /// Frames queued before the greeting arrived.
+    held: Vec<u8>,
+    want_write: bool,
+}
+
+impl OutLink {
+    /// Starts connecting to `addr`.
+    pub fn connect(addr: SocketAddr, slot: usize, registry: &Registry) -> io::Result<OutLink> {
+        let mut stream = TcpStream::connect(addr)?;
+        let token = Token(LINK_TOKEN_BASE + slot);
+        registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
+        let _ = stream.set_nodelay(true);
+        Ok(OutLink {
+            stream,
+            token,
+            greeted: false,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            held: Vec::new(),
+            want_write: true,
+        })
+    }
+
+    pub fn close(&mut self, registry: &Registry) {
+        let _ = registry.deregister(&mut self.stream);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Queues `ask` as request `sync`.
+    pub fn send(&mut self, sync: u64, ask: &Ask<'_>) {
+        let buf = if self.greeted {
+            &mut self.wbuf
+        } else {
+            &mut self.held
+        };
+        wire::write_ask(buf, sync, ask);
+    }
+
+    /// Reads what arrived; handshakes once the greeting is whole. Err: the link is gone.
+    pub fn read(&mut self, cred: Option<&Credentials>) -> Result<(), String> {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err("the primary closed the link".into()),
+                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("reading the link: {e}")),
+            }
+        }
+        if !self.greeted && self.rbuf.len() >= GREETING_LEN {
+            let greeting: Vec<u8> = self.rbuf.drain(..GREETING_LEN).collect();
+            if let Some(cred) = cred {
+                let g = client::parse_greeting(&greeting)
+                    .map_err(|e| format!("the link's greeting: {e}"))?;
+                let scramble = auth::scramble(&g.salt, &cred.password);
+                client::auth(&mut self.wbuf, AUTH_SYNC, &cred.user, &scramble);
+            }
+            client::call(&mut self.wbuf, LINK_SYNC, wire::LINK, &[0x90]);
+            self.wbuf.append(&mut self.held);
+            self.greeted = true;
+        }
+        Ok(())
+    }
+
+    /// The next whole answer: its sync and its DATA, or the error it carries. The handshake's
+    /// answers are checked here and not returned.
+    pub fn next_answer(&mut self, used: &mut usize) -> Result<Option<(u64, Answered)>, String> {
+        if !self.greeted {
+            return Ok(None);
+        }
+        loop {
+            let Some(f) =
+                split_frame(&self.rbuf[*used..], MAX_ANSWER).map_err(|e| e.to_string())?
+            else {
+                return Ok(None);
+            };
+            let frame = &self.rbuf[*used + f.prefix..*used + f.total()];
+            *used += f.total();
+            let resp = client::decode(frame).map_err(|e| e.to_string())?;
+            if resp.sync < FIRST_CALL_SYNC {
+                if !resp.is_ok() {
+                    let why = resp.error.unwrap_or("no message");
+                    return Err(format!("the primary refused the link: {why}"));
+                }
+                continue;
+            }
+            let answer = match (resp.is_ok(), resp.data) {
+                (true, Some(data)) => Ok(data.to_vec()),
+                (true, None) => Err("an answer without data".to_owned()),
+                (false, _) => Err(resp
+                    .error
+                    .unwrap_or("an error without a message")
+                    .to_owned()),
+            };
+            return Ok(Some((resp.sync, answer)));
+        }
+    }
+
+    /// Drops the `used` bytes of answers handled.
+    pub fn consumed(&mut self, used: usize) {
+        self.rbuf.drain(..used);
+    }
+
+    /// Writes what is queued. Err: the link is gone.
+    pub fn flush(&mut self, registry: &Registry) -> Result<(), String> {
+        while !self.wbuf.is_empty() {
+            match self.stream.write(&self.wbuf) {
+                Ok(0) => return Err("the link closed while writing".into()),
+                Ok(n) => {
+                    self.wbuf.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => break,
+                Err(e) => return Err(format!("writing the link: {e}")),
+            }
+        }
+        let want = !self.wbuf.is_empty() || !self.greeted;
+        if want != self.want_write {
+            let interest = if want {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            registry
+                .reregister(&mut self.stream, self.token, interest)
+                .map_err(|e| format!("the link's interest: {e}"))?;
+            self.want_write = want;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,327 @@
+//! Shards, end to end: two replica sets of two real `tarq` nodes each and one real etcd on
+//! loopback, clients connected to any node with tarq's own IPROTO client.
+//! - a tube of 4 partitions: 100k puts through a node of set a, takes and acks through a node
+//!   of set b: each task delivered exactly once, and `queue.statistics` agrees from every node;
+//! - a take waiting on the empty partitioned tube is woken by a put through a node of the
+//!   other set (owners push wake-ups; nothing polls);
+//! - a client that disconnects gets the tasks it took through a forwarding node released.
+//!
+//! Every wait has a deadline.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+mod support;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cluster::{wait_for, Etcd, Nodes};
+use rmpv::Value;
+use tarq_client::{pack_args, Client};
+
+const TASKS: usize = 100_000;
+/// Requests a load client keeps in flight.
+const WINDOW: usize = 64;
+
+fn connect(addr: SocketAddr) -> Client {
+    Client::connect_addr(addr, Duration::from_secs(10)).expect("connect")
+}
+
+fn map(pairs: &[(&str, Value)]) -> Value {
+    Value::Map(
+        pairs
+            .iter()
+            .map(|(k, v)| (Value::from(*k), v.clone()))
+            .collect(),
+    )
+}
+
+fn get<'a>(v: &'a Value, key: &str) -> &'a Value {
+    v.as_map()
+        .and_then(|m| m.iter().find(|(k, _)| k.as_str() == Some(key)))
+        .map(|(_, v)| v)
+        .unwrap_or(&Value::Nil)
+}
+
+/// Two sets (a0 a1, b0 b1) with their leaders.
+struct Cluster {
+    _etcd: Etcd,
+    nodes: Nodes,
+    a: usize,
+    b: usize,
+}
+
+fn start() -> Cluster {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start_sets(&etcd, &[("a", 2), ("b", 2)], &[]);
+    let a = nodes.wait_leader_among(&[0, 1]);
+    let b = nodes.wait_leader_among(&[2, 3]);
+    Cluster {
+        _etcd: etcd,
+        nodes,
+        a,
+        b,
+    }
+}
+
+impl Cluster {
+    fn addr(&self, i: usize) -> SocketAddr {
+        self.nodes.nodes[i].addr
+    }
+
+    /// Creates `name` through node `i` and waits until every node knows it.
+    fn create(&self, i: usize, name: &str, kind: &str, partitions: u64) {
+        let mut c = connect(self.addr(i));
+        let opts = map(&[("partitions", Value::from(partitions))]);
+        let args = pack_args(&[Value::from(name), Value::from(kind), opts]);
+        c.call("queue.create_tube", &args, None)
+            .unwrap_or_else(|e| panic!("create_tube {name}: {e}"));
+        for n in 0..self.nodes.nodes.len() {
+            let mut c = connect(self.addr(n));
+            wait_for(&format!("node {n} to know tube {name}"), || {
+                let args = pack_args(&[Value::from(name)]);
+                c.call("queue.statistics", &args, None).is_ok()
+            });
+        }
+    }
+
+    fn statistics(&self, i: usize, tube: &str) -> Value {
+        let mut c = connect(self.addr(i));
+        let r = c
+            .call("queue.statistics", &pack_args(&[Value::from(tube)]), None)
+            .unwrap();
+        r.into_iter().next().unwrap_or(Value::Nil)
+    }
+}
+
+/// Calls `function` with each of `args`, `WINDOW` in flight at a time; the replies in the
+/// order of the calls (a node answers a forwarded call when its owner has, so replies may
+/// come in another order: IPROTO matches them by sync).
+fn pipelined(
+    c: &mut Client,
+    function: &str,
+    args: impl Iterator<Item = Vec<u8>>,
+) -> Vec<Vec<Value>> {
+    let mut out: Vec<Option<Vec<Value>>> = Vec::new();
+    let mut in_flight = std::collections::HashMap::new();
+    let mut args = args.peekable();
+    while args.peek().is_some() || !in_flight.is_empty() {
+        while in_flight.len() < WINDOW {
+            let Some(a) = args.next() else { break };
+            let sync = c
+                .send_request(|o, s| tarq_iproto::client::call(o, s, function, &a))
+                .unwrap();
+            in_flight.insert(sync, out.len());
+            out.push(None);
+        }
+        let reply = c.recv().unwrap().expect("the node closed the connection");
+        let at = in_flight
+            .remove(&reply.sync)
+            .expect("a reply to a call in flight");
+        out[at] = Some(reply.into_result().unwrap().values().unwrap());
+    }
+    out.into_iter().map(|r| r.expect("answered")).collect()
+}
+
+fn task_id(values: &[Value]) -> Option<u64> {
+    values.first()?.as_array()?.first()?.as_u64()
+}
+
+fn task_data(values: &[Value]) -> Option<String> {
+    Some(values.first()?.as_array()?.get(2)?.as_str()?.to_owned())
+}
+
+#[test]
+fn a_partitioned_tube_delivers_each_task_once_through_any_node() {
+    let cl = start();
+    cl.create(cl.a, "jobs", "fifo", 4);
+
+    // Puts through a node of set a (a replica: every put is forwarded or led there).
+    let producer = [0, 1].into_iter().find(|&i| i != cl.a).unwrap();
+    let mut p = connect(cl.addr(producer));
+    let puts = pipelined(
+        &mut p,
+        "queue.tube.jobs:put",
+        (0..TASKS).map(|n| pack_args(&[Value::from(format!("t{n}"))])),
+    );
+    let ids: HashSet<u64> = puts.iter().map(|r| task_id(r).expect("a task")).collect();
+    assert_eq!(ids.len(), TASKS, "every put got its own id");
+
+    // Takes and acks through a node of set b (its replica too).
+    let consumer = [2, 3].into_iter().find(|&i| i != cl.b).unwrap();
+    let mut c = connect(cl.addr(consumer));
+    let mut seen = HashSet::new();
+    let started = Instant::now();
+    while seen.len() < TASKS {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "took {} of {TASKS}",
+            seen.len()
+        );
+        let takes = pipelined(
+            &mut c,
+            "queue.tube.jobs:take",
+            (0..WINDOW).map(|_| pack_args(&[Value::from(0)])),
+        );
+        let mut acks = Vec::new();
+        for t in &takes {
+            let (Some(id), Some(data)) = (task_id(t), task_data(t)) else {
+                continue;
+            };
+            assert!(seen.insert(data.clone()), "{data} delivered twice");
+            acks.push(pack_args(&[Value::from(id)]));
+        }
+        for a in pipelined(&mut c, "queue.tube.jobs:ack", acks.into_iter()) {
+            assert!(task_id(&a).is_some(), "ack answered a task: {a:?}");
+        }
+    }
+    assert_eq!(seen.len(), TASKS);
+
+    let stats: Vec<Value> = (0..4).map(|i| cl.statistics(i, "jobs")).collect();
+    for (i, s) in stats.iter().enumerate() {
+        assert_eq!(s, &stats[0], "node {i}'s statistics differ from node 0's");
+    }
+    let tasks = get(&stats[0], "tasks");
+    assert_eq!(get(tasks, "done").as_u64(), Some(TASKS as u64), "{stats:?}");
+    assert_eq!(get(tasks, "ready").as_u64(), Some(0));
+    let calls = get(&stats[0], "calls");
+    assert_eq!(get(calls, "put").as_u64(), Some(TASKS as u64));
+    assert_eq!(get(calls, "ack").as_u64(), Some(TASKS as u64));
+}
+
+#[test]
+fn a_waiting_take_is_woken_by_a_put_on_another_set_and_a_closed_client_releases() {
+    let cl = start();
+    cl.create(cl.b, "wake", "fifottl", 4);
+
+    // A take waits through a node of set a; a put goes through a node of set b.
+    let mut waiter = connect(cl.addr(cl.a));
+    let sync = waiter
+        .send_request(|o, s| {
+            tarq_iproto::client::call(o, s, "queue.tube.wake:take", &pack_args(&[Value::from(30)]))
+        })
+        .unwrap();
+    // Nothing answers it while the tube is empty.
+    assert!(
+        waiter.recv_within(Duration::from_millis(300)).is_err(),
+        "answered while empty"
+    );
+    let mut producer = connect(cl.addr(cl.b));
+    let put_at = Instant::now();
+    producer
+        .call(
+            "queue.tube.wake:put",
+            &pack_args(&[Value::from("hello")]),
+            None,
+        )
+        .unwrap();
+    let reply = waiter
+        .recv_within(Duration::from_secs(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.sync, sync);
+    let values = reply.into_result().unwrap().values().unwrap();
+    assert_eq!(task_data(&values).as_deref(), Some("hello"));
+    assert!(
+        put_at.elapsed() < Duration::from_secs(2),
+        "woken {:?} after the put",
+        put_at.elapsed()
+    );
+
+    // The waiter's connection closes holding the task: it goes back to ready, on its owner.
+    drop(waiter);
+    let mut other = connect(cl.addr(cl.b));
+    let mut again = None;
+    wait_for("the released task to be taken again", || {
+        let r = other
+            .call("queue.tube.wake:take", &pack_args(&[Value::from(0)]), None)
+            .unwrap();
+        again = task_data(&r);
+        again.is_some()
+    });
+    assert_eq!(again.as_deref(), Some("hello"));
+}
+
+#[test]
+fn utube_order_per_key_and_limfifottl_capacity_hold_across_partitions() {
+    let cl = start();
+    cl.create(cl.a, "u", "utube", 4);
+    let producer = [0, 1].into_iter().find(|&i| i != cl.a).unwrap();
+    let mut p = connect(cl.addr(producer));
+    const KEYS: usize = 10;
+    const PER_KEY: usize = 20;
+    let puts = (0..KEYS * PER_KEY).map(|n| {
+        let (key, seq) = (n % KEYS, n / KEYS);
+        let opts = map(&[("utube", Value::from(format!("k{key}")))]);
+        pack_args(&[Value::from(format!("k{key}:{seq}")), opts])
+    });
+    for r in pipelined(&mut p, "queue.tube.u:put", puts) {
+        assert!(task_id(&r).is_some(), "{r:?}");
+    }
+    // Through a node of the other set: at most one task of a key taken at a time, and each
+    // key's tasks in the order they were put.
+    let mut c = connect(cl.addr(cl.b));
+    let mut next = [0usize; KEYS];
+    let mut done = 0;
+    while done < KEYS * PER_KEY {
+        let mut held = Vec::new();
+        loop {
+            let r = c
+                .call("queue.tube.u:take", &pack_args(&[Value::from(0)]), None)
+                .unwrap();
+            let (Some(id), Some(data)) = (task_id(&r), task_data(&r)) else {
+                break;
+            };
+            let (key, seq) = data.split_once(':').unwrap();
+            let key: usize = key[1..].parse().unwrap();
+            let seq: usize = seq.parse().unwrap();
+            assert!(
+                held.iter().all(|&(k, _)| k != key),
+                "two tasks of key {key} taken at once"
+            );
+            assert_eq!(seq, next[key], "key {key} out of order");
+            next[key] += 1;
+            held.push((key, id));
+        }
+        assert!(
+            !held.is_empty(),
+            "nothing to take with {done} of {} done",
+            KEYS * PER_KEY
+        );
+        for (_, id) in held {
+            c.call("queue.tube.u:ack", &pack_args(&[Value::from(id)]), None)
+                .unwrap();
+            done += 1;
+        }
+    }
+
+    // A limfifottl tube of capacity 8 over 4 partitions holds 8 tasks, whichever node puts.
+    let mut c = connect(cl.addr(cl.b));
+    let opts = map(&[("partitions", Value::from(4)), ("capacity", Value::from(8))]);
+    let args = pack_args(&[Value::from("lim"), Value::from("limfifottl"), opts]);
+    c.call("queue.create_tube", &args, None).unwrap();
+    let mut accepted = 0;
+    for n in 0..12 {
+        let node = if n % 2 == 0 { cl.a } else { cl.b };
+        let mut c = connect(cl.addr(node));
+        wait_for("the tube lim on every node", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("lim")]), None)
+                .is_ok()
+        });
+        let r = c
+            .call("queue.tube.lim:put", &pack_args(&[Value::from(n)]), None)
+            .unwrap();
+        if task_id(&r).is_some() {
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 8, "the whole tube's capacity");
+    let stats = cl.statistics(cl.a, "lim");
+    assert_eq!(get(get(&stats, "tasks"), "total").as_u64(), Some(8));
+    // Fewer than one a partition is refused, naming why.
+    let opts = map(&[("partitions", Value::from(4)), ("capacity", Value::from(3))]);
+    let args = pack_args(&[Value::from("tiny"), Value::from("limfifottl"), opts]);
+    let e = c.call("queue.create_tube", &args, None).unwrap_err();
+    assert!(e.to_string().contains("shared by its partitions"), "{e}");
+}
