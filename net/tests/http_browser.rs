@@ -1,7 +1,9 @@
 //! The dashboard in a real browser: Debian's `chromium`, driven through `chromedriver`
 //! (WebDriver; nothing downloads a browser), opens the console of a running `tarq` binary under
-//! traffic. The tube table shows what `queue.statistics` gives, a chart has points, pressing a
-//! buried task's Kick makes it ready, and a page listing 4,096 tubes renders in under a second.
+//! traffic. The tube table shows what `queue.statistics` gives, a chart has points, the page
+//! follows a dark theme, stops listening to the event stream while hidden behind another tab
+//! (and listens again when shown), pressing a buried task's Kick makes it ready, and a page
+//! listing 4,096 tubes renders in under a second.
 //! Screenshots go to `results/http-console-2026-11-27/`. Without chromium and chromedriver the
 //! tests say what they skipped; under `CI=true` a missing browser fails them (`.ci/test`
 //! installs both).
@@ -222,6 +224,21 @@ fn basic() -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
 }
 
+/// `GET path` of the console's API with its credentials, as JSON.
+fn console_get(addr: SocketAddr, path: &str) -> Json {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {}\r\n\r\n",
+        basic()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let got = read_http_response(&mut s);
+    let text = String::from_utf8_lossy(&got);
+    let (_, body) = text.split_once("\r\n\r\n").unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
+}
+
 /// `queue.statistics(tube)`'s task counts.
 fn task_counts(c: &mut Client, tube: &str) -> Json {
     tarq_net::ctl::to_json(&c.call("queue.statistics", &[s(tube)]).one())["tasks"].clone()
@@ -298,6 +315,17 @@ fn the_dashboard_shows_the_queue_live_and_its_kick_moves_a_buried_task_to_ready(
         "goog/cdp/execute",
         json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": [{"name": "prefers-color-scheme", "value": "light"}]}}),
     );
+
+    // Hidden behind another tab, the page stops listening; shown again, it listens again.
+    let streams = || console_get(http_addr, "/api/server")["connections"]["event_streams"].clone();
+    support::wait_until("the page's stream is open", || streams() == 1);
+    let console = b.cmd("GET", "window", json!(null));
+    let tab = b.cmd("POST", "window/new", json!({"type": "tab"}));
+    b.cmd("POST", "window", json!({"handle": tab["handle"]}));
+    support::wait_until("the hidden page's stream is closed", || streams() == 0);
+    b.cmd("DELETE", "window", json!(null));
+    b.cmd("POST", "window", json!({"handle": console}));
+    support::wait_until("the shown page's stream is open again", || streams() == 1);
 
     // The tube page: its buried task, and a press of its Kick.
     b.open(&format!("http://{http_addr}/#/tube/dead"));
