@@ -336,14 +336,16 @@ pub struct Settings {
     pub graphite_interval: Option<f64>,
 
     /// Serve the web console on this address: the dashboard at http://ADDR/, the JSON API
-    /// under /api/ and Prometheus metrics at /metrics. With --user/--password every page but
-    /// /metrics asks for them; without, the console is read-only. Keep it on a loopback or
-    /// trusted address (127.0.0.1:9100, say) [default: off].
-    #[arg(long, env = "TARQ_HTTP_LISTEN", value_name = "ADDR")]
+    /// under /api/ and Prometheus metrics at /metrics. A port alone (9100) is on 127.0.0.1.
+    /// With --user/--password every page but /metrics asks for them; without, the console is
+    /// read-only. Keep it on a loopback or trusted address [default: off].
+    #[arg(long, env = "TARQ_HTTP_LISTEN", value_name = "ADDR|PORT", value_parser = loopback_or_addr)]
+    #[serde(default, deserialize_with = "addr_or_port")]
     pub http_listen: Option<SocketAddr>,
 
     /// The old name of --http-listen (the port served /metrics only, and still does).
-    #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR")]
+    #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR|PORT", value_parser = loopback_or_addr)]
+    #[serde(default, deserialize_with = "addr_or_port")]
     pub metrics_listen: Option<SocketAddr>,
 
     /// When a change counts as durable: none (no WAL, snapshots only), write (written to the
@@ -404,6 +406,36 @@ where
     match Option::<String>::deserialize(de)? {
         None => Ok(None),
         Some(text) => text.parse().map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// An address, or a port alone on 127.0.0.1: the HTTP port binds the loopback unless told
+/// otherwise.
+fn loopback_or_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is neither an address (127.0.0.1:9100) nor a port (9100)"))
+}
+
+/// [`loopback_or_addr`] for the config file: a string, or a port as a number.
+fn addr_or_port<'de, D>(de: D) -> Result<Option<SocketAddr>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Port(u16),
+        Addr(String),
+    }
+    match Option::<Text>::deserialize(de)? {
+        None => Ok(None),
+        Some(Text::Port(p)) => Ok(Some(SocketAddr::from(([127, 0, 0, 1], p)))),
+        Some(Text::Addr(a)) => loopback_or_addr(&a)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
     }
 }
 
@@ -1311,6 +1343,12 @@ mod tests {
         );
         assert_eq!(cfg.ops.graphite_interval, 500_000);
         assert_eq!(cfg.http_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let port = parse(&["--http-listen", "9100"]).unwrap();
+        assert_eq!(port.http_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let any = parse(&["--http-listen", "0.0.0.0:80"]).unwrap();
+        assert_eq!(any.http_listen, Some("0.0.0.0:80".parse().unwrap()));
+        let bad = refused(&["--http-listen", "nine"]);
+        assert!(bad.contains("neither an address"), "{bad}");
         let both = parse(&[
             "--http-listen",
             "127.0.0.1:1",
@@ -1341,6 +1379,27 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let path = path.to_str().unwrap().to_owned();
         (dir, path)
+    }
+
+    #[test]
+    fn the_http_port_is_a_port_on_the_loopback_or_an_address_in_the_file_too() {
+        for (text, want) in [
+            ("http-listen = 9100\n", "127.0.0.1:9100"),
+            ("http-listen = \"9100\"\n", "127.0.0.1:9100"),
+            ("http-listen = \"[::1]:9100\"\n", "[::1]:9100"),
+            ("metrics-listen = \"0.0.0.0:9100\"\n", "0.0.0.0:9100"),
+        ] {
+            let (_dir, path) = file(text);
+            let cfg = parse(&["--config", &path]).unwrap();
+            assert_eq!(
+                cfg.http_listen.map(|a| a.to_string()).as_deref(),
+                Some(want),
+                "{text}"
+            );
+        }
+        let (_dir, path) = file("http-listen = \"somewhere\"\n");
+        let e = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(e.contains("neither an address"), "{e}");
     }
 
     #[test]
