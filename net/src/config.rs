@@ -613,8 +613,6 @@ impl Config {
                     None => None,
                 },
                 graphite_interval: graphite_interval(s.graphite_interval)?,
-                // The HTTP front-end serves /metrics on the loop's own connections.
-                metrics_listen: None,
             },
             wal: WalConfig {
                 mode: s.wal_mode.unwrap_or(d.wal.mode),

@@ -517,7 +517,11 @@ fn a_slow_client_is_cut_and_the_others_are_served_meanwhile() {
     let mut rest = Vec::new();
     let _ = slow.read_to_end(&mut rest);
     assert!(started.elapsed() < WAIT, "cut by the frame timeout");
-    assert_eq!(w.get("/api/server").status, 200);
+    let told = String::from_utf8_lossy(&rest);
+    assert!(told.starts_with("HTTP/1.1 408 Request Timeout"), "{told}");
+    assert!(told.contains("frame-timeout"), "{told}");
+    let server = w.ok("GET", "/api/server", None);
+    assert_eq!(server["figures"]["closed_http_timeout"], 1);
     drop(srv);
 }
 

@@ -187,12 +187,15 @@ impl Server {
                 "Connection closed: {} ({setting} {seconds} s)",
                 why.reason()
             );
-            response::error(
-                out_of(&mut self.conns, &mut self.flush_list, slot),
-                0,
-                ER_TIMEOUT,
-                &msg,
-            );
+            let web = c.http().is_some();
+            let out = out_of(&mut self.conns, &mut self.flush_list, slot);
+            if web {
+                // An HTTP client is told in HTTP: 408, the reason as the JSON error.
+                crate::frontend::http::refusal(out, 408, &msg);
+                self.limits.counts.http_timeouts += 1;
+            } else {
+                response::error(out, 0, ER_TIMEOUT, &msg);
+            }
             self.begin_close(slot, why.reason(), true);
         }
     }

@@ -62,21 +62,6 @@ const ENTRIES_PER_CONN: usize = 4;
 /// Heap entries always allowed, so a quiet server never sweeps.
 const MIN_ENTRIES: usize = 1024;
 
-/// `/metrics` clients share the per-address cap and the counts.
-impl tarq_ops::metrics::Admission for Limits {
-    fn admit(&mut self, peer: IpAddr) -> Result<(), String> {
-        Limits::admit(self, peer).map_err(|e| e.to_string())
-    }
-
-    fn release(&mut self, peer: IpAddr) {
-        Limits::release(self, peer);
-    }
-
-    fn timed_out(&mut self) {
-        self.counts.http_timeouts += 1;
-    }
-}
-
 /// The limits as configured (0 turns a timeout or the per-address cap off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitsConfig {
@@ -172,7 +157,8 @@ pub struct LimitCounts {
     pub pre_auth_frames_refused: u64,
     /// Connections refused at the per-address cap.
     pub peer_refusals: u64,
-    /// `/metrics` clients closed for not finishing their exchange in time.
+    /// HTTP connections closed for not finishing a request in time (`frame-timeout`; counted
+    /// in `frame_timeouts` too).
     pub http_timeouts: u64,
 }
 

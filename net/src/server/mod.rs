@@ -459,7 +459,7 @@ impl Server {
             replica::UPSTREAM => self.upstream_ready(),
             Token(t) if shards::Shards::owns_token(t) => self.link_ready(t),
             t if Ops::owns(t) => {
-                self.ops.on_event(ev, self.now, &mut self.limits);
+                self.ops.on_event(ev, self.now);
                 self.timers.set(Timer::Ops, self.ops.next_timer());
             }
             Token(t) => {
@@ -925,7 +925,7 @@ impl Server {
         }
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
-            self.ops.tick(self.now, &snapshot, &mut self.limits);
+            self.ops.tick(self.now, &snapshot);
             self.timers.set(Timer::Ops, self.ops.next_timer());
         }
         // Before the commit, so a tube's drop is in this turn's batch.
