@@ -2,7 +2,7 @@
 //! server-wide budget for input bytes (partial frames, request heads), the per-address
 //! connection cap, and the deadlines of a connection (a started frame must finish, an
 //! unauthenticated connection must authenticate, an idle one may be closed). Every front-end
-//! (IPROTO connections, the `/metrics` endpoint, any later protocol) keeps a [`Guard`] per
+//! (IPROTO, beanstalk and HTTP connections, any later protocol) keeps a [`Guard`] per
 //! connection and calls the same [`Limits`]: admit and release an address, settle the bytes its
 //! input buffer holds, report input, and close what [`Limits::check`] says has expired. The
 //! counts of every refusal and closure live here too, for the stats.

@@ -9,7 +9,7 @@
 //! write. Connections return their fate through `closing`; only the flush phase frees a slot,
 //! and tokens carry a generation so a stale event for a reused slot is ignored.
 //!
-//! The operator's side ([`tarq_ops::Ops`]: Graphite, `/metrics`, signals) rides on the same
+//! The operator's side ([`tarq_ops::Ops`]: Graphite, signals) rides on the same
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
@@ -199,7 +199,7 @@ pub struct Server {
     now: Micros,
     /// The turn's monotonic reading: every in-process timeout's `now`.
     mono: Micros,
-    /// Graphite, `/metrics`, signals, and the service-time histogram.
+    /// Graphite, signals, and the service-time histogram.
     ops: Ops,
     reloader: Option<Reloader>,
     /// The input budget, per-address counts and connection deadlines.
