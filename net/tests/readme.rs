@@ -85,6 +85,14 @@ const BLOCKS: &[(&str, Plan)] = &[
         Plan::Skip("needs etcd: net/tests/failover.rs runs three such nodes on one etcd"),
     ),
     (
+        "tarq ctl --addr 127.0.0.1:3303 cluster",
+        Plan::Skip("needs etcd and two replica sets: net/tests/shards_ops.rs runs ctl cluster"),
+    ),
+    (
+        "tarq ctl place jobs 2 --to a",
+        Plan::Skip("needs etcd and two replica sets: net/tests/shards_ops.rs runs ctl place"),
+    ),
+    (
         "tarq ctl --addr 127.0.0.1:3302,127.0.0.1:3301 put hello",
         Plan::Run,
     ),

@@ -136,6 +136,18 @@ fn task_data(values: &[Value]) -> Option<String> {
 fn a_partitioned_tube_delivers_each_task_once_through_any_node() {
     let cl = start();
     cl.create(cl.a, "jobs", "fifo", 4);
+    // Made again with if_not_exists through the other set's primary, at once: the tube as it
+    // is, whether or not that node has read the new placement yet.
+    let mut b = connect(cl.addr(cl.b));
+    let opts = map(&[
+        ("partitions", Value::from(4)),
+        ("if_not_exists", Value::from(true)),
+    ]);
+    let args = pack_args(&[Value::from("again"), Value::from("fifo"), opts.clone()]);
+    let mut a = connect(cl.addr(cl.a));
+    a.call("queue.create_tube", &args, None).unwrap();
+    b.call("queue.create_tube", &args, None)
+        .unwrap_or_else(|e| panic!("if_not_exists right after another node made it: {e}"));
 
     // Puts through a node of set a (a replica: every put is forwarded or led there).
     let producer = [0, 1].into_iter().find(|&i| i != cl.a).unwrap();

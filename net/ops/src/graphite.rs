@@ -327,7 +327,7 @@ impl Graphite {
             let _ = writeln!(self.scratch, "queue.stats.{} {} {seconds}", m.name, m.value);
         }
         for t in &stats.tubes {
-            let tube = crate::tubes::graphite_level(&t.name);
+            let tube = crate::tubes::graphite_path(&t.name, t.partition);
             for m in crate::tubes::tube_metrics(&t.stats) {
                 let _ = writeln!(
                     self.scratch,
@@ -565,5 +565,26 @@ mod tests {
         let back = T0 - 3600 * S;
         g.tick(back, &stats);
         assert_eq!(g.next_timer(), Some(back + S));
+    }
+
+    #[test]
+    fn a_partition_has_a_path_of_its_own() {
+        let mut g = Graphite::new("udp://127.0.0.1:9".parse().unwrap(), DEFAULT_INTERVAL, 0);
+        let figures = |name: &str, partition| crate::stats::TubeFigures {
+            name: name.into(),
+            partition,
+            stats: tarq_engine::Stats::default(),
+        };
+        let stats = Snapshot {
+            tubes: vec![figures("a.b", None), figures("jobs", Some(2))],
+            ..Default::default()
+        };
+        g.sample(3_000_000, &stats);
+        let text = String::from_utf8(g.out.clone()).unwrap();
+        assert!(text.contains("\nqueue.stats.a_b.ready 0 3\n"), "{text}");
+        assert!(
+            text.contains("\nqueue.stats.jobs.partition.2.ready 0 3\n"),
+            "{text}"
+        );
     }
 }

@@ -163,7 +163,8 @@ pub fn render(
 
 /// A figure's name under Prometheus: `tarq_<name>`, except where that would read as something
 /// else (`total`, the seed's count of tasks, would look like a counter's `_total` suffix).
-/// Each per-tube figure as one family, `tarq_tube_<name>{tube="..."}`, a sample per tube.
+/// Each per-tube figure as one family, `tarq_tube_<name>{tube="..."}`, a sample per tube; a
+/// partition of a partitioned tube adds `partition="<p>"`, so each series is its own.
 fn render_tubes(page: &mut String, stats: &Snapshot) {
     use crate::tubes::{prometheus_label, tube_metrics, TUBE_METRICS};
     if stats.tubes.is_empty() {
@@ -180,7 +181,14 @@ fn render_tubes(page: &mut String, stats: &Snapshot) {
         let _ = writeln!(page, "# HELP {name} {}\n# TYPE {name} {kind}", m.help);
         for (t, f) in stats.tubes.iter().zip(&figures) {
             let tube = prometheus_label(&t.name);
-            let _ = writeln!(page, "{name}{{tube=\"{tube}\"}} {}", f[i].value);
+            let _ = match t.partition {
+                None => writeln!(page, "{name}{{tube=\"{tube}\"}} {}", f[i].value),
+                Some(p) => writeln!(
+                    page,
+                    "{name}{{tube=\"{tube}\",partition=\"{p}\"}} {}",
+                    f[i].value
+                ),
+            };
         }
     }
 }
@@ -266,5 +274,36 @@ mod tests {
                 .count();
             assert_eq!(n, 1, "{}", m.name);
         }
+    }
+
+    #[test]
+    fn partitions_of_one_tube_are_series_of_their_own() {
+        let figures = |name: &str, partition, ready| crate::stats::TubeFigures {
+            name: name.into(),
+            partition,
+            stats: tarq_engine::Stats {
+                ready,
+                ..Default::default()
+            },
+        };
+        let snap = Snapshot {
+            tubes: vec![
+                figures("default", None, 1),
+                figures("jobs", Some(0), 2),
+                figures("jobs", Some(3), 5),
+            ],
+            ..Default::default()
+        };
+        let mut page = String::new();
+        render(&mut page, &snap, &ServiceTimes::default(), None);
+        assert!(
+            page.contains(
+                "# TYPE tarq_tube_ready gauge\n\
+                 tarq_tube_ready{tube=\"default\"} 1\n\
+                 tarq_tube_ready{tube=\"jobs\",partition=\"0\"} 2\n\
+                 tarq_tube_ready{tube=\"jobs\",partition=\"3\"} 5\n"
+            ),
+            "{page}"
+        );
     }
 }

@@ -96,10 +96,14 @@ pub struct UpstreamFigures {
     pub joins: u64,
 }
 
-/// One tube's figures at the instant of a [`Snapshot`].
+/// One tube's figures at the instant of a [`Snapshot`]: a whole tube, or one partition of a
+/// partitioned tube (several share its name on one node, so each is told by its number).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TubeFigures {
     pub name: String,
+    /// `Some(p)` for partition `p` of a tube of several partitions; `None` for a tube of one,
+    /// whose series stay as they were before shards.
+    pub partition: Option<u16>,
     pub stats: Stats,
 }
 

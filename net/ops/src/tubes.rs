@@ -1,8 +1,11 @@
 //! Per-tube figures: each tube's counts and counters, named once here for Graphite
 //! (`queue.stats.<tube>.<name>`) and Prometheus (`tarq_tube_<name>{tube="<tube>"}`), the way
-//! [`crate::stats`] names the server-wide ones. A tube's name is the operator's, so it is made
-//! safe for each format here: dots and spaces become `_` in a Graphite path (a dot would add a
-//! level), and quotes, backslashes and newlines are escaped in a Prometheus label.
+//! [`crate::stats`] names the server-wide ones. A partition of a partitioned tube is told
+//! apart by its number: `queue.stats.<tube>.partition.<p>.<name>` and
+//! `tarq_tube_<name>{tube="<tube>",partition="<p>"}`; a tube of one partition keeps the plain
+//! names. A tube's name is the operator's, so it is made safe for each format here: dots and
+//! spaces become `_` in a Graphite path (a dot would add a level), and quotes, backslashes and
+//! newlines are escaped in a Prometheus label.
 
 use std::borrow::Cow;
 
@@ -111,6 +114,16 @@ pub fn graphite_level(tube: &str) -> Cow<'_, str> {
     }
 }
 
+/// The Graphite path of a tube's figures below `queue.stats.`: its name as one level, then
+/// `partition.<p>` for a partition of a partitioned tube.
+pub fn graphite_path(tube: &str, partition: Option<u16>) -> Cow<'_, str> {
+    let level = graphite_level(tube);
+    match partition {
+        None => level,
+        Some(p) => Cow::Owned(format!("{level}.partition.{p}")),
+    }
+}
+
 /// The tube's name as a Prometheus label value (without the quotes).
 pub fn prometheus_label(tube: &str) -> Cow<'_, str> {
     if !tube.contains(['\\', '"', '\n']) {
@@ -136,6 +149,8 @@ mod tests {
     fn tube_names_are_made_safe_for_each_format() {
         assert_eq!(graphite_level("emails"), "emails");
         assert_eq!(graphite_level("a.b c"), "a_b_c");
+        assert_eq!(graphite_path("a.b", None), "a_b");
+        assert_eq!(graphite_path("a.b", Some(3)), "a_b.partition.3");
         assert_eq!(prometheus_label("emails"), "emails");
         assert_eq!(prometheus_label("say \"hi\"\\\n"), "say \\\"hi\\\"\\\\\\n");
     }

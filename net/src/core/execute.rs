@@ -13,8 +13,9 @@ use super::{Caller, Command, Core, Host, On, Outcome, Refusal};
 
 impl<R: Copy> Core<R> {
     /// Runs `cmd` for `caller` and answers it through `host` with `reply` (now, or when a
-    /// parked take is served or times out, or a waiting put finds room).
-    #[inline]
+    /// parked take is served or times out, or a waiting put finds room). Inlined into its two
+    /// callers, the loop's dispatch and its out-of-line twin for a sharded node's commands.
+    #[inline(always)]
     pub fn execute(&mut self, caller: Caller, reply: R, cmd: Command<'_>, host: &mut impl Host<R>) {
         if let Some(r) = self.refusal(&cmd, host) {
             host.deliver(caller, reply, &Outcome::Error(r));
@@ -205,7 +206,10 @@ impl<R: Copy> Core<R> {
         }
     }
 
-    /// `Command::Watch`: answered now if a take of `tube` would get a task, else parked.
+    /// `Command::Watch`: answered now if a take of `tube` would get a task, else parked. Out
+    /// of line: only a sharded cluster's links send it.
+    #[cold]
+    #[inline(never)]
     fn watch(&mut self, caller: Caller, reply: R, tube: TubeIx, host: &mut impl Host<R>) {
         if self.queue.tube_info(tube).is_none() {
             let e = tarq_engine::QueueError::TubeNotFound(tube);

@@ -7,6 +7,14 @@
 //! saying why. The printing reads keys by name and shows `-` for any it does not find, so a
 //! server that sends more or fewer keys still prints.
 //!
+//! A sharded cluster (the map has `sets`, from nodes started with `--replica-set`) gets two
+//! more tables: every replica set with its primary, term and members, and the placement (each
+//! tube's partitions: index and owning set) with each partition's counts. The sets and the
+//! placement are the asked node's view of etcd's map, through `queue.cluster()` rather than
+//! etcd itself, so ctl needs only the tarq address it already has; the counts are the owners'
+//! own: each set's primary is asked its `queue.cluster()`, which counts the partitions its set
+//! owns (a replica's would lag; a non-owner's are not given).
+//!
 //! etcd's view lags the nodes' own: a leader whose lease could not be refreshed (etcd
 //! unreachable, the process stalled) stops leading at once, while etcd still names it until
 //! the lease expires, and not at all while etcd is unreachable. So each member's own word
@@ -93,6 +101,7 @@ pub fn run(
         }
         Ok(values) => {
             let map = with_member_figures(values.into_iter().next().unwrap_or(Value::Nil), opts);
+            let map = with_partition_counts(map, opts);
             if json {
                 writeln!(out, "{}", serde_json::to_string(&to_json(&map))?)?;
             } else {
@@ -161,6 +170,125 @@ fn with_member_figures(mut map: Value, opts: &Options) -> Value {
     map
 }
 
+/// The counts of a partition, as `queue.cluster()` gives them for the partitions a node's
+/// set owns, with their column titles.
+const COUNT_COLUMNS: [(&str, &str); 5] = [
+    ("ready", "READY"),
+    ("taken", "TAKEN"),
+    ("delayed", "DELAYED"),
+    ("buried", "BURIED"),
+    ("total", "TOTAL"),
+];
+
+/// A sharded cluster's partition counts, from their owners: each set's primary is asked its
+/// `queue.cluster()`, and the counts it gives for the partitions its set owns (`owner_here`)
+/// replace the asked node's in its `placement` (the asked node has counts only for its own
+/// set's, and a replica's lag). A primary that does not answer gets `error` in its set's
+/// entry, and its partitions keep no counts. A map without `sets` is returned as it is.
+fn with_partition_counts(mut map: Value, opts: &Options) -> Value {
+    let primaries: Vec<(String, String)> = match map_get(&map, "sets") {
+        Some(Value::Array(sets)) => sets
+            .iter()
+            .filter_map(|set| {
+                let name = map_get(set, "name")?.as_str()?;
+                let addr = map_get(set, "primary").and_then(|p| map_get(p, "addr"))?;
+                Some((name.to_owned(), addr.as_str()?.to_owned()))
+            })
+            .collect(),
+        _ => return map,
+    };
+    // The counts of (set, index), and the sets whose primary did not answer.
+    type Counts = Vec<(Value, Value)>;
+    let mut counts: Vec<((String, u64), Counts)> = Vec::new();
+    let mut errors: Vec<(String, String)> = Vec::new();
+    for (set, addr) in primaries {
+        match call_on(&addr, opts, "queue.cluster") {
+            Ok(own) => {
+                for p in partitions(&own) {
+                    let here = map_get(p, "owner_here").and_then(Value::as_bool);
+                    let index = map_get(p, "index").and_then(Value::as_u64);
+                    let (Some(true), Some(index)) = (here, index) else {
+                        continue;
+                    };
+                    let figures: Vec<(Value, Value)> = COUNT_COLUMNS
+                        .iter()
+                        .filter_map(|(k, _)| map_get(p, k).map(|v| (Value::from(*k), v.clone())))
+                        .collect();
+                    if !figures.is_empty() {
+                        counts.push(((set.clone(), index), figures));
+                    }
+                }
+            }
+            Err(e) => errors.push((set, e)),
+        }
+    }
+    if let Some(Value::Array(sets)) = map_get_mut(&mut map, "sets") {
+        for set in sets.iter_mut() {
+            let name = map_get(set, "name")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let Some((_, e)) = errors.iter().find(|(s, _)| Some(s) == name.as_ref()) else {
+                continue;
+            };
+            if let Value::Map(fields) = set {
+                fields.push(("error".into(), e.as_str().into()));
+            }
+        }
+    }
+    for p in partitions_mut(&mut map) {
+        let set = map_get(p, "set").and_then(Value::as_str).map(str::to_owned);
+        let index = map_get(p, "index").and_then(Value::as_u64);
+        let Value::Map(fields) = p else { continue };
+        fields.retain(|(k, _)| !COUNT_COLUMNS.iter().any(|(c, _)| k.as_str() == Some(c)));
+        let (Some(set), Some(index)) = (set, index) else {
+            continue;
+        };
+        if let Some((_, figures)) = counts.iter().find(|(key, _)| *key == (set.clone(), index)) {
+            fields.extend(figures.iter().cloned());
+        }
+    }
+    map
+}
+
+/// Every partition entry of a `queue.cluster()` map's `placement`, tube after tube.
+fn partitions(map: &Value) -> impl Iterator<Item = &Value> {
+    let tubes = match map_get(map, "placement").and_then(|p| map_get(p, "tubes")) {
+        Some(Value::Array(tubes)) => tubes.as_slice(),
+        _ => &[],
+    };
+    tubes
+        .iter()
+        .filter_map(|t| match map_get(t, "partitions") {
+            Some(Value::Array(parts)) => Some(parts.iter()),
+            _ => None,
+        })
+        .flatten()
+}
+
+fn partitions_mut(map: &mut Value) -> impl Iterator<Item = &mut Value> {
+    let tubes = match map_get_mut(map, "placement").and_then(|p| map_get_mut(p, "tubes")) {
+        Some(Value::Array(tubes)) => tubes.as_mut_slice(),
+        _ => &mut [],
+    };
+    tubes
+        .iter_mut()
+        .filter_map(|t| match map_get_mut(t, "partitions") {
+            Some(Value::Array(parts)) => Some(parts.iter_mut()),
+            _ => None,
+        })
+        .flatten()
+}
+
+fn map_get_mut<'a>(map: &'a mut Value, key: &str) -> Option<&'a mut Value> {
+    match map {
+        Value::Map(pairs) => pairs
+            .iter_mut()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v),
+        _ => None,
+    }
+}
+
 /// `queue.stats()` of one address, on a connection of its own (a replica's figures are its
 /// own, so the fallback asks each node, not the leader).
 fn stats_of(addr: &str, opts: &Options) -> Result<Value, String> {
@@ -168,7 +296,7 @@ fn stats_of(addr: &str, opts: &Options) -> Result<Value, String> {
 }
 
 /// A call without arguments on `addr`, on a connection of its own.
-fn call_on(addr: &str, opts: &Options, function: &str) -> Result<Value, String> {
+pub(super) fn call_on(addr: &str, opts: &Options, function: &str) -> Result<Value, String> {
     let ask = || -> Result<Value, tarq_client::ClientError> {
         let mut c = Client::connect(addr, opts.timeout)?;
         if let Some((user, password)) = &opts.credentials {
@@ -232,6 +360,123 @@ pub fn render_cluster(map: &Value) -> String {
         text.push_str(&format!("  {n}\n"));
     }
     text.push_str(&member_table(members));
+    if let Some(Value::Array(sets)) = map_get(map, "sets") {
+        text.push_str(&render_sets(map, sets));
+        text.push_str(&render_placement(map));
+    }
+    text
+}
+
+/// A sharded cluster's replica sets: a row per member (a set without members gets one row of
+/// dashes), the set's primary's term on each, and a note for a set without a primary or whose
+/// primary did not answer.
+fn render_sets(map: &Value, sets: &[Value]) -> String {
+    let mut text = format!(
+        "\nreplica sets ({} of this node: {})\n",
+        cell(map_get(map, "replica_set")),
+        cell(map_get(map, "node"))
+    );
+    let mut rows = vec![["SET", "PRIMARY", "TERM", "NODE", "ADDRESS", "ROLE"]
+        .map(String::from)
+        .to_vec()];
+    let mut notes = Vec::new();
+    for set in sets {
+        let name = cell(map_get(set, "name"));
+        let primary = map_get(set, "primary").filter(|p| !p.is_nil());
+        let term = cell(primary.and_then(|p| map_get(p, "term")));
+        let primary_name = cell(primary.and_then(|p| map_get(p, "name")));
+        if primary.is_none() {
+            notes.push(format!("set {name} has no primary now"));
+        }
+        if let Some(e) = map_get(set, "error") {
+            notes.push(format!(
+                "set {name}'s primary does not answer: {}; its partitions' counts are missing",
+                cell(Some(e))
+            ));
+        }
+        let members = match map_get(set, "members") {
+            Some(Value::Array(m)) if !m.is_empty() => m.as_slice(),
+            _ => {
+                rows.push(vec![
+                    name,
+                    primary_name,
+                    term,
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                ]);
+                continue;
+            }
+        };
+        for m in members {
+            rows.push(vec![
+                name.clone(),
+                primary_name.clone(),
+                term.clone(),
+                cell(map_get(m, "name")),
+                cell(map_get(m, "addr")),
+                cell(map_get(m, "role")),
+            ]);
+        }
+    }
+    text.push_str(&table(&rows));
+    for n in notes {
+        text.push_str(&format!("  {n}\n"));
+    }
+    text
+}
+
+/// The placement: a row per partition of each tube, its index and owning set, and its counts
+/// as its owner gave them (`-` where none did).
+fn render_placement(map: &Value) -> String {
+    let placement = map_get(map, "placement");
+    let mut text = format!(
+        "\nplacement epoch {}\n",
+        cell(placement.and_then(|p| map_get(p, "epoch")))
+    );
+    if placement
+        .and_then(|p| map_get(p, "valid"))
+        .and_then(Value::as_bool)
+        == Some(false)
+    {
+        text.push_str(
+            "  this node's view of the placement may be stale (etcd not read in time): it \
+             refuses changes on partitioned tubes until it reads etcd again\n",
+        );
+    }
+    let mut rows = vec![["TUBE", "TYPE", "PARTITION", "INDEX", "SET"]
+        .into_iter()
+        .chain(COUNT_COLUMNS.iter().map(|(_, t)| *t))
+        .map(String::from)
+        .collect::<Vec<_>>()];
+    let tubes = match placement.and_then(|p| map_get(p, "tubes")) {
+        Some(Value::Array(tubes)) => tubes.as_slice(),
+        _ => &[],
+    };
+    for t in tubes {
+        let parts = match map_get(t, "partitions") {
+            Some(Value::Array(parts)) => parts.as_slice(),
+            _ => &[],
+        };
+        for p in parts {
+            rows.push(
+                [
+                    cell(map_get(t, "name")),
+                    cell(map_get(t, "type")),
+                    cell(map_get(p, "partition")),
+                    cell(map_get(p, "index")),
+                    cell(map_get(p, "set")),
+                ]
+                .into_iter()
+                .chain(COUNT_COLUMNS.iter().map(|(k, _)| cell(map_get(p, k))))
+                .collect(),
+            );
+        }
+    }
+    text.push_str(&table(&rows));
+    if tubes.is_empty() {
+        text.push_str("(no tubes placed)\n");
+    }
     text
 }
 
@@ -594,6 +839,99 @@ mod tests {
         assert!(
             text.starts_with("leader n2 (127.0.0.1:3302)  term 5\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_sharded_cluster_prints_its_sets_and_placement() {
+        let member = |name: &str, addr: &str, role: &str| {
+            map(&[
+                ("name", name.into()),
+                ("addr", addr.into()),
+                ("role", role.into()),
+            ])
+        };
+        let part = |p: u64, index: u64, set: &str, counts: &[u64]| {
+            let mut fields = vec![
+                ("partition", Value::from(p)),
+                ("index", index.into()),
+                ("set", set.into()),
+            ];
+            for ((k, _), n) in COUNT_COLUMNS.iter().zip(counts) {
+                fields.push((k, (*n).into()));
+            }
+            map(&fields)
+        };
+        let m = map(&[
+            ("node", "a1".into()),
+            ("replica_set", "a".into()),
+            (
+                "sets",
+                Value::Array(vec![
+                    map(&[
+                        ("name", "a".into()),
+                        (
+                            "primary",
+                            map(&[
+                                ("name", "a0".into()),
+                                ("addr", "h:1".into()),
+                                ("term", 7u64.into()),
+                            ]),
+                        ),
+                        (
+                            "members",
+                            Value::Array(vec![
+                                member("a0", "h:1", "primary"),
+                                member("a1", "h:2", "replica"),
+                            ]),
+                        ),
+                    ]),
+                    map(&[
+                        ("name", "b".into()),
+                        ("primary", Value::Nil),
+                        ("members", Value::Array(vec![])),
+                    ]),
+                ]),
+            ),
+            (
+                "placement",
+                map(&[
+                    ("epoch", 31u64.into()),
+                    ("valid", false.into()),
+                    (
+                        "tubes",
+                        Value::Array(vec![map(&[
+                            ("name", "jobs".into()),
+                            ("type", "fifo".into()),
+                            (
+                                "partitions",
+                                Value::Array(vec![
+                                    part(0, 1, "a", &[1, 2, 0, 0, 3]),
+                                    part(1, 2, "b", &[]),
+                                ]),
+                            ),
+                        ])]),
+                    ),
+                ]),
+            ),
+        ]);
+        let text = render_cluster(&m);
+        let tail = &text[text.find("\nreplica sets").expect("the sets") + 1..];
+        assert_eq!(
+            tail,
+            "replica sets (a of this node: a1)\n\
+             SET  PRIMARY  TERM  NODE  ADDRESS  ROLE\n\
+             a    a0       7     a0    h:1      primary\n\
+             a    a0       7     a1    h:2      replica\n\
+             b    -        -     -     -        -\n  \
+             set b has no primary now\n\
+             \n\
+             placement epoch 31\n  \
+             this node's view of the placement may be stale (etcd not read in time): it \
+             refuses changes on partitioned tubes until it reads etcd again\n\
+             TUBE  TYPE  PARTITION  INDEX  SET  READY  TAKEN  DELAYED  BURIED  TOTAL\n\
+             jobs  fifo  0          1      a    1      2      0        0       3\n\
+             jobs  fifo  1          2      b    -      -      -        -       -\n"
         );
     }
 }

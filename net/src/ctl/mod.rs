@@ -4,13 +4,16 @@
 //! result as JSON; a tube that does not exist is said so (the server answers with the
 //! original's "Procedure ... is not defined"), `console` opens the
 //! interactive console ([`console`]), `cluster` shows the members, leader, term and lags
-//! ([`cluster`]). It speaks IPROTO through the one blocking client, behind
+//! and, on a sharded cluster, every replica set, the placement and each partition's counts
+//! ([`cluster`]); `place` gives an empty partition to another replica set, in etcd
+//! ([`place`]). It speaks IPROTO through the one blocking client, behind
 //! [`tarq_client::cluster::Cluster`]: `--addr` may list several nodes, and calls follow the
 //! leader (redirects and reconnects are the client crate's, not ctl's). It is an operator's
 //! tool, not part of the server's hot path.
 
 pub mod cluster;
 pub mod console;
+pub mod place;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -189,6 +192,31 @@ pub enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Give partition PARTITION (0, 1, ...) of the partitioned TUBE to replica set SET: one
+    /// change of the placement in etcd. It moves no task, so it refuses unless the current
+    /// owner's primary counts the partition empty; the primitive later moves build on. Talks
+    /// to etcd (and to the owner's primary), not to --addr.
+    Place {
+        /// The tube, as its name.
+        tube: String,
+        /// The partition's number, as `tarq ctl cluster` shows it (PARTITION, not INDEX).
+        partition: u16,
+        /// The replica set to own the partition.
+        #[arg(long, value_name = "SET")]
+        to: String,
+        /// etcd's client URLs, as the nodes' --etcd.
+        #[arg(
+            long,
+            env = "TARQ_ETCD",
+            value_name = "URLS",
+            value_delimiter = ',',
+            required = true
+        )]
+        etcd: Vec<String>,
+        /// The cluster's name in etcd, as the nodes' --cluster.
+        #[arg(long, env = "TARQ_CLUSTER", value_name = "NAME")]
+        cluster: String,
+    },
     /// Interactive console: type queue.put('x') and the like.
     Console {
         /// History file [default: ~/.tarq_history].
@@ -315,6 +343,23 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         credentials: args.user.clone().zip(args.password.clone()),
         failover_wait: seconds("--failover-wait", args.failover_wait)?,
     };
+    if let CtlCommand::Place {
+        tube,
+        partition,
+        to,
+        etcd,
+        cluster,
+    } = args.command
+    {
+        let place = place::PlaceArgs {
+            tube,
+            partition,
+            to,
+            etcd,
+            cluster,
+        };
+        return place::run(&place, &opts, out);
+    }
     let mut cluster = Cluster::connect(addrs.clone(), opts.clone()).map_err(|e| match e {
         ClusterError::NoneAnswered { .. } => anyhow::anyhow!(
             "{e}; is tarq running and listening there? --addr gives the addresses to try"
@@ -459,8 +504,8 @@ impl<'a> Names<'a> {
 fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<Call> {
     let n = Names { tube, ns };
     Ok(match command {
-        CtlCommand::Console { .. } | CtlCommand::Cluster { .. } => {
-            unreachable!("the console and cluster are run by `run`")
+        CtlCommand::Console { .. } | CtlCommand::Cluster { .. } | CtlCommand::Place { .. } => {
+            unreachable!("the console, cluster and place are run by `run`")
         }
         put @ CtlCommand::Put { .. } => n.call(n.method("queue.put", "put"), put_args(put)),
         CtlCommand::Take { timeout } => {

@@ -122,8 +122,10 @@ pub trait Loop {
     fn session_uuid(&self, idx: usize) -> Option<[u8; 16]>;
     /// Connection `idx` acts as engine session `sid`, named `uuid` in the tube API.
     fn set_session(&mut self, idx: usize, sid: SessionId, uuid: [u8; 16]);
-    /// Whether connection `idx` streams this tarq's WAL to a replica (a relay).
-    fn is_relay(&self, idx: usize) -> bool;
+    /// Whether connection `idx` was taken over by a protocol of the loop's own: a relay (it
+    /// streams this tarq's WAL to a replica) or a link (another node of a sharded cluster
+    /// forwards on it). Its frames then go to [`taken_over_input`](Self::taken_over_input).
+    fn taken_over(&self, idx: usize) -> bool;
     /// JOIN (`subscribe` `None`) or SUBSCRIBE after `(position, term, history)`: connection
     /// `idx` becomes a relay, or is refused.
     fn start_relay(
@@ -133,8 +135,9 @@ pub trait Loop {
         format: Option<u32>,
         subscribe: Option<(u64, u64, u64)>,
     );
-    /// A replica's acknowledgement on relay `idx`.
-    fn relay_input(&mut self, idx: usize, frame: &[u8]);
+    /// A frame on a connection taken over: a replica's acknowledgement on a relay, a
+    /// forwarded call on a link.
+    fn taken_over_input(&mut self, idx: usize, frame: &[u8]);
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
 

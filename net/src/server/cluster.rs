@@ -68,6 +68,11 @@ impl ClusterNode {
         (self.handle.placement(), self.handle.overview().sets)
     }
 
+    /// The placement as last read, without the sets (figures built per scrape).
+    pub fn placement(&self) -> std::sync::Arc<tarq_cluster::Placement> {
+        self.handle.placement()
+    }
+
     pub fn placement_fence(&self) -> tarq_cluster::PlacementFence {
         self.handle.placement_fence()
     }
@@ -302,7 +307,9 @@ impl Server {
     }
 
     /// `queue.cluster()`: this node, the leader and its term, the members as etcd has them,
-    /// and each replica's lag as the primary sees it (or this replica's own).
+    /// and each replica's lag as the primary sees it (or this replica's own). `role` stays
+    /// `leader`/`replica` (tools and tests read it); a sharded node adds its set, every set
+    /// with its `primary`, and the placement (`shard_fields`).
     pub(crate) fn cluster_overview(&mut self) -> Value {
         let s = |v: &str| Value::from(v);
         let (written, last_term, history) = self
@@ -349,7 +356,114 @@ impl Server {
             return Value::Map(fields);
         };
         fields.extend(c.overview_fields());
+        if let Some(set) = self.sharded_set() {
+            fields.extend(self.shard_fields(c, set));
+        }
         Value::Map(fields)
+    }
+
+    /// This node's replica set, on a sharded node (`--replica-set`).
+    fn sharded_set(&self) -> Option<&str> {
+        self.shards.as_ref()?;
+        self.cfg.cluster.as_ref()?.election.replica_set.as_deref()
+    }
+
+    /// `queue.cluster()`'s fields of a sharded node: its set (`replica_set`), every set with
+    /// its primary and members (`sets`), and the placement as this node last read it, with the
+    /// counts of each partition its set owns (`placement`; the other sets' partitions have
+    /// theirs on their own nodes: `tarq ctl cluster` asks each set's primary).
+    fn shard_fields(&self, c: &ClusterNode, set: &str) -> Vec<(Value, Value)> {
+        let s = |v: &str| Value::from(v);
+        let (placement, sets) = c.map();
+        let sets = sets
+            .iter()
+            .map(|v| {
+                let primary = v.leader.as_ref().map_or(Value::Nil, |(l, term)| {
+                    Value::Map(vec![
+                        (s("name"), s(&l.name)),
+                        (s("addr"), s(&l.addr)),
+                        (s("term"), (*term).into()),
+                    ])
+                });
+                let members = v
+                    .members
+                    .iter()
+                    .map(|m| {
+                        // The word for a set's leader; etcd's member key says whether
+                        // the member led when it last wrote it, the set's leader key who does.
+                        let leads = v.leader.as_ref().is_some_and(|(l, _)| l.name == m.name);
+                        Value::Map(vec![
+                            (s("name"), s(&m.name)),
+                            (s("addr"), s(&m.addr)),
+                            (s("role"), s(if leads { "primary" } else { "replica" })),
+                            (s("eligible"), m.eligible.into()),
+                            (s("term"), m.position.term.into()),
+                            (s("lsn"), m.position.lsn.into()),
+                        ])
+                    })
+                    .collect();
+                Value::Map(vec![
+                    (s("name"), s(&v.name)),
+                    (s("primary"), primary),
+                    (s("members"), Value::Array(members)),
+                ])
+            })
+            .collect();
+        let queue = self.core.queue();
+        let tubes = placement
+            .tubes
+            .values()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .map(|(p, part)| {
+                        let here = part.set == set;
+                        let mut f = vec![
+                            (s("partition"), (p as u64).into()),
+                            (s("index"), u64::from(part.index).into()),
+                            (s("set"), s(&part.set)),
+                            (s("owner_here"), here.into()),
+                        ];
+                        // Counts only where this node's set owns the partition and the engine
+                        // holds it under this tube's name (a replica may not have it yet).
+                        let held = queue
+                            .tube_info(part.index)
+                            .is_some_and(|i| i.name == t.name);
+                        if let Some(st) = queue.tube_stats(part.index).ok().filter(|_| here && held)
+                        {
+                            f.extend([
+                                (s("ready"), st.ready.into()),
+                                (s("taken"), st.taken.into()),
+                                (s("delayed"), st.waiting.into()),
+                                (s("buried"), st.buried.into()),
+                                (s("total"), st.total.into()),
+                            ]);
+                        }
+                        Value::Map(f)
+                    })
+                    .collect();
+                Value::Map(vec![
+                    (s("name"), s(&t.name)),
+                    (s("type"), s(&t.kind)),
+                    (s("partitions"), Value::Array(partitions)),
+                ])
+            })
+            .collect();
+        let valid = c.placement_fence().valid_at(Instant::now()).is_some();
+        vec![
+            (s("replica_set"), s(set)),
+            (s("sets"), Value::Array(sets)),
+            (
+                s("placement"),
+                Value::Map(vec![
+                    (s("epoch"), placement.epoch.into()),
+                    (s("valid"), valid.into()),
+                    (s("tubes"), Value::Array(tubes)),
+                ]),
+            ),
+        ]
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 use tarq_engine::{Micros, Queue, SessionId, TubeIx};
 use tarq_ops::stats::Snapshot;
 
+use super::conn::Protocol;
 use super::Server;
 use crate::config::Config;
 use tarq_iproto::auth::SCRAMBLE_LEN;
@@ -16,7 +17,7 @@ use crate::core::{Caller, Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
 use crate::frontend::http::{HttpConn, HttpState};
 use crate::frontend::iproto::IprotoState;
-use crate::frontend::link::LinkConn;
+use crate::frontend::link::{Link, LinkConn};
 use crate::frontend::{self, ReplyTo};
 use tarq_ops::live::Live;
 
@@ -157,8 +158,8 @@ impl frontend::Loop for Server {
         c.set_session_uuid(uuid);
     }
 
-    fn is_relay(&self, idx: usize) -> bool {
-        self.conns[idx].relay().is_some()
+    fn taken_over(&self, idx: usize) -> bool {
+        !matches!(self.conns[idx].proto, Protocol::Iproto { .. })
     }
 
     fn start_relay(
@@ -171,8 +172,12 @@ impl frontend::Loop for Server {
         Server::start_relay(self, idx, sync, format, subscribe);
     }
 
-    fn relay_input(&mut self, idx: usize, frame: &[u8]) {
-        Server::relay_input(self, idx, frame);
+    fn taken_over_input(&mut self, idx: usize, frame: &[u8]) {
+        if matches!(self.conns[idx].proto, Protocol::Link(_)) {
+            Link::new(self).execute(idx, frame);
+        } else {
+            Server::relay_input(self, idx, frame);
+        }
     }
 
     fn cluster_overview(&mut self) -> rmpv::Value {
@@ -192,9 +197,12 @@ impl frontend::Loop for Server {
     }
 
     fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>) {
+        // A forwarded command runs here or is refused: it is never forwarded again.
+        if let Some(why) = self.shards.as_mut().and_then(|s| s.refuse_forwarded(&cmd)) {
+            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+        }
         let caller = Caller::new(idx, self.conns[idx].gen, sid);
-        let (core, mut wire) = self.split();
-        core.execute(caller, reply, cmd, &mut wire);
+        self.execute_as(caller, reply, cmd);
     }
 
     fn http(&mut self) -> &mut HttpState {

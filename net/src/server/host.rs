@@ -63,7 +63,7 @@ impl Host<ReplyTo> for Wire<'_> {
     #[inline]
     fn deliver(&mut self, to: Caller, reply: ReplyTo, outcome: &Outcome<'_>) {
         if let ReplyTo::Router(token) = reply {
-            return self.routed.push((token, Digest::of(outcome)));
+            return self.route_back(token, outcome);
         }
         deliver_to(self.conns, self.flush, to.slot(), reply, outcome);
     }
@@ -105,6 +105,15 @@ impl Host<ReplyTo> for Wire<'_> {
                 self.read_again.push(to.slot());
             }
         }
+    }
+}
+
+impl Wire<'_> {
+    /// An outcome the core answered to the router: kept for it (a sharded node's only).
+    #[cold]
+    #[inline(never)]
+    fn route_back(&mut self, token: u64, outcome: &Outcome<'_>) {
+        self.routed.push((token, Digest::of(outcome)));
     }
 }
 
@@ -157,15 +166,30 @@ impl Server {
     /// Runs a front-end's command for connection `idx` in the core, answered through `reply`.
     #[inline]
     pub(crate) fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
-        let cmd = if self.shards.is_some() {
-            match self.route(idx, reply, cmd) {
-                Some(cmd) => cmd,
-                None => return,
-            }
-        } else {
-            cmd
+        if self.shards.is_some() {
+            return self.dispatch_routed(idx, reply, cmd);
+        }
+        let caller = self.caller(idx);
+        let (core, mut wire) = self.split();
+        core.execute(caller, reply, cmd, &mut wire);
+    }
+
+    /// [`dispatch`](Self::dispatch) on a sharded node: the router first. Out of line, so a
+    /// single node's dispatch stays the core's call alone.
+    #[inline(never)]
+    fn dispatch_routed(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
+        let Some(cmd) = self.route(idx, reply, cmd) else {
+            return;
         };
         let caller = self.caller(idx);
+        self.execute_as(caller, reply, cmd);
+    }
+
+    /// Runs `cmd` in the core for `caller`, off the single node's hot path (a sharded node's
+    /// commands, forwarded ones, a router's own). The one call of `Core::execute` beside
+    /// [`dispatch`](Self::dispatch)'s, so that one stays inlined.
+    #[inline(never)]
+    pub(crate) fn execute_as(&mut self, caller: Caller, reply: ReplyTo, cmd: Command<'_>) {
         let (core, mut wire) = self.split();
         core.execute(caller, reply, cmd, &mut wire);
         if !self.routed.is_empty() {

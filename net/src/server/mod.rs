@@ -50,7 +50,6 @@ use crate::frontend::beanstalk::{Beanstalk, BsConn};
 use crate::frontend::http::Http;
 use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
 use crate::frontend::iproto::{Iproto, IprotoState};
-use crate::frontend::link::Link;
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{
@@ -263,7 +262,8 @@ impl Server {
         let shards = match (&cfg.cluster, &cluster) {
             (Some(c), Some(node)) if c.election.replica_set.is_some() => {
                 let set = c.election.replica_set.clone().unwrap_or_default();
-                Some(shards::Shards::new(set, node.placement_fence()))
+                let validity = c.election.placement_validity();
+                Some(shards::Shards::new(set, node.placement_fence(), validity))
             }
             _ => None,
         };
@@ -353,12 +353,25 @@ impl Server {
     pub fn snapshot(&self) -> Snapshot {
         let queue = self.core.queue();
         let (parked_takes, takes_parked) = self.core.parked_takes();
+        // A partitioned tube's partitions share its name: each is told by its number, known
+        // from the placement (a tube of one partition keeps its series as before shards).
+        let placement = self
+            .shards
+            .as_ref()
+            .and(self.cluster.as_ref())
+            .map(cluster::ClusterNode::placement);
         Snapshot {
             engine: queue.stats(),
             tubes: queue
                 .tubes()
                 .map(|t| TubeFigures {
                     name: t.name.to_owned(),
+                    partition: placement
+                        .as_deref()
+                        .and_then(|p| p.at_index(t.ix))
+                        .filter(|(tube, _)| tube.name == t.name && tube.partitions.len() > 1)
+                        .map(|(_, p)| p)
+                        .or((t.opts.part > 0).then_some(t.opts.part)),
                     stats: queue.tube_stats(t.ix).unwrap_or_default(),
                 })
                 .collect(),
@@ -1066,12 +1079,7 @@ impl Server {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
-                    let frame = &data[used + f.prefix..used + f.total()];
-                    if matches!(self.conns[idx].proto, Protocol::Link(_)) {
-                        Link::new(self).execute(idx, frame);
-                    } else {
-                        Iproto::new(self).execute(idx, frame);
-                    }
+                    Iproto::new(self).execute(idx, &data[used + f.prefix..used + f.total()]);
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());
@@ -1164,6 +1172,14 @@ impl Server {
         idx: usize,
         name: &str,
     ) -> Result<tarq_engine::TubeIx, crate::core::Refusal> {
+        if self.shards.is_some() {
+            // A sharded cluster's tubes are placed through etcd, each index once: a tube made
+            // here alone could take an index the placement gives another.
+            return Err(crate::core::Refusal::Shards(format!(
+                "tube {name} does not exist: a sharded cluster's tubes are made with \
+                 queue.create_tube"
+            )));
+        }
         let caller = self.caller(idx);
         let (core, mut wire) = self.split();
         core.create_tube_on_demand(caller, name, &mut wire)

@@ -86,9 +86,9 @@ impl<'a, L: Loop> Iproto<'a, L> {
 impl<L: Loop> Iproto<'_, L> {
     /// Executes one IPROTO request frame: answers it, or dispatches the queue call it carries.
     pub fn execute(&mut self, idx: usize, frame: &[u8]) {
-        if self.l.is_relay(idx) {
-            // A replica's stream carries no more requests: only its acknowledgements.
-            self.l.relay_input(idx, frame);
+        if self.l.taken_over(idx) {
+            // A replica's stream carries only its acknowledgements; a link, forwarded calls.
+            self.l.taken_over_input(idx, frame);
             return;
         }
         let req = match request::decode(frame) {

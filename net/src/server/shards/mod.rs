@@ -191,8 +191,13 @@ pub(crate) struct Shards {
     tubes: HashMap<TubeIx, Routed>,
     placement: Arc<Placement>,
     fence: PlacementFence,
-    /// Whether this node's view of the placement may be acted on this turn.
+    /// Whether this node's view of the placement may be acted on (read per call).
     valid: bool,
+    /// How long a view of the placement is trusted (lease TTL less the safety margin).
+    validity: std::time::Duration,
+    /// Partitions that moved to this node's set: not served before these instants, when every
+    /// view that showed the old owner has expired.
+    held: HashMap<TubeIx, Instant>,
     pending: HashMap<u64, Pending>,
     next_sync: u64,
     gathers: HashMap<u64, Gather>,
@@ -201,7 +206,7 @@ pub(crate) struct Shards {
     /// session ends).
     forwarded: HashMap<SessionId, u64>,
     /// create_tube calls waiting for etcd, by token.
-    creates: HashMap<u64, Client>,
+    creates: HashMap<u64, (Client, bool)>,
     next_token: u64,
     rr: usize,
     /// Takes waiting across partitions, by number, and by tube in arrival order.
@@ -214,9 +219,11 @@ pub(crate) struct Shards {
 }
 
 impl Shards {
-    pub fn new(set: String, fence: PlacementFence) -> Shards {
+    pub fn new(set: String, fence: PlacementFence, validity: std::time::Duration) -> Shards {
         Shards {
             set,
+            validity,
+            held: HashMap::new(),
             sets: Vec::new(),
             parts: Vec::new(),
             tubes: HashMap::new(),
@@ -265,10 +272,24 @@ impl Shards {
                 self.sets[slot].primary = primary;
             }
         }
+        let before: Vec<Option<usize>> = self.parts.iter().map(|p| p.map(|p| p.set)).collect();
         self.parts.clear();
         self.tubes.clear();
         for t in placement.tubes.values() {
             self.add_tube(t);
+        }
+        // A partition another set owned until now: its old owner may act on its old view
+        // until that expires, so this set waits as long before serving it.
+        let now = Instant::now();
+        self.held.retain(|_, until| *until > now);
+        let mine = self.sets.iter().position(|s| s.name == self.set);
+        for (ix, p) in self.parts.iter().enumerate() {
+            let was = before.get(ix).copied().flatten();
+            if let (Some(p), Some(was)) = (p, was) {
+                if Some(p.set) == mine && was != p.set {
+                    self.held.insert(ix as TubeIx, now + self.validity);
+                }
+            }
         }
         self.placement = placement;
     }
@@ -307,6 +328,44 @@ impl Shards {
 
     fn part(&self, ix: TubeIx) -> Option<Part> {
         self.parts.get(ix as usize).copied().flatten()
+    }
+
+    /// Why this node may not change partition `ix` now though its set owns it: its view of
+    /// the placement may be stale, or the partition has just moved here.
+    fn hold(&self, ix: TubeIx) -> Option<String> {
+        if !self.valid {
+            return Some(
+                "this node's view of the placement is stale (etcd not read lately): no change now"
+                    .into(),
+            );
+        }
+        match self.held.get(&ix) {
+            Some(until) if Instant::now() < *until => Some(format!(
+                "partition at index {ix} has just moved to replica set {}: it serves it in {} ms",
+                self.set,
+                until.saturating_duration_since(Instant::now()).as_millis()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Why a command another node forwarded may not run here: it names a partition this
+    /// node's set does not own in this node's view (the forwarder's view is older or newer —
+    /// the fence on placement, as the term is on leadership), or one `hold` keeps.
+    pub fn refuse_forwarded(&mut self, cmd: &Command<'_>) -> Option<String> {
+        self.valid = self.fence.valid_at(Instant::now()).is_some();
+        let ix = named_partition(cmd)?;
+        let part = self.part(ix)?;
+        if self.sets[part.set].name != self.set {
+            return Some(format!(
+                "partition at index {ix} belongs to replica set {}, not {} (placement epoch {})",
+                self.sets[part.set].name, self.set, self.placement.epoch
+            ));
+        }
+        if cmd.reads_only() {
+            return None;
+        }
+        self.hold(ix)
     }
 
     /// Whether this node serves partition `ix` itself: its set owns it and it leads the set.
@@ -400,6 +459,37 @@ impl Server {
         for t in placement.tubes.values() {
             self.hold_tube(t);
         }
+        self.watch_again();
+    }
+
+    /// Watches again the partitions the waiting takes need that nothing watches now (a watch
+    /// lost with its link, answered while its set had no primary): after each new map.
+    fn watch_again(&mut self) {
+        let leads = self.leads();
+        let Some(shards) = self.shards.as_ref() else {
+            return;
+        };
+        let heads: Vec<TubeIx> = shards.queues.keys().copied().collect();
+        for head in heads {
+            let Some((_, w)) = self.oldest_waiter(head) else {
+                continue;
+            };
+            let Some(shards) = self.shards.as_ref() else {
+                return;
+            };
+            let parts: Vec<TubeIx> = (shards.tubes.get(&head))
+                .map(|t| {
+                    t.parts
+                        .iter()
+                        .copied()
+                        .filter(|&p| !shards.here(p, leads))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for ix in parts {
+                self.watch_remote(ix, w.client);
+            }
+        }
     }
 
     /// On a primary, holds what of tube `t` this node must: every tube's first partition (so
@@ -440,8 +530,15 @@ impl Server {
         token: u64,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
-        let Some(client) = self.shards.as_mut().and_then(|s| s.creates.remove(&token)) else {
+        let Some((client, if_not_exists)) =
+            self.shards.as_mut().and_then(|s| s.creates.remove(&token))
+        else {
             return;
+        };
+        // Made by another node meanwhile, and this call lets it be: the tube as placed.
+        let result = match result {
+            Err(tarq_cluster::PlacementError::Exists(t)) if if_not_exists => Ok(*t),
+            other => other,
         };
         if let Ok(t) = &result {
             if let Some(s) = self.shards.as_mut() {
@@ -524,7 +621,9 @@ impl Server {
                 if_not_exists,
                 partitions,
             } => {
-                if if_not_exists && self.core.queue().tube_ix(name).is_some() {
+                // A tube that is here already, or a node that does not lead its set (it
+                // refuses a change as any replica does, naming its primary): the core's.
+                if !leads || (if_not_exists && self.core.queue().tube_ix(name).is_some()) {
                     return Some(cmd);
                 }
                 if kind == TubeType::LimFifoTtl
@@ -540,7 +639,7 @@ impl Server {
                 }
                 let token = shards.next_token;
                 shards.next_token += 1;
-                shards.creates.insert(token, client);
+                shards.creates.insert(token, (client, if_not_exists));
                 let cluster = self
                     .cluster
                     .as_ref()
@@ -569,7 +668,7 @@ impl Server {
                         .parts
                         .iter()
                         .copied()
-                        .filter(|&p| shards.here(p, leads))
+                        .filter(|&p| shards.here(p, leads) && shards.hold(p).is_none())
                         .collect();
                     shards.rr = shards.rr.wrapping_add(1);
                     if here.is_empty() {
@@ -632,6 +731,12 @@ impl Server {
                     tube: t,
                 });
             }
+            Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
+                let why = "dropping a tube placed over a sharded cluster is not built yet: \
+                           truncate it instead";
+                self.answer(client, &Outcome::Error(Refusal::Shards(why.into())));
+                return None;
+            }
             Command::ReleaseAll { tube } => {
                 return self.gather(client, tube, GatherKind::Ok, leads, |t| {
                     Command::ReleaseAll { tube: t }
@@ -658,10 +763,11 @@ impl Server {
             return Some(cmd);
         };
         if shards.here(ix, leads) {
-            if cmd.changes() && !shards.valid {
-                let why = "this node's view of the placement is stale (etcd not read lately)";
-                self.answer(client, &Outcome::Error(Refusal::NoPrimary(why.into())));
-                return None;
+            if !cmd.reads_only() {
+                if let Some(why) = shards.hold(ix) {
+                    self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+                    return None;
+                }
             }
             return Some(cmd);
         }
@@ -669,27 +775,29 @@ impl Server {
         None
     }
 
-    /// Sends `cmd` to the primary of set `set` for `client`.
+    /// Sends `cmd` to the primary of set `set` for `client`; its answer goes where `then`
+    /// says, a failure to send it too (a watch's failure is no answer to its client's take).
     fn forward(&mut self, set: usize, client: Client, cmd: Command<'_>, then: Then) {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        let sync = shards.next_sync;
+        shards.next_sync += 1;
         if shards.sets[set].link.is_none() {
             let s = &shards.sets[set];
-            let Some(addr) = s.primary.as_ref().and_then(|a| resolve(a)) else {
-                let why = format!("replica set {} has no primary now", s.name);
-                return self.answer(client, &Outcome::Error(Refusal::NoPrimary(why)));
+            let opened = match s.primary.as_ref().and_then(|a| resolve(a)) {
+                None => Err(format!("replica set {} has no primary now", s.name)),
+                Some(addr) => OutLink::connect(addr, set, self.poll.registry())
+                    .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };
-            match OutLink::connect(addr, set, self.poll.registry()) {
+            match opened {
                 Ok(l) => shards.sets[set].link = Some(l),
-                Err(e) => {
-                    let why = format!("cannot reach replica set {} at {addr}: {e}", s.name);
-                    return self.answer(client, &Outcome::Error(Refusal::NoPrimary(why)));
+                Err(why) => {
+                    shards.pending.insert(sync, Pending { set, client, then });
+                    return self.on_answer(sync, Err(why));
                 }
             }
         }
-        let sync = shards.next_sync;
-        shards.next_sync += 1;
         let link = shards.sets[set].link.as_mut().expect("opened above");
         link.send(
             sync,
@@ -719,6 +827,8 @@ impl Server {
         };
         let (mut here, mut there): (Vec<TubeIx>, Vec<TubeIx>) =
             t.parts.iter().partition(|&&p| shards.here(p, leads));
+        // A partition led here that may not be served now (a stale view, a move) is skipped.
+        here.retain(|&ix| shards.hold(ix).is_none());
         if there.is_empty() && here.len() == 1 {
             // One partition, led here: the core's own take, waiting as it does.
             let ix = here[0];
@@ -879,9 +989,7 @@ impl Server {
             let here = self.shards.as_ref().is_some_and(|s| s.here(ix, leads));
             if here {
                 let caller = Caller::new(client.idx, client.gen, client.sid);
-                let (core, mut wire) = self.split();
-                core.execute(caller, ReplyTo::Router(key), make(ix), &mut wire);
-                self.take_routed();
+                self.execute_as(caller, ReplyTo::Router(key), make(ix));
             } else if let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) {
                 self.forward(set, client, make(ix), Then::Gather { key });
             }
@@ -1032,8 +1140,7 @@ impl Server {
                 on: on_ix(w.on, ix),
                 timeout: Some(0),
             };
-            let (core, mut wire) = self.split();
-            core.execute(caller, w.client.reply, cmd, &mut wire);
+            self.execute_as(caller, w.client.reply, cmd);
         } else {
             // Taken by another first: watch again.
             let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
@@ -1084,7 +1191,8 @@ impl Server {
             .as_ref()
             .is_some_and(|s| s.waiters.contains_key(&id));
         match outcome {
-            Outcome::Nothing => {}
+            // Taken by another first, or the owner unreachable now: the take waits on.
+            Outcome::Nothing | Outcome::Error(_) => {}
             Outcome::Task(_) if !waiting => {
                 // It timed out or its connection closed meanwhile: the task goes back.
                 self.shards_session_ended(client.sid);
@@ -1243,8 +1351,11 @@ impl Server {
         };
         match p.then {
             Then::Deliver => self.answer(p.client, &outcome),
+            // A partition without a task, or unreachable now (its set failing over): the next.
             Then::Take { plan } => match outcome {
-                Outcome::Nothing => self.take_next(p.client, plan),
+                Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_)) => {
+                    self.take_next(p.client, plan)
+                }
                 other => self.answer(p.client, &other),
             },
             Then::Gather { key } => self.gathered(key, Digest::of(&outcome)),
@@ -1307,6 +1418,35 @@ fn by_id<'c>(
     match id_tube(id) {
         Some(ix) => (ix, make(ix)),
         None => (TubeIx::MAX, cmd),
+    }
+}
+
+/// The partition a command names: its tube, or the one its id names.
+fn named_partition(cmd: &Command<'_>) -> Option<TubeIx> {
+    match *cmd {
+        Command::Put { .. } => Some(0),
+        Command::PutIn { tube, .. }
+        | Command::Touch { tube, .. }
+        | Command::Peek { tube, .. }
+        | Command::Bury { tube, .. }
+        | Command::Kick { tube, .. }
+        | Command::Delete { tube, .. }
+        | Command::ReleaseAll { tube }
+        | Command::Truncate { tube }
+        | Command::DropTube { tube }
+        | Command::TubeStats { tube }
+        | Command::KickAny { tube, .. }
+        | Command::Watch { tube } => Some(tube),
+        Command::Take { on, .. } => Some(on.tube()),
+        Command::Ack { on, id } | Command::Release { on, id, .. } => match on {
+            On::Seed => id_tube(id),
+            On::Tube(t) => Some(t),
+        },
+        Command::TakeTask { id }
+        | Command::BuryTaken { id, .. }
+        | Command::TouchTtr { id }
+        | Command::KickTask { id } => id_tube(id),
+        _ => None,
     }
 }
 
