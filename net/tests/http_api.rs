@@ -525,6 +525,26 @@ fn a_slow_client_is_cut_and_the_others_are_served_meanwhile() {
     drop(srv);
 }
 
+#[test]
+fn idle_timeout_closes_an_idle_connection_but_not_an_event_stream() {
+    let (srv, http) = start(|c| c.limits.idle_timeout = 300_000);
+    let mut stream = TcpStream::connect(http).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream
+        .write_all(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut idle = Web::new(http);
+    assert_eq!(idle.get("/api/tubes").status, 200);
+    // Three events span two seconds, far past the idle timeout: the stream lives on.
+    events(&mut stream, 3);
+    let mut rest = Vec::new();
+    let _ = idle.s.read_to_end(&mut rest);
+    let told = String::from_utf8_lossy(&rest);
+    assert!(told.starts_with("HTTP/1.1 408 "), "{told}");
+    assert!(told.contains("idle-timeout"), "{told}");
+    drop(srv);
+}
+
 /// Reads server-sent events' `data:` lines until `n` have come.
 fn events(s: &mut TcpStream, n: usize) -> Vec<Json> {
     let mut got = Vec::new();

@@ -168,6 +168,9 @@ impl Server {
             else {
                 continue;
             };
+            // An event stream's client listens and sends nothing: no more idle than a take
+            // that waits.
+            let busy = busy || c.http().is_some_and(|h| h.streaming);
             let auth = c.authenticated;
             let Some(why) = self
                 .limits
@@ -192,7 +195,9 @@ impl Server {
             if web {
                 // An HTTP client is told in HTTP: 408, the reason as the JSON error.
                 crate::frontend::http::refusal(out, 408, &msg);
-                self.limits.counts.http_timeouts += 1;
+                if why == Expiry::Frame {
+                    self.limits.counts.http_timeouts += 1;
+                }
             } else {
                 response::error(out, 0, ER_TIMEOUT, &msg);
             }
