@@ -200,6 +200,19 @@ fn a_partitioned_tube_delivers_each_task_once_through_any_node() {
     let calls = get(&stats[0], "calls");
     assert_eq!(get(calls, "put").as_u64(), Some(TASKS as u64));
     assert_eq!(get(calls, "ack").as_u64(), Some(TASKS as u64));
+
+    // Every tube's statistics, from every node: the same sums.
+    let all: Vec<Value> = (0..4)
+        .map(|i| {
+            let mut c = connect(cl.addr(i));
+            let r = c.call("queue.statistics", &pack_args(&[]), None).unwrap();
+            r.into_iter().next().unwrap()
+        })
+        .collect();
+    for (i, s) in all.iter().enumerate() {
+        assert_eq!(s, &all[0], "node {i}'s statistics() differ from node 0's");
+    }
+    assert_eq!(get(&all[0], "jobs"), &stats[0], "{:?}", all[0]);
 }
 
 #[test]

@@ -17,12 +17,24 @@ and writes one JSON per run plus summary.json:
   owner and of a forwarding node, for clients that reach the owners (f = 0) and for clients
   spread evenly (f = (N-1)/N of calls forwarded).
 """
-import base64, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import atexit, base64, json, os, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
+import urllib.request
 
 BIN, OUT = sys.argv[1], sys.argv[2]
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 os.makedirs(OUT, exist_ok=True)
 TICK = os.sysconf("SC_CLK_TCK")
+LEASE, SYNC = "10", "0"
+SPAWNED = []
+
+
+@atexit.register
+def stop_all():
+    # Whatever happens, no etcd or tarq of this script outlives it.
+    for p in SPAWNED:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def free_port():
@@ -49,7 +61,7 @@ class Etcd:
              f"--advertise-client-urls={self.url}", f"--listen-peer-urls={peer}",
              f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=f={peer}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait(lambda: self.get("/health-probe") is not None or True, "etcd")
+        SPAWNED.append(self.proc)
         for _ in range(200):
             try:
                 urllib.request.urlopen(self.url + "/health", timeout=1)
@@ -83,16 +95,21 @@ def wait(cond, what, secs=20):
 
 
 class Node:
-    def __init__(self, etcd, cluster, name, cpu):
+    def __init__(self, etcd, cluster, name, cpu, set_name=None):
+        set_name = set_name or name
         self.dir = tempfile.mkdtemp()
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            ["taskset", "-c", str(cpu), f"{BIN}/tarq", "--listen", self.addr, "--data-dir",
+            # The loop pinned (--cpu), the election thread free to run on the other core; a
+            # lease long enough that a loaded machine's scheduling delays are no failover.
+            [f"{BIN}/tarq", "--cpu", str(cpu), "--listen", self.addr, "--data-dir",
              f"{self.dir}/data", "--etcd", etcd.url, "--cluster", cluster, "--node-name", name,
-             "--replica-set", name, "--lease-ttl", "2", "--log-level", "warn"],
+             "--replica-set", set_name, "--lease-ttl", LEASE, "--log-level", "warn",
+             "--sync-replicas", SYNC],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.leader_key = f"/tarq/{cluster}/sets/{name}/leader"
+        SPAWNED.append(self.proc)
+        self.leader_key = f"/tarq/{cluster}/sets/{set_name}/leader"
 
     def stop(self):
         self.proc.kill()
@@ -107,12 +124,13 @@ def create_tube(node, name, partitions):
     c.close()
 
 
-def loadgen(node, tube, cpu, out, tag):
+def loadgen(node, tube, cpu, out, tag, secs=5):
     path = f"{OUT}/{tag}.json"
     subprocess.run(
         [f"{BIN}/tarq-loadgen", "--target", "tarq", "--addr", node.addr, "--api", "tubes",
          "--tube", tube, "--producers", "4", "--consumers", "4", "--depth", "16",
-         "--duration", "5s", "--warmup", "1s", "--cpu", str(cpu), "--quiet", "--json", path],
+         "--duration", f"{secs}s", "--warmup", "1s", "--cpu", str(cpu), "--quiet", "--json",
+         path],
         check=True, stdout=subprocess.DEVNULL)
     return json.load(open(path))
 
@@ -134,7 +152,6 @@ etcd, (a, b) = cluster("hop", ["a", "b"], [0, 1])
 create_tube(a, "hop", 1)
 owner_set = etcd.get("/tarq/hop/placement/tubes/hop")["partitions"][0]["set"]
 owner, forwarder = (a, b) if owner_set == "a" else (b, a)
-wait(lambda: True, "")
 runs = {"owner": [], "forwarded": []}
 for r in range(ROUNDS):
     for how, via in (("owner", owner), ("forwarded", forwarder)):
@@ -179,8 +196,6 @@ for r in range(ROUNDS):
 
     etcd, (a, b) = cluster("two", ["a", "b"], [0, 1])
     create_tube(a, "s", 2)
-    wait(lambda: True, "")
-    import threading
     rates = {}
 
     def drive(node, cpu, tag):
@@ -201,6 +216,43 @@ summary["scale"] = {
     "two_sets_msgs_per_s_median": round(statistics.median(scale["two"])),
     "two_over_one": round(statistics.median(scale["two"]) / statistics.median(scale["one"]), 3),
     "note": "two tarq processes and two loadgens share this machine's two cores",
+}
+
+# --- one set's failover: the other set's rate meanwhile -------------------------------------
+# Sets a and b of two nodes each (--sync-replicas 1, a 2 s lease); the loadgen drives set a's
+# primary on a tube with a partition on each set (its puts and takes stay on a); 4 s in, set
+# b's primary is killed (-9). The per-second series shows a's rate across b's failover.
+LEASE, SYNC = "2", "1"
+etcd = Etcd()
+nodes = [Node(etcd, "fo", f"{s}{i}", i % 2, s) for s in ("a", "b") for i in (0, 1)]
+leader = {}
+for s in ("a", "b"):
+    wait(lambda: etcd.get(f"/tarq/fo/sets/{s}/leader") is not None, f"set {s}'s leader")
+    leader[s] = etcd.get(f"/tarq/fo/sets/{s}/leader")["name"]
+by_name = {f"{s}{i}": nodes[k] for k, (s, i) in enumerate((s, i) for s in ("a", "b") for i in (0, 1))}
+primary_a, primary_b = by_name[leader["a"]], by_name[leader["b"]]
+create_tube(primary_a, "fo", 2)
+result = {}
+t = threading.Thread(target=lambda: result.update(
+    d=loadgen(primary_a, "fo", 1, OUT, "failover-a", secs=12)))
+t.start()
+time.sleep(5)  # the warm-up second and four measured ones before the kill
+primary_b.proc.kill()
+killed = time.time()
+wait(lambda: (etcd.get("/tarq/fo/sets/b/leader") or {}).get("name") not in (None, leader["b"]),
+     "set b's new primary")
+summary_failover_s = round(time.time() - killed, 2)
+t.join()
+for n in nodes:
+    n.stop()
+etcd.stop()
+series = [s["acks"] for s in result["d"]["series"]]
+summary["failover"] = {
+    "set_b_new_primary_after_s": summary_failover_s,
+    "set_a_acks_per_second": series,
+    "kill_at_s": 4,
+    "before_median": statistics.median(series[:4]),
+    "during_and_after_median": statistics.median(series[4:]),
 }
 
 # --- the model ------------------------------------------------------------------------------

@@ -140,6 +140,9 @@ pub enum Command<'a> {
     TubeStats {
         tube: TubeIx,
     },
+    /// Every tube's counters by name, `default` aside (`queue.statistics()`).
+    #[serde(skip)]
+    AllTubeStats,
     /// Pause `tube`'s takes (beanstalk's pause-tube): no take of any protocol gets its tasks
     /// until the pause ends.
     #[serde(skip)]
@@ -163,6 +166,7 @@ impl Command<'_> {
             self,
             Command::Peek { .. }
                 | Command::TubeStats { .. }
+                | Command::AllTubeStats
                 | Command::Pause { .. }
                 | Command::Snapshot
                 | Command::Take { .. }
@@ -179,6 +183,7 @@ impl Command<'_> {
             self,
             Command::Peek { .. }
                 | Command::TubeStats { .. }
+                | Command::AllTubeStats
                 | Command::Pause { .. }
                 | Command::Snapshot
         )
@@ -213,6 +218,8 @@ pub enum Outcome<'q> {
     /// A tube created or found (`if_not_exists`).
     Tube(TubeInfo<'q>),
     TubeStats(Stats),
+    /// Every tube's counters by name (`queue.statistics()`).
+    AllStats(Vec<(String, Stats)>),
     ServerStats(Box<Snapshot>),
     /// The snapshot call's report.
     Text(String),

@@ -432,6 +432,13 @@ impl<R: Copy> Core<R> {
                 Ok(s) => (Outcome::TubeStats(s), None),
                 Err(e) => (Outcome::Error(e.into()), None),
             },
+            Command::AllTubeStats => {
+                let all = (q.named_tubes())
+                    .filter(|t| t.name != tarq_engine::DEFAULT_TUBE_NAME)
+                    .map(|t| (t.name.to_owned(), q.tube_stats(t.ix).unwrap_or_default()))
+                    .collect();
+                (Outcome::AllStats(all), None)
+            }
             Command::Pause { tube, pause } => {
                 self.pauses.pause(tube, pause);
                 (Outcome::Ok, None)

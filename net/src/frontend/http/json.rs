@@ -266,6 +266,12 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
             json!({ "name": t.name, "type": t.kind.as_str(), "options": options(t) }),
         ),
         Outcome::TubeStats(s) => (200, statistics(s)),
+        Outcome::AllStats(all) => {
+            let tubes: Map<String, Value> = (all.iter())
+                .map(|(name, s)| (name.clone(), statistics(s)))
+                .collect();
+            (200, Value::Object(tubes))
+        }
         Outcome::Full => (409, json!({ "error": "the tube is full", "status": 409 })),
         Outcome::ServerStats(_) | Outcome::Text(_) => (200, json!({ "ok": true })),
         Outcome::Error(e) => {

@@ -301,7 +301,9 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Outcome::Full => one_value(out, r, write::nil),
         Outcome::Count(n) => one_value(out, r, |o| write::uint(o, *n)),
         Outcome::Dropped => one_value(out, r, |o| write::bool(o, true)),
-        Outcome::Tube(_) | Outcome::TubeStats(_) => one_value(out, r, write::nil),
+        Outcome::Tube(_) | Outcome::TubeStats(_) | Outcome::AllStats(_) => {
+            one_value(out, r, write::nil)
+        }
         Outcome::Error(e) => error(out, r, e),
     }
 }
@@ -330,6 +332,7 @@ fn encode_tube(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) -> bool {
         }
         Outcome::Tube(t) => one_value(out, r, |o| tubes::write_tube(o, t)),
         Outcome::TubeStats(s) => one_value(out, r, |o| tubes::write_stats(o, s)),
+        Outcome::AllStats(all) => one_value(out, r, |o| tubes::write_all_stats(o, all)),
         _ => return false,
     }
     true

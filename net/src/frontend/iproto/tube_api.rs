@@ -5,7 +5,7 @@
 //! number in the tube, made the engine's id here (`Queue::task_id_in`); the replies show the
 //! number again (`tubes::write_task`).
 
-use tarq_engine::{Micros, TubeIx, TubeNumbers, DEFAULT_TUBE_NAME};
+use tarq_engine::{Micros, TubeIx, TubeNumbers};
 use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_UNKNOWN_REQUEST_TYPE};
 use tarq_iproto::mp::write;
 use tarq_iproto::mp::Reader;
@@ -322,29 +322,8 @@ impl<L: Loop> Iproto<'_, L> {
     /// `queue.statistics()`: every tube but the seed's `default`, by name (an empty Lua table,
     /// an array, when there is none, as the original sends it).
     fn all_statistics(&mut self, idx: usize, r: Reply) {
-        let mut body = Vec::new();
-        let tubes: Vec<_> = self
-            .l
-            .queue()
-            .named_tubes()
-            .filter(|t| t.name != DEFAULT_TUBE_NAME)
-            .map(|t| (t.name.to_owned(), t.ix))
-            .collect();
-        if tubes.is_empty() {
-            write::array_len(&mut body, 0);
-        } else {
-            write::map_len(&mut body, tubes.len() as u32);
-            for (name, ix) in &tubes {
-                write::str(&mut body, name);
-                let stats = self
-                    .l
-                    .queue()
-                    .tube_stats(*ix)
-                    .expect("a listed tube is live");
-                tubes::write_stats(&mut body, &stats);
-            }
-        }
-        one_value(self.l.reply_buf(idx), r, |o| o.extend_from_slice(&body));
+        self.l
+            .dispatch(idx, ReplyTo::Iproto(r), Command::AllTubeStats);
     }
 
     /// `queue.identify([uuid])`: the connection's session UUID (drawn on first use), or, given

@@ -587,6 +587,19 @@ pub fn write_task(out: &mut Vec<u8>, t: &TaskRef<'_>, tube: TubeIx, first: u64, 
 }
 
 /// One tube's `statistics`: `{tasks = {...}, calls = {...}}`, every key present.
+/// `queue.statistics()`: each tube's figures by name, or an empty array (an empty Lua table,
+/// as the original sends it) when there is none.
+pub fn write_all_stats(out: &mut Vec<u8>, all: &[(String, Stats)]) {
+    if all.is_empty() {
+        return write::array_len(out, 0);
+    }
+    write::map_len(out, all.len() as u32);
+    for (name, stats) in all {
+        write::str(out, name);
+        write_stats(out, stats);
+    }
+}
+
 pub fn write_stats(out: &mut Vec<u8>, s: &Stats) {
     let pairs = |out: &mut Vec<u8>, kv: &[(&str, u64)]| {
         write::map_len(out, kv.len() as u32);

@@ -4,6 +4,8 @@
 //! the core's own ([`Command`]), so a forwarded call runs on the owner exactly as a local one.
 //! A link starts with a CALL of [`LINK`] (after AUTH when the cluster has a password).
 
+use std::sync::LazyLock;
+
 use serde::{Deserialize, Serialize};
 use tarq_engine::{Stats, TaskId, TaskRef};
 
@@ -67,6 +69,7 @@ impl<'a> Answer<'a> {
             Outcome::Error(r) => Answer::Error(r.clone()),
             Outcome::Tube(t) => Answer::Text(format!("tube {}", t.name)),
             Outcome::ServerStats(_) => Answer::Text("server stats".into()),
+            Outcome::AllStats(_) => Answer::Text("every tube's figures".into()),
         }
     }
 
@@ -89,13 +92,27 @@ impl<'a> Answer<'a> {
     }
 }
 
-/// Appends a CALL of [`ASK`] carrying `ask`.
+/// The body of every CALL of [`ASK`] up to its arguments.
+static ASK_HEAD: LazyLock<Vec<u8>> = LazyLock::new(|| tarq_iproto::client::call_head(ASK));
+
+/// Appends a CALL of [`ASK`] carrying `ask`, encoded in place.
 pub fn write_ask(out: &mut Vec<u8>, sync: u64, ask: &Ask<'_>) {
-    let bytes = rmp_serde::to_vec(ask).expect("an ask always encodes");
-    let mut args = Vec::with_capacity(bytes.len() + 6);
-    rmp::encode::write_array_len(&mut args, 1).expect("a Vec grows");
-    rmp::encode::write_bin(&mut args, &bytes).expect("a Vec grows");
-    tarq_iproto::client::call(out, sync, ASK, &args);
+    tarq_iproto::client::call_with_head(out, sync, &ASK_HEAD, |o| {
+        rmp::encode::write_array_len(o, 1).expect("a Vec grows");
+        write_bin_with(o, |o| {
+            rmp_serde::encode::write(o, ask).expect("an ask always encodes")
+        });
+    });
+}
+
+/// Appends a MessagePack bin that `write` fills: a 32-bit length written once the bytes are.
+fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    out.push(0xc6);
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    write(out);
+    let len = u32::try_from(out.len() - at - 4).expect("a link message under 4 GiB");
+    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
 }
 
 /// The [`Ask`] in a CALL's arguments.
@@ -104,11 +121,12 @@ pub fn read_ask(args: &[u8]) -> Result<Ask<'_>, String> {
     rmp_serde::from_slice(bin).map_err(|e| format!("a link request that does not decode: {e}"))
 }
 
-/// Appends the answer to request `sync`.
+/// Appends the answer to request `sync`, encoded in place.
 pub fn write_answer(out: &mut Vec<u8>, sync: u64, outcome: &Outcome<'_>) {
-    let bytes = rmp_serde::to_vec(&Answer::of(outcome)).expect("an answer always encodes");
     let start = tarq_iproto::response::begin_data(out, sync, 1);
-    rmp::encode::write_bin(out, &bytes).expect("a Vec grows");
+    write_bin_with(out, |o| {
+        rmp_serde::encode::write(o, &Answer::of(outcome)).expect("an answer always encodes")
+    });
     tarq_iproto::response::finish(out, start);
 }
 

@@ -34,7 +34,7 @@ use crate::core::{Caller, Command, On, Outcome, Refusal};
 use crate::frontend::link::wire::{self, Ask};
 use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;
-use out_link::{OutLink, FIRST_CALL_SYNC};
+use out_link::{Answered, OutLink, FIRST_CALL_SYNC};
 
 /// The most replica sets a cluster routes to (a session's sets are a 64-bit mask).
 const MAX_SETS: usize = 64;
@@ -86,6 +86,7 @@ struct Part {
 /// A placed tube: its partitions' indexes in order.
 #[derive(Debug)]
 struct Routed {
+    name: String,
     parts: Vec<TubeIx>,
     utube: bool,
     /// limfifottl: its capacity is shared by its partitions, so a put tries each for room.
@@ -111,6 +112,11 @@ enum Then {
     /// One partition's share of a whole-tube figure.
     Gather {
         key: u64,
+    },
+    /// One partition's figures toward every tube's (`queue.statistics()`): tube `head`'s.
+    GatherTube {
+        key: u64,
+        head: TubeIx,
     },
     /// A watch of a partition (for the waiting takes of its tube) was answered.
     Woke {
@@ -171,11 +177,14 @@ struct Gather {
     count: u64,
     kind: GatherKind,
     error: Option<Refusal>,
+    /// Every tube's figures (`GatherKind::All`): name, first partition's index, sum.
+    per: Vec<(String, TubeIx, Stats)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum GatherKind {
     Stats,
+    All,
     Count,
     Ok,
 }
@@ -314,6 +323,7 @@ impl Shards {
         self.tubes.insert(
             head,
             Routed {
+                name: t.name.clone(),
                 parts,
                 utube,
                 capped,
@@ -664,18 +674,21 @@ impl Server {
                 let ix = if t.utube {
                     t.parts[key_partition(opts.utube, n)]
                 } else {
-                    let here: Vec<TubeIx> = t
-                        .parts
-                        .iter()
-                        .copied()
-                        .filter(|&p| shards.here(p, leads) && shards.hold(p).is_none())
-                        .collect();
-                    shards.rr = shards.rr.wrapping_add(1);
-                    if here.is_empty() {
-                        t.parts[shards.rr % n]
-                    } else {
-                        here[shards.rr % here.len()]
-                    }
+                    // A partition led here, in turn (no hop); else any, in turn.
+                    let here = |p: &&TubeIx| shards.here(**p, leads) && shards.hold(**p).is_none();
+                    let rr = shards.rr;
+                    let local = t.parts.iter().filter(here).count();
+                    let ix = match local {
+                        0 => t.parts[rr % n],
+                        _ => *t
+                            .parts
+                            .iter()
+                            .filter(here)
+                            .nth(rr % local)
+                            .expect("counted"),
+                    };
+                    shards.rr = rr.wrapping_add(1);
+                    ix
                 };
                 let cmd = Command::PutIn {
                     tube: ix,
@@ -730,6 +743,10 @@ impl Server {
                 return self.gather(client, tube, GatherKind::Ok, leads, |t| Command::Truncate {
                     tube: t,
                 });
+            }
+            Command::AllTubeStats => {
+                self.gather_all(client, leads);
+                return None;
             }
             Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
                 let why = "dropping a tube placed over a sharded cluster is not built yet: \
@@ -787,7 +804,7 @@ impl Server {
             let s = &shards.sets[set];
             let opened = match s.primary.as_ref().and_then(|a| resolve(a)) {
                 None => Err(format!("replica set {} has no primary now", s.name)),
-                Some(addr) => OutLink::connect(addr, set, self.poll.registry())
+                Some(addr) => OutLink::connect(addr, set, sync, self.poll.registry())
                     .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };
             match opened {
@@ -983,6 +1000,7 @@ impl Server {
                 count: 0,
                 kind,
                 error: None,
+                per: Vec::new(),
             },
         );
         for ix in parts {
@@ -997,6 +1015,55 @@ impl Server {
         None
     }
 
+    /// `queue.statistics()` on a sharded node: every placed tube's figures summed over its
+    /// partitions (the ones led here read at once, the others asked of their owners).
+    fn gather_all(&mut self, client: Client, leads: bool) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let mut tubes: Vec<(String, TubeIx, Vec<TubeIx>)> = (shards.tubes.iter())
+            .filter(|(_, t)| t.name != tarq_engine::DEFAULT_TUBE_NAME)
+            .map(|(&head, t)| (t.name.clone(), head, t.parts.clone()))
+            .collect();
+        tubes.sort();
+        let key = shards.next_gather;
+        shards.next_gather += 1;
+        let mut per = Vec::with_capacity(tubes.len());
+        let mut asks = Vec::new();
+        for (name, head, parts) in tubes {
+            let mut sum = Stats::default();
+            for ix in parts {
+                if shards.here(ix, leads) {
+                    add_stats(
+                        &mut sum,
+                        &self.core.queue().tube_stats(ix).unwrap_or_default(),
+                    );
+                } else if let Some(p) = shards.part(ix) {
+                    asks.push((p.set, ix, head));
+                }
+            }
+            per.push((name, head, sum));
+        }
+        let gather = Gather {
+            client,
+            left: asks.len(),
+            stats: Stats::default(),
+            count: 0,
+            kind: GatherKind::All,
+            error: None,
+            per,
+        };
+        if asks.is_empty() {
+            let all = gather.per.into_iter().map(|(n, _, s)| (n, s)).collect();
+            return self.answer(client, &Outcome::AllStats(all));
+        }
+        shards.gathers.insert(key, gather);
+        for (set, ix, head) in asks {
+            let cmd = Command::TubeStats { tube: ix };
+            self.forward(set, client, cmd, Then::GatherTube { key, head });
+        }
+    }
+
     /// Takes the outcomes the core answered to the router.
     pub(super) fn take_routed(&mut self) {
         while !self.routed.is_empty() {
@@ -1004,7 +1071,7 @@ impl Server {
                 if token & WATCH != 0 {
                     self.local_woke(token & !WATCH, digest);
                 } else {
-                    self.gathered(token, digest);
+                    self.gathered(token, None, digest);
                 }
             }
         }
@@ -1237,7 +1304,7 @@ impl Server {
         self.timers.set(super::timers::Timer::Shards, next);
     }
 
-    fn gathered(&mut self, key: u64, digest: Digest) {
+    fn gathered(&mut self, key: u64, head: Option<TubeIx>, digest: Digest) {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
@@ -1245,7 +1312,10 @@ impl Server {
             return;
         };
         match digest {
-            Digest::Stats(s) => add_stats(&mut g.stats, &s),
+            Digest::Stats(s) => match head.and_then(|h| g.per.iter_mut().find(|p| p.1 == h)) {
+                Some(p) => add_stats(&mut p.2, &s),
+                None => add_stats(&mut g.stats, &s),
+            },
             Digest::Count(n) => g.count += n,
             Digest::Error(e) => g.error = Some(e),
             _ => {}
@@ -1258,6 +1328,9 @@ impl Server {
         let outcome = match (g.error, g.kind) {
             (Some(e), _) => Outcome::Error(e),
             (None, GatherKind::Stats) => Outcome::TubeStats(g.stats),
+            (None, GatherKind::All) => {
+                Outcome::AllStats(g.per.into_iter().map(|(n, _, s)| (n, s)).collect())
+            }
             (None, GatherKind::Count) => Outcome::Count(g.count),
             (None, GatherKind::Ok) => Outcome::Ok,
         };
@@ -1267,30 +1340,29 @@ impl Server {
     /// A link's socket is ready.
     pub(super) fn link_ready(&mut self, token: usize) {
         let set = token - LINK_TOKEN_BASE;
-        let cred = self.cfg.auth.clone();
-        let Some(link) = self
-            .shards
-            .as_mut()
+        let cred = self.cfg.auth.as_ref();
+        let Some(link) = (self.shards.as_mut())
             .and_then(|s| s.sets.get_mut(set))
             .and_then(|s| s.link.as_mut())
         else {
             return;
         };
-        if let Err(why) = link.read(cred.as_ref()) {
+        if let Err(why) = link.read(cred) {
             return self.link_failed(set, &why);
         }
+        // Answers are handled where they were read: their tasks borrow the buffer.
+        let (id, input) = (link.id, link.take_input());
         let mut used = 0;
         loop {
-            let link = self.shards.as_mut().and_then(|s| s.sets[set].link.as_mut());
-            let Some(link) = link else { return };
-            match link.next_answer(&mut used) {
+            match out_link::next_answer(&input, &mut used) {
                 Ok(Some((sync, answer))) => self.on_answer(sync, answer),
                 Ok(None) => break,
                 Err(why) => return self.link_failed(set, &why),
             }
         }
-        if let Some(link) = self.shards.as_mut().and_then(|s| s.sets[set].link.as_mut()) {
-            link.consumed(used);
+        let link = self.shards.as_mut().and_then(|s| s.sets[set].link.as_mut());
+        if let Some(link) = link.filter(|l| l.id == id) {
+            link.give_back(input, used);
         }
         self.flush_links();
     }
@@ -1334,20 +1406,16 @@ impl Server {
     }
 
     /// The answer to forwarded request `sync`.
-    fn on_answer(&mut self, sync: u64, answer: Result<Vec<u8>, String>) {
+    fn on_answer(&mut self, sync: u64, answer: Answered<'_>) {
         let Some(p) = self.shards.as_mut().and_then(|s| s.pending.remove(&sync)) else {
             return;
         };
-        let data;
-        let outcome = match &answer {
-            Ok(bytes) => {
-                data = bytes;
-                match wire::read_answer(data) {
-                    Ok(a) => a.outcome(),
-                    Err(e) => Outcome::Error(Refusal::Shards(e)),
-                }
-            }
-            Err(why) => Outcome::Error(Refusal::NoPrimary(why.clone())),
+        let outcome = match answer {
+            Ok(bytes) => match wire::read_answer(bytes) {
+                Ok(a) => a.outcome(),
+                Err(e) => Outcome::Error(Refusal::Shards(e)),
+            },
+            Err(why) => Outcome::Error(Refusal::NoPrimary(why)),
         };
         match p.then {
             Then::Deliver => self.answer(p.client, &outcome),
@@ -1358,7 +1426,8 @@ impl Server {
                 }
                 other => self.answer(p.client, &other),
             },
-            Then::Gather { key } => self.gathered(key, Digest::of(&outcome)),
+            Then::Gather { key } => self.gathered(key, None, Digest::of(&outcome)),
+            Then::GatherTube { key, head } => self.gathered(key, Some(head), Digest::of(&outcome)),
             Then::Woke { ix } => self.remote_woke(ix, &outcome),
             Then::WaitTake { waiter, ix } => self.wait_took(waiter, ix, p.client, &outcome),
             Then::Put { plan } => match outcome {

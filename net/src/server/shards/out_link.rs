@@ -18,7 +18,40 @@ use crate::config::Credentials;
 use crate::frontend::link::wire::{self, Ask};
 
 /// A forwarded call's answer: the DATA of its reply, or the error it carries.
-pub(crate) type Answered = Result<Vec<u8>, String>;
+pub(crate) type Answered<'a> = Result<&'a [u8], String>;
+
+/// The next whole answer in `input` from `*used` on: its sync and its DATA, or the error it
+/// carries. The handshake's answers are checked here and not returned. Err: the link is
+/// unusable (a frame that does not decode, the link refused).
+pub(crate) fn next_answer<'a>(
+    input: &'a [u8],
+    used: &mut usize,
+) -> Result<Option<(u64, Answered<'a>)>, String> {
+    loop {
+        let Some(f) = split_frame(&input[*used..], MAX_ANSWER).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let frame = &input[*used + f.prefix..*used + f.total()];
+        *used += f.total();
+        let resp = client::decode(frame).map_err(|e| e.to_string())?;
+        if resp.sync < FIRST_CALL_SYNC {
+            if !resp.is_ok() {
+                let why = resp.error.unwrap_or("no message");
+                return Err(format!("the primary refused the link: {why}"));
+            }
+            continue;
+        }
+        let answer = match (resp.is_ok(), resp.data) {
+            (true, Some(data)) => Ok(data),
+            (true, None) => Err("an answer without data".to_owned()),
+            (false, _) => Err(resp
+                .error
+                .unwrap_or("an error without a message")
+                .to_owned()),
+        };
+        return Ok(Some((resp.sync, answer)));
+    }
+}
 
 /// Links' tokens: this base plus the set's slot. Above the upstream's, below the ops'.
 pub(crate) const LINK_TOKEN_BASE: usize = 0xE100_0000;
@@ -31,6 +64,8 @@ const AUTH_SYNC: u64 = 1;
 const LINK_SYNC: u64 = 2;
 
 pub(crate) struct OutLink {
+    /// Unique per link opened: input taken out is given back only to the link it came from.
+    pub id: u64,
     stream: TcpStream,
     token: Token,
     greeted: bool,
@@ -44,12 +79,18 @@ pub(crate) struct OutLink {
 
 impl OutLink {
     /// Starts connecting to `addr`.
-    pub fn connect(addr: SocketAddr, slot: usize, registry: &Registry) -> io::Result<OutLink> {
+    pub fn connect(
+        addr: SocketAddr,
+        slot: usize,
+        id: u64,
+        registry: &Registry,
+    ) -> io::Result<OutLink> {
         let mut stream = TcpStream::connect(addr)?;
         let token = Token(LINK_TOKEN_BASE + slot);
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
         let _ = stream.set_nodelay(true);
         Ok(OutLink {
+            id,
             stream,
             token,
             greeted: false,
@@ -102,43 +143,22 @@ impl OutLink {
         Ok(())
     }
 
-    /// The next whole answer: its sync and its DATA, or the error it carries. The handshake's
-    /// answers are checked here and not returned.
-    pub fn next_answer(&mut self, used: &mut usize) -> Result<Option<(u64, Answered)>, String> {
-        if !self.greeted {
-            return Ok(None);
-        }
-        loop {
-            let Some(f) =
-                split_frame(&self.rbuf[*used..], MAX_ANSWER).map_err(|e| e.to_string())?
-            else {
-                return Ok(None);
-            };
-            let frame = &self.rbuf[*used + f.prefix..*used + f.total()];
-            *used += f.total();
-            let resp = client::decode(frame).map_err(|e| e.to_string())?;
-            if resp.sync < FIRST_CALL_SYNC {
-                if !resp.is_ok() {
-                    let why = resp.error.unwrap_or("no message");
-                    return Err(format!("the primary refused the link: {why}"));
-                }
-                continue;
-            }
-            let answer = match (resp.is_ok(), resp.data) {
-                (true, Some(data)) => Ok(data.to_vec()),
-                (true, None) => Err("an answer without data".to_owned()),
-                (false, _) => Err(resp
-                    .error
-                    .unwrap_or("an error without a message")
-                    .to_owned()),
-            };
-            return Ok(Some((resp.sync, answer)));
+    /// The answers read so far, taken out to be handled in place (given back with
+    /// [`give_back`](Self::give_back)); empty until the link is greeted.
+    pub fn take_input(&mut self) -> Vec<u8> {
+        if self.greeted {
+            std::mem::take(&mut self.rbuf)
+        } else {
+            Vec::new()
         }
     }
 
-    /// Drops the `used` bytes of answers handled.
-    pub fn consumed(&mut self, used: usize) {
-        self.rbuf.drain(..used);
+    /// The input taken, less the `used` bytes of answers handled (a read may have added more
+    /// meanwhile: it goes after).
+    pub fn give_back(&mut self, mut input: Vec<u8>, used: usize) {
+        input.drain(..used);
+        input.append(&mut self.rbuf);
+        self.rbuf = input;
     }
 
     /// Writes what is queued. Err: the link is gone.
