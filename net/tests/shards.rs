@@ -350,3 +350,85 @@ fn utube_order_per_key_and_limfifottl_capacity_hold_across_partitions() {
     let e = c.call("queue.create_tube", &args, None).unwrap_err();
     assert!(e.to_string().contains("shared by its partitions"), "{e}");
 }
+
+#[test]
+fn bury_kick_and_truncate_act_on_the_whole_tube_from_any_node() {
+    let cl = start();
+    cl.create(cl.a, "whole", "fifottl", 4);
+    let mut a = connect(cl.addr(cl.a));
+    let mut b = connect(cl.addr(cl.b));
+    for n in 0..8 {
+        let r = a
+            .call("queue.tube.whole:put", &pack_args(&[Value::from(n)]), None)
+            .unwrap();
+        assert!(task_id(&r).is_some());
+    }
+    // Taken and buried through the other set's primary: each id finds its partition.
+    for _ in 0..8 {
+        let r = b
+            .call("queue.tube.whole:take", &pack_args(&[Value::from(0)]), None)
+            .unwrap();
+        let id = task_id(&r).expect("a task");
+        let r = b
+            .call(
+                "queue.tube.whole:bury",
+                &pack_args(&[Value::from(id)]),
+                None,
+            )
+            .unwrap();
+        assert_eq!(r[0].as_array().unwrap()[1].as_str(), Some("!"), "{r:?}");
+    }
+    let tasks = |i: usize| get(&cl.statistics(i, "whole"), "tasks").clone();
+    for i in 0..4 {
+        assert_eq!(get(&tasks(i), "buried").as_u64(), Some(8), "node {i}");
+    }
+    // Kick through set a: every partition's buried tasks, counted once.
+    let r = a
+        .call(
+            "queue.tube.whole:kick",
+            &pack_args(&[Value::from(100)]),
+            None,
+        )
+        .unwrap();
+    assert_eq!(r[0].as_u64(), Some(8), "{r:?}");
+    assert_eq!(get(&tasks(cl.b), "ready").as_u64(), Some(8));
+    // Truncate through a replica of set b: the whole tube is empty, seen from every node.
+    let replica_b = [2, 3].into_iter().find(|&i| i != cl.b).unwrap();
+    let mut rb = connect(cl.addr(replica_b));
+    rb.call("queue.tube.whole:truncate", &pack_args(&[]), None)
+        .unwrap();
+    for i in 0..4 {
+        assert_eq!(get(&tasks(i), "total").as_u64(), Some(0), "node {i}");
+    }
+}
+
+#[test]
+fn a_link_that_sends_garbage_gets_errors_naming_it_and_nothing_else_changes() {
+    let cl = start();
+    let mut c = connect(cl.addr(cl.a));
+    c.call("tarq.link", &pack_args(&[]), None)
+        .expect("a sharded node takes a link");
+    // Not an ask at all, then an ask that does not decode: each refused, naming why.
+    let not_bin = pack_args(&[Value::from(7)]);
+    let e = c.call("tarq.ask", &not_bin, None).unwrap_err().to_string();
+    assert!(e.contains("not [bin]"), "{e}");
+    let garbage = pack_args(&[Value::Binary(vec![0xc1, 0xff, 0x00])]);
+    let e = c.call("tarq.ask", &garbage, None).unwrap_err().to_string();
+    assert!(e.contains("does not decode"), "{e}");
+    let e = c
+        .call("queue.put", &pack_args(&[Value::from(1)]), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a link carries only tarq.ask calls"), "{e}");
+    // The node serves its other clients as before.
+    cl.create(cl.a, "after", "fifo", 2);
+    let mut other = connect(cl.addr(cl.b));
+    let r = other
+        .call(
+            "queue.tube.after:put",
+            &pack_args(&[Value::from("x")]),
+            None,
+        )
+        .unwrap();
+    assert!(task_id(&r).is_some());
+}

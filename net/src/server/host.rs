@@ -10,7 +10,6 @@ use tarq_engine::{Stats, TubeIx};
 
 use super::cluster::ClusterNode;
 use super::conn::Conn;
-use super::shards::Digest;
 use super::{mark_flush, Server};
 use crate::core::{Caller, Command, Core, Host, Outcome, Refusal};
 use crate::frontend::beanstalk::BeanstalkState;
@@ -217,5 +216,31 @@ impl Server {
     /// Whether this node takes changes now.
     pub(crate) fn leads(&self) -> bool {
         self.role().leads()
+    }
+}
+
+/// What the router keeps of an outcome answered to it (`ReplyTo::Router`).
+#[derive(Debug, Clone)]
+pub(crate) enum Digest {
+    Ready(TubeIx),
+    Count(u64),
+    Stats(Stats),
+    Nothing,
+    Ok,
+    Error(Refusal),
+    Other,
+}
+
+impl Digest {
+    pub fn of(outcome: &Outcome<'_>) -> Digest {
+        match outcome {
+            Outcome::Ready(t) => Digest::Ready(*t),
+            Outcome::Count(n) => Digest::Count(*n),
+            Outcome::TubeStats(s) => Digest::Stats(*s),
+            Outcome::Nothing => Digest::Nothing,
+            Outcome::Ok => Digest::Ok,
+            Outcome::Error(e) => Digest::Error(e.clone()),
+            _ => Digest::Other,
+        }
     }
 }

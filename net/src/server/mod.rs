@@ -190,7 +190,7 @@ pub struct Server {
     /// A sharded cluster's router (`--replica-set`).
     shards: Option<shards::Shards>,
     /// Outcomes the core answered to the router this call (`ReplyTo::Router`).
-    routed: Vec<(u64, shards::Digest)>,
+    routed: Vec<(u64, host::Digest)>,
     next_gen: u32,
     /// The wall and the monotonic clocks.
     clock: LoopClock,

@@ -1,0 +1,170 @@
+//! Whole-tube figures: a command run on every partition of a tube (here, or forwarded) and
+//! the answers summed; `queue.statistics()` for every tube at once.
+
+use super::*;
+
+/// A whole-tube figure being summed.
+pub(super) struct Gather {
+    pub(super) client: Client,
+    pub(super) left: usize,
+    pub(super) stats: Stats,
+    pub(super) count: u64,
+    pub(super) kind: GatherKind,
+    pub(super) error: Option<Refusal>,
+    /// Every tube's figures (`GatherKind::All`): name, first partition's index, sum.
+    pub(super) per: Vec<(String, TubeIx, Stats)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum GatherKind {
+    Stats,
+    All,
+    Count,
+    Ok,
+}
+
+pub(super) fn add_stats(a: &mut Stats, b: &Stats) {
+    a.total += b.total;
+    a.ready += b.ready;
+    a.taken += b.taken;
+    a.waiting += b.waiting;
+    a.buried += b.buried;
+    a.puts += b.puts;
+    a.takes += b.takes;
+    a.acks += b.acks;
+    a.releases += b.releases;
+    a.promoted += b.promoted;
+    a.expired += b.expired;
+    a.ttr_returned += b.ttr_returned;
+    a.auto_released += b.auto_released;
+    a.buries += b.buries;
+    a.kicks += b.kicks;
+    a.deletes += b.deletes;
+    a.touches += b.touches;
+    a.dead_lettered += b.dead_lettered;
+    a.deduplicated += b.deduplicated;
+}
+
+impl Server {
+    /// Runs `make(partition)` on every partition of `tube` and answers the sum.
+    pub(super) fn gather<'c>(
+        &mut self,
+        client: Client,
+        tube: TubeIx,
+        kind: GatherKind,
+        leads: bool,
+        make: impl Fn(TubeIx) -> Command<'c>,
+    ) -> Option<Command<'c>> {
+        let shards = self.shards.as_mut()?;
+        let parts = match shards.tubes.get(&tube) {
+            Some(t) if t.parts.len() > 1 || !shards.here(tube, leads) => t.parts.clone(),
+            _ => return Some(make(tube)),
+        };
+        let key = shards.next_gather;
+        shards.next_gather += 1;
+        shards.gathers.insert(
+            key,
+            Gather {
+                client,
+                left: parts.len(),
+                stats: Stats::default(),
+                count: 0,
+                kind,
+                error: None,
+                per: Vec::new(),
+            },
+        );
+        for ix in parts {
+            let here = self.shards.as_ref().is_some_and(|s| s.here(ix, leads));
+            if here {
+                let caller = Caller::new(client.idx, client.gen, client.sid);
+                self.execute_as(caller, ReplyTo::Router(key), make(ix));
+            } else if let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) {
+                self.forward(set, client, make(ix), Then::Gather { key });
+            }
+        }
+        None
+    }
+
+    /// `queue.statistics()` on a sharded node: every placed tube's figures summed over its
+    /// partitions (the ones led here read at once, the others asked of their owners).
+    pub(super) fn gather_all(&mut self, client: Client, leads: bool) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let mut tubes: Vec<(String, TubeIx, Vec<TubeIx>)> = (shards.tubes.iter())
+            .filter(|(_, t)| t.name != tarq_engine::DEFAULT_TUBE_NAME)
+            .map(|(&head, t)| (t.name.clone(), head, t.parts.clone()))
+            .collect();
+        tubes.sort();
+        let key = shards.next_gather;
+        shards.next_gather += 1;
+        let mut per = Vec::with_capacity(tubes.len());
+        let mut asks = Vec::new();
+        for (name, head, parts) in tubes {
+            let mut sum = Stats::default();
+            for ix in parts {
+                if shards.here(ix, leads) {
+                    add_stats(
+                        &mut sum,
+                        &self.core.queue().tube_stats(ix).unwrap_or_default(),
+                    );
+                } else if let Some(p) = shards.part(ix) {
+                    asks.push((p.set, ix, head));
+                }
+            }
+            per.push((name, head, sum));
+        }
+        let gather = Gather {
+            client,
+            left: asks.len(),
+            stats: Stats::default(),
+            count: 0,
+            kind: GatherKind::All,
+            error: None,
+            per,
+        };
+        if asks.is_empty() {
+            let all = gather.per.into_iter().map(|(n, _, s)| (n, s)).collect();
+            return self.answer(client, &Outcome::AllStats(all));
+        }
+        shards.gathers.insert(key, gather);
+        for (set, ix, head) in asks {
+            let cmd = Command::TubeStats { tube: ix };
+            self.forward(set, client, cmd, Then::GatherTube { key, head });
+        }
+    }
+
+    pub(super) fn gathered(&mut self, key: u64, head: Option<TubeIx>, digest: Digest) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(g) = shards.gathers.get_mut(&key) else {
+            return;
+        };
+        match digest {
+            Digest::Stats(s) => match head.and_then(|h| g.per.iter_mut().find(|p| p.1 == h)) {
+                Some(p) => add_stats(&mut p.2, &s),
+                None => add_stats(&mut g.stats, &s),
+            },
+            Digest::Count(n) => g.count += n,
+            Digest::Error(e) => g.error = Some(e),
+            _ => {}
+        }
+        g.left -= 1;
+        if g.left > 0 {
+            return;
+        }
+        let g = shards.gathers.remove(&key).expect("present above");
+        let outcome = match (g.error, g.kind) {
+            (Some(e), _) => Outcome::Error(e),
+            (None, GatherKind::Stats) => Outcome::TubeStats(g.stats),
+            (None, GatherKind::All) => {
+                Outcome::AllStats(g.per.into_iter().map(|(n, _, s)| (n, s)).collect())
+            }
+            (None, GatherKind::Count) => Outcome::Count(g.count),
+            (None, GatherKind::Ok) => Outcome::Ok,
+        };
+        self.answer(g.client, &outcome);
+    }
+}

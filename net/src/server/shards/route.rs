@@ -1,0 +1,391 @@
+//! Where each command goes: run here rewritten to its partition, forwarded to its owner,
+//! or a plan over several partitions (a take trying each in turn, a limfifottl put looking for
+//! room).
+
+use super::*;
+
+/// `make(partition)` for the partition `id` names; `cmd` as it is for an id that names none
+/// (the core answers it as it would anywhere).
+pub(super) fn by_id<'c>(
+    id: u64,
+    cmd: Command<'c>,
+    make: impl FnOnce(TubeIx) -> Command<'c>,
+) -> (TubeIx, Command<'c>) {
+    match id_tube(id) {
+        Some(ix) => (ix, make(ix)),
+        None => (TubeIx::MAX, cmd),
+    }
+}
+
+/// The partition a utube key goes to: the same on every node (a fixed hasher).
+pub(super) fn key_partition(key: &[u8], n: usize) -> usize {
+    let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
+    (h % n as u64) as usize
+}
+
+/// What the router does with a command.
+pub(super) enum Route<'c> {
+    /// Run it here, as it is now.
+    Here(Command<'c>),
+    /// It was forwarded or answered.
+    Done,
+}
+
+/// A take across a tube's partitions: the ones still to try, and how long it may wait.
+#[derive(Clone, Debug)]
+pub(super) struct TakePlan {
+    pub(super) on: On,
+    pub(super) left: Vec<TubeIx>,
+    pub(super) timeout: Option<Micros>,
+}
+
+/// A put into a partitioned limfifottl tube, owned (it outlives the request's frame): the
+/// partitions still to try for room.
+#[derive(Clone, Debug)]
+pub(super) struct PutPlan {
+    pub(super) data: Vec<u8>,
+    pub(super) utube: Vec<u8>,
+    pub(super) dedup_key: Option<Vec<u8>>,
+    /// The put's scalar options (its keys are the fields above).
+    pub(super) opts: TubePut<'static>,
+    pub(super) wait: Micros,
+    pub(super) left: Vec<TubeIx>,
+}
+
+impl Server {
+    /// Routes `cmd` of connection `idx`: `Some` to run it here (rewritten to its partition),
+    /// `None` when it was forwarded or answered.
+    pub(crate) fn route<'c>(
+        &mut self,
+        idx: usize,
+        reply: ReplyTo,
+        cmd: Command<'c>,
+    ) -> Option<Command<'c>> {
+        let leads = self.leads();
+        let c = &self.conns[idx];
+        let client = Client {
+            idx,
+            gen: c.gen,
+            sid: c.sid,
+            reply,
+        };
+        let shards = self.shards.as_mut()?;
+        shards.valid = shards.fence.valid_at(Instant::now()).is_some();
+        let to = |ix: TubeIx, cmd: Command<'c>| (ix, cmd);
+        let (ix, cmd) = match cmd {
+            Command::CreateTube {
+                name,
+                kind,
+                opts,
+                if_not_exists,
+                partitions,
+            } => {
+                // A tube that is here already, or a node that does not lead its set (it
+                // refuses a change as any replica does, naming its primary): the core's.
+                if !leads || (if_not_exists && self.core.queue().tube_ix(name).is_some()) {
+                    return Some(cmd);
+                }
+                if kind == TubeType::LimFifoTtl
+                    && opts.capacity > 0
+                    && opts.capacity < u64::from(partitions)
+                {
+                    let why = format!(
+                        "a limfifottl tube's capacity ({}) is shared by its partitions: it needs at least one a partition ({partitions})",
+                        opts.capacity
+                    );
+                    self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+                    return None;
+                }
+                let token = shards.next_token;
+                shards.next_token += 1;
+                shards.creates.insert(token, (client, if_not_exists));
+                let cluster = self
+                    .cluster
+                    .as_ref()
+                    .expect("a sharded node is a cluster node");
+                cluster.create_tube(token, name, kind.as_str(), options_json(&opts), partitions);
+                return None;
+            }
+            Command::Put { .. } => to(0, cmd),
+            Command::PutIn {
+                tube,
+                data,
+                opts,
+                wait,
+            } => {
+                let Some(t) = shards.tubes.get(&tube) else {
+                    return Some(cmd);
+                };
+                let n = t.parts.len();
+                if t.capped && n > 1 {
+                    return self.put_capped(client, tube, data, opts, wait, leads);
+                }
+                let ix = if t.utube {
+                    t.parts[key_partition(opts.utube, n)]
+                } else {
+                    // A partition led here, in turn (no hop); else any, in turn.
+                    let here = |p: &&TubeIx| shards.here(**p, leads) && shards.hold(**p).is_none();
+                    let rr = shards.rr;
+                    let local = t.parts.iter().filter(here).count();
+                    let ix = match local {
+                        0 => t.parts[rr % n],
+                        _ => *t
+                            .parts
+                            .iter()
+                            .filter(here)
+                            .nth(rr % local)
+                            .expect("counted"),
+                    };
+                    shards.rr = rr.wrapping_add(1);
+                    ix
+                };
+                let cmd = Command::PutIn {
+                    tube: ix,
+                    data,
+                    opts,
+                    wait,
+                };
+                (ix, cmd)
+            }
+            Command::Take { on, timeout } => {
+                return match self.take_across(client, on, timeout, leads) {
+                    Route::Here(c) => Some(c),
+                    Route::Done => None,
+                };
+            }
+            Command::Ack { on, id } => by_id(id, cmd, |ix| Command::Ack {
+                on: on_ix(on, ix),
+                id,
+            }),
+            Command::Release { on, id, opts } => by_id(id, cmd, |ix| Command::Release {
+                on: on_ix(on, ix),
+                id,
+                opts,
+            }),
+            Command::Touch { id, delta, .. } => {
+                by_id(id, cmd, |tube| Command::Touch { tube, id, delta })
+            }
+            Command::Peek { id, .. } => by_id(id, cmd, |tube| Command::Peek { tube, id }),
+            Command::Bury { id, .. } => by_id(id, cmd, |tube| Command::Bury { tube, id }),
+            Command::Delete { id, .. } => by_id(id, cmd, |tube| Command::Delete { tube, id }),
+            Command::TakeTask { id }
+            | Command::BuryTaken { id, .. }
+            | Command::TouchTtr { id }
+            | Command::KickTask { id } => by_id(id, cmd, |_| cmd),
+            Command::TubeStats { tube } => {
+                return self.gather(client, tube, GatherKind::Stats, leads, |t| {
+                    Command::TubeStats { tube: t }
+                });
+            }
+            Command::Kick { tube, count } => {
+                return self.gather(client, tube, GatherKind::Count, leads, |t| Command::Kick {
+                    tube: t,
+                    count,
+                });
+            }
+            Command::KickAny { tube, count } => {
+                return self.gather(client, tube, GatherKind::Count, leads, |t| {
+                    Command::KickAny { tube: t, count }
+                });
+            }
+            Command::Truncate { tube } => {
+                return self.gather(client, tube, GatherKind::Ok, leads, |t| Command::Truncate {
+                    tube: t,
+                });
+            }
+            Command::AllTubeStats => {
+                self.gather_all(client, leads);
+                return None;
+            }
+            Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
+                let why = "dropping a tube placed over a sharded cluster is not built yet: \
+                           truncate it instead";
+                self.answer(client, &Outcome::Error(Refusal::Shards(why.into())));
+                return None;
+            }
+            Command::ReleaseAll { tube } => {
+                return self.gather(client, tube, GatherKind::Ok, leads, |t| {
+                    Command::ReleaseAll { tube: t }
+                });
+            }
+            other => return Some(other),
+        };
+        self.run_on_partition(client, ix, cmd, Then::Deliver, leads)
+    }
+
+    /// Runs `cmd` on partition `ix`: here (`Some`) or forwarded to its owner.
+    pub(super) fn run_on_partition<'c>(
+        &mut self,
+        client: Client,
+        ix: TubeIx,
+        cmd: Command<'c>,
+        then: Then,
+        leads: bool,
+    ) -> Option<Command<'c>> {
+        let shards = self.shards.as_mut()?;
+        let Some(part) = shards.part(ix) else {
+            // Not a placed partition (a tube of this node's own, or no such index): the core
+            // answers as it would anywhere.
+            return Some(cmd);
+        };
+        if shards.here(ix, leads) {
+            if !cmd.reads_only() {
+                if let Some(why) = shards.hold(ix) {
+                    self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+                    return None;
+                }
+            }
+            return Some(cmd);
+        }
+        self.forward(part.set, client, cmd, then);
+        None
+    }
+
+    /// A take on `on`'s tube: the partitions this node leads first, then the others.
+    pub(super) fn take_across<'c>(
+        &mut self,
+        client: Client,
+        on: On,
+        timeout: Option<Micros>,
+        leads: bool,
+    ) -> Route<'c> {
+        let head = on.tube();
+        let Some(shards) = self.shards.as_mut() else {
+            return Route::Here(Command::Take { on, timeout });
+        };
+        let Some(t) = shards.tubes.get(&head) else {
+            return Route::Here(Command::Take { on, timeout });
+        };
+        let (mut here, mut there): (Vec<TubeIx>, Vec<TubeIx>) =
+            t.parts.iter().partition(|&&p| shards.here(p, leads));
+        // A partition led here that may not be served now (a stale view, a move) is skipped.
+        here.retain(|&ix| shards.hold(ix).is_none());
+        if there.is_empty() && here.len() == 1 {
+            // One partition, led here: the core's own take, waiting as it does.
+            let ix = here[0];
+            return Route::Here(Command::Take {
+                on: on_ix(on, ix),
+                timeout,
+            });
+        }
+        shards.rr = shards.rr.wrapping_add(1);
+        let rr = shards.rr;
+        let (nh, nt) = (here.len().max(1), there.len().max(1));
+        here.rotate_left(rr % nh);
+        there.rotate_left(rr % nt);
+        if let Some(&ix) = here.iter().find(|&&ix| self.core.queue().can_take(ix)) {
+            return Route::Here(Command::Take {
+                on: on_ix(on, ix),
+                timeout: Some(0),
+            });
+        }
+        self.take_next(
+            client,
+            TakePlan {
+                on,
+                left: there,
+                timeout,
+            },
+        );
+        Route::Done
+    }
+
+    /// A put into a partitioned limfifottl tube: a partition led here with room, else the
+    /// others in turn until one has room (the last waits for room as the put asks).
+    pub(super) fn put_capped<'c>(
+        &mut self,
+        client: Client,
+        head: TubeIx,
+        data: &'c [u8],
+        opts: TubePut<'c>,
+        wait: Micros,
+        leads: bool,
+    ) -> Option<Command<'c>> {
+        let shards = self.shards.as_mut()?;
+        let mut order = shards.tubes.get(&head)?.parts.clone();
+        shards.rr = shards.rr.wrapping_add(1);
+        let n = order.len();
+        order.rotate_left(shards.rr % n);
+        let q = self.core.queue();
+        let has_room = |ix: TubeIx| {
+            q.tube_info(ix).is_some_and(|t| {
+                t.opts.capacity == 0 || q.tube_stats(ix).is_ok_and(|s| s.total < t.opts.capacity)
+            })
+        };
+        let put = |ix: TubeIx| Command::PutIn {
+            tube: ix,
+            data,
+            opts,
+            wait,
+        };
+        if let Some(&ix) = order
+            .iter()
+            .find(|&&ix| shards.here(ix, leads) && has_room(ix))
+        {
+            return Some(put(ix));
+        }
+        let left: Vec<TubeIx> = order
+            .iter()
+            .copied()
+            .filter(|&ix| !shards.here(ix, leads))
+            .collect();
+        if left.is_empty() {
+            // Every partition is led here and full: the core answers (or waits) on one.
+            return Some(put(order[0]));
+        }
+        let plan = PutPlan {
+            data: data.to_vec(),
+            utube: opts.utube.to_vec(),
+            dedup_key: opts.dedup_key.map(<[u8]>::to_vec),
+            opts: TubePut {
+                utube: &[],
+                dedup_key: None,
+                ..opts
+            },
+            wait,
+            left,
+        };
+        self.put_next(client, plan);
+        None
+    }
+
+    /// Tries the next partition of a limfifottl put.
+    pub(super) fn put_next(&mut self, client: Client, mut plan: PutPlan) {
+        let ix = plan.left.remove(0);
+        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
+            return self.answer(client, &Outcome::Full);
+        };
+        let next = plan.clone();
+        let cmd = Command::PutIn {
+            tube: ix,
+            data: &plan.data,
+            opts: TubePut {
+                utube: &plan.utube,
+                dedup_key: plan.dedup_key.as_deref(),
+                ..plan.opts
+            },
+            wait: if plan.left.is_empty() { plan.wait } else { 0 },
+        };
+        self.forward(set, client, cmd, Then::Put { plan: next });
+    }
+
+    /// Tries the next remote partition of `plan`, or ends the take.
+    pub(super) fn take_next(&mut self, client: Client, mut plan: TakePlan) {
+        if plan.left.is_empty() {
+            return match plan.timeout {
+                Some(0) => self.answer(client, &Outcome::Nothing),
+                timeout => self.wait(client, plan.on, timeout),
+            };
+        }
+        let ix = plan.left.remove(0);
+        let set = match self.shards.as_ref().and_then(|s| s.part(ix)) {
+            Some(p) => p.set,
+            None => return self.take_next(client, plan),
+        };
+        let cmd = Command::Take {
+            on: on_ix(plan.on, ix),
+            timeout: Some(0),
+        };
+        self.forward(set, client, cmd, Then::Take { plan });
+    }
+}

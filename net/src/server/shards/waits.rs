@@ -1,0 +1,290 @@
+//! Takes that wait across partitions. Instead of polling, every partition is watched
+//! (`Command::Watch`): the ones led here in the core, the others by their owners, one watch a
+//! remote partition; a wake-up lets the oldest waiter try that partition.
+
+use super::*;
+
+/// A take waiting for a task of any partition of its tube.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Waiter {
+    pub(super) client: Client,
+    pub(super) on: On,
+    /// The watch of the partitions this node leads, while parked in the core.
+    pub(super) local: Option<u64>,
+}
+
+/// Router tokens with this bit are a waiting take's local watch (the rest: its number);
+/// without it, a whole-tube figure's.
+pub(super) const WATCH: u64 = 1 << 63;
+
+impl Server {
+    /// Takes the outcomes the core answered to the router.
+    pub(in crate::server) fn take_routed(&mut self) {
+        while !self.routed.is_empty() {
+            for (token, digest) in std::mem::take(&mut self.routed) {
+                if token & WATCH != 0 {
+                    self.local_woke(token & !WATCH, digest);
+                } else {
+                    self.gathered(token, None, digest);
+                }
+            }
+        }
+    }
+
+    /// A take that found no task in any partition waits: every partition of its tube is
+    /// watched (the ones led here in the core, the others by their owners), and the first to
+    /// have a task serves it.
+    pub(super) fn wait(&mut self, client: Client, on: On, timeout: Option<Micros>) {
+        let leads = self.leads();
+        let deadline = timeout.map_or(Micros::MAX, |t| self.mono.saturating_add(t));
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let head = on.tube();
+        let Some(t) = shards.tubes.get(&head) else {
+            return self.answer(client, &Outcome::Nothing);
+        };
+        let (here, there): (Vec<TubeIx>, Vec<TubeIx>) =
+            t.parts.iter().partition(|&&p| shards.here(p, leads));
+        let id = shards.next_waiter;
+        shards.next_waiter += 1;
+        shards.waiters.insert(
+            id,
+            Waiter {
+                client,
+                on,
+                local: None,
+            },
+        );
+        shards.queues.entry(head).or_default().push_back(id);
+        if deadline != Micros::MAX {
+            shards.deadlines.push(Reverse((deadline, id)));
+            self.timers_changed();
+        }
+        for ix in there {
+            self.watch_remote(ix, client);
+        }
+        if !here.is_empty() {
+            let caller = Caller::new(client.idx, client.gen, client.sid);
+            let (core, mut wire) = self.split();
+            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &here, &mut wire);
+            if let Some(w) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+                w.local = group;
+            }
+            self.take_routed();
+        }
+    }
+
+    /// Asks the owner of partition `ix` to say when it has a task, unless asked already.
+    pub(super) fn watch_remote(&mut self, ix: TubeIx, client: Client) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(part) = shards.part(ix) else { return };
+        if !shards.watching.insert(ix) {
+            return;
+        }
+        self.forward(
+            part.set,
+            client,
+            Command::Watch { tube: ix },
+            Then::Woke { ix },
+        );
+    }
+
+    /// Watches again the partitions the waiting takes need that nothing watches now (a watch
+    /// lost with its link, answered while its set had no primary): after each new map.
+    pub(super) fn watch_again(&mut self) {
+        let leads = self.leads();
+        let Some(shards) = self.shards.as_ref() else {
+            return;
+        };
+        let heads: Vec<TubeIx> = shards.queues.keys().copied().collect();
+        for head in heads {
+            let Some((_, w)) = self.oldest_waiter(head) else {
+                continue;
+            };
+            let Some(shards) = self.shards.as_ref() else {
+                return;
+            };
+            let parts: Vec<TubeIx> = (shards.tubes.get(&head))
+                .map(|t| {
+                    t.parts
+                        .iter()
+                        .copied()
+                        .filter(|&p| !shards.here(p, leads))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for ix in parts {
+                self.watch_remote(ix, w.client);
+            }
+        }
+    }
+
+    /// The oldest take still waiting on `head`'s tube (the others gone are dropped).
+    pub(super) fn oldest_waiter(&mut self, head: TubeIx) -> Option<(u64, Waiter)> {
+        let shards = self.shards.as_mut()?;
+        let queue = shards.queues.get_mut(&head)?;
+        while let Some(&id) = queue.front() {
+            match shards.waiters.get(&id) {
+                Some(w)
+                    if self
+                        .conns
+                        .get(w.client.idx)
+                        .is_some_and(|c| c.gen == w.client.gen) =>
+                {
+                    return Some((id, *w));
+                }
+                _ => {
+                    queue.pop_front();
+                    shards.waiters.remove(&id);
+                }
+            }
+        }
+        None
+    }
+
+    /// Waiter `id` is answered (or gone): it stops waiting everywhere.
+    pub(super) fn end_wait(&mut self, id: u64) {
+        let Some(w) = self.shards.as_mut().and_then(|s| s.waiters.remove(&id)) else {
+            return;
+        };
+        if let Some(q) = self
+            .shards
+            .as_mut()
+            .and_then(|s| s.queues.get_mut(&w.on.tube()))
+        {
+            q.retain(|&x| x != id);
+        }
+        if let Some(group) = w.local {
+            self.core.unwatch(w.client.idx, group);
+        }
+    }
+
+    /// A local watch of waiter `id` fired: a partition led here has a task.
+    pub(super) fn local_woke(&mut self, id: u64, digest: Digest) {
+        let Some(w) = self
+            .shards
+            .as_ref()
+            .and_then(|s| s.waiters.get(&id))
+            .copied()
+        else {
+            return;
+        };
+        let Digest::Ready(ix) = digest else {
+            // Refused (too many waiting takes on the connection): the take ends so.
+            self.end_wait(id);
+            let outcome = match digest {
+                Digest::Error(e) => Outcome::Error(e),
+                _ => Outcome::Nothing,
+            };
+            return self.answer(w.client, &outcome);
+        };
+        if let Some(x) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+            x.local = None;
+        }
+        if self.core.queue().can_take(ix) {
+            self.end_wait(id);
+            let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
+            let cmd = Command::Take {
+                on: on_ix(w.on, ix),
+                timeout: Some(0),
+            };
+            self.execute_as(caller, w.client.reply, cmd);
+        } else {
+            // Taken by another first: watch again.
+            let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
+            let (core, mut wire) = self.split();
+            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &[ix], &mut wire);
+            if let Some(x) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+                x.local = group;
+            }
+        }
+    }
+
+    /// The owner of partition `ix` says it has a task: the oldest waiter tries it.
+    pub(super) fn remote_woke(&mut self, ix: TubeIx, outcome: &Outcome<'_>) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        shards.watching.remove(&ix);
+        let Some(head) = shards.part(ix).map(|p| p.head) else {
+            return;
+        };
+        if !matches!(outcome, Outcome::Ready(_)) {
+            // The link failed or the owner refused: the waiters' deadlines end them, and the
+            // next waiter asks again.
+            return;
+        }
+        let Some((id, w)) = self.oldest_waiter(head) else {
+            return;
+        };
+        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
+            return;
+        };
+        let cmd = Command::Take {
+            on: on_ix(w.on, ix),
+            timeout: Some(0),
+        };
+        self.forward(set, w.client, cmd, Then::WaitTake { waiter: id, ix });
+    }
+
+    /// A waiting take's try of partition `ix` was answered.
+    pub(super) fn wait_took(&mut self, id: u64, ix: TubeIx, client: Client, outcome: &Outcome<'_>) {
+        let head = self
+            .shards
+            .as_ref()
+            .and_then(|s| s.part(ix))
+            .map(|p| p.head);
+        let waiting = self
+            .shards
+            .as_ref()
+            .is_some_and(|s| s.waiters.contains_key(&id));
+        match outcome {
+            // Taken by another first, or the owner unreachable now: the take waits on.
+            Outcome::Nothing | Outcome::Error(_) => {}
+            Outcome::Task(_) if !waiting => {
+                // It timed out or its connection closed meanwhile: the task goes back.
+                self.shards_session_ended(client.sid);
+            }
+            other => {
+                self.end_wait(id);
+                self.answer(client, other);
+            }
+        }
+        // More waiters, or this one again: watch the partition again (answered at once if it
+        // still has tasks).
+        if let Some(head) = head {
+            if let Some((_, w)) = self.oldest_waiter(head) {
+                self.watch_remote(ix, w.client);
+            }
+        }
+    }
+
+    /// Ends the waiting takes whose deadline passed.
+    pub(in crate::server) fn expire_waiters(&mut self) {
+        let now = self.mono;
+        loop {
+            let Some(shards) = self.shards.as_mut() else {
+                return;
+            };
+            match shards.deadlines.peek() {
+                Some(Reverse((t, _))) if *t <= now => {}
+                _ => break,
+            }
+            let Reverse((_, id)) = shards.deadlines.pop().expect("peeked");
+            let Some(w) = shards.waiters.get(&id).copied() else {
+                continue;
+            };
+            self.end_wait(id);
+            self.answer(w.client, &Outcome::Nothing);
+        }
+        self.timers_changed();
+    }
+
+    pub(super) fn timers_changed(&mut self) {
+        let next = self.shards.as_ref().and_then(Shards::next_deadline);
+        self.timers.set(crate::server::timers::Timer::Shards, next);
+    }
+}
