@@ -16,7 +16,7 @@ mod slots;
 mod tubes;
 
 pub use bytes::Bytes;
-pub use queue::{Queue, MAX_TASKS};
+pub use queue::{Queue, MAX_TAKEN_WALK, MAX_TASKS};
 pub use restoring::{list_key, BulkIds, Restoring};
 pub use room::{Room, RoomWanted};
 pub use tubes::{

@@ -124,6 +124,10 @@ impl Default for Queue {
     }
 }
 
+/// Taken tasks [`Queue::list`] looks at in one call: a page of a console's task browser
+/// costs the loop at most this (about a millisecond) however many tasks are taken.
+pub const MAX_TAKEN_WALK: usize = 100_000;
+
 impl Queue {
     /// An empty queue holding the tube `default` (a `fifottl` with no default TTL or TTR).
     pub fn new() -> Self {
@@ -985,6 +989,63 @@ impl Queue {
     /// `Stats::ready`. O(1): a counter kept where the tube's ready count is.
     pub fn ready_urgent(&self, tube: TubeIx) -> Result<u64, QueueError> {
         Ok(self.live_tube(tube)?.ready_urgent_n)
+    }
+
+    /// Up to `limit` tasks of `tube` in `status`, in the order its list keeps them: Ready
+    /// and Buried by (pri, id) — the order takes and kicks follow —, Waiting by (runat, id),
+    /// Taken session by session in take order. A page of a listing starts after task `after`
+    /// when that task is still in the list, else at its head. In a utube tube the Ready list
+    /// holds the head of each utube (the tasks a take can get next). O(limit) for Ready,
+    /// Waiting and Buried (one lookup, then a walk of level 0); Taken walks the taken tasks of
+    /// every tube, at most [`MAX_TAKEN_WALK`] of them a call (a page may then come short, its
+    /// tube's tasks being far down the sessions' lists).
+    pub fn list(
+        &self,
+        tube: TubeIx,
+        status: Status,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskRef<'_>>, QueueError> {
+        let t = self.live_tube(tube)?;
+        let mut out = Vec::with_capacity(limit.min(1024));
+        if status == Status::Taken {
+            let mut started = after.is_none();
+            let mut walked = 0;
+            let mut found = Vec::new();
+            self.sessions.walk_taken(&self.slots, |k| {
+                walked += 1;
+                let s = &self.slots[k as usize];
+                if s.tube == tube {
+                    if started {
+                        found.push(k);
+                    } else {
+                        started = Some(s.id) == after;
+                    }
+                }
+                found.len() < limit && walked < MAX_TAKEN_WALK
+            });
+            out.extend(found.into_iter().map(|k| self.view(k)));
+            return Ok(out);
+        }
+        let head = match status {
+            Status::Ready => t.ready.first(),
+            Status::Waiting => t.waiting.first(),
+            Status::Buried => t.buried.first(),
+            Status::Taken => None,
+        };
+        let from = after
+            .and_then(|id| self.find(id))
+            .filter(|&k| {
+                let s = &self.slots[k as usize];
+                s.tube == tube && s.status == status
+            })
+            .map(|k| self.slots[k as usize].next0);
+        let mut k = from.or(head).unwrap_or(NIL);
+        while k != NIL && out.len() < limit {
+            out.push(self.view(k));
+            k = self.slots[k as usize].next0;
+        }
+        Ok(out)
     }
 
     // ---- recovery ----

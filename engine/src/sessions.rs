@@ -135,6 +135,19 @@ impl Sessions {
         next
     }
 
+    /// Calls `f` with taken slots, session by session in take order, while it returns true.
+    pub fn walk_taken(&self, slots: &Slots, mut f: impl FnMut(u32) -> bool) {
+        for (_, session) in &self.list {
+            let mut k = session.head;
+            while k != NIL {
+                if !f(k) {
+                    return;
+                }
+                k = slots[k as usize].next0;
+            }
+        }
+    }
+
     /// Every taken slot, session by session in take order.
     pub fn taken_slots(&self, slots: &Slots) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.live);

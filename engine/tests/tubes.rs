@@ -1167,3 +1167,46 @@ fn partitions_are_created_at_their_index_and_found_by_it_only() {
     q.drop_tube(9).unwrap();
     assert_eq!(q.tube_ix("jobs"), Some(7));
 }
+
+#[test]
+fn list_walks_each_status_in_its_order_and_pages_after_a_task() {
+    let mut q = Queue::new();
+    let t = tube(&mut q, "jobs", TubeType::FifoTtl, TubeOptions::default());
+    let pri = |p| TubePut {
+        pri: Some(p),
+        ..TubePut::default()
+    };
+    let a = put(&mut q, t, pri(5));
+    let b = put(&mut q, t, pri(1));
+    let c = put(&mut q, t, pri(5));
+    let d = put(
+        &mut q,
+        t,
+        TubePut {
+            delay: 60 * 1_000_000,
+            ..TubePut::default()
+        },
+    );
+    let ids = |q: &Queue, s, after, n| -> Vec<TaskId> {
+        q.list(t, s, after, n)
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    // Ready in take order: pri, then id.
+    assert_eq!(ids(&q, Status::Ready, None, 10), vec![b, a, c]);
+    assert_eq!(ids(&q, Status::Ready, None, 2), vec![b, a]);
+    assert_eq!(ids(&q, Status::Ready, Some(a), 2), vec![c]);
+    assert_eq!(ids(&q, Status::Ready, Some(c), 2), Vec::<TaskId>::new());
+    // A cursor that left the list starts over at the head.
+    assert_eq!(ids(&q, Status::Ready, Some(d), 1), vec![b]);
+    assert_eq!(ids(&q, Status::Waiting, None, 10), vec![d]);
+    q.bury(t, c).unwrap();
+    assert_eq!(ids(&q, Status::Buried, None, 10), vec![c]);
+    assert_eq!(take(&mut q, t, T0), Some(b));
+    assert_eq!(take(&mut q, t, T0), Some(a));
+    assert_eq!(ids(&q, Status::Taken, None, 10), vec![b, a]);
+    assert_eq!(ids(&q, Status::Taken, Some(b), 10), vec![a]);
+    assert!(q.list(99, Status::Ready, None, 1).is_err());
+}

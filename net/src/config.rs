@@ -335,8 +335,17 @@ pub struct Settings {
     )]
     pub graphite_interval: Option<f64>,
 
-    /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
-    #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR")]
+    /// Serve the web console on this address: the dashboard at http://ADDR/, the JSON API
+    /// under /api/ and Prometheus metrics at /metrics. A port alone (9100) is on 127.0.0.1.
+    /// With --user/--password every page but /metrics asks for them; without, the console is
+    /// read-only. Keep it on a loopback or trusted address [default: off].
+    #[arg(long, env = "TARQ_HTTP_LISTEN", value_name = "ADDR|PORT", value_parser = loopback_or_addr)]
+    #[serde(default, deserialize_with = "addr_or_port")]
+    pub http_listen: Option<SocketAddr>,
+
+    /// The old name of --http-listen (the port served /metrics only, and still does).
+    #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR|PORT", value_parser = loopback_or_addr)]
+    #[serde(default, deserialize_with = "addr_or_port")]
     pub metrics_listen: Option<SocketAddr>,
 
     /// When a change counts as durable: none (no WAL, snapshots only), write (written to the
@@ -400,6 +409,36 @@ where
     }
 }
 
+/// An address, or a port alone on 127.0.0.1: the HTTP port binds the loopback unless told
+/// otherwise.
+fn loopback_or_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is neither an address (127.0.0.1:9100) nor a port (9100)"))
+}
+
+/// [`loopback_or_addr`] for the config file: a string, or a port as a number.
+fn addr_or_port<'de, D>(de: D) -> Result<Option<SocketAddr>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Port(u16),
+        Addr(String),
+    }
+    match Option::<Text>::deserialize(de)? {
+        None => Ok(None),
+        Some(Text::Port(p)) => Ok(Some(SocketAddr::from(([127, 0, 0, 1], p)))),
+        Some(Text::Addr(a)) => loopback_or_addr(&a)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
 /// A user allowed to authenticate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credentials {
@@ -432,6 +471,8 @@ pub struct Config {
     pub queue_namespace: String,
     /// The beanstalk port, if served.
     pub beanstalk_listen: Option<SocketAddr>,
+    /// The HTTP port (web console, JSON API, `/metrics`), if served.
+    pub http_listen: Option<SocketAddr>,
     /// The largest beanstalk job body.
     pub beanstalk_max_job_size: u32,
     pub auth: Option<Credentials>,
@@ -466,6 +507,7 @@ impl Default for Config {
             log_level: "info".into(),
             queue_namespace: "queue".into(),
             beanstalk_listen: None,
+            http_listen: None,
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             auth: None,
             replica_of: None,
@@ -558,6 +600,7 @@ impl Config {
             log_level: s.log_level.unwrap_or(d.log_level),
             queue_namespace: s.queue_namespace.unwrap_or(d.queue_namespace),
             beanstalk_listen: s.beanstalk_listen,
+            http_listen: http_listen(s.http_listen, s.metrics_listen)?,
             beanstalk_max_job_size: s.beanstalk_max_job_size.unwrap_or(d.beanstalk_max_job_size),
             auth,
             replica_of: s.replica_of,
@@ -570,7 +613,6 @@ impl Config {
                     None => None,
                 },
                 graphite_interval: graphite_interval(s.graphite_interval)?,
-                metrics_listen: s.metrics_listen,
             },
             wal: WalConfig {
                 mode: s.wal_mode.unwrap_or(d.wal.mode),
@@ -948,6 +990,20 @@ fn snapshot_interval(secs: Option<f64>) -> Result<Option<Duration>, ConfigError>
 /// Longest `--graphite-interval`: a day; Graphite's retentions rarely keep anything coarser.
 pub const MAX_GRAPHITE_INTERVAL_SECS: f64 = 86_400.0;
 
+/// `http-listen`, or its old name `metrics-listen`; both at once must agree.
+fn http_listen(
+    http: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    match (http, metrics) {
+        (Some(h), Some(m)) if h != m => Err(invalid(format!(
+            "http-listen {h} and metrics-listen {m} differ: metrics-listen is the old name of \
+             http-listen, give one"
+        ))),
+        (h, m) => Ok(h.or(m)),
+    }
+}
+
 /// Longest `--frame-timeout`, `--auth-timeout` or `--idle-timeout`: a day; any longer is a
 /// typo for "off", which is 0.
 pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
@@ -1302,10 +1358,20 @@ mod tests {
             "udp://127.0.0.1:2003"
         );
         assert_eq!(cfg.ops.graphite_interval, 500_000);
-        assert_eq!(
-            cfg.ops.metrics_listen,
-            Some("127.0.0.1:9100".parse().unwrap())
-        );
+        assert_eq!(cfg.http_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let port = parse(&["--http-listen", "9100"]).unwrap();
+        assert_eq!(port.http_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        let any = parse(&["--http-listen", "0.0.0.0:80"]).unwrap();
+        assert_eq!(any.http_listen, Some("0.0.0.0:80".parse().unwrap()));
+        let bad = refused(&["--http-listen", "nine"]);
+        assert!(bad.contains("neither an address"), "{bad}");
+        let both = parse(&[
+            "--http-listen",
+            "127.0.0.1:1",
+            "--metrics-listen",
+            "127.0.0.1:2",
+        ]);
+        assert!(both.unwrap_err().to_string().contains("differ"));
         assert_eq!(parse(&[]).unwrap().ops, OpsConfig::default());
         let e = parse(&["--graphite", "127.0.0.1:2003"])
             .unwrap_err()
@@ -1329,6 +1395,27 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let path = path.to_str().unwrap().to_owned();
         (dir, path)
+    }
+
+    #[test]
+    fn the_http_port_is_a_port_on_the_loopback_or_an_address_in_the_file_too() {
+        for (text, want) in [
+            ("http-listen = 9100\n", "127.0.0.1:9100"),
+            ("http-listen = \"9100\"\n", "127.0.0.1:9100"),
+            ("http-listen = \"[::1]:9100\"\n", "[::1]:9100"),
+            ("metrics-listen = \"0.0.0.0:9100\"\n", "0.0.0.0:9100"),
+        ] {
+            let (_dir, path) = file(text);
+            let cfg = parse(&["--config", &path]).unwrap();
+            assert_eq!(
+                cfg.http_listen.map(|a| a.to_string()).as_deref(),
+                Some(want),
+                "{text}"
+            );
+        }
+        let (_dir, path) = file("http-listen = \"somewhere\"\n");
+        let e = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(e.contains("neither an address"), "{e}");
     }
 
     #[test]

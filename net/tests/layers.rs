@@ -151,6 +151,12 @@ fn metadata() -> serde_json::Value {
 const MODULE_LAYERS: &[(&str, &[&str])] = &[
     ("core", &["crate::server", "crate::frontend"]),
     ("frontend", &["crate::server"]),
+    // The HTTP front-end parses requests from the bytes the loop read: no socket of its own,
+    // no thread, no loop.
+    (
+        "frontend/http",
+        &["crate::server", "mio::", "std::net::Tcp", "std::thread"],
+    ),
 ];
 
 #[test]

@@ -342,13 +342,15 @@ fn connections_per_address_are_capped_and_metrics_clients_count_too() {
              (--max-connections-per-peer)"
         )
     );
-    // The scraper from the same address is refused too: closed without a response.
+    // The scraper from the same address is refused too: a 503 naming the limit, then closed.
     let mut scrape = TcpStream::connect(metrics).unwrap();
     scrape.set_read_timeout(Some(WAIT)).unwrap();
     let _ = scrape.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
     let mut got = Vec::new();
     let _ = scrape.read_to_end(&mut got);
-    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 503 "), "{got}");
+    assert!(got.contains("the limit is 2 per address"), "{got}");
     // One gone, the next is admitted (once the server has seen the close).
     drop(_b);
     support::wait_until("a slot for the address", || {

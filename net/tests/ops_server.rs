@@ -533,7 +533,7 @@ fn sighup_moves_the_graphite_push_and_names_what_needs_a_restart() {
     assert!(line.contains("max-connections: 1000 -> 7"), "{line}");
     let kept = t.wait_for_line("configuration reloaded in part");
     assert!(
-        kept.contains("metrics-listen stays None until a restart"),
+        kept.contains("http-listen stays None until a restart"),
         "{kept}"
     );
     let mut c = Client::connect(t.addr);

@@ -4,8 +4,10 @@
 //! server's business (`tarq_net::server::reload`); `tarq ctl` lives with the binary.
 //!
 //! - [`stats`]: the one list of figures behind `queue.stats()`, Graphite and Prometheus;
+//! - [`live`]: the per-second ring of figures behind the web console's charts and events;
 //! - [`graphite`]: the periodic push to Graphite's plaintext port (TCP or UDP);
-//! - [`metrics`]: `GET /metrics` for Prometheus and the request service-time histogram;
+//! - [`metrics`]: the `/metrics` page for Prometheus (served by the HTTP port's front-end) and
+//!   the request service-time histogram;
 //! - [`signals`]: SIGTERM/SIGINT (graceful stop) and SIGHUP (reload) as loop events;
 //! - [`logging`]: the log subscriber with a level that a reload can change;
 //!
@@ -16,6 +18,7 @@
 //! [`metrics::ServiceTimes::record`].
 
 pub mod graphite;
+pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod signals;
@@ -23,7 +26,6 @@ pub mod stats;
 pub mod tubes;
 
 use std::io;
-use std::net::SocketAddr;
 
 use mio::event::Event;
 use mio::{Registry, Token};
@@ -31,11 +33,9 @@ use tarq_engine::Micros;
 use tracing::info;
 
 use graphite::{Graphite, Target};
-use metrics::{MetricsServer, ServiceTimes, MAX_HTTP_CLIENTS};
+use metrics::ServiceTimes;
 use signals::{Request, SignalSource};
 use stats::Snapshot;
-
-use metrics::Admission;
 
 /// First token of the ops components. The server's connection tokens keep their slot index
 /// (below 2^24 + 2) in the low 32 bits, so a low half this high is never one of theirs.
@@ -44,17 +44,14 @@ pub const TOKEN_BASE: usize = 0xF000_0000;
 pub const SIGNALS_TOKEN: Token = Token(TOKEN_BASE);
 /// The Graphite socket.
 pub const GRAPHITE_TOKEN: Token = Token(TOKEN_BASE + 1);
-/// The metrics listener; its clients follow it.
-pub const METRICS_TOKEN: Token = Token(TOKEN_BASE + 2);
 /// One past the last ops token.
-const TOKEN_END: usize = TOKEN_BASE + 3 + MAX_HTTP_CLIENTS;
+const TOKEN_END: usize = TOKEN_BASE + 2;
 
 /// The ops settings, as resolved from flags and the config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpsConfig {
     pub graphite: Option<Target>,
     pub graphite_interval: Micros,
-    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for OpsConfig {
@@ -62,7 +59,6 @@ impl Default for OpsConfig {
         OpsConfig {
             graphite: None,
             graphite_interval: graphite::DEFAULT_INTERVAL,
-            metrics_listen: None,
         }
     }
 }
@@ -72,7 +68,6 @@ pub struct Ops {
     registry: Registry,
     cfg: OpsConfig,
     graphite: Option<Graphite>,
-    metrics: Option<MetricsServer>,
     signals: Option<SignalSource>,
     requests: Vec<Request>,
     /// Request service times, recorded by the loop per request.
@@ -81,24 +76,17 @@ pub struct Ops {
 }
 
 impl Ops {
-    /// Binds the metrics listener and starts the Graphite connection, as configured.
+    /// Starts the Graphite connection, as configured.
     pub fn new(registry: &Registry, cfg: &OpsConfig, now: Micros) -> io::Result<Ops> {
         let mut ops = Ops {
             registry: registry.try_clone()?,
             cfg: cfg.clone(),
             graphite: None,
-            metrics: None,
             signals: None,
             requests: Vec::new(),
             service: ServiceTimes::default(),
             started: now,
         };
-        if let Some(addr) = cfg.metrics_listen {
-            let mut m = MetricsServer::bind(addr)?;
-            m.register(&ops.registry, METRICS_TOKEN)?;
-            info!(listen = %m.local_addr()?, "serving Prometheus metrics at /metrics");
-            ops.metrics = Some(m);
-        }
         if let Some(target) = cfg.graphite {
             ops.graphite = Some(ops.start_graphite(target, now)?);
         }
@@ -126,8 +114,8 @@ impl Ops {
         (TOKEN_BASE..TOKEN_END).contains(&token.0)
     }
 
-    /// Routes an event to its component; `/metrics` clients are under the server's `limits`.
-    pub fn on_event(&mut self, event: &Event, now: Micros, limits: &mut dyn Admission) {
+    /// Routes an event to its component.
+    pub fn on_event(&mut self, event: &Event, now: Micros) {
         let token = event.token();
         if token == SIGNALS_TOKEN {
             if let Some(s) = &mut self.signals {
@@ -136,10 +124,6 @@ impl Ops {
         } else if token == GRAPHITE_TOKEN {
             if let Some(g) = &mut self.graphite {
                 g.on_event(event, now);
-            }
-        } else if let Some(m) = &mut self.metrics {
-            if m.owns(token) {
-                m.on_event(event, now, limits);
             }
         }
     }
@@ -151,39 +135,24 @@ impl Ops {
 
     /// The earliest time [`tick`](Self::tick) has work.
     pub fn next_timer(&self) -> Option<Micros> {
-        let g = self.graphite.as_ref().and_then(Graphite::next_timer);
-        let m = self.metrics.as_ref().and_then(MetricsServer::next_timer);
-        g.into_iter().chain(m).min()
+        self.graphite.as_ref().and_then(Graphite::next_timer)
     }
 
     /// Whether the loop should build a [`Snapshot`] and call [`tick`](Self::tick) now.
     pub fn is_due(&self, now: Micros) -> bool {
-        self.metrics
-            .as_ref()
-            .is_some_and(MetricsServer::wants_stats)
-            || self.next_timer().is_some_and(|t| t <= now)
+        self.next_timer().is_some_and(|t| t <= now)
     }
 
-    /// Pushes a due Graphite sample, answers waiting scrapes, closes late HTTP clients.
-    pub fn tick(&mut self, now: Micros, stats: &Snapshot, limits: &mut dyn Admission) {
+    /// Pushes a due Graphite sample.
+    pub fn tick(&mut self, now: Micros, stats: &Snapshot) {
         if let Some(g) = &mut self.graphite {
             g.tick(now, stats);
-        }
-        let graphite = self.graphite.as_ref().map(Graphite::counters);
-        if let Some(m) = &mut self.metrics {
-            m.respond(stats, &self.service, graphite, limits);
-            m.tick(now, limits);
         }
     }
 
     /// Time since the ops (and so the server) started.
     pub fn uptime(&self, now: Micros) -> Micros {
         now.saturating_sub(self.started)
-    }
-
-    /// The bound metrics address (useful with port 0).
-    pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().and_then(|m| m.local_addr().ok())
     }
 
     /// The Graphite pusher, if one runs.
@@ -214,14 +183,6 @@ impl Ops {
             (None, None) => {}
         }
         self.cfg.graphite = self.graphite.as_ref().map(Graphite::target);
-        if cfg.metrics_listen != self.cfg.metrics_listen {
-            refused.push(format!(
-                "metrics-listen stays {} until a restart",
-                self.cfg
-                    .metrics_listen
-                    .map_or_else(|| "off".to_string(), |a| a.to_string())
-            ));
-        }
         refused
     }
 }

@@ -332,7 +332,7 @@ impl Snapshot {
             m(
                 "closed_http_timeout",
                 Counter,
-                "Metrics clients closed for not finishing their request in time, since start.",
+                "HTTP clients closed for not finishing a request in time (frame-timeout), since start.",
                 l.http_timeouts,
             ),
         ];

@@ -252,7 +252,7 @@ pub fn data_value(data: &str) -> Value {
     }
 }
 
-fn from_json(v: &serde_json::Value) -> Value {
+pub fn from_json(v: &serde_json::Value) -> Value {
     use serde_json::Value as J;
     match v {
         J::Null => Value::Nil,

@@ -7,6 +7,7 @@
 //! and a [`ReplyTo`] variant carrying what its replies need (the IPROTO sync, say).
 
 pub mod beanstalk;
+pub mod http;
 pub mod iproto;
 pub mod link;
 
@@ -29,6 +30,7 @@ pub enum ReplyTo {
     /// Answered to the loop itself (a sharded cluster's router gathering a whole tube's
     /// figures, or a watch), never to a connection: the token says which of its questions.
     Router(u64),
+    Http(http::Reply),
 }
 
 /// Encodes `outcome` as the reply `to` asks for, appended to `out`.
@@ -39,6 +41,7 @@ pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
         ReplyTo::Link(r) => link::encode(out, r, outcome),
         // The loop takes these before any encoding.
         ReplyTo::Router(_) => {}
+        ReplyTo::Http(r) => http::encode(out, r, outcome),
     }
 }
 
@@ -147,4 +150,21 @@ pub trait Loop {
     fn new_session(&mut self) -> SessionId;
     /// [`dispatch`](Self::dispatch) for session `sid` of connection `idx` (a link's).
     fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>);
+    /// The HTTP front-end's server-wide counts.
+    fn http(&mut self) -> &mut http::HttpState;
+    /// Connection `idx`'s HTTP state (`None` unless it is an HTTP connection).
+    fn http_conn(&self, idx: usize) -> Option<&http::HttpConn>;
+    /// Connection `idx` carries the event stream from now on, or the streams open at the
+    /// limit refuse it.
+    fn start_stream(&mut self, idx: usize) -> Result<(), usize>;
+    /// The Prometheus page of every figure, into `page`.
+    fn metrics_page(&mut self, page: &mut String);
+    /// The per-second figures of the last minutes.
+    fn live(&self) -> &tarq_ops::live::Live;
+    /// Open connections by protocol.
+    fn connection_counts(&self) -> serde_json::Value;
+    /// The HTTP port's own figures (requests, refusals, the live ticks' cost).
+    fn console_figures(&self) -> serde_json::Value;
+    /// The bound addresses: IPROTO's, beanstalk's and HTTP's (each `None` when not served).
+    fn addresses(&self) -> [Option<std::net::SocketAddr>; 3];
 }

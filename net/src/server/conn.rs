@@ -408,6 +408,8 @@ pub enum Protocol {
     /// Another node of a sharded cluster forwarding its clients' calls: an IPROTO connection
     /// after its `tarq.link` call.
     Link(Box<crate::frontend::link::LinkConn>),
+    /// The HTTP port (web console, JSON API, `/metrics`).
+    Http(Box<crate::frontend::http::HttpConn>),
 }
 
 impl Conn {
@@ -422,6 +424,21 @@ impl Conn {
     pub fn beanstalk_mut(&mut self) -> Option<&mut crate::frontend::beanstalk::BsConn> {
         match &mut self.proto {
             Protocol::Beanstalk(bs) => Some(bs),
+            _ => None,
+        }
+    }
+
+    /// Its HTTP state, on the HTTP port.
+    pub fn http(&self) -> Option<&crate::frontend::http::HttpConn> {
+        match &self.proto {
+            Protocol::Http(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    pub fn http_mut(&mut self) -> Option<&mut crate::frontend::http::HttpConn> {
+        match &mut self.proto {
+            Protocol::Http(h) => Some(h),
             _ => None,
         }
     }

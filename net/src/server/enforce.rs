@@ -61,6 +61,21 @@ impl Server {
         }
     }
 
+    /// [`admit_peer`](Self::admit_peer) for the HTTP port: a refusal is a 503 naming the limit.
+    pub(super) fn admit_http_peer(&mut self, stream: &mut TcpStream, peer: SocketAddr) -> bool {
+        match self.limits.admit(peer.ip()) {
+            Ok(()) => true,
+            Err(e) => {
+                let mut msg = Vec::new();
+                crate::frontend::http::refusal(&mut msg, 503, &e.to_string());
+                let _ = stream.write(&msg);
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                warn!(%peer, limit = e.limit, "HTTP connection refused: per-address limit reached");
+                false
+            }
+        }
+    }
+
     /// A frame too big for an unauthenticated connection: refused from its size prefix (no
     /// byte of its body beyond the resting buffer is read), with an error naming the size and
     /// the limit, then the connection is closed. False when `e` is not that case.
@@ -153,6 +168,9 @@ impl Server {
             else {
                 continue;
             };
+            // An event stream's client listens and sends nothing: no more idle than a take
+            // that waits.
+            let busy = busy || c.http().is_some_and(|h| h.streaming);
             let auth = c.authenticated;
             let Some(why) = self
                 .limits
@@ -172,12 +190,17 @@ impl Server {
                 "Connection closed: {} ({setting} {seconds} s)",
                 why.reason()
             );
-            response::error(
-                out_of(&mut self.conns, &mut self.flush_list, slot),
-                0,
-                ER_TIMEOUT,
-                &msg,
-            );
+            let web = c.http().is_some();
+            let out = out_of(&mut self.conns, &mut self.flush_list, slot);
+            if web {
+                // An HTTP client is told in HTTP: 408, the reason as the JSON error.
+                crate::frontend::http::refusal(out, 408, &msg);
+                if why == Expiry::Frame {
+                    self.limits.counts.http_timeouts += 1;
+                }
+            } else {
+                response::error(out, 0, ER_TIMEOUT, &msg);
+            }
             self.begin_close(slot, why.reason(), true);
         }
     }

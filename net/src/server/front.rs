@@ -15,9 +15,11 @@ use tarq_iproto::greeting::SALT_LEN;
 
 use crate::core::{Caller, Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
+use crate::frontend::http::{HttpConn, HttpState};
 use crate::frontend::iproto::IprotoState;
 use crate::frontend::link::{Link, LinkConn};
 use crate::frontend::{self, ReplyTo};
+use tarq_ops::live::Live;
 
 impl frontend::Loop for Server {
     #[inline]
@@ -201,5 +203,41 @@ impl frontend::Loop for Server {
         }
         let caller = Caller::new(idx, self.conns[idx].gen, sid);
         self.execute_as(caller, reply, cmd);
+    }
+
+    fn http(&mut self) -> &mut HttpState {
+        &mut self.http.state
+    }
+
+    fn http_conn(&self, idx: usize) -> Option<&HttpConn> {
+        self.conns.get(idx).and_then(|c| c.http())
+    }
+
+    fn start_stream(&mut self, idx: usize) -> Result<(), usize> {
+        Server::start_stream(self, idx)
+    }
+
+    fn metrics_page(&mut self, page: &mut String) {
+        Server::metrics_page(self, page);
+    }
+
+    fn live(&self) -> &Live {
+        &self.http.live
+    }
+
+    fn connection_counts(&self) -> serde_json::Value {
+        Server::connection_counts(self)
+    }
+
+    fn console_figures(&self) -> serde_json::Value {
+        Server::console_figures(self)
+    }
+
+    fn addresses(&self) -> [Option<std::net::SocketAddr>; 3] {
+        [
+            self.local_addr().ok(),
+            self.beanstalk_addr(),
+            self.http_addr(),
+        ]
     }
 }

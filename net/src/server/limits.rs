@@ -2,7 +2,7 @@
 //! server-wide budget for input bytes (partial frames, request heads), the per-address
 //! connection cap, and the deadlines of a connection (a started frame must finish, an
 //! unauthenticated connection must authenticate, an idle one may be closed). Every front-end
-//! (IPROTO connections, the `/metrics` endpoint, any later protocol) keeps a [`Guard`] per
+//! (IPROTO, beanstalk and HTTP connections, any later protocol) keeps a [`Guard`] per
 //! connection and calls the same [`Limits`]: admit and release an address, settle the bytes its
 //! input buffer holds, report input, and close what [`Limits::check`] says has expired. The
 //! counts of every refusal and closure live here too, for the stats.
@@ -61,21 +61,6 @@ const ENTRIES_PER_CONN: usize = 4;
 
 /// Heap entries always allowed, so a quiet server never sweeps.
 const MIN_ENTRIES: usize = 1024;
-
-/// `/metrics` clients share the per-address cap and the counts.
-impl tarq_ops::metrics::Admission for Limits {
-    fn admit(&mut self, peer: IpAddr) -> Result<(), String> {
-        Limits::admit(self, peer).map_err(|e| e.to_string())
-    }
-
-    fn release(&mut self, peer: IpAddr) {
-        Limits::release(self, peer);
-    }
-
-    fn timed_out(&mut self) {
-        self.counts.http_timeouts += 1;
-    }
-}
 
 /// The limits as configured (0 turns a timeout or the per-address cap off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,7 +157,8 @@ pub struct LimitCounts {
     pub pre_auth_frames_refused: u64,
     /// Connections refused at the per-address cap.
     pub peer_refusals: u64,
-    /// `/metrics` clients closed for not finishing their exchange in time.
+    /// HTTP connections closed for not finishing a request in time (`frame-timeout`; counted
+    /// in `frame_timeouts` too).
     pub http_timeouts: u64,
 }
 

@@ -9,7 +9,7 @@
 //! write. Connections return their fate through `closing`; only the flush phase frees a slot,
 //! and tokens carry a generation so a stale event for a reused slot is ignored.
 //!
-//! The operator's side ([`tarq_ops::Ops`]: Graphite, `/metrics`, signals) rides on the same
+//! The operator's side ([`tarq_ops::Ops`]: Graphite, signals) rides on the same
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
@@ -19,6 +19,7 @@ pub mod conn;
 mod enforce;
 mod front;
 mod host;
+mod http;
 pub mod limits;
 mod relay;
 pub mod reload;
@@ -46,6 +47,7 @@ use crate::config::Config;
 use crate::core::journal::{Journal, Ticket};
 use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::{Beanstalk, BsConn};
+use crate::frontend::http::Http;
 use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
 use crate::frontend::iproto::{Iproto, IprotoState};
 use crate::frontend::ReplyTo;
@@ -66,14 +68,16 @@ const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 /// The beanstalk port's listener (`--beanstalk-listen`).
 const BEANSTALK_LISTENER: Token = Token(2);
+// Token 3 is the HTTP port's listener (`http::HTTP_LISTENER`).
 /// Connection tokens are `generation << 32 | (slot + FIRST_CONN_TOKEN)`.
-const FIRST_CONN_TOKEN: usize = 3;
+const FIRST_CONN_TOKEN: usize = 4;
 
 /// Which protocol a listener (and the connections it accepts) speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Proto {
     Iproto,
     Beanstalk,
+    Http,
 }
 
 /// Engine deadlines (promotions, expiries, TTR returns) fired per turn. Enough to keep up with
@@ -152,6 +156,8 @@ pub struct Server {
     beanstalk_listener: Option<TcpListener>,
     /// The beanstalk front-end's counters, tube uses and pauses.
     pub(crate) beanstalk: crate::frontend::beanstalk::BeanstalkState,
+    /// The HTTP port: its listener, its front-end's counts, the live figures and streams.
+    pub(crate) http: http::HttpPort,
     waker: Arc<Waker>,
     stop: Arc<AtomicBool>,
     cfg: Config,
@@ -192,7 +198,7 @@ pub struct Server {
     now: Micros,
     /// The turn's monotonic reading: every in-process timeout's `now`.
     mono: Micros,
-    /// Graphite, `/metrics`, signals, and the service-time histogram.
+    /// Graphite, signals, and the service-time histogram.
     ops: Ops,
     reloader: Option<Reloader>,
     /// The input budget, per-address counts and connection deadlines.
@@ -239,6 +245,7 @@ impl Server {
         })?;
         let poll = Poll::new()?;
         let (listener, beanstalk_listener) = bind_listeners(&cfg, &poll)?;
+        let http = http::bind(cfg.http_listen, &poll)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
         let queue = recover(&mut journal, &cfg)?;
@@ -266,6 +273,7 @@ impl Server {
             listener,
             beanstalk_listener,
             beanstalk: Default::default(),
+            http,
             waker,
             stop: Arc::new(AtomicBool::new(false)),
             hash2,
@@ -328,9 +336,10 @@ impl Server {
             .and_then(|l| l.local_addr().ok())
     }
 
-    /// The bound `/metrics` address, when `--metrics-listen` is set (useful with port 0).
+    /// The bound `/metrics` address: the HTTP port's, when `--http-listen` (or its old name
+    /// `--metrics-listen`) is set (useful with port 0).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.ops.metrics_addr()
+        self.http_addr()
     }
 
     /// Handles SIGTERM/SIGINT (graceful stop) and SIGHUP (`reloader` re-reads the
@@ -367,7 +376,9 @@ impl Server {
                 })
                 .collect(),
             server: ServerFigures {
-                connections: self.conns.len() as u64,
+                // The queue's clients: the HTTP port's connections are counted apart
+                // (`/api/server`), as its old `/metrics` clients were.
+                connections: (self.conns.len() as u64).saturating_sub(self.http.state.connections),
                 connections_accepted: self.connections_accepted,
                 parked_takes: parked_takes as u64,
                 takes_parked,
@@ -415,6 +426,7 @@ impl Server {
                 self.timers.set(Timer::AcceptPause, None);
                 self.accept_all(Proto::Iproto);
                 self.accept_all(Proto::Beanstalk);
+                self.accept_all(Proto::Http);
             }
             for ev in events.iter() {
                 self.on_event(ev);
@@ -438,6 +450,7 @@ impl Server {
                 warn!(listen = %addr, "the beanstalk port has no authentication: serve it on a trusted address only");
             }
         }
+        self.announce_http();
         info!(
             listen = %self.local_addr()?,
             null = self.cfg.null,
@@ -454,11 +467,12 @@ impl Server {
         match ev.token() {
             LISTENER => self.accept_all(Proto::Iproto),
             BEANSTALK_LISTENER => self.accept_all(Proto::Beanstalk),
+            http::HTTP_LISTENER => self.accept_all(Proto::Http),
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
             Token(t) if shards::Shards::owns_token(t) => self.link_ready(t),
             t if Ops::owns(t) => {
-                self.ops.on_event(ev, self.now, &mut self.limits);
+                self.ops.on_event(ev, self.now);
                 self.timers.set(Timer::Ops, self.ops.next_timer());
             }
             Token(t) => {
@@ -534,6 +548,9 @@ impl Server {
         // Deregistered, new connections wait in the kernel's backlog until the exit resets them.
         let _ = self.poll.registry().deregister(&mut self.listener);
         if let Some(l) = &mut self.beanstalk_listener {
+            let _ = self.poll.registry().deregister(l);
+        }
+        if let Some(l) = &mut self.http.listener {
             let _ = self.poll.registry().deregister(l);
         }
         self.answer_waiters();
@@ -664,6 +681,7 @@ impl Server {
     fn register_timers(&mut self) {
         self.timers.set(Timer::Ops, self.ops.next_timer());
         self.register_upstream();
+        self.register_live();
     }
 
     /// The upstream's deadline, after it changed (or went away, or came).
@@ -716,6 +734,10 @@ impl Server {
                     Some(l) => l,
                     None => return,
                 },
+                Proto::Http => match &self.http.listener {
+                    Some(l) => l,
+                    None => return,
+                },
             };
             match listener.accept() {
                 Ok((stream, peer)) => self.admit(stream, peer, proto),
@@ -746,7 +768,11 @@ impl Server {
             self.refuse_over_limit(stream, peer, proto, &hello);
             return;
         }
-        if !self.admit_peer(&mut stream, peer, &hello) {
+        if proto == Proto::Http {
+            if !self.admit_http_peer(&mut stream, peer) {
+                return;
+            }
+        } else if !self.admit_peer(&mut stream, peer, &hello) {
             return;
         }
         // Latency over batching: each turn already coalesces its replies into one write.
@@ -772,8 +798,11 @@ impl Server {
         let mut out = OutBuf::default();
         let (bs, max_job) = (&mut self.beanstalk, self.cfg.beanstalk_max_job_size);
         let (conn_proto, rbuf) = open_protocol(proto, bs, max_job, salt, &hello, &mut out);
-        // beanstalk has no authentication.
-        let authenticated = self.cfg.auth.is_none() || proto == Proto::Beanstalk;
+        if proto == Proto::Http {
+            self.http.state.connections += 1;
+        }
+        // beanstalk has no authentication; HTTP asks for it with each request (Basic).
+        let authenticated = self.cfg.auth.is_none() || proto != Proto::Iproto;
         let guard = self
             .limits
             .open(READ_BUF_BYTES, self.mono, authenticated, (idx, gen));
@@ -816,6 +845,15 @@ impl Server {
         if proto == Proto::Beanstalk {
             let _ = stream.shutdown(std::net::Shutdown::Both);
             warn!(%peer, limit, "beanstalk connection refused: limit reached");
+            return;
+        }
+        if proto == Proto::Http {
+            let mut msg = Vec::new();
+            let why = format!("Too many connections: the limit is {limit} (--max-connections)");
+            crate::frontend::http::refusal(&mut msg, 503, &why);
+            let _ = stream.write(&msg);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            warn!(%peer, limit, "HTTP connection refused: limit reached");
             return;
         }
         let mut msg = hello.to_vec();
@@ -895,9 +933,12 @@ impl Server {
             self.take_routed();
             self.expire_waiters();
         }
+        if self.http.listener.is_some() {
+            self.live_tick();
+        }
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
-            self.ops.tick(self.now, &snapshot, &mut self.limits);
+            self.ops.tick(self.now, &snapshot);
             self.timers.set(Timer::Ops, self.ops.next_timer());
         }
         // Before the commit, so a tube's drop is in this turn's batch.
@@ -940,9 +981,10 @@ impl Server {
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
         let c = &self.conns[idx];
-        let request_cap = match c.beanstalk() {
-            Some(bs) => bs.decoder.max_request(),
-            None => self.frame_cap(c.authenticated) + MAX_PREFIX,
+        let request_cap = match (c.beanstalk(), c.http()) {
+            (Some(bs), _) => bs.decoder.max_request(),
+            (_, Some(_)) => crate::frontend::http::MAX_REQUEST_BYTES,
+            _ => self.frame_cap(c.authenticated) + MAX_PREFIX,
         };
         let c = &mut self.conns[idx];
         if c.closing.is_some() {
@@ -963,7 +1005,8 @@ impl Server {
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let beanstalk = c.beanstalk().is_some();
-        let big_frame = match beanstalk {
+        let web = c.http().is_some();
+        let big_frame = match beanstalk || web {
             true => None,
             false => rbuf.take_whole_big_frame(),
         };
@@ -973,6 +1016,8 @@ impl Server {
             let data = rbuf.data();
             let used = if beanstalk {
                 Beanstalk::new(self).execute_input(idx, data)
+            } else if web {
+                Http::new(self).execute_input(idx, data)
             } else {
                 self.execute_iproto_input(idx, data)
             };
@@ -1225,6 +1270,9 @@ impl Server {
         if let Some(bs) = c.beanstalk() {
             self.beanstalk.release_tubes(bs.used, &bs.watched);
             self.beanstalk.connections -= 1;
+        }
+        if c.http().is_some() {
+            self.http.state.connections -= 1;
         }
         self.drop_input(idx);
         // A link's sessions are its forwarding node's clients': theirs go back to ready too.
@@ -1524,6 +1572,7 @@ fn open_protocol(
     out: &mut OutBuf,
 ) -> (Protocol, ReadBuf) {
     match proto {
+        Proto::Http => (Protocol::Http(Box::default()), ReadBuf::new()),
         Proto::Beanstalk => {
             beanstalk.opened();
             let bs = BsConn::new(max_job);

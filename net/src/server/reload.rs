@@ -96,7 +96,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     restart!(data_dir, "data-dir");
     restart!(cpu, "cpu");
     restart!(null, "null");
-    restart!(ops.metrics_listen, "metrics-listen");
+    restart!(http_listen, "http-listen");
     restart!(beanstalk_listen, "beanstalk-listen");
     restart!(beanstalk_max_job_size, "beanstalk-max-job-size");
     restart!(wal, "the WAL settings (wal-mode, snapshots)");
@@ -107,7 +107,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     rest.data_dir = current.data_dir.clone();
     rest.cpu = current.cpu;
     rest.null = current.null;
-    rest.ops.metrics_listen = current.ops.metrics_listen;
+    rest.http_listen = current.http_listen;
     rest.beanstalk_listen = current.beanstalk_listen;
     rest.beanstalk_max_job_size = current.beanstalk_max_job_size;
     rest.wal = current.wal.clone();
@@ -188,9 +188,9 @@ mod tests {
                 password: "secret".into(),
             }),
             listen: "127.0.0.1:4000".parse().unwrap(),
+            http_listen: Some("127.0.0.1:9100".parse().unwrap()),
             ops: OpsConfig {
                 graphite: Some("tcp://127.0.0.1:2003".parse().unwrap()),
-                metrics_listen: Some("127.0.0.1:9100".parse().unwrap()),
                 ..OpsConfig::default()
             },
             ..Config::default()
@@ -204,7 +204,7 @@ mod tests {
             Config::default().listen,
             "listen needs a restart"
         );
-        assert_eq!(cur.ops.metrics_listen, None);
+        assert_eq!(cur.http_listen, None);
         let applied = out.applied.join("\n");
         for want in [
             "log-level: \"info\" -> \"debug\"",
@@ -219,7 +219,7 @@ mod tests {
         assert!(!applied.contains("secret"), "passwords stay out of logs");
         let kept = out.kept.join("\n");
         assert!(kept.contains("listen stays 127.0.0.1:3301"), "{kept}");
-        assert!(kept.contains("metrics-listen stays None"), "{kept}");
+        assert!(kept.contains("http-listen stays None"), "{kept}");
         assert!(!kept.contains("other settings"), "{kept}");
     }
 

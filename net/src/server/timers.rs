@@ -24,9 +24,11 @@ pub enum Timer {
     Ops,
     /// The soonest deadline of a take waiting across a sharded tube's partitions.
     Shards,
+    /// The web console's per-second sample of the live figures and its events.
+    Live,
 }
 
-const TIMERS: usize = 6;
+const TIMERS: usize = 7;
 
 impl Timer {
     const ALL: [Timer; TIMERS] = [
@@ -36,6 +38,7 @@ impl Timer {
         Timer::Linger,
         Timer::Ops,
         Timer::Shards,
+        Timer::Live,
     ];
 
     /// Whether its deadlines are on the wall clock (else the monotonic one).

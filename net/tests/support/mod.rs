@@ -624,13 +624,13 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     )
 }
 
-/// Sends `request` as is and reads the response until the server closes.
+/// Sends `request` as is and reads one response: its `Content-Length` bytes of body, or up to
+/// the close when it has none.
 pub fn http_raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     s.write_all(request).unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
+    let resp = String::from_utf8_lossy(&read_http_response(&mut s)).into_owned();
     let status = resp
         .split_whitespace()
         .nth(1)
@@ -641,6 +641,36 @@ pub fn http_raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+/// Reads one HTTP response from `s`, head and body: the body is `Content-Length` bytes, or
+/// what comes until the close when the head names no length.
+pub fn read_http_response(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            if let Some(len) = len {
+                while got.len() < end + 4 + len {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                got.truncate(end + 4 + len);
+                return got;
+            }
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return got,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
 
 /// How old a Graphite line's timestamp may be for a running server (a busy machine may delay

@@ -58,7 +58,7 @@ pub fn refusal_text(e: &Refusal) -> String {
 
 /// The text a client of `style` reads for `e`. A task the tube API does not find is named by
 /// its number in `tube`, which numbers from `first` ([`Reply::first`]).
-pub(super) fn text(style: Style, tube: TubeIx, first: u64, e: &QueueError) -> String {
+pub(crate) fn text(style: Style, tube: TubeIx, first: u64, e: &QueueError) -> String {
     use QueueError as E;
     // Only the seed's own calls are worded as the seed's; an EVAL and a batch item are the
     // tube API's.

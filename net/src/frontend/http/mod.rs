@@ -1,0 +1,186 @@
+//! The HTTP front-end: the web console's JSON API under `/api/`, the dashboard at `/`, the
+//! live event stream and Prometheus' `/metrics`, on the `--http-listen` port. Like the other
+//! two front-ends it only translates: a request head (parsed by `httparse`, in the loop, from
+//! the connection's read buffer) becomes the core's [`Command`] — a put, a bury, a kick, a
+//! pause — dispatched through [`Loop`], and the [`Outcome`] comes back through [`encode`] as a
+//! JSON response; a read (a listing, a tube's figures) reads the queue through
+//! [`Loop::reply_with_queue`]. It knows nothing else of the server.
+//!
+//! Safe by default: with `--user`/`--password` every route but `/metrics` asks for them
+//! (HTTP Basic), and actions must come from the console's own origin; without them the API is
+//! read-only and an action is refused with 403 and the reason. A request head is at most
+//! [`MAX_HEAD_BYTES`] and a body at most [`MAX_BODY_BYTES`]; listings are paged, at most
+//! [`MAX_PAGE`] items an answer, so no request makes the loop build a huge answer.
+
+mod assets;
+mod json;
+mod response;
+mod routes;
+
+use httparse::Status;
+
+use super::Loop;
+use crate::core::Outcome;
+pub use json::Answer;
+use response::{error_response, Head};
+
+/// Largest request head (request line and headers): the common servers' default, enough for
+/// any browser's request with its cookies, and a bound on what a client may make us buffer
+/// before we know what it wants.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+
+/// Largest request body: a put's payload as JSON (base64 of binary data grows it by a third).
+/// The console's actions send a few bytes; a producer speaking HTTP may put tasks of up to
+/// this.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The most a connection's read buffer holds: a whole request.
+pub const MAX_REQUEST_BYTES: usize = MAX_HEAD_BYTES + MAX_BODY_BYTES;
+
+/// Headers parsed per request; more is refused with 431.
+pub const MAX_HEADERS: usize = 48;
+
+/// Most items in one page of a listing (tubes, tasks): a page of 1,000 tasks of 1 KiB is a
+/// 1.4 MB answer built in well under a millisecond; more waits for the next page.
+pub const MAX_PAGE: usize = 1000;
+
+/// Page size when the request names none.
+pub const DEFAULT_PAGE: usize = 100;
+
+/// Event streams (`/api/events`) open at once: a dashboard holds one, ten operators watching
+/// is a busy day, and each costs the loop a write a second.
+pub const MAX_EVENT_STREAMS: usize = 64;
+
+/// How to answer a command run for an HTTP request: what the answer shows, whether the
+/// connection closes after it, and the number the tube's first task got (task ids shown are
+/// the tube API's numbers, as `queue.tube.NAME:put` returns them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub answer: Answer,
+    pub close: bool,
+    /// The tube the request named (errors name its tasks by their number in it).
+    pub tube: tarq_engine::TubeIx,
+    pub first: u64,
+}
+
+/// The HTTP front-end's server-wide counts.
+#[derive(Debug, Default)]
+pub struct HttpState {
+    /// HTTP connections open now.
+    pub connections: u64,
+    /// Requests answered since start.
+    pub requests: u64,
+    /// Requests refused (4xx, 5xx) since start.
+    pub errors: u64,
+}
+
+/// One HTTP connection's state.
+#[derive(Debug, Default)]
+pub struct HttpConn {
+    /// It carries the event stream: its input is ignored from now on.
+    pub streaming: bool,
+}
+
+/// Encodes `outcome` as the HTTP response `r` asks for.
+pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
+    json::encode(out, r, outcome);
+}
+
+/// A whole error response that closes the connection (a refusal before any request, at
+/// `--max-connections`).
+pub fn refusal(out: &mut Vec<u8>, status: u16, why: &str) {
+    error_response(out, status, why, true, &[]);
+}
+
+/// Writes one server-sent event carrying `data` (one line of JSON) to a stream.
+pub fn event(out: &mut Vec<u8>, data: &str) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data.as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The HTTP front-end at work for the loop `L`.
+pub struct Http<'a, L: Loop> {
+    l: &'a mut L,
+}
+
+impl<'a, L: Loop> Http<'a, L> {
+    pub fn new(l: &'a mut L) -> Self {
+        Http { l }
+    }
+
+    /// Answers every complete request at the front of `data`; returns the bytes used. A
+    /// head over [`MAX_HEAD_BYTES`], a body over [`MAX_BODY_BYTES`] or bytes that are no HTTP
+    /// get their error and the connection closes.
+    pub fn execute_input(&mut self, idx: usize, data: &[u8]) -> usize {
+        let mut used = 0;
+        while !self.l.closing(idx) && used < data.len() {
+            if self.l.http_conn(idx).is_some_and(|c| c.streaming) {
+                // An event stream's client has nothing more to say: what it sends is dropped.
+                return data.len();
+            }
+            let rest = &data[used..];
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut req = httparse::Request::new(&mut headers);
+            let head_len = match req.parse(rest) {
+                Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
+                Ok(Status::Complete(_)) => {
+                    let why = format!("the request head is over {MAX_HEAD_BYTES} bytes");
+                    self.refuse(idx, 431, &why);
+                    return data.len();
+                }
+                Ok(Status::Partial) if rest.len() >= MAX_HEAD_BYTES => {
+                    let why = format!("the request head is over {MAX_HEAD_BYTES} bytes");
+                    self.refuse(idx, 431, &why);
+                    return data.len();
+                }
+                Ok(Status::Partial) => break,
+                Err(httparse::Error::TooManyHeaders) => {
+                    let why = format!("more than {MAX_HEADERS} headers");
+                    self.refuse(idx, 431, &why);
+                    return data.len();
+                }
+                Err(e) => {
+                    self.refuse(idx, 400, &format!("not an HTTP request: {e}"));
+                    return data.len();
+                }
+            };
+            let head = match Head::of(&req) {
+                Ok(h) => h,
+                Err((status, why)) => {
+                    self.refuse(idx, status, &why);
+                    return data.len();
+                }
+            };
+            if head.content_length > MAX_BODY_BYTES {
+                let why = format!(
+                    "a body of {} bytes: at most {MAX_BODY_BYTES} are accepted",
+                    head.content_length
+                );
+                self.refuse(idx, 413, &why);
+                return data.len();
+            }
+            let total = head_len + head.content_length;
+            if rest.len() < total {
+                break;
+            }
+            self.l.http().requests += 1;
+            routes::Request::new(self.l, idx, &head, &rest[head_len..total]).serve();
+            used += total;
+            if head.close && !self.l.closing(idx) {
+                self.l.close_quietly(idx, "HTTP request asked to close");
+            }
+        }
+        used
+    }
+
+    /// Answers with `status` and the reason, then closes: the stream cannot be read on.
+    fn refuse(&mut self, idx: usize, status: u16, why: &str) {
+        self.l.http().errors += 1;
+        error_response(self.l.reply_buf(idx), status, why, true, &[]);
+        self.l.close_quietly(idx, "bad HTTP request");
+    }
+}
+
+/// The content type of a reply made by [`Loop`]'s figures (`/metrics`).
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -1,0 +1,561 @@
+// The tarq console: one page, no build step. It reads the JSON API of the tarq that served it
+// (nothing else: no request leaves that machine), loads the last 15 minutes of per-second
+// figures so every chart is full at once, then follows /api/events (one event a second) while
+// the page is visible, and stops listening while it is hidden. Elements tests read carry
+// data- attributes: rows data-tube="NAME", cells data-status="ready" and so on.
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const SERIES = ["put", "take", "ack", "ready", "taken", "delayed", "buried"];
+const STATUSES = ["ready", "delayed", "buried", "taken"];
+const state = {
+  view: "overview",
+  tube: null,
+  readOnly: true,
+  readOnlyWhy: "",
+  charts: {},
+  history: null,
+  tubeHistory: null,
+  source: null,
+  taskStatus: "ready",
+  taskAfter: null,
+  tableDue: 0,
+  filter: "",
+};
+
+function css(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+function say(text, kind = "info") {
+  const m = $("#message");
+  m.textContent = text;
+  m.dataset.kind = kind;
+}
+
+async function api(path, opts = {}) {
+  const init = { headers: {}, ...opts };
+  if (opts.body !== undefined) {
+    init.method = init.method || "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(opts.body);
+  }
+  const r = await fetch(path, init);
+  const text = await r.text();
+  let v = null;
+  try { v = text ? JSON.parse(text) : null; } catch (_) { v = { error: text }; }
+  if (!r.ok) throw new Error((v && v.error) || `${r.status} ${r.statusText}`);
+  return v;
+}
+
+async function act(label, path, body = {}) {
+  try {
+    const v = await api(path, { body });
+    say(`${label}: done`);
+    refreshSoon();
+    return v;
+  } catch (e) {
+    say(`${label}: ${e.message}`, "error");
+    return null;
+  }
+}
+
+// ---- charts ----
+
+function chartOpts(el, series) {
+  return {
+    width: Math.max(300, el.clientWidth - 4),
+    height: 220,
+    cursor: { drag: { x: false, y: false } },
+    legend: { live: true },
+    scales: { x: { time: true } },
+    axes: [
+      // Whole seconds at least: the figures are a second apart.
+      { stroke: css("--muted"), grid: { stroke: css("--line") }, ticks: { stroke: css("--line") },
+        incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900] },
+      { stroke: css("--muted"), grid: { stroke: css("--line") }, ticks: { stroke: css("--line") }, size: 60 },
+    ],
+    series: [{}].concat(series.map((s) => ({ label: s, stroke: css("--" + s), width: 1.5, points: { show: false } }))),
+  };
+}
+
+// History JSON → uPlot data: [times, ...series].
+function toData(h, key, names) {
+  const rows = h[key];
+  if (!rows) return null;
+  const n = rows[0].length;
+  const t = Array.from({ length: n }, (_, i) => h.end - (n - 1 - i));
+  return [t].concat(names.map((name) => rows[SERIES.indexOf(name)].slice()));
+}
+
+function draw(id, data, names) {
+  const el = document.getElementById(id);
+  if (!el || !data) return;
+  let c = state.charts[id];
+  if (!c || c.root.parentNode !== el) {
+    el.textContent = "";
+    c = new uPlot(chartOpts(el, names), data, el);
+    state.charts[id] = c;
+  } else {
+    c.setData(data);
+  }
+  // Drawn while its view was hidden, or the window changed: fit the width it has now.
+  const width = Math.max(300, el.clientWidth - 4);
+  if (el.clientWidth > 0 && Math.abs(c.width - width) > 8) c.setSize({ width, height: 220 });
+  el.dataset.points = String(data[0].length);
+  el.dataset.nonzero = String(data.slice(1).some((s) => s.some((v) => v > 0)));
+}
+
+// Appends one second to uPlot data, keeping 15 minutes.
+function append(data, t, values) {
+  if (!data) return;
+  if (data[0].length && data[0][data[0].length - 1] >= t) return;
+  data[0].push(t);
+  values.forEach((v, i) => data[i + 1].push(v));
+  if (data[0].length > 900) data.forEach((a) => a.shift());
+}
+
+const RATES = ["put", "take", "ack"];
+const COUNTS = ["ready", "taken", "delayed", "buried"];
+
+function pick(values, names) {
+  return names.map((n) => values[SERIES.indexOf(n)]);
+}
+
+// ---- live ----
+
+function listen() {
+  if (state.source || document.hidden) return;
+  const src = new EventSource("/api/events");
+  state.source = src;
+  src.onopen = () => { $("#live").textContent = "live"; $("#live").dataset.live = "on"; };
+  src.onerror = () => { $("#live").textContent = "reconnecting"; $("#live").dataset.live = "off"; };
+  src.onmessage = (ev) => onEvent(JSON.parse(ev.data));
+}
+
+function stopListening() {
+  if (state.source) state.source.close();
+  state.source = null;
+  $("#live").textContent = "paused";
+  $("#live").dataset.live = "off";
+}
+
+function onEvent(e) {
+  if (state.history) {
+    append(state.history.rates, e.t, pick(e.overall, RATES));
+    append(state.history.counts, e.t, pick(e.overall, COUNTS));
+    if (state.view === "overview") {
+      draw("chart-rates", state.history.rates, RATES);
+      draw("chart-counts", state.history.counts, COUNTS);
+    }
+  }
+  if (state.view === "tube" && state.tubeHistory && e.tubes[state.tube]) {
+    append(state.tubeHistory.rates, e.t, pick(e.tubes[state.tube], RATES));
+    append(state.tubeHistory.counts, e.t, pick(e.tubes[state.tube], COUNTS));
+    draw("chart-tube-rates", state.tubeHistory.rates, RATES);
+    draw("chart-tube-counts", state.tubeHistory.counts, COUNTS);
+  }
+  if (Date.now() >= state.tableDue) refresh();
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) {
+    stopListening();
+  } else {
+    loadHistory().then(listen);
+  }
+});
+
+async function loadHistory() {
+  const h = await api("/api/history");
+  state.history = { rates: toData(h, "overall", RATES), counts: toData(h, "overall", COUNTS) };
+  if (state.view === "overview") {
+    draw("chart-rates", state.history.rates, RATES);
+    draw("chart-counts", state.history.counts, COUNTS);
+  }
+  if (state.view === "tube") await loadTubeHistory();
+}
+
+async function loadTubeHistory() {
+  const h = await api(`/api/tubes/${encodeURIComponent(state.tube)}/history`);
+  const key = h.tube ? "tube" : null;
+  state.tubeHistory = key
+    ? { rates: toData(h, key, RATES), counts: toData(h, key, COUNTS) }
+    : { rates: [[], [], [], []], counts: [[], [], [], [], []] };
+  draw("chart-tube-rates", state.tubeHistory.rates, RATES);
+  draw("chart-tube-counts", state.tubeHistory.counts, COUNTS);
+}
+
+// ---- the tube table ----
+
+async function allTubes() {
+  let tubes = [];
+  let offset = 0;
+  for (;;) {
+    const page = await api(`/api/tubes?limit=1000&offset=${offset}`);
+    tubes = tubes.concat(page.tubes);
+    if (page.next === null || page.next === undefined) return tubes;
+    offset = page.next;
+  }
+}
+
+function button(label, title, onClick, danger = false) {
+  const b = document.createElement("button");
+  b.textContent = label;
+  b.title = state.readOnly ? state.readOnlyWhy : title;
+  b.disabled = state.readOnly;
+  b.dataset.action = label.toLowerCase();
+  if (danger) b.className = "danger";
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function tubeActions(t) {
+  const name = t.name;
+  const path = `/api/tubes/${encodeURIComponent(name)}`;
+  const span = document.createElement("span");
+  span.className = "actions";
+  span.append(
+    button("Kick", "make buried tasks ready", () => {
+      const n = prompt(`Kick how many buried tasks of ${name}?`, String(t.tasks.buried || 1));
+      if (n !== null) act(`kick ${name}`, `${path}/kick`, { count: Number(n) });
+    }),
+    t.paused !== null
+      ? button("Resume", "let takes have tasks again", () => act(`resume ${name}`, `${path}/resume`))
+      : button("Pause", "hold every take of this tube", () => {
+        const s = prompt(`Pause takes of ${name} for how many seconds?`, "60");
+        if (s !== null) act(`pause ${name}`, `${path}/pause`, { seconds: Number(s) });
+      }),
+    button("Truncate", "delete every task", () => {
+      if (confirm(`Delete every task of ${name}?`)) act(`truncate ${name}`, `${path}/truncate`);
+    }, true),
+    button("Drop", "drop the tube", () => {
+      if (confirm(`Drop the tube ${name} and its tasks?`)) act(`drop ${name}`, `${path}/drop`);
+    }, true),
+  );
+  return span;
+}
+
+const CELLS = [
+  ["ready", (t) => t.tasks.ready], ["taken", (t) => t.tasks.taken], ["delayed", (t) => t.tasks.delayed],
+  ["buried", (t) => t.tasks.buried], ["done", (t) => t.tasks.done], ["total", (t) => t.tasks.total],
+  ["put-rate", (t) => t.rates.put], ["take-rate", (t) => t.rates.take], ["ack-rate", (t) => t.rates.ack],
+];
+
+function tubeRow(t) {
+  const tr = document.createElement("tr");
+  tr.dataset.tube = t.name;
+  const name = document.createElement("td");
+  const a = document.createElement("a");
+  a.href = `#/tube/${encodeURIComponent(t.name)}`;
+  a.textContent = t.name;
+  name.append(a);
+  const type = document.createElement("td");
+  type.textContent = t.type;
+  tr.append(name, type);
+  for (const [key] of CELLS) {
+    const td = document.createElement("td");
+    td.className = "n";
+    td.dataset.status = key;
+    tr.append(td);
+  }
+  const actions = document.createElement("td");
+  actions.dataset.cell = "actions";
+  tr.append(actions);
+  return tr;
+}
+
+function updateRow(tr, t) {
+  CELLS.forEach(([key, get], i) => {
+    const td = tr.children[2 + i];
+    const v = String(get(t));
+    if (td.textContent !== v) td.textContent = v;
+    if (v === "0") td.dataset.zero = ""; else delete td.dataset.zero;
+  });
+  const paused = t.paused !== null ? "1" : "0";
+  if (tr.dataset.paused !== paused || tr.dataset.ro !== String(state.readOnly)) {
+    tr.dataset.paused = paused;
+    tr.dataset.ro = String(state.readOnly);
+    tr.lastChild.replaceChildren(tubeActions(t));
+  }
+}
+
+async function renderTubes() {
+  const started = performance.now();
+  const tubes = await allTubes();
+  const fetched = performance.now();
+  const body = $("#tubes tbody");
+  const rows = new Map([...body.children].map((tr) => [tr.dataset.tube, tr]));
+  const frag = document.createDocumentFragment();
+  const filter = state.filter.toLowerCase();
+  let shown = 0;
+  for (const t of tubes) {
+    let tr = rows.get(t.name);
+    rows.delete(t.name);
+    if (!tr) tr = tubeRow(t);
+    updateRow(tr, t);
+    tr.hidden = filter !== "" && !t.name.toLowerCase().includes(filter);
+    shown += !tr.hidden;
+    frag.append(tr);
+  }
+  body.replaceChildren(frag);
+  $("#tube-count").textContent = `${shown} of ${tubes.length}`;
+  document.body.dataset.tubesRendered = String(tubes.length);
+  // What a test reads: the time to fetch every page of tubes, and to build the table from them.
+  document.body.dataset.tubesFetchMs = String(Math.round(fetched - started));
+  document.body.dataset.tubesRenderMs = String(Math.round(performance.now() - fetched));
+}
+
+// ---- one tube ----
+
+function figure(label, value, key) {
+  const d = document.createElement("div");
+  d.dataset.figure = key;
+  const b = document.createElement("b");
+  b.textContent = value;
+  const s = document.createElement("span");
+  s.textContent = label;
+  d.append(b, s);
+  return d;
+}
+
+async function renderTube() {
+  const name = state.tube;
+  let t;
+  try {
+    t = await api(`/api/tubes/${encodeURIComponent(name)}`);
+  } catch (e) {
+    say(`${name}: ${e.message}`, "error");
+    return;
+  }
+  $("#tube-title").textContent = `${t.name} (${t.type})`;
+  const paused = $("#tube-paused");
+  paused.hidden = t.paused === null;
+  paused.textContent = t.paused === null ? "" : `paused, ${Math.ceil(t.paused)} s left`;
+  $("#tube-actions").replaceChildren(tubeActions(t));
+  const figs = [
+    ...Object.entries(t.tasks).map(([k, v]) => figure(k, v, k)),
+    figure("put/s", t.rates.put, "put-rate"),
+    figure("take/s", t.rates.take, "take-rate"),
+    figure("ack/s", t.rates.ack, "ack-rate"),
+  ];
+  $("#tube-figures").replaceChildren(...figs);
+  const tabs = STATUSES.map((s) => {
+    const b = document.createElement("button");
+    b.textContent = `${s} (${t.tasks[s]})`;
+    b.role = "tab";
+    b.dataset.tab = s;
+    b.setAttribute("aria-selected", String(s === state.taskStatus));
+    b.addEventListener("click", () => { state.taskStatus = s; state.taskAfter = null; renderTube(); });
+    return b;
+  });
+  $("#task-tabs").replaceChildren(...tabs);
+  $("#put button").disabled = state.readOnly;
+  $("#put button").title = state.readOnly ? state.readOnlyWhy : "put a task";
+  await renderTasks(false);
+}
+
+function dataText(task) {
+  if (task.data_base64 !== undefined) return `base64:${task.data_base64}`;
+  return typeof task.data === "string" ? task.data : JSON.stringify(task.data);
+}
+
+async function renderTasks(more) {
+  const name = state.tube;
+  const after = more && state.taskAfter !== null ? `&after=${state.taskAfter}` : "";
+  const page = await api(`/api/tubes/${encodeURIComponent(name)}/tasks?status=${state.taskStatus}&limit=50${after}`);
+  const path = `/api/tubes/${encodeURIComponent(name)}/tasks`;
+  const rows = page.tasks.map((task) => {
+    const tr = document.createElement("tr");
+    tr.dataset.task = String(task.id);
+    const cells = [task.id, task.status, task.pri, new Date(task.created * 1000).toLocaleString(), task.deliveries, dataText(task)];
+    cells.forEach((v, i) => {
+      const td = document.createElement("td");
+      td.textContent = String(v);
+      if (i === 0 || i === 2 || i === 4) td.className = "n";
+      if (i === 5) { td.className = "data"; td.title = String(v); }
+      tr.append(td);
+    });
+    const actions = document.createElement("td");
+    const span = document.createElement("span");
+    span.className = "actions";
+    if (task.status !== "buried" && task.status !== "taken") {
+      span.append(button("Bury", "set this task aside", () => act(`bury ${task.id}`, `${path}/${task.id}/bury`)));
+    }
+    if (task.status === "buried" || task.status === "delayed") {
+      span.append(button("Kick", "make this task ready", () => act(`kick ${task.id}`, `${path}/${task.id}/kick`)));
+    }
+    span.append(button("Delete", "delete this task", () => {
+      if (confirm(`Delete task ${task.id}?`)) act(`delete ${task.id}`, `${path}/${task.id}/delete`);
+    }, true));
+    actions.append(span);
+    tr.append(actions);
+    return tr;
+  });
+  const body = $("#tasks tbody");
+  if (more) body.append(...rows); else body.replaceChildren(...rows);
+  state.taskAfter = page.next_after;
+  $("#more").hidden = page.next_after === null;
+}
+
+// ---- cluster ----
+
+function kv(obj) {
+  const table = document.createElement("table");
+  for (const [k, v] of Object.entries(obj || {})) {
+    if (v === undefined) continue;
+    const tr = document.createElement("tr");
+    const th = document.createElement("th");
+    th.textContent = k;
+    const td = document.createElement("td");
+    td.textContent = typeof v === "object" && v !== null ? JSON.stringify(v) : String(v);
+    tr.append(th, td);
+    table.append(tr);
+  }
+  const wrap = document.createElement("div");
+  wrap.className = "table-wrap";
+  wrap.append(table);
+  return wrap;
+}
+
+function table(rows, columns, key) {
+  const t = document.createElement("table");
+  const head = document.createElement("tr");
+  for (const [label] of columns) {
+    const th = document.createElement("th");
+    th.textContent = label;
+    head.append(th);
+  }
+  const thead = document.createElement("thead");
+  thead.append(head);
+  const body = document.createElement("tbody");
+  for (const r of rows) {
+    const tr = document.createElement("tr");
+    tr.dataset[key] = String(r[columns[0][1]] ?? "");
+    for (const [, field] of columns) {
+      const td = document.createElement("td");
+      const v = typeof field === "function" ? field(r) : r[field];
+      td.textContent = v === undefined || v === null ? "" : String(v);
+      tr.append(td);
+    }
+    body.append(tr);
+  }
+  t.append(thead, body);
+  const wrap = document.createElement("div");
+  wrap.className = "table-wrap";
+  wrap.append(t);
+  return wrap;
+}
+
+function heading(text) {
+  const h = document.createElement("h3");
+  h.textContent = text;
+  return h;
+}
+
+async function renderCluster() {
+  const [c, s] = await Promise.all([api("/api/cluster"), api("/api/server")]);
+  const parts = [];
+  const leader = c.leader ? `${c.leader.name} (${c.leader.addr})` : c.primary || (c.role === "leader" ? "this node" : "none known");
+  parts.push(kv({ role: c.role, primary: leader, term: c.term ?? c.position_term, position: c.position, state: c.state, cluster: c.cluster, node: c.node }));
+  if (Array.isArray(c.members)) {
+    const top = Math.max(0, ...c.members.map((m) => m.lsn || 0));
+    parts.push(heading("Members"), table(c.members, [
+      ["member", "name"], ["address", "addr"], ["role", "role"], ["eligible", "eligible"],
+      ["term", "term"], ["lsn", "lsn"], ["lag (records)", (m) => top - (m.lsn || 0)],
+    ], "member"));
+  }
+  parts.push(heading("Replicas streaming from this node"), table(c.replicas || [], [
+    ["replica", "peer"], ["acknowledged", "acked"], ["lag (records)", "lag_records"], ["lag (bytes)", "lag_bytes"],
+  ], "replica"));
+  if (c.upstream) {
+    parts.push(heading("This node's primary"), kv(c.upstream));
+  }
+  $("#cluster").replaceChildren(...parts);
+  $("#server-info").replaceChildren(kv({ version: s.version, uptime: `${Math.round(s.uptime)} s`, ...s.connections, wal: s.wal.mode, read_only: s.read_only }));
+}
+
+// ---- views ----
+
+let refreshing = null;
+function refresh() {
+  if (refreshing) return refreshing;
+  state.tableDue = Date.now() + 2000;
+  const work = state.view === "overview" ? renderTubes()
+    : state.view === "tube" ? renderTube()
+      : renderCluster();
+  refreshing = work.catch((e) => say(e.message, "error")).finally(() => { refreshing = null; });
+  return refreshing;
+}
+
+function refreshSoon() {
+  state.tableDue = 0;
+  setTimeout(refresh, 50);
+}
+
+async function route() {
+  const hash = location.hash || "#/";
+  const m = hash.match(/^#\/tube\/(.+)$/);
+  state.view = m ? "tube" : hash === "#/cluster" ? "cluster" : "overview";
+  if (m) {
+    const name = decodeURIComponent(m[1]);
+    if (name !== state.tube) { state.taskStatus = "ready"; state.taskAfter = null; }
+    state.tube = name;
+  }
+  for (const v of ["overview", "tube", "cluster"]) $(`#view-${v}`).hidden = v !== state.view;
+  document.querySelectorAll("[data-nav]").forEach((a) => {
+    if (a.dataset.nav === state.view) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  });
+  if (state.view === "overview" && state.history) {
+    draw("chart-rates", state.history.rates, RATES);
+    draw("chart-counts", state.history.counts, COUNTS);
+  }
+  if (state.view === "tube") await loadTubeHistory().catch((e) => say(e.message, "error"));
+  await refresh();
+}
+
+async function start() {
+  try {
+    const s = await api("/api/server");
+    state.readOnly = s.read_only;
+    state.readOnlyWhy = s.read_only ? "read-only: start tarq with --user and --password to act" : "";
+    $("#server").textContent = `tarq ${s.version}` + (s.read_only ? " · read-only" : "");
+  } catch (e) {
+    say(e.message, "error");
+  }
+  $("#create").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    act(`create ${f.get("name")}`, "/api/tubes", { name: f.get("name"), type: f.get("type") });
+  });
+  $("#create button").disabled = state.readOnly;
+  $("#create button").title = state.readOnlyWhy;
+  $("#put").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const body = { data: f.get("data") };
+    if (f.get("delay")) body.delay = Number(f.get("delay"));
+    act("put", `/api/tubes/${encodeURIComponent(state.tube)}/tasks`, body);
+  });
+  $("#filter").addEventListener("input", (ev) => { state.filter = ev.target.value; refreshSoon(); });
+  $("#more").addEventListener("click", () => renderTasks(true));
+  window.addEventListener("hashchange", route);
+  // The theme changed: charts take their colours when drawn, so they are drawn anew.
+  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
+    for (const c of Object.values(state.charts)) c.destroy();
+    state.charts = {};
+    route();
+  });
+  window.addEventListener("resize", () => {
+    for (const [id, c] of Object.entries(state.charts)) {
+      const el = document.getElementById(id);
+      if (el && el.clientWidth > 0) c.setSize({ width: Math.max(300, el.clientWidth - 4), height: 220 });
+    }
+  });
+  await loadHistory().catch((e) => say(e.message, "error"));
+  await route();
+  listen();
+  document.body.dataset.ready = "true";
+}
+
+start();

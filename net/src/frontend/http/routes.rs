@@ -1,0 +1,674 @@
+//! The routes: one request, checked (credentials, read-only without them, the origin of an
+//! action) and answered — a read from the queue as it is now, an action as the core's
+//! command. The table is [`Request::serve`]; `/api/openapi.json` describes it.
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tarq_engine::{Micros, Status, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE};
+
+use super::json::{self, Answer};
+use super::response::{self, error_response, Head};
+use super::{assets, Reply, DEFAULT_PAGE, MAX_EVENT_STREAMS, MAX_PAGE, PROMETHEUS_TEXT};
+use crate::core::{Command, Pause};
+use crate::frontend::{Loop, ReplyTo};
+
+const SECOND: f64 = 1e6;
+
+/// Longest pause asked through the API: beanstalk's own limit (a `u32` of seconds) would be a
+/// century; a day is longer than any operator means, and a longer one is refused by name.
+const MAX_PAUSE_SECONDS: u32 = 86_400;
+
+/// One request being answered.
+pub struct Request<'r, L: Loop> {
+    l: &'r mut L,
+    idx: usize,
+    head: &'r Head<'r>,
+    body: &'r [u8],
+}
+
+/// A refusal: status, reason.
+type Refused = (u16, String);
+
+fn refused<T>(status: u16, why: impl Into<String>) -> Result<T, Refused> {
+    Err((status, why.into()))
+}
+
+impl<'r, L: Loop> Request<'r, L> {
+    pub fn new(l: &'r mut L, idx: usize, head: &'r Head<'r>, body: &'r [u8]) -> Self {
+        Request { l, idx, head, body }
+    }
+
+    pub fn serve(mut self) {
+        if let Err((status, why)) = self.route() {
+            self.l.http().errors += 1;
+            let auth = [(
+                "WWW-Authenticate",
+                "Basic realm=\"tarq\", charset=\"UTF-8\"",
+            )];
+            let headers: &[(&str, &str)] = if status == 401 { &auth } else { &[] };
+            let out = self.l.reply_buf(self.idx);
+            error_response(out, status, &why, self.head.close, headers);
+        }
+    }
+
+    fn route(&mut self) -> Result<(), Refused> {
+        let path = decode_path(self.head.path)?;
+        let parts: Vec<&str> = path.split('/').skip(1).collect();
+        let method = self.head.method;
+        if parts == ["metrics"] {
+            return self.metrics(method);
+        }
+        self.check_credentials()?;
+        match (method, parts.as_slice()) {
+            ("GET", [""]) | ("GET", ["index.html"]) => self.asset("index.html"),
+            ("GET", ["assets", name]) => self.asset(name),
+            ("GET", ["api", "openapi.json"]) => {
+                self.send(200, "application/json", assets::OPENAPI.as_bytes());
+                Ok(())
+            }
+            ("GET", ["api", "tubes"]) => self.list_tubes(),
+            ("POST", ["api", "tubes"]) => self.create_tube(),
+            ("GET", ["api", "tubes", name]) => self.one_tube(name),
+            ("GET", ["api", "tubes", name, "tasks"]) => self.list_tasks(name),
+            ("POST", ["api", "tubes", name, "tasks"]) => self.put(name),
+            ("GET", ["api", "tubes", name, "tasks", id]) => self.peek(name, id),
+            ("POST", ["api", "tubes", name, "tasks", id, action]) => {
+                self.task_action(name, id, action)
+            }
+            ("POST", ["api", "tubes", name, action]) => self.tube_action(name, action),
+            ("GET", ["api", "server"]) => self.server(),
+            ("GET", ["api", "cluster"]) => self.cluster(),
+            ("GET", ["api", "history"]) => self.history(None),
+            ("GET", ["api", "tubes", name, "history"]) => self.history(Some(name)),
+            ("GET", ["api", "events"]) => self.events(),
+            (_, ["api", ..]) | (_, [""]) => refused(
+                if known_path(&parts) { 405 } else { 404 },
+                format!("no route {method} {}", self.head.path),
+            ),
+            _ => refused(404, format!("no page {}", self.head.path)),
+        }
+    }
+
+    // ---- checks ----
+
+    /// With `--user`/`--password`, HTTP Basic with them; without, anyone may read.
+    fn check_credentials(&self) -> Result<(), Refused> {
+        let Some(creds) = &self.l.config().auth else {
+            return Ok(());
+        };
+        let given = self
+            .head
+            .authorization
+            .and_then(|v| v.strip_prefix(b"Basic "))
+            .and_then(|b| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b.trim_ascii())
+                    .ok()
+            });
+        let expected = format!("{}:{}", creds.user, creds.password);
+        match given {
+            Some(g) if constant_time_eq(&g, expected.as_bytes()) => Ok(()),
+            Some(_) => refused(401, "wrong user or password"),
+            None => refused(
+                401,
+                "this tarq asks for its --user and --password (HTTP Basic)",
+            ),
+        }
+    }
+
+    /// An action: refused without credentials configured (the console is read-only then),
+    /// and from a foreign origin (a page elsewhere posting with the browser's credentials).
+    fn check_action(&self) -> Result<(), Refused> {
+        if self.l.config().auth.is_none() {
+            return refused(
+                403,
+                "the console is read-only: actions need tarq started with --user and --password",
+            );
+        }
+        if let Some(origin) = self.head.origin {
+            let own = self.head.host.map(|h| [b"http://", h].concat());
+            let https = self.head.host.map(|h| [b"https://", h].concat());
+            let same = own.as_deref() == Some(origin) || https.as_deref() == Some(origin);
+            if !same {
+                return refused(
+                    403,
+                    format!(
+                        "an action from origin {} is refused: only the console's own origin may act",
+                        String::from_utf8_lossy(origin)
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    // ---- writing ----
+
+    fn send(&mut self, status: u16, content_type: &str, body: &[u8]) {
+        let close = self.head.close;
+        let out = self.l.reply_buf(self.idx);
+        response::write(out, status, content_type, body, close, &[]);
+    }
+
+    fn send_json(&mut self, status: u16, v: &Value) {
+        self.send(status, "application/json", v.to_string().as_bytes());
+    }
+
+    fn reply(&self, answer: Answer, tube: TubeIx, first: u64) -> ReplyTo {
+        ReplyTo::Http(Reply {
+            answer,
+            close: self.head.close,
+            tube,
+            first,
+        })
+    }
+
+    // ---- pages and figures ----
+
+    fn metrics(&mut self, method: &str) -> Result<(), Refused> {
+        if method != "GET" {
+            return refused(405, "GET /metrics");
+        }
+        let mut page = String::new();
+        self.l.metrics_page(&mut page);
+        // One scrape, one connection, as the port always answered it: a scraper that reads
+        // to the close (and every one that reads the length) is served alike.
+        let out = self.l.reply_buf(self.idx);
+        response::write(out, 200, PROMETHEUS_TEXT, page.as_bytes(), true, &[]);
+        self.l.close_quietly(self.idx, "metrics scraped");
+        Ok(())
+    }
+
+    fn asset(&mut self, name: &str) -> Result<(), Refused> {
+        let Some((content_type, body)) = assets::get(name) else {
+            return refused(404, format!("no page {}", self.head.path));
+        };
+        self.send(200, content_type, body);
+        Ok(())
+    }
+
+    fn history(&mut self, tube: Option<&str>) -> Result<(), Refused> {
+        if let Some(name) = tube {
+            self.tube(name)?;
+        }
+        let mut out = String::new();
+        self.l.live().history_json(&mut out, tube);
+        self.send(200, "application/json", out.as_bytes());
+        Ok(())
+    }
+
+    fn events(&mut self) -> Result<(), Refused> {
+        if let Err(open) = self.l.start_stream(self.idx) {
+            return refused(
+                503,
+                format!("{open} event streams are open, the limit ({MAX_EVENT_STREAMS})"),
+            );
+        }
+        let out = self.l.reply_buf(self.idx);
+        response::event_stream_head(out);
+        // The newest second at once, so a page has figures before the next tick.
+        let mut first = String::new();
+        self.l.live().event_json(&mut first);
+        super::event(self.l.reply_buf(self.idx), &first);
+        Ok(())
+    }
+
+    fn server(&mut self) -> Result<(), Refused> {
+        let snap = self.l.snapshot();
+        let mut figures = serde_json::Map::new();
+        for m in snap.metrics() {
+            figures.insert(m.name.to_owned(), json!(m.value));
+        }
+        let [iproto, beanstalk, http] = self.l.addresses();
+        let cfg = self.l.config();
+        let addr = |a: Option<std::net::SocketAddr>| a.map(|a| a.to_string());
+        let wal_mode = cfg.wal.mode.to_string();
+        let v = json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime": snap.uptime as f64 / SECOND,
+            "connections": self.l.connection_counts(),
+            "http": self.l.console_figures(),
+            "listen": {
+                "iproto": addr(iproto),
+                "beanstalk": addr(beanstalk),
+                "http": addr(http),
+            },
+            "wal": {
+                "mode": wal_mode,
+                "dir": cfg.data_dir.display().to_string(),
+                "snapshot_every_bytes": cfg.wal.snapshot_every_bytes,
+                "keep_snapshots": cfg.wal.keep_snapshots,
+            },
+            "limits": {
+                "max_connections": cfg.max_connections,
+                "max_connections_per_address": cfg.limits.max_connections_per_peer,
+                "max_frame_bytes": cfg.max_frame_bytes,
+                "max_write_backlog": cfg.max_write_backlog,
+                "max_tasks": cfg.max_tasks,
+                "input_budget": cfg.limits.input_budget,
+            },
+            "auth": cfg.auth.is_some(),
+            "read_only": cfg.auth.is_none(),
+            "figures": figures,
+        });
+        self.send_json(200, &v);
+        Ok(())
+    }
+
+    fn cluster(&mut self) -> Result<(), Refused> {
+        let v = crate::ctl::to_json(&self.l.cluster_overview());
+        self.send_json(200, &v);
+        Ok(())
+    }
+
+    // ---- reads ----
+
+    /// The tube named `name` (percent-decoded), or 404.
+    fn tube(&self, name: &str) -> Result<TubeIx, Refused> {
+        match self.l.queue().tube_ix(name) {
+            Some(t) => Ok(t),
+            None => refused(404, "Tube not found"),
+        }
+    }
+
+    fn tube_json(&self, t: TubeIx) -> Option<Value> {
+        let q = self.l.queue();
+        let info = q.tube_info(t)?;
+        let stats = q.tube_stats(t).ok()?;
+        let mono = self.l.mono();
+        let paused = (self.l.pauses().of(t))
+            .filter(|p| p.until > mono)
+            .map(|p| (p.until - mono) as f64 / SECOND);
+        Some(json::tube(
+            &info,
+            &stats,
+            self.l.live().tube_now(info.name),
+            paused,
+        ))
+    }
+
+    /// `?offset=N&limit=M` over the tubes in the queue's order.
+    fn list_tubes(&mut self) -> Result<(), Refused> {
+        let q = Query::parse(self.head.query)?;
+        let offset = q.number("offset")?.unwrap_or(0) as usize;
+        let limit = q.limit()?;
+        let queue = self.l.queue();
+        let total = queue.tubes().count();
+        let ixs: Vec<TubeIx> = queue
+            .tubes()
+            .skip(offset)
+            .take(limit)
+            .map(|t| t.ix)
+            .collect();
+        let tubes: Vec<Value> = ixs.iter().filter_map(|&t| self.tube_json(t)).collect();
+        let next = (offset + tubes.len() < total).then_some(offset + tubes.len());
+        let v = json!({ "tubes": tubes, "total": total, "offset": offset, "next": next });
+        self.send_json(200, &v);
+        Ok(())
+    }
+
+    fn one_tube(&mut self, name: &str) -> Result<(), Refused> {
+        let t = self.tube(name)?;
+        let v = self
+            .tube_json(t)
+            .ok_or((404, "Tube not found".to_owned()))?;
+        self.send_json(200, &v);
+        Ok(())
+    }
+
+    /// `?status=ready&after=ID&limit=N`: the tasks in the order the tube keeps them.
+    fn list_tasks(&mut self, name: &str) -> Result<(), Refused> {
+        let t = self.tube(name)?;
+        let q = Query::parse(self.head.query)?;
+        let status = match q.get("status") {
+            None => Status::Ready,
+            Some(s) => json::parse_status(s).ok_or((
+                400,
+                format!("status {s:?}: one of ready, delayed, buried, taken"),
+            ))?,
+        };
+        let limit = q.limit()?;
+        let queue = self.l.queue();
+        let first = queue.tube_numbers(t).first;
+        let after = q.number("after")?.map(|n| queue.task_id_in(t, n));
+        let tasks = queue
+            .list(t, status, after, limit + 1)
+            .map_err(|e| (404, e.to_string()))?;
+        let more = tasks.len() > limit;
+        let shown: Vec<Value> = tasks
+            .iter()
+            .take(limit)
+            .map(|task| json::task_preview(task, first))
+            .collect();
+        let next = more
+            .then(|| shown.last().and_then(|v| v["id"].as_u64()))
+            .flatten();
+        let v = json!({
+            "tube": name,
+            "status": json::status_name(status),
+            "tasks": shown,
+            "next_after": next,
+        });
+        self.send_json(200, &v);
+        Ok(())
+    }
+
+    fn peek(&mut self, name: &str, id: &str) -> Result<(), Refused> {
+        let t = self.tube(name)?;
+        let number = task_number(id)?;
+        let queue = self.l.queue();
+        let first = queue.tube_numbers(t).first;
+        match queue.peek(t, queue.task_id_in(t, number)) {
+            Ok(task) => {
+                let v = json!({ "task": json::task(&task, first, false) });
+                self.send_json(200, &v);
+                Ok(())
+            }
+            Err(e) => {
+                let e = crate::core::Refusal::Queue(e);
+                refused(json::status_of(&e), json::error_text(&e, t, first))
+            }
+        }
+    }
+
+    // ---- actions ----
+
+    fn body(&self) -> Result<Value, Refused> {
+        if self.body.is_empty() {
+            return Ok(json!({}));
+        }
+        let v: Value = serde_json::from_slice(self.body)
+            .map_err(|e| (400, format!("the body is not JSON: {e}")))?;
+        if !v.is_object() {
+            return refused(400, "the body must be a JSON object");
+        }
+        Ok(v)
+    }
+
+    fn create_tube(&mut self) -> Result<(), Refused> {
+        self.check_action()?;
+        let b = self.body()?;
+        let name = b["name"]
+            .as_str()
+            .ok_or((400, "name: a string is required".to_owned()))?;
+        let kind = b["type"].as_str().unwrap_or("fifottl");
+        let kind = TubeType::parse(kind).map_err(|e| {
+            let e = crate::core::Refusal::Queue(e);
+            (400, json::error_text(&e, DEFAULT_TUBE, 0))
+        })?;
+        let o = &b["options"];
+        let o = if o.is_object() { o } else { &b };
+        let opts = TubeOptions {
+            ttl: seconds(o, "ttl")?,
+            ttr: seconds(o, "ttr")?,
+            pri: integer(o, "pri")?.unwrap_or(0),
+            capacity: integer(o, "capacity")?.map_or(0, |c: i64| c.max(0) as u64),
+            max_deliveries: integer(o, "max_deliveries")?
+                .map_or(0, |m: i64| m.clamp(0, u16::MAX as i64) as u16),
+            dedup_window: seconds(o, "dedup_window")?.unwrap_or(0),
+            temporary: o["temporary"].as_bool().unwrap_or(false),
+            on_demand: false,
+            part: 0,
+        };
+        let partitions = integer(o, "partitions")?.unwrap_or(1);
+        if !(1..=i64::from(u16::MAX)).contains(&partitions) {
+            return refused(400, format!("partitions {partitions}: 1 or more"));
+        }
+        let cmd = Command::CreateTube {
+            name,
+            kind,
+            opts,
+            if_not_exists: b["if_not_exists"].as_bool().unwrap_or(false),
+            partitions: partitions as u16,
+        };
+        let reply = self.reply(Answer::Created, DEFAULT_TUBE, 0);
+        self.l.dispatch(self.idx, reply, cmd);
+        Ok(())
+    }
+
+    /// A put: `data` (text or any JSON value) or `data_base64` (bytes), with the put's
+    /// options `delay`, `ttl`, `ttr` (seconds), `pri`, `utube`.
+    fn put(&mut self, name: &str) -> Result<(), Refused> {
+        self.check_action()?;
+        let t = self.tube(name)?;
+        let b = self.body()?;
+        let mut data = Vec::new();
+        match (&b["data"], &b["data_base64"]) {
+            (Value::Null, Value::String(s)) => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(s)
+                    .map_err(|e| (400, format!("data_base64 is not base64: {e}")))?;
+                tarq_iproto::mp::write::bin(&mut data, &bytes);
+            }
+            (Value::Null, Value::Null) => return refused(400, "data or data_base64 is required"),
+            (Value::String(s), Value::Null) => tarq_iproto::mp::write::str(&mut data, s),
+            (v, Value::Null) => {
+                rmpv::encode::write_value(&mut data, &crate::ctl::from_json(v))
+                    .map_err(|e| (400, format!("data: {e}")))?;
+            }
+            _ => return refused(400, "data and data_base64 both given: send one"),
+        }
+        let utube = b["utube"].as_str().unwrap_or("").as_bytes();
+        let opts = TubePut {
+            delay: seconds(&b, "delay")?.unwrap_or(0),
+            ttl: seconds(&b, "ttl")?,
+            ttr: seconds(&b, "ttr")?,
+            pri: integer(&b, "pri")?,
+            utube,
+            dedup_key: None,
+        };
+        let first = self.l.queue().tube_numbers(t).first;
+        let cmd = Command::PutIn {
+            tube: t,
+            data: &data,
+            opts,
+            wait: 0,
+        };
+        let reply = self.reply(Answer::Put, t, first);
+        self.l.dispatch(self.idx, reply, cmd);
+        Ok(())
+    }
+
+    fn tube_action(&mut self, name: &str, action: &str) -> Result<(), Refused> {
+        if !matches!(action, "kick" | "pause" | "resume" | "truncate" | "drop") {
+            return refused(
+                404,
+                format!("no action {action}: kick, pause, resume, truncate, drop"),
+            );
+        }
+        self.check_action()?;
+        let tube = self.tube(name)?;
+        let b = self.body()?;
+        let first = self.l.queue().tube_numbers(tube).first;
+        let (answer, cmd) = match action {
+            "kick" => {
+                let count = integer(&b, "count")?.unwrap_or(1);
+                if count < 0 {
+                    return refused(400, format!("count {count}: a count is 0 or more"));
+                }
+                (
+                    Answer::Kicked,
+                    Command::Kick {
+                        tube,
+                        count: count as u64,
+                    },
+                )
+            }
+            "pause" | "resume" => {
+                let secs = match action {
+                    "resume" => 0,
+                    _ => integer(&b, "seconds")?.unwrap_or(60),
+                };
+                if !(0..=MAX_PAUSE_SECONDS as i64).contains(&secs) {
+                    return refused(
+                        400,
+                        format!("seconds {secs}: a pause is 0 to {MAX_PAUSE_SECONDS} seconds"),
+                    );
+                }
+                let pause = Pause {
+                    until: self.l.mono() + secs as Micros * SECOND as Micros,
+                    seconds: secs as u32,
+                };
+                (Answer::Ok, Command::Pause { tube, pause })
+            }
+            "truncate" => (Answer::Ok, Command::Truncate { tube }),
+            _ => (Answer::Ok, Command::DropTube { tube }),
+        };
+        let reply = self.reply(answer, tube, first);
+        self.l.dispatch(self.idx, reply, cmd);
+        Ok(())
+    }
+
+    fn task_action(&mut self, name: &str, id: &str, action: &str) -> Result<(), Refused> {
+        if !matches!(action, "bury" | "kick" | "delete") {
+            return refused(404, format!("no action {action}: bury, kick, delete"));
+        }
+        self.check_action()?;
+        let tube = self.tube(name)?;
+        let number = task_number(id)?;
+        let queue = self.l.queue();
+        let first = queue.tube_numbers(tube).first;
+        let id = queue.task_id_in(tube, number);
+        let (answer, cmd) = match action {
+            "bury" => (Answer::Task, Command::Bury { tube, id }),
+            "delete" => (Answer::Done, Command::Delete { tube, id }),
+            _ => {
+                // kick-job finds a task in any tube: this one must be the tube's.
+                if let Err(e) = queue.peek(tube, id) {
+                    let e = crate::core::Refusal::Queue(e);
+                    return refused(json::status_of(&e), json::error_text(&e, tube, first));
+                }
+                (Answer::Task, Command::KickTask { id })
+            }
+        };
+        let reply = self.reply(answer, tube, first);
+        self.l.dispatch(self.idx, reply, cmd);
+        Ok(())
+    }
+}
+
+/// The path with its percent-escapes decoded; it must be UTF-8.
+fn decode_path(path: &str) -> Result<String, Refused> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or((400, format!("a bad percent-escape in the path {path:?}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| (400, "the path is not UTF-8 once decoded".to_owned()))
+}
+
+/// Whether a path names a route under another method.
+fn known_path(parts: &[&str]) -> bool {
+    matches!(
+        parts,
+        ["api", "tubes"]
+            | ["api", "tubes", _]
+            | ["api", "tubes", _, "tasks"]
+            | ["api", "tubes", _, "tasks", _]
+            | ["api", "tubes", _, _]
+            | ["api", "tubes", _, "tasks", _, _]
+            | [
+                "api",
+                "server" | "cluster" | "events" | "history" | "openapi.json"
+            ]
+    )
+}
+
+fn task_number(id: &str) -> Result<u64, Refused> {
+    id.parse()
+        .map_err(|_| (400, format!("task id {id:?}: a number is expected")))
+}
+
+/// Seconds of `v[key]` as the engine's microseconds; `None` when absent or null.
+fn seconds(v: &Value, key: &str) -> Result<Option<Micros>, Refused> {
+    match &v[key] {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_f64() {
+            Some(s) if (0.0..1e12).contains(&s) => Ok(Some((s * SECOND) as Micros)),
+            _ => refused(400, format!("{key}: {n} seconds is out of range")),
+        },
+        other => refused(400, format!("{key}: seconds expected, got {other}")),
+    }
+}
+
+fn integer(v: &Value, key: &str) -> Result<Option<i64>, Refused> {
+    match &v[key] {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_i64()
+            .map(Some)
+            .ok_or((400, format!("{key}: {n} is not an integer"))),
+        other => refused(400, format!("{key}: an integer expected, got {other}")),
+    }
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess was
+/// right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A query string's pairs.
+struct Query<'q>(Vec<(&'q str, String)>);
+
+impl<'q> Query<'q> {
+    fn parse(q: &'q str) -> Result<Self, Refused> {
+        let mut pairs = Vec::new();
+        for pair in q.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            pairs.push((k, decode_path(&v.replace('+', " "))?));
+        }
+        Ok(Query(pairs))
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn number(&self, key: &str) -> Result<Option<u64>, Refused> {
+        match self.get(key) {
+            None | Some("") => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| (400, format!("{key} {v:?}: a whole number is expected"))),
+        }
+    }
+
+    /// `limit`, 1 to [`MAX_PAGE`] ([`DEFAULT_PAGE`] when absent).
+    fn limit(&self) -> Result<usize, Refused> {
+        match self.number("limit")? {
+            None => Ok(DEFAULT_PAGE),
+            Some(n) if (1..=MAX_PAGE as u64).contains(&n) => Ok(n as usize),
+            Some(n) => refused(400, format!("limit {n}: 1 to {MAX_PAGE}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_decode_and_must_be_utf8() {
+        assert_eq!(decode_path("/api/tubes/a%20b").unwrap(), "/api/tubes/a b");
+        assert_eq!(decode_path("/api/tubes/%ff").unwrap_err().0, 400);
+        assert_eq!(decode_path("/api/%zz").unwrap_err().0, 400);
+    }
+}
