@@ -157,6 +157,12 @@ pub enum Command<'a> {
     Watch {
         tube: TubeIx,
     },
+    /// Whether `tube` may be dropped now: `Count` of the next number it would give (a
+    /// sharded cluster records it, so a tube placed later at its index never gives an id
+    /// twice), or why not (a task taken, a take waiting). Changes nothing.
+    DropCheck {
+        tube: TubeIx,
+    },
 }
 
 impl Command<'_> {
@@ -173,6 +179,7 @@ impl Command<'_> {
                 | Command::TakeAny { .. }
                 | Command::TouchTtr { .. }
                 | Command::Watch { .. }
+                | Command::DropCheck { .. }
         )
     }
 

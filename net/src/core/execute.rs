@@ -53,6 +53,10 @@ impl<R: Copy> Core<R> {
                 self.watch(caller, reply, tube, host);
                 None
             }
+            Command::DropCheck { tube } => {
+                self.drop_check(caller, reply, tube, host);
+                None
+            }
             Command::Ack { on, id } => self.ack(caller, reply, on, id, host),
             Command::Release { on, id, opts } => self.release(caller, reply, on, id, opts, host),
             other => self.execute_admin(caller, reply, other, host),
@@ -453,6 +457,7 @@ impl<R: Copy> Core<R> {
             | Command::Take { .. }
             | Command::TakeAny { .. }
             | Command::Watch { .. }
+            | Command::DropCheck { .. }
             | Command::Ack { .. }
             | Command::Release { .. } => unreachable!("run by `execute`"),
         };
@@ -484,6 +489,54 @@ impl<R: Copy> Core<R> {
             Err(e) => host.deliver(caller, reply, &Outcome::Error(e.into())),
         }
         None
+    }
+
+    /// `Command::DropCheck`: the next number `tube` gives, if nothing holds it.
+    #[cold]
+    #[inline(never)]
+    fn drop_check(&mut self, caller: Caller, reply: R, tube: TubeIx, host: &mut impl Host<R>) {
+        let outcome = match self.may_drop(tube, host) {
+            Ok(next) => Outcome::Count(next),
+            Err(e) => Outcome::Error(e),
+        };
+        host.deliver(caller, reply, &outcome);
+    }
+
+    /// Whether `tube` may be dropped now: the next number it would give, or why not (a task
+    /// taken, a take waiting, a protocol's connections using it).
+    pub fn may_drop(&self, tube: TubeIx, host: &impl Host<R>) -> Result<u64, Refusal> {
+        let stats = self.queue.tube_stats(tube)?;
+        if self.parked.waiting_in(tube) || host.tube_in_use(tube) {
+            return Err(Refusal::Consumers);
+        }
+        if stats.taken > 0 {
+            return Err(tarq_engine::QueueError::TubeHasTaken(tube).into());
+        }
+        Ok(self.queue.tube_numbers(tube).next)
+    }
+
+    /// Drops a tube a sharded cluster's placement no longer has (dropped through another
+    /// node): whatever waits on it is answered with no task, its tasks go, then the tube
+    /// (journaled as a truncate and a drop).
+    pub fn drop_placed(&mut self, tube: TubeIx, host: &mut impl Host<R>) {
+        if self.queue.tube_info(tube).is_none() || tube == tarq_engine::DEFAULT_TUBE {
+            return;
+        }
+        while let Some((_, p)) = self.parked.pop_oldest(tube) {
+            if host.is_live(p.caller) {
+                self.parked.remove_group(p.caller.slot(), p.group);
+                host.deliver(p.caller, p.reply, &Outcome::Nothing);
+                host.parked_answered(p.caller, p.reply);
+            }
+        }
+        let last = self.queue.tube_stats(tube).unwrap_or_default();
+        let _ = self.queue.truncate(tube);
+        if self.queue.drop_tube(tube).is_ok() {
+            host.tube_dropped(tube, &last);
+            self.pauses.forget(tube);
+            self.refuse_waiting_puts(tube, host);
+        }
+        self.drain_events();
     }
 
     /// Creates tube `name` (`fifottl`, default options) for a front-end that creates tubes on

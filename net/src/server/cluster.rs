@@ -77,6 +77,12 @@ impl ClusterNode {
         self.handle.placement_fence()
     }
 
+    /// Asks etcd to take tube `name` out of the placement, each index's floor recorded
+    /// (`(partition, next number)`); answered by `PlacementDone` with `token`.
+    pub fn drop_tube(&self, token: u64, name: &str, floors: Vec<(u16, u64)>) {
+        self.handle.drop_tube(token, name, floors);
+    }
+
     /// Asks etcd to place a new tube; answered by `PlacementDone` with `token`.
     pub fn create_tube(
         &self,

@@ -13,11 +13,17 @@ pub(super) struct Gather {
     pub(super) error: Option<Refusal>,
     /// Every tube's figures (`GatherKind::All`): name, first partition's index, sum.
     pub(super) per: Vec<(String, TubeIx, Stats)>,
+    /// A drop's partitions that may go, with the next number each would give.
+    pub(super) floors: Vec<(TubeIx, u64)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum GatherKind {
     Stats,
+    /// A drop's checks of tube `head`'s partitions (`drop`).
+    Drop {
+        head: TubeIx,
+    },
     All,
     Count,
     Ok,
@@ -72,6 +78,7 @@ impl Server {
                 kind,
                 error: None,
                 per: Vec::new(),
+                floors: Vec::new(),
             },
         );
         for ix in parts {
@@ -123,6 +130,7 @@ impl Server {
             kind: GatherKind::All,
             error: None,
             per,
+            floors: Vec::new(),
         };
         if asks.is_empty() {
             let all = gather.per.into_iter().map(|(n, _, s)| (n, s)).collect();
@@ -147,13 +155,19 @@ impl Server {
                 Some(p) => add_stats(&mut p.2, &s),
                 None => add_stats(&mut g.stats, &s),
             },
-            Digest::Count(n) => g.count += n,
+            Digest::Count(n) => match (g.kind, head) {
+                (GatherKind::Drop { .. }, Some(ix)) => g.floors.push((ix, n)),
+                _ => g.count += n,
+            },
             Digest::Error(e) => g.error = Some(e),
             _ => {}
         }
         g.left -= 1;
         if g.left > 0 {
             return;
+        }
+        if let GatherKind::Drop { .. } = g.kind {
+            return self.drop_checked(key);
         }
         let g = shards.gathers.remove(&key).expect("present above");
         let outcome = match (g.error, g.kind) {
@@ -164,6 +178,7 @@ impl Server {
             }
             (None, GatherKind::Count) => Outcome::Count(g.count),
             (None, GatherKind::Ok) => Outcome::Ok,
+            (None, GatherKind::Drop { .. }) => unreachable!("a drop's checks end in drop_checked"),
         };
         self.answer(g.client, &outcome);
     }

@@ -16,6 +16,7 @@
 //! that waits watches every partition (`Command::Watch`, answered by the owner when it has a
 //! task) instead of polling. A whole-tube figure is summed over the partitions.
 
+mod drop;
 mod gather;
 mod links;
 mod out_link;
@@ -152,6 +153,8 @@ pub(crate) struct Shards {
     forwarded: HashMap<SessionId, u64>,
     /// create_tube calls waiting for etcd, by token.
     creates: HashMap<u64, (Client, bool)>,
+    /// drop calls waiting for etcd, by token: who asked, and the tube's partitions.
+    drops: HashMap<u64, (Client, Vec<TubeIx>)>,
     next_token: u64,
     rr: usize,
     /// Takes waiting across partitions, by number, and by tube in arrival order.
@@ -181,6 +184,7 @@ impl Shards {
             next_gather: 0,
             forwarded: HashMap::new(),
             creates: HashMap::new(),
+            drops: HashMap::new(),
             next_token: 0,
             rr: 0,
             waiters: HashMap::new(),
@@ -209,9 +213,11 @@ impl Shards {
     }
 
     /// Takes in a map read from etcd.
-    /// Takes in a map read from etcd; returns the sets whose primary changed while a link
-    /// went to the old one (it no longer takes changes: the caller drops those links).
-    fn apply(&mut self, placement: Arc<Placement>, sets: &[SetView]) -> Vec<usize> {
+    /// Takes in a map read from etcd. Returns the sets whose primary changed while a link
+    /// went to the old one (it no longer takes changes: the caller drops those links), and
+    /// the indexes placed until now and no longer (their tube was dropped: the caller lets
+    /// them go).
+    fn apply(&mut self, placement: Arc<Placement>, sets: &[SetView]) -> (Vec<usize>, Vec<TubeIx>) {
         let mut moved = Vec::new();
         for s in sets {
             let slot = self.slot_of(&s.name);
@@ -242,8 +248,12 @@ impl Shards {
                 }
             }
         }
+        let vanished = (before.iter().enumerate())
+            .filter(|&(ix, was)| was.is_some() && self.parts.get(ix).copied().flatten().is_none())
+            .map(|(ix, _)| ix as TubeIx)
+            .collect();
         self.placement = placement;
-        moved
+        (moved, vanished)
     }
 
     /// Routes tube `t` as placed.
@@ -375,9 +385,11 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        for set in shards.apply(Arc::clone(&placement), sets) {
+        let (moved, vanished) = shards.apply(Arc::clone(&placement), sets);
+        for set in moved {
             self.link_failed(set, "its replica set has another primary now");
         }
+        self.let_go(&vanished);
         info!(
             epoch = placement.epoch,
             tubes = placement.tubes.len(),
@@ -427,6 +439,9 @@ impl Server {
         token: u64,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
+        if let Some((client, parts)) = self.shards.as_mut().and_then(|s| s.drops.remove(&token)) {
+            return self.drop_done(client, parts, result);
+        }
         let Some((client, if_not_exists)) =
             self.shards.as_mut().and_then(|s| s.creates.remove(&token))
         else {

@@ -198,9 +198,7 @@ impl Server {
                 return None;
             }
             Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
-                let why = "dropping a tube placed over a sharded cluster is not built yet: \
-                           truncate it instead";
-                self.answer(client, &Outcome::Error(Refusal::Shards(why.into())));
+                self.drop_placed(client, tube, leads);
                 return None;
             }
             Command::ReleaseAll { tube } => {
