@@ -489,3 +489,74 @@ fn a_partitioned_tube_is_dropped_from_any_node_and_its_ids_are_never_given_again
     }
     assert!(whole > 0, "puts reached a later partition");
 }
+
+#[test]
+fn a_pause_through_the_console_holds_every_partitions_takes_on_every_node() {
+    let etcd = Etcd::start();
+    let auth = [
+        "--user",
+        "u",
+        "--password",
+        "p",
+        "--http-listen",
+        "127.0.0.1:0",
+    ];
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &auth);
+    let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
+    let client = |i: usize| {
+        let mut c = connect(nodes.nodes[i].addr);
+        c.auth("u", "p").unwrap();
+        c
+    };
+    let mut ca = client(a);
+    let opts = map(&[("partitions", Value::from(4))]);
+    let args = pack_args(&[Value::from("held"), Value::from("fifottl"), opts]);
+    ca.call("queue.create_tube", &args, None).unwrap();
+    let mut cb = client(b);
+    wait_for("node b to know the tube", || {
+        cb.call("queue.statistics", &pack_args(&[Value::from("held")]), None)
+            .is_ok()
+    });
+    for n in 0..8 {
+        ca.call("queue.tube.held:put", &pack_args(&[Value::from(n)]), None)
+            .unwrap();
+    }
+    // Paused for 30 s through set b's console: no take of any node gets a task.
+    let http = nodes.nodes[b]
+        .tarq
+        .as_ref()
+        .unwrap()
+        .metrics
+        .expect("the HTTP port");
+    let body = r#"{"seconds": 30}"#;
+    let request = format!(
+        "POST /api/tubes/held/pause HTTP/1.1\r\nHost: tarq\r\nAuthorization: Basic dTpw\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, answer) = support::http_raw(http, request.as_bytes());
+    assert_eq!(status, 200, "{answer}");
+    for c in [&mut ca, &mut cb] {
+        let r = c
+            .call("queue.tube.held:take", &pack_args(&[Value::from(0)]), None)
+            .unwrap();
+        assert!(task_id(&r).is_none(), "a take got {r:?} from a paused tube");
+    }
+    // Resumed (a pause of 0 s): every task can be taken again, through either node.
+    let body = r#"{"seconds": 0}"#;
+    let request = format!(
+        "POST /api/tubes/held/pause HTTP/1.1\r\nHost: tarq\r\nAuthorization: Basic dTpw\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(support::http_raw(http, request.as_bytes()).0, 200);
+    let mut taken = 0;
+    wait_for("the tasks after the pause", || {
+        let c = if taken % 2 == 0 { &mut ca } else { &mut cb };
+        let r = c
+            .call("queue.tube.held:take", &pack_args(&[Value::from(0)]), None)
+            .unwrap();
+        taken += usize::from(task_id(&r).is_some());
+        taken == 8
+    });
+}

@@ -145,7 +145,6 @@ pub enum Command<'a> {
     AllTubeStats,
     /// Pause `tube`'s takes (beanstalk's pause-tube): no take of any protocol gets its tasks
     /// until the pause ends.
-    #[serde(skip)]
     Pause {
         tube: TubeIx,
         pause: Pause,

@@ -5,7 +5,9 @@
 use tarq_engine::{Micros, TubeIx};
 
 /// A tube's pause: until when, and for how long it was asked (in seconds, as reported).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Between nodes `until` travels as the time left, since each node has its own monotonic
+/// clock (the links convert it both ways).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pause {
     pub until: Micros,
     pub seconds: u32,

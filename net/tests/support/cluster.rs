@@ -253,6 +253,12 @@ impl Nodes {
     /// `queue.cluster()` of node `i`, if it answers within a second.
     pub fn overview(&self, i: usize) -> Option<Value> {
         let mut c = Blocking::connect_addr(self.nodes[i].addr, Duration::from_secs(1)).ok()?;
+        // Nodes started with --user: the test's user, as a client of theirs would be.
+        if let Some(at) = self.extra.iter().position(|a| a == "--user") {
+            let password_at = self.extra.iter().position(|a| a == "--password")?;
+            let (user, password) = (&self.extra[at + 1], &self.extra[password_at + 1]);
+            c.auth(user, password).ok()?;
+        }
         c.call("queue.cluster", &pack_args(&[]), None)
             .ok()?
             .into_iter()

@@ -29,6 +29,17 @@ impl Server {
             }
         }
         let link = shards.sets[set].link.as_mut().expect("opened above");
+        // A pause travels as the time it has left: the owner's clock is its own.
+        let cmd = match cmd {
+            Command::Pause { tube, pause } => Command::Pause {
+                tube,
+                pause: Pause {
+                    until: pause.until.saturating_sub(self.mono),
+                    ..pause
+                },
+            },
+            other => other,
+        };
         link.send(
             sync,
             &Ask::Run {

@@ -39,7 +39,7 @@ use tracing::{info, warn};
 
 use super::host::{deliver_to, Digest};
 use super::Server;
-use crate::core::{Caller, Command, On, Outcome, Refusal};
+use crate::core::{Caller, Command, On, Outcome, Pause, Refusal};
 use crate::frontend::link::wire::{self, Ask};
 use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;

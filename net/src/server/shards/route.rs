@@ -201,6 +201,12 @@ impl Server {
                 self.drop_placed(client, tube, leads);
                 return None;
             }
+            Command::Pause { tube, pause } => {
+                return self.gather(client, tube, GatherKind::Ok, leads, |t| Command::Pause {
+                    tube: t,
+                    pause,
+                });
+            }
             Command::ReleaseAll { tube } => {
                 return self.gather(client, tube, GatherKind::Ok, leads, |t| {
                     Command::ReleaseAll { tube: t }
