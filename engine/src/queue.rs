@@ -457,8 +457,9 @@ impl Queue {
     /// Creates a tube at index `ix` (a sharded cluster's placement names every tube's index,
     /// the same on every node), its numbers starting at `first` or at the index's own floor if
     /// that is higher (no id is given twice at an index). A tube that is there already with
-    /// this name, type and partition is kept as it is (`Ok(false)`): placement is applied again
-    /// after every change. Journaled as `create_tube`.
+    /// this name, type and partition is kept (`Ok(false)`), its numbering raised to `first`
+    /// if that is further: placement is applied again after every change. Journaled as
+    /// `create_tube`.
     pub fn create_tube_at(
         &mut self,
         ix: TubeIx,
@@ -478,6 +479,12 @@ impl Queue {
         }
         if let Some(t) = self.tubes.get(ix as usize).and_then(Option::as_ref) {
             if *t.name == *name && t.kind == kind && t.opts.part == opts.part {
+                // Placed here again (it moved away and back): it numbers on from the
+                // placement's first if that is further, so no id is given twice.
+                if first > t.numbers.next {
+                    self.tube_mut(ix).numbers.next = first;
+                    self.log(Event::TubeCreated { tube: ix });
+                }
                 return Ok(false);
             }
             return Err(QueueError::TubeExists(t.name.to_string()));

@@ -448,4 +448,37 @@ fn ctl_place_gives_an_empty_partition_to_another_set_and_refuses_a_full_one() {
     }
     // The task stayed where it was, on a.
     assert_eq!(cl.parts(cl.a, "moving").unwrap()[full].total, Some(1));
+
+    // Once acked, its partition is empty and moves too; the new owner numbers on from where
+    // a stopped (the placement's first is a's next number), so the id is never given again.
+    take_and_ack(cl.addr(cl.a), "moving");
+    let first_before = serde_json::to_value(&now).unwrap()["partitions"][full]["first"].clone();
+    let out = place(full, "b");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let moved: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(moved["partitions"][full]["set"], "b", "{moved}");
+    let first = moved["partitions"][full]["first"].as_u64().unwrap();
+    assert!(
+        first > first_before.as_u64().unwrap_or(0),
+        "numbers on from a's next: {moved}, was {first_before}"
+    );
+}
+
+/// Takes the one task of `tube` through `addr` and acks it.
+fn take_and_ack(addr: SocketAddr, tube: &str) {
+    let mut c = connect(addr);
+    let r = c
+        .call(
+            &format!("queue.tube.{tube}:take"),
+            &pack_args(&[Value::from(1)]),
+            None,
+        )
+        .unwrap();
+    let id = r[0].as_array().unwrap()[0].as_u64().unwrap();
+    c.call(
+        &format!("queue.tube.{tube}:ack"),
+        &pack_args(&[Value::from(id)]),
+        None,
+    )
+    .unwrap();
 }

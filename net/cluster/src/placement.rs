@@ -535,6 +535,18 @@ pub fn plan_place(
     partition: u16,
     set: &str,
 ) -> Result<TubePlacement, PlacementError> {
+    plan_place_from(map, tube, partition, set, 0)
+}
+
+/// [`plan_place`], the partition numbering from `first` at least on its new owner (the old
+/// owner's next number, so no id is given twice).
+pub fn plan_place_from(
+    map: &ClusterMap,
+    tube: &str,
+    partition: u16,
+    set: &str,
+    first: u64,
+) -> Result<TubePlacement, PlacementError> {
     let mut t = map
         .placement
         .tubes
@@ -554,6 +566,7 @@ pub fn plan_place(
             partitions,
         })?;
     p.set = set.to_owned();
+    p.first = p.first.max(first);
     Ok(t)
 }
 
@@ -696,8 +709,22 @@ pub fn place(
     set: &str,
     budget: Duration,
 ) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
+    place_from(client, cluster, tube, partition, set, 0, budget)
+}
+
+/// [`place`], the partition numbering from `first` at least on its new owner
+/// ([`plan_place_from`]).
+pub fn place_from(
+    client: &mut Client,
+    cluster: &str,
+    tube: &str,
+    partition: u16,
+    set: &str,
+    first: u64,
+    budget: Duration,
+) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
     change(client, cluster, budget, |map| {
-        let t = plan_place(map, tube, partition, set)?;
+        let t = plan_place_from(map, tube, partition, set, first)?;
         if map.placement.tubes.get(tube) == Some(&t) {
             return Ok(Plan::Done(t));
         }

@@ -52,6 +52,9 @@ pub fn run(args: &PlaceArgs, opts: &Options, out: &mut dyn Write) -> anyhow::Res
     // The same rules as the change itself, for an error before anything is asked of a node.
     placement::plan_place(&map, tube, *partition, to)?;
     let placed = &map.placement.tubes[tube.as_str()].partitions[usize::from(*partition)];
+    // The new owner numbers the partition on from where the old one is, so no id is given
+    // twice.
+    let mut first = 0;
     if placed.set != *to {
         let owner = map.sets.iter().find(|s| s.name == placed.set);
         let Some((primary, _)) = owner.and_then(|s| s.leader.as_ref()) else {
@@ -61,7 +64,7 @@ pub fn run(args: &PlaceArgs, opts: &Options, out: &mut dyn Write) -> anyhow::Res
                 placed.set
             );
         };
-        let total = partition_total(&primary.addr, opts, placed.index).map_err(|e| {
+        let (total, next) = partition_count(&primary.addr, opts, placed.index).map_err(|e| {
             anyhow!(
                 "cannot tell whether partition {partition} of tube {tube} is empty: its owner \
                  {}'s primary {} ({}) {e}; nothing was changed",
@@ -78,16 +81,18 @@ pub fn run(args: &PlaceArgs, opts: &Options, out: &mut dyn Write) -> anyhow::Res
                 placed.set
             );
         }
+        first = next;
     }
-    let now = placement::place(&mut client, cluster, tube, *partition, to, budget)
+    let now = placement::place_from(&mut client, cluster, tube, *partition, to, first, budget)
         .with_context(|| format!("placing partition {partition} of tube {tube} in etcd"))?
         .map_err(|e| anyhow!("{e}; nothing was changed"))?;
     writeln!(out, "{}", serde_json::to_string(&now)?)?;
     Ok(())
 }
 
-/// The tasks the partition at `index` holds, as the primary at `addr` counts them.
-fn partition_total(addr: &str, opts: &Options, index: u16) -> Result<u64, String> {
+/// The tasks the partition at `index` holds, as the primary at `addr` counts them, and the
+/// number its next task would get there.
+fn partition_count(addr: &str, opts: &Options, index: u16) -> Result<(u64, u64), String> {
     let own = call_on(addr, opts, "queue.cluster").map_err(|e| format!("does not answer: {e}"))?;
     let tubes = match map_get(&own, "placement").and_then(|p| map_get(p, "tubes")) {
         Some(Value::Array(tubes)) => tubes.clone(),
@@ -101,6 +106,12 @@ fn partition_total(addr: &str, opts: &Options, index: u16) -> Result<u64, String
         })
         .flatten()
         .find(|p| map_get(p, "index").and_then(Value::as_u64) == Some(u64::from(index)))
-        .and_then(|p| map_get(&p, "total").and_then(Value::as_u64))
+        .and_then(|p| {
+            let total = map_get(&p, "total").and_then(Value::as_u64)?;
+            Some((
+                total,
+                map_get(&p, "next").and_then(Value::as_u64).unwrap_or(0),
+            ))
+        })
         .ok_or_else(|| format!("gives no count for index {index} (it does not hold it yet?)"))
 }

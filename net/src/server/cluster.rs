@@ -445,6 +445,9 @@ impl Server {
                                 (s("delayed"), st.waiting.into()),
                                 (s("buried"), st.buried.into()),
                                 (s("total"), st.total.into()),
+                                // The number its next task gets: a partition placed on
+                                // another set numbers on from it (`tarq ctl place`).
+                                (s("next"), queue.tube_numbers(part.index).next.into()),
                             ]);
                         }
                         Value::Map(f)
