@@ -583,6 +583,31 @@ pub struct Stats {
     pub deduplicated: u64,
 }
 
+/// Figures of several tubes (or partitions) together: every counter summed.
+impl std::ops::AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, other: &Stats) {
+        self.total += other.total;
+        self.ready += other.ready;
+        self.taken += other.taken;
+        self.waiting += other.waiting;
+        self.buried += other.buried;
+        self.puts += other.puts;
+        self.takes += other.takes;
+        self.acks += other.acks;
+        self.releases += other.releases;
+        self.promoted += other.promoted;
+        self.expired += other.expired;
+        self.ttr_returned += other.ttr_returned;
+        self.auto_released += other.auto_released;
+        self.buries += other.buries;
+        self.kicks += other.kicks;
+        self.deletes += other.deletes;
+        self.touches += other.touches;
+        self.dead_lettered += other.dead_lettered;
+        self.deduplicated += other.deduplicated;
+    }
+}
+
 /// A full task for recovery (snapshot load / WAL replay); `restore_in` adds its tube, utube
 /// key and delivery count. Any status, Buried included. The payload is any [`PutPayload`]: a
 /// snapshot load lends it from the block it read (`&[u8]`), so a task costs no allocation.

@@ -149,13 +149,7 @@ impl Live {
         self.second = second;
         let mut overall = Stats::default();
         for (name, stats) in tubes {
-            overall.puts += stats.puts;
-            overall.takes += stats.takes;
-            overall.acks += stats.acks;
-            overall.ready += stats.ready;
-            overall.taken += stats.taken;
-            overall.waiting += stats.waiting;
-            overall.buried += stats.buried;
+            overall += &stats;
             let Some(name) = name else { continue };
             // Looked up by reference: a tube seen before costs no allocation a second.
             if !self.tubes.contains_key(name) {

@@ -29,28 +29,6 @@ pub(super) enum GatherKind {
     Ok,
 }
 
-pub(super) fn add_stats(a: &mut Stats, b: &Stats) {
-    a.total += b.total;
-    a.ready += b.ready;
-    a.taken += b.taken;
-    a.waiting += b.waiting;
-    a.buried += b.buried;
-    a.puts += b.puts;
-    a.takes += b.takes;
-    a.acks += b.acks;
-    a.releases += b.releases;
-    a.promoted += b.promoted;
-    a.expired += b.expired;
-    a.ttr_returned += b.ttr_returned;
-    a.auto_released += b.auto_released;
-    a.buries += b.buries;
-    a.kicks += b.kicks;
-    a.deletes += b.deletes;
-    a.touches += b.touches;
-    a.dead_lettered += b.dead_lettered;
-    a.deduplicated += b.deduplicated;
-}
-
 impl Server {
     /// Runs `make(partition)` on every partition of `tube` and answers the sum.
     pub(super) fn gather<'c>(
@@ -112,10 +90,7 @@ impl Server {
             let mut sum = Stats::default();
             for ix in parts {
                 if shards.here(ix, leads) {
-                    add_stats(
-                        &mut sum,
-                        &self.core.queue().tube_stats(ix).unwrap_or_default(),
-                    );
+                    sum += &self.core.queue().tube_stats(ix).unwrap_or_default();
                 } else if let Some(p) = shards.part(ix) {
                     asks.push((p.set, ix, head));
                 }
@@ -152,8 +127,8 @@ impl Server {
         };
         match digest {
             Digest::Stats(s) => match head.and_then(|h| g.per.iter_mut().find(|p| p.1 == h)) {
-                Some(p) => add_stats(&mut p.2, &s),
-                None => add_stats(&mut g.stats, &s),
+                Some(p) => p.2 += &s,
+                None => g.stats += &s,
             },
             Digest::Count(n) => match (g.kind, head) {
                 (GatherKind::Drop { .. }, Some(ix)) => g.floors.push((ix, n)),
