@@ -185,6 +185,7 @@ impl std::fmt::Display for TubeType {
 /// A tube's options, as `create_tube` stores them. Times in microseconds; `None` is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct TubeOptions {
     /// Default TTL of a put (`*ttl` types).
     pub ttl: Option<Micros>,

@@ -348,33 +348,23 @@ impl Shards {
     }
 }
 
-/// A tube's options as a placement keeps them (JSON, times in microseconds).
+/// A tube's options as a placement keeps them: the engine's own, as JSON (times in
+/// microseconds).
 pub(crate) fn options_json(o: &TubeOptions) -> serde_json::Value {
-    serde_json::json!({
-        "ttl": o.ttl, "ttr": o.ttr, "pri": o.pri, "capacity": o.capacity,
-        "max_deliveries": o.max_deliveries, "dedup_window": o.dedup_window,
-        "temporary": o.temporary,
-    })
+    serde_json::to_value(o).expect("tube options always encode")
 }
 
+/// Partition `part`'s options from its tube's as placed (a field the placement lacks is its
+/// default; options that do not read as a tube's are the defaults, logged).
 fn options_from(v: &serde_json::Value, part: u16) -> TubeOptions {
-    let u = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+    let opts = serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+        warn!(error = %e, "placed tube options that do not read; the defaults instead");
+        TubeOptions::default()
+    });
     TubeOptions {
-        ttl: u("ttl"),
-        ttr: u("ttr"),
-        pri: v
-            .get("pri")
-            .and_then(serde_json::Value::as_i64)
-            .unwrap_or(0),
-        capacity: u("capacity").unwrap_or(0),
-        max_deliveries: u("max_deliveries").map_or(0, |n| n.min(u64::from(u16::MAX)) as u16),
-        dedup_window: u("dedup_window").unwrap_or(0),
-        temporary: v
-            .get("temporary")
-            .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false),
         on_demand: false,
         part,
+        ..opts
     }
 }
 
