@@ -198,7 +198,7 @@ impl frontend::Loop for Server {
 
     fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>) {
         // A forwarded command runs here or is refused: it is never forwarded again.
-        if let Some(why) = self.shards.as_mut().and_then(|s| s.refuse_forwarded(&cmd)) {
+        if let Some(why) = self.shards.as_ref().and_then(|s| s.refuse_forwarded(&cmd)) {
             return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
         }
         // A forwarded pause carries the time it has left, from now on this node's clock.

@@ -137,8 +137,6 @@ pub(crate) struct Shards {
     tubes: HashMap<TubeIx, Routed>,
     placement: Arc<Placement>,
     fence: PlacementFence,
-    /// Whether this node's view of the placement may be acted on (read per call).
-    valid: bool,
     /// How long a view of the placement is trusted (lease TTL less the safety margin).
     validity: std::time::Duration,
     /// Partitions that moved to this node's set: not served before these instants, when every
@@ -177,7 +175,6 @@ impl Shards {
             tubes: HashMap::new(),
             placement: Arc::default(),
             fence,
-            valid: false,
             pending: HashMap::new(),
             next_sync: FIRST_CALL_SYNC,
             gathers: HashMap::new(),
@@ -304,7 +301,7 @@ impl Shards {
     /// Why this node may not change partition `ix` now though its set owns it: its view of
     /// the placement may be stale, or the partition has just moved here.
     fn hold(&self, ix: TubeIx) -> Option<String> {
-        if !self.valid {
+        if !self.view_valid() {
             return Some(
                 "this node's view of the placement is stale (etcd not read lately): no change now"
                     .into(),
@@ -323,8 +320,7 @@ impl Shards {
     /// Why a command another node forwarded may not run here: it names a partition this
     /// node's set does not own in this node's view (the forwarder's view is older or newer —
     /// the fence on placement, as the term is on leadership), or one `hold` keeps.
-    pub fn refuse_forwarded(&mut self, cmd: &Command<'_>) -> Option<String> {
-        self.valid = self.view_valid();
+    pub fn refuse_forwarded(&self, cmd: &Command<'_>) -> Option<String> {
         let ix = named_partition(cmd)?;
         let part = self.part(ix)?;
         if self.sets[part.set].name != self.set {

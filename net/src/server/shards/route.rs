@@ -23,14 +23,6 @@ pub(super) fn key_partition(key: &[u8], n: usize) -> usize {
     (h % n as u64) as usize
 }
 
-/// What the router does with a command.
-pub(super) enum Route<'c> {
-    /// Run it here, as it is now.
-    Here(Command<'c>),
-    /// It was forwarded or answered.
-    Done,
-}
-
 /// A take across a tube's partitions: the ones still to try, and how long it may wait.
 #[derive(Clone, Debug)]
 pub(super) struct TakePlan {
@@ -70,7 +62,6 @@ impl Server {
             reply,
         };
         let shards = self.shards.as_mut()?;
-        shards.valid = shards.view_valid();
         let to = |ix: TubeIx, cmd: Command<'c>| (ix, cmd);
         let (ix, cmd) = match cmd {
             Command::CreateTube {
@@ -148,10 +139,7 @@ impl Server {
                 (ix, cmd)
             }
             Command::Take { on, timeout } => {
-                return match self.take_across(client, on, timeout, leads) {
-                    Route::Here(c) => Some(c),
-                    Route::Done => None,
-                };
+                return self.take_across(client, on, timeout, leads);
             }
             Command::Ack { on, id } => by_id(id, cmd, |ix| Command::Ack {
                 on: on_ix(on, ix),
@@ -245,20 +233,21 @@ impl Server {
         None
     }
 
-    /// A take on `on`'s tube: the partitions this node leads first, then the others.
+    /// A take on `on`'s tube: the partitions this node leads first, then the others. `Some`:
+    /// a take to run here; `None`: it was forwarded, or it waits.
     pub(super) fn take_across<'c>(
         &mut self,
         client: Client,
         on: On,
         timeout: Option<Micros>,
         leads: bool,
-    ) -> Route<'c> {
+    ) -> Option<Command<'c>> {
         let head = on.tube();
         let Some(shards) = self.shards.as_mut() else {
-            return Route::Here(Command::Take { on, timeout });
+            return Some(Command::Take { on, timeout });
         };
         let Some(t) = shards.tubes.get(&head) else {
-            return Route::Here(Command::Take { on, timeout });
+            return Some(Command::Take { on, timeout });
         };
         let (mut here, mut there): (Vec<TubeIx>, Vec<TubeIx>) =
             t.parts.iter().partition(|&&p| shards.here(p, leads));
@@ -267,7 +256,7 @@ impl Server {
         if there.is_empty() && here.len() == 1 {
             // One partition, led here: the core's own take, waiting as it does.
             let ix = here[0];
-            return Route::Here(Command::Take {
+            return Some(Command::Take {
                 on: on_ix(on, ix),
                 timeout,
             });
@@ -278,7 +267,7 @@ impl Server {
         here.rotate_left(rr % nh);
         there.rotate_left(rr % nt);
         if let Some(&ix) = here.iter().find(|&&ix| self.core.queue().can_take(ix)) {
-            return Route::Here(Command::Take {
+            return Some(Command::Take {
                 on: on_ix(on, ix),
                 timeout: Some(0),
             });
@@ -291,7 +280,7 @@ impl Server {
                 timeout,
             },
         );
-        Route::Done
+        None
     }
 
     /// A put into a partitioned limfifottl tube: a partition led here with room, else the
