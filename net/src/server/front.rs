@@ -201,17 +201,6 @@ impl frontend::Loop for Server {
         if let Some(why) = self.shards.as_ref().and_then(|s| s.refuse_forwarded(&cmd)) {
             return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
         }
-        // A forwarded pause carries the time it has left, from now on this node's clock.
-        let cmd = match cmd {
-            Command::Pause { tube, pause } => Command::Pause {
-                tube,
-                pause: crate::core::Pause {
-                    until: self.mono.saturating_add(pause.until),
-                    ..pause
-                },
-            },
-            other => other,
-        };
         let caller = Caller::new(idx, self.conns[idx].gen, sid);
         self.execute_as(caller, reply, cmd);
     }

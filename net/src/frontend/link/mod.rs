@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use tarq_engine::SessionId;
 
 use super::{Loop, ReplyTo};
-use crate::core::{Command, Outcome};
+use crate::core::{Command, Outcome, Pause};
 use wire::Ask;
 
 /// How to answer a forwarded command: the request's sync.
@@ -94,6 +94,17 @@ impl<L: Loop> Link<'_, L> {
     }
 
     fn run(&mut self, idx: usize, reply: Reply, session: u64, command: Command<'_>) {
+        // A pause travels as the time it has left: from now on, on this node's clock.
+        let command = match command {
+            Command::Pause { tube, pause } => Command::Pause {
+                tube,
+                pause: Pause {
+                    until: self.l.mono().saturating_add(pause.until),
+                    ..pause
+                },
+            },
+            other => other,
+        };
         let known = self
             .l
             .link_conn(idx)
