@@ -68,32 +68,10 @@ impl ClusterNode {
         (self.handle.placement(), self.handle.overview().sets)
     }
 
-    /// The placement as last read, without the sets (figures built per scrape).
-    pub fn placement(&self) -> std::sync::Arc<tarq_cluster::Placement> {
-        self.handle.placement()
-    }
-
-    pub fn placement_fence(&self) -> tarq_cluster::PlacementFence {
-        self.handle.placement_fence()
-    }
-
-    /// Asks etcd to take tube `name` out of the placement, each index's floor recorded
-    /// (`(partition, next number)`); answered by `PlacementDone` with `token`.
-    pub fn drop_tube(&self, token: u64, name: &str, floors: Vec<(u16, u64)>) {
-        self.handle.drop_tube(token, name, floors);
-    }
-
-    /// Asks etcd to place a new tube; answered by `PlacementDone` with `token`.
-    pub fn create_tube(
-        &self,
-        token: u64,
-        name: &str,
-        kind: &str,
-        options: serde_json::Value,
-        partitions: u16,
-    ) {
-        self.handle
-            .create_tube(token, name, kind, options, partitions);
+    /// The election thread's handle: placement changes (`create_tube`, `drop_tube`), the
+    /// placement and its fence, as the cluster crate gives them.
+    pub fn handle(&self) -> &tarq_cluster::Cluster {
+        &self.handle
     }
 
     pub fn start(
@@ -460,7 +438,11 @@ impl Server {
                 ])
             })
             .collect();
-        let valid = c.placement_fence().valid_at(Instant::now()).is_some();
+        let valid = c
+            .handle()
+            .placement_fence()
+            .valid_at(Instant::now())
+            .is_some();
         vec![
             (s("replica_set"), s(set)),
             (s("sets"), Value::Array(sets)),

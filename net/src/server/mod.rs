@@ -263,7 +263,11 @@ impl Server {
             (Some(c), Some(node)) if c.election.replica_set.is_some() => {
                 let set = c.election.replica_set.clone().unwrap_or_default();
                 let validity = c.election.placement_validity();
-                Some(shards::Shards::new(set, node.placement_fence(), validity))
+                Some(shards::Shards::new(
+                    set,
+                    node.handle().placement_fence(),
+                    validity,
+                ))
             }
             _ => None,
         };
@@ -359,7 +363,7 @@ impl Server {
             .shards
             .as_ref()
             .and(self.cluster.as_ref())
-            .map(cluster::ClusterNode::placement);
+            .map(|c| c.handle().placement());
         Snapshot {
             engine: queue.stats(),
             tubes: queue

@@ -88,7 +88,7 @@ impl Server {
         shards.next_token += 1;
         shards.drops.insert(token, (g.client, parts));
         if let Some(c) = &self.cluster {
-            c.drop_tube(token, &name, floors);
+            c.handle().drop_tube(token, &name, floors);
         }
     }
 

@@ -94,7 +94,13 @@ impl Server {
                     .cluster
                     .as_ref()
                     .expect("a sharded node is a cluster node");
-                cluster.create_tube(token, name, kind.as_str(), options_json(&opts), partitions);
+                cluster.handle().create_tube(
+                    token,
+                    name,
+                    kind.as_str(),
+                    options_json(&opts),
+                    partitions,
+                );
                 return None;
             }
             Command::Put { .. } => to(0, cmd),
