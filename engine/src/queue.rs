@@ -423,34 +423,19 @@ impl Queue {
         &mut self,
         name: &str,
         kind: TubeType,
-        mut opts: TubeOptions,
+        opts: TubeOptions,
     ) -> Result<TubeIx, QueueError> {
-        if name.is_empty() || name.len() > MAX_TUBE_NAME_BYTES {
-            return Err(QueueError::BadTubeName {
-                len: name.len(),
-                max: MAX_TUBE_NAME_BYTES,
-            });
-        }
+        check_tube_name(name)?;
         if self.names.contains_key(name) {
             return Err(QueueError::TubeExists(name.to_owned()));
         }
         let ix = match self.tubes.iter().position(Option::is_none) {
-            Some(ix) => ix,
-            None if self.tubes.len() < MAX_TUBES => self.tubes.len(),
+            Some(ix) => ix as TubeIx,
+            None if self.tubes.len() < MAX_TUBES => self.tubes.len() as TubeIx,
             None => return Err(QueueError::TooManyTubes { max: MAX_TUBES }),
         };
-        if opts.ttr.is_none() {
-            opts.ttr = opts.ttl;
-        }
-        let first = self.floors.get(ix).copied().unwrap_or(0);
-        let numbers = TubeNumbers {
-            next: first,
-            first,
-            legacy_below: 0,
-        };
-        self.install_tube(ix as TubeIx, name, kind, opts, numbers);
-        let ix = ix as TubeIx;
-        self.log(Event::TubeCreated { tube: ix });
+        // At a free index, numbering from the index's floor.
+        self.create_tube_at(ix, name, kind, opts, 0)?;
         Ok(ix)
     }
 
@@ -468,12 +453,7 @@ impl Queue {
         mut opts: TubeOptions,
         first: u64,
     ) -> Result<bool, QueueError> {
-        if name.is_empty() || name.len() > MAX_TUBE_NAME_BYTES {
-            return Err(QueueError::BadTubeName {
-                len: name.len(),
-                max: MAX_TUBE_NAME_BYTES,
-            });
-        }
+        check_tube_name(name)?;
         if ix as usize >= MAX_TUBES {
             return Err(QueueError::TooManyTubes { max: MAX_TUBES });
         }
@@ -2339,4 +2319,15 @@ impl Queue {
             .and_then(|t| t.dedup.as_deref());
         d.map_or(0..0, |d| d.first_seq..d.first_seq + d.fifo.len() as u64)
     }
+}
+
+/// Refuses a tube name the engine does not keep: empty, or past `MAX_TUBE_NAME_BYTES`.
+fn check_tube_name(name: &str) -> Result<(), QueueError> {
+    if name.is_empty() || name.len() > MAX_TUBE_NAME_BYTES {
+        return Err(QueueError::BadTubeName {
+            len: name.len(),
+            max: MAX_TUBE_NAME_BYTES,
+        });
+    }
+    Ok(())
 }
