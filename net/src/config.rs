@@ -667,14 +667,6 @@ impl Config {
             ));
         }
         if let Some(c) = &self.cluster {
-            if c.election.replica_set.is_some() && self.beanstalk_listen.is_some() {
-                // Its reserve over watched tubes, peeks and stats read this node's queue: on a
-                // sharded cluster they would miss the partitions other sets own.
-                return Err(invalid(
-                    "beanstalk-listen is not served on a sharded cluster (replica-set) yet: \
-                     reach a sharded cluster over IPROTO",
-                ));
-            }
             if self.replica_of.is_some() {
                 return Err(invalid(
                     "replica-of and etcd exclude each other: in a cluster etcd names the primary",
@@ -1330,16 +1322,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("replica set name \"a/b\" must be"), "{e}");
-        // The beanstalk port reads this node's queue alone: refused on a sharded node.
+        // A sharded node serves the beanstalk port too.
         let sharded = [
             &etcd[..],
             &["--replica-set", "s1", "--beanstalk-listen", "127.0.0.1:0"],
         ];
-        let e = parse(&sharded.concat()).unwrap_err();
-        assert!(
-            e.to_string().contains("beanstalk-listen is not served"),
-            "{e}"
-        );
+        let c = parse(&sharded.concat()).unwrap();
+        assert!(c.beanstalk_listen.is_some());
     }
 
     #[test]

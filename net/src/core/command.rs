@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 use tarq_engine::{
-    Micros, PutOptions, QueueError, ReleaseOptions, Stats, Task, TaskId, TaskRef, TubeInfo, TubeIx,
-    TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
+    JobCounts, Micros, PutOptions, QueueError, ReleaseOptions, Stats, Status, Task, TaskId,
+    TaskRef, TubeInfo, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE,
 };
 use tarq_ops::stats::Snapshot;
 
@@ -126,6 +126,25 @@ pub enum Command<'a> {
     TouchTtr {
         id: TaskId,
     },
+    /// Delete a task unless another session holds it (beanstalk's delete: a job reserved by
+    /// another connection is not found).
+    DeleteJob {
+        id: TaskId,
+    },
+    /// The first task of `tube` in `status` as a take, a wake-up or a kick would meet it
+    /// (beanstalk's peek-ready, peek-delayed, peek-buried); `Nothing` when it has none.
+    PeekFirst {
+        tube: TubeIx,
+        status: Status,
+    },
+    /// One task's figures (beanstalk's stats-job).
+    TaskFigures {
+        id: TaskId,
+    },
+    /// One tube's counters and its urgent ready tasks (beanstalk's stats-tube).
+    TubeFigures {
+        tube: TubeIx,
+    },
     /// Kick up to `count` buried tasks of `tube`, or if it has none, delayed ones (beanstalk's
     /// kick).
     KickAny {
@@ -170,6 +189,9 @@ impl Command<'_> {
         !matches!(
             self,
             Command::Peek { .. }
+                | Command::PeekFirst { .. }
+                | Command::TaskFigures { .. }
+                | Command::TubeFigures { .. }
                 | Command::TubeStats { .. }
                 | Command::AllTubeStats
                 | Command::Pause { .. }
@@ -188,6 +210,9 @@ impl Command<'_> {
         matches!(
             self,
             Command::Peek { .. }
+                | Command::PeekFirst { .. }
+                | Command::TaskFigures { .. }
+                | Command::TubeFigures { .. }
                 | Command::TubeStats { .. }
                 | Command::AllTubeStats
                 | Command::Pause { .. }
@@ -224,12 +249,39 @@ pub enum Outcome<'q> {
     /// A tube created or found (`if_not_exists`).
     Tube(TubeInfo<'q>),
     TubeStats(Stats),
+    /// A tube's counters and how many of its ready tasks are urgent (`Command::TubeFigures`).
+    TubeFigures {
+        stats: Stats,
+        urgent: u64,
+    },
+    /// One task's figures (`Command::TaskFigures`).
+    TaskFigures(Box<TaskFigures>),
     /// Every tube's counters by name (`queue.statistics()`).
     AllStats(Vec<(String, Stats)>),
     ServerStats(Box<Snapshot>),
     /// The snapshot call's report.
     Text(String),
     Error(Refusal),
+}
+
+/// One task's figures as the node that holds it read them (times in microseconds, on its
+/// clock): what beanstalk's stats-job shows, owned so it can travel between nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskFigures {
+    pub id: TaskId,
+    /// Its tube's name.
+    pub tube: String,
+    pub status: Status,
+    pub pri: i64,
+    /// Since it was put.
+    pub age: Micros,
+    /// Waiting: until it is ready.
+    pub delay_left: Micros,
+    pub ttr: Option<Micros>,
+    /// Taken: until its TTR runs out.
+    pub ttr_left: Micros,
+    pub deliveries: u16,
+    pub counts: JobCounts,
 }
 
 /// Why a command was refused, for the front-end to word and code (its Display is the core's

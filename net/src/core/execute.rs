@@ -8,6 +8,7 @@ use tarq_engine::{
     TaskRef, TubeIx, TubePut, DEFAULT_TUBE,
 };
 
+use super::command::TaskFigures;
 use super::parked::MAX_PARKED_PER_CONN;
 use super::{Caller, Command, Core, Host, On, Outcome, Refusal};
 
@@ -436,6 +437,29 @@ impl<R: Copy> Core<R> {
                 Ok(s) => (Outcome::TubeStats(s), None),
                 Err(e) => (Outcome::Error(e.into()), None),
             },
+            Command::DeleteJob { id } => match q.get(id) {
+                Some(t) if t.owner.is_none_or(|o| o == sid) => {
+                    let tube = t.tube;
+                    (done(q.delete(tube, id)), Some(tube))
+                }
+                _ => (Outcome::Error(QueueError::NotFound(id).into()), None),
+            },
+            Command::PeekFirst { tube, status } => match q.peek_first(tube, status) {
+                Ok(Some(t)) => (Outcome::Task(t), None),
+                Ok(None) => (Outcome::Nothing, None),
+                Err(e) => (Outcome::Error(e.into()), None),
+            },
+            Command::TaskFigures { id } => match task_figures(q, id, now) {
+                Some(f) => (Outcome::TaskFigures(Box::new(f)), None),
+                None => (Outcome::Error(QueueError::NotFound(id).into()), None),
+            },
+            Command::TubeFigures { tube } => match q.tube_stats(tube) {
+                Ok(stats) => {
+                    let urgent = q.ready_urgent(tube).unwrap_or(0);
+                    (Outcome::TubeFigures { stats, urgent }, None)
+                }
+                Err(e) => (Outcome::Error(e.into()), None),
+            },
             Command::AllTubeStats => {
                 let all = (q.named_tubes())
                     .filter(|t| t.name != tarq_engine::DEFAULT_TUBE_NAME)
@@ -695,6 +719,29 @@ pub enum Unneeded {
     Later,
     /// Not dropped: gone already, or it still holds tasks, or it was not made on demand.
     Kept,
+}
+
+/// Task `id`'s figures at `now`, if it is live.
+fn task_figures(q: &tarq_engine::Queue, id: TaskId, now: Micros) -> Option<TaskFigures> {
+    let t = q.get(id)?;
+    let left = |deadline: Micros| deadline.saturating_sub(now);
+    Some(TaskFigures {
+        id,
+        tube: q
+            .tube_info(t.tube)
+            .map_or_else(String::new, |i| i.name.to_owned()),
+        status: t.status,
+        pri: t.pri,
+        age: now.saturating_sub(t.created),
+        delay_left: match t.status {
+            Status::Waiting => left(t.runat),
+            _ => 0,
+        },
+        ttr: t.ttr,
+        ttr_left: q.ttr_deadline(id).map_or(0, left),
+        deliveries: t.deliveries,
+        counts: t.counts,
+    })
 }
 
 fn task(r: Result<TaskRef<'_>, QueueError>) -> Outcome<'_> {

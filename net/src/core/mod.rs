@@ -22,7 +22,7 @@ pub mod waiting_puts;
 
 use tarq_engine::{Bytes, Event, Micros, Queue, SessionId, Stats, TubeIx};
 
-pub use command::{Command, On, Outcome, Refusal};
+pub use command::{Command, On, Outcome, Refusal, TaskFigures};
 pub use execute::Unneeded;
 use journal::{Journal, Ticket};
 use parked::Parked;

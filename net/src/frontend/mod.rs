@@ -75,6 +75,12 @@ pub trait Loop {
     fn unpark_all(&mut self, idx: usize);
     /// Creates tube `name` on first use (`fifottl`, made on demand: dropped once unused).
     fn create_tube_for(&mut self, idx: usize, name: &str) -> Result<TubeIx, Refusal>;
+    /// Whether this node makes a tube on first use at once ([`create_tube_for`]); a sharded
+    /// cluster's node does not: its tubes are placed through the core's `CreateTube` (every
+    /// node must agree on a tube's index), answered when the placement is made.
+    ///
+    /// [`create_tube_for`]: Loop::create_tube_for
+    fn makes_tubes_on_demand(&self) -> bool;
     /// Drops the tubes made on demand that nothing uses any more and that hold no task.
     fn collect_tubes(&mut self);
 

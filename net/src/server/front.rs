@@ -69,6 +69,13 @@ impl frontend::Loop for Server {
 
     fn unpark_all(&mut self, idx: usize) {
         self.core.unpark(idx);
+        if self.shards.is_some() {
+            self.end_waits_of(idx);
+        }
+    }
+
+    fn makes_tubes_on_demand(&self) -> bool {
+        self.shards.is_none()
     }
 
     fn create_tube_for(&mut self, idx: usize, name: &str) -> Result<TubeIx, Refusal> {

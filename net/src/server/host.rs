@@ -10,9 +10,10 @@ use tarq_engine::{Stats, TubeIx};
 
 use super::cluster::ClusterNode;
 use super::conn::Conn;
+use super::conn::Protocol;
 use super::{mark_flush, Server};
 use crate::core::{Caller, Command, Core, Host, Outcome, Refusal};
-use crate::frontend::beanstalk::BeanstalkState;
+use crate::frontend::beanstalk::{self, BeanstalkState};
 use crate::frontend::{self, ReplyTo};
 
 /// Who may change the queue here, read when a change comes.
@@ -64,7 +65,14 @@ impl Host<ReplyTo> for Wire<'_> {
         if let ReplyTo::Router(token) = reply {
             return self.route_back(token, outcome);
         }
-        deliver_to(self.conns, self.flush, to.slot(), reply, outcome);
+        deliver_to(
+            self.conns,
+            self.flush,
+            self.read_again,
+            to.slot(),
+            reply,
+            outcome,
+        );
     }
 
     #[inline]
@@ -93,17 +101,8 @@ impl Host<ReplyTo> for Wire<'_> {
         self.beanstalk.forget_tube(tube, last);
     }
 
-    fn parked_answered(&mut self, to: Caller, reply: ReplyTo) {
-        if let ReplyTo::Beanstalk(_) = reply {
-            // Its reserve is over: the commands that waited behind it run next turn.
-            let c = &mut self.conns[to.slot()];
-            if let Some(bs) = c.beanstalk_mut() {
-                bs.waiting = None;
-            }
-            if c.closing.is_none() {
-                self.read_again.push(to.slot());
-            }
-        }
+    fn parked_answered(&mut self, _to: Caller, _reply: ReplyTo) {
+        // A beanstalk reserve's answer ended its wait where it was delivered (`deliver_to`).
     }
 }
 
@@ -117,15 +116,25 @@ impl Wire<'_> {
 }
 
 /// Writes `outcome` for connection `idx` through its front-end, queued for the turn's flush.
+/// A beanstalk connection whose answer was still to come (a reserve that waited, a command
+/// sent on to another node) runs the commands behind it next turn (`read_again`).
 pub(super) fn deliver_to(
     conns: &mut Slab<Conn>,
     flush: &mut Vec<usize>,
+    read_again: &mut Vec<usize>,
     idx: usize,
     reply: ReplyTo,
     outcome: &Outcome<'_>,
 ) {
     mark_flush(conns, flush, idx);
-    frontend::encode(&mut conns[idx].out.out, reply, outcome);
+    let c = &mut conns[idx];
+    if let (ReplyTo::Beanstalk(r), Protocol::Beanstalk(bs)) = (reply, &mut c.proto) {
+        if beanstalk::deliver(&mut c.out.out, bs, r, outcome) && c.closing.is_none() {
+            read_again.push(idx);
+        }
+        return;
+    }
+    frontend::encode(&mut c.out.out, reply, outcome);
 }
 
 impl Server {
@@ -198,7 +207,14 @@ impl Server {
 
     /// Encodes `outcome` into connection `idx`'s replies, queued for this turn's flush.
     pub(crate) fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>) {
-        deliver_to(&mut self.conns, &mut self.flush_list, idx, reply, outcome);
+        deliver_to(
+            &mut self.conns,
+            &mut self.flush_list,
+            &mut self.read_again,
+            idx,
+            reply,
+            outcome,
+        );
     }
 
     /// Why a batch of `commands` (or a take of many, `first`) may not run now: the room for
@@ -225,6 +241,8 @@ pub(crate) enum Digest {
     Ready(TubeIx),
     Count(u64),
     Stats(Stats),
+    /// A tube's counts and urgent ready tasks (`Outcome::TubeFigures`).
+    Figures(Stats, u64),
     Nothing,
     Ok,
     Error(Refusal),
@@ -237,6 +255,7 @@ impl Digest {
             Outcome::Ready(t) => Digest::Ready(*t),
             Outcome::Count(n) => Digest::Count(*n),
             Outcome::TubeStats(s) => Digest::Stats(*s),
+            Outcome::TubeFigures { stats, urgent } => Digest::Figures(*stats, *urgent),
             Outcome::Nothing => Digest::Nothing,
             Outcome::Ok => Digest::Ok,
             Outcome::Error(e) => Digest::Error(e.clone()),

@@ -4,13 +4,15 @@
 //! task id, and a reservation belongs to the connection's session, so it goes back to ready
 //! when the connection closes.
 //!
-//! Commands that change the queue (put, reserve, delete, release, bury, touch, kick,
-//! kick-job, reserve-job) go through the core ([`Loop::dispatch`]) like the IPROTO calls, so the
-//! journal's refusals, durability holds and parked-take wake-ups are the same; the rest
-//! (use / watch / ignore, peeks, stats, lists, pause-tube, quit) only read the queue or the
-//! connection's own state and are answered here. As in beanstalkd, a connection runs its
-//! commands one after another: while a reserve waits, the commands behind it wait in the read
-//! buffer ([`BsConn::waiting`]).
+//! Commands about tasks and tubes (put, reserve, delete, release, bury, touch, kick, kick-job,
+//! reserve-job, the peeks, stats-job, stats-tube, pause-tube) go through the core
+//! ([`Loop::dispatch`]) like the IPROTO calls, so the journal's refusals, durability holds,
+//! parked-take wake-ups — and on a sharded cluster, the routing to a partition's owner — are
+//! the same; the rest (use / watch / ignore, lists, stats, quit) read the connection's own
+//! state or the node's and are answered here. As in beanstalkd, a connection runs its commands
+//! one after another: while an answer is still to come (a reserve that waits, a command sent
+//! on to another node, a tube being placed), the commands behind it wait in the read buffer
+//! ([`BsConn::held`]); [`deliver`] ends the hold.
 //!
 //! Bodies: the engine keeps a task's data as MessagePack, so a job body is stored as one
 //! MessagePack string (bin if it is not UTF-8) and a task put through IPROTO is reserved with
@@ -24,7 +26,8 @@ pub use state::BeanstalkState;
 
 use tarq_beanstalk::{Command as Bs, Decoded, Decoder, ProtocolError, Reply as Out};
 use tarq_engine::{
-    Micros, QueueError, ReleaseOptions, Status, TaskId, TubeIx, TubePut, DEFAULT_TUBE,
+    id_tube, Micros, QueueError, ReleaseOptions, Status, TaskId, TubeIx, TubeOptions, TubePut,
+    TubeType, DEFAULT_TUBE,
 };
 
 use crate::core::{Command, Outcome, Pause, Refusal};
@@ -53,6 +56,18 @@ pub struct BsConn {
     /// Has put a job / reserved one (beanstalkd's producer and worker counts).
     pub producer: bool,
     pub worker: bool,
+    /// Answers the core still owes this connection (one a command; 0 or 1, as commands run
+    /// one at a time): an answer that comes when none is owed is a stale one (a reserve the
+    /// front-end ended itself), dropped.
+    pub owed: u32,
+    /// The command's answer did not come while it was dispatched: the commands behind it wait
+    /// until [`deliver`] brings it.
+    pub outstanding: bool,
+    /// A tube placed for this connection's `use` or `watch` (`r`): taken in, and answered,
+    /// when its input runs again.
+    pub made: Option<(Reply, TubeIx)>,
+    /// A `stats-tube` in flight: the figures this node keeps of the tube, for its answer.
+    pub asked: Option<Box<stats::TubeAsk>>,
 }
 
 impl BsConn {
@@ -64,8 +79,39 @@ impl BsConn {
             waiting: None,
             producer: false,
             worker: false,
+            owed: 0,
+            outstanding: false,
+            made: None,
+            asked: None,
         }
     }
+
+    /// Whether the commands behind the one that ran wait: its answer is still to come.
+    pub fn held(&self) -> bool {
+        self.waiting.is_some() || self.outstanding || self.made.is_some()
+    }
+}
+
+/// Delivers `outcome`, the core's answer to `r`, to beanstalk connection `bs`, writing its
+/// reply to `out`. Returns whether the connection was held for it (the commands behind it
+/// run next). An answer none is owed any more is dropped.
+pub fn deliver(out: &mut Vec<u8>, bs: &mut BsConn, r: Reply, outcome: &Outcome<'_>) -> bool {
+    if bs.owed == 0 {
+        tracing::debug!(?r, "a beanstalk answer no longer awaited, dropped");
+        return false;
+    }
+    bs.owed -= 1;
+    match (r, outcome) {
+        // Answered when the connection's input runs again, where its tube counts are kept.
+        (Reply::Use | Reply::Watch, Outcome::Tube(t)) => bs.made = Some((r, t.ix)),
+        (Reply::StatsTube, _) => stats::tube_answer(out, bs.asked.take(), outcome),
+        _ => encode(out, r, outcome),
+    }
+    let held = std::mem::take(&mut bs.outstanding);
+    if held {
+        bs.waiting = None;
+    }
+    held || bs.made.is_some()
 }
 
 /// Which command a dispatched outcome answers.
@@ -80,6 +126,12 @@ pub enum Reply {
     Kick,
     KickJob,
     Pause,
+    Peek,
+    StatsJob,
+    StatsTube,
+    /// A tube placed for `use` / `watch`.
+    Use,
+    Watch,
 }
 
 /// Encodes `outcome` as the reply to `r`.
@@ -102,6 +154,12 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         },
         (Reply::KickJob, Outcome::Task(_)) => Out::Kicked,
         (Reply::Pause, Outcome::Ok) => Out::Paused,
+        (Reply::Peek, Outcome::Task(t)) => Out::Found {
+            id: t.id,
+            body: body_of(t.data),
+        },
+        (Reply::Peek, Outcome::Nothing) => Out::NotFound,
+        (Reply::StatsJob, Outcome::TaskFigures(f)) => return stats::job_answer(out, f),
         // The journal cannot take changes (a full or failing disk): beanstalkd answers a put
         // its binlog has no room for this way. The server's log names the cause.
         (_, Outcome::Error(Refusal::Journal(_))) => Out::OutOfMemory,
@@ -115,6 +173,11 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         (_, Outcome::Error(Refusal::NoPrimary(_))) => {
             out.extend_from_slice(b"READ_ONLY\r\n");
             return;
+        }
+        // A tube `use` or `watch` could not have: beanstalkd's answer when it cannot make one.
+        (Reply::Use | Reply::Watch, Outcome::Error(e)) => {
+            tracing::warn!(error = %e, "beanstalk: cannot create the tube");
+            Out::OutOfMemory
         }
         // A full limfifottl tube has no room for the put.
         (_, Outcome::Full) => Out::OutOfMemory,
@@ -152,18 +215,6 @@ pub fn body_of(data: &[u8]) -> &[u8] {
     }
 }
 
-/// `FOUND <id> <bytes>` and the body, or `NOT_FOUND`.
-fn found(out: &mut Vec<u8>, task: Option<tarq_engine::TaskRef<'_>>) {
-    match task {
-        Some(t) => Out::Found {
-            id: t.id,
-            body: body_of(t.data),
-        }
-        .encode(out),
-        None => Out::NotFound.encode(out),
-    }
-}
-
 /// Seconds as the engine's microseconds.
 fn secs(s: u32) -> Micros {
     s as Micros * SECOND
@@ -193,7 +244,11 @@ impl<L: Loop> Beanstalk<'_, L> {
             let Some(bs) = self.l.beanstalk_parts(idx).1 else {
                 break;
             };
-            if bs.waiting.is_some() {
+            if let Some((r, t)) = bs.made.take() {
+                self.took_tube(idx, r, t);
+                continue;
+            }
+            if bs.held() {
                 break;
             }
             let Some((step, n)) = bs.decoder.decode(&data[used..]) else {
@@ -263,7 +318,7 @@ impl<L: Loop> Beanstalk<'_, L> {
                 self.bs_dispatch(idx, Reply::Reserve, Command::TakeTask { id })
             }
             Bs::Delete { id } => self.bs_delete(idx, id),
-            Bs::Release { id, pri, delay } => match self.tube_of(id) {
+            Bs::Release { id, pri, delay } => match self.tube_of(id).or(id_tube(id)) {
                 Some(tube) => {
                     let opts = ReleaseOptions {
                         delay: secs(delay),
@@ -282,9 +337,10 @@ impl<L: Loop> Beanstalk<'_, L> {
             Bs::Touch { id } => self.bs_dispatch(idx, Reply::Touch, Command::TouchTtr { id }),
             Bs::Watch { tube } => self.bs_watch(idx, tube),
             Bs::Ignore { tube } => self.bs_ignore(idx, tube),
-            Bs::Peek { id } => self
-                .l
-                .reply_with_queue(idx, &mut |out, q| found(out, q.get(id))),
+            Bs::Peek { id } => match self.tube_of(id).or(id_tube(id)) {
+                Some(tube) => self.bs_dispatch(idx, Reply::Peek, Command::Peek { tube, id }),
+                None => self.bs_answer(idx, Out::NotFound),
+            },
             Bs::PeekReady => self.bs_peek_first(idx, Status::Ready),
             Bs::PeekDelayed => self.bs_peek_first(idx, Status::Waiting),
             Bs::PeekBuried => self.bs_peek_first(idx, Status::Buried),
@@ -294,7 +350,9 @@ impl<L: Loop> Beanstalk<'_, L> {
                 self.bs_dispatch(idx, Reply::Kick, Command::KickAny { tube, count })
             }
             Bs::KickJob { id } => self.bs_dispatch(idx, Reply::KickJob, Command::KickTask { id }),
-            Bs::StatsJob { id } => self.bs_stats_job(idx, id),
+            Bs::StatsJob { id } => {
+                self.bs_dispatch(idx, Reply::StatsJob, Command::TaskFigures { id })
+            }
             Bs::StatsTube { tube } => {
                 self.l.collect_tubes();
                 self.bs_stats_tube(idx, tube)
@@ -324,21 +382,37 @@ impl<L: Loop> Beanstalk<'_, L> {
 
     /// `use`: the tube this connection's puts go to, made when missing.
     fn bs_use(&mut self, idx: usize, tube: &str) {
-        let Some(t) = self.bs_tube(idx, tube) else {
-            return self.bs_answer(idx, Out::OutOfMemory);
-        };
+        if let Some(t) = self.bs_tube(idx, tube, Reply::Use) {
+            self.use_tube(idx, t, tube);
+        }
+    }
+
+    fn use_tube(&mut self, idx: usize, t: TubeIx, name: &str) {
         let bs = self.bs(idx);
         let old = std::mem::replace(&mut bs.used, t);
         self.state().tube_mut(t).using += 1;
         self.state().stop_using(old);
-        self.bs_answer(idx, Out::Using { tube });
+        self.bs_answer(idx, Out::Using { tube: name });
+    }
+
+    /// A tube placed for this connection's `use` or `watch` (`r`) is here: the command ends
+    /// as it would have had the tube been found.
+    fn took_tube(&mut self, idx: usize, r: Reply, t: TubeIx) {
+        let name = self.tube_name(t);
+        match r {
+            Reply::Watch => self.watch_tube(idx, t),
+            _ => self.use_tube(idx, t, &name),
+        }
     }
 
     /// `watch`: a tube this connection's reserves take from, made when missing.
     fn bs_watch(&mut self, idx: usize, tube: &str) {
-        let Some(t) = self.bs_tube(idx, tube) else {
-            return self.bs_answer(idx, Out::OutOfMemory);
-        };
+        if let Some(t) = self.bs_tube(idx, tube, Reply::Watch) {
+            self.watch_tube(idx, t);
+        }
+    }
+
+    fn watch_tube(&mut self, idx: usize, t: TubeIx) {
         let bs = self.bs(idx);
         let added = !bs.watched.contains(&t);
         if added {
@@ -378,9 +452,15 @@ impl<L: Loop> Beanstalk<'_, L> {
         self.bs_dispatch(idx, Reply::Pause, Command::Pause { tube: t, pause });
     }
 
-    /// Runs a command through the one dispatch, answered as `reply`.
+    /// Runs a command through the one dispatch, answered as `reply`. An answer that does not
+    /// come at once (a reserve that waits, a command another node answers) holds the commands
+    /// behind it until it does.
     fn bs_dispatch(&mut self, idx: usize, reply: Reply, cmd: Command<'_>) {
+        self.bs(idx).owed = 1;
         self.l.dispatch(idx, ReplyTo::Beanstalk(reply), cmd);
+        if let Some(bs) = self.l.beanstalk_parts(idx).1 {
+            bs.outstanding = bs.owed > 0;
+        }
     }
 
     fn bs_put(&mut self, idx: usize, pri: u32, delay: u32, ttr: u32, body: &[u8]) {
@@ -402,7 +482,7 @@ impl<L: Loop> Beanstalk<'_, L> {
             opts,
             wait: 0,
         };
-        self.l.dispatch(idx, ReplyTo::Beanstalk(Reply::Put), cmd);
+        self.bs_dispatch(idx, Reply::Put, cmd);
         self.state().scratch = data;
     }
 
@@ -432,12 +512,12 @@ impl<L: Loop> Beanstalk<'_, L> {
             timeout,
             wake,
         };
-        self.l
-            .dispatch(idx, ReplyTo::Beanstalk(Reply::Reserve), cmd);
+        self.bs_dispatch(idx, Reply::Reserve, cmd);
         self.state().tubes_scratch = tubes;
-        // Answered at once: nothing waits. (A parked take leaves `waiting` set.)
-        if self.l.parked_of(idx) == 0 {
-            self.bs(idx).waiting = None;
+        // Answered at once: nothing waits. (A take that waits leaves `waiting` set.)
+        let bs = self.bs(idx);
+        if !bs.outstanding {
+            bs.waiting = None;
         }
     }
 
@@ -480,11 +560,15 @@ impl<L: Loop> Beanstalk<'_, L> {
         self.bs_answer(idx, Out::TimedOut);
     }
 
-    /// Ends connection `idx`'s wait: its parked entries go, and the deadline it had is
-    /// returned (`None` when it was not waiting).
+    /// Ends connection `idx`'s wait: its parked entries go (here and on other nodes), its
+    /// answer is no longer owed, and the deadline it had is returned (`None` when it was not
+    /// waiting).
     fn end_wait(&mut self, idx: usize) -> Option<Micros> {
         self.l.unpark_all(idx);
-        self.l.beanstalk_parts(idx).1?.waiting.take()
+        let bs = self.l.beanstalk_parts(idx).1?;
+        bs.owed = 0;
+        bs.outstanding = false;
+        bs.waiting.take()
     }
 
     /// Whether a job session `sid` holds is inside its TTR's last second (`DEADLINE_SOON`).
@@ -520,19 +604,14 @@ impl<L: Loop> Beanstalk<'_, L> {
 
     fn bs_delete(&mut self, idx: usize, id: TaskId) {
         let sid = self.l.sid(idx);
-        // A job reserved by another connection is not this one's to delete.
-        let Some(tube) = self
-            .l
-            .queue()
-            .get(id)
-            .filter(|t| t.owner.is_none_or(|o| o == sid))
-            .map(|t| t.tube)
-        else {
-            self.bs_answer(idx, Out::NotFound);
-            return;
-        };
-        self.state().tube_mut(tube).cmd_delete += 1;
-        self.bs_dispatch(idx, Reply::Delete, Command::Delete { tube, id });
+        // A job reserved by another connection is not this one's to delete (the core checks
+        // too: the job may be held on another node).
+        match self.l.queue().get(id).map(|t| (t.tube, t.owner)) {
+            Some((_, Some(o))) if o != sid => return self.bs_answer(idx, Out::NotFound),
+            Some((tube, _)) => self.state().tube_mut(tube).cmd_delete += 1,
+            None => {}
+        }
+        self.bs_dispatch(idx, Reply::Delete, Command::DeleteJob { id });
     }
 
     fn bs_ignore(&mut self, idx: usize, name: &str) {
@@ -556,22 +635,34 @@ impl<L: Loop> Beanstalk<'_, L> {
 
     fn bs_peek_first(&mut self, idx: usize, status: Status) {
         let tube = self.bs(idx).used;
-        self.l.reply_with_queue(idx, &mut |out, q| {
-            found(out, q.peek_first(tube, status).ok().flatten())
-        });
+        self.bs_dispatch(idx, Reply::Peek, Command::PeekFirst { tube, status });
     }
 
     /// The tube named `name`, created (`fifottl`, default options) when missing, as beanstalkd
-    /// creates a tube on `use` or `watch`. `None` when it cannot be created (the journal
-    /// refuses changes, or the tube limit is reached): logged.
-    fn bs_tube(&mut self, idx: usize, name: &str) -> Option<TubeIx> {
+    /// creates a tube on `use` or `watch` (`r`). `None` when it is answered already: it cannot
+    /// be created (the journal refuses changes, or the tube limit is reached: logged, and
+    /// `OUT_OF_MEMORY`), or a node that makes no tube on its own asked the core to place it
+    /// (the connection waits; [`took_tube`](Self::took_tube) ends the command).
+    fn bs_tube(&mut self, idx: usize, name: &str, r: Reply) -> Option<TubeIx> {
         if let Some(t) = self.l.queue().tube_ix(name) {
             return Some(t);
+        }
+        if !self.l.makes_tubes_on_demand() {
+            let cmd = Command::CreateTube {
+                name,
+                kind: TubeType::FifoTtl,
+                opts: TubeOptions::default(),
+                if_not_exists: true,
+                partitions: 1,
+            };
+            self.bs_dispatch(idx, r, cmd);
+            return None;
         }
         match self.l.create_tube_for(idx, name) {
             Ok(t) => Some(t),
             Err(e) => {
                 tracing::warn!(tube = name, error = %e, "beanstalk: cannot create the tube");
+                self.bs_answer(idx, Out::OutOfMemory);
                 None
             }
         }

@@ -11,9 +11,80 @@
 use tarq_beanstalk::{
     ok_yaml, CommandKind, CpuTime, JobState, Reply as Out, Stats, StatsJob, StatsTube,
 };
-use tarq_engine::{Micros, Status, TaskId};
+use tarq_engine::{Micros, Status};
 
-use super::{Beanstalk, Loop, SECOND};
+use super::{Beanstalk, Loop, Reply, SECOND};
+use crate::core::{Command, Outcome, TaskFigures};
+
+/// What this node keeps of a tube, read when its `stats-tube` is asked.
+#[derive(Debug)]
+pub struct TubeAsk {
+    name: String,
+    using: u64,
+    watching: u64,
+    waiting: u64,
+    cmd_delete: u64,
+    cmd_pause_tube: u64,
+    pause: u64,
+    pause_left: Micros,
+}
+
+/// `stats-tube`'s answer: the core's counts (`Command::TubeFigures`) with this node's figures.
+pub(super) fn tube_answer(out: &mut Vec<u8>, asked: Option<Box<TubeAsk>>, outcome: &Outcome<'_>) {
+    let (Some(a), Outcome::TubeFigures { stats: s, urgent }) = (asked, outcome) else {
+        return super::encode(out, Reply::StatsTube, outcome);
+    };
+    let stats = StatsTube {
+        name: &a.name,
+        current_jobs_urgent: *urgent,
+        current_jobs_ready: s.ready,
+        current_jobs_reserved: s.taken,
+        current_jobs_delayed: s.waiting,
+        current_jobs_buried: s.buried,
+        total_jobs: s.puts,
+        current_using: a.using,
+        current_watching: a.watching,
+        current_waiting: a.waiting,
+        cmd_delete: a.cmd_delete,
+        cmd_pause_tube: a.cmd_pause_tube,
+        pause: a.pause,
+        pause_time_left: whole_secs(a.pause_left),
+    };
+    ok_yaml(out, |o| stats.write_yaml(o));
+}
+
+/// `stats-job`'s answer, from the figures of the node that holds the job.
+pub(super) fn job_answer(out: &mut Vec<u8>, f: &TaskFigures) {
+    let state = match f.status {
+        Status::Waiting => JobState::Delayed,
+        Status::Taken => JobState::Reserved,
+        Status::Buried => JobState::Buried,
+        Status::Ready => JobState::Ready,
+    };
+    let time_left = match f.status {
+        Status::Waiting => f.delay_left,
+        Status::Taken => f.ttr_left,
+        _ => 0,
+    };
+    let stats = StatsJob {
+        id: f.id,
+        tube: &f.tube,
+        state,
+        pri: beanstalk_pri(f.pri),
+        age: whole_secs(f.age),
+        // Rounded up: right after `put` with a delay of N it reads N, as beanstalkd's.
+        delay: f.delay_left.div_ceil(SECOND),
+        ttr: whole_secs(f.ttr.unwrap_or(0)),
+        time_left: whole_secs(time_left),
+        file: 0,
+        reserves: f.deliveries as u32,
+        timeouts: u32::from(f.counts.timeouts),
+        releases: u32::from(f.counts.releases),
+        buries: u32::from(f.counts.buries),
+        kicks: u32::from(f.counts.kicks),
+    };
+    ok_yaml(out, |o| stats.write_yaml(o));
+}
 
 /// The beanstalkd version tarq's `stats` reports: the protocol it speaks. Clients parse it.
 pub const PROTOCOL_VERSION: &str = "1.12";
@@ -28,80 +99,31 @@ fn beanstalk_pri(pri: i64) -> u32 {
 }
 
 impl<L: Loop> Beanstalk<'_, L> {
-    pub(super) fn bs_stats_job(&mut self, idx: usize, id: TaskId) {
-        let now = self.l.now();
-        let ttr_deadline = self.l.queue().ttr_deadline(id);
-        self.l.reply_with_queue(idx, &mut |out, q| {
-            let Some(t) = q.get(id) else {
-                return Out::NotFound.encode(out);
-            };
-            let tube = q.tube_info(t.tube).map_or("", |i| i.name);
-            let (state, time_left, delay) = match t.status {
-                Status::Waiting => {
-                    let left = t.runat.saturating_sub(now);
-                    (JobState::Delayed, left, left)
-                }
-                Status::Taken => (
-                    JobState::Reserved,
-                    ttr_deadline.map_or(0, |d| d.saturating_sub(now)),
-                    0,
-                ),
-                Status::Buried => (JobState::Buried, 0, 0),
-                _ => (JobState::Ready, 0, 0),
-            };
-            let stats = StatsJob {
-                id,
-                tube,
-                state,
-                pri: beanstalk_pri(t.pri),
-                age: whole_secs(now.saturating_sub(t.created)),
-                // Rounded up: right after `put` with a delay of N it reads N, as beanstalkd's.
-                delay: delay.div_ceil(SECOND),
-                ttr: whole_secs(t.ttr.unwrap_or(0)),
-                time_left: whole_secs(time_left),
-                file: 0,
-                reserves: t.deliveries as u32,
-                timeouts: u32::from(t.counts.timeouts),
-                releases: u32::from(t.counts.releases),
-                buries: u32::from(t.counts.buries),
-                kicks: u32::from(t.counts.kicks),
-            };
-            ok_yaml(out, |o| stats.write_yaml(o));
-        });
-    }
-
+    /// `stats-tube`: the tube's task counts come from the core (summed over its partitions on
+    /// a sharded cluster); its connections, waiting reserves, commands and pause are this
+    /// node's, kept with the request until the counts come ([`tube_answer`]).
     pub(super) fn bs_stats_tube(&mut self, idx: usize, name: &str) {
         let Some(t) = self.l.queue().tube_ix(name) else {
             return Out::NotFound.encode(self.l.reply_buf(idx));
         };
         let now = self.l.mono();
         let bs = self.state().tube(t);
-        let waiting = self.l.parked_count(t);
-        let pause = self.l.pauses().of(t);
-        self.l.reply_with_queue(idx, &mut |out, q| {
-            let s = q.tube_stats(t).unwrap_or_default();
-            let (pause, left) = match pause {
-                Some(p) if p.until > now => (u64::from(p.seconds), p.until - now),
-                _ => (0, 0),
-            };
-            let stats = StatsTube {
-                name,
-                current_jobs_urgent: q.ready_urgent(t).unwrap_or(0),
-                current_jobs_ready: s.ready,
-                current_jobs_reserved: s.taken,
-                current_jobs_delayed: s.waiting,
-                current_jobs_buried: s.buried,
-                total_jobs: s.puts,
-                current_using: bs.using,
-                current_watching: bs.watching,
-                current_waiting: waiting,
-                cmd_delete: bs.cmd_delete,
-                cmd_pause_tube: bs.cmd_pause_tube,
-                pause,
-                pause_time_left: whole_secs(left),
-            };
-            ok_yaml(out, |o| stats.write_yaml(o));
-        });
+        let (pause, pause_left) = match self.l.pauses().of(t) {
+            Some(p) if p.until > now => (u64::from(p.seconds), p.until - now),
+            _ => (0, 0),
+        };
+        let asked = TubeAsk {
+            name: name.to_owned(),
+            using: bs.using,
+            watching: bs.watching,
+            waiting: self.l.parked_count(t),
+            cmd_delete: bs.cmd_delete,
+            cmd_pause_tube: bs.cmd_pause_tube,
+            pause,
+            pause_left,
+        };
+        self.bs(idx).asked = Some(Box::new(asked));
+        self.bs_dispatch(idx, Reply::StatsTube, Command::TubeFigures { tube: t });
     }
 
     pub(super) fn bs_stats(&mut self, idx: usize) {

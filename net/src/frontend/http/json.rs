@@ -265,7 +265,9 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
             ok,
             json!({ "name": t.name, "type": t.kind.as_str(), "options": options(t) }),
         ),
-        Outcome::TubeStats(s) => (200, statistics(s)),
+        Outcome::TubeStats(s) | Outcome::TubeFigures { stats: s, .. } => (200, statistics(s)),
+        // The HTTP API asks no task's figures (its tasks carry them).
+        Outcome::TaskFigures(f) => (200, json!({ "task": { "id": f.id } })),
         Outcome::AllStats(all) => {
             let tubes: Map<String, Value> = (all.iter())
                 .map(|(name, s)| (name.clone(), statistics(s)))

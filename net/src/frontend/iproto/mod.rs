@@ -301,9 +301,12 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         Outcome::Full => one_value(out, r, write::nil),
         Outcome::Count(n) => one_value(out, r, |o| write::uint(o, *n)),
         Outcome::Dropped => one_value(out, r, |o| write::bool(o, true)),
-        Outcome::Tube(_) | Outcome::TubeStats(_) | Outcome::AllStats(_) => {
-            one_value(out, r, write::nil)
-        }
+        // Shapes the tube API gives its own way (or, for beanstalk's figures, never asks).
+        Outcome::Tube(_)
+        | Outcome::TubeStats(_)
+        | Outcome::AllStats(_)
+        | Outcome::TubeFigures { .. }
+        | Outcome::TaskFigures(_) => one_value(out, r, write::nil),
         Outcome::Error(e) => error(out, r, e),
     }
 }

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 use tarq_engine::{Stats, TaskId, TaskRef};
 
-use crate::core::{Command, Outcome, Refusal};
+use crate::core::{Command, Outcome, Refusal, TaskFigures};
 
 /// The call that turns an IPROTO connection into a link.
 pub const LINK: &str = "tarq.link";
@@ -43,6 +43,8 @@ pub enum Answer<'a> {
     Ok,
     Dropped,
     TubeStats(Stats),
+    TubeFigures { stats: Stats, urgent: u64 },
+    TaskFigures(Box<TaskFigures>),
     Text(String),
     Error(Refusal),
 }
@@ -65,6 +67,11 @@ impl<'a> Answer<'a> {
             Outcome::Ok => Answer::Ok,
             Outcome::Dropped => Answer::Dropped,
             Outcome::TubeStats(s) => Answer::TubeStats(*s),
+            Outcome::TubeFigures { stats, urgent } => Answer::TubeFigures {
+                stats: *stats,
+                urgent: *urgent,
+            },
+            Outcome::TaskFigures(f) => Answer::TaskFigures(f.clone()),
             Outcome::Text(t) => Answer::Text(t.clone()),
             Outcome::Error(r) => Answer::Error(r.clone()),
             Outcome::Tube(t) => Answer::Text(format!("tube {}", t.name)),
@@ -86,6 +93,8 @@ impl<'a> Answer<'a> {
             Answer::Ok => Outcome::Ok,
             Answer::Dropped => Outcome::Dropped,
             Answer::TubeStats(s) => Outcome::TubeStats(s),
+            Answer::TubeFigures { stats, urgent } => Outcome::TubeFigures { stats, urgent },
+            Answer::TaskFigures(f) => Outcome::TaskFigures(f),
             Answer::Text(t) => Outcome::Text(t),
             Answer::Error(r) => Outcome::Error(r),
         }

@@ -125,7 +125,7 @@ impl Server {
         let waiting: Vec<u64> = (self.shards.as_ref())
             .map(|s| {
                 (s.waiters.iter())
-                    .filter(|(_, w)| indexes.contains(&w.on.tube()))
+                    .filter(|(_, w)| w.heads.iter().any(|h| indexes.contains(h)))
                     .map(|(&id, _)| id)
                     .collect()
             })
@@ -135,10 +135,10 @@ impl Server {
                 .shards
                 .as_ref()
                 .and_then(|s| s.waiters.get(&id))
-                .copied()
+                .map(|w| w.client)
             {
                 self.end_wait(id);
-                self.answer(w.client, &Outcome::Nothing);
+                self.answer(w, &Outcome::Nothing);
             }
         }
         if let Some(s) = self.shards.as_mut() {

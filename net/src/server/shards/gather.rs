@@ -20,6 +20,8 @@ pub(super) struct Gather {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum GatherKind {
     Stats,
+    /// beanstalk's stats-tube: the counts and the urgent ready tasks.
+    Figures,
     /// A drop's checks of tube `head`'s partitions (`drop`).
     Drop {
         head: TubeIx,
@@ -130,6 +132,10 @@ impl Server {
                 Some(p) => p.2 += &s,
                 None => g.stats += &s,
             },
+            Digest::Figures(s, urgent) => {
+                g.stats += &s;
+                g.count += urgent;
+            }
             Digest::Count(n) => match (g.kind, head) {
                 (GatherKind::Drop { .. }, Some(ix)) => g.floors.push((ix, n)),
                 _ => g.count += n,
@@ -148,6 +154,10 @@ impl Server {
         let outcome = match (g.error, g.kind) {
             (Some(e), _) => Outcome::Error(e),
             (None, GatherKind::Stats) => Outcome::TubeStats(g.stats),
+            (None, GatherKind::Figures) => Outcome::TubeFigures {
+                stats: g.stats,
+                urgent: g.count,
+            },
             (None, GatherKind::All) => {
                 Outcome::AllStats(g.per.into_iter().map(|(n, _, s)| (n, s)).collect())
             }

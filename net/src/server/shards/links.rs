@@ -148,6 +148,12 @@ impl Server {
                 Outcome::Full if !plan.left.is_empty() => self.put_next(p.client, plan),
                 other => self.answer(p.client, &other),
             },
+            Then::Peek { status, left } => match outcome {
+                Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_)) => {
+                    self.peek_next(p.client, status, left)
+                }
+                other => self.answer(p.client, &other),
+            },
         }
     }
 

@@ -118,6 +118,11 @@ enum Then {
     Put {
         plan: PutPlan,
     },
+    /// A peek across partitions: on `Nothing`, the next partitions.
+    Peek {
+        status: tarq_engine::Status,
+        left: Vec<TubeIx>,
+    },
 }
 
 struct Pending {
@@ -453,13 +458,14 @@ impl Server {
                             .get(client.idx)
                             .is_some_and(|x| x.gen == client.gen)
                         {
-                            let (conns, flush) = (&mut self.conns, &mut self.flush_list);
+                            let outcome = Outcome::Tube(info);
                             deliver_to(
-                                conns,
-                                flush,
+                                &mut self.conns,
+                                &mut self.flush_list,
+                                &mut self.read_again,
                                 client.idx,
                                 client.reply,
-                                &Outcome::Tube(info),
+                                &outcome,
                             );
                         }
                         return;
@@ -482,13 +488,7 @@ impl Server {
 
     fn answer(&mut self, c: Client, outcome: &Outcome<'_>) {
         if self.conns.get(c.idx).is_some_and(|x| x.gen == c.gen) {
-            deliver_to(
-                &mut self.conns,
-                &mut self.flush_list,
-                c.idx,
-                c.reply,
-                outcome,
-            );
+            self.deliver(c.idx, c.reply, outcome);
         }
     }
 
@@ -528,6 +528,8 @@ fn named_partition(cmd: &Command<'_>) -> Option<TubeIx> {
         | Command::DropTube { tube }
         | Command::TubeStats { tube }
         | Command::KickAny { tube, .. }
+        | Command::PeekFirst { tube, .. }
+        | Command::TubeFigures { tube }
         | Command::Watch { tube } => Some(tube),
         Command::Take { on, .. } => Some(on.tube()),
         Command::Ack { on, id } | Command::Release { on, id, .. } => match on {
@@ -537,7 +539,9 @@ fn named_partition(cmd: &Command<'_>) -> Option<TubeIx> {
         Command::TakeTask { id }
         | Command::BuryTaken { id, .. }
         | Command::TouchTtr { id }
-        | Command::KickTask { id } => id_tube(id),
+        | Command::KickTask { id }
+        | Command::DeleteJob { id }
+        | Command::TaskFigures { id } => id_tube(id),
         _ => None,
     }
 }

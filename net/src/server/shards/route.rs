@@ -27,6 +27,9 @@ pub(super) fn key_partition(key: &[u8], n: usize) -> usize {
 #[derive(Clone, Debug)]
 pub(super) struct TakePlan {
     pub(super) on: On,
+    /// The tubes it takes from, by their first partition's index (a beanstalk reserve's
+    /// watched tubes; one for the tube API's take).
+    pub(super) heads: Vec<TubeIx>,
     pub(super) left: Vec<TubeIx>,
     pub(super) timeout: Option<Micros>,
 }
@@ -147,6 +150,19 @@ impl Server {
             Command::Take { on, timeout } => {
                 return self.take_across(client, on, timeout, leads);
             }
+            Command::TakeAny {
+                tubes,
+                timeout,
+                wake,
+            } => return self.take_any_across(client, tubes, timeout, wake, leads),
+            Command::PeekFirst { tube, status } => {
+                return self.peek_across(client, tube, status, leads);
+            }
+            Command::TubeFigures { tube } => {
+                return self.gather(client, tube, GatherKind::Figures, leads, |t| {
+                    Command::TubeFigures { tube: t }
+                });
+            }
             Command::Ack { on, id } => by_id(id, cmd, |ix| Command::Ack {
                 on: on_ix(on, ix),
                 id,
@@ -165,7 +181,9 @@ impl Server {
             Command::TakeTask { id }
             | Command::BuryTaken { id, .. }
             | Command::TouchTtr { id }
-            | Command::KickTask { id } => by_id(id, cmd, |_| cmd),
+            | Command::KickTask { id }
+            | Command::DeleteJob { id }
+            | Command::TaskFigures { id } => by_id(id, cmd, |_| cmd),
             Command::TubeStats { tube } => {
                 return self.gather(client, tube, GatherKind::Stats, leads, |t| {
                     Command::TubeStats { tube: t }
@@ -282,11 +300,129 @@ impl Server {
             client,
             TakePlan {
                 on,
+                heads: vec![head],
                 left: there,
                 timeout,
             },
         );
         None
+    }
+
+    /// A beanstalk reserve over the tubes its connection watches: a partition led here with a
+    /// task ready, else the others in turn, else it waits on every partition of them all.
+    /// When every watched tube is one partition led here, the core's own reserve (waiting,
+    /// and woken for `DEADLINE_SOON`, as on a single node).
+    pub(super) fn take_any_across<'c>(
+        &mut self,
+        client: Client,
+        tubes: &'c [TubeIx],
+        timeout: Option<Micros>,
+        wake: Micros,
+        leads: bool,
+    ) -> Option<Command<'c>> {
+        let cmd = Command::TakeAny {
+            tubes,
+            timeout,
+            wake,
+        };
+        let shards = self.shards.as_mut()?;
+        let Some(&first) = tubes.first() else {
+            return Some(cmd);
+        };
+        let (mut here, mut there) = (Vec::new(), Vec::new());
+        let mut own = true;
+        for &t in tubes {
+            let Some(routed) = shards.tubes.get(&t) else {
+                here.push(t); // a tube of this node's own
+                continue;
+            };
+            for &p in &routed.parts {
+                if !shards.here(p, leads) {
+                    there.push(p);
+                    own = false;
+                } else if shards.hold(p).is_none() {
+                    here.push(p);
+                    own &= p == t;
+                } else {
+                    own = false;
+                }
+            }
+        }
+        if own {
+            return Some(cmd);
+        }
+        shards.rr = shards.rr.wrapping_add(1);
+        let n = there.len().max(1);
+        there.rotate_left(shards.rr % n);
+        let (q, pauses, mono) = (self.core.queue(), self.core.pauses(), self.mono);
+        if here
+            .iter()
+            .any(|&ix| !pauses.paused(ix, mono) && q.can_take(ix))
+        {
+            let caller = Caller::new(client.idx, client.gen, client.sid);
+            let now = Command::TakeAny {
+                tubes: &here,
+                timeout: Some(0),
+                wake,
+            };
+            self.execute_as(caller, client.reply, now);
+            return None;
+        }
+        let plan = TakePlan {
+            on: On::Tube(first),
+            heads: tubes.to_vec(),
+            left: there,
+            timeout,
+        };
+        self.take_next(client, plan);
+        None
+    }
+
+    /// beanstalk's peek-ready / -delayed / -buried on a partitioned tube: the first partition
+    /// (led here first, then the others in turn) that has such a task shows it.
+    pub(super) fn peek_across<'c>(
+        &mut self,
+        client: Client,
+        tube: TubeIx,
+        status: tarq_engine::Status,
+        leads: bool,
+    ) -> Option<Command<'c>> {
+        let cmd = Command::PeekFirst { tube, status };
+        let shards = self.shards.as_ref()?;
+        let Some(t) = shards.tubes.get(&tube) else {
+            return Some(cmd);
+        };
+        if t.parts.len() == 1 {
+            return self.run_on_partition(client, tube, cmd, Then::Deliver, leads);
+        }
+        let (here, there): (Vec<TubeIx>, Vec<TubeIx>) =
+            t.parts.iter().partition(|&&p| shards.here(p, leads));
+        let q = self.core.queue();
+        if let Some(&ix) =
+            (here.iter()).find(|&&ix| q.peek_first(ix, status).is_ok_and(|t| t.is_some()))
+        {
+            return Some(Command::PeekFirst { tube: ix, status });
+        }
+        self.peek_next(client, status, there);
+        None
+    }
+
+    /// Asks the next partition of a peek across partitions, or answers that none has one.
+    pub(super) fn peek_next(
+        &mut self,
+        client: Client,
+        status: tarq_engine::Status,
+        mut left: Vec<TubeIx>,
+    ) {
+        if left.is_empty() {
+            return self.answer(client, &Outcome::Nothing);
+        }
+        let ix = left.remove(0);
+        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
+            return self.peek_next(client, status, left);
+        };
+        let cmd = Command::PeekFirst { tube: ix, status };
+        self.forward(set, client, cmd, Then::Peek { status, left });
     }
 
     /// A put into a partitioned limfifottl tube: a partition led here with room, else the
@@ -373,7 +509,7 @@ impl Server {
         if plan.left.is_empty() {
             return match plan.timeout {
                 Some(0) => self.answer(client, &Outcome::Nothing),
-                timeout => self.wait(client, plan.on, timeout),
+                timeout => self.wait(client, plan.on, plan.heads, timeout),
             };
         }
         let ix = plan.left.remove(0);

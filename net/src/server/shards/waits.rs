@@ -4,11 +4,14 @@
 
 use super::*;
 
-/// A take waiting for a task of any partition of its tube.
-#[derive(Clone, Copy, Debug)]
+/// A take waiting for a task of any partition of its tubes (one for a take; a beanstalk
+/// reserve's are the tubes its connection watches).
+#[derive(Clone, Debug)]
 pub(super) struct Waiter {
     pub(super) client: Client,
     pub(super) on: On,
+    /// The tubes it waits on, by their first partition's index.
+    pub(super) heads: Vec<TubeIx>,
     /// The watch of the partitions this node leads, while parked in the core.
     pub(super) local: Option<u64>,
 }
@@ -31,32 +34,49 @@ impl Server {
         }
     }
 
-    /// A take that found no task in any partition waits: every partition of its tube is
-    /// watched (the ones led here in the core, the others by their owners), and the first to
-    /// have a task serves it.
-    pub(super) fn wait(&mut self, client: Client, on: On, timeout: Option<Micros>) {
+    /// A take that found no task in any partition waits: every partition of its tubes is
+    /// watched (the ones led here, and tubes that are this node's own, in the core; the others
+    /// by their owners), and the first to have a task serves it.
+    pub(super) fn wait(
+        &mut self,
+        client: Client,
+        on: On,
+        heads: Vec<TubeIx>,
+        timeout: Option<Micros>,
+    ) {
         let leads = self.leads();
         let deadline = timeout.map_or(Micros::MAX, |t| self.mono.saturating_add(t));
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        let head = on.tube();
-        let Some(t) = shards.tubes.get(&head) else {
-            return self.answer(client, &Outcome::Nothing);
-        };
-        let (here, there): (Vec<TubeIx>, Vec<TubeIx>) =
-            t.parts.iter().partition(|&&p| shards.here(p, leads));
+        let (mut here, mut there) = (Vec::new(), Vec::new());
+        for &head in &heads {
+            match shards.tubes.get(&head) {
+                Some(t) => {
+                    for &p in &t.parts {
+                        match shards.here(p, leads) {
+                            true => here.push(p),
+                            false => there.push(p),
+                        }
+                    }
+                }
+                None => here.push(head),
+            }
+        }
         let id = shards.next_waiter;
         shards.next_waiter += 1;
+        for &head in &heads {
+            shards.queues.entry(head).or_default().push_back(id);
+        }
         shards.waiters.insert(
             id,
             Waiter {
                 client,
                 on,
+                heads,
                 local: None,
             },
         );
-        shards.queues.entry(head).or_default().push_back(id);
         if deadline != Micros::MAX {
             shards.deadlines.push(Reverse((deadline, id)));
             self.timers_changed();
@@ -134,7 +154,7 @@ impl Server {
                         .get(w.client.idx)
                         .is_some_and(|c| c.gen == w.client.gen) =>
                 {
-                    return Some((id, *w));
+                    return Some((id, w.clone()));
                 }
                 _ => {
                     queue.pop_front();
@@ -150,15 +170,28 @@ impl Server {
         let Some(w) = self.shards.as_mut().and_then(|s| s.waiters.remove(&id)) else {
             return;
         };
-        if let Some(q) = self
-            .shards
-            .as_mut()
-            .and_then(|s| s.queues.get_mut(&w.on.tube()))
-        {
-            q.retain(|&x| x != id);
+        for head in &w.heads {
+            if let Some(q) = self.shards.as_mut().and_then(|s| s.queues.get_mut(head)) {
+                q.retain(|&x| x != id);
+            }
         }
         if let Some(group) = w.local {
             self.core.unwatch(w.client.idx, group);
+        }
+    }
+
+    /// Connection `idx` stops waiting (a beanstalk reserve its front-end ended): its waiting
+    /// takes end without an answer.
+    pub(in crate::server) fn end_waits_of(&mut self, idx: usize) {
+        let Some(shards) = self.shards.as_ref() else {
+            return;
+        };
+        let ids: Vec<u64> = (shards.waiters.iter())
+            .filter(|(_, w)| w.client.idx == idx)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            self.end_wait(id);
         }
     }
 
@@ -168,7 +201,7 @@ impl Server {
             .shards
             .as_ref()
             .and_then(|s| s.waiters.get(&id))
-            .copied()
+            .cloned()
         else {
             return;
         };
@@ -274,7 +307,7 @@ impl Server {
                 _ => break,
             }
             let Reverse((_, id)) = shards.deadlines.pop().expect("peeked");
-            let Some(w) = shards.waiters.get(&id).copied() else {
+            let Some(w) = shards.waiters.get(&id).cloned() else {
                 continue;
             };
             self.end_wait(id);
