@@ -406,7 +406,10 @@ fn bury_kick_and_truncate_act_on_the_whole_tube_from_any_node() {
 fn a_link_that_sends_garbage_gets_errors_naming_it_and_nothing_else_changes() {
     let cl = start();
     let mut c = connect(cl.addr(cl.a));
-    c.call("tarq.link", &pack_args(&[]), None)
+    // A link names the node it comes from.
+    let e = c.call("tarq.link", &pack_args(&[]), None).unwrap_err();
+    assert!(e.to_string().contains("the calling node's name"), "{e}");
+    c.call("tarq.link", &pack_args(&[Value::from("x9")]), None)
         .expect("a sharded node takes a link");
     // Not an ask at all, then an ask that does not decode: each refused, naming why.
     let not_bin = pack_args(&[Value::from(7)]);

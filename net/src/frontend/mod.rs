@@ -147,9 +147,11 @@ pub trait Loop {
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
 
-    /// Connection `idx` becomes a link another node forwards its clients' calls on (answered
+    /// Connection `idx` becomes a link node `origin` forwards its clients' calls on (answered
     /// on `sync`), or is refused when this node is no sharded cluster's.
-    fn start_link(&mut self, idx: usize, sync: u64);
+    fn start_link(&mut self, idx: usize, sync: u64, origin: &str);
+    /// Other nodes' clients' sessions run here.
+    fn link_sessions(&mut self) -> &mut link::LinkSessions;
     /// Link `idx`'s own state (`None` unless it is a link).
     fn link_conn(&mut self, idx: usize) -> Option<&mut link::LinkConn>;
     /// A new engine session (for a forwarding node's session).

@@ -191,8 +191,12 @@ impl frontend::Loop for Server {
         Server::cluster_overview(self)
     }
 
-    fn start_link(&mut self, idx: usize, sync: u64) {
-        Server::start_link(self, idx, sync);
+    fn start_link(&mut self, idx: usize, sync: u64, origin: &str) {
+        Server::start_link(self, idx, sync, origin);
+    }
+
+    fn link_sessions(&mut self) -> &mut crate::frontend::link::LinkSessions {
+        &mut self.link_sessions
     }
 
     fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {

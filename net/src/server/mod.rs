@@ -189,6 +189,8 @@ pub struct Server {
     next_sid: u64,
     /// A sharded cluster's router (`--replica-set`).
     shards: Option<shards::Shards>,
+    /// Other nodes' clients' sessions run here (a sharded cluster's links).
+    pub(crate) link_sessions: crate::frontend::link::LinkSessions,
     /// Outcomes the core answered to the router this call (`ReplyTo::Router`).
     routed: Vec<(u64, host::Digest)>,
     next_gen: u32,
@@ -265,6 +267,7 @@ impl Server {
                 let validity = c.election.placement_validity();
                 Some(shards::Shards::new(
                     set,
+                    c.election.name.as_str().into(),
                     node.handle().placement_fence(),
                     validity,
                 ))
@@ -294,6 +297,7 @@ impl Server {
             timers: Timers::default(),
             next_sid: 1,
             shards,
+            link_sessions: Default::default(),
             routed: Vec::new(),
             next_gen: 0,
             clock,
@@ -1280,11 +1284,13 @@ impl Server {
         }
         self.drop_input(idx);
         // A link's sessions are its forwarding node's clients': theirs go back to ready too.
-        let link_sessions: Vec<SessionId> = (self.conns[idx].link_mut())
-            .map(|l| l.sessions().collect())
-            .unwrap_or_default();
+        let link_sessions: Vec<SessionId> = match self.conns[idx].link_mut() {
+            Some(l) => self.link_sessions.closed(&l.origin),
+            None => Vec::new(),
+        };
         for s in link_sessions {
             self.release_session(s);
+            self.link_sessions.forget(s);
         }
         let released = match self.iproto.sessions.detach(sid, uuid, self.mono) {
             OnClose::Release(sid) => self.release_session(sid),

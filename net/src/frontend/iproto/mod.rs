@@ -221,8 +221,12 @@ impl<L: Loop> Iproto<'_, L> {
             return;
         }
         if function == super::link::wire::LINK {
-            // Another node of a sharded cluster: its link front-end takes the connection.
-            return self.l.start_link(idx, sync);
+            // Another node of a sharded cluster, naming itself: its link front-end takes the
+            // connection.
+            return match super::link::wire::read_link_origin(args) {
+                Ok(origin) => self.l.start_link(idx, sync, origin),
+                Err(e) => call_error(self.l.reply_buf(idx), sync, &CallError::BadArgs(e)),
+            };
         }
         if function == calls::CLUSTER {
             let overview = self.l.cluster_overview();

@@ -6,10 +6,16 @@
 //! that session as a local one by its connection: an ack through the same node finds it, and
 //! the session's end (or the link's) puts its tasks back to ready. Outcomes go back as
 //! [`wire::Answer`]s. Nothing here knows how the forwarding node chose this owner.
+//!
+//! A remote session is named by its origin — the node whose client it is — and that node's
+//! number for it ([`LinkSessions`]), not by the link it came on: a call relayed by a node
+//! that no longer owns a partition, or a task taken before its partition moved here, belongs
+//! to the same session as the origin's own calls on its own link.
 
 pub mod wire;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tarq_engine::SessionId;
 
@@ -23,16 +29,68 @@ pub struct Reply {
     pub sync: u64,
 }
 
-/// A link's own state: this node's session for each of the forwarding node's sessions.
-#[derive(Debug, Default)]
+/// A link's own state: the node at its other end.
+#[derive(Debug)]
 pub struct LinkConn {
-    sessions: HashMap<u64, SessionId>,
+    pub origin: Arc<str>,
 }
 
-impl LinkConn {
-    /// Every session of this node the link's remote sessions hold (the link closed).
-    pub fn sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
-        self.sessions.values().copied()
+/// Other nodes' clients' sessions run here, each as a session of this node: by origin node
+/// and the origin's number for it, and back.
+#[derive(Debug, Default)]
+pub struct LinkSessions {
+    by_remote: HashMap<(Arc<str>, u64), SessionId>,
+    by_local: HashMap<SessionId, (Arc<str>, u64)>,
+    /// Links open from each origin: its sessions end when its last link closes.
+    links: HashMap<Arc<str>, usize>,
+}
+
+impl LinkSessions {
+    /// This node's session for `origin`'s session `remote`, if it has one.
+    pub fn get(&self, origin: &Arc<str>, remote: u64) -> Option<SessionId> {
+        self.by_remote.get(&(Arc::clone(origin), remote)).copied()
+    }
+
+    /// Runs `origin`'s session `remote` as this node's session `sid` from now on.
+    pub fn insert(&mut self, origin: &Arc<str>, remote: u64, sid: SessionId) {
+        self.by_remote.insert((Arc::clone(origin), remote), sid);
+        self.by_local.insert(sid, (Arc::clone(origin), remote));
+    }
+
+    /// Forgets session `sid` (its end was handled: it named its origin's session while
+    /// that was told on to the sets it reached).
+    pub fn forget(&mut self, sid: SessionId) {
+        if let Some(key) = self.by_local.remove(&sid) {
+            self.by_remote.remove(&key);
+        }
+    }
+
+    /// The origin and remote number of this node's session `sid`, if it runs one of another
+    /// node's.
+    pub fn remote_of(&self, sid: SessionId) -> Option<(&Arc<str>, u64)> {
+        self.by_local.get(&sid).map(|(o, r)| (o, *r))
+    }
+
+    /// A link from `origin` opened.
+    pub fn opened(&mut self, origin: &Arc<str>) {
+        *self.links.entry(Arc::clone(origin)).or_default() += 1;
+    }
+
+    /// A link from `origin` closed: when it was the last, every session of `origin` ends
+    /// (returned, for their tasks to go back to ready, and then forgotten).
+    pub fn closed(&mut self, origin: &str) -> Vec<SessionId> {
+        let Some(n) = self.links.get_mut(origin) else {
+            return Vec::new();
+        };
+        *n -= 1;
+        if *n > 0 {
+            return Vec::new();
+        }
+        self.links.remove(origin);
+        (self.by_remote.iter())
+            .filter(|((o, _), _)| &**o == origin)
+            .map(|(_, &sid)| sid)
+            .collect()
     }
 }
 
@@ -74,15 +132,23 @@ impl<L: Loop> Link<'_, L> {
             }
             _ => Err("a link carries only tarq.ask calls".to_owned()),
         };
+        let Some(link_origin) = self.l.link_conn(idx).map(|l| Arc::clone(&l.origin)) else {
+            return;
+        };
         match ask {
-            Ok(Ask::Run { session, command }) => self.run(idx, reply, session, command),
-            Ok(Ask::End { session }) => {
-                if let Some(sid) = self
-                    .l
-                    .link_conn(idx)
-                    .and_then(|l| l.sessions.remove(&session))
-                {
+            Ok(Ask::Run {
+                session,
+                origin,
+                command,
+            }) => {
+                let origin = origin.map_or(link_origin, Arc::from);
+                self.run(idx, reply, &origin, session, command)
+            }
+            Ok(Ask::End { session, origin }) => {
+                let origin = origin.map_or(link_origin, Arc::from);
+                if let Some(sid) = self.l.link_sessions().get(&origin, session) {
                     self.l.release_session(sid);
+                    self.l.link_sessions().forget(sid);
                 }
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
             }
@@ -93,7 +159,14 @@ impl<L: Loop> Link<'_, L> {
         }
     }
 
-    fn run(&mut self, idx: usize, reply: Reply, session: u64, command: Command<'_>) {
+    fn run(
+        &mut self,
+        idx: usize,
+        reply: Reply,
+        origin: &Arc<str>,
+        session: u64,
+        command: Command<'_>,
+    ) {
         // A pause travels as the time it has left: from now on, on this node's clock.
         let command = match command {
             Command::Pause { tube, pause } => Command::Pause {
@@ -105,17 +178,11 @@ impl<L: Loop> Link<'_, L> {
             },
             other => other,
         };
-        let known = self
-            .l
-            .link_conn(idx)
-            .and_then(|l| l.sessions.get(&session).copied());
-        let sid = match known {
+        let sid = match self.l.link_sessions().get(origin, session) {
             Some(sid) => sid,
             None => {
                 let sid = self.l.new_session();
-                if let Some(l) = self.l.link_conn(idx) {
-                    l.sessions.insert(session, sid);
-                }
+                self.l.link_sessions().insert(origin, session, sid);
                 sid
             }
         };

@@ -19,14 +19,23 @@ pub const ASK: &str = "tarq.ask";
 /// A forwarding node's request.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Ask<'a> {
-    /// Run `command` for the forwarding node's session `session` (its own number for it).
+    /// Run `command` for session `session` of node `origin` (that node's own number for it;
+    /// `None`: the forwarding node's own session; a node names another when it relays a call
+    /// for a partition that moved away from it).
     Run {
         session: u64,
         #[serde(borrow)]
+        origin: Option<&'a str>,
+        #[serde(borrow)]
         command: Command<'a>,
     },
-    /// The forwarding node's session `session` ended: what it holds here goes back to ready.
-    End { session: u64 },
+    /// Session `session` of node `origin` (`None`: the forwarding node) ended: what it holds
+    /// here goes back to ready.
+    End {
+        session: u64,
+        #[serde(borrow)]
+        origin: Option<&'a str>,
+    },
 }
 
 /// An owner's answer: an [`Outcome`] of the kinds a forwarded command can have, tasks
@@ -124,6 +133,27 @@ fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     out[at..at + 4].copy_from_slice(&len.to_be_bytes());
 }
 
+/// The arguments of a CALL of [`LINK`]: the calling node's name.
+pub fn write_link_args(out: &mut Vec<u8>, origin: &str) {
+    tarq_iproto::mp::write::array_len(out, 1);
+    tarq_iproto::mp::write::str(out, origin);
+}
+
+/// The calling node's name in a CALL of [`LINK`].
+pub fn read_link_origin(args: &[u8]) -> Result<&str, String> {
+    let mut r = tarq_iproto::mp::Reader::new(args);
+    match r.read_array_len() {
+        Ok(1) => {}
+        _ => {
+            return Err(format!(
+                "{LINK} takes one argument, the calling node's name"
+            ))
+        }
+    }
+    r.read_str()
+        .map_err(|e| format!("{LINK}: the calling node's name is not a string: {e}"))
+}
+
 /// The [`Ask`] in a CALL's arguments.
 pub fn read_ask(args: &[u8]) -> Result<Ask<'_>, String> {
     let bin = one_bin(args)?;
@@ -180,6 +210,7 @@ mod tests {
             9,
             &Ask::Run {
                 session: 5,
+                origin: Some("b0"),
                 command,
             },
         );
@@ -192,8 +223,9 @@ mod tests {
         match read_ask(args).unwrap() {
             Ask::Run {
                 session,
+                origin,
                 command: c,
-            } => assert_eq!((session, c), (5, command)),
+            } => assert_eq!((session, origin, c), (5, Some("b0"), command)),
             other => panic!("{other:?}"),
         }
 

@@ -17,8 +17,11 @@ impl Server {
             let s = &shards.sets[set];
             let opened = match s.primary.as_ref().and_then(|a| resolve(a)) {
                 None => Err(format!("replica set {} has no primary now", s.name)),
-                Some(addr) => OutLink::connect(addr, set, sync, self.poll.registry())
-                    .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
+                Some(addr) => {
+                    let me = Arc::clone(&shards.me);
+                    OutLink::connect(addr, set, sync, me, self.poll.registry())
+                }
+                .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };
             match opened {
                 Ok(l) => shards.sets[set].link = Some(l),
@@ -40,10 +43,16 @@ impl Server {
             },
             other => other,
         };
+        // A session this node runs for another node's client is named as that node names it.
+        let (origin, session) = match self.link_sessions.remote_of(client.sid) {
+            Some((origin, remote)) => (Some(&**origin), remote),
+            None => (None, client.sid),
+        };
         link.send(
             sync,
             &Ask::Run {
-                session: client.sid,
+                session,
+                origin,
                 command: cmd,
             },
         );
@@ -165,12 +174,17 @@ impl Server {
         let Some(mask) = shards.forwarded.remove(&sid) else {
             return;
         };
+        // A session run for another node's client is named as that node names it.
+        let (origin, session) = match self.link_sessions.remote_of(sid) {
+            Some((origin, remote)) => (Some(&**origin), remote),
+            None => (None, sid),
+        };
         for (i, s) in shards.sets.iter_mut().enumerate() {
             if mask & set_bit(i) != 0 {
                 if let Some(link) = &mut s.link {
                     let sync = shards.next_sync;
                     shards.next_sync += 1;
-                    link.send(sync, &Ask::End { session: sid });
+                    link.send(sync, &Ask::End { session, origin });
                 }
             }
         }

@@ -135,6 +135,8 @@ struct Pending {
 pub(crate) struct Shards {
     /// This node's replica set.
     set: String,
+    /// This node's name (it names itself so on its links).
+    me: Arc<str>,
     sets: Vec<SetSlot>,
     /// By engine index: the partition placed there.
     parts: Vec<Option<Part>>,
@@ -170,9 +172,15 @@ pub(crate) struct Shards {
 }
 
 impl Shards {
-    pub fn new(set: String, fence: PlacementFence, validity: std::time::Duration) -> Shards {
+    pub fn new(
+        set: String,
+        me: Arc<str>,
+        fence: PlacementFence,
+        validity: std::time::Duration,
+    ) -> Shards {
         Shards {
             set,
+            me,
             validity,
             held: HashMap::new(),
             sets: Vec::new(),
@@ -492,15 +500,18 @@ impl Server {
         }
     }
 
-    /// Connection `idx` asked to become a link (another node's `tarq.link`).
-    pub(super) fn start_link(&mut self, idx: usize, sync: u64) {
+    /// Connection `idx` asked to become a link (node `origin`'s `tarq.link`).
+    pub(super) fn start_link(&mut self, idx: usize, sync: u64, origin: &str) {
         let out = &mut self.conns[idx].out.out;
         if self.shards.is_none() {
             let msg = "this tarq is no sharded cluster's node (--replica-set)";
             tarq_iproto::response::error(out, sync, super::ER_UNKNOWN, msg);
         } else {
             tarq_iproto::response::ok_empty(out, sync);
-            self.conns[idx].proto = super::conn::Protocol::Link(Box::default());
+            let origin: Arc<str> = Arc::from(origin);
+            self.link_sessions.opened(&origin);
+            let link = crate::frontend::link::LinkConn { origin };
+            self.conns[idx].proto = super::conn::Protocol::Link(Box::new(link));
         }
         super::mark_flush(&mut self.conns, &mut self.flush_list, idx);
     }

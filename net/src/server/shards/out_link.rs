@@ -75,6 +75,8 @@ pub(crate) struct OutLink {
     /// Frames queued before the greeting arrived.
     held: Vec<u8>,
     want_write: bool,
+    /// This node's name, sent in the handshake.
+    me: std::sync::Arc<str>,
 }
 
 impl OutLink {
@@ -83,6 +85,7 @@ impl OutLink {
         addr: SocketAddr,
         slot: usize,
         id: u64,
+        me: std::sync::Arc<str>,
         registry: &Registry,
     ) -> io::Result<OutLink> {
         let mut stream = TcpStream::connect(addr)?;
@@ -98,6 +101,7 @@ impl OutLink {
             wbuf: Vec::new(),
             held: Vec::new(),
             want_write: true,
+            me,
         })
     }
 
@@ -136,7 +140,9 @@ impl OutLink {
                 let scramble = auth::scramble(&g.salt, &cred.password);
                 client::auth(&mut self.wbuf, AUTH_SYNC, &cred.user, &scramble);
             }
-            client::call(&mut self.wbuf, LINK_SYNC, wire::LINK, &[0x90]);
+            let mut args = Vec::new();
+            wire::write_link_args(&mut args, &self.me);
+            client::call(&mut self.wbuf, LINK_SYNC, wire::LINK, &args);
             self.wbuf.append(&mut self.held);
             self.greeted = true;
         }
