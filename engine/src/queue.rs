@@ -4,7 +4,8 @@
 //! towers, the deadline heap, the sessions and their taken lists and the event journal.
 //! Nothing here blocks or reads a clock; deadlines fire only inside `advance`, never as a side
 //! effect of another call. Parked takes are the server's (`tarq-net`). The seed calls (`put`,
-//! `take`, `ack`, ...) work on the tube `default`; the tube calls beside them on any tube.
+//! `take`, `ack`, ...) work on the tube `default`; the tube calls beside them on any tube. A
+//! move's export and import of a tube's tasks are in `moving.rs`, a child of this module.
 
 use std::collections::HashMap;
 
