@@ -16,7 +16,10 @@ mod slots;
 mod tubes;
 
 pub use bytes::Bytes;
-pub use queue::{Queue, MAX_TAKEN_WALK, MAX_TASKS};
+pub use queue::{
+    MovedDedup, MovedTask, Queue, EXPORT_MIN_PROBES, EXPORT_PROBES_PER_TASK, MAX_TAKEN_WALK,
+    MAX_TASKS,
+};
 pub use restoring::{list_key, BulkIds, Restoring};
 pub use room::{Room, RoomWanted};
 pub use tubes::{
@@ -387,7 +390,7 @@ pub enum QueueError {
     /// names no held task by it (a Taken one, one past the last restored).
     #[error("restore order refused: ordinal {ordinal} is no held task, or named twice")]
     RestoreOrderOrdinal { ordinal: u32 },
-    /// Recovery only: `restore` of an id that is already live.
+    /// Recovery, and a move's `import_task`: an id that is already live.
     #[error("task {0} is live already")]
     Duplicate(TaskId),
     #[error("unknown tube type {0:?}")]
@@ -430,12 +433,12 @@ pub enum QueueError {
     /// A put into a tube that has given out all its numbers (`MAX_TASK_NUMBER`).
     #[error("tube {name:?} has given out all its task numbers")]
     TubeNumbersSpent { name: String },
-    /// Recovery only: a task id that packs another tube's index than the tube it is restored
-    /// in, or a number the tube did not give (below its `TubeNumbers::first`).
+    /// Recovery and a move's imports: a task id that packs another tube's index than the tube
+    /// it is restored in, or a number the tube did not give (below its `TubeNumbers::first`).
     #[error("task {id} is not an id of tube {tube}")]
     IdNotOfTube { id: TaskId, tube: TubeIx },
-    /// Recovery only: a tube's numbering that cannot be: `first` other than the tube's own, or
-    /// above 0 in `default` or beside a `legacy_below` mark.
+    /// Recovery and a move's `import_numbers`: a tube's numbering that cannot be: `first`
+    /// other than the tube's own, or above 0 in `default` or beside a `legacy_below` mark.
     #[error("tube {tube} cannot number its tasks from {first}")]
     TubeNumbering { tube: TubeIx, first: u64 },
 }
@@ -533,10 +536,16 @@ pub enum Event {
         tube: TubeIx,
     },
     /// A put recorded a dedup key: read it with `dedup_entry(tube, seq)` (absent if it
-    /// expired within the same turn).
+    /// expired within the same turn). Also `import_dedup`'s key, moved in from another node.
     DedupRecorded {
         tube: TubeIx,
         seq: u64,
+    },
+    /// `import_task`: a task moved in from another node, in whatever status it had there (a
+    /// Taken one held by the session the import named). Read it with `get(id)` to log it
+    /// whole, as a put is: its status, delivery count, utube key and counters are part of it.
+    Imported {
+        id: TaskId,
     },
 }
 

@@ -4,9 +4,16 @@
 //! towers, the deadline heap, the sessions and their taken lists and the event journal.
 //! Nothing here blocks or reads a clock; deadlines fire only inside `advance`, never as a side
 //! effect of another call. Parked takes are the server's (`tarq-net`). The seed calls (`put`,
-//! `take`, `ack`, ...) work on the tube `default`; the tube calls beside them on any tube.
+//! `take`, `ack`, ...) work on the tube `default`; the tube calls beside them on any tube. A
+//! move's export and import of a tube's tasks are in `moving.rs`, a child of this module.
 
 use std::collections::HashMap;
+
+// A child of this module, so the move's export and import reach the queue's own structures
+// as its other transitions do, in a file of their own.
+#[path = "moving.rs"]
+mod moving;
+pub use moving::{MovedDedup, MovedTask, EXPORT_MIN_PROBES, EXPORT_PROBES_PER_TASK};
 
 use crate::heap::{DeadlineHeap, Entry, Kind};
 use crate::index::{hash_id, IdIndex, MAX_KEY};
@@ -1065,21 +1072,48 @@ impl Queue {
         bulk: Option<&mut Bulk>,
     ) -> Result<(), QueueError> {
         self.live_tube(tube)?;
-        let owner = self.numbering_of(tube, task.id)?;
-        // Every live id is below its tube's next number, so a higher one needs no lookup: a
-        // snapshot of a queue filled in order restores in id order, and skips a probe per task.
         let vouched = bulk.as_ref().is_some_and(|b| b.ids == BulkIds::Distinct);
-        if id_number(task.id) < self.tube(owner).numbers.next
-            && !vouched
-            && self.find(task.id).is_some()
-        {
-            return Err(QueueError::Duplicate(task.id));
-        }
+        let owner = self.check_restorable(tube, task.id, vouched)?;
         // What was accepted once is restored whatever `max_tasks` says now, up to what the
         // index can address.
         if self.slots.len() >= MAX_TASKS {
             return Err(QueueError::TooManyTasks { max: MAX_TASKS });
         }
+        let (status, runat) = (task.status, task.runat);
+        let k = self.insert_restored(tube, owner, task, utube, deliveries);
+        self.enter_restored(k, status, runat, bulk);
+        Ok(())
+    }
+
+    /// Whether task `id` may be restored (or imported) into live `tube`: an id of the tube's
+    /// numbering (`numbering_of`, whose tube it returns) that no live task has. `vouched`: the
+    /// caller knows it is new, and no lookup is made.
+    fn check_restorable(
+        &self,
+        tube: TubeIx,
+        id: TaskId,
+        vouched: bool,
+    ) -> Result<TubeIx, QueueError> {
+        let owner = self.numbering_of(tube, id)?;
+        // Every live id is below its tube's next number, so a higher one needs no lookup: a
+        // snapshot of a queue filled in order restores in id order, and skips a probe per task.
+        if id_number(id) < self.tube(owner).numbers.next && !vouched && self.find(id).is_some() {
+            return Err(QueueError::Duplicate(id));
+        }
+        Ok(owner)
+    }
+
+    /// Adds a task `check_restorable` accepted (its numbering `owner`) to `tube`'s arena and
+    /// index, in no list yet, with its utube key interned and its delivery count; the
+    /// numbering rises past its id. Returns its slot for the caller to list.
+    fn insert_restored(
+        &mut self,
+        tube: TubeIx,
+        owner: TubeIx,
+        task: RestoredTask<impl PutPayload>,
+        utube: Option<&[u8]>,
+        deliveries: u16,
+    ) -> u32 {
         self.count_restored_id(tube, owner, task.id);
         let utube = match self.tube_mut(tube).utubes.as_mut() {
             Some(u) => u.intern(utube.unwrap_or_default()),
@@ -1100,8 +1134,7 @@ impl Queue {
             task.data,
         );
         self.slots[k as usize].deliveries = deliveries;
-        self.enter_restored(k, task.status, task.runat, bulk);
-        Ok(())
+        k
     }
 
     /// Asks the CPU for the id index's line where `id` is looked up and entered: a loader

@@ -86,8 +86,10 @@ pub fn id_tube(id: TaskId) -> Option<TubeIx> {
 /// How a tube numbers its tasks. A number is never given twice at a tube index, across all
 /// the tubes it ever holds (deleting the newest task does not give its number back, unlike the
 /// original's `max + 1`; a tube created at a dropped one's index numbers on from it), so no
-/// id is ever given twice.
+/// id is ever given twice. Serializable for a move of a tube's tasks to another node, which
+/// carries the numbering with them (`Queue::import_numbers`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TubeNumbers {
     /// The number the next put gets (packed in its id): `first` in a new tube (1 in
     /// `default`, whose seed ids start at 1).
@@ -311,6 +313,14 @@ impl Utubes {
         self.by_key
             .insert_unique(h, u, |&j| hash_bytes(&list[j as usize].key));
         u
+    }
+
+    /// The index of `key` if a live task holds it (nothing is interned).
+    pub fn find(&self, key: &[u8]) -> Option<u32> {
+        let list = &self.list;
+        (self.by_key)
+            .find(hash_bytes(key), |&u| &*list[u as usize].key == key)
+            .copied()
     }
 
     /// One task fewer holds utube `u`; forgets the key at none.

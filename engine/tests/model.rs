@@ -1592,6 +1592,159 @@ fn run(ops: &[Op]) {
         }
         compare(&mut q, &mut m, step, op);
     }
+    moved_copy_matches(q, now);
+}
+
+/// Page size of the move's export in the property test: small, so a tube takes many pages.
+const MOVE_PAGE: usize = 3;
+
+/// A move of every tube of `q` into a fresh queue (`export_tube` / `import_task`, the dedup
+/// keys and the numbering) makes a copy that no call tells from the original: every task's
+/// view and TTR deadline, each tube's counts by status, urgent count, first task of each
+/// status and lists, its numbering and dedup keys, the next deadline and each session's
+/// soonest TTR; then the same deadlines fire in the same order, and takes return the same
+/// tasks in the same order. Sessions keep their numbers (the importer's map is the identity).
+fn moved_copy_matches(mut q: Queue, now: Micros) {
+    q.drain_events().for_each(drop);
+    let mut c = Queue::new();
+    c.set_journal(true);
+    let mut keys = 0;
+    let tubes: Vec<_> = q
+        .tubes()
+        .map(|t| (t.ix, t.name.to_owned(), t.kind, t.opts, t.numbers))
+        .collect();
+    for (ix, name, kind, opts, numbers) in &tubes {
+        if *ix != 0 {
+            let made = c.create_tube_at(*ix, name, *kind, *opts, numbers.first);
+            assert_eq!(made, Ok(true), "tube {ix} made at its index");
+        }
+        c.import_numbers(*ix, *numbers).expect("same first");
+        let mut after = None;
+        loop {
+            let page = q.export_tube(*ix, after, MOVE_PAGE).expect("live tube");
+            assert!(page.len() <= MOVE_PAGE);
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            for t in page {
+                assert_eq!(t.owner.is_some(), t.status == Status::Taken);
+                let id = t.id;
+                let owner = t.owner.unwrap_or(0);
+                c.import_task(*ix, t.clone(), owner)
+                    .unwrap_or_else(|e| panic!("import of {id}: {e}"));
+                assert_eq!(
+                    c.import_task(*ix, t, owner),
+                    Err(QueueError::Duplicate(id)),
+                    "an import sent twice"
+                );
+                c.check_invariants();
+            }
+        }
+        let mut after = None;
+        loop {
+            let page = q.export_dedup(*ix, after, 2).expect("live tube");
+            let Some(last) = page.last() else { break };
+            after = Some(last.seq);
+            for d in page {
+                c.import_dedup(*ix, d).expect("dedup key");
+                keys += 1;
+            }
+        }
+    }
+    let events: Vec<Event> = c.drain_events().collect();
+    let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(e)).count();
+    assert_eq!(
+        count(|e| matches!(e, Event::Imported { .. })),
+        q.len(),
+        "one Imported event a task"
+    );
+    assert_eq!(
+        count(|e| matches!(e, Event::DedupRecorded { .. })),
+        keys,
+        "one DedupRecorded event a key"
+    );
+    c.check_invariants();
+    assert_eq!(c.len(), q.len());
+    for t in q.iter() {
+        assert_eq!(c.get(t.id), Some(t), "task {} moved", t.id);
+        assert_eq!(
+            c.ttr_deadline(t.id),
+            q.ttr_deadline(t.id),
+            "TTR of {}",
+            t.id
+        );
+    }
+    for (ix, ..) in &tubes {
+        let (a, b) = (q.tube_stats(*ix).unwrap(), c.tube_stats(*ix).unwrap());
+        let counts = |s: Stats| (s.total, s.ready, s.taken, s.waiting, s.buried);
+        assert_eq!(counts(b), counts(a), "tube {ix}: counts by status");
+        assert_eq!(
+            b.puts + b.takes + b.acks,
+            0,
+            "tube {ix}: an import counts no operation"
+        );
+        assert_eq!(c.ready_urgent(*ix), q.ready_urgent(*ix));
+        assert_eq!(c.can_take(*ix), q.can_take(*ix), "tube {ix}: can_take");
+        assert_eq!(
+            c.tube_numbers(*ix),
+            q.tube_numbers(*ix),
+            "tube {ix}: numbering"
+        );
+        let keys = |q: &Queue| -> Vec<(Vec<u8>, TaskId, Micros)> {
+            q.dedup_entries(*ix)
+                .map(|(k, id, e)| (k.to_vec(), id, e))
+                .collect()
+        };
+        assert_eq!(keys(&c), keys(&q), "tube {ix}: dedup keys");
+        for status in [
+            Status::Ready,
+            Status::Waiting,
+            Status::Buried,
+            Status::Taken,
+        ] {
+            assert_eq!(
+                c.peek_first(*ix, status),
+                q.peek_first(*ix, status),
+                "tube {ix}: first {status:?}"
+            );
+            let ids = |q: &Queue| -> Vec<TaskId> {
+                let mut ids: Vec<TaskId> = (q.list(*ix, status, None, usize::MAX).unwrap().iter())
+                    .map(|t| t.id)
+                    .collect();
+                // A session's take order is not carried: the copy's is id order.
+                if status == Status::Taken {
+                    ids.sort_unstable();
+                }
+                ids
+            };
+            assert_eq!(ids(&c), ids(&q), "tube {ix}: {status:?} list");
+        }
+    }
+    assert_eq!(c.next_deadline(), q.next_deadline(), "next deadline");
+    for sid in 0..=SESSIONS {
+        assert_eq!(c.soonest_ttr(sid), q.soonest_ttr(sid), "session {sid}");
+    }
+    // What they do from here on: the same deadlines fire in the same order, then takes
+    // return the same tasks.
+    let mut at = now;
+    for _ in 0..8 {
+        at += 40;
+        let (a, b) = (q.advance(at, 5), c.advance(at, 5));
+        assert_eq!(b, a, "advance to {at}");
+        let (ea, eb): (Vec<Event>, Vec<Event>) =
+            (q.drain_events().collect(), c.drain_events().collect());
+        assert_eq!(eb, ea, "events of the advance to {at}");
+    }
+    for (ix, ..) in &tubes {
+        loop {
+            let a = q.take_from(at, *ix, SESSIONS + 1).unwrap().map(|t| t.id);
+            let b = c.take_from(at, *ix, SESSIONS + 1).unwrap().map(|t| t.id);
+            assert_eq!(b, a, "tube {ix}: take order");
+            if a.is_none() {
+                break;
+            }
+        }
+    }
+    c.check_invariants();
 }
 
 fn config() -> ProptestConfig {

@@ -19,6 +19,9 @@
 //! Every integer is little-endian. A `Commit` record closes the records of one loop turn:
 //! recovery applies a turn whole or not at all.
 //!
+//! A task moved in from another node (`tarq_engine::Queue::import_task`) needs no record kind
+//! of its own: a `Put` holds a task whole in any status, and replays as one.
+//!
 //! Versions: 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
 //! `tarq_engine::task_id`) adds to a tube's entry (snapshot table, `TubeCreate` record) its
 //! next number, its `legacy_below` mark and its `first` number (where the numbers of its
@@ -111,7 +114,9 @@ pub const INPROGRESS_SUFFIX: &str = ".inprogress";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// A new task, whole.
+    /// A new task, whole, in any status: a put (taken already if it was within its turn), or
+    /// a task moved in from another node (`Event::Imported`), Taken, Waiting or Buried as it
+    /// was there.
     Put = 1,
     /// A task's status (and, from version 2, its delivery count).
     Status = 2,

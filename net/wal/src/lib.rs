@@ -589,7 +589,8 @@ impl Wal {
             | Event::DeadLettered { id }
             | Event::Kicked { id }
             | Event::Deleted { id }
-            | Event::Updated { id } => id,
+            | Event::Updated { id }
+            | Event::Imported { id } => id,
             Event::TubeCreated { .. }
             | Event::TubeDropped { .. }
             | Event::TubeTruncated { .. }
@@ -611,13 +612,19 @@ impl Wal {
         let deliveries = task.map_or(0, |t| t.deliveries);
         let counts = task.map_or_else(JobCounts::default, |t| t.counts);
         match ev {
-            Event::Put { id } | Event::Updated { id } => match task {
+            // A task moved in from another node is logged as a put of it whole: a `Put`
+            // record carries any status (a put taken in its own turn is logged Taken) with
+            // the delivery count, utube key and counters, and replays through `restore_in`
+            // as recovery restores every task, a Taken one as the other Taken ones. No record
+            // kind of its own, so the format keeps its version: older builds of version 4,
+            // a replica among them, read it.
+            Event::Put { id } | Event::Imported { id } | Event::Updated { id } => match task {
                 Some(t) => {
                     self.open_needs_durability = true;
-                    let kind = if matches!(ev, Event::Put { .. }) {
-                        Kind::Put
-                    } else {
+                    let kind = if matches!(ev, Event::Updated { .. }) {
                         Kind::Replace
+                    } else {
+                        Kind::Put
                     };
                     let shared = if t.data.len() >= SHARED_RECORD_BYTES {
                         queue.shared_payload(id)
@@ -639,8 +646,9 @@ impl Wal {
                         (Ok(()), None) => {}
                     }
                 }
-                // Put and removed within this turn: no task to log, only its number.
-                None if matches!(ev, Event::Put { .. }) => {
+                // Put (or imported) and removed within this turn: no task to log, only its
+                // number, which this node's tube has counted past.
+                None if matches!(ev, Event::Put { .. } | Event::Imported { .. }) => {
                     self.vanished.push(id);
                     self.spent_record(id);
                 }
