@@ -163,6 +163,13 @@ pub(crate) enum Change {
         partition: u16,
         set: String,
     },
+    Move {
+        tube: String,
+        partition: u16,
+        from: String,
+        to: String,
+        first: u64,
+    },
 }
 
 /// The loop's handle on the election thread. Dropping it stops the thread; a leader resigns
@@ -297,6 +304,29 @@ impl Cluster {
                 set,
             },
         );
+    }
+
+    /// Asks to give partition `partition` of `tube` to replica set `to` if `from` owns it
+    /// (a move's commit point: its tasks were copied), numbering from `first` at least there.
+    /// Answered by `PlacementDone` with the tube as placed now, or `Err(Moved)` when `from`
+    /// does not own it (any more).
+    pub fn move_partition(
+        &self,
+        token: u64,
+        tube: &str,
+        partition: u16,
+        from: &str,
+        to: &str,
+        first: u64,
+    ) {
+        let change = Change::Move {
+            tube: tube.into(),
+            partition,
+            from: from.into(),
+            to: to.into(),
+            first,
+        };
+        self.change(token, change);
     }
 
     fn change(&self, token: u64, change: Change) {

@@ -239,6 +239,13 @@ impl Node {
                 partition,
                 set,
             } => placement::place(c, &cluster, tube, *partition, set, b),
+            Change::Move {
+                tube,
+                partition,
+                from,
+                to,
+                first,
+            } => placement::move_partition(c, &cluster, tube, *partition, from, to, *first, b),
         });
         let result = match outcome {
             Ok(result) => result,

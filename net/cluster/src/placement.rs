@@ -229,6 +229,12 @@ pub enum PlacementError {
     IndexZeroTaken(String),
     #[error("the placement changed under {attempts} attempts in a row; try again")]
     Conflict { attempts: usize },
+    #[error("partition {partition} of tube {tube:?} is owned by replica set {owner:?} now")]
+    Moved {
+        tube: String,
+        partition: u16,
+        owner: String,
+    },
     #[error("etcd: {0}")]
     Etcd(String),
 }
@@ -731,6 +737,45 @@ pub fn place_from(
         Ok(Plan::Write {
             ops: vec![put_json(tube_key(cluster, tube), &t)],
             what: format!("place {tube} partition {partition} on {set}"),
+            outcome: t,
+        })
+    })
+}
+
+/// [`place_from`] if replica set `from` owns the partition now: a move's commit, which must
+/// not take a partition from an owner that is not the one whose tasks were copied.
+#[allow(clippy::too_many_arguments)]
+pub fn move_partition(
+    client: &mut Client,
+    cluster: &str,
+    tube: &str,
+    partition: u16,
+    from: &str,
+    to: &str,
+    first: u64,
+    budget: Duration,
+) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
+    change(client, cluster, budget, |map| {
+        let owner = map.placement.owner(tube, partition).map(str::to_owned);
+        match owner {
+            Some(o) if o == from => {}
+            Some(o) if o == to => {
+                // Committed already (an attempt whose answer was lost): as it stands.
+                return Ok(Plan::Done(map.placement.tubes[tube].clone()));
+            }
+            Some(owner) => {
+                return Err(PlacementError::Moved {
+                    tube: tube.into(),
+                    partition,
+                    owner,
+                })
+            }
+            None => {}
+        }
+        let t = plan_place_from(map, tube, partition, to, first)?;
+        Ok(Plan::Write {
+            ops: vec![put_json(tube_key(cluster, tube), &t)],
+            what: format!("move {tube} partition {partition} from {from} to {to}"),
             outcome: t,
         })
     })

@@ -175,6 +175,15 @@ pub enum Command<'a> {
     Watch {
         tube: TubeIx,
     },
+    /// Move partition `partition` of tube `tube` to replica set `to` with its tasks (a sharded
+    /// cluster's; run by the primary of the set that owns it, answered with a report once the
+    /// move committed or was given up).
+    #[serde(skip)]
+    Move {
+        tube: &'a str,
+        partition: u16,
+        to: &'a str,
+    },
     /// Whether `tube` may be dropped now: `Count` of the next number it would give (a
     /// sharded cluster records it, so a tube placed later at its index never gives an id
     /// twice), or why not (a task taken, a take waiting). Changes nothing.
@@ -201,6 +210,7 @@ impl Command<'_> {
                 | Command::TouchTtr { .. }
                 | Command::Watch { .. }
                 | Command::DropCheck { .. }
+                | Command::Move { .. }
         )
     }
 

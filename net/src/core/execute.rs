@@ -471,6 +471,10 @@ impl<R: Copy> Core<R> {
                 self.pauses.pause(tube, pause);
                 (Outcome::Ok, None)
             }
+            Command::Move { .. } => {
+                let why = "moving a partition needs a sharded cluster (--replica-set)".into();
+                (Outcome::Error(Refusal::Shards(why)), None)
+            }
             Command::Snapshot => match self.journal.snapshot() {
                 None => (Outcome::Error(Refusal::NoSnapshots), None),
                 Some(Ok(text)) => (Outcome::Text(text), None),
@@ -618,6 +622,10 @@ impl<R: Copy> Core<R> {
     /// Hands ready tasks of `tube` to its parked takes, oldest waiter first, and room in it to
     /// its waiting puts.
     pub fn serve_parked(&mut self, tube: TubeIx, host: &mut impl Host<R>) {
+        if self.pauses.frozen(tube) {
+            // Being moved: nothing enters or leaves until the move ends.
+            return;
+        }
         self.serve_waiting_puts(tube, host);
         if self.pauses.paused(tube, self.mono) {
             return;

@@ -17,12 +17,15 @@ pub struct Pause {
 pub struct Pauses {
     /// Pauses in force (or over and not yet ended by [`Pauses::end_due`]), by tube.
     list: Vec<(TubeIx, Pause)>,
+    /// Tubes held without end while a sharded cluster moves them to another node: nothing
+    /// is taken from them, and no waiting put enters, until they are thawed (or dropped).
+    frozen: Vec<TubeIx>,
 }
 
 impl Pauses {
     /// Pauses `tube` until `until` (replacing a pause it had).
     pub fn pause(&mut self, tube: TubeIx, pause: Pause) {
-        self.forget(tube);
+        self.list.retain(|(t, _)| *t != tube);
         self.list.push((tube, pause));
     }
 
@@ -31,10 +34,28 @@ impl Pauses {
         self.list.iter().find(|(t, _)| *t == tube).map(|&(_, p)| p)
     }
 
-    /// Whether `tube` is paused at `now`.
+    /// Whether `tube` is paused at `now` (or frozen).
     #[inline]
     pub fn paused(&self, tube: TubeIx, now: Micros) -> bool {
-        !self.list.is_empty() && self.of(tube).is_some_and(|p| p.until > now)
+        (!self.list.is_empty() && self.of(tube).is_some_and(|p| p.until > now))
+            || (!self.frozen.is_empty() && self.frozen(tube))
+    }
+
+    /// Holds `tube` until [`thaw`](Self::thaw): a move is copying it.
+    pub fn freeze(&mut self, tube: TubeIx) {
+        if !self.frozen(tube) {
+            self.frozen.push(tube);
+        }
+    }
+
+    /// Ends `tube`'s hold.
+    pub fn thaw(&mut self, tube: TubeIx) {
+        self.frozen.retain(|&t| t != tube);
+    }
+
+    /// Whether `tube` is held for a move.
+    pub fn frozen(&self, tube: TubeIx) -> bool {
+        self.frozen.contains(&tube)
     }
 
     /// The earliest end of a pause.
@@ -56,6 +77,7 @@ impl Pauses {
     /// A dropped tube's pause goes with it.
     pub fn forget(&mut self, tube: TubeIx) {
         self.list.retain(|(t, _)| *t != tube);
+        self.thaw(tube);
     }
 }
 

@@ -152,12 +152,24 @@ pub trait Loop {
     fn start_link(&mut self, idx: usize, sync: u64, origin: &str);
     /// Other nodes' clients' sessions run here.
     fn link_sessions(&mut self) -> &mut link::LinkSessions;
+    /// A step of a partition moving here from link `idx`'s node (`Ask::MoveIn`, `MoveTasks`,
+    /// `MoveDone`), answered through `reply`.
+    fn move_step(&mut self, idx: usize, reply: ReplyTo, step: link::wire::Ask<'_>);
     /// Link `idx`'s own state (`None` unless it is a link).
     fn link_conn(&mut self, idx: usize) -> Option<&mut link::LinkConn>;
     /// A new engine session (for a forwarding node's session).
     fn new_session(&mut self) -> SessionId;
     /// [`dispatch`](Self::dispatch) for session `sid` of connection `idx` (a link's).
-    fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>);
+    /// A command another node relayed already (`may_relay` false) is run or refused here,
+    /// never relayed again.
+    fn dispatch_as(
+        &mut self,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        cmd: Command<'_>,
+        may_relay: bool,
+    );
     /// The HTTP front-end's server-wide counts.
     fn http(&mut self) -> &mut http::HttpState;
     /// Connection `idx`'s HTTP state (`None` unless it is an HTTP connection).

@@ -454,7 +454,32 @@ impl Server {
                     (s("tubes"), Value::Array(tubes)),
                 ]),
             ),
+            (s("moves"), self.move_fields()),
         ]
+    }
+
+    /// The moves this node ran as a partition's owner: the one in progress (its tasks sent
+    /// so far), and the ones done.
+    fn move_fields(&self) -> Value {
+        let s = |v: &str| Value::from(v);
+        let Some((now, f)) = self.shards.as_ref().map(|sh| sh.move_figures()) else {
+            return Value::Nil;
+        };
+        let in_progress = now.map_or(Value::Nil, |(tube, partition, to, tasks)| {
+            Value::Map(vec![
+                (s("tube"), s(&tube)),
+                (s("partition"), u64::from(partition).into()),
+                (s("to"), s(&to)),
+                (s("tasks"), tasks.into()),
+            ])
+        });
+        Value::Map(vec![
+            (s("in_progress"), in_progress),
+            (s("committed"), f.committed.into()),
+            (s("given_up"), f.given_up.into()),
+            (s("tasks_moved"), f.tasks_moved.into()),
+            (s("last_ms"), f.last_ms.map_or(Value::Nil, Value::from)),
+        ])
     }
 }
 

@@ -13,7 +13,7 @@ use crate::config::Config;
 use tarq_iproto::auth::SCRAMBLE_LEN;
 use tarq_iproto::greeting::SALT_LEN;
 
-use crate::core::{Caller, Command, Outcome, Pauses, Refusal};
+use crate::core::{Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
 use crate::frontend::http::{HttpConn, HttpState};
 use crate::frontend::iproto::IprotoState;
@@ -199,6 +199,15 @@ impl frontend::Loop for Server {
         &mut self.link_sessions
     }
 
+    fn move_step(
+        &mut self,
+        idx: usize,
+        reply: ReplyTo,
+        step: crate::frontend::link::wire::Ask<'_>,
+    ) {
+        Server::move_step(self, idx, reply, step);
+    }
+
     fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {
         self.conns.get_mut(idx).and_then(|c| c.link_mut())
     }
@@ -207,13 +216,15 @@ impl frontend::Loop for Server {
         Server::new_session(self)
     }
 
-    fn dispatch_as(&mut self, idx: usize, sid: SessionId, reply: ReplyTo, cmd: Command<'_>) {
-        // A forwarded command runs here or is refused: it is never forwarded again.
-        if let Some(why) = self.shards.as_ref().and_then(|s| s.refuse_forwarded(&cmd)) {
-            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
-        }
-        let caller = Caller::new(idx, self.conns[idx].gen, sid);
-        self.execute_as(caller, reply, cmd);
+    fn dispatch_as(
+        &mut self,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        cmd: Command<'_>,
+        may_relay: bool,
+    ) {
+        self.dispatch_forwarded(idx, sid, reply, cmd, may_relay);
     }
 
     fn http(&mut self) -> &mut HttpState {

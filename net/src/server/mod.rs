@@ -940,6 +940,7 @@ impl Server {
             // Watches answered while the turn served others' calls, and waits that ran out.
             self.take_routed();
             self.expire_waiters();
+            self.check_unanswered_move();
         }
         if self.http.listener.is_some() {
             self.live_tick();

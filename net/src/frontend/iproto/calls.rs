@@ -21,6 +21,8 @@ pub const STATS: &str = "queue.stats";
 pub const CLUSTER: &str = "queue.cluster";
 /// Reserved for durability: answered by the journal, or "not defined" without one.
 pub const SNAPSHOT: &str = "queue.snapshot";
+/// A sharded cluster's move of a partition: `tarq.move(tube, partition, replica_set)`.
+pub const MOVE: &str = "tarq.move";
 
 /// A decoded call. `data` borrows the payload's raw bytes from the request.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +44,11 @@ pub enum Call<'a> {
     },
     Stats,
     Snapshot,
+    Move {
+        tube: &'a str,
+        partition: u16,
+        to: &'a str,
+    },
 }
 
 /// Why a call was refused before reaching the queue.
@@ -122,6 +129,23 @@ pub fn parse<'a>(function: &str, args: &'a [u8]) -> Result<Call<'a>, CallError> 
         }
         STATS => Ok(Call::Stats),
         SNAPSHOT => Ok(Call::Snapshot),
+        MOVE => {
+            if n != 3 {
+                return Err(bad(format!(
+                    "{MOVE} takes (tube, partition, replica_set), got {n} arguments"
+                )));
+            }
+            let tube = r.read_str().map_err(|e| mp("tube name", e))?;
+            let partition = r.read_uint().map_err(|e| mp("partition", e))?;
+            let partition = u16::try_from(partition)
+                .map_err(|_| bad(format!("partition {partition} is out of range")))?;
+            let to = r.read_str().map_err(|e| mp("replica set", e))?;
+            Ok(Call::Move {
+                tube,
+                partition,
+                to,
+            })
+        }
         other => Err(CallError::NoSuchProc(other.to_string())),
     }
 }

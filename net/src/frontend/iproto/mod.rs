@@ -266,6 +266,15 @@ impl<L: Loop> Iproto<'_, L> {
                 },
             },
             Call::Snapshot => Command::Snapshot,
+            Call::Move {
+                tube,
+                partition,
+                to,
+            } => Command::Move {
+                tube,
+                partition,
+                to,
+            },
             Call::Stats => return self.answer_stats(idx, reply),
         };
         self.l.dispatch(idx, ReplyTo::Iproto(reply), cmd);

@@ -141,8 +141,10 @@ impl<L: Loop> Link<'_, L> {
                 origin,
                 command,
             }) => {
+                // A call naming another origin was relayed once already.
+                let may_relay = origin.is_none();
                 let origin = origin.map_or(link_origin, Arc::from);
-                self.run(idx, reply, &origin, session, command)
+                self.run(idx, reply, &origin, session, command, may_relay)
             }
             Ok(Ask::End { session, origin }) => {
                 let origin = origin.map_or(link_origin, Arc::from);
@@ -151,6 +153,9 @@ impl<L: Loop> Link<'_, L> {
                     self.l.link_sessions().forget(sid);
                 }
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
+            }
+            Ok(step @ (Ask::MoveIn { .. } | Ask::MoveTasks { .. } | Ask::MoveDone { .. })) => {
+                self.l.move_step(idx, ReplyTo::Link(reply), step)
             }
             Err(e) => {
                 let code = tarq_iproto::codes::ER_ILLEGAL_PARAMS;
@@ -166,6 +171,7 @@ impl<L: Loop> Link<'_, L> {
         origin: &Arc<str>,
         session: u64,
         command: Command<'_>,
+        may_relay: bool,
     ) {
         // A pause travels as the time it has left: from now on, on this node's clock.
         let command = match command {
@@ -186,6 +192,7 @@ impl<L: Loop> Link<'_, L> {
                 sid
             }
         };
-        self.l.dispatch_as(idx, sid, ReplyTo::Link(reply), command);
+        self.l
+            .dispatch_as(idx, sid, ReplyTo::Link(reply), command, may_relay);
     }
 }

@@ -7,7 +7,9 @@
 use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
-use tarq_engine::{Stats, TaskId, TaskRef};
+use tarq_engine::{
+    MovedDedup, MovedTask, Stats, TaskId, TaskRef, TubeNumbers, TubeOptions, TubeType,
+};
 
 use crate::core::{Command, Outcome, Refusal, TaskFigures};
 
@@ -35,6 +37,35 @@ pub enum Ask<'a> {
         session: u64,
         #[serde(borrow)]
         origin: Option<&'a str>,
+    },
+    /// A move's first step, from a partition's owner to the primary of replica set `to`:
+    /// hold partition `index` of tube `name` (made as the owner has it, numbering on from
+    /// `numbers`), empty, for the pages that follow.
+    MoveIn {
+        index: u16,
+        #[serde(borrow)]
+        name: &'a str,
+        kind: TubeType,
+        opts: TubeOptions,
+        numbers: TubeNumbers,
+        #[serde(borrow)]
+        to: &'a str,
+    },
+    /// A page of the moving partition: its tasks, each Taken one's holder (a session named
+    /// as [`Ask::Run`] names one), and its dedup keys. Answered `Count` once durable.
+    MoveTasks {
+        index: u16,
+        tasks: Vec<MovedTask>,
+        holders: Vec<Option<(Option<String>, u64)>>,
+        dedup: Vec<MovedDedup>,
+    },
+    /// The move's end: committed (the new owner serves the partition from now on, before
+    /// its own view of the placement — newer than `epoch` — says so), or not (it drops its
+    /// copy).
+    MoveDone {
+        index: u16,
+        committed: bool,
+        epoch: i64,
     },
 }
 

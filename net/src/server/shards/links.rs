@@ -8,8 +8,44 @@ impl Server {
     /// Sends `cmd` to the primary of set `set` for `client`; its answer goes where `then`
     /// says, a failure to send it too (a watch's failure is no answer to its client's take).
     pub(super) fn forward(&mut self, set: usize, client: Client, cmd: Command<'_>, then: Then) {
+        // A pause travels as the time it has left: the owner's clock is its own.
+        let cmd = match cmd {
+            Command::Pause { tube, pause } => Command::Pause {
+                tube,
+                pause: Pause {
+                    until: pause.until.saturating_sub(self.mono),
+                    ..pause
+                },
+            },
+            other => other,
+        };
+        // A session this node runs for another node's client is named as that node names it.
+        let remote = self.link_sessions.remote_of(client.sid);
+        let origin: Option<Arc<str>> = remote.map(|(o, _)| Arc::clone(o));
+        let session = remote.map_or(client.sid, |(_, r)| r);
+        let ask = Ask::Run {
+            session,
+            origin: origin.as_deref(),
+            command: cmd,
+        };
+        if self.send_ask(set, client, &ask, then) {
+            if let Some(shards) = self.shards.as_mut() {
+                *shards.forwarded.entry(client.sid).or_default() |= set_bit(set);
+            }
+        }
+    }
+
+    /// Sends `ask` to the primary of set `set` for `client`; its answer goes where `then` says
+    /// (a failure to send it too). False when it could not be sent.
+    pub(super) fn send_ask(
+        &mut self,
+        set: usize,
+        client: Client,
+        ask: &Ask<'_>,
+        then: Then,
+    ) -> bool {
         let Some(shards) = self.shards.as_mut() else {
-            return;
+            return false;
         };
         let sync = shards.next_sync;
         shards.next_sync += 1;
@@ -27,37 +63,15 @@ impl Server {
                 Ok(l) => shards.sets[set].link = Some(l),
                 Err(why) => {
                     shards.pending.insert(sync, Pending { set, client, then });
-                    return self.on_answer(sync, Err(why));
+                    self.on_answer(sync, Err(why));
+                    return false;
                 }
             }
         }
         let link = shards.sets[set].link.as_mut().expect("opened above");
-        // A pause travels as the time it has left: the owner's clock is its own.
-        let cmd = match cmd {
-            Command::Pause { tube, pause } => Command::Pause {
-                tube,
-                pause: Pause {
-                    until: pause.until.saturating_sub(self.mono),
-                    ..pause
-                },
-            },
-            other => other,
-        };
-        // A session this node runs for another node's client is named as that node names it.
-        let (origin, session) = match self.link_sessions.remote_of(client.sid) {
-            Some((origin, remote)) => (Some(&**origin), remote),
-            None => (None, client.sid),
-        };
-        link.send(
-            sync,
-            &Ask::Run {
-                session,
-                origin,
-                command: cmd,
-            },
-        );
-        *shards.forwarded.entry(client.sid).or_default() |= set_bit(set);
+        link.send(sync, ask);
         shards.pending.insert(sync, Pending { set, client, then });
+        true
     }
 
     /// A link's socket is ready.
@@ -157,6 +171,8 @@ impl Server {
                 Outcome::Full if !plan.left.is_empty() => self.put_next(p.client, plan),
                 other => self.answer(p.client, &other),
             },
+            Then::Move => self.move_answered(&outcome),
+            Then::Ignore => {}
             Then::Peek { status, left } => match outcome {
                 Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_)) => {
                     self.peek_next(p.client, status, left)

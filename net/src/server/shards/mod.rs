@@ -19,6 +19,7 @@
 mod drop;
 mod gather;
 mod links;
+mod moving;
 mod out_link;
 mod route;
 mod waits;
@@ -123,6 +124,10 @@ enum Then {
         status: tarq_engine::Status,
         left: Vec<TubeIx>,
     },
+    /// A step of the move this node runs, answered by the new owner.
+    Move,
+    /// Nothing waits for the answer (a move's last word).
+    Ignore,
 }
 
 struct Pending {
@@ -169,6 +174,14 @@ pub(crate) struct Shards {
     deadlines: BinaryHeap<Reverse<(Micros, u64)>>,
     /// Partitions led elsewhere that this node watches now.
     watching: HashSet<TubeIx>,
+    /// The move this node runs as a partition's owner, if any.
+    moving: Option<moving::Move>,
+    /// Partitions being copied here, by index.
+    incoming: HashMap<TubeIx, moving::Incoming>,
+    /// Partitions handed over to this node's set by a move, with the placement epoch the move
+    /// began at: served here before this node's view of the placement says so.
+    adopted: HashMap<TubeIx, i64>,
+    move_figures: moving::MoveFigures,
 }
 
 impl Shards {
@@ -202,6 +215,10 @@ impl Shards {
             next_waiter: 0,
             deadlines: BinaryHeap::new(),
             watching: HashSet::new(),
+            moving: None,
+            incoming: HashMap::new(),
+            adopted: HashMap::new(),
+            move_figures: moving::MoveFigures::default(),
         }
     }
 
@@ -252,12 +269,17 @@ impl Shards {
         let mine = self.sets.iter().position(|s| s.name == self.set);
         for (ix, p) in self.parts.iter().enumerate() {
             let was = before.get(ix).copied().flatten();
+            // A move handed it over: its old owner let go before this set served it.
+            let handed = self.adopted.contains_key(&(ix as TubeIx));
             if let (Some(p), Some(was)) = (p, was) {
-                if Some(p.set) == mine && was != p.set {
+                if Some(p.set) == mine && was != p.set && !handed {
                     self.held.insert(ix as TubeIx, now + self.validity);
                 }
             }
         }
+        // A view newer than the move's: the placement says who owns it now.
+        self.adopted
+            .retain(|_, &mut epoch| placement.epoch <= epoch);
         let vanished = (before.iter().enumerate())
             .filter(|&(ix, was)| was.is_some() && self.parts.get(ix).copied().flatten().is_none())
             .map(|(ix, _)| ix as TubeIx)
@@ -294,9 +316,13 @@ impl Shards {
         );
     }
 
-    /// The earliest deadline of a waiting take.
+    /// The earliest deadline of a waiting take, or of a move's look at the placement.
     pub fn next_deadline(&self) -> Option<Micros> {
-        self.deadlines.peek().map(|Reverse((t, _))| *t)
+        let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
+        match (wait, self.move_check_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn part(&self, ix: TubeIx) -> Option<Part> {
@@ -314,6 +340,11 @@ impl Shards {
     /// Why this node may not change partition `ix` now though its set owns it: its view of
     /// the placement may be stale, or the partition has just moved here.
     fn hold(&self, ix: TubeIx) -> Option<String> {
+        if self.frozen(ix) {
+            return Some(format!(
+                "partition at index {ix} is moving to another replica set"
+            ));
+        }
         if !self.view_valid() {
             return Some(
                 "this node's view of the placement is stale (etcd not read lately): no change now"
@@ -330,30 +361,45 @@ impl Shards {
         }
     }
 
-    /// Why a command another node forwarded may not run here: it names a partition this
-    /// node's set does not own in this node's view (the forwarder's view is older or newer —
-    /// the fence on placement, as the term is on leadership), or one `hold` keeps.
-    pub fn refuse_forwarded(&self, cmd: &Command<'_>) -> Option<String> {
-        let ix = named_partition(cmd)?;
-        let part = self.part(ix)?;
-        if self.sets[part.set].name != self.set {
-            return Some(format!(
-                "partition at index {ix} belongs to replica set {}, not {} (placement epoch {})",
-                self.sets[part.set].name, self.set, self.placement.epoch
-            ));
+    /// What to do with a command another node forwarded: it names a partition this node's
+    /// set does not own in this node's view (the forwarder's view is older or newer — the
+    /// fence on placement, as the term is on leadership): relayed to the owner; one that is
+    /// moving from here: a change waits; one `hold` keeps: refused.
+    fn forwarded_verdict(&self, cmd: &Command<'_>) -> route::Forwarded {
+        use route::Forwarded;
+        let Some(ix) = named_partition(cmd) else {
+            return Forwarded::Run;
+        };
+        let Some(part) = self.part(ix) else {
+            return Forwarded::Run;
+        };
+        let adopted = !self.adopted.is_empty() && self.adopted.contains_key(&ix);
+        if self.sets[part.set].name != self.set && !adopted {
+            return Forwarded::Relay(part.set);
+        }
+        if self.frozen(ix) {
+            return match cmd.changes() {
+                true => Forwarded::Hold,
+                false => Forwarded::Run,
+            };
         }
         if cmd.reads_only() {
-            return None;
+            return Forwarded::Run;
         }
-        self.hold(ix)
+        match self.hold(ix) {
+            Some(why) => Forwarded::Refuse(why),
+            None => Forwarded::Run,
+        }
     }
 
-    /// Whether this node serves partition `ix` itself: its set owns it and it leads the set.
+    /// Whether this node serves partition `ix` itself: its set owns it (or a move handed it
+    /// over) and it leads the set.
     fn here(&self, ix: TubeIx, leads: bool) -> bool {
         leads
-            && self
+            && (self
                 .part(ix)
                 .is_some_and(|p| self.sets[p.set].name == self.set)
+                || (!self.adopted.is_empty() && self.adopted.contains_key(&ix)))
     }
 }
 
@@ -397,6 +443,8 @@ impl Server {
         for t in placement.tubes.values() {
             self.hold_tube(t);
         }
+        self.let_go_strays();
+        self.check_unanswered_move();
         self.watch_again();
     }
 
@@ -438,6 +486,9 @@ impl Server {
         token: u64,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
+        if self.move_commit_done(token, &result) {
+            return;
+        }
         if let Some((client, parts)) = self.shards.as_mut().and_then(|s| s.drops.remove(&token)) {
             return self.drop_done(client, parts, result);
         }

@@ -17,6 +17,72 @@ pub(super) fn by_id<'c>(
     }
 }
 
+/// The tube a whole-tube change names (its first partition's index).
+fn whole_tube(cmd: &Command<'_>) -> Option<TubeIx> {
+    match *cmd {
+        Command::Kick { tube, .. }
+        | Command::KickAny { tube, .. }
+        | Command::Truncate { tube }
+        | Command::ReleaseAll { tube }
+        | Command::DropTube { tube } => Some(tube),
+        _ => None,
+    }
+}
+
+/// What a node does with a command another node forwarded to it.
+pub(super) enum Forwarded {
+    Run,
+    /// Its partition is moving from here: it waits for the move's end.
+    Hold,
+    /// Its partition is another set's now: relayed there (once).
+    Relay(usize),
+    Refuse(String),
+}
+
+impl Server {
+    /// A command another node forwarded, run for session `sid` of link `idx`: run here, held
+    /// while its partition moves away from here, relayed once to the partition's owner when
+    /// this node's set does not own it (`may_relay`: it was not relayed already), or refused.
+    pub(crate) fn dispatch_forwarded(
+        &mut self,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        cmd: Command<'_>,
+        may_relay: bool,
+    ) {
+        let verdict = (self.shards.as_ref()).map_or(Forwarded::Run, |s| s.forwarded_verdict(&cmd));
+        let gen = self.conns[idx].gen;
+        match verdict {
+            Forwarded::Run => {}
+            Forwarded::Hold => return self.hold_for_move(idx, sid, reply, true, &cmd),
+            Forwarded::Relay(set) if may_relay => {
+                let client = Client {
+                    idx,
+                    gen,
+                    sid,
+                    reply,
+                };
+                return self.forward(set, client, cmd, Then::Deliver);
+            }
+            Forwarded::Relay(set) => {
+                let shards = self.shards.as_ref().expect("a verdict is a sharded node's");
+                let why = format!(
+                    "partition named by the call belongs to replica set {}, not {} (placement \
+                     epoch {}); relayed once already",
+                    shards.sets[set].name, shards.set, shards.placement.epoch
+                );
+                return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+            }
+            Forwarded::Refuse(why) => {
+                return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+            }
+        }
+        let caller = Caller::new(idx, gen, sid);
+        self.execute_as(caller, reply, cmd);
+    }
+}
+
 /// The partition a utube key goes to: the same on every node (a fixed hasher).
 pub(super) fn key_partition(key: &[u8], n: usize) -> usize {
     let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
@@ -65,8 +131,24 @@ impl Server {
             reply,
         };
         let shards = self.shards.as_mut()?;
+        // A change to a whole tube one of whose partitions is moving waits for the move.
+        if shards.moving.is_some() && cmd.changes() {
+            if let Some(head) = whole_tube(&cmd).filter(|&h| shards.tube_frozen(h)) {
+                let _ = head;
+                self.hold_for_move(idx, client.sid, reply, false, &cmd);
+                return None;
+            }
+        }
         let to = |ix: TubeIx, cmd: Command<'c>| (ix, cmd);
         let (ix, cmd) = match cmd {
+            Command::Move {
+                tube,
+                partition,
+                to,
+            } => {
+                self.start_move(client, tube, partition, to);
+                return None;
+            }
             Command::CreateTube {
                 name,
                 kind,
@@ -245,6 +327,16 @@ impl Server {
             return Some(cmd);
         };
         if shards.here(ix, leads) {
+            if shards.frozen(ix) {
+                // Moving: a change waits for the move's end; the rest is served (a take finds
+                // nothing to take until then).
+                if cmd.changes() {
+                    let (idx, sid, reply) = (client.idx, client.sid, client.reply);
+                    self.hold_for_move(idx, sid, reply, false, &cmd);
+                    return None;
+                }
+                return Some(cmd);
+            }
             if !cmd.reads_only() {
                 if let Some(why) = shards.hold(ix) {
                     self.answer(client, &Outcome::Error(Refusal::Shards(why)));

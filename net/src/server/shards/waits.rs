@@ -217,6 +217,11 @@ impl Server {
         if let Some(x) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
             x.local = None;
         }
+        let leads = self.leads();
+        if !self.shards.as_ref().is_some_and(|s| s.here(ix, leads)) {
+            // The partition moved away meanwhile: its new owner is watched.
+            return self.watch_remote(ix, w.client);
+        }
         if self.core.queue().can_take(ix) {
             self.end_wait(id);
             let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);

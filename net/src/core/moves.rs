@@ -1,0 +1,110 @@
+//! A partition moving between nodes, as the core sees it: the old owner freezes it (no take,
+//! no waiting put, while the server holds every command for it), pages through it, and lets
+//! it go once the move is committed; the new owner takes each page in, journaled, so its
+//! replicas and a restart have the tasks as the old owner had them. What is sent where, and
+//! when the move commits, is the server's (`server::shards`).
+
+use tarq_engine::{MovedDedup, MovedTask, QueueError, SessionId, TaskId, TubeIx, TubeNumbers};
+
+use super::parked::ParkedTake;
+use super::{Core, Host};
+
+/// One page of a partition as the old owner sends it.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub tasks: Vec<MovedTask>,
+    pub dedup: Vec<MovedDedup>,
+}
+
+impl<R: Copy> Core<R> {
+    /// Holds `tube` for a move: nothing is taken from it and no waiting put enters it until
+    /// [`thaw`](Self::thaw). The commands that would change it are held by the server.
+    pub fn freeze(&mut self, tube: TubeIx) {
+        self.pauses.freeze(tube);
+    }
+
+    /// Ends `tube`'s hold (a move that did not commit): its takes and puts are served again.
+    pub fn thaw(&mut self, tube: TubeIx, host: &mut impl Host<R>) {
+        self.pauses.thaw(tube);
+        if self.queue.tube_info(tube).is_some() {
+            self.serve_parked(tube, host);
+        }
+    }
+
+    /// Every take and watch parked on `tube`, taken out (with the other entries of their
+    /// groups): a moved partition's waiters wait elsewhere now.
+    pub fn take_parked_in(&mut self, tube: TubeIx) -> Vec<ParkedTake<R>> {
+        let mut out = Vec::new();
+        while let Some((_, p)) = self.parked.pop_oldest(tube) {
+            self.parked.remove_group(p.caller.slot(), p.group);
+            out.push(p);
+        }
+        out
+    }
+
+    /// The page of `tube` after task `after` (and dedup key `dedup_after`): up to `limit`
+    /// tasks and `limit` dedup keys. Empty when the copy is whole.
+    pub fn export_page(
+        &self,
+        tube: TubeIx,
+        after: Option<TaskId>,
+        dedup_after: Option<u64>,
+        limit: usize,
+    ) -> Result<Page, QueueError> {
+        Ok(Page {
+            tasks: self.queue.export_tube(tube, after, limit)?,
+            dedup: self.queue.export_dedup(tube, dedup_after, limit)?,
+        })
+    }
+
+    /// `tube`'s numbering, for the new owner to number on from it.
+    pub fn numbers(&self, tube: TubeIx) -> TubeNumbers {
+        self.queue.tube_numbers(tube)
+    }
+
+    /// Takes the numbering of a moved partition in (before its tasks).
+    pub fn import_numbers(&mut self, tube: TubeIx, n: TubeNumbers) -> Result<(), QueueError> {
+        self.queue.import_numbers(tube, n)?;
+        self.drain_events();
+        Ok(())
+    }
+
+    /// Takes a page of a moved partition in: each task as it was, a Taken one held by the
+    /// session `owner` maps its old holder to. Journaled. Returns how many tasks.
+    pub fn import_page(
+        &mut self,
+        tube: TubeIx,
+        page: Page,
+        mut owner: impl FnMut(usize) -> SessionId,
+    ) -> Result<usize, QueueError> {
+        let n = page.tasks.len();
+        let mut result = Ok(n);
+        for (i, task) in page.tasks.into_iter().enumerate() {
+            let sid = if task.owner.is_some() { owner(i) } else { 0 };
+            if let Err(e) = self.queue.import_task(tube, task, sid) {
+                result = Err(e);
+                break;
+            }
+        }
+        if result.is_ok() {
+            for entry in page.dedup {
+                if let Err(e) = self.queue.import_dedup(tube, entry) {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.drain_events();
+        result
+    }
+
+    /// Lets go of a partition that moved away (or of a copy whose move did not commit): it is
+    /// emptied, journaled. The tube stays, empty, at its index: its numbering does too, so
+    /// the partition can move back here and be numbered exactly as its owner numbers it (a
+    /// tube made again at a dropped one's index would number on from the drop).
+    pub fn let_go_moved(&mut self, tube: TubeIx) {
+        self.pauses.thaw(tube);
+        let _ = self.queue.truncate(tube);
+        self.drain_events();
+    }
+}

@@ -1,0 +1,738 @@
+//! Moving a partition to another replica set with its tasks (`tarq.move`, `tarq ctl move`),
+//! run by the primary that owns it, while traffic runs.
+//!
+//! 1. **Freeze.** The partition hands out nothing and takes no waiting put (the core's
+//!    freeze); every command that would change it — from this node's clients, or forwarded
+//!    by others — is held here, encoded as it came. Reads are served.
+//! 2. **Copy.** The new owner's primary is told to hold the partition (`Ask::MoveIn`: made as
+//!    here, numbering on from here), then gets it page by page (`Ask::MoveTasks`, a few pages
+//!    in flight) over the link, each task as it is — ready, delayed, buried, taken (its holder
+//!    named by origin node and session, so the taker's ack finds it there) — and answers each
+//!    page once it is durable. What still changes here while frozen is what the tasks' own
+//!    times change (a TTR running out, a delay ending, a TTL), which the copy does on its own
+//!    at the same instants, and a holder's session ending, which is told on to the new owner.
+//! 3. **Commit.** One transaction in etcd gives the partition to the new set if this set
+//!    still owns it: the commit point. Before it the partition is here; after it, there.
+//! 4. **Hand over.** The new owner is told (`Ask::MoveDone`) and serves at once; this node
+//!    lets go of its copy, sends the held commands and the takes parked here on to the new
+//!    owner, and answers the mover. A call that still reaches this node for the partition is
+//!    relayed there, not refused.
+//!
+//! Given up before the commit (the new owner refused or its link failed, etcd refused), the
+//! partition thaws here and the held commands run here; the new owner drops its copy when
+//! told, when its copy stalls, or when it next reads a placement that gives it elsewhere.
+//! When etcd's answer is lost, the partition stays frozen until a read of the placement says
+//! which way it went: never in two places.
+
+use super::*;
+use crate::core::Page;
+use crate::frontend::beanstalk::Beanstalk;
+use tarq_engine::TaskId;
+
+/// Tasks a page of the copy carries.
+const PAGE_TASKS: usize = 2048;
+/// Pages sent and not yet answered.
+const WINDOW: usize = 4;
+/// A copy arriving here that makes no progress this long is given up (its sender gone).
+const STALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often a move whose commit went unanswered looks at the placement again.
+const RECHECK: Micros = 50_000;
+
+/// A move this node runs as the partition's owner.
+pub(super) struct Move {
+    asker: Client,
+    tube: String,
+    partition: u16,
+    ix: TubeIx,
+    to: usize,
+    /// The placement's epoch when the move began.
+    epoch: i64,
+    phase: Phase,
+    after: Option<TaskId>,
+    dedup_after: Option<u64>,
+    exported: bool,
+    in_flight: usize,
+    held: Vec<Held>,
+    started: Instant,
+    tasks: u64,
+    /// The number the partition's next task would get here.
+    next: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Prepare,
+    Copy,
+    Commit {
+        token: u64,
+    },
+    /// etcd's answer was lost: whether it committed is read from the placement.
+    Unknown {
+        since: Instant,
+        check_at: Micros,
+    },
+}
+
+/// A command held while its partition is frozen, encoded as it came.
+pub(super) struct Held {
+    idx: usize,
+    gen: u32,
+    sid: SessionId,
+    reply: ReplyTo,
+    /// Forwarded by another node (run as a link's session), not this node's client's.
+    link: bool,
+    cmd: Vec<u8>,
+}
+
+/// A partition being copied here.
+pub(super) struct Incoming {
+    origin: Arc<str>,
+    touched: Instant,
+}
+
+/// The moves this node has run, for `queue.cluster()` and the metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MoveFigures {
+    pub committed: u64,
+    pub given_up: u64,
+    pub tasks_moved: u64,
+    /// The last committed move's length, and how long its partition was frozen (the same
+    /// here: the freeze spans the copy).
+    pub last_ms: Option<u64>,
+}
+
+impl Shards {
+    /// Whether partition `ix` is frozen here for a move (changes to it are held).
+    pub(super) fn frozen(&self, ix: TubeIx) -> bool {
+        self.moving.as_ref().is_some_and(|m| m.ix == ix)
+    }
+
+    /// Whether any partition of tube `head` is frozen here.
+    pub(super) fn tube_frozen(&self, head: TubeIx) -> bool {
+        self.moving
+            .as_ref()
+            .is_some_and(|m| self.part(m.ix).is_some_and(|p| p.head == head))
+    }
+
+    /// When a move's unanswered commit should be looked at again.
+    pub(super) fn move_check_at(&self) -> Option<Micros> {
+        match self.moving.as_ref()?.phase {
+            Phase::Unknown { check_at, .. } => Some(check_at),
+            _ => None,
+        }
+    }
+
+    /// The moves: in progress here (`Some` while one runs) and done.
+    pub(crate) fn move_figures(&self) -> (Option<(String, u16, String, u64)>, MoveFigures) {
+        let now = self.moving.as_ref().map(|m| {
+            let to = self.sets[m.to].name.clone();
+            (m.tube.clone(), m.partition, to, m.tasks)
+        });
+        (now, self.move_figures)
+    }
+}
+
+impl Server {
+    /// `tarq.move(tube, partition, to)`: starts moving the partition, if this node is its
+    /// owner's primary; the asker is answered when the move ends.
+    pub(super) fn start_move(&mut self, client: Client, tube: &str, partition: u16, to: &str) {
+        let leads = self.leads();
+        let refuse = |s: &mut Server, why: String| {
+            s.answer(client, &Outcome::Error(Refusal::Shards(why)));
+        };
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        if let Some(m) = &shards.moving {
+            let why = format!(
+                "this node is moving partition {} of tube {} now: one move at a time",
+                m.partition, m.tube
+            );
+            return refuse(self, why);
+        }
+        let placed = (shards.placement.tubes.get(tube))
+            .and_then(|t| t.partitions.get(usize::from(partition)));
+        let Some(p) = placed else {
+            return refuse(
+                self,
+                format!("no partition {partition} of tube {tube} is placed"),
+            );
+        };
+        let (ix, owner) = (p.index, p.set.clone());
+        if owner == to {
+            let report = serde_json::json!({
+                "tube": tube, "partition": partition, "from": owner, "to": to,
+                "tasks": 0, "ms": 0, "already": true,
+            });
+            return self.answer(client, &Outcome::Text(report.to_string()));
+        }
+        if owner != shards.set || !leads {
+            let primary = (shards.sets.iter())
+                .find(|s| s.name == owner)
+                .and_then(|s| s.primary.clone())
+                .unwrap_or_else(|| "none now".into());
+            let why = format!(
+                "partition {partition} of tube {tube} is owned by replica set {owner}: ask its \
+                 primary ({primary})"
+            );
+            return refuse(self, why);
+        }
+        if let Some(why) = shards.hold(ix) {
+            return refuse(self, why);
+        }
+        let Some(to_slot) = shards.sets.iter().position(|s| s.name == to) else {
+            return refuse(self, format!("no replica set {to} in the cluster"));
+        };
+        if shards.sets[to_slot].primary.is_none() {
+            return refuse(self, format!("replica set {to} has no primary now"));
+        }
+        let Some(info) = self.core.queue().tube_info(ix) else {
+            return refuse(self, format!("partition at index {ix} is not here"));
+        };
+        let (name, kind, opts) = (info.name.to_owned(), info.kind, info.opts);
+        let numbers = self.core.numbers(ix);
+        let epoch = shards.placement.epoch;
+        self.core.freeze(ix);
+        info!(tube, partition, to, index = ix, "move started");
+        let shards = self.shards.as_mut().expect("checked above");
+        shards.moving = Some(Move {
+            asker: client,
+            tube: tube.to_owned(),
+            partition,
+            ix,
+            to: to_slot,
+            epoch,
+            phase: Phase::Prepare,
+            after: None,
+            dedup_after: None,
+            exported: false,
+            in_flight: 0,
+            held: Vec::new(),
+            started: Instant::now(),
+            tasks: 0,
+            next: numbers.next,
+        });
+        let ask = Ask::MoveIn {
+            index: ix,
+            name: &name,
+            kind,
+            opts,
+            numbers,
+            to,
+        };
+        self.send_ask(to_slot, client, &ask, Then::Move);
+    }
+
+    /// The new owner answered a step of the move.
+    pub(super) fn move_answered(&mut self, outcome: &Outcome<'_>) {
+        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+            return;
+        };
+        match (m.phase, outcome) {
+            (Phase::Prepare, Outcome::Ok) => {
+                m.phase = Phase::Copy;
+                self.pump_move();
+            }
+            (Phase::Copy, Outcome::Count(_)) => {
+                m.in_flight -= 1;
+                self.pump_move();
+            }
+            (_, Outcome::Error(e)) => {
+                let why = format!("the new owner: {e}");
+                self.give_up_move(&why);
+            }
+            (phase, other) => {
+                let why = format!("an answer the move did not expect in {phase:?}: {other:?}");
+                self.give_up_move(&why);
+            }
+        }
+    }
+
+    /// Sends the next pages of the copy, up to the window; commits once all are answered.
+    fn pump_move(&mut self) {
+        loop {
+            let Some(shards) = self.shards.as_mut() else {
+                return;
+            };
+            let Some(m) = shards.moving.as_mut() else {
+                return;
+            };
+            if m.phase != Phase::Copy || m.in_flight >= WINDOW {
+                return;
+            }
+            if m.exported {
+                if m.in_flight == 0 {
+                    self.commit_move();
+                }
+                return;
+            }
+            let page = match self
+                .core
+                .export_page(m.ix, m.after, m.dedup_after, PAGE_TASKS)
+            {
+                Ok(p) => p,
+                Err(e) => return self.give_up_move(&format!("reading the partition: {e}")),
+            };
+            if page.tasks.is_empty() && page.dedup.is_empty() {
+                m.exported = true;
+                continue;
+            }
+            m.after = page.tasks.last().map(|t| t.id).or(m.after);
+            m.dedup_after = page.dedup.last().map(|d| d.seq).or(m.dedup_after);
+            m.tasks += page.tasks.len() as u64;
+            m.in_flight += 1;
+            let (to, asker, ix) = (m.to, m.asker, m.ix);
+            // A Taken task's holder, named as the new owner will know it; the holder's end
+            // is told there too.
+            let mut holders = Vec::with_capacity(page.tasks.len());
+            for t in &page.tasks {
+                holders.push(t.owner.map(|sid| {
+                    *shards.forwarded.entry(sid).or_default() |= set_bit(to);
+                    match self.link_sessions.remote_of(sid) {
+                        Some((origin, remote)) => (Some(origin.to_string()), remote),
+                        None => (None, sid),
+                    }
+                }));
+            }
+            let ask = Ask::MoveTasks {
+                index: ix,
+                tasks: page.tasks,
+                holders,
+                dedup: page.dedup,
+            };
+            self.send_ask(to, asker, &ask, Then::Move);
+        }
+    }
+
+    /// The copy is whole and durable there: the placement changes in etcd.
+    fn commit_move(&mut self) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let token = shards.next_token;
+        shards.next_token += 1;
+        let Some(m) = shards.moving.as_mut() else {
+            return;
+        };
+        m.phase = Phase::Commit { token };
+        let (tube, partition, next) = (m.tube.clone(), m.partition, m.next);
+        let (from, to) = (shards.set.clone(), shards.sets[m.to].name.clone());
+        let cluster = self
+            .cluster
+            .as_ref()
+            .expect("a sharded node is a cluster node");
+        cluster
+            .handle()
+            .move_partition(token, &tube, partition, &from, &to, next);
+    }
+
+    /// Whether `token` is the move's commit; if so, its result is taken in.
+    pub(super) fn move_commit_done(
+        &mut self,
+        token: u64,
+        result: &Result<TubePlacement, tarq_cluster::PlacementError>,
+    ) -> bool {
+        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+            return false;
+        };
+        if m.phase != (Phase::Commit { token }) {
+            return false;
+        }
+        match result {
+            Ok(t) => self.move_committed(t),
+            Err(tarq_cluster::PlacementError::Etcd(why)) => {
+                warn!(
+                    why,
+                    "a move's commit went unanswered: reading the placement"
+                );
+                m.phase = Phase::Unknown {
+                    since: Instant::now(),
+                    check_at: self.mono.saturating_add(RECHECK),
+                };
+                self.timers_changed();
+            }
+            Err(e) => self.give_up_move(&format!("etcd refused the change: {e}")),
+        }
+        true
+    }
+
+    /// A move whose commit went unanswered: decided once this node has read the placement
+    /// after the attempt.
+    pub(in crate::server) fn check_unanswered_move(&mut self) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(m) = shards.moving.as_mut() else {
+            return;
+        };
+        let Phase::Unknown { since, check_at } = m.phase else {
+            return;
+        };
+        if check_at > self.mono {
+            return;
+        }
+        m.phase = Phase::Unknown {
+            since,
+            check_at: self.mono.saturating_add(RECHECK),
+        };
+        let to = shards.sets[m.to].name.clone();
+        let owner = shards
+            .placement
+            .owner(&m.tube, m.partition)
+            .map(str::to_owned);
+        let fresh = shards
+            .fence
+            .view()
+            .is_some_and(|(epoch, read)| read > since && epoch == shards.placement.epoch);
+        let placed = shards.placement.tubes.get(&m.tube).cloned();
+        match (owner, placed) {
+            (Some(o), Some(t)) if o == to => self.move_committed(&t),
+            (Some(o), _) if fresh && o == shards.set => {
+                self.give_up_move("etcd did not take the change (the placement read since says so)")
+            }
+            (None, _) if fresh => self.give_up_move("the tube left the placement"),
+            _ => self.timers_changed(),
+        }
+    }
+
+    /// The placement gives the partition to the new owner now: hand over.
+    fn move_committed(&mut self, t: &TubePlacement) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(m) = shards.moving.take() else {
+            return;
+        };
+        shards.add_tube(t);
+        let took = m.started.elapsed();
+        shards.move_figures.committed += 1;
+        shards.move_figures.tasks_moved += m.tasks;
+        shards.move_figures.last_ms = Some(took.as_millis() as u64);
+        let to_name = shards.sets[m.to].name.clone();
+        let done = Ask::MoveDone {
+            index: m.ix,
+            committed: true,
+            epoch: m.epoch,
+        };
+        self.send_ask(m.to, m.asker, &done, Then::Ignore);
+        info!(
+            tube = %m.tube, partition = m.partition, to = %to_name, tasks = m.tasks,
+            ms = took.as_millis() as u64, "move committed"
+        );
+        // The takes that waited here wait for the new owner now.
+        let parked = self.core.take_parked_in(m.ix);
+        self.core.let_go_moved(m.ix);
+        let head = self
+            .shards
+            .as_ref()
+            .and_then(|s| s.part(m.ix))
+            .map_or(m.ix, |p| p.head);
+        for p in parked {
+            self.repark(p, m.ix, head);
+        }
+        for h in m.held {
+            self.release_held(h);
+        }
+        self.watch_again();
+        let report = serde_json::json!({
+            "tube": m.tube, "partition": m.partition, "from": self.shards.as_ref().map(|s| s.set.clone()),
+            "to": to_name, "tasks": m.tasks, "ms": took.as_millis() as u64,
+        });
+        self.answer(m.asker, &Outcome::Text(report.to_string()));
+    }
+
+    /// Gives the move up before its commit: the partition stays and thaws here.
+    pub(super) fn give_up_move(&mut self, why: &str) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(m) = shards.moving.take() else {
+            return;
+        };
+        shards.move_figures.given_up += 1;
+        let set = shards.set.clone();
+        let done = Ask::MoveDone {
+            index: m.ix,
+            committed: false,
+            epoch: m.epoch,
+        };
+        self.send_ask(m.to, m.asker, &done, Then::Ignore);
+        warn!(tube = %m.tube, partition = m.partition, why, "move given up");
+        let (core, mut wire) = self.split();
+        core.thaw(m.ix, &mut wire);
+        self.take_routed();
+        for h in m.held {
+            self.release_held(h);
+        }
+        let why = format!(
+            "the move of partition {} of tube {} was given up: {why}; it stays on replica set \
+             {set}",
+            m.partition, m.tube
+        );
+        self.answer(m.asker, &Outcome::Error(Refusal::Shards(why)));
+    }
+
+    /// Holds `cmd` of a client (`link`: a forwarded one, run as session `sid`) until the move
+    /// of its partition ends.
+    pub(super) fn hold_for_move(
+        &mut self,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        link: bool,
+        cmd: &Command<'_>,
+    ) {
+        let gen = self.conns[idx].gen;
+        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+            return;
+        };
+        match rmp_serde::to_vec(cmd) {
+            Ok(cmd) => m.held.push(Held {
+                idx,
+                gen,
+                sid,
+                reply,
+                link,
+                cmd,
+            }),
+            Err(e) => {
+                let why = format!("a command that cannot wait for the move: {e}");
+                let outcome = Outcome::Error(Refusal::Shards(why));
+                self.deliver(idx, reply, &outcome);
+            }
+        }
+    }
+
+    /// Runs a held command now that the move ended (here, or on to the new owner).
+    fn release_held(&mut self, h: Held) {
+        if self.conns.get(h.idx).is_none_or(|c| c.gen != h.gen) {
+            return;
+        }
+        let cmd: Command<'_> = match rmp_serde::from_slice(&h.cmd) {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("a held command that does not decode: {e}");
+                return self.deliver(h.idx, h.reply, &Outcome::Error(Refusal::Shards(why)));
+            }
+        };
+        if h.link {
+            self.dispatch_forwarded(h.idx, h.sid, h.reply, cmd, true);
+        } else {
+            self.dispatch(h.idx, h.reply, cmd);
+        }
+    }
+
+    /// A take or watch parked here on partition `ix` that moved away: it waits on (or is
+    /// woken) through the router.
+    fn repark(&mut self, p: crate::core::parked::ParkedTake<ReplyTo>, ix: TubeIx, head: TubeIx) {
+        if !self.is_live(p.caller) {
+            return;
+        }
+        let idx = p.caller.slot();
+        if p.wake_only {
+            return match p.reply {
+                ReplyTo::Router(token) => self.gathered_or_woke(token, Digest::Ready(ix)),
+                // Another node's watch: it tries the partition, and is relayed.
+                reply => self.deliver(idx, reply, &Outcome::Ready(ix)),
+            };
+        }
+        let timeout = (p.deadline != Micros::MAX).then(|| p.deadline.saturating_sub(self.mono));
+        match p.reply {
+            ReplyTo::Beanstalk(_) => Beanstalk::new(self).reserve_woke(idx),
+            ReplyTo::Link(_) => {
+                let cmd = Command::Take {
+                    on: On::Tube(ix),
+                    timeout,
+                };
+                self.dispatch_forwarded(idx, p.caller.sid, p.reply, cmd, true);
+            }
+            reply => {
+                let cmd = Command::Take {
+                    on: On::Tube(head),
+                    timeout,
+                };
+                self.dispatch(idx, reply, cmd);
+            }
+        }
+    }
+
+    // ---- the new owner's side ----
+
+    /// A step of a move into this node (from link `idx`'s node).
+    pub(crate) fn move_step(&mut self, idx: usize, reply: ReplyTo, step: Ask<'_>) {
+        let outcome = match self.take_move_step(idx, step) {
+            Ok(o) => o,
+            Err(why) => Outcome::Error(Refusal::Shards(why)),
+        };
+        self.deliver(idx, reply, &outcome);
+    }
+
+    fn take_move_step(&mut self, idx: usize, step: Ask<'_>) -> Result<Outcome<'static>, String> {
+        let leads = self.leads();
+        let Some(origin) = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin)) else {
+            return Err("a move step not on a link".into());
+        };
+        let Some(shards) = self.shards.as_mut() else {
+            return Err("this tarq is no sharded cluster's node".into());
+        };
+        match step {
+            Ask::MoveIn {
+                index,
+                name,
+                kind,
+                opts,
+                numbers,
+                to,
+            } => {
+                if !leads || to != shards.set {
+                    return Err(format!(
+                        "this node is not replica set {to}'s primary (it is in {}, leading: \
+                         {leads})",
+                        shards.set
+                    ));
+                }
+                if shards
+                    .part(index)
+                    .is_some_and(|p| shards.sets[p.set].name == shards.set)
+                    || shards.adopted.contains_key(&index)
+                {
+                    return Err(format!("partition at index {index} is this set's already"));
+                }
+                let q = self.core.queue();
+                match q.tube_info(index) {
+                    Some(t) if t.name != name => {
+                        return Err(format!(
+                            "index {index} holds tube {} here, not {name}",
+                            t.name
+                        ))
+                    }
+                    // A copy left by a move that did not commit: emptied.
+                    Some(_) if q.tube_stats(index).is_ok_and(|s| s.total > 0) => {
+                        self.core.let_go_moved(index);
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.core
+                            .place_tube(index, name, kind, opts, numbers.first)
+                            .map_err(|e| format!("cannot hold the partition: {e}"))?;
+                    }
+                }
+                self.core
+                    .import_numbers(index, numbers)
+                    .map_err(|e| format!("the partition's numbering: {e}"))?;
+                self.conns[idx].out.changed = true;
+                let incoming = Incoming {
+                    origin,
+                    touched: Instant::now(),
+                };
+                if let Some(s) = self.shards.as_mut() {
+                    s.incoming.insert(index, incoming);
+                }
+                info!(tube = name, index, "a partition is moving here");
+                Ok(Outcome::Ok)
+            }
+            Ask::MoveTasks {
+                index,
+                tasks,
+                holders,
+                dedup,
+            } => {
+                let inc = shards.incoming.get_mut(&index);
+                let Some(inc) = inc.filter(|i| i.origin == origin) else {
+                    return Err(format!(
+                        "no move into index {index} from {origin} is under way here"
+                    ));
+                };
+                inc.touched = Instant::now();
+                let me = Arc::clone(&shards.me);
+                let mut sids = Vec::with_capacity(holders.len());
+                for h in holders {
+                    let sid = match h {
+                        None => 0,
+                        // A client of this node's own, which took through the old owner.
+                        Some((Some(o), remote)) if *o == *me => remote,
+                        Some((o, remote)) => {
+                            let o: Arc<str> = o.map_or_else(|| Arc::clone(&origin), Arc::from);
+                            match self.link_sessions.get(&o, remote) {
+                                Some(sid) => sid,
+                                None => {
+                                    let sid = self.new_session();
+                                    self.link_sessions.insert(&o, remote, sid);
+                                    sid
+                                }
+                            }
+                        }
+                    };
+                    sids.push(sid);
+                }
+                let page = Page { tasks, dedup };
+                let n = self
+                    .core
+                    .import_page(index, page, |i| sids.get(i).copied().unwrap_or(0))
+                    .map_err(|e| format!("taking the partition's tasks in: {e}"))?;
+                // Answered once durable, as any change.
+                self.conns[idx].out.changed = true;
+                Ok(Outcome::Count(n as u64))
+            }
+            Ask::MoveDone {
+                index,
+                committed,
+                epoch,
+            } => {
+                shards.incoming.remove(&index);
+                if committed {
+                    shards.adopted.insert(index, epoch);
+                    info!(index, "a partition moved here: served from now on");
+                    let (core, mut wire) = self.split();
+                    core.serve_parked(index, &mut wire);
+                    self.take_routed();
+                } else {
+                    self.core.let_go_moved(index);
+                }
+                Ok(Outcome::Ok)
+            }
+            _ => Err("not a move step".into()),
+        }
+    }
+
+    /// On a primary, after a new map: copies this node holds of partitions placed elsewhere
+    /// that no move brings here (left by a move that did not commit, or by a node that was
+    /// stopped across one) are let go, and copies arriving that stalled are given up.
+    pub(super) fn let_go_strays(&mut self) {
+        if !self.leads() {
+            return;
+        }
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        shards
+            .incoming
+            .retain(|_, inc| inc.touched.elapsed() < STALL);
+        let mut strays = Vec::new();
+        for (ix, p) in shards.parts.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let ix = ix as TubeIx;
+            let mine = shards.sets[p.set].name == shards.set;
+            if mine
+                || shards.incoming.contains_key(&ix)
+                || shards.adopted.contains_key(&ix)
+                || shards.frozen(ix)
+            {
+                continue;
+            }
+            if self.core.queue().tube_stats(ix).is_ok_and(|s| s.total > 0) {
+                strays.push(ix);
+            }
+        }
+        for ix in strays {
+            warn!(index = ix, "a copy of a partition placed elsewhere: let go");
+            self.core.let_go_moved(ix);
+        }
+    }
+
+    /// An outcome meant for the router, handed to it directly.
+    fn gathered_or_woke(&mut self, token: u64, digest: Digest) {
+        self.routed.push((token, digest));
+        self.take_routed();
+    }
+}

@@ -1,0 +1,198 @@
+//! Moving a partition between replica sets with its tasks (`tarq.move`, `tarq ctl move`), end
+//! to end: real `tarq` nodes, one real etcd on loopback.
+//! - a partition holding tasks in every status moves: the counts are the same after, tasks
+//!   taken before the move are acked after it through the node their taker used, the rest
+//!   is delivered once, and a taker that disconnects after the move gets its tasks released
+//!   on the new owner;
+//!
+//! Every wait has a deadline.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+mod support;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cluster::{field, str_field, wait_for, Etcd, Nodes};
+use rmpv::Value;
+use tarq_client::{pack_args, Client};
+
+fn connect(addr: SocketAddr) -> Client {
+    Client::connect_addr(addr, Duration::from_secs(10)).expect("connect")
+}
+
+fn get<'a>(v: &'a Value, key: &str) -> &'a Value {
+    field(v, key).unwrap_or(&Value::Nil)
+}
+
+fn call(c: &mut Client, f: &str, args: &[Value]) -> Vec<Value> {
+    c.call(f, &pack_args(args), None)
+        .unwrap_or_else(|e| panic!("{f}: {e}"))
+}
+
+/// The id of the task a tube call answered, if it answered one.
+fn task_id(values: &[Value]) -> Option<u64> {
+    values.first()?.as_array()?.first()?.as_u64()
+}
+
+fn statistics(addr: SocketAddr, tube: &str) -> Value {
+    let mut c = connect(addr);
+    call(&mut c, "queue.statistics", &[Value::from(tube)])
+        .into_iter()
+        .next()
+        .unwrap()
+}
+
+fn count(stats: &Value, status: &str) -> u64 {
+    get(get(stats, "tasks"), status).as_u64().unwrap()
+}
+
+/// The owning set of each partition of `tube`, as node `addr` sees the placement.
+fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
+    let mut c = connect(addr);
+    let o = call(&mut c, "queue.cluster", &[])
+        .into_iter()
+        .next()
+        .unwrap();
+    let tubes = get(get(&o, "placement"), "tubes")
+        .as_array()
+        .unwrap()
+        .clone();
+    let t = tubes
+        .iter()
+        .find(|t| str_field(t, "name") == tube)
+        .expect("the tube is placed");
+    get(t, "partitions")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| str_field(p, "set"))
+        .collect()
+}
+
+/// `tarq.move` on `addr`: the report it answers.
+fn move_partition(addr: SocketAddr, tube: &str, partition: u64, to: &str) -> serde_json::Value {
+    let mut c = connect(addr);
+    let args = [Value::from(tube), Value::from(partition), Value::from(to)];
+    let r = call(&mut c, "tarq.move", &args);
+    let text = r[0].as_str().expect("a report").to_owned();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_partition_moves_with_its_tasks_in_every_status() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &[]);
+    let (a, b) = (nodes.nodes[0].addr, nodes.nodes[1].addr);
+    nodes.wait_leader_among(&[0]);
+    nodes.wait_leader_among(&[1]);
+    let mut admin = connect(a);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    call(
+        &mut admin,
+        "queue.create_tube",
+        &[Value::from("jobs"), Value::from("fifottl"), opts],
+    );
+    wait_for("node b to know the tube", || {
+        connect(b)
+            .call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+            .is_ok()
+    });
+    let placed = owners(a, "jobs");
+    let p = placed
+        .iter()
+        .position(|s| s == "a")
+        .expect("a partition on a") as u64;
+
+    // Puts through a node of set a go to its own partition.
+    let mut producer = connect(a);
+    let mut ids = Vec::new();
+    for n in 0..2000 {
+        let r = call(
+            &mut producer,
+            "queue.tube.jobs:put",
+            &[Value::from(format!("t{n}"))],
+        );
+        ids.push(task_id(&r).unwrap());
+    }
+    let delay = Value::Map(vec![(Value::from("delay"), Value::from(600))]);
+    for n in 0..20 {
+        let args = [Value::from(format!("d{n}")), delay.clone()];
+        call(&mut producer, "queue.tube.jobs:put", &args);
+    }
+    // Buried, taken through the other set's node (forwarded), and taken here.
+    for &id in &ids[1900..1930] {
+        call(&mut producer, "queue.tube.jobs:bury", &[Value::from(id)]);
+    }
+    let take = |c: &mut Client, n: usize| -> Vec<u64> {
+        (0..n)
+            .map(|_| task_id(&call(c, "queue.tube.jobs:take", &[Value::from(0)])).unwrap())
+            .collect()
+    };
+    let mut remote_taker = connect(b);
+    let mut local_taker = connect(a);
+    let mut leaving_taker = connect(a);
+    let remote_held = take(&mut remote_taker, 100);
+    let local_held = take(&mut local_taker, 50);
+    let leaving_held = take(&mut leaving_taker, 10);
+    let before = statistics(a, "jobs");
+    assert_eq!(count(&before, "taken"), 160);
+    assert_eq!(count(&before, "buried"), 30);
+    assert_eq!(count(&before, "delayed"), 20);
+
+    let report = move_partition(a, "jobs", p, "b");
+    assert_eq!(report["tasks"], 2020, "{report}");
+    assert_eq!(report["to"], "b");
+    wait_for("node a to read the new owner", || {
+        owners(a, "jobs")[p as usize] == "b"
+    });
+    let after = statistics(a, "jobs");
+    for status in ["ready", "taken", "buried", "delayed", "total"] {
+        assert_eq!(
+            count(&after, status),
+            count(&before, status),
+            "{status}: {after:?}"
+        );
+    }
+    assert_eq!(after, statistics(b, "jobs"));
+
+    // The takers ack through the nodes they took through.
+    for id in remote_held {
+        let r = call(&mut remote_taker, "queue.tube.jobs:ack", &[Value::from(id)]);
+        assert_eq!(task_id(&r), Some(id));
+    }
+    for id in local_held {
+        let r = call(&mut local_taker, "queue.tube.jobs:ack", &[Value::from(id)]);
+        assert_eq!(task_id(&r), Some(id));
+    }
+    // A taker gone after the move: its tasks go back to ready on the new owner.
+    drop(leaving_taker);
+    wait_for("the gone taker's tasks to be ready again", || {
+        count(&statistics(b, "jobs"), "taken") == 0
+    });
+    // Every ready task once.
+    let mut seen = HashSet::new();
+    let mut consumer = connect(a);
+    loop {
+        let r = call(&mut consumer, "queue.tube.jobs:take", &[Value::from(0)]);
+        let Some(id) = task_id(&r) else { break };
+        assert!(seen.insert(id), "task {id} delivered twice");
+        call(&mut consumer, "queue.tube.jobs:ack", &[Value::from(id)]);
+    }
+    assert_eq!(seen.len(), 2000 - 150 - 30);
+    assert!(leaving_held.iter().all(|id| seen.contains(id)));
+    let last = statistics(b, "jobs");
+    assert_eq!(count(&last, "buried"), 30);
+    assert_eq!(count(&last, "delayed"), 20);
+
+    let mut c = connect(a);
+    let o = call(&mut c, "queue.cluster", &[])
+        .into_iter()
+        .next()
+        .unwrap();
+    let moves = get(&o, "moves");
+    assert_eq!(get(moves, "committed").as_u64(), Some(1), "{moves:?}");
+    assert_eq!(get(moves, "tasks_moved").as_u64(), Some(2020));
+}
