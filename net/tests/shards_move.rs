@@ -196,3 +196,166 @@ fn a_partition_moves_with_its_tasks_in_every_status() {
     assert_eq!(get(moves, "committed").as_u64(), Some(1), "{moves:?}");
     assert_eq!(get(moves, "tasks_moved").as_u64(), Some(2020));
 }
+
+/// Calls `f` until it answers (a refusal while a view of the placement catches up is
+/// retried), within 10 s; the answer, and how long the call waited in all.
+fn call_until_answered(c: &mut Client, f: &str, args: &[u8]) -> (Vec<Value>, Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        match c.call(f, args, None) {
+            Ok(r) => return (r, started.elapsed()),
+            Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                eprintln!("{f} retried: {e}");
+            }
+            Err(e) => panic!("{f}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_partition_moves_under_four_producers_and_four_consumers_and_each_task_is_delivered_once() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let etcd = Etcd::start();
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &[]);
+    let addrs = [nodes.nodes[0].addr, nodes.nodes[1].addr];
+    nodes.wait_leader_among(&[0]);
+    nodes.wait_leader_among(&[1]);
+    let mut admin = connect(addrs[0]);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    call(
+        &mut admin,
+        "queue.create_tube",
+        &[Value::from("jobs"), Value::from("fifottl"), opts],
+    );
+    wait_for("node b to know the tube", || {
+        connect(addrs[1])
+            .call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+            .is_ok()
+    });
+    let p = owners(addrs[0], "jobs")
+        .iter()
+        .position(|s| s == "a")
+        .unwrap() as u64;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let draining = Arc::new(AtomicBool::new(false));
+    let acked_puts = Arc::new(Mutex::new(HashSet::new()));
+    let delivered = Arc::new(Mutex::new(HashSet::new()));
+    let puts = Arc::new(AtomicU64::new(0));
+    let worst = Arc::new(Mutex::new(Duration::ZERO));
+    let mut threads = Vec::new();
+    for t in 0..4 {
+        let (stop, acked, puts, worst) = (
+            Arc::clone(&stop),
+            Arc::clone(&acked_puts),
+            Arc::clone(&puts),
+            Arc::clone(&worst),
+        );
+        let addr = addrs[t % 2];
+        threads.push(std::thread::spawn(move || {
+            let mut c = connect(addr);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let payload = format!("p{t}-{n}");
+                n += 1;
+                let args = pack_args(&[Value::from(payload.as_str())]);
+                let (r, waited) = call_until_answered(&mut c, "queue.tube.jobs:put", &args);
+                assert!(task_id(&r).is_some(), "{r:?}");
+                acked.lock().unwrap().insert(payload);
+                puts.fetch_add(1, Ordering::Relaxed);
+                let mut w = worst.lock().unwrap();
+                *w = (*w).max(waited);
+            }
+        }));
+    }
+    for t in 0..4 {
+        let (draining, delivered, acked, worst) = (
+            Arc::clone(&draining),
+            Arc::clone(&delivered),
+            Arc::clone(&acked_puts),
+            Arc::clone(&worst),
+        );
+        let addr = addrs[(t + 1) % 2];
+        threads.push(std::thread::spawn(move || {
+            let mut c = connect(addr);
+            let addrs = addrs;
+            let take = pack_args(&[Value::from(0.05)]);
+            let mut drain_deadline = None;
+            loop {
+                if draining.load(Ordering::Relaxed) {
+                    let deadline = *drain_deadline
+                        .get_or_insert_with(|| std::time::Instant::now() + Duration::from_secs(30));
+                    if std::time::Instant::now() > deadline {
+                        let d = delivered.lock().unwrap();
+                        let lost: Vec<String> = (acked.lock().unwrap().iter())
+                            .filter(|p| !d.contains(*p))
+                            .take(10)
+                            .cloned()
+                            .collect();
+                        let stats: Vec<u64> = (addrs.iter())
+                            .map(|&a| count(&statistics(a, "jobs"), "done"))
+                            .collect();
+                        let (na, nd) = (acked.lock().unwrap().len(), d.len());
+                        panic!(
+                            "acked puts never delivered, among them {lost:?}; {na} acked, \
+                             {nd} delivered, done {stats:?}"
+                        );
+                    }
+                }
+                let (r, waited) = call_until_answered(&mut c, "queue.tube.jobs:take", &take);
+                let Some(id) = task_id(&r) else {
+                    // Empty: done once the producers stopped and everything acked came.
+                    if draining.load(Ordering::Relaxed) {
+                        let d = delivered.lock().unwrap();
+                        if acked.lock().unwrap().iter().all(|p| d.contains(p)) {
+                            return;
+                        }
+                    }
+                    continue;
+                };
+                let data = r[0].as_array().unwrap()[2].as_str().unwrap().to_owned();
+                assert!(
+                    delivered.lock().unwrap().insert(data.clone()),
+                    "{data} delivered twice"
+                );
+                let args = pack_args(&[Value::from(id)]);
+                let (a, waited_ack) = call_until_answered(&mut c, "queue.tube.jobs:ack", &args);
+                assert_eq!(task_id(&a), Some(id), "the ack of {data}");
+                let mut w = worst.lock().unwrap();
+                *w = (*w).max(waited).max(waited_ack);
+            }
+        }));
+    }
+    wait_for("some traffic before the move", || {
+        puts.load(Ordering::Relaxed) > 3000
+    });
+    let report = move_partition(addrs[0], "jobs", p, "b");
+    let at_move = puts.load(Ordering::Relaxed);
+    eprintln!("moved: {report}");
+    assert_eq!(report["to"], "b");
+    wait_for("some traffic after the move", || {
+        puts.load(Ordering::Relaxed) > at_move + 3000
+    });
+    stop.store(true, Ordering::Relaxed);
+    draining.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a client thread failed");
+    }
+    let acked = acked_puts.lock().unwrap();
+    let delivered = delivered.lock().unwrap();
+    assert!(
+        acked.iter().all(|p| delivered.contains(p)),
+        "an acked put was lost"
+    );
+    // Nothing delivered that nobody put.
+    assert!(delivered.iter().all(|d| d.starts_with('p')));
+    eprintln!(
+        "{} puts acked, {} delivered, worst wait {:?}",
+        acked.len(),
+        delivered.len(),
+        worst.lock().unwrap()
+    );
+    assert_eq!(owners(addrs[1], "jobs"), ["b", "b"]);
+}

@@ -297,7 +297,11 @@ impl Server {
             timers: Timers::default(),
             next_sid: 1,
             shards,
-            link_sessions: Default::default(),
+            link_sessions: crate::frontend::link::LinkSessions::new(
+                cfg.cluster
+                    .as_ref()
+                    .map(|c| c.election.name.as_str().into()),
+            ),
             routed: Vec::new(),
             next_gen: 0,
             clock,

@@ -39,6 +39,9 @@ pub struct LinkConn {
 /// and the origin's number for it, and back.
 #[derive(Debug, Default)]
 pub struct LinkSessions {
+    /// This node's own name: a call relayed back here for one of its own clients runs as
+    /// that client's session.
+    pub me: Option<Arc<str>>,
     by_remote: HashMap<(Arc<str>, u64), SessionId>,
     by_local: HashMap<SessionId, (Arc<str>, u64)>,
     /// Links open from each origin: its sessions end when its last link closes.
@@ -46,6 +49,14 @@ pub struct LinkSessions {
 }
 
 impl LinkSessions {
+    /// The sessions of a node named `me` (`None`: no cluster).
+    pub fn new(me: Option<Arc<str>>) -> LinkSessions {
+        LinkSessions {
+            me,
+            ..Default::default()
+        }
+    }
+
     /// This node's session for `origin`'s session `remote`, if it has one.
     pub fn get(&self, origin: &Arc<str>, remote: u64) -> Option<SessionId> {
         self.by_remote.get(&(Arc::clone(origin), remote)).copied()
@@ -184,7 +195,11 @@ impl<L: Loop> Link<'_, L> {
             },
             other => other,
         };
-        let sid = match self.l.link_sessions().get(origin, session) {
+        let sessions = self.l.link_sessions();
+        let own = sessions.me.as_ref().is_some_and(|me| me == origin);
+        let sid = match sessions.get(origin, session) {
+            // One of this node's own clients, whose call another node relayed back.
+            _ if own => session,
             Some(sid) => sid,
             None => {
                 let sid = self.l.new_session();

@@ -269,8 +269,10 @@ impl Shards {
         let mine = self.sets.iter().position(|s| s.name == self.set);
         for (ix, p) in self.parts.iter().enumerate() {
             let was = before.get(ix).copied().flatten();
-            // A move handed it over: its old owner let go before this set served it.
-            let handed = self.adopted.contains_key(&(ix as TubeIx));
+            // A move handed it over (or is handing it: the commit read before the word of
+            // it): its old owner froze it before the commit and lets go after.
+            let handed = self.adopted.contains_key(&(ix as TubeIx))
+                || self.incoming.contains_key(&(ix as TubeIx));
             if let (Some(p), Some(was)) = (p, was) {
                 if Some(p.set) == mine && was != p.set && !handed {
                     self.held.insert(ix as TubeIx, now + self.validity);

@@ -81,6 +81,9 @@ pub(super) struct Held {
     reply: ReplyTo,
     /// Forwarded by another node (run as a link's session), not this node's client's.
     link: bool,
+    /// The partition it was routed to (its tube rewritten to it), or `None`: a whole-tube
+    /// command, routed again.
+    ix: Option<TubeIx>,
     cmd: Vec<u8>,
 }
 
@@ -472,14 +475,14 @@ impl Server {
         self.answer(m.asker, &Outcome::Error(Refusal::Shards(why)));
     }
 
-    /// Holds `cmd` of a client (`link`: a forwarded one, run as session `sid`) until the move
-    /// of its partition ends.
+    /// Holds `cmd` of a client (`link`: a forwarded one, run as session `sid`; `ix`: the
+    /// partition it was routed to) until the move of its partition ends.
     pub(super) fn hold_for_move(
         &mut self,
         idx: usize,
         sid: SessionId,
         reply: ReplyTo,
-        link: bool,
+        (link, ix): (bool, Option<TubeIx>),
         cmd: &Command<'_>,
     ) {
         let gen = self.conns[idx].gen;
@@ -493,6 +496,7 @@ impl Server {
                 sid,
                 reply,
                 link,
+                ix,
                 cmd,
             }),
             Err(e) => {
@@ -515,10 +519,23 @@ impl Server {
                 return self.deliver(h.idx, h.reply, &Outcome::Error(Refusal::Shards(why)));
             }
         };
-        if h.link {
-            self.dispatch_forwarded(h.idx, h.sid, h.reply, cmd, true);
-        } else {
-            self.dispatch(h.idx, h.reply, cmd);
+        let client = Client {
+            idx: h.idx,
+            gen: h.gen,
+            sid: h.sid,
+            reply: h.reply,
+        };
+        match (h.link, h.ix) {
+            (true, _) => self.dispatch_forwarded(h.idx, h.sid, h.reply, cmd, true),
+            // Routed to its partition already: run there (here, or at its new owner).
+            (false, Some(ix)) => {
+                let leads = self.leads();
+                if let Some(cmd) = self.run_on_partition(client, ix, cmd, Then::Deliver, leads) {
+                    let caller = Caller::new(h.idx, h.gen, h.sid);
+                    self.execute_as(caller, h.reply, cmd);
+                }
+            }
+            (false, None) => self.dispatch(h.idx, h.reply, cmd),
         }
     }
 
@@ -681,7 +698,11 @@ impl Server {
             } => {
                 shards.incoming.remove(&index);
                 if committed {
-                    shards.adopted.insert(index, epoch);
+                    // Adopted until this node's view is newer than the move's start (a view
+                    // that is newer already says who owns it).
+                    if shards.placement.epoch <= epoch {
+                        shards.adopted.insert(index, epoch);
+                    }
                     info!(index, "a partition moved here: served from now on");
                     let (core, mut wire) = self.split();
                     core.serve_parked(index, &mut wire);

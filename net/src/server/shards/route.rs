@@ -55,7 +55,7 @@ impl Server {
         let gen = self.conns[idx].gen;
         match verdict {
             Forwarded::Run => {}
-            Forwarded::Hold => return self.hold_for_move(idx, sid, reply, true, &cmd),
+            Forwarded::Hold => return self.hold_for_move(idx, sid, reply, (true, None), &cmd),
             Forwarded::Relay(set) if may_relay => {
                 let client = Client {
                     idx,
@@ -135,7 +135,7 @@ impl Server {
         if shards.moving.is_some() && cmd.changes() {
             if let Some(head) = whole_tube(&cmd).filter(|&h| shards.tube_frozen(h)) {
                 let _ = head;
-                self.hold_for_move(idx, client.sid, reply, false, &cmd);
+                self.hold_for_move(idx, client.sid, reply, (false, None), &cmd);
                 return None;
             }
         }
@@ -332,7 +332,7 @@ impl Server {
                 // nothing to take until then).
                 if cmd.changes() {
                     let (idx, sid, reply) = (client.idx, client.sid, client.reply);
-                    self.hold_for_move(idx, sid, reply, false, &cmd);
+                    self.hold_for_move(idx, sid, reply, (false, Some(ix)), &cmd);
                     return None;
                 }
                 return Some(cmd);
