@@ -17,6 +17,11 @@
 //! - **drain** ([`plan_drain`]): every partition of one set, each to the live set owning the
 //!   fewest partitions then.
 //!
+//! Before a move is sent, the owner's primary is given until `--timeout` to own the partition
+//! and know the new set's primary in its own view (it reads etcd a moment after a change),
+//! and a refusal it says will pass (a stale view, a partition that has just moved there,
+//! another move running there) is asked again until `--timeout`; any other refusal is final.
+//!
 //! Running a plan re-reads the map from etcd before each move and skips a move whose
 //! partition is no longer where the plan found it (someone else moved or placed it). SIGINT
 //! stops a run between moves: the move in flight runs to its end on the server (committed or
@@ -129,8 +134,11 @@ fn counts<'a>(live: &'a [String], owner: &[String]) -> Vec<(usize, &'a str)> {
         .collect()
 }
 
+/// A set's load (partitions or tasks) and its name.
+type Load<'a, N> = (N, &'a str);
+
 /// The most and the least loaded of `loads` (ties: the first name for both).
-fn extremes<'a, N: Ord + Copy>(loads: &[(N, &'a str)]) -> Option<((N, &'a str), (N, &'a str))> {
+fn extremes<'a, N: Ord + Copy>(loads: &[Load<'a, N>]) -> Option<(Load<'a, N>, Load<'a, N>)> {
     let most = loads
         .iter()
         .copied()
@@ -375,7 +383,18 @@ impl<'a> Session<'a> {
         self.wait_view(&mut c, placed.index, to);
         let wait = MOVE_WAIT.saturating_sub(self.opts.timeout);
         let args = pack_args(&[Value::from(tube), Value::from(partition), Value::from(to)]);
-        let answer = match c.call("tarq.move", &args, Some(wait)) {
+        let deadline = Instant::now() + self.opts.timeout;
+        let answer = loop {
+            match c.call("tarq.move", &args, Some(wait)) {
+                Err(ClientError::Server { message, .. })
+                    if passing(&message) && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(VIEW_POLL);
+                }
+                answer => break answer,
+            }
+        };
+        let answer = match answer {
             Ok(values) => values,
             Err(ClientError::Server { message, .. }) => {
                 bail!("{who} refused: {message}; nothing was changed")
@@ -421,6 +440,20 @@ impl<'a> Session<'a> {
             std::thread::sleep(VIEW_POLL);
         }
     }
+}
+
+/// Whether a refusal of `tarq.move` is one the server says will pass by itself: its view of
+/// the placement not read lately, a partition that has just moved to its set (held until the
+/// old owner's view has run out), another move running on that node. Such a refusal is
+/// asked again, until `--timeout`.
+fn passing(message: &str) -> bool {
+    [
+        "view of the placement is stale",
+        "has just moved",
+        "one move at a time",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
 }
 
 /// A connection to `addr`, authenticated when credentials were given.
@@ -581,9 +614,8 @@ pub fn run_rebalance(
         writeln!(out, "balanced already: nothing to move")?;
         return Ok(());
     }
-    print_plan(&steps, out)?;
+    plan_or_dry_run(&steps, dry_run, out)?;
     if dry_run {
-        writeln!(out, "dry run: nothing was moved")?;
         return Ok(());
     }
     let done = run_plan(&mut s, &steps, out)?;
@@ -636,9 +668,8 @@ pub fn run_drain(
     }
     s.count(&map, &mut parts);
     let steps = plan_drain(&parts, &live, set);
-    print_plan(&steps, out)?;
+    plan_or_dry_run(&steps, dry_run, out)?;
     if dry_run {
-        writeln!(out, "dry run: nothing was moved")?;
         return Ok(());
     }
     let done = run_plan(&mut s, &steps, out)?;
@@ -674,10 +705,10 @@ impl fmt::Display for Done {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} moved ({} tasks) in {:.1} s",
+            "{} moved ({} tasks) in {} ms",
             self.moved,
             self.tasks,
-            self.elapsed.as_secs_f64()
+            self.elapsed.as_millis()
         )?;
         if self.skipped > 0 {
             write!(f, ", {} skipped", self.skipped)?;
@@ -686,7 +717,12 @@ impl fmt::Display for Done {
     }
 }
 
-fn print_plan(steps: &[Step], out: &mut dyn Write) -> anyhow::Result<()> {
+/// Prints the plan; before a real run, SIGINT is caught first, so a Ctrl-C from the moment
+/// the plan shows stops the run between moves.
+fn plan_or_dry_run(steps: &[Step], dry_run: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    if !dry_run {
+        stop_on_sigint()?;
+    }
     writeln!(out, "plan: {} moves", steps.len())?;
     for st in steps {
         match st.tasks {
@@ -694,13 +730,16 @@ fn print_plan(steps: &[Step], out: &mut dyn Write) -> anyhow::Result<()> {
             None => writeln!(out, "move {st}")?,
         }
     }
+    if dry_run {
+        writeln!(out, "dry run: nothing was moved")?;
+    }
+    out.flush()?;
     Ok(())
 }
 
 /// Runs `steps` one at a time, each on a fresh read of the map; stops at SIGINT (between
 /// moves) and at the first failure.
 fn run_plan(s: &mut Session<'_>, steps: &[Step], out: &mut dyn Write) -> anyhow::Result<Done> {
-    stop_on_sigint()?;
     let started = Instant::now();
     let mut done = Done::default();
     for (k, st) in steps.iter().enumerate() {
