@@ -167,10 +167,29 @@ struct Grown {
     put: Vec<String>,
 }
 
+/// A failing test shows every node's log.
+impl Drop for Grown {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for i in 0..self.nodes.nodes.len() {
+                let name = self.nodes.nodes[i].name.clone();
+                eprintln!("--- log of {name}:\n{}", self.nodes.log(i));
+            }
+        }
+    }
+}
+
 impl Grown {
     fn start() -> Grown {
         let etcd = Etcd::start();
-        let mut nodes = Nodes::start_sets(&etcd, &[("a", 1)], &[]);
+        let nodes = Nodes::start_sets(&etcd, &[("a", 1)], &[]);
+        let mut g = Grown {
+            etcd: etcd.url.clone(),
+            _etcd: etcd,
+            nodes,
+            put: Vec::new(),
+        };
+        let nodes = &mut g.nodes;
         nodes.wait_leader_among(&[0]);
         let a = nodes.nodes[0].addr;
         let opts = Value::Map(vec![(Value::from("partitions"), Value::from(PARTITIONS))]);
@@ -187,7 +206,8 @@ impl Grown {
                 tubes.iter().any(|t| str_field(t, "name") == "jobs")
             })
         });
-        let put = put_all(a, "t", TASKS);
+        g.put = put_all(a, "t", TASKS);
+        let nodes = &mut g.nodes;
         let b = nodes.add_set_node("b");
         let c = nodes.add_set_node("c");
         nodes.wait_leader_among(&[b]);
@@ -203,12 +223,7 @@ impl Grown {
                     == 3
             })
         });
-        Grown {
-            etcd: etcd.url.clone(),
-            _etcd: etcd,
-            nodes,
-            put,
-        }
+        g
     }
 
     fn ctl(&self, args: &[&str]) -> std::process::Output {

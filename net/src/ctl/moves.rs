@@ -641,30 +641,36 @@ pub fn run_drain(
 ) -> anyhow::Result<()> {
     let mut s = Session::open(at, opts)?;
     let map = s.read()?;
-    let Some(view) = map.sets.iter().find(|v| v.name == set) else {
-        let known: Vec<&str> = map.sets.iter().map(|v| v.name.as_str()).collect();
-        bail!(
-            "no replica set {set} in the cluster (its sets: {})",
-            known.join(", ")
-        );
-    };
     let mut parts = parts_of(&map);
-    if !parts.iter().any(|p| p.set == set) {
-        writeln!(
-            out,
-            "replica set {set} owns no partition: nothing to move; its nodes can be stopped"
-        )?;
-        return Ok(());
-    }
-    if view.leader.is_none() {
-        bail!(
+    let owns = parts.iter().any(|p| p.set == set);
+    let known = map.sets.iter().find(|v| v.name == set);
+    match (known, owns) {
+        (None, false) => {
+            let sets: Vec<&str> = map.sets.iter().map(|v| v.name.as_str()).collect();
+            bail!(
+                "no replica set {set} in the cluster (its sets: {})",
+                sets.join(", ")
+            );
+        }
+        (_, false) => {
+            writeln!(
+                out,
+                "replica set {set} owns no partition: nothing to move; its nodes can be stopped"
+            )?;
+            return Ok(());
+        }
+        (Some(v), true) if v.leader.is_some() => {}
+        (_, true) => bail!(
             "replica set {set} has no primary now: its partitions move only through its \
              primary; nothing was changed"
-        );
+        ),
     }
     let live = live_sets(&map);
     if !live.iter().any(|l| l != set) {
-        bail!("no other replica set has a primary now to take {set}'s partitions; nothing was changed");
+        bail!(
+            "no other replica set has a primary now to take {set}'s partitions; nothing was \
+             changed"
+        );
     }
     s.count(&map, &mut parts);
     let steps = plan_drain(&parts, &live, set);
