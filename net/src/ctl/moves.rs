@@ -990,6 +990,25 @@ mod tests {
     }
 
     #[test]
+    fn only_refusals_the_server_says_will_pass_are_asked_again() {
+        for passes in [
+            "this node's view of the placement is stale (etcd not read lately): no change now",
+            "partition at index 3 has just moved to replica set c: it serves it in 900 ms",
+            "this node is moving partition 1 of tube jobs now: one move at a time",
+        ] {
+            assert!(passing(passes), "{passes}");
+        }
+        for final_ in [
+            "no partition 9 of tube jobs is placed",
+            "replica set zz has no primary now",
+            "the move of partition 1 of tube jobs was given up: the new owner: full; it stays on \
+             replica set a",
+        ] {
+            assert!(!passing(final_), "{final_}");
+        }
+    }
+
+    #[test]
     fn a_report_reads_with_and_without_already() {
         let r: Report = serde_json::from_str(
             r#"{"tube":"jobs","partition":2,"from":"a","to":"c","tasks":1234,"ms":56}"#,
