@@ -93,6 +93,18 @@ const BLOCKS: &[(&str, Plan)] = &[
         Plan::Skip("needs etcd and two replica sets: net/tests/shards_ops.rs runs ctl place"),
     ),
     (
+        "tarq --listen 127.0.0.1:3305 --data-dir /var/lib/tarq-c0",
+        Plan::Skip("a new set joins a sharded cluster: net/tests/shards_rebalance.rs does it"),
+    ),
+    (
+        "tarq ctl rebalance --dry-run",
+        Plan::Skip("needs etcd and three sets: net/tests/shards_rebalance.rs runs rebalance"),
+    ),
+    (
+        "tarq ctl drain c",
+        Plan::Skip("needs etcd and three sets: net/tests/shards_rebalance.rs runs drain"),
+    ),
+    (
         "tarq ctl --addr 127.0.0.1:3302,127.0.0.1:3301 put hello",
         Plan::Run,
     ),

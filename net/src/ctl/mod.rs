@@ -6,13 +6,16 @@
 //! interactive console ([`console`]), `cluster` shows the members, leader, term and lags
 //! and, on a sharded cluster, every replica set, the placement and each partition's counts
 //! ([`cluster`]); `place` gives an empty partition to another replica set, in etcd
-//! ([`place`]). It speaks IPROTO through the one blocking client, behind
+//! ([`place`]); `move` moves a partition with its tasks to another set, `rebalance` evens the
+//! partitions (or tasks) out over the live sets and `drain` empties one set, through the
+//! owners' primaries ([`moves`]). It speaks IPROTO through the one blocking client, behind
 //! [`tarq_client::cluster::Cluster`]: `--addr` may list several nodes, and calls follow the
 //! leader (redirects and reconnects are the client crate's, not ctl's). It is an operator's
 //! tool, not part of the server's hot path.
 
 pub mod cluster;
 pub mod console;
+pub mod moves;
 pub mod place;
 
 use std::io::Write;
@@ -217,6 +220,51 @@ pub enum CtlCommand {
         #[arg(long, env = "TARQ_CLUSTER", value_name = "NAME")]
         cluster: String,
     },
+    /// Move partition PARTITION (0, 1, ...) of TUBE to replica set SET with all its tasks,
+    /// while traffic runs: the owner's primary copies it and commits the change in etcd, then
+    /// this prints its report (JSON: tasks moved, milliseconds). A refused or given-up move
+    /// leaves the partition where it was. Talks to etcd and to the owner's primary, not to
+    /// --addr; waits for the answer at least 10 minutes (or --timeout, if longer).
+    Move {
+        /// The tube, as its name.
+        tube: String,
+        /// The partition's number, as `tarq ctl cluster` shows it (PARTITION, not INDEX).
+        partition: u16,
+        /// The replica set to own the partition.
+        #[arg(long, value_name = "SET")]
+        to: String,
+        #[command(flatten)]
+        at: moves::EtcdArgs,
+    },
+    /// Even the partitions out over the replica sets that have a primary: plans moves from the
+    /// most loaded set to the least loaded until every set owns within one partition of every
+    /// other (--by tasks: until no move would narrow the gap between their task counts),
+    /// prints the plan, then makes the moves one at a time, a line each. Ctrl-C stops it
+    /// between moves: the move in flight ends on the server, committed or given up, never half
+    /// done.
+    Rebalance {
+        /// What to even out: the partitions each set owns, or the tasks each holds (as the
+        /// owners count them when the plan is made).
+        #[arg(long, value_enum, default_value_t = moves::Balance::Count)]
+        by: moves::Balance,
+        /// Print the plan only; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        at: moves::EtcdArgs,
+    },
+    /// Move every partition of replica set SET to the other sets that have a primary (each to
+    /// the one owning the fewest partitions), so SET owns nothing and its nodes can be
+    /// stopped. Prints the plan, then each move; Ctrl-C stops it between moves, as rebalance.
+    Drain {
+        /// The replica set to empty.
+        set: String,
+        /// Print the plan only; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        at: moves::EtcdArgs,
+    },
     /// Interactive console: type queue.put('x') and the like.
     Console {
         /// History file [default: ~/.tarq_history].
@@ -359,6 +407,21 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             cluster,
         };
         return place::run(&place, &opts, out);
+    }
+    match &args.command {
+        CtlCommand::Move {
+            tube,
+            partition,
+            to,
+            at,
+        } => return moves::run_move(tube, *partition, to, at, &opts, out),
+        CtlCommand::Rebalance { by, dry_run, at } => {
+            return moves::run_rebalance(*by, *dry_run, at, &opts, out)
+        }
+        CtlCommand::Drain { set, dry_run, at } => {
+            return moves::run_drain(set, *dry_run, at, &opts, out)
+        }
+        _ => {}
     }
     let mut cluster = Cluster::connect(addrs.clone(), opts.clone()).map_err(|e| match e {
         ClusterError::NoneAnswered { .. } => anyhow::anyhow!(
@@ -504,8 +567,13 @@ impl<'a> Names<'a> {
 fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<Call> {
     let n = Names { tube, ns };
     Ok(match command {
-        CtlCommand::Console { .. } | CtlCommand::Cluster { .. } | CtlCommand::Place { .. } => {
-            unreachable!("the console, cluster and place are run by `run`")
+        CtlCommand::Console { .. }
+        | CtlCommand::Cluster { .. }
+        | CtlCommand::Place { .. }
+        | CtlCommand::Move { .. }
+        | CtlCommand::Rebalance { .. }
+        | CtlCommand::Drain { .. } => {
+            unreachable!("the console, cluster and the shard commands are run by `run`")
         }
         put @ CtlCommand::Put { .. } => n.call(n.method("queue.put", "put"), put_args(put)),
         CtlCommand::Take { timeout } => {

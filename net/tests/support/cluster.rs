@@ -195,6 +195,25 @@ impl Nodes {
         nodes
     }
 
+    /// Adds a node of replica set `set` to a running cluster (named `<set><i>`, `i` the next
+    /// number in that set, with the cluster's extra flags) and starts it; its index.
+    pub fn add_set_node(&mut self, set: &str) -> usize {
+        let own = vec!["--replica-set".to_string(), set.to_string()];
+        let i = self.nodes.iter().filter(|n| n.own == own).count();
+        let port = Refusing::reserve();
+        self.nodes.push(Node {
+            name: format!("{set}{i}"),
+            addr: port.addr,
+            _port: port,
+            tarq: None,
+            dir: Some(tempfile::tempdir().unwrap()),
+            own,
+        });
+        let n = self.nodes.len() - 1;
+        self.start_node(n);
+        n
+    }
+
     /// The node among `among` that says it leads its set.
     pub fn leader_among(&self, among: &[usize]) -> Option<usize> {
         among.iter().copied().find(|&i| {
