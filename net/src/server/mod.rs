@@ -372,6 +372,10 @@ impl Server {
             .as_ref()
             .and(self.cluster.as_ref())
             .map(|c| c.handle().placement());
+        let moves = (self.shards.as_ref()).map_or((0, Default::default()), |s| {
+            let (now, done) = s.move_figures();
+            (u64::from(now.is_some()), done)
+        });
         Snapshot {
             engine: queue.stats(),
             tubes: queue
@@ -398,6 +402,11 @@ impl Server {
                 beanstalk_connections: self.beanstalk.connections,
                 beanstalk_commands: self.beanstalk.commands(),
                 beanstalk_errors: self.beanstalk.errors,
+                moves_running: moves.0,
+                moves_committed: moves.1.committed,
+                moves_given_up: moves.1.given_up,
+                moved_tasks: moves.1.tasks_moved,
+                last_move_ms: moves.1.last_ms.unwrap_or(0),
             },
             limits: self.limit_figures(),
             wal: self.core.journal().figures(),
