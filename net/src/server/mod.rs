@@ -954,6 +954,7 @@ impl Server {
             self.take_routed();
             self.expire_waiters();
             self.check_unanswered_move();
+            self.check_orphaned_copies();
         }
         if self.http.listener.is_some() {
             self.live_tick();
@@ -1298,10 +1299,14 @@ impl Server {
         }
         self.drop_input(idx);
         // A link's sessions are its forwarding node's clients': theirs go back to ready too.
-        let link_sessions: Vec<SessionId> = match self.conns[idx].link_mut() {
-            Some(l) => self.link_sessions.closed(&l.origin),
+        let link_origin = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin));
+        let link_sessions: Vec<SessionId> = match &link_origin {
+            Some(origin) => self.link_sessions.closed(origin),
             None => Vec::new(),
         };
+        if let Some(origin) = &link_origin {
+            self.link_closed(origin);
+        }
         for s in link_sessions {
             self.release_session(s);
             self.link_sessions.forget(s);

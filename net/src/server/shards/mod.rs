@@ -182,6 +182,8 @@ pub(crate) struct Shards {
     /// began at: served here before this node's view of the placement says so.
     adopted: HashMap<TubeIx, i64>,
     move_figures: moving::MoveFigures,
+    /// When orphaned copies arriving here are looked at again.
+    recheck_at: Option<Micros>,
 }
 
 impl Shards {
@@ -219,6 +221,7 @@ impl Shards {
             incoming: HashMap::new(),
             adopted: HashMap::new(),
             move_figures: moving::MoveFigures::default(),
+            recheck_at: None,
         }
     }
 
@@ -321,10 +324,10 @@ impl Shards {
     /// The earliest deadline of a waiting take, or of a move's look at the placement.
     pub fn next_deadline(&self) -> Option<Micros> {
         let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
-        match (wait, self.move_check_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [wait, self.move_check_at(), self.recheck_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn part(&self, ix: TubeIx) -> Option<Part> {

@@ -91,6 +91,9 @@ pub(super) struct Held {
 pub(super) struct Incoming {
     origin: Arc<str>,
     touched: Instant,
+    /// Its sender's link closed (or the copy stalled) at this instant: the copy is kept or
+    /// let go as a placement read after it says (the move may have committed just before).
+    orphaned: Option<Instant>,
 }
 
 /// The moves this node has run, for `queue.cluster()` and the metrics.
@@ -641,6 +644,7 @@ impl Server {
                 let incoming = Incoming {
                     origin,
                     touched: Instant::now(),
+                    orphaned: None,
                 };
                 if let Some(s) = self.shards.as_mut() {
                     s.incoming.insert(index, incoming);
@@ -716,19 +720,62 @@ impl Server {
         }
     }
 
-    /// On a primary, after a new map: copies this node holds of partitions placed elsewhere
-    /// that no move brings here (left by a move that did not commit, or by a node that was
-    /// stopped across one) are let go, and copies arriving that stalled are given up.
+    /// The link from `origin` closed: the copies it was sending here are orphaned, kept or
+    /// let go once a placement read after the close says whether their move committed.
+    pub(in crate::server) fn link_closed(&mut self, origin: &str) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut any = false;
+        for inc in shards.incoming.values_mut() {
+            if &*inc.origin == origin && inc.orphaned.is_none() {
+                inc.orphaned = Some(now);
+                any = true;
+            }
+        }
+        if any {
+            shards.recheck_at = Some(self.mono.saturating_add(RECHECK));
+            self.timers_changed();
+        }
+    }
+
+    /// The turn's look at orphaned copies, when one is due.
+    pub(in crate::server) fn check_orphaned_copies(&mut self) {
+        let due = (self.shards.as_ref())
+            .and_then(|s| s.recheck_at)
+            .is_some_and(|t| t <= self.mono);
+        if due {
+            self.let_go_strays();
+            self.timers_changed();
+        }
+    }
+
+    /// On a primary, after a new map (and while copies are orphaned): copies this node holds
+    /// of partitions placed elsewhere that no move brings here (left by a move that did not
+    /// commit, or by a node that was stopped across one) are let go. A copy whose sender went
+    /// away or quiet stops being one a move brings once a placement read since says who owns
+    /// it: kept if this set does (the move committed), else let go.
     pub(super) fn let_go_strays(&mut self) {
         if !self.leads() {
             return;
         }
+        let mono = self.mono;
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        shards
-            .incoming
-            .retain(|_, inc| inc.touched.elapsed() < STALL);
+        let read = (shards.fence.view())
+            .filter(|&(epoch, _)| epoch == shards.placement.epoch)
+            .map(|(_, at)| at);
+        shards.incoming.retain(|_, inc| {
+            if inc.orphaned.is_none() && inc.touched.elapsed() >= STALL {
+                inc.orphaned = Some(Instant::now());
+            }
+            // Decided by a read of the placement made after it went quiet.
+            !inc.orphaned.is_some_and(|t| read.is_some_and(|r| r > t))
+        });
+        let waiting = shards.incoming.values().any(|i| i.orphaned.is_some());
+        shards.recheck_at = waiting.then(|| mono.saturating_add(RECHECK));
         let mut strays = Vec::new();
         for (ix, p) in shards.parts.iter().enumerate() {
             let Some(p) = p else { continue };
