@@ -772,7 +772,7 @@ impl Server {
                 inc.orphaned = Some(Instant::now());
             }
             // Decided by a read of the placement made after it went quiet.
-            !inc.orphaned.is_some_and(|t| read.is_some_and(|r| r > t))
+            inc.orphaned.is_none_or(|t| read.is_none_or(|r| r <= t))
         });
         let waiting = shards.incoming.values().any(|i| i.orphaned.is_some());
         shards.recheck_at = waiting.then(|| mono.saturating_add(RECHECK));
