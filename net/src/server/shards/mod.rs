@@ -184,6 +184,8 @@ pub(crate) struct Shards {
     move_figures: moving::MoveFigures,
     /// When orphaned copies arriving here are looked at again.
     recheck_at: Option<Micros>,
+    /// Partitions whose tasks this node lets go of, a batch a turn, with the last id removed.
+    letting_go: Vec<(TubeIx, Option<tarq_engine::TaskId>)>,
 }
 
 impl Shards {
@@ -222,6 +224,7 @@ impl Shards {
             adopted: HashMap::new(),
             move_figures: moving::MoveFigures::default(),
             recheck_at: None,
+            letting_go: Vec::new(),
         }
     }
 
@@ -323,6 +326,10 @@ impl Shards {
 
     /// The earliest deadline of a waiting take, or of a move's look at the placement.
     pub fn next_deadline(&self) -> Option<Micros> {
+        if !self.letting_go.is_empty() {
+            // A batch a turn until done: the loop turns again at once.
+            return Some(0);
+        }
         let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
         [wait, self.move_check_at(), self.recheck_at]
             .into_iter()
