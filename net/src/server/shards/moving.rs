@@ -636,12 +636,49 @@ impl Server {
         (link, ix): (bool, Option<TubeIx>),
         cmd: &Command<'_>,
     ) {
+        self.hold_command(false, idx, sid, reply, (link, ix), cmd);
+    }
+
+    /// Holds `cmd` until this node applies the placement it has read already (its view is
+    /// newer than its routes: the routes may name an old owner); see [`hold_for_move`].
+    ///
+    /// [`hold_for_move`]: Self::hold_for_move
+    pub(super) fn hold_for_map(
+        &mut self,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        (link, ix): (bool, Option<TubeIx>),
+        cmd: &Command<'_>,
+    ) {
+        self.hold_command(true, idx, sid, reply, (link, ix), cmd);
+    }
+
+    fn hold_command(
+        &mut self,
+        for_map: bool,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        (link, ix): (bool, Option<TubeIx>),
+        cmd: &Command<'_>,
+    ) {
         let gen = self.conns[idx].gen;
-        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+        let mono = self.mono;
+        let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        if for_map && shards.recheck_at.is_none() {
+            // Looked at again soon: the view may go stale instead (etcd unreachable).
+            shards.recheck_at = Some(mono.saturating_add(RECHECK));
+        }
+        let list = match (for_map, shards.moving.as_mut()) {
+            (true, _) => &mut shards.awaiting_map,
+            (false, Some(m)) => &mut m.held,
+            (false, None) => return,
+        };
         match rmp_serde::to_vec(cmd) {
-            Ok(cmd) => m.held.push(Held {
+            Ok(cmd) => list.push(Held {
                 idx,
                 gen,
                 sid,
@@ -651,14 +688,27 @@ impl Server {
                 cmd,
             }),
             Err(e) => {
-                let why = format!("a command that cannot wait for the move: {e}");
+                let why = format!("a command that cannot wait: {e}");
                 let outcome = Outcome::Error(Refusal::Shards(why));
                 self.deliver(idx, reply, &outcome);
             }
         }
+        self.timers_changed();
     }
 
-    /// Runs a held command now that the move ended (here, or on to the new owner).
+    /// The placement read is applied: the commands that waited for it run.
+    pub(super) fn release_awaiting_map(&mut self) {
+        let held = self
+            .shards
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.awaiting_map));
+        for h in held.unwrap_or_default() {
+            self.release_held(h);
+        }
+    }
+
+    /// Runs a held command now that the move ended or the map is applied (here, or on to
+    /// the partition's owner).
     fn release_held(&mut self, h: Held) {
         if self.conns.get(h.idx).is_none_or(|c| c.gen != h.gen) {
             return;
@@ -908,7 +958,20 @@ impl Server {
             .and_then(|s| s.recheck_at)
             .is_some_and(|t| t <= self.mono);
         if due {
+            if let Some(s) = self.shards.as_mut() {
+                s.recheck_at = None;
+            }
             self.let_go_strays();
+            // Commands that wait for a placement read: run (or refused) once there is none
+            // pending any more, else looked at again.
+            let mono = self.mono;
+            if let Some(s) = self.shards.as_mut().filter(|s| !s.awaiting_map.is_empty()) {
+                if s.map_pending() {
+                    s.recheck_at = Some(mono.saturating_add(RECHECK));
+                } else {
+                    self.release_awaiting_map();
+                }
+            }
             self.timers_changed();
         }
     }
