@@ -955,6 +955,7 @@ impl Server {
             self.expire_waiters();
             self.check_unanswered_move();
             self.check_orphaned_copies();
+            self.pump_paced_move();
             self.let_go_gradually();
         }
         if self.http.listener.is_some() {

@@ -75,6 +75,9 @@ pub(super) struct Move {
     resent: u64,
     /// When the partition froze (the last changes' copy began).
     frozen_at: Option<Instant>,
+    /// While it serves, the copy keeps to `--move-rate`: the next page goes at this instant
+    /// (monotonic µs).
+    next_send: Micros,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,10 +155,15 @@ impl Shards {
             .is_some_and(|m| m.frozen() && self.part(m.ix).is_some_and(|p| p.head == head))
     }
 
-    /// When a move's unanswered commit should be looked at again.
+    /// When the move should be looked at again: its unanswered commit, or its next page
+    /// held back by `--move-rate`.
     pub(super) fn move_check_at(&self) -> Option<Micros> {
-        match self.moving.as_ref()?.phase {
+        let m = self.moving.as_ref()?;
+        match m.phase {
             Phase::Unknown { check_at, .. } => Some(check_at),
+            Phase::Bulk | Phase::CatchUp if m.next_send > 0 && m.in_flight < WINDOW => {
+                Some(m.next_send)
+            }
             _ => None,
         }
     }
@@ -255,6 +263,7 @@ impl Server {
             changed: Vec::new(),
             resent: 0,
             frozen_at: None,
+            next_send: 0,
         });
         let ask = Ask::MoveIn {
             index: ix,
@@ -295,12 +304,23 @@ impl Server {
     /// Sends the next pages of the move's phase, up to the window; goes on to the next phase
     /// once a phase's pages are all answered.
     fn pump_move(&mut self) {
+        self.pump_move_pages();
+        // When the move is looked at next may have changed (its rate, its phase).
+        self.timers_changed();
+    }
+
+    fn pump_move_pages(&mut self) {
         loop {
             let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
                 return;
             };
             let copying = matches!(m.phase, Phase::Bulk | Phase::CatchUp | Phase::Final);
             if !copying || m.in_flight >= WINDOW {
+                return;
+            }
+            // While the partition serves, the copy keeps to its rate (frozen, it hurries).
+            let paced = matches!(m.phase, Phase::Bulk | Phase::CatchUp) && !m.exported;
+            if paced && m.next_send > self.mono {
                 return;
             }
             if m.exported {
@@ -317,6 +337,14 @@ impl Server {
                 Ok(None) => continue,
                 Err(e) => return self.give_up_move(&format!("reading the partition: {e}")),
             };
+            let rate = self.cfg.move_rate;
+            if let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) {
+                if rate > 0 && matches!(m.phase, Phase::Bulk | Phase::CatchUp) {
+                    let n = (page.0.tasks.len() + page.0.gone.len()) as u64;
+                    let spent = n.saturating_mul(1_000_000) / rate;
+                    m.next_send = m.next_send.max(self.mono).saturating_add(spent);
+                }
+            }
             self.send_page(page);
         }
     }
@@ -592,6 +620,7 @@ impl Server {
             "ms": took.as_millis() as u64, "frozen_ms": frozen,
         });
         self.answer(m.asker, &Outcome::Text(report.to_string()));
+        self.timers_changed();
     }
 
     /// Gives the move up before its commit: the partition stays and thaws here.
@@ -624,6 +653,7 @@ impl Server {
             m.partition, m.tube
         );
         self.answer(m.asker, &Outcome::Error(Refusal::Shards(why)));
+        self.timers_changed();
     }
 
     /// Holds `cmd` of a client (`link`: a forwarded one, run as session `sid`; `ix`: the
@@ -949,6 +979,21 @@ impl Server {
         if any {
             shards.recheck_at = Some(self.mono.saturating_add(RECHECK));
             self.timers_changed();
+        }
+    }
+
+    /// The turn's look at a move whose next page waited for its rate.
+    pub(in crate::server) fn pump_paced_move(&mut self) {
+        let due = (self.shards.as_ref())
+            .and_then(|s| s.moving.as_ref())
+            .is_some_and(|m| {
+                matches!(m.phase, Phase::Bulk | Phase::CatchUp)
+                    && m.next_send > 0
+                    && m.next_send <= self.mono
+                    && m.in_flight < WINDOW
+            });
+        if due {
+            self.pump_move();
         }
     }
 
