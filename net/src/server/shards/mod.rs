@@ -18,6 +18,8 @@
 
 mod drop;
 mod gather;
+mod held;
+mod incoming;
 mod links;
 mod moving;
 mod out_link;
@@ -177,7 +179,7 @@ pub(crate) struct Shards {
     /// The move this node runs as a partition's owner, if any.
     moving: Option<moving::Move>,
     /// Partitions being copied here, by index.
-    incoming: HashMap<TubeIx, moving::Incoming>,
+    incoming: HashMap<TubeIx, incoming::Incoming>,
     /// Partitions handed over to this node's set by a move, with the placement epoch the move
     /// began at: served here before this node's view of the placement says so.
     adopted: HashMap<TubeIx, i64>,
@@ -187,7 +189,7 @@ pub(crate) struct Shards {
     /// Partitions whose tasks this node lets go of, a batch a turn, with the last id removed.
     letting_go: Vec<(TubeIx, Option<tarq_engine::TaskId>)>,
     /// Commands for a partition that wait until the placement this node has read is applied.
-    awaiting_map: Vec<moving::Held>,
+    awaiting_map: Vec<held::Held>,
 }
 
 impl Shards {

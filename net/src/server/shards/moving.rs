@@ -1,29 +1,35 @@
 //! Moving a partition to another replica set with its tasks (`tarq.move`, `tarq ctl move`),
 //! run by the primary that owns it, while traffic runs.
 //!
-//! 1. **Freeze.** The partition hands out nothing and takes no waiting put (the core's
-//!    freeze); every command that would change it — from this node's clients, or forwarded
-//!    by others — is held here, encoded as it came. Reads are served.
-//! 2. **Copy.** The new owner's primary is told to hold the partition (`Ask::MoveIn`: made as
-//!    here, numbering on from here), then gets it page by page (`Ask::MoveTasks`, a few pages
-//!    in flight) over the link, each task as it is — ready, delayed, buried, taken (its holder
-//!    named by origin node and session, so the taker's ack finds it there) — and answers each
-//!    page once it is durable. What still changes here while frozen is what the tasks' own
+//! 1. **Copy while serving.** The new owner's primary is told to hold the partition
+//!    (`Ask::MoveIn`: made as here, numbering on from here), then gets the tasks there were
+//!    when the move began page by page (`Ask::MoveTasks`, a few pages in flight, kept to
+//!    `--move-rate`) over the link, each task as it is — ready, delayed, buried, taken (its
+//!    holder named by origin node and session, so the taker's ack finds it there) — and
+//!    answers each page once it is durable. The partition serves meanwhile; the core notes
+//!    which of its tasks change (`Core::follow`).
+//! 2. **Catch up.** What changed is sent again (a task as it is now, or that it went), in
+//!    rounds while it serves.
+//! 3. **Freeze.** Once few changes are left (or after a few rounds), the partition hands out
+//!    nothing and takes no waiting put (the core's freeze), and every command that would
+//!    change it — from this node's clients, or forwarded by others — waits (`held.rs`); the
+//!    last changes are sent. What still changes here while frozen is what the tasks' own
 //!    times change (a TTR running out, a delay ending, a TTL), which the copy does on its own
 //!    at the same instants, and a holder's session ending, which is told on to the new owner.
-//! 3. **Commit.** One transaction in etcd gives the partition to the new set if this set
+//! 4. **Commit.** One transaction in etcd gives the partition to the new set if this set
 //!    still owns it: the commit point. Before it the partition is here; after it, there.
-//! 4. **Hand over.** The new owner is told (`Ask::MoveDone`) and serves at once; this node
+//! 5. **Hand over.** The new owner is told (`Ask::MoveDone`) and serves at once; this node
 //!    lets go of its copy, sends the held commands and the takes parked here on to the new
 //!    owner, and answers the mover. A call that still reaches this node for the partition is
 //!    relayed there, not refused.
 //!
 //! Given up before the commit (the new owner refused or its link failed, etcd refused), the
 //! partition thaws here and the held commands run here; the new owner drops its copy when
-//! told, when its copy stalls, or when it next reads a placement that gives it elsewhere.
-//! When etcd's answer is lost, the partition stays frozen until a read of the placement says
-//! which way it went: never in two places.
+//! told, when its copy stalls, or when it next reads a placement that gives it elsewhere
+//! (`incoming.rs`, the new owner's side). When etcd's answer is lost, the partition stays
+//! frozen until a read of the placement says which way it went: never in two places.
 
+use super::held::Held;
 use super::*;
 use crate::core::Page;
 use crate::frontend::beanstalk::Beanstalk;
@@ -37,12 +43,9 @@ const WINDOW: usize = 4;
 const FREEZE_AT: usize = 4096;
 /// Catch-up rounds while serving before the partition freezes whatever changed.
 const MAX_ROUNDS: u32 = 4;
-/// A copy arriving here that makes no progress this long is given up (its sender gone).
-const STALL: std::time::Duration = std::time::Duration::from_secs(30);
-/// Tasks of a partition that moved away let go of a turn.
-const LET_GO_BATCH: usize = 4096;
-/// How often a move whose commit went unanswered looks at the placement again.
-const RECHECK: Micros = 50_000;
+/// How often a move whose commit went unanswered (or a copy or command waiting for a read of
+/// the placement) looks at the placement again.
+pub(super) const RECHECK: Micros = 50_000;
 
 /// A move this node runs as the partition's owner.
 pub(super) struct Move {
@@ -64,7 +67,7 @@ pub(super) struct Move {
     /// Catch-up rounds sent while serving.
     rounds: u32,
     in_flight: usize,
-    held: Vec<Held>,
+    pub(super) held: Vec<Held>,
     started: Instant,
     tasks: u64,
     /// The number the partition's next task would get here.
@@ -97,29 +100,6 @@ enum Phase {
         since: Instant,
         check_at: Micros,
     },
-}
-
-/// A command held while its partition is frozen, encoded as it came.
-pub(super) struct Held {
-    idx: usize,
-    gen: u32,
-    sid: SessionId,
-    reply: ReplyTo,
-    /// Forwarded by another node (run as a link's session), not this node's client's.
-    link: bool,
-    /// The partition it was routed to (its tube rewritten to it), or `None`: a whole-tube
-    /// command, routed again.
-    ix: Option<TubeIx>,
-    cmd: Vec<u8>,
-}
-
-/// A partition being copied here.
-pub(super) struct Incoming {
-    origin: Arc<str>,
-    touched: Instant,
-    /// Its sender's link closed (or the copy stalled) at this instant: the copy is kept or
-    /// let go as a placement read after it says (the move may have committed just before).
-    orphaned: Option<Instant>,
 }
 
 /// The moves this node has run, for `queue.cluster()` and the metrics.
@@ -656,120 +636,6 @@ impl Server {
         self.timers_changed();
     }
 
-    /// Holds `cmd` of a client (`link`: a forwarded one, run as session `sid`; `ix`: the
-    /// partition it was routed to) until the move of its partition ends.
-    pub(super) fn hold_for_move(
-        &mut self,
-        idx: usize,
-        sid: SessionId,
-        reply: ReplyTo,
-        (link, ix): (bool, Option<TubeIx>),
-        cmd: &Command<'_>,
-    ) {
-        self.hold_command(false, idx, sid, reply, (link, ix), cmd);
-    }
-
-    /// Holds `cmd` until this node applies the placement it has read already (its view is
-    /// newer than its routes: the routes may name an old owner); see [`hold_for_move`].
-    ///
-    /// [`hold_for_move`]: Self::hold_for_move
-    pub(super) fn hold_for_map(
-        &mut self,
-        idx: usize,
-        sid: SessionId,
-        reply: ReplyTo,
-        (link, ix): (bool, Option<TubeIx>),
-        cmd: &Command<'_>,
-    ) {
-        self.hold_command(true, idx, sid, reply, (link, ix), cmd);
-    }
-
-    fn hold_command(
-        &mut self,
-        for_map: bool,
-        idx: usize,
-        sid: SessionId,
-        reply: ReplyTo,
-        (link, ix): (bool, Option<TubeIx>),
-        cmd: &Command<'_>,
-    ) {
-        let gen = self.conns[idx].gen;
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if for_map && shards.recheck_at.is_none() {
-            // Looked at again soon: the view may go stale instead (etcd unreachable).
-            shards.recheck_at = Some(mono.saturating_add(RECHECK));
-        }
-        let list = match (for_map, shards.moving.as_mut()) {
-            (true, _) => &mut shards.awaiting_map,
-            (false, Some(m)) => &mut m.held,
-            (false, None) => return,
-        };
-        match rmp_serde::to_vec(cmd) {
-            Ok(cmd) => list.push(Held {
-                idx,
-                gen,
-                sid,
-                reply,
-                link,
-                ix,
-                cmd,
-            }),
-            Err(e) => {
-                let why = format!("a command that cannot wait: {e}");
-                let outcome = Outcome::Error(Refusal::Shards(why));
-                self.deliver(idx, reply, &outcome);
-            }
-        }
-        self.timers_changed();
-    }
-
-    /// The placement read is applied: the commands that waited for it run.
-    pub(super) fn release_awaiting_map(&mut self) {
-        let held = self
-            .shards
-            .as_mut()
-            .map(|s| std::mem::take(&mut s.awaiting_map));
-        for h in held.unwrap_or_default() {
-            self.release_held(h);
-        }
-    }
-
-    /// Runs a held command now that the move ended or the map is applied (here, or on to
-    /// the partition's owner).
-    fn release_held(&mut self, h: Held) {
-        if self.conns.get(h.idx).is_none_or(|c| c.gen != h.gen) {
-            return;
-        }
-        let cmd: Command<'_> = match rmp_serde::from_slice(&h.cmd) {
-            Ok(c) => c,
-            Err(e) => {
-                let why = format!("a held command that does not decode: {e}");
-                return self.deliver(h.idx, h.reply, &Outcome::Error(Refusal::Shards(why)));
-            }
-        };
-        let client = Client {
-            idx: h.idx,
-            gen: h.gen,
-            sid: h.sid,
-            reply: h.reply,
-        };
-        match (h.link, h.ix) {
-            (true, _) => self.dispatch_forwarded(h.idx, h.sid, h.reply, cmd, true),
-            // Routed to its partition already: run there (here, or at its new owner).
-            (false, Some(ix)) => {
-                let leads = self.leads();
-                if let Some(cmd) = self.run_on_partition(client, ix, cmd, Then::Deliver, leads) {
-                    let caller = Caller::new(h.idx, h.gen, h.sid);
-                    self.execute_as(caller, h.reply, cmd);
-                }
-            }
-            (false, None) => self.dispatch(h.idx, h.reply, cmd),
-        }
-    }
-
     /// A take or watch parked here on partition `ix` that moved away: it waits on (or is
     /// woken) through the router.
     fn repark(&mut self, p: crate::core::parked::ParkedTake<ReplyTo>, ix: TubeIx, head: TubeIx) {
@@ -804,184 +670,6 @@ impl Server {
         }
     }
 
-    // ---- the new owner's side ----
-
-    /// A step of a move into this node (from link `idx`'s node).
-    pub(crate) fn move_step(&mut self, idx: usize, reply: ReplyTo, step: Ask<'_>) {
-        let outcome = match self.take_move_step(idx, step) {
-            Ok(o) => o,
-            Err(why) => Outcome::Error(Refusal::Shards(why)),
-        };
-        self.deliver(idx, reply, &outcome);
-    }
-
-    fn take_move_step(&mut self, idx: usize, step: Ask<'_>) -> Result<Outcome<'static>, String> {
-        let leads = self.leads();
-        let Some(origin) = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin)) else {
-            return Err("a move step not on a link".into());
-        };
-        let Some(shards) = self.shards.as_mut() else {
-            return Err("this tarq is no sharded cluster's node".into());
-        };
-        match step {
-            Ask::MoveIn {
-                index,
-                name,
-                kind,
-                opts,
-                numbers,
-                to,
-            } => {
-                if !leads || to != shards.set {
-                    return Err(format!(
-                        "this node is not replica set {to}'s primary (it is in {}, leading: \
-                         {leads})",
-                        shards.set
-                    ));
-                }
-                if shards
-                    .part(index)
-                    .is_some_and(|p| shards.sets[p.set].name == shards.set)
-                    || shards.adopted.contains_key(&index)
-                {
-                    return Err(format!("partition at index {index} is this set's already"));
-                }
-                let q = self.core.queue();
-                match q.tube_info(index) {
-                    Some(t) if t.name != name => {
-                        return Err(format!(
-                            "index {index} holds tube {} here, not {name}",
-                            t.name
-                        ))
-                    }
-                    // A copy left by a move that did not commit: emptied.
-                    Some(_) if q.tube_stats(index).is_ok_and(|s| s.total > 0) => {
-                        shards.letting_go.retain(|&(t, _)| t != index);
-                        self.core.let_go_moved(index);
-                    }
-                    Some(_) => {}
-                    None => {
-                        self.core
-                            .place_tube(index, name, kind, opts, numbers.first)
-                            .map_err(|e| format!("cannot hold the partition: {e}"))?;
-                    }
-                }
-                self.core
-                    .import_numbers(index, numbers)
-                    .map_err(|e| format!("the partition's numbering: {e}"))?;
-                self.conns[idx].out.changed = true;
-                let incoming = Incoming {
-                    origin,
-                    touched: Instant::now(),
-                    orphaned: None,
-                };
-                if let Some(s) = self.shards.as_mut() {
-                    s.incoming.insert(index, incoming);
-                }
-                info!(tube = name, index, "a partition is moving here");
-                Ok(Outcome::Ok)
-            }
-            Ask::MoveTasks {
-                index,
-                tasks,
-                holders,
-                dedup,
-                gone,
-                again,
-                numbers,
-            } => {
-                let inc = shards.incoming.get_mut(&index);
-                let Some(inc) = inc.filter(|i| i.origin == origin) else {
-                    return Err(format!(
-                        "no move into index {index} from {origin} is under way here"
-                    ));
-                };
-                inc.touched = Instant::now();
-                let me = Arc::clone(&shards.me);
-                let mut sids = Vec::with_capacity(holders.len());
-                for h in holders {
-                    let sid = match h {
-                        None => 0,
-                        // A client of this node's own, which took through the old owner.
-                        Some((Some(o), remote)) if *o == *me => remote,
-                        Some((o, remote)) => {
-                            let o: Arc<str> = o.map_or_else(|| Arc::clone(&origin), Arc::from);
-                            match self.link_sessions.get(&o, remote) {
-                                Some(sid) => sid,
-                                None => {
-                                    let sid = self.new_session();
-                                    self.link_sessions.insert(&o, remote, sid);
-                                    sid
-                                }
-                            }
-                        }
-                    };
-                    sids.push(sid);
-                }
-                let page = Page {
-                    tasks,
-                    dedup,
-                    gone,
-                    again,
-                };
-                let n = self
-                    .core
-                    .import_page(index, page, |i| sids.get(i).copied().unwrap_or(0))
-                    .map_err(|e| format!("taking the partition's tasks in: {e}"))?;
-                if let Some(numbers) = numbers {
-                    self.core
-                        .import_numbers(index, numbers)
-                        .map_err(|e| format!("the partition's numbering: {e}"))?;
-                }
-                // Answered once durable, as any change.
-                self.conns[idx].out.changed = true;
-                Ok(Outcome::Count(n as u64))
-            }
-            Ask::MoveDone {
-                index,
-                committed,
-                epoch,
-            } => {
-                shards.incoming.remove(&index);
-                if committed {
-                    // Adopted until this node's view is newer than the move's start (a view
-                    // that is newer already says who owns it).
-                    if shards.placement.epoch <= epoch {
-                        shards.adopted.insert(index, epoch);
-                    }
-                    info!(index, "a partition moved here: served from now on");
-                    let (core, mut wire) = self.split();
-                    core.serve_parked(index, &mut wire);
-                    self.take_routed();
-                } else {
-                    self.let_go_of(index);
-                }
-                Ok(Outcome::Ok)
-            }
-            _ => Err("not a move step".into()),
-        }
-    }
-
-    /// The link from `origin` closed: the copies it was sending here are orphaned, kept or
-    /// let go once a placement read after the close says whether their move committed.
-    pub(in crate::server) fn link_closed(&mut self, origin: &str) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let now = Instant::now();
-        let mut any = false;
-        for inc in shards.incoming.values_mut() {
-            if &*inc.origin == origin && inc.orphaned.is_none() {
-                inc.orphaned = Some(now);
-                any = true;
-            }
-        }
-        if any {
-            shards.recheck_at = Some(self.mono.saturating_add(RECHECK));
-            self.timers_changed();
-        }
-    }
-
     /// The turn's look at a move whose next page waited for its rate.
     pub(in crate::server) fn pump_paced_move(&mut self) {
         let due = (self.shards.as_ref())
@@ -994,110 +682,6 @@ impl Server {
             });
         if due {
             self.pump_move();
-        }
-    }
-
-    /// The turn's look at orphaned copies, when one is due.
-    pub(in crate::server) fn check_orphaned_copies(&mut self) {
-        let due = (self.shards.as_ref())
-            .and_then(|s| s.recheck_at)
-            .is_some_and(|t| t <= self.mono);
-        if due {
-            if let Some(s) = self.shards.as_mut() {
-                s.recheck_at = None;
-            }
-            self.let_go_strays();
-            // Commands that wait for a placement read: run (or refused) once there is none
-            // pending any more, else looked at again.
-            let mono = self.mono;
-            if let Some(s) = self.shards.as_mut().filter(|s| !s.awaiting_map.is_empty()) {
-                if s.map_pending() {
-                    s.recheck_at = Some(mono.saturating_add(RECHECK));
-                } else {
-                    self.release_awaiting_map();
-                }
-            }
-            self.timers_changed();
-        }
-    }
-
-    /// On a primary, after a new map (and while copies are orphaned): copies this node holds
-    /// of partitions placed elsewhere that no move brings here (left by a move that did not
-    /// commit, or by a node that was stopped across one) are let go. A copy whose sender went
-    /// away or quiet stops being one a move brings once a placement read since says who owns
-    /// it: kept if this set does (the move committed), else let go.
-    pub(super) fn let_go_strays(&mut self) {
-        if !self.leads() {
-            return;
-        }
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let read = (shards.fence.view())
-            .filter(|&(epoch, _)| epoch == shards.placement.epoch)
-            .map(|(_, at)| at);
-        shards.incoming.retain(|_, inc| {
-            if inc.orphaned.is_none() && inc.touched.elapsed() >= STALL {
-                inc.orphaned = Some(Instant::now());
-            }
-            // Decided by a read of the placement made after it went quiet.
-            inc.orphaned.is_none_or(|t| read.is_none_or(|r| r <= t))
-        });
-        let waiting = shards.incoming.values().any(|i| i.orphaned.is_some());
-        shards.recheck_at = waiting.then(|| mono.saturating_add(RECHECK));
-        let mut strays = Vec::new();
-        for (ix, p) in shards.parts.iter().enumerate() {
-            let Some(p) = p else { continue };
-            let ix = ix as TubeIx;
-            let mine = shards.sets[p.set].name == shards.set;
-            if mine
-                || shards.incoming.contains_key(&ix)
-                || shards.adopted.contains_key(&ix)
-                || shards.frozen(ix)
-                || shards.letting_go.iter().any(|&(t, _)| t == ix)
-            {
-                continue;
-            }
-            if self.core.queue().tube_stats(ix).is_ok_and(|s| s.total > 0) {
-                strays.push(ix);
-            }
-        }
-        for ix in strays {
-            warn!(index = ix, "a copy of a partition placed elsewhere: let go");
-            self.let_go_of(ix);
-        }
-    }
-
-    /// Lets go of the tasks this node holds of partition `ix` (it moved away, or a copy did
-    /// not commit), a batch a turn ([`let_go_gradually`](Self::let_go_gradually)), so a big
-    /// partition does not stop the loop; the tube stays, empty, at its index.
-    fn let_go_of(&mut self, ix: TubeIx) {
-        self.core.thaw_only(ix);
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if !shards.letting_go.iter().any(|&(t, _)| t == ix) {
-            shards.letting_go.push((ix, None));
-        }
-        self.timers_changed();
-    }
-
-    /// The turn's batch of tasks let go of (see [`let_go_of`](Self::let_go_of)).
-    pub(in crate::server) fn let_go_gradually(&mut self) {
-        let Some(&(ix, after)) = self.shards.as_ref().and_then(|s| s.letting_go.first()) else {
-            return;
-        };
-        let next = self.core.let_go_some(ix, after, LET_GO_BATCH);
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        match next {
-            Some(last) => shards.letting_go[0].1 = Some(last),
-            None => {
-                shards.letting_go.remove(0);
-                self.timers_changed();
-            }
         }
     }
 
