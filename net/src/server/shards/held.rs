@@ -4,7 +4,6 @@
 //! has). Each is kept encoded as it came (`rmp-serde`, the links' encoding), with the
 //! partition it was routed to.
 
-use super::moving::RECHECK;
 use super::*;
 
 /// A command held while its partition is frozen, encoded as it came.

@@ -4,7 +4,6 @@
 //! partitions placed elsewhere (a move given up, a node stopped across one, the old owner
 //! after a commit).
 
-use super::moving::RECHECK;
 use super::*;
 use crate::core::Page;
 

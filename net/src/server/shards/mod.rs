@@ -48,6 +48,10 @@ use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;
 use out_link::{Answered, OutLink, FIRST_CALL_SYNC};
 
+/// How often what waits for a read of the placement looks at it again: a move whose commit
+/// went unanswered, a copy whose sender went away, a command held for a placement read.
+const RECHECK: Micros = 50_000;
+
 /// Link tokens available: one per replica set the router has known.
 const MAX_LINKS: usize = 1 << 16;
 

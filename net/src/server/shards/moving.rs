@@ -43,9 +43,6 @@ const WINDOW: usize = 4;
 const FREEZE_AT: usize = 4096;
 /// Catch-up rounds while serving before the partition freezes whatever changed.
 const MAX_ROUNDS: u32 = 4;
-/// How often a move whose commit went unanswered (or a copy or command waiting for a read of
-/// the placement) looks at the placement again.
-pub(super) const RECHECK: Micros = 50_000;
 
 /// A move this node runs as the partition's owner.
 pub(super) struct Move {
