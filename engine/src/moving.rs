@@ -133,6 +133,25 @@ impl Queue {
         Ok(out)
     }
 
+    /// Task `id` of `tube` as it is now, for a move that copied the tube while it served and
+    /// sends again what changed since (`None`: it is gone, or not of `tube`).
+    pub fn export_task(&self, tube: TubeIx, id: TaskId) -> Option<MovedTask> {
+        let k = self.find(id)?;
+        (self.slots[k as usize].tube == tube).then(|| self.moved(k))
+    }
+
+    /// Removes task `id` of `tube` that a move copied here and that changed or went on the
+    /// node it is copied from since: the copy is replaced by the task as it is now there
+    /// (`import_task`), or goes. Journaled as a deletion; counts no operation in the tube's
+    /// figures. `NotFound` when it is not here.
+    pub fn remove_moved(&mut self, tube: TubeIx, id: TaskId) -> Result<(), QueueError> {
+        self.live_tube(tube)?;
+        let k = self.in_tube(tube, id)?;
+        self.remove_slot(k);
+        self.log(Event::Deleted { id });
+        Ok(())
+    }
+
     /// The slots of the `want` lowest ids from `from` on in `tube`, in id order: one walk of
     /// the arena keeping the lowest in a bounded heap.
     fn lowest_ids_from(&self, tube: TubeIx, from: TaskId, want: usize) -> Vec<u32> {

@@ -407,3 +407,40 @@ fn pages_are_in_id_order_in_a_dense_and_a_sparse_tube() {
     assert_eq!(q.export_tube(t, None, 0), Ok(vec![]));
     assert_eq!(q.export_tube(7, None, 1), Err(QueueError::TubeNotFound(7)));
 }
+
+#[test]
+fn a_task_that_changed_after_its_copy_is_sent_again_and_replaces_it() {
+    let (mut src, t) = node(TubeOptions::default(), TubeType::FifoTtl);
+    let (mut dst, _) = node(TubeOptions::default(), TubeType::FifoTtl);
+    let a = put(&mut src, t, TubePut::default());
+    let b = put(&mut src, t, TubePut::default());
+    for task in export_all(&src, t, 10) {
+        dst.import_task(t, task, 0).unwrap();
+    }
+    // After the copy: a is taken, b is acked.
+    let sid: SessionId = 3;
+    assert_eq!(src.take_from(T0, t, sid).unwrap().map(|x| x.id), Some(a));
+    src.delete(t, b).unwrap();
+    dst.drain_events().for_each(drop);
+    let deletes_before = dst.tube_stats(t).unwrap();
+    // a again as it is now; b gone.
+    let now_a = src.export_task(t, a).expect("a is there");
+    assert_eq!(now_a.status, Status::Taken);
+    assert_eq!(src.export_task(t, b), None);
+    dst.remove_moved(t, a).unwrap();
+    dst.import_task(t, now_a, 9).unwrap();
+    dst.remove_moved(t, b).unwrap();
+    let again = dst.remove_moved(t, b);
+    assert!(again.is_err(), "a second removal finds nothing: {again:?}");
+    let got = dst.get(a).unwrap();
+    assert_eq!((got.status, got.owner), (Status::Taken, Some(9)));
+    assert!(dst.get(b).is_none());
+    let after = dst.tube_stats(t).unwrap();
+    assert_eq!(after.total, 1);
+    assert_eq!(after.taken, 1);
+    // Replacing counts no operation.
+    assert_eq!(after.deletes, deletes_before.deletes);
+    let logged: Vec<Event> = dst.drain_events().collect();
+    assert!(logged.contains(&Event::Deleted { id: b }), "{logged:?}");
+    dst.check_invariants();
+}

@@ -133,6 +133,14 @@ pub fn render(
         );
     }
     render_tubes(page, stats);
+    // In seconds, as Prometheus measures time (the shared list holds whole numbers).
+    let _ = writeln!(
+        page,
+        "# HELP tarq_last_move_duration_seconds How long the last committed partition move \
+         from this node took.\n# TYPE tarq_last_move_duration_seconds gauge\n\
+         tarq_last_move_duration_seconds {}",
+        stats.server.last_move_ms as f64 / 1e3
+    );
     service.render(page);
     if let Some(g) = graphite {
         for (name, help, value) in [

@@ -30,6 +30,14 @@ pub struct ServerFigures {
     /// beanstalk requests refused by the protocol since start (BAD_FORMAT, UNKNOWN_COMMAND,
     /// EXPECTED_CRLF, JOB_TOO_BIG).
     pub beanstalk_errors: u64,
+    /// A sharded cluster's moves this node runs as a partition's owner: running now (0 or 1),
+    /// committed and given up since start, the tasks they moved, and the last committed
+    /// one's length in milliseconds.
+    pub moves_running: u64,
+    pub moves_committed: u64,
+    pub moves_given_up: u64,
+    pub moved_tasks: u64,
+    pub last_move_ms: u64,
 }
 
 /// Figures of the limits on what clients may make the server hold (input budget, deadlines,
@@ -147,7 +155,7 @@ pub struct Metric {
 }
 
 /// Figures before the WAL's; the seed's four counts come first, as `queue.stats()` had them.
-const BASE_METRICS: usize = 23;
+const BASE_METRICS: usize = 27;
 
 impl Snapshot {
     /// Every figure, in a stable order: the counts of now, then the counters since start, then
@@ -256,6 +264,30 @@ impl Snapshot {
                 Counter,
                 "beanstalk requests refused by the protocol since start.",
                 s.beanstalk_errors,
+            ),
+            m(
+                "moves_running",
+                Gauge,
+                "Partition moves this node runs as the owner now (0 or 1).",
+                s.moves_running,
+            ),
+            m(
+                "moves_committed",
+                Counter,
+                "Partition moves from this node committed since start.",
+                s.moves_committed,
+            ),
+            m(
+                "moves_given_up",
+                Counter,
+                "Partition moves from this node given up before their commit since start.",
+                s.moves_given_up,
+            ),
+            m(
+                "moved_tasks",
+                Counter,
+                "Tasks moved to other replica sets by committed moves since start.",
+                s.moved_tasks,
             ),
             m(
                 "uptime_seconds",

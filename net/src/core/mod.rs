@@ -105,6 +105,8 @@ pub struct Core<R> {
     big_frame: Option<Bytes>,
     /// Takes that parked since start.
     takes_parked: u64,
+    /// A tube a live copy follows: which of its tasks changed since it began.
+    changed: Option<moves::Changed>,
 }
 
 impl<R: Copy> Core<R> {
@@ -119,6 +121,7 @@ impl<R: Copy> Core<R> {
             now,
             mono,
             events: Vec::new(),
+            changed: None,
             big_frame: None,
             takes_parked: 0,
         }
@@ -214,10 +217,29 @@ impl<R: Copy> Core<R> {
 
     /// Hands the engine's events of the last call to the journal.
     pub fn drain_events(&mut self) {
+        if self.changed.is_some() {
+            return self.drain_events_followed();
+        }
         if self.journal.wants_events() {
             // Copied out first: `record` reads the queue the drain borrows. Reused, no allocation.
             self.events.extend(self.queue.drain_events());
             for ev in self.events.drain(..) {
+                self.journal.record(&self.queue, ev);
+            }
+        }
+    }
+
+    /// [`drain_events`](Self::drain_events) while a live copy follows a tube's changes.
+    #[cold]
+    #[inline(never)]
+    fn drain_events_followed(&mut self) {
+        let wants = self.journal.wants_events();
+        self.events.extend(self.queue.drain_events());
+        for ev in self.events.drain(..) {
+            if let Some(c) = self.changed.as_mut() {
+                c.note(&ev);
+            }
+            if wants {
                 self.journal.record(&self.queue, ev);
             }
         }

@@ -4,7 +4,11 @@
 //! replicas and a restart have the tasks as the old owner had them. What is sent where, and
 //! when the move commits, is the server's (`server::shards`).
 
-use tarq_engine::{MovedDedup, MovedTask, QueueError, SessionId, TaskId, TubeIx, TubeNumbers};
+use std::collections::HashSet;
+
+use tarq_engine::{
+    id_tube, Event, MovedDedup, MovedTask, QueueError, SessionId, TaskId, TubeIx, TubeNumbers,
+};
 
 use super::parked::ParkedTake;
 use super::{Core, Host};
@@ -14,9 +18,82 @@ use super::{Core, Host};
 pub struct Page {
     pub tasks: Vec<MovedTask>,
     pub dedup: Vec<MovedDedup>,
+    /// Tasks that went since their copy was sent.
+    pub gone: Vec<TaskId>,
+    /// Tasks sent again (changed since their copy): each replaces the copy there.
+    pub again: bool,
+}
+
+/// What changed in a tube a live copy follows since it began (or since last taken).
+#[derive(Debug, Default)]
+pub struct Changed {
+    pub tube: TubeIx,
+    /// Its tasks that changed, went or came.
+    pub ids: HashSet<TaskId>,
+    /// The tube itself changed (truncated, dropped): the copy cannot follow it.
+    pub whole: bool,
+}
+
+impl Changed {
+    pub(super) fn note(&mut self, ev: &Event) {
+        let id = match *ev {
+            Event::Put { id }
+            | Event::Taken { id, .. }
+            | Event::Acked { id }
+            | Event::Released { id, .. }
+            | Event::Promoted { id }
+            | Event::Expired { id }
+            | Event::TtrReturned { id }
+            | Event::AutoReleased { id }
+            | Event::Buried { id }
+            | Event::DeadLettered { id }
+            | Event::Kicked { id }
+            | Event::Deleted { id }
+            | Event::Updated { id }
+            | Event::Imported { id } => id,
+            Event::TubeDropped { tube } | Event::TubeTruncated { tube } => {
+                self.whole |= tube == self.tube;
+                return;
+            }
+            Event::TubeCreated { .. } | Event::DedupRecorded { .. } => return,
+        };
+        if id_tube(id) == Some(self.tube) {
+            self.ids.insert(id);
+        }
+    }
 }
 
 impl<R: Copy> Core<R> {
+    /// Follows `tube`'s changes from now on (a copy of it is made while it serves).
+    pub fn follow(&mut self, tube: TubeIx) {
+        self.queue.set_journal(true);
+        self.changed = Some(Changed {
+            tube,
+            ..Changed::default()
+        });
+    }
+
+    /// What changed since the last call (the following goes on).
+    pub fn take_changed(&mut self) -> Changed {
+        let tube = self.changed.as_ref().map_or(0, |c| c.tube);
+        let fresh = Changed {
+            tube,
+            ..Changed::default()
+        };
+        self.changed.replace(fresh).unwrap_or_default()
+    }
+
+    /// Stops following.
+    pub fn unfollow(&mut self) {
+        self.changed = None;
+        self.queue.set_journal(self.journal.wants_events());
+    }
+
+    /// Task `id` of `tube` as it is now (`None`: gone).
+    pub fn export_task(&self, tube: TubeIx, id: TaskId) -> Option<MovedTask> {
+        self.queue.export_task(tube, id)
+    }
+
     /// Holds `tube` for a move: nothing is taken from it and no waiting put enters it until
     /// [`thaw`](Self::thaw). The commands that would change it are held by the server.
     pub fn freeze(&mut self, tube: TubeIx) {
@@ -54,6 +131,7 @@ impl<R: Copy> Core<R> {
         Ok(Page {
             tasks: self.queue.export_tube(tube, after, limit)?,
             dedup: self.queue.export_dedup(tube, dedup_after, limit)?,
+            ..Page::default()
         })
     }
 
@@ -79,8 +157,15 @@ impl<R: Copy> Core<R> {
     ) -> Result<usize, QueueError> {
         let n = page.tasks.len();
         let mut result = Ok(n);
+        // Sent again (changed since their copy) or gone: the copies here go first.
+        for &id in &page.gone {
+            let _ = self.queue.remove_moved(tube, id);
+        }
         for (i, task) in page.tasks.into_iter().enumerate() {
             let sid = if task.owner.is_some() { owner(i) } else { 0 };
+            if page.again {
+                let _ = self.queue.remove_moved(tube, task.id);
+            }
             if let Err(e) = self.queue.import_task(tube, task, sid) {
                 result = Err(e);
                 break;
@@ -102,6 +187,23 @@ impl<R: Copy> Core<R> {
     /// emptied, journaled. The tube stays, empty, at its index: its numbering does too, so
     /// the partition can move back here and be numbered exactly as its owner numbers it (a
     /// tube made again at a dropped one's index would number on from the drop).
+    /// Ends `tube`'s freeze, serving nothing (it is being let go of).
+    pub fn thaw_only(&mut self, tube: TubeIx) {
+        self.pauses.thaw(tube);
+    }
+
+    /// Removes up to `n` tasks of `tube` after task `after`, journaled (a partition that moved
+    /// away, let go of a batch at a time): the last id removed, or `None` once none is left.
+    pub fn let_go_some(&mut self, tube: TubeIx, after: Option<TaskId>, n: usize) -> Option<TaskId> {
+        let page = self.queue.export_tube(tube, after, n).ok()?;
+        let last = page.last()?.id;
+        for t in page {
+            let _ = self.queue.remove_moved(tube, t.id);
+        }
+        self.drain_events();
+        Some(last)
+    }
+
     pub fn let_go_moved(&mut self, tube: TubeIx) {
         self.pauses.thaw(tube);
         let _ = self.queue.truncate(tube);

@@ -372,6 +372,10 @@ impl Server {
             .as_ref()
             .and(self.cluster.as_ref())
             .map(|c| c.handle().placement());
+        let moves = (self.shards.as_ref()).map_or((0, Default::default()), |s| {
+            let (now, done) = s.move_figures();
+            (u64::from(now.is_some()), done)
+        });
         Snapshot {
             engine: queue.stats(),
             tubes: queue
@@ -398,6 +402,11 @@ impl Server {
                 beanstalk_connections: self.beanstalk.connections,
                 beanstalk_commands: self.beanstalk.commands(),
                 beanstalk_errors: self.beanstalk.errors,
+                moves_running: moves.0,
+                moves_committed: moves.1.committed,
+                moves_given_up: moves.1.given_up,
+                moved_tasks: moves.1.tasks_moved,
+                last_move_ms: moves.1.last_ms.unwrap_or(0),
             },
             limits: self.limit_figures(),
             wal: self.core.journal().figures(),
@@ -945,6 +954,8 @@ impl Server {
             self.take_routed();
             self.expire_waiters();
             self.check_unanswered_move();
+            self.check_orphaned_copies();
+            self.let_go_gradually();
         }
         if self.http.listener.is_some() {
             self.live_tick();
@@ -1289,10 +1300,14 @@ impl Server {
         }
         self.drop_input(idx);
         // A link's sessions are its forwarding node's clients': theirs go back to ready too.
-        let link_sessions: Vec<SessionId> = match self.conns[idx].link_mut() {
-            Some(l) => self.link_sessions.closed(&l.origin),
+        let link_origin = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin));
+        let link_sessions: Vec<SessionId> = match &link_origin {
+            Some(origin) => self.link_sessions.closed(origin),
             None => Vec::new(),
         };
+        if let Some(origin) = &link_origin {
+            self.link_closed(origin);
+        }
         for s in link_sessions {
             self.release_session(s);
             self.link_sessions.forget(s);

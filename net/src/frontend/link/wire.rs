@@ -58,6 +58,12 @@ pub enum Ask<'a> {
         tasks: Vec<MovedTask>,
         holders: Vec<Option<(Option<String>, u64)>>,
         dedup: Vec<MovedDedup>,
+        /// Tasks that went since their copy was sent.
+        gone: Vec<TaskId>,
+        /// The tasks are sent again (changed since their copy): each replaces its copy.
+        again: bool,
+        /// The partition's numbering as it ends on the old owner (the last page's).
+        numbers: Option<TubeNumbers>,
     },
     /// The move's end: committed (the new owner serves the partition from now on, before
     /// its own view of the placement — newer than `epoch` — says so), or not (it drops its

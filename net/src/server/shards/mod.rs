@@ -182,6 +182,10 @@ pub(crate) struct Shards {
     /// began at: served here before this node's view of the placement says so.
     adopted: HashMap<TubeIx, i64>,
     move_figures: moving::MoveFigures,
+    /// When orphaned copies arriving here are looked at again.
+    recheck_at: Option<Micros>,
+    /// Partitions whose tasks this node lets go of, a batch a turn, with the last id removed.
+    letting_go: Vec<(TubeIx, Option<tarq_engine::TaskId>)>,
 }
 
 impl Shards {
@@ -219,6 +223,8 @@ impl Shards {
             incoming: HashMap::new(),
             adopted: HashMap::new(),
             move_figures: moving::MoveFigures::default(),
+            recheck_at: None,
+            letting_go: Vec::new(),
         }
     }
 
@@ -320,11 +326,15 @@ impl Shards {
 
     /// The earliest deadline of a waiting take, or of a move's look at the placement.
     pub fn next_deadline(&self) -> Option<Micros> {
-        let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
-        match (wait, self.move_check_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        if !self.letting_go.is_empty() {
+            // A batch a turn until done: the loop turns again at once.
+            return Some(0);
         }
+        let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
+        [wait, self.move_check_at(), self.recheck_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn part(&self, ix: TubeIx) -> Option<Part> {

@@ -33,8 +33,14 @@ use tarq_engine::TaskId;
 const PAGE_TASKS: usize = 2048;
 /// Pages sent and not yet answered.
 const WINDOW: usize = 4;
+/// Changes few enough to send frozen (the partition's clients wait for them).
+const FREEZE_AT: usize = 4096;
+/// Catch-up rounds while serving before the partition freezes whatever changed.
+const MAX_ROUNDS: u32 = 4;
 /// A copy arriving here that makes no progress this long is given up (its sender gone).
 const STALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// Tasks of a partition that moved away let go of a turn.
+const LET_GO_BATCH: usize = 4096;
 /// How often a move whose commit went unanswered looks at the placement again.
 const RECHECK: Micros = 50_000;
 
@@ -50,19 +56,36 @@ pub(super) struct Move {
     phase: Phase,
     after: Option<TaskId>,
     dedup_after: Option<u64>,
+    /// The first id a task put after the move began gets: the bulk copy stops below it
+    /// (later tasks are followed as changes).
+    bulk_end: TaskId,
+    /// The pages of the current phase are all sent.
     exported: bool,
+    /// Catch-up rounds sent while serving.
+    rounds: u32,
     in_flight: usize,
     held: Vec<Held>,
     started: Instant,
     tasks: u64,
     /// The number the partition's next task would get here.
     next: u64,
+    /// Tasks to send again (changed since their copy), in id order.
+    changed: Vec<TaskId>,
+    /// Tasks sent again, and gone ones told.
+    resent: u64,
+    /// When the partition froze (the last changes' copy began).
+    frozen_at: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Prepare,
-    Copy,
+    /// The tasks there were when it began, copied while the partition serves.
+    Bulk,
+    /// What changed meanwhile, sent again while it serves.
+    CatchUp,
+    /// Frozen: the last changes.
+    Final,
     Commit {
         token: u64,
     },
@@ -91,6 +114,9 @@ pub(super) struct Held {
 pub(super) struct Incoming {
     origin: Arc<str>,
     touched: Instant,
+    /// Its sender's link closed (or the copy stalled) at this instant: the copy is kept or
+    /// let go as a placement read after it says (the move may have committed just before).
+    orphaned: Option<Instant>,
 }
 
 /// The moves this node has run, for `queue.cluster()` and the metrics.
@@ -104,17 +130,26 @@ pub(crate) struct MoveFigures {
     pub last_ms: Option<u64>,
 }
 
+impl Move {
+    /// Whether its partition is frozen (from the last changes' copy to the end).
+    fn frozen(&self) -> bool {
+        !matches!(self.phase, Phase::Prepare | Phase::Bulk | Phase::CatchUp)
+    }
+}
+
 impl Shards {
     /// Whether partition `ix` is frozen here for a move (changes to it are held).
     pub(super) fn frozen(&self, ix: TubeIx) -> bool {
-        self.moving.as_ref().is_some_and(|m| m.ix == ix)
+        self.moving
+            .as_ref()
+            .is_some_and(|m| m.ix == ix && m.frozen())
     }
 
     /// Whether any partition of tube `head` is frozen here.
     pub(super) fn tube_frozen(&self, head: TubeIx) -> bool {
         self.moving
             .as_ref()
-            .is_some_and(|m| self.part(m.ix).is_some_and(|p| p.head == head))
+            .is_some_and(|m| m.frozen() && self.part(m.ix).is_some_and(|p| p.head == head))
     }
 
     /// When a move's unanswered commit should be looked at again.
@@ -195,7 +230,8 @@ impl Server {
         let (name, kind, opts) = (info.name.to_owned(), info.kind, info.opts);
         let numbers = self.core.numbers(ix);
         let epoch = shards.placement.epoch;
-        self.core.freeze(ix);
+        // Its changes are followed from now on; the copy runs while it serves.
+        self.core.follow(ix);
         info!(tube, partition, to, index = ix, "move started");
         let shards = self.shards.as_mut().expect("checked above");
         shards.moving = Some(Move {
@@ -208,12 +244,17 @@ impl Server {
             phase: Phase::Prepare,
             after: None,
             dedup_after: None,
+            bulk_end: tarq_engine::task_id(ix, numbers.next),
             exported: false,
+            rounds: 0,
             in_flight: 0,
             held: Vec::new(),
             started: Instant::now(),
             tasks: 0,
             next: numbers.next,
+            changed: Vec::new(),
+            resent: 0,
+            frozen_at: None,
         });
         let ask = Ask::MoveIn {
             index: ix,
@@ -233,10 +274,10 @@ impl Server {
         };
         match (m.phase, outcome) {
             (Phase::Prepare, Outcome::Ok) => {
-                m.phase = Phase::Copy;
+                m.phase = Phase::Bulk;
                 self.pump_move();
             }
-            (Phase::Copy, Outcome::Count(_)) => {
+            (Phase::Bulk | Phase::CatchUp | Phase::Final, Outcome::Count(_)) => {
                 m.in_flight -= 1;
                 self.pump_move();
             }
@@ -251,60 +292,165 @@ impl Server {
         }
     }
 
-    /// Sends the next pages of the copy, up to the window; commits once all are answered.
+    /// Sends the next pages of the move's phase, up to the window; goes on to the next phase
+    /// once a phase's pages are all answered.
     fn pump_move(&mut self) {
         loop {
-            let Some(shards) = self.shards.as_mut() else {
+            let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
                 return;
             };
-            let Some(m) = shards.moving.as_mut() else {
-                return;
-            };
-            if m.phase != Phase::Copy || m.in_flight >= WINDOW {
+            let copying = matches!(m.phase, Phase::Bulk | Phase::CatchUp | Phase::Final);
+            if !copying || m.in_flight >= WINDOW {
                 return;
             }
             if m.exported {
-                if m.in_flight == 0 {
-                    self.commit_move();
+                if m.in_flight > 0 {
+                    return;
                 }
-                return;
-            }
-            let page = match self
-                .core
-                .export_page(m.ix, m.after, m.dedup_after, PAGE_TASKS)
-            {
-                Ok(p) => p,
-                Err(e) => return self.give_up_move(&format!("reading the partition: {e}")),
-            };
-            if page.tasks.is_empty() && page.dedup.is_empty() {
-                m.exported = true;
+                if !self.next_phase() {
+                    return;
+                }
                 continue;
             }
-            m.after = page.tasks.last().map(|t| t.id).or(m.after);
-            m.dedup_after = page.dedup.last().map(|d| d.seq).or(m.dedup_after);
-            m.tasks += page.tasks.len() as u64;
-            m.in_flight += 1;
-            let (to, asker, ix) = (m.to, m.asker, m.ix);
-            // A Taken task's holder, named as the new owner will know it; the holder's end
-            // is told there too.
-            let mut holders = Vec::with_capacity(page.tasks.len());
-            for t in &page.tasks {
-                holders.push(t.owner.map(|sid| {
-                    *shards.forwarded.entry(sid).or_default() |= set_bit(to);
-                    match self.link_sessions.remote_of(sid) {
-                        Some((origin, remote)) => (Some(origin.to_string()), remote),
-                        None => (None, sid),
-                    }
-                }));
-            }
-            let ask = Ask::MoveTasks {
-                index: ix,
-                tasks: page.tasks,
-                holders,
-                dedup: page.dedup,
+            let page = match self.next_page() {
+                Ok(Some(p)) => p,
+                Ok(None) => continue,
+                Err(e) => return self.give_up_move(&format!("reading the partition: {e}")),
             };
-            self.send_ask(to, asker, &ask, Then::Move);
+            self.send_page(page);
         }
+    }
+
+    /// The next page of the phase (`None`: the phase has no more, marked exported).
+    fn next_page(&mut self) -> Result<Option<(Page, Option<tarq_engine::TubeNumbers>)>, String> {
+        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+            return Ok(None);
+        };
+        let ix = m.ix;
+        match m.phase {
+            Phase::Bulk => {
+                let mut page = (self.core)
+                    .export_page(ix, m.after, m.dedup_after, PAGE_TASKS)
+                    .map_err(|e| e.to_string())?;
+                m.after = page.tasks.last().map(|t| t.id).or(m.after);
+                m.dedup_after = page.dedup.last().map(|d| d.seq).or(m.dedup_after);
+                // Tasks put since the move began are followed as changes.
+                let end = m.bulk_end;
+                let past = page.tasks.iter().any(|t| t.id >= end);
+                page.tasks.retain(|t| t.id < end);
+                if page.tasks.is_empty() && (past || page.dedup.is_empty()) {
+                    m.exported = true;
+                    return Ok(None);
+                }
+                m.tasks += page.tasks.len() as u64;
+                Ok(Some((page, None)))
+            }
+            Phase::CatchUp | Phase::Final => {
+                let n = m.changed.len().min(PAGE_TASKS);
+                let ids: Vec<TaskId> = m.changed.drain(..n).collect();
+                let mut page = Page {
+                    again: true,
+                    ..Page::default()
+                };
+                for id in ids {
+                    match self.core.export_task(ix, id) {
+                        Some(t) => page.tasks.push(t),
+                        None => page.gone.push(id),
+                    }
+                }
+                m.resent += (page.tasks.len() + page.gone.len()) as u64;
+                if m.phase == Phase::Final {
+                    // The dedup keys recorded meanwhile, and the numbering as it ends here.
+                    page.dedup = (self.core)
+                        .export_page(ix, Some(TaskId::MAX), m.dedup_after, PAGE_TASKS)
+                        .map_err(|e| e.to_string())?
+                        .dedup;
+                    m.dedup_after = page.dedup.last().map(|d| d.seq).or(m.dedup_after);
+                }
+                let last = m.changed.is_empty() && page.dedup.is_empty();
+                if last {
+                    m.exported = true;
+                }
+                let empty = page.tasks.is_empty() && page.gone.is_empty() && page.dedup.is_empty();
+                if empty && m.phase != Phase::Final {
+                    return Ok(None);
+                }
+                let numbers = (last && m.phase == Phase::Final).then(|| self.core.numbers(ix));
+                Ok(Some((page, numbers)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Sends a page of the move to the new owner.
+    fn send_page(&mut self, (page, numbers): (Page, Option<tarq_engine::TubeNumbers>)) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(m) = shards.moving.as_mut() else {
+            return;
+        };
+        m.in_flight += 1;
+        let (to, asker, ix) = (m.to, m.asker, m.ix);
+        // A Taken task's holder, named as the new owner will know it; the holder's end is
+        // told there too.
+        let mut holders = Vec::with_capacity(page.tasks.len());
+        for t in &page.tasks {
+            holders.push(t.owner.map(|sid| {
+                *shards.forwarded.entry(sid).or_default() |= set_bit(to);
+                match self.link_sessions.remote_of(sid) {
+                    Some((origin, remote)) => (Some(origin.to_string()), remote),
+                    None => (None, sid),
+                }
+            }));
+        }
+        let ask = Ask::MoveTasks {
+            index: ix,
+            tasks: page.tasks,
+            holders,
+            dedup: page.dedup,
+            gone: page.gone,
+            again: page.again,
+            numbers,
+        };
+        self.send_ask(to, asker, &ask, Then::Move);
+    }
+
+    /// A phase's pages are all answered: what changed meanwhile is sent again, while the
+    /// partition serves while much changed, frozen once little did; after the frozen one,
+    /// the commit. False when the move ended (or waits for etcd).
+    fn next_phase(&mut self) -> bool {
+        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+            return false;
+        };
+        if m.phase == Phase::Final {
+            self.core.unfollow();
+            self.commit_move();
+            return false;
+        }
+        let ix = m.ix;
+        let changed = self.core.take_changed();
+        if changed.whole {
+            self.give_up_move("the partition was truncated or dropped meanwhile");
+            return false;
+        }
+        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+            return false;
+        };
+        let mut ids: Vec<TaskId> = changed.ids.into_iter().collect();
+        ids.sort_unstable();
+        if ids.len() <= FREEZE_AT || m.rounds >= MAX_ROUNDS {
+            // Few changes left: frozen, they are the last.
+            self.core.freeze(ix);
+            m.phase = Phase::Final;
+            m.frozen_at = Some(Instant::now());
+        } else {
+            m.phase = Phase::CatchUp;
+            m.rounds += 1;
+        }
+        m.changed = ids;
+        m.exported = false;
+        true
     }
 
     /// The copy is whole and durable there: the placement changes in etcd.
@@ -318,7 +464,9 @@ impl Server {
             return;
         };
         m.phase = Phase::Commit { token };
-        let (tube, partition, next) = (m.tube.clone(), m.partition, m.next);
+        let (tube, partition) = (m.tube.clone(), m.partition);
+        // The new owner numbers on from here, also past tasks put and gone meanwhile.
+        let next = self.core.numbers(m.ix).next.max(m.next);
         let (from, to) = (shards.set.clone(), shards.sets[m.to].name.clone());
         let cluster = self
             .cluster
@@ -424,7 +572,7 @@ impl Server {
         );
         // The takes that waited here wait for the new owner now.
         let parked = self.core.take_parked_in(m.ix);
-        self.core.let_go_moved(m.ix);
+        self.let_go_of(m.ix);
         let head = self
             .shards
             .as_ref()
@@ -437,9 +585,11 @@ impl Server {
             self.release_held(h);
         }
         self.watch_again();
+        let frozen = m.frozen_at.map_or(0, |t| t.elapsed().as_millis() as u64);
         let report = serde_json::json!({
             "tube": m.tube, "partition": m.partition, "from": self.shards.as_ref().map(|s| s.set.clone()),
-            "to": to_name, "tasks": m.tasks, "ms": took.as_millis() as u64,
+            "to": to_name, "tasks": m.tasks, "resent": m.resent, "rounds": m.rounds,
+            "ms": took.as_millis() as u64, "frozen_ms": frozen,
         });
         self.answer(m.asker, &Outcome::Text(report.to_string()));
     }
@@ -461,6 +611,7 @@ impl Server {
         };
         self.send_ask(m.to, m.asker, &done, Then::Ignore);
         warn!(tube = %m.tube, partition = m.partition, why, "move given up");
+        self.core.unfollow();
         let (core, mut wire) = self.split();
         core.thaw(m.ix, &mut wire);
         self.take_routed();
@@ -625,6 +776,7 @@ impl Server {
                     }
                     // A copy left by a move that did not commit: emptied.
                     Some(_) if q.tube_stats(index).is_ok_and(|s| s.total > 0) => {
+                        shards.letting_go.retain(|&(t, _)| t != index);
                         self.core.let_go_moved(index);
                     }
                     Some(_) => {}
@@ -641,6 +793,7 @@ impl Server {
                 let incoming = Incoming {
                     origin,
                     touched: Instant::now(),
+                    orphaned: None,
                 };
                 if let Some(s) = self.shards.as_mut() {
                     s.incoming.insert(index, incoming);
@@ -653,6 +806,9 @@ impl Server {
                 tasks,
                 holders,
                 dedup,
+                gone,
+                again,
+                numbers,
             } => {
                 let inc = shards.incoming.get_mut(&index);
                 let Some(inc) = inc.filter(|i| i.origin == origin) else {
@@ -682,11 +838,21 @@ impl Server {
                     };
                     sids.push(sid);
                 }
-                let page = Page { tasks, dedup };
+                let page = Page {
+                    tasks,
+                    dedup,
+                    gone,
+                    again,
+                };
                 let n = self
                     .core
                     .import_page(index, page, |i| sids.get(i).copied().unwrap_or(0))
                     .map_err(|e| format!("taking the partition's tasks in: {e}"))?;
+                if let Some(numbers) = numbers {
+                    self.core
+                        .import_numbers(index, numbers)
+                        .map_err(|e| format!("the partition's numbering: {e}"))?;
+                }
                 // Answered once durable, as any change.
                 self.conns[idx].out.changed = true;
                 Ok(Outcome::Count(n as u64))
@@ -708,7 +874,7 @@ impl Server {
                     core.serve_parked(index, &mut wire);
                     self.take_routed();
                 } else {
-                    self.core.let_go_moved(index);
+                    self.let_go_of(index);
                 }
                 Ok(Outcome::Ok)
             }
@@ -716,19 +882,62 @@ impl Server {
         }
     }
 
-    /// On a primary, after a new map: copies this node holds of partitions placed elsewhere
-    /// that no move brings here (left by a move that did not commit, or by a node that was
-    /// stopped across one) are let go, and copies arriving that stalled are given up.
+    /// The link from `origin` closed: the copies it was sending here are orphaned, kept or
+    /// let go once a placement read after the close says whether their move committed.
+    pub(in crate::server) fn link_closed(&mut self, origin: &str) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut any = false;
+        for inc in shards.incoming.values_mut() {
+            if &*inc.origin == origin && inc.orphaned.is_none() {
+                inc.orphaned = Some(now);
+                any = true;
+            }
+        }
+        if any {
+            shards.recheck_at = Some(self.mono.saturating_add(RECHECK));
+            self.timers_changed();
+        }
+    }
+
+    /// The turn's look at orphaned copies, when one is due.
+    pub(in crate::server) fn check_orphaned_copies(&mut self) {
+        let due = (self.shards.as_ref())
+            .and_then(|s| s.recheck_at)
+            .is_some_and(|t| t <= self.mono);
+        if due {
+            self.let_go_strays();
+            self.timers_changed();
+        }
+    }
+
+    /// On a primary, after a new map (and while copies are orphaned): copies this node holds
+    /// of partitions placed elsewhere that no move brings here (left by a move that did not
+    /// commit, or by a node that was stopped across one) are let go. A copy whose sender went
+    /// away or quiet stops being one a move brings once a placement read since says who owns
+    /// it: kept if this set does (the move committed), else let go.
     pub(super) fn let_go_strays(&mut self) {
         if !self.leads() {
             return;
         }
+        let mono = self.mono;
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        shards
-            .incoming
-            .retain(|_, inc| inc.touched.elapsed() < STALL);
+        let read = (shards.fence.view())
+            .filter(|&(epoch, _)| epoch == shards.placement.epoch)
+            .map(|(_, at)| at);
+        shards.incoming.retain(|_, inc| {
+            if inc.orphaned.is_none() && inc.touched.elapsed() >= STALL {
+                inc.orphaned = Some(Instant::now());
+            }
+            // Decided by a read of the placement made after it went quiet.
+            inc.orphaned.is_none_or(|t| read.is_none_or(|r| r <= t))
+        });
+        let waiting = shards.incoming.values().any(|i| i.orphaned.is_some());
+        shards.recheck_at = waiting.then(|| mono.saturating_add(RECHECK));
         let mut strays = Vec::new();
         for (ix, p) in shards.parts.iter().enumerate() {
             let Some(p) = p else { continue };
@@ -738,6 +947,7 @@ impl Server {
                 || shards.incoming.contains_key(&ix)
                 || shards.adopted.contains_key(&ix)
                 || shards.frozen(ix)
+                || shards.letting_go.iter().any(|&(t, _)| t == ix)
             {
                 continue;
             }
@@ -747,7 +957,39 @@ impl Server {
         }
         for ix in strays {
             warn!(index = ix, "a copy of a partition placed elsewhere: let go");
-            self.core.let_go_moved(ix);
+            self.let_go_of(ix);
+        }
+    }
+
+    /// Lets go of the tasks this node holds of partition `ix` (it moved away, or a copy did
+    /// not commit), a batch a turn ([`let_go_gradually`](Self::let_go_gradually)), so a big
+    /// partition does not stop the loop; the tube stays, empty, at its index.
+    fn let_go_of(&mut self, ix: TubeIx) {
+        self.core.thaw_only(ix);
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        if !shards.letting_go.iter().any(|&(t, _)| t == ix) {
+            shards.letting_go.push((ix, None));
+        }
+        self.timers_changed();
+    }
+
+    /// The turn's batch of tasks let go of (see [`let_go_of`](Self::let_go_of)).
+    pub(in crate::server) fn let_go_gradually(&mut self) {
+        let Some(&(ix, after)) = self.shards.as_ref().and_then(|s| s.letting_go.first()) else {
+            return;
+        };
+        let next = self.core.let_go_some(ix, after, LET_GO_BATCH);
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        match next {
+            Some(last) => shards.letting_go[0].1 = Some(last),
+            None => {
+                shards.letting_go.remove(0);
+                self.timers_changed();
+            }
         }
     }
 

@@ -282,9 +282,17 @@ impl Server {
         match outcome {
             // Taken by another first, or the owner unreachable now: the take waits on.
             Outcome::Nothing | Outcome::Error(_) => {}
-            Outcome::Task(_) if !waiting => {
-                // It timed out or its connection closed meanwhile: the task goes back.
-                self.shards_session_ended(client.sid);
+            Outcome::Task(t) if !waiting => {
+                // It was served another way, timed out or its connection closed meanwhile:
+                // this task goes back (only it: the session may hold others it was given).
+                let release = Command::Release {
+                    on: On::Tube(ix),
+                    id: t.id,
+                    opts: tarq_engine::ReleaseOptions::default(),
+                };
+                if let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) {
+                    self.forward(set, client, release, Then::Ignore);
+                }
             }
             other => {
                 self.end_wait(id);
