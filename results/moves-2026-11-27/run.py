@@ -21,8 +21,15 @@ take→ack p99, and per second the worst put or reply wait. The loadgen has no p
 interval, so "during the move" is the move run: a window that starts with the move and runs on
 past its end. Throughput is read on the server (queue.statistics every POLL_S): each loadgen
 counts only its own messages' acks, and a take tries every partition, so each also acks the
-other's. The move's times come from ctl (its report's `ms`: freeze to commit; its return) and
-the nodes' logs (`move started`, `move committed`, `a partition moved here`).
+other's. The move's times come from ctl's report (`ms`: the move's start to its commit, the copy
+while the partition serves included; `frozen_ms`: the freeze, for the last changes, to the
+answer; `rounds` and `resent`: the catch-up rounds sent while serving and the tasks they sent
+again), ctl's return, and the nodes' logs (`move started`: the copy begins and the partition
+still serves; `move committed`; `a partition moved here`). No log line marks the freeze: its
+instant is taken as a's `move committed` less `frozen_ms`.
+
+Failed calls (`errors`, `first_error`) are the loadgens' own: a count of every error and the
+first one's text, not a count per kind.
 
 Writes OUT_DIR/round-N.json (one a round), OUT_DIR/loadgen/*.json (the loadgens' own) and
 OUT_DIR/summary.json (medians over rounds).
@@ -48,8 +55,9 @@ LOAD = 0.5
 # How often the server's ack count is sampled, and the bucket the dip is the lowest of.
 POLL_S, DIP_BUCKET_S = 0.05, 0.5
 UNLOADED_S, PHASE_S, WARMUP_S = 3, 5, 1
-# The move run's window: an unloaded move of 1M tasks took 0.85 s here and first loaded ones
-# 4-5 s with the hand-over, so this covers the move and the seconds right after it. A move that
+# The move run's window: an unloaded move of 1M tasks took 0.85 s here and, with the whole copy
+# frozen, loaded ones 1.7-5.2 s with the hand-over, so this covers the move and the seconds right
+# after it. A move that
 # outlasts it is flagged (`move_inside_window`): waits that end after the window are not counted.
 MOVE_WINDOW_S = 8
 # The nodes' lease: long, so that a starved lease refresh on a shared machine is no failover.
@@ -381,11 +389,14 @@ def one_round(r):
     etcd.stop()
 
     rep = mv["report"]
-    # The owner's clock (`ms`) runs from the freeze to the commit; ctl's start and etcd read
-    # come before it, letting go of the old copy and sending the held calls on after it. So
-    # "the move" here is from the freeze (a's log) to ctl's return, which follows the hand-over.
+    # The owner's clock (`ms`) runs from the move's start (a's `move started`: the copy begins
+    # while the partition serves) to the commit; `frozen_ms` from the freeze (the last changes)
+    # to the answer, which a sends in the turn it logs `move committed`. So "the move" here is
+    # from a's `move started` to ctl's return, and "the freeze" from a's `move committed` less
+    # `frozen_ms` to ctl's return.
     m0 = logged["started"] or mv["ctl_end"] - rep["ms"] / 1e3
     m1 = mv["ctl_end"]
+    f0 = (logged["committed"] or m1) - rep.get("frozen_ms", rep["ms"]) / 1e3
     mp = phase(during, poller, *wm)
     mp["move_in_window_s"] = {k: round(v - wm[0], 3) for k, v in dict(
         ctl_start=mv["ctl_start"], ctl_end=mv["ctl_end"], **logged).items() if v}
@@ -393,6 +404,9 @@ def one_round(r):
     dips = [x for x in poller.buckets(m0, max(m1, m0 + DIP_BUCKET_S), DIP_BUCKET_S)
             if x is not None]
     mp["move_min_acks_per_s"] = min(dips) if dips else None
+    # The freeze is short: its rate is over whatever samples fall inside it (None if under two).
+    mp["freeze_in_window_s"] = round(f0 - wm[0], 3)
+    mp["freeze_acks_per_s"] = poller.rate(f0, m1) if m1 - f0 >= 2 * POLL_S else None
     mp["after_move_in_window_acks_per_s"] = poller.rate(m1, wm[1]) if m1 < wm[1] - 0.5 else None
     mp["acks_per_s_by_bucket"] = poller.buckets(wm[0], wm[1], DIP_BUCKET_S)
     return {
@@ -400,8 +414,12 @@ def one_round(r):
         "tasks": rep["tasks"],
         "move_ms": rep["ms"],
         "tasks_per_s": round(rep["tasks"] / (rep["ms"] / 1e3)) if rep["ms"] else None,
+        "frozen_ms": rep.get("frozen_ms"),
+        "rounds": rep.get("rounds"),
+        "resent": rep.get("resent"),
+        "start_to_ctl_return_ms": round((m1 - m0) * 1e3),
         "ctl_wall_ms": round((mv["ctl_end"] - mv["ctl_start"]) * 1e3),
-        "freeze_to_ctl_return_ms": round((m1 - m0) * 1e3),
+        "freeze_to_ctl_return_ms": round((m1 - f0) * 1e3),
         "commit_to_served_at_b_ms": round((logged["served_at_b"] - logged["committed"]) * 1e3)
         if logged["served_at_b"] and logged["committed"] else None,
         "move_report": rep,
@@ -446,7 +464,8 @@ for r in range(ROUNDS):
              started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     json.dump(d, open(f"{OUT}/round-{r}.json", "w"), indent=1)
     rounds.append(d)
-    print(f"round {r}: {d['tasks']} tasks in {d['move_ms']} ms, clients' worst wait "
+    print(f"round {r}: {d['tasks']} tasks in {d['move_ms']} ms ({d['frozen_ms']} ms frozen, "
+          f"{d['rounds']} rounds), clients' worst wait "
           f"{ {n: x['worst_wait_ms'] for n, x in d['move_run']['by_node'].items()} } ms",
           flush=True)
 
@@ -460,6 +479,10 @@ def med(f):
 medians = {
     "tasks": med(lambda d: d["tasks"]),
     "move_ms": med(lambda d: d["move_ms"]),
+    "frozen_ms": med(lambda d: d["frozen_ms"]),
+    "rounds": med(lambda d: d["rounds"]),
+    "resent": med(lambda d: d["resent"]),
+    "start_to_ctl_return_ms": med(lambda d: d["start_to_ctl_return_ms"]),
     "tasks_per_s": med(lambda d: d["tasks_per_s"]),
     "ctl_wall_ms": med(lambda d: d["ctl_wall_ms"]),
     "freeze_to_ctl_return_ms": med(lambda d: d["freeze_to_ctl_return_ms"]),
@@ -469,15 +492,24 @@ medians = {
     "before_acks_per_s": med(lambda d: d["before"]["acks_per_s"]),
     "move_acks_per_s": med(lambda d: d["move_run"]["move_acks_per_s"]),
     "move_min_acks_per_s": med(lambda d: d["move_run"]["move_min_acks_per_s"]),
+    "freeze_acks_per_s": med(lambda d: d["move_run"]["freeze_acks_per_s"]),
     "after_acks_per_s": med(lambda d: d["after"]["acks_per_s"]),
 }
 for n in ("a", "b"):
     for ph in ("before", "move_run", "after"):
         for k in ("worst_wait_ms", "put_p99_ms", "cycle_p99_ms", "errors", "foreign_messages"):
             medians[f"{n}_{ph}_{k}"] = med(lambda d: d[ph]["by_node"][n][k])
-summary = dict(meta, rounds=len(rounds), medians=medians, per_round=[
-    {k: d[k] for k in ("tasks", "move_ms", "tasks_per_s", "ctl_wall_ms",
-                       "freeze_to_ctl_return_ms", "commit_to_served_at_b_ms", "move_inside_window",
-                       "loadavg_before", "loadavg_after")} for d in rounds])
+# Failed calls over every round, per node and phase, and the first error's text of each run
+# that had any (the loadgen counts errors, not errors per kind).
+errors = {f"{n}_{ph}": {
+    "errors": sum(d[ph]["by_node"][n]["errors"] for d in rounds),
+    "first_errors": sorted({d[ph]["by_node"][n]["first_error"] for d in rounds
+                            if d[ph]["by_node"][n]["errors"]}),
+} for n in ("a", "b") for ph in ("before", "move_run", "after")}
+summary = dict(meta, rounds=len(rounds), medians=medians, errors=errors, per_round=[
+    {k: d[k] for k in ("tasks", "move_ms", "frozen_ms", "rounds", "resent", "tasks_per_s",
+                       "ctl_wall_ms", "start_to_ctl_return_ms", "freeze_to_ctl_return_ms",
+                       "commit_to_served_at_b_ms", "move_inside_window", "loadavg_before",
+                       "loadavg_after")} for d in rounds])
 json.dump(summary, open(f"{OUT}/summary.json", "w"), indent=1)
 print(json.dumps(summary, indent=1))
