@@ -222,6 +222,12 @@ pub struct Settings {
     #[arg(long, env = "TARQ_MAX_TASKS", value_name = "N", value_parser = whole::<usize>(1, MAX_TASKS as u64), allow_negative_numbers = true)]
     pub max_tasks: Option<usize>,
 
+    /// A sharded cluster's partition moves from this node copy at most this many tasks a
+    /// second, so the clients of the node and of the new owner keep their pace (0: no limit)
+    /// [default: 200000].
+    #[arg(long, env = "TARQ_MOVE_RATE", value_name = "TASKS", value_parser = whole::<u64>(0, u64::MAX), allow_negative_numbers = true)]
+    pub move_rate: Option<u64>,
+
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, env = "TARQ_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -466,6 +472,8 @@ pub struct Config {
     pub max_detached_sessions: usize,
     /// Live tasks past which a put is refused.
     pub max_tasks: usize,
+    /// Tasks a second a partition move copies (0: no limit).
+    pub move_rate: u64,
     pub log_level: String,
     /// The tarantool/queue API's namespace (`queue`).
     pub queue_namespace: String,
@@ -504,6 +512,7 @@ impl Default for Config {
             max_session_grace: DEFAULT_MAX_SESSION_GRACE,
             max_detached_sessions: DEFAULT_MAX_DETACHED_SESSIONS,
             max_tasks: MAX_TASKS,
+            move_rate: 200_000,
             log_level: "info".into(),
             queue_namespace: "queue".into(),
             beanstalk_listen: None,
@@ -597,6 +606,7 @@ impl Config {
             max_session_grace: max_session_grace(s.max_session_grace)?,
             max_detached_sessions: s.max_detached_sessions.unwrap_or(d.max_detached_sessions),
             max_tasks: s.max_tasks.unwrap_or(d.max_tasks),
+            move_rate: s.move_rate.unwrap_or(d.move_rate),
             log_level: s.log_level.unwrap_or(d.log_level),
             queue_namespace: s.queue_namespace.unwrap_or(d.queue_namespace),
             beanstalk_listen: s.beanstalk_listen,
@@ -1322,6 +1332,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("replica set name \"a/b\" must be"), "{e}");
+        // The copy's pace, from the flag or the file.
+        let c =
+            parse(&[&etcd[..], &["--replica-set", "s1", "--move-rate", "5000"]].concat()).unwrap();
+        assert_eq!(c.move_rate, 5000);
+        assert_eq!(parse(&etcd).unwrap().move_rate, 200_000);
         // A sharded node serves the beanstalk port too.
         let sharded = [
             &etcd[..],

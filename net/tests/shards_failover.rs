@@ -201,8 +201,11 @@ fn a_primary_that_missed_a_placement_change_changes_nothing_it_no_longer_owns() 
     std::thread::sleep(Duration::from_secs(3)); // longer than a view is trusted (TTL 2 s)
     nodes.signal(a, "CONT");
 
-    // Puts straight to the resumed node: refused, or forwarded to b — never kept on a.
-    let mut c = connect(nodes.nodes[a].addr).expect("connect");
+    // Puts straight to the resumed node: refused, or forwarded to b — never kept on a. (A
+    // put may wait for the node to read the placement: the client waits long enough that no
+    // answer is lost to its own timeout.)
+    let mut c =
+        Client::connect_addr(nodes.nodes[a].addr, Duration::from_secs(30)).expect("connect");
     let put = format!("queue.tube.{on_a}:put");
     let mut acked = 0;
     for n in 0..20 {

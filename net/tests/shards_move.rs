@@ -195,6 +195,17 @@ fn a_partition_moves_with_its_tasks_in_every_status() {
     let moves = get(&o, "moves");
     assert_eq!(get(moves, "committed").as_u64(), Some(1), "{moves:?}");
     assert_eq!(get(moves, "tasks_moved").as_u64(), Some(2020));
+    // `tarq ctl cluster` shows each set primary's moves.
+    let out = nodes.nodes[1].tarq.as_ref().unwrap().ctl(&["cluster"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row = text
+        .lines()
+        .skip_while(|l| !l.starts_with("moves"))
+        .find(|l| l.trim_start().starts_with("a "))
+        .unwrap_or_else(|| panic!("no moves row for set a in:\n{text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols, ["a", "-", "1", "0", "2020", cols[5]], "{text}");
 }
 
 /// Calls `f` until it answers (a refusal while a view of the placement catches up is

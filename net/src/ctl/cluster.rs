@@ -201,9 +201,14 @@ fn with_partition_counts(mut map: Value, opts: &Options) -> Value {
     type Counts = Vec<(Value, Value)>;
     let mut counts: Vec<((String, u64), Counts)> = Vec::new();
     let mut errors: Vec<(String, String)> = Vec::new();
+    // The moves each primary runs and ran (a move runs on its partition's owner).
+    let mut moves: Vec<(String, Value)> = Vec::new();
     for (set, addr) in primaries {
         match call_on(&addr, opts, "queue.cluster") {
             Ok(own) => {
+                if let Some(m) = map_get(&own, "moves").filter(|m| !m.is_nil()) {
+                    moves.push((set.clone(), m.clone()));
+                }
                 for p in partitions(&own) {
                     let here = map_get(p, "owner_here").and_then(Value::as_bool);
                     let index = map_get(p, "index").and_then(Value::as_u64);
@@ -227,12 +232,14 @@ fn with_partition_counts(mut map: Value, opts: &Options) -> Value {
             let name = map_get(set, "name")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
+            let Value::Map(fields) = set else { continue };
+            if let Some((_, m)) = moves.iter().find(|(s, _)| Some(s) == name.as_ref()) {
+                fields.push(("moves".into(), m.clone()));
+            }
             let Some((_, e)) = errors.iter().find(|(s, _)| Some(s) == name.as_ref()) else {
                 continue;
             };
-            if let Value::Map(fields) = set {
-                fields.push(("error".into(), e.as_str().into()));
-            }
+            fields.push(("error".into(), e.as_str().into()));
         }
     }
     for p in partitions_mut(&mut map) {
@@ -363,8 +370,50 @@ pub fn render_cluster(map: &Value) -> String {
     if let Some(Value::Array(sets)) = map_get(map, "sets") {
         text.push_str(&render_sets(map, sets));
         text.push_str(&render_placement(map));
+        text.push_str(&render_moves(sets));
     }
     text
+}
+
+/// The partition moves each set's primary runs now and ran since it started: a row per set
+/// whose primary answered.
+fn render_moves(sets: &[Value]) -> String {
+    let titles = [
+        "SET",
+        "MOVING NOW",
+        "COMMITTED",
+        "GIVEN UP",
+        "TASKS MOVED",
+        "LAST MS",
+    ];
+    let mut rows = vec![titles.map(String::from).to_vec()];
+    for set in sets {
+        let Some(m) = map_get(set, "moves") else {
+            continue;
+        };
+        let now = match map_get(m, "in_progress") {
+            Some(p) if !p.is_nil() => format!(
+                "{}/{} -> {} ({} sent)",
+                cell(map_get(p, "tube")),
+                cell(map_get(p, "partition")),
+                cell(map_get(p, "to")),
+                cell(map_get(p, "tasks"))
+            ),
+            _ => "-".into(),
+        };
+        rows.push(vec![
+            cell(map_get(set, "name")),
+            now,
+            cell(map_get(m, "committed")),
+            cell(map_get(m, "given_up")),
+            cell(map_get(m, "tasks_moved")),
+            cell(map_get(m, "last_ms")),
+        ]);
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    format!("\nmoves (by each set's primary)\n{}", table(&rows))
 }
 
 /// A sharded cluster's replica sets: a row per member (a set without members gets one row of

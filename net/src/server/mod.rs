@@ -955,6 +955,7 @@ impl Server {
             self.expire_waiters();
             self.check_unanswered_move();
             self.check_orphaned_copies();
+            self.pump_paced_move();
             self.let_go_gradually();
         }
         if self.http.listener.is_some() {
@@ -1299,6 +1300,10 @@ impl Server {
             self.http.state.connections -= 1;
         }
         self.drop_input(idx);
+        if self.shards.is_some() {
+            // Its takes waiting across partitions end too.
+            self.end_waits_of(idx);
+        }
         // A link's sessions are its forwarding node's clients': theirs go back to ready too.
         let link_origin = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin));
         let link_sessions: Vec<SessionId> = match &link_origin {

@@ -186,6 +186,8 @@ pub(crate) struct Shards {
     recheck_at: Option<Micros>,
     /// Partitions whose tasks this node lets go of, a batch a turn, with the last id removed.
     letting_go: Vec<(TubeIx, Option<tarq_engine::TaskId>)>,
+    /// Commands for a partition that wait until the placement this node has read is applied.
+    awaiting_map: Vec<moving::Held>,
 }
 
 impl Shards {
@@ -225,6 +227,7 @@ impl Shards {
             move_figures: moving::MoveFigures::default(),
             recheck_at: None,
             letting_go: Vec::new(),
+            awaiting_map: Vec::new(),
         }
     }
 
@@ -349,6 +352,15 @@ impl Shards {
         self.fence.valid_at(Instant::now()) == Some(self.placement.epoch)
     }
 
+    /// Whether this node has read a placement it has not applied yet (a moment's gap between
+    /// the election thread's read and the loop's turn): its routes may name an old owner, so
+    /// a change waits for it rather than being refused.
+    pub(super) fn map_pending(&self) -> bool {
+        self.fence
+            .valid_at(Instant::now())
+            .is_some_and(|epoch| epoch != self.placement.epoch)
+    }
+
     /// Why this node may not change partition `ix` now though its set owns it: its view of
     /// the placement may be stale, or the partition has just moved here.
     fn hold(&self, ix: TubeIx) -> Option<String> {
@@ -397,6 +409,9 @@ impl Shards {
         }
         if cmd.reads_only() {
             return Forwarded::Run;
+        }
+        if self.map_pending() {
+            return Forwarded::AwaitMap;
         }
         match self.hold(ix) {
             Some(why) => Forwarded::Refuse(why),
@@ -458,6 +473,7 @@ impl Server {
         self.let_go_strays();
         self.check_unanswered_move();
         self.watch_again();
+        self.release_awaiting_map();
     }
 
     /// On a primary, holds what of tube `t` this node must: every tube's first partition (so

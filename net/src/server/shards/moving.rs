@@ -75,6 +75,9 @@ pub(super) struct Move {
     resent: u64,
     /// When the partition froze (the last changes' copy began).
     frozen_at: Option<Instant>,
+    /// While it serves, the copy keeps to `--move-rate`: the next page goes at this instant
+    /// (monotonic µs).
+    next_send: Micros,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,10 +155,15 @@ impl Shards {
             .is_some_and(|m| m.frozen() && self.part(m.ix).is_some_and(|p| p.head == head))
     }
 
-    /// When a move's unanswered commit should be looked at again.
+    /// When the move should be looked at again: its unanswered commit, or its next page
+    /// held back by `--move-rate`.
     pub(super) fn move_check_at(&self) -> Option<Micros> {
-        match self.moving.as_ref()?.phase {
+        let m = self.moving.as_ref()?;
+        match m.phase {
             Phase::Unknown { check_at, .. } => Some(check_at),
+            Phase::Bulk | Phase::CatchUp if m.next_send > 0 && m.in_flight < WINDOW => {
+                Some(m.next_send)
+            }
             _ => None,
         }
     }
@@ -255,6 +263,7 @@ impl Server {
             changed: Vec::new(),
             resent: 0,
             frozen_at: None,
+            next_send: 0,
         });
         let ask = Ask::MoveIn {
             index: ix,
@@ -295,12 +304,23 @@ impl Server {
     /// Sends the next pages of the move's phase, up to the window; goes on to the next phase
     /// once a phase's pages are all answered.
     fn pump_move(&mut self) {
+        self.pump_move_pages();
+        // When the move is looked at next may have changed (its rate, its phase).
+        self.timers_changed();
+    }
+
+    fn pump_move_pages(&mut self) {
         loop {
             let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
                 return;
             };
             let copying = matches!(m.phase, Phase::Bulk | Phase::CatchUp | Phase::Final);
             if !copying || m.in_flight >= WINDOW {
+                return;
+            }
+            // While the partition serves, the copy keeps to its rate (frozen, it hurries).
+            let paced = matches!(m.phase, Phase::Bulk | Phase::CatchUp) && !m.exported;
+            if paced && m.next_send > self.mono {
                 return;
             }
             if m.exported {
@@ -317,6 +337,14 @@ impl Server {
                 Ok(None) => continue,
                 Err(e) => return self.give_up_move(&format!("reading the partition: {e}")),
             };
+            let rate = self.cfg.move_rate;
+            if let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) {
+                if rate > 0 && matches!(m.phase, Phase::Bulk | Phase::CatchUp) {
+                    let n = (page.0.tasks.len() + page.0.gone.len()) as u64;
+                    let spent = n.saturating_mul(1_000_000) / rate;
+                    m.next_send = m.next_send.max(self.mono).saturating_add(spent);
+                }
+            }
             self.send_page(page);
         }
     }
@@ -592,6 +620,7 @@ impl Server {
             "ms": took.as_millis() as u64, "frozen_ms": frozen,
         });
         self.answer(m.asker, &Outcome::Text(report.to_string()));
+        self.timers_changed();
     }
 
     /// Gives the move up before its commit: the partition stays and thaws here.
@@ -624,6 +653,7 @@ impl Server {
             m.partition, m.tube
         );
         self.answer(m.asker, &Outcome::Error(Refusal::Shards(why)));
+        self.timers_changed();
     }
 
     /// Holds `cmd` of a client (`link`: a forwarded one, run as session `sid`; `ix`: the
@@ -636,12 +666,49 @@ impl Server {
         (link, ix): (bool, Option<TubeIx>),
         cmd: &Command<'_>,
     ) {
+        self.hold_command(false, idx, sid, reply, (link, ix), cmd);
+    }
+
+    /// Holds `cmd` until this node applies the placement it has read already (its view is
+    /// newer than its routes: the routes may name an old owner); see [`hold_for_move`].
+    ///
+    /// [`hold_for_move`]: Self::hold_for_move
+    pub(super) fn hold_for_map(
+        &mut self,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        (link, ix): (bool, Option<TubeIx>),
+        cmd: &Command<'_>,
+    ) {
+        self.hold_command(true, idx, sid, reply, (link, ix), cmd);
+    }
+
+    fn hold_command(
+        &mut self,
+        for_map: bool,
+        idx: usize,
+        sid: SessionId,
+        reply: ReplyTo,
+        (link, ix): (bool, Option<TubeIx>),
+        cmd: &Command<'_>,
+    ) {
         let gen = self.conns[idx].gen;
-        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+        let mono = self.mono;
+        let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        if for_map && shards.recheck_at.is_none() {
+            // Looked at again soon: the view may go stale instead (etcd unreachable).
+            shards.recheck_at = Some(mono.saturating_add(RECHECK));
+        }
+        let list = match (for_map, shards.moving.as_mut()) {
+            (true, _) => &mut shards.awaiting_map,
+            (false, Some(m)) => &mut m.held,
+            (false, None) => return,
+        };
         match rmp_serde::to_vec(cmd) {
-            Ok(cmd) => m.held.push(Held {
+            Ok(cmd) => list.push(Held {
                 idx,
                 gen,
                 sid,
@@ -651,14 +718,27 @@ impl Server {
                 cmd,
             }),
             Err(e) => {
-                let why = format!("a command that cannot wait for the move: {e}");
+                let why = format!("a command that cannot wait: {e}");
                 let outcome = Outcome::Error(Refusal::Shards(why));
                 self.deliver(idx, reply, &outcome);
             }
         }
+        self.timers_changed();
     }
 
-    /// Runs a held command now that the move ended (here, or on to the new owner).
+    /// The placement read is applied: the commands that waited for it run.
+    pub(super) fn release_awaiting_map(&mut self) {
+        let held = self
+            .shards
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.awaiting_map));
+        for h in held.unwrap_or_default() {
+            self.release_held(h);
+        }
+    }
+
+    /// Runs a held command now that the move ended or the map is applied (here, or on to
+    /// the partition's owner).
     fn release_held(&mut self, h: Held) {
         if self.conns.get(h.idx).is_none_or(|c| c.gen != h.gen) {
             return;
@@ -902,13 +982,41 @@ impl Server {
         }
     }
 
+    /// The turn's look at a move whose next page waited for its rate.
+    pub(in crate::server) fn pump_paced_move(&mut self) {
+        let due = (self.shards.as_ref())
+            .and_then(|s| s.moving.as_ref())
+            .is_some_and(|m| {
+                matches!(m.phase, Phase::Bulk | Phase::CatchUp)
+                    && m.next_send > 0
+                    && m.next_send <= self.mono
+                    && m.in_flight < WINDOW
+            });
+        if due {
+            self.pump_move();
+        }
+    }
+
     /// The turn's look at orphaned copies, when one is due.
     pub(in crate::server) fn check_orphaned_copies(&mut self) {
         let due = (self.shards.as_ref())
             .and_then(|s| s.recheck_at)
             .is_some_and(|t| t <= self.mono);
         if due {
+            if let Some(s) = self.shards.as_mut() {
+                s.recheck_at = None;
+            }
             self.let_go_strays();
+            // Commands that wait for a placement read: run (or refused) once there is none
+            // pending any more, else looked at again.
+            let mono = self.mono;
+            if let Some(s) = self.shards.as_mut().filter(|s| !s.awaiting_map.is_empty()) {
+                if s.map_pending() {
+                    s.recheck_at = Some(mono.saturating_add(RECHECK));
+                } else {
+                    self.release_awaiting_map();
+                }
+            }
             self.timers_changed();
         }
     }

@@ -36,6 +36,8 @@ pub(super) enum Forwarded {
     Hold,
     /// Its partition is another set's now: relayed there (once).
     Relay(usize),
+    /// This node has read a placement it has not applied yet: it waits for it.
+    AwaitMap,
     Refuse(String),
 }
 
@@ -56,6 +58,9 @@ impl Server {
         match verdict {
             Forwarded::Run => {}
             Forwarded::Hold => return self.hold_for_move(idx, sid, reply, (true, None), &cmd),
+            Forwarded::AwaitMap => {
+                return self.hold_for_map(idx, sid, reply, (true, None), &cmd);
+            }
             Forwarded::Relay(set) if may_relay => {
                 let client = Client {
                     idx,
@@ -338,6 +343,11 @@ impl Server {
                 return Some(cmd);
             }
             if !cmd.reads_only() {
+                if shards.map_pending() {
+                    let (idx, sid, reply) = (client.idx, client.sid, client.reply);
+                    self.hold_for_map(idx, sid, reply, (false, Some(ix)), &cmd);
+                    return None;
+                }
                 if let Some(why) = shards.hold(ix) {
                     self.answer(client, &Outcome::Error(Refusal::Shards(why)));
                     return None;

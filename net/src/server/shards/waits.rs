@@ -205,6 +205,14 @@ impl Server {
         else {
             return;
         };
+        // Its connection closed since the watch fired (this turn): the wait ends unanswered.
+        if self
+            .conns
+            .get(w.client.idx)
+            .is_none_or(|c| c.gen != w.client.gen || c.closing.is_some())
+        {
+            return self.end_wait(id);
+        }
         let Digest::Ready(ix) = digest else {
             // Refused (too many waiting takes on the connection): the take ends so.
             self.end_wait(id);
