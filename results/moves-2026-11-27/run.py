@@ -2,7 +2,11 @@
 """Figures of a partition move under load (issue: "a move of a partition holding 1M tasks under
 load: duration, tasks/s moved, the worst and p99 client wait during it, the throughput dip").
 
-  run.py BIN_DIR OUT_DIR [ROUNDS]
+  [MOVE_RATE=N] run.py BIN_DIR OUT_DIR [ROUNDS]
+
+MOVE_RATE, when set, is passed to both nodes as `--move-rate N` (the tasks a second the copy
+keeps to while the partition serves; 0: no limit); unset, the nodes keep the server's default
+(200000, `move_rate` null in the JSON). MOVE_WINDOW_S, when set, overrides the move run's length.
 
 BIN_DIR holds release builds of `tarq` and `tarq-loadgen`. Each round starts a real etcd and two
 replica sets of one node each (a: loop on core 0, b: loop on core 1), creates a fifottl tube of
@@ -55,11 +59,17 @@ LOAD = 0.5
 # How often the server's ack count is sampled, and the bucket the dip is the lowest of.
 POLL_S, DIP_BUCKET_S = 0.05, 0.5
 UNLOADED_S, PHASE_S, WARMUP_S = 3, 5, 1
-# The move run's window: an unloaded move of 1M tasks took 0.85 s here and, with the whole copy
-# frozen, loaded ones 1.7-5.2 s with the hand-over, so this covers the move and the seconds right
-# after it. A move that
-# outlasts it is flagged (`move_inside_window`): waits that end after the window are not counted.
-MOVE_WINDOW_S = 8
+# The copy's rate while the partition serves (`--move-rate`); None: the server's default.
+MOVE_RATE = int(os.environ["MOVE_RATE"]) if os.environ.get("MOVE_RATE") else None
+SERVER_DEFAULT_MOVE_RATE = 200_000
+# The move run's window. Unpaced, loaded moves of 1M tasks took 1.8-3.6 s here, so 8 s covered the
+# move and the seconds right after it. Paced, the copy alone takes TASKS / rate, and the catch-up
+# rounds send again what the load changed meanwhile (13-27% of the tasks unpaced, more the longer
+# the copy runs), so the window is three times the copy alone, plus 2 s. A move that outlasts it
+# is flagged (`move_inside_window`): waits that end after the window are not counted.
+_rate = SERVER_DEFAULT_MOVE_RATE if MOVE_RATE is None else MOVE_RATE
+MOVE_WINDOW_S = int(os.environ.get("MOVE_WINDOW_S") or (
+    max(8, -(-3 * TASKS // _rate) + 2) if _rate else 8))
 # The nodes' lease: long, so that a starved lease refresh on a shared machine is no failover.
 LEASE_TTL = "30"
 SPAWNED = []
@@ -132,7 +142,9 @@ class Node:
             # The loop pinned (--cpu), the election thread free to run on the other core.
             [f"{BIN}/tarq", "--cpu", str(cpu), "--listen", self.addr, "--data-dir",
              f"{self.dir}/data", "--etcd", etcd.url, "--cluster", CLUSTER, "--node-name", name,
-             "--replica-set", name, "--lease-ttl", LEASE_TTL, "--log-level", "info"],
+             "--replica-set", name, "--lease-ttl", LEASE_TTL, "--log-level", "info"]
+            + ([] if MOVE_RATE is None else ["--move-rate", str(MOVE_RATE)]),
+            env={k: v for k, v in os.environ.items() if k != "TARQ_MOVE_RATE"},
             stdout=self.log, stderr=subprocess.STDOUT)
         SPAWNED.append(self.proc)
         wait(lambda: self.reachable() and self.cluster()["sets"] and any(
@@ -401,6 +413,12 @@ def one_round(r):
     mp["move_in_window_s"] = {k: round(v - wm[0], 3) for k, v in dict(
         ctl_start=mv["ctl_start"], ctl_end=mv["ctl_end"], **logged).items() if v}
     mp["move_acks_per_s"] = poller.rate(m0, m1)
+    # The worst wait in the seconds of the move run that overlap the move (a's `move started` to
+    # ctl's return), from the loadgens' per-second series (second i: [w0 + i, w0 + i + 1)).
+    mp["worst_wait_ms_in_move_seconds"] = {
+        n: max((w for i, w in enumerate(x["worst_wait_ms_per_second"])
+                if wm[0] + i < m1 and wm[0] + i + 1 > m0), default=None)
+        for n, x in mp["by_node"].items()}
     dips = [x for x in poller.buckets(m0, max(m1, m0 + DIP_BUCKET_S), DIP_BUCKET_S)
             if x is not None]
     mp["move_min_acks_per_s"] = min(dips) if dips else None
@@ -411,6 +429,8 @@ def one_round(r):
     mp["acks_per_s_by_bucket"] = poller.buckets(wm[0], wm[1], DIP_BUCKET_S)
     return {
         "round": r,
+        "move_rate": MOVE_RATE,
+        "move_rate_in_effect": _rate,
         "tasks": rep["tasks"],
         "move_ms": rep["ms"],
         "tasks_per_s": round(rep["tasks"] / (rep["ms"] / 1e3)) if rep["ms"] else None,
@@ -454,6 +474,7 @@ meta = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porce
         "config": {"tasks": TASKS, "payload": PAYLOAD, "fill_delay_s": FILL_DELAY_S,
                    "load": LOAD, "unloaded_s": UNLOADED_S, "phase_s": PHASE_S,
                    "warmup_s": WARMUP_S, "move_window_s": MOVE_WINDOW_S,
+                   "move_rate": MOVE_RATE, "move_rate_in_effect": _rate,
                    "loadgen": "4 producers + 4 consumers, depth 16, tube API, one per node, "
                               "pinned to the other node's core"}}
 rounds = []
@@ -464,7 +485,8 @@ for r in range(ROUNDS):
              started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     json.dump(d, open(f"{OUT}/round-{r}.json", "w"), indent=1)
     rounds.append(d)
-    print(f"round {r}: {d['tasks']} tasks in {d['move_ms']} ms ({d['frozen_ms']} ms frozen, "
+    print(f"round {r} (move rate {_rate or 'unlimited'}): {d['tasks']} tasks in {d['move_ms']} ms "
+          f"({d['frozen_ms']} ms frozen, "
           f"{d['rounds']} rounds), clients' worst wait "
           f"{ {n: x['worst_wait_ms'] for n, x in d['move_run']['by_node'].items()} } ms",
           flush=True)
@@ -499,6 +521,8 @@ for n in ("a", "b"):
     for ph in ("before", "move_run", "after"):
         for k in ("worst_wait_ms", "put_p99_ms", "cycle_p99_ms", "errors", "foreign_messages"):
             medians[f"{n}_{ph}_{k}"] = med(lambda d: d[ph]["by_node"][n][k])
+    medians[f"{n}_worst_wait_ms_in_move_seconds"] = med(
+        lambda d: d["move_run"]["worst_wait_ms_in_move_seconds"][n])
 # Failed calls over every round, per node and phase, and the first error's text of each run
 # that had any (the loadgen counts errors, not errors per kind).
 errors = {f"{n}_{ph}": {
@@ -506,8 +530,9 @@ errors = {f"{n}_{ph}": {
     "first_errors": sorted({d[ph]["by_node"][n]["first_error"] for d in rounds
                             if d[ph]["by_node"][n]["errors"]}),
 } for n in ("a", "b") for ph in ("before", "move_run", "after")}
-summary = dict(meta, rounds=len(rounds), medians=medians, errors=errors, per_round=[
-    {k: d[k] for k in ("tasks", "move_ms", "frozen_ms", "rounds", "resent", "tasks_per_s",
+summary = dict(meta, rounds=len(rounds), move_rate=MOVE_RATE, move_rate_in_effect=_rate,
+               medians=medians, errors=errors, per_round=[
+    {k: d[k] for k in ("move_rate", "move_rate_in_effect", "tasks", "move_ms", "frozen_ms", "rounds", "resent", "tasks_per_s",
                        "ctl_wall_ms", "start_to_ctl_return_ms", "freeze_to_ctl_return_ms",
                        "commit_to_served_at_b_ms", "move_inside_window", "loadavg_before",
                        "loadavg_after")} for d in rounds])
