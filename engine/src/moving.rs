@@ -97,6 +97,32 @@ impl Queue {
         after: Option<TaskId>,
         limit: usize,
     ) -> Result<Vec<MovedTask>, QueueError> {
+        let slots = self.tube_slots(tube, after, limit)?;
+        Ok(slots.into_iter().map(|k| self.moved(k)).collect())
+    }
+
+    /// The ids of up to `limit` tasks of `tube` after `after`, in id order, found as
+    /// [`export_tube`](Self::export_tube) finds its page (nothing copied).
+    pub fn tube_ids(
+        &self,
+        tube: TubeIx,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskId>, QueueError> {
+        let slots = self.tube_slots(tube, after, limit)?;
+        Ok(slots
+            .into_iter()
+            .map(|k| self.slots[k as usize].id)
+            .collect())
+    }
+
+    /// The slots of up to `limit` tasks of `tube` after `after`, in id order.
+    fn tube_slots(
+        &self,
+        tube: TubeIx,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<u32>, QueueError> {
         let t = self.live_tube(tube)?;
         let mut out = Vec::with_capacity(limit.min(EXPORT_MIN_PROBES));
         let n = t.numbers;
@@ -114,7 +140,7 @@ impl Queue {
                 probes -= 1;
                 if let Some(k) = self.find(id) {
                     if self.slots[k as usize].tube == tube {
-                        out.push(self.moved(k));
+                        out.push(k);
                     }
                 }
                 id += 1;
@@ -125,8 +151,7 @@ impl Queue {
             }
             if id < hi {
                 // Out of probes: the tube is sparse here.
-                let rest = self.lowest_ids_from(tube, from, limit - out.len());
-                out.extend(rest.into_iter().map(|k| self.moved(k)));
+                out.extend(self.lowest_ids_from(tube, from, limit - out.len()));
                 return Ok(out);
             }
         }
@@ -138,6 +163,16 @@ impl Queue {
     pub fn export_task(&self, tube: TubeIx, id: TaskId) -> Option<MovedTask> {
         let k = self.find(id)?;
         (self.slots[k as usize].tube == tube).then(|| self.moved(k))
+    }
+
+    /// Forgets task `id` of `tube`, a partition that moved to another node: removed here
+    /// without a record of its own (the caller ends with `truncate`, whose one record the
+    /// journal and the replicas take the whole removal from), counting nothing.
+    pub fn forget_moved(&mut self, tube: TubeIx, id: TaskId) -> Result<(), QueueError> {
+        self.live_tube(tube)?;
+        let k = self.in_tube(tube, id)?;
+        self.remove_slot(k);
+        Ok(())
     }
 
     /// Removes task `id` of `tube` that a move copied here and that changed or went on the

@@ -444,3 +444,33 @@ fn a_task_that_changed_after_its_copy_is_sent_again_and_replaces_it() {
     assert!(logged.contains(&Event::Deleted { id: b }), "{logged:?}");
     dst.check_invariants();
 }
+
+#[test]
+fn a_moved_away_tube_is_forgotten_a_batch_at_a_time_and_logged_once() {
+    let (mut q, t) = node(TubeOptions::default(), TubeType::FifoTtl);
+    let ids: Vec<TaskId> = (0..10)
+        .map(|_| put(&mut q, t, TubePut::default()))
+        .collect();
+    q.take_from(T0, t, 4).unwrap();
+    q.drain_events().for_each(drop);
+    let mut after = None;
+    loop {
+        let page = q.tube_ids(t, after, 3).unwrap();
+        let Some(&last) = page.last() else { break };
+        for id in page {
+            q.forget_moved(t, id).unwrap();
+        }
+        q.check_invariants();
+        after = Some(last);
+    }
+    assert!(ids.iter().all(|&id| q.get(id).is_none()));
+    assert_eq!(q.tube_stats(t).unwrap().total, 0);
+    assert_eq!(
+        q.drain_events().count(),
+        0,
+        "forgetting logs nothing of its own"
+    );
+    q.truncate(t).unwrap();
+    let logged: Vec<Event> = q.drain_events().collect();
+    assert_eq!(logged, [Event::TubeTruncated { tube: t }]);
+}

@@ -192,15 +192,21 @@ impl<R: Copy> Core<R> {
         self.pauses.thaw(tube);
     }
 
-    /// Removes up to `n` tasks of `tube` after task `after`, journaled (a partition that moved
-    /// away, let go of a batch at a time): the last id removed, or `None` once none is left.
+    /// Removes up to `n` tasks of `tube` after task `after` (a partition that moved away, let
+    /// go of a batch at a time): the last id removed, or `None` once none is left — then one
+    /// truncate record tells the journal and the replicas the whole removal, which keeps the
+    /// log and the clients' durable replies from waiting behind a record per task. (A
+    /// restart before it finds the tasks again; the placement has them let go of again.)
     pub fn let_go_some(&mut self, tube: TubeIx, after: Option<TaskId>, n: usize) -> Option<TaskId> {
-        let page = self.queue.export_tube(tube, after, n).ok()?;
-        let last = page.last()?.id;
-        for t in page {
-            let _ = self.queue.remove_moved(tube, t.id);
+        let ids = self.queue.tube_ids(tube, after, n).unwrap_or_default();
+        let Some(&last) = ids.last() else {
+            let _ = self.queue.truncate(tube);
+            self.drain_events();
+            return None;
+        };
+        for id in ids {
+            let _ = self.queue.forget_moved(tube, id);
         }
-        self.drain_events();
         Some(last)
     }
 
