@@ -35,8 +35,9 @@ instant is taken as a's `move committed` less `frozen_ms`.
 Failed calls (`errors`, `first_error`) are the loadgens' own: a count of every error and the
 first one's text, not a count per kind.
 
-Writes OUT_DIR/round-N.json (one a round), OUT_DIR/loadgen/*.json (the loadgens' own) and
-OUT_DIR/summary.json (medians over rounds).
+Writes OUT_DIR/round-N.json (one a round), OUT_DIR/loadgen/*.json (the loadgens' own),
+OUT_DIR/logs/round-N-{a,b}.log (the nodes' log lines on moves, partitions and the placement,
+and their warnings and errors) and OUT_DIR/summary.json (medians over rounds).
 """
 import atexit, calendar, json, os, platform, shutil, socket, statistics, subprocess, sys, tempfile
 import threading, time
@@ -48,6 +49,7 @@ import tarantool
 BIN, OUT = sys.argv[1], sys.argv[2]
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 os.makedirs(f"{OUT}/loadgen", exist_ok=True)
+os.makedirs(f"{OUT}/logs", exist_ok=True)
 TUBE, CLUSTER = "mv", "moves"
 TASKS, PAYLOAD = 1_000_000, 64
 # Long enough that no filled task falls due during a round, short enough to be plainly a delay.
@@ -73,6 +75,10 @@ MOVE_WINDOW_S = int(os.environ.get("MOVE_WINDOW_S") or (
 # The nodes' lease: long, so that a starved lease refresh on a shared machine is no failover.
 LEASE_TTL = "30"
 SPAWNED = []
+# The node log lines kept with each round (OUT/logs/round-N-{a,b}.log): the moves, partitions
+# and placement, and every warning or error; not the rest, to stay small.
+KEPT_LOG_LINE = lambda l: (any(w in l.lower() for w in ("move", "partition", "placement"))
+                           or " WARN " in l or " ERROR " in l)
 
 
 @atexit.register
@@ -179,10 +185,15 @@ class Node:
                 return t + float("0." + frac)
         return None
 
-    def stop(self):
+    def stop(self, keep=None):
+        """Stops the node; with `keep`, first copies the lines of its log that KEPT_LOG_LINE
+        picks to that path."""
         self.proc.kill()
         self.proc.wait()
         self.log.close()
+        if keep:
+            with open(keep, "w") as out:
+                out.writelines(l for l in open(f"{self.dir}/log") if KEPT_LOG_LINE(l))
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -396,8 +407,8 @@ def one_round(r):
     logged = {"started": a.logged_at("move started"), "committed": a.logged_at("move committed"),
               "served_at_b": b.logged_at("a partition moved here")}
     moved = next(p for p in partitions(b) if p["partition"] == part)
-    a.stop()
-    b.stop()
+    a.stop(keep=f"{OUT}/logs/round-{r}-a.log")
+    b.stop(keep=f"{OUT}/logs/round-{r}-b.log")
     etcd.stop()
 
     rep = mv["report"]
