@@ -36,8 +36,8 @@ Failed calls (`errors`, `first_error`) are the loadgens' own: a count of every e
 first one's text, not a count per kind.
 
 Writes OUT_DIR/round-N.json (one a round), OUT_DIR/loadgen/*.json (the loadgens' own),
-OUT_DIR/logs/round-N-{a,b}.log (the nodes' log lines on moves, partitions and the placement,
-and their warnings and errors) and OUT_DIR/summary.json (medians over rounds).
+OUT_DIR/logs/round-N-{a,b}.log (the nodes' log lines on moves, partitions, the placement and
+snapshots, and their warnings and errors) and OUT_DIR/summary.json (medians over rounds).
 """
 import atexit, calendar, json, os, platform, shutil, socket, statistics, subprocess, sys, tempfile
 import threading, time
@@ -75,9 +75,11 @@ MOVE_WINDOW_S = int(os.environ.get("MOVE_WINDOW_S") or (
 # The nodes' lease: long, so that a starved lease refresh on a shared machine is no failover.
 LEASE_TTL = "30"
 SPAWNED = []
-# The node log lines kept with each round (OUT/logs/round-N-{a,b}.log): the moves, partitions
-# and placement, and every warning or error; not the rest, to stay small.
-KEPT_LOG_LINE = lambda l: (any(w in l.lower() for w in ("move", "partition", "placement"))
+# The node log lines kept with each round (OUT/logs/round-N-{a,b}.log): the moves, partitions,
+# placement and snapshots (a snapshot walks the queue in the loop's turns), and every warning or
+# error; not the rest, to stay small.
+KEPT_LOG_LINE = lambda l: (any(w in l.lower() for w in ("move", "partition", "placement",
+                                                        "snapshot"))
                            or " WARN " in l or " ERROR " in l)
 
 
