@@ -280,6 +280,7 @@ impl Server {
         };
         if !shards.letting_go.iter().any(|&(t, _)| t == ix) {
             shards.letting_go.push((ix, None));
+            info!(index = ix, "letting go of a partition's tasks, a batch a turn");
         }
         self.timers_changed();
     }
@@ -297,6 +298,7 @@ impl Server {
             Some(last) => shards.letting_go[0].1 = Some(last),
             None => {
                 shards.letting_go.remove(0);
+                info!(index = ix, "let go of a partition's tasks");
                 self.timers_changed();
             }
         }
