@@ -9,8 +9,8 @@ use crate::core::Page;
 
 /// A copy arriving here that makes no progress this long is given up (its sender gone).
 const STALL: std::time::Duration = std::time::Duration::from_secs(30);
-/// Tasks of a partition that moved away let go of a turn.
-const LET_GO_BATCH: usize = 4096;
+/// Tasks of a partition that moved away let go of at once.
+const LET_GO_BATCH: usize = 1024;
 
 /// A partition being copied here.
 pub(super) struct Incoming {
@@ -280,27 +280,43 @@ impl Server {
         };
         if !shards.letting_go.iter().any(|&(t, _)| t == ix) {
             shards.letting_go.push((ix, None));
-            info!(index = ix, "letting go of a partition's tasks, a batch a turn");
+            info!(
+                index = ix,
+                "letting go of a partition's tasks, a batch a turn"
+            );
         }
         self.timers_changed();
     }
 
-    /// The turn's batch of tasks let go of (see [`let_go_of`](Self::let_go_of)).
+    /// A batch of tasks let go of, when due (see [`let_go_of`](Self::let_go_of)): kept to
+    /// `--move-rate`, as the copy is, so the clients of this node (which forwards them all
+    /// now) keep their pace.
     pub(in crate::server) fn let_go_gradually(&mut self) {
-        let Some(&(ix, after)) = self.shards.as_ref().and_then(|s| s.letting_go.first()) else {
+        let mono = self.mono;
+        let Some(shards) = self.shards.as_ref() else {
             return;
         };
+        let Some(&(ix, after)) = shards.letting_go.first() else {
+            return;
+        };
+        if shards.let_go_at > mono {
+            return;
+        }
         let next = self.core.let_go_some(ix, after, LET_GO_BATCH);
+        let rate = self.cfg.move_rate;
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        if let Some(spent) = (LET_GO_BATCH as u64 * 1_000_000).checked_div(rate) {
+            shards.let_go_at = mono.saturating_add(spent);
+        }
         match next {
             Some(last) => shards.letting_go[0].1 = Some(last),
             None => {
                 shards.letting_go.remove(0);
                 info!(index = ix, "let go of a partition's tasks");
-                self.timers_changed();
             }
         }
+        self.timers_changed();
     }
 }

@@ -192,6 +192,8 @@ pub(crate) struct Shards {
     recheck_at: Option<Micros>,
     /// Partitions whose tasks this node lets go of, a batch a turn, with the last id removed.
     letting_go: Vec<(TubeIx, Option<tarq_engine::TaskId>)>,
+    /// When the next batch is let go of (monotonic µs; kept to `--move-rate`).
+    let_go_at: Micros,
     /// Commands for a partition that wait until the placement this node has read is applied.
     awaiting_map: Vec<held::Held>,
 }
@@ -233,6 +235,7 @@ impl Shards {
             move_figures: moving::MoveFigures::default(),
             recheck_at: None,
             letting_go: Vec::new(),
+            let_go_at: 0,
             awaiting_map: Vec::new(),
         }
     }
@@ -335,12 +338,9 @@ impl Shards {
 
     /// The earliest deadline of a waiting take, or of a move's look at the placement.
     pub fn next_deadline(&self) -> Option<Micros> {
-        if !self.letting_go.is_empty() {
-            // A batch a turn until done: the loop turns again at once.
-            return Some(0);
-        }
+        let let_go = (!self.letting_go.is_empty()).then_some(self.let_go_at);
         let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
-        [wait, self.move_check_at(), self.recheck_at]
+        [wait, self.move_check_at(), self.recheck_at, let_go]
             .into_iter()
             .flatten()
             .min()
