@@ -29,15 +29,17 @@ other's. The move's times come from ctl's report (`ms`: the move's start to its 
 while the partition serves included; `frozen_ms`: the freeze, for the last changes, to the
 answer; `rounds` and `resent`: the catch-up rounds sent while serving and the tasks they sent
 again), ctl's return, and the nodes' logs (`move started`: the copy begins and the partition
-still serves; `move committed`; `a partition moved here`). No log line marks the freeze: its
-instant is taken as a's `move committed` less `frozen_ms`.
+still serves; `move committed`; `a partition moved here`; on a, `letting go of a partition's
+tasks` and `let go of a partition's tasks`: the old owner's letting go of its copy after the
+commit, start and end). No log line marks the freeze: its instant is taken as a's
+`move committed` less `frozen_ms`.
 
 Failed calls (`errors`, `first_error`) are the loadgens' own: a count of every error and the
 first one's text, not a count per kind.
 
 Writes OUT_DIR/round-N.json (one a round), OUT_DIR/loadgen/*.json (the loadgens' own),
-OUT_DIR/logs/round-N-{a,b}.log (the nodes' log lines on moves, partitions, the placement and
-snapshots, and their warnings and errors) and OUT_DIR/summary.json (medians over rounds).
+OUT_DIR/logs/round-N-{a,b}.log (the nodes' log lines on moves, partitions (the let-go's
+among them), the placement and snapshots, and their warnings and errors) and OUT_DIR/summary.json (medians over rounds).
 """
 import atexit, calendar, json, os, platform, shutil, socket, statistics, subprocess, sys, tempfile
 import threading, time
@@ -77,7 +79,7 @@ LEASE_TTL = "30"
 SPAWNED = []
 # The node log lines kept with each round (OUT/logs/round-N-{a,b}.log): the moves, partitions,
 # placement and snapshots (a snapshot walks the queue in the loop's turns), and every warning or
-# error; not the rest, to stay small.
+# error; not the rest, to stay small. The let-go's start and end hold "partition".
 KEPT_LOG_LINE = lambda l: (any(w in l.lower() for w in ("move", "partition", "placement",
                                                         "snapshot"))
                            or " WARN " in l or " ERROR " in l)
@@ -407,7 +409,9 @@ def one_round(r):
     poller.join()
     moves = {n.name: n.cluster()["moves"] for n in (a, b)}
     logged = {"started": a.logged_at("move started"), "committed": a.logged_at("move committed"),
-              "served_at_b": b.logged_at("a partition moved here")}
+              "served_at_b": b.logged_at("a partition moved here"),
+              "let_go_started": a.logged_at("letting go of a partition's tasks"),
+              "let_go_done": a.logged_at("let go of a partition's tasks")}
     moved = next(p for p in partitions(b) if p["partition"] == part)
     a.stop(keep=f"{OUT}/logs/round-{r}-a.log")
     b.stop(keep=f"{OUT}/logs/round-{r}-b.log")
@@ -425,6 +429,10 @@ def one_round(r):
     mp = phase(during, poller, *wm)
     mp["move_in_window_s"] = {k: round(v - wm[0], 3) for k, v in dict(
         ctl_start=mv["ctl_start"], ctl_end=mv["ctl_end"], **logged).items() if v}
+    # The old owner's let-go of its copy (a's log lines at its start and end), from the commit.
+    mp["let_go_after_commit_s"] = {k: round(logged[f"let_go_{k}"] - logged["committed"], 3)
+                                   for k in ("started", "done")
+                                   if logged[f"let_go_{k}"] and logged["committed"]}
     mp["move_acks_per_s"] = poller.rate(m0, m1)
     # The worst wait in the seconds of the move run that overlap the move (a's `move started` to
     # ctl's return), from the loadgens' per-second series (second i: [w0 + i, w0 + i + 1)).
