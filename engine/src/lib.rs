@@ -549,6 +549,34 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The task the event is about, or `None` for a tube's own (created, dropped, truncated,
+    /// a dedup key recorded).
+    #[inline]
+    pub fn task(&self) -> Option<TaskId> {
+        match *self {
+            Event::Put { id }
+            | Event::Taken { id, .. }
+            | Event::Acked { id }
+            | Event::Released { id, .. }
+            | Event::Promoted { id }
+            | Event::Expired { id }
+            | Event::TtrReturned { id }
+            | Event::AutoReleased { id }
+            | Event::Buried { id }
+            | Event::DeadLettered { id }
+            | Event::Kicked { id }
+            | Event::Deleted { id }
+            | Event::Updated { id }
+            | Event::Imported { id } => Some(id),
+            Event::TubeCreated { .. }
+            | Event::TubeDropped { .. }
+            | Event::TubeTruncated { .. }
+            | Event::DedupRecorded { .. } => None,
+        }
+    }
+}
+
 /// What one `advance` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Advance {

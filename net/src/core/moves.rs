@@ -36,29 +36,14 @@ pub struct Changed {
 
 impl Changed {
     pub(super) fn note(&mut self, ev: &Event) {
-        let id = match *ev {
-            Event::Put { id }
-            | Event::Taken { id, .. }
-            | Event::Acked { id }
-            | Event::Released { id, .. }
-            | Event::Promoted { id }
-            | Event::Expired { id }
-            | Event::TtrReturned { id }
-            | Event::AutoReleased { id }
-            | Event::Buried { id }
-            | Event::DeadLettered { id }
-            | Event::Kicked { id }
-            | Event::Deleted { id }
-            | Event::Updated { id }
-            | Event::Imported { id } => id,
-            Event::TubeDropped { tube } | Event::TubeTruncated { tube } => {
-                self.whole |= tube == self.tube;
-                return;
+        match (ev.task(), *ev) {
+            (Some(id), _) if id_tube(id) == Some(self.tube) => {
+                self.ids.insert(id);
             }
-            Event::TubeCreated { .. } | Event::DedupRecorded { .. } => return,
-        };
-        if id_tube(id) == Some(self.tube) {
-            self.ids.insert(id);
+            (_, Event::TubeDropped { tube } | Event::TubeTruncated { tube }) => {
+                self.whole |= tube == self.tube;
+            }
+            _ => {}
         }
     }
 }

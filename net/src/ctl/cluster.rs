@@ -257,8 +257,17 @@ fn with_partition_counts(mut map: Value, opts: &Options) -> Value {
     map
 }
 
+/// A connection to `addr`, authenticated when credentials were given.
+pub(super) fn connect(addr: &str, opts: &Options) -> Result<Client, tarq_client::ClientError> {
+    let mut c = Client::connect(addr, opts.timeout)?;
+    if let Some((user, password)) = &opts.credentials {
+        c.auth(user, password)?;
+    }
+    Ok(c)
+}
+
 /// Every partition entry of a `queue.cluster()` map's `placement`, tube after tube.
-fn partitions(map: &Value) -> impl Iterator<Item = &Value> {
+pub(super) fn partitions(map: &Value) -> impl Iterator<Item = &Value> {
     let tubes = match map_get(map, "placement").and_then(|p| map_get(p, "tubes")) {
         Some(Value::Array(tubes)) => tubes.as_slice(),
         _ => &[],
@@ -305,11 +314,8 @@ fn stats_of(addr: &str, opts: &Options) -> Result<Value, String> {
 /// A call without arguments on `addr`, on a connection of its own.
 pub(super) fn call_on(addr: &str, opts: &Options, function: &str) -> Result<Value, String> {
     let ask = || -> Result<Value, tarq_client::ClientError> {
-        let mut c = Client::connect(addr, opts.timeout)?;
-        if let Some((user, password)) = &opts.credentials {
-            c.auth(user, password)?;
-        }
-        Ok(c.call(function, &[0x90], None)?
+        Ok(connect(addr, opts)?
+            .call(function, &[0x90], None)?
             .into_iter()
             .next()
             .unwrap_or(Value::Nil))

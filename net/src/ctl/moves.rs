@@ -44,7 +44,7 @@ use tarq_client::{pack_args, Client, ClientError};
 use tarq_cluster::etcd::Client as Etcd;
 use tarq_cluster::placement::{self, ClusterMap};
 
-use super::cluster::call_on;
+use super::cluster::{call_on, connect, partitions};
 
 /// Shortest wait for a move's answer: a move copies every task of the partition and answers
 /// once it has committed, so a big partition takes far longer than an ordinary call's
@@ -454,30 +454,6 @@ fn passing(message: &str) -> bool {
     ]
     .iter()
     .any(|m| message.contains(m))
-}
-
-/// A connection to `addr`, authenticated when credentials were given.
-fn connect(addr: &str, opts: &Options) -> Result<Client, ClientError> {
-    let mut c = Client::connect(addr, opts.timeout)?;
-    if let Some((user, password)) = &opts.credentials {
-        c.auth(user, password)?;
-    }
-    Ok(c)
-}
-
-/// Every partition entry of a `queue.cluster()` map's placement.
-fn partitions(map: &Value) -> impl Iterator<Item = &Value> {
-    let tubes = match map_get(map, "placement").and_then(|p| map_get(p, "tubes")) {
-        Some(Value::Array(tubes)) => tubes.as_slice(),
-        _ => &[],
-    };
-    tubes
-        .iter()
-        .filter_map(|t| match map_get(t, "partitions") {
-            Some(Value::Array(parts)) => Some(parts.iter()),
-            _ => None,
-        })
-        .flatten()
 }
 
 /// The task counts (`total`) of the partitions the primary at `addr` owns, by index.

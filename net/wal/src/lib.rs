@@ -576,25 +576,8 @@ impl Wal {
     }
 
     fn record_task_event(&mut self, queue: &Queue, ev: Event) {
-        let id = match ev {
-            Event::Put { id }
-            | Event::Taken { id, .. }
-            | Event::Acked { id }
-            | Event::Released { id, .. }
-            | Event::Promoted { id }
-            | Event::Expired { id }
-            | Event::TtrReturned { id }
-            | Event::AutoReleased { id }
-            | Event::Buried { id }
-            | Event::DeadLettered { id }
-            | Event::Kicked { id }
-            | Event::Deleted { id }
-            | Event::Updated { id }
-            | Event::Imported { id } => id,
-            Event::TubeCreated { .. }
-            | Event::TubeDropped { .. }
-            | Event::TubeTruncated { .. }
-            | Event::DedupRecorded { .. } => return,
+        let Some(id) = ev.task() else {
+            return;
         };
         if self.vanished.contains(&id) {
             return;
