@@ -70,6 +70,27 @@ struct SetSlot {
     link: Option<OutLink>,
 }
 
+/// Why a node whose view of the placement is not trusted changes nothing (ctl retries on it).
+const STALE_VIEW: &str =
+    "this node's view of the placement is stale (etcd not read lately): no change now";
+
+/// This node's view of the placement, read once for a decision: when, and the epoch it
+/// holds while it is trusted.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    now: Instant,
+    epoch: Option<i64>,
+}
+
+/// Why a change to a partition this node's set owns may not run now.
+#[derive(Debug)]
+enum Hold {
+    /// This node has read a placement it has not applied yet: the change waits for it.
+    AwaitMap,
+    /// It cannot be made now (a stale view, a partition moving or just moved): why.
+    Refuse(String),
+}
+
 /// A partition: its tube (by its first partition's index) and owning set.
 #[derive(Clone, Copy, Debug)]
 struct Part {
@@ -354,39 +375,47 @@ impl Shards {
     /// enough, and the routes are the view's own. The election thread reads a new map before
     /// the loop applies it; until then the fence's epoch is not the routes', and the routes may
     /// name an owner the placement no longer does.
-    fn view_valid(&self) -> bool {
-        self.fence.valid_at(Instant::now()) == Some(self.placement.epoch)
+    fn view(&self) -> View {
+        let now = Instant::now();
+        View {
+            now,
+            epoch: self.fence.valid_at(now),
+        }
     }
 
     /// Whether this node has read a placement it has not applied yet (a moment's gap between
     /// the election thread's read and the loop's turn): its routes may name an old owner, so
     /// a change waits for it rather than being refused.
     pub(super) fn map_pending(&self) -> bool {
-        self.fence
-            .valid_at(Instant::now())
+        self.view()
+            .epoch
             .is_some_and(|epoch| epoch != self.placement.epoch)
     }
 
     /// Why this node may not change partition `ix` now though its set owns it: its view of
     /// the placement may be stale, or the partition has just moved here.
-    fn hold(&self, ix: TubeIx) -> Option<String> {
+    fn hold(&self, ix: TubeIx) -> Option<Hold> {
+        self.hold_in(self.view(), ix)
+    }
+
+    /// [`hold`](Self::hold) in view `v` (read once for a decision over several partitions).
+    fn hold_in(&self, v: View, ix: TubeIx) -> Option<Hold> {
         if self.frozen(ix) {
-            return Some(format!(
-                "partition at index {ix} is moving to another replica set"
-            ));
+            let why = format!("partition at index {ix} is moving to another replica set");
+            return Some(Hold::Refuse(why));
         }
-        if !self.view_valid() {
-            return Some(
-                "this node's view of the placement is stale (etcd not read lately): no change now"
-                    .into(),
-            );
+        match v.epoch {
+            None => return Some(Hold::Refuse(STALE_VIEW.into())),
+            // Read, not applied yet: a change waits for it.
+            Some(epoch) if epoch != self.placement.epoch => return Some(Hold::AwaitMap),
+            Some(_) => {}
         }
         match self.held.get(&ix) {
-            Some(until) if Instant::now() < *until => Some(format!(
+            Some(until) if v.now < *until => Some(Hold::Refuse(format!(
                 "partition at index {ix} has just moved to replica set {}: it serves it in {} ms",
                 self.set,
-                until.saturating_duration_since(Instant::now()).as_millis()
-            )),
+                until.saturating_duration_since(v.now).as_millis()
+            ))),
             _ => None,
         }
     }
@@ -416,11 +445,9 @@ impl Shards {
         if cmd.reads_only() {
             return Forwarded::Run;
         }
-        if self.map_pending() {
-            return Forwarded::AwaitMap;
-        }
         match self.hold(ix) {
-            Some(why) => Forwarded::Refuse(why),
+            Some(Hold::AwaitMap) => Forwarded::AwaitMap,
+            Some(Hold::Refuse(why)) => Forwarded::Refuse(why),
             None => Forwarded::Run,
         }
     }

@@ -200,8 +200,13 @@ impl Server {
             );
             return refuse(self, why);
         }
-        if let Some(why) = shards.hold(ix) {
-            return refuse(self, why);
+        match shards.hold(ix) {
+            Some(Hold::Refuse(why)) => return refuse(self, why),
+            Some(Hold::AwaitMap) => {
+                // Read and not applied yet: as stale as before it was read (ctl asks again).
+                return refuse(self, STALE_VIEW.into());
+            }
+            None => {}
         }
         let Some(to_slot) = shards.sets.iter().position(|s| s.name == to) else {
             return refuse(self, format!("no replica set {to} in the cluster"));

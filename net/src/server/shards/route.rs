@@ -211,7 +211,9 @@ impl Server {
                     t.parts[key_partition(opts.utube, n)]
                 } else {
                     // A partition led here, in turn (no hop); else any, in turn.
-                    let here = |p: &&TubeIx| shards.here(**p, leads) && shards.hold(**p).is_none();
+                    let v = shards.view();
+                    let here =
+                        |p: &&TubeIx| shards.here(**p, leads) && shards.hold_in(v, **p).is_none();
                     let rr = shards.rr;
                     let local = t.parts.iter().filter(here).count();
                     let ix = match local {
@@ -343,14 +345,17 @@ impl Server {
                 return Some(cmd);
             }
             if !cmd.reads_only() {
-                if shards.map_pending() {
-                    let (idx, sid, reply) = (client.idx, client.sid, client.reply);
-                    self.hold_for_map(idx, sid, reply, (false, Some(ix)), &cmd);
-                    return None;
-                }
-                if let Some(why) = shards.hold(ix) {
-                    self.answer(client, &Outcome::Error(Refusal::Shards(why)));
-                    return None;
+                match shards.hold(ix) {
+                    Some(Hold::AwaitMap) => {
+                        let (idx, sid, reply) = (client.idx, client.sid, client.reply);
+                        self.hold_for_map(idx, sid, reply, (false, Some(ix)), &cmd);
+                        return None;
+                    }
+                    Some(Hold::Refuse(why)) => {
+                        self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+                        return None;
+                    }
+                    None => {}
                 }
             }
             return Some(cmd);
@@ -378,7 +383,8 @@ impl Server {
         let (mut here, mut there): (Vec<TubeIx>, Vec<TubeIx>) =
             t.parts.iter().partition(|&&p| shards.here(p, leads));
         // A partition led here that may not be served now (a stale view, a move) is skipped.
-        here.retain(|&ix| shards.hold(ix).is_none());
+        let v = shards.view();
+        here.retain(|&ix| shards.hold_in(v, ix).is_none());
         if there.is_empty() && here.len() == 1 {
             // One partition, led here: the core's own take, waiting as it does.
             let ix = here[0];
@@ -433,6 +439,7 @@ impl Server {
         };
         let (mut here, mut there) = (Vec::new(), Vec::new());
         let mut own = true;
+        let v = shards.view();
         for &t in tubes {
             let Some(routed) = shards.tubes.get(&t) else {
                 here.push(t); // a tube of this node's own
@@ -442,7 +449,7 @@ impl Server {
                 if !shards.here(p, leads) {
                     there.push(p);
                     own = false;
-                } else if shards.hold(p).is_none() {
+                } else if shards.hold_in(v, p).is_none() {
                     here.push(p);
                     own &= p == t;
                 } else {
