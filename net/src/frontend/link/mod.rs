@@ -42,7 +42,8 @@ pub struct LinkSessions {
     /// This node's own name: a call relayed back here for one of its own clients runs as
     /// that client's session.
     pub me: Option<Arc<str>>,
-    by_remote: HashMap<(Arc<str>, u64), SessionId>,
+    /// By origin, then the origin's number: looked up by the name without a key to build.
+    by_remote: HashMap<Arc<str>, HashMap<u64, SessionId>>,
     by_local: HashMap<SessionId, (Arc<str>, u64)>,
     /// Links open from each origin: its sessions end when its last link closes.
     links: HashMap<Arc<str>, usize>,
@@ -58,21 +59,27 @@ impl LinkSessions {
     }
 
     /// This node's session for `origin`'s session `remote`, if it has one.
-    pub fn get(&self, origin: &Arc<str>, remote: u64) -> Option<SessionId> {
-        self.by_remote.get(&(Arc::clone(origin), remote)).copied()
+    pub fn get(&self, origin: &str, remote: u64) -> Option<SessionId> {
+        self.by_remote.get(origin)?.get(&remote).copied()
     }
 
     /// Runs `origin`'s session `remote` as this node's session `sid` from now on.
     pub fn insert(&mut self, origin: &Arc<str>, remote: u64, sid: SessionId) {
-        self.by_remote.insert((Arc::clone(origin), remote), sid);
+        (self.by_remote.entry(Arc::clone(origin)).or_default()).insert(remote, sid);
         self.by_local.insert(sid, (Arc::clone(origin), remote));
     }
 
     /// Forgets session `sid` (its end was handled: it named its origin's session while
     /// that was told on to the sets it reached).
     pub fn forget(&mut self, sid: SessionId) {
-        if let Some(key) = self.by_local.remove(&sid) {
-            self.by_remote.remove(&key);
+        let Some((origin, remote)) = self.by_local.remove(&sid) else {
+            return;
+        };
+        if let Some(sessions) = self.by_remote.get_mut(&origin) {
+            sessions.remove(&remote);
+            if sessions.is_empty() {
+                self.by_remote.remove(&origin);
+            }
         }
     }
 
@@ -98,10 +105,9 @@ impl LinkSessions {
             return Vec::new();
         }
         self.links.remove(origin);
-        (self.by_remote.iter())
-            .filter(|((o, _), _)| &**o == origin)
-            .map(|(_, &sid)| sid)
-            .collect()
+        (self.by_remote.get(origin))
+            .map(|sessions| sessions.values().copied().collect())
+            .unwrap_or_default()
     }
 }
 
