@@ -554,7 +554,6 @@ impl<R: Copy> Core<R> {
             if host.is_live(p.caller) {
                 self.parked.remove_group(p.caller.slot(), p.group);
                 host.deliver(p.caller, p.reply, &Outcome::Nothing);
-                host.parked_answered(p.caller, p.reply);
             }
         }
         let last = self.queue.tube_stats(tube).unwrap_or_default();
@@ -650,7 +649,6 @@ impl<R: Copy> Core<R> {
             // Answered once: the takes it parked on other tubes go.
             self.parked.remove_group(p.caller.slot(), p.group);
             self.drain_events();
-            host.parked_answered(p.caller, p.reply);
         }
     }
 

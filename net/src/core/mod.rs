@@ -79,9 +79,6 @@ pub trait Host<R> {
 
     /// `tube` was dropped; `last` are its final counters.
     fn tube_dropped(&mut self, tube: TubeIx, last: &Stats);
-
-    /// A take that had parked was answered (served, or ended by its connection's front-end).
-    fn parked_answered(&mut self, to: Caller, reply: R);
 }
 
 /// The queue and everything that acts on it for the front-ends. `R` is the front-ends' reply

@@ -100,10 +100,6 @@ impl Host<ReplyTo> for Wire<'_> {
     fn tube_dropped(&mut self, tube: TubeIx, last: &Stats) {
         self.beanstalk.forget_tube(tube, last);
     }
-
-    fn parked_answered(&mut self, _to: Caller, _reply: ReplyTo) {
-        // A beanstalk reserve's answer ended its wait where it was delivered (`deliver_to`).
-    }
 }
 
 impl Wire<'_> {
