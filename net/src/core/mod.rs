@@ -214,30 +214,29 @@ impl<R: Copy> Core<R> {
 
     /// Hands the engine's events of the last call to the journal.
     pub fn drain_events(&mut self) {
-        if self.changed.is_some() {
-            return self.drain_events_followed();
-        }
         if self.journal.wants_events() {
             // Copied out first: `record` reads the queue the drain borrows. Reused, no allocation.
             self.events.extend(self.queue.drain_events());
+            if self.changed.is_some() {
+                self.note_changes();
+            }
             for ev in self.events.drain(..) {
                 self.journal.record(&self.queue, ev);
             }
+        } else if self.changed.is_some() {
+            self.events.extend(self.queue.drain_events());
+            self.note_changes();
+            self.events.clear();
         }
     }
 
-    /// [`drain_events`](Self::drain_events) while a live copy follows a tube's changes.
+    /// A live copy follows a tube's changes: the drained events' tasks of it are noted.
     #[cold]
     #[inline(never)]
-    fn drain_events_followed(&mut self) {
-        let wants = self.journal.wants_events();
-        self.events.extend(self.queue.drain_events());
-        for ev in self.events.drain(..) {
-            if let Some(c) = self.changed.as_mut() {
-                c.note(&ev);
-            }
-            if wants {
-                self.journal.record(&self.queue, ev);
+    fn note_changes(&mut self) {
+        if let Some(c) = self.changed.as_mut() {
+            for ev in &self.events {
+                c.note(ev);
             }
         }
     }

@@ -123,14 +123,31 @@ pub(super) fn deliver_to(
     outcome: &Outcome<'_>,
 ) {
     mark_flush(conns, flush, idx);
-    let c = &mut conns[idx];
-    if let (ReplyTo::Beanstalk(r), Protocol::Beanstalk(bs)) = (reply, &mut c.proto) {
-        if beanstalk::deliver(&mut c.out.out, bs, r, outcome) && c.closing.is_none() {
-            read_again.push(idx);
-        }
-        return;
+    if let ReplyTo::Beanstalk(r) = reply {
+        return deliver_beanstalk(conns, read_again, idx, r, outcome);
     }
-    frontend::encode(&mut c.out.out, reply, outcome);
+    frontend::encode(&mut conns[idx].out.out, reply, outcome);
+}
+
+/// [`deliver_to`] for a beanstalk connection, out of the IPROTO path's way: the answer may end
+/// the hold on the commands behind it.
+#[inline(never)]
+fn deliver_beanstalk(
+    conns: &mut Slab<Conn>,
+    read_again: &mut Vec<usize>,
+    idx: usize,
+    r: beanstalk::Reply,
+    outcome: &Outcome<'_>,
+) {
+    let c = &mut conns[idx];
+    match &mut c.proto {
+        Protocol::Beanstalk(bs) => {
+            if beanstalk::deliver(&mut c.out.out, bs, r, outcome) && c.closing.is_none() {
+                read_again.push(idx);
+            }
+        }
+        _ => beanstalk::encode(&mut c.out.out, r, outcome),
+    }
 }
 
 impl Server {
