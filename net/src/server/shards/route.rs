@@ -442,7 +442,13 @@ impl Server {
         let v = shards.view();
         for &t in tubes {
             let Some(routed) = shards.tubes.get(&t) else {
-                here.push(t); // a tube of this node's own
+                if leads {
+                    here.push(t); // a tube of this node's own
+                } else {
+                    // Replicated here before this node applied the placement that has it:
+                    // the take waits, and watches the tube's owners once the map is applied.
+                    own = false;
+                }
                 continue;
             };
             for &p in &routed.parts {

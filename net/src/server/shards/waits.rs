@@ -60,7 +60,10 @@ impl Server {
                         }
                     }
                 }
-                None => here.push(head),
+                // A tube of this node's own; on a replica, one whose placement is not applied
+                // yet: watched once it is (`watch_again`).
+                None if leads => here.push(head),
+                None => {}
             }
         }
         let id = shards.next_waiter;
