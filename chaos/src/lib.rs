@@ -1,0 +1,10 @@
+//! tarq-chaos: the fault harness. It starts etcd members and tarq nodes each in its own
+//! network namespace on a bridge it makes (and removes again), runs client threads that record
+//! every operation as a history, injects faults (nemeses) on a schedule drawn from a seed, and
+//! checks the history afterwards: nothing acknowledged lost, nothing delivered that was refused,
+//! no task held by two consumers at once.
+//!
+//! The parts: `history` (what was done and what came back, as JSON lines), `checker` (the
+//! verdict over a history), `timeline` (the picture of a run).
+
+pub mod history;
