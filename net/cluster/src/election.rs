@@ -54,12 +54,32 @@ pub struct LeaderRecord {
 /// campaign and the create-if-absent transaction picks one. The campaign transaction also
 /// requires that no member key changed since `members` was read, so a position published in
 /// between makes the attempt fail and the rule is applied again to the newer values.
-pub fn may_campaign(me: &Member, members: &[Member]) -> bool {
+///
+/// And a node campaigns only when it holds the set's committed position (`committed`, what a
+/// leader with synchronous replicas recorded in etcd before it acknowledged anything up to
+/// it): the live members are not enough, because those that acknowledged may all be down.
+/// Raft elects no candidate whose log lacks a committed entry for the same reason; Kafka
+/// learnt it as KIP-966. Such a set stays without a primary until a member that holds the
+/// position returns.
+pub fn may_campaign(me: &Member, members: &[Member], committed: Option<Position>) -> bool {
     me.eligible
+        && committed.is_none_or(|c| me.position >= c)
         && members
             .iter()
             .filter(|m| m.eligible && m.name != me.name)
             .all(|m| m.position <= me.position)
+}
+
+/// Why a member is held back by the committed position, for operators: `None` when it holds
+/// it (or nothing was recorded).
+pub fn behind_committed(me: &Member, committed: Option<Position>) -> Option<String> {
+    let c = committed.filter(|&c| me.position < c)?;
+    Some(format!(
+        "this node's log ends at term {} lsn {}, before the committed position term {} lsn {}: \
+         only a member that holds every acknowledged change may lead, so the set waits for one \
+         (the primary or a synchronous replica that acknowledged it) to return",
+        me.position.term, me.position.lsn, c.term, c.lsn
+    ))
 }
 
 /// The leadership claim the loop checks before it acknowledges a change: a term and the
@@ -124,10 +144,10 @@ mod tests {
         let b = member("b", 3, 20, true);
         let c = member("c", 2, 99, true);
         let all = [a.clone(), b.clone(), c.clone()];
-        assert!(!may_campaign(&a, &all));
-        assert!(may_campaign(&b, &all));
+        assert!(!may_campaign(&a, &all, None));
+        assert!(may_campaign(&b, &all, None));
         assert!(
-            !may_campaign(&c, &all),
+            !may_campaign(&c, &all, None),
             "an older term loses to more records"
         );
     }
@@ -137,7 +157,7 @@ mod tests {
         let a = member("a", 3, 20, true);
         let b = member("b", 3, 20, true);
         let all = [a.clone(), b.clone()];
-        assert!(may_campaign(&a, &all) && may_campaign(&b, &all));
+        assert!(may_campaign(&a, &all, None) && may_campaign(&b, &all, None));
     }
 
     #[test]
@@ -145,15 +165,41 @@ mod tests {
         let a = member("a", 3, 10, true);
         let resigned = member("old", 3, 50, false);
         let all = [a.clone(), resigned.clone()];
-        assert!(may_campaign(&a, &all));
-        assert!(!may_campaign(&resigned, &all));
+        assert!(may_campaign(&a, &all, None));
+        assert!(!may_campaign(&resigned, &all, None));
     }
 
     #[test]
     fn a_member_alone_campaigns() {
         let a = member("a", 0, 0, true);
-        assert!(may_campaign(&a, std::slice::from_ref(&a)));
-        assert!(may_campaign(&a, &[]));
+        assert!(may_campaign(&a, std::slice::from_ref(&a), None));
+        assert!(may_campaign(&a, &[], None));
+    }
+
+    #[test]
+    fn a_member_behind_the_committed_position_never_campaigns_even_alone() {
+        // A lagging replica whose up-to-date peers are all down: alone, so the most up to date
+        // of the living, it must still wait.
+        let lagging = member("c", 3, 10, true);
+        let committed = Some(Position { term: 3, lsn: 50 });
+        let alone = std::slice::from_ref(&lagging);
+        assert!(!may_campaign(&lagging, alone, committed));
+        let why = behind_committed(&lagging, committed).unwrap();
+        assert!(
+            why.contains("term 3 lsn 10") && why.contains("term 3 lsn 50"),
+            "{why}"
+        );
+        let holder = member("b", 3, 50, true);
+        let both = [holder.clone(), lagging.clone()];
+        assert!(may_campaign(&holder, &both, committed));
+        assert_eq!(behind_committed(&holder, committed), None);
+        // A newer term's records hold everything the older term committed.
+        let newer = member("d", 4, 1, true);
+        assert!(may_campaign(
+            &newer,
+            std::slice::from_ref(&newer),
+            committed
+        ));
     }
 
     #[test]

@@ -114,6 +114,16 @@ pub enum EventKind {
         token: u64,
         result: Result<TubePlacement, PlacementError>,
     },
+    /// The answer to `record_committed`: `Ok` once etcd holds `position` as the set's
+    /// committed position; `Err` says why not (not leading, etcd refused or unreachable), and
+    /// the loop may ask again.
+    CommitRecorded {
+        position: Position,
+        result: Result<(), String>,
+    },
+    /// No node leads and this one may not campaign because its log lacks the committed
+    /// position (`Some`, saying so), or it no longer is held back (`None`). Sent on changes.
+    HeldBack { why: Option<String> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +154,7 @@ pub(crate) enum Command {
     Resign,
     Shutdown,
     Placement { token: u64, change: Change },
+    RecordCommitted(Position),
 }
 
 /// A placement change the loop asked for.
@@ -338,6 +349,16 @@ impl Cluster {
     /// next poll. Cheap: call it after every durable write.
     pub fn publish_position(&self, position: Position) {
         *self.position.lock().unwrap_or_else(PoisonError::into_inner) = position;
+    }
+
+    /// Asks the thread to record `position` as the set's committed position in etcd (key
+    /// `committed` beside `leader`, bound to no lease), fenced by this node's term. A leader
+    /// with synchronous replicas acknowledges a change only once its position is recorded, so
+    /// a member behind it can never be elected (`election::may_campaign`). Answered by
+    /// `CommitRecorded`.
+    pub fn record_committed(&self, position: Position) {
+        // A send fails only while the handle is being dropped: nobody waits for the answer.
+        let _ = self.commands.send(Command::RecordCommitted(position));
     }
 
     /// Steps down if leading: the fence is cleared, then the leader key deleted; the node sits

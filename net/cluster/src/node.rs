@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use crate::election::{may_campaign, Claim, Fence, LeaderRecord, Member, Position, Role};
+use crate::election::{
+    behind_committed, may_campaign, Claim, Fence, LeaderRecord, Member, Position, Role,
+};
 use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
 use crate::placement::{self, ClusterMap, Placement, PlacementError, PlacementFence};
 use crate::{Change, Command, Config, DeposeReason, Event, EventKind, Overview};
@@ -62,6 +64,8 @@ struct View {
     revision: i64,
     leader: Option<(LeaderRecord, Kv)>,
     members: Vec<Member>,
+    /// The set's committed position, as its leaders recorded it (`record_committed`).
+    committed: Option<Position>,
     map: Option<MapRead>,
 }
 
@@ -81,6 +85,8 @@ struct Keys {
     leader: Vec<u8>,
     members: Vec<u8>,
     me: Vec<u8>,
+    /// The set's committed position: no lease, so it outlives every member.
+    committed: Vec<u8>,
 }
 
 pub struct Node {
@@ -115,6 +121,8 @@ pub struct Node {
     /// After a resignation this node stays out of elections until another leader appears or
     /// this instant passes.
     resigned_until: Option<Instant>,
+    /// Why this node may not lead, last said (so it is said once).
+    held_back: Option<String>,
     next_poll: Instant,
 }
 
@@ -133,6 +141,7 @@ impl Node {
             leader: format!("{prefix}leader").into_bytes(),
             members: format!("{prefix}members/").into_bytes(),
             me: format!("{prefix}members/{}", config.name).into_bytes(),
+            committed: format!("{prefix}committed").into_bytes(),
         };
         Node {
             config,
@@ -155,6 +164,7 @@ impl Node {
             etcd_up: None,
             name_in_use: false,
             resigned_until: None,
+            held_back: None,
             next_poll: Instant::now(),
         }
     }
@@ -169,6 +179,7 @@ impl Node {
             match commands.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
                 Ok(Command::Resign) => self.resign(),
                 Ok(Command::Placement { token, change }) => self.change(token, change),
+                Ok(Command::RecordCommitted(position)) => self.record_committed(position),
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {}
             }
@@ -379,6 +390,7 @@ impl Node {
         let mut reads = vec![
             Op::Get(self.keys.leader.clone()),
             Op::GetPrefix(self.keys.members.clone()),
+            Op::Get(self.keys.committed.clone()),
         ];
         let sharded = self.config.sharded();
         let mut compare = Vec::new();
@@ -422,6 +434,18 @@ impl Node {
                 }
             })
             .collect();
+        let committed = ranges.next().unwrap_or_default().into_iter().next();
+        let committed = committed.map(|kv| match serde_json::from_slice(&kv.value) {
+            Ok(position) => position,
+            Err(e) => {
+                // Ignoring it could elect a member without the acknowledged changes: refuse.
+                warn!(error = %e, "the committed key holds no position; no member may lead");
+                Position {
+                    term: u64::MAX,
+                    lsn: u64::MAX,
+                }
+            }
+        });
         let map = sharded.then(|| MapRead {
             map: placement::parse_map(&self.config.cluster, &mut ranges),
             full,
@@ -432,6 +456,7 @@ impl Node {
             revision: reply.revision,
             leader,
             members,
+            committed,
             map,
         })
     }
@@ -510,7 +535,7 @@ impl Node {
                 self.follow(record, kv.create_revision as u64);
                 Ok(())
             }
-            None => self.leaderless(view.revision, &view.members),
+            None => self.leaderless(view.revision, &view.members, view.committed),
         }
     }
 
@@ -533,7 +558,12 @@ impl Node {
     }
 
     /// No leader: after the settle time, campaign if the rules allow.
-    fn leaderless(&mut self, revision: i64, members: &[Member]) -> Result<(), EtcdError> {
+    fn leaderless(
+        &mut self,
+        revision: i64,
+        members: &[Member],
+        committed: Option<Position>,
+    ) -> Result<(), EtcdError> {
         let since = match self.state {
             State::Leaderless { since } => since,
             ref previous => {
@@ -548,10 +578,61 @@ impl Node {
             }
         };
         let me = self.published.clone().expect("publish ran before observe");
-        if since.elapsed() < self.config.settle || !may_campaign(&me, members) {
+        if since.elapsed() < self.config.settle {
+            return Ok(());
+        }
+        // Said where it would campaign otherwise, so whoever reads it knows the node had its turn.
+        self.say_held_back(behind_committed(&me, committed));
+        if !may_campaign(&me, members, committed) {
             return Ok(());
         }
         self.campaign(revision)
+    }
+
+    /// Tells the loop (once per change) why this node may not lead though no node does.
+    fn say_held_back(&mut self, why: Option<String>) {
+        if self.held_back == why {
+            return;
+        }
+        self.held_back = why.clone();
+        if let Some(why) = &why {
+            warn!(reason = %why, "this node may not lead");
+        }
+        self.emit(EventKind::HeldBack { why });
+    }
+
+    /// Records `position` as the set's committed position, if this node still leads the term
+    /// of the position (a deposed leader's record is refused by etcd): answered by
+    /// `CommitRecorded`. The loop acknowledges nothing past it before that answer.
+    fn record_committed(&mut self, position: Position) {
+        let State::Leading { term } = self.state else {
+            self.emit(EventKind::CommitRecorded {
+                position,
+                result: Err("this node does not lead".into()),
+            });
+            return;
+        };
+        let compare = [Compare::CreateRevision(
+            self.keys.leader.clone(),
+            term as i64,
+        )];
+        let put = [Op::Put {
+            key: self.keys.committed.clone(),
+            value: serde_json::to_vec(&position).expect("a position serializes"),
+            lease: 0,
+        }];
+        let result = match self.call(|c, b| c.txn(&compare, &put, &[], b)) {
+            Ok(reply) if reply.succeeded => Ok(()),
+            Ok(_) => Err(format!(
+                "etcd refused the record: term {term} no longer leads"
+            )),
+            Err(e) => {
+                let message = e.to_string();
+                self.etcd_failed(e);
+                Err(message)
+            }
+        };
+        self.emit(EventKind::CommitRecorded { position, result });
     }
 
     /// The create-if-absent transaction, valid only if no member key changed since `revision`

@@ -79,6 +79,11 @@ pub mod codes {
     /// tarq's own: the replica's log is of another history than the primary's (Tarantool's
     /// ER_REPLICASET_UUID_MISMATCH); a replica outside a cluster keeps its data and retries.
     pub const ER_HISTORY_MISMATCH: u32 = 1002;
+    /// tarq's own: a change was applied here but could not be confirmed (its synchronous
+    /// quorum or etcd's record of it did not come in time, the leadership ran out, or the link
+    /// that carried it failed): it may survive or be lost. Unlike ER_READONLY, where nothing
+    /// was done, a client must not simply retry it.
+    pub const ER_OUTCOME_UNKNOWN: u32 = 1003;
 }
 
 /// The schema version sent in every reply header (key 0x05). Constant because our "schema"

@@ -55,6 +55,10 @@ pub(crate) struct ClusterNode {
     led: bool,
     /// The last etcd failure, while etcd does not answer.
     etcd_error: Option<String>,
+    /// A committed position asked of etcd and not answered yet (one at a time).
+    recording: Option<Position>,
+    /// Why this node may not lead though no node does (its log lacks the committed position).
+    held_back: Option<String>,
 }
 
 impl ClusterNode {
@@ -97,6 +101,8 @@ impl ClusterNode {
             published: Position::default(),
             led: false,
             etcd_error: None,
+            recording: None,
+            held_back: None,
         })
     }
 
@@ -148,6 +154,9 @@ impl Server {
                 EventKind::PlacementDone { token, result } => {
                     self.shards_placement_done(token, result)
                 }
+                EventKind::CommitRecorded { position, result } => {
+                    self.commit_recorded(position, result)
+                }
                 kind => {
                     let c = self.cluster_mut();
                     match kind {
@@ -158,6 +167,17 @@ impl Server {
                         }
                         EventKind::EtcdUnavailable { error } => c.etcd_error = Some(error),
                         EventKind::EtcdRestored => c.etcd_error = None,
+                        EventKind::HeldBack { why } => {
+                            c.held_back = why.clone();
+                            if let NodeRole::Unknown(_) = c.role {
+                                c.role = NodeRole::Unknown(match why {
+                                    Some(why) => {
+                                        format!("electing a primary; this node may not lead: {why}")
+                                    }
+                                    None => "electing a primary".into(),
+                                });
+                            }
+                        }
                         EventKind::NameInUse { name } => {
                             c.role = NodeRole::Unknown(format!(
                                 "another live process holds the node name {name}"
@@ -179,6 +199,42 @@ impl Server {
                 c.handle.publish_position(position);
                 c.published = position;
             }
+        }
+    }
+
+    /// Asks etcd to record the position the replicas acknowledged as committed, when turns
+    /// wait for it and no record is in flight (see `sync`).
+    pub(super) fn record_committed(&mut self) {
+        let Some(lsn) = self.sync.to_record() else {
+            return;
+        };
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        let (Some(term), None) = (c.leading_term(), c.recording) else {
+            return;
+        };
+        let position = Position { term, lsn };
+        c.recording = Some(position);
+        c.handle.record_committed(position);
+    }
+
+    /// etcd answered a record: turns up to it pass if it is this leadership's.
+    fn commit_recorded(&mut self, position: Position, result: Result<(), String>) {
+        let c = self.cluster_mut();
+        c.recording = None;
+        let leading = matches!(c.role, NodeRole::Leading { term } if term == position.term);
+        match result {
+            Ok(()) if leading => {
+                self.sync.on_recorded(position.lsn);
+                // Let the turns it covers go now, not at the next acknowledgement.
+                self.record_committed();
+            }
+            Ok(()) => {}
+            // Asked again on the next turn that has acknowledgements; the turns wait, and time
+            // out as "outcome unknown" if etcd stays away.
+            Err(e) => warn!(error = %e, term = position.term, lsn = position.lsn,
+                "could not record the committed position in etcd"),
         }
     }
 

@@ -320,7 +320,13 @@ impl Server {
             relay_buf: Vec::new(),
             upstream: cfg.replica_of.map(replica::Upstream::new),
             cluster,
-            sync: sync::SyncGate::new(cfg.sync_replicas, cfg.sync_timeout),
+            sync: {
+                let mut gate = sync::SyncGate::new(cfg.sync_replicas, cfg.sync_timeout);
+                if cfg.cluster.is_some() {
+                    gate.require_record();
+                }
+                gate
+            },
             acked: Vec::new(),
             cfg,
         };
@@ -1386,6 +1392,7 @@ impl Server {
             self.relay_acks(&mut acked);
             self.sync.advance(&mut acked, self.mono);
             self.acked = acked;
+            self.record_committed();
         }
         let mut list = std::mem::take(&mut self.flush_list);
         self.release_durable(ticket, &mut list);
@@ -1437,7 +1444,7 @@ impl Server {
         let fence_message;
         let message = if fenced {
             fence_message = format!(
-                "not acknowledged: {}; the change may or may not survive",
+                "outcome unknown: not acknowledged: {}; the change may or may not survive",
                 self.cluster
                     .as_ref()
                     .map(|c| refusal_text(&c.not_leading()))
@@ -1552,7 +1559,7 @@ impl Server {
 }
 
 /// Releases connection `c`'s held replies as `verdict` says. A timed-out turn's IPROTO
-/// replies become ER_SYNC_QUORUM_TIMEOUT errors with their syncs; a beanstalk connection's
+/// replies become ER_OUTCOME_UNKNOWN errors with their syncs; a beanstalk connection's
 /// are dropped and the connection is put in `cut_off` to be closed.
 fn release_conn(
     c: &mut Conn,
@@ -1573,7 +1580,7 @@ fn release_conn(
             while let Ok(Some(f)) = split_frame(&held[at..], usize::MAX) {
                 let sync = tarq_iproto::client::decode(&held[at + f.prefix..at + f.total()])
                     .map_or(0, |r| r.sync);
-                response::error(new, sync, ER_SYNC_QUORUM_TIMEOUT, message);
+                response::error(new, sync, ER_OUTCOME_UNKNOWN, message);
                 at += f.total();
             }
         });

@@ -12,6 +12,14 @@
 //! applied on the primary and keeps replicating, only its client stops waiting for it.
 //! Which replica acknowledged what is read from the relays (`Relay::acked`); this file only
 //! counts.
+//!
+//! A primary elected through etcd passes a turn only once etcd also holds a committed position
+//! at or past it (`record_needed`; the loop asks the election thread for the record and hands
+//! the answer to `on_recorded`). Replicas' acknowledgements alone would not do: if those that
+//! acknowledged all fail, a replica that never had the change could be elected and the
+//! acknowledged change would be gone. With the record, such a replica may not campaign
+//! (`tarq_cluster::election::may_campaign`). One record covers every turn up to it, so the cost
+//! is one etcd write a round of acknowledgements, not one a change.
 
 use std::collections::VecDeque;
 
@@ -43,6 +51,10 @@ pub struct SyncGate {
     message: String,
     /// The highest record at least `need` replicas acknowledged.
     quorum: u64,
+    /// Whether a turn also waits for etcd to record a committed position past it.
+    record_needed: bool,
+    /// The highest record etcd holds as committed in this leadership.
+    recorded: u64,
     /// Turns that timed out since the start (a figure).
     pub timeouts: u64,
 }
@@ -58,6 +70,34 @@ impl SyncGate {
 
     pub fn enabled(&self) -> bool {
         self.need > 0
+    }
+
+    /// Makes every turn wait for etcd's record of a committed position too (a primary of a
+    /// cluster elected through etcd).
+    pub fn require_record(&mut self) {
+        self.record_needed = true;
+    }
+
+    /// The record up to which turns pass: what the replicas acknowledged and, where needed,
+    /// etcd recorded.
+    fn passed(&self) -> u64 {
+        if self.record_needed {
+            self.quorum.min(self.recorded)
+        } else {
+            self.quorum
+        }
+    }
+
+    /// The record to ask etcd to hold as committed: acknowledged by the quorum, not yet
+    /// recorded, and waited for by a turn (nothing is written for turns nobody waits on).
+    pub fn to_record(&self) -> Option<u64> {
+        (self.record_needed && self.quorum > self.recorded && !self.waiting.is_empty())
+            .then_some(self.quorum)
+    }
+
+    /// etcd holds `record` as committed: turns up to it may pass (at the next `advance`).
+    pub fn on_recorded(&mut self, record: u64) {
+        self.recorded = self.recorded.max(record);
     }
 
     /// A turn was committed; `change` is its last record when it holds a change.
@@ -76,22 +116,36 @@ impl SyncGate {
             return;
         }
         self.quorum = self.quorum.max(quorum(acked, self.need));
+        let passed = self.passed();
         while self
             .waiting
             .front()
-            .is_some_and(|&(_, seq, _)| seq <= self.quorum)
+            .is_some_and(|&(_, seq, _)| seq <= passed)
         {
             self.waiting.pop_front();
         }
         if self.waiting.front().is_some_and(|&(_, _, d)| d <= now) {
+            let seq = self.waiting[0].1;
+            let why = if seq <= self.quorum {
+                format!(
+                    "the replicas acknowledged it, but etcd did not record it as committed \
+                     within {} s",
+                    self.timeout as f64 / 1e6
+                )
+            } else {
+                format!(
+                    "{} of the {} replicas --sync-replicas asks for acknowledged it within {} s \
+                     ({} connected)",
+                    acked.iter().filter(|&&a| a >= seq).count(),
+                    self.need,
+                    self.timeout as f64 / 1e6,
+                    acked.len(),
+                )
+            };
             self.message = format!(
-                "Quorum collection for a synchronous transaction is timed out: {} of the {} \
-                 replicas --sync-replicas asks for acknowledged it within {} s ({} connected); \
-                 the change stays applied on this primary and keeps replicating",
-                acked.iter().filter(|&&a| a >= self.waiting[0].1).count(),
-                self.need,
-                self.timeout as f64 / 1e6,
-                acked.len(),
+                "outcome unknown: Quorum collection for a synchronous transaction is timed out: \
+                 {why}; the change is applied on this primary and keeps replicating, so it \
+                 may survive or be lost in a failover: do not retry it blindly"
             );
             warn!(error = %self.message, "synchronous replication");
             while let Some(&(t, _, d)) = self.waiting.front() {
@@ -152,6 +206,7 @@ impl SyncGate {
         let waited: Vec<Ticket> = self.waiting.drain(..).map(|w| w.0).collect();
         self.timed_out.extend(waited);
         self.quorum = 0;
+        self.recorded = 0;
     }
 }
 
@@ -204,5 +259,39 @@ mod tests {
         g.forget_before(Some(2));
         assert_eq!(g.verdict(1), Verdict::Release);
         assert_eq!(g.timeouts, 1);
+    }
+
+    #[test]
+    fn with_a_record_needed_a_turn_waits_for_etcd_as_well_as_the_replicas() {
+        let mut g = SyncGate::new(1, 1000);
+        g.require_record();
+        g.on_commit(1, Some(10), 0);
+        g.on_commit(2, Some(20), 0);
+        assert_eq!(g.to_record(), None, "nothing acknowledged yet");
+        g.advance(&mut [20], 1);
+        assert_eq!(g.verdict(1), Verdict::Hold, "acknowledged, not recorded");
+        assert_eq!(g.to_record(), Some(20));
+        g.on_recorded(10);
+        g.advance(&mut [20], 2);
+        assert_eq!(
+            (g.verdict(1), g.verdict(2)),
+            (Verdict::Release, Verdict::Hold)
+        );
+        g.advance(&mut [20], 1000);
+        assert_eq!(g.verdict(2), Verdict::TimedOut);
+        assert!(
+            g.message().starts_with("outcome unknown: "),
+            "{}",
+            g.message()
+        );
+        assert!(
+            g.message().contains("etcd did not record"),
+            "{}",
+            g.message()
+        );
+        g.restart();
+        g.on_commit(3, Some(30), 1000);
+        g.advance(&mut [30], 1001);
+        assert_eq!(g.to_record(), Some(30), "a new leadership records again");
     }
 }
