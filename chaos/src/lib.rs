@@ -8,3 +8,5 @@
 //! verdict over a history), `timeline` (the picture of a run).
 
 pub mod history;
+pub mod net;
+pub mod procs;
