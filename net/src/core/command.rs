@@ -322,4 +322,9 @@ pub enum Refusal {
     /// A sharded cluster could not place or reach a tube's partition: why.
     #[error("{0}")]
     Shards(String),
+    /// A change may or may not have been made: it was sent to its partition's owner, whose
+    /// answer never came (the link failed) or said so itself. Unlike `ReadOnly`/`NoPrimary`,
+    /// where nothing was done, a client must not retry it blindly.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
 }

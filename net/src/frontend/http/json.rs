@@ -234,6 +234,8 @@ pub fn status_of(e: &Refusal) -> u16 {
         Refusal::Consumers => 409,
         Refusal::Journal(_) | Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => 503,
         Refusal::Shards(_) => 503,
+        // The gateway's word for "sent on, no answer": the change may have been made.
+        Refusal::Unknown(_) => 504,
         Refusal::TooManyParked | Refusal::NoSnapshots => 400,
     }
 }

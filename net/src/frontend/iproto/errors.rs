@@ -11,7 +11,7 @@
 //! is ADDR` that clients parse to find the primary (`tarq_client`'s `primary_in`).
 
 use tarq_engine::{number_from, Hold, QueueError, TubeIx};
-use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_PROC_LUA, ER_READONLY};
+use tarq_iproto::codes::{ER_NO_SUCH_PROC, ER_OUTCOME_UNKNOWN, ER_PROC_LUA, ER_READONLY};
 use tarq_iproto::response;
 
 use super::calls::{self, CallError};
@@ -35,6 +35,7 @@ fn wording(r: Reply, e: &Refusal) -> (u32, String) {
             (ER_NO_SUCH_PROC, missing.to_string())
         }
         Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => (ER_READONLY, refusal_text(e)),
+        Refusal::Unknown(_) => (ER_OUTCOME_UNKNOWN, refusal_text(e)),
         Refusal::Journal(_) | Refusal::TooManyParked | Refusal::Consumers | Refusal::Shards(_) => {
             (ER_PROC_LUA, refusal_text(e))
         }
@@ -52,7 +53,7 @@ pub fn refusal_text(e: &Refusal) -> String {
         }
         // The original's words.
         Refusal::Consumers => "There are consumers connected the tube".to_owned(),
-        Refusal::Queue(_) | Refusal::NoSnapshots => e.to_string(),
+        Refusal::Queue(_) | Refusal::NoSnapshots | Refusal::Unknown(_) => e.to_string(),
     }
 }
 

@@ -63,7 +63,7 @@ impl Server {
                 Ok(l) => shards.sets[set].link = Some(l),
                 Err(why) => {
                     shards.pending.insert(sync, Pending { set, client, then });
-                    self.on_answer(sync, Err(why));
+                    self.on_answer(sync, Err(Refusal::NoPrimary(why)));
                     return false;
                 }
             }
@@ -128,7 +128,9 @@ impl Server {
             return;
         };
         let name = shards.sets[set].name.clone();
+        let mut sent = false;
         if let Some(mut link) = shards.sets[set].link.take() {
+            sent = link.may_have_sent();
             link.close(self.poll.registry());
         }
         warn!(set = %name, why, "link to a replica set dropped");
@@ -138,7 +140,13 @@ impl Server {
             .collect();
         for sync in syncs {
             let why = format!("the link to replica set {name} failed: {why}");
-            self.on_answer(sync, Err(why));
+            // A call that may have been sent may have been run: only one never sent was not.
+            let refusal = if sent {
+                Refusal::Unknown(format!("{why}; the call was sent and not answered"))
+            } else {
+                Refusal::NoPrimary(why)
+            };
+            self.on_answer(sync, Err(refusal));
         }
     }
 
@@ -152,13 +160,15 @@ impl Server {
                 Ok(a) => a.outcome(),
                 Err(e) => Outcome::Error(Refusal::Shards(e)),
             },
-            Err(why) => Outcome::Error(Refusal::NoPrimary(why)),
+            Err(refusal) => Outcome::Error(refusal),
         };
         match p.then {
             Then::Deliver => self.answer(p.client, &outcome),
             // A partition without a task, or unreachable now (its set failing over): the next.
+            // A take whose answer was lost took nothing this client holds: if the owner ran it,
+            // the task is released with the link's session there.
             Then::Take { plan } => match outcome {
-                Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_)) => {
+                Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {
                     self.take_next(p.client, plan)
                 }
                 other => self.answer(p.client, &other),
@@ -174,7 +184,7 @@ impl Server {
             Then::Move => self.move_answered(&outcome),
             Then::Ignore => {}
             Then::Peek { status, left } => match outcome {
-                Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_)) => {
+                Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {
                     self.peek_next(p.client, status, left)
                 }
                 other => self.answer(p.client, &other),

@@ -11,14 +11,27 @@ use std::net::SocketAddr;
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
+use tarq_iproto::codes::{ER_OUTCOME_UNKNOWN, ER_READONLY};
 use tarq_iproto::greeting::GREETING_LEN;
 use tarq_iproto::{auth, client, split_frame};
 
 use crate::config::Credentials;
+use crate::core::Refusal;
 use crate::frontend::link::wire::{self, Ask};
 
-/// A forwarded call's answer: the DATA of its reply, or the error it carries.
-pub(crate) type Answered<'a> = Result<&'a [u8], String>;
+/// A forwarded call's answer: the DATA of its reply, or what its error means here.
+pub(crate) type Answered<'a> = Result<&'a [u8], Refusal>;
+
+/// What an owner's error reply means to the node that forwarded the call: a refusal by a node
+/// that does not lead did nothing (`NoPrimary`, so a take moves on and a client may retry); an
+/// owner that could not confirm a change it made says so (`Unknown`); anything else failed.
+pub(crate) fn refusal_of(code: u32, message: &str) -> Refusal {
+    match code {
+        ER_READONLY => Refusal::NoPrimary(format!("the owner refused: {message}")),
+        ER_OUTCOME_UNKNOWN => Refusal::Unknown(format!("the owner says: {message}")),
+        _ => Refusal::Shards(message.to_owned()),
+    }
+}
 
 /// The next whole answer in `input` from `*used` on: its sync and its DATA, or the error it
 /// carries. The handshake's answers are checked here and not returned. Err: the link is
@@ -43,11 +56,11 @@ pub(crate) fn next_answer<'a>(
         }
         let answer = match (resp.is_ok(), resp.data) {
             (true, Some(data)) => Ok(data),
-            (true, None) => Err("an answer without data".to_owned()),
-            (false, _) => Err(resp
-                .error
-                .unwrap_or("an error without a message")
-                .to_owned()),
+            (true, None) => Err(Refusal::Shards("an answer without data".to_owned())),
+            (false, _) => Err(refusal_of(
+                resp.code,
+                resp.error.unwrap_or("an error without a message"),
+            )),
         };
         return Ok(Some((resp.sync, answer)));
     }
@@ -103,6 +116,13 @@ impl OutLink {
             want_write: true,
             me,
         })
+    }
+
+    /// Whether calls may have reached the other side: once greeted, queued calls are written
+    /// behind the handshake, and the owner runs what it reads even if it refuses the link
+    /// later in the same turn.
+    pub fn may_have_sent(&self) -> bool {
+        self.greeted
     }
 
     pub fn close(&mut self, registry: &Registry) {
