@@ -7,6 +7,7 @@
 //! The parts: `history` (what was done and what came back, as JSON lines), `checker` (the
 //! verdict over a history), `timeline` (the picture of a run).
 
+pub mod checker;
 pub mod history;
 pub mod net;
 pub mod procs;
