@@ -389,14 +389,26 @@ fn owner_pid(ns: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// True while process `pid` exists (signal 0 checks without sending; EPERM still means alive).
+/// True while process `pid` exists and is not a zombie (signal 0 checks without sending, and
+/// EPERM still means alive). A killed run whose parent has not reaped it yet is a zombie: it
+/// will never use its namespaces again.
 fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
     // SAFETY: kill with signal 0 sends nothing; it only checks the process exists.
     let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !is_zombie(pid)
+}
+
+/// Whether `/proc/<pid>/stat` says state `Z` (the field after the command's closing paren).
+fn is_zombie(pid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+    state.is_some_and(|s| s.starts_with('Z'))
 }
 
 /// Kills every process in namespace `ns` (never this one) and deletes it. A namespace already

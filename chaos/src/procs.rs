@@ -281,6 +281,17 @@ fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
     Ok(resp)
 }
 
+/// Whether the etcd member at `addr` answers `GET /health` with `"health":"true"`; what it
+/// answered instead.
+fn health(addr: SocketAddr) -> Result<(), String> {
+    let resp = http_get(addr, "/health")?;
+    let body = resp.rsplit("\r\n\r\n").next().unwrap_or_default();
+    match body.contains("\"health\":\"true\"") {
+        true => Ok(()),
+        false => Err(format!("it answered {}", body.trim())),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // etcd
 
@@ -424,14 +435,14 @@ impl EtcdMember {
     pub fn wait_healthy(&mut self) -> Result<()> {
         let addr = self.host().sockaddr(Etcd::CLIENT_PORT);
         let what = format!("answer GET http://{addr}/health with \"health\":\"true\"");
-        self.proc.wait(&what, START_TIMEOUT, || {
-            let resp = http_get(addr, "/health")?;
-            let body = resp.rsplit("\r\n\r\n").next().unwrap_or_default();
-            match body.contains("\"health\":\"true\"") {
-                true => Ok(()),
-                false => Err(format!("it answered {}", body.trim())),
-            }
-        })
+        self.proc.wait(&what, START_TIMEOUT, || health(addr))
+    }
+
+    /// One look at `GET /health`, asked from its own host: true when it says
+    /// `"health":"true"`, false for any other answer or none.
+    pub fn is_healthy(&self) -> Result<bool> {
+        let addr = self.host().sockaddr(Etcd::CLIENT_PORT);
+        self.host().in_thread(|| health(addr).is_ok())
     }
 
     /// SIGSTOP.

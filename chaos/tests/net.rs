@@ -380,6 +380,26 @@ fn dropping_a_net_removes_its_namespaces_and_what_runs_in_them() {
     assert!(!sleeper.wait().unwrap().success(), "sleep was killed");
 }
 
+#[test]
+fn a_failed_command_is_named_with_its_stderr() {
+    let Some(net) = setup("dup", Extra::None) else {
+        return;
+    };
+    let e = Net::create("dup").expect_err("a second run with the same id");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("`ip netns add ") && msg.contains("exists"),
+        "{msg}"
+    );
+    let a = net.add_host("a").unwrap();
+    assert!(net.add_host("a").is_err(), "a host name twice");
+    assert!(net.cut(&a, &a).is_err());
+    let elsewhere = Net::create("dup_other").unwrap();
+    let stranger = elsewhere.add_host("b").unwrap();
+    let e = net.cut(&a, &stranger).expect_err("a host of another run");
+    assert!(format!("{e}").contains("is not in"), "{e}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The processes
 
@@ -419,6 +439,14 @@ fn etcd_and_a_tarq_node_start_in_hosts_lead_and_survive_kill_and_pause() {
     let mut etcd = Etcd::start(&etcd_bin().unwrap(), &[e0], &dir.path().join("etcd")).unwrap();
     let cfg = NodeConfig::new("n1", "chaos", &etcd.client_urls(), &dir.path().join("n1"))
         .args(&["--lease-ttl", "2"]);
+    // A node that cannot start says why, with the end of its log.
+    let bad = cfg.clone().args(&["--no-such-flag"]);
+    let e = Node::start(&tarq_bin().unwrap(), n1, bad).expect_err("an unknown flag");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("exited") && msg.contains("--no-such-flag"),
+        "{msg}"
+    );
     let mut node = Node::start(&tarq_bin().unwrap(), n1, cfg).unwrap();
     wait_leader(&node, client);
 
@@ -479,7 +507,13 @@ fn a_three_member_etcd_loses_one_and_takes_it_back() {
     // Isolated, a member loses its quorum; healed, it has it again.
     net.partition(&[vec![&hosts[2]], vec![&hosts[0], &hosts[1]]])
         .unwrap();
-    etcd.member_mut(0).wait_healthy().unwrap();
+    wait_until("the isolated member to say it is unhealthy", || {
+        !etcd.member(2).is_healthy().unwrap()
+    });
+    assert!(
+        etcd.member(0).is_healthy().unwrap(),
+        "the majority kept its quorum"
+    );
     net.heal().unwrap();
     etcd.member_mut(2).wait_healthy().unwrap();
 }
