@@ -11,3 +11,4 @@ pub mod checker;
 pub mod history;
 pub mod net;
 pub mod procs;
+pub mod timeline;
