@@ -593,6 +593,8 @@ struct Index<'a> {
     put_ids: HashMap<TaskKey<'a>, Op<'a>>,
     /// id -> the acks, releases and buries naming it (whatever their tube).
     by_id: HashMap<u64, Vec<Op<'a>>>,
+    /// Payload -> the earliest invoke of a bury naming it.
+    buried: HashMap<&'a str, u64>,
 }
 
 impl<'a> Index<'a> {
@@ -602,6 +604,7 @@ impl<'a> Index<'a> {
             deliveries: HashMap::new(),
             put_ids: HashMap::new(),
             by_id: HashMap::new(),
+            buried: HashMap::new(),
         };
         for op in &h.ops {
             match op.f {
@@ -622,6 +625,13 @@ impl<'a> Index<'a> {
                     }
                 }
                 _ => {}
+            }
+        }
+        // After the puts: a bury names its task by (tube, id), which the puts resolve.
+        for op in h.ops.iter().filter(|o| o.f == F::Bury) {
+            if let Some(p) = ix.payload_of(op) {
+                let at = ix.buried.entry(p).or_insert(op.invoke_us);
+                *at = (*at).min(op.invoke_us);
             }
         }
         for list in ix.deliveries.values_mut() {
@@ -1058,7 +1068,7 @@ fn check_utube_order(h: &History<'_>, ix: &Index<'_>) -> Check {
     let mut v = Verdict::new(
         UTUBE_ORDER,
         "of two tasks of one utube key, where A's put completed ok before B's was invoked, B is \
-         not delivered before A (unless A was buried first)",
+         not delivered before A (unless A was buried first); each such B counts once",
     );
     let mut groups: BTreeMap<(&str, &str), Vec<Keyed<'_>>> = BTreeMap::new();
     let mut keyed = 0;
@@ -1067,13 +1077,13 @@ fn check_utube_order(h: &History<'_>, ix: &Index<'_>) -> Check {
             continue;
         };
         keyed += 1;
-        let Some(k) = keyed_delivery(*put, payload, h, ix) else {
+        let Some(k) = keyed_delivery(*put, payload, ix) else {
             continue;
         };
         let tube = put.tube().unwrap_or("");
         groups.entry((tube, key)).or_default().push(k);
     }
-    for ((_, key), tasks) in &mut groups {
+    for ((_, key), tasks) in &groups {
         utube_group(key, tasks, &mut v);
     }
     v.count("keyed puts", keyed);
@@ -1081,21 +1091,10 @@ fn check_utube_order(h: &History<'_>, ix: &Index<'_>) -> Check {
     v.finish()
 }
 
-fn keyed_delivery<'a>(
-    put: Op<'a>,
-    payload: &'a str,
-    h: &History<'a>,
-    ix: &Index<'a>,
-) -> Option<Keyed<'a>> {
+fn keyed_delivery<'a>(put: Op<'a>, payload: &'a str, ix: &Index<'a>) -> Option<Keyed<'a>> {
     let ds = ix.delivered(payload);
     let first = *ds.first()?;
-    let buried_us = h
-        .ops
-        .iter()
-        .filter(|o| o.f == F::Bury && ix.payload_of(o) == Some(payload))
-        .map(|o| o.invoke_us)
-        .min()
-        .unwrap_or(u64::MAX);
+    let buried_us = ix.buried.get(payload).copied().unwrap_or(u64::MAX);
     Some(Keyed {
         put,
         payload,
@@ -1106,25 +1105,40 @@ fn keyed_delivery<'a>(
     })
 }
 
-/// One key's delivered tasks: every pair (A put ok before B put invoked) where B's first
-/// delivery completed before any take of A was invoked.
-fn utube_group(key: &str, tasks: &mut [Keyed<'_>], v: &mut Verdict) {
-    tasks.sort_by_key(|t| t.put.done_us().unwrap_or(u64::MAX));
-    for b in tasks.iter() {
-        for a in tasks.iter() {
-            let Some(a_ok) = a
-                .put
-                .done_us()
-                .filter(|_| a.put.outcome() == Some(Kind::Ok))
-            else {
-                continue;
-            };
-            if a_ok >= b.put.invoke_us {
-                break; // sorted by put completion: no later A was put before B
-            }
-            if b.first_take_ok < a.first_take_invoked && a.buried_us >= b.first_take_ok {
-                v.violation(|| utube_example(key, a, b));
-            }
+/// One key's delivered tasks: each B whose first delivery completed before any take was
+/// invoked of some A put ok before B's put was invoked (and not buried by then). One pass
+/// over the A's in put order keeps the one that blocks the longest, so a key of many tasks
+/// costs n log n; each B counts once, shown with that A.
+fn utube_group(key: &str, tasks: &[Keyed<'_>], v: &mut Verdict) {
+    // A blocks its key while it is neither taken nor buried: up to its first take's invoke,
+    // or up to and including its first bury's invoke.
+    let blocks_until = |a: &Keyed<'_>| a.first_take_invoked.min(a.buried_us.saturating_add(1));
+    let mut put_ok: Vec<(u64, usize)> = tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.put.outcome() == Some(Kind::Ok))
+        .filter_map(|(i, a)| Some((a.put.done_us()?, i)))
+        .collect();
+    put_ok.sort_unstable();
+    // longest[n]: of the first n + 1 A's put ok, the one that blocks the longest.
+    let mut longest: Vec<usize> = Vec::with_capacity(put_ok.len());
+    for &(_, i) in &put_ok {
+        let keep = match longest.last() {
+            Some(&j) if blocks_until(&tasks[j]) >= blocks_until(&tasks[i]) => j,
+            _ => i,
+        };
+        longest.push(keep);
+    }
+    let mut by_put: Vec<usize> = (0..tasks.len()).collect();
+    by_put.sort_by_key(|&i| tasks[i].put.invoke_us);
+    for b in by_put.into_iter().map(|i| &tasks[i]) {
+        let n = put_ok.partition_point(|&(ok, _)| ok < b.put.invoke_us);
+        let Some(&a) = n.checked_sub(1).map(|m| &longest[m]) else {
+            continue;
+        };
+        let a = &tasks[a];
+        if b.first_take_ok < blocks_until(a) {
+            v.violation(|| utube_example(key, a, b));
         }
     }
 }
@@ -1776,6 +1790,21 @@ mod tests {
             (ex.payload.as_deref(), ex.key.as_deref()),
             (Some("b"), Some("k"))
         );
+
+        // The A that blocks B need not be the first of the key: a1 came in order, a2 did not.
+        let mut h = Hist::default();
+        h.keyed_put(1, (10, 20), "a1", Some("k"), Kind::Ok, 1);
+        h.keyed_put(1, (21, 22), "a2", Some("k"), Kind::Ok, 2);
+        h.keyed_put(1, (30, 40), "b", Some("k"), Kind::Ok, 3);
+        for (i, (payload, id)) in [("a1", 1), ("b", 3), ("a2", 2)].into_iter().enumerate() {
+            let t = 50 + 20 * i as u64;
+            h.take(2, 7, (t, t + 5), Some((payload, id)));
+            h.op(2, 7, F::Ack, (t + 6, t + 7), id, Kind::Ok);
+        }
+        let r = h.check();
+        only_fails(&r, UTUBE_ORDER, 1);
+        let ex = &r.get(UTUBE_ORDER).unwrap().examples[0];
+        assert_eq!(ex.ops[0].payload.as_deref(), Some("a2"), "{r}");
     }
 
     #[test]
