@@ -4,11 +4,16 @@
 //! checks the history afterwards: nothing acknowledged lost, nothing delivered that was refused,
 //! no task held by two consumers at once.
 //!
-//! The parts: `history` (what was done and what came back, as JSON lines), `checker` (the
-//! verdict over a history), `timeline` (the picture of a run).
+//! The parts: `net` (hosts in namespaces, partitions with nftables), `procs` (etcd and tarq in
+//! those hosts), `workload` (the client threads), `nemesis` (the faults and their schedule),
+//! `run` (one run, start to verdict), `history` (what was done and what came back, as JSON
+//! lines), `checker` (the verdict over a history), `timeline` (the picture of a run).
 
 pub mod checker;
 pub mod history;
+pub mod nemesis;
 pub mod net;
 pub mod procs;
+pub mod run;
 pub mod timeline;
+pub mod workload;

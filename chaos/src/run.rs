@@ -1,0 +1,539 @@
+//! One run, start to verdict: the cluster is built in namespaces (three etcd members, a replica
+//! set of tarq nodes, a host for the clients and one for the harness's own questions), the
+//! clients start, the schedule's faults are applied and healed one after another, then every
+//! fault is healed, the clients stop, the queue is drained through a node, each node's
+//! statistics are recorded once replication has caught up, and the history is checked and
+//! drawn. Everything the run made is under its output directory: `history.jsonl`,
+//! `report.json`, `timeline.svg` and the processes' logs.
+//!
+//! The harness's own host (`ctl`) is never named in a partition, so the harness keeps seeing
+//! every node whatever the clients see; it watches who leads and records each new term, since a
+//! new primary frees what clients held under the old one.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rmpv::Value;
+use tarq_client::{pack_args, Client};
+
+use crate::checker::{self, Report};
+use crate::history::{self, Kind, F, HARNESS};
+use crate::nemesis::{schedule, Fault, Step};
+use crate::net::{Host, Net};
+use crate::procs::{etcd_bin, tarq_bin, Etcd, Node, NodeConfig};
+use crate::timeline;
+use crate::workload::{self, json_of, task_of, ClientSpec, Recorder, Target};
+
+/// The tube every client uses.
+const TUBE: &str = "jobs";
+/// How long a question to a node may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the harness asks who leads.
+const WATCH_EVERY: Duration = Duration::from_millis(200);
+/// How long the cluster may take to have a primary again once every fault is healed.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
+/// How long the drain may take.
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long the replicas may take to agree with the primary at the end.
+const AGREE_LIMIT: Duration = Duration::from_secs(30);
+
+/// What a run is asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub seed: u64,
+    /// How long faults are scheduled for (the run takes longer: start, heal, drain).
+    pub time: Duration,
+    pub faults: Vec<Fault>,
+    pub clients: usize,
+    pub nodes: usize,
+    /// The ttr clients' puts ask for.
+    pub ttr_secs: u64,
+    /// Flags every tarq node gets besides its address, etcd and name.
+    pub tarq_args: Vec<String>,
+    /// Where the history, report, picture and logs go (created).
+    pub out: PathBuf,
+}
+
+/// A node's role and term as it says (`queue.cluster()`), asked from `ctl`.
+fn role_of(node: &Node, ctl: &Host) -> Option<(String, u64)> {
+    let addr = node.addr();
+    ctl.in_thread(|| ask_role(addr)).ok().flatten()
+}
+
+struct World {
+    nodes: Vec<Node>,
+    etcd: Etcd,
+    node_hosts: Vec<Host>,
+    etcd_hosts: Vec<Host>,
+    clients: Host,
+    ctl: Host,
+    rec: Arc<Recorder>,
+    rng: fastrand::Rng,
+    // Last: dropping it removes the namespaces, once the processes above are gone.
+    net: Net,
+}
+
+/// What a fault left to undo.
+enum Undo {
+    Restart(Vec<usize>),
+    Resume(usize),
+    Network,
+    RestartEtcd(usize),
+    ResumeEtcd(usize),
+}
+
+impl World {
+    fn build(opts: &Options, rec: Arc<Recorder>) -> Result<World> {
+        let removed = Net::clean_stale()?;
+        if !removed.is_empty() {
+            eprintln!("removed what interrupted runs left: {}", removed.join(", "));
+        }
+        let run_id = format!("s{}", opts.seed % 1_000_000);
+        let net = Net::create(&run_id)?;
+        let etcd_hosts: Vec<Host> = (1..=3)
+            .map(|i| net.add_host(&format!("e{i}")))
+            .collect::<Result<_>>()?;
+        let node_hosts: Vec<Host> = (1..=opts.nodes)
+            .map(|i| net.add_host(&format!("n{i}")))
+            .collect::<Result<_>>()?;
+        let clients = net.add_host("clients")?;
+        let ctl = net.add_host("ctl")?;
+        let etcd_refs: Vec<&Host> = etcd_hosts.iter().collect();
+        let etcd = Etcd::start(&etcd_bin()?, &etcd_refs, &opts.out.join("etcd"))?;
+        let tarq = tarq_bin()?;
+        let mut nodes = Vec::new();
+        for (i, host) in node_hosts.iter().enumerate() {
+            let name = format!("n{}", i + 1);
+            let dir = opts.out.join(&name);
+            let cfg =
+                NodeConfig::new(&name, "chaos", &etcd.client_urls(), &dir).args(&opts.tarq_args);
+            nodes.push(Node::start(&tarq, host, cfg)?);
+        }
+        Ok(World {
+            nodes,
+            etcd,
+            node_hosts,
+            etcd_hosts,
+            clients,
+            ctl,
+            rec,
+            rng: fastrand::Rng::with_seed(opts.seed ^ 0x9e37_79b9_7f4a_7c15),
+            net,
+        })
+    }
+
+    /// The node that says it leads with the highest term, if any does.
+    fn primary(&self) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter_map(|i| {
+                let (role, term) = role_of(&self.nodes[i], &self.ctl)?;
+                (role == "leader").then_some((term, i))
+            })
+            .max()
+            .map(|(_, i)| i)
+    }
+
+    fn wait_primary(&self, limit: Duration) -> Result<usize> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(p) = self.primary() {
+                return Ok(p);
+            }
+            if Instant::now() > deadline {
+                let logs: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| format!("--- {}\n{}", n.name(), n.log_tail(15)))
+                    .collect();
+                bail!(
+                    "no primary within {limit:?}; the nodes' logs:\n{}",
+                    logs.join("\n")
+                );
+            }
+            std::thread::sleep(WATCH_EVERY);
+        }
+    }
+
+    /// Runs `f` with a client of node `i` from the harness's host.
+    fn ask<T: Send>(&self, i: usize, f: impl FnOnce(&mut Client) -> Result<T> + Send) -> Result<T> {
+        let addr = self.nodes[i].addr();
+        self.ctl.in_thread(|| {
+            let mut c = Client::connect_addr(addr, Duration::from_secs(5))
+                .with_context(|| format!("connect to {addr}"))?;
+            f(&mut c)
+        })?
+    }
+
+    fn others(&self, p: usize) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| i != p).collect()
+    }
+
+    /// Every host but `ctl` and those of `except`.
+    fn everyone_but(&self, except: &[&Host]) -> Vec<&Host> {
+        self.node_hosts
+            .iter()
+            .chain(&self.etcd_hosts)
+            .chain([&self.clients])
+            .filter(|h| !except.contains(h))
+            .collect()
+    }
+
+    /// Applies `fault`, holding it `hold`; returns what to undo and what it hit.
+    fn apply(&mut self, fault: Fault, hold: Duration) -> Result<(Undo, serde_json::Value)> {
+        let p = self
+            .primary()
+            .unwrap_or_else(|| self.rng.usize(0..self.nodes.len()));
+        let ph = self.node_hosts[p].clone();
+        let name = |w: &World, i: usize| w.nodes[i].name().to_owned();
+        let target = serde_json::json!({"name": fault.name(), "primary": name(self, p)});
+        let undo = match fault {
+            Fault::KillPrimary => {
+                self.nodes[p].kill()?;
+                Undo::Restart(vec![p])
+            }
+            Fault::PausePrimary => {
+                self.nodes[p].pause()?;
+                Undo::Resume(p)
+            }
+            Fault::IsolatePrimary => {
+                let rest = self.everyone_but(&[&ph]);
+                self.net.partition(&[vec![&ph], rest])?;
+                Undo::Network
+            }
+            Fault::PrimaryFromEtcd => {
+                let etcd: Vec<&Host> = self.etcd_hosts.iter().collect();
+                self.net.partition(&[vec![&ph], etcd])?;
+                Undo::Network
+            }
+            Fault::PrimaryFromReplicas => {
+                let replicas: Vec<&Host> = self
+                    .others(p)
+                    .iter()
+                    .map(|&i| &self.node_hosts[i])
+                    .collect();
+                self.net.partition(&[vec![&ph], replicas])?;
+                Undo::Network
+            }
+            Fault::MinorityPrimary => {
+                let e1 = self.etcd_hosts[0].clone();
+                let rest = self.everyone_but(&[&ph, &e1]);
+                self.net.partition(&[vec![&ph, &e1], rest])?;
+                Undo::Network
+            }
+            Fault::Bridge => {
+                let r = self.others(p)[0];
+                let rh = self.node_hosts[r].clone();
+                self.net.cut(&ph, &rh)?;
+                Undo::Network
+            }
+            Fault::LaggingReplica => return self.lagging_replica(p, hold, target),
+            Fault::Loss => {
+                let rest = self.everyone_but(&[&ph]);
+                self.net.loss(&ph, &rest, 30)?;
+                Undo::Network
+            }
+            Fault::KillEtcd => {
+                let m = self.rng.usize(0..3);
+                self.etcd.member_mut(m).kill()?;
+                Undo::RestartEtcd(m)
+            }
+            Fault::PauseEtcd => {
+                let m = self.rng.usize(0..3);
+                self.etcd.member(m).pause()?;
+                Undo::ResumeEtcd(m)
+            }
+            Fault::ClientsFromPrimary => {
+                let clients = self.clients.clone();
+                self.net.partition(&[vec![&ph], vec![&clients]])?;
+                Undo::Network
+            }
+        };
+        std::thread::sleep(hold);
+        Ok((undo, target))
+    }
+
+    /// The KIP-966 case: a replica cut from the primary falls behind for half the hold; then
+    /// the primary and the other replica die together, the network heals, and the lagging
+    /// replica is alone with etcd for the other half. It must not lead.
+    fn lagging_replica(
+        &mut self,
+        p: usize,
+        hold: Duration,
+        mut target: serde_json::Value,
+    ) -> Result<(Undo, serde_json::Value)> {
+        let others = self.others(p);
+        let Some((&lagging, rest)) = others.split_first() else {
+            bail!("lagging-replica needs a primary and two replicas");
+        };
+        let (ph, lh) = (self.node_hosts[p].clone(), self.node_hosts[lagging].clone());
+        self.net.cut(&ph, &lh)?;
+        std::thread::sleep(hold / 2);
+        let mut killed = vec![p];
+        killed.extend_from_slice(rest);
+        for &i in &killed {
+            self.nodes[i].kill()?;
+        }
+        self.net.heal()?;
+        target["lagging"] = self.nodes[lagging].name().into();
+        std::thread::sleep(hold / 2);
+        Ok((Undo::Restart(killed), target))
+    }
+
+    fn undo(&mut self, undo: Undo) -> Result<()> {
+        match undo {
+            Undo::Restart(nodes) => {
+                for i in nodes {
+                    self.nodes[i].restart()?;
+                }
+            }
+            Undo::Resume(i) => self.nodes[i].resume()?,
+            Undo::Network => self.net.heal()?,
+            Undo::RestartEtcd(m) => self.etcd.member_mut(m).restart()?,
+            Undo::ResumeEtcd(m) => self.etcd.member(m).resume()?,
+        }
+        Ok(())
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.nodes
+            .iter()
+            .map(|n| Target {
+                name: n.name().to_owned(),
+                addr: n.addr(),
+            })
+            .collect()
+    }
+}
+
+/// Records every new leadership term the harness sees among `nodes`, until `stop`.
+fn watch_leaders(nodes: &[Target], ctl: &Host, rec: &Recorder, stop: &AtomicBool) {
+    ctl.enter_current_thread()
+        .expect("enter the harness's namespace");
+    let mut last_term = 0;
+    while !stop.load(Ordering::Relaxed) {
+        for node in nodes {
+            let Some((role, term)) = ask_role(node.addr) else {
+                continue;
+            };
+            if role == "leader" && term > last_term {
+                last_term = term;
+                let mut e = rec.event(HARNESS, Kind::Ok, F::Leader);
+                e.node = Some(node.name.clone());
+                e.value = Some(serde_json::json!({ "term": term }));
+                rec.record(&e);
+            }
+        }
+        std::thread::sleep(WATCH_EVERY);
+    }
+}
+
+/// `queue.cluster()`'s role and term of the node at `addr`, asked from this thread's namespace.
+fn ask_role(addr: std::net::SocketAddr) -> Option<(String, u64)> {
+    let mut c = Client::connect_addr(addr, ASK_TIMEOUT).ok()?;
+    let v = c.call("queue.cluster", &pack_args(&[]), None).ok()?;
+    let o = json_of(v.first()?);
+    Some((o["role"].as_str()?.to_owned(), o["term"].as_u64()?))
+}
+
+/// Runs the whole thing: returns the checker's report (also written to `report.json`).
+pub fn run(opts: &Options) -> Result<Report> {
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("cannot create {}", opts.out.display()))?;
+    let history_path = opts.out.join("history.jsonl");
+    let rec = Arc::new(Recorder::create(&history_path, Instant::now())?);
+    let mut world = World::build(opts, Arc::clone(&rec))?;
+    let p = world.wait_primary(RECOVERY_LIMIT)?;
+    create_tube(&world, p)?;
+
+    let steps = schedule(opts.seed, &opts.faults, opts.time);
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = start_clients(&world, opts, &stop)?;
+    let watcher = {
+        let (nodes, ctl, rec, stop) = (
+            world.targets(),
+            world.ctl.clone(),
+            Arc::clone(&rec),
+            Arc::clone(&stop),
+        );
+        std::thread::spawn(move || watch_leaders(&nodes, &ctl, &rec, &stop))
+    };
+    let faulted = run_schedule(&mut world, &steps);
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))?;
+    }
+    watcher
+        .join()
+        .map_err(|_| anyhow::anyhow!("the leader watcher panicked"))?;
+    faulted?;
+
+    let p = world.wait_primary(RECOVERY_LIMIT)?;
+    drain(&world, p, opts.clients as u64)?;
+    record_stats(&world)?;
+    rec.flush()?;
+
+    let file = std::fs::File::open(&history_path)?;
+    let events = history::read(std::io::BufReader::new(file))?;
+    let report = checker::check(&events);
+    std::fs::write(
+        opts.out.join("report.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    timeline::draw(&events, &opts.out.join("timeline.svg"))?;
+    Ok(report)
+}
+
+/// Applies the schedule's faults one after another, each healed before the next; the
+/// history gets each fault's start and healing.
+fn run_schedule(world: &mut World, steps: &[Step]) -> Result<()> {
+    for step in steps {
+        let mut e = world.rec.event(HARNESS, Kind::Invoke, F::Nemesis);
+        e.value = Some(serde_json::json!({ "name": step.fault.name() }));
+        world.rec.record(&e);
+        let (undo, mut target) = world.apply(step.fault, step.hold)?;
+        world.undo(undo)?;
+        target["frees_holds"] = step.fault.frees_holds().into();
+        let mut e = world.rec.event(HARNESS, Kind::Ok, F::Nemesis);
+        e.node = target["primary"].as_str().map(str::to_owned);
+        e.value = Some(target);
+        world.rec.record(&e);
+        std::thread::sleep(step.quiet);
+    }
+    Ok(())
+}
+
+fn create_tube(world: &World, p: usize) -> Result<()> {
+    world.ask(p, |c| {
+        let args = pack_args(&[Value::from(TUBE), Value::from("fifottl")]);
+        c.call("queue.create_tube", &args, None)
+            .context("queue.create_tube")?;
+        Ok(())
+    })
+}
+
+fn start_clients(
+    world: &World,
+    opts: &Options,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>> {
+    (0..opts.clients)
+        .map(|i| {
+            let spec = ClientSpec {
+                process: i as u64,
+                tube: TUBE.to_owned(),
+                targets: world.targets(),
+                host: world.clients.clone(),
+                seed: opts.seed.wrapping_add(i as u64 + 1),
+                ttr_secs: opts.ttr_secs,
+                keys: 0,
+            };
+            workload::spawn(spec, Arc::clone(&world.rec), Arc::clone(stop))
+        })
+        .collect()
+}
+
+/// Takes and acks everything left, through the primary, recorded as process `process`; done
+/// when the tube holds no task at all (ready, taken, delayed or buried).
+fn drain(world: &World, p: usize, process: u64) -> Result<()> {
+    let rec = Arc::clone(&world.rec);
+    let session = rec.next_session();
+    let node = world.nodes[p].name().to_owned();
+    world.ask(p, move |c| {
+        let deadline = Instant::now() + DRAIN_LIMIT;
+        let take = format!("queue.tube.{TUBE}:take");
+        let ack = format!("queue.tube.{TUBE}:ack");
+        loop {
+            let mut e = rec.event(process, Kind::Invoke, F::Take);
+            (e.node, e.session, e.tube) = (Some(node.clone()), Some(session), Some(TUBE.into()));
+            rec.record(&e);
+            let got = c
+                .call(
+                    &take,
+                    &pack_args(&[Value::from(0.2)]),
+                    Some(Duration::from_secs(1)),
+                )
+                .context("a take of the drain")?;
+            e.kind = Kind::Ok;
+            e.time_us = rec.now_us();
+            let task = task_of(&got);
+            if let Some((id, payload)) = &task {
+                (e.id, e.payload) = (Some(*id), payload.clone());
+            }
+            rec.record(&e);
+            match task {
+                Some((id, _)) => {
+                    let mut a = rec.event(process, Kind::Invoke, F::Ack);
+                    (a.node, a.session, a.tube, a.id) = (
+                        Some(node.clone()),
+                        Some(session),
+                        Some(TUBE.into()),
+                        Some(id),
+                    );
+                    rec.record(&a);
+                    c.call(&ack, &pack_args(&[Value::from(id)]), None)
+                        .context("an ack of the drain")?;
+                    a.kind = Kind::Ok;
+                    a.time_us = rec.now_us();
+                    rec.record(&a);
+                }
+                None if tube_is_empty(c)? => return Ok(()),
+                None if Instant::now() > deadline => {
+                    bail!("the drain did not empty the tube within {DRAIN_LIMIT:?}")
+                }
+                None => {}
+            }
+        }
+    })
+}
+
+/// The `tasks` figures of the tube, as node `c` says.
+fn tasks_of(c: &mut Client) -> Result<serde_json::Value> {
+    let v = c
+        .call("queue.statistics", &pack_args(&[Value::from(TUBE)]), None)
+        .context("queue.statistics")?;
+    let stats = v.first().map(json_of).unwrap_or_default();
+    Ok(stats["tasks"].clone())
+}
+
+fn tube_is_empty(c: &mut Client) -> Result<bool> {
+    let tasks = tasks_of(c)?;
+    Ok(["ready", "taken", "delayed", "buried"]
+        .iter()
+        .all(|k| tasks[k].as_u64() == Some(0)))
+}
+
+/// Records every node's statistics once they all agree on the tube's task counts (or the
+/// limit passed: then as they are, and the checker says they differ).
+fn record_stats(world: &World) -> Result<()> {
+    let deadline = Instant::now() + AGREE_LIMIT;
+    loop {
+        let all: Vec<serde_json::Value> = (0..world.nodes.len())
+            .map(|i| {
+                world.ask(i, |c| {
+                    let v = c
+                        .call("queue.statistics", &pack_args(&[]), None)
+                        .context("queue.statistics")?;
+                    Ok(v.first().map(json_of).unwrap_or_default())
+                })
+            })
+            .collect::<Result<_>>()?;
+        let agree = all
+            .windows(2)
+            .all(|w| w[0][TUBE]["tasks"] == w[1][TUBE]["tasks"]);
+        if agree || Instant::now() > deadline {
+            for (i, stats) in all.into_iter().enumerate() {
+                let mut e = world.rec.event(HARNESS, Kind::Ok, F::Stats);
+                e.node = Some(world.nodes[i].name().to_owned());
+                e.value = Some(stats);
+                world.rec.record(&e);
+            }
+            return Ok(());
+        }
+        std::thread::sleep(WATCH_EVERY);
+    }
+}

@@ -1,0 +1,375 @@
+//! The workload: client threads that put unique payloads, take, ack and release through the
+//! tube API of any node, as a user's client would, and record every operation in the history
+//! (`Recorder`). Each client keeps one connection (one session); an operation whose outcome it
+//! cannot know (a lost connection, a timeout, `ER_OUTCOME_UNKNOWN`) is recorded `info` and the
+//! connection is dropped, which ends the session and frees what it held. A refusal with code 7
+//! names the primary: the client goes there, as the README tells clients to. Clients never
+//! sleep to wait for the cluster; they only back off a little after a failed connect, so a
+//! dead node is not hammered.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rmpv::Value;
+use tarq_client::{pack_args, Client, ClientError};
+
+use crate::history::{self, Event, Kind, Protocol, F};
+use crate::net::Host;
+
+/// tarq's own code for a change that may or may not have been made.
+const ER_OUTCOME_UNKNOWN: u32 = 1003;
+/// Tarantool's ER_READONLY: nothing was done; the message names the primary.
+const ER_READONLY: u32 = 7;
+/// How long a client waits for a reply before it counts the outcome unknown.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a take waits for a task on the server.
+const TAKE_WAIT_SECS: f64 = 0.05;
+/// The pause after a connect that failed, so a dead node is not hammered.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Where the history goes: one JSON line an event, stamped on the run's clock.
+pub struct Recorder {
+    start: Instant,
+    out: Mutex<BufWriter<File>>,
+    sessions: AtomicU64,
+}
+
+impl Recorder {
+    pub fn create(path: &Path, start: Instant) -> Result<Recorder> {
+        let file =
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(Recorder {
+            start,
+            out: Mutex::new(BufWriter::new(file)),
+            sessions: AtomicU64::new(0),
+        })
+    }
+
+    /// Microseconds since the run started.
+    pub fn now_us(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+
+    /// An event of `process` stamped now.
+    pub fn event(&self, process: u64, kind: Kind, f: F) -> Event {
+        Event::new(self.now_us(), process, kind, f)
+    }
+
+    pub fn record(&self, event: &Event) {
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        // A history that cannot be written makes the run worthless: stop loudly.
+        history::write(&mut *out, event).expect("write the history");
+    }
+
+    pub fn flush(&self) -> Result<()> {
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        out.flush().context("flush the history")
+    }
+
+    /// A session number unique in the run.
+    pub fn next_session(&self) -> u64 {
+        self.sessions.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// A node a client may talk to.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+/// One client thread's settings.
+#[derive(Debug, Clone)]
+pub struct ClientSpec {
+    pub process: u64,
+    pub tube: String,
+    pub targets: Vec<Target>,
+    /// The host whose namespace the client's sockets are in.
+    pub host: Host,
+    pub seed: u64,
+    /// The ttr every put asks for, in seconds.
+    pub ttr_secs: u64,
+    /// utube keys to spread puts over (none: a plain tube).
+    pub keys: u32,
+}
+
+/// How a call came out.
+enum Outcome {
+    Ok(Vec<Value>),
+    /// A definite error.
+    Fail(String),
+    /// Unknown; the connection is dropped.
+    Info(String),
+    /// Refused by a node that does not lead, naming the primary if it knows one.
+    ReadOnly(String, Option<String>),
+}
+
+struct Conn {
+    target: usize,
+    client: Client,
+    session: u64,
+    /// Tasks this session holds (taken, not yet acked or released).
+    held: Vec<u64>,
+}
+
+/// The client loop's state.
+struct Worker {
+    spec: ClientSpec,
+    rec: Arc<Recorder>,
+    rng: fastrand::Rng,
+    conn: Option<Conn>,
+    /// The next target to try.
+    next_target: usize,
+    /// Payloads put so far.
+    puts: u64,
+}
+
+/// Starts a client thread that runs until `stop`, then closes its connection (recorded).
+pub fn spawn(
+    spec: ClientSpec,
+    rec: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>> {
+    let name = format!("client-{}", spec.process);
+    let thread = std::thread::Builder::new().name(name).spawn(move || {
+        spec.host
+            .enter_current_thread()
+            .expect("enter the clients' namespace");
+        let first = spec.process as usize % spec.targets.len().max(1);
+        let mut w = Worker {
+            rng: fastrand::Rng::with_seed(spec.seed),
+            spec,
+            rec,
+            conn: None,
+            next_target: first,
+            puts: 0,
+        };
+        while !stop.load(Ordering::Relaxed) {
+            w.step();
+        }
+        w.disconnect("the workload stopped");
+    })?;
+    Ok(thread)
+}
+
+impl Worker {
+    fn step(&mut self) {
+        if self.conn.is_none() && !self.connect() {
+            std::thread::sleep(CONNECT_BACKOFF);
+            return;
+        }
+        let held = self.conn.as_ref().map_or(0, |c| c.held.len());
+        let roll = self.rng.u32(0..100);
+        if held > 0 && (roll < 50 || held >= 4) {
+            let at = self.rng.usize(0..held);
+            let id = self.conn.as_mut().expect("connected").held.swap_remove(at);
+            if self.rng.u32(0..100) < 80 {
+                self.finish(F::Ack, "ack", id);
+            } else {
+                self.finish(F::Release, "release", id);
+            }
+        } else if roll < 75 {
+            self.put();
+        } else {
+            self.take();
+        }
+    }
+
+    fn connect(&mut self) -> bool {
+        let target = &self.spec.targets[self.next_target];
+        match Client::connect_addr(target.addr, REPLY_TIMEOUT) {
+            Ok(client) => {
+                self.conn = Some(Conn {
+                    target: self.next_target,
+                    client,
+                    session: self.rec.next_session(),
+                    held: Vec::new(),
+                });
+                true
+            }
+            Err(_) => {
+                self.next_target = (self.next_target + 1) % self.spec.targets.len();
+                false
+            }
+        }
+    }
+
+    /// Ends the session (its tasks are free from now on, as far as this client knows).
+    fn disconnect(&mut self, why: &str) {
+        if let Some(c) = self.conn.take() {
+            let mut e = self.rec.event(self.spec.process, Kind::Info, F::Disconnect);
+            e.session = Some(c.session);
+            e.node = Some(self.spec.targets[c.target].name.clone());
+            e.error = Some(why.to_owned());
+            self.rec.record(&e);
+        }
+    }
+
+    /// An invoke event of this client's session, recorded.
+    fn invoke(&self, f: F) -> Event {
+        let c = self.conn.as_ref().expect("connected");
+        let mut e = self.rec.event(self.spec.process, Kind::Invoke, f);
+        e.node = Some(self.spec.targets[c.target].name.clone());
+        e.protocol = Some(Protocol::Iproto);
+        e.session = Some(c.session);
+        e.tube = Some(self.spec.tube.clone());
+        e
+    }
+
+    fn call(&mut self, function: &str, args: &[Value], wait: Option<Duration>) -> Outcome {
+        let c = self.conn.as_mut().expect("connected");
+        let name = format!("queue.tube.{}:{function}", self.spec.tube);
+        match c.client.call(&name, &pack_args(args), wait) {
+            Ok(values) => Outcome::Ok(values),
+            Err(ClientError::Server { code, message }) if code == ER_READONLY => {
+                let primary = tarq_client::cluster::primary_in(&message).map(str::to_owned);
+                Outcome::ReadOnly(message, primary)
+            }
+            Err(ClientError::Server { code, message }) if code == ER_OUTCOME_UNKNOWN => {
+                Outcome::Info(message)
+            }
+            Err(ClientError::Server { code, message }) => {
+                Outcome::Fail(format!("{message} (code {code})"))
+            }
+            Err(e) => Outcome::Info(e.to_string()),
+        }
+    }
+
+    /// Records how `invoked` came out; `ok` fills in an ok event. Unknown outcomes and lost
+    /// connections end the session; a read-only refusal sends the client to the primary.
+    fn complete(
+        &mut self,
+        invoked: &Event,
+        outcome: Outcome,
+        ok: impl FnOnce(&mut Event, Vec<Value>),
+    ) {
+        let mut e = invoked.clone();
+        e.time_us = self.rec.now_us();
+        match outcome {
+            Outcome::Ok(values) => {
+                e.kind = Kind::Ok;
+                ok(&mut e, values);
+                self.rec.record(&e);
+            }
+            Outcome::Fail(why) => {
+                e.kind = Kind::Fail;
+                e.error = Some(why);
+                self.rec.record(&e);
+            }
+            Outcome::ReadOnly(why, primary) => {
+                e.kind = Kind::Fail;
+                e.error = Some(why);
+                self.rec.record(&e);
+                let found = primary.and_then(|p| {
+                    self.spec
+                        .targets
+                        .iter()
+                        .position(|t| t.addr.to_string() == p)
+                });
+                let here = self.conn.as_ref().map_or(0, |c| c.target);
+                self.next_target = found.unwrap_or((here + 1) % self.spec.targets.len());
+                self.disconnect("refused as read-only: going to the primary");
+            }
+            Outcome::Info(why) => {
+                e.kind = Kind::Info;
+                e.error = Some(why.clone());
+                self.rec.record(&e);
+                self.disconnect(&format!("outcome unknown: {why}"));
+                self.next_target = self.rng.usize(0..self.spec.targets.len());
+            }
+        }
+    }
+
+    fn put(&mut self) {
+        let payload = format!("c{}-{}", self.spec.process, self.puts);
+        self.puts += 1;
+        let mut e = self.invoke(F::Put);
+        e.payload = Some(payload.clone());
+        let mut opts = vec![(Value::from("ttr"), Value::from(self.spec.ttr_secs))];
+        if self.spec.keys > 0 {
+            let key = format!("k{}", self.rng.u32(0..self.spec.keys));
+            opts.push((Value::from("utube"), Value::from(key.as_str())));
+            e.key = Some(key);
+        }
+        self.rec.record(&e);
+        let outcome = self.call(
+            "put",
+            &[Value::from(payload.as_str()), Value::Map(opts)],
+            None,
+        );
+        self.complete(&e, outcome, |ok, values| {
+            ok.id = task_of(&values).map(|t| t.0)
+        });
+    }
+
+    fn take(&mut self) {
+        let e = self.invoke(F::Take);
+        self.rec.record(&e);
+        let wait = Duration::from_secs_f64(TAKE_WAIT_SECS);
+        let outcome = self.call("take", &[Value::from(TAKE_WAIT_SECS)], Some(wait));
+        let ttr_ms = self.spec.ttr_secs * 1000;
+        let mut took = None;
+        self.complete(&e, outcome, |ok, values| {
+            if let Some((id, payload)) = task_of(&values) {
+                ok.id = Some(id);
+                ok.payload = payload;
+                ok.ttr_ms = Some(ttr_ms);
+                took = Some(id);
+            }
+        });
+        if let (Some(id), Some(c)) = (took, self.conn.as_mut()) {
+            c.held.push(id);
+        }
+    }
+
+    fn finish(&mut self, f: F, function: &str, id: u64) {
+        let mut e = self.invoke(f);
+        e.id = Some(id);
+        self.rec.record(&e);
+        let outcome = self.call(function, &[Value::from(id)], None);
+        self.complete(&e, outcome, |_, _| {});
+    }
+}
+
+/// The id and payload of the task a call returned, if it returned one.
+pub fn task_of(values: &[Value]) -> Option<(u64, Option<String>)> {
+    let t = values.first()?.as_array()?;
+    let id = t.first()?.as_u64()?;
+    Some((id, t.get(2).and_then(Value::as_str).map(str::to_owned)))
+}
+
+/// A MessagePack value as JSON, for the history (statistics, cluster overviews).
+pub fn json_of(v: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        Value::Nil => J::Null,
+        Value::Boolean(b) => J::Bool(*b),
+        Value::Integer(i) => i
+            .as_u64()
+            .map(J::from)
+            .or_else(|| i.as_i64().map(J::from))
+            .unwrap_or(J::Null),
+        Value::F32(f) => J::from(f64::from(*f)),
+        Value::F64(f) => J::from(*f),
+        Value::String(s) => J::from(s.as_str().unwrap_or_default()),
+        Value::Binary(b) => J::from(String::from_utf8_lossy(b).into_owned()),
+        Value::Array(a) => J::Array(a.iter().map(json_of).collect()),
+        Value::Map(m) => J::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let key = k.as_str().map_or_else(|| k.to_string(), str::to_owned);
+                    (key, json_of(v))
+                })
+                .collect(),
+        ),
+        Value::Ext(_, b) => J::from(format!("{b:?}")),
+    }
+}
