@@ -58,6 +58,28 @@ pub struct Options {
     pub out: PathBuf,
 }
 
+/// What a run needs that this machine lacks, each named with where to get it: root, `ip`,
+/// `nft`, etcd and a built tarq. Empty when a run can start.
+pub fn missing() -> Vec<String> {
+    let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        missing.push("root (network namespaces and nftables need it)".to_owned());
+    }
+    for (tool, package) in [("ip", "iproute2"), ("nft", "nftables")] {
+        let found = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .any(|d| d.join(tool).is_file());
+        if !found {
+            missing.push(format!("{tool} (Debian package {package})"));
+        }
+    }
+    missing.extend(etcd_bin().err().map(|e| e.to_string()));
+    missing.extend(tarq_bin().err().map(|e| e.to_string()));
+    missing
+}
+
 /// A node's role and term as it says (`queue.cluster()`), asked from `ctl`.
 fn role_of(node: &Node, ctl: &Host) -> Option<(String, u64)> {
     let addr = node.addr();

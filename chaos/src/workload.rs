@@ -31,7 +31,8 @@ const ER_READONLY: u32 = 7;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a take waits for a task on the server.
 const TAKE_WAIT_SECS: f64 = 0.05;
-/// The pause after a connect that failed, so a dead node is not hammered.
+/// The pause after a connect that failed, or a refusal, so a dead or leaderless node is not
+/// hammered (a client's retry back-off, not a wait for anything).
 const CONNECT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Where the history goes: one JSON line an event, stamped on the run's clock.
@@ -176,7 +177,9 @@ impl Worker {
             } else {
                 self.finish(F::Release, "release", id);
             }
-        } else if roll < 75 {
+        } else if roll < 70 {
+            // Puts and takes about even (a take half the time finds nothing while faults
+            // run), so the backlog left for the drain stays small.
             self.put();
         } else {
             self.take();
@@ -277,6 +280,9 @@ impl Worker {
                 let here = self.conn.as_ref().map_or(0, |c| c.target);
                 self.next_target = found.unwrap_or((here + 1) % self.spec.targets.len());
                 self.disconnect("refused as read-only: going to the primary");
+                if found.is_none() {
+                    std::thread::sleep(CONNECT_BACKOFF);
+                }
             }
             Outcome::Info(why) => {
                 e.kind = Kind::Info;
@@ -284,6 +290,7 @@ impl Worker {
                 self.rec.record(&e);
                 self.disconnect(&format!("outcome unknown: {why}"));
                 self.next_target = self.rng.usize(0..self.spec.targets.len());
+                std::thread::sleep(CONNECT_BACKOFF);
             }
         }
     }
