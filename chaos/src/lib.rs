@@ -11,6 +11,7 @@
 
 pub mod checker;
 pub mod history;
+pub mod lazyfs;
 pub mod nemesis;
 pub mod net;
 pub mod procs;

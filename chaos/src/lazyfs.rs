@@ -1,0 +1,237 @@
+//! A FUSE filesystem that forgets what was not fsynced, on command: the model of lazyfs, the
+//! filesystem Jepsen puts under a database to simulate a power loss. A node's data directory is
+//! a [`LazyFs`] mount over a backing directory; the nemesis kills every process of the node,
+//! calls [`LazyFs::lose_unsynced`], and restarts the node on the same mountpoint, which then
+//! holds exactly what had been made durable.
+//!
+//! The design is the simplest one that stays exact: every operation passes through to the
+//! backing directory at once (so reads, listings and sizes are simply the backing directory's),
+//! and a journal keeps beside it what a power loss would take back: for each file changed since
+//! its last `fsync`, its length then and the old bytes of the pages changed since (an undo log,
+//! not a second page cache); for each namespace operation not yet durable, how to undo it, with
+//! unlinked and replaced inodes kept in a hidden trash until their removal is durable.
+//!
+//! The durability model, which is lazyfs's and the strict reading of POSIX:
+//! - `fsync` or `fdatasync` of a file makes its data and its length durable (`sync_file_range`
+//!   never reaches FUSE, and so makes nothing durable; `O_SYNC`/`O_DSYNC` writes are durable at
+//!   once). It does **not** make the file's name durable.
+//! - A name made, removed or renamed in a directory (create, mkdir, symlink, unlink, rmdir,
+//!   rename) is durable once that directory is fsynced. So a file created and fsynced, whose
+//!   directory was not, is gone after the loss, data and all; a new directory whose parent was
+//!   not fsynced is gone with everything in it. A rename between two directories is one
+//!   operation (as in ext4's journal): an `fsync` of either makes it durable.
+//! - A file whose name is durable but whose data is not comes back with its last fsynced data,
+//!   cut to its last fsynced length (empty, if it was never fsynced).
+//! - Modes, owners and times pass through and are never taken back; hard links are refused.
+//!
+//! The power loss: kill -9 every process using the mount and reap them, then call
+//! [`LazyFs::lose_unsynced`] (it waits a little for the kernel to close their files, and fails
+//! if some stay open), then start the node again on the same mountpoint: the mount stays, and
+//! the kernel's caches of it are dropped. [`LazyFs::unmount`] (or drop) is a clean shutdown:
+//! everything written is kept, as after `sync`; lose first to shut down by power loss.
+//!
+//! Built on `fuser` without libfuse: as root the mount is a `mount(2)` call; otherwise, and to
+//! unmount when not root, fuser and this module run `fusermount3` (Debian's `fuse3`).
+
+mod journal;
+mod ops;
+mod state;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use fuser::{BackgroundSession, Config, INodeNo, MountOption, Notifier, SessionACL};
+
+pub use journal::Lost;
+use state::State;
+
+/// How long [`LazyFs::lose_unsynced`] waits for the files of killed processes to be closed, and
+/// [`LazyFs::unmount`] for the filesystem's thread to end.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A mounted lazy filesystem. Unmounted when dropped.
+pub struct LazyFs {
+    backing: PathBuf,
+    mountpoint: PathBuf,
+    state: Arc<Mutex<State>>,
+    session: Option<BackgroundSession>,
+    notifier: Notifier,
+}
+
+impl LazyFs {
+    /// Mounts at `mountpoint` (an existing directory) a filesystem that passes through to
+    /// `backing_dir`, whose present content is taken as durable. Neither may be inside the
+    /// other. Returns once the mount is ready; a thread of its own serves it.
+    pub fn mount(backing_dir: &Path, mountpoint: &Path) -> anyhow::Result<LazyFs> {
+        let backing = canonical(backing_dir)?;
+        let mountpoint = canonical(mountpoint)?;
+        if backing.starts_with(&mountpoint) || mountpoint.starts_with(&backing) {
+            // The filesystem would go through itself to reach its backing files, and wait on
+            // its own (single) thread forever.
+            bail!(
+                "lazyfs: {} and {} are inside one another",
+                backing.display(),
+                mountpoint.display()
+            );
+        }
+        let state = State::new(&backing)
+            .with_context(|| format!("lazyfs: opening {}", backing.display()))?;
+        let state = Arc::new(Mutex::new(state));
+        let ops = ops::Ops {
+            state: state.clone(),
+        };
+        let session = fuser::spawn_mount(ops, &mountpoint, &config()).with_context(|| {
+            format!(
+                "lazyfs: mounting {} (needs /dev/fuse, and when not root fusermount3 \
+                 from Debian's fuse3)",
+                mountpoint.display()
+            )
+        })?;
+        Ok(LazyFs {
+            backing,
+            mountpoint,
+            state,
+            notifier: session.notifier(),
+            session: Some(session),
+        })
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    pub fn backing_dir(&self) -> &Path {
+        &self.backing
+    }
+
+    /// The power loss: takes back everything not made durable (see the module's doc), so the
+    /// backing directory holds exactly what had been. Every process using the mount must have
+    /// been killed first; this waits up to [`PATIENCE`] for the kernel to close their files,
+    /// then fails naming how many are still open. The mount stays usable.
+    pub fn lose_unsynced(&self) -> anyhow::Result<Lost> {
+        let deadline = Instant::now() + PATIENCE;
+        let lost = loop {
+            let mut state = self.state();
+            let open = state.open_files();
+            if open == 0 {
+                break state
+                    .lose()
+                    .context("lazyfs: taking back unsynced changes")?;
+            }
+            drop(state);
+            if Instant::now() >= deadline {
+                bail!(
+                    "lazyfs: {open} files are still open on {}; kill every process using it first",
+                    self.mountpoint.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        self.forget_caches();
+        Ok(lost)
+    }
+
+    /// A clean shutdown: unmounts (lazily if the mount is busy) and keeps everything written.
+    pub fn unmount(mut self) -> anyhow::Result<()> {
+        self.unmount_now()
+    }
+
+    fn unmount_now(&mut self) -> anyhow::Result<()> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        detach(&self.mountpoint)
+            .with_context(|| format!("lazyfs: unmounting {}", self.mountpoint.display()))?;
+        let deadline = Instant::now() + PATIENCE;
+        while !session.guard.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if session.guard.is_finished() {
+            session.join().context("lazyfs: the filesystem's thread")?;
+        } else {
+            // Detached lazily and still in use: the thread serves the remaining open files
+            // until they are closed, then ends by itself.
+            drop(session);
+        }
+        self.state()
+            .keep_all()
+            .context("lazyfs: emptying the trash")
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops what the kernel cached of every inode it knows: their data and attributes changed
+    /// behind its back. Errors are for inodes the kernel has forgotten meanwhile.
+    fn forget_caches(&self) {
+        let inodes = self.state().inodes();
+        for ino in inodes {
+            let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
+        }
+    }
+}
+
+impl Drop for LazyFs {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount_now() {
+            eprintln!("{e:#}");
+        }
+    }
+}
+
+fn config() -> Config {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("lazyfs".into()),
+        MountOption::Subtype("lazyfs".into()),
+        // The kernel checks permissions against the attributes, as for a local filesystem.
+        MountOption::DefaultPermissions,
+    ];
+    // The node under test may run as any user; only root may let others in without
+    // `user_allow_other` in /etc/fuse.conf.
+    config.acl = if rustix::process::geteuid().is_root() {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config
+}
+
+fn canonical(path: &Path) -> anyhow::Result<PathBuf> {
+    path.canonicalize()
+        .with_context(|| format!("lazyfs: {}", path.display()))
+}
+
+/// Unmounts `mountpoint`: at once when nothing uses it, lazily when something does; through
+/// `fusermount3` when not allowed to `umount` (not root).
+fn detach(mountpoint: &Path) -> io::Result<()> {
+    use rustix::io::Errno;
+    use rustix::mount::{unmount, UnmountFlags};
+    match unmount(mountpoint, UnmountFlags::empty()) {
+        Ok(()) => Ok(()),
+        Err(Errno::BUSY) => Ok(unmount(mountpoint, UnmountFlags::DETACH)?),
+        Err(Errno::PERM) => fusermount_unmount(mountpoint),
+        // Someone unmounted it already.
+        Err(Errno::INVAL) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn fusermount_unmount(mountpoint: &Path) -> io::Result<()> {
+    let out = Command::new("fusermount3")
+        .args(["-u", "-z", "--"])
+        .arg(mountpoint)
+        .output()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "fusermount3 -u -z: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
