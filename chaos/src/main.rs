@@ -42,9 +42,13 @@ enum Command {
         /// Client threads.
         #[arg(long, default_value_t = 4)]
         clients: usize,
-        /// tarq nodes in the replica set.
+        /// tarq nodes a replica set.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// Replica sets: more than one makes a sharded cluster whose tube has two partitions a
+        /// set, moved between the sets while the faults run.
+        #[arg(long, default_value_t = 1)]
+        sets: usize,
         /// The ttr of every put, in seconds.
         #[arg(long, default_value_t = 30)]
         ttr: u64,
@@ -97,6 +101,7 @@ fn main() -> Result<ExitCode> {
             seed,
             clients,
             nodes,
+            sets,
             ttr,
             out,
             tarq_args,
@@ -124,6 +129,7 @@ fn main() -> Result<ExitCode> {
                 faults: faults(&nemesis)?,
                 clients,
                 nodes,
+                sets: sets.clamp(1, 26),
                 ttr_secs: ttr,
                 tarq_args,
                 out: out.clone(),

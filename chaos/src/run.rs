@@ -49,7 +49,11 @@ pub struct Options {
     pub time: Duration,
     pub faults: Vec<Fault>,
     pub clients: usize,
+    /// Nodes a replica set.
     pub nodes: usize,
+    /// Replica sets: 1 is a plain cluster; more make a sharded one, whose tube has two
+    /// partitions a set and whose partitions are moved between sets while the faults run.
+    pub sets: usize,
     /// The ttr clients' puts ask for.
     pub ttr_secs: u64,
     /// Flags every tarq node gets besides its address, etcd and name.
@@ -86,8 +90,21 @@ fn role_of(node: &Node, ctl: &Host) -> Option<(String, u64)> {
     ctl.in_thread(|| ask_role(addr)).ok().flatten()
 }
 
+/// Node `i`'s name: `n1`.. in a plain cluster, `a1`.., `b1`.. by replica set when sharded.
+fn node_name(opts: &Options, i: usize) -> String {
+    if opts.sets > 1 {
+        let set = char::from(b'a' + (i / opts.nodes) as u8);
+        format!("{set}{}", i % opts.nodes + 1)
+    } else {
+        format!("n{}", i + 1)
+    }
+}
+
 struct World {
     nodes: Vec<Node>,
+    /// Each node's replica set (an index into `set_names`).
+    set_of: Vec<usize>,
+    set_names: Vec<String>,
     etcd: Etcd,
     node_hosts: Vec<Host>,
     etcd_hosts: Vec<Host>,
@@ -119,8 +136,8 @@ impl World {
         let etcd_hosts: Vec<Host> = (1..=3)
             .map(|i| net.add_host(&format!("e{i}")))
             .collect::<Result<_>>()?;
-        let node_hosts: Vec<Host> = (1..=opts.nodes)
-            .map(|i| net.add_host(&format!("n{i}")))
+        let node_hosts: Vec<Host> = (0..opts.nodes * opts.sets)
+            .map(|i| net.add_host(&node_name(opts, i)))
             .collect::<Result<_>>()?;
         let clients = net.add_host("clients")?;
         let ctl = net.add_host("ctl")?;
@@ -128,15 +145,24 @@ impl World {
         let etcd = Etcd::start(&etcd_bin()?, &etcd_refs, &opts.out.join("etcd"))?;
         let tarq = tarq_bin()?;
         let mut nodes = Vec::new();
+        let set_of: Vec<usize> = (0..node_hosts.len()).map(|i| i / opts.nodes).collect();
+        let set_names: Vec<String> = (0..opts.sets)
+            .map(|s| char::from(b'a' + s as u8).to_string())
+            .collect();
         for (i, host) in node_hosts.iter().enumerate() {
-            let name = format!("n{}", i + 1);
+            let name = node_name(opts, i);
             let dir = opts.out.join(&name);
-            let cfg =
+            let mut cfg =
                 NodeConfig::new(&name, "chaos", &etcd.client_urls(), &dir).args(&opts.tarq_args);
+            if opts.sets > 1 {
+                cfg = cfg.args(&["--replica-set", &set_names[set_of[i]]]);
+            }
             nodes.push(Node::start(&tarq, host, cfg)?);
         }
         Ok(World {
             nodes,
+            set_of,
+            set_names,
             etcd,
             node_hosts,
             etcd_hosts,
@@ -148,9 +174,10 @@ impl World {
         })
     }
 
-    /// The node that says it leads with the highest term, if any does.
-    fn primary(&self) -> Option<usize> {
+    /// The node of replica set `set` that says it leads with the highest term, if any does.
+    fn primary(&self, set: usize) -> Option<usize> {
         (0..self.nodes.len())
+            .filter(|&i| self.set_of[i] == set)
             .filter_map(|i| {
                 let (role, term) = role_of(&self.nodes[i], &self.ctl)?;
                 (role == "leader").then_some((term, i))
@@ -159,11 +186,14 @@ impl World {
             .map(|(_, i)| i)
     }
 
-    fn wait_primary(&self, limit: Duration) -> Result<usize> {
+    /// Waits until every replica set has a primary; returns the first set's.
+    fn wait_primaries(&self, limit: Duration) -> Result<usize> {
         let deadline = Instant::now() + limit;
         loop {
-            if let Some(p) = self.primary() {
-                return Ok(p);
+            let primaries: Option<Vec<usize>> =
+                (0..self.set_names.len()).map(|s| self.primary(s)).collect();
+            if let Some(p) = primaries {
+                return Ok(p[0]);
             }
             if Instant::now() > deadline {
                 let logs: Vec<String> = self
@@ -172,7 +202,7 @@ impl World {
                     .map(|n| format!("--- {}\n{}", n.name(), n.log_tail(15)))
                     .collect();
                 bail!(
-                    "no primary within {limit:?}; the nodes' logs:\n{}",
+                    "not every replica set had a primary within {limit:?}; the nodes' logs:\n{}",
                     logs.join("\n")
                 );
             }
@@ -190,8 +220,11 @@ impl World {
         })?
     }
 
+    /// The other members of `p`'s replica set.
     fn others(&self, p: usize) -> Vec<usize> {
-        (0..self.nodes.len()).filter(|&i| i != p).collect()
+        (0..self.nodes.len())
+            .filter(|&i| i != p && self.set_of[i] == self.set_of[p])
+            .collect()
     }
 
     /// Every host but `ctl` and those of `except`.
@@ -206,9 +239,13 @@ impl World {
 
     /// Applies `fault`, holding it `hold`; returns what to undo and what it hit.
     fn apply(&mut self, fault: Fault, hold: Duration) -> Result<(Undo, serde_json::Value)> {
+        let set = self.rng.usize(0..self.set_names.len());
+        let members: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.set_of[i] == set)
+            .collect();
         let p = self
-            .primary()
-            .unwrap_or_else(|| self.rng.usize(0..self.nodes.len()));
+            .primary(set)
+            .unwrap_or_else(|| members[self.rng.usize(0..members.len())]);
         let ph = self.node_hosts[p].clone();
         let name = |w: &World, i: usize| w.nodes[i].name().to_owned();
         let target = serde_json::json!({"name": fault.name(), "primary": name(self, p)});
@@ -323,29 +360,33 @@ impl World {
     fn targets(&self) -> Vec<Target> {
         self.nodes
             .iter()
-            .map(|n| Target {
+            .enumerate()
+            .map(|(i, n)| Target {
                 name: n.name().to_owned(),
                 addr: n.addr(),
+                set: self.set_names[self.set_of[i]].clone(),
             })
             .collect()
     }
 }
 
-/// Records every new leadership term the harness sees among `nodes`, until `stop`.
+/// Records every new leadership term of each replica set the harness sees among `nodes`,
+/// until `stop`.
 fn watch_leaders(nodes: &[Target], ctl: &Host, rec: &Recorder, stop: &AtomicBool) {
     ctl.enter_current_thread()
         .expect("enter the harness's namespace");
-    let mut last_term = 0;
+    let mut last_term: std::collections::HashMap<&str, u64> = Default::default();
     while !stop.load(Ordering::Relaxed) {
         for node in nodes {
             let Some((role, term)) = ask_role(node.addr) else {
                 continue;
             };
-            if role == "leader" && term > last_term {
-                last_term = term;
+            let last = last_term.entry(node.set.as_str()).or_default();
+            if role == "leader" && term > *last {
+                *last = term;
                 let mut e = rec.event(HARNESS, Kind::Ok, F::Leader);
                 e.node = Some(node.name.clone());
-                e.value = Some(serde_json::json!({ "term": term }));
+                e.value = Some(serde_json::json!({ "term": term, "set": node.set }));
                 rec.record(&e);
             }
         }
@@ -368,8 +409,8 @@ pub fn run(opts: &Options) -> Result<Report> {
     let history_path = opts.out.join("history.jsonl");
     let rec = Arc::new(Recorder::create(&history_path, Instant::now())?);
     let mut world = World::build(opts, Arc::clone(&rec))?;
-    let p = world.wait_primary(RECOVERY_LIMIT)?;
-    create_tube(&world, p)?;
+    let p = world.wait_primaries(RECOVERY_LIMIT)?;
+    create_tube(&world, p, opts)?;
 
     let steps = schedule(opts.seed, &opts.faults, opts.time);
     let stop = Arc::new(AtomicBool::new(false));
@@ -383,6 +424,16 @@ pub fn run(opts: &Options) -> Result<Report> {
         );
         std::thread::spawn(move || watch_leaders(&nodes, &ctl, &rec, &stop))
     };
+    let mover = (opts.sets > 1).then(|| {
+        let (nodes, ctl, rec, stop) = (
+            world.targets(),
+            world.ctl.clone(),
+            Arc::clone(&rec),
+            Arc::clone(&stop),
+        );
+        let (seed, partitions) = (opts.seed, partitions(opts));
+        std::thread::spawn(move || move_partitions(&nodes, &ctl, &rec, &stop, seed, partitions))
+    });
     let faulted = run_schedule(&mut world, &steps);
     stop.store(true, Ordering::Relaxed);
     for c in clients {
@@ -392,9 +443,14 @@ pub fn run(opts: &Options) -> Result<Report> {
     watcher
         .join()
         .map_err(|_| anyhow::anyhow!("the leader watcher panicked"))?;
+    if let Some(mover) = mover {
+        mover
+            .join()
+            .map_err(|_| anyhow::anyhow!("the mover panicked"))?;
+    }
     faulted?;
 
-    let p = world.wait_primary(RECOVERY_LIMIT)?;
+    let p = world.wait_primaries(RECOVERY_LIMIT)?;
     drain(&world, p, opts.clients as u64)?;
     record_stats(&world)?;
     rec.flush()?;
@@ -429,13 +485,86 @@ fn run_schedule(world: &mut World, steps: &[Step]) -> Result<()> {
     Ok(())
 }
 
-fn create_tube(world: &World, p: usize) -> Result<()> {
+/// The tube's partitions: two a replica set when sharded.
+fn partitions(opts: &Options) -> u16 {
+    if opts.sets > 1 {
+        2 * opts.sets as u16
+    } else {
+        1
+    }
+}
+
+/// Creates the tube through `p` and waits until every node serves it.
+fn create_tube(world: &World, p: usize, opts: &Options) -> Result<()> {
+    let mut args = vec![Value::from(TUBE), Value::from("fifottl")];
+    if opts.sets > 1 {
+        let n = partitions(opts);
+        args.push(Value::Map(vec![(
+            Value::from("partitions"),
+            Value::from(n),
+        )]));
+    }
     world.ask(p, |c| {
-        let args = pack_args(&[Value::from(TUBE), Value::from("fifottl")]);
-        c.call("queue.create_tube", &args, None)
+        c.call("queue.create_tube", &pack_args(&args), None)
             .context("queue.create_tube")?;
         Ok(())
-    })
+    })?;
+    let deadline = Instant::now() + RECOVERY_LIMIT;
+    for i in 0..world.nodes.len() {
+        while world.ask(i, tasks_of).is_err() {
+            if Instant::now() > deadline {
+                bail!("node {} does not serve tube {TUBE}", world.nodes[i].name());
+            }
+            std::thread::sleep(WATCH_EVERY);
+        }
+    }
+    Ok(())
+}
+
+/// Moves a random partition to a random other set every few seconds, until `stop`: asked of
+/// every node in turn, since only the owner's primary takes it. Each move is a fault in the
+/// history (`move`) with its outcome; a refused or failed move is part of the test too.
+fn move_partitions(
+    nodes: &[Target],
+    ctl: &Host,
+    rec: &Recorder,
+    stop: &AtomicBool,
+    seed: u64,
+    partitions: u16,
+) {
+    ctl.enter_current_thread()
+        .expect("enter the harness's namespace");
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x6d6f_7665);
+    let mut sets: Vec<&str> = nodes.iter().map(|n| n.set.as_str()).collect();
+    sets.dedup();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(rng.u64(2_000..6_000)));
+        let partition = rng.u16(0..partitions);
+        let to = sets[rng.usize(0..sets.len())];
+        let mut e = rec.event(HARNESS, Kind::Invoke, F::Nemesis);
+        e.value = Some(serde_json::json!({ "name": "move" }));
+        rec.record(&e);
+        let args = pack_args(&[Value::from(TUBE), Value::from(partition), Value::from(to)]);
+        let mut outcome = String::from("no node answered");
+        for node in nodes {
+            let Ok(mut c) = Client::connect_addr(node.addr, ASK_TIMEOUT) else {
+                continue;
+            };
+            match c.call("tarq.move", &args, Some(Duration::from_secs(30))) {
+                Ok(_) => {
+                    outcome = format!("moved by {}", node.name);
+                    break;
+                }
+                Err(e) => outcome = format!("{}: {e}", node.name),
+            }
+        }
+        let mut e = rec.event(HARNESS, Kind::Ok, F::Nemesis);
+        e.value = Some(serde_json::json!({
+            "name": "move", "partition": partition, "to": to, "outcome": outcome,
+            "frees_holds": false,
+        }));
+        rec.record(&e);
+    }
 }
 
 fn start_clients(
@@ -534,13 +663,15 @@ fn tube_is_empty(c: &mut Client) -> Result<bool> {
 fn record_stats(world: &World) -> Result<()> {
     let deadline = Instant::now() + AGREE_LIMIT;
     loop {
+        // The tube's figures (the whole tube's, on a sharded node), keyed by the tube.
         let all: Vec<serde_json::Value> = (0..world.nodes.len())
             .map(|i| {
                 world.ask(i, |c| {
                     let v = c
-                        .call("queue.statistics", &pack_args(&[]), None)
+                        .call("queue.statistics", &pack_args(&[Value::from(TUBE)]), None)
                         .context("queue.statistics")?;
-                    Ok(v.first().map(json_of).unwrap_or_default())
+                    let stats = v.first().map(json_of).unwrap_or_default();
+                    Ok(serde_json::json!({ TUBE: stats }))
                 })
             })
             .collect::<Result<_>>()?;

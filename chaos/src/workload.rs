@@ -85,6 +85,8 @@ impl Recorder {
 pub struct Target {
     pub name: String,
     pub addr: SocketAddr,
+    /// Its replica set.
+    pub set: String,
 }
 
 /// One client thread's settings.

@@ -42,6 +42,7 @@ fn a_fixed_seed_schedule_of_every_fault_loses_nothing_acknowledged() {
         faults: Fault::ALL.to_vec(),
         clients: 4,
         nodes: 3,
+        sets: 1,
         ttr_secs: 30,
         tarq_args: [
             "--sync-replicas",
