@@ -105,7 +105,14 @@ pub struct Proc {
 }
 
 impl Proc {
-    fn new(what: String, host: &Host, program: &Path, args: Vec<OsString>, log: PathBuf) -> Proc {
+    /// `program` with `args` on `host`, not started yet; `what` names it in messages.
+    pub fn new(
+        what: String,
+        host: &Host,
+        program: &Path,
+        args: Vec<OsString>,
+        log: PathBuf,
+    ) -> Proc {
         Proc {
             what,
             host: host.clone(),
@@ -118,7 +125,7 @@ impl Proc {
     }
 
     /// Starts it (again); a run still going is killed first.
-    fn spawn(&mut self) -> Result<()> {
+    pub fn start(&mut self) -> Result<()> {
         self.kill()?;
         self.starts += 1;
         let mut log = OpenOptions::new()
@@ -150,16 +157,18 @@ impl Proc {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
-        // SIGKILL ends a stopped (paused) process too: no SIGCONT needed first.
-        let killed = child.kill();
+        // SIGKILL ends a stopped (paused) process too: no SIGCONT needed first. A child that
+        // already exited is fine (older std says InvalidInput): the wait below reaps it.
+        if let Err(e) = child.kill() {
+            if e.kind() != std::io::ErrorKind::InvalidInput {
+                let what = format!("cannot kill {} (pid {})", self.what, child.id());
+                self.child = Some(child);
+                return Err(e).context(what);
+            }
+        }
         child
             .wait()
             .with_context(|| format!("cannot reap {}", self.what))?;
-        // "Already exited" is fine: it is dead either way, and now reaped.
-        killed.or_else(|e| match e.kind() {
-            std::io::ErrorKind::InvalidInput => Ok(()),
-            _ => Err(e),
-        })?;
         Ok(())
     }
 
@@ -344,7 +353,7 @@ impl Etcd {
         }
         // All started before any is waited for: none is healthy before a quorum runs.
         for m in &mut etcd.members {
-            m.proc.spawn()?;
+            m.proc.start()?;
         }
         for m in &mut etcd.members {
             m.wait_healthy()?;
@@ -425,7 +434,7 @@ impl EtcdMember {
     /// waits until its client port accepts connections. Not until it is healthy: that takes
     /// a quorum, which a fault may be keeping from it ([`EtcdMember::wait_healthy`] waits).
     pub fn restart(&mut self) -> Result<()> {
-        self.proc.spawn()?;
+        self.proc.start()?;
         let addr = self.host().sockaddr(Etcd::CLIENT_PORT);
         self.proc
             .wait("accept connections", START_TIMEOUT, || accepts(addr))
@@ -596,7 +605,7 @@ impl Node {
     /// Starts it again on the same data directory (killing it first if it still runs) and
     /// waits until it answers.
     pub fn restart(&mut self) -> Result<()> {
-        self.proc.spawn()?;
+        self.proc.start()?;
         self.wait_ready()
     }
 

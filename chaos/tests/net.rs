@@ -11,6 +11,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -347,6 +348,10 @@ fn clean_stale_removes_a_dead_runs_namespaces_and_leaves_live_ones() {
         .args(["netns", "exec", &stale_host, "sleep", "600"])
         .spawn()
         .unwrap();
+    // In it before the cleaning starts: one still on its way in would be missed, and sleep on.
+    wait_until("sleep to be inside the stale namespace", || {
+        pids_in(&stale_host).contains(&sleeper.id())
+    });
 
     let removed = Net::clean_stale().unwrap();
 
@@ -358,11 +363,7 @@ fn clean_stale_removes_a_dead_runs_namespaces_and_leaves_live_ones() {
         exists(net.switch_ns()) && exists(mine.ns()),
         "this run's own were removed"
     );
-    let status = sleeper.wait().unwrap();
-    assert!(
-        !status.success(),
-        "the process in a stale namespace was killed"
-    );
+    assert_killed(&mut sleeper, "the process in the stale namespace");
 }
 
 #[test]
@@ -372,12 +373,49 @@ fn dropping_a_net_removes_its_namespaces_and_what_runs_in_them() {
     };
     let host = net.add_host("n1").unwrap();
     let mut sleeper = host.command("sleep").arg("600").spawn().unwrap();
+    wait_until("sleep to be inside the host", || {
+        pids_in(host.ns()).contains(&sleeper.id())
+    });
     let names = [net.switch_ns().to_owned(), host.ns().to_owned()];
     drop(net);
     for ns in &names {
         assert!(!exists(ns), "{ns} outlived its Net");
     }
-    assert!(!sleeper.wait().unwrap().success(), "sleep was killed");
+    assert_killed(&mut sleeper, "sleep in the dropped Net");
+}
+
+/// The pids `ip netns pids` lists in `ns` (none when it cannot).
+fn pids_in(ns: &str) -> Vec<u32> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// `child` was killed by a signal: polled until it has exited, killed (and the test failed)
+/// when it has not within [`WAIT`].
+fn assert_killed(child: &mut std::process::Child, what: &str) {
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} was not killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "{what} ended with {status}"
+    );
 }
 
 #[test]
@@ -412,17 +450,22 @@ fn role(node: &Node, from: &Host) -> Option<String> {
 }
 
 fn wait_leader(node: &Node, from: &Host) {
+    wait_role(node, from, "lead", |role| role == Some("leader"));
+}
+
+/// Waits until `node`'s role, as `from` gets it, passes `want` (`None`: no answer).
+fn wait_role(node: &Node, from: &Host, what: &str, want: impl Fn(Option<&str>) -> bool) {
     let mut last = None;
     let deadline = Instant::now() + WAIT;
     while Instant::now() < deadline {
         last = role(node, from);
-        if last.as_deref() == Some("leader") {
+        if want(last.as_deref()) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!(
-        "{} never led (last role {last:?}); its log:\n{}",
+        "{} never came to {what} (last role {last:?}); its log:\n{}",
         node.name(),
         node.log_tail(40)
     );
@@ -474,6 +517,15 @@ fn etcd_and_a_tarq_node_start_in_hosts_lead_and_survive_kill_and_pause() {
     assert!(node.connect(client, Duration::from_millis(300)).is_err());
     node.resume().unwrap();
     node.wait_ready().unwrap();
+
+    // Cut from etcd alone (the client still reaches it), it stops leading once its lease
+    // runs out; healed, it leads again.
+    net.partition(&[vec![n1], vec![e0]]).unwrap();
+    wait_role(&node, client, "stop leading", |role| {
+        role == Some("replica")
+    });
+    net.heal().unwrap();
+    wait_leader(&node, client);
 
     // The etcd member too: killed and restarted on its data, it is healthy again.
     let member = etcd.member_mut(0);
