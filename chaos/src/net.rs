@@ -11,8 +11,9 @@
 //! the packets themselves, of new and established connections alike, and the processes cannot
 //! tell a dropped packet from a lost one: they see exactly what a real partition shows them,
 //! retransmissions, timeouts and elections. Each drop is made by the receiving host, at its
-//! `input` hook (`ip saddr PEER drop`): a drop at the sender's `output` hook is reported to the
-//! sending socket (EPERM), which a lost packet never is.
+//! `input` hook (`ip saddr PEER drop`), so both directions are cut and the packet has left its
+//! sender as a lost one would have: a drop at the sender's `output` hook is a local error
+//! instead (a UDP send fails with EPERM, TCP retries on another timer than for a loss).
 //!
 //! Namespace names are `tqc-<pid>-<run>` (the switch) and `tqc-<pid>-<run>-<host>`: the pid
 //! says whose they are, so [`Net::clean_stale`] can remove what a run that died left behind,
@@ -205,7 +206,7 @@ impl Net {
             for other in &groups[i + 1..] {
                 for a in group {
                     for b in other {
-                        drops.push(Drop::both(a, b, 100));
+                        drops.push(Rule::both(a, b, 100));
                     }
                 }
             }
@@ -220,7 +221,7 @@ impl Net {
         if a == b {
             bail!("cannot cut {} from itself", a.name);
         }
-        self.apply(Drop::both(a, b, 100))
+        self.apply(Rule::both(a, b, 100))
     }
 
     /// Each packet between `host` and each of `peers`, either way, is dropped with probability
@@ -231,7 +232,7 @@ impl Net {
         }
         self.check_hosts(&[host])?;
         self.check_hosts(peers)?;
-        let drops = peers.iter().flat_map(|p| Drop::both(host, p, percent));
+        let drops = peers.iter().flat_map(|p| Rule::both(host, p, percent));
         self.apply(drops)
     }
 
@@ -244,13 +245,13 @@ impl Net {
     }
 
     /// Installs `drops`, one `nft -f` batch per receiving host (each batch is atomic).
-    fn apply(&self, drops: impl IntoIterator<Item = Drop>) -> Result<()> {
+    fn apply(&self, drops: impl IntoIterator<Item = Rule>) -> Result<()> {
         let mut by_host: BTreeMap<String, (Host, String)> = BTreeMap::new();
         for d in drops {
             let entry = by_host
                 .entry(d.at.ns.clone())
                 .or_insert_with(|| (d.at.clone(), String::new()));
-            entry.1.push_str(&d.rule());
+            entry.1.push_str(&d.nft_line());
         }
         for (host, script) in by_host.values() {
             nft(host, script)?;
@@ -306,7 +307,7 @@ impl Net {
     }
 }
 
-impl std::ops::Drop for Net {
+impl Drop for Net {
     fn drop(&mut self) {
         // Hosts first: their veth ends go with them, then the switch holds nothing.
         let hosts = std::mem::take(&mut *self.lock_hosts());
@@ -320,16 +321,16 @@ impl std::ops::Drop for Net {
 }
 
 /// One drop rule: packets from `from` arriving at `at`, with probability `percent`/100.
-struct Drop {
+struct Rule {
     at: Host,
     from: Ipv4Addr,
     percent: u8,
 }
 
-impl Drop {
+impl Rule {
     /// The two rules that stop traffic between `a` and `b` both ways.
-    fn both(a: &Host, b: &Host, percent: u8) -> [Drop; 2] {
-        let one = |at: &Host, from: &Host| Drop {
+    fn both(a: &Host, b: &Host, percent: u8) -> [Rule; 2] {
+        let one = |at: &Host, from: &Host| Rule {
             at: at.clone(),
             from: from.addr,
             percent,
@@ -338,7 +339,7 @@ impl Drop {
     }
 
     /// The rule as a line of an `nft -f` script.
-    fn rule(&self) -> String {
+    fn nft_line(&self) -> String {
         // No connection tracking state is matched: established connections lose their
         // packets as new ones do.
         let chance = if self.percent >= 100 {
@@ -530,16 +531,16 @@ mod tests {
             ns: format!("tqc-1-r-{name}"),
             addr: Ipv4Addr::new(10, 77, 0, last),
         };
-        let [ab, ba] = Drop::both(&h("a", 1), &h("b", 2), 100);
+        let [ab, ba] = Rule::both(&h("a", 1), &h("b", 2), 100);
         assert_eq!(ab.at.name, "a");
         assert_eq!(
-            ab.rule(),
+            ab.nft_line(),
             "add rule inet chaos input ip saddr 10.77.0.2 drop\n"
         );
         assert_eq!(ba.at.name, "b");
-        let [lossy, _] = Drop::both(&h("a", 1), &h("b", 2), 30);
+        let [lossy, _] = Rule::both(&h("a", 1), &h("b", 2), 30);
         assert_eq!(
-            lossy.rule(),
+            lossy.nft_line(),
             "add rule inet chaos input ip saddr 10.77.0.2 numgen random mod 100 < 30 drop\n"
         );
     }
