@@ -16,7 +16,7 @@ use std::fmt;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::history::{Event, Kind, F, HARNESS};
+use crate::history::{Event, Kind, Protocol, F, HARNESS};
 
 /// How many examples a failed check keeps; the count covers all of them.
 pub const MAX_EXAMPLES: usize = 20;
@@ -257,6 +257,13 @@ impl<'a> Op<'a> {
     }
     fn id(&self) -> Option<u64> {
         self.pick(|e| e.id)
+    }
+    fn protocol(&self) -> Option<Protocol> {
+        self.pick(|e| e.protocol)
+    }
+    /// The task this operation names, if it names one by id.
+    fn task_key(&self) -> Option<TaskKey<'a>> {
+        Some((self.tube().unwrap_or(""), self.protocol(), self.id()?))
     }
     fn session(&self) -> Option<u64> {
         self.pick(|e| e.session)
@@ -582,7 +589,10 @@ struct Delivery<'a> {
 }
 
 /// A task as the client names it: its tube (`""` when the operation named none) and id.
-type TaskKey<'a> = (&'a str, u64);
+/// A task as an operation names it: (tube, port, id). Each port numbers tasks its own way (a
+/// beanstalk job id is not the tube API's id of the same task), so ids are compared within a
+/// port only; across ports the payload names the task.
+type TaskKey<'a> = (&'a str, Option<Protocol>, u64);
 
 struct Index<'a> {
     /// Payload -> its (first) put.
@@ -644,10 +654,8 @@ impl<'a> Index<'a> {
         if let Some(p) = op.payload() {
             self.puts.entry(p).or_insert(op);
         }
-        if let (Some(Kind::Ok), Some(id)) = (op.outcome(), op.id()) {
-            self.put_ids
-                .entry((op.tube().unwrap_or(""), id))
-                .or_insert(op);
+        if let (Some(Kind::Ok), Some(key)) = (op.outcome(), op.task_key()) {
+            self.put_ids.entry(key).or_insert(op);
         }
     }
 
@@ -661,8 +669,9 @@ impl<'a> Index<'a> {
         if let Some(p) = op.payload() {
             return Some(p);
         }
-        let key = (op.tube().unwrap_or(""), op.id()?);
-        self.put_ids.get(&key).and_then(|put| put.payload())
+        self.put_ids
+            .get(&op.task_key()?)
+            .and_then(|put| put.payload())
     }
 }
 
@@ -766,8 +775,10 @@ fn check_ids_unique(h: &History<'_>, ix: &Index<'_>) -> Check {
          the payload put ok under it",
     );
     for put in h.ops.iter().filter(|o| o.is(F::Put, Kind::Ok)) {
-        let Some(id) = put.id() else { continue };
-        let first = ix.put_ids[&(put.tube().unwrap_or(""), id)];
+        let (Some(id), Some(key)) = (put.id(), put.task_key()) else {
+            continue;
+        };
+        let first = ix.put_ids[&key];
         if first.payload() != put.payload() {
             v.violation(|| Example {
                 tube: put.tube().map(str::to_owned),
@@ -783,9 +794,11 @@ fn check_ids_unique(h: &History<'_>, ix: &Index<'_>) -> Check {
     }
     let mut takes = 0;
     for d in ix.deliveries.values().flatten() {
-        let Some(id) = d.op.id() else { continue };
+        let (Some(id), Some(key)) = (d.op.id(), d.op.task_key()) else {
+            continue;
+        };
         takes += 1;
-        let Some(put) = ix.put_ids.get(&(d.op.tube().unwrap_or(""), id)) else {
+        let Some(put) = ix.put_ids.get(&key) else {
             continue;
         };
         if put.payload() != Some(d.payload) {

@@ -55,7 +55,7 @@ pub enum F {
 }
 
 /// Which port a client used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Iproto,
@@ -85,7 +85,8 @@ pub struct Event {
     /// The task: what a put's ok returned, a take's ok delivered, or what ack/release/bury name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<u64>,
-    /// A put's payload (unique in the run), or what a take delivered.
+    /// A put's payload (unique in the run), what a take delivered, or the payload of the task
+    /// an ack, release or bury names (the client knows what it holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<String>,
     /// The utube key of a put, or of the task a take delivered.

@@ -9,6 +9,7 @@
 //! `run` (one run, start to verdict), `history` (what was done and what came back, as JSON
 //! lines), `checker` (the verdict over a history), `timeline` (the picture of a run).
 
+pub mod beanstalk;
 pub mod checker;
 pub mod history;
 pub mod lazyfs;

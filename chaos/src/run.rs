@@ -21,15 +21,23 @@ use rmpv::Value;
 use tarq_client::{pack_args, Client};
 
 use crate::checker::{self, Report};
-use crate::history::{self, Kind, F, HARNESS};
+use crate::history::{self, Kind, Protocol, F, HARNESS};
 use crate::nemesis::{schedule, Fault, Step};
 use crate::net::{Host, Net};
 use crate::procs::{etcd_bin, tarq_bin, Etcd, Node, NodeConfig};
 use crate::timeline;
 use crate::workload::{self, json_of, task_of, ClientSpec, Recorder, Target};
 
-/// The tube every client uses.
+/// The tube the IPROTO and beanstalk clients share (`fifottl`).
 const TUBE: &str = "jobs";
+/// The tube of keyed puts (`utubettl`): one task of a key at a time, in put order.
+const KEYED: &str = "keyed";
+/// Both tubes with their types.
+const TUBES: [(&str, &str); 2] = [(TUBE, "fifottl"), (KEYED, "utubettl")];
+/// utube keys the keyed clients spread their puts over.
+const KEYS: u32 = 4;
+/// Every node's beanstalk port.
+const BEANSTALK_PORT: u16 = 11300;
 /// How long a question to a node may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the harness asks who leads.
@@ -157,6 +165,8 @@ impl World {
             if opts.sets > 1 {
                 cfg = cfg.args(&["--replica-set", &set_names[set_of[i]]]);
             }
+            let beanstalk = host.sockaddr(BEANSTALK_PORT).to_string();
+            cfg = cfg.args(&["--beanstalk-listen", &beanstalk]);
             nodes.push(Node::start(&tarq, host, cfg)?);
         }
         Ok(World {
@@ -365,6 +375,7 @@ impl World {
                 name: n.name().to_owned(),
                 addr: n.addr(),
                 set: self.set_names[self.set_of[i]].clone(),
+                beanstalk: Some(self.node_hosts[i].sockaddr(BEANSTALK_PORT)),
             })
             .collect()
     }
@@ -410,7 +421,7 @@ pub fn run(opts: &Options) -> Result<Report> {
     let rec = Arc::new(Recorder::create(&history_path, Instant::now())?);
     let mut world = World::build(opts, Arc::clone(&rec))?;
     let p = world.wait_primaries(RECOVERY_LIMIT)?;
-    create_tube(&world, p, opts)?;
+    create_tubes(&world, p, opts)?;
 
     let steps = schedule(opts.seed, &opts.faults, opts.time);
     let stop = Arc::new(AtomicBool::new(false));
@@ -451,7 +462,9 @@ pub fn run(opts: &Options) -> Result<Report> {
     faulted?;
 
     let p = world.wait_primaries(RECOVERY_LIMIT)?;
-    drain(&world, p, opts.clients as u64)?;
+    for (k, (tube, _)) in TUBES.into_iter().enumerate() {
+        drain(&world, p, (opts.clients + k) as u64, tube)?;
+    }
     record_stats(&world)?;
     rec.flush()?;
 
@@ -494,28 +507,32 @@ fn partitions(opts: &Options) -> u16 {
     }
 }
 
-/// Creates the tube through `p` and waits until every node serves it.
-fn create_tube(world: &World, p: usize, opts: &Options) -> Result<()> {
-    let mut args = vec![Value::from(TUBE), Value::from("fifottl")];
-    if opts.sets > 1 {
-        let n = partitions(opts);
-        args.push(Value::Map(vec![(
-            Value::from("partitions"),
-            Value::from(n),
-        )]));
+/// Creates the tubes through `p` and waits until every node serves them.
+fn create_tubes(world: &World, p: usize, opts: &Options) -> Result<()> {
+    for (tube, kind) in TUBES {
+        let mut args = vec![Value::from(tube), Value::from(kind)];
+        if opts.sets > 1 {
+            let n = partitions(opts);
+            args.push(Value::Map(vec![(
+                Value::from("partitions"),
+                Value::from(n),
+            )]));
+        }
+        world.ask(p, |c| {
+            c.call("queue.create_tube", &pack_args(&args), None)
+                .with_context(|| format!("queue.create_tube {tube}"))?;
+            Ok(())
+        })?;
     }
-    world.ask(p, |c| {
-        c.call("queue.create_tube", &pack_args(&args), None)
-            .context("queue.create_tube")?;
-        Ok(())
-    })?;
     let deadline = Instant::now() + RECOVERY_LIMIT;
     for i in 0..world.nodes.len() {
-        while world.ask(i, tasks_of).is_err() {
-            if Instant::now() > deadline {
-                bail!("node {} does not serve tube {TUBE}", world.nodes[i].name());
+        for (tube, _) in TUBES {
+            while world.ask(i, |c| tasks_of(c, tube)).is_err() {
+                if Instant::now() > deadline {
+                    bail!("node {} does not serve tube {tube}", world.nodes[i].name());
+                }
+                std::thread::sleep(WATCH_EVERY);
             }
-            std::thread::sleep(WATCH_EVERY);
         }
     }
     Ok(())
@@ -574,33 +591,41 @@ fn start_clients(
 ) -> Result<Vec<JoinHandle<()>>> {
     (0..opts.clients)
         .map(|i| {
+            // Of every four clients: two on the tube API, one with utube keys, one on beanstalk.
+            let (tube, keys, protocol) = match i % 4 {
+                2 => (KEYED, KEYS, Protocol::Iproto),
+                3 => (TUBE, 0, Protocol::Beanstalk),
+                _ => (TUBE, 0, Protocol::Iproto),
+            };
             let spec = ClientSpec {
                 process: i as u64,
-                tube: TUBE.to_owned(),
+                tube: tube.to_owned(),
                 targets: world.targets(),
                 host: world.clients.clone(),
                 seed: opts.seed.wrapping_add(i as u64 + 1),
                 ttr_secs: opts.ttr_secs,
-                keys: 0,
+                keys,
+                protocol,
             };
             workload::spawn(spec, Arc::clone(&world.rec), Arc::clone(stop))
         })
         .collect()
 }
 
-/// Takes and acks everything left, through the primary, recorded as process `process`; done
-/// when the tube holds no task at all (ready, taken, delayed or buried).
-fn drain(world: &World, p: usize, process: u64) -> Result<()> {
+/// Takes and acks everything left in `tube`, through node `p`, recorded as process
+/// `process`; done when the tube holds no task at all (ready, taken, delayed or buried).
+fn drain(world: &World, p: usize, process: u64, tube: &'static str) -> Result<()> {
     let rec = Arc::clone(&world.rec);
     let session = rec.next_session();
     let node = world.nodes[p].name().to_owned();
     world.ask(p, move |c| {
         let deadline = Instant::now() + DRAIN_LIMIT;
-        let take = format!("queue.tube.{TUBE}:take");
-        let ack = format!("queue.tube.{TUBE}:ack");
+        let take = format!("queue.tube.{tube}:take");
+        let ack = format!("queue.tube.{tube}:ack");
         loop {
             let mut e = rec.event(process, Kind::Invoke, F::Take);
-            (e.node, e.session, e.tube) = (Some(node.clone()), Some(session), Some(TUBE.into()));
+            (e.node, e.session, e.tube) = (Some(node.clone()), Some(session), Some(tube.into()));
+            e.protocol = Some(Protocol::Iproto);
             rec.record(&e);
             let got = c
                 .call(
@@ -617,14 +642,15 @@ fn drain(world: &World, p: usize, process: u64) -> Result<()> {
             }
             rec.record(&e);
             match task {
-                Some((id, _)) => {
+                Some((id, payload)) => {
                     let mut a = rec.event(process, Kind::Invoke, F::Ack);
                     (a.node, a.session, a.tube, a.id) = (
                         Some(node.clone()),
                         Some(session),
-                        Some(TUBE.into()),
+                        Some(tube.into()),
                         Some(id),
                     );
+                    (a.protocol, a.payload) = (Some(Protocol::Iproto), payload);
                     rec.record(&a);
                     c.call(&ack, &pack_args(&[Value::from(id)]), None)
                         .context("an ack of the drain")?;
@@ -632,9 +658,9 @@ fn drain(world: &World, p: usize, process: u64) -> Result<()> {
                     a.time_us = rec.now_us();
                     rec.record(&a);
                 }
-                None if tube_is_empty(c)? => return Ok(()),
+                None if tube_is_empty(c, tube)? => return Ok(()),
                 None if Instant::now() > deadline => {
-                    bail!("the drain did not empty the tube within {DRAIN_LIMIT:?}")
+                    bail!("the drain did not empty tube {tube} within {DRAIN_LIMIT:?}")
                 }
                 None => {}
             }
@@ -642,17 +668,17 @@ fn drain(world: &World, p: usize, process: u64) -> Result<()> {
     })
 }
 
-/// The `tasks` figures of the tube, as node `c` says.
-fn tasks_of(c: &mut Client) -> Result<serde_json::Value> {
+/// The `tasks` figures of `tube`, as node `c` says.
+fn tasks_of(c: &mut Client, tube: &str) -> Result<serde_json::Value> {
     let v = c
-        .call("queue.statistics", &pack_args(&[Value::from(TUBE)]), None)
+        .call("queue.statistics", &pack_args(&[Value::from(tube)]), None)
         .context("queue.statistics")?;
     let stats = v.first().map(json_of).unwrap_or_default();
     Ok(stats["tasks"].clone())
 }
 
-fn tube_is_empty(c: &mut Client) -> Result<bool> {
-    let tasks = tasks_of(c)?;
+fn tube_is_empty(c: &mut Client, tube: &str) -> Result<bool> {
+    let tasks = tasks_of(c, tube)?;
     Ok(["ready", "taken", "delayed", "buried"]
         .iter()
         .all(|k| tasks[k].as_u64() == Some(0)))
@@ -667,17 +693,22 @@ fn record_stats(world: &World) -> Result<()> {
         let all: Vec<serde_json::Value> = (0..world.nodes.len())
             .map(|i| {
                 world.ask(i, |c| {
-                    let v = c
-                        .call("queue.statistics", &pack_args(&[Value::from(TUBE)]), None)
-                        .context("queue.statistics")?;
-                    let stats = v.first().map(json_of).unwrap_or_default();
-                    Ok(serde_json::json!({ TUBE: stats }))
+                    let mut by_tube = serde_json::Map::new();
+                    for (tube, _) in TUBES {
+                        let v = c
+                            .call("queue.statistics", &pack_args(&[Value::from(tube)]), None)
+                            .context("queue.statistics")?;
+                        by_tube.insert(tube.into(), v.first().map(json_of).unwrap_or_default());
+                    }
+                    Ok(serde_json::Value::Object(by_tube))
                 })
             })
             .collect::<Result<_>>()?;
-        let agree = all
-            .windows(2)
-            .all(|w| w[0][TUBE]["tasks"] == w[1][TUBE]["tasks"]);
+        let agree = all.windows(2).all(|w| {
+            TUBES
+                .iter()
+                .all(|(t, _)| w[0][t]["tasks"] == w[1][t]["tasks"])
+        });
         if agree || Instant::now() > deadline {
             for (i, stats) in all.into_iter().enumerate() {
                 let mut e = world.rec.event(HARNESS, Kind::Ok, F::Stats);

@@ -20,6 +20,7 @@ use anyhow::{Context, Result};
 use rmpv::Value;
 use tarq_client::{pack_args, Client, ClientError};
 
+use crate::beanstalk::Beanstalk;
 use crate::history::{self, Event, Kind, Protocol, F};
 use crate::net::Host;
 
@@ -87,6 +88,8 @@ pub struct Target {
     pub addr: SocketAddr,
     /// Its replica set.
     pub set: String,
+    /// Its beanstalk port, if it has one.
+    pub beanstalk: Option<SocketAddr>,
 }
 
 /// One client thread's settings.
@@ -102,11 +105,20 @@ pub struct ClientSpec {
     pub ttr_secs: u64,
     /// utube keys to spread puts over (none: a plain tube).
     pub keys: u32,
+    /// The port the client uses: the tube API over IPROTO, or beanstalk.
+    pub protocol: Protocol,
 }
 
-/// How a call came out.
+/// What an operation returned when it was done: a task's id, and the payload a take got.
+#[derive(Default)]
+struct Done {
+    id: Option<u64>,
+    payload: Option<String>,
+}
+
+/// How an operation came out.
 enum Outcome {
-    Ok(Vec<Value>),
+    Ok(Done),
     /// A definite error.
     Fail(String),
     /// Unknown; the connection is dropped.
@@ -115,12 +127,30 @@ enum Outcome {
     ReadOnly(String, Option<String>),
 }
 
+/// An operation, whatever the wire.
+#[derive(Clone, Copy)]
+enum Op<'a> {
+    Put {
+        payload: &'a str,
+        key: Option<&'a str>,
+    },
+    Take,
+    Ack(u64),
+    Release(u64),
+}
+
+/// The connection's protocol.
+enum Wire {
+    Iproto(Client),
+    Beanstalk(Beanstalk),
+}
+
 struct Conn {
     target: usize,
-    client: Client,
+    wire: Wire,
     session: u64,
-    /// Tasks this session holds (taken, not yet acked or released).
-    held: Vec<u64>,
+    /// Tasks this session holds (taken, not yet acked or released), with their payloads.
+    held: Vec<(u64, Option<String>)>,
 }
 
 /// The client loop's state.
@@ -173,11 +203,11 @@ impl Worker {
         let roll = self.rng.u32(0..100);
         if held > 0 && (roll < 50 || held >= 4) {
             let at = self.rng.usize(0..held);
-            let id = self.conn.as_mut().expect("connected").held.swap_remove(at);
+            let (id, payload) = self.conn.as_mut().expect("connected").held.swap_remove(at);
             if self.rng.u32(0..100) < 80 {
-                self.finish(F::Ack, "ack", id);
+                self.finish(F::Ack, Op::Ack(id), payload);
             } else {
-                self.finish(F::Release, "release", id);
+                self.finish(F::Release, Op::Release(id), payload);
             }
         } else if roll < 70 {
             // Puts and takes about even (a take half the time finds nothing while faults
@@ -190,17 +220,26 @@ impl Worker {
 
     fn connect(&mut self) -> bool {
         let target = &self.spec.targets[self.next_target];
-        match Client::connect_addr(target.addr, REPLY_TIMEOUT) {
-            Ok(client) => {
+        let wire = match self.spec.protocol {
+            Protocol::Iproto => Client::connect_addr(target.addr, REPLY_TIMEOUT)
+                .ok()
+                .map(Wire::Iproto),
+            Protocol::Beanstalk => target
+                .beanstalk
+                .and_then(|a| Beanstalk::connect(a, &self.spec.tube, REPLY_TIMEOUT).ok())
+                .map(Wire::Beanstalk),
+        };
+        match wire {
+            Some(wire) => {
                 self.conn = Some(Conn {
                     target: self.next_target,
-                    client,
+                    wire,
                     session: self.rec.next_session(),
                     held: Vec::new(),
                 });
                 true
             }
-            Err(_) => {
+            None => {
                 self.next_target = (self.next_target + 1) % self.spec.targets.len();
                 false
             }
@@ -223,46 +262,37 @@ impl Worker {
         let c = self.conn.as_ref().expect("connected");
         let mut e = self.rec.event(self.spec.process, Kind::Invoke, f);
         e.node = Some(self.spec.targets[c.target].name.clone());
-        e.protocol = Some(Protocol::Iproto);
+        e.protocol = Some(self.spec.protocol);
         e.session = Some(c.session);
         e.tube = Some(self.spec.tube.clone());
         e
     }
 
-    fn call(&mut self, function: &str, args: &[Value], wait: Option<Duration>) -> Outcome {
-        let c = self.conn.as_mut().expect("connected");
-        let name = format!("queue.tube.{}:{function}", self.spec.tube);
-        match c.client.call(&name, &pack_args(args), wait) {
-            Ok(values) => Outcome::Ok(values),
-            Err(ClientError::Server { code, message }) if code == ER_READONLY => {
-                let primary = tarq_client::cluster::primary_in(&message).map(str::to_owned);
-                Outcome::ReadOnly(message, primary)
-            }
-            Err(ClientError::Server { code, message }) if code == ER_OUTCOME_UNKNOWN => {
-                Outcome::Info(message)
-            }
-            Err(ClientError::Server { code, message }) => {
-                Outcome::Fail(format!("{message} (code {code})"))
-            }
-            Err(e) => Outcome::Info(e.to_string()),
+    fn run(&mut self, op: Op<'_>) -> Outcome {
+        let (tube, ttr) = (self.spec.tube.clone(), self.spec.ttr_secs);
+        match &mut self.conn.as_mut().expect("connected").wire {
+            Wire::Iproto(c) => iproto_op(c, &tube, ttr, op),
+            Wire::Beanstalk(b) => beanstalk_op(b, ttr, op),
         }
     }
 
     /// Records how `invoked` came out; `ok` fills in an ok event. Unknown outcomes and lost
     /// connections end the session; a read-only refusal sends the client to the primary.
-    fn complete(
-        &mut self,
-        invoked: &Event,
-        outcome: Outcome,
-        ok: impl FnOnce(&mut Event, Vec<Value>),
-    ) {
+    fn complete(&mut self, invoked: &Event, outcome: Outcome) -> Option<Done> {
         let mut e = invoked.clone();
         e.time_us = self.rec.now_us();
         match outcome {
-            Outcome::Ok(values) => {
+            Outcome::Ok(done) => {
                 e.kind = Kind::Ok;
-                ok(&mut e, values);
+                if e.f != F::Ack && e.f != F::Release {
+                    e.id = done.id;
+                }
+                if e.f == F::Take && done.id.is_some() {
+                    e.payload.clone_from(&done.payload);
+                    e.ttr_ms = Some(self.spec.ttr_secs * 1000);
+                }
                 self.rec.record(&e);
+                return Some(done);
             }
             Outcome::Fail(why) => {
                 e.kind = Kind::Fail;
@@ -273,12 +303,10 @@ impl Worker {
                 e.kind = Kind::Fail;
                 e.error = Some(why);
                 self.rec.record(&e);
-                let found = primary.and_then(|p| {
-                    self.spec
-                        .targets
-                        .iter()
-                        .position(|t| t.addr.to_string() == p)
-                });
+                // The primary is named by its address; the beanstalk port is on the same host.
+                let found = primary
+                    .and_then(|p| p.parse::<SocketAddr>().ok())
+                    .and_then(|p| self.spec.targets.iter().position(|t| t.addr.ip() == p.ip()));
                 let here = self.conn.as_ref().map_or(0, |c| c.target);
                 self.next_target = found.unwrap_or((here + 1) % self.spec.targets.len());
                 self.disconnect("refused as read-only: going to the primary");
@@ -295,6 +323,7 @@ impl Worker {
                 std::thread::sleep(CONNECT_BACKOFF);
             }
         }
+        None
     }
 
     fn put(&mut self) {
@@ -302,49 +331,114 @@ impl Worker {
         self.puts += 1;
         let mut e = self.invoke(F::Put);
         e.payload = Some(payload.clone());
-        let mut opts = vec![(Value::from("ttr"), Value::from(self.spec.ttr_secs))];
         if self.spec.keys > 0 {
-            let key = format!("k{}", self.rng.u32(0..self.spec.keys));
-            opts.push((Value::from("utube"), Value::from(key.as_str())));
-            e.key = Some(key);
+            e.key = Some(format!("k{}", self.rng.u32(0..self.spec.keys)));
         }
         self.rec.record(&e);
-        let outcome = self.call(
-            "put",
-            &[Value::from(payload.as_str()), Value::Map(opts)],
-            None,
-        );
-        self.complete(&e, outcome, |ok, values| {
-            ok.id = task_of(&values).map(|t| t.0)
-        });
+        let op = Op::Put {
+            payload: &payload,
+            key: e.key.as_deref(),
+        };
+        let outcome = self.run(op);
+        self.complete(&e, outcome);
     }
 
     fn take(&mut self) {
         let e = self.invoke(F::Take);
         self.rec.record(&e);
-        let wait = Duration::from_secs_f64(TAKE_WAIT_SECS);
-        let outcome = self.call("take", &[Value::from(TAKE_WAIT_SECS)], Some(wait));
-        let ttr_ms = self.spec.ttr_secs * 1000;
-        let mut took = None;
-        self.complete(&e, outcome, |ok, values| {
-            if let Some((id, payload)) = task_of(&values) {
-                ok.id = Some(id);
-                ok.payload = payload;
-                ok.ttr_ms = Some(ttr_ms);
-                took = Some(id);
-            }
-        });
-        if let (Some(id), Some(c)) = (took, self.conn.as_mut()) {
-            c.held.push(id);
+        let outcome = self.run(Op::Take);
+        let took = self.complete(&e, outcome);
+        if let (
+            Some(Done {
+                id: Some(id),
+                payload,
+            }),
+            Some(c),
+        ) = (took, self.conn.as_mut())
+        {
+            c.held.push((id, payload));
         }
     }
 
-    fn finish(&mut self, f: F, function: &str, id: u64) {
+    /// An ack or release of a task this session holds, named by its id and, in the history,
+    /// by its payload too (each port numbers tasks its own way; the payload is the task).
+    fn finish(&mut self, f: F, op: Op<'_>, payload: Option<String>) {
         let mut e = self.invoke(f);
-        e.id = Some(id);
+        e.id = match op {
+            Op::Ack(id) | Op::Release(id) => Some(id),
+            _ => None,
+        };
+        e.payload = payload;
         self.rec.record(&e);
-        let outcome = self.call(function, &[Value::from(id)], None);
-        self.complete(&e, outcome, |_, _| {});
+        let outcome = self.run(op);
+        self.complete(&e, outcome);
+    }
+}
+
+/// `op` through the tube API of an IPROTO connection.
+fn iproto_op(c: &mut Client, tube: &str, ttr_secs: u64, op: Op<'_>) -> Outcome {
+    let (function, args, wait) = match op {
+        Op::Put { payload, key } => {
+            let mut opts = vec![(Value::from("ttr"), Value::from(ttr_secs))];
+            if let Some(key) = key {
+                opts.push((Value::from("utube"), Value::from(key)));
+            }
+            ("put", vec![Value::from(payload), Value::Map(opts)], None)
+        }
+        Op::Take => {
+            let wait = Some(Duration::from_secs_f64(TAKE_WAIT_SECS));
+            ("take", vec![Value::from(TAKE_WAIT_SECS)], wait)
+        }
+        Op::Ack(id) => ("ack", vec![Value::from(id)], None),
+        Op::Release(id) => ("release", vec![Value::from(id)], None),
+    };
+    let name = format!("queue.tube.{tube}:{function}");
+    match c.call(&name, &pack_args(&args), wait) {
+        Ok(values) => {
+            let (id, payload) = task_of(&values).map_or((None, None), |(i, p)| (Some(i), p));
+            Outcome::Ok(Done { id, payload })
+        }
+        Err(ClientError::Server { code, message }) if code == ER_READONLY => {
+            let primary = tarq_client::cluster::primary_in(&message).map(str::to_owned);
+            Outcome::ReadOnly(message, primary)
+        }
+        Err(ClientError::Server { code, message }) if code == ER_OUTCOME_UNKNOWN => {
+            Outcome::Info(message)
+        }
+        Err(ClientError::Server { code, message }) => {
+            Outcome::Fail(format!("{message} (code {code})"))
+        }
+        Err(e) => Outcome::Info(e.to_string()),
+    }
+}
+
+/// `op` on a beanstalk connection: put, reserve-with-timeout 0, delete, release.
+fn beanstalk_op(b: &mut Beanstalk, ttr_secs: u64, op: Op<'_>) -> Outcome {
+    let reply = match op {
+        Op::Put { payload, .. } => b.put(payload.as_bytes(), ttr_secs),
+        Op::Take => b.reserve(0),
+        Op::Ack(id) => b.delete(id),
+        Op::Release(id) => b.release(id),
+    };
+    let reply = match reply {
+        Ok(r) => r,
+        Err(e) => return Outcome::Info(e.to_string()),
+    };
+    let word = reply.words.first().map_or("", String::as_str);
+    match word {
+        "INSERTED" => Outcome::Ok(Done {
+            id: reply.number(1),
+            payload: None,
+        }),
+        "RESERVED" => Outcome::Ok(Done {
+            id: reply.number(1),
+            payload: reply.body.map(|b| String::from_utf8_lossy(&b).into_owned()),
+        }),
+        "TIMED_OUT" | "DELETED" | "RELEASED" => Outcome::Ok(Done::default()),
+        "READ_ONLY" => Outcome::ReadOnly(reply.line(), reply.words.get(1).cloned()),
+        // No reply of beanstalkd's says "unknown": tarq answers an open outcome so.
+        "INTERNAL_ERROR" => Outcome::Info(reply.line()),
+        _ => Outcome::Fail(reply.line()),
     }
 }
 
