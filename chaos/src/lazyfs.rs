@@ -30,6 +30,11 @@
 //! the kernel's caches of it are dropped. [`LazyFs::unmount`] (or drop) is a clean shutdown:
 //! everything written is kept, as after `sync`; lose first to shut down by power loss.
 //!
+//! Mount before starting the node. Where `/` is a private mount (as on the test machines), a
+//! process in a mount namespace made before the mount does not see it (`ip netns exec` makes
+//! one per command), and one made after holds a copy of it: unmounting in the first namespace
+//! leaves the copy served until the last process in that namespace is gone.
+//!
 //! Built on `fuser` without libfuse: as root the mount is a `mount(2)` call; otherwise, and to
 //! unmount when not root, fuser and this module run `fusermount3` (Debian's `fuse3`).
 
@@ -49,9 +54,13 @@ use fuser::{BackgroundSession, Config, INodeNo, MountOption, Notifier, SessionAC
 pub use journal::Lost;
 use state::State;
 
-/// How long [`LazyFs::lose_unsynced`] waits for the files of killed processes to be closed, and
-/// [`LazyFs::unmount`] for the filesystem's thread to end.
-const PATIENCE: Duration = Duration::from_secs(10);
+/// How long [`LazyFs::lose_unsynced`] waits for the kernel to close the files of killed
+/// processes (it takes milliseconds).
+const CLOSE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// How long [`LazyFs::unmount`] waits for the filesystem's thread to end after an unmount that
+/// was not lazy (it takes milliseconds, unless another mount namespace holds a copy).
+const END_PATIENCE: Duration = Duration::from_secs(2);
 
 /// A mounted lazy filesystem. Unmounted when dropped.
 pub struct LazyFs {
@@ -110,10 +119,10 @@ impl LazyFs {
 
     /// The power loss: takes back everything not made durable (see the module's doc), so the
     /// backing directory holds exactly what had been. Every process using the mount must have
-    /// been killed first; this waits up to [`PATIENCE`] for the kernel to close their files,
+    /// been killed first; this waits up to [`CLOSE_PATIENCE`] for the kernel to close their files,
     /// then fails naming how many are still open. The mount stays usable.
     pub fn lose_unsynced(&self) -> anyhow::Result<Lost> {
-        let deadline = Instant::now() + PATIENCE;
+        let deadline = Instant::now() + CLOSE_PATIENCE;
         let lost = loop {
             let mut state = self.state();
             let open = state.open_files();
@@ -144,17 +153,19 @@ impl LazyFs {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        detach(&self.mountpoint)
+        let lazily = detach(&self.mountpoint)
             .with_context(|| format!("lazyfs: unmounting {}", self.mountpoint.display()))?;
-        let deadline = Instant::now() + PATIENCE;
+        let patience = if lazily { Duration::ZERO } else { END_PATIENCE };
+        let deadline = Instant::now() + patience;
         while !session.guard.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(5));
         }
         if session.guard.is_finished() {
             session.join().context("lazyfs: the filesystem's thread")?;
         } else {
-            // Detached lazily and still in use: the thread serves the remaining open files
-            // until they are closed, then ends by itself.
+            // Still in use: detached lazily with files open, or held by a copy of the mount in
+            // another mount namespace. The thread serves them until the last goes, then ends
+            // by itself.
             drop(session);
         }
         self.state()
@@ -208,16 +219,16 @@ fn canonical(path: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// Unmounts `mountpoint`: at once when nothing uses it, lazily when something does; through
-/// `fusermount3` when not allowed to `umount` (not root).
-fn detach(mountpoint: &Path) -> io::Result<()> {
+/// `fusermount3` when not allowed to `umount` (not root). Says whether it was lazily.
+fn detach(mountpoint: &Path) -> io::Result<bool> {
     use rustix::io::Errno;
     use rustix::mount::{unmount, UnmountFlags};
     match unmount(mountpoint, UnmountFlags::empty()) {
-        Ok(()) => Ok(()),
-        Err(Errno::BUSY) => Ok(unmount(mountpoint, UnmountFlags::DETACH)?),
-        Err(Errno::PERM) => fusermount_unmount(mountpoint),
+        Ok(()) => Ok(false),
+        Err(Errno::BUSY) => Ok(unmount(mountpoint, UnmountFlags::DETACH).map(|()| true)?),
+        Err(Errno::PERM) => fusermount_unmount(mountpoint).map(|()| true),
         // Someone unmounted it already.
-        Err(Errno::INVAL) => Ok(()),
+        Err(Errno::INVAL) => Ok(false),
         Err(e) => Err(e.into()),
     }
 }

@@ -438,11 +438,15 @@ fn noted(progress: &Path) -> usize {
 fn a_busy_mount_is_unmounted_lazily() {
     let Some(mut m) = mount() else { return };
     durable_file(&m.at("open"), b"held open");
-    let held = File::open(m.at("open")).expect("open");
+    let mut held = File::open(m.at("open")).expect("open");
     let mnt = m.mnt.clone();
     m.fs.take().expect("mounted").unmount().expect("unmount");
     assert!(!mounted_at(&mnt), "{} still in /proc/mounts", mnt.display());
-    drop(held);
+    // Served still, until closed.
+    let mut text = String::new();
+    held.read_to_string(&mut text)
+        .expect("read after the unmount");
+    assert_eq!(text, "held open");
 }
 
 #[test]
@@ -455,4 +459,54 @@ fn a_power_loss_waits_for_open_files_and_fails_if_they_stay_open() {
     m.lose();
     assert!(!m.at("held").exists());
     m.finish();
+}
+
+#[test]
+fn an_rmdir_and_a_symlink_follow_their_directory_fsync() {
+    let Some(m) = mount() else { return };
+    fs::create_dir(m.at("removed")).expect("mkdir");
+    fsync_dir(&m.mnt);
+    fs::remove_dir(m.at("removed")).expect("rmdir");
+    std::os::unix::fs::symlink("target one", m.at("kept link")).expect("symlink");
+    fsync_dir(&m.mnt);
+    fs::create_dir(m.at("again")).expect("mkdir");
+    fsync_dir(&m.mnt);
+    fs::remove_dir(m.at("again")).expect("rmdir");
+    std::os::unix::fs::symlink("target two", m.at("lost link")).expect("symlink");
+
+    m.lose();
+
+    assert_eq!(names(&m.mnt), ["again", "kept link"]);
+    let target = fs::read_link(m.at("kept link")).expect("readlink");
+    assert_eq!(target, Path::new("target one"));
+    m.finish();
+}
+
+/// The WAL's way: space given ahead with `fallocate(FALLOC_FL_KEEP_SIZE)`, then appends.
+#[test]
+fn appends_into_preallocated_space_are_cut_back_to_the_fsynced_length() {
+    let Some(m) = mount() else { return };
+    durable_file(&m.at("segment"), b"");
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(m.at("segment"))
+        .unwrap();
+    let keep = rustix::fs::FallocateFlags::KEEP_SIZE;
+    rustix::fs::fallocate(&f, keep, 0, 1 << 20).expect("fallocate");
+    f.write_all(&pattern(6_000, 4)).expect("append");
+    f.sync_data().expect("fdatasync");
+    f.write_all(&pattern(6_000, 5)).expect("append");
+    drop(f);
+
+    m.lose();
+
+    assert_eq!(read(&m.at("segment")), pattern(6_000, 4));
+    m.finish();
+}
+
+/// `LazyFs` is handed to the nemesis's thread.
+#[test]
+fn a_mount_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<LazyFs>();
 }
