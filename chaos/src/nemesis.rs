@@ -40,11 +40,16 @@ pub enum Fault {
     PauseEtcd,
     /// Cut the clients from the primary (the primary and etcd are unaffected).
     ClientsFromPrimary,
+    /// Step the primary's wall clock forward or back by up to two minutes (libfaketime), as
+    /// NTP or an operator would; it stays stepped. Leadership and fencing run on the monotonic
+    /// clock and must not notice; TTRs follow the wall clock (as tarantool/queue's do), so a
+    /// step forward may end holds early.
+    ClockJump,
 }
 
 impl Fault {
     /// Every fault, in a fixed order (the seed's draws index into it).
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 13] = [
         Fault::KillPrimary,
         Fault::PausePrimary,
         Fault::IsolatePrimary,
@@ -57,6 +62,7 @@ impl Fault {
         Fault::KillEtcd,
         Fault::PauseEtcd,
         Fault::ClientsFromPrimary,
+        Fault::ClockJump,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +79,7 @@ impl Fault {
             Fault::KillEtcd => "kill-etcd",
             Fault::PauseEtcd => "pause-etcd",
             Fault::ClientsFromPrimary => "clients-from-primary",
+            Fault::ClockJump => "clock-jump",
         }
     }
 

@@ -102,6 +102,33 @@ pub struct Proc {
     log: PathBuf,
     child: Option<Child>,
     starts: u32,
+    /// Its clocks, if they are made to differ from the machine's.
+    clocks: Clocks,
+}
+
+/// How a process's clocks differ from the machine's, to show that nothing in tarq compares
+/// one process's clock readings with another's, or trusts the wall clock to be steady.
+#[derive(Debug, Clone, Default)]
+pub struct Clocks {
+    /// Monotonic (and boot-time) offsets in seconds, one per start in turn (a time namespace,
+    /// `unshare --time`): each start of the process sees a monotonic clock of its own, lower
+    /// or higher than its last life's, as after a reboot. Empty: the machine's.
+    pub monotonic_offsets: Vec<i64>,
+    /// A file libfaketime reads the wall clock's offset from (`+30`, `-120`, in seconds):
+    /// writing it steps the process's wall clock while it runs, as NTP or an operator would.
+    /// The monotonic clock is left alone. `None`: the machine's wall clock.
+    pub wall_offset_file: Option<PathBuf>,
+}
+
+/// libfaketime's library as Debian's `faketime` package installs it.
+pub fn faketime_lib() -> Result<PathBuf> {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.is_file());
+    found.ok_or_else(|| anyhow!("libfaketime (Debian package faketime) is not installed"))
 }
 
 impl Proc {
@@ -121,7 +148,38 @@ impl Proc {
             log,
             child: None,
             starts: 0,
+            clocks: Clocks::default(),
         }
+    }
+
+    /// Runs it with `clocks` from its next start on.
+    pub fn with_clocks(mut self, clocks: Clocks) -> Proc {
+        self.clocks = clocks;
+        self
+    }
+
+    /// The command for this start: the program itself, or through `unshare --time` with this
+    /// start's monotonic offset, with libfaketime preloaded when the wall clock is faked.
+    fn command(&self) -> Result<std::process::Command> {
+        let offsets = &self.clocks.monotonic_offsets;
+        let mut cmd = if offsets.is_empty() {
+            self.host.command(&self.program)
+        } else {
+            let offset = offsets[self.starts as usize % offsets.len()].to_string();
+            let mut cmd = self.host.command("unshare");
+            cmd.args(["--time", "--monotonic", &offset, "--boottime", &offset])
+                .arg(&self.program);
+            cmd
+        };
+        if let Some(file) = &self.clocks.wall_offset_file {
+            cmd.env("LD_PRELOAD", faketime_lib()?)
+                .env("FAKETIME_TIMESTAMP_FILE", file)
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                // Read the file again at most every second: a step takes effect within one.
+                .env("FAKETIME_CACHE_DURATION", "1");
+        }
+        cmd.args(&self.args);
+        Ok(cmd)
     }
 
     /// Starts it (again); a run still going is killed first.
@@ -140,9 +198,7 @@ impl Proc {
             self.starts, self.what
         )?;
         let child = self
-            .host
-            .command(&self.program)
-            .args(&self.args)
+            .command()?
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -497,6 +553,8 @@ pub struct NodeConfig {
     pub log: PathBuf,
     /// Flags after the standard ones: `--replica-set a --sync-replicas 1 --lease-ttl 2`.
     pub extra: Vec<String>,
+    /// Its clocks, if they are to differ from the machine's.
+    pub clocks: Clocks,
 }
 
 impl NodeConfig {
@@ -509,6 +567,7 @@ impl NodeConfig {
             data_dir: dir.join("data"),
             log: dir.join("tarq.log"),
             extra: Vec::new(),
+            clocks: Clocks::default(),
         }
     }
 
@@ -558,7 +617,8 @@ impl Node {
                 .with_context(|| format!("cannot create {}", parent.display()))?;
         }
         let what = format!("tarq node {} ({})", cfg.name, host.name());
-        let proc = Proc::new(what, host, bin, cfg.command_line(host), cfg.log.clone());
+        let proc = Proc::new(what, host, bin, cfg.command_line(host), cfg.log.clone())
+            .with_clocks(cfg.clocks.clone());
         let mut node = Node { cfg, proc };
         node.restart()?;
         Ok(node)

@@ -24,7 +24,7 @@ use crate::checker::{self, Report};
 use crate::history::{self, Kind, Protocol, F, HARNESS};
 use crate::nemesis::{schedule, Fault, Step};
 use crate::net::{Host, Net};
-use crate::procs::{etcd_bin, tarq_bin, Etcd, Node, NodeConfig};
+use crate::procs::{etcd_bin, faketime_lib, tarq_bin, Clocks, Etcd, Node, NodeConfig};
 use crate::timeline;
 use crate::workload::{self, json_of, task_of, ClientSpec, Recorder, Target};
 
@@ -89,6 +89,13 @@ pub fn missing() -> Vec<String> {
     }
     missing.extend(etcd_bin().err().map(|e| e.to_string()));
     missing.extend(tarq_bin().err().map(|e| e.to_string()));
+    missing.extend(faketime_lib().err().map(|e| e.to_string()));
+    let unshare = std::process::Command::new("unshare")
+        .args(["--time", "--monotonic", "1", "true"])
+        .status();
+    if !unshare.is_ok_and(|s| s.success()) {
+        missing.push("time namespaces (`unshare --time`, util-linux, Linux 5.6)".to_owned());
+    }
     missing
 }
 
@@ -96,6 +103,20 @@ pub fn missing() -> Vec<String> {
 fn role_of(node: &Node, ctl: &Host) -> Option<(String, u64)> {
     let addr = node.addr();
     ctl.in_thread(|| ask_role(addr)).ok().flatten()
+}
+
+/// Node `i`'s clocks: a monotonic clock of its own at every start (offsets far apart, some
+/// lower than the last start's, as after a reboot), and a wall clock the `clock-jump` fault
+/// steps through the file `dir/wall-offset`.
+fn clocks_of(dir: &std::path::Path, i: usize) -> Result<Clocks> {
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join("wall-offset");
+    std::fs::write(&file, "+0")?;
+    let base = 1_000 * (i as i64 + 1);
+    Ok(Clocks {
+        monotonic_offsets: vec![base, 5_000_000 + base, 10 + base, 90_000 + base],
+        wall_offset_file: Some(file),
+    })
 }
 
 /// Node `i`'s name: `n1`.. in a plain cluster, `a1`.., `b1`.. by replica set when sharded.
@@ -126,6 +147,8 @@ struct World {
 
 /// What a fault left to undo.
 enum Undo {
+    /// It stays: a stepped clock is not stepped back.
+    Nothing,
     Restart(Vec<usize>),
     Resume(usize),
     Network,
@@ -167,6 +190,7 @@ impl World {
             }
             let beanstalk = host.sockaddr(BEANSTALK_PORT).to_string();
             cfg = cfg.args(&["--beanstalk-listen", &beanstalk]);
+            cfg.clocks = clocks_of(&dir, i)?;
             nodes.push(Node::start(&tarq, host, cfg)?);
         }
         Ok(World {
@@ -258,7 +282,7 @@ impl World {
             .unwrap_or_else(|| members[self.rng.usize(0..members.len())]);
         let ph = self.node_hosts[p].clone();
         let name = |w: &World, i: usize| w.nodes[i].name().to_owned();
-        let target = serde_json::json!({"name": fault.name(), "primary": name(self, p)});
+        let mut target = serde_json::json!({"name": fault.name(), "primary": name(self, p)});
         let undo = match fault {
             Fault::KillPrimary => {
                 self.nodes[p].kill()?;
@@ -320,6 +344,13 @@ impl World {
                 self.net.partition(&[vec![&ph], vec![&clients]])?;
                 Undo::Network
             }
+            Fault::ClockJump => {
+                let step = self.step_wall_clock(p)?;
+                target["step_secs"] = step.into();
+                // A step forward ends holds early there: TTRs follow the wall clock.
+                target["frees_holds"] = (step > 0).into();
+                Undo::Nothing
+            }
         };
         std::thread::sleep(hold);
         Ok((undo, target))
@@ -352,8 +383,26 @@ impl World {
         Ok((Undo::Restart(killed), target))
     }
 
+    /// Steps node `p`'s wall clock by -120 to +120 s (never 0) from where it is; the step.
+    fn step_wall_clock(&mut self, p: usize) -> Result<i64> {
+        let file = self.nodes[p]
+            .config()
+            .clocks
+            .wall_offset_file
+            .clone()
+            .context("the node's wall clock is the machine's")?;
+        let now: i64 = std::fs::read_to_string(&file)?.trim().parse().unwrap_or(0);
+        let mut step = self.rng.i64(-120..=120);
+        if step == 0 {
+            step = 1;
+        }
+        std::fs::write(&file, format!("{:+}", now + step))?;
+        Ok(step)
+    }
+
     fn undo(&mut self, undo: Undo) -> Result<()> {
         match undo {
+            Undo::Nothing => {}
             Undo::Restart(nodes) => {
                 for i in nodes {
                     self.nodes[i].restart()?;
@@ -488,7 +537,9 @@ fn run_schedule(world: &mut World, steps: &[Step]) -> Result<()> {
         world.rec.record(&e);
         let (undo, mut target) = world.apply(step.fault, step.hold)?;
         world.undo(undo)?;
-        target["frees_holds"] = step.fault.frees_holds().into();
+        if target.get("frees_holds").is_none() {
+            target["frees_holds"] = step.fault.frees_holds().into();
+        }
         let mut e = world.rec.event(HARNESS, Kind::Ok, F::Nemesis);
         e.node = target["primary"].as_str().map(str::to_owned);
         e.value = Some(target);
