@@ -1,8 +1,8 @@
 //! The lazy filesystem on a real FUSE mount in a temporary directory: what survives a power
 //! loss is exactly what was fsynced, file data by the file's `fsync`, names by their
 //! directory's. Each test unmounts at its end and checks the mount is gone from /proc/mounts
-//! (a panicking test unmounts on drop). Without /dev/fuse or fusermount3 the tests are skipped,
-//! and fail under CI=true, saying what to install.
+//! (a panicking test unmounts on drop). Without /dev/fuse (or, when not root, fusermount3) the
+//! tests are skipped, and fail under CI=true, saying what to install.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -71,13 +71,16 @@ fn mount() -> Option<Mounted> {
     })
 }
 
+/// What the mount needs and is not here: /dev/fuse always; fusermount3 when not root (root
+/// mounts and unmounts with the system calls themselves).
 fn missing_fuse() -> Option<&'static str> {
     if !Path::new("/dev/fuse").exists() {
         return Some("/dev/fuse is missing");
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    if !std::env::split_paths(&path).any(|d| d.join("fusermount3").is_file()) {
-        return Some("fusermount3 is missing");
+    let fusermount = std::env::split_paths(&path).any(|d| d.join("fusermount3").is_file());
+    if !fusermount && !rustix::process::geteuid().is_root() {
+        return Some("fusermount3 is missing (needed when not root)");
     }
     None
 }
@@ -509,4 +512,114 @@ fn appends_into_preallocated_space_are_cut_back_to_the_fsynced_length() {
 fn a_mount_can_be_shared_between_threads() {
     fn shareable<T: Send + Sync>() {}
     shareable::<LazyFs>();
+}
+
+/// The server itself on the mount: with `--wal-mode fsync` every put it acknowledged is there
+/// after a power loss; with `--wal-mode write` (durable against a crash of the process only)
+/// the loss takes some back, which is what the mount is for. The data directory is made
+/// durable before the server starts: tarq does not fsync the parent of a directory it creates.
+#[test]
+fn tarq_keeps_every_acknowledged_put_through_a_power_loss_only_with_wal_mode_fsync() {
+    let tarq = match tarq_chaos::procs::tarq_bin() {
+        Ok(bin) => bin,
+        Err(e) if tarq_testkit::reference::ci() => panic!("{e:#} (CI=true: nothing skipped)"),
+        Err(e) => return tarq_testkit::reference::skip(&format!("{e:#}")),
+    };
+    let Some(m) = mount() else { return };
+    const PUTS: usize = 100;
+    for (mode, all_kept) in [("fsync", true), ("write", false)] {
+        let data = m.at(mode);
+        fs::create_dir(&data).expect("data dir");
+        fsync_dir(&m.mnt);
+        let mut server = Tarq::start(&tarq, &data, mode);
+        for i in 0..PUTS {
+            let body = format!("job {i}");
+            let put = format!("put 0 0 60 {}\r\n{body}\r\n", body.len());
+            let answer = server.ask(&put);
+            assert!(answer.starts_with("INSERTED "), "{answer}");
+        }
+        server.process.kill();
+        m.lose();
+        let ready = Tarq::start(&tarq, &data, mode).ready_jobs();
+        match all_kept {
+            true => assert_eq!(ready, PUTS, "wal-mode {mode}"),
+            false => assert!(ready < PUTS, "wal-mode {mode}: {ready} kept"),
+        }
+    }
+    m.finish();
+}
+
+/// A tarq serving the beanstalk protocol on a data directory, killed on drop.
+struct Tarq {
+    process: Killed,
+    conn: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl Tarq {
+    fn start(bin: &Path, data: &Path, wal_mode: &str) -> Tarq {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(bin)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--wal-mode",
+                wal_mode,
+                "--data-dir",
+            ])
+            .arg(data)
+            .args(["--beanstalk-listen", &format!("127.0.0.1:{port}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("tarq starts");
+        let mut process = Killed(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let conn = loop {
+            if let Ok(conn) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                break conn;
+            }
+            let exited = process.0.try_wait().expect("try_wait");
+            assert!(exited.is_none(), "tarq exited: {exited:?}");
+            assert!(Instant::now() < deadline, "tarq did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        let conn = std::io::BufReader::new(conn);
+        Tarq { process, conn }
+    }
+
+    /// Sends `request`, answers its first line.
+    fn ask(&mut self, request: &str) -> String {
+        use std::io::BufRead;
+        self.conn
+            .get_mut()
+            .write_all(request.as_bytes())
+            .expect("send");
+        let mut line = String::new();
+        self.conn.read_line(&mut line).expect("an answer");
+        line
+    }
+
+    /// `current-jobs-ready` of `stats`.
+    fn ready_jobs(mut self) -> usize {
+        let head = self.ask("stats\r\n");
+        let len: usize = head
+            .trim()
+            .strip_prefix("OK ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("stats answered {head:?}"));
+        let mut body = vec![0; len + 2];
+        self.conn.read_exact(&mut body).expect("the stats");
+        let body = String::from_utf8(body).expect("text");
+        let line = body
+            .lines()
+            .find_map(|l| l.strip_prefix("current-jobs-ready: "))
+            .unwrap_or_else(|| panic!("no current-jobs-ready in {body}"));
+        line.trim().parse().expect("a count")
+    }
 }
