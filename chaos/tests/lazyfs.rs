@@ -197,6 +197,26 @@ fn a_truncate_without_fsync_is_undone_and_with_fsync_kept() {
     m.finish();
 }
 
+/// A file opened with `O_DSYNC` has each write durable when it returns.
+#[test]
+fn writes_through_an_o_dsync_descriptor_need_no_fsync() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(m) = mount() else { return };
+    durable_file(&m.at("dsync"), b"");
+    let mut f = OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_DSYNC)
+        .open(m.at("dsync"))
+        .expect("open O_DSYNC");
+    f.write_all(b"durable at once").expect("write");
+    drop(f);
+
+    m.lose();
+
+    assert_eq!(read(&m.at("dsync")), b"durable at once");
+    m.finish();
+}
+
 /// The model: a file's fsync makes its data durable, not its name, which needs its directory
 /// fsynced. A file created and fsynced in a directory never fsynced is gone after the loss.
 #[test]

@@ -36,7 +36,9 @@ struct Node {
 /// One open file or directory.
 enum Handle {
     File {
-        ino: u64,
+        /// The backing inode: the kernel keeps the inode while the file is open, but the
+        /// handle must not depend on it.
+        key: Key,
         file: Arc<File>,
         /// Opened with `O_SYNC` or `O_DSYNC`: every write is durable when it returns.
         sync: bool,
@@ -287,7 +289,8 @@ impl State {
     /// and without `O_APPEND`: the kernel sends every write with its offset, and `pwrite` on
     /// an `O_APPEND` descriptor would ignore it.
     pub fn open(&mut self, ino: u64, flags: i32) -> io::Result<u64> {
-        let path = proc_path(&self.node(ino)?.fd);
+        let node = self.node(ino)?;
+        let (key, path) = (node.key, proc_path(&node.fd));
         let file = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(file) => file,
             // Not root, say: then the access asked for is the one to be had.
@@ -298,7 +301,7 @@ impl State {
         };
         let sync = flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let file = Arc::new(file);
-        Ok(self.add_handle(Handle::File { ino, file, sync }))
+        Ok(self.add_handle(Handle::File { key, file, sync }))
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> io::Result<Vec<u8>> {
@@ -318,11 +321,7 @@ impl State {
     }
 
     pub fn write(&mut self, fh: u64, offset: u64, data: &[u8]) -> io::Result<u32> {
-        let (ino, file, sync) = match self.handles.get(&fh) {
-            Some(Handle::File { ino, file, sync }) => (*ino, file.clone(), *sync),
-            _ => return Err(errno(libc::EBADF)),
-        };
-        let key = self.node(ino)?.key;
+        let (key, file, sync) = self.file_handle(fh)?;
         let end = offset.saturating_add(data.len() as u64);
         self.journal.changing(key, &file, offset..end)?;
         file.write_all_at(data, offset)?;
@@ -335,12 +334,7 @@ impl State {
     /// `fallocate`. Only the modes that can change bytes (punching, zeroing, collapsing,
     /// inserting) save old pages; plain allocation only ever changes the length.
     pub fn fallocate(&mut self, fh: u64, offset: u64, len: u64, mode: i32) -> io::Result<()> {
-        let ino = match self.handles.get(&fh) {
-            Some(Handle::File { ino, .. }) => *ino,
-            _ => return Err(errno(libc::EBADF)),
-        };
-        let file = self.open_file(fh)?;
-        let key = self.node(ino)?.key;
+        let (key, file, _) = self.file_handle(fh)?;
         let flags = FallocateFlags::from_bits_retain(mode as u32);
         let changes_bytes = !(flags - FallocateFlags::KEEP_SIZE).is_empty();
         let start = if changes_bytes { offset } else { u64::MAX };
@@ -411,8 +405,13 @@ impl State {
     }
 
     fn open_file(&self, fh: u64) -> io::Result<Arc<File>> {
+        self.file_handle(fh).map(|(_, file, _)| file)
+    }
+
+    /// The open file `fh`: its inode, its backing file, and whether its writes are synchronous.
+    fn file_handle(&self, fh: u64) -> io::Result<(Key, Arc<File>, bool)> {
         match self.handles.get(&fh) {
-            Some(Handle::File { file, .. }) => Ok(file.clone()),
+            Some(Handle::File { key, file, sync }) => Ok((*key, file.clone(), *sync)),
             _ => Err(errno(libc::EBADF)),
         }
     }
