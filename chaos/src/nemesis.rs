@@ -45,11 +45,14 @@ pub enum Fault {
     /// clock and must not notice; TTRs follow the wall clock (as tarantool/queue's do), so a
     /// step forward may end holds early.
     ClockJump,
+    /// Power loss of a whole replica set: every node of it killed at once, and every write its
+    /// data directory (a lazyfs mount) had not fsynced forgotten, then all restarted.
+    PowerLoss,
 }
 
 impl Fault {
     /// Every fault, in a fixed order (the seed's draws index into it).
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::KillPrimary,
         Fault::PausePrimary,
         Fault::IsolatePrimary,
@@ -63,6 +66,7 @@ impl Fault {
         Fault::PauseEtcd,
         Fault::ClientsFromPrimary,
         Fault::ClockJump,
+        Fault::PowerLoss,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +84,7 @@ impl Fault {
             Fault::PauseEtcd => "pause-etcd",
             Fault::ClientsFromPrimary => "clients-from-primary",
             Fault::ClockJump => "clock-jump",
+            Fault::PowerLoss => "power-loss",
         }
     }
 
@@ -88,7 +93,7 @@ impl Fault {
     pub fn frees_holds(self) -> bool {
         matches!(
             self,
-            Fault::KillPrimary | Fault::PausePrimary | Fault::LaggingReplica
+            Fault::KillPrimary | Fault::PausePrimary | Fault::LaggingReplica | Fault::PowerLoss
         )
     }
 }

@@ -22,6 +22,7 @@ use tarq_client::{pack_args, Client};
 
 use crate::checker::{self, Report};
 use crate::history::{self, Kind, Protocol, F, HARNESS};
+use crate::lazyfs::LazyFs;
 use crate::nemesis::{schedule, Fault, Step};
 use crate::net::{Host, Net};
 use crate::procs::{etcd_bin, faketime_lib, tarq_bin, Clocks, Etcd, Node, NodeConfig};
@@ -96,6 +97,9 @@ pub fn missing() -> Vec<String> {
     if !unshare.is_ok_and(|s| s.success()) {
         missing.push("time namespaces (`unshare --time`, util-linux, Linux 5.6)".to_owned());
     }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        missing.push("/dev/fuse (FUSE, for the power-loss fault's lazyfs)".to_owned());
+    }
     missing
 }
 
@@ -131,6 +135,8 @@ fn node_name(opts: &Options, i: usize) -> String {
 
 struct World {
     nodes: Vec<Node>,
+    /// Each node's data directory, a lazyfs mount (after `nodes`: the processes go first).
+    disks: Vec<LazyFs>,
     /// Each node's replica set (an index into `set_names`).
     set_of: Vec<usize>,
     set_names: Vec<String>,
@@ -176,6 +182,7 @@ impl World {
         let etcd = Etcd::start(&etcd_bin()?, &etcd_refs, &opts.out.join("etcd"))?;
         let tarq = tarq_bin()?;
         let mut nodes = Vec::new();
+        let mut disks = Vec::new();
         let set_of: Vec<usize> = (0..node_hosts.len()).map(|i| i / opts.nodes).collect();
         let set_names: Vec<String> = (0..opts.sets)
             .map(|s| char::from(b'a' + s as u8).to_string())
@@ -191,10 +198,16 @@ impl World {
             let beanstalk = host.sockaddr(BEANSTALK_PORT).to_string();
             cfg = cfg.args(&["--beanstalk-listen", &beanstalk]);
             cfg.clocks = clocks_of(&dir, i)?;
+            // Mounted before the node starts: its namespace must see the mount.
+            let backing = dir.join("disk");
+            std::fs::create_dir_all(&backing)?;
+            std::fs::create_dir_all(&cfg.data_dir)?;
+            disks.push(LazyFs::mount(&backing, &cfg.data_dir)?);
             nodes.push(Node::start(&tarq, host, cfg)?);
         }
         Ok(World {
             nodes,
+            disks,
             set_of,
             set_names,
             etcd,
@@ -343,6 +356,21 @@ impl World {
                 let clients = self.clients.clone();
                 self.net.partition(&[vec![&ph], vec![&clients]])?;
                 Undo::Network
+            }
+            Fault::PowerLoss => {
+                let set = members;
+                for &i in &set {
+                    self.nodes[i].kill()?;
+                }
+                let mut lost = Vec::new();
+                for &i in &set {
+                    let l = self.disks[i].lose_unsynced()?;
+                    lost.push(serde_json::json!({
+                        "node": self.nodes[i].name(), "files": l.files, "names": l.names,
+                    }));
+                }
+                target["lost_unsynced"] = lost.into();
+                Undo::Restart(set)
             }
             Fault::ClockJump => {
                 let step = self.step_wall_clock(p)?;
@@ -510,11 +538,28 @@ pub fn run(opts: &Options) -> Result<Report> {
     }
     faulted?;
 
-    let p = world.wait_primaries(RECOVERY_LIMIT)?;
-    for (k, (tube, _)) in TUBES.into_iter().enumerate() {
-        drain(&world, p, (opts.clients + k) as u64, tube)?;
+    // A set that lost what it acknowledged (every member's log behind the committed position)
+    // stays without a primary by design: the run goes on to the verdict, which counts what
+    // could not be drained as lost, instead of failing without one.
+    match world.wait_primaries(RECOVERY_LIMIT) {
+        Ok(p) => {
+            for (k, (tube, _)) in TUBES.into_iter().enumerate() {
+                drain(&world, p, (opts.clients + k) as u64, tube)?;
+            }
+            record_stats(&world)?;
+        }
+        Err(e) => {
+            eprintln!("no drain: {e:#}");
+            let mut note = rec.event(HARNESS, Kind::Invoke, F::Nemesis);
+            let why = format!("{e:#}");
+            note.value =
+                Some(serde_json::json!({ "name": "no primary after healing", "why": why }));
+            rec.record(&note);
+            note.kind = Kind::Ok;
+            note.time_us = rec.now_us();
+            rec.record(&note);
+        }
     }
-    record_stats(&world)?;
     rec.flush()?;
 
     let file = std::fs::File::open(&history_path)?;

@@ -239,7 +239,7 @@ impl Server {
     /// Binds with a journal (durability) behind the commit hook.
     pub fn with_journal(cfg: Config, mut journal: Journal) -> io::Result<Server> {
         cfg.validate().map_err(io::Error::other)?;
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+        tarq_wal::lock::create_dir_durably(&cfg.data_dir).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!("cannot create data dir {}: {e}", cfg.data_dir.display()),
