@@ -401,6 +401,35 @@ pub enum Frame {
     Bad(String),
 }
 
+impl std::fmt::Display for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Frame::Incomplete => f.write_str("record cut short"),
+            Frame::Bad(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Whether the bytes from `off` to the end of `buf` are one whole record whose length field
+/// alone is wrong: its checksum holds once the length is taken as what is there. A torn write
+/// leaves a record short, never its length wrong; this is a damaged length.
+pub fn whole_record_to_end(buf: &[u8], off: usize) -> bool {
+    let Some(rest) = buf.get(off..).filter(|r| r.len() >= RECORD_HEADER_LEN) else {
+        return false;
+    };
+    let Ok(body_len) = u32::try_from(rest.len() - RECORD_HEADER_LEN) else {
+        return false;
+    };
+    if rest[0..4] != RECORD_MARKER.to_le_bytes() {
+        return false;
+    }
+    let mut header = [0u8; 16];
+    header.copy_from_slice(&rest[4..20]);
+    header[0..4].copy_from_slice(&body_len.to_le_bytes());
+    let crc = u32::from_le_bytes(rest[20..24].try_into().expect("4 bytes"));
+    record_crc(&header, &rest[RECORD_HEADER_LEN..]) == crc
+}
+
 /// Reads the record at `off` of `buf`.
 pub fn parse_record(buf: &[u8], off: usize) -> Result<RawRecord<'_>, Frame> {
     let rest = &buf[off..];

@@ -22,6 +22,7 @@
 //! writes no WAL (snapshots still work).
 
 mod clock;
+pub mod damage;
 mod follow;
 pub mod format;
 mod list_order;
@@ -49,12 +50,13 @@ use tarq_engine::{Event, JobCounts, Queue, Status, TaskId, TubeIx};
 #[cfg(feature = "test-storage")]
 pub use clock::ManualClock;
 pub use clock::{Clock, SystemClock};
+pub use damage::SetAside;
 pub use format::{check_payload, TooLarge, MAX_PAYLOAD_BYTES};
 use format::{Kind, FILE_HEADER_LEN, INPROGRESS_SUFFIX, SNAP_SUFFIX, WAL_SUFFIX};
 pub use lock::DirLock;
 #[cfg(feature = "test-storage")]
 pub use mem_storage::{Crash, MemStorage};
-pub use recovery::{RecoveryReport, TornTail};
+pub use recovery::{DamagedSnapshot, RecoveryReport, TornTail};
 pub use storage::{FsStorage, Storage, StorageFile};
 pub use terms::Terms;
 
@@ -185,8 +187,9 @@ pub enum WalError {
         source: std::io::Error,
     },
     #[error(
-        "WAL file {file} is damaged at offset {offset}: {reason}; \
-         start with --force-recovery to skip the damage (what it held is lost)"
+        "WAL file {file} is damaged at offset {offset}: {reason}. Restore the data directory \
+         from a backup, or start with --force-recovery to skip the damage (what it held is \
+         lost); a replica copies its primary again by itself"
     )]
     Corrupt {
         file: String,
@@ -198,6 +201,19 @@ pub enum WalError {
     WriteFailed(String),
     #[error("data directory {} is in use by another tarq process (pid {holder}); refusing to start", dir.display())]
     Locked { dir: PathBuf, holder: String },
+    /// No snapshot loads and the WAL does not reach back to its first record (`wal_first`,
+    /// `None`: there is no WAL): what the snapshots held is in no other file.
+    #[error(
+        "every snapshot in the data directory is damaged ({snapshots}) and {}: the tasks they \
+         held are in no other file. Restore the data directory from a backup, or start with \
+         --force-recovery to start from {} (what the snapshots held is lost)",
+        wal_start(wal_first),
+        wal_first.map_or("an empty queue".to_owned(), |s| format!("the WAL alone, at record {s}"))
+    )]
+    SnapshotsDamaged {
+        snapshots: String,
+        wal_first: Option<u64>,
+    },
     /// A file of a format version this build does not read: refused, never misread.
     #[error(
         "{file} is written in WAL/snapshot format version {version}; this build reads versions \
@@ -217,6 +233,14 @@ impl WalError {
             what: what.into(),
             source,
         }
+    }
+}
+
+/// Where the WAL starts, for [`WalError::SnapshotsDamaged`].
+fn wal_start(first: &Option<u64>) -> String {
+    match first {
+        Some(s) => format!("the WAL starts at record {s}, after what they held"),
+        None => "there is no WAL to replay instead".to_owned(),
     }
 }
 
@@ -378,6 +402,9 @@ pub struct Wal {
     terms: Terms,
     /// The term this node's own turns are written in (its leadership's; 0 without etcd).
     term: u64,
+    /// A replica whose damaged log was set aside at start: it holds nothing of its primary's
+    /// until it has copied it again, and must not lead meanwhile.
+    started_over: Option<SetAside>,
     _lock: Option<DirLock>,
 }
 
@@ -411,7 +438,14 @@ impl Wal {
         cfg: WalConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<(Wal, Queue, RecoveryReport), WalError> {
-        let rec = recovery::recover(&*storage, cfg.force_recovery, cfg.replica)?;
+        let rec = match recovery::recover(&*storage, cfg.force_recovery, cfg.replica) {
+            // A replica's primary holds what the damage took: start over from it rather
+            // than refuse (`damage`). --force-recovery asked to keep what is readable instead.
+            Err(e) if cfg.replica && !cfg.force_recovery && damage::is_damage(&e) => {
+                damage::start_over(&*storage, e, cfg.replica)?
+            }
+            r => r?,
+        };
         let report = rec.report;
         tidy_after_recovery(&*storage, &report)?;
         let notify = Notify::default();
@@ -443,7 +477,12 @@ impl Wal {
             rec.last_seq
         };
         let wal = Wal {
-            snapshot_requested: !report.lost.is_empty() || report.older_format,
+            // A fresh snapshot soon: after skipped damage, an older format, or a damaged
+            // snapshot set aside (the kept snapshots are one fewer).
+            snapshot_requested: !report.lost.is_empty()
+                || report.older_format
+                || !report.damaged_snapshots.is_empty(),
+            started_over: report.set_aside.clone(),
             storage,
             clock,
             cfg,
@@ -489,6 +528,11 @@ impl Wal {
     /// The threads wake the loop through `wake` when a sync or a snapshot step completes.
     pub fn set_waker(&self, wake: Wake) {
         let _ = self.notify.0.set(wake);
+    }
+
+    /// The damaged log this replica set aside at start, if it did (`damage`).
+    pub fn started_over(&self) -> Option<&SetAside> {
+        self.started_over.as_ref()
     }
 
     pub fn mode(&self) -> WalMode {
@@ -1380,6 +1424,15 @@ impl Wal {
 
 /// Cuts the torn tail recovery found and removes snapshots left half-written by a crash.
 fn tidy_after_recovery(storage: &dyn Storage, report: &RecoveryReport) -> Result<(), WalError> {
+    if !report.damaged_snapshots.is_empty() {
+        let names: Vec<String> = report
+            .damaged_snapshots
+            .iter()
+            .map(|d| d.file.clone())
+            .collect();
+        let folder = damage::set_aside(storage, &names)?;
+        tracing::warn!(files = ?names, folder = %folder, "moved the damaged snapshots aside");
+    }
     if let Some(t) = &report.torn {
         let cut = if t.offset < FILE_HEADER_LEN as u64 {
             storage.remove(&t.file)

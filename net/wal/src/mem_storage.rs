@@ -60,6 +60,8 @@ struct MemInner {
     dead: bool,
     /// `allocate` fails with EOPNOTSUPP, as on a filesystem without `fallocate`.
     no_allocate: bool,
+    /// Files moved by `set_aside`, as `folder/name` (durable at once).
+    aside: BTreeMap<String, u64>,
 }
 
 impl MemInner {
@@ -174,6 +176,14 @@ impl MemStorage {
             files.insert(g.next_inode, f);
             dir.insert(name.clone(), g.next_inode);
         }
+        // Files set aside were made durable when they moved.
+        let aside = std::mem::take(&mut g.aside);
+        for (path, inode) in aside {
+            let f = g.files.remove(&inode).unwrap_or_default();
+            g.next_inode += 1;
+            files.insert(g.next_inode, f);
+            g.aside.insert(path, g.next_inode);
+        }
         g.files = files;
         g.durable_dir = dir.clone();
         g.dir = dir;
@@ -197,6 +207,17 @@ impl MemStorage {
         let f = g.files.get_mut(&inode).expect("named file exists");
         f.data[offset] = byte;
         f.durable = f.data.clone();
+    }
+
+    /// The files `set_aside` moved, as `folder/name`, in order.
+    pub fn set_aside_files(&self) -> Vec<String> {
+        self.lock().aside.keys().cloned().collect()
+    }
+
+    /// The bytes of a file set aside, named `folder/name`.
+    pub fn aside_contents(&self, path: &str) -> Option<Vec<u8>> {
+        let g = self.lock();
+        g.aside.get(path).map(|i| g.files[i].data.clone())
     }
 
     /// Replaces `name` with `bytes`, as synced.
@@ -292,6 +313,23 @@ impl Storage for MemStorage {
         let mut g = self.lock();
         Self::check_alive(&g)?;
         g.durable_dir = g.dir.clone();
+        Ok(())
+    }
+    fn set_aside(&self, names: &[String], folder: &str) -> io::Result<()> {
+        let mut g = self.lock();
+        Self::check_alive(&g)?;
+        let prefix = format!("{folder}/");
+        if g.aside.keys().any(|k| k.starts_with(&prefix)) {
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+        for n in names {
+            let inode = g
+                .dir
+                .remove(n)
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+            g.durable_dir.remove(n);
+            g.aside.insert(format!("{prefix}{n}"), inode);
+        }
         Ok(())
     }
 }

@@ -1,15 +1,25 @@
 //! Recovery: the newest valid snapshot, then every WAL turn after it, into a fresh `Queue`.
 //!
 //! The WAL is read turn by turn (a `Commit` record closes each): a turn is applied whole or not
-//! at all. Damage is judged by what follows it. In the last segment, damage followed by no
-//! valid `Commit` is a torn tail — the turn being written when the process or the machine died,
-//! never acknowledged — and is cut and logged. Damage followed by a valid turn is corruption in
-//! the middle of the log: the start stops with an error naming the file and the offset, unless
-//! `--force-recovery`, which skips to the next valid record and logs what was lost.
+//! at all. Damage is judged by what follows it and by what it looks like. In the last segment,
+//! damage followed by no valid `Commit` that looks like a torn write — the file ends inside
+//! the record, or a sector of it reads as zeros, as a power loss leaves a page the file's size
+//! already counted — is the turn being written when the process or the machine died, never
+//! acknowledged: it is cut and logged. Any other damage is corruption: a whole record failing
+//! its checksum (a bit flip, even in the last turn, which was acknowledged), or damage followed
+//! by a valid turn. The start stops with an error naming the file and the offset, unless
+//! `--force-recovery`, which skips to the next valid record and logs what was lost. Damage in
+//! records the snapshot covers whole loses nothing and is only logged (so the start after a
+//! `--force-recovery`, whose snapshot covers the damage it skipped, is a clean one).
 //! A segment's tail from the next segment's first sequence number on is ignored: after a
 //! failed write the WAL rewrites the turns that were not yet durable into a new segment.
 //!
-//! Recovery only reads; cutting the torn tail is `Wal::open`'s job.
+//! A snapshot that does not load is passed over for the next older one (its WAL is kept); with
+//! none left, the WAL must reach back to its first record, or the start stops naming the
+//! snapshots and what is wrong with each.
+//!
+//! Recovery only reads; cutting the torn tail and setting damaged snapshots aside
+//! (`damage`) is `Wal::open`'s job.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -34,10 +44,22 @@ pub struct TornTail {
     pub bytes: u64,
 }
 
+/// A snapshot that did not load, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamagedSnapshot {
+    pub file: String,
+    /// What is wrong, and at which offset.
+    pub reason: String,
+}
+
 /// What recovery found and did.
 #[derive(Clone, Debug, Default)]
 pub struct RecoveryReport {
     pub snapshot: Option<String>,
+    /// Newer snapshots than the one loaded that did not load (set aside by `Wal::open`).
+    pub damaged_snapshots: Vec<DamagedSnapshot>,
+    /// A replica's damaged log, moved aside so that it copies its primary again.
+    pub set_aside: Option<crate::damage::SetAside>,
     pub snapshot_tasks: u64,
     pub segments: usize,
     pub records: u64,
@@ -117,6 +139,53 @@ fn scan_after(buf: &[u8], from: usize, prev_seq: u64) -> Scan {
     scan
 }
 
+/// The unit a disk writes whole: a power loss leaves each sector of a write old or new.
+const SECTOR: usize = 512;
+
+/// Whether damage at `off` with no valid turn after it looks like a write the process or the
+/// machine did not finish, rather than a record that rotted after it was written: the file ends
+/// inside the record (and not because its length field alone is damaged); or a sector of the
+/// damaged record reads as zeros — the page of a write lost with the power, which the file's
+/// size already counted (etcd's rule for its WAL's torn entries); or only zeros follow it — a
+/// write cut short in a file whose length was set ahead of it. A whole record failing its
+/// checksum at the end of the file is damage, even in the last turn: that turn was
+/// acknowledged.
+fn looks_torn(buf: &[u8], off: usize) -> bool {
+    if let Err(Frame::Incomplete) = format::parse_record(buf, off) {
+        return !format::whole_record_to_end(buf, off);
+    }
+    let end = damaged_span_end(buf, off);
+    let after = &buf[end..];
+    (!after.is_empty() && after.iter().all(|&b| b == 0)) || has_zeroed_sector(buf, off, end)
+}
+
+/// Where the damaged record at `off` ends: as its header says when that is sound and fits the
+/// file, else at the end of the file.
+fn damaged_span_end(buf: &[u8], off: usize) -> usize {
+    let header = &buf[off..(off + format::RECORD_HEADER_LEN).min(buf.len())];
+    if header.len() < format::RECORD_HEADER_LEN || header[0..4] != RECORD_MARKER.to_le_bytes() {
+        return buf.len();
+    }
+    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    (off + format::RECORD_HEADER_LEN)
+        .checked_add(len)
+        .filter(|&end| end <= buf.len())
+        .unwrap_or(buf.len())
+}
+
+/// Whether a sector's share of `buf[from..to]` is all zeros.
+fn has_zeroed_sector(buf: &[u8], from: usize, to: usize) -> bool {
+    let mut a = from;
+    while a < to {
+        let b = ((a / SECTOR + 1) * SECTOR).min(to);
+        if buf[a..b].iter().all(|&x| x == 0) {
+            return true;
+        }
+        a = b;
+    }
+    false
+}
+
 struct Replay {
     force: bool,
     queue: Queue,
@@ -149,6 +218,49 @@ impl Replay {
             });
         }
         let line = format!("{} at offset {offset}: {reason}; {lost}", self.file);
+        tracing::warn!("--force-recovery: {line}");
+        self.report.lost.push(line);
+        Ok(())
+    }
+
+    /// Damage whose records, up to `upto`, the snapshot holds: nothing is lost, so the start
+    /// goes on (the segment goes with the next snapshot's clean-up). Logged, since the disk
+    /// that rotted here may rot elsewhere.
+    fn covered_damage(&mut self, offset: usize, problem: &str, upto: u64) {
+        tracing::warn!(
+            file = %self.file,
+            offset,
+            "WAL damaged in records the snapshot holds ({problem}); nothing is lost"
+        );
+        self.prev_seq = self.prev_seq.max(upto);
+    }
+
+    /// No snapshot loaded, though there were some: the state they held must come from the WAL.
+    fn snapshots_lost(&self) -> bool {
+        self.report.snapshot.is_none() && !self.report.damaged_snapshots.is_empty()
+    }
+
+    /// Every snapshot is damaged and the WAL starts after record 1 (`wal_first`) or is absent:
+    /// the tasks the snapshots held are in no file. An error, or under --force-recovery a
+    /// line in the report and an empty start.
+    fn every_snapshot_damaged(&mut self, wal_first: Option<u64>) -> Result<(), WalError> {
+        let snapshots = self
+            .report
+            .damaged_snapshots
+            .iter()
+            .map(|d| format!("{} {}", d.file, d.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if !self.force {
+            return Err(WalError::SnapshotsDamaged {
+                snapshots,
+                wal_first,
+            });
+        }
+        let line = format!(
+            "every snapshot is damaged ({snapshots}); what they held before {} is lost",
+            wal_first.map_or("now".to_owned(), |s| format!("record {s}"))
+        );
         tracing::warn!("--force-recovery: {line}");
         self.report.lost.push(line);
         Ok(())
@@ -372,7 +484,11 @@ fn load_newest_snapshot(
                 })
             }
             Err(snapshot::LoadError::Damaged(e)) => {
-                tracing::warn!(file = %name, "snapshot unusable, trying an older one: {e}")
+                tracing::warn!(file = %name, "snapshot unusable, trying an older one: {e}");
+                report.damaged_snapshots.push(DamagedSnapshot {
+                    file: (*name).clone(),
+                    reason: e,
+                });
             }
         }
     }
@@ -406,6 +522,10 @@ impl Replay {
     ) -> Result<(), WalError> {
         let start = self.start;
         let first = segs.iter().rposition(|(s, _)| *s <= start + 1).unwrap_or(0);
+        let wal_first = segs.get(first).map(|s| s.0);
+        if self.snapshots_lost() && wal_first.is_none_or(|s| s > 1) {
+            self.every_snapshot_damaged(wal_first)?;
+        }
         if let Some(&(s, name)) = segs.get(first) {
             if s > start + 1 {
                 self.file = name.clone();
@@ -505,10 +625,17 @@ impl Replay {
                 return Ok(true);
             }
             Err(HeaderError::Damaged(e)) => {
-                self.damage(0, e, "file skipped".into())?;
+                match next_first.map(|nf| nf.saturating_sub(1)) {
+                    Some(upto) if upto <= self.start => self.covered_damage(0, &e, upto),
+                    _ => self.damage(0, e, "file skipped".into())?,
+                }
                 return Ok(false);
             }
         };
+        if hdr_seq > self.prev_seq + 1 && hdr_seq - 1 <= self.start {
+            // Records only the snapshot needed were lost with a damaged file before this one.
+            self.prev_seq = hdr_seq - 1;
+        }
         if hdr_seq > self.prev_seq + 1 {
             let (from, to) = (self.prev_seq + 1, hdr_seq - 1);
             self.damage(
@@ -606,6 +733,9 @@ impl Replay {
                     }
                     continue;
                 }
+                Err(Frame::Incomplete) if format::whole_record_to_end(buf, off) => {
+                    "the record's length field is damaged (the record is whole)".to_owned()
+                }
                 Err(Frame::Incomplete) => "record cut short".to_owned(),
                 Err(Frame::Bad(why)) => why,
             };
@@ -615,9 +745,18 @@ impl Replay {
                 return Ok(end);
             }
             let scan = scan_after(buf, off + 1, self.prev_seq);
-            if last && !scan.commit_follows {
+            let tail = last && !scan.commit_follows;
+            if tail && looks_torn(buf, off) {
                 break; // a torn tail: the caller cuts it
             }
+            let problem = if tail {
+                format!(
+                    "{problem}, in a record of the last turn that is whole on disk (a torn \
+                     write leaves a record short or zeroed): the turn may have been acknowledged"
+                )
+            } else {
+                problem
+            };
             off = self.skip_damage(buf, off, problem, scan.resume, next_first)?;
             if scan.resume.is_none() {
                 turn.clear();
@@ -639,11 +778,20 @@ impl Replay {
         resume: Option<usize>,
         next_first: Option<u64>,
     ) -> Result<usize, WalError> {
+        let next = resume.map(|p| {
+            format::parse_record(buf, p)
+                .expect("scan found a valid record")
+                .seq
+        });
+        if let Some(upto) = next.or(next_first).map(|n| n.saturating_sub(1)) {
+            if upto <= self.start {
+                self.covered_damage(off, &problem, upto);
+                return Ok(resume.unwrap_or(buf.len()));
+            }
+        }
         match resume {
             Some(p) => {
-                let next = format::parse_record(buf, p)
-                    .expect("scan found a valid record")
-                    .seq;
+                let next = next.expect("a record was found");
                 let lost = format!(
                     "{} bytes skipped, records {}..{} lost",
                     p - off,

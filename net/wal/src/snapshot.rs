@@ -985,7 +985,7 @@ fn read_record<'b>(
     }
     r.read_exact(&mut buf[RECORD_HEADER_LEN..len])
         .map_err(|e| format!("at offset {offset}: record cut short ({e})"))?;
-    format::parse_record(&buf[..len], 0).map_err(|e| format!("at offset {offset}: {e:?}"))
+    format::parse_record(&buf[..len], 0).map_err(|e| format!("at offset {offset}: {e}"))
 }
 
 /// Decodes the entries of a block body: a u32 count, then that many.

@@ -24,6 +24,10 @@ pub trait Storage: Send + Sync + 'static {
     fn list(&self) -> io::Result<Vec<String>>;
     /// Makes creations, renames and removals so far durable.
     fn sync_dir(&self) -> io::Result<()>;
+    /// Moves `names` into a new sub-directory `folder`, out of `list`'s sight but kept, and
+    /// makes the move durable. Fails with `AlreadyExists` when `folder` exists: files set
+    /// aside are never replaced.
+    fn set_aside(&self, names: &[String], folder: &str) -> io::Result<()>;
 }
 
 /// One open file. Methods take `&self` so the loop can write while the sync thread syncs the
@@ -151,6 +155,15 @@ impl Storage for FsStorage {
     }
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
+    }
+    fn set_aside(&self, names: &[String], folder: &str) -> io::Result<()> {
+        let to = self.dir.join(folder);
+        fs::create_dir(&to)?;
+        for n in names {
+            fs::rename(self.dir.join(n), to.join(n))?;
+        }
+        File::open(&to)?.sync_all()?;
+        self.sync_dir()
     }
 }
 
