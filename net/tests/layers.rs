@@ -50,6 +50,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tarq-affinity",
         ],
     ),
+    // The fault harness drives the server as a user would: its binary, its ports, the client.
+    ("tarq-chaos", &["tarq-client", "tarq-testkit"]),
     (
         "tarq-benches",
         &[
