@@ -220,6 +220,33 @@ fn canonical(path: &Path) -> anyhow::Result<PathBuf> {
 
 /// Unmounts `mountpoint`: at once when nothing uses it, lazily when something does; through
 /// `fusermount3` when not allowed to `umount` (not root). Says whether it was lazily.
+/// Detaches every lazyfs mount at or under `dir` that an interrupted run left (its serving
+/// process gone, the mount answers nothing): what `tarq-chaos clean` and a new run do first.
+/// Returns the mountpoints detached.
+pub fn unmount_stale(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Ok(Vec::new());
+    };
+    let mounts = std::fs::read_to_string("/proc/mounts")?;
+    let mut found: Vec<PathBuf> = mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (source, target) = (f.next()?, f.next()?);
+            // /proc/mounts escapes spaces as \040.
+            let target = PathBuf::from(target.replace("\\040", " "));
+            (source == "lazyfs" && target.starts_with(&dir)).then_some(target)
+        })
+        .collect();
+    // Deepest first, so an outer mount is not busy with an inner one.
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for m in &found {
+        rustix::mount::unmount(m, rustix::mount::UnmountFlags::DETACH)
+            .or_else(|_| fusermount_unmount(m))?;
+    }
+    Ok(found)
+}
+
 fn detach(mountpoint: &Path) -> io::Result<bool> {
     use rustix::io::Errno;
     use rustix::mount::{unmount, UnmountFlags};

@@ -62,8 +62,12 @@ enum Command {
     },
     /// Check a history written by `run` again and print the verdict.
     Check { history: PathBuf },
-    /// Remove the namespaces of runs whose process is gone.
-    Clean,
+    /// Remove the namespaces of runs whose process is gone, and the lazyfs mounts they left
+    /// under DIR.
+    Clean {
+        #[arg(default_value = "/")]
+        dir: PathBuf,
+    },
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -155,9 +159,12 @@ fn main() -> Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Clean => {
+        Command::Clean { dir } => {
             for ns in net::Net::clean_stale()? {
                 println!("removed {ns}");
+            }
+            for m in tarq_chaos::lazyfs::unmount_stale(&dir)? {
+                println!("unmounted {}", m.display());
             }
             Ok(ExitCode::SUCCESS)
         }

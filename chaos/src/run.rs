@@ -492,6 +492,14 @@ fn ask_role(addr: std::net::SocketAddr) -> Option<(String, u64)> {
 
 /// Runs the whole thing: returns the checker's report (also written to `report.json`).
 pub fn run(opts: &Options) -> Result<Report> {
+    crate::lazyfs::unmount_stale(&opts.out)?;
+    let used = std::fs::read_dir(&opts.out).is_ok_and(|mut d| d.next().is_some());
+    if used {
+        bail!(
+            "{} is not empty: a run writes into a directory of its own",
+            opts.out.display()
+        );
+    }
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("cannot create {}", opts.out.display()))?;
     let history_path = opts.out.join("history.jsonl");

@@ -35,6 +35,8 @@ fn a_fixed_seed_schedule_of_every_fault_loses_nothing_acknowledged() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let out = target.join("chaos-ci");
+    // A run interrupted before (its mounts left behind) must not stop this one.
+    tarq_chaos::lazyfs::unmount_stale(&out).expect("detach stale mounts");
     let _ = std::fs::remove_dir_all(&out);
     let opts = Options {
         seed: SEED,
