@@ -130,6 +130,14 @@ const BLOCKS: &[(&str, Plan)] = &[
         "target/release/tarq --listen 127.0.0.1:3301 --data-dir /tmp/tarq-prof",
         Plan::Skip("perf on a release build"),
     ),
+    (
+        "cargo build --release -p tarq-net -p tarq-chaos",
+        Plan::Skip("root, release builds and 30 minutes of faults: chaos/tests/schedule.rs runs a short schedule"),
+    ),
+    (
+        "sudo tarq-chaos run --nemesis all",
+        Plan::Skip("root and 30 minutes of faults: chaos/tests/schedule.rs runs a short schedule"),
+    ),
 ];
 
 /// What a line run in bash must do, chosen by a prefix of the line.
