@@ -360,8 +360,9 @@ pub struct Settings {
     #[serde(default, deserialize_with = "from_text")]
     pub wal_mode: Option<WalMode>,
 
-    /// Start even when a WAL file is damaged in the middle: skip the damage and log what was
-    /// lost (otherwise such a start stops with an error naming the file and offset).
+    /// Start even when a WAL file is damaged (anything but a torn tail) or every snapshot is:
+    /// skip the damage and log what was lost (otherwise such a start stops with an error
+    /// naming the file and offset; a replica copies its primary again instead).
     #[arg(long, env = "TARQ_FORCE_RECOVERY", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub force_recovery: Option<bool>,
 

@@ -144,7 +144,7 @@ impl Server {
     pub(super) fn cluster_turn(&mut self) {
         while let Some(ev) = self.cluster.as_ref().and_then(|c| c.handle.try_event()) {
             match ev.kind {
-                EventKind::BecameLeader { term } => self.promote(term),
+                EventKind::BecameLeader { term } => self.became_leader(term),
                 EventKind::Follow { leader, addr, term } => self.follow(leader, addr, term),
                 EventKind::Deposed { term, reason, .. } => self.deposed(term, reason),
                 EventKind::MapChanged { .. } => {
@@ -240,6 +240,29 @@ impl Server {
 
     fn cluster_mut(&mut self) -> &mut ClusterNode {
         self.cluster.as_mut().expect("a cluster node")
+    }
+
+    /// Won an election: leads, unless its log was set aside as damaged at start and it has
+    /// not copied a primary's since. Such a node holds nothing, or only part, of what clients
+    /// were told is stored, so it steps down and sits elections out; the set waits for a node
+    /// that holds the data (or this one, once it has copied it).
+    fn became_leader(&mut self, term: u64) {
+        let Some(aside) = self
+            .core
+            .journal_mut()
+            .wal()
+            .and_then(|w| w.started_over().map(|a| a.folder.clone()))
+        else {
+            return self.promote(term);
+        };
+        let why = format!(
+            "this node set its damaged log aside (into {aside} in its data directory) and may \
+             not lead until it has copied a primary's"
+        );
+        warn!(term, reason = %why, "won an election: resigning");
+        let c = self.cluster_mut();
+        c.handle.resign();
+        c.role = NodeRole::Unknown(format!("electing a primary; {why}"));
     }
 
     fn promote(&mut self, term: u64) {

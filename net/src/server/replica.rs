@@ -395,6 +395,7 @@ impl Server {
                 let position = self.position();
                 if position >= up.primary_lsn {
                     up.caught_up_at = now;
+                    self.copied_after_start_over(up);
                 }
                 let durable = self.durable_position();
                 replication::ack(&mut up.wbuf, durable);
@@ -512,6 +513,25 @@ impl Server {
             up.caught_up_at = now;
         }
         Ok(())
+    }
+
+    /// This replica holds everything its primary has written: if it set a damaged log aside at
+    /// start, it is whole again (and may lead).
+    fn copied_after_start_over(&mut self, up: &Upstream) {
+        if up.phase != Phase::Streaming {
+            return;
+        }
+        let Some(wal) = self.core.journal_mut().wal() else {
+            return;
+        };
+        if let Some(aside) = wal.finish_start_over() {
+            info!(
+                primary = %up.primary,
+                position = up.position,
+                set_aside = %aside.folder,
+                "copied the primary again after setting the damaged log aside"
+            );
+        }
     }
 
     /// The last primary record this replica holds durably (in its WAL mode).

@@ -93,11 +93,7 @@ pub(crate) fn is_damage(e: &WalError) -> bool {
 /// A replica whose log is damaged: every segment and snapshot goes aside and recovery starts
 /// from the empty directory; the report says where the files went. The primary's stream
 /// fills it again (a join when the primary no longer has its whole log).
-pub(crate) fn start_over(
-    storage: &dyn Storage,
-    damage: WalError,
-    keep_taken: bool,
-) -> Result<Recovered, WalError> {
+pub(crate) fn start_over(storage: &dyn Storage, damage: WalError) -> Result<Recovered, WalError> {
     let names: Vec<String> = storage
         .list()
         .map_err(|e| WalError::io("listing the data directory", e))?
@@ -114,7 +110,8 @@ pub(crate) fn start_over(
         files = names.len(),
         "this replica's log is damaged: moved it aside and copying the primary again"
     );
-    let mut rec = recovery::recover(storage, false, keep_taken)?;
+    // A replica keeps taken tasks taken (there are none yet): its primary's records say.
+    let mut rec = recovery::recover(storage, false, true)?;
     rec.report.set_aside = Some(SetAside {
         folder,
         files: names,

@@ -442,7 +442,7 @@ impl Wal {
             // A replica's primary holds what the damage took: start over from it rather
             // than refuse (`damage`). --force-recovery asked to keep what is readable instead.
             Err(e) if cfg.replica && !cfg.force_recovery && damage::is_damage(&e) => {
-                damage::start_over(&*storage, e, cfg.replica)?
+                damage::start_over(&*storage, e)?
             }
             r => r?,
         };
@@ -533,6 +533,12 @@ impl Wal {
     /// The damaged log this replica set aside at start, if it did (`damage`).
     pub fn started_over(&self) -> Option<&SetAside> {
         self.started_over.as_ref()
+    }
+
+    /// The replica that started over holds all its primary has written: it is whole again.
+    /// Returns what it had set aside, the first time.
+    pub fn finish_start_over(&mut self) -> Option<SetAside> {
+        self.started_over.take()
     }
 
     pub fn mode(&self) -> WalMode {
