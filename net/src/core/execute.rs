@@ -652,17 +652,22 @@ impl<R: Copy> Core<R> {
         }
     }
 
-    /// `serve_parked` for every tube with waiters (after deadlines fired, a session closed or
-    /// a pause ended).
+    /// `serve_parked` for every tube with waiters, parked takes or waiting puts (after
+    /// deadlines fired, a session closed or a pause ended). The tubes are listed first: serving
+    /// a tube's last waiter takes it out of the lists, so walking them by position while
+    /// serving skipped the tube that moved into the slot just passed.
     pub fn serve_all_parked(&mut self, host: &mut impl Host<R>) {
-        let mut i = 0;
-        while let Some(tube) = self
-            .parked
-            .waiting_tube(i)
-            .or_else(|| self.waiting_puts.tube_at(i))
-        {
+        let mut tubes: Vec<TubeIx> = Vec::new();
+        let waiting = (0..).map_while(|i| self.parked.waiting_tube(i));
+        let puts = (0..).map_while(|i| self.waiting_puts.tube_at(i));
+        for tube in waiting.chain(puts) {
+            // In the order they wait; a tube with both kinds of waiter once.
+            if !tubes.contains(&tube) {
+                tubes.push(tube);
+            }
+        }
+        for tube in tubes {
             self.serve_parked(tube, host);
-            i += 1;
         }
     }
 
