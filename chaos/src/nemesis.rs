@@ -48,11 +48,15 @@ pub enum Fault {
     /// Power loss of a whole replica set: every node of it killed at once, and every write its
     /// data directory (a lazyfs mount) had not fsynced forgotten, then all restarted.
     PowerLoss,
+    /// Damage one replica's files while it is down (a minority): a byte flipped in the middle
+    /// of its newest WAL segment or snapshot, or the segment cut in half. Restarted, it must
+    /// notice (checksums) and copy its primary again, never serve what it read wrong.
+    Corrupt,
 }
 
 impl Fault {
     /// Every fault, in a fixed order (the seed's draws index into it).
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 15] = [
         Fault::KillPrimary,
         Fault::PausePrimary,
         Fault::IsolatePrimary,
@@ -67,6 +71,7 @@ impl Fault {
         Fault::ClientsFromPrimary,
         Fault::ClockJump,
         Fault::PowerLoss,
+        Fault::Corrupt,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +90,7 @@ impl Fault {
             Fault::ClientsFromPrimary => "clients-from-primary",
             Fault::ClockJump => "clock-jump",
             Fault::PowerLoss => "power-loss",
+            Fault::Corrupt => "corrupt",
         }
     }
 

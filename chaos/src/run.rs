@@ -372,6 +372,15 @@ impl World {
                 target["lost_unsynced"] = lost.into();
                 Undo::Restart(set)
             }
+            Fault::Corrupt => {
+                let others = self.others(p);
+                let r = others[self.rng.usize(0..others.len())];
+                self.nodes[r].kill()?;
+                let damage = self.damage(r)?;
+                target["replica"] = self.nodes[r].name().into();
+                target["damage"] = damage.into();
+                Undo::Restart(vec![r])
+            }
             Fault::ClockJump => {
                 let step = self.step_wall_clock(p)?;
                 target["step_secs"] = step.into();
@@ -409,6 +418,50 @@ impl World {
         target["lagging"] = self.nodes[lagging].name().into();
         std::thread::sleep(hold / 2);
         Ok((Undo::Restart(killed), target))
+    }
+
+    /// Damages node `r`'s newest snapshot or WAL segment (it is down): flips a byte in the
+    /// middle, or cuts a segment in half; says what it did. Written through the node's mount
+    /// and synced, so a later power loss does not undo it.
+    fn damage(&mut self, r: usize) -> Result<String> {
+        let dir = self.nodes[r].data_dir().to_path_buf();
+        let newest = |suffix: &str| -> Option<PathBuf> {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(suffix))
+                .collect();
+            files.sort();
+            files.pop()
+        };
+        let snapshot = newest(".snap");
+        let Some(segment) = newest(".xlog") else {
+            return Ok("no WAL segment yet: nothing damaged".into());
+        };
+        let (file, cut) = match (self.rng.u32(0..3), snapshot) {
+            (0, Some(snap)) => (snap, false),
+            (1, _) => (segment, true),
+            _ => (segment, false),
+        };
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&file)?;
+        let len = f.metadata()?.len();
+        let what = if cut {
+            f.set_len(len / 2)?;
+            format!("{} cut from {len} to {} bytes", file.display(), len / 2)
+        } else {
+            use std::os::unix::fs::FileExt;
+            let at = len / 2;
+            let mut byte = [0u8; 1];
+            f.read_exact_at(&mut byte, at)?;
+            f.write_all_at(&[byte[0] ^ 0x10], at)?;
+            format!("{}: a bit flipped at offset {at} of {len}", file.display())
+        };
+        f.sync_all()?;
+        Ok(what)
     }
 
     /// Steps node `p`'s wall clock by -120 to +120 s (never 0) from where it is; the step.
