@@ -48,7 +48,9 @@ fn a_closed_session_serves_the_parked_takes_of_every_tube() {
         assert_eq!(r.sync, *sync);
         let task = r.one();
         assert_eq!(
-            task.as_array().and_then(|a| a.get(2)).and_then(Value::as_str),
+            task.as_array()
+                .and_then(|a| a.get(2))
+                .and_then(Value::as_str),
             Some(format!("task-{t}").as_str()),
             "the take parked on tube {t} gets its task: {task:?}"
         );
