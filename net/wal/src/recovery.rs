@@ -257,10 +257,11 @@ impl Replay {
                 wal_first,
             });
         }
-        let line = format!(
-            "every snapshot is damaged ({snapshots}); what they held before {} is lost",
-            wal_first.map_or("now".to_owned(), |s| format!("record {s}"))
-        );
+        let lost = match wal_first {
+            Some(s) => format!("what they held before record {s} is lost"),
+            None => "all they held is lost".to_owned(),
+        };
+        let line = format!("every snapshot is damaged ({snapshots}); {lost}");
         tracing::warn!("--force-recovery: {line}");
         self.report.lost.push(line);
         Ok(())

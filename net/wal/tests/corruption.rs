@@ -398,7 +398,7 @@ fn without_a_wal_a_damaged_snapshot_stops_the_start_instead_of_an_empty_queue() 
     drop(wal);
     assert!(names(&storage, WAL_SUFFIX).is_empty());
     flip_snapshot(&storage, &snap);
-    let e = refused(&storage, c);
+    let e = refused(&storage, c.clone());
     assert!(
         matches!(
             e,
@@ -410,6 +410,15 @@ fn without_a_wal_a_damaged_snapshot_stops_the_start_instead_of_an_empty_queue() 
         "{e}"
     );
     assert!(e.to_string().contains(&snap), "{e}");
+
+    // --force-recovery starts empty, as asked, and says what was lost.
+    c.force_recovery = true;
+    let (_wal, q, report) = open(&storage, c);
+    assert_eq!(q.len(), 0);
+    assert!(
+        report.lost.len() == 1 && report.lost[0].contains("all they held is lost"),
+        "{report:?}"
+    );
 }
 
 #[test]
