@@ -1,5 +1,5 @@
 //! A small blocking beanstalk client for the workload: the commands it needs (`use`, `watch`,
-//! `ignore`, `put`, `reserve-with-timeout`, `delete`, `release`) over one TCP connection with
+//! `ignore`, `put`, `reserve-with-timeout`, `delete`, `release`, `bury`) over one TCP connection with
 //! a read timeout, each reply read whole. tarq's beanstalk port answers a change sent to a
 //! replica with `READ_ONLY <primary>` (beanstalkd has no such reply) and an open outcome by
 //! `INTERNAL_ERROR` or by closing the connection; the caller maps those to the history's
@@ -115,5 +115,9 @@ impl Beanstalk {
 
     pub fn release(&mut self, id: u64) -> io::Result<Reply> {
         self.command(format!("release {id} 1024 0").as_bytes(), None)
+    }
+
+    pub fn bury(&mut self, id: u64) -> io::Result<Reply> {
+        self.command(format!("bury {id} 1024").as_bytes(), None)
     }
 }

@@ -52,11 +52,14 @@ pub enum Fault {
     /// of its newest WAL segment or snapshot, or the segment cut in half. Restarted, it must
     /// notice (checksums) and copy its primary again, never serve what it read wrong.
     Corrupt,
+    /// Cut one replica set's nodes from every other set's (sharded runs; etcd and the clients
+    /// still reach them all): links and moves between the sets fail.
+    SetsApart,
 }
 
 impl Fault {
     /// Every fault, in a fixed order (the seed's draws index into it).
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 16] = [
         Fault::KillPrimary,
         Fault::PausePrimary,
         Fault::IsolatePrimary,
@@ -72,6 +75,7 @@ impl Fault {
         Fault::ClockJump,
         Fault::PowerLoss,
         Fault::Corrupt,
+        Fault::SetsApart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -91,7 +95,13 @@ impl Fault {
             Fault::ClockJump => "clock-jump",
             Fault::PowerLoss => "power-loss",
             Fault::Corrupt => "corrupt",
+            Fault::SetsApart => "sets-apart",
         }
+    }
+
+    /// Whether the fault means anything with `sets` replica sets.
+    pub fn applies_to(self, sets: usize) -> bool {
+        self != Fault::SetsApart || sets > 1
     }
 
     /// Whether the fault ends the sessions of the node it hits (a kill, or a pause long enough

@@ -381,6 +381,15 @@ impl World {
                 target["damage"] = damage.into();
                 Undo::Restart(vec![r])
             }
+            Fault::SetsApart => {
+                let (inside, outside): (Vec<usize>, Vec<usize>) =
+                    (0..self.nodes.len()).partition(|&i| self.set_of[i] == set);
+                let inside: Vec<&Host> = inside.iter().map(|&i| &self.node_hosts[i]).collect();
+                let outside: Vec<&Host> = outside.iter().map(|&i| &self.node_hosts[i]).collect();
+                self.net.partition(&[inside, outside])?;
+                target["set"] = self.set_names[set].clone().into();
+                Undo::Network
+            }
             Fault::ClockJump => {
                 let step = self.step_wall_clock(p)?;
                 target["step_secs"] = step.into();
@@ -561,7 +570,10 @@ pub fn run(opts: &Options) -> Result<Report> {
     let p = world.wait_primaries(RECOVERY_LIMIT)?;
     create_tubes(&world, p, opts)?;
 
-    let steps = schedule(opts.seed, &opts.faults, opts.time);
+    let faults: Vec<Fault> = (opts.faults.iter().copied())
+        .filter(|f| f.applies_to(opts.sets))
+        .collect();
+    let steps = schedule(opts.seed, &faults, opts.time);
     let stop = Arc::new(AtomicBool::new(false));
     let clients = start_clients(&world, opts, &stop)?;
     let watcher = {
@@ -769,7 +781,7 @@ fn start_clients(
         .collect()
 }
 
-/// Takes and acks everything left in `tube`, through node `p`, recorded as process
+/// Kicks, takes and acks everything left in `tube`, through node `p`, recorded as process
 /// `process`; done when the tube holds no task at all (ready, taken, delayed or buried).
 fn drain(world: &World, p: usize, process: u64, tube: &'static str) -> Result<()> {
     let rec = Arc::clone(&world.rec);
@@ -779,6 +791,7 @@ fn drain(world: &World, p: usize, process: u64, tube: &'static str) -> Result<()
         let deadline = Instant::now() + DRAIN_LIMIT;
         let take = format!("queue.tube.{tube}:take");
         let ack = format!("queue.tube.{tube}:ack");
+        let kick = format!("queue.tube.{tube}:kick");
         loop {
             let mut e = rec.event(process, Kind::Invoke, F::Take);
             (e.node, e.session, e.tube) = (Some(node.clone()), Some(session), Some(tube.into()));
@@ -815,6 +828,9 @@ fn drain(world: &World, p: usize, process: u64, tube: &'static str) -> Result<()
                     a.time_us = rec.now_us();
                     rec.record(&a);
                 }
+                // Nothing ready: what the clients buried is kicked out (not recorded: a kick
+                // delivers nothing; the takes that follow record what it made ready).
+                None if kicked(c, &kick)? => {}
                 None if tube_is_empty(c, tube)? => return Ok(()),
                 None if Instant::now() > deadline => {
                     bail!("the drain did not empty tube {tube} within {DRAIN_LIMIT:?}")
@@ -823,6 +839,14 @@ fn drain(world: &World, p: usize, process: u64, tube: &'static str) -> Result<()
             }
         }
     })
+}
+
+/// Kicks every buried task of the tube `kick` names; whether there was one.
+fn kicked(c: &mut Client, kick: &str) -> Result<bool> {
+    let v = c
+        .call(kick, &pack_args(&[Value::from(u32::MAX)]), None)
+        .context("a kick of the drain")?;
+    Ok(v.first().and_then(Value::as_u64).unwrap_or(0) > 0)
 }
 
 /// The `tasks` figures of `tube`, as node `c` says.

@@ -137,6 +137,7 @@ enum Op<'a> {
     Take,
     Ack(u64),
     Release(u64),
+    Bury(u64),
 }
 
 /// The connection's protocol.
@@ -204,10 +205,11 @@ impl Worker {
         if held > 0 && (roll < 50 || held >= 4) {
             let at = self.rng.usize(0..held);
             let (id, payload) = self.conn.as_mut().expect("connected").held.swap_remove(at);
-            if self.rng.u32(0..100) < 80 {
-                self.finish(F::Ack, Op::Ack(id), payload);
-            } else {
-                self.finish(F::Release, Op::Release(id), payload);
+            // Mostly acks; some go back, a few are buried (the drain kicks them out again).
+            match self.rng.u32(0..100) {
+                0..75 => self.finish(F::Ack, Op::Ack(id), payload),
+                75..95 => self.finish(F::Release, Op::Release(id), payload),
+                _ => self.finish(F::Bury, Op::Bury(id), payload),
             }
         } else if roll < 70 {
             // Puts and takes about even (a take half the time finds nothing while faults
@@ -284,7 +286,7 @@ impl Worker {
         match outcome {
             Outcome::Ok(done) => {
                 e.kind = Kind::Ok;
-                if e.f != F::Ack && e.f != F::Release {
+                if !matches!(e.f, F::Ack | F::Release | F::Bury) {
                     e.id = done.id;
                 }
                 if e.f == F::Take && done.id.is_some() {
@@ -365,7 +367,7 @@ impl Worker {
     fn finish(&mut self, f: F, op: Op<'_>, payload: Option<String>) {
         let mut e = self.invoke(f);
         e.id = match op {
-            Op::Ack(id) | Op::Release(id) => Some(id),
+            Op::Ack(id) | Op::Release(id) | Op::Bury(id) => Some(id),
             _ => None,
         };
         e.payload = payload;
@@ -391,6 +393,7 @@ fn iproto_op(c: &mut Client, tube: &str, ttr_secs: u64, op: Op<'_>) -> Outcome {
         }
         Op::Ack(id) => ("ack", vec![Value::from(id)], None),
         Op::Release(id) => ("release", vec![Value::from(id)], None),
+        Op::Bury(id) => ("bury", vec![Value::from(id)], None),
     };
     let name = format!("queue.tube.{tube}:{function}");
     match c.call(&name, &pack_args(&args), wait) {
@@ -419,6 +422,7 @@ fn beanstalk_op(b: &mut Beanstalk, ttr_secs: u64, op: Op<'_>) -> Outcome {
         Op::Take => b.reserve(0),
         Op::Ack(id) => b.delete(id),
         Op::Release(id) => b.release(id),
+        Op::Bury(id) => b.bury(id),
     };
     let reply = match reply {
         Ok(r) => r,
@@ -434,7 +438,7 @@ fn beanstalk_op(b: &mut Beanstalk, ttr_secs: u64, op: Op<'_>) -> Outcome {
             id: reply.number(1),
             payload: reply.body.map(|b| String::from_utf8_lossy(&b).into_owned()),
         }),
-        "TIMED_OUT" | "DELETED" | "RELEASED" => Outcome::Ok(Done::default()),
+        "TIMED_OUT" | "DELETED" | "RELEASED" | "BURIED" => Outcome::Ok(Done::default()),
         "READ_ONLY" => Outcome::ReadOnly(reply.line(), reply.words.get(1).cloned()),
         // No reply of beanstalkd's says "unknown": tarq answers an open outcome so.
         "INTERNAL_ERROR" => Outcome::Info(reply.line()),
