@@ -171,8 +171,13 @@ impl Nodes {
     /// Starts the replica sets `sets` (name, nodes) of one sharded cluster: node `<set><i>`
     /// with `--replica-set <set>` and `extra`, in the order given.
     pub fn start_sets(etcd: &Etcd, sets: &[(&str, usize)], extra: &[&str]) -> Nodes {
+        Nodes::start_sets_at(&etcd.url, sets, extra)
+    }
+
+    /// [`start_sets`](Self::start_sets) with etcd at `etcd_url` (a proxy in front of it).
+    pub fn start_sets_at(etcd_url: &str, sets: &[(&str, usize)], extra: &[&str]) -> Nodes {
         let mut nodes = Nodes {
-            etcd_url: etcd.url.clone(),
+            etcd_url: etcd_url.to_owned(),
             nodes: Vec::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
