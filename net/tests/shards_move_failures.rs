@@ -3,7 +3,12 @@
 //! moved from set a to set b, and in the middle of its copy
 //! - the source primary is killed (-9),
 //! - the target primary is killed (-9),
-//! - etcd is stopped (SIGSTOP) for longer than a lease and then resumed.
+//! - etcd is stopped (SIGSTOP) for longer than a lease and then resumed;
+//! - etcd applies the commit and its answer is lost, then etcd is out of reach for a moment
+//!   (a proxy in front of etcd, `support/etcd_proxy.rs`): the old owner still reads itself
+//!   as the owner in its view, and must learn from etcd that the move committed;
+//! - the commit is held back on its way to etcd while the old owner dies, and reaches etcd
+//!   after the new owner, its link closed, has discarded its copy: the late commit must fail.
 //!
 //! Each time the partition ends in exactly one place — where etcd's placement says — and
 //! every task put before the move is delivered exactly once afterwards, through any node.
@@ -12,6 +17,8 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/etcd_proxy.rs"]
+mod etcd_proxy;
 mod support;
 
 use std::collections::HashSet;
@@ -19,11 +26,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cluster::{field, wait_for, Etcd, Nodes};
+use etcd_proxy::{EtcdProxy, Fault};
 use rmpv::Value;
 use tarq_client::{pack_args, Client};
 
 /// Tasks in the moving partition: enough that its copy is under way for a while.
 const TASKS: usize = 150_000;
+/// Tasks in a partition whose commit is the test's point, not its copy.
+const FEW_TASKS: usize = 5_000;
 const WINDOW: usize = 256;
 
 fn connect(addr: SocketAddr) -> Option<Client> {
@@ -186,7 +196,13 @@ struct Put {
 
 /// A cluster with the tube and set a's partition full; the partition's number.
 fn setup(etcd: &Etcd) -> (Nodes, u16, Put) {
-    let nodes = Nodes::start_sets(etcd, &[("a", 2), ("b", 2)], &["--sync-replicas", "1"]);
+    setup_at(etcd, &etcd.url, TASKS)
+}
+
+/// [`setup`] with the nodes given etcd at `url` (a proxy before it), `tasks` tasks.
+fn setup_at(etcd: &Etcd, url: &str, tasks: usize) -> (Nodes, u16, Put) {
+    let sets = [("a", 2), ("b", 2)];
+    let nodes = Nodes::start_sets_at(url, &sets, &["--sync-replicas", "1"]);
     let (a, _) = primaries(&nodes);
     let mut c = connect(nodes.nodes[a].addr).unwrap();
     let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
@@ -206,20 +222,31 @@ fn setup(etcd: &Etcd) -> (Nodes, u16, Put) {
         .iter()
         .position(|p| p.set == "a")
         .expect("a partition on a") as u16;
-    let (acked, unsure) = fill(nodes.nodes[a].addr, TASKS);
+    let (acked, unsure) = fill(nodes.nodes[a].addr, tasks);
     (nodes, p, Put { acked, unsure })
 }
 
-/// Starts the move on set a's primary in a thread; returns once its copy is under way.
-fn start_move(nodes: &Nodes, a: usize, p: u16) -> std::thread::JoinHandle<Result<String, String>> {
+/// The move of partition `p` from set a to set b, asked of set a's primary in a thread: its
+/// answer, the report or why not.
+fn spawn_move(nodes: &Nodes, a: usize, p: u16) -> std::thread::JoinHandle<Result<String, String>> {
     let addr = nodes.nodes[a].addr;
-    let mover = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let mut c = connect(addr).ok_or("connect")?;
         let args = pack_args(&[Value::from("jobs"), Value::from(p), Value::from("b")]);
         c.call("tarq.move", &args, Some(Duration::from_secs(120)))
             .map(|r| r[0].as_str().unwrap_or_default().to_owned())
             .map_err(|e| e.to_string())
-    });
+    })
+}
+
+/// The text of the move's commit in etcd (its epoch key's value), which the proxy looks for.
+fn commit_text(p: u16) -> String {
+    format!("move jobs partition {p} from a to b")
+}
+
+/// Starts the move on set a's primary in a thread; returns once its copy is under way.
+fn start_move(nodes: &Nodes, a: usize, p: u16) -> std::thread::JoinHandle<Result<String, String>> {
+    let mover = spawn_move(nodes, a, p);
     wait_for("the copy to be under way", || {
         nodes.overview(a).is_some_and(|o| {
             field(&o, "moves")
@@ -316,4 +343,59 @@ fn etcd_stopped_mid_move_leaves_the_partition_in_one_place() {
         Err(e) if e.contains("given up") => assert_eq!(owner, "a", "{e}"),
         Err(e) => eprintln!("the move ended without its report ({e}); the partition is on {owner}"),
     }
+}
+
+#[test]
+fn a_commit_applied_whose_answer_is_lost_hands_the_partition_over() {
+    let etcd = Etcd::start();
+    let proxy = EtcdProxy::start(&etcd.url);
+    let (nodes, p, put) = setup_at(&etcd, &proxy.url, FEW_TASKS);
+    let (a, _) = primaries(&nodes);
+    // etcd out of reach a moment after: shorter than a request's timeout, so the leaders keep
+    // their leases, and long enough that the old owner reads nothing new meanwhile.
+    let then_pause = Duration::from_millis(700);
+    proxy.arm(&commit_text(p), Fault::LoseAnswer { then_pause });
+    let mover = spawn_move(&nodes, a, p);
+    proxy.wait_answered();
+    let answer = mover.join().unwrap();
+    // etcd took the commit: the partition is set b's, whole, and the move says so.
+    let owner = check_every_task_once(&etcd, &nodes, p, &put);
+    assert_eq!(owner, "b", "the move's answer: {answer:?}");
+    let report = answer.expect("the move committed");
+    assert!(report.contains("\"to\":\"b\""), "{report}");
+}
+
+#[test]
+fn a_copy_discarded_while_the_commit_is_in_flight_is_never_committed() {
+    let etcd = Etcd::start();
+    let proxy = EtcdProxy::start(&etcd.url);
+    let (mut nodes, p, put) = setup_at(&etcd, &proxy.url, FEW_TASKS);
+    let (a, b) = primaries(&nodes);
+    proxy.arm(&commit_text(p), Fault::Hold);
+    let mover = spawn_move(&nodes, a, p);
+    // The commit is on its way to etcd, held back, when the old owner dies.
+    proxy.wait_arrived();
+    let seen = nodes.nodes[b].tarq.as_ref().unwrap().log().len();
+    nodes.kill(a);
+    assert!(
+        mover.join().unwrap().is_err(),
+        "the mover's connection closed"
+    );
+    // The new owner's link from it closed: it discards its copy (once etcd says it may).
+    let tarq_b = nodes.nodes[b].tarq.as_mut().unwrap();
+    tarq_b.wait_for_line_after(seen, "letting go of a partition's tasks");
+    // The commit reaches etcd now, after the copy is gone.
+    proxy.release();
+    proxy.wait_answered();
+    let map = placement(&etcd.url);
+    assert_eq!(
+        map.placement.tubes["jobs"].partitions[usize::from(p)].set,
+        "a",
+        "the late commit took the partition to the set that discarded its copy"
+    );
+    // Back as a replica, so the set's changes have the replica --sync-replicas asks for.
+    primaries(&nodes);
+    nodes.start_node(a);
+    let owner = check_every_task_once(&etcd, &nodes, p, &put);
+    assert_eq!(owner, "a");
 }

@@ -16,8 +16,9 @@
 //! and is *sharded*: each poll's read also takes the cluster map (every set's leader and
 //! members, the placement under `placement/`, see `placement`), published in `Overview` and
 //! announced by `MapChanged`. Placement changes are asked of the thread (`create_tube`,
-//! `drop_tube`, `place`) and answered by `PlacementDone`; `PlacementFence` says whether the
-//! node's view of the placement may still be acted on.
+//! `drop_tube`, `place`, and a move's `claim_move`, `move_partition`, `release_move`, see
+//! `moves`) and answered by `PlacementDone`; `PlacementFence` says whether the node's view of
+//! the placement may still be acted on.
 //!
 //! The wire is etcd's v3 JSON gateway (`etcd`), the rules are pure functions (`election`),
 //! the thread's state machine is `node`. Not here: replication itself, the WAL, the server.
@@ -27,6 +28,7 @@ mod node;
 
 pub mod election;
 pub mod etcd;
+pub mod moves;
 pub mod placement;
 
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -37,6 +39,7 @@ use std::time::Instant;
 pub use config::*;
 pub use election::{Claim, Fence, LeaderRecord, Member, Position, Role};
 pub use etcd::EtcdError;
+pub use moves::MoveClaim;
 pub use placement::{
     ClusterMap, IndexUse, PartitionPlacement, Placement, PlacementError, PlacementFence, SetView,
     TubePlacement,
@@ -177,9 +180,21 @@ pub(crate) enum Change {
     Move {
         tube: String,
         partition: u16,
+        index: u16,
         from: String,
         to: String,
         first: u64,
+        id: u64,
+    },
+    Claim {
+        index: u16,
+        claim: MoveClaim,
+    },
+    Release {
+        index: u16,
+        tube: String,
+        to: String,
+        id: Option<u64>,
     },
 }
 
@@ -317,27 +332,56 @@ impl Cluster {
         );
     }
 
-    /// Asks to give partition `partition` of `tube` to replica set `to` if `from` owns it
-    /// (a move's commit point: its tasks were copied), numbering from `first` at least there.
-    /// Answered by `PlacementDone` with the tube as placed now, or `Err(Moved)` when `from`
-    /// does not own it (any more).
+    /// Asks to give partition `partition` (at `index`) of `tube` to replica set `to` if
+    /// `from` owns it and move `id`'s claim is there (a move's commit point: its tasks were
+    /// copied; `moves::commit`), numbering from `first` at least there. Answered by
+    /// `PlacementDone` with the tube as placed now, `Err(Moved)` when `from` does not own it
+    /// (any more), `Err(CalledOff)` when the claim is gone.
+    #[allow(clippy::too_many_arguments)]
     pub fn move_partition(
         &self,
         token: u64,
         tube: &str,
         partition: u16,
+        index: u16,
         from: &str,
         to: &str,
         first: u64,
+        id: u64,
     ) {
         let change = Change::Move {
             tube: tube.into(),
             partition,
+            index,
             from: from.into(),
             to: to.into(),
             first,
+            id,
         };
         self.change(token, change);
+    }
+
+    /// Claims the partition at `index` for a copy on `claim.to` (`moves::claim`). Answered by
+    /// `PlacementDone` with the tube as placed at the claim (if that gives the partition to
+    /// `claim.to`, nothing was claimed).
+    pub fn claim_move(&self, token: u64, index: u16, claim: MoveClaim) {
+        self.change(token, Change::Claim { index, claim });
+    }
+
+    /// Withdraws move `id`'s claim on the partition at `index` for set `to` (`None`: any
+    /// claim for `to`; `moves::release`). Answered by `PlacementDone` with the tube as placed
+    /// once no such claim is left: the move committed if that gives the partition to `to`.
+    pub fn release_move(&self, token: u64, index: u16, tube: &str, to: &str, id: Option<u64>) {
+        let (tube, to) = (tube.into(), to.into());
+        self.change(
+            token,
+            Change::Release {
+                index,
+                tube,
+                to,
+                id,
+            },
+        );
     }
 
     fn change(&self, token: u64, change: Change) {

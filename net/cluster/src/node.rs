@@ -19,6 +19,7 @@ use crate::election::{
     behind_committed, may_campaign, Claim, Fence, LeaderRecord, Member, Position, Role,
 };
 use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
+use crate::moves;
 use crate::placement::{self, ClusterMap, Placement, PlacementError, PlacementFence};
 use crate::{Change, Command, Config, DeposeReason, Event, EventKind, Overview};
 
@@ -253,10 +254,21 @@ impl Node {
             Change::Move {
                 tube,
                 partition,
+                index,
                 from,
                 to,
                 first,
-            } => placement::move_partition(c, &cluster, tube, *partition, from, to, *first, b),
+                id,
+            } => moves::commit(
+                c, &cluster, tube, *partition, *index, from, to, *first, *id, b,
+            ),
+            Change::Claim { index, claim } => moves::claim(c, &cluster, *index, claim, b),
+            Change::Release {
+                index,
+                tube,
+                to,
+                id,
+            } => moves::release(c, &cluster, *index, tube, to, *id, b),
         });
         let result = match outcome {
             Ok(result) => result,

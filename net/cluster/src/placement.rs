@@ -235,6 +235,17 @@ pub enum PlacementError {
         partition: u16,
         owner: String,
     },
+    /// A move's commit found its claim gone (`moves`): the copy on the new owner was
+    /// discarded, or the move called off.
+    #[error(
+        "the move of partition {partition} of tube {tube:?} to replica set {to:?} was called off: \
+         its copy there is no longer claimed in etcd"
+    )]
+    CalledOff {
+        tube: String,
+        partition: u16,
+        to: String,
+    },
     #[error("etcd: {0}")]
     Etcd(String),
 }
@@ -297,7 +308,7 @@ pub(crate) fn epoch_key(cluster: &str) -> Vec<u8> {
     format!("/tarq/{cluster}/placement/epoch").into_bytes()
 }
 
-fn tube_key(cluster: &str, tube: &str) -> Vec<u8> {
+pub(crate) fn tube_key(cluster: &str, tube: &str) -> Vec<u8> {
     format!("/tarq/{cluster}/placement/tubes/{tube}").into_bytes()
 }
 
@@ -398,7 +409,7 @@ fn leader_of(kv: &Kv) -> Option<(LeaderRecord, u64)> {
     json_of(kv).map(|l| (l, kv.create_revision as u64))
 }
 
-fn json_of<T: serde::de::DeserializeOwned>(kv: &Kv) -> Option<T> {
+pub(crate) fn json_of<T: serde::de::DeserializeOwned>(kv: &Kv) -> Option<T> {
     match serde_json::from_slice(&kv.value) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -620,25 +631,38 @@ fn commit(
     client: &mut Client,
     cluster: &str,
     epoch: i64,
+    ops: Vec<Op>,
+    what: &str,
+    budget: Duration,
+) -> Result<TxnReply, EtcdError> {
+    commit_if(client, cluster, epoch, Vec::new(), ops, what, budget)
+}
+
+/// [`commit`] if `compare` holds too.
+pub(crate) fn commit_if(
+    client: &mut Client,
+    cluster: &str,
+    epoch: i64,
+    mut compare: Vec<Compare>,
     mut ops: Vec<Op>,
     what: &str,
     budget: Duration,
 ) -> Result<TxnReply, EtcdError> {
     let key = epoch_key(cluster);
-    let compare = if epoch == 0 {
+    compare.push(if epoch == 0 {
         Compare::CreateRevision(key.clone(), 0)
     } else {
         Compare::ModRevision(key.clone(), epoch)
-    };
+    });
     ops.push(Op::Put {
         key,
         value: serde_json::to_vec(&serde_json::json!({ "change": what })).expect("json"),
         lease: 0,
     });
-    client.txn(&[compare], &ops, &[], budget)
+    client.txn(&compare, &ops, &[], budget)
 }
 
-fn put_json(key: Vec<u8>, value: &impl Serialize) -> Op {
+pub(crate) fn put_json(key: Vec<u8>, value: &impl Serialize) -> Op {
     Op::Put {
         key,
         value: serde_json::to_vec(value).expect("a placement value serializes"),
@@ -737,45 +761,6 @@ pub fn place_from(
         Ok(Plan::Write {
             ops: vec![put_json(tube_key(cluster, tube), &t)],
             what: format!("place {tube} partition {partition} on {set}"),
-            outcome: t,
-        })
-    })
-}
-
-/// [`place_from`] if replica set `from` owns the partition now: a move's commit, which must
-/// not take a partition from an owner that is not the one whose tasks were copied.
-#[allow(clippy::too_many_arguments)]
-pub fn move_partition(
-    client: &mut Client,
-    cluster: &str,
-    tube: &str,
-    partition: u16,
-    from: &str,
-    to: &str,
-    first: u64,
-    budget: Duration,
-) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
-    change(client, cluster, budget, |map| {
-        let owner = map.placement.owner(tube, partition).map(str::to_owned);
-        match owner {
-            Some(o) if o == from => {}
-            Some(o) if o == to => {
-                // Committed already (an attempt whose answer was lost): as it stands.
-                return Ok(Plan::Done(map.placement.tubes[tube].clone()));
-            }
-            Some(owner) => {
-                return Err(PlacementError::Moved {
-                    tube: tube.into(),
-                    partition,
-                    owner,
-                })
-            }
-            None => {}
-        }
-        let t = plan_place_from(map, tube, partition, to, first)?;
-        Ok(Plan::Write {
-            ops: vec![put_json(tube_key(cluster, tube), &t)],
-            what: format!("move {tube} partition {partition} from {from} to {to}"),
             outcome: t,
         })
     })

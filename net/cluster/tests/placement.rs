@@ -1,8 +1,8 @@
 //! Replica sets and the placement against a real etcd: sets elect their leaders independently
 //! (the default set where an unsharded cluster keeps its keys), the map every sharded node reads,
 //! tube creation spread over the live sets, drops that leave floors, one winner of racing
-//! creates, the epoch that every change raises, moves that other nodes hear of, and the
-//! placement fence that runs out when etcd stops answering. Every wait is for an event or a
+//! creates, the epoch that every change raises, moves that other nodes hear of, a move's commit
+//! and its release excluding each other through its claim, and the placement fence that runs out when etcd stops answering. Every wait is for an event or a
 //! value with a deadline.
 
 mod support;
@@ -10,9 +10,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{config, etcd, wait_until, Node, TTL};
-use tarq_cluster::etcd::Client;
+use tarq_cluster::etcd::{Client, Op};
 use tarq_cluster::placement::{self, MAX_INDEX};
-use tarq_cluster::{Config, EventKind, Overview, PlacementError, TubePlacement};
+use tarq_cluster::{moves, Config, EventKind, MoveClaim, Overview, PlacementError, TubePlacement};
 
 /// The budget of the test's own etcd calls.
 const CALL: Duration = Duration::from_secs(2);
@@ -355,6 +355,86 @@ fn place_moves_a_partition_and_the_other_node_hears_of_it() {
         done(&x1, 5),
         Err(PlacementError::NoPartition { partition: 9, .. })
     ));
+}
+
+#[test]
+fn a_moves_commit_and_its_release_exclude_each_other_through_its_claim() {
+    let etcd = etcd();
+    let (x1, _y1) = two_sets(&etcd.client_url);
+    x1.cluster
+        .create_tube(1, "q", "fifo", serde_json::Value::Null, 2);
+    let q = done(&x1, 1).unwrap();
+    let p = q.partitions.iter().position(|p| p.set == "s1").unwrap() as u16;
+    let ix = q.partitions[usize::from(p)].index;
+    let mut c = Client::connect(std::slice::from_ref(&etcd.client_url)).unwrap();
+    let claim = |id| MoveClaim {
+        id,
+        tube: "q".into(),
+        to: "s2".into(),
+    };
+    let commit = |c: &mut Client, id| moves::commit(c, "test", "q", p, ix, "s1", "s2", 0, id, CALL);
+    let owner = |r: Result<TubePlacement, PlacementError>| {
+        moves::owner_at(&r.expect("a tube"), ix).unwrap().to_owned()
+    };
+    let claimed = |c: &mut Client| {
+        let r = c.txn(&[], &[Op::Get(moves::claim_key("test", ix))], &[], CALL);
+        !r.unwrap().ranges[0].is_empty()
+    };
+
+    // Released first: the commit finds no claim, and the release reads the old owner.
+    let r = moves::claim(&mut c, "test", ix, &claim(1), CALL).unwrap();
+    assert_eq!(owner(r), "s1");
+    let r = moves::release(&mut c, "test", ix, "q", "s2", Some(1), CALL).unwrap();
+    assert_eq!(owner(r), "s1");
+    assert!(!claimed(&mut c));
+    assert!(matches!(
+        commit(&mut c, 1).unwrap(),
+        Err(PlacementError::CalledOff { .. })
+    ));
+    assert_eq!(read(&mut c).placement.owner("q", p), Some("s1"));
+
+    // A newer claim supersedes an older one: only the newer move can commit.
+    moves::claim(&mut c, "test", ix, &claim(2), CALL)
+        .unwrap()
+        .unwrap();
+    moves::claim(&mut c, "test", ix, &claim(3), CALL)
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        commit(&mut c, 2).unwrap(),
+        Err(PlacementError::CalledOff { .. })
+    ));
+    // A release of another move's claim leaves this one's.
+    moves::release(&mut c, "test", ix, "q", "s2", Some(2), CALL)
+        .unwrap()
+        .unwrap();
+    assert!(claimed(&mut c));
+
+    // Committed first: the claim is gone with it, and a release then reads the new owner.
+    let epoch = read(&mut c).placement.epoch;
+    assert_eq!(owner(commit(&mut c, 3).unwrap()), "s2");
+    assert!(!claimed(&mut c));
+    assert!(read(&mut c).placement.epoch > epoch);
+    let r = moves::release(&mut c, "test", ix, "q", "s2", Some(3), CALL).unwrap();
+    assert_eq!(owner(r), "s2");
+    // A commit sent again (its answer lost) answers the tube as it stands.
+    assert_eq!(owner(commit(&mut c, 3).unwrap()), "s2");
+    // A set that owns the partition claims nothing.
+    let r = moves::claim(&mut c, "test", ix, &claim(4), CALL).unwrap();
+    assert_eq!(owner(r), "s2");
+    assert!(!claimed(&mut c));
+    // A release without a move's id takes any claim for the set.
+    let back = MoveClaim {
+        id: 5,
+        tube: "q".into(),
+        to: "s1".into(),
+    };
+    moves::claim(&mut c, "test", ix, &back, CALL)
+        .unwrap()
+        .unwrap();
+    let r = moves::release(&mut c, "test", ix, "q", "s1", None, CALL).unwrap();
+    assert_eq!(owner(r), "s2");
+    assert!(!claimed(&mut c));
 }
 
 #[test]

@@ -40,8 +40,11 @@ pub enum Ask<'a> {
     },
     /// A move's first step, from a partition's owner to the primary of replica set `to`:
     /// hold partition `index` of tube `name` (made as the owner has it, numbering on from
-    /// `numbers`), empty, for the pages that follow.
+    /// `numbers`), empty, for the pages that follow. Answered `Ok` once the copy is claimed
+    /// in etcd for move `id` (`tarq_cluster::moves`), which its commit requires. Every step
+    /// names its move, so a step of an earlier move is never taken for this one's.
     MoveIn {
+        id: u64,
         index: u16,
         #[serde(borrow)]
         name: &'a str,
@@ -54,6 +57,7 @@ pub enum Ask<'a> {
     /// A page of the moving partition: its tasks, each Taken one's holder (a session named
     /// as [`Ask::Run`] names one), and its dedup keys. Answered `Count` once durable.
     MoveTasks {
+        id: u64,
         index: u16,
         tasks: Vec<MovedTask>,
         holders: Vec<Option<(Option<String>, u64)>>,
@@ -66,9 +70,10 @@ pub enum Ask<'a> {
         numbers: Option<TubeNumbers>,
     },
     /// The move's end: committed (the new owner serves the partition from now on, before
-    /// its own view of the placement — newer than `epoch` — says so), or not (it drops its
-    /// copy).
+    /// its own view of the placement — newer than `epoch` — says so), or not (it withdraws
+    /// its claim and drops its copy, unless etcd says the move committed after all).
     MoveDone {
+        id: u64,
         index: u16,
         committed: bool,
         epoch: i64,

@@ -63,9 +63,9 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        if for_map && shards.recheck_at.is_none() {
+        if for_map {
             // Looked at again soon: the view may go stale instead (etcd unreachable).
-            shards.recheck_at = Some(mono.saturating_add(RECHECK));
+            shards.recheck_by(mono.saturating_add(RECHECK));
         }
         let list = match (for_map, shards.moving.as_mut()) {
             (true, _) => &mut shards.awaiting_map,

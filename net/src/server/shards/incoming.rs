@@ -1,46 +1,106 @@
 //! The new owner's side of a move: it takes a partition in (`Ask::MoveIn`, `MoveTasks`,
-//! `MoveDone` over the old owner's link), keeps a copy whose sender went away until a read of
-//! the placement says whether the move committed, and lets go — a batch a turn — of copies of
+//! `MoveDone` over the old owner's link), and lets go — a batch a turn — of copies of
 //! partitions placed elsewhere (a move given up, a node stopped across one, the old owner
 //! after a commit).
+//!
+//! A copy is **claimed** in etcd before the old owner is told to send it (`MoveIn` is answered
+//! only then), and the move's commit requires that claim (`tarq_cluster::moves`). A copy is
+//! discarded only after its claim is **released** in etcd: its sender's link closed, no page
+//! came for 30 s, the old owner gave the move up, or — after a restart — no move this process
+//! knows of brings it. etcd runs the release before the commit or after it, and answers where
+//! the partition is once the commit can no longer happen: this set's (the move committed after
+//! all: the copy is kept and served) or not (let go). So a copy is never discarded under a
+//! commit still on its way to etcd, and this side and the old owner's (`moving.rs`, which
+//! releases the claim itself when its commit goes unanswered) end the move the same way.
 
 use super::*;
 use crate::core::Page;
+use tarq_cluster::moves::owner_at;
+use tarq_cluster::{MoveClaim, PlacementError};
+use tarq_engine::TubeNumbers;
 
-/// A copy arriving here that makes no progress this long is given up (its sender gone).
-const STALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// A copy arriving here whose pages stop coming this long is given up (its sender gone).
+const STALL: Micros = 30_000_000;
 /// Tasks of a partition that moved away let go of at once.
 const LET_GO_BATCH: usize = 1024;
 
-/// A partition being copied here.
+/// A partition being copied here, or a copy whose fate etcd is asked.
 pub(super) struct Incoming {
-    origin: Arc<str>,
-    touched: Instant,
-    /// Its sender's link closed (or the copy stalled) at this instant: the copy is kept or
-    /// let go as a placement read after it says (the move may have committed just before).
-    orphaned: Option<Instant>,
+    /// The move bringing it; `None`: a copy found here that no move this process knows of
+    /// brings (a move across a restart, or one given up while this node did not hear).
+    id: Option<u64>,
+    /// The node sending it.
+    origin: Option<Arc<str>>,
+    /// The tube it is a partition of (its claim names it).
+    tube: String,
+    /// When its last page came (monotonic µs).
+    touched: Micros,
+    state: CopyState,
+}
+
+enum CopyState {
+    /// Its claim is being made (etcd request `token`); the move's first step is answered
+    /// once it is, and the copy is made as `setup` says.
+    Claiming {
+        token: u64,
+        asker: Client,
+        setup: Box<Setup>,
+    },
+    /// Claimed: pages arrive.
+    Copying,
+    /// Its claim is withdrawn (etcd request `token` while etcd has it, else asked at
+    /// `retry_at`): the copy is kept or let go as etcd's answer says.
+    Releasing {
+        token: Option<u64>,
+        retry_at: Micros,
+    },
+}
+
+/// The partition as the old owner has it (`Ask::MoveIn`), made here once claimed.
+struct Setup {
+    kind: TubeType,
+    opts: TubeOptions,
+    numbers: TubeNumbers,
+}
+
+impl Incoming {
+    fn releasing(&mut self, now: Micros) {
+        if !matches!(self.state, CopyState::Releasing { .. }) {
+            self.state = CopyState::Releasing {
+                token: None,
+                retry_at: now,
+            };
+        }
+    }
 }
 
 impl Server {
     /// A step of a move into this node (from link `idx`'s node).
     pub(crate) fn move_step(&mut self, idx: usize, reply: ReplyTo, step: Ask<'_>) {
-        let outcome = match self.take_move_step(idx, step) {
-            Ok(o) => o,
+        let outcome = match self.take_move_step(idx, reply, step) {
+            Ok(Some(o)) => o,
+            // Answered once etcd has the copy's claim.
+            Ok(None) => return,
             Err(why) => Outcome::Error(Refusal::Shards(why)),
         };
         self.deliver(idx, reply, &outcome);
     }
 
-    fn take_move_step(&mut self, idx: usize, step: Ask<'_>) -> Result<Outcome<'static>, String> {
-        let leads = self.leads();
+    fn take_move_step(
+        &mut self,
+        idx: usize,
+        reply: ReplyTo,
+        step: Ask<'_>,
+    ) -> Result<Option<Outcome<'static>>, String> {
         let Some(origin) = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin)) else {
             return Err("a move step not on a link".into());
         };
-        let Some(shards) = self.shards.as_mut() else {
+        if self.shards.is_none() {
             return Err("this tarq is no sharded cluster's node".into());
-        };
+        }
         match step {
             Ask::MoveIn {
+                id,
                 index,
                 name,
                 kind,
@@ -48,56 +108,22 @@ impl Server {
                 numbers,
                 to,
             } => {
-                if !leads || to != shards.set {
-                    return Err(format!(
-                        "this node is not replica set {to}'s primary (it is in {}, leading: \
-                         {leads})",
-                        shards.set
-                    ));
-                }
-                if shards
-                    .part(index)
-                    .is_some_and(|p| shards.sets[p.set].name == shards.set)
-                    || shards.adopted.contains_key(&index)
-                {
-                    return Err(format!("partition at index {index} is this set's already"));
-                }
-                let q = self.core.queue();
-                match q.tube_info(index) {
-                    Some(t) if t.name != name => {
-                        return Err(format!(
-                            "index {index} holds tube {} here, not {name}",
-                            t.name
-                        ))
-                    }
-                    // A copy left by a move that did not commit: emptied.
-                    Some(_) if q.tube_stats(index).is_ok_and(|s| s.total > 0) => {
-                        shards.letting_go.retain(|&(t, _)| t != index);
-                        self.core.let_go_moved(index);
-                    }
-                    Some(_) => {}
-                    None => {
-                        self.core
-                            .place_tube(index, name, kind, opts, numbers.first)
-                            .map_err(|e| format!("cannot hold the partition: {e}"))?;
-                    }
-                }
-                self.core
-                    .import_numbers(index, numbers)
-                    .map_err(|e| format!("the partition's numbering: {e}"))?;
-                self.conns[idx].out.changed = true;
-                let incoming = Incoming {
-                    origin,
-                    touched: Instant::now(),
-                    orphaned: None,
+                let setup = Box::new(Setup {
+                    kind,
+                    opts,
+                    numbers,
+                });
+                let asker = Client {
+                    idx,
+                    gen: self.conns[idx].gen,
+                    sid: 0,
+                    reply,
                 };
-                if let Some(s) = self.shards.as_mut() {
-                    s.incoming.insert(index, incoming);
-                }
-                info!(tube = name, index, "a partition is moving here");
-                Ok(Outcome::Ok)
+                self.move_in(asker, origin, id, index, name, to, setup)?;
+                Ok(None)
             }
             Ask::MoveTasks {
+                id,
                 index,
                 tasks,
                 holders,
@@ -106,99 +132,213 @@ impl Server {
                 again,
                 numbers,
             } => {
-                let inc = shards.incoming.get_mut(&index);
-                let Some(inc) = inc.filter(|i| i.origin == origin) else {
-                    return Err(format!(
-                        "no move into index {index} from {origin} is under way here"
-                    ));
-                };
-                inc.touched = Instant::now();
-                let me = Arc::clone(&shards.me);
-                let mut sids = Vec::with_capacity(holders.len());
-                for h in holders {
-                    let sid = match h {
-                        None => 0,
-                        // A client of this node's own, which took through the old owner.
-                        Some((Some(o), remote)) if *o == *me => remote,
-                        Some((o, remote)) => {
-                            let o: Arc<str> = o.map_or_else(|| Arc::clone(&origin), Arc::from);
-                            match self.link_sessions.get(&o, remote) {
-                                Some(sid) => sid,
-                                None => {
-                                    let sid = self.new_session();
-                                    self.link_sessions.insert(&o, remote, sid);
-                                    sid
-                                }
-                            }
-                        }
-                    };
-                    sids.push(sid);
-                }
                 let page = Page {
                     tasks,
                     dedup,
                     gone,
                     again,
                 };
-                let n = self
-                    .core
-                    .import_page(index, page, |i| sids.get(i).copied().unwrap_or(0))
-                    .map_err(|e| format!("taking the partition's tasks in: {e}"))?;
-                if let Some(numbers) = numbers {
-                    self.core
-                        .import_numbers(index, numbers)
-                        .map_err(|e| format!("the partition's numbering: {e}"))?;
-                }
+                let n = self.move_tasks(&origin, id, index, page, holders, numbers)?;
                 // Answered once durable, as any change.
                 self.conns[idx].out.changed = true;
-                Ok(Outcome::Count(n as u64))
+                Ok(Some(Outcome::Count(n)))
             }
             Ask::MoveDone {
+                id,
                 index,
                 committed,
                 epoch,
             } => {
-                shards.incoming.remove(&index);
-                if committed {
-                    // Adopted until this node's view is newer than the move's start (a view
-                    // that is newer already says who owns it).
-                    if shards.placement.epoch <= epoch {
-                        shards.adopted.insert(index, epoch);
-                    }
-                    info!(index, "a partition moved here: served from now on");
-                    let (core, mut wire) = self.split();
-                    core.serve_parked(index, &mut wire);
-                    self.take_routed();
-                } else {
-                    self.let_go_of(index);
-                }
-                Ok(Outcome::Ok)
+                self.move_done(id, index, committed, epoch);
+                Ok(Some(Outcome::Ok))
             }
             _ => Err("not a move step".into()),
         }
     }
 
-    /// The link from `origin` closed: the copies it was sending here are orphaned, kept or
-    /// let go once a placement read after the close says whether their move committed.
-    pub(in crate::server) fn link_closed(&mut self, origin: &str) {
+    /// A move's first step: the copy is claimed in etcd, and made (and the step answered)
+    /// once it is. A copy an earlier move left stays until then: etcd's answer says whether
+    /// that move committed.
+    #[allow(clippy::too_many_arguments)]
+    fn move_in(
+        &mut self,
+        asker: Client,
+        origin: Arc<str>,
+        id: u64,
+        index: TubeIx,
+        name: &str,
+        to: &str,
+        setup: Box<Setup>,
+    ) -> Result<(), String> {
+        let leads = self.leads();
+        let mono = self.mono;
+        let shards = self.shards.as_mut().expect("checked by the caller");
+        if !leads || to != shards.set {
+            return Err(format!(
+                "this node is not replica set {to}'s primary (it is in {}, leading: {leads})",
+                shards.set
+            ));
+        }
+        if shards
+            .part(index)
+            .is_some_and(|p| shards.sets[p.set].name == shards.set)
+            || shards.adopted.contains_key(&index)
+        {
+            return Err(format!("partition at index {index} is this set's already"));
+        }
+        match self.core.queue().tube_info(index) {
+            Some(t) if t.name != name => {
+                return Err(format!(
+                    "index {index} holds tube {} here, not {name}",
+                    t.name
+                ))
+            }
+            _ => {}
+        }
+        let token = shards.next_token;
+        shards.next_token += 1;
+        let incoming = Incoming {
+            id: Some(id),
+            origin: Some(origin),
+            tube: name.to_owned(),
+            touched: mono,
+            state: CopyState::Claiming {
+                token,
+                asker,
+                setup,
+            },
+        };
+        let before = shards.incoming.insert(index, incoming);
+        if let Some(CopyState::Claiming { asker, .. }) = before.map(|b| b.state) {
+            let why = format!("a newer move of partition at index {index} began");
+            self.answer(asker, &Outcome::Error(Refusal::Shards(why)));
+        }
+        let claim = MoveClaim {
+            id,
+            tube: name.to_owned(),
+            to: to.to_owned(),
+        };
+        self.cluster_handle().claim_move(token, index, claim);
+        info!(
+            tube = name,
+            index, "a partition is moving here: claiming it"
+        );
+        Ok(())
+    }
+
+    /// A page of move `id`'s copy: taken in (its holders named as this node knows them).
+    fn move_tasks(
+        &mut self,
+        origin: &Arc<str>,
+        id: u64,
+        index: TubeIx,
+        page: Page,
+        holders: Vec<Option<(Option<String>, u64)>>,
+        numbers: Option<TubeNumbers>,
+    ) -> Result<u64, String> {
+        let mono = self.mono;
+        let shards = self.shards.as_mut().expect("checked by the caller");
+        let inc = (shards.incoming.get_mut(&index)).filter(|i| {
+            i.id == Some(id)
+                && i.origin.as_ref() == Some(origin)
+                && matches!(i.state, CopyState::Copying)
+        });
+        let Some(inc) = inc else {
+            return Err(format!(
+                "no move into index {index} from {origin} is under way here"
+            ));
+        };
+        inc.touched = mono;
+        let me = Arc::clone(&shards.me);
+        let mut sids = Vec::with_capacity(holders.len());
+        for h in holders {
+            let sid = match h {
+                None => 0,
+                // A client of this node's own, which took through the old owner.
+                Some((Some(o), remote)) if *o == *me => remote,
+                Some((o, remote)) => {
+                    let o: Arc<str> = o.map_or_else(|| Arc::clone(origin), Arc::from);
+                    match self.link_sessions.get(&o, remote) {
+                        Some(sid) => sid,
+                        None => {
+                            let sid = self.new_session();
+                            self.link_sessions.insert(&o, remote, sid);
+                            sid
+                        }
+                    }
+                }
+            };
+            sids.push(sid);
+        }
+        let n = self
+            .core
+            .import_page(index, page, |i| sids.get(i).copied().unwrap_or(0))
+            .map_err(|e| format!("taking the partition's tasks in: {e}"))?;
+        if let Some(numbers) = numbers {
+            self.core
+                .import_numbers(index, numbers)
+                .map_err(|e| format!("the partition's numbering: {e}"))?;
+        }
+        Ok(n as u64)
+    }
+
+    /// Move `id`'s end, as the old owner tells it: committed, the copy is served; not, its
+    /// claim is withdrawn and the copy kept or let go as etcd then says (the old owner's word
+    /// alone does not discard a copy).
+    fn move_done(&mut self, id: u64, index: TubeIx, committed: bool, epoch: i64) {
+        let mono = self.mono;
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        let now = Instant::now();
+        let ours = shards.incoming.get(&index).filter(|i| i.id == Some(id));
+        if committed {
+            if ours.is_some() {
+                shards.incoming.remove(&index);
+            }
+            return self.adopt(index, epoch);
+        }
+        if let Some(inc) = shards.incoming.get_mut(&index).filter(|i| i.id == Some(id)) {
+            inc.releasing(mono);
+            self.release_copies();
+        }
+    }
+
+    /// Partition `ix` is this set's by a move: served from now on, before this node's view
+    /// is newer than `epoch` (a view that is newer already says who owns it).
+    fn adopt(&mut self, ix: TubeIx, epoch: i64) {
+        if let Some(shards) = self.shards.as_mut() {
+            if shards.placement.epoch <= epoch {
+                shards.adopted.insert(ix, epoch);
+            }
+        }
+        info!(index = ix, "a partition moved here: served from now on");
+        let (core, mut wire) = self.split();
+        core.serve_parked(ix, &mut wire);
+        self.take_routed();
+    }
+
+    /// The link from `origin` closed: the copies it was sending here are released (their
+    /// move may have committed just before: etcd says).
+    pub(in crate::server) fn link_closed(&mut self, origin: &str) {
+        let mono = self.mono;
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
         let mut any = false;
         for inc in shards.incoming.values_mut() {
-            if &*inc.origin == origin && inc.orphaned.is_none() {
-                inc.orphaned = Some(now);
+            let from_it = inc.origin.as_deref() == Some(origin);
+            if from_it && matches!(inc.state, CopyState::Copying) {
+                inc.releasing(mono);
                 any = true;
             }
         }
         if any {
-            shards.recheck_at = Some(self.mono.saturating_add(RECHECK));
-            self.timers_changed();
+            self.release_copies();
         }
     }
 
-    /// The turn's look at orphaned copies, when one is due.
+    /// The turn's look at copies due a look (a stall, a release to ask again), and at
+    /// commands that wait for a placement read.
     pub(in crate::server) fn check_orphaned_copies(&mut self) {
         let due = (self.shards.as_ref())
             .and_then(|s| s.recheck_at)
@@ -213,7 +353,7 @@ impl Server {
             let mono = self.mono;
             if let Some(s) = self.shards.as_mut().filter(|s| !s.awaiting_map.is_empty()) {
                 if s.map_pending() {
-                    s.recheck_at = Some(mono.saturating_add(RECHECK));
+                    s.recheck_by(mono.saturating_add(RECHECK));
                 } else {
                     self.release_awaiting_map();
                 }
@@ -222,31 +362,19 @@ impl Server {
         }
     }
 
-    /// On a primary, after a new map (and while copies are orphaned): copies this node holds
-    /// of partitions placed elsewhere that no move brings here (left by a move that did not
-    /// commit, or by a node that was stopped across one) are let go. A copy whose sender went
-    /// away or quiet stops being one a move brings once a placement read since says who owns
-    /// it: kept if this set does (the move committed), else let go.
+    /// On a primary, after a new map (and when copies are due a look): copies this node holds
+    /// of partitions placed elsewhere that no move brings here (left by a move given up, or
+    /// across a restart) are released like a move's, then let go unless etcd says this set
+    /// owns them; copies whose pages stopped coming are released; releases etcd did not
+    /// answer are asked again.
     pub(super) fn let_go_strays(&mut self) {
         if !self.leads() {
             return;
         }
         let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
+        let Some(shards) = self.shards.as_ref() else {
             return;
         };
-        let read = (shards.fence.view())
-            .filter(|&(epoch, _)| epoch == shards.placement.epoch)
-            .map(|(_, at)| at);
-        shards.incoming.retain(|_, inc| {
-            if inc.orphaned.is_none() && inc.touched.elapsed() >= STALL {
-                inc.orphaned = Some(Instant::now());
-            }
-            // Decided by a read of the placement made after it went quiet.
-            inc.orphaned.is_none_or(|t| read.is_none_or(|r| r <= t))
-        });
-        let waiting = shards.incoming.values().any(|i| i.orphaned.is_some());
-        shards.recheck_at = waiting.then(|| mono.saturating_add(RECHECK));
         let mut strays = Vec::new();
         for (ix, p) in shards.parts.iter().enumerate() {
             let Some(p) = p else { continue };
@@ -261,12 +389,235 @@ impl Server {
                 continue;
             }
             if self.core.queue().tube_stats(ix).is_ok_and(|s| s.total > 0) {
-                strays.push(ix);
+                strays.push((ix, shards.tubes.get(&p.head).map(|r| r.name.clone())));
             }
         }
-        for ix in strays {
-            warn!(index = ix, "a copy of a partition placed elsewhere: let go");
-            self.let_go_of(ix);
+        for (ix, tube) in strays {
+            warn!(
+                index = ix,
+                "a copy of a partition placed elsewhere: releasing any claim on it"
+            );
+            let Some(tube) = tube else {
+                self.let_go_of(ix);
+                continue;
+            };
+            let stray = Incoming {
+                id: None,
+                origin: None,
+                tube,
+                touched: mono,
+                state: CopyState::Releasing {
+                    token: None,
+                    retry_at: mono,
+                },
+            };
+            if let Some(s) = self.shards.as_mut() {
+                s.incoming.insert(ix, stray);
+            }
+        }
+        self.release_copies();
+    }
+
+    /// Copies whose claim is to be withdrawn, asked of etcd (one request for each at a
+    /// time); a copy whose pages stopped coming is one of them.
+    fn release_copies(&mut self) {
+        let mono = self.mono;
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let mut asks = Vec::new();
+        let mut next: Option<Micros> = None;
+        let mut at = |t: Micros| next = Some(next.map_or(t, |n: Micros| n.min(t)));
+        for (&ix, inc) in shards.incoming.iter_mut() {
+            if matches!(inc.state, CopyState::Copying) && mono.saturating_sub(inc.touched) >= STALL
+            {
+                warn!(
+                    index = ix,
+                    "a copy arriving here stalled: releasing its claim"
+                );
+                inc.releasing(mono);
+            }
+            match inc.state {
+                CopyState::Copying => at(inc.touched.saturating_add(STALL)),
+                CopyState::Releasing {
+                    token: None,
+                    retry_at,
+                } if retry_at <= mono => {
+                    let token = shards.next_token;
+                    shards.next_token += 1;
+                    inc.state = CopyState::Releasing {
+                        token: Some(token),
+                        retry_at,
+                    };
+                    asks.push((token, ix, inc.tube.clone(), inc.id));
+                }
+                CopyState::Releasing {
+                    token: None,
+                    retry_at,
+                } => at(retry_at),
+                _ => {}
+            }
+        }
+        if let Some(t) = next {
+            shards.recheck_by(t);
+        }
+        let me = shards.set.clone();
+        for (token, ix, tube, id) in asks {
+            self.cluster_handle()
+                .release_move(token, ix, &tube, &me, id);
+        }
+        self.timers_changed();
+    }
+
+    /// Whether `token` is etcd's answer to a copy's claim or release; if so, it is taken in.
+    pub(super) fn copy_etcd_done(
+        &mut self,
+        token: u64,
+        result: &Result<TubePlacement, PlacementError>,
+    ) -> bool {
+        let Some(shards) = self.shards.as_ref() else {
+            return false;
+        };
+        let found = shards.incoming.iter().find_map(|(&ix, i)| match i.state {
+            CopyState::Claiming { token: t, .. } if t == token => Some((ix, true)),
+            CopyState::Releasing { token: Some(t), .. } if t == token => Some((ix, false)),
+            _ => None,
+        });
+        match found {
+            Some((ix, true)) => self.copy_claimed(ix, result),
+            Some((ix, false)) => self.copy_released(ix, result),
+            None => return false,
+        }
+        true
+    }
+
+    /// etcd answered a copy's claim: the copy is made and the old owner told to send it —
+    /// unless an earlier move of the partition turns out to have committed (its copy here is
+    /// kept and served), or the old owner went away meanwhile (the claim is released).
+    fn copy_claimed(&mut self, ix: TubeIx, result: &Result<TubePlacement, PlacementError>) {
+        let mono = self.mono;
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let mine = result
+            .as_ref()
+            .is_ok_and(|t| owner_at(t, ix) == Some(shards.set.as_str()));
+        let epoch = shards.placement.epoch;
+        let Some(inc) = shards.incoming.get_mut(&ix) else {
+            return;
+        };
+        let state = std::mem::replace(&mut inc.state, CopyState::Copying);
+        let CopyState::Claiming { asker, setup, .. } = state else {
+            return;
+        };
+        let tube = inc.tube.clone();
+        let refuse = |s: &mut Server, why: String| {
+            s.answer(asker, &Outcome::Error(Refusal::Shards(why)));
+        };
+        if mine {
+            shards.incoming.remove(&ix);
+            warn!(
+                index = ix,
+                "an earlier move of this partition committed: its copy is served"
+            );
+            self.adopt(ix, epoch);
+            return refuse(
+                self,
+                format!("partition at index {ix} is this set's already"),
+            );
+        }
+        if let Err(e) = result {
+            shards.incoming.remove(&ix);
+            refuse(self, format!("cannot claim the copy in etcd: {e}"));
+            // A copy an earlier move left here is released as a stray.
+            return self.let_go_strays();
+        }
+        // The old owner went away meanwhile: nobody sends the copy.
+        if self.conns.get(asker.idx).is_none_or(|c| c.gen != asker.gen) {
+            return self.release_copy(ix, mono);
+        }
+        match self.make_copy(ix, &tube, &setup) {
+            Ok(()) => {
+                if let Some(inc) = self.shards.as_mut().and_then(|s| s.incoming.get_mut(&ix)) {
+                    inc.touched = mono;
+                }
+                info!(tube, index = ix, "a partition is moving here");
+                // Answered once durable, as any change.
+                self.conns[asker.idx].out.changed = true;
+                self.answer(asker, &Outcome::Ok);
+            }
+            Err(why) => {
+                refuse(self, why);
+                self.release_copy(ix, mono);
+            }
+        }
+    }
+
+    /// Copy `ix`'s claim is withdrawn now.
+    fn release_copy(&mut self, ix: TubeIx, mono: Micros) {
+        if let Some(inc) = self.shards.as_mut().and_then(|s| s.incoming.get_mut(&ix)) {
+            inc.releasing(mono);
+        }
+        self.release_copies();
+    }
+
+    /// Makes partition `ix` of `tube` here as the old owner has it, empty (a copy an earlier
+    /// move left, which etcd says did not commit, is emptied).
+    fn make_copy(&mut self, ix: TubeIx, tube: &str, setup: &Setup) -> Result<(), String> {
+        let q = self.core.queue();
+        match q.tube_info(ix) {
+            Some(t) if t.name != tube => {
+                return Err(format!("index {ix} holds tube {} here, not {tube}", t.name))
+            }
+            Some(_) if q.tube_stats(ix).is_ok_and(|s| s.total > 0) => {
+                self.core.let_go_moved(ix);
+            }
+            Some(_) => {}
+            None => {
+                self.core
+                    .place_tube(ix, tube, setup.kind, setup.opts, setup.numbers.first)
+                    .map_err(|e| format!("cannot hold the partition: {e}"))?;
+            }
+        }
+        // Emptied at once: a letting go a batch a turn would take the copy's tasks too.
+        if let Some(s) = self.shards.as_mut() {
+            s.letting_go.retain(|&(t, _)| t != ix);
+        }
+        self.core
+            .import_numbers(ix, setup.numbers)
+            .map_err(|e| format!("the partition's numbering: {e}"))
+    }
+
+    /// etcd answered a copy's release: no move can commit the partition here any more, and
+    /// the placement says whether one did — kept and served if so, else let go.
+    fn copy_released(&mut self, ix: TubeIx, result: &Result<TubePlacement, PlacementError>) {
+        let mono = self.mono;
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        match result {
+            Err(PlacementError::Etcd(_) | PlacementError::Conflict { .. }) => {
+                if let Some(inc) = shards.incoming.get_mut(&ix) {
+                    let retry_at = mono.saturating_add(RECHECK);
+                    inc.state = CopyState::Releasing {
+                        token: None,
+                        retry_at,
+                    };
+                    shards.recheck_by(retry_at);
+                }
+                self.timers_changed();
+            }
+            Ok(t) if owner_at(t, ix) == Some(shards.set.as_str()) => {
+                shards.incoming.remove(&ix);
+                warn!(index = ix, "the move committed after all: its copy is kept");
+                let epoch = shards.placement.epoch;
+                self.adopt(ix, epoch);
+            }
+            _ => {
+                shards.incoming.remove(&ix);
+                info!(index = ix, "a copy's claim is released: the copy is let go");
+                self.let_go_of(ix);
+            }
         }
     }
 

@@ -181,7 +181,7 @@ impl Server {
                 Outcome::Full if !plan.left.is_empty() => self.put_next(p.client, plan),
                 other => self.answer(p.client, &other),
             },
-            Then::Move => self.move_answered(&outcome),
+            Then::Move { id } => self.move_answered(id, &outcome),
             Then::Ignore => {}
             Then::Peek { status, left } => match outcome {
                 Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {

@@ -48,8 +48,9 @@ use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;
 use out_link::{Answered, OutLink, FIRST_CALL_SYNC};
 
-/// How often what waits for a read of the placement looks at it again: a move whose commit
-/// went unanswered, a copy whose sender went away, a command held for a placement read.
+/// How often what waits for etcd or a read of the placement looks at it again: a move whose
+/// commit went unanswered, a copy's release etcd did not answer, a command held for a
+/// placement read.
 const RECHECK: Micros = 50_000;
 
 /// Link tokens available: one per replica set the router has known.
@@ -151,8 +152,10 @@ enum Then {
         status: tarq_engine::Status,
         left: Vec<TubeIx>,
     },
-    /// A step of the move this node runs, answered by the new owner.
-    Move,
+    /// A step of move `id` this node runs, answered by the new owner.
+    Move {
+        id: u64,
+    },
     /// Nothing waits for the answer (a move's last word).
     Ignore,
 }
@@ -203,13 +206,15 @@ pub(crate) struct Shards {
     watching: HashSet<TubeIx>,
     /// The move this node runs as a partition's owner, if any.
     moving: Option<moving::Move>,
-    /// Partitions being copied here, by index.
+    /// Partitions being copied here, by index, and copies whose claim in etcd is being
+    /// released before they are let go.
     incoming: HashMap<TubeIx, incoming::Incoming>,
     /// Partitions handed over to this node's set by a move, with the placement epoch the move
     /// began at: served here before this node's view of the placement says so.
     adopted: HashMap<TubeIx, i64>,
     move_figures: moving::MoveFigures,
-    /// When orphaned copies arriving here are looked at again.
+    /// When copies arriving here (a stall, a release to ask again) and commands waiting for a
+    /// placement read are looked at again.
     recheck_at: Option<Micros>,
     /// Partitions whose tasks this node lets go of, a batch a turn, with the last id removed.
     letting_go: Vec<(TubeIx, Option<tarq_engine::TaskId>)>,
@@ -365,6 +370,11 @@ impl Shards {
             .into_iter()
             .flatten()
             .min()
+    }
+
+    /// Looks again at copies and waiting commands by `at` at the latest.
+    fn recheck_by(&mut self, at: Micros) {
+        self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));
     }
 
     fn part(&self, ix: TubeIx) -> Option<Part> {
@@ -547,7 +557,7 @@ impl Server {
         token: u64,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
-        if self.move_commit_done(token, &result) {
+        if self.move_commit_done(token, &result) || self.copy_etcd_done(token, &result) {
             return;
         }
         if let Some((client, parts)) = self.shards.as_mut().and_then(|s| s.drops.remove(&token)) {

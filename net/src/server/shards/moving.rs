@@ -16,18 +16,25 @@
 //!    last changes are sent. What still changes here while frozen is what the tasks' own
 //!    times change (a TTR running out, a delay ending, a TTL), which the copy does on its own
 //!    at the same instants, and a holder's session ending, which is told on to the new owner.
+//!    The new owner answered the first step only once it had claimed the copy in etcd for
+//!    this move (`tarq_cluster::moves`: a key per partition, naming the move's id).
 //! 4. **Commit.** One transaction in etcd gives the partition to the new set if this set
-//!    still owns it: the commit point. Before it the partition is here; after it, there.
+//!    still owns it and the move's claim is still there, and deletes the claim: the commit
+//!    point. Before it the partition is here; after it, there.
 //! 5. **Hand over.** The new owner is told (`Ask::MoveDone`) and serves at once; this node
 //!    lets go of its copy, sends the held commands and the takes parked here on to the new
 //!    owner, and answers the mover. A call that still reaches this node for the partition is
 //!    relayed there, not refused.
 //!
 //! Given up before the commit (the new owner refused or its link failed, etcd refused), the
-//! partition thaws here and the held commands run here; the new owner drops its copy when
-//! told, when its copy stalls, or when it next reads a placement that gives it elsewhere
-//! (`incoming.rs`, the new owner's side). When etcd's answer is lost, the partition stays
-//! frozen until a read of the placement says which way it went: never in two places.
+//! partition thaws here and the held commands run here; the new owner withdraws its claim and
+//! drops its copy when told, when its sender's link closes or its copy stalls (`incoming.rs`,
+//! the new owner's side). When etcd's answer to the commit is lost, the partition stays frozen
+//! and this node withdraws the claim itself: etcd runs that after the commit or before it, and
+//! answers where the partition is once the commit can no longer happen — the new set's (the
+//! move committed: hand over) or still this one's (it never will: thaw). Never in two places,
+//! never in none. A view of the placement, however recent, does not decide it: the commit may
+//! still be on its way to etcd when the view is read.
 
 use super::held::Held;
 use super::*;
@@ -47,6 +54,9 @@ const MAX_ROUNDS: u32 = 4;
 /// A move this node runs as the partition's owner.
 pub(super) struct Move {
     asker: Client,
+    /// The move's own number, random: its steps and their answers carry it, and its claim in
+    /// etcd names it.
+    id: u64,
     tube: String,
     partition: u16,
     ix: TubeIx,
@@ -92,9 +102,10 @@ enum Phase {
     Commit {
         token: u64,
     },
-    /// etcd's answer was lost: whether it committed is read from the placement.
+    /// etcd's answer to the commit was lost: the move's claim is withdrawn (`release`: its
+    /// token while etcd has it), and etcd's answer says whether the commit happened.
     Unknown {
-        since: Instant,
+        release: Option<u64>,
         check_at: Micros,
     },
 }
@@ -137,7 +148,10 @@ impl Shards {
     pub(super) fn move_check_at(&self) -> Option<Micros> {
         let m = self.moving.as_ref()?;
         match m.phase {
-            Phase::Unknown { check_at, .. } => Some(check_at),
+            Phase::Unknown {
+                release: None,
+                check_at,
+            } => Some(check_at),
             Phase::Bulk | Phase::CatchUp if m.next_send > 0 && m.in_flight < WINDOW => {
                 Some(m.next_send)
             }
@@ -218,6 +232,10 @@ impl Server {
             return refuse(self, format!("partition at index {ix} is not here"));
         };
         let (name, kind, opts) = (info.name.to_owned(), info.kind, info.opts);
+        let id = match getrandom::u64() {
+            Ok(id) => id,
+            Err(e) => return refuse(self, format!("no randomness for the move's id: {e}")),
+        };
         let numbers = self.core.numbers(ix);
         let epoch = shards.placement.epoch;
         // Its changes are followed from now on; the copy runs while it serves.
@@ -226,6 +244,7 @@ impl Server {
         let shards = self.shards.as_mut().expect("checked above");
         shards.moving = Some(Move {
             asker: client,
+            id,
             tube: tube.to_owned(),
             partition,
             ix,
@@ -248,6 +267,7 @@ impl Server {
             next_send: 0,
         });
         let ask = Ask::MoveIn {
+            id,
             index: ix,
             name: &name,
             kind,
@@ -255,15 +275,21 @@ impl Server {
             numbers,
             to,
         };
-        self.send_ask(to_slot, client, &ask, Then::Move);
+        self.send_ask(to_slot, client, &ask, Then::Move { id });
     }
 
-    /// The new owner answered a step of the move.
-    pub(super) fn move_answered(&mut self, outcome: &Outcome<'_>) {
+    /// The new owner answered a step of move `id`: the move's, if it is the one under way (a
+    /// late answer of an earlier move is not this one's). Once the commit is sent, nothing
+    /// but etcd decides the move.
+    pub(super) fn move_answered(&mut self, id: u64, outcome: &Outcome<'_>) {
         let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
             return;
         };
+        if m.id != id {
+            return;
+        }
         match (m.phase, outcome) {
+            (Phase::Commit { .. } | Phase::Unknown { .. }, _) => {}
             (Phase::Prepare, Outcome::Ok) => {
                 m.phase = Phase::Bulk;
                 self.pump_move();
@@ -401,7 +427,7 @@ impl Server {
             return;
         };
         m.in_flight += 1;
-        let (to, asker, ix) = (m.to, m.asker, m.ix);
+        let (to, asker, ix, id) = (m.to, m.asker, m.ix, m.id);
         // A Taken task's holder, named as the new owner will know it; the holder's end is
         // told there too.
         let mut holders = Vec::with_capacity(page.tasks.len());
@@ -415,6 +441,7 @@ impl Server {
             }));
         }
         let ask = Ask::MoveTasks {
+            id,
             index: ix,
             tasks: page.tasks,
             holders,
@@ -423,7 +450,7 @@ impl Server {
             again: page.again,
             numbers,
         };
-        self.send_ask(to, asker, &ask, Then::Move);
+        self.send_ask(to, asker, &ask, Then::Move { id });
     }
 
     /// A phase's pages are all answered: what changed meanwhile is sent again, while the
@@ -463,7 +490,8 @@ impl Server {
         true
     }
 
-    /// The copy is whole and durable there: the placement changes in etcd.
+    /// The copy is whole and durable there: the placement changes in etcd, if the copy is
+    /// still claimed there.
     fn commit_move(&mut self) {
         let Some(shards) = self.shards.as_mut() else {
             return;
@@ -474,20 +502,23 @@ impl Server {
             return;
         };
         m.phase = Phase::Commit { token };
-        let (tube, partition) = (m.tube.clone(), m.partition);
+        let (tube, partition, ix, id) = (m.tube.clone(), m.partition, m.ix, m.id);
         // The new owner numbers on from here, also past tasks put and gone meanwhile.
-        let next = self.core.numbers(m.ix).next.max(m.next);
+        let next = self.core.numbers(ix).next.max(m.next);
         let (from, to) = (shards.set.clone(), shards.sets[m.to].name.clone());
-        let cluster = self
-            .cluster
-            .as_ref()
-            .expect("a sharded node is a cluster node");
-        cluster
-            .handle()
-            .move_partition(token, &tube, partition, &from, &to, next);
+        self.cluster_handle()
+            .move_partition(token, &tube, partition, ix, &from, &to, next, id);
     }
 
-    /// Whether `token` is the move's commit; if so, its result is taken in.
+    pub(super) fn cluster_handle(&self) -> &tarq_cluster::Cluster {
+        self.cluster
+            .as_ref()
+            .expect("a sharded node is a cluster node")
+            .handle()
+    }
+
+    /// Whether `token` is the move's commit, or the withdrawal of its claim after the commit
+    /// went unanswered; if so, its result is taken in.
     pub(super) fn move_commit_done(
         &mut self,
         token: u64,
@@ -496,64 +527,92 @@ impl Server {
         let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
             return false;
         };
-        if m.phase != (Phase::Commit { token }) {
-            return false;
+        match m.phase {
+            Phase::Commit { token: t } if t == token => self.commit_answered(result),
+            Phase::Unknown {
+                release: Some(t), ..
+            } if t == token => self.release_answered(result),
+            _ => return false,
         }
+        true
+    }
+
+    /// etcd answered the commit: hand over, or give up — or, the answer lost, find out.
+    fn commit_answered(&mut self, result: &Result<TubePlacement, tarq_cluster::PlacementError>) {
         match result {
             Ok(t) => self.move_committed(t),
             Err(tarq_cluster::PlacementError::Etcd(why)) => {
                 warn!(
                     why,
-                    "a move's commit went unanswered: reading the placement"
+                    "a move's commit went unanswered: withdrawing its claim to learn its fate"
                 );
-                m.phase = Phase::Unknown {
-                    since: Instant::now(),
-                    check_at: self.mono.saturating_add(RECHECK),
-                };
-                self.timers_changed();
+                self.find_out_later(0);
             }
             Err(e) => self.give_up_move(&format!("etcd refused the change: {e}")),
         }
-        true
     }
 
-    /// A move whose commit went unanswered: decided once this node has read the placement
-    /// after the attempt.
+    /// The claim of a move whose commit went unanswered is gone: etcd's placement then says
+    /// whether the commit happened, and it cannot happen any more.
+    fn release_answered(&mut self, result: &Result<TubePlacement, tarq_cluster::PlacementError>) {
+        let Some(m) = self.shards.as_ref().and_then(|s| s.moving.as_ref()) else {
+            return;
+        };
+        let to = self.shards.as_ref().map(|s| s.sets[m.to].name.as_str());
+        match result {
+            Ok(t) if tarq_cluster::moves::owner_at(t, m.ix) == to => self.move_committed(t),
+            Ok(_) => self.give_up_move("etcd did not take the commit, and now it never will"),
+            Err(tarq_cluster::PlacementError::Etcd(why)) => {
+                warn!(why, "a move's fate is not known yet: asking etcd again");
+                self.find_out_later(RECHECK);
+            }
+            Err(e) => self.give_up_move(&format!("etcd: {e}")),
+        }
+    }
+
+    /// The move's fate is asked of etcd `after` µs from now.
+    fn find_out_later(&mut self, after: Micros) {
+        let mono = self.mono;
+        if let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) {
+            m.phase = Phase::Unknown {
+                release: None,
+                check_at: mono.saturating_add(after),
+            };
+        }
+        self.check_unanswered_move();
+        self.timers_changed();
+    }
+
+    /// A move whose commit went unanswered, when its fate is due to be asked: its claim is
+    /// withdrawn in etcd (one request at a time), which decides it.
     pub(in crate::server) fn check_unanswered_move(&mut self) {
+        let mono = self.mono;
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        let token = shards.next_token;
         let Some(m) = shards.moving.as_mut() else {
             return;
         };
-        let Phase::Unknown { since, check_at } = m.phase else {
+        let Phase::Unknown {
+            release: None,
+            check_at,
+        } = m.phase
+        else {
             return;
         };
-        if check_at > self.mono {
+        if check_at > mono {
             return;
         }
+        shards.next_token += 1;
         m.phase = Phase::Unknown {
-            since,
-            check_at: self.mono.saturating_add(RECHECK),
+            release: Some(token),
+            check_at,
         };
+        let (ix, tube, id) = (m.ix, m.tube.clone(), m.id);
         let to = shards.sets[m.to].name.clone();
-        let owner = shards
-            .placement
-            .owner(&m.tube, m.partition)
-            .map(str::to_owned);
-        let fresh = shards
-            .fence
-            .view()
-            .is_some_and(|(epoch, read)| read > since && epoch == shards.placement.epoch);
-        let placed = shards.placement.tubes.get(&m.tube).cloned();
-        match (owner, placed) {
-            (Some(o), Some(t)) if o == to => self.move_committed(&t),
-            (Some(o), _) if fresh && o == shards.set => {
-                self.give_up_move("etcd did not take the change (the placement read since says so)")
-            }
-            (None, _) if fresh => self.give_up_move("the tube left the placement"),
-            _ => self.timers_changed(),
-        }
+        self.cluster_handle()
+            .release_move(token, ix, &tube, &to, Some(id));
     }
 
     /// The placement gives the partition to the new owner now: hand over.
@@ -571,6 +630,7 @@ impl Server {
         shards.move_figures.last_ms = Some(took.as_millis() as u64);
         let to_name = shards.sets[m.to].name.clone();
         let done = Ask::MoveDone {
+            id: m.id,
             index: m.ix,
             committed: true,
             epoch: m.epoch,
@@ -615,7 +675,15 @@ impl Server {
         };
         shards.move_figures.given_up += 1;
         let set = shards.set.clone();
+        let to = shards.sets[m.to].name.clone();
+        // Tidiness, not safety (the commit cannot happen now): the claim goes even if the
+        // new owner does not hear of the end; nobody waits for the answer.
+        let token = shards.next_token;
+        shards.next_token += 1;
+        self.cluster_handle()
+            .release_move(token, m.ix, &m.tube, &to, Some(m.id));
         let done = Ask::MoveDone {
+            id: m.id,
             index: m.ix,
             committed: false,
             epoch: m.epoch,
