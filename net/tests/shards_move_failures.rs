@@ -8,7 +8,10 @@
 //!   (a proxy in front of etcd, `support/etcd_proxy.rs`): the old owner still reads itself
 //!   as the owner in its view, and must learn from etcd that the move committed;
 //! - the commit is held back on its way to etcd while the old owner dies, and reaches etcd
-//!   after the new owner, its link closed, has discarded its copy: the late commit must fail.
+//!   after the new owner, its link closed, has discarded its copy: the late commit must fail;
+//! - the commit is held back while the old owner is stopped (SIGSTOP), its set elects another
+//!   primary that takes puts into the partition, and the commit reaches etcd then: it must
+//!   fail, or the new owner's copy would lack those puts.
 //!
 //! Each time the partition ends in exactly one place — where etcd's placement says — and
 //! every task put before the move is delivered exactly once afterwards, through any node.
@@ -45,10 +48,10 @@ fn placement(etcd: &str) -> tarq_cluster::ClusterMap {
     tarq_cluster::placement::read(&mut client, "c", Duration::from_secs(2)).unwrap()
 }
 
-/// Puts tasks "t0".. through `addr`, pipelined, until `n` are acknowledged: the payloads
-/// acknowledged, and those answered with an error (refused, or — a leadership that ran out
+/// Puts tasks "<prefix>0".. through `addr`, pipelined, until `n` are acknowledged: the
+/// payloads acknowledged, and those answered with an error (refused, or — a leadership that ran out
 /// meanwhile — perhaps kept), which the checks allow to be there or not.
-fn fill(addr: SocketAddr, n: usize) -> (HashSet<String>, HashSet<String>) {
+fn fill(addr: SocketAddr, n: usize, prefix: &str) -> (HashSet<String>, HashSet<String>) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut c = connect(addr).expect("connect");
     let (mut acked, mut unsure) = (HashSet::new(), HashSet::new());
@@ -61,7 +64,7 @@ fn fill(addr: SocketAddr, n: usize) -> (HashSet<String>, HashSet<String>) {
             acked.len()
         );
         while acked.len() + in_flight.len() < n && in_flight.len() < WINDOW {
-            let payload = format!("t{sent}");
+            let payload = format!("{prefix}{sent}");
             let args = pack_args(&[Value::from(payload.as_str())]);
             let sync = c
                 .send_request(|o, s| tarq_iproto::client::call(o, s, "queue.tube.jobs:put", &args))
@@ -174,18 +177,18 @@ fn pipelined(
     syncs.iter().map(|s| by_sync.remove(s).unwrap()).collect()
 }
 
-/// The running primary of each set (a's among 0, 1; b's among 2, 3).
+/// The running primary of each set.
 fn primaries(nodes: &Nodes) -> (usize, usize) {
-    let running = |among: [usize; 2]| -> Vec<usize> {
-        among
-            .into_iter()
-            .filter(|&i| nodes.nodes[i].tarq.is_some())
-            .collect()
-    };
-    (
-        nodes.wait_leader_among(&running([0, 1])),
-        nodes.wait_leader_among(&running([2, 3])),
-    )
+    (primary_of(nodes, "a", None), primary_of(nodes, "b", None))
+}
+
+/// The running primary of set `set`, `but` left out (a node stopped, which cannot answer).
+fn primary_of(nodes: &Nodes, set: &str, but: Option<usize>) -> usize {
+    let among: Vec<usize> = (0..nodes.nodes.len())
+        .filter(|&i| nodes.nodes[i].name.starts_with(set) && nodes.nodes[i].tarq.is_some())
+        .filter(|&i| Some(i) != but)
+        .collect();
+    nodes.wait_leader_among(&among)
 }
 
 /// What was put: the payloads acknowledged, and those whose put answered an error.
@@ -196,19 +199,20 @@ struct Put {
 
 /// A cluster with the tube and set a's partition full; the partition's number.
 fn setup(etcd: &Etcd) -> (Nodes, u16, Put) {
-    setup_at(etcd, &etcd.url, TASKS)
+    setup_at(etcd, &etcd.url, 2, TASKS)
 }
 
-/// [`setup`] with the nodes given etcd at `url` (a proxy before it), `tasks` tasks.
-fn setup_at(etcd: &Etcd, url: &str, tasks: usize) -> (Nodes, u16, Put) {
-    let sets = [("a", 2), ("b", 2)];
+/// [`setup`] with the nodes given etcd at `url` (a proxy before it), `a_nodes` nodes in set
+/// a, `tasks` tasks.
+fn setup_at(etcd: &Etcd, url: &str, a_nodes: usize, tasks: usize) -> (Nodes, u16, Put) {
+    let sets = [("a", a_nodes), ("b", 2)];
     let nodes = Nodes::start_sets_at(url, &sets, &["--sync-replicas", "1"]);
     let (a, _) = primaries(&nodes);
     let mut c = connect(nodes.nodes[a].addr).unwrap();
     let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
     let args = pack_args(&[Value::from("jobs"), Value::from("fifottl"), opts]);
     c.call("queue.create_tube", &args, None).unwrap();
-    for i in 0..4 {
+    for i in 0..nodes.nodes.len() {
         wait_for(&format!("node {i} to know the tube"), || {
             connect(nodes.nodes[i].addr).is_some_and(|mut c| {
                 c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
@@ -222,7 +226,7 @@ fn setup_at(etcd: &Etcd, url: &str, tasks: usize) -> (Nodes, u16, Put) {
         .iter()
         .position(|p| p.set == "a")
         .expect("a partition on a") as u16;
-    let (acked, unsure) = fill(nodes.nodes[a].addr, tasks);
+    let (acked, unsure) = fill(nodes.nodes[a].addr, tasks, "t");
     (nodes, p, Put { acked, unsure })
 }
 
@@ -349,7 +353,7 @@ fn etcd_stopped_mid_move_leaves_the_partition_in_one_place() {
 fn a_commit_applied_whose_answer_is_lost_hands_the_partition_over() {
     let etcd = Etcd::start();
     let proxy = EtcdProxy::start(&etcd.url);
-    let (nodes, p, put) = setup_at(&etcd, &proxy.url, FEW_TASKS);
+    let (nodes, p, put) = setup_at(&etcd, &proxy.url, 2, FEW_TASKS);
     let (a, _) = primaries(&nodes);
     // etcd out of reach a moment after: shorter than a request's timeout, so the leaders keep
     // their leases, and long enough that the old owner reads nothing new meanwhile.
@@ -369,7 +373,7 @@ fn a_commit_applied_whose_answer_is_lost_hands_the_partition_over() {
 fn a_copy_discarded_while_the_commit_is_in_flight_is_never_committed() {
     let etcd = Etcd::start();
     let proxy = EtcdProxy::start(&etcd.url);
-    let (mut nodes, p, put) = setup_at(&etcd, &proxy.url, FEW_TASKS);
+    let (mut nodes, p, put) = setup_at(&etcd, &proxy.url, 2, FEW_TASKS);
     let (a, b) = primaries(&nodes);
     proxy.arm(&commit_text(p), Fault::Hold);
     let mover = spawn_move(&nodes, a, p);
@@ -398,4 +402,33 @@ fn a_copy_discarded_while_the_commit_is_in_flight_is_never_committed() {
     nodes.start_node(a);
     let owner = check_every_task_once(&etcd, &nodes, p, &put);
     assert_eq!(owner, "a");
+}
+
+#[test]
+fn a_commit_that_lands_after_its_primary_was_replaced_is_refused() {
+    let etcd = Etcd::start();
+    let proxy = EtcdProxy::start(&etcd.url);
+    // Three nodes in set a: the one that replaces the stopped primary has a replica.
+    let (nodes, p, mut put) = setup_at(&etcd, &proxy.url, 3, FEW_TASKS);
+    let (a, _) = primaries(&nodes);
+    proxy.arm(&commit_text(p), Fault::Hold);
+    let mover = spawn_move(&nodes, a, p);
+    proxy.wait_arrived();
+    // The old primary stops with its commit on the way; its set elects another, which takes
+    // puts into the partition (a put goes to a partition its node leads).
+    nodes.signal(a, "STOP");
+    let a2 = primary_of(&nodes, "a", Some(a));
+    let (acked, unsure) = fill(nodes.nodes[a2].addr, 500, "u");
+    put.acked.extend(acked);
+    put.unsure.extend(unsure);
+    // The commit reaches etcd only now.
+    proxy.release();
+    proxy.wait_answered();
+    nodes.signal(a, "CONT");
+    let _ = mover.join().unwrap();
+    let owner = check_every_task_once(&etcd, &nodes, p, &put);
+    assert_eq!(
+        owner, "a",
+        "a commit sent by a primary that no longer leads took effect"
+    );
 }

@@ -177,15 +177,7 @@ pub(crate) enum Change {
         partition: u16,
         set: String,
     },
-    Move {
-        tube: String,
-        partition: u16,
-        index: u16,
-        from: String,
-        to: String,
-        first: u64,
-        id: u64,
-    },
+    Move(moves::Commit),
     Claim {
         index: u16,
         claim: MoveClaim,
@@ -332,33 +324,13 @@ impl Cluster {
         );
     }
 
-    /// Asks to give partition `partition` (at `index`) of `tube` to replica set `to` if
-    /// `from` owns it and move `id`'s claim is there (a move's commit point: its tasks were
-    /// copied; `moves::commit`), numbering from `first` at least there. Answered by
-    /// `PlacementDone` with the tube as placed now, `Err(Moved)` when `from` does not own it
-    /// (any more), `Err(CalledOff)` when the claim is gone.
-    #[allow(clippy::too_many_arguments)]
-    pub fn move_partition(
-        &self,
-        token: u64,
-        tube: &str,
-        partition: u16,
-        index: u16,
-        from: &str,
-        to: &str,
-        first: u64,
-        id: u64,
-    ) {
-        let change = Change::Move {
-            tube: tube.into(),
-            partition,
-            index,
-            from: from.into(),
-            to: to.into(),
-            first,
-            id,
-        };
-        self.change(token, change);
+    /// Asks for a move's commit (`moves::commit`): partition `c.partition` of `c.tube` given
+    /// to replica set `c.to` if `c.from` owns it, its primary of term `c.term` still leads it
+    /// and move `c.id`'s claim is there (its tasks were copied). Answered by `PlacementDone`
+    /// with the tube as placed now, `Err(Moved)` when `from` does not own it (any more),
+    /// `Err(Deposed)` when the term no longer leads, `Err(CalledOff)` when the claim is gone.
+    pub fn move_partition(&self, token: u64, c: moves::Commit) {
+        self.change(token, Change::Move(c));
     }
 
     /// Claims the partition at `index` for a copy on `claim.to` (`moves::claim`). Answered by

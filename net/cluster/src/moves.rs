@@ -5,7 +5,7 @@
 //! owner's primary puts it when a copy of the partition at `index` begins there ([`claim`]),
 //! and answers the old owner only then. The move's commit ([`commit`]) requires that claim,
 //! unchanged since it read it, and deletes it in the same transaction that gives the partition
-//! to the new set. Whoever calls the move off deletes the claim if it is still there, and reads
+//! to the new set (and requires its sender to lead the old set still). Whoever calls the move off deletes the claim if it is still there, and reads
 //! in the same transaction where the partition is ([`release`]): the new owner before it
 //! discards its copy (its sender's link closed, the copy stalled, the old owner gave up), the
 //! old owner whose commit went unanswered.
@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
 use crate::placement::{
-    commit_if, json_of, map_ops, parse_map, plan_place_from, put_json, tube_key, PlacementError,
-    TubePlacement, MAX_ATTEMPTS,
+    commit_if, json_of, map_ops, parse_map, plan_place_from, put_json, tube_key, ClusterMap,
+    PlacementError, TubePlacement, MAX_ATTEMPTS,
 };
 
 /// A copy of a partition under way on replica set `to` for move `id` (chosen by the old
@@ -124,64 +124,60 @@ pub fn release(
     }))
 }
 
-/// A move's commit: gives partition `partition` (at `index`) of `tube` to replica set `to`,
-/// numbering from `first` at least there, if set `from` owns it and move `id`'s claim on it
-/// for `to` is still there — deleting the claim in the same transaction. Answers the tube as
-/// placed now; the tube as it stands if the partition is `to`'s already (an attempt whose
-/// answer was lost); `Err(CalledOff)` if the claim is gone, `Err(Moved)` if another set owns
-/// it.
-#[allow(clippy::too_many_arguments)]
-pub fn commit(
-    client: &mut Client,
-    cluster: &str,
-    tube: &str,
-    partition: u16,
-    index: u16,
-    from: &str,
-    to: &str,
-    first: u64,
-    id: u64,
-    budget: Duration,
-) -> Answer {
-    let ckey = claim_key(cluster, index);
+/// A move's commit, as the old owner's primary asks for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub tube: String,
+    pub partition: u16,
+    /// The partition's index (its claim's key).
+    pub index: u16,
+    pub from: String,
+    pub to: String,
+    /// The number the partition numbers on from at least on its new owner.
+    pub first: u64,
+    /// The move's id: its claim must name it.
+    pub id: u64,
+    /// The term of `from`'s primary that sends it: that primary must lead its set still, or a
+    /// commit that reaches etcd late could hand over a copy its successor has written past.
+    pub term: u64,
+}
+
+/// A move's commit: gives the partition to set `to`, numbering from `first` at least there,
+/// if set `from` owns it, its primary of term `term` still leads it, and move `id`'s claim on
+/// the partition for `to` is still there — deleting the claim in the same transaction. Answers
+/// the tube as placed now; the tube as it stands if the partition is `to`'s already (an
+/// attempt whose answer was lost); `Err(CalledOff)` if the claim is gone, `Err(Deposed)` if
+/// the term no longer leads, `Err(Moved)` if another set owns the partition.
+pub fn commit(client: &mut Client, cluster: &str, c: &Commit, budget: Duration) -> Answer {
+    let ckey = claim_key(cluster, c.index);
+    let leader_key = format!("{}leader", crate::set_prefix(cluster, &c.from)).into_bytes();
     for _ in 0..MAX_ATTEMPTS {
         let mut reads = map_ops(cluster, true);
         reads.push(Op::Get(ckey.clone()));
         let mut ranges = client.txn(&[], &reads, &[], budget)?.ranges.into_iter();
         let map = parse_map(cluster, &mut ranges);
         let claimed = ranges.next().unwrap_or_default().into_iter().next();
-        let placed = map.placement.tubes.get(tube);
-        match map.placement.owner(tube, partition) {
-            Some(o) if o == to => return Ok(Ok(placed.expect("owned").clone())),
-            Some(o) if o != from => {
-                return Ok(Err(PlacementError::Moved {
-                    tube: tube.into(),
-                    partition,
-                    owner: o.into(),
-                }))
-            }
-            _ => {}
-        }
-        let ours = claimed.filter(|kv| {
-            json_of::<MoveClaim>(kv).is_some_and(|c| c.id == id && c.to == to && c.tube == tube)
-        });
-        let Some(claim) = ours else {
-            return Ok(Err(PlacementError::CalledOff {
-                tube: tube.into(),
-                partition,
-                to: to.into(),
-            }));
+        let claim_rev = match check_commit(&map, claimed, c) {
+            Ok(Ok(rev)) => rev,
+            Ok(Err(done)) => return Ok(Ok(done)),
+            Err(e) => return Ok(Err(e)),
         };
-        let t = match plan_place_from(&map, tube, partition, to, first) {
+        let t = match plan_place_from(&map, &c.tube, c.partition, &c.to, c.first) {
             Ok(t) => t,
             Err(e) => return Ok(Err(e)),
         };
-        let compare = vec![Compare::ModRevision(ckey.clone(), claim.mod_revision)];
+        let compare = vec![
+            Compare::ModRevision(ckey.clone(), claim_rev),
+            Compare::CreateRevision(leader_key.clone(), c.term as i64),
+        ];
         let ops = vec![
-            put_json(tube_key(cluster, tube), &t),
+            put_json(tube_key(cluster, &c.tube), &t),
             Op::Delete(ckey.clone()),
         ];
-        let what = format!("move {tube} partition {partition} from {from} to {to}");
+        let what = format!(
+            "move {} partition {} from {} to {}",
+            c.tube, c.partition, c.from, c.to
+        );
         let epoch = map.placement.epoch;
         if commit_if(client, cluster, epoch, compare, ops, &what, budget)?.succeeded {
             return Ok(Ok(t));
@@ -190,6 +186,48 @@ pub fn commit(
     Ok(Err(PlacementError::Conflict {
         attempts: MAX_ATTEMPTS,
     }))
+}
+
+/// Whether commit `c` may be written on `map` (with the partition's claim as read): the
+/// claim's mod revision to compare; the tube as it stands if the partition is `to`'s already;
+/// or why not.
+fn check_commit(
+    map: &ClusterMap,
+    claimed: Option<Kv>,
+    c: &Commit,
+) -> Result<Result<i64, TubePlacement>, PlacementError> {
+    match map.placement.owner(&c.tube, c.partition) {
+        Some(o) if o == c.to => return Ok(Err(map.placement.tubes[&c.tube].clone())),
+        Some(o) if o != c.from => {
+            return Err(PlacementError::Moved {
+                tube: c.tube.clone(),
+                partition: c.partition,
+                owner: o.into(),
+            })
+        }
+        _ => {}
+    }
+    let leads = (map.sets.iter())
+        .find(|s| s.name == c.from)
+        .and_then(|s| s.leader.as_ref())
+        .is_some_and(|(_, term)| *term == c.term);
+    if !leads {
+        return Err(PlacementError::Deposed {
+            set: c.from.clone(),
+            term: c.term,
+        });
+    }
+    let ours = claimed.filter(|kv| {
+        json_of::<MoveClaim>(kv).is_some_and(|m| m.id == c.id && m.to == c.to && m.tube == c.tube)
+    });
+    match ours {
+        Some(kv) => Ok(Ok(kv.mod_revision)),
+        None => Err(PlacementError::CalledOff {
+            tube: c.tube.clone(),
+            partition: c.partition,
+            to: c.to.clone(),
+        }),
+    }
 }
 
 /// The tube key and the claim key, read at one revision.

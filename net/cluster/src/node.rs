@@ -251,17 +251,7 @@ impl Node {
                 partition,
                 set,
             } => placement::place(c, &cluster, tube, *partition, set, b),
-            Change::Move {
-                tube,
-                partition,
-                index,
-                from,
-                to,
-                first,
-                id,
-            } => moves::commit(
-                c, &cluster, tube, *partition, *index, from, to, *first, *id, b,
-            ),
+            Change::Move(commit) => moves::commit(c, &cluster, commit, b),
             Change::Claim { index, claim } => moves::claim(c, &cluster, *index, claim, b),
             Change::Release {
                 index,

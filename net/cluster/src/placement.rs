@@ -246,6 +246,12 @@ pub enum PlacementError {
         partition: u16,
         to: String,
     },
+    /// A move's commit sent by a primary that no longer leads its set (`moves`).
+    #[error(
+        "the primary of replica set {set:?} in term {term} no longer leads it: its move's commit \
+         is refused"
+    )]
+    Deposed { set: String, term: u64 },
     #[error("etcd: {0}")]
     Etcd(String),
 }

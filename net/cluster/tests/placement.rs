@@ -2,7 +2,8 @@
 //! (the default set where an unsharded cluster keeps its keys), the map every sharded node reads,
 //! tube creation spread over the live sets, drops that leave floors, one winner of racing
 //! creates, the epoch that every change raises, moves that other nodes hear of, a move's commit
-//! and its release excluding each other through its claim, and the placement fence that runs out when etcd stops answering. Every wait is for an event or a
+//! and its release excluding each other through its claim (and the commit refused to a primary
+//! that no longer leads), and the placement fence that runs out when etcd stops answering. Every wait is for an event or a
 //! value with a deadline.
 
 mod support;
@@ -372,7 +373,25 @@ fn a_moves_commit_and_its_release_exclude_each_other_through_its_claim() {
         tube: "q".into(),
         to: "s2".into(),
     };
-    let commit = |c: &mut Client, id| moves::commit(c, "test", "q", p, ix, "s1", "s2", 0, id, CALL);
+    let term = read(&mut c)
+        .sets
+        .iter()
+        .find(|s| s.name == "s1")
+        .unwrap()
+        .leader
+        .clone();
+    let term = term.expect("s1 leads").1;
+    let move_q = |id, term| moves::Commit {
+        tube: "q".into(),
+        partition: p,
+        index: ix,
+        from: "s1".into(),
+        to: "s2".into(),
+        first: 0,
+        id,
+        term,
+    };
+    let commit = |c: &mut Client, id| moves::commit(c, "test", &move_q(id, term), CALL);
     let owner = |r: Result<TubePlacement, PlacementError>| {
         moves::owner_at(&r.expect("a tube"), ix).unwrap().to_owned()
     };
@@ -409,6 +428,12 @@ fn a_moves_commit_and_its_release_exclude_each_other_through_its_claim() {
         .unwrap()
         .unwrap();
     assert!(claimed(&mut c));
+
+    // A commit sent by a primary of an earlier term is refused.
+    assert!(matches!(
+        moves::commit(&mut c, "test", &move_q(3, term - 1), CALL).unwrap(),
+        Err(PlacementError::Deposed { .. })
+    ));
 
     // Committed first: the claim is gone with it, and a release then reads the new owner.
     let epoch = read(&mut c).placement.epoch;

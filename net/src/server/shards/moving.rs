@@ -19,8 +19,9 @@
 //!    The new owner answered the first step only once it had claimed the copy in etcd for
 //!    this move (`tarq_cluster::moves`: a key per partition, naming the move's id).
 //! 4. **Commit.** One transaction in etcd gives the partition to the new set if this set
-//!    still owns it and the move's claim is still there, and deletes the claim: the commit
-//!    point. Before it the partition is here; after it, there.
+//!    still owns it, this node still leads it (its term), and the move's claim is still
+//!    there, and deletes the claim: the commit point. Before it the partition is here; after
+//!    it, there.
 //! 5. **Hand over.** The new owner is told (`Ask::MoveDone`) and serves at once; this node
 //!    lets go of its copy, sends the held commands and the takes parked here on to the new
 //!    owner, and answers the mover. A call that still reaches this node for the partition is
@@ -491,8 +492,12 @@ impl Server {
     }
 
     /// The copy is whole and durable there: the placement changes in etcd, if the copy is
-    /// still claimed there.
+    /// still claimed there and this node still leads its set (a successor may have served
+    /// the partition past the copy).
     fn commit_move(&mut self) {
+        let Some(term) = self.cluster.as_ref().and_then(|c| c.leading_term()) else {
+            return self.give_up_move("this node no longer leads its replica set");
+        };
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
@@ -502,12 +507,18 @@ impl Server {
             return;
         };
         m.phase = Phase::Commit { token };
-        let (tube, partition, ix, id) = (m.tube.clone(), m.partition, m.ix, m.id);
-        // The new owner numbers on from here, also past tasks put and gone meanwhile.
-        let next = self.core.numbers(ix).next.max(m.next);
-        let (from, to) = (shards.set.clone(), shards.sets[m.to].name.clone());
-        self.cluster_handle()
-            .move_partition(token, &tube, partition, ix, &from, &to, next, id);
+        let commit = tarq_cluster::moves::Commit {
+            tube: m.tube.clone(),
+            partition: m.partition,
+            index: m.ix,
+            from: shards.set.clone(),
+            to: shards.sets[m.to].name.clone(),
+            // The new owner numbers on from here, also past tasks put and gone meanwhile.
+            first: self.core.numbers(m.ix).next.max(m.next),
+            id: m.id,
+            term,
+        };
+        self.cluster_handle().move_partition(token, commit);
     }
 
     pub(super) fn cluster_handle(&self) -> &tarq_cluster::Cluster {
