@@ -5,10 +5,11 @@
 //! owner's primary puts it when a copy of the partition at `index` begins there ([`claim`]),
 //! and answers the old owner only then. The move's commit ([`commit`]) requires that claim,
 //! unchanged since it read it, and deletes it in the same transaction that gives the partition
-//! to the new set (and requires its sender to lead the old set still). Whoever calls the move off deletes the claim if it is still there, and reads
-//! in the same transaction where the partition is ([`release`]): the new owner before it
-//! discards its copy (its sender's link closed, the copy stalled, the old owner gave up), the
-//! old owner whose commit went unanswered.
+//! to the new set (the commit also requires its sender to lead the old set still). Whoever
+//! calls the move off deletes the claim if it is still there, and reads in the same
+//! transaction where the partition is ([`release`]): the new owner before it discards its copy
+//! (its sender's link closed, the copy stalled, the old owner gave up, a copy found after a
+//! restart), the old owner whose commit went unanswered.
 //!
 //! etcd orders the commit and a release. A release that comes first leaves no claim, so the
 //! commit — however late it arrives — fails; a commit that comes first leaves the partition
