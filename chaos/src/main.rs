@@ -114,16 +114,7 @@ fn main() -> Result<ExitCode> {
                 bail!("--nodes must be at least 3 (a primary and two replicas)");
             }
             let tarq_args = if tarq_args.is_empty() {
-                [
-                    "--sync-replicas",
-                    "1",
-                    "--lease-ttl",
-                    "2",
-                    "--wal-mode",
-                    "fsync",
-                ]
-                .map(String::from)
-                .to_vec()
+                run::DEFAULT_TARQ_ARGS.map(String::from).to_vec()
             } else {
                 tarq_args
             };

@@ -307,6 +307,26 @@ impl Net {
     }
 }
 
+/// What building a `Net` needs that this machine lacks, each named with where to get it:
+/// root, `ip` and `nft`. Empty when a `Net` can be made.
+pub fn missing() -> Vec<String> {
+    let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        missing.push("root (network namespaces and nftables need it)".to_owned());
+    }
+    for (tool, package) in [("ip", "iproute2"), ("nft", "nftables")] {
+        let found = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .any(|d| d.join(tool).is_file());
+        if !found {
+            missing.push(format!("{tool} (Debian package {package})"));
+        }
+    }
+    missing
+}
+
 impl Drop for Net {
     fn drop(&mut self) {
         // Hosts first: their veth ends go with them, then the switch holds nothing.

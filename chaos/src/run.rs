@@ -50,6 +50,17 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// How long the replicas may take to agree with the primary at the end.
 const AGREE_LIMIT: Duration = Duration::from_secs(30);
 
+/// The flags every tarq node of a run gets unless told otherwise: one synchronous replica,
+/// the shortest lease, and a WAL that survives a power loss.
+pub const DEFAULT_TARQ_ARGS: [&str; 6] = [
+    "--sync-replicas",
+    "1",
+    "--lease-ttl",
+    "2",
+    "--wal-mode",
+    "fsync",
+];
+
 /// What a run is asked to do.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -74,20 +85,7 @@ pub struct Options {
 /// What a run needs that this machine lacks, each named with where to get it: root, `ip`,
 /// `nft`, etcd and a built tarq. Empty when a run can start.
 pub fn missing() -> Vec<String> {
-    let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        missing.push("root (network namespaces and nftables need it)".to_owned());
-    }
-    for (tool, package) in [("ip", "iproute2"), ("nft", "nftables")] {
-        let found = std::env::var_os("PATH")
-            .iter()
-            .flat_map(std::env::split_paths)
-            .any(|d| d.join(tool).is_file());
-        if !found {
-            missing.push(format!("{tool} (Debian package {package})"));
-        }
-    }
+    let mut missing = crate::net::missing();
     missing.extend(etcd_bin().err().map(|e| e.to_string()));
     missing.extend(tarq_bin().err().map(|e| e.to_string()));
     missing.extend(faketime_lib().err().map(|e| e.to_string()));

@@ -41,16 +41,7 @@ enum Extra {
 /// The test's network (its namespaces named after `run`), or `None` when something it needs
 /// is missing: skipped outside CI, a failure under `CI=true`.
 fn setup(run: &str, extra: Extra) -> Option<Net> {
-    let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        missing.push("root (network namespaces and nftables need it)".to_owned());
-    }
-    for (tool, package) in [("ip", "iproute2"), ("nft", "nftables")] {
-        if !on_path(tool) {
-            missing.push(format!("{tool} (Debian package {package})"));
-        }
-    }
+    let mut missing = tarq_chaos::net::missing();
     if extra == Extra::Processes {
         missing.extend(etcd_bin().err().map(|e| e.to_string()));
         missing.extend(tarq_bin().err().map(|e| e.to_string()));
@@ -67,13 +58,6 @@ fn setup(run: &str, extra: Extra) -> Option<Net> {
     }
     skip(&why);
     None
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .any(|d| d.join(tool).is_file())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -46,16 +46,7 @@ fn a_fixed_seed_schedule_of_every_fault_loses_nothing_acknowledged() {
         nodes: 3,
         sets: 1,
         ttr_secs: 30,
-        tarq_args: [
-            "--sync-replicas",
-            "1",
-            "--lease-ttl",
-            "2",
-            "--wal-mode",
-            "fsync",
-        ]
-        .map(String::from)
-        .to_vec(),
+        tarq_args: run::DEFAULT_TARQ_ARGS.map(String::from).to_vec(),
         out: out.clone(),
     };
     let report = run::run(&opts).expect("the run");
