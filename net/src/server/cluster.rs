@@ -57,8 +57,6 @@ pub(crate) struct ClusterNode {
     etcd_error: Option<String>,
     /// A committed position asked of etcd and not answered yet (one at a time).
     recording: Option<Position>,
-    /// Why this node may not lead though no node does (its log lacks the committed position).
-    held_back: Option<String>,
 }
 
 impl ClusterNode {
@@ -102,7 +100,6 @@ impl ClusterNode {
             led: false,
             etcd_error: None,
             recording: None,
-            held_back: None,
         })
     }
 
@@ -168,7 +165,7 @@ impl Server {
                         EventKind::EtcdUnavailable { error } => c.etcd_error = Some(error),
                         EventKind::EtcdRestored => c.etcd_error = None,
                         EventKind::HeldBack { why } => {
-                            c.held_back = why.clone();
+                            // Said in the role's text, which queue.cluster() shows as `state`.
                             if let NodeRole::Unknown(_) = c.role {
                                 c.role = NodeRole::Unknown(match why {
                                     Some(why) => {
