@@ -782,61 +782,93 @@ fn start_clients(
 /// Kicks, takes and acks everything left in `tube`, through node `p`, recorded as process
 /// `process`; done when the tube holds no task at all (ready, taken, delayed or buried).
 fn drain(world: &World, p: usize, process: u64, tube: &'static str) -> Result<()> {
-    let rec = Arc::clone(&world.rec);
-    let session = rec.next_session();
-    let node = world.nodes[p].name().to_owned();
-    world.ask(p, move |c| {
-        let deadline = Instant::now() + DRAIN_LIMIT;
-        let take = format!("queue.tube.{tube}:take");
-        let ack = format!("queue.tube.{tube}:ack");
-        let kick = format!("queue.tube.{tube}:kick");
-        loop {
-            let mut e = rec.event(process, Kind::Invoke, F::Take);
-            (e.node, e.session, e.tube) = (Some(node.clone()), Some(session), Some(tube.into()));
-            e.protocol = Some(Protocol::Iproto);
-            rec.record(&e);
-            let got = c
-                .call(
-                    &take,
-                    &pack_args(&[Value::from(0.2)]),
-                    Some(Duration::from_secs(1)),
-                )
-                .context("a take of the drain")?;
-            e.kind = Kind::Ok;
-            e.time_us = rec.now_us();
-            let task = task_of(&got);
-            if let Some((id, payload)) = &task {
-                (e.id, e.payload) = (Some(*id), payload.clone());
-            }
-            rec.record(&e);
-            match task {
-                Some((id, payload)) => {
-                    let mut a = rec.event(process, Kind::Invoke, F::Ack);
-                    (a.node, a.session, a.tube, a.id) = (
-                        Some(node.clone()),
-                        Some(session),
-                        Some(tube.into()),
-                        Some(id),
-                    );
-                    (a.protocol, a.payload) = (Some(Protocol::Iproto), payload);
-                    rec.record(&a);
-                    c.call(&ack, &pack_args(&[Value::from(id)]), None)
-                        .context("an ack of the drain")?;
-                    a.kind = Kind::Ok;
-                    a.time_us = rec.now_us();
-                    rec.record(&a);
-                }
-                // Nothing ready: what the clients buried is kicked out (not recorded: a kick
-                // delivers nothing; the takes that follow record what it made ready).
-                None if kicked(c, &kick)? => {}
-                None if tube_is_empty(c, tube)? => return Ok(()),
-                None if Instant::now() > deadline => {
-                    bail!("the drain did not empty tube {tube} within {DRAIN_LIMIT:?}")
-                }
-                None => {}
-            }
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    let mut p = p;
+    loop {
+        let rec = Arc::clone(&world.rec);
+        let node = world.nodes[p].name().to_owned();
+        let emptied = world.ask(p, move |c| {
+            drain_session(c, &rec, &node, process, tube, deadline)
+        })?;
+        if emptied {
+            return Ok(());
         }
-    })
+        if Instant::now() > deadline {
+            bail!("the drain did not empty tube {tube} within {DRAIN_LIMIT:?}");
+        }
+        // The connection was lost (a late election, a node that closed its clients): the
+        // drain goes on through whichever node leads now, as a client would.
+        p = world.wait_primaries(RECOVERY_LIMIT)?;
+    }
+}
+
+/// One session of the drain on `c`: true once the tube is empty (an error past `deadline`),
+/// false when the connection was lost (the open operation and the session's end are recorded as a client's would be).
+fn drain_session(
+    c: &mut Client,
+    rec: &Recorder,
+    node: &str,
+    process: u64,
+    tube: &str,
+    deadline: Instant,
+) -> Result<bool> {
+    let session = rec.next_session();
+    let take = format!("queue.tube.{tube}:take");
+    let ack = format!("queue.tube.{tube}:ack");
+    let kick = format!("queue.tube.{tube}:kick");
+    let lost = |mut e: history::Event, why: String| {
+        (e.kind, e.time_us, e.error) = (Kind::Info, rec.now_us(), Some(why.clone()));
+        rec.record(&e);
+        let mut d = rec.event(process, Kind::Info, F::Disconnect);
+        (d.session, d.node, d.error) = (Some(session), Some(node.to_owned()), Some(why));
+        rec.record(&d);
+        Ok(false)
+    };
+    loop {
+        let mut e = rec.event(process, Kind::Invoke, F::Take);
+        (e.node, e.session, e.tube) = (Some(node.to_owned()), Some(session), Some(tube.into()));
+        e.protocol = Some(Protocol::Iproto);
+        rec.record(&e);
+        let wait = Some(Duration::from_secs(1));
+        let got = match c.call(&take, &pack_args(&[Value::from(0.2)]), wait) {
+            Ok(got) => got,
+            Err(why) => return lost(e, why.to_string()),
+        };
+        e.kind = Kind::Ok;
+        e.time_us = rec.now_us();
+        let task = task_of(&got);
+        if let Some((id, payload)) = &task {
+            (e.id, e.payload) = (Some(*id), payload.clone());
+        }
+        rec.record(&e);
+        match task {
+            Some((id, payload)) => {
+                let mut a = rec.event(process, Kind::Invoke, F::Ack);
+                (a.node, a.session, a.tube, a.id) = (
+                    Some(node.to_owned()),
+                    Some(session),
+                    Some(tube.into()),
+                    Some(id),
+                );
+                (a.protocol, a.payload) = (Some(Protocol::Iproto), payload);
+                rec.record(&a);
+                if let Err(why) = c.call(&ack, &pack_args(&[Value::from(id)]), None) {
+                    return lost(a, why.to_string());
+                }
+                a.kind = Kind::Ok;
+                a.time_us = rec.now_us();
+                rec.record(&a);
+            }
+            // Nothing ready: what the clients buried is kicked out (not recorded: a kick
+            // delivers nothing; the takes that follow record what it made ready).
+            None if kicked(c, &kick)? => {}
+            None if tube_is_empty(c, tube)? => return Ok(true),
+            None if Instant::now() > deadline => {
+                bail!("the drain did not empty tube {tube} within {DRAIN_LIMIT:?}")
+            }
+            None => {}
+        }
+    }
 }
 
 /// Kicks every buried task of the tube `kick` names; whether there was one.
