@@ -20,7 +20,13 @@ fn main() -> anyhow::Result<()> {
     let matches = Cli::matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(Command::Ctl(args)) = cli.command {
-        return ctl::run(args, &mut std::io::stdout().lock());
+        // A person reads this: the message and its causes, never a backtrace (which
+        // `anyhow`'s `Debug` adds when RUST_BACKTRACE is set).
+        if let Err(e) = ctl::run(args, &mut std::io::stdout().lock()) {
+            eprintln!("{}", ctl::error_text(&e));
+            std::process::exit(1);
+        }
+        return Ok(());
     }
     let cfg = Config::load(&matches)?;
     // Colours only for a person at a terminal, never into log files or pipes.

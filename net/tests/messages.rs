@@ -172,3 +172,48 @@ fn ctl_cluster_says_a_node_cannot_reach_etcd_when_it_never_did() {
         "{text}"
     );
 }
+
+/// Issue 39: with RUST_BACKTRACE set (as many shells and service files have it), a refused
+/// `tarq ctl` printed a backtrace under its message. Its reader is a person: the message, its
+/// causes, exit 1, and nothing else.
+#[test]
+fn ctl_errors_carry_no_backtrace_whatever_rust_backtrace_says() {
+    let dead = tarq_testkit::ports::Refusing::open();
+    let addr = dead.addr.to_string();
+    for backtrace in ["1", "full"] {
+        let out = Command::new(BIN)
+            .args(["ctl", "--addr", &addr, "--failover-wait", "0", "stats"])
+            .env("RUST_BACKTRACE", backtrace)
+            .env("RUST_LIB_BACKTRACE", backtrace)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = failure(&out);
+        assert!(
+            err.starts_with(&format!("Error: no server answered: {addr}")),
+            "{err}"
+        );
+        assert!(!err.to_lowercase().contains("backtrace"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    // A cause is listed under the message, as before.
+    let server = Tarq::start(&[]);
+    let out = Command::new(BIN)
+        .args(["ctl", "--addr", &server.addr.to_string(), "--timeout", "1"])
+        .args([
+            "rebalance",
+            "--etcd",
+            "http://127.0.0.1:1",
+            "--cluster",
+            "c",
+        ])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let err = failure(&out);
+    assert!(
+        err.starts_with("Error: reading cluster c's map from etcd\n\nCaused by:\n    "),
+        "{err}"
+    );
+    assert!(!err.to_lowercase().contains("backtrace"), "{err}");
+}

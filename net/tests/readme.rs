@@ -89,7 +89,7 @@ const BLOCKS: &[(&str, Plan)] = &[
         Plan::Skip("needs etcd and two replica sets: net/tests/shards_ops.rs runs ctl cluster"),
     ),
     (
-        "tarq ctl place jobs 2 --to a",
+        "tarq ctl --addr 127.0.0.1:3301 place jobs 2 --to a",
         Plan::Skip("needs etcd and two replica sets: net/tests/shards_ops.rs runs ctl place"),
     ),
     (
@@ -97,11 +97,11 @@ const BLOCKS: &[(&str, Plan)] = &[
         Plan::Skip("a new set joins a sharded cluster: net/tests/shards_rebalance.rs does it"),
     ),
     (
-        "tarq ctl rebalance --dry-run",
+        "tarq ctl --addr 127.0.0.1:3305 rebalance --dry-run",
         Plan::Skip("needs etcd and three sets: net/tests/shards_rebalance.rs runs rebalance"),
     ),
     (
-        "tarq ctl drain c",
+        "tarq ctl --addr 127.0.0.1:3305 drain c",
         Plan::Skip("needs etcd and three sets: net/tests/shards_rebalance.rs runs drain"),
     ),
     (

@@ -149,6 +149,10 @@ pub enum CtlCommand {
         /// of a new one.
         #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         dedup_window: Option<f64>,
+        /// Split the tube into this many partitions over the replica sets of a sharded
+        /// cluster (1 to 256; docs/sharding.md).
+        #[arg(long, value_name = "N")]
+        partitions: Option<u64>,
         /// No error when the tube exists.
         #[arg(long)]
         if_not_exists: bool,
@@ -198,7 +202,8 @@ pub enum CtlCommand {
     /// Give partition PARTITION (0, 1, ...) of the partitioned TUBE to replica set SET: one
     /// change of the placement in etcd. It moves no task, so it refuses unless the current
     /// owner's primary counts the partition empty; the primitive later moves build on. Talks
-    /// to etcd (and to the owner's primary), not to --addr.
+    /// to etcd (and to the owner's primary); --addr only says where etcd is when --etcd or
+    /// --cluster is left out.
     Place {
         /// The tube, as its name.
         tube: String,
@@ -207,24 +212,15 @@ pub enum CtlCommand {
         /// The replica set to own the partition.
         #[arg(long, value_name = "SET")]
         to: String,
-        /// etcd's client URLs, as the nodes' --etcd.
-        #[arg(
-            long,
-            env = "TARQ_ETCD",
-            value_name = "URLS",
-            value_delimiter = ',',
-            required = true
-        )]
-        etcd: Vec<String>,
-        /// The cluster's name in etcd, as the nodes' --cluster.
-        #[arg(long, env = "TARQ_CLUSTER", value_name = "NAME")]
-        cluster: String,
+        #[command(flatten)]
+        at: moves::EtcdArgs,
     },
     /// Move partition PARTITION (0, 1, ...) of TUBE to replica set SET with all its tasks,
     /// while traffic runs: the owner's primary copies it and commits the change in etcd, then
     /// this prints its report (JSON: tasks moved, milliseconds). A refused or given-up move
-    /// leaves the partition where it was. Talks to etcd and to the owner's primary, not to
-    /// --addr; waits for the answer at least 10 minutes (or --timeout, if longer).
+    /// leaves the partition where it was. Talks to etcd and to the owner's primary (--addr
+    /// only says where etcd is when --etcd or --cluster is left out); waits for the answer
+    /// at least 10 minutes (or --timeout, if longer).
     Move {
         /// The tube, as its name.
         tube: String,
@@ -382,6 +378,25 @@ fn options(pairs: &[(&str, Option<Value>)]) -> Option<Value> {
     (!set.is_empty()).then_some(Value::Map(set))
 }
 
+/// What `tarq ctl` prints for an error: `Error: ` and the message, then its causes as
+/// `anyhow` lists them, and never a backtrace, whatever RUST_BACKTRACE says (ctl's reader is
+/// a person or a script, not a debugger).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = format!("Error: {e}");
+    let causes: Vec<String> = e.chain().skip(1).map(ToString::to_string).collect();
+    match causes.as_slice() {
+        [] => {}
+        [one] => text.push_str(&format!("\n\nCaused by:\n    {one}")),
+        many => {
+            text.push_str("\n\nCaused by:");
+            for (i, c) in many.iter().enumerate() {
+                text.push_str(&format!("\n    {i}: {c}"));
+            }
+        }
+    }
+    text
+}
+
 /// Runs one `tarq ctl` command, printing its result to `out`.
 pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let addrs = parse_addrs(&args.addr)
@@ -391,35 +406,33 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         credentials: args.user.clone().zip(args.password.clone()),
         failover_wait: seconds("--failover-wait", args.failover_wait)?,
     };
-    if let CtlCommand::Place {
-        tube,
-        partition,
-        to,
-        etcd,
-        cluster,
-    } = args.command
-    {
-        let place = place::PlaceArgs {
+    match &args.command {
+        CtlCommand::Place {
             tube,
             partition,
             to,
-            etcd,
-            cluster,
-        };
-        return place::run(&place, &opts, out);
-    }
-    match &args.command {
+            at,
+        } => {
+            let at = at.resolve(&addrs, &opts)?;
+            let place = place::PlaceArgs {
+                tube: tube.clone(),
+                partition: *partition,
+                to: to.clone(),
+                at,
+            };
+            return place::run(&place, &opts, out);
+        }
         CtlCommand::Move {
             tube,
             partition,
             to,
             at,
-        } => return moves::run_move(tube, *partition, to, at, &opts, out),
+        } => return moves::run_move(tube, *partition, to, at, &addrs, &opts, out),
         CtlCommand::Rebalance { by, dry_run, at } => {
-            return moves::run_rebalance(*by, *dry_run, at, &opts, out)
+            return moves::run_rebalance(*by, *dry_run, at, &addrs, &opts, out)
         }
         CtlCommand::Drain { set, dry_run, at } => {
-            return moves::run_drain(set, *dry_run, at, &opts, out)
+            return moves::run_drain(set, *dry_run, at, &addrs, &opts, out)
         }
         _ => {}
     }
@@ -659,6 +672,7 @@ fn create_tube_args(create: CtlCommand) -> Vec<Value> {
         capacity,
         max_deliveries,
         dedup_window,
+        partitions,
         if_not_exists,
     } = create
     else {
@@ -672,6 +686,7 @@ fn create_tube_args(create: CtlCommand) -> Vec<Value> {
         ("capacity", capacity.map(Value::from)),
         ("max_deliveries", max_deliveries.map(Value::from)),
         ("dedup_window", dedup_window.map(Value::F64)),
+        ("partitions", partitions.map(Value::from)),
         (
             "if_not_exists",
             if_not_exists.then_some(Value::Boolean(true)),

@@ -27,7 +27,8 @@
 //! stops a run between moves: the move in flight runs to its end on the server (committed or
 //! given up, never half done) and no further move is started.
 //!
-//! It talks to etcd (the map) and to the primaries (the moves, the counts), not to `--addr`.
+//! It talks to etcd (the map) and to the primaries (the moves, the counts); the node at
+//! `--addr` is asked only where etcd is, when `--etcd` or `--cluster` is left out.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -55,21 +56,94 @@ pub const MOVE_WAIT: Duration = Duration::from_secs(600);
 /// with etcd's before a move is sent there.
 const VIEW_POLL: Duration = Duration::from_millis(50);
 
-/// Where the cluster's map is: the same flags as `tarq ctl place`.
+/// Where the cluster's map is: the same flags as `tarq ctl place`. Either may be left out:
+/// the node at `--addr` says what it was started with ([`EtcdArgs::resolve`]).
 #[derive(Debug, Clone, Args)]
 pub struct EtcdArgs {
-    /// etcd's client URLs, as the nodes' --etcd.
-    #[arg(
-        long,
-        env = "TARQ_ETCD",
-        value_name = "URLS",
-        value_delimiter = ',',
-        required = true
-    )]
+    /// etcd's client URLs, as the nodes' --etcd [default: the --addr node's].
+    #[arg(long, env = "TARQ_ETCD", value_name = "URLS", value_delimiter = ',')]
     pub etcd: Vec<String>,
-    /// The cluster's name in etcd, as the nodes' --cluster.
+    /// The cluster's name in etcd, as the nodes' --cluster [default: the --addr node's].
     #[arg(long, env = "TARQ_CLUSTER", value_name = "NAME")]
+    pub cluster: Option<String>,
+}
+
+/// The etcd and the cluster name a command works on, once known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Where {
+    pub etcd: Vec<String>,
     pub cluster: String,
+}
+
+impl EtcdArgs {
+    /// `--etcd` and `--cluster`, the ones not given taken from `queue.cluster()` of the first
+    /// of `addrs` that answers (a node shows the `etcd` and `cluster` it was started with).
+    pub fn resolve(&self, addrs: &[String], opts: &Options) -> anyhow::Result<Where> {
+        if let (false, Some(cluster)) = (self.etcd.is_empty(), &self.cluster) {
+            return Ok(Where {
+                etcd: self.etcd.clone(),
+                cluster: cluster.clone(),
+            });
+        }
+        let mut tried = Vec::new();
+        for addr in addrs {
+            let own = match call_on(addr, opts, "queue.cluster") {
+                Ok(own) => own,
+                Err(e) => {
+                    tried.push(format!("{addr}: {e}"));
+                    continue;
+                }
+            };
+            let strings = |key: &str| -> Vec<String> {
+                match map_get(&own, key) {
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect(),
+                    Some(Value::String(s)) => s.as_str().map(str::to_owned).into_iter().collect(),
+                    _ => Vec::new(),
+                }
+            };
+            let (etcd, cluster) = (strings("etcd"), strings("cluster"));
+            let (Some(cluster), false) = (cluster.into_iter().next(), etcd.is_empty()) else {
+                bail!(
+                    "the node at {addr} runs without etcd (no --etcd, --cluster), so it cannot \
+                     say where the cluster's map is: give --etcd and --cluster, or --addr a \
+                     node of the sharded cluster"
+                );
+            };
+            return Ok(Where {
+                etcd: if self.etcd.is_empty() {
+                    etcd
+                } else {
+                    self.etcd.clone()
+                },
+                cluster: self.cluster.clone().unwrap_or(cluster),
+            });
+        }
+        bail!(
+            "--etcd and --cluster were not given, and no node at --addr answered to tell them \
+             ({}): give them (or TARQ_ETCD, TARQ_CLUSTER), or --addr a node of the cluster",
+            tried.join("; ")
+        )
+    }
+}
+
+/// The map of `cluster` as etcd holds it, refused when etcd knows no such cluster: a wrong
+/// `--cluster` reads as an empty map, and would otherwise be told as a missing tube or set.
+pub fn read_map(etcd: &mut Etcd, at: &Where, budget: Duration) -> anyhow::Result<ClusterMap> {
+    let cluster = &at.cluster;
+    let map = placement::read(etcd, cluster, budget)
+        .with_context(|| format!("reading cluster {cluster}'s map from etcd"))?;
+    if map.sets.is_empty() && map.placement.tubes.is_empty() {
+        bail!(
+            "etcd at {} knows no cluster named {cluster:?}: no node has registered under \
+             /tarq/{cluster}/. Give --cluster as the nodes' --cluster (`tarq ctl cluster` on a \
+             node shows it), or leave --etcd and --cluster out to take them from --addr",
+            at.etcd.join(",")
+        );
+    }
+    Ok(map)
 }
 
 /// What `tarq ctl rebalance` evens out.
@@ -284,25 +358,21 @@ pub fn live_sets(map: &ClusterMap) -> Vec<String> {
 /// A connection to etcd for one command, with the call options for the nodes.
 struct Session<'a> {
     etcd: Etcd,
-    cluster: &'a str,
+    at: Where,
     opts: &'a Options,
 }
 
 impl<'a> Session<'a> {
-    fn open(at: &'a EtcdArgs, opts: &'a Options) -> anyhow::Result<Session<'a>> {
+    fn open(at: &EtcdArgs, addrs: &[String], opts: &'a Options) -> anyhow::Result<Session<'a>> {
+        let at = at.resolve(addrs, opts)?;
         let etcd =
             Etcd::connect(&at.etcd).map_err(|e| anyhow!("--etcd {}: {e}", at.etcd.join(",")))?;
-        Ok(Session {
-            etcd,
-            cluster: &at.cluster,
-            opts,
-        })
+        Ok(Session { etcd, at, opts })
     }
 
     /// The map as etcd holds it now; each etcd call's time limit is `--timeout`.
     fn read(&mut self) -> anyhow::Result<ClusterMap> {
-        placement::read(&mut self.etcd, self.cluster, self.opts.timeout)
-            .with_context(|| format!("reading cluster {}'s map from etcd", self.cluster))
+        read_map(&mut self.etcd, &self.at, self.opts.timeout)
     }
 
     /// `parts` with the task counts each live set's primary gives for the partitions its set
@@ -522,10 +592,11 @@ pub fn run_move(
     partition: u16,
     to: &str,
     at: &EtcdArgs,
+    addrs: &[String],
     opts: &Options,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let mut s = Session::open(at, opts)?;
+    let mut s = Session::open(at, addrs, opts)?;
     let map = s.read()?;
     let (_, text) = s.move_one(&map, tube, partition, to)?;
     writeln!(out, "{text}")?;
@@ -537,10 +608,11 @@ pub fn run_rebalance(
     by: Balance,
     dry_run: bool,
     at: &EtcdArgs,
+    addrs: &[String],
     opts: &Options,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let mut s = Session::open(at, opts)?;
+    let mut s = Session::open(at, addrs, opts)?;
     let map = s.read()?;
     let live = live_sets(&map);
     if live.is_empty() {
@@ -612,10 +684,11 @@ pub fn run_drain(
     set: &str,
     dry_run: bool,
     at: &EtcdArgs,
+    addrs: &[String],
     opts: &Options,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let mut s = Session::open(at, opts)?;
+    let mut s = Session::open(at, addrs, opts)?;
     let map = s.read()?;
     let mut parts = parts_of(&map);
     let owns = parts.iter().any(|p| p.set == set);
@@ -924,7 +997,7 @@ mod tests {
         assert!(matches!(
             parse(&argv).unwrap(),
             CtlCommand::Move { tube, partition: 2, to, at } if tube == "jobs" && to == "b"
-                && at.cluster == "c" && at.etcd == ["http://e:2379"]
+                && at.cluster.as_deref() == Some("c") && at.etcd == ["http://e:2379"]
         ));
         let argv = with(&["rebalance", "--by", "tasks", "--dry-run"]);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();

@@ -29,8 +29,8 @@ pub struct PlaceArgs {
     pub tube: String,
     pub partition: u16,
     pub to: String,
-    pub etcd: Vec<String>,
-    pub cluster: String,
+    /// etcd and the cluster's name, as given or as the `--addr` node has them.
+    pub at: super::moves::Where,
 }
 
 /// Checks that the partition is empty on its owner, places it, and prints the tube as placed
@@ -40,15 +40,14 @@ pub fn run(args: &PlaceArgs, opts: &Options, out: &mut dyn Write) -> anyhow::Res
         tube,
         partition,
         to,
-        etcd,
-        cluster,
+        at,
     } = args;
+    let (etcd, cluster) = (&at.etcd, &at.cluster);
     // Each etcd call's time limit: the same --timeout as a call to a node.
     let budget = opts.timeout;
     let mut client =
         Client::connect(etcd).map_err(|e| anyhow!("--etcd {}: {e}", etcd.join(",")))?;
-    let map = placement::read(&mut client, cluster, budget)
-        .with_context(|| format!("reading cluster {cluster}'s map from etcd"))?;
+    let map = super::moves::read_map(&mut client, at, budget)?;
     // The same rules as the change itself, for an error before anything is asked of a node.
     placement::plan_place(&map, tube, *partition, to)?;
     let placed = &map.placement.tubes[tube.as_str()].partitions[usize::from(*partition)];

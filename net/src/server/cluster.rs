@@ -50,6 +50,9 @@ pub(crate) struct ClusterNode {
     pub role: NodeRole,
     name: String,
     cluster: String,
+    /// etcd's client URLs, as `--etcd` gave them: `queue.cluster()` shows them, so `tarq ctl`
+    /// commands that talk to etcd need not be told.
+    endpoints: Vec<String>,
     published: Position,
     /// This node led since it last followed: its clients' sessions belong to that leadership.
     led: bool,
@@ -81,6 +84,7 @@ impl ClusterNode {
         waker: std::sync::Arc<mio::Waker>,
     ) -> std::io::Result<ClusterNode> {
         let (name, cluster) = (config.name.clone(), config.cluster.clone());
+        let endpoints = config.endpoints.clone();
         let handle = Cluster::start(
             config,
             Box::new(move || {
@@ -96,6 +100,7 @@ impl ClusterNode {
             role: NodeRole::Unknown("waiting for etcd's first answer".into()),
             name,
             cluster,
+            endpoints,
             published: Position::default(),
             led: false,
             etcd_error: None,
@@ -602,6 +607,10 @@ impl ClusterNode {
         };
         vec![
             (s("cluster"), s(&c.cluster)),
+            (
+                s("etcd"),
+                Value::Array(c.endpoints.iter().map(|e| s(e)).collect()),
+            ),
             (s("node"), s(&c.name)),
             (s("state"), s(&state)),
             (s("term"), term.into()),
