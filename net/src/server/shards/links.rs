@@ -4,6 +4,69 @@
 
 use super::*;
 
+use std::time::Duration;
+
+/// While a set's link keeps failing (its primary down and not yet replaced, every call
+/// trying again), how often the log says so again: each call that needs the set reconnects,
+/// and a warning per drop was a dozen lines a second.
+const LINK_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// One set's link trouble, for the log: a warning when the link starts failing, one more
+/// every [`LINK_WARN_EVERY`] while it goes on (with the drops since), and a line when an
+/// answer comes again. The drops in between are logged at debug.
+#[derive(Debug, Default)]
+pub(super) struct Trouble {
+    /// When this episode began and when it was last warned of, while the link fails.
+    since: Option<(Instant, Instant)>,
+    /// Drops in this episode, and since the last warning.
+    drops: u64,
+    unwarned: u64,
+}
+
+/// What the log says of a drop.
+#[derive(Debug, PartialEq, Eq)]
+enum Say {
+    /// The link started failing.
+    Started,
+    /// It still fails: `drops` since the last warning, `secs` since it started.
+    Still { drops: u64, secs: u64 },
+    /// Nothing new: at debug.
+    Quiet,
+}
+
+impl Trouble {
+    fn dropped(&mut self, now: Instant) -> Say {
+        self.drops += 1;
+        match &mut self.since {
+            None => {
+                self.since = Some((now, now));
+                self.unwarned = 0;
+                Say::Started
+            }
+            Some((start, warned)) if now.duration_since(*warned) >= LINK_WARN_EVERY => {
+                *warned = now;
+                let drops = std::mem::take(&mut self.unwarned) + 1;
+                Say::Still {
+                    drops,
+                    secs: now.duration_since(*start).as_secs(),
+                }
+            }
+            Some(_) => {
+                self.unwarned += 1;
+                Say::Quiet
+            }
+        }
+    }
+
+    /// An answer came: the episode, if there was one, ends; its drops and seconds.
+    fn answered(&mut self, now: Instant) -> Option<(u64, u64)> {
+        let (start, _) = self.since.take()?;
+        let drops = std::mem::take(&mut self.drops);
+        self.unwarned = 0;
+        Some((drops, now.duration_since(start).as_secs()))
+    }
+}
+
 impl Server {
     /// Sends `cmd` to the primary of set `set` for `client`; its answer goes where `then`
     /// says, a failure to send it too (a watch's failure is no answer to its client's take).
@@ -92,7 +155,10 @@ impl Server {
         let mut used = 0;
         loop {
             match out_link::next_answer(&input, &mut used) {
-                Ok(Some((sync, answer))) => self.on_answer(sync, answer),
+                Ok(Some((sync, answer))) => {
+                    self.link_answered(set);
+                    self.on_answer(sync, answer)
+                }
                 Ok(None) => break,
                 Err(why) => return self.link_failed(set, &why),
             }
@@ -133,7 +199,21 @@ impl Server {
             sent = link.may_have_sent();
             link.close(self.poll.registry());
         }
-        warn!(set = %name, why, "link to a replica set dropped");
+        match shards.sets[set].trouble.dropped(Instant::now()) {
+            Say::Started => warn!(
+                set = %name,
+                why,
+                "link to a replica set dropped (while it keeps failing, once a minute more)"
+            ),
+            Say::Still { drops, secs } => warn!(
+                set = %name,
+                why,
+                drops,
+                failing_secs = secs,
+                "link to a replica set still failing"
+            ),
+            Say::Quiet => tracing::debug!(set = %name, why, "link to a replica set dropped"),
+        }
         let syncs: Vec<u64> = (shards.pending.iter())
             .filter(|(_, p)| p.set == set)
             .map(|(s, _)| *s)
@@ -147,6 +227,16 @@ impl Server {
                 Refusal::NoPrimary(why)
             };
             self.on_answer(sync, Err(refusal));
+        }
+    }
+
+    /// An answer came on set `set`'s link: a failing episode ends, and the log says so.
+    fn link_answered(&mut self, set: usize) {
+        let Some(s) = self.shards.as_mut().and_then(|s| s.sets.get_mut(set)) else {
+            return;
+        };
+        if let Some((drops, secs)) = s.trouble.answered(Instant::now()) {
+            info!(set = %s.name, drops, failing_secs = secs, "link to a replica set works again");
         }
     }
 
@@ -214,5 +304,32 @@ impl Server {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_link_is_warned_of_once_then_once_a_minute_and_its_end_said() {
+        let t0 = Instant::now();
+        let mut t = Trouble::default();
+        assert_eq!(t.dropped(t0), Say::Started);
+        for ms in 1..1000 {
+            assert_eq!(t.dropped(t0 + Duration::from_millis(ms * 50)), Say::Quiet);
+        }
+        assert_eq!(
+            t.dropped(t0 + LINK_WARN_EVERY),
+            Say::Still {
+                drops: 1000,
+                secs: 60
+            }
+        );
+        assert_eq!(t.dropped(t0 + LINK_WARN_EVERY), Say::Quiet);
+        assert_eq!(t.answered(t0 + LINK_WARN_EVERY * 2), Some((1002, 120)));
+        assert_eq!(t.answered(t0 + LINK_WARN_EVERY * 2), None);
+        // A later failure is a new episode, warned of at once.
+        assert_eq!(t.dropped(t0 + LINK_WARN_EVERY * 3), Say::Started);
     }
 }

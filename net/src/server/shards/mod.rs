@@ -69,6 +69,8 @@ struct SetSlot {
     /// Its primary's address, while it has one.
     primary: Option<String>,
     link: Option<OutLink>,
+    /// How its link has been failing, for the log.
+    trouble: links::Trouble,
 }
 
 /// Why a node whose view of the placement is not trusted changes nothing (ctl retries on it).
@@ -279,6 +281,7 @@ impl Shards {
             name: name.to_owned(),
             primary: None,
             link: None,
+            trouble: links::Trouble::default(),
         });
         self.sets.len() - 1
     }
