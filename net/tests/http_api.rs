@@ -627,3 +627,99 @@ fn the_history_is_full_once_figures_were_sampled() {
     let _ = Duration::ZERO;
     drop(srv);
 }
+
+/// Issue 39: a tube named `a b/c` was made and then unreachable (the path was decoded before
+/// it was split), and a misspelt key (`priority`) was ignored without a word.
+#[test]
+fn any_tube_name_is_reachable_percent_encoded_and_unknown_keys_are_refused_by_name() {
+    let (srv, http) = start(with_user);
+    let mut c = login(&srv);
+    let mut w = Web::user(http);
+    let made = w.ok("POST", "/api/tubes", Some(json!({"name": "a b/c"})));
+    assert_eq!(made["name"], "a b/c");
+    let put = w.ok(
+        "POST",
+        "/api/tubes/a%20b%2Fc/tasks",
+        Some(json!({"data": "x", "pri": 3})),
+    );
+    assert_eq!(put["task"]["id"], 0);
+    assert_eq!(w.ok("GET", "/api/tubes/a%20b%2Fc", None)["name"], "a b/c");
+    assert_eq!(
+        w.ok("GET", "/api/tubes/a%20b%2Fc/tasks/0", None)["task"]["data"],
+        "x"
+    );
+    let listed = w.ok("GET", "/api/tubes/a%20b%2Fc/tasks?status=ready", None);
+    assert_eq!(listed["tasks"].as_array().map(Vec::len), Some(1));
+    assert_eq!(statistics(&mut c, "a b/c")["tasks"]["ready"], 1);
+    // With the slash unencoded, the path is another route (a tube `a b`'s action `c`).
+    assert_eq!(w.get("/api/tubes/a%20b/c").status, 405);
+    // `.` and `..` are steps in a browser's path: refused when made here, by name.
+    let r = w.post("/api/tubes", json!({"name": ".."}));
+    assert_eq!(
+        (r.status, r.error()),
+        (
+            400,
+            "name \"..\": a URL path cannot name this tube; choose another name".to_owned()
+        )
+    );
+
+    // Unknown keys, in a put, a creation and its options, a tube action.
+    let r = w.post(
+        "/api/tubes/a%20b%2Fc/tasks",
+        json!({"data": "x", "priority": 1}),
+    );
+    assert_eq!(
+        (r.status, r.error()),
+        (
+            400,
+            "unknown key \"priority\" in a put: the keys are data, data_base64, delay, ttl, ttr, \
+             pri, utube"
+                .to_owned()
+        )
+    );
+    let r = w.post(
+        "/api/tubes",
+        json!({"name": "jobs", "options": {"ttr": 1, "priority": 1}}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(
+        r.error()
+            .starts_with("unknown key \"priority\" in a tube's options: the keys are ttl, ttr"),
+        "{}",
+        r.body
+    );
+    let r = w.post("/api/tubes", json!({"name": "jobs", "kind": "fifo"}));
+    assert_eq!(r.status, 400);
+    assert!(
+        r.error()
+            .starts_with("unknown key \"kind\" in a tube's creation: the keys are name, type"),
+        "{}",
+        r.body
+    );
+    // With `options`, an option beside `name` would be ignored: refused too.
+    let r = w.post(
+        "/api/tubes",
+        json!({"name": "jobs", "ttl": 5, "options": {"ttr": 1}}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.error().starts_with("unknown key \"ttl\""), "{}", r.body);
+    let r = w.post("/api/tubes/a%20b%2Fc/kick", json!({"cuont": 1}));
+    assert_eq!(
+        (r.status, r.error()),
+        (
+            400,
+            "unknown key \"cuont\" in a kick: the keys are count".to_owned()
+        )
+    );
+    // Nothing refused was made or put.
+    assert_eq!(w.get("/api/tubes/jobs").status, 404);
+    assert_eq!(statistics(&mut c, "a b/c")["tasks"]["total"], 1);
+    // Options beside `name`, without `options`, still work.
+    let made = w.ok(
+        "POST",
+        "/api/tubes",
+        Some(json!({"name": "jobs", "ttr": 7})),
+    );
+    assert_eq!(made["options"]["ttr"], 7.0);
+    drop(srv);
+}

@@ -52,8 +52,12 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     fn route(&mut self) -> Result<(), Refused> {
-        let path = decode_path(self.head.path)?;
-        let parts: Vec<&str> = path.split('/').skip(1).collect();
+        // Split first, then decode each segment: a tube named `a b/c` is `a%20b%2Fc` in a
+        // path, one segment, as the console's `encodeURIComponent` writes it.
+        let segments = (self.head.path.split('/').skip(1))
+            .map(|p| decode_path(p, self.head.path))
+            .collect::<Result<Vec<String>, Refused>>()?;
+        let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
         let method = self.head.method;
         if parts == ["metrics"] {
             return self.metrics(method);
@@ -391,13 +395,33 @@ impl<'r, L: Loop> Request<'r, L> {
         let name = b["name"]
             .as_str()
             .ok_or((400, "name: a string is required".to_owned()))?;
+        if matches!(name, "." | "..") {
+            // Browsers read `.` and `..` (also `%2E%2E`) as steps in the path, so the tube
+            // could never be reached at /api/tubes/NAME; any other name can, percent-encoded.
+            return refused(
+                400,
+                format!("name {name:?}: a URL path cannot name this tube; choose another name"),
+            );
+        }
         let kind = b["type"].as_str().unwrap_or("fifottl");
         let kind = TubeType::parse(kind).map_err(|e| {
             let e = crate::core::Refusal::Queue(e);
             (400, json::error_text(&e, DEFAULT_TUBE, 0))
         })?;
         let o = &b["options"];
-        let o = if o.is_object() { o } else { &b };
+        let o = if o.is_object() {
+            only_keys(&b, "a tube's creation", CREATE_KEYS)?;
+            only_keys(o, "a tube's options", TUBE_OPTION_KEYS)?;
+            o
+        } else {
+            let all: Vec<&str> = CREATE_KEYS
+                .iter()
+                .chain(TUBE_OPTION_KEYS)
+                .copied()
+                .collect();
+            only_keys(&b, "a tube's creation", &all)?;
+            &b
+        };
         let opts = TubeOptions {
             ttl: seconds(o, "ttl")?,
             ttr: seconds(o, "ttr")?,
@@ -432,6 +456,7 @@ impl<'r, L: Loop> Request<'r, L> {
         self.check_action()?;
         let t = self.tube(name)?;
         let b = self.body()?;
+        only_keys(&b, "a put", PUT_KEYS)?;
         let mut data = Vec::new();
         match (&b["data"], &b["data_base64"]) {
             (Value::Null, Value::String(s)) => {
@@ -479,6 +504,12 @@ impl<'r, L: Loop> Request<'r, L> {
         self.check_action()?;
         let tube = self.tube(name)?;
         let b = self.body()?;
+        let keys: &[&str] = match action {
+            "kick" => &["count"],
+            "pause" => &["seconds"],
+            _ => &[],
+        };
+        only_keys(&b, &format!("a {action}"), keys)?;
         let first = self.l.queue().tube_numbers(tube).first;
         let (answer, cmd) = match action {
             "kick" => {
@@ -547,9 +578,9 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 }
 
-/// The path with its percent-escapes decoded; it must be UTF-8.
-fn decode_path(path: &str) -> Result<String, Refused> {
-    let bytes = path.as_bytes();
+/// A segment of `path` (or a query value) with its percent-escapes decoded; it must be UTF-8.
+fn decode_path(segment: &str, path: &str) -> Result<String, Refused> {
+    let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -585,6 +616,45 @@ fn known_path(parts: &[&str]) -> bool {
                 "server" | "cluster" | "events" | "history" | "openapi.json"
             ]
     )
+}
+
+/// The keys of a put's body.
+const PUT_KEYS: &[&str] = &["data", "data_base64", "delay", "ttl", "ttr", "pri", "utube"];
+
+/// The options of a tube, in `options` or beside `name` in a create's body.
+const TUBE_OPTION_KEYS: &[&str] = &[
+    "ttl",
+    "ttr",
+    "pri",
+    "capacity",
+    "max_deliveries",
+    "dedup_window",
+    "temporary",
+    "partitions",
+];
+
+/// The keys of a create's body besides the options.
+const CREATE_KEYS: &[&str] = &["name", "type", "options", "if_not_exists"];
+
+/// Refuses a body (or its `options`) with a key outside `known`, naming it and the keys there
+/// are: a misspelt option (`priority` for `pri`) would otherwise be ignored without a word.
+fn only_keys(v: &Value, what: &str, known: &[&str]) -> Result<(), Refused> {
+    let Some(map) = v.as_object() else {
+        return Ok(());
+    };
+    match map.keys().find(|k| !known.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(k) if known.is_empty() => {
+            refused(400, format!("unknown key {k:?}: {what} takes none"))
+        }
+        Some(k) => refused(
+            400,
+            format!(
+                "unknown key {k:?} in {what}: the keys are {}",
+                known.join(", ")
+            ),
+        ),
+    }
 }
 
 fn task_number(id: &str) -> Result<u64, Refused> {
@@ -629,7 +699,7 @@ impl<'q> Query<'q> {
         let mut pairs = Vec::new();
         for pair in q.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            pairs.push((k, decode_path(&v.replace('+', " "))?));
+            pairs.push((k, decode_path(&v.replace('+', " "), q)?));
         }
         Ok(Query(pairs))
     }
@@ -667,8 +737,21 @@ mod tests {
 
     #[test]
     fn paths_decode_and_must_be_utf8() {
-        assert_eq!(decode_path("/api/tubes/a%20b").unwrap(), "/api/tubes/a b");
-        assert_eq!(decode_path("/api/tubes/%ff").unwrap_err().0, 400);
-        assert_eq!(decode_path("/api/%zz").unwrap_err().0, 400);
+        assert_eq!(decode_path("a%20b%2Fc", "/").unwrap(), "a b/c");
+        assert_eq!(decode_path("%ff", "/").unwrap_err().0, 400);
+        assert_eq!(decode_path("%zz", "/").unwrap_err().0, 400);
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_the_keys_there_are() {
+        let body = json!({"data": "x", "priority": 3});
+        let (status, why) = only_keys(&body, "a put", PUT_KEYS).unwrap_err();
+        assert_eq!(status, 400);
+        assert_eq!(
+            why,
+            "unknown key \"priority\" in a put: the keys are data, data_base64, delay, ttl, \
+             ttr, pri, utube"
+        );
+        assert!(only_keys(&json!({"data": 1, "pri": 2}), "a put", PUT_KEYS).is_ok());
     }
 }
