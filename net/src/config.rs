@@ -48,6 +48,11 @@ pub const MIN_FRAME_BYTES: usize = 64;
 /// Highest connection count a token can address (the slot index has 32 bits in a token).
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
 
+/// Longest `--busy-poll`: a second. The option is for requests microseconds apart; a spin
+/// longer than the loop's coarsest own deadline (its reports, each second) would be a loop
+/// that never sleeps, which is not what the setting says.
+pub const MAX_BUSY_POLL_MICROS: u64 = 1_000_000;
+
 /// The command line of `tarq`: a subcommand, or the `--config` file and the [`Settings`].
 #[derive(Debug, Clone, Default, Parser)]
 #[command(
@@ -146,6 +151,13 @@ pub struct Settings {
     /// Pin the event-loop thread to this CPU core (unpinned when absent).
     #[arg(long, env = "TARQ_CPU", value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
     pub cpu: Option<usize>,
+
+    /// When the loop has nothing to do, poll without blocking for up to this many
+    /// microseconds before it sleeps, so a request arriving meanwhile is served without a
+    /// wake-up (tens of µs on a VM). Spends the CPU it waits with: for a loop pinned with
+    /// --cpu to a core of its own; 0: off [default: 0].
+    #[arg(long, env = "TARQ_BUSY_POLL", value_name = "MICROS", value_parser = whole::<u64>(0, MAX_BUSY_POLL_MICROS), allow_negative_numbers = true)]
+    pub busy_poll: Option<u64>,
 
     /// Most simultaneous client connections; more are refused with an error [default: 1000].
     #[arg(long, env = "TARQ_MAX_CONNECTIONS", value_name = "N", value_parser = whole::<usize>(1, MAX_CONNECTIONS_LIMIT as u64), allow_negative_numbers = true)]
@@ -462,6 +474,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub cpu: Option<usize>,
+    /// How long an idle loop polls without blocking before it sleeps (µs; 0: off).
+    pub busy_poll: Micros,
     pub max_connections: usize,
     pub max_frame_bytes: usize,
     pub max_write_backlog: usize,
@@ -506,6 +520,7 @@ impl Default for Config {
             listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             cpu: None,
+            busy_poll: 0,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_write_backlog: DEFAULT_MAX_WRITE_BACKLOG,
@@ -587,6 +602,7 @@ impl Config {
             listen,
             data_dir: s.data_dir.unwrap_or(d.data_dir),
             cpu: s.cpu,
+            busy_poll: s.busy_poll.unwrap_or(d.busy_poll),
             max_connections: s.max_connections.unwrap_or(d.max_connections),
             max_frame_bytes,
             // Unless set, the backlog follows a raised frame cap so one reply always fits.
@@ -737,6 +753,12 @@ impl Config {
             return Err(invalid(format!(
                 "max-connections {} must be between 1 and {MAX_CONNECTIONS_LIMIT}",
                 self.max_connections
+            )));
+        }
+        if self.busy_poll > MAX_BUSY_POLL_MICROS {
+            return Err(invalid(format!(
+                "busy-poll {} must be between 0 and {MAX_BUSY_POLL_MICROS} microseconds",
+                self.busy_poll
             )));
         }
         if self.max_frame_bytes < MIN_FRAME_BYTES || self.max_frame_bytes > u32::MAX as usize {
@@ -1211,6 +1233,29 @@ mod tests {
         assert!(e.contains("--max-tasks <N>"), "{e}");
         let e = refused(&["--max-tasks", "268435455"]);
         assert!(e.contains("from 1 to 268435454"), "{e}");
+    }
+
+    #[test]
+    fn busy_poll_from_flag_or_file_off_by_default_and_bounded() {
+        assert_eq!(parse(&[]).unwrap().busy_poll, 0, "off by default");
+        assert_eq!(parse(&["--busy-poll", "50"]).unwrap().busy_poll, 50);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(&path, "busy-poll = 200\n").unwrap();
+        let file = path.to_str().unwrap();
+        assert_eq!(parse(&["--config", file]).unwrap().busy_poll, 200);
+        let c = parse(&["--config", file, "--busy-poll", "0"]).unwrap();
+        assert_eq!(c.busy_poll, 0, "the command line turns the file's off");
+        let e = refused(&["--busy-poll", "1000001"]);
+        assert!(e.contains("'1000001' for '--busy-poll <MICROS>'"), "{e}");
+        assert!(e.contains("from 0 to 1000000"), "{e}");
+        assert!(refused(&["--busy-poll", "-1"]).contains("from 0 to 1000000"));
+        std::fs::write(&path, "busy-poll = 2000000\n").unwrap();
+        let e = parse(&["--config", file]).unwrap_err().to_string();
+        assert!(
+            e.contains("busy-poll 2000000 must be between 0 and 1000000 microseconds"),
+            "{e}"
+        );
     }
 
     /// The error clap gives for a command line, as the user reads it.

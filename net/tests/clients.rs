@@ -109,9 +109,9 @@ fn run_flow(client: Client, port: u16, reference: bool, logs: impl FnOnce() -> S
     );
 }
 
-fn against_tarq(client: Client) {
+fn against_tarq(client: Client, args: &[&str]) {
     prerequisite(client.name(), client.available());
-    let mut server = Tarq::start(&[]);
+    let mut server = Tarq::start(args);
     run_flow(client, server.addr.port(), false, || {
         server.lines.drain(POLL_INTERVAL);
         tail(&server.log().join("\n"))
@@ -133,12 +133,24 @@ fn against_reference(client: Client) {
 
 #[test]
 fn netbox_runs_the_seed_flow_against_tarq() {
-    against_tarq(Client::NetBox);
+    against_tarq(Client::NetBox, &[]);
 }
 
 #[test]
 fn python_connector_runs_the_seed_flow_against_tarq() {
-    against_tarq(Client::Python);
+    against_tarq(Client::Python, &[]);
+}
+
+/// A loop that spins before it sleeps serves the same flow: requests that come while it spins,
+/// and the flow's delays and take timeouts, which it sleeps through.
+#[test]
+fn netbox_runs_the_seed_flow_against_a_busy_polling_tarq() {
+    against_tarq(Client::NetBox, &["--busy-poll", "200"]);
+}
+
+#[test]
+fn python_connector_runs_the_seed_flow_against_a_busy_polling_tarq() {
+    against_tarq(Client::Python, &["--busy-poll", "200"]);
 }
 
 #[test]

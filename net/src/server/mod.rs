@@ -1,13 +1,14 @@
 //! The event loop: one mio thread does everything a request needs — accept, read, decode, call
 //! the engine, encode, write — like Tarantool's TX thread, with no locks and no thread hops.
 //!
-//! A turn is: poll (timeout = the nearest engine deadline, parked-take deadline or journal
-//! wake-up) → read the clock once → accept and collect readable connections → fire due engine
-//! deadlines → read each connection until it would block (or its per-turn budget) and execute
-//! every complete frame, handing engine events to the journal after each call → time out parked
-//! takes → commit the turn to the journal → write each connection's released replies with one
-//! write. Connections return their fate through `closing`; only the flush phase frees a slot,
-//! and tokens carry a generation so a stale event for a reused slot is ignored.
+//! A turn is: poll (timeout = the nearest engine deadline, parked-take deadline or journal wake-up;
+//! with `--busy-poll`, non-blocking polls first: [`wait`]) → read the clock once → accept and
+//! collect readable connections → fire due engine deadlines → read each connection until it would
+//! block (or its per-turn budget) and execute every complete frame, handing engine events to the
+//! journal after each call → time out parked takes → commit the turn to the journal → write each
+//! connection's released replies with one write. Connections return their fate through `closing`;
+//! only the flush phase frees a slot, and tokens carry a generation so a stale event for a reused
+//! slot is ignored.
 //!
 //! The operator's side ([`tarq_ops::Ops`]: Graphite, signals) rides on the same
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
@@ -28,6 +29,7 @@ mod shards;
 mod sync;
 mod systemd;
 mod timers;
+mod wait;
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -442,7 +444,8 @@ impl Server {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         while !self.stop.load(Ordering::SeqCst) {
             let timeout = self.poll_timeout();
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            let busy = Duration::from_micros(self.cfg.busy_poll);
+            if let Err(e) = wait::wait(&mut self.poll, &mut events, timeout, busy) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -481,6 +484,7 @@ impl Server {
         info!(
             listen = %self.local_addr()?,
             null = self.cfg.null,
+            busy_poll_us = self.cfg.busy_poll,
             auth = self.cfg.auth.is_some(),
             "tarq serving"
         );

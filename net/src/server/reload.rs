@@ -1,7 +1,7 @@
-//! SIGHUP: the server re-reads its configuration (the `--config` file and the password file,
-//! under the same command line and environment) and applies what can change while it runs —
-//! the log level, the Graphite target and interval, the connection, frame and input limits and
-//! timeouts, the credentials — and logs each setting that needs a restart instead (the listen
+//! SIGHUP: the server re-reads its configuration (the `--config` file and the password file, under
+//! the same command line and environment) and applies what can change while it runs — the log
+//! level, the Graphite target and interval, the connection, frame and input limits and timeouts,
+//! the credentials, the busy poll — and logs each setting that needs a restart instead (the listen
 //! address, the data dir, the CPU, the metrics address, the WAL settings, and any setting not
 //! listed here as live).
 //!
@@ -74,6 +74,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     live_micros!(limits.auth_timeout, "auth-timeout");
     live_micros!(limits.idle_timeout, "idle-timeout");
     live!(limits.max_connections_per_peer, "max-connections-per-peer");
+    live_micros!(busy_poll, "busy-poll");
     live_micros!(ops.graphite_interval, "graphite-interval");
     if current.ops.graphite != new.ops.graphite {
         let show = |t: Option<tarq_ops::graphite::Target>| {
@@ -178,6 +179,7 @@ mod tests {
         let new = Config {
             log_level: "debug".into(),
             max_connections: 7,
+            busy_poll: 50,
             limits: crate::server::limits::LimitsConfig {
                 frame_timeout: 250_000,
                 idle_timeout: 90_000_000,
@@ -198,6 +200,7 @@ mod tests {
         let out = merge(&mut cur, new);
         assert_eq!(cur.log_level, "debug");
         assert_eq!(cur.max_connections, 7);
+        assert_eq!(cur.busy_poll, 50, "the loop reads it before each wait");
         assert!(cur.ops.graphite.is_some() && cur.auth.is_some());
         assert_eq!(
             cur.listen,
@@ -209,6 +212,7 @@ mod tests {
         for want in [
             "log-level: \"info\" -> \"debug\"",
             "max-connections: 1000 -> 7",
+            "busy-poll: off -> 50 µs",
             "frame-timeout: 30 s -> 250 ms",
             "idle-timeout: off -> 90 s",
             "graphite: off -> tcp://127.0.0.1:2003",
