@@ -409,8 +409,15 @@ fn a_link_that_sends_garbage_gets_errors_naming_it_and_nothing_else_changes() {
     // A link names the node it comes from.
     let e = c.call("tarq.link", &pack_args(&[]), None).unwrap_err();
     assert!(e.to_string().contains("the calling node's name"), "{e}");
-    c.call("tarq.link", &pack_args(&[Value::from("x9")]), None)
-        .expect("a sharded node takes a link");
+    // A node of the cluster, proving its link key over this connection's salt.
+    let mut e = tarq_cluster::etcd::Client::new(vec![cl._etcd.url.clone()]);
+    let key = tarq_cluster::link_key::read(&mut e, "c", Duration::from_secs(5))
+        .unwrap()
+        .expect("the nodes made the cluster's link key");
+    let salt = c.greeting().salt.clone();
+    let hello = tarq_net::frontend::link::wire::handshake_args(&key, &salt, "c", "x9");
+    c.call("tarq.link", &hello, None)
+        .expect("a sharded node takes a member's link");
     // Not an ask at all, then an ask that does not decode: each refused, naming why.
     let not_bin = pack_args(&[Value::from(7)]);
     let e = c.call("tarq.ask", &not_bin, None).unwrap_err().to_string();

@@ -52,6 +52,8 @@ pub struct Reply {
     pub sync: u64,
     /// 0 for OK, else the error code.
     pub code: u32,
+    /// An error reply (Tarantool's ER_UNKNOWN is code 0: the code alone does not tell).
+    pub failed: bool,
     pub schema_version: Option<u64>,
     /// DATA as raw MessagePack.
     pub data: Option<Vec<u8>>,
@@ -67,7 +69,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn is_ok(&self) -> bool {
-        self.code == 0
+        !self.failed
     }
 
     /// DATA decoded: an array's items (empty when the reply has no DATA).
@@ -301,6 +303,7 @@ impl Client {
         let reply = Reply {
             sync: r.sync,
             code: r.code,
+            failed: r.failed,
             schema_version: r.schema_version,
             data: r.data.map(<[u8]>::to_vec),
             error: r.error.map(str::to_string),

@@ -28,6 +28,7 @@ mod node;
 
 pub mod election;
 pub mod etcd;
+pub mod link_key;
 pub mod moves;
 pub mod placement;
 
@@ -39,6 +40,7 @@ use std::time::Instant;
 pub use config::*;
 pub use election::{Claim, Fence, LeaderRecord, Member, Position, Role};
 pub use etcd::EtcdError;
+pub use link_key::LinkKey;
 pub use moves::MoveClaim;
 pub use placement::{
     ClusterMap, IndexUse, PartitionPlacement, Placement, PlacementError, PlacementFence, SetView,
@@ -59,6 +61,8 @@ pub struct Overview {
     /// A sharded node's view of the placement, with this node's `owned_since`; empty (epoch 0)
     /// on an unsharded node.
     pub placement: Arc<Placement>,
+    /// The cluster's link key (`link_key`), once a sharded node has read it.
+    pub link_key: Option<LinkKey>,
 }
 
 impl Overview {
@@ -255,6 +259,14 @@ impl Cluster {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The cluster's link key, once read (sharded nodes; `None` before etcd answered).
+    pub fn link_key(&self) -> Option<LinkKey> {
+        self.overview
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .link_key
     }
 
     /// The leadership claim to check before acknowledging a change.

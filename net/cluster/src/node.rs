@@ -19,6 +19,7 @@ use crate::election::{
     behind_committed, may_campaign, Claim, Fence, LeaderRecord, Member, Position, Role,
 };
 use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
+use crate::link_key::{self, LinkKey, LINK_KEY_LEN};
 use crate::moves;
 use crate::placement::{self, ClusterMap, Placement, PlacementError, PlacementFence};
 use crate::{Change, Command, Config, DeposeReason, Event, EventKind, Overview};
@@ -103,6 +104,9 @@ pub struct Node {
     placement: Arc<Placement>,
     /// `ensure_default` was refused and said so.
     default_refused: bool,
+    /// The cluster's link key once read (sharded nodes), and whether a damaged one was said.
+    link_key: Option<LinkKey>,
+    link_key_refused: bool,
     /// Whether `placement` was read from etcd at least once.
     map_read: bool,
     /// What the last `MapChanged` announced.
@@ -156,6 +160,8 @@ impl Node {
             placement: Arc::default(),
             map_read: false,
             default_refused: false,
+            link_key: None,
+            link_key_refused: false,
             announced: None,
             pending_map_event: None,
             state: State::Unknown,
@@ -199,6 +205,7 @@ impl Node {
     fn poll(&mut self) -> Result<(), EtcdError> {
         self.revoke_abandoned()?;
         self.keep_lease()?;
+        self.ensure_link_key()?;
         if !self.publish()? {
             return Ok(());
         }
@@ -229,6 +236,29 @@ impl Node {
                 // Only a damaged map refuses it, and it stays damaged poll after poll: once.
                 self.default_refused = true;
                 warn!(error = %e, "cannot place the tube default");
+            }
+            Err(_) => {}
+        }
+        Ok(())
+    }
+
+    /// A sharded node reads the cluster's link key, making it if it is the first (once: the
+    /// key never changes while nodes run).
+    fn ensure_link_key(&mut self) -> Result<(), EtcdError> {
+        if !self.config.sharded() || self.link_key.is_some() {
+            return Ok(());
+        }
+        let mut fresh = LinkKey([0; LINK_KEY_LEN]);
+        if let Err(e) = getrandom::fill(&mut fresh.0) {
+            warn!(error = %e, "no randomness for the cluster's link key");
+            return Ok(());
+        }
+        let cluster = self.config.cluster.clone();
+        match self.call(|c, b| link_key::ensure(c, &cluster, &fresh, b))? {
+            Ok(key) => self.link_key = Some(key),
+            Err(why) if !self.link_key_refused => {
+                self.link_key_refused = true;
+                warn!(%why, "no link key: this node can neither open nor accept links");
             }
             Err(_) => {}
         }
@@ -509,6 +539,7 @@ impl Node {
             read_at: Some(Instant::now()),
             sets,
             placement: Arc::clone(&self.placement),
+            link_key: self.link_key,
         };
         // Announced only once the overview holds the map, so the loop reads what it heard of.
         if let Some(epoch) = self.pending_map_event.take() {

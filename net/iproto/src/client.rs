@@ -146,6 +146,9 @@ pub struct Response<'a> {
     pub sync: u64,
     /// 0 for OK, else the error code (`type & 0x7fff`).
     pub code: u32,
+    /// An error reply (the type's 0x8000 bit): Tarantool's ER_UNKNOWN is code 0, so the code
+    /// alone does not tell.
+    pub failed: bool,
     /// The header's 0x05, if present.
     pub schema_version: Option<u64>,
     /// The body's 0x30 (DATA), a raw array.
@@ -160,7 +163,7 @@ pub struct Response<'a> {
 
 impl Response<'_> {
     pub fn is_ok(&self) -> bool {
-        self.code == 0
+        !self.failed
     }
 }
 
@@ -190,14 +193,12 @@ pub fn decode(frame: &[u8]) -> Result<Response<'_>, ResponseError> {
         }
     }
     let rtype = rtype.ok_or(ResponseError::NoType)?;
-    let code = if rtype & u64::from(types::ERROR) != 0 {
-        (rtype & 0x7fff) as u32
-    } else {
-        0
-    };
+    let failed = rtype & u64::from(types::ERROR) != 0;
+    let code = if failed { (rtype & 0x7fff) as u32 } else { 0 };
     let mut resp = Response {
         sync,
         code,
+        failed,
         schema_version,
         data: None,
         error: None,

@@ -38,6 +38,9 @@ pub struct ServerFigures {
     pub moves_given_up: u64,
     pub moved_tasks: u64,
     pub last_move_ms: u64,
+    /// `tarq.link` calls refused since start: not of this cluster, without proof of its link
+    /// key, or of another link protocol version.
+    pub links_refused: u64,
 }
 
 /// Figures of the limits on what clients may make the server hold (input budget, deadlines,
@@ -155,7 +158,7 @@ pub struct Metric {
 }
 
 /// Figures before the WAL's; the seed's four counts come first, as `queue.stats()` had them.
-const BASE_METRICS: usize = 27;
+const BASE_METRICS: usize = 28;
 
 impl Snapshot {
     /// Every figure, in a stable order: the counts of now, then the counters since start, then
@@ -288,6 +291,13 @@ impl Snapshot {
                 Counter,
                 "Tasks moved to other replica sets by committed moves since start.",
                 s.moved_tasks,
+            ),
+            m(
+                "links_refused",
+                Counter,
+                "Links refused since start: another cluster's, another link protocol version, or \
+                 no proof of the cluster's link key.",
+                s.links_refused,
             ),
             m(
                 "uptime_seconds",

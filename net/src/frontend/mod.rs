@@ -147,9 +147,10 @@ pub trait Loop {
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
 
-    /// Connection `idx` becomes a link node `origin` forwards its clients' calls on (answered
-    /// on `sync`), or is refused when this node is no sharded cluster's.
-    fn start_link(&mut self, idx: usize, sync: u64, origin: &str);
+    /// Connection `idx` becomes a link the node `hello` names forwards its clients' calls on
+    /// (answered on `sync`), or is refused: this node is no sharded cluster's, or the caller is
+    /// not a node of its cluster speaking its link protocol.
+    fn start_link(&mut self, idx: usize, sync: u64, hello: &link::wire::Hello<'_>);
     /// Other nodes' clients' sessions run here.
     fn link_sessions(&mut self) -> &mut link::LinkSessions;
     /// A step of a partition moving here from link `idx`'s node (`Ask::MoveIn`, `MoveTasks`,

@@ -191,8 +191,13 @@ impl frontend::Loop for Server {
         Server::cluster_overview(self)
     }
 
-    fn start_link(&mut self, idx: usize, sync: u64, origin: &str) {
-        Server::start_link(self, idx, sync, origin);
+    fn start_link(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        hello: &crate::frontend::link::wire::Hello<'_>,
+    ) {
+        Server::start_link(self, idx, sync, hello);
     }
 
     fn link_sessions(&mut self) -> &mut crate::frontend::link::LinkSessions {

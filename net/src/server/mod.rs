@@ -270,6 +270,7 @@ impl Server {
                 Some(shards::Shards::new(
                     set,
                     c.election.name.as_str().into(),
+                    c.election.cluster.as_str().into(),
                     node.handle().placement_fence(),
                     validity,
                 ))
@@ -415,6 +416,7 @@ impl Server {
                 moves_given_up: moves.1.given_up,
                 moved_tasks: moves.1.tasks_moved,
                 last_move_ms: moves.1.last_ms.unwrap_or(0),
+                links_refused: self.shards.as_ref().map_or(0, |s| s.refused_links()),
             },
             limits: self.limit_figures(),
             wal: self.core.journal().figures(),

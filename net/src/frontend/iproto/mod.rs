@@ -223,8 +223,8 @@ impl<L: Loop> Iproto<'_, L> {
         if function == super::link::wire::LINK {
             // Another node of a sharded cluster, naming itself: its link front-end takes the
             // connection.
-            return match super::link::wire::read_link_origin(args) {
-                Ok(origin) => self.l.start_link(idx, sync, origin),
+            return match super::link::wire::read_link_hello(args) {
+                Ok(hello) => self.l.start_link(idx, sync, &hello),
                 Err(e) => call_error(self.l.reply_buf(idx), sync, &CallError::BadArgs(e)),
             };
         }

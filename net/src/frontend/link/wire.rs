@@ -2,11 +2,16 @@
 //! request is a CALL of [`ASK`] whose one argument is an [`Ask`] as MessagePack bytes (serde,
 //! `rmp-serde`), every answer an OK whose DATA is one [`Answer`] the same way. The commands are
 //! the core's own ([`Command`]), so a forwarded call runs on the owner exactly as a local one.
-//! A link starts with a CALL of [`LINK`] (after AUTH when the cluster has a password).
+//! A link starts with a CALL of [`LINK`] (after AUTH when the cluster has a password) that
+//! names the calling node, the link protocol's [`LINK_VERSION`] and the cluster, and proves the
+//! cluster's link key ([`proof`]); a node refuses a link without it.
 
 use std::sync::LazyLock;
 
+use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use tarq_cluster::LinkKey;
 use tarq_engine::{
     MovedDedup, MovedTask, Stats, TaskId, TaskRef, TubeNumbers, TubeOptions, TubeType,
 };
@@ -175,25 +180,117 @@ fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     out[at..at + 4].copy_from_slice(&len.to_be_bytes());
 }
 
-/// The arguments of a CALL of [`LINK`]: the calling node's name.
-pub fn write_link_args(out: &mut Vec<u8>, origin: &str) {
-    tarq_iproto::mp::write::array_len(out, 1);
-    tarq_iproto::mp::write::str(out, origin);
+/// The link protocol's version, sent in the handshake. Raised whenever an [`Ask`] or
+/// [`Answer`] changes shape: nodes of two versions cannot understand each other's messages, so
+/// a link between them is refused by name (a rolling upgrade moves a set's partitions off it,
+/// or upgrades the whole cluster set by set while the links between old and new wait). Version
+/// 1 was the handshake of the node's name alone, before links proved the cluster's key.
+pub const LINK_VERSION: u32 = 2;
+
+/// What a node says when it opens a link: its name, the link protocol it speaks, its cluster,
+/// and its proof of the cluster's link key ([`proof`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Hello<'a> {
+    pub origin: &'a str,
+    pub version: u32,
+    pub cluster: &'a str,
+    pub proof: &'a [u8],
 }
 
-/// The calling node's name in a CALL of [`LINK`].
-pub fn read_link_origin(args: &[u8]) -> Result<&str, String> {
+/// The arguments of a CALL of [`LINK`]: `[origin, {version, cluster, proof}]`.
+pub fn write_link_args(out: &mut Vec<u8>, hello: &Hello<'_>) {
+    use tarq_iproto::mp::write;
+    write::array_len(out, 2);
+    write::str(out, hello.origin);
+    write::map_len(out, 3);
+    write::str(out, "version");
+    write::uint(out, u64::from(hello.version));
+    write::str(out, "cluster");
+    write::str(out, hello.cluster);
+    write::str(out, "proof");
+    write::bin(out, hello.proof);
+}
+
+/// The [`Hello`] in a CALL of [`LINK`]. A node of version 1 sends its name alone: read as
+/// version 1, for the refusal to say which node to upgrade.
+pub fn read_link_hello(args: &[u8]) -> Result<Hello<'_>, String> {
     let mut r = tarq_iproto::mp::Reader::new(args);
-    match r.read_array_len() {
-        Ok(1) => {}
-        _ => {
-            return Err(format!(
-                "{LINK} takes one argument, the calling node's name"
-            ))
+    let usage = || format!("{LINK} takes the calling node's name and its handshake map");
+    let n = r.read_array_len().map_err(|_| usage())?;
+    if !(1..=2).contains(&n) {
+        return Err(usage());
+    }
+    let origin = (r.read_str())
+        .map_err(|e| format!("{LINK}: the calling node's name is not a string: {e}"))?;
+    let mut hello = Hello {
+        origin,
+        version: 1,
+        cluster: "",
+        proof: &[],
+    };
+    if n == 1 {
+        return Ok(hello);
+    }
+    let bad = |what: &str, e: tarq_iproto::mp::MpError| format!("{LINK}: {what}: {e}");
+    let fields = r
+        .read_map_len()
+        .map_err(|e| bad("the handshake is not a map", e))?;
+    for _ in 0..fields {
+        match r.read_str().map_err(|e| bad("a handshake key", e))? {
+            "version" => {
+                let v = r.read_uint().map_err(|e| bad("version", e))?;
+                hello.version = u32::try_from(v).unwrap_or(u32::MAX);
+            }
+            "cluster" => hello.cluster = r.read_str().map_err(|e| bad("cluster", e))?,
+            "proof" => hello.proof = r.read_str_or_bin().map_err(|e| bad("proof", e))?,
+            _ => {
+                r.skip_value().map_err(|e| bad("a handshake value", e))?;
+            }
         }
     }
-    r.read_str()
-        .map_err(|e| format!("{LINK}: the calling node's name is not a string: {e}"))
+    Ok(hello)
+}
+
+/// Proof that a node opening a link knows the cluster's key: HMAC-SHA256 under the key of the
+/// accepting connection's greeting salt, the cluster's name and the node's name. The salt is
+/// fresh for every connection, so a proof seen on the wire opens no other link.
+pub fn proof(key: &LinkKey, salt: &[u8], cluster: &str, origin: &str) -> [u8; 32] {
+    proof_mac(key, salt, cluster, origin)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// The arguments of the [`LINK`] call node `origin` of `cluster` makes on a connection whose
+/// greeting gave `salt`: this release's version and the proof of `key`.
+pub fn handshake_args(key: &LinkKey, salt: &[u8], cluster: &str, origin: &str) -> Vec<u8> {
+    let proof = proof(key, salt, cluster, origin);
+    let hello = Hello {
+        origin,
+        version: LINK_VERSION,
+        cluster,
+        proof: &proof,
+    };
+    let mut args = Vec::new();
+    write_link_args(&mut args, &hello);
+    args
+}
+
+/// Whether `hello`'s proof is the one [`proof`] makes (compared in constant time).
+pub fn proof_matches(key: &LinkKey, salt: &[u8], cluster: &str, hello: &Hello<'_>) -> bool {
+    proof_mac(key, salt, cluster, hello.origin)
+        .verify_slice(hello.proof)
+        .is_ok()
+}
+
+fn proof_mac(key: &LinkKey, salt: &[u8], cluster: &str, origin: &str) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0).expect("HMAC takes any key");
+    // Each part length-prefixed: no two (cluster, origin) pairs give the same bytes.
+    for part in [salt, cluster.as_bytes(), origin.as_bytes()] {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part);
+    }
+    mac
 }
 
 /// The [`Ask`] in a CALL's arguments.

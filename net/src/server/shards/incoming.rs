@@ -149,7 +149,7 @@ impl Server {
                 committed,
                 epoch,
             } => {
-                self.move_done(id, index, committed, epoch);
+                self.move_done(&origin, id, index, committed, epoch)?;
                 Ok(Some(Outcome::Ok))
             }
             _ => Err("not a move step".into()),
@@ -282,25 +282,39 @@ impl Server {
         Ok(n as u64)
     }
 
-    /// Move `id`'s end, as the old owner tells it: committed, the copy is served; not, its
-    /// claim is withdrawn and the copy kept or let go as etcd then says (the old owner's word
-    /// alone does not discard a copy).
-    fn move_done(&mut self, id: u64, index: TubeIx, committed: bool, epoch: i64) {
+    /// Move `id`'s end, as the old owner `origin` tells it: committed, the copy is served;
+    /// not, its claim is withdrawn and the copy kept or let go as etcd then says (the old
+    /// owner's word alone does not discard a copy). Only the node sending a copy here ends its
+    /// move: the end of a move this node does not know from that node is refused, and a
+    /// partition it did not copy (this node became its set's primary during the move) is served
+    /// once this node's own read of the placement says so, not on another node's word.
+    fn move_done(
+        &mut self,
+        origin: &Arc<str>,
+        id: u64,
+        index: TubeIx,
+        committed: bool,
+        epoch: i64,
+    ) -> Result<(), String> {
         let mono = self.mono;
         let Some(shards) = self.shards.as_mut() else {
-            return;
+            return Ok(());
         };
-        let ours = shards.incoming.get(&index).filter(|i| i.id == Some(id));
+        let ours = (shards.incoming.get_mut(&index))
+            .filter(|i| i.id == Some(id) && i.origin.as_ref() == Some(origin));
+        let Some(inc) = ours else {
+            return Err(format!(
+                "no move {id} into index {index} from {origin} is under way here"
+            ));
+        };
         if committed {
-            if ours.is_some() {
-                shards.incoming.remove(&index);
-            }
-            return self.adopt(index, epoch);
-        }
-        if let Some(inc) = shards.incoming.get_mut(&index).filter(|i| i.id == Some(id)) {
+            shards.incoming.remove(&index);
+            self.adopt(index, epoch);
+        } else {
             inc.releasing(mono);
             self.release_copies();
         }
+        Ok(())
     }
 
     /// Partition `ix` is this set's by a move: served from now on, before this node's view

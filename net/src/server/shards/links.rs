@@ -3,6 +3,7 @@
 //! end of a session told to every set it reached.
 
 use super::*;
+use out_link::Identity;
 
 use std::time::Duration;
 
@@ -114,11 +115,21 @@ impl Server {
         shards.next_sync += 1;
         if shards.sets[set].link.is_none() {
             let s = &shards.sets[set];
-            let opened = match s.primary.as_ref().and_then(|a| resolve(a)) {
-                None => Err(format!("replica set {} has no primary now", s.name)),
-                Some(addr) => {
-                    let me = Arc::clone(&shards.me);
-                    OutLink::connect(addr, set, sync, me, self.poll.registry())
+            let key = self.cluster.as_ref().and_then(|c| c.handle().link_key());
+            let opened = match (s.primary.as_ref().and_then(|a| resolve(a)), key) {
+                (None, _) => Err(format!("replica set {} has no primary now", s.name)),
+                (Some(_), None) => Err(format!(
+                    "no link to replica set {} yet: this node has not read the cluster's link \
+                     key from etcd",
+                    s.name
+                )),
+                (Some(addr), Some(key)) => {
+                    let who = Identity {
+                        me: Arc::clone(&shards.me),
+                        cluster: Arc::clone(&shards.cluster),
+                        key,
+                    };
+                    OutLink::connect(addr, set, sync, who, self.poll.registry())
                 }
                 .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };

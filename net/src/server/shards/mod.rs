@@ -43,7 +43,7 @@ use tracing::{info, warn};
 use super::host::{deliver_to, Digest};
 use super::Server;
 use crate::core::{Caller, Command, On, Outcome, Pause, Refusal};
-use crate::frontend::link::wire::{self, Ask};
+use crate::frontend::link::wire::{self, Ask, Hello, LINK_VERSION};
 use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;
 use out_link::{Answered, OutLink, FIRST_CALL_SYNC};
@@ -174,6 +174,8 @@ pub(crate) struct Shards {
     set: String,
     /// This node's name (it names itself so on its links).
     me: Arc<str>,
+    /// The cluster's name (a link names it, and its proof covers it).
+    cluster: Arc<str>,
     sets: Vec<SetSlot>,
     /// By engine index: the partition placed there.
     parts: Vec<Option<Part>>,
@@ -215,6 +217,8 @@ pub(crate) struct Shards {
     /// began at: served here before this node's view of the placement says so.
     adopted: HashMap<TubeIx, i64>,
     move_figures: moving::MoveFigures,
+    /// `tarq.link` calls refused (not this cluster's, no proof of its key, another version).
+    refused_links: u64,
     /// When copies arriving here (a stall, a release to ask again) and commands waiting for a
     /// placement read are looked at again.
     recheck_at: Option<Micros>,
@@ -227,15 +231,22 @@ pub(crate) struct Shards {
 }
 
 impl Shards {
+    /// `tarq.link` calls refused since start.
+    pub(crate) fn refused_links(&self) -> u64 {
+        self.refused_links
+    }
+
     pub fn new(
         set: String,
         me: Arc<str>,
+        cluster: Arc<str>,
         fence: PlacementFence,
         validity: std::time::Duration,
     ) -> Shards {
         Shards {
             set,
             me,
+            cluster,
             validity,
             held: HashMap::new(),
             sets: Vec::new(),
@@ -260,6 +271,7 @@ impl Shards {
             moving: None,
             incoming: HashMap::new(),
             adopted: HashMap::new(),
+            refused_links: 0,
             move_figures: moving::MoveFigures::default(),
             recheck_at: None,
             letting_go: Vec::new(),
@@ -625,20 +637,76 @@ impl Server {
         }
     }
 
-    /// Connection `idx` asked to become a link (node `origin`'s `tarq.link`).
-    pub(super) fn start_link(&mut self, idx: usize, sync: u64, origin: &str) {
-        let out = &mut self.conns[idx].out.out;
-        if self.shards.is_none() {
-            let msg = "this tarq is no sharded cluster's node (--replica-set)";
-            tarq_iproto::response::error(out, sync, super::ER_UNKNOWN, msg);
-        } else {
-            tarq_iproto::response::ok_empty(out, sync);
-            let origin: Arc<str> = Arc::from(origin);
-            self.link_sessions.opened(&origin);
-            let link = crate::frontend::link::LinkConn { origin };
-            self.conns[idx].proto = super::conn::Protocol::Link(Box::new(link));
+    /// Connection `idx` asked to become a link (`hello`: the calling node's `tarq.link`).
+    /// Only a node of this cluster, speaking this link protocol and proving the cluster's link
+    /// key over this connection's greeting salt, gets one; anyone else is refused with why.
+    pub(super) fn start_link(&mut self, idx: usize, sync: u64, hello: &Hello<'_>) {
+        match self.link_refusal(idx, hello) {
+            Some((code, why)) => {
+                let out = &mut self.conns[idx].out.out;
+                tarq_iproto::response::error(out, sync, code, &why);
+                if let Some(s) = self.shards.as_mut() {
+                    s.refused_links += 1;
+                }
+                warn!(origin = hello.origin, %why, "a link was refused");
+            }
+            None => {
+                tarq_iproto::response::ok_empty(&mut self.conns[idx].out.out, sync);
+                let origin: Arc<str> = Arc::from(hello.origin);
+                self.link_sessions.opened(&origin);
+                let link = crate::frontend::link::LinkConn { origin };
+                self.conns[idx].proto = super::conn::Protocol::Link(Box::new(link));
+            }
         }
         super::mark_flush(&mut self.conns, &mut self.flush_list, idx);
+    }
+
+    /// Why connection `idx` may not become the link `hello` asks for (an IPROTO error code and
+    /// the message), or `None`.
+    fn link_refusal(&self, idx: usize, hello: &Hello<'_>) -> Option<(u32, String)> {
+        use tarq_iproto::codes::ER_ACCESS_DENIED;
+        let Some(shards) = self.shards.as_ref() else {
+            let msg = "this tarq is no sharded cluster's node (--replica-set)";
+            return Some((super::ER_UNKNOWN, msg.into()));
+        };
+        let (mine, theirs) = (LINK_VERSION, hello.version);
+        if theirs != mine {
+            let (older, newer) = if theirs < mine {
+                (hello.origin, &*shards.me)
+            } else {
+                (&*shards.me, hello.origin)
+            };
+            let why = format!(
+                "link protocol version {theirs} from node {}, this node {} speaks {mine}: \
+                 upgrade node {older} to the release node {newer} runs",
+                hello.origin, shards.me
+            );
+            return Some((super::ER_UNKNOWN, why));
+        }
+        let denied = |why: String| Some((ER_ACCESS_DENIED, why));
+        if hello.cluster != &*shards.cluster {
+            return denied(format!(
+                "a link of cluster {:?} refused: this node is of cluster {:?}",
+                hello.cluster, shards.cluster
+            ));
+        }
+        let key = self.cluster.as_ref().and_then(|c| c.handle().link_key());
+        let Some(key) = key else {
+            return denied(
+                "this node has not read the cluster's link key from etcd yet; the link can be \
+                 opened again once it has"
+                    .into(),
+            );
+        };
+        let salt = self.conns[idx].salt();
+        if !wire::proof_matches(&key, &salt, hello.cluster, hello) {
+            return denied(format!(
+                "tarq.link is for the nodes of cluster {} only: the caller did not prove the \
+                 cluster's link key",
+                shards.cluster
+            ));
+        }
+        None
     }
 
     /// A new engine session.

@@ -2,7 +2,8 @@
 //! for the partitions that set owns: one non-blocking IPROTO connection per set, driven by the
 //! loop like any socket, many calls in flight on it (each its own sync). It reads the
 //! greeting, authenticates with this tarq's own `--user`/`--password` (a cluster shares its
-//! credentials), calls `tarq.link`, and then carries [`Ask`]s; the frames queued before the
+//! credentials), calls `tarq.link` with its name, the link protocol's version and a proof of the
+//! cluster's link key over the greeting's salt (`wire::proof`), and then carries [`Ask`]s; the frames queued before the
 //! greeting arrived follow it in order. A link that fails is dropped: the calls in flight on it
 //! are answered with the failure, and the next forwarded call opens a new one.
 
@@ -88,8 +89,18 @@ pub(crate) struct OutLink {
     /// Frames queued before the greeting arrived.
     held: Vec<u8>,
     want_write: bool,
-    /// This node's name, sent in the handshake.
-    me: std::sync::Arc<str>,
+    /// Who this node is, said in the handshake.
+    who: Identity,
+}
+
+/// What a node says of itself when it opens a link.
+pub(crate) struct Identity {
+    /// This node's name.
+    pub me: std::sync::Arc<str>,
+    /// Its cluster's name.
+    pub cluster: std::sync::Arc<str>,
+    /// The cluster's link key, proven, never sent.
+    pub key: tarq_cluster::LinkKey,
 }
 
 impl OutLink {
@@ -98,7 +109,7 @@ impl OutLink {
         addr: SocketAddr,
         slot: usize,
         id: u64,
-        me: std::sync::Arc<str>,
+        who: Identity,
         registry: &Registry,
     ) -> io::Result<OutLink> {
         let mut stream = TcpStream::connect(addr)?;
@@ -114,7 +125,7 @@ impl OutLink {
             wbuf: Vec::new(),
             held: Vec::new(),
             want_write: true,
-            me,
+            who,
         })
     }
 
@@ -154,14 +165,14 @@ impl OutLink {
         }
         if !self.greeted && self.rbuf.len() >= GREETING_LEN {
             let greeting: Vec<u8> = self.rbuf.drain(..GREETING_LEN).collect();
+            let g = client::parse_greeting(&greeting)
+                .map_err(|e| format!("the link's greeting: {e}"))?;
             if let Some(cred) = cred {
-                let g = client::parse_greeting(&greeting)
-                    .map_err(|e| format!("the link's greeting: {e}"))?;
                 let scramble = auth::scramble(&g.salt, &cred.password);
                 client::auth(&mut self.wbuf, AUTH_SYNC, &cred.user, &scramble);
             }
-            let mut args = Vec::new();
-            wire::write_link_args(&mut args, &self.me);
+            let who = &self.who;
+            let args = wire::handshake_args(&who.key, &g.salt, &who.cluster, &who.me);
             client::call(&mut self.wbuf, LINK_SYNC, wire::LINK, &args);
             self.wbuf.append(&mut self.held);
             self.greeted = true;

@@ -53,6 +53,21 @@ impl Server {
         cmd: Command<'_>,
         may_relay: bool,
     ) {
+        // A call relayed back here names one of this node's own sessions: only one that
+        // forwarded calls (to the set that relayed it) and has not ended may be acted for.
+        let own = self.link_sessions.remote_of(sid).is_none();
+        if let Some(s) = self
+            .shards
+            .as_ref()
+            .filter(|s| own && !s.forwarded.contains_key(&sid))
+        {
+            let why = format!(
+                "a link may act only for its own node's sessions: session {sid} of {} forwarded \
+                 nothing, or has ended",
+                s.me
+            );
+            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+        }
         let verdict = (self.shards.as_ref()).map_or(Forwarded::Run, |s| s.forwarded_verdict(&cmd));
         let gen = self.conns[idx].gen;
         match verdict {
