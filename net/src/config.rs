@@ -240,6 +240,19 @@ pub struct Settings {
     #[arg(long, env = "TARQ_MOVE_RATE", value_name = "TASKS", value_parser = whole::<u64>(0, u64::MAX), allow_negative_numbers = true)]
     pub move_rate: Option<u64>,
 
+    /// A sharded cluster's link to another set's primary is taken for dead after this many
+    /// seconds without a byte from it (it is pinged after a quarter of that in silence) or
+    /// without its greeting once connecting; its calls in flight are then answered (code 1003
+    /// for those sent, 7 for those not) and the next call opens a new link; 0: never
+    /// [default: 5].
+    #[arg(
+        long,
+        env = "TARQ_LINK_TIMEOUT",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub link_timeout: Option<f64>,
+
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, env = "TARQ_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -489,6 +502,8 @@ pub struct Config {
     pub max_tasks: usize,
     /// Tasks a second a partition move copies (0: no limit).
     pub move_rate: u64,
+    /// Silence after which a link to another set is taken for dead (µs; 0: never).
+    pub link_timeout: Micros,
     pub log_level: String,
     /// The tarantool/queue API's namespace (`queue`).
     pub queue_namespace: String,
@@ -529,6 +544,7 @@ impl Default for Config {
             max_detached_sessions: DEFAULT_MAX_DETACHED_SESSIONS,
             max_tasks: MAX_TASKS,
             move_rate: 200_000,
+            link_timeout: 5_000_000,
             log_level: "info".into(),
             queue_namespace: "queue".into(),
             beanstalk_listen: None,
@@ -624,6 +640,7 @@ impl Config {
             max_detached_sessions: s.max_detached_sessions.unwrap_or(d.max_detached_sessions),
             max_tasks: s.max_tasks.unwrap_or(d.max_tasks),
             move_rate: s.move_rate.unwrap_or(d.move_rate),
+            link_timeout: timeout("link-timeout", s.link_timeout, d.link_timeout)?,
             log_level: s.log_level.unwrap_or(d.log_level),
             queue_namespace: s.queue_namespace.unwrap_or(d.queue_namespace),
             beanstalk_listen: s.beanstalk_listen,
@@ -1383,6 +1400,14 @@ mod tests {
             parse(&[&etcd[..], &["--replica-set", "s1", "--move-rate", "5000"]].concat()).unwrap();
         assert_eq!(c.move_rate, 5000);
         assert_eq!(parse(&etcd).unwrap().move_rate, 200_000);
+        assert_eq!(parse(&etcd).unwrap().link_timeout, 5_000_000);
+        let c = parse(&[&etcd[..], &["--replica-set", "s1", "--link-timeout", "1.5"]].concat());
+        assert_eq!(c.unwrap().link_timeout, 1_500_000);
+        let e = parse(&[&etcd[..], &["--link-timeout", "-1"]].concat()).unwrap_err();
+        assert!(
+            e.to_string().contains("link-timeout -1 must be between"),
+            "{e}"
+        );
         // A sharded node serves the beanstalk port too.
         let sharded = [
             &etcd[..],

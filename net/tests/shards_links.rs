@@ -163,3 +163,65 @@ fn only_members_of_the_cluster_that_prove_its_key_open_links() {
     let r = c.call("queue.take", &pack_args(&[Value::from(0)]), None);
     assert!(r.is_ok(), "the node serves its clients as before: {r:?}");
 }
+
+/// A link whose other end falls silent (its node stopped: the TCP connection stays open, as it
+/// does when the network between drops everything) is pinged and then taken for dead after
+/// `--link-timeout`: a call in flight on it is answered — code 1003, outcome unknown, since it
+/// was sent — instead of waiting for as long as the other end is gone.
+#[test]
+fn a_silent_link_is_taken_for_dead_after_the_link_timeout() {
+    let etcd = Etcd::start();
+    let mut nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &["--link-timeout", "0.5"]);
+    let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
+    let mut c = connect(nodes.nodes[a].addr);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    let args = pack_args(&[Value::from("t"), Value::from("utube"), opts]);
+    c.call("queue.create_tube", &args, None).unwrap();
+    for n in &nodes.nodes {
+        let mut c = connect(n.addr);
+        wait_for("every node to know the tube", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("t")]), None)
+                .is_ok()
+        });
+    }
+    // A primary puts a plain put into its own set's partitions; a utube key has its own
+    // partition, wherever it is. Of 16 keys, some hash to set b's partition (all 16 to a's:
+    // one chance in 65536): their puts open the link to b.
+    let keys: Vec<String> = (0..16).map(|k| format!("k{k}")).collect();
+    let put = |c: &mut Client, key: &str| {
+        let opts = Value::Map(vec![(Value::from("utube"), Value::from(key))]);
+        c.call(
+            "queue.tube.t:put",
+            &pack_args(&[Value::from("x"), opts]),
+            None,
+        )
+    };
+    for k in &keys {
+        put(&mut c, k).expect("set b serves");
+    }
+
+    nodes.signal(b, "STOP");
+    // The first put whose key is b's goes over the silent link.
+    let started = std::time::Instant::now();
+    let refused = (keys.iter())
+        .find_map(|k| put(&mut c, k).err())
+        .expect("a put for set b's partition");
+    let took = started.elapsed();
+    nodes.signal(b, "CONT");
+    match &refused {
+        ClientError::Server { code, message } => {
+            assert_eq!(*code, tarq_iproto::codes::ER_OUTCOME_UNKNOWN, "{message}");
+            assert!(message.contains("nothing heard for 0.5 s"), "{message}");
+        }
+        other => panic!("expected the link's failure, got {other:?}"),
+    }
+    assert!(
+        took < Duration::from_secs(5),
+        "the put waited {took:?} for a link silent since"
+    );
+    assert!(nodes.log(a).contains("link to a replica set dropped"));
+    // Set b back: the next call opens a new link, and puts reach b again.
+    wait_for("every key served again", || {
+        keys.iter().all(|k| put(&mut c, k).is_ok())
+    });
+}

@@ -273,6 +273,7 @@ impl Server {
                     c.election.cluster.as_str().into(),
                     node.handle().placement_fence(),
                     validity,
+                    cfg.link_timeout,
                 ))
             }
             _ => None,
@@ -969,6 +970,7 @@ impl Server {
             self.check_orphaned_copies();
             self.pump_paced_move();
             self.let_go_gradually();
+            self.check_links();
         }
         if self.http.listener.is_some() {
             self.live_tick();

@@ -129,7 +129,7 @@ impl Server {
                         cluster: Arc::clone(&shards.cluster),
                         key,
                     };
-                    OutLink::connect(addr, set, sync, who, self.poll.registry())
+                    OutLink::connect(addr, set, sync, who, self.mono, self.poll.registry())
                 }
                 .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };
@@ -158,7 +158,7 @@ impl Server {
         else {
             return;
         };
-        if let Err(why) = link.read(cred) {
+        if let Err(why) = link.read(cred, self.mono) {
             return self.link_failed(set, &why);
         }
         // Answers are handled where they were read: their tasks borrow the buffer.
@@ -197,6 +197,27 @@ impl Server {
         for (set, why) in failed {
             self.link_failed(set, &why);
         }
+    }
+
+    /// Pings the links that fell silent, and drops those silent past `--link-timeout` (their
+    /// calls are answered: the other end is gone, or the network between).
+    pub(in crate::server) fn check_links(&mut self) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let (now, timeout) = (self.mono, shards.link_timeout);
+        let mut dead = Vec::new();
+        for (i, s) in shards.sets.iter_mut().enumerate() {
+            if let Some(link) = &mut s.link {
+                if let Err(why) = link.check(now, timeout) {
+                    dead.push((i, why));
+                }
+            }
+        }
+        for (set, why) in dead {
+            self.link_failed(set, &why);
+        }
+        self.timers_changed();
     }
 
     /// A link is gone: its calls in flight are answered with why.

@@ -219,6 +219,8 @@ pub(crate) struct Shards {
     move_figures: moving::MoveFigures,
     /// `tarq.link` calls refused (not this cluster's, no proof of its key, another version).
     refused_links: u64,
+    /// `--link-timeout`: the silence after which a link is taken for dead (µs; 0: never).
+    link_timeout: Micros,
     /// When copies arriving here (a stall, a release to ask again) and commands waiting for a
     /// placement read are looked at again.
     recheck_at: Option<Micros>,
@@ -242,11 +244,13 @@ impl Shards {
         cluster: Arc<str>,
         fence: PlacementFence,
         validity: std::time::Duration,
+        link_timeout: Micros,
     ) -> Shards {
         Shards {
             set,
             me,
             cluster,
+            link_timeout,
             validity,
             held: HashMap::new(),
             sets: Vec::new(),
@@ -377,11 +381,15 @@ impl Shards {
         );
     }
 
-    /// The earliest deadline of a waiting take, or of a move's look at the placement.
+    /// The earliest deadline of a waiting take, of a move's look at the placement, or of a
+    /// link's liveness.
     pub fn next_deadline(&self) -> Option<Micros> {
         let let_go = (!self.letting_go.is_empty()).then_some(self.let_go_at);
         let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
-        [wait, self.move_check_at(), self.recheck_at, let_go]
+        let links = (self.sets.iter())
+            .filter_map(|s| s.link.as_ref()?.next_check(self.link_timeout))
+            .min();
+        [wait, self.move_check_at(), self.recheck_at, let_go, links]
             .into_iter()
             .flatten()
             .min()

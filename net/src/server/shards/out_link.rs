@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
+use tarq_engine::Micros;
 use tarq_iproto::codes::{ER_OUTCOME_UNKNOWN, ER_READONLY};
 use tarq_iproto::greeting::GREETING_LEN;
 use tarq_iproto::{auth, client, split_frame};
@@ -76,6 +77,8 @@ const MAX_ANSWER: usize = 64 << 20;
 pub(crate) const FIRST_CALL_SYNC: u64 = 16;
 const AUTH_SYNC: u64 = 1;
 const LINK_SYNC: u64 = 2;
+/// A PING asking whether a silent link's other end is still there.
+const PING_SYNC: u64 = 3;
 
 pub(crate) struct OutLink {
     /// Unique per link opened: input taken out is given back only to the link it came from.
@@ -91,6 +94,11 @@ pub(crate) struct OutLink {
     want_write: bool,
     /// Who this node is, said in the handshake.
     who: Identity,
+    /// When it began connecting, and when a byte last came from the other end (monotonic µs).
+    opened_at: Micros,
+    last_heard: Micros,
+    /// When the last PING was sent, while the link was silent.
+    pinged_at: Option<Micros>,
 }
 
 /// What a node says of itself when it opens a link.
@@ -110,6 +118,7 @@ impl OutLink {
         slot: usize,
         id: u64,
         who: Identity,
+        now: Micros,
         registry: &Registry,
     ) -> io::Result<OutLink> {
         let mut stream = TcpStream::connect(addr)?;
@@ -126,6 +135,9 @@ impl OutLink {
             held: Vec::new(),
             want_write: true,
             who,
+            opened_at: now,
+            last_heard: now,
+            pinged_at: None,
         })
     }
 
@@ -151,13 +163,18 @@ impl OutLink {
         wire::write_ask(buf, sync, ask);
     }
 
-    /// Reads what arrived; handshakes once the greeting is whole. Err: the link is gone.
-    pub fn read(&mut self, cred: Option<&Credentials>) -> Result<(), String> {
+    /// Reads what arrived at `now`; handshakes once the greeting is whole. Err: the link is
+    /// gone.
+    pub fn read(&mut self, cred: Option<&Credentials>, now: Micros) -> Result<(), String> {
         let mut chunk = [0u8; 64 * 1024];
         loop {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err("the primary closed the link".into()),
-                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
+                Ok(n) => {
+                    self.rbuf.extend_from_slice(&chunk[..n]);
+                    self.last_heard = now;
+                    self.pinged_at = None;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(format!("reading the link: {e}")),
@@ -196,6 +213,47 @@ impl OutLink {
         input.drain(..used);
         input.append(&mut self.rbuf);
         self.rbuf = input;
+    }
+
+    /// Whether the other end still answers, at `now`, with `timeout` the longest silence (µs;
+    /// 0: never taken for dead): a link silent for a quarter of it is pinged (the answer, like
+    /// any byte, counts as heard), and one silent for all of it — or not greeted within it —
+    /// is dead. A TCP connection to a host cut off by the network stays open for minutes;
+    /// this is how the calls on it get their answer.
+    /// Err: taken for dead, and why. [`next_check`](Self::next_check) says when to look again.
+    pub fn check(&mut self, now: Micros, timeout: Micros) -> Result<(), String> {
+        if timeout == 0 {
+            return Ok(());
+        }
+        let secs = timeout as f64 / 1e6;
+        if !self.greeted {
+            if now >= self.opened_at + timeout {
+                return Err(format!("no greeting within {secs} s of connecting"));
+            }
+            return Ok(());
+        }
+        if now >= self.last_heard + timeout {
+            return Err(format!("nothing heard for {secs} s, pings unanswered"));
+        }
+        let every = (timeout / 4).max(1);
+        if now >= self.pinged_at.unwrap_or(self.last_heard) + every {
+            client::ping(&mut self.wbuf, PING_SYNC);
+            self.pinged_at = Some(now);
+        }
+        Ok(())
+    }
+
+    /// When [`check`](Self::check) should look next, as it would say (no ping sent).
+    pub fn next_check(&self, timeout: Micros) -> Option<Micros> {
+        if timeout == 0 {
+            return None;
+        }
+        if !self.greeted {
+            return Some(self.opened_at + timeout);
+        }
+        let every = (timeout / 4).max(1);
+        let next_ping = self.pinged_at.unwrap_or(self.last_heard) + every;
+        Some(next_ping.min(self.last_heard + timeout))
     }
 
     /// Writes what is queued. Err: the link is gone.
