@@ -95,7 +95,7 @@ fn export(q: &Queue, iters: u64, after: &mut Option<TaskId>) -> Duration {
     let t = Instant::now();
     while left > 0 {
         let page = q
-            .export_tube(TUBE, *after, PAGE.min(left))
+            .export_tube(TUBE, *after, PAGE.min(left), usize::MAX)
             .expect("live tube");
         match page.last() {
             Some(last) => *after = Some(last.id),
@@ -173,7 +173,9 @@ fn main() {
     let mut pool = Vec::with_capacity(N);
     let mut after = None;
     loop {
-        let page = src.export_tube(TUBE, after, PAGE).expect("live tube");
+        let page = src
+            .export_tube(TUBE, after, PAGE, usize::MAX)
+            .expect("live tube");
         let Some(last) = page.last() else { break };
         after = Some(last.id);
         pool.extend(page);

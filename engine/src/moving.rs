@@ -87,18 +87,30 @@ pub struct MovedDedup {
 impl Queue {
     /// Up to `limit` tasks of `tube`, in every status, in id order, from the first id after
     /// `after` (the last id of the previous page; `None` for the first page): a page of a
-    /// move's copy. An empty page is the end. Each page is the tube as it is now. Costs
-    /// O(limit) index probes where the tube's ids are dense, else at most
-    /// `limit * EXPORT_PROBES_PER_TASK` (`EXPORT_MIN_PROBES` at least) and one walk of the arena
-    /// (O(tasks of every tube)).
+    /// move's copy. The page ends early once its payloads reach `max_bytes` (it holds one task
+    /// at least, whatever its size), so a page of big tasks stays a frame a link can carry. An
+    /// empty page is the end. Each page is the tube as it is now. Costs O(limit) index probes
+    /// where the tube's ids are dense, else at most `limit * EXPORT_PROBES_PER_TASK`
+    /// (`EXPORT_MIN_PROBES` at least) and one walk of the arena (O(tasks of every tube)).
     pub fn export_tube(
         &self,
         tube: TubeIx,
         after: Option<TaskId>,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Vec<MovedTask>, QueueError> {
         let slots = self.tube_slots(tube, after, limit)?;
-        Ok(slots.into_iter().map(|k| self.moved(k)).collect())
+        let mut bytes = 0usize;
+        let mut page = Vec::with_capacity(slots.len());
+        for k in slots {
+            if !page.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            let task = self.moved(k);
+            bytes = bytes.saturating_add(task.data.len() + task.utube.as_ref().map_or(0, Vec::len));
+            page.push(task);
+        }
+        Ok(page)
     }
 
     /// The ids of up to `limit` tasks of `tube` after `after`, in id order, found as

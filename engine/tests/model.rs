@@ -1621,7 +1621,9 @@ fn moved_copy_matches(mut q: Queue, now: Micros) {
         c.import_numbers(*ix, *numbers).expect("same first");
         let mut after = None;
         loop {
-            let page = q.export_tube(*ix, after, MOVE_PAGE).expect("live tube");
+            let page = q
+                .export_tube(*ix, after, MOVE_PAGE, usize::MAX)
+                .expect("live tube");
             assert!(page.len() <= MOVE_PAGE);
             let Some(last) = page.last() else { break };
             after = Some(last.id);

@@ -35,7 +35,7 @@ fn export_all(q: &Queue, tube: TubeIx, limit: usize) -> Vec<MovedTask> {
     let mut out: Vec<MovedTask> = Vec::new();
     loop {
         let page = q
-            .export_tube(tube, out.last().map(|t| t.id), limit)
+            .export_tube(tube, out.last().map(|t| t.id), limit, usize::MAX)
             .unwrap();
         assert!(page.len() <= limit, "a page of {} past {limit}", page.len());
         if page.is_empty() {
@@ -185,7 +185,10 @@ fn an_id_live_already_is_refused_and_nothing_changes() {
     let (src, mut dst, [ready, taken, ..]) = moved_pair();
     dst.drain_events().for_each(drop);
     for id in [ready, taken] {
-        let again = src.export_tube(1, Some(id - 1), 1).unwrap().remove(0);
+        let again = src
+            .export_tube(1, Some(id - 1), 1, usize::MAX)
+            .unwrap()
+            .remove(0);
         assert_eq!(
             dst.import_task(1, again, 70),
             Err(QueueError::Duplicate(id))
@@ -203,7 +206,7 @@ fn the_numbering_rises_past_an_imported_id() {
         .map(|_| put(&mut src, t, TubePut::default()))
         .collect();
     let (mut dst, _) = node(TubeOptions::default(), TubeType::Fifo);
-    let last = src.export_tube(t, Some(ids[3]), 10).unwrap();
+    let last = src.export_tube(t, Some(ids[3]), 10, usize::MAX).unwrap();
     assert_eq!(last.len(), 1);
     dst.import_task(t, last[0].clone(), 0).unwrap();
     assert_eq!(id_number(put(&mut dst, t, TubePut::default())), 5);
@@ -243,7 +246,7 @@ fn import_numbers_carries_the_numbers_of_tasks_gone_and_checks_first() {
 fn ids_of_another_numbering_or_a_missing_tube_are_refused() {
     let (src, dst_pair, _) = moved_pair();
     let mut dst = dst_pair;
-    let task = src.export_tube(1, None, 1).unwrap().remove(0);
+    let task = src.export_tube(1, None, 1, usize::MAX).unwrap().remove(0);
     assert_eq!(
         dst.import_task(9, task.clone(), 0),
         Err(QueueError::TubeNotFound(9))
@@ -401,11 +404,17 @@ fn pages_are_in_id_order_in_a_dense_and_a_sparse_tube() {
         assert_eq!(ids, kept, "pages of {limit}");
     }
     // A page starting after an id that is gone starts at the next live one.
-    let from = q.export_tube(t, Some(kept[5] - 1), 1).unwrap();
+    let from = q.export_tube(t, Some(kept[5] - 1), 1, usize::MAX).unwrap();
     assert_eq!(from[0].id, kept[5]);
-    assert_eq!(q.export_tube(t, Some(*kept.last().unwrap()), 9), Ok(vec![]));
-    assert_eq!(q.export_tube(t, None, 0), Ok(vec![]));
-    assert_eq!(q.export_tube(7, None, 1), Err(QueueError::TubeNotFound(7)));
+    assert_eq!(
+        q.export_tube(t, Some(*kept.last().unwrap()), 9, usize::MAX),
+        Ok(vec![])
+    );
+    assert_eq!(q.export_tube(t, None, 0, usize::MAX), Ok(vec![]));
+    assert_eq!(
+        q.export_tube(7, None, 1, usize::MAX),
+        Err(QueueError::TubeNotFound(7))
+    );
 }
 
 #[test]
@@ -473,4 +482,36 @@ fn a_moved_away_tube_is_forgotten_a_batch_at_a_time_and_logged_once() {
     q.truncate(t).unwrap();
     let logged: Vec<Event> = q.drain_events().collect();
     assert_eq!(logged, [Event::TubeTruncated { tube: t }]);
+}
+
+#[test]
+fn a_page_ends_once_its_payloads_reach_the_byte_bound_and_holds_one_task_at_least() {
+    let mut q = Queue::new();
+    let t = (q.create_tube("big", TubeType::Fifo, TubeOptions::default())).unwrap();
+    let sizes = [100usize, 100, 100, 100, 1000, 10];
+    let ids: Vec<TaskId> = (sizes.iter())
+        .map(|&n| match q.put_in(T0, t, vec![7; n], TubePut::default()) {
+            Ok(PutOutcome::Created(task)) => task.id,
+            other => panic!("a new task, got {other:?}"),
+        })
+        .collect();
+    let page = |after: Option<TaskId>, max: usize| -> Vec<TaskId> {
+        let p = q.export_tube(t, after, 100, max).unwrap();
+        p.iter().map(|task| task.id).collect()
+    };
+    // 250 bytes: the third task passes the bound, and ends the page.
+    assert_eq!(page(None, 250), ids[..3]);
+    // A task bigger than the bound makes a page of its own.
+    assert_eq!(page(Some(ids[3]), 250), ids[4..5]);
+    assert_eq!(page(Some(ids[4]), 250), ids[5..]);
+    // Paged so, every task is exported once, in order.
+    let mut all = Vec::new();
+    loop {
+        let next = page(all.last().copied(), 150);
+        if next.is_empty() {
+            break;
+        }
+        all.extend(next);
+    }
+    assert_eq!(all, ids);
 }

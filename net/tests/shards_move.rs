@@ -370,3 +370,101 @@ fn a_partition_moves_under_four_producers_and_four_consumers_and_each_task_is_de
     );
     assert_eq!(owners(addrs[1], "jobs"), ["b", "b"]);
 }
+
+/// The bytes of a put of `data` under utube `key` into tube `big`, as a frame's body (after
+/// its size prefix): what the server's frame limit counts.
+fn put_frame_len(key: &str, data: &[u8]) -> usize {
+    let opts = Value::Map(vec![(Value::from("utube"), Value::from(key))]);
+    let args = pack_args(&[Value::Binary(data.to_vec()), opts]);
+    let mut out = Vec::new();
+    tarq_iproto::client::call(&mut out, 1, "queue.tube.big:put", &args);
+    let f = tarq_iproto::split_frame(&out, usize::MAX).unwrap().unwrap();
+    f.len
+}
+
+#[test]
+fn big_tasks_move_and_a_put_of_the_largest_frame_is_forwarded() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &[]);
+    let (a, b) = (nodes.nodes[0].addr, nodes.nodes[1].addr);
+    nodes.wait_leader_among(&[0]);
+    nodes.wait_leader_among(&[1]);
+    let mut c = connect(a);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    call(
+        &mut c,
+        "queue.create_tube",
+        &[Value::from("big"), Value::from("utube"), opts],
+    );
+    wait_for("node b to know the tube", || {
+        connect(b)
+            .call("queue.statistics", &pack_args(&[Value::from("big")]), None)
+            .is_ok()
+    });
+    // Both partitions on set b: every put through node a is forwarded over the link.
+    for (p, owner) in owners(a, "big").into_iter().enumerate() {
+        if owner != "b" {
+            move_partition(a, "big", p as u64, "b");
+        }
+    }
+    wait_for("node a to route both partitions to b", || {
+        owners(a, "big").iter().all(|o| o == "b")
+    });
+    let put = |c: &mut Client, key: &str, data: Vec<u8>| {
+        let opts = Value::Map(vec![(Value::from("utube"), Value::from(key))]);
+        c.call(
+            "queue.tube.big:put",
+            &pack_args(&[Value::Binary(data), opts]),
+            Some(Duration::from_secs(30)),
+        )
+    };
+    // The largest put a client may send, to the byte: accepted at node a, forwarded, stored.
+    let max = tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
+    let overhead = put_frame_len("k-max", &vec![0; max - 4096]) - (max - 4096);
+    let largest = vec![b'M'; max - overhead];
+    assert_eq!(put_frame_len("k-max", &largest), max);
+    let r = put(&mut c, "k-max", largest.clone()).expect("the largest put, forwarded");
+    assert!(task_id(&r).is_some(), "{r:?}");
+    // One byte more is refused at node a (the connection is closed), and the link and the
+    // other clients are not harmed.
+    let too_big = put(&mut connect(a), "k-max", vec![b'M'; max - overhead + 1]);
+    assert!(too_big.is_err(), "{too_big:?}");
+    // Tasks of 10 MiB, on both partitions (keys hash apart), moved back to set a.
+    let tens: Vec<(String, Vec<u8>)> = (0..4u8)
+        .map(|k| (format!("k{k}"), vec![b'a' + k; 10 << 20]))
+        .collect();
+    for (key, data) in &tens {
+        put(&mut c, key, data.clone()).expect("a 10 MiB put, forwarded");
+    }
+    for p in 0..2u64 {
+        let report = move_partition(b, "big", p, "a");
+        assert_eq!(report["to"], "a", "{report}");
+    }
+    // Every task there once, whole, through either node.
+    let mut want: Vec<Vec<u8>> = tens.into_iter().map(|(_, d)| d).collect();
+    want.push(largest);
+    let mut got = Vec::new();
+    let mut t = connect(b);
+    loop {
+        let r = t
+            .call(
+                "queue.tube.big:take",
+                &pack_args(&[Value::from(0)]),
+                Some(Duration::from_secs(30)),
+            )
+            .unwrap();
+        let Some(id) = task_id(&r) else { break };
+        let task = r[0].as_array().unwrap();
+        let data = match &task[2] {
+            Value::Binary(b) => b.clone(),
+            Value::String(s) => s.as_bytes().to_vec(),
+            other => panic!("a payload, got {other}"),
+        };
+        got.push(data);
+        call(&mut t, "queue.tube.big:ack", &[Value::from(id)]);
+    }
+    want.sort();
+    got.sort();
+    assert_eq!(got.len(), want.len(), "tasks taken after the moves");
+    assert!(got == want, "a payload changed on the way");
+}

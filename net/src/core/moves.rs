@@ -105,16 +105,18 @@ impl<R: Copy> Core<R> {
     }
 
     /// The page of `tube` after task `after` (and dedup key `dedup_after`): up to `limit`
-    /// tasks and `limit` dedup keys. Empty when the copy is whole.
+    /// tasks, fewer once their payloads reach `max_bytes` (one at least), and `limit` dedup
+    /// keys. Empty when the copy is whole.
     pub fn export_page(
         &self,
         tube: TubeIx,
         after: Option<TaskId>,
         dedup_after: Option<u64>,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Page, QueueError> {
         Ok(Page {
-            tasks: self.queue.export_tube(tube, after, limit)?,
+            tasks: self.queue.export_tube(tube, after, limit, max_bytes)?,
             dedup: self.queue.export_dedup(tube, dedup_after, limit)?,
             ..Page::default()
         })

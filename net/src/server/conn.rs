@@ -459,6 +459,11 @@ impl Conn {
     }
 
     /// Its link state, once another node forwards on it.
+    /// Whether it is a link from another node of a sharded cluster.
+    pub fn is_link(&self) -> bool {
+        matches!(self.proto, Protocol::Link(_))
+    }
+
     pub fn link_mut(&mut self) -> Option<&mut crate::frontend::link::LinkConn> {
         match &mut self.proto {
             Protocol::Link(l) => Some(l),

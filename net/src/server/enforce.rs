@@ -28,11 +28,20 @@ const ER_MEMORY_ISSUE: u32 = 2;
 /// such limit and no code for it; every client still reports the message).
 const ER_UNKNOWN: u32 = 0;
 
+/// What a link's frame may carry beyond the client frame limit: a forwarded call's envelope
+/// (the session, the origin node's name, the command's fields) or a move page's (one task that
+/// fills a client frame, with its fields and the page's).
+pub(crate) const LINK_ENVELOPE_BYTES: usize = 64 << 10;
+
 impl Server {
-    /// The largest frame the connection may send now: the configured cap, or the small
-    /// pre-authentication one until it has authenticated.
-    pub(super) fn frame_cap(&self, authenticated: bool) -> usize {
-        if authenticated {
+    /// The largest frame connection `c` may send now: the configured cap, or the small
+    /// pre-authentication one until it has authenticated; a link's is the cap and its envelope,
+    /// so that every call a client may send can be forwarded, and every task a node holds can
+    /// move.
+    pub(super) fn frame_cap(&self, c: &super::conn::Conn) -> usize {
+        if c.is_link() {
+            self.cfg.max_frame_bytes.saturating_add(LINK_ENVELOPE_BYTES)
+        } else if c.authenticated {
             self.cfg.max_frame_bytes
         } else {
             MAX_PRE_AUTH_FRAME_BYTES.min(self.cfg.max_frame_bytes)

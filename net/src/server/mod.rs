@@ -1023,7 +1023,7 @@ impl Server {
         let request_cap = match (c.beanstalk(), c.http()) {
             (Some(bs), _) => bs.decoder.max_request(),
             (_, Some(_)) => crate::frontend::http::MAX_REQUEST_BYTES,
-            _ => self.frame_cap(c.authenticated) + MAX_PREFIX,
+            _ => self.frame_cap(c) + MAX_PREFIX,
         };
         let c = &mut self.conns[idx];
         if c.closing.is_some() {
@@ -1113,7 +1113,7 @@ impl Server {
     fn execute_iproto_input(&mut self, idx: usize, data: &[u8]) -> usize {
         let mut used = 0;
         while self.conns[idx].closing.is_none() {
-            let max = self.frame_cap(self.conns[idx].authenticated);
+            let max = self.frame_cap(&self.conns[idx]);
             match split_frame(&data[used..], max) {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).

@@ -136,7 +136,7 @@ fn move_all(from: &Queue, to: &mut Queue) -> usize {
         to.import_numbers(ix, from.tube_numbers(ix)).unwrap();
         let mut after = None;
         loop {
-            let page: Vec<MovedTask> = from.export_tube(ix, after, 2).unwrap();
+            let page: Vec<MovedTask> = from.export_tube(ix, after, 2, usize::MAX).unwrap();
             let Some(last) = page.last() else { break };
             after = Some(last.id);
             for t in page {
@@ -295,7 +295,7 @@ fn a_task_imported_and_acked_in_one_turn_leaves_its_number_given() {
     // Only the Taken task of `jobs` (its first), its numbering not carried (no
     // import_numbers): only the import can have raised the tube's numbering past it.
     let taken = old
-        .export_tube(1, None, 10)
+        .export_tube(1, None, 10, usize::MAX)
         .unwrap()
         .into_iter()
         .find(|t| t.status == Status::Taken)

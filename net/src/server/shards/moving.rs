@@ -43,8 +43,12 @@ use crate::core::Page;
 use crate::frontend::beanstalk::Beanstalk;
 use tarq_engine::TaskId;
 
-/// Tasks a page of the copy carries.
+/// Tasks a page of the copy carries at most.
 const PAGE_TASKS: usize = 2048;
+/// Payload bytes past which a page ends (a task bigger than this goes alone): pages of big
+/// tasks stay frames a link carries (`LINK_ENVELOPE_BYTES` above the client frame limit) and
+/// a move's window holds a few of these, not gigabytes.
+const PAGE_BYTES: usize = 4 << 20;
 /// Pages sent and not yet answered.
 const WINDOW: usize = 4;
 /// Changes few enough to send frozen (the partition's clients wait for them).
@@ -367,7 +371,7 @@ impl Server {
         match m.phase {
             Phase::Bulk => {
                 let mut page = (self.core)
-                    .export_page(ix, m.after, m.dedup_after, PAGE_TASKS)
+                    .export_page(ix, m.after, m.dedup_after, PAGE_TASKS, PAGE_BYTES)
                     .map_err(|e| e.to_string())?;
                 m.after = page.tasks.last().map(|t| t.id).or(m.after);
                 m.dedup_after = page.dedup.last().map(|d| d.seq).or(m.dedup_after);
@@ -383,23 +387,32 @@ impl Server {
                 Ok(Some((page, None)))
             }
             Phase::CatchUp | Phase::Final => {
-                let n = m.changed.len().min(PAGE_TASKS);
-                let ids: Vec<TaskId> = m.changed.drain(..n).collect();
                 let mut page = Page {
                     again: true,
                     ..Page::default()
                 };
-                for id in ids {
+                // Up to PAGE_TASKS changed tasks, ending once their payloads reach PAGE_BYTES.
+                let mut bytes = 0;
+                let mut taken = 0;
+                for &id in m.changed.iter().take(PAGE_TASKS) {
+                    if taken > 0 && bytes >= PAGE_BYTES {
+                        break;
+                    }
+                    taken += 1;
                     match self.core.export_task(ix, id) {
-                        Some(t) => page.tasks.push(t),
+                        Some(t) => {
+                            bytes += t.data.len() + t.utube.as_ref().map_or(0, Vec::len);
+                            page.tasks.push(t);
+                        }
                         None => page.gone.push(id),
                     }
                 }
+                m.changed.drain(..taken);
                 m.resent += (page.tasks.len() + page.gone.len()) as u64;
                 if m.phase == Phase::Final {
                     // The dedup keys recorded meanwhile, and the numbering as it ends here.
                     page.dedup = (self.core)
-                        .export_page(ix, Some(TaskId::MAX), m.dedup_after, PAGE_TASKS)
+                        .export_page(ix, Some(TaskId::MAX), m.dedup_after, PAGE_TASKS, 0)
                         .map_err(|e| e.to_string())?
                         .dedup;
                     m.dedup_after = page.dedup.last().map(|d| d.seq).or(m.dedup_after);
