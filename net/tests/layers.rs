@@ -50,8 +50,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tarq-affinity",
         ],
     ),
-    // The fault harness drives the server as a user would: its binary, its ports, the client.
-    ("tarq-chaos", &["tarq-client", "tarq-testkit"]),
+    // The fault harness drives the server as a user would: its binary, its ports, the client
+    // (and the codec's request encoding, for calls it pipelines).
+    (
+        "tarq-chaos",
+        &["tarq-client", "tarq-iproto", "tarq-testkit"],
+    ),
     (
         "tarq-benches",
         &[
