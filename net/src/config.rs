@@ -253,6 +253,13 @@ pub struct Settings {
     )]
     pub link_timeout: Option<f64>,
 
+    /// A sharded cluster's router keeps at most this many of each kind of waiting call: calls
+    /// forwarded to other sets and not answered yet, calls held while their partition moves or
+    /// until a placement read is applied, takes waiting across partitions. One more is refused
+    /// (nothing done) with a message naming the limit [default: 100000].
+    #[arg(long, env = "TARQ_MAX_ROUTED_CALLS", value_name = "N", value_parser = whole::<usize>(1, u64::MAX), allow_negative_numbers = true)]
+    pub max_routed_calls: Option<usize>,
+
     /// Log level: error, warn, info, debug or trace [default: info].
     #[arg(long, env = "TARQ_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -504,6 +511,8 @@ pub struct Config {
     pub move_rate: u64,
     /// Silence after which a link to another set is taken for dead (µs; 0: never).
     pub link_timeout: Micros,
+    /// Waiting calls of each kind the router keeps at most.
+    pub max_routed_calls: usize,
     pub log_level: String,
     /// The tarantool/queue API's namespace (`queue`).
     pub queue_namespace: String,
@@ -545,6 +554,7 @@ impl Default for Config {
             max_tasks: MAX_TASKS,
             move_rate: 200_000,
             link_timeout: 5_000_000,
+            max_routed_calls: 100_000,
             log_level: "info".into(),
             queue_namespace: "queue".into(),
             beanstalk_listen: None,
@@ -641,6 +651,7 @@ impl Config {
             max_tasks: s.max_tasks.unwrap_or(d.max_tasks),
             move_rate: s.move_rate.unwrap_or(d.move_rate),
             link_timeout: timeout("link-timeout", s.link_timeout, d.link_timeout)?,
+            max_routed_calls: s.max_routed_calls.unwrap_or(d.max_routed_calls),
             log_level: s.log_level.unwrap_or(d.log_level),
             queue_namespace: s.queue_namespace.unwrap_or(d.queue_namespace),
             beanstalk_listen: s.beanstalk_listen,

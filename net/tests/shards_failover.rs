@@ -107,9 +107,10 @@ fn one_set_failing_over_leaves_the_other_serving_and_loses_nothing_acknowledged(
         }));
     }
     drop(tx);
-    // The load runs a while before the kill...
-    wait_for("2000 puts acknowledged", || {
-        count.load(Ordering::Relaxed) >= 2000
+    // The load runs a while before the kill (500 puts: on a loaded 2-core machine, with
+    // --sync-replicas 1, 2000 did not always come within the wait's limit)...
+    wait_for("500 puts acknowledged", || {
+        count.load(Ordering::Relaxed) >= 500
     });
     let killed_at = Instant::now();
     nodes.kill(b);
@@ -122,8 +123,8 @@ fn one_set_failing_over_leaves_the_other_serving_and_loses_nothing_acknowledged(
     );
     // ...and a while after.
     let after = count.load(Ordering::Relaxed);
-    wait_for("2000 more puts acknowledged", || {
-        count.load(Ordering::Relaxed) >= after + 2000
+    wait_for("500 more puts acknowledged", || {
+        count.load(Ordering::Relaxed) >= after + 500
     });
     stop.store(true, Ordering::Relaxed);
     for p in producers {

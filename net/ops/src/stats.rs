@@ -41,6 +41,13 @@ pub struct ServerFigures {
     /// `tarq.link` calls refused since start: not of this cluster, without proof of its link
     /// key, or of another link protocol version.
     pub links_refused: u64,
+    /// A sharded node's router now: calls forwarded and not answered, calls held for a move
+    /// or a placement read, takes waiting across partitions; and calls refused at its bounds
+    /// (`--max-routed-calls`, a link's unsent bytes) since start.
+    pub routed_forwarded: u64,
+    pub routed_held: u64,
+    pub routed_waiting: u64,
+    pub routed_refused: u64,
 }
 
 /// Figures of the limits on what clients may make the server hold (input budget, deadlines,
@@ -158,7 +165,7 @@ pub struct Metric {
 }
 
 /// Figures before the WAL's; the seed's four counts come first, as `queue.stats()` had them.
-const BASE_METRICS: usize = 28;
+const BASE_METRICS: usize = 32;
 
 impl Snapshot {
     /// Every figure, in a stable order: the counts of now, then the counters since start, then
@@ -298,6 +305,31 @@ impl Snapshot {
                 "Links refused since start: another cluster's, another link protocol version, or \
                  no proof of the cluster's link key.",
                 s.links_refused,
+            ),
+            m(
+                "routed_forwarded",
+                Gauge,
+                "Calls forwarded to other replica sets and not answered yet.",
+                s.routed_forwarded,
+            ),
+            m(
+                "routed_held",
+                Gauge,
+                "Calls held while their partition moves or until a placement read is applied.",
+                s.routed_held,
+            ),
+            m(
+                "routed_waiting",
+                Gauge,
+                "Takes waiting across the partitions of sharded tubes.",
+                s.routed_waiting,
+            ),
+            m(
+                "routed_refused",
+                Counter,
+                "Calls the router refused at its bounds (--max-routed-calls, a link's unsent \
+                 bytes) since start.",
+                s.routed_refused,
             ),
             m(
                 "uptime_seconds",

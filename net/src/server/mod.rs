@@ -273,7 +273,11 @@ impl Server {
                     c.election.cluster.as_str().into(),
                     node.handle().placement_fence(),
                     validity,
-                    cfg.link_timeout,
+                    shards::RouterLimits {
+                        link_timeout: cfg.link_timeout,
+                        max_calls: cfg.max_routed_calls,
+                        link_buffer: cfg.max_frame_bytes.saturating_mul(4),
+                    },
                 ))
             }
             _ => None,
@@ -382,6 +386,7 @@ impl Server {
             .as_ref()
             .and(self.cluster.as_ref())
             .map(|c| c.handle().placement());
+        let routed = (self.shards.as_ref()).map_or_else(Default::default, |s| s.router_figures());
         let moves = (self.shards.as_ref()).map_or((0, Default::default()), |s| {
             let (now, done) = s.move_figures();
             (u64::from(now.is_some()), done)
@@ -418,6 +423,10 @@ impl Server {
                 moved_tasks: moves.1.tasks_moved,
                 last_move_ms: moves.1.last_ms.unwrap_or(0),
                 links_refused: self.shards.as_ref().map_or(0, |s| s.refused_links()),
+                routed_forwarded: routed.forwarded,
+                routed_held: routed.held,
+                routed_waiting: routed.waiting,
+                routed_refused: routed.refused,
             },
             limits: self.limit_figures(),
             wal: self.core.journal().figures(),

@@ -67,6 +67,11 @@ impl Server {
             // Looked at again soon: the view may go stale instead (etcd unreachable).
             shards.recheck_by(mono.saturating_add(RECHECK));
         }
+        let held = shards.awaiting_map.len() + shards.moving.as_ref().map_or(0, |m| m.held_len());
+        if let Some(why) = shards.over_bound(held, "calls waiting for a move or a placement") {
+            let outcome = Outcome::Error(Refusal::Shards(why));
+            return self.deliver(idx, reply, &outcome);
+        }
         let list = match (for_map, shards.moving.as_mut()) {
             (true, _) => &mut shards.awaiting_map,
             (false, Some(m)) => &mut m.held,

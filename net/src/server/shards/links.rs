@@ -113,6 +113,26 @@ impl Server {
         };
         let sync = shards.next_sync;
         shards.next_sync += 1;
+        // Bounded: calls in flight, and bytes queued for a link whose other end does not read.
+        let unsent = (shards.sets[set].link.as_ref()).map_or(0, OutLink::unsent_bytes);
+        let busy = match shards.over_bound(shards.pending.len(), "calls forwarded and not answered")
+        {
+            Some(why) => Some(why),
+            None if unsent >= shards.limits.link_buffer => {
+                shards.busy_refused += 1;
+                Some(format!(
+                    "busy: the link to replica set {} holds {unsent} bytes unsent (its other end \
+                     is not reading); nothing was done",
+                    shards.sets[set].name
+                ))
+            }
+            None => None,
+        };
+        if let Some(why) = busy {
+            shards.pending.insert(sync, Pending { set, client, then });
+            self.on_answer(sync, Err(Refusal::Shards(why)));
+            return false;
+        }
         if shards.sets[set].link.is_none() {
             let s = &shards.sets[set];
             let key = self.cluster.as_ref().and_then(|c| c.handle().link_key());
@@ -205,7 +225,7 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        let (now, timeout) = (self.mono, shards.link_timeout);
+        let (now, timeout) = (self.mono, shards.limits.link_timeout);
         let mut dead = Vec::new();
         for (i, s) in shards.sets.iter_mut().enumerate() {
             if let Some(link) = &mut s.link {

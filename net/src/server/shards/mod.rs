@@ -168,6 +168,28 @@ struct Pending {
     then: Then,
 }
 
+/// The router's bounds, from the config.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RouterLimits {
+    /// `--link-timeout`: the silence after which a link is taken for dead (µs; 0: never).
+    pub link_timeout: Micros,
+    /// `--max-routed-calls`: calls of each kind kept waiting at most (forwarded and not
+    /// answered, held for a move or the map, takes waiting across partitions).
+    pub max_calls: usize,
+    /// Bytes a link may hold unsent: past them the other end is not reading, and no more
+    /// calls are queued for it (four client frames).
+    pub link_buffer: usize,
+}
+
+/// What the router holds now and what it refused, for the figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RouterFigures {
+    pub forwarded: u64,
+    pub held: u64,
+    pub waiting: u64,
+    pub refused: u64,
+}
+
 /// The router's state.
 pub(crate) struct Shards {
     /// This node's replica set.
@@ -219,8 +241,10 @@ pub(crate) struct Shards {
     move_figures: moving::MoveFigures,
     /// `tarq.link` calls refused (not this cluster's, no proof of its key, another version).
     refused_links: u64,
-    /// `--link-timeout`: the silence after which a link is taken for dead (µs; 0: never).
-    link_timeout: Micros,
+    /// The router's bounds: `--link-timeout`, `--max-routed-calls`, the link buffer.
+    limits: RouterLimits,
+    /// Calls refused at those bounds since start.
+    busy_refused: u64,
     /// When copies arriving here (a stall, a release to ask again) and commands waiting for a
     /// placement read are looked at again.
     recheck_at: Option<Micros>,
@@ -238,19 +262,44 @@ impl Shards {
         self.refused_links
     }
 
+    /// The calls the router holds now, and those it refused at its bounds since start.
+    pub(crate) fn router_figures(&self) -> RouterFigures {
+        let held = self.awaiting_map.len() + self.moving.as_ref().map_or(0, |m| m.held_len());
+        RouterFigures {
+            forwarded: self.pending.len() as u64,
+            held: held as u64,
+            waiting: self.waiters.len() as u64,
+            refused: self.busy_refused,
+        }
+    }
+
+    /// Why one more call may not wait in a queue of `len` (`what` it holds), if it may not;
+    /// counted.
+    fn over_bound(&mut self, len: usize, what: &str) -> Option<String> {
+        let max = self.limits.max_calls;
+        (len >= max).then(|| {
+            self.busy_refused += 1;
+            format!(
+                "busy: this node holds {len} {what} already (--max-routed-calls {max}); \
+                 nothing was done"
+            )
+        })
+    }
+
     pub fn new(
         set: String,
         me: Arc<str>,
         cluster: Arc<str>,
         fence: PlacementFence,
         validity: std::time::Duration,
-        link_timeout: Micros,
+        limits: RouterLimits,
     ) -> Shards {
         Shards {
             set,
             me,
             cluster,
-            link_timeout,
+            limits,
+            busy_refused: 0,
             validity,
             held: HashMap::new(),
             sets: Vec::new(),
@@ -387,7 +436,7 @@ impl Shards {
         let let_go = (!self.letting_go.is_empty()).then_some(self.let_go_at);
         let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
         let links = (self.sets.iter())
-            .filter_map(|s| s.link.as_ref()?.next_check(self.link_timeout))
+            .filter_map(|s| s.link.as_ref()?.next_check(self.limits.link_timeout))
             .min();
         [wait, self.move_check_at(), self.recheck_at, let_go, links]
             .into_iter()

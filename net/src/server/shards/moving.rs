@@ -127,6 +127,11 @@ pub(crate) struct MoveFigures {
 }
 
 impl Move {
+    /// Commands held while the partition is frozen.
+    pub(super) fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
     /// Whether its partition is frozen (from the last changes' copy to the end).
     fn frozen(&self) -> bool {
         !matches!(self.phase, Phase::Prepare | Phase::Bulk | Phase::CatchUp)

@@ -153,6 +153,11 @@ impl OutLink {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 
+    /// Bytes queued and not written yet (behind the greeting, or unread by the other end).
+    pub fn unsent_bytes(&self) -> usize {
+        self.wbuf.len() + self.held.len()
+    }
+
     /// Queues `ask` as request `sync`.
     pub fn send(&mut self, sync: u64, ask: &Ask<'_>) {
         let buf = if self.greeted {

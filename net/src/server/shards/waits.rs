@@ -49,6 +49,11 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        if let Some(why) =
+            shards.over_bound(shards.waiters.len(), "takes waiting across partitions")
+        {
+            return self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+        }
         let (mut here, mut there) = (Vec::new(), Vec::new());
         for &head in &heads {
             match shards.tubes.get(&head) {
