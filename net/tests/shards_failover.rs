@@ -249,3 +249,52 @@ fn a_primary_that_missed_a_placement_change_changes_nothing_it_no_longer_owns() 
         "every acknowledged put is on the partition's owner"
     );
 }
+
+/// A fifo put through a node that owns none of the tube's partitions goes to a partition whose
+/// set has a primary: with one owning set down, every put succeeds (before, every other one
+/// was sent to the dead set and refused).
+#[test]
+fn puts_avoid_a_partition_whose_set_has_no_primary() {
+    let etcd = Etcd::start();
+    let mut nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1), ("c", 1)], &[]);
+    for i in 0..3 {
+        nodes.wait_leader_among(&[i]);
+    }
+    create(nodes.nodes[0].addr, "spread", 2);
+    for n in &nodes.nodes {
+        wait_for("every node to know the tube", || knows(n.addr, "spread"));
+    }
+    let map = placement(&etcd.url);
+    let owners: HashSet<String> = (map.placement.tubes["spread"].partitions.iter())
+        .map(|p| p.set.clone())
+        .collect();
+    assert_eq!(
+        owners.len(),
+        2,
+        "two partitions on two sets: {:?}",
+        map.placement
+    );
+    let set_of = |i: usize| ["a", "b", "c"][i];
+    let outsider = (0..3).find(|&i| !owners.contains(set_of(i))).unwrap();
+    let victim = (0..3).find(|&i| owners.contains(set_of(i))).unwrap();
+    nodes.kill(victim);
+    // Once the outsider's view has the victim's set without a primary (its lease ran out)...
+    let mut c = connect(nodes.nodes[outsider].addr).expect("connect");
+    let victim_set = set_of(victim);
+    wait_for("the outsider to see the set without a primary", || {
+        let o = c.call("queue.cluster", &pack_args(&[]), None).unwrap();
+        let sets = cluster::field(&o[0], "sets")
+            .and_then(Value::as_array)
+            .cloned();
+        // Gone from the sets, or listed without a primary.
+        !sets.unwrap_or_default().iter().any(|s| {
+            cluster::field(s, "name").and_then(Value::as_str) == Some(victim_set)
+                && cluster::field(s, "primary").is_some_and(|p| !p.is_nil())
+        })
+    });
+    // ...every put through it succeeds.
+    for n in 0..20 {
+        let r = c.call("queue.tube.spread:put", &pack_args(&[Value::from(n)]), None);
+        assert!(r.is_ok(), "put {n}: {r:?}");
+    }
+}

@@ -351,21 +351,29 @@ impl Shards {
         self.sets.len() - 1
     }
 
-    /// Takes in a map read from etcd.
     /// Takes in a map read from etcd. Returns the sets whose primary changed while a link
     /// went to the old one (it no longer takes changes: the caller drops those links), and
     /// the indexes placed until now and no longer (their tube was dropped: the caller lets
-    /// them go).
+    /// them go). A set the map no longer lists (its every member's lease ran out) has no
+    /// primary.
     fn apply(&mut self, placement: Arc<Placement>, sets: &[SetView]) -> (Vec<usize>, Vec<TubeIx>) {
         let mut moved = Vec::new();
+        let mut listed = vec![false; self.sets.len()];
         for s in sets {
             let slot = self.slot_of(&s.name);
+            listed.resize(self.sets.len(), false);
+            listed[slot] = true;
             let primary = s.leader.as_ref().map(|(l, _)| l.addr.clone());
             if self.sets[slot].primary != primary {
                 self.sets[slot].primary = primary;
                 if self.sets[slot].link.is_some() {
                     moved.push(slot);
                 }
+            }
+        }
+        for (slot, _) in listed.iter().enumerate().filter(|(_, &l)| !l) {
+            if self.sets[slot].primary.take().is_some() && self.sets[slot].link.is_some() {
+                moved.push(slot);
             }
         }
         let before: Vec<Option<usize>> = self.parts.iter().map(|p| p.map(|p| p.set)).collect();

@@ -225,14 +225,26 @@ impl Server {
                 let ix = if t.utube {
                     t.parts[key_partition(opts.utube, n)]
                 } else {
-                    // A partition led here, in turn (no hop); else any, in turn.
+                    // A partition led here, in turn (no hop); else one whose set has a
+                    // primary now, in turn (a set failing over would refuse every put sent
+                    // to it); else any, in turn (refused there, saying why).
                     let v = shards.view();
                     let here =
                         |p: &&TubeIx| shards.here(**p, leads) && shards.hold_in(v, **p).is_none();
+                    let led = |p: &&TubeIx| {
+                        (shards.part(**p)).is_some_and(|pt| shards.sets[pt.set].primary.is_some())
+                    };
                     let rr = shards.rr;
                     let local = t.parts.iter().filter(here).count();
-                    let ix = match local {
-                        0 => t.parts[rr % n],
+                    let healthy = t.parts.iter().filter(led).count();
+                    let ix = match (local, healthy) {
+                        (0, 0) => t.parts[rr % n],
+                        (0, _) => *t
+                            .parts
+                            .iter()
+                            .filter(led)
+                            .nth(rr % healthy)
+                            .expect("counted"),
                         _ => *t
                             .parts
                             .iter()
