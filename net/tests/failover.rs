@@ -470,3 +470,32 @@ fn ctl_cluster_marks_a_leader_that_stopped_leading_and_etcd_unavailable() {
     etcd.resume();
     nodes.wait_leader();
 }
+
+/// A set of two with `--sync-replicas 1` cannot acknowledge a change once either member is
+/// down: its primary says so once, naming the fix; a set of three does not warn.
+#[test]
+fn a_set_that_cannot_lose_a_member_under_sync_replicas_is_warned_of() {
+    let etcd = Etcd::start();
+    let mut nodes = Nodes::start(&etcd, 2, &["--sync-replicas", "1"]);
+    let leader = nodes.wait_leader_among(&[0, 1]);
+    let t = nodes.nodes[leader].tarq.as_mut().unwrap();
+    let line = t.wait_for_line("this replica set cannot lose a member");
+    assert!(
+        line.contains("the set has 2 members") && line.contains("add members (at least 3)"),
+        "{line}"
+    );
+    // A set of three can: its primary says that instead.
+    let etcd3 = Etcd::start();
+    let mut three = Nodes::start(&etcd3, 3, &["--sync-replicas", "1"]);
+    let l3 = three.wait_leader_among(&[0, 1, 2]);
+    let t3 = three.nodes[l3].tarq.as_mut().unwrap();
+    let line = t3.wait_for_line("replica set layout judged");
+    assert!(line.contains("members=3"), "{line}");
+    assert!(
+        !t3.lines
+            .log
+            .iter()
+            .any(|l| l.contains("cannot lose a member")),
+        "a set of three warned"
+    );
+}

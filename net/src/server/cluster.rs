@@ -22,6 +22,8 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use tarq_engine::Micros;
+
 use rmpv::Value;
 use tarq_cluster::{Cluster, DeposeReason, EventKind, Fence, Position};
 use tracing::{info, warn};
@@ -56,11 +58,18 @@ pub(crate) struct ClusterNode {
     published: Position,
     /// This node led since it last followed: its clients' sessions belong to that leadership.
     led: bool,
+    /// The set's layout was judged against `--sync-replicas` (`judge_layout`).
+    pub(super) layout_judged: bool,
+    /// When this node last became the primary (monotonic µs).
+    promoted_at: Option<Micros>,
     /// The last etcd failure, while etcd does not answer.
     etcd_error: Option<String>,
     /// A committed position asked of etcd and not answered yet (one at a time).
     recording: Option<Position>,
 }
+
+/// How long a primary leads before it judges its set's layout (`judge_layout`), µs.
+const LAYOUT_GRACE: Micros = 5_000_000;
 
 impl ClusterNode {
     /// The placement and the replica sets as last read.
@@ -103,6 +112,8 @@ impl ClusterNode {
             endpoints,
             published: Position::default(),
             led: false,
+            layout_judged: false,
+            promoted_at: None,
             etcd_error: None,
             recording: None,
         })
@@ -279,15 +290,57 @@ impl Server {
         }
         // Taken under the previous primary: its clients are gone with it, so the tasks come
         // back ready as a restart brings them. Logged, so the replicas release them too.
+        let mono = self.mono;
         let c = self.cluster_mut();
         c.role = NodeRole::Leading { term };
         c.led = true;
+        c.promoted_at = Some(mono);
         let (name, cluster) = (c.name.clone(), c.cluster.clone());
         // Whatever waited for replicas belongs to an earlier leadership (and was refused).
         self.sync.restart();
         let (core, mut wire) = self.split();
         let released = core.release_all_taken(&mut wire);
         info!(term, released, node = %name, %cluster, "became the primary");
+    }
+
+    /// A primary with `--sync-replicas N` in a set of fewer than N + 2 members cannot
+    /// acknowledge a change once any one member is down (N acknowledgements need N replicas
+    /// up besides the primary): judged once, by a primary that has led for `LAYOUT_GRACE`
+    /// (its members have registered by then), and warned of. The loop calls it every turn
+    /// until it has judged.
+    pub(super) fn judge_layout(&mut self) {
+        let (need, mono) = (self.cfg.sync_replicas, self.mono);
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        if need == 0 {
+            c.layout_judged = true;
+            return;
+        }
+        let settled = c
+            .promoted_at
+            .is_some_and(|t| mono >= t.saturating_add(LAYOUT_GRACE));
+        if !settled || !matches!(c.role, NodeRole::Leading { .. }) {
+            return;
+        }
+        c.layout_judged = true;
+        let members = c.handle.overview().members.len();
+        if members < need + 2 {
+            warn!(
+                members,
+                sync_replicas = need,
+                "this replica set cannot lose a member: with --sync-replicas {need}, a change \
+                 needs {need} replicas besides the primary, and the set has {members} members; \
+                 add members (at least {}) or lower --sync-replicas",
+                need + 2
+            );
+        } else {
+            info!(
+                members,
+                sync_replicas = need,
+                "replica set layout judged: it can lose a member"
+            );
+        }
     }
 
     fn follow(&mut self, leader: String, addr: String, term: u64) {

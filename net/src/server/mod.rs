@@ -984,6 +984,9 @@ impl Server {
         if self.http.listener.is_some() {
             self.live_tick();
         }
+        if self.cluster.as_ref().is_some_and(|c| !c.layout_judged) {
+            self.judge_layout();
+        }
         if self.ops.is_due(self.now) {
             let snapshot = self.snapshot();
             self.ops.tick(self.now, &snapshot);
