@@ -618,6 +618,16 @@ pub struct Stats {
     pub dead_lettered: u64,
     /// Puts answered with an earlier task of the same dedup key.
     pub deduplicated: u64,
+    /// When the ready task a take gets next was put (the queue's clock, µs), 0 while none is
+    /// ready: how long the tube's head has waited is `now - ready_since`. Over several tubes
+    /// or partitions, the earliest.
+    pub ready_since: Micros,
+    /// Takes waiting for a task of the tube now. The server's figure (its parked takes): the
+    /// engine leaves it 0.
+    pub takers_waiting: u64,
+    /// Sessions holding a task of the tube now (`Queue::holders`; `tube_stats` leaves it 0:
+    /// counting them walks the taken tasks).
+    pub takers_holding: u64,
 }
 
 /// Figures of several tubes (or partitions) together: every counter summed.
@@ -642,6 +652,12 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.touches += other.touches;
         self.dead_lettered += other.dead_lettered;
         self.deduplicated += other.deduplicated;
+        self.ready_since = match (self.ready_since, other.ready_since) {
+            (0, t) | (t, 0) => t,
+            (a, b) => a.min(b),
+        };
+        self.takers_waiting += other.takers_waiting;
+        self.takers_holding += other.takers_holding;
     }
 }
 

@@ -106,6 +106,10 @@ pub struct Queue {
     /// number of the last tube dropped there (0 at an index never used, or past the end).
     /// Only read for a free index: a live tube keeps its own start (`TubeNumbers::first`).
     floors: Vec<u64>,
+    /// The operation counters of every tube dropped so far (its counts of tasks at zero):
+    /// [`Queue::all_stats`] adds them, so the node's counters never go down when a tube goes
+    /// (a drop, a beanstalk tube forgotten, a partition let go after a move).
+    retired: Stats,
     /// Tubes with a dedup window, which `advance` prunes.
     dedup_tubes: Vec<TubeIx>,
     towers: Towers,
@@ -155,6 +159,7 @@ impl Queue {
             tubes: vec![Some(default)],
             names: HashMap::from([(DEFAULT_TUBE_NAME.into(), DEFAULT_TUBE)]),
             floors: Vec::new(),
+            retired: Stats::default(),
             dedup_tubes: Vec::new(),
             towers: Towers::default(),
             heap: DeadlineHeap::default(),
@@ -345,6 +350,19 @@ impl Queue {
     /// Counts now and operations since start, of the tube `default`. O(1).
     pub fn stats(&self) -> Stats {
         self.tube(DEFAULT_TUBE).stats()
+    }
+
+    /// The whole queue's figures, every tube's summed: the tasks of the tubes there are now,
+    /// and the operations of every tube since the queue was made (those of dropped tubes
+    /// too, so a counter never goes down). O(tubes).
+    pub fn all_stats(&self) -> Stats {
+        let mut all = self.retired;
+        for ix in 0..self.tubes.len() {
+            if let Ok(s) = self.tube_stats(ix as TubeIx) {
+                all += &s;
+            }
+        }
+        all
     }
 
     /// The newest id `default` gave out (0 for none): the seed API's ids count up from 1.
@@ -580,7 +598,17 @@ impl Queue {
 
     /// A tube's counts and operations. O(1).
     pub fn tube_stats(&self, tube: TubeIx) -> Result<Stats, QueueError> {
-        Ok(self.live_tube(tube)?.stats())
+        let t = self.live_tube(tube)?;
+        Ok(Stats {
+            ready_since: t.ready.first().map_or(0, |k| self.slots.created(k)),
+            ..t.stats()
+        })
+    }
+
+    /// By tube index, how many sessions hold at least one of the tube's tasks now. O(taken
+    /// tasks): each session's list is walked once.
+    pub fn holders(&self) -> Vec<u64> {
+        self.sessions.holders(&self.slots, self.tubes.len())
     }
 
     /// A take from the tube would return a task now (in a utube tube, `stats().ready > 0`
@@ -1805,6 +1833,16 @@ impl Queue {
 
     fn uninstall_tube(&mut self, ix: TubeIx) {
         let t = self.tubes[ix as usize].take().expect("live tube");
+        // Its operations stay counted; its tasks are gone.
+        self.retired += &Stats {
+            total: 0,
+            ready: 0,
+            taken: 0,
+            waiting: 0,
+            buried: 0,
+            ready_since: 0,
+            ..t.stats()
+        };
         // The next tube here numbers on from this one: its ids are never given again.
         self.raise_floor(ix as usize, t.numbers.next);
         if t.opts.part == 0 {

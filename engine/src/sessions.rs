@@ -37,6 +37,28 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
+    /// By tube index (`tubes` of them), how many sessions hold at least one of its tasks.
+    /// O(taken tasks).
+    pub fn holders(&self, slots: &Slots, tubes: usize) -> Vec<u64> {
+        let mut count = vec![0u64; tubes];
+        let mut seen: Vec<crate::TubeIx> = Vec::new();
+        for (_, s) in self.list.iter() {
+            seen.clear();
+            let mut k = s.head;
+            while k != NIL {
+                let slot = &slots[k as usize];
+                if !seen.contains(&slot.tube) {
+                    seen.push(slot.tube);
+                    if let Some(c) = count.get_mut(slot.tube as usize) {
+                        *c += 1;
+                    }
+                }
+                k = slot.next0;
+            }
+        }
+        count
+    }
+
     /// Taken tasks, over all sessions. O(1).
     pub fn len(&self) -> usize {
         self.live

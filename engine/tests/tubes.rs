@@ -1210,3 +1210,38 @@ fn list_walks_each_status_in_its_order_and_pages_after_a_task() {
     assert_eq!(ids(&q, Status::Taken, Some(b), 10), vec![a]);
     assert!(q.list(99, Status::Ready, None, 1).is_err());
 }
+
+/// Issue 39: the node's headline figures counted the tube `default` only. `all_stats` sums
+/// every tube, and keeps a dropped tube's operations, so a counter never goes down.
+#[test]
+fn all_stats_sum_every_tube_and_keep_a_dropped_tubes_counters() {
+    let mut q = Queue::new();
+    let a = tube(&mut q, "a", TubeType::Fifo, TubeOptions::default());
+    let b = tube(&mut q, "b", TubeType::FifoTtl, TubeOptions::default());
+    for _ in 0..3 {
+        put(&mut q, a, TubePut::default());
+    }
+    put(&mut q, b, TubePut::default());
+    let taken = take(&mut q, a, T0).unwrap();
+    q.ack_in(a, S, taken).unwrap();
+    let all = q.all_stats();
+    assert_eq!((all.total, all.ready, all.taken), (3, 3, 0));
+    // The head a take gets next was put at T0 in both tubes: the earliest over them.
+    assert_eq!(q.tube_stats(a).unwrap().ready_since, T0);
+    assert_eq!(all.ready_since, T0);
+    assert_eq!((all.puts, all.takes, all.acks), (4, 1, 1));
+    assert_eq!(q.stats().puts, 0, "`default`'s own figures stay its own");
+
+    q.drop_tube(a).unwrap();
+    q.check_invariants();
+    let after = q.all_stats();
+    assert_eq!((after.total, after.ready), (1, 1), "a's tasks are gone");
+    assert_eq!(
+        (after.puts, after.takes, after.acks),
+        (4, 1, 1),
+        "a's operations stay counted"
+    );
+    let a = tube(&mut q, "a", TubeType::Fifo, TubeOptions::default());
+    put(&mut q, a, TubePut::default());
+    assert_eq!(q.all_stats().puts, 5);
+}

@@ -723,3 +723,88 @@ fn any_tube_name_is_reachable_percent_encoded_and_unknown_keys_are_refused_by_na
     assert_eq!(made["options"]["ttr"], 7.0);
     drop(srv);
 }
+
+/// Issue 39: what operators of RabbitMQ and Sidekiq look at first — how many consumers a tube
+/// has (waiting in a take now, holding a task now), how long its next task has waited, and
+/// whether it is idle (tasks ready, no taker) — in `queue.statistics`, the API and /metrics.
+#[test]
+fn a_tubes_consumers_and_its_oldest_ready_age_are_shown_everywhere() {
+    let (srv, http) = start(with_user);
+    let mut c = login(&srv);
+    let mut w = Web::user(http);
+    w.ok("POST", "/api/tubes", Some(json!({"name": "jobs"})));
+    for n in 0..2 {
+        w.ok("POST", "/api/tubes/jobs/tasks", Some(json!({"data": n})));
+    }
+    let st = statistics(&mut c, "jobs");
+    assert_eq!(st["consumers"], json!({"waiting": 0, "holding": 0}), "{st}");
+    assert_eq!(st["idle"], true, "ready tasks and no taker: {st}");
+    let age = st["oldest_ready_age"].as_f64().unwrap();
+    assert!(age > 0.0, "{st}");
+    // The tasks and calls are still the original's.
+    assert_eq!(st["tasks"]["ready"], 2);
+
+    // One consumer holds a task; another holds one and waits in a take for more.
+    let mut holder = login(&srv);
+    holder.call("queue.tube.jobs:take", &[Value::from(0)]).one();
+    let mut waiter = login(&srv);
+    waiter.call("queue.tube.jobs:take", &[Value::from(0)]).one();
+    waiter.send_call("queue.tube.jobs:take", &[Value::from(30)]);
+    support::wait_until("the waiting take to count", || {
+        statistics(&mut c, "jobs")["consumers"]["waiting"] == 1
+    });
+    let st = statistics(&mut c, "jobs");
+    assert_eq!(st["consumers"], json!({"waiting": 1, "holding": 2}), "{st}");
+    assert_eq!(
+        (&st["idle"], &st["oldest_ready_age"]),
+        (&json!(false), &json!(0.0))
+    );
+    let all = tarq_net::ctl::to_json(&c.call("queue.statistics", &[]).one());
+    assert_eq!(all["jobs"]["consumers"], st["consumers"]);
+
+    let tube = w.ok("GET", "/api/tubes/jobs", None);
+    assert_eq!(tube["consumers"], st["consumers"]);
+    assert_eq!(tube["idle"], false);
+    let listed = w.ok("GET", "/api/tubes", None);
+    let row = listed["tubes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "jobs")
+        .cloned()
+        .unwrap();
+    assert_eq!(row["consumers"], st["consumers"]);
+
+    // One scrape per connection: /metrics closes its connection.
+    let page = Web::user(http).get("/metrics").body;
+    for line in [
+        "tarq_tube_takers_waiting{tube=\"jobs\"} 1\n",
+        "tarq_tube_takers_holding{tube=\"jobs\"} 2\n",
+        "tarq_tube_idle{tube=\"jobs\"} 0\n",
+        "tarq_tube_oldest_ready_age_seconds{tube=\"jobs\"} 0\n",
+        "tarq_tube_idle{tube=\"default\"} 0\n",
+    ] {
+        assert!(page.contains(line), "{line:?} not in:\n{page}");
+    }
+
+    // The consumers leave: their tasks come back ready and nobody takes them.
+    drop(holder);
+    drop(waiter);
+    support::wait_until("the tube to be idle", || {
+        w.ok("GET", "/api/tubes/jobs", None)["idle"] == true
+    });
+    let st = statistics(&mut c, "jobs");
+    assert_eq!(st["consumers"], json!({"waiting": 0, "holding": 0}), "{st}");
+    assert_eq!(st["tasks"]["ready"], 2);
+    let page = Web::user(http).get("/metrics").body;
+    assert!(page.contains("tarq_tube_idle{tube=\"jobs\"} 1\n"), "{page}");
+    let aged = page
+        .lines()
+        .find_map(|l| l.strip_prefix("tarq_tube_oldest_ready_age_seconds{tube=\"jobs\"} "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("the age of jobs' head");
+    assert!(
+        aged >= age,
+        "{aged} < {age}: the head is the same first task"
+    );
+}

@@ -299,6 +299,24 @@ fn the_dashboard_shows_the_queue_live_and_its_kick_moves_a_buried_task_to_ready(
          v[s] = Number(r.querySelector(`td[data-status=\"${s}\"]`).textContent); return v;",
     );
     assert_eq!(row, stats, "the table against queue.statistics");
+    // `dead` has ready tasks and no consumer: marked idle beside its name, as
+    // queue.statistics says, with its consumers and its head's age in their cells.
+    let st = tarq_net::ctl::to_json(&c.call("queue.statistics", &[s("dead")]).one());
+    assert_eq!(st["idle"], true, "{st}");
+    b.until(
+        "the dead tube marked idle",
+        "const r = document.querySelector('tr[data-tube=\"dead\"]'); \
+         return r && r.dataset.idle === 'true' && \
+         getComputedStyle(r.children[0], '::after').content === '\"idle\"' && \
+         r.querySelector('td[data-status=\"takers-waiting\"]').textContent === '0' && \
+         r.querySelector('td[data-status=\"takers-holding\"]').textContent === '0' && \
+         r.querySelector('td[data-status=\"oldest-age\"]').textContent !== '0'",
+    );
+    b.until(
+        "the work tube, taken from, not idle",
+        "const r = document.querySelector('tr[data-tube=\"work\"]'); \
+         return r && r.dataset.idle === 'false'",
+    );
     assert_eq!(stats["buried"], 1);
     b.screenshot("overview.png");
     // The system's dark theme, followed.

@@ -47,11 +47,11 @@ fn graphite_over_tcp_gets_every_figure_from_a_running_server() {
     )
     .one();
     c.call("queue.tube.mail.out:put", &[Value::from("m")]).one();
-    // The server-wide figures are queue.stats()'s: the seed's queue, the tube `default`.
-    let seen = wait_for_figures(&rx, "every figure, with puts=2 acks=1 total=1", |s| {
-        s.get("puts") == Some(&2)
+    // The server-wide figures are queue.stats()'s: every tube's, `default` and `mail.out`.
+    let seen = wait_for_figures(&rx, "every figure, with puts=3 acks=1 total=2", |s| {
+        s.get("puts") == Some(&3)
             && s.get("acks") == Some(&1)
-            && s.get("total") == Some(&1)
+            && s.get("total") == Some(&2)
             && names.iter().all(|n| s.contains_key(n))
             // Per tube: queue.stats.<tube>.<name>, the seed's calls counted on `default`.
             && [
@@ -65,7 +65,7 @@ fn graphite_over_tcp_gets_every_figure_from_a_running_server() {
             .iter()
             .all(|(k, v)| s.get(*k) == Some(v))
     });
-    assert_eq!(seen["ready"], 1);
+    assert_eq!(seen["ready"], 2);
     assert_eq!(seen["connections"], 1);
 }
 
@@ -621,4 +621,75 @@ fn sighup_applies_a_new_connection_limit_at_once() {
     let msg = replies[0].error.clone().unwrap_or_default();
     assert!(msg.contains("the limit is 1"), "{msg}");
     assert_eq!(first.ping().code, 0, "the first connection is not affected");
+}
+
+/// Issue 39: `tarq ctl stats`, `/metrics` `tarq_tasks` and `/api/server` said total 0 while
+/// the tubes held thousands of tasks: the headlines were the tube `default`'s. They count
+/// every tube now, and a dropped tube's operations stay counted (counters never go down).
+#[test]
+fn headline_figures_count_every_tube_and_counters_survive_a_drop() {
+    let t = Tarq::start(&["--http-listen", "127.0.0.1:0"]);
+    let http = t.metrics.expect("the HTTP address is logged");
+    let mut c = Client::connect(t.addr);
+    c.call("queue.put", &[Value::from("seed")]).one();
+    for tube in ["jobs", "mail"] {
+        c.call(
+            "queue.create_tube",
+            &[Value::from(tube), Value::from("fifottl")],
+        )
+        .one();
+        for n in 0..3 {
+            c.call(&format!("queue.tube.{tube}:put"), &[Value::from(n)])
+                .one();
+        }
+    }
+    let task = c.call("queue.tube.mail:take", &[Value::from(0)]).one();
+    let id = task.as_array().unwrap()[0].clone();
+    c.call("queue.tube.mail:ack", &[id]).one();
+
+    let figures = |c: &mut Client| {
+        let stats = json(&t.ctl(&["stats"]));
+        let queue = tarq_net::ctl::to_json(&c.call("queue.stats", &[]).one());
+        let (_, page) = http_get(http, "/metrics");
+        let metric = |name: &str| -> u64 {
+            let line = page
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("no {name} in:\n{page}"));
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        let (_, server) = http_get(http, "/api/server");
+        let server: serde_json::Value = serde_json::from_str(&server).unwrap();
+        let api = &server["figures"];
+        for (name, prom) in [
+            ("total", "tarq_tasks"),
+            ("ready", "tarq_ready"),
+            ("puts", "tarq_puts_total"),
+            ("acks", "tarq_acks_total"),
+        ] {
+            assert_eq!(stats[name], queue[name], "{name}: ctl prints queue.stats()");
+            assert_eq!(stats[name].as_u64(), Some(metric(prom)), "{name}");
+            assert_eq!(stats[name], api[name], "{name} in /api/server");
+        }
+        stats
+    };
+    let before = figures(&mut c);
+    assert_eq!(
+        (
+            &before["total"],
+            &before["ready"],
+            &before["puts"],
+            &before["acks"]
+        ),
+        (&6.into(), &6.into(), &7.into(), &1.into())
+    );
+
+    c.call("queue.tube.jobs:truncate", &[]).ok();
+    c.call("queue.tube.jobs:drop", &[]).ok();
+    let after = figures(&mut c);
+    assert_eq!(
+        (&after["total"], &after["puts"], &after["acks"]),
+        (&3.into(), &7.into(), &1.into()),
+        "jobs' tasks are gone, its puts still counted"
+    );
 }

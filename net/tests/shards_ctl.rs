@@ -5,6 +5,8 @@
 //! - `tarq ctl move` without `--etcd` and `--cluster` takes them from the node at `--addr`,
 //!   and moves the partition;
 //! - a wrong `--cluster` is said to be one, not taken for a missing tube;
+//! - a node's headline figures count every tube, and its counters stay when a partition
+//!   moves away;
 //! - a set whose primary is gone is warned of once, not once per call that tried it, and its
 //!   return is said with the drops counted meanwhile.
 //!
@@ -54,6 +56,22 @@ fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `queue.stats()` of the node at `addr`.
+fn stats(addr: SocketAddr) -> Value {
+    connect(addr)
+        .call("queue.stats", &pack_args(&[]), None)
+        .expect("queue.stats")
+        .into_iter()
+        .next()
+        .unwrap()
+}
+
+fn figure(stats: &Value, name: &str) -> u64 {
+    field(stats, name)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no {name} in {stats}"))
+}
+
 /// Two one-node sets, `a` (node 0) and `b` (node 1), each with its primary known to node 0.
 fn two_sets(etcd: &Etcd) -> Nodes {
     let nodes = Nodes::start_sets(etcd, &[("a", 1), ("b", 1)], &[]);
@@ -90,6 +108,19 @@ fn ctl_makes_partitions_moves_with_the_nodes_own_etcd_and_names_a_wrong_cluster(
         .position(|s| s == "a")
         .expect("a partition on a");
 
+    // Tasks on a's partition: put through a, which leads it.
+    let mut producer = connect(a.addr);
+    for n in 0..10 {
+        producer
+            .call("queue.tube.jobs:put", &pack_args(&[Value::from(n)]), None)
+            .expect("put");
+    }
+    let before = stats(a.addr);
+    assert_eq!(
+        (figure(&before, "total"), figure(&before, "puts")),
+        (10, 10)
+    );
+
     // No --etcd, no --cluster: node a says where its map is.
     let p = on_a.to_string();
     let out = ctl(&["move", "jobs", &p, "--to", "b"]);
@@ -99,9 +130,17 @@ fn ctl_makes_partitions_moves_with_the_nodes_own_etcd_and_names_a_wrong_cluster(
         (&report["tube"], &report["from"], &report["to"]),
         (&"jobs".into(), &"a".into(), &"b".into())
     );
+    assert_eq!(report["tasks"], 10);
     wait_for("node a to read the move", || {
         owners(a.addr, "jobs") == ["b", "b"]
     });
+    // The tasks went with the partition; a's counters did not go down (issue 39, item 3).
+    wait_for("node a to let go of the moved tasks", || {
+        figure(&stats(a.addr), "total") == 0
+    });
+    let after = stats(a.addr);
+    assert_eq!(figure(&after, "puts"), 10, "{after}");
+    assert_eq!(figure(&stats(nodes.nodes[1].addr), "total"), 10);
 
     // A wrong --cluster is said to be one, whatever the command.
     let want = format!(

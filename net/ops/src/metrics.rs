@@ -199,6 +199,24 @@ fn render_tubes(page: &mut String, stats: &Snapshot) {
             };
         }
     }
+    // In seconds, as Prometheus measures time (the shared list holds whole numbers).
+    let name = "tarq_tube_oldest_ready_age_seconds";
+    let _ = writeln!(
+        page,
+        "# HELP {name} How long the ready task a take gets next has waited since its put (0 \
+         while none is ready).\n# TYPE {name} gauge"
+    );
+    for t in &stats.tubes {
+        let tube = prometheus_label(&t.name);
+        let age = match t.stats.ready_since {
+            0 => 0.0,
+            since => stats.now.saturating_sub(since) as f64 / 1e6,
+        };
+        let _ = match t.partition {
+            None => writeln!(page, "{name}{{tube=\"{tube}\"}} {age}"),
+            Some(p) => writeln!(page, "{name}{{tube=\"{tube}\",partition=\"{p}\"}} {age}"),
+        };
+    }
 }
 
 fn prometheus_name(name: &str) -> &str {

@@ -129,6 +129,8 @@ pub struct TubeFigures {
 /// few counters), so the loop builds one whenever a report is due.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The whole queue's figures: every tube's tasks, and the operations of every tube since
+    /// start, dropped ones too (`Queue::all_stats`).
     pub engine: Stats,
     /// Each tube's figures (Graphite and Prometheus; `queue.statistics()` reads the engine).
     pub tubes: Vec<TubeFigures>,
@@ -141,6 +143,9 @@ pub struct Snapshot {
     pub last_id: u64,
     /// Time since the server started.
     pub uptime: Micros,
+    /// The queue's clock (the wall clock, µs) when the figures were read: a tube's
+    /// `ready_since` is on it.
+    pub now: Micros,
 }
 
 /// How a figure behaves over time (Prometheus' `# TYPE`).

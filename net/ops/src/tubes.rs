@@ -16,7 +16,7 @@ use crate::stats::{Kind, Metric};
 pub use crate::stats::TubeFigures;
 
 /// How many figures each tube has.
-pub const TUBE_METRICS: usize = 19;
+pub const TUBE_METRICS: usize = 22;
 
 /// A tube's figures, in a stable order.
 pub fn tube_metrics(s: &Stats) -> [Metric; TUBE_METRICS] {
@@ -91,6 +91,24 @@ pub fn tube_metrics(s: &Stats) -> [Metric; TUBE_METRICS] {
             Counter,
             "Puts answered with an earlier task of the same dedup key, since start.",
             s.deduplicated,
+        ),
+        m(
+            "takers_waiting",
+            Gauge,
+            "Takes waiting for a task of the tube now.",
+            s.takers_waiting,
+        ),
+        m(
+            "takers_holding",
+            Gauge,
+            "Sessions holding a task of the tube now.",
+            s.takers_holding,
+        ),
+        m(
+            "idle",
+            Gauge,
+            "1 while the tube has ready tasks and no taker (none waiting, none holding one).",
+            u64::from(s.ready > 0 && s.takers_waiting == 0 && s.takers_holding == 0),
         ),
     ]
 }

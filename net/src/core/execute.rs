@@ -434,7 +434,10 @@ impl<R: Copy> Core<R> {
                 (task(r), tube)
             }
             Command::TubeStats { tube } => match q.tube_stats(tube) {
-                Ok(s) => (Outcome::TubeStats(s), None),
+                Ok(s) => {
+                    let s = super::with_takers(s, &self.parked, tube, &q.holders());
+                    (Outcome::TubeStats(s), None)
+                }
                 Err(e) => (Outcome::Error(e.into()), None),
             },
             Command::DeleteJob { id } => match q.get(id) {
@@ -461,9 +464,14 @@ impl<R: Copy> Core<R> {
                 Err(e) => (Outcome::Error(e.into()), None),
             },
             Command::AllTubeStats => {
+                let holders = q.holders();
                 let all = (q.named_tubes())
                     .filter(|t| t.name != tarq_engine::DEFAULT_TUBE_NAME)
-                    .map(|t| (t.name.to_owned(), q.tube_stats(t.ix).unwrap_or_default()))
+                    .map(|t| {
+                        let s = q.tube_stats(t.ix).unwrap_or_default();
+                        let s = super::with_takers(s, &self.parked, t.ix, &holders);
+                        (t.name.to_owned(), s)
+                    })
                     .collect();
                 (Outcome::AllStats(all), None)
             }

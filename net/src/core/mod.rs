@@ -106,6 +106,13 @@ pub struct Core<R> {
     changed: Option<moves::Changed>,
 }
 
+/// `s` with the consumers of `tube`: the takes parked on it, the sessions holding its tasks.
+fn with_takers<R>(mut s: Stats, parked: &Parked<R>, tube: TubeIx, holders: &[u64]) -> Stats {
+    s.takers_waiting = parked.count_in(tube) as u64;
+    s.takers_holding = holders.get(usize::from(tube)).copied().unwrap_or(0);
+    s
+}
+
 impl<R: Copy> Core<R> {
     pub fn new(mut queue: Queue, journal: Journal, now: Micros, mono: Micros) -> Core<R> {
         queue.set_journal(journal.wants_events());
@@ -138,6 +145,14 @@ impl<R: Copy> Core<R> {
 
     pub fn queue(&self) -> &Queue {
         &self.queue
+    }
+
+    /// A tube's figures with its consumers: the engine's, plus the takes parked on it now
+    /// and the sessions holding its tasks (`holders`, from [`Queue::holders`], read once for
+    /// several tubes).
+    pub fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats> {
+        let s = self.queue.tube_stats(tube).ok()?;
+        Some(with_takers(s, &self.parked, tube, holders))
     }
 
     /// The queue, to change outside a command: restoring, applying a primary's records.

@@ -13,7 +13,7 @@ pub mod link;
 
 use std::time::Instant;
 
-use tarq_engine::{Micros, Queue, SessionId, TubeIx};
+use tarq_engine::{Micros, Queue, SessionId, Stats, TubeIx};
 use tarq_ops::stats::Snapshot;
 
 use crate::config::Config;
@@ -66,6 +66,9 @@ pub trait Loop {
     fn resume_input(&mut self, idx: usize);
 
     fn queue(&self) -> &Queue;
+    /// A tube's figures with its consumers (the takes parked on it, the sessions holding its
+    /// tasks); `holders` as `Queue::holders` gives them, read once for several tubes.
+    fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats>;
     fn pauses(&self) -> &Pauses;
     /// Takes connection `idx` has parked now.
     fn parked_of(&self, idx: usize) -> usize;

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use tarq_engine::{Micros, Queue, SessionId, TubeIx};
+use tarq_engine::{Micros, Queue, SessionId, Stats, TubeIx};
 use tarq_ops::stats::Snapshot;
 
 use super::conn::Protocol;
@@ -53,6 +53,10 @@ impl frontend::Loop for Server {
 
     fn queue(&self) -> &Queue {
         self.core.queue()
+    }
+
+    fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats> {
+        self.core.tube_figures(tube, holders)
     }
 
     fn pauses(&self) -> &Pauses {

@@ -391,8 +391,9 @@ impl Server {
             let (now, done) = s.move_figures();
             (u64::from(now.is_some()), done)
         });
+        let holders = queue.holders();
         Snapshot {
-            engine: queue.stats(),
+            engine: queue.all_stats(),
             tubes: queue
                 .tubes()
                 .map(|t| TubeFigures {
@@ -403,7 +404,7 @@ impl Server {
                         .filter(|(tube, _)| tube.name == t.name && tube.partitions.len() > 1)
                         .map(|(_, p)| p)
                         .or((t.opts.part > 0).then_some(t.opts.part)),
-                    stats: queue.tube_stats(t.ix).unwrap_or_default(),
+                    stats: self.core.tube_figures(t.ix, &holders).unwrap_or_default(),
                 })
                 .collect(),
             server: ServerFigures {
@@ -438,6 +439,7 @@ impl Server {
             },
             last_id: queue.last_id(),
             uptime: self.ops.uptime(self.now),
+            now: self.now,
         }
     }
 

@@ -173,6 +173,12 @@ pub fn statistics(s: &Stats) -> Value {
             "ttr": s.ttr_returned,
             "delay": s.promoted,
         },
+        "consumers": {
+            "waiting": s.takers_waiting,
+            "holding": s.takers_holding,
+        },
+        "oldest_ready_age": crate::frontend::iproto::tubes::oldest_ready_age(s),
+        "idle": crate::frontend::iproto::tubes::is_idle(s),
     })
 }
 

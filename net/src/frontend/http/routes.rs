@@ -275,10 +275,10 @@ impl<'r, L: Loop> Request<'r, L> {
         }
     }
 
-    fn tube_json(&self, t: TubeIx) -> Option<Value> {
+    fn tube_json(&self, t: TubeIx, holders: &[u64]) -> Option<Value> {
         let q = self.l.queue();
         let info = q.tube_info(t)?;
-        let stats = q.tube_stats(t).ok()?;
+        let stats = self.l.tube_figures(t, holders)?;
         let mono = self.l.mono();
         let paused = (self.l.pauses().of(t))
             .filter(|p| p.until > mono)
@@ -304,7 +304,10 @@ impl<'r, L: Loop> Request<'r, L> {
             .take(limit)
             .map(|t| t.ix)
             .collect();
-        let tubes: Vec<Value> = ixs.iter().filter_map(|&t| self.tube_json(t)).collect();
+        let holders = self.l.queue().holders();
+        let tubes: Vec<Value> = (ixs.iter())
+            .filter_map(|&t| self.tube_json(t, &holders))
+            .collect();
         let next = (offset + tubes.len() < total).then_some(offset + tubes.len());
         let v = json!({ "tubes": tubes, "total": total, "offset": offset, "next": next });
         self.send_json(200, &v);
@@ -313,8 +316,9 @@ impl<'r, L: Loop> Request<'r, L> {
 
     fn one_tube(&mut self, name: &str) -> Result<(), Refused> {
         let t = self.tube(name)?;
+        let holders = self.l.queue().holders();
         let v = self
-            .tube_json(t)
+            .tube_json(t, &holders)
             .ok_or((404, "Tube not found".to_owned()))?;
         self.send_json(200, &v);
         Ok(())

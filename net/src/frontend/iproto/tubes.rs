@@ -608,7 +608,8 @@ pub fn write_stats(out: &mut Vec<u8>, s: &Stats) {
             write::uint(out, *v);
         }
     };
-    write::map_len(out, 2);
+    // The original's two keys, then tarq's: the consumers, the head's age, the idle mark.
+    write::map_len(out, 5);
     write::str(out, "tasks");
     pairs(
         out,
@@ -638,6 +639,32 @@ pub fn write_stats(out: &mut Vec<u8>, s: &Stats) {
             ("delay", s.promoted),
         ],
     );
+    write::str(out, "consumers");
+    pairs(
+        out,
+        &[("waiting", s.takers_waiting), ("holding", s.takers_holding)],
+    );
+    write::str(out, "oldest_ready_age");
+    write::f64(out, oldest_ready_age(s));
+    write::str(out, "idle");
+    write::bool(out, is_idle(s));
+}
+
+/// Seconds the ready task a take gets next has waited since it was put (0 while none is
+/// ready), by this machine's clock: `ready_since` is the queue's clock, the wall clock.
+pub fn oldest_ready_age(s: &Stats) -> f64 {
+    if s.ready_since == 0 {
+        return 0.0;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    now.saturating_sub(s.ready_since) as f64 / 1e6
+}
+
+/// A tube no one consumes: tasks ready, and no take waiting nor any session holding one.
+pub fn is_idle(s: &Stats) -> bool {
+    s.ready > 0 && s.takers_waiting == 0 && s.takers_holding == 0
 }
 
 /// What `create_tube` returns: `{name, type, opts}` (the original's tube object holds

@@ -240,7 +240,19 @@ const CELLS = [
   ["ready", (t) => t.tasks.ready], ["taken", (t) => t.tasks.taken], ["delayed", (t) => t.tasks.delayed],
   ["buried", (t) => t.tasks.buried], ["done", (t) => t.tasks.done], ["total", (t) => t.tasks.total],
   ["put-rate", (t) => t.rates.put], ["take-rate", (t) => t.rates.take], ["ack-rate", (t) => t.rates.ack],
+  ["takers-waiting", (t) => t.consumers.waiting], ["takers-holding", (t) => t.consumers.holding],
+  ["oldest-age", (t) => age(t.oldest_ready_age)],
 ];
+
+/** Seconds as an operator reads an age: 0, 850ms, 12s, 5m, 3h, 2d. */
+function age(s) {
+  if (!s) return "0";
+  if (s < 1) return `${Math.round(s * 1000)}ms`;
+  for (const [unit, n] of [["d", 86400], ["h", 3600], ["m", 60]]) {
+    if (s >= n) return `${Math.floor(s / n)}${unit}`;
+  }
+  return `${Math.floor(s)}s`;
+}
 
 function tubeRow(t) {
   const tr = document.createElement("tr");
@@ -272,6 +284,12 @@ function updateRow(tr, t) {
     if (td.textContent !== v) td.textContent = v;
     if (v === "0") td.dataset.zero = ""; else delete td.dataset.zero;
   });
+  // Ready tasks and no taker: what an operator looks for first.
+  const idle = String(t.idle);
+  if (tr.dataset.idle !== idle) {
+    tr.dataset.idle = idle;
+    tr.children[0].title = t.idle ? "idle: tasks are ready and no consumer takes them" : "";
+  }
   const paused = t.paused !== null ? "1" : "0";
   if (tr.dataset.paused !== paused || tr.dataset.ro !== String(state.readOnly)) {
     tr.dataset.paused = paused;
