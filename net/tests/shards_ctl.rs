@@ -7,6 +7,8 @@
 //! - a wrong `--cluster` is said to be one, not taken for a missing tube;
 //! - a node's headline figures count every tube, and its counters stay when a partition
 //!   moves away;
+//! - a partitioned tube's consumers and idle mark are summed over its owners, the same from
+//!   every node, in `queue.statistics(tube)` and `queue.statistics()`;
 //! - a set whose primary is gone is warned of once, not once per call that tried it, and its
 //!   return is said with the drops counted meanwhile.
 //!
@@ -251,4 +253,80 @@ fn a_set_whose_primary_is_gone_is_warned_of_once_and_its_return_said() {
         .collect();
     assert_eq!(warned.len(), 1, "{warned:#?}");
     assert!(warned[0].contains("set=b"), "{}", warned[0]);
+}
+
+/// The consumers of a partitioned tube, from any node: `queue.statistics(tube)` and
+/// `queue.statistics()` sum them over the partitions' owners, as they sum the counts.
+#[test]
+fn a_partitioned_tubes_consumers_and_idle_mark_are_the_same_from_every_node() {
+    let etcd = Etcd::start();
+    let nodes = two_sets(&etcd);
+    let (a, b) = (nodes.nodes[0].addr, nodes.nodes[1].addr);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    connect(a)
+        .call(
+            "queue.create_tube",
+            &pack_args(&[Value::from("jobs"), Value::from("fifottl"), opts]),
+            None,
+        )
+        .expect("create_tube");
+    wait_for("both nodes to know the tube", || {
+        owners(a, "jobs").len() == 2 && owners(b, "jobs").len() == 2
+    });
+    let put = |at: SocketAddr| {
+        connect(at)
+            .call("queue.tube.jobs:put", &pack_args(&[Value::from("x")]), None)
+            .expect("put")
+    };
+    put(a);
+    let mut holder = connect(a);
+    holder
+        .call("queue.tube.jobs:take", &pack_args(&[Value::from(0)]), None)
+        .expect("take");
+    put(b);
+    let consumers = |at: SocketAddr| -> (Value, Value, Value) {
+        let mut c = connect(at);
+        let one = c
+            .call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+            .expect("statistics")
+            .remove(0);
+        let all = c
+            .call("queue.statistics", &pack_args(&[]), None)
+            .expect("statistics()")
+            .remove(0);
+        let from_all = field(&all, "jobs").cloned().unwrap_or(Value::Nil);
+        assert_eq!(
+            field(&one, "consumers"),
+            field(&from_all, "consumers"),
+            "statistics(jobs) and statistics() at {at}"
+        );
+        let c = field(&one, "consumers").cloned().unwrap_or(Value::Nil);
+        let idle = field(&one, "idle").cloned().unwrap_or(Value::Nil);
+        let ready = field(field(&one, "tasks").unwrap(), "ready")
+            .cloned()
+            .unwrap();
+        (c, idle, ready)
+    };
+    let held = Value::Map(vec![
+        (Value::from("waiting"), Value::from(0)),
+        (Value::from("holding"), Value::from(1)),
+    ]);
+    for at in [a, b] {
+        assert_eq!(
+            consumers(at),
+            (held.clone(), Value::from(false), Value::from(1)),
+            "{at}"
+        );
+    }
+    // The consumer leaves: two ready tasks and nobody to take them, seen from both nodes.
+    drop(holder);
+    let none = Value::Map(vec![
+        (Value::from("waiting"), Value::from(0)),
+        (Value::from("holding"), Value::from(0)),
+    ]);
+    for at in [a, b] {
+        wait_for("the tube to be idle", || {
+            consumers(at) == (none.clone(), Value::from(true), Value::from(2))
+        });
+    }
 }

@@ -88,11 +88,13 @@ impl Server {
         shards.next_gather += 1;
         let mut per = Vec::with_capacity(tubes.len());
         let mut asks = Vec::new();
+        let holders = self.core.queue().holders();
         for (name, head, parts) in tubes {
             let mut sum = Stats::default();
             for ix in parts {
                 if shards.here(ix, leads) {
-                    sum += &self.core.queue().tube_stats(ix).unwrap_or_default();
+                    // With its consumers, as an owner's answer for its partition has them.
+                    sum += &self.core.tube_figures(ix, &holders).unwrap_or_default();
                 } else if let Some(p) = shards.part(ix) {
                     asks.push((p.set, ix, head));
                 }
