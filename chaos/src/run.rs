@@ -833,12 +833,15 @@ fn drain_session(
         (e.protocol, e.id, e.payload) = (Some(Protocol::Iproto), id, payload);
         e
     };
+    // A round's takes wait a moment only after a round that took nothing: a utube tube gives
+    // one task a key at a time, and takes that all wait would make each round that long.
+    let mut wait = 0.2;
     loop {
         let takes = (0..DRAIN_WINDOW)
             .map(|j| {
                 (
                     event(j, F::Take, None, None),
-                    pack_args(&[Value::from(0.2)]),
+                    pack_args(&[Value::from(wait)]),
                 )
             })
             .collect();
@@ -857,6 +860,7 @@ fn drain_session(
             }
             rec.record(&e);
         }
+        wait = if acks.is_empty() { 0.2 } else { 0.0 };
         if !acks.is_empty() {
             *deadline = Instant::now() + DRAIN_LIMIT;
             let Some(acked) = pipelined(c, rec, &ack, acks, node, process, session) else {
