@@ -875,16 +875,41 @@ fn drain_session(
         }
         // Nothing ready: what the clients buried is kicked out (not recorded: a kick delivers
         // nothing; the takes that follow record what it made ready).
-        if kicked(c, &kick)? {
-            continue;
+        // Neither is recorded: one that fails (a set without a primary for a moment, a lost
+        // connection) ends the session, and the drain goes on through whichever node leads.
+        match kicked(c, &kick) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => return drain_interrupted(rec, node, process, session, &e),
         }
-        if tube_is_empty(c, tube)? {
-            return Ok(true);
+        match tube_is_empty(c, tube) {
+            Ok(true) => return Ok(true),
+            Ok(false) => {}
+            Err(e) => return drain_interrupted(rec, node, process, session, &e),
         }
         if Instant::now() > *deadline {
             bail!("the drain of tube {tube} took nothing for {DRAIN_LIMIT:?}");
         }
     }
+}
+
+/// The drain's session ends on a failed kick or statistics call (nothing of it open): its end
+/// is recorded, and the caller goes on through whichever node leads (`Ok(false)`).
+fn drain_interrupted(
+    rec: &Recorder,
+    node: &str,
+    process: u64,
+    session: u64,
+    why: &anyhow::Error,
+) -> Result<bool> {
+    let mut d = rec.event(process, Kind::Info, F::Disconnect);
+    (d.session, d.node, d.error) = (
+        Some(session),
+        Some(node.to_owned()),
+        Some(format!("{why:#}")),
+    );
+    rec.record(&d);
+    Ok(false)
 }
 
 /// Sends every call (its invoke recorded first) on `c` and waits for all their replies: each
