@@ -620,7 +620,7 @@ pub struct Stats {
     pub deduplicated: u64,
     /// When the ready task a take gets next was put (the queue's clock, µs), 0 while none is
     /// ready: how long the tube's head has waited is `now - ready_since`. Over several tubes
-    /// or partitions, the earliest.
+    /// or partitions, the earliest. `Queue::tube_stats` leaves it 0 (`Queue::ready_since`).
     pub ready_since: Micros,
     /// Takes waiting for a task of the tube now. The server's figure (its parked takes): the
     /// engine leaves it 0.

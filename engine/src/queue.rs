@@ -359,7 +359,10 @@ impl Queue {
         let mut all = self.retired;
         for ix in 0..self.tubes.len() {
             if let Ok(s) = self.tube_stats(ix as TubeIx) {
-                all += &s;
+                all += &Stats {
+                    ready_since: self.ready_since(ix as TubeIx),
+                    ..s
+                };
             }
         }
         all
@@ -598,11 +601,16 @@ impl Queue {
 
     /// A tube's counts and operations. O(1).
     pub fn tube_stats(&self, tube: TubeIx) -> Result<Stats, QueueError> {
-        let t = self.live_tube(tube)?;
-        Ok(Stats {
-            ready_since: t.ready.first().map_or(0, |k| self.slots.created(k)),
-            ..t.stats()
-        })
+        Ok(self.live_tube(tube)?.stats())
+    }
+
+    /// When the ready task a take from `tube` gets next was put, 0 while none is ready (or
+    /// no such tube): `Stats::ready_since`, which `tube_stats` leaves 0 (the figures' paths
+    /// ask for it; the router's many `tube_stats` calls need only the counts). O(1).
+    pub fn ready_since(&self, tube: TubeIx) -> Micros {
+        (self.live_tube(tube).ok())
+            .and_then(|t| t.ready.first())
+            .map_or(0, |k| self.slots.created(k))
     }
 
     /// By tube index, how many sessions hold at least one of the tube's tasks now. O(taken

@@ -435,7 +435,7 @@ impl<R: Copy> Core<R> {
             }
             Command::TubeStats { tube } => match q.tube_stats(tube) {
                 Ok(s) => {
-                    let s = super::with_takers(s, &self.parked, tube, &q.holders());
+                    let s = super::with_takers(s, q, &self.parked, tube, &q.holders());
                     (Outcome::TubeStats(s), None)
                 }
                 Err(e) => (Outcome::Error(e.into()), None),
@@ -469,7 +469,7 @@ impl<R: Copy> Core<R> {
                     .filter(|t| t.name != tarq_engine::DEFAULT_TUBE_NAME)
                     .map(|t| {
                         let s = q.tube_stats(t.ix).unwrap_or_default();
-                        let s = super::with_takers(s, &self.parked, t.ix, &holders);
+                        let s = super::with_takers(s, q, &self.parked, t.ix, &holders);
                         (t.name.to_owned(), s)
                     })
                     .collect();

@@ -106,8 +106,16 @@ pub struct Core<R> {
     changed: Option<moves::Changed>,
 }
 
-/// `s` with the consumers of `tube`: the takes parked on it, the sessions holding its tasks.
-fn with_takers<R>(mut s: Stats, parked: &Parked<R>, tube: TubeIx, holders: &[u64]) -> Stats {
+/// `s` with the consumers of `tube` (the takes parked on it, the sessions holding its tasks)
+/// and when its next ready task was put.
+fn with_takers<R>(
+    mut s: Stats,
+    queue: &Queue,
+    parked: &Parked<R>,
+    tube: TubeIx,
+    holders: &[u64],
+) -> Stats {
+    s.ready_since = queue.ready_since(tube);
     s.takers_waiting = parked.count_in(tube) as u64;
     s.takers_holding = holders.get(usize::from(tube)).copied().unwrap_or(0);
     s
@@ -152,7 +160,7 @@ impl<R: Copy> Core<R> {
     /// several tubes).
     pub fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats> {
         let s = self.queue.tube_stats(tube).ok()?;
-        Some(with_takers(s, &self.parked, tube, holders))
+        Some(with_takers(s, &self.queue, &self.parked, tube, holders))
     }
 
     /// The queue, to change outside a command: restoring, applying a primary's records.
