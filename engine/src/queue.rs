@@ -442,6 +442,20 @@ impl Queue {
         self.journal.drain(..)
     }
 
+    /// Moves the events since the last call into `into`, which must be empty, in order, by
+    /// swapping buffers: no event is copied, and the caller's (emptied) buffer becomes the
+    /// journal's, so two buffers take turns with no allocation once warm. For a caller that
+    /// reads the queue while it goes through the events (the server's journal), which a
+    /// [`drain_events`](Self::drain_events) borrow forbids.
+    #[inline]
+    pub fn take_events(&mut self, into: &mut Vec<Event>) {
+        debug_assert!(
+            into.is_empty(),
+            "take_events into a buffer still holding events"
+        );
+        std::mem::swap(&mut self.journal, into);
+    }
+
     // ---- tubes ----
 
     /// Creates a tube at the lowest free index. A `*ttl` tube's default TTR is its default TTL

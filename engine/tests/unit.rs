@@ -1539,3 +1539,32 @@ mod take_task {
         q.check_invariants();
     }
 }
+
+#[test]
+fn take_events_hands_over_the_events_in_order_and_the_buffers_take_turns() {
+    let mut q = Queue::new();
+    q.set_journal(true);
+    let mut out = Vec::new();
+    q.take_events(&mut out);
+    assert!(out.is_empty(), "nothing happened yet");
+    for _ in 0..3 {
+        put(&mut q, T0, "x", PutOptions::default());
+    }
+    take(&mut q, T0, 1);
+    q.release_session(1);
+    q.take_events(&mut out);
+    assert_eq!(out.len(), 5, "three puts, a take, a release: {out:?}");
+    assert_eq!(out[4], Event::AutoReleased { id: 1 }, "{out:?}");
+    // The caller empties its buffer and hands it back: the journal starts empty from it.
+    out.clear();
+    q.take_events(&mut out);
+    assert!(out.is_empty(), "taken once: {out:?}");
+    take(&mut q, T0, 2);
+    q.take_events(&mut out);
+    assert_eq!(
+        out.len(),
+        1,
+        "only the events since the last hand-over: {out:?}"
+    );
+    assert_eq!(q.drain_events().count(), 0);
+}

@@ -238,8 +238,9 @@ impl<R: Copy> Core<R> {
     /// Hands the engine's events of the last call to the journal.
     pub fn drain_events(&mut self) {
         if self.journal.wants_events() {
-            // Copied out first: `record` reads the queue the drain borrows. Reused, no allocation.
-            self.events.extend(self.queue.drain_events());
+            // Taken out first, by a swap of buffers (no copy, no allocation): `record` reads
+            // the queue, which a drain would hold borrowed.
+            self.queue.take_events(&mut self.events);
             if self.changed.is_some() {
                 self.note_changes();
             }
@@ -247,7 +248,7 @@ impl<R: Copy> Core<R> {
                 self.journal.record(&self.queue, ev);
             }
         } else if self.changed.is_some() {
-            self.events.extend(self.queue.drain_events());
+            self.queue.take_events(&mut self.events);
             self.note_changes();
             self.events.clear();
         }
