@@ -68,6 +68,14 @@ pub struct MovedTask {
     pub owner: Option<SessionId>,
 }
 
+impl MovedTask {
+    /// The bytes it carries that a client gave (payload and utube key): what bounds a move's
+    /// page.
+    pub fn payload_bytes(&self) -> usize {
+        self.data.len() + self.utube.as_ref().map_or(0, Vec::len)
+    }
+}
+
 /// A dedup key as it moves between nodes ([`Queue::export_dedup`], [`Queue::import_dedup`]):
 /// a retry of a put with the key must find its task on the new owner as it did on the old.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,7 +115,7 @@ impl Queue {
                 break;
             }
             let task = self.moved(k);
-            bytes = bytes.saturating_add(task.data.len() + task.utube.as_ref().map_or(0, Vec::len));
+            bytes = bytes.saturating_add(task.payload_bytes());
             page.push(task);
         }
         Ok(page)

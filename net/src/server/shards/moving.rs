@@ -406,7 +406,7 @@ impl Server {
                     taken += 1;
                     match self.core.export_task(ix, id) {
                         Some(t) => {
-                            bytes += t.data.len() + t.utube.as_ref().map_or(0, Vec::len);
+                            bytes += t.payload_bytes();
                             page.tasks.push(t);
                         }
                         None => page.gone.push(id),
