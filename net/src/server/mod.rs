@@ -982,6 +982,7 @@ impl Server {
             self.pump_paced_move();
             self.let_go_gradually();
             self.check_links();
+            self.release_orphans();
         }
         if self.http.listener.is_some() {
             self.live_tick();
@@ -1332,7 +1333,8 @@ impl Server {
             // Its takes waiting across partitions end too.
             self.end_waits_of(idx);
         }
-        // A link's sessions are its forwarding node's clients': theirs go back to ready too.
+        // A link's sessions are its forwarding node's clients': theirs go back to ready too,
+        // after a grace in which that node tells its clients (`shards::holds`).
         let link_origin = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin));
         let link_sessions: Vec<SessionId> = match &link_origin {
             Some(origin) => self.link_sessions.closed(origin),
@@ -1341,9 +1343,8 @@ impl Server {
         if let Some(origin) = &link_origin {
             self.link_closed(origin);
         }
-        for s in link_sessions {
-            self.release_session(s);
-            self.link_sessions.forget(s);
+        if !link_sessions.is_empty() {
+            self.orphan_link_sessions(link_sessions);
         }
         let released = match self.iproto.sessions.detach(sid, uuid, self.mono) {
             OnClose::Release(sid) => self.release_session(sid),

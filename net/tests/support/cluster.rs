@@ -254,9 +254,11 @@ impl Nodes {
             "c",
             "--node-name",
             &node.name,
-            "--lease-ttl",
-            "2",
         ];
+        // Short, so failovers are quick, unless a test sets its own.
+        if !self.extra.iter().any(|a| a == "--lease-ttl") {
+            args.extend(["--lease-ttl", "2"]);
+        }
         args.extend(self.extra.iter().map(String::as_str));
         args.extend(node.own.iter().map(String::as_str));
         node.tarq = Some(Tarq::start_with_args(dir, &args));

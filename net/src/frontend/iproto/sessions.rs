@@ -152,6 +152,24 @@ impl TubeSessions {
         OnClose::Keep
     }
 
+    /// Session `sid` ends now, whoever is attached: its UUID is forgotten, so no connection
+    /// resumes it (its holds went with a link to their owner). O(sessions); true when it had
+    /// one.
+    pub fn end(&mut self, sid: SessionId) -> bool {
+        let Some(uuid) = (self.by_uuid.iter())
+            .find(|(_, e)| e.sid == sid)
+            .map(|(u, _)| *u)
+        else {
+            return false;
+        };
+        if let Some(e) = self.by_uuid.remove(&uuid) {
+            if let Some(at) = e.expires {
+                self.detached.remove(&(at, uuid));
+            }
+        }
+        true
+    }
+
     /// When the next session's grace ends (now, when one was evicted), for the loop's sleep.
     pub fn next_deadline(&self) -> Option<Micros> {
         if self.evicted.is_empty() {
@@ -238,6 +256,22 @@ mod tests {
         assert_eq!(s.expired(260), vec![6]);
         assert_eq!(s.attach(&U), None);
         assert_eq!(s.next_deadline(), None);
+    }
+
+    #[test]
+    fn an_ended_session_cannot_be_resumed_attached_or_waiting() {
+        let mut s = TubeSessions::default();
+        s.set_ttr(60).unwrap();
+        s.create(U, 6);
+        assert!(s.end(6));
+        assert_eq!(s.detach(6, Some(U), 100), OnClose::Release(6));
+        assert_eq!(s.attach(&U), None);
+        s.create(U, 7);
+        assert_eq!(s.detach(7, Some(U), 100), OnClose::Keep);
+        assert!(s.end(7), "waiting out its grace");
+        assert_eq!((s.next_deadline(), s.attach(&U)), (None, None));
+        assert!(!s.end(8), "never identified");
+        s.check();
     }
 
     #[test]

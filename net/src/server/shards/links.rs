@@ -154,7 +154,14 @@ impl Server {
                 .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };
             match opened {
-                Ok(l) => shards.sets[set].link = Some(l),
+                Ok(l) => {
+                    let link = shards.sets[set].link.insert(l);
+                    for (origin, session) in shards.holds.owed(set) {
+                        let origin = origin.as_deref();
+                        link.send(shards.next_sync, &Ask::End { session, origin });
+                        shards.next_sync += 1;
+                    }
+                }
                 Err(why) => {
                     shards.pending.insert(sync, Pending { set, client, then });
                     self.on_answer(sync, Err(Refusal::NoPrimary(why)));
@@ -280,6 +287,7 @@ impl Server {
             };
             self.on_answer(sync, Err(refusal));
         }
+        self.end_holders(set);
     }
 
     /// An answer came on set `set`'s link: a failing episode ends, and the log says so.
@@ -304,6 +312,11 @@ impl Server {
             },
             Err(refusal) => Outcome::Error(refusal),
         };
+        if matches!(&outcome, Outcome::Task(t) if t.status == tarq_engine::Status::Taken) {
+            if let Some(shards) = self.shards.as_mut() {
+                shards.holds.took(p.client.sid, set_bit(p.set));
+            }
+        }
         match p.then {
             Then::Deliver => self.answer(p.client, &outcome),
             // A partition without a task, or unreachable now (its set failing over): the next.
@@ -339,6 +352,7 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        shards.holds.ended(sid);
         let Some(mask) = shards.forwarded.remove(&sid) else {
             return;
         };
@@ -349,10 +363,15 @@ impl Server {
         };
         for (i, s) in shards.sets.iter_mut().enumerate() {
             if mask & set_bit(i) != 0 {
-                if let Some(link) = &mut s.link {
-                    let sync = shards.next_sync;
-                    shards.next_sync += 1;
-                    link.send(sync, &Ask::End { session, origin });
+                match &mut s.link {
+                    Some(link) => {
+                        let sync = shards.next_sync;
+                        shards.next_sync += 1;
+                        link.send(sync, &Ask::End { session, origin });
+                    }
+                    // Told on the next link: an owner that never saw this one break holds
+                    // the session's tasks until then.
+                    None => shards.holds.owe(i, origin.map(Arc::from), session),
                 }
             }
         }

@@ -19,6 +19,7 @@
 mod drop;
 mod gather;
 mod held;
+mod holds;
 mod incoming;
 mod links;
 mod moving;
@@ -217,6 +218,9 @@ pub(crate) struct Shards {
     /// Sessions of this node that forwarded calls, with the sets they reached (told when the
     /// session ends).
     forwarded: HashMap<SessionId, u64>,
+    /// Tasks held across links: who took through which set, session ends owed to a set
+    /// without a link, and closed links' sessions waiting out their grace.
+    holds: holds::Holds,
     /// create_tube calls waiting for etcd, by token.
     creates: HashMap<u64, (Client, bool)>,
     /// drop calls waiting for etcd, by token: who asked, and the tube's partitions.
@@ -312,6 +316,7 @@ impl Shards {
             gathers: HashMap::new(),
             next_gather: 0,
             forwarded: HashMap::new(),
+            holds: holds::Holds::default(),
             creates: HashMap::new(),
             drops: HashMap::new(),
             next_token: 0,
@@ -438,18 +443,26 @@ impl Shards {
         );
     }
 
-    /// The earliest deadline of a waiting take, of a move's look at the placement, or of a
-    /// link's liveness.
+    /// The earliest deadline of a waiting take, of a move's look at the placement, of a
+    /// link's liveness, or of a closed link's sessions' grace.
     pub fn next_deadline(&self) -> Option<Micros> {
         let let_go = (!self.letting_go.is_empty()).then_some(self.let_go_at);
         let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
         let links = (self.sets.iter())
             .filter_map(|s| s.link.as_ref()?.next_check(self.limits.link_timeout))
             .min();
-        [wait, self.move_check_at(), self.recheck_at, let_go, links]
-            .into_iter()
-            .flatten()
-            .min()
+        let orphans = self.holds.next_deadline();
+        [
+            wait,
+            self.move_check_at(),
+            self.recheck_at,
+            let_go,
+            links,
+            orphans,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Looks again at copies and waiting commands by `at` at the latest.

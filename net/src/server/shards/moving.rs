@@ -453,6 +453,7 @@ impl Server {
         for t in &page.tasks {
             holders.push(t.owner.map(|sid| {
                 *shards.forwarded.entry(sid).or_default() |= set_bit(to);
+                shards.holds.took(sid, set_bit(to));
                 match self.link_sessions.remote_of(sid) {
                     Some((origin, remote)) => (Some(origin.to_string()), remote),
                     None => (None, sid),

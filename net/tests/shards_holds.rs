@@ -1,0 +1,184 @@
+//! One holder at a time when a link breaks, on real sharded nodes and a real etcd: a client of
+//! node a holds a task of a partition set b owns (taken over a's link to b). When that link
+//! breaks — here because b stops answering, and a takes the silent link for dead after
+//! `--link-timeout` — the hold is over, so a ends the client's session: its connection closes,
+//! as a Tarantool client's session ending would tell it. b, seeing the link close, lets the
+//! task go only after a grace of `--link-timeout`, so the client has been told before anyone
+//! else can take it; then it is taken again, also after the partition moved meanwhile.
+//!
+//! Found by the fault harness (`tarq-chaos`): a node cut from etcd dropped its links, the
+//! owner released at once, a move carried the tasks to the other set as ready, and two
+//! consumers held each task.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cluster::{field, str_field, wait_for, Etcd, Nodes};
+use rmpv::Value;
+use tarq_client::{pack_args, Client};
+
+fn connect(addr: SocketAddr) -> Client {
+    Client::connect_addr(addr, Duration::from_secs(20)).expect("connect")
+}
+
+fn call(c: &mut Client, f: &str, args: &[Value]) -> Vec<Value> {
+    c.call(f, &pack_args(args), None)
+        .unwrap_or_else(|e| panic!("{f}: {e}"))
+}
+
+/// The id of the task a tube call answered, if it answered one.
+fn task_id(values: &[Value]) -> Option<u64> {
+    values.first()?.as_array()?.first()?.as_u64()
+}
+
+/// The owning set of each partition of `tube`, as node `addr` sees the placement.
+fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
+    let mut c = connect(addr);
+    let o = call(&mut c, "queue.cluster", &[]).remove(0);
+    let tubes = field(field(&o, "placement").unwrap(), "tubes").unwrap();
+    let t = (tubes.as_array().unwrap().iter())
+        .find(|t| str_field(t, "name") == tube)
+        .expect("the tube is placed");
+    let parts = field(t, "partitions").unwrap().as_array().unwrap();
+    parts.iter().map(|p| str_field(p, "set")).collect()
+}
+
+/// Sets a and b of one node each (with `flags`), and a
+/// tube of two partitions, one a set's; a task put through b (so into b's partition) and
+/// taken through a. Returns the nodes, the holding client and the task's id.
+fn held_through_a_link(etcd: &Etcd, flags: &[&str]) -> (Nodes, Client, u64) {
+    let nodes = Nodes::start_sets(etcd, &[("a", 1), ("b", 1)], flags);
+    let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
+    let (a_addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
+    call(&mut connect(a_addr), "queue.create_tube", &args);
+    for addr in [a_addr, b_addr] {
+        let mut c = connect(addr);
+        wait_for("every node to know the tube", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+                .is_ok()
+        });
+    }
+    let mut placed = owners(a_addr, "jobs");
+    placed.sort();
+    assert_eq!(placed, ["a", "b"], "one partition a set");
+    // A primary puts into its own set's partition: this task is b's.
+    let put = call(
+        &mut connect(b_addr),
+        "queue.tube.jobs:put",
+        &[Value::from("x")],
+    );
+    let id = task_id(&put).unwrap();
+    // a's own partition is empty: its take is forwarded to b.
+    let mut holder = connect(a_addr);
+    let took = call(&mut holder, "queue.tube.jobs:take", &[Value::from(0)]);
+    assert_eq!(task_id(&took), Some(id), "taken through a's link to b");
+    (nodes, holder, id)
+}
+
+/// The holder's connection closes, unasked, within `within`.
+fn told(holder: &mut Client, within: Duration) {
+    let started = Instant::now();
+    match holder.recv_within(within) {
+        Ok(None) => {}
+        other => panic!("expected the holder's connection closed, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < within,
+        "told after {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_hold_whose_link_breaks_ends_the_holders_session_before_the_task_is_free() {
+    let etcd = Etcd::start();
+    let (mut nodes, mut holder, id) = held_through_a_link(&etcd, &["--link-timeout", "0.5"]);
+    let (a, b) = (0, 1);
+
+    nodes.signal(b, "STOP");
+    // a pings the silent link, takes it for dead after 0.5 s, and ends the holder's session.
+    told(&mut holder, Duration::from_secs(10));
+    nodes.signal(b, "CONT");
+    assert!(
+        nodes.log(a).contains("whose link failed: the session ends"),
+        "a says why it closed the connection"
+    );
+
+    // b sees the link closed, keeps the task for its grace, then lets it go: another
+    // consumer (through b itself) gets it.
+    let mut other = connect(nodes.nodes[b].addr);
+    let took = call(&mut other, "queue.tube.jobs:take", &[Value::from(15)]);
+    assert_eq!(task_id(&took), Some(id), "the task is free again, once");
+    let log = nodes.log(b);
+    assert!(
+        log.contains("a closed link's session ended after its grace"),
+        "{log}"
+    );
+    // And a works as before: a new client's take is forwarded over a new link.
+    let mut again = connect(nodes.nodes[a].addr);
+    let args = [Value::from(id)];
+    call(&mut other, "queue.tube.jobs:release", &args);
+    let took = call(&mut again, "queue.tube.jobs:take", &[Value::from(5)]);
+    assert_eq!(task_id(&took), Some(id));
+}
+
+/// The owner's grace outlives a move: the orphaned hold travels with its partition, and the
+/// new owner releases it when the old owner's grace ends. b's lease outlives its stop here:
+/// a primary that lost its lease and leads again has released every hold anyway.
+#[test]
+fn a_hold_orphaned_by_a_broken_link_moves_with_its_partition_and_is_released_after_the_grace() {
+    let etcd = Etcd::start();
+    let (mut nodes, mut holder, id) =
+        held_through_a_link(&etcd, &["--link-timeout", "3", "--lease-ttl", "10"]);
+    let (a, b) = (0, 1);
+    let (a_addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
+
+    nodes.signal(b, "STOP");
+    told(&mut holder, Duration::from_secs(20));
+    nodes.signal(b, "CONT");
+    let cont = Instant::now();
+    // b reads the link's close as soon as it runs again; then its partition moves to a.
+    let part = owners(a_addr, "jobs")
+        .iter()
+        .position(|s| s == "b")
+        .unwrap() as u64;
+    let mut c = connect(b_addr);
+    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("a")]);
+    // Stopped for seconds, b may not lead until it has read etcd again: refused until then
+    // (code 32, nothing done).
+    let mut report = None;
+    wait_for("b to move its partition", || {
+        match c.call("tarq.move", &args, None) {
+            Ok(r) => {
+                report = Some(r[0].as_str().expect("a report").to_owned());
+                true
+            }
+            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
+            Err(e) => panic!("tarq.move: {e}"),
+        }
+    });
+    let report: serde_json::Value = serde_json::from_str(&report.unwrap()).unwrap();
+    assert_eq!(report["tasks"], 1, "{report}");
+    let moved_in = cont.elapsed();
+
+    // The task is on a now, still held by the orphaned session, until b's grace ends.
+    let mut other = connect(a_addr);
+    let took = call(&mut other, "queue.tube.jobs:take", &[Value::from(20)]);
+    assert_eq!(task_id(&took), Some(id), "the task is free again, once");
+    let freed = cont.elapsed();
+    assert!(
+        moved_in < Duration::from_millis(2500) && freed >= Duration::from_millis(2500),
+        "moved after {moved_in:?}, free after {freed:?}: held for the grace (3 s)\n{}\n{}",
+        nodes.log(b),
+        nodes.log(a)
+    );
+    assert!(nodes
+        .log(b)
+        .contains("a closed link's session ended after its grace"));
+}
