@@ -977,9 +977,8 @@ impl Server {
             // Watches answered while the turn served others' calls, and waits that ran out.
             self.take_routed();
             self.expire_waiters();
-            self.check_unanswered_move();
+            self.tick_move();
             self.check_orphaned_copies();
-            self.pump_paced_move();
             self.let_go_gradually();
             self.check_links();
             self.release_orphans();

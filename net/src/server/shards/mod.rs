@@ -22,6 +22,7 @@ mod held;
 mod holds;
 mod incoming;
 mod links;
+mod move_machine;
 mod moving;
 mod out_link;
 mod route;
@@ -607,7 +608,7 @@ impl Server {
             self.hold_tube(t);
         }
         self.let_go_strays();
-        self.check_unanswered_move();
+        self.tick_move();
         self.watch_again();
         self.release_awaiting_map();
     }

@@ -38,6 +38,7 @@
 //! still be on its way to etcd when the view is read.
 
 use super::held::Held;
+use super::move_machine::{Fate, Input, MoveMachine, Output, Phase};
 use super::*;
 use crate::core::Page;
 use crate::frontend::beanstalk::Beanstalk;
@@ -49,12 +50,10 @@ const PAGE_TASKS: usize = 2048;
 /// tasks stay frames a link carries (`LINK_ENVELOPE_BYTES` above the client frame limit) and
 /// a move's window holds a few of these, not gigabytes.
 const PAGE_BYTES: usize = 4 << 20;
-/// Pages sent and not yet answered.
-const WINDOW: usize = 4;
-/// Changes few enough to send frozen (the partition's clients wait for them).
-const FREEZE_AT: usize = 4096;
-/// Catch-up rounds while serving before the partition freezes whatever changed.
-const MAX_ROUNDS: u32 = 4;
+
+/// A page read for the move: its tasks, the numbering (with the frozen phase's last page),
+/// and whether it is its phase's last.
+type PageOut = (Page, Option<tarq_engine::TubeNumbers>, bool);
 
 /// A move this node runs as the partition's owner.
 pub(super) struct Move {
@@ -68,17 +67,13 @@ pub(super) struct Move {
     to: usize,
     /// The placement's epoch when the move began.
     epoch: i64,
-    phase: Phase,
+    /// The move's steps and their order (`move_machine`); what follows is what it moves.
+    machine: MoveMachine,
     after: Option<TaskId>,
     dedup_after: Option<u64>,
     /// The first id a task put after the move began gets: the bulk copy stops below it
     /// (later tasks are followed as changes).
     bulk_end: TaskId,
-    /// The pages of the current phase are all sent.
-    exported: bool,
-    /// Catch-up rounds sent while serving.
-    rounds: u32,
-    in_flight: usize,
     pub(super) held: Vec<Held>,
     started: Instant,
     tasks: u64,
@@ -90,29 +85,9 @@ pub(super) struct Move {
     resent: u64,
     /// When the partition froze (the last changes' copy began).
     frozen_at: Option<Instant>,
-    /// While it serves, the copy keeps to `--move-rate`: the next page goes at this instant
-    /// (monotonic µs).
-    next_send: Micros,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Prepare,
-    /// The tasks there were when it began, copied while the partition serves.
-    Bulk,
-    /// What changed meanwhile, sent again while it serves.
-    CatchUp,
-    /// Frozen: the last changes.
-    Final,
-    Commit {
-        token: u64,
-    },
-    /// etcd's answer to the commit was lost: the move's claim is withdrawn (`release`: its
-    /// token while etcd has it), and etcd's answer says whether the commit happened.
-    Unknown {
-        release: Option<u64>,
-        check_at: Micros,
-    },
+    /// etcd's placement of the tube once it said the partition is the new owner's, for the
+    /// hand-over.
+    settled: Option<TubePlacement>,
 }
 
 /// The moves this node has run, for `queue.cluster()` and the metrics.
@@ -134,7 +109,7 @@ impl Move {
 
     /// Whether its partition is frozen (from the last changes' copy to the end).
     fn frozen(&self) -> bool {
-        !matches!(self.phase, Phase::Prepare | Phase::Bulk | Phase::CatchUp)
+        self.machine.frozen()
     }
 }
 
@@ -156,17 +131,7 @@ impl Shards {
     /// When the move should be looked at again: its unanswered commit, or its next page
     /// held back by `--move-rate`.
     pub(super) fn move_check_at(&self) -> Option<Micros> {
-        let m = self.moving.as_ref()?;
-        match m.phase {
-            Phase::Unknown {
-                release: None,
-                check_at,
-            } => Some(check_at),
-            Phase::Bulk | Phase::CatchUp if m.next_send > 0 && m.in_flight < WINDOW => {
-                Some(m.next_send)
-            }
-            _ => None,
-        }
+        self.moving.as_ref()?.machine.next_deadline()
     }
 
     /// The moves: in progress here (`Some` while one runs) and done.
@@ -260,13 +225,10 @@ impl Server {
             ix,
             to: to_slot,
             epoch,
-            phase: Phase::Prepare,
+            machine: MoveMachine::new(self.cfg.move_rate, self.mono),
             after: None,
             dedup_after: None,
             bulk_end: tarq_engine::task_id(ix, numbers.next),
-            exported: false,
-            rounds: 0,
-            in_flight: 0,
             held: Vec::new(),
             started: Instant::now(),
             tasks: 0,
@@ -274,7 +236,7 @@ impl Server {
             changed: Vec::new(),
             resent: 0,
             frozen_at: None,
-            next_send: 0,
+            settled: None,
         });
         let ask = Ask::MoveIn {
             id,
@@ -290,90 +252,89 @@ impl Server {
 
     /// The new owner answered a step of move `id`: the move's, if it is the one under way (a
     /// late answer of an earlier move is not this one's). Once the commit is sent, nothing
-    /// but etcd decides the move.
+    /// but etcd decides the move (the machine ignores the rest).
     pub(super) fn move_answered(&mut self, id: u64, outcome: &Outcome<'_>) {
-        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+        if self
+            .shards
+            .as_ref()
+            .and_then(|s| s.moving.as_ref())
+            .map(|m| m.id)
+            != Some(id)
+        {
             return;
+        }
+        let input = match outcome {
+            Outcome::Ok => Input::Accepted,
+            Outcome::Count(_) => Input::PageAnswered,
+            Outcome::Error(e) => Input::Failed(format!("the new owner: {e}")),
+            other => Input::Failed(format!("an answer the move did not expect: {other:?}")),
         };
-        if m.id != id {
-            return;
-        }
-        match (m.phase, outcome) {
-            (Phase::Commit { .. } | Phase::Unknown { .. }, _) => {}
-            (Phase::Prepare, Outcome::Ok) => {
-                m.phase = Phase::Bulk;
-                self.pump_move();
-            }
-            (Phase::Bulk | Phase::CatchUp | Phase::Final, Outcome::Count(_)) => {
-                m.in_flight -= 1;
-                self.pump_move();
-            }
-            (_, Outcome::Error(e)) => {
-                let why = format!("the new owner: {e}");
-                self.give_up_move(&why);
-            }
-            (phase, other) => {
-                let why = format!("an answer the move did not expect in {phase:?}: {other:?}");
-                self.give_up_move(&why);
-            }
-        }
+        self.drive_move(input);
     }
 
-    /// Sends the next pages of the move's phase, up to the window; goes on to the next phase
-    /// once a phase's pages are all answered.
-    fn pump_move(&mut self) {
-        self.pump_move_pages();
+    /// Feeds `input` to the move's machine and does what it says, feeding back what came of
+    /// each step, until it waits for something outside (an answer, etcd, time).
+    fn drive_move(&mut self, input: Input) {
+        let mut next = VecDeque::from([input]);
+        while let Some(input) = next.pop_front() {
+            let mono = self.mono;
+            let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+                break;
+            };
+            for step in m.machine.on(input, mono) {
+                next.extend(self.do_move_step(step));
+            }
+        }
         // When the move is looked at next may have changed (its rate, its phase).
         self.timers_changed();
     }
 
-    fn pump_move_pages(&mut self) {
-        loop {
-            let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
-                return;
-            };
-            let copying = matches!(m.phase, Phase::Bulk | Phase::CatchUp | Phase::Final);
-            if !copying || m.in_flight >= WINDOW {
-                return;
-            }
-            // While the partition serves, the copy keeps to its rate (frozen, it hurries).
-            let paced = matches!(m.phase, Phase::Bulk | Phase::CatchUp) && !m.exported;
-            if paced && m.next_send > self.mono {
-                return;
-            }
-            if m.exported {
-                if m.in_flight > 0 {
-                    return;
+    /// Does one step of the move; what came of it, when the machine asked.
+    fn do_move_step(&mut self, step: Output) -> Option<Input> {
+        match step {
+            Output::SendPage => Some(match self.next_page() {
+                Ok(Some((page, numbers, last))) => {
+                    let items = (page.tasks.len() + page.gone.len()) as u64;
+                    self.send_page((page, numbers));
+                    Input::Sent { items, last }
                 }
-                if !self.next_phase() {
-                    return;
-                }
-                continue;
+                Ok(None) => Input::Exhausted,
+                Err(e) => Input::Failed(format!("reading the partition: {e}")),
+            }),
+            Output::CollectChanges => Some(self.collect_changes()),
+            Output::Freeze => {
+                let m = self.shards.as_mut()?.moving.as_mut()?;
+                self.core.freeze(m.ix);
+                m.frozen_at = Some(Instant::now());
+                None
             }
-            let page = match self.next_page() {
-                Ok(Some(p)) => p,
-                Ok(None) => continue,
-                Err(e) => return self.give_up_move(&format!("reading the partition: {e}")),
-            };
-            let rate = self.cfg.move_rate;
-            if let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) {
-                if rate > 0 && matches!(m.phase, Phase::Bulk | Phase::CatchUp) {
-                    let n = (page.0.tasks.len() + page.0.gone.len()) as u64;
-                    let spent = n.saturating_mul(1_000_000) / rate;
-                    m.next_send = m.next_send.max(self.mono).saturating_add(spent);
-                }
+            Output::Commit => {
+                self.core.unfollow();
+                Some(Input::CommitAsked(self.ask_commit()))
             }
-            self.send_page(page);
+            Output::Withdraw => Some(Input::WithdrawAsked(self.withdraw_claim())),
+            Output::HandOver => {
+                let t = self.shards.as_mut()?.moving.as_mut()?.settled.take()?;
+                self.move_committed(&t);
+                None
+            }
+            Output::GiveUp(why) => {
+                self.give_up_move(&why);
+                None
+            }
         }
     }
 
     /// The next page of the phase (`None`: the phase has no more, marked exported).
-    fn next_page(&mut self) -> Result<Option<(Page, Option<tarq_engine::TubeNumbers>)>, String> {
+    /// (The page, the numbering with the frozen phase's last page, and whether it is the
+    /// phase's last.)
+    fn next_page(&mut self) -> Result<Option<PageOut>, String> {
         let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
             return Ok(None);
         };
         let ix = m.ix;
-        match m.phase {
+        let phase = m.machine.phase();
+        match phase {
             Phase::Bulk => {
                 let mut page = (self.core)
                     .export_page(ix, m.after, m.dedup_after, PAGE_TASKS, PAGE_BYTES)
@@ -385,11 +346,10 @@ impl Server {
                 let past = page.tasks.iter().any(|t| t.id >= end);
                 page.tasks.retain(|t| t.id < end);
                 if page.tasks.is_empty() && (past || page.dedup.is_empty()) {
-                    m.exported = true;
                     return Ok(None);
                 }
                 m.tasks += page.tasks.len() as u64;
-                Ok(Some((page, None)))
+                Ok(Some((page, None, false)))
             }
             Phase::CatchUp | Phase::Final => {
                 let mut page = Page {
@@ -414,7 +374,7 @@ impl Server {
                 }
                 m.changed.drain(..taken);
                 m.resent += (page.tasks.len() + page.gone.len()) as u64;
-                if m.phase == Phase::Final {
+                if phase == Phase::Final {
                     // The dedup keys recorded meanwhile, and the numbering as it ends here.
                     page.dedup = (self.core)
                         .export_page(ix, Some(TaskId::MAX), m.dedup_after, PAGE_TASKS, 0)
@@ -423,15 +383,13 @@ impl Server {
                     m.dedup_after = page.dedup.last().map(|d| d.seq).or(m.dedup_after);
                 }
                 let last = m.changed.is_empty() && page.dedup.is_empty();
-                if last {
-                    m.exported = true;
-                }
                 let empty = page.tasks.is_empty() && page.gone.is_empty() && page.dedup.is_empty();
-                if empty && m.phase != Phase::Final {
+                // The frozen phase sends its last page even empty: it carries the numbering.
+                if empty && phase != Phase::Final {
                     return Ok(None);
                 }
-                let numbers = (last && m.phase == Phase::Final).then(|| self.core.numbers(ix));
-                Ok(Some((page, numbers)))
+                let numbers = (last && phase == Phase::Final).then(|| self.core.numbers(ix));
+                Ok(Some((page, numbers, last)))
             }
             _ => Ok(None),
         }
@@ -445,7 +403,6 @@ impl Server {
         let Some(m) = shards.moving.as_mut() else {
             return;
         };
-        m.in_flight += 1;
         let (to, asker, ix, id) = (m.to, m.asker, m.ix, m.id);
         // A Taken task's holder, named as the new owner will know it; the holder's end is
         // told there too.
@@ -473,59 +430,40 @@ impl Server {
         self.send_ask(to, asker, &ask, Then::Move { id });
     }
 
-    /// A phase's pages are all answered: what changed meanwhile is sent again, while the
-    /// partition serves while much changed, frozen once little did; after the frozen one,
-    /// the commit. False when the move ended (or waits for etcd).
-    fn next_phase(&mut self) -> bool {
-        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
-            return false;
-        };
-        if m.phase == Phase::Final {
-            self.core.unfollow();
-            self.commit_move();
-            return false;
-        }
-        let ix = m.ix;
+    /// A phase's pages are all answered: what changed meanwhile, to send again (kept in id
+    /// order), and how much — the machine decides whether to freeze for it.
+    fn collect_changes(&mut self) -> Input {
         let changed = self.core.take_changed();
-        if changed.whole {
-            self.give_up_move("the partition was truncated or dropped meanwhile");
-            return false;
-        }
         let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
-            return false;
+            return Input::Failed("the move is gone".into());
         };
+        if changed.whole {
+            return Input::Changes {
+                count: 0,
+                whole: true,
+            };
+        }
         let mut ids: Vec<TaskId> = changed.ids.into_iter().collect();
         ids.sort_unstable();
-        if ids.len() <= FREEZE_AT || m.rounds >= MAX_ROUNDS {
-            // Few changes left: frozen, they are the last.
-            self.core.freeze(ix);
-            m.phase = Phase::Final;
-            m.frozen_at = Some(Instant::now());
-        } else {
-            m.phase = Phase::CatchUp;
-            m.rounds += 1;
-        }
+        let count = ids.len();
         m.changed = ids;
-        m.exported = false;
-        true
+        Input::Changes {
+            count,
+            whole: false,
+        }
     }
 
-    /// The copy is whole and durable there: the placement changes in etcd, if the copy is
-    /// still claimed there and this node still leads its set (a successor may have served
-    /// the partition past the copy).
-    fn commit_move(&mut self) {
+    /// The copy is whole and durable there: asks etcd to change the placement, if the copy
+    /// is still claimed there and this node still leads its set (a successor may have served
+    /// the partition past the copy). The request's token, or why it cannot be made.
+    fn ask_commit(&mut self) -> Result<u64, String> {
         let Some(term) = self.cluster.as_ref().and_then(|c| c.leading_term()) else {
-            return self.give_up_move("this node no longer leads its replica set");
+            return Err("this node no longer leads its replica set".into());
         };
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+        let shards = self.shards.as_mut().ok_or("not sharded")?;
         let token = shards.next_token;
         shards.next_token += 1;
-        let Some(m) = shards.moving.as_mut() else {
-            return;
-        };
-        m.phase = Phase::Commit { token };
+        let m = shards.moving.as_ref().ok_or("the move is gone")?;
         let commit = tarq_cluster::moves::Commit {
             tube: m.tube.clone(),
             partition: m.partition,
@@ -538,6 +476,25 @@ impl Server {
             term,
         };
         self.cluster_handle().move_partition(token, commit);
+        Ok(token)
+    }
+
+    /// Asks etcd to withdraw the claim of a move whose commit went unanswered (which decides
+    /// it): the request's token.
+    fn withdraw_claim(&mut self) -> u64 {
+        let Some(shards) = self.shards.as_mut() else {
+            return 0;
+        };
+        let token = shards.next_token;
+        shards.next_token += 1;
+        let Some(m) = shards.moving.as_ref() else {
+            return token;
+        };
+        let (ix, tube, id) = (m.ix, m.tube.clone(), m.id);
+        let to = shards.sets[m.to].name.clone();
+        self.cluster_handle()
+            .release_move(token, ix, &tube, &to, Some(id));
+        token
     }
 
     pub(super) fn cluster_handle(&self) -> &tarq_cluster::Cluster {
@@ -548,101 +505,59 @@ impl Server {
     }
 
     /// Whether `token` is the move's commit, or the withdrawal of its claim after the commit
-    /// went unanswered; if so, its result is taken in.
+    /// went unanswered; if so, its result is taken in: what etcd says of the partition.
     pub(super) fn move_commit_done(
         &mut self,
         token: u64,
         result: &Result<TubePlacement, tarq_cluster::PlacementError>,
     ) -> bool {
-        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+        let Some(shards) = self.shards.as_mut() else {
             return false;
         };
-        match m.phase {
-            Phase::Commit { token: t } if t == token => self.commit_answered(result),
-            Phase::Unknown {
-                release: Some(t), ..
-            } if t == token => self.release_answered(result),
-            _ => return false,
+        let Some(m) = shards.moving.as_mut() else {
+            return false;
+        };
+        let commit = m.machine.commit_token() == Some(token);
+        if !commit && m.machine.withdraw_token() != Some(token) {
+            return false;
         }
-        true
-    }
-
-    /// etcd answered the commit: hand over, or give up — or, the answer lost, find out.
-    fn commit_answered(&mut self, result: &Result<TubePlacement, tarq_cluster::PlacementError>) {
-        match result {
-            Ok(t) => self.move_committed(t),
+        let to = shards.sets[m.to].name.as_str();
+        let fate = match result {
+            // The commit's answer is the placement it made; the withdrawal's, etcd's placement
+            // once the commit can no longer happen.
+            Ok(t) if commit || tarq_cluster::moves::owner_at(t, m.ix) == Some(to) => {
+                m.settled = Some(t.clone());
+                Fate::There
+            }
+            Ok(_) => Fate::Here,
             Err(tarq_cluster::PlacementError::Etcd(why)) => {
                 warn!(
                     why,
-                    "a move's commit went unanswered: withdrawing its claim to learn its fate"
+                    commit, "a move's fate is not known: withdrawing its claim to learn it"
                 );
-                self.find_out_later(0);
+                Fate::Lost(why.clone())
             }
-            Err(e) => self.give_up_move(&format!("etcd refused the change: {e}")),
-        }
+            Err(e) => Fate::Refused(e.to_string()),
+        };
+        let input = if commit {
+            Input::Committed(fate)
+        } else {
+            Input::Withdrawn(fate)
+        };
+        self.drive_move(input);
+        true
     }
 
-    /// The claim of a move whose commit went unanswered is gone: etcd's placement then says
-    /// whether the commit happened, and it cannot happen any more.
-    fn release_answered(&mut self, result: &Result<TubePlacement, tarq_cluster::PlacementError>) {
-        let Some(m) = self.shards.as_ref().and_then(|s| s.moving.as_ref()) else {
-            return;
-        };
-        let to = self.shards.as_ref().map(|s| s.sets[m.to].name.as_str());
-        match result {
-            Ok(t) if tarq_cluster::moves::owner_at(t, m.ix) == to => self.move_committed(t),
-            Ok(_) => self.give_up_move("etcd did not take the commit, and now it never will"),
-            Err(tarq_cluster::PlacementError::Etcd(why)) => {
-                warn!(why, "a move's fate is not known yet: asking etcd again");
-                self.find_out_later(RECHECK);
-            }
-            Err(e) => self.give_up_move(&format!("etcd: {e}")),
+    /// The turn's look at a move: a page its rate held back, or the fate of a lost commit,
+    /// when due.
+    pub(in crate::server) fn tick_move(&mut self) {
+        let due = (self.shards.as_ref())
+            .and_then(|s| s.moving.as_ref())
+            .and_then(|m| m.machine.next_deadline())
+            .is_some_and(|at| at <= self.mono);
+        if due {
+            self.drive_move(Input::Tick);
         }
-    }
-
-    /// The move's fate is asked of etcd `after` µs from now.
-    fn find_out_later(&mut self, after: Micros) {
-        let mono = self.mono;
-        if let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) {
-            m.phase = Phase::Unknown {
-                release: None,
-                check_at: mono.saturating_add(after),
-            };
-        }
-        self.check_unanswered_move();
-        self.timers_changed();
-    }
-
-    /// A move whose commit went unanswered, when its fate is due to be asked: its claim is
-    /// withdrawn in etcd (one request at a time), which decides it.
-    pub(in crate::server) fn check_unanswered_move(&mut self) {
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let token = shards.next_token;
-        let Some(m) = shards.moving.as_mut() else {
-            return;
-        };
-        let Phase::Unknown {
-            release: None,
-            check_at,
-        } = m.phase
-        else {
-            return;
-        };
-        if check_at > mono {
-            return;
-        }
-        shards.next_token += 1;
-        m.phase = Phase::Unknown {
-            release: Some(token),
-            check_at,
-        };
-        let (ix, tube, id) = (m.ix, m.tube.clone(), m.id);
-        let to = shards.sets[m.to].name.clone();
-        self.cluster_handle()
-            .release_move(token, ix, &tube, &to, Some(id));
     }
 
     /// The placement gives the partition to the new owner now: hand over.
@@ -688,7 +603,7 @@ impl Server {
         let frozen = m.frozen_at.map_or(0, |t| t.elapsed().as_millis() as u64);
         let report = serde_json::json!({
             "tube": m.tube, "partition": m.partition, "from": self.shards.as_ref().map(|s| s.set.clone()),
-            "to": to_name, "tasks": m.tasks, "resent": m.resent, "rounds": m.rounds,
+            "to": to_name, "tasks": m.tasks, "resent": m.resent, "rounds": m.machine.rounds(),
             "ms": took.as_millis() as u64, "frozen_ms": frozen,
         });
         self.answer(m.asker, &Outcome::Text(report.to_string()));
@@ -767,21 +682,6 @@ impl Server {
                 };
                 self.dispatch(idx, reply, cmd);
             }
-        }
-    }
-
-    /// The turn's look at a move whose next page waited for its rate.
-    pub(in crate::server) fn pump_paced_move(&mut self) {
-        let due = (self.shards.as_ref())
-            .and_then(|s| s.moving.as_ref())
-            .is_some_and(|m| {
-                matches!(m.phase, Phase::Bulk | Phase::CatchUp)
-                    && m.next_send > 0
-                    && m.next_send <= self.mono
-                    && m.in_flight < WINDOW
-            });
-        if due {
-            self.pump_move();
         }
     }
 
