@@ -26,6 +26,8 @@ mod move_machine;
 mod moving;
 mod out_link;
 mod route;
+#[cfg(test)]
+mod sim;
 mod waits;
 
 use gather::{Gather, GatherKind};

@@ -188,7 +188,11 @@ impl MoveMachine {
                 release: None,
                 check_at,
             } => Some(check_at),
-            Phase::Bulk | Phase::CatchUp if self.next_send > 0 && self.in_flight < WINDOW => {
+            // Only a page the rate holds back: once its time has come it is sent, and a
+            // deadline in the past would wake the loop every turn until answers came.
+            Phase::Bulk | Phase::CatchUp
+                if !self.exported && self.in_flight < WINDOW && self.next_send > self.now =>
+            {
                 Some(self.next_send)
             }
             _ => None,
