@@ -73,11 +73,26 @@ fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
 }
 
 /// `tarq.move` on `addr`: the report it answers.
+/// A refusal with code 32 that did nothing (a view of the placement not trusted this
+/// moment, a partition that has just moved here) is asked again, as `tarq ctl move` does.
 fn move_partition(addr: SocketAddr, tube: &str, partition: u64, to: &str) -> serde_json::Value {
     let mut c = connect(addr);
-    let args = [Value::from(tube), Value::from(partition), Value::from(to)];
-    let r = call(&mut c, "tarq.move", &args);
-    let text = r[0].as_str().expect("a report").to_owned();
+    let args = pack_args(&[Value::from(tube), Value::from(partition), Value::from(to)]);
+    let mut text = String::new();
+    wait_for("the move to be taken", || {
+        match c.call("tarq.move", &args, None) {
+            Ok(r) => {
+                text = r[0].as_str().expect("a report").to_owned();
+                true
+            }
+            Err(tarq_client::ClientError::Server { code: 32, message })
+                if message.contains("stale") || message.contains("has just moved") =>
+            {
+                false
+            }
+            Err(e) => panic!("tarq.move: {e}"),
+        }
+    });
     serde_json::from_str(&text).unwrap()
 }
 

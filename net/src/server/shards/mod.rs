@@ -16,6 +16,7 @@
 //! that waits watches every partition (`Command::Watch`, answered by the owner when it has a
 //! task) instead of polling. A whole-tube figure is summed over the partitions.
 
+mod decide;
 mod drop;
 mod gather;
 mod held;
@@ -30,6 +31,7 @@ mod route;
 mod sim;
 mod waits;
 
+use decide::{Decision, Facts, Freshness, Kind};
 use gather::{Gather, GatherKind};
 use route::{PutPlan, TakePlan};
 use waits::Waiter;
@@ -77,9 +79,7 @@ struct SetSlot {
     trouble: links::Trouble,
 }
 
-/// Why a node whose view of the placement is not trusted changes nothing (ctl retries on it).
-const STALE_VIEW: &str =
-    "this node's view of the placement is stale (etcd not read lately): no change now";
+use decide::STALE_VIEW;
 
 /// This node's view of the placement, read once for a decision: when, and the epoch it
 /// holds while it is trusted.
@@ -506,56 +506,53 @@ impl Shards {
 
     /// [`hold`](Self::hold) in view `v` (read once for a decision over several partitions).
     fn hold_in(&self, v: View, ix: TubeIx) -> Option<Hold> {
-        if self.frozen(ix) {
+        let f = self.facts(v, ix, true)?;
+        if f.frozen {
             let why = format!("partition at index {ix} is moving to another replica set");
             return Some(Hold::Refuse(why));
         }
-        match v.epoch {
-            None => return Some(Hold::Refuse(STALE_VIEW.into())),
-            // Read, not applied yet: a change waits for it.
-            Some(epoch) if epoch != self.placement.epoch => return Some(Hold::AwaitMap),
-            Some(_) => {}
-        }
-        match self.held.get(&ix) {
-            Some(until) if v.now < *until => Some(Hold::Refuse(format!(
-                "partition at index {ix} has just moved to replica set {}: it serves it in {} ms",
-                self.set,
-                until.saturating_duration_since(v.now).as_millis()
-            ))),
+        match decide::change_here(&f, &self.set) {
+            Decision::AwaitMap => Some(Hold::AwaitMap),
+            Decision::Refuse(why) => Some(Hold::Refuse(why)),
             _ => None,
         }
     }
 
-    /// What to do with a command another node forwarded: it names a partition this node's
-    /// set does not own in this node's view (the forwarder's view is older or newer — the
-    /// fence on placement, as the term is on leadership): relayed to the owner; one that is
-    /// moving from here: a change waits; one `hold` keeps: refused.
-    fn forwarded_verdict(&self, cmd: &Command<'_>) -> route::Forwarded {
-        use route::Forwarded;
-        let Some(ix) = named_partition(cmd) else {
-            return Forwarded::Run;
-        };
-        let Some(part) = self.part(ix) else {
-            return Forwarded::Run;
-        };
+    /// What this node knows of partition `ix` in view `v`, for a decision (`None`: not a
+    /// placed partition — a tube of this node's own, or no such index).
+    fn facts(&self, v: View, ix: TubeIx, leads: bool) -> Option<Facts> {
+        let part = self.part(ix)?;
         let adopted = !self.adopted.is_empty() && self.adopted.contains_key(&ix);
-        if self.sets[part.set].name != self.set && !adopted {
-            return Forwarded::Relay(part.set);
-        }
-        if self.frozen(ix) {
-            return match cmd.changes() {
-                true => Forwarded::Hold,
-                false => Forwarded::Run,
-            };
-        }
-        if cmd.reads_only() {
-            return Forwarded::Run;
-        }
-        match self.hold(ix) {
-            Some(Hold::AwaitMap) => Forwarded::AwaitMap,
-            Some(Hold::Refuse(why)) => Forwarded::Refuse(why),
-            None => Forwarded::Run,
-        }
+        let view = match v.epoch {
+            None => Freshness::Stale,
+            Some(epoch) if epoch != self.placement.epoch => Freshness::Pending,
+            Some(_) => Freshness::Current,
+        };
+        let moved_in = (self.held.get(&ix))
+            .filter(|until| v.now < **until)
+            .map(|until| until.saturating_duration_since(v.now));
+        Some(Facts {
+            mine: self.sets[part.set].name == self.set || adopted,
+            owner: part.set,
+            leads,
+            frozen: self.frozen(ix),
+            view,
+            moved_in,
+            index: ix,
+        })
+    }
+
+    /// Where a command another node forwarded runs ([`decide::for_link`]); `Local` for one
+    /// that names no placed partition.
+    fn forwarded_decision(&self, cmd: &Command<'_>) -> Decision {
+        let Some(f) = named_partition(cmd).and_then(|ix| self.facts(self.view(), ix, true)) else {
+            return Decision::Local;
+        };
+        let kind = Kind {
+            changes: cmd.changes(),
+            reads_only: cmd.reads_only(),
+        };
+        decide::for_link(&f, kind, &self.set)
     }
 
     /// Whether this node serves partition `ix` itself: its set owns it (or a move handed it

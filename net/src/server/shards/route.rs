@@ -29,18 +29,6 @@ fn whole_tube(cmd: &Command<'_>) -> Option<TubeIx> {
     }
 }
 
-/// What a node does with a command another node forwarded to it.
-pub(super) enum Forwarded {
-    Run,
-    /// Its partition is moving from here: it waits for the move's end.
-    Hold,
-    /// Its partition is another set's now: relayed there (once).
-    Relay(usize),
-    /// This node has read a placement it has not applied yet: it waits for it.
-    AwaitMap,
-    Refuse(String),
-}
-
 impl Server {
     /// A command another node forwarded, run for session `sid` of link `idx`: run here, held
     /// while its partition moves away from here, relayed once to the partition's owner when
@@ -68,15 +56,19 @@ impl Server {
             );
             return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
         }
-        let verdict = (self.shards.as_ref()).map_or(Forwarded::Run, |s| s.forwarded_verdict(&cmd));
+        let decision =
+            (self.shards.as_ref()).map_or(Decision::Local, |s| s.forwarded_decision(&cmd));
         let gen = self.conns[idx].gen;
-        match verdict {
-            Forwarded::Run => {}
-            Forwarded::Hold => return self.hold_for_move(idx, sid, reply, (true, None), &cmd),
-            Forwarded::AwaitMap => {
+        match decision {
+            Decision::Local => {}
+            Decision::AwaitMove => {
+                return self.hold_for_move(idx, sid, reply, (true, None), &cmd);
+            }
+            Decision::AwaitMap => {
                 return self.hold_for_map(idx, sid, reply, (true, None), &cmd);
             }
-            Forwarded::Relay(set) if may_relay => {
+            // Its partition is another set's in this node's view: relayed there, once.
+            Decision::Forward(set) if may_relay => {
                 let client = Client {
                     idx,
                     gen,
@@ -85,7 +77,7 @@ impl Server {
                 };
                 return self.forward(set, client, cmd, Then::Deliver);
             }
-            Forwarded::Relay(set) => {
+            Decision::Forward(set) => {
                 let shards = self.shards.as_ref().expect("a verdict is a sharded node's");
                 let why = format!(
                     "partition named by the call belongs to replica set {}, not {} (placement \
@@ -94,7 +86,7 @@ impl Server {
                 );
                 return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
             }
-            Forwarded::Refuse(why) => {
+            Decision::Refuse(why) => {
                 return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
             }
         }
@@ -345,7 +337,8 @@ impl Server {
         self.run_on_partition(client, ix, cmd, Then::Deliver, leads)
     }
 
-    /// Runs `cmd` on partition `ix`: here (`Some`) or forwarded to its owner.
+    /// Runs `cmd` on partition `ix`: here (`Some`) or forwarded to its owner, held or
+    /// refused, as [`decide::for_client`] says.
     pub(super) fn run_on_partition<'c>(
         &mut self,
         client: Client,
@@ -355,39 +348,21 @@ impl Server {
         leads: bool,
     ) -> Option<Command<'c>> {
         let shards = self.shards.as_mut()?;
-        let Some(part) = shards.part(ix) else {
-            // Not a placed partition (a tube of this node's own, or no such index): the core
-            // answers as it would anywhere.
-            return Some(cmd);
+        // Not a placed partition (a tube of this node's own, or no such index): the core
+        // answers as it would anywhere.
+        let f = shards.facts(shards.view(), ix, leads)?;
+        let kind = Kind {
+            changes: cmd.changes(),
+            reads_only: cmd.reads_only(),
         };
-        if shards.here(ix, leads) {
-            if shards.frozen(ix) {
-                // Moving: a change waits for the move's end; the rest is served (a take finds
-                // nothing to take until then).
-                if cmd.changes() {
-                    let (idx, sid, reply) = (client.idx, client.sid, client.reply);
-                    self.hold_for_move(idx, sid, reply, (false, Some(ix)), &cmd);
-                    return None;
-                }
-                return Some(cmd);
-            }
-            if !cmd.reads_only() {
-                match shards.hold(ix) {
-                    Some(Hold::AwaitMap) => {
-                        let (idx, sid, reply) = (client.idx, client.sid, client.reply);
-                        self.hold_for_map(idx, sid, reply, (false, Some(ix)), &cmd);
-                        return None;
-                    }
-                    Some(Hold::Refuse(why)) => {
-                        self.answer(client, &Outcome::Error(Refusal::Shards(why)));
-                        return None;
-                    }
-                    None => {}
-                }
-            }
-            return Some(cmd);
+        let (idx, sid, reply) = (client.idx, client.sid, client.reply);
+        match decide::for_client(&f, kind, &shards.set) {
+            Decision::Local => return Some(cmd),
+            Decision::Forward(set) => self.forward(set, client, cmd, then),
+            Decision::AwaitMove => self.hold_for_move(idx, sid, reply, (false, Some(ix)), &cmd),
+            Decision::AwaitMap => self.hold_for_map(idx, sid, reply, (false, Some(ix)), &cmd),
+            Decision::Refuse(why) => self.answer(client, &Outcome::Error(Refusal::Shards(why))),
         }
-        self.forward(part.set, client, cmd, then);
         None
     }
 
