@@ -193,6 +193,17 @@ pub enum Command<'a> {
 }
 
 impl Command<'_> {
+    /// How long the command may wait where it runs before it is answered, by its own terms
+    /// (`None`: without end — a watch, a take without a timeout).
+    pub(crate) fn waits_at_most(&self) -> Option<Micros> {
+        match *self {
+            Command::Take { timeout, .. } | Command::TakeAny { timeout, .. } => timeout,
+            Command::PutIn { wait, .. } => Some(wait),
+            Command::Watch { .. } => None,
+            _ => Some(0),
+        }
+    }
+
     /// Whether the command changes the queue (refused while the journal cannot take changes).
     pub(crate) fn changes(&self) -> bool {
         !matches!(

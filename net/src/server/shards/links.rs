@@ -172,6 +172,13 @@ impl Server {
         let link = shards.sets[set].link.as_mut().expect("opened above");
         link.send(sync, ask);
         shards.pending.insert(sync, Pending { set, client, then });
+        let wait = match ask {
+            Ask::Run { command, .. } => command.waits_at_most(),
+            _ => Some(0),
+        };
+        let grace =
+            (shards.limits.link_timeout).saturating_mul(deadlines::CALL_GRACE_LINK_TIMEOUTS);
+        shards.call_deadlines.sent(sync, self.mono, wait, grace);
         true
     }
 
@@ -244,7 +251,34 @@ impl Server {
         for (set, why) in dead {
             self.link_failed(set, &why);
         }
+        self.expire_calls();
         self.timers_changed();
+    }
+
+    /// Answers the forwarded calls past their deadline (`deadlines`): the link is alive, the
+    /// answer did not come.
+    fn expire_calls(&mut self) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let (calls, pending) = (&mut shards.call_deadlines, &shards.pending);
+        let due = calls.due(self.mono, |sync| pending.contains_key(&sync));
+        for sync in due {
+            let Some(shards) = self.shards.as_ref() else {
+                return;
+            };
+            let Some(p) = shards.pending.get(&sync) else {
+                continue;
+            };
+            let name = shards.sets[p.set].name.clone();
+            let why = format!(
+                "replica set {name} did not answer a forwarded call within its wait and {} link \
+                 timeouts, though the link is alive: it may or may not have run",
+                deadlines::CALL_GRACE_LINK_TIMEOUTS
+            );
+            warn!(set = %name, sync, "a forwarded call went unanswered past its deadline");
+            self.on_answer(sync, Err(Refusal::Unknown(why)));
+        }
     }
 
     /// A link is gone: its calls in flight are answered with why.

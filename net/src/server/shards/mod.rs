@@ -16,6 +16,7 @@
 //! that waits watches every partition (`Command::Watch`, answered by the owner when it has a
 //! task) instead of polling. A whole-tube figure is summed over the partitions.
 
+mod deadlines;
 mod decide;
 mod drop;
 mod gather;
@@ -215,6 +216,8 @@ pub(crate) struct Shards {
     /// view that showed the old owner has expired.
     held: HashMap<TubeIx, Instant>,
     pending: HashMap<u64, Pending>,
+    /// When each of them is answered with "outcome unknown" if its owner has not answered.
+    call_deadlines: deadlines::CallDeadlines,
     next_sync: u64,
     gathers: HashMap<u64, Gather>,
     next_gather: u64,
@@ -315,6 +318,7 @@ impl Shards {
             placement: Arc::default(),
             fence,
             pending: HashMap::new(),
+            call_deadlines: deadlines::CallDeadlines::default(),
             next_sync: FIRST_CALL_SYNC,
             gathers: HashMap::new(),
             next_gather: 0,
@@ -447,7 +451,7 @@ impl Shards {
     }
 
     /// The earliest deadline of a waiting take, of a move's look at the placement, of a
-    /// link's liveness, or of a closed link's sessions' grace.
+    /// link's liveness, of a closed link's sessions' grace, or of a forwarded call.
     pub fn next_deadline(&self) -> Option<Micros> {
         let let_go = (!self.letting_go.is_empty()).then_some(self.let_go_at);
         let wait = self.deadlines.peek().map(|Reverse((t, _))| *t);
@@ -462,6 +466,7 @@ impl Shards {
             let_go,
             links,
             orphans,
+            self.call_deadlines.next(),
         ]
         .into_iter()
         .flatten()
