@@ -182,3 +182,58 @@ fn a_hold_orphaned_by_a_broken_link_moves_with_its_partition_and_is_released_aft
         .log(b)
         .contains("a closed link's session ended after its grace"));
 }
+
+/// A task held through a link by a client of the set a partition then moves to stays that
+/// client's: its next takes, through either node, do not get it again, and its ack finds it.
+#[test]
+fn a_hold_moved_to_the_holders_own_set_stays_held() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 2)], &[]);
+    let a = nodes.wait_leader_among(&[0]);
+    nodes.wait_leader_among(&[1, 2]);
+    let a_addr = nodes.nodes[a].addr;
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
+    call(&mut connect(a_addr), "queue.create_tube", &args);
+    for n in &nodes.nodes {
+        let mut c = connect(n.addr);
+        wait_for("every node to know the tube", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+                .is_ok()
+        });
+    }
+    let part = owners(a_addr, "jobs").iter().position(|s| s == "a").unwrap() as u64;
+    // Tasks into a's partition; the holders are clients of b's two nodes (primary and replica).
+    let mut producer = connect(a_addr);
+    for n in 0..20 {
+        call(&mut producer, "queue.tube.jobs:put", &[Value::from(format!("t{n}"))]);
+    }
+    let mut holders: Vec<(Client, u64)> = [1, 2]
+        .iter()
+        .map(|&i| {
+            let mut c = connect(nodes.nodes[i].addr);
+            let took = call(&mut c, "queue.tube.jobs:take", &[Value::from(0)]);
+            let id = task_id(&took).expect("a task of a's partition, through a link");
+            (c, id)
+        })
+        .collect();
+    let mut c = connect(a_addr);
+    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("b")]);
+    wait_for("a to move its partition", || match c.call("tarq.move", &args, None) {
+        Ok(_) => true,
+        Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
+        Err(e) => panic!("tarq.move: {e}"),
+    });
+    for (c, held) in &mut holders {
+        for _ in 0..25 {
+            let took = c.call("queue.tube.jobs:take", &pack_args(&[Value::from(0)]), None);
+            match took {
+                Ok(r) => assert_ne!(task_id(&r), Some(*held), "taken again by its holder"),
+                Err(tarq_client::ClientError::Server { code: 32, .. }) => {}
+                Err(e) => panic!("take: {e}"),
+            }
+        }
+        let acked = call(c, "queue.tube.jobs:ack", &[Value::from(*held)]);
+        assert_eq!(task_id(&acked), Some(*held));
+    }
+}
