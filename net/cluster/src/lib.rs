@@ -128,6 +128,9 @@ pub enum EventKind {
         position: Position,
         result: Result<(), String>,
     },
+    /// The answer to `read_placement`: a poll that began after the ask has read etcd (or
+    /// failed to). A `MapChanged` it brought came before this.
+    PlacementRead,
     /// No node leads and this one may not campaign because its log lacks the committed
     /// position (`Some`, saying so), or it no longer is held back (`None`). Sent on changes.
     HeldBack { why: Option<String> },
@@ -162,6 +165,7 @@ pub(crate) enum Command {
     Shutdown,
     Placement { token: u64, change: Change },
     RecordCommitted(Position),
+    ReadPlacement,
 }
 
 /// A placement change the loop asked for.
@@ -387,6 +391,15 @@ impl Cluster {
     pub fn record_committed(&self, position: Position) {
         // A send fails only while the handle is being dropped: nobody waits for the answer.
         let _ = self.commands.send(Command::RecordCommitted(position));
+    }
+
+    /// Asks for a read of etcd now rather than at the next poll: a node asked for a tube it
+    /// does not know looks at the placement at etcd's current revision before it says there
+    /// is no such tube. Answered by `PlacementRead` once a poll that began after this ask is
+    /// over (a `MapChanged` first, if the map changed).
+    pub fn read_placement(&self) {
+        // A send fails only while the handle is being dropped: nobody waits for the answer.
+        let _ = self.commands.send(Command::ReadPlacement);
     }
 
     /// Steps down if leading: the fence is cleared, then the leader key deleted; the node sits

@@ -129,6 +129,9 @@ pub struct Node {
     /// Why this node may not lead, last said (so it is said once).
     held_back: Option<String>,
     next_poll: Instant,
+    /// The loop asked for a read of the placement (`Cluster::read_placement`) that no poll has
+    /// answered yet.
+    read_asked: bool,
 }
 
 impl Node {
@@ -173,6 +176,7 @@ impl Node {
             resigned_until: None,
             held_back: None,
             next_poll: Instant::now(),
+            read_asked: false,
         }
     }
 
@@ -187,13 +191,22 @@ impl Node {
                 Ok(Command::Resign) => self.resign(),
                 Ok(Command::Placement { token, change }) => self.change(token, change),
                 Ok(Command::RecordCommitted(position)) => self.record_committed(position),
+                Ok(Command::ReadPlacement) => {
+                    self.read_asked = true;
+                    self.next_poll = Instant::now();
+                }
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {}
             }
             self.check_claim();
             if Instant::now() >= self.next_poll {
+                // Asked before this poll began: its read is at least as new as the ask.
+                let asked = std::mem::take(&mut self.read_asked);
                 if let Err(e) = self.poll() {
                     self.etcd_failed(e);
+                }
+                if asked {
+                    self.emit(EventKind::PlacementRead);
                 }
                 self.check_claim();
                 self.next_poll = Instant::now() + self.config.poll_interval;

@@ -66,6 +66,15 @@ pub trait Loop {
     fn resume_input(&mut self, idx: usize);
 
     fn queue(&self) -> &Queue;
+    /// The tube named `name` (its first partition's index) and its numbering: the engine's,
+    /// or on a sharded node one the placement has whose first partition this node does not
+    /// hold yet (a replica before its primary's copy of it came).
+    fn tube_named(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)>;
+    /// A request of connection `idx` named a tube this node knows nothing of: on a sharded
+    /// node, it is held (with what follows it on the connection) until the placement is
+    /// read from etcd, then run again (`true`: the front-end answers nothing now). `false`
+    /// on a single node, or when this is that second run: the tube does not exist.
+    fn hold_for_placement(&mut self, idx: usize) -> bool;
     /// A tube's figures with its consumers (the takes parked on it, the sessions holding its
     /// tasks); `holders` as `Queue::holders` gives them, read once for several tubes.
     fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats>;

@@ -167,6 +167,7 @@ impl Server {
                 EventKind::PlacementDone { token, result } => {
                     self.shards_placement_done(token, result)
                 }
+                EventKind::PlacementRead => self.shards_placement_read(),
                 EventKind::CommitRecorded { position, result } => {
                     self.commit_recorded(position, result)
                 }

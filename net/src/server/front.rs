@@ -55,6 +55,14 @@ impl frontend::Loop for Server {
         self.core.queue()
     }
 
+    fn tube_named(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
+        Server::tube_named(self, name)
+    }
+
+    fn hold_for_placement(&mut self, idx: usize) -> bool {
+        Server::hold_for_placement(self, idx)
+    }
+
     fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats> {
         self.core.tube_figures(tube, holders)
     }

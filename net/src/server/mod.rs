@@ -1033,6 +1033,10 @@ impl Server {
 
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
+        if self.input_held(idx) {
+            // Read again once the held request has run (`shards_placement_read`).
+            return;
+        }
         let c = &self.conns[idx];
         let request_cap = match (c.beanstalk(), c.http()) {
             (Some(bs), _) => bs.decoder.max_request(),
@@ -1132,10 +1136,16 @@ impl Server {
                 Ok(Some(f)) => {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
-                    Iproto::new(self).execute(idx, &data[used + f.prefix..used + f.total()]);
+                    let frame = &data[used + f.prefix..used + f.total()];
+                    Iproto::new(self).execute(idx, frame);
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());
+                    }
+                    // A tube this node does not know yet: the frame runs again after a read
+                    // of the placement, and what follows it waits for that.
+                    if self.frame_to_hold() && self.hold_frame(idx, frame) {
+                        break;
                     }
                 }
                 Ok(None) => break,

@@ -52,13 +52,12 @@ impl<L: Loop> Iproto<'_, L> {
         args: &[u8],
     ) {
         let r = tube_style(r);
-        let Some(tube) = self.l.queue().tube_ix(tube) else {
-            let msg = format!("Procedure '{function}' is not defined");
-            return response::error(self.l.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
+        let Some((tube, numbers)) = self.l.tube_named(tube) else {
+            return self.no_such_tube(idx, r, function);
         };
         let mut key = NumberText::default();
         match tubes::method(function, method, args, &mut key) {
-            Ok(method) => self.run_method(idx, r, tube, method),
+            Ok(method) => self.run_method(idx, r, tube, numbers, method),
             Err(e) => super::call_error(self.l.reply_buf(idx), r.sync, &e),
         }
     }
@@ -66,10 +65,16 @@ impl<L: Loop> Iproto<'_, L> {
     /// Runs `method` on `tube`: a batch as a batch, anything else as one command (or the
     /// answer that needs none).
     #[inline]
-    fn run_method(&mut self, idx: usize, r: Reply, tube: u16, method: Method<'_>) {
+    fn run_method(
+        &mut self,
+        idx: usize,
+        r: Reply,
+        tube: u16,
+        numbers: TubeNumbers,
+        method: Method<'_>,
+    ) {
         // One lookup a call: the numbers a method names become ids, and the tasks it answers
         // with show their numbers, without another look at the tube.
-        let numbers = self.l.queue().tube_numbers(tube);
         let r = Reply {
             tube,
             first: numbers.first,
@@ -103,6 +108,16 @@ impl<L: Loop> Iproto<'_, L> {
             }
             other => self.run_single(idx, r, tube, numbers, other),
         }
+    }
+
+    /// A method of a tube this node does not know: held for a read of the placement on a
+    /// sharded node (a tube another node has just created), else Tarantool's missing function.
+    fn no_such_tube(&mut self, idx: usize, r: Reply, function: &str) {
+        if self.l.hold_for_placement(idx) {
+            return;
+        }
+        let msg = format!("Procedure '{function}' is not defined");
+        response::error(self.l.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
     }
 
     /// Runs a method that is not a batch as its command, or answers it when it needs none.
@@ -150,14 +165,14 @@ impl<L: Loop> Iproto<'_, L> {
                 partitions,
             },
             TubeCall::Method { tube, method } => {
-                let Some(tube) = self.l.queue().tube_ix(tube) else {
-                    let msg = format!("Procedure '{function}' is not defined");
-                    return response::error(self.l.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
+                let Some((tube, numbers)) = self.l.tube_named(tube) else {
+                    return self.no_such_tube(idx, r, function);
                 };
-                return self.run_method(idx, r, tube, method);
+                return self.run_method(idx, r, tube, numbers, method);
             }
-            TubeCall::Statistics { tube: Some(name) } => match self.l.queue().tube_ix(name) {
-                Some(tube) => Command::TubeStats { tube },
+            TubeCall::Statistics { tube: Some(name) } => match self.l.tube_named(name) {
+                Some((tube, _)) => Command::TubeStats { tube },
+                None if self.l.hold_for_placement(idx) => return,
                 None => {
                     let msg = format!("Tube '{name}' does not exist");
                     return response::error(self.l.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
@@ -292,7 +307,10 @@ impl<L: Loop> Iproto<'_, L> {
         } else if expr == exists || expr == exists_old {
             let mut a = Reader::new(args);
             let name = a.read_array_len().ok().and_then(|_| a.read_str().ok());
-            let found = name.is_some_and(|n| self.l.queue().tube_ix(n).is_some());
+            let found = name.is_some_and(|n| self.l.tube_named(n).is_some());
+            if !found && self.l.hold_for_placement(idx) {
+                return;
+            }
             one_value(
                 self.l.reply_buf(idx),
                 Reply {

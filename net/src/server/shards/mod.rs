@@ -30,6 +30,7 @@ mod out_link;
 mod route;
 #[cfg(test)]
 mod sim;
+mod unknown;
 mod waits;
 
 use decide::{Decision, Facts, Freshness, Kind};
@@ -47,7 +48,7 @@ use tarq_cluster::{Placement, PlacementFence, SetView, TubePlacement};
 use tarq_engine::{id_tube, Micros, SessionId, Stats, TubeIx, TubeOptions, TubePut, TubeType};
 use tracing::{info, warn};
 
-use super::host::{deliver_to, Digest};
+use super::host::Digest;
 use super::Server;
 use crate::core::{Caller, Command, On, Outcome, Pause, Refusal};
 use crate::frontend::link::wire::{self, Ask, Hello, LINK_VERSION};
@@ -264,6 +265,8 @@ pub(crate) struct Shards {
     let_go_at: Micros,
     /// Commands for a partition that wait until the placement this node has read is applied.
     awaiting_map: Vec<held::Held>,
+    /// Calls naming a tube this node does not know, waiting for a read of the placement.
+    reads: unknown::Reads,
 }
 
 impl Shards {
@@ -274,7 +277,9 @@ impl Shards {
 
     /// The calls the router holds now, and those it refused at its bounds since start.
     pub(crate) fn router_figures(&self) -> RouterFigures {
-        let held = self.awaiting_map.len() + self.moving.as_ref().map_or(0, |m| m.held_len());
+        let held = self.awaiting_map.len()
+            + self.reads.held.len()
+            + self.moving.as_ref().map_or(0, |m| m.held_len());
         RouterFigures {
             forwarded: self.pending.len() as u64,
             held: held as u64,
@@ -342,6 +347,7 @@ impl Shards {
             letting_go: Vec::new(),
             let_go_at: 0,
             awaiting_map: Vec::new(),
+            reads: unknown::Reads::default(),
         }
     }
 
@@ -678,32 +684,18 @@ impl Server {
             self.hold_tube(t);
         }
         let outcome = match result {
-            Ok(t) => match t.partitions.first().map(|p| p.index) {
-                Some(ix) => match self.core.queue().tube_info(ix) {
-                    Some(info) => {
-                        if self
-                            .conns
-                            .get(client.idx)
-                            .is_some_and(|x| x.gen == client.gen)
-                        {
-                            let outcome = Outcome::Tube(info);
-                            deliver_to(
-                                &mut self.conns,
-                                &mut self.flush_list,
-                                &mut self.read_again,
-                                client.idx,
-                                client.reply,
-                                &outcome,
-                            );
-                        }
-                        return;
-                    }
-                    None => Outcome::Error(Refusal::Shards(format!(
-                        "tube {} is placed; its first partition is not here yet",
-                        t.name
-                    ))),
-                },
-                None => Outcome::Error(Refusal::Shards("a tube placed without partitions".into())),
+            Ok(t) => match self
+                .placed_tube(&t.name)
+                .or_else(|| unknown::PlacedTube::of(&t))
+            {
+                Some(info) => {
+                    self.answer_tube(client, info);
+                    return;
+                }
+                None => Outcome::Error(Refusal::Shards(format!(
+                    "tube {} is placed without partitions, or of a type this node does not know",
+                    t.name
+                ))),
             },
             Err(tarq_cluster::PlacementError::Exists(t)) => {
                 let e = tarq_engine::QueueError::TubeExists(t.name.clone());

@@ -56,6 +56,11 @@ impl Server {
             );
             return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
         }
+        // A partition this node has not heard of: its tube was placed since this node's last
+        // read of the placement (the forwarder read it first); it runs after a read.
+        if self.hold_unplaced_forwarded(idx, sid, reply, &cmd, may_relay) {
+            return;
+        }
         let decision =
             (self.shards.as_ref()).map_or(Decision::Local, |s| s.forwarded_decision(&cmd));
         let gen = self.conns[idx].gen;
@@ -142,6 +147,11 @@ impl Server {
             sid: c.sid,
             reply,
         };
+        // A partition the routes lack: another node may have just placed its tube; the
+        // command runs once this node has read the placement.
+        if self.shards.is_some() && self.hold_unrouted(client, &cmd) {
+            return None;
+        }
         let shards = self.shards.as_mut()?;
         // A change to a whole tube one of whose partitions is moving waits for the move.
         if shards.moving.is_some() && cmd.changes() {
@@ -168,11 +178,15 @@ impl Server {
                 if_not_exists,
                 partitions,
             } => {
-                // A tube that is here already, or a node that does not lead its set (it
-                // refuses a change as any replica does, naming its primary): the core's.
-                if !leads || (if_not_exists && self.core.queue().tube_ix(name).is_some()) {
-                    return Some(cmd);
+                // A tube placed already, and this call lets it be: the tube as it is (from the
+                // placement when this node does not hold it yet, a replica's case).
+                if if_not_exists {
+                    if let Some(info) = self.placed_tube(name) {
+                        return self.answer_tube(client, info);
+                    }
                 }
+                // Any node places a tube, replica or primary: the placement is etcd's, and
+                // each set's primary holds what it owns of the tube as it reads it.
                 if kind == TubeType::LimFifoTtl
                     && opts.capacity > 0
                     && opts.capacity < u64::from(partitions)
@@ -184,6 +198,7 @@ impl Server {
                     self.answer(client, &Outcome::Error(Refusal::Shards(why)));
                     return None;
                 }
+                let shards = self.shards.as_mut()?;
                 let token = shards.next_token;
                 shards.next_token += 1;
                 shards.creates.insert(token, (client, if_not_exists));
