@@ -21,6 +21,7 @@ use serde::Deserialize;
 use crate::ctl::CtlArgs;
 use crate::frontend::iproto::sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_MAX_SESSION_GRACE};
 use crate::server::limits::{default_input_budget, LimitsConfig};
+use crate::server::tls::{TlsFiles, TlsMode};
 use tarq_engine::{Micros, MAX_TASKS};
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
 use tarq_ops::graphite::{self, Target};
@@ -299,6 +300,43 @@ pub struct Settings {
     #[arg(long, env = "TARQ_PASSWORD_FILE", value_name = "FILE")]
     pub password_file: Option<PathBuf>,
 
+    /// TLS on the IPROTO port (--listen): off, optional (TLS for clients that start it, plain
+    /// for the others, whose greeting waits --tls-hello-wait) or required (a plain client is
+    /// refused) [default: off]. Needs --tls-cert and --tls-key.
+    #[arg(long, env = "TARQ_LISTEN_TLS", value_name = "MODE")]
+    #[serde(default, deserialize_with = "from_text")]
+    pub listen_tls: Option<TlsMode>,
+
+    /// TLS on the beanstalk port: off, optional or required [default: off].
+    #[arg(long, env = "TARQ_BEANSTALK_TLS", value_name = "MODE")]
+    #[serde(default, deserialize_with = "from_text")]
+    pub beanstalk_tls: Option<TlsMode>,
+
+    /// TLS on the HTTP port (https://): off, optional or required [default: off].
+    #[arg(long, env = "TARQ_HTTP_TLS", value_name = "MODE")]
+    #[serde(default, deserialize_with = "from_text")]
+    pub http_tls: Option<TlsMode>,
+
+    /// The server's certificate chain (PEM, its own certificate first), read at start and again
+    /// on every reload (SIGHUP); connections already open keep theirs.
+    #[arg(long, env = "TARQ_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1), read with it.
+    #[arg(long, env = "TARQ_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// On an IPROTO port with TLS optional or required: seconds a new connection has to start
+    /// TLS (its ClientHello) before it is taken for a plain client, which gets its greeting
+    /// then (optional) or a refusal (required) [default: 0.2].
+    #[arg(
+        long,
+        env = "TARQ_TLS_HELLO_WAIT",
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub tls_hello_wait: Option<f64>,
+
     /// Run as a read-only replica of the tarq primary at this address: join it (a snapshot,
     /// then its WAL records as they are written), apply and log what it writes, and refuse
     /// changes with an error naming it [default: off, this tarq is a primary].
@@ -536,6 +574,47 @@ pub struct Config {
     pub ops: OpsConfig,
     /// WAL, snapshots and recovery.
     pub wal: WalConfig,
+    /// TLS on the client ports.
+    pub tls: TlsConfig,
+}
+
+/// Default `--tls-hello-wait`: a TLS client sends its ClientHello as soon as its connect
+/// returns, microseconds after the server accepts; a fifth of a second covers a client
+/// scheduled late on a loaded machine, and is what a plain IPROTO client on an `optional`
+/// port waits for its greeting.
+pub const DEFAULT_TLS_HELLO_WAIT: Micros = 200_000;
+
+/// TLS on the client ports: each port's mode, and the certificate and key they serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    pub iproto: TlsMode,
+    pub beanstalk: TlsMode,
+    pub http: TlsMode,
+    /// The certificate chain and key, when TLS is on anywhere.
+    pub files: Option<TlsFiles>,
+    /// How long an IPROTO connection on a TLS port may take to send its ClientHello (µs).
+    pub hello_wait: Micros,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            iproto: TlsMode::Off,
+            beanstalk: TlsMode::Off,
+            http: TlsMode::Off,
+            files: None,
+            hello_wait: DEFAULT_TLS_HELLO_WAIT,
+        }
+    }
+}
+
+impl TlsConfig {
+    /// Whether any port serves TLS.
+    pub fn any(&self) -> bool {
+        [self.iproto, self.beanstalk, self.http]
+            .iter()
+            .any(|&m| m != TlsMode::Off)
+    }
 }
 
 impl Default for Config {
@@ -568,6 +647,7 @@ impl Default for Config {
             null: false,
             ops: OpsConfig::default(),
             wal: WalConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -682,6 +762,22 @@ impl Config {
                 loop_cpu: s.cpu,
             },
             cluster,
+            tls: TlsConfig {
+                iproto: s.listen_tls.unwrap_or_default(),
+                beanstalk: s.beanstalk_tls.unwrap_or_default(),
+                http: s.http_tls.unwrap_or_default(),
+                files: match (s.tls_cert, s.tls_key) {
+                    (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+                    (None, None) => None,
+                    (Some(_), None) => {
+                        return Err(invalid("tls-cert needs tls-key, its private key"))
+                    }
+                    (None, Some(_)) => {
+                        return Err(invalid("tls-key needs tls-cert, its certificate"))
+                    }
+                },
+                hello_wait: timeout("tls-hello-wait", s.tls_hello_wait, DEFAULT_TLS_HELLO_WAIT)?,
+            },
         };
         cfg.validate()?;
         Ok(cfg)
@@ -692,7 +788,26 @@ impl Config {
         self.validate_replication()?;
         self.validate_wal()?;
         self.validate_names()?;
+        self.validate_tls()?;
         self.validate_limits()
+    }
+
+    /// A port with TLS has a certificate to serve.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let t = &self.tls;
+        let ports = [
+            ("listen-tls", t.iproto),
+            ("beanstalk-tls", t.beanstalk),
+            ("http-tls", t.http),
+        ];
+        for (name, mode) in ports {
+            if mode != TlsMode::Off && t.files.is_none() {
+                return Err(invalid(format!(
+                    "{name} {mode} needs a certificate: set tls-cert and tls-key"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// `replica-of`, `sync-replicas` and `etcd` fit together and with the WAL.
@@ -1199,6 +1314,49 @@ mod tests {
             })
         );
         assert_eq!(cfg.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn tls_from_flag_or_file_needs_a_certificate_and_its_key() {
+        let d = parse(&[]).unwrap().tls;
+        assert!(!d.any() && d.files.is_none(), "off by default");
+        assert_eq!(d.hello_wait, DEFAULT_TLS_HELLO_WAIT);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tarq.toml");
+        std::fs::write(
+            &path,
+            "listen-tls = \"required\"\nhttp-tls = \"optional\"\ntls-cert = \"/c.pem\"\n\
+             tls-key = \"/k.pem\"\ntls-hello-wait = 0.5\n",
+        )
+        .unwrap();
+        let file = path.to_str().unwrap();
+        let t = parse(&["--config", file, "--beanstalk-tls", "optional"])
+            .unwrap()
+            .tls;
+        assert_eq!(
+            (t.iproto, t.beanstalk, t.http, t.hello_wait),
+            (
+                TlsMode::Required,
+                TlsMode::Optional,
+                TlsMode::Optional,
+                500_000
+            )
+        );
+        assert_eq!(t.files.unwrap().cert, PathBuf::from("/c.pem"));
+        let e = parse(&["--listen-tls", "required"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("listen-tls required needs a certificate: set tls-cert and tls-key"),
+            "{e}"
+        );
+        let e = parse(&["--tls-cert", "/c.pem"]).unwrap_err().to_string();
+        assert!(e.contains("tls-cert needs tls-key"), "{e}");
+        let e = refused(&["--http-tls", "yes"]);
+        assert!(
+            e.contains("not a TLS mode: off, optional or required"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -118,6 +118,22 @@ const BLOCKS: &[(&str, Plan)] = &[
     ),
     ("# push stats to Graphite", Plan::Run),
     (
+        "# tarantool-python over TLS",
+        Plan::Skip("needs a node's certificate and name: net/tests/tls.rs runs this connector over TLS"),
+    ),
+    (
+        "-- Tarantool Enterprise's net.box",
+        Plan::Skip("Tarantool Enterprise; open-source net.box has no TLS"),
+    ),
+    (
+        "# the HTTP API and the beanstalk port over TLS",
+        Plan::Skip("needs a node's certificate and name: net/tests/tls.rs runs curl and openssl against TLS ports"),
+    ),
+    (
+        "# The cluster's CA: keep ca.key off the nodes.",
+        Plan::Skip("net/tests/tls.rs makes a CA and node certificates with these openssl commands"),
+    ),
+    (
         "sudo systemctl enable --now tarq",
         Plan::Skip("needs a running systemd: package.rs installs the unit and verifies it"),
     ),

@@ -6,7 +6,6 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 
-use mio::net::TcpStream;
 use tarq_engine::{Bytes, Micros, SessionId};
 
 use super::limits::Guard;
@@ -363,7 +362,8 @@ impl OutBuf {
 /// A live connection.
 #[derive(Debug)]
 pub struct Conn {
-    pub stream: TcpStream,
+    /// Plain TCP or TLS over it.
+    pub stream: super::tls::Stream,
     pub peer: SocketAddr,
     /// Distinguishes this connection from earlier ones in the same slot (tokens carry it).
     pub gen: u32,

@@ -26,7 +26,7 @@ const ER_MEMORY_ISSUE: u32 = 2;
 
 /// Tarantool's `ER_UNKNOWN`, for a connection refused at the per-address cap (Tarantool has no
 /// such limit and no code for it; every client still reports the message).
-const ER_UNKNOWN: u32 = 0;
+pub(super) const ER_UNKNOWN: u32 = 0;
 
 /// What a link's frame may carry beyond the client frame limit: a forwarded call's envelope
 /// (the session, the origin node's name, the command's fields) or a move page's (one task that

@@ -29,6 +29,7 @@ mod shards;
 mod sync;
 mod systemd;
 mod timers;
+pub mod tls;
 mod wait;
 
 use std::io::{self, Read, Write};
@@ -163,6 +164,8 @@ pub struct Server {
     waker: Arc<Waker>,
     stop: Arc<AtomicBool>,
     cfg: Config,
+    /// TLS's configuration for new connections, and the IPROTO ones awaiting their ClientHello.
+    tls: tls::TlsPorts,
     /// `sha1(sha1(password))` of the configured user, if any.
     hash2: Option<[u8; auth::SCRAMBLE_LEN]>,
     uuid: [u8; 16],
@@ -283,7 +286,9 @@ impl Server {
             _ => None,
         };
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
+        let tls = tls::TlsPorts::load(&cfg.tls).map_err(io::Error::other)?;
         let mut server = Server {
+            tls,
             poll,
             listener,
             beanstalk_listener,
@@ -578,6 +583,7 @@ impl Server {
                 self.timers.set(Timer::Ops, self.ops.next_timer());
                 self.limits.reconfigure(self.cfg.limits);
                 self.hash2 = self.cfg.auth.as_ref().map(|c| auth::hash2(&c.password));
+                self.reload_certificate();
             }
             Err(e) => warn!(
                 error = %reload::one_line(&e),
@@ -756,6 +762,7 @@ impl Server {
                 self.upstream.as_ref().and_then(|u| u.next_timer()),
             ),
             (Timer::Linger, self.next_linger()),
+            (Timer::TlsHello, self.tls.next_wait()),
             (Timer::Ops, self.ops.next_timer()),
             (
                 Timer::Shards,
@@ -800,7 +807,7 @@ impl Server {
         }
     }
 
-    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, proto: Proto) {
+    fn admit(&mut self, mut tcp: TcpStream, peer: SocketAddr, proto: Proto) {
         let salt = match random_bytes::<{ greeting::SALT_LEN }>() {
             Ok(s) => s,
             Err(e) => {
@@ -810,20 +817,26 @@ impl Server {
         };
         let hello = greeting::encode(&self.uuid, &salt);
         if self.conns.len() >= self.cfg.max_connections {
-            self.refuse_over_limit(stream, peer, proto, &hello);
+            self.refuse_over_limit(tcp, peer, proto, &hello);
             return;
         }
         if proto == Proto::Http {
-            if !self.admit_http_peer(&mut stream, peer) {
+            if !self.admit_http_peer(&mut tcp, peer) {
                 return;
             }
-        } else if !self.admit_peer(&mut stream, peer, &hello) {
+        } else if !self.admit_peer(&mut tcp, peer, &hello) {
             return;
         }
         // Latency over batching: each turn already coalesces its replies into one write.
-        if let Err(e) = stream.set_nodelay(true) {
+        if let Err(e) = tcp.set_nodelay(true) {
             debug!(%peer, error = %e, "TCP_NODELAY not set");
         }
+        let mode = match proto {
+            Proto::Iproto => self.cfg.tls.iproto,
+            Proto::Beanstalk => self.cfg.tls.beanstalk,
+            Proto::Http => self.cfg.tls.http,
+        };
+        let mut stream = tls::Stream::accepted(tcp, mode, self.tls.config.as_ref());
         let entry = self.conns.vacant_entry();
         let idx = entry.key();
         self.next_gen = self.next_gen.wrapping_add(1);
@@ -869,6 +882,13 @@ impl Server {
             proto: conn_proto,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        if proto == Proto::Iproto && self.conns[idx].stream.undecided() {
+            // The client speaks TLS if its ClientHello comes before the wait ends; its greeting
+            // goes out then, inside TLS or in the clear.
+            let at = self.mono.saturating_add(self.cfg.tls.hello_wait);
+            self.tls.waits.push_back((at, idx, gen));
+            self.timers.set(Timer::TlsHello, self.tls.next_wait());
+        }
         self.connections_accepted += 1;
         let conns = &self.conns;
         self.limits
@@ -944,6 +964,9 @@ impl Server {
         self.read_list = list;
         self.read_again.append(&mut self.read_again_fed);
         self.expire_deadlines();
+        if self.tls.next_wait().is_some_and(|t| t <= self.mono) {
+            self.end_hello_waits();
+        }
 
         while let Some((caller, reply)) = self.core.expired_take() {
             if self.is_live(caller) {
@@ -1052,9 +1075,17 @@ impl Server {
         let cap = self.limits.read_cap(&c.guard, request_cap);
         let before = c.rbuf.data().len();
         let allowance = self.limits.read_allowance(&c.guard, READ_BUDGET_BYTES);
-        let outcome = c
-            .rbuf
-            .fill(&mut c.stream, cap.bytes, allowance, c.read_closed);
+        let to_eof = c.read_closed || c.stream.reads_to_block();
+        let outcome = c.rbuf.fill(&mut c.stream, cap.bytes, allowance, to_eof);
+        if c.stream.refused() {
+            self.refuse_plain(idx);
+            return;
+        }
+        if c.stream.is_tls() {
+            // The handshake may have left records to send, and the greeting waits for it.
+            mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        }
+        let c = &mut self.conns[idx];
         let got = c.rbuf.data().len() - before;
         self.limits.spend(&c.guard, got);
         let read = got > 0;
@@ -1537,7 +1568,11 @@ impl Server {
             self.write_closing(idx, closing);
             return;
         }
-        match c.out.write_to(&mut c.stream) {
+        match c
+            .stream
+            .flush_tls()
+            .and_then(|()| c.out.write_to(&mut c.stream))
+        {
             Ok(_) if c.out.backlog() > self.cfg.max_write_backlog => {
                 let (sid, backlog) = (c.sid, c.out.backlog());
                 warn!(
@@ -1552,7 +1587,9 @@ impl Server {
             Ok(_) => {
                 // Ask for writability only while the socket is full: an always-on
                 // edge-triggered WRITABLE would wake the loop after every ACK.
-                let blocked = c.out.has_released();
+                // Nothing is written before a TLS port's client says whether it speaks TLS.
+                let blocked =
+                    (c.out.has_released() && !c.stream.undecided()) || c.stream.wants_write();
                 if blocked != c.want_write && !self.set_write_interest(idx, blocked) {
                     self.begin_close(idx, "poll error", false);
                     self.finish_close(idx);
@@ -1574,10 +1611,13 @@ impl Server {
         if closing.flush && c.out.has_holds() {
             return;
         }
-        let owed = closing.flush
-            && c.out.write_to(&mut c.stream).is_ok()
-            && c.out.has_released()
-            && self.mono < closing.until;
+        let wrote = closing.flush && c.out.write_to(&mut c.stream).is_ok();
+        if wrote && !c.out.has_released() {
+            // Everything owed is with TLS: close it properly after them.
+            c.stream.close_notify();
+        }
+        let owed =
+            wrote && (c.out.has_released() || c.stream.wants_write()) && self.mono < closing.until;
         if owed && (c.want_write || self.set_write_interest(idx, true)) {
             let gen = self.conns[idx].gen;
             if !self.lingering.iter().any(|&(i, g, _)| (i, g) == (idx, gen)) {

@@ -102,6 +102,13 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     restart!(beanstalk_max_job_size, "beanstalk-max-job-size");
     restart!(wal, "the WAL settings (wal-mode, snapshots)");
     restart!(replica_of, "replica-of");
+    // The files' contents are read again on every reload (`Server::reload_certificate`); which
+    // files and which ports serve TLS are fixed at start, so a reload never turns a port's TLS
+    // off or leaves a `required` port with no certificate.
+    restart!(
+        tls,
+        "the TLS settings (listen-tls, beanstalk-tls, http-tls, tls-cert, tls-key, tls-hello-wait)"
+    );
     // Settings added later (and not made live above) are caught here, whatever they are.
     let mut rest = new;
     rest.listen = current.listen;
@@ -113,6 +120,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     rest.beanstalk_max_job_size = current.beanstalk_max_job_size;
     rest.wal = current.wal.clone();
     rest.replica_of = current.replica_of;
+    rest.tls = current.tls.clone();
     if rest != *current {
         out.kept
             .push("other settings changed and need a restart".into());

@@ -26,9 +26,11 @@ pub enum Timer {
     Shards,
     /// The web console's per-second sample of the live figures and its events.
     Live,
+    /// The soonest an IPROTO connection on a TLS port is taken for plain (no ClientHello).
+    TlsHello,
 }
 
-const TIMERS: usize = 7;
+const TIMERS: usize = 8;
 
 impl Timer {
     const ALL: [Timer; TIMERS] = [
@@ -39,6 +41,7 @@ impl Timer {
         Timer::Ops,
         Timer::Shards,
         Timer::Live,
+        Timer::TlsHello,
     ];
 
     /// Whether its deadlines are on the wall clock (else the monotonic one).

@@ -1,0 +1,414 @@
+//! TLS on the client ports, through real clients: the PyPI `tarantool` connector with
+//! `transport='ssl'` on the IPROTO port (required: a plain client is refused at once; optional:
+//! both are served), `openssl s_client` reading the served chain, curl with `--cacert` on the
+//! HTTP API (and a plain request answered 400), Python's ssl module on the beanstalk port, and a
+//! certificate replaced on disk and reloaded with SIGHUP while a TLS connection stays open.
+//! Certificates are made per test with the openssl command line: a root CA, an intermediate CA
+//! and node certificates signed by it for 127.0.0.1.
+
+#[path = "support/beanstalk.rs"]
+mod beanstalk;
+mod support;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use support::*;
+
+/// A root CA, an intermediate, and node certificates under `dir`.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new(dir: &Path) -> Pki {
+        prerequisite("openssl (Debian package `openssl`)", tool("openssl"));
+        let pki = Pki {
+            dir: dir.to_path_buf(),
+        };
+        pki.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "root.key",
+            "-out",
+            "root.crt",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=tarq test root",
+        ]);
+        std::fs::write(
+            dir.join("ca.ext"),
+            "basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n",
+        )
+        .unwrap();
+        pki.sign("intermediate", "root", "ca.ext");
+        std::fs::write(
+            dir.join("node.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        pki
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `name.key` and `name.crt` (subject CN=name) signed by `ca`, with extensions `ext`.
+    fn sign(&self, name: &str, ca: &str, ext: &str) {
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_crt,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "30",
+            "-extfile",
+            ext,
+        ]);
+    }
+
+    /// A node's certificate and key as a server serves them: `name.chain` holds its
+    /// certificate, then the intermediate's.
+    fn node(&self, name: &str) -> (PathBuf, PathBuf) {
+        self.sign(name, "intermediate", "node.ext");
+        let mut chain = std::fs::read(self.dir.join(format!("{name}.crt"))).unwrap();
+        chain.extend(std::fs::read(self.dir.join("intermediate.crt")).unwrap());
+        let path = self.dir.join(format!("{name}.chain"));
+        std::fs::write(&path, chain).unwrap();
+        (path, self.dir.join(format!("{name}.key")))
+    }
+
+    /// What clients trust: the root alone.
+    fn ca(&self) -> PathBuf {
+        self.dir.join("root.crt")
+    }
+}
+
+/// A tarq serving with `tls` over the certificate `node`.
+fn start(node: &(PathBuf, PathBuf), tls: &[&str]) -> Tarq {
+    let mut args = vec![
+        "--tls-cert",
+        node.0.to_str().unwrap(),
+        "--tls-key",
+        node.1.to_str().unwrap(),
+    ];
+    args.extend_from_slice(tls);
+    Tarq::start(&args)
+}
+
+fn python_tarantool() {
+    require_command(
+        "the PyPI `tarantool` connector",
+        &["python3", "-c", "import tarantool"],
+    );
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients/tls")
+        .join(name)
+}
+
+/// Runs the connector's TLS flow against `port` in `mode` and fails with its output.
+fn flow(server: &mut Tarq, ca: &Path, mode: &str) {
+    let mut cmd = Command::new("python3");
+    cmd.arg(script("flow.py"))
+        .arg(server.addr.port().to_string())
+        .arg(ca)
+        .arg(mode);
+    let run = run_with_deadline(cmd, WAIT);
+    if !run.stdout.contains("OK: tls flow") {
+        server.lines.drain(std::time::Duration::from_millis(50));
+        panic!(
+            "the TLS flow failed ({:?})\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server ---\n{}",
+            run.status,
+            run.stdout,
+            run.stderr,
+            server.log().join("\n")
+        );
+    }
+    print!("{}", run.stdout);
+}
+
+#[test]
+fn the_python_connector_puts_and_takes_over_tls_and_a_plain_client_is_refused_at_once() {
+    python_tarantool();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let node = pki.node("node-a");
+    let mut server = start(&node, &["--listen-tls", "required"]);
+    flow(&mut server, &pki.ca(), "required");
+    server.wait_for_line("plain connection refused: the port requires TLS");
+}
+
+#[test]
+fn an_optional_iproto_port_serves_tls_and_plain_clients() {
+    python_tarantool();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let node = pki.node("node-a");
+    let mut server = start(&node, &["--listen-tls", "optional"]);
+    flow(&mut server, &pki.ca(), "optional");
+}
+
+#[test]
+fn openssl_s_client_sees_the_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let node = pki.node("node-a");
+    let server = start(&node, &["--listen-tls", "required"]);
+    let mut cmd = Command::new("openssl");
+    cmd.args(["s_client", "-showcerts", "-verify_return_error", "-connect"])
+        .arg(server.addr.to_string())
+        .arg("-CAfile")
+        .arg(pki.ca());
+    let run = run_with_deadline(cmd, WAIT);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    for want in [
+        "depth=2 CN = tarq test root",
+        "depth=1 CN = intermediate",
+        "depth=0 CN = node-a",
+        " 0 s:CN = node-a",
+        " 1 s:CN = intermediate",
+        "Verify return code: 0 (ok)",
+    ] {
+        assert!(
+            out.contains(want),
+            "{want:?} missing from s_client's output:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn curl_with_the_ca_uses_the_http_api_and_plain_http_is_told_to_use_https() {
+    let curl = prerequisite("curl", tool("curl"));
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let node = pki.node("node-a");
+    let mut server = start(
+        &node,
+        &[
+            "--http-listen",
+            "127.0.0.1:0",
+            "--http-tls",
+            "required",
+            "--user",
+            "admin",
+            "--password",
+            "secret",
+        ],
+    );
+    let line = server.wait_for_line("serving the web console");
+    let http = addr_in(&line, "listen=").expect("the line names the address");
+    let curl = |url: String, extra: &[&str]| {
+        let mut cmd = Command::new(&curl);
+        cmd.args(["-sS", "-u", "admin:secret", "--cacert"])
+            .arg(pki.ca())
+            .args(extra)
+            .arg(url);
+        run_with_deadline(cmd, WAIT)
+    };
+    let put = curl(
+        format!("https://{http}/api/tubes/default/tasks"),
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            r#"{"data":"via https"}"#,
+        ],
+    );
+    assert!(
+        put.stdout.contains("via https"),
+        "{} {}",
+        put.stdout,
+        put.stderr
+    );
+    let listed = curl(format!("https://{http}/api/tubes"), &[]);
+    assert!(listed.stdout.contains("\"default\""), "{}", listed.stdout);
+    let plain = curl(format!("http://{http}/api/tubes"), &["-w", "%{http_code}"]);
+    assert!(
+        plain.stdout.contains("requires TLS") && plain.stdout.ends_with("400"),
+        "{} {}",
+        plain.stdout,
+        plain.stderr
+    );
+}
+
+#[test]
+fn the_beanstalk_port_speaks_tls_and_optional_keeps_plain_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let node = pki.node("node-a");
+    let (mut server, addr) = beanstalk::start(&[
+        "--tls-cert",
+        node.0.to_str().unwrap(),
+        "--tls-key",
+        node.1.to_str().unwrap(),
+        "--beanstalk-tls",
+        "optional",
+    ]);
+    // Python's own ssl module, as a beanstalk client over TLS would use it.
+    let code = r#"
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as raw:
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        s.sendall(b"put 0 0 60 5\r\nhello\r\nreserve-with-timeout 0\r\n")
+        got = b""
+        while got.count(b"\r\n") < 3:
+            got += s.recv(4096)
+        print(got.decode().replace("\r\n", "|"))
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", code])
+        .arg(addr.port().to_string())
+        .arg(pki.ca());
+    let run = run_with_deadline(cmd, WAIT);
+    assert!(
+        run.stdout.starts_with("INSERTED ")
+            && run.stdout.contains("|RESERVED ")
+            && run.stdout.contains("|hello|"),
+        "{} {}",
+        run.stdout,
+        run.stderr
+    );
+    let mut plain = beanstalk::Bs::connect(addr);
+    let id = plain.put(0, b"in the clear");
+    assert!(id > 0);
+    server.wait_for_line("connection opened");
+}
+
+#[test]
+fn sighup_serves_a_replaced_certificate_to_new_connections_and_old_ones_go_on() {
+    python_tarantool();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let a = pki.node("node-a");
+    let b = pki.node("node-b");
+    // The server reads these two paths; the test replaces their contents.
+    let served = (
+        dir.path().join("served.chain"),
+        dir.path().join("served.key"),
+    );
+    std::fs::copy(&a.0, &served.0).unwrap();
+    std::fs::copy(&a.1, &served.1).unwrap();
+    let mut server = start(&served, &["--listen-tls", "required"]);
+    let mut client = Proc::spawn(
+        Command::new("python3")
+            .arg(script("reload.py"))
+            .arg(server.addr.port().to_string())
+            .arg(pki.ca())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    );
+    let mut stdin = client.0.stdin.take().unwrap();
+    let mut out = Lines::read(client.0.stdout.take().unwrap());
+    out.wait_for("first node-a", WAIT);
+    std::fs::copy(&b.0, &served.0).unwrap();
+    std::fs::copy(&b.1, &served.1).unwrap();
+    let from = server.log().len();
+    server.signal("HUP");
+    server.wait_for_line_after(from, "TLS certificate reloaded");
+    stdin.write_all(b"go\n").unwrap();
+    stdin.flush().unwrap();
+    out.wait_for("second node-b", WAIT);
+    out.wait_for("old connection still node-a", WAIT);
+    out.wait_for("OK: reload", WAIT);
+}
+
+#[test]
+fn a_certificate_that_does_not_load_stops_the_start_and_a_reload_keeps_the_running_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let a = pki.node("node-a");
+    let b = pki.node("node-b");
+    // node-a's chain with node-b's key: they do not fit.
+    let data = dir.path().join("data");
+    let out = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .args(["--listen-tls", "required", "--tls-cert"])
+        .arg(&a.0)
+        .arg("--tls-key")
+        .arg(&b.1)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("does not fit the certificate"), "{err}");
+
+    let served = (
+        dir.path().join("served.chain"),
+        dir.path().join("served.key"),
+    );
+    std::fs::copy(&a.0, &served.0).unwrap();
+    std::fs::copy(&a.1, &served.1).unwrap();
+    let mut server = start(&served, &["--listen-tls", "required"]);
+    std::fs::write(&served.0, "not a certificate").unwrap();
+    let from = server.log().len();
+    server.signal("HUP");
+    let line = server.wait_for_line_after(from, "TLS certificate not reloaded");
+    assert!(line.contains("no certificate in"), "{line}");
+    // Still served: the running certificate.
+    let addr: SocketAddr = server.addr;
+    let mut cmd = Command::new("openssl");
+    cmd.args(["s_client", "-verify_return_error", "-connect"])
+        .arg(addr.to_string())
+        .arg("-CAfile")
+        .arg(pki.ca());
+    let run = run_with_deadline(cmd, WAIT);
+    assert!(
+        run.stdout.contains("Verify return code: 0 (ok)"),
+        "{}",
+        run.stdout
+    );
+}
