@@ -1853,6 +1853,27 @@ impl Queue {
         }
     }
 
+    /// Tube `tube`'s operation counters start again from 0, what they held counted on in the
+    /// queue's own (`all_stats`): a partition that comes back to a node that served it before
+    /// counts only what it does from now, its earlier counts having travelled with it.
+    pub fn restart_counts(&mut self, tube: TubeIx) -> Result<(), QueueError> {
+        let ops = self.live_tube(tube)?.ops;
+        let t = self.tubes[tube as usize].as_mut().expect("live tube");
+        t.ops = Stats::default();
+        self.retired += &Stats {
+            total: 0,
+            ready: 0,
+            taken: 0,
+            waiting: 0,
+            buried: 0,
+            ready_since: 0,
+            takers_waiting: 0,
+            takers_holding: 0,
+            ..ops
+        };
+        Ok(())
+    }
+
     fn uninstall_tube(&mut self, ix: TubeIx) {
         let t = self.tubes[ix as usize].take().expect("live tube");
         // Its operations stay counted; its tasks are gone.

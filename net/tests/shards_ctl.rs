@@ -330,3 +330,94 @@ fn a_partitioned_tubes_consumers_and_idle_mark_are_the_same_from_every_node() {
         });
     }
 }
+
+/// A tube's counters travel with its moved partitions (issue 39, item 3): `queue.statistics`
+/// of the whole tube, from either node, counts every put, take and ack once after a partition
+/// has moved away and back (its earlier owners' counts ride in the placement), so put >= take
+/// holds and no figure goes back; the node that served the partition keeps its headline
+/// counts.
+#[test]
+fn a_tubes_counters_travel_with_its_partition_there_and_back() {
+    let etcd = Etcd::start();
+    let nodes = two_sets(&etcd);
+    let (a, b) = (nodes.nodes[0].addr, nodes.nodes[1].addr);
+    let node_a = nodes.nodes[0].tarq.as_ref().unwrap();
+    let out = node_a.ctl(&["create-tube", "jobs", "fifottl", "--partitions", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut placed = Vec::new();
+    wait_for("both nodes to know the tube", || {
+        placed = owners(a, "jobs");
+        placed.len() == 2 && owners(b, "jobs").len() == 2
+    });
+    let p = placed.iter().position(|s| s == "a").unwrap().to_string();
+    let work = |at: SocketAddr, puts: u64, done: u64| {
+        let mut c = connect(at);
+        for n in 0..puts {
+            c.call("queue.tube.jobs:put", &pack_args(&[Value::from(n)]), None)
+                .expect("put");
+        }
+        for _ in 0..done {
+            let t = c
+                .call("queue.tube.jobs:take", &pack_args(&[Value::from(0)]), None)
+                .expect("take");
+            let id = t[0].as_array().unwrap()[0].clone();
+            c.call("queue.tube.jobs:ack", &pack_args(&[id]), None)
+                .expect("ack");
+        }
+    };
+    let calls = |at: SocketAddr| -> (u64, u64, u64, u64) {
+        let s = connect(at)
+            .call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+            .expect("statistics")
+            .remove(0);
+        let c = field(&s, "calls").unwrap();
+        let n = |k: &str| field(c, k).and_then(Value::as_u64).unwrap();
+        let total = field(field(&s, "tasks").unwrap(), "total")
+            .and_then(Value::as_u64)
+            .unwrap();
+        (n("put"), n("take"), n("ack"), total)
+    };
+    let moved = |to: &str, want: [&str; 2]| {
+        let out = node_a.ctl(&["move", "jobs", &p, "--to", to]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        wait_for("both nodes to read the move", || {
+            owners(a, "jobs") == want && owners(b, "jobs") == want
+        });
+    };
+    work(a, 10, 4);
+    work(b, 10, 4);
+    for at in [a, b] {
+        assert_eq!(calls(at), (20, 8, 8, 12), "before the move, from {at}");
+    }
+    let headline = figure(&stats(a), "puts");
+
+    moved("b", ["b", "b"]);
+    for at in [a, b] {
+        assert_eq!(calls(at), (20, 8, 8, 12), "after the move away, from {at}");
+    }
+    work(a, 5, 2);
+    for at in [a, b] {
+        assert_eq!(calls(at), (25, 10, 10, 15), "served by b, from {at}");
+    }
+
+    let mut back = ["b", "b"];
+    back[p.parse::<usize>().unwrap()] = "a";
+    moved("a", back);
+    for at in [a, b] {
+        let (put, take, ack, total) = calls(at);
+        assert_eq!(
+            (put, take, ack, total),
+            (25, 10, 10, 15),
+            "moved back, from {at}"
+        );
+        assert!(put >= take);
+    }
+    work(a, 3, 3);
+    for at in [a, b] {
+        assert_eq!(calls(at), (28, 13, 13, 15), "served by a again, from {at}");
+    }
+    assert!(
+        figure(&stats(a), "puts") >= headline + 3,
+        "node a's headline puts"
+    );
+}

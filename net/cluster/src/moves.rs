@@ -141,6 +141,9 @@ pub struct Commit {
     /// The term of `from`'s primary that sends it: that primary must lead its set still, or a
     /// commit that reaches etcd late could hand over a copy its successor has written past.
     pub term: u64,
+    /// What `from` did with the partition while it owned it, by counter: added to the
+    /// partition's `carried`.
+    pub carried: std::collections::BTreeMap<String, u64>,
 }
 
 /// A move's commit: gives the partition to set `to`, numbering from `first` at least there,
@@ -163,10 +166,15 @@ pub fn commit(client: &mut Client, cluster: &str, c: &Commit, budget: Duration) 
             Ok(Err(done)) => return Ok(Ok(done)),
             Err(e) => return Ok(Err(e)),
         };
-        let t = match plan_place_from(&map, &c.tube, c.partition, &c.to, c.first) {
+        let mut t = match plan_place_from(&map, &c.tube, c.partition, &c.to, c.first) {
             Ok(t) => t,
             Err(e) => return Ok(Err(e)),
         };
+        if let Some(p) = t.partitions.get_mut(usize::from(c.partition)) {
+            for (counter, n) in &c.carried {
+                *p.carried.entry(counter.clone()).or_default() += n;
+            }
+        }
         let compare = vec![
             Compare::ModRevision(ckey.clone(), claim_rev),
             Compare::CreateRevision(leader_key.clone(), c.term as i64),
@@ -280,11 +288,13 @@ mod tests {
             options: serde_json::Value::Null,
             partitions: vec![
                 crate::placement::PartitionPlacement {
+                    carried: Default::default(),
                     index: 3,
                     set: "a".into(),
                     first: 0,
                 },
                 crate::placement::PartitionPlacement {
+                    carried: Default::default(),
                     index: 9,
                     set: "b".into(),
                     first: 0,

@@ -73,6 +73,11 @@ pub struct PartitionPlacement {
     pub index: u16,
     pub set: String,
     pub first: u64,
+    /// What the partition's earlier owners did with it, by counter (`puts`, `takes`, ...):
+    /// each move's commit adds the old owner's counts, so the tube's figures, summed over the
+    /// owners' own counts and these, never go back when a partition changes hands.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub carried: BTreeMap<String, u64>,
 }
 
 /// What an index key holds.
@@ -515,6 +520,7 @@ pub fn plan_create(
             .into_iter()
             .enumerate()
             .map(|(i, index)| PartitionPlacement {
+                carried: BTreeMap::new(),
                 index,
                 set: owners[i % owners.len()].clone(),
                 first: p.floor(index),
@@ -793,6 +799,7 @@ pub fn ensure_default(
             kind: "fifottl".into(),
             options: serde_json::json!({}),
             partitions: vec![PartitionPlacement {
+                carried: BTreeMap::new(),
                 index: 0,
                 set: set.to_owned(),
                 first: map.placement.floor(0),

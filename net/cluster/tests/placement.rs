@@ -390,6 +390,7 @@ fn a_moves_commit_and_its_release_exclude_each_other_through_its_claim() {
         first: 0,
         id,
         term,
+        carried: Default::default(),
     };
     let commit = |c: &mut Client, id| moves::commit(c, "test", &move_q(id, term), CALL);
     let owner = |r: Result<TubePlacement, PlacementError>| {

@@ -1,6 +1,8 @@
 //! Whole-tube figures: a command run on every partition of a tube (here, or forwarded) and
 //! the answers summed; `queue.statistics()` for every tube at once.
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 /// A whole-tube figure being summed.
@@ -31,6 +33,79 @@ pub(super) enum GatherKind {
     Ok,
 }
 
+/// The operation counters of `s` by name, as a move's commit carries them in the placement.
+pub(super) fn counters_of(s: &Stats) -> BTreeMap<String, u64> {
+    let all = [
+        ("puts", s.puts),
+        ("takes", s.takes),
+        ("acks", s.acks),
+        ("releases", s.releases),
+        ("promoted", s.promoted),
+        ("expired", s.expired),
+        ("ttr_returned", s.ttr_returned),
+        ("auto_released", s.auto_released),
+        ("buries", s.buries),
+        ("kicks", s.kicks),
+        ("deletes", s.deletes),
+        ("touches", s.touches),
+        ("dead_lettered", s.dead_lettered),
+        ("deduplicated", s.deduplicated),
+    ];
+    (all.into_iter())
+        .filter(|&(_, n)| n > 0)
+        .map(|(k, n)| (k.to_owned(), n))
+        .collect()
+}
+
+/// `carried` (a partition's earlier owners' counters, by name) as figures to add to its
+/// owner's; a name this node does not know is left out.
+fn carried_stats(carried: &BTreeMap<String, u64>) -> Stats {
+    let mut s = Stats::default();
+    for (k, &n) in carried {
+        let f = match k.as_str() {
+            "puts" => &mut s.puts,
+            "takes" => &mut s.takes,
+            "acks" => &mut s.acks,
+            "releases" => &mut s.releases,
+            "promoted" => &mut s.promoted,
+            "expired" => &mut s.expired,
+            "ttr_returned" => &mut s.ttr_returned,
+            "auto_released" => &mut s.auto_released,
+            "buries" => &mut s.buries,
+            "kicks" => &mut s.kicks,
+            "deletes" => &mut s.deletes,
+            "touches" => &mut s.touches,
+            "dead_lettered" => &mut s.dead_lettered,
+            "deduplicated" => &mut s.deduplicated,
+            _ => continue,
+        };
+        *f += n;
+    }
+    s
+}
+
+impl Shards {
+    /// What tube `head`'s partitions' earlier owners did with them (moves carried it): added
+    /// to the owners' own figures, so a tube's counters do not go back when a partition moves.
+    pub(super) fn carried(&self, head: TubeIx) -> Stats {
+        let mut s = Stats::default();
+        let Some(name) = self.tubes.get(&head).map(|t| &t.name) else {
+            return s;
+        };
+        for p in self
+            .placement
+            .tubes
+            .get(name)
+            .map_or(&[][..], |t| &t.partitions)
+        {
+            if !p.carried.is_empty() {
+                s += &carried_stats(&p.carried);
+            }
+        }
+        s
+    }
+}
+
 impl Server {
     /// Runs `make(partition)` on every partition of `tube` and answers the sum.
     pub(super) fn gather<'c>(
@@ -42,8 +117,14 @@ impl Server {
         make: impl Fn(TubeIx) -> Command<'c>,
     ) -> Option<Command<'c>> {
         let shards = self.shards.as_mut()?;
+        // A tube's figures count what its partitions did under earlier owners too.
+        let carried = match kind {
+            GatherKind::Stats | GatherKind::Figures => shards.carried(tube),
+            _ => Stats::default(),
+        };
+        let moved = carried != Stats::default();
         let parts = match shards.tubes.get(&tube) {
-            Some(t) if t.parts.len() > 1 || !shards.here(tube, leads) => t.parts.clone(),
+            Some(t) if t.parts.len() > 1 || !shards.here(tube, leads) || moved => t.parts.clone(),
             _ => return Some(make(tube)),
         };
         let key = shards.next_gather;
@@ -53,7 +134,7 @@ impl Server {
             Gather {
                 client,
                 left: parts.len(),
-                stats: Stats::default(),
+                stats: carried,
                 count: 0,
                 kind,
                 error: None,
@@ -90,7 +171,7 @@ impl Server {
         let mut asks = Vec::new();
         let holders = self.core.queue().holders();
         for (name, head, parts) in tubes {
-            let mut sum = Stats::default();
+            let mut sum = shards.carried(head);
             for ix in parts {
                 if shards.here(ix, leads) {
                     // With its consumers, as an owner's answer for its partition has them.

@@ -320,6 +320,9 @@ impl Server {
     /// Partition `ix` is this set's by a move: served from now on, before this node's view
     /// is newer than `epoch` (a view that is newer already says who owns it).
     fn adopt(&mut self, ix: TubeIx, epoch: i64) {
+        // What this node counted when it served the partition before travelled with it (the
+        // placement's `carried`): from now on its counters say what it does itself.
+        let _ = self.core.queue_mut().restart_counts(ix);
         if let Some(shards) = self.shards.as_mut() {
             if shards.placement.epoch <= epoch {
                 shards.adopted.insert(ix, epoch);

@@ -474,6 +474,8 @@ impl Server {
             first: self.core.numbers(m.ix).next.max(m.next),
             id: m.id,
             term,
+            // Frozen: its counts are final here, and travel with it.
+            carried: gather::counters_of(&self.core.queue().tube_stats(m.ix).unwrap_or_default()),
         };
         self.cluster_handle().move_partition(token, commit);
         Ok(token)

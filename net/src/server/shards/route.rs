@@ -149,7 +149,9 @@ impl Server {
         };
         // A partition the routes lack: another node may have just placed its tube; the
         // command runs once this node has read the placement.
-        if self.shards.is_some() && self.hold_unrouted(client, &cmd) {
+        if self.shards.is_some()
+            && (self.hold_unrouted(client, &cmd) || self.hold_figures_for_view(client, &cmd))
+        {
             return None;
         }
         let shards = self.shards.as_mut()?;

@@ -196,6 +196,35 @@ impl Server {
         if shards.reads.again || shards.part(ix).is_some() {
             return false;
         }
+        self.keep_for_read(client, cmd)
+    }
+
+    /// In the router: whether a whole-tube figure should wait for a read of the placement —
+    /// a partition of the tube moved here and this node's view does not have that move yet,
+    /// so it lacks the counts the move carried (`carried`) — and is kept for it.
+    pub(super) fn hold_figures_for_view(&mut self, client: Client, cmd: &Command<'_>) -> bool {
+        let Some(shards) = self.shards.as_ref() else {
+            return false;
+        };
+        if shards.adopted.is_empty() || shards.reads.again {
+            return false;
+        }
+        let stale = match *cmd {
+            Command::TubeStats { tube } | Command::TubeFigures { tube } => (shards.tubes)
+                .get(&tube)
+                .is_some_and(|t| t.parts.iter().any(|p| shards.adopted.contains_key(p))),
+            Command::AllTubeStats => true,
+            _ => false,
+        };
+        stale && self.keep_for_read(client, cmd)
+    }
+
+    /// Keeps `cmd` of `client` until a read of the placement (`false`: it cannot be kept,
+    /// and is routed as it is).
+    fn keep_for_read(&mut self, client: Client, cmd: &Command<'_>) -> bool {
+        let Some(shards) = self.shards.as_mut() else {
+            return false;
+        };
         let len = shards.reads.held.len();
         if let Some(why) = shards.over_bound(len, "calls waiting for a read of the placement") {
             self.answer(client, &Outcome::Error(Refusal::Shards(why)));
