@@ -326,6 +326,13 @@ pub struct Settings {
     #[arg(long, env = "TARQ_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
 
+    /// The CA that signs the cluster's nodes (PEM). With it, replication and shard links go over
+    /// TLS with mutual authentication: this node shows --tls-cert to the nodes it connects to
+    /// and checks theirs against this CA, and a JOIN, SUBSCRIBE or link reaching it is refused
+    /// unless it came over TLS with a certificate this CA signed. Needs --listen-tls.
+    #[arg(long, env = "TARQ_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
     /// On an IPROTO port with TLS optional or required: seconds a new connection has to start
     /// TLS (its ClientHello) before it is taken for a plain client, which gets its greeting
     /// then (optional) or a refusal (required) [default: 0.2].
@@ -767,7 +774,17 @@ impl Config {
                 beanstalk: s.beanstalk_tls.unwrap_or_default(),
                 http: s.http_tls.unwrap_or_default(),
                 files: match (s.tls_cert, s.tls_key) {
-                    (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+                    (Some(cert), Some(key)) => Some(TlsFiles {
+                        cert,
+                        key,
+                        ca: s.tls_ca,
+                    }),
+                    (None, None) if s.tls_ca.is_some() => {
+                        return Err(invalid(
+                            "tls-ca needs tls-cert and tls-key: the certificate this node shows \
+                             the others",
+                        ))
+                    }
                     (None, None) => None,
                     (Some(_), None) => {
                         return Err(invalid("tls-cert needs tls-key, its private key"))
@@ -800,6 +817,12 @@ impl Config {
             ("beanstalk-tls", t.beanstalk),
             ("http-tls", t.http),
         ];
+        if t.files.as_ref().is_some_and(|f| f.ca.is_some()) && t.iproto == TlsMode::Off {
+            return Err(invalid(
+                "tls-ca needs listen-tls optional or required: the nodes' replication and links \
+                 reach each other's IPROTO port",
+            ));
+        }
         for (name, mode) in ports {
             if mode != TlsMode::Off && t.files.is_none() {
                 return Err(invalid(format!(
@@ -1352,6 +1375,28 @@ mod tests {
         );
         let e = parse(&["--tls-cert", "/c.pem"]).unwrap_err().to_string();
         assert!(e.contains("tls-cert needs tls-key"), "{e}");
+        let e = parse(&["--tls-ca", "/ca.pem"]).unwrap_err().to_string();
+        assert!(e.contains("tls-ca needs tls-cert and tls-key"), "{e}");
+        let (cert, key) = ("/c.pem", "/k.pem");
+        let e = parse(&["--tls-cert", cert, "--tls-key", key, "--tls-ca", "/ca.pem"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tls-ca needs listen-tls optional or required"),
+            "{e}"
+        );
+        let c = parse(&[
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--tls-ca",
+            "/ca.pem",
+            "--listen-tls",
+            "optional",
+        ])
+        .unwrap();
+        assert_eq!(c.tls.files.unwrap().ca, Some(PathBuf::from("/ca.pem")));
         let e = refused(&["--http-tls", "yes"]);
         assert!(
             e.contains("not a TLS mode: off, optional or required"),

@@ -124,6 +124,32 @@ impl Pki {
         (path, self.dir.join(format!("{name}.key")))
     }
 
+    /// A node certificate signed by a CA of its own (not the cluster's): `name.chain`, `name.key`.
+    fn foreign_node(&self, name: &str) -> (PathBuf, PathBuf) {
+        let ca = format!("{name}-ca");
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.crt"),
+            "-days",
+            "30",
+            "-subj",
+            "/CN=another CA",
+        ]);
+        self.sign(name, &ca, "node.ext");
+        let path = self.dir.join(format!("{name}.chain"));
+        std::fs::copy(self.dir.join(format!("{name}.crt")), &path).unwrap();
+        (path, self.dir.join(format!("{name}.key")))
+    }
+
     /// What clients trust: the root alone.
     fn ca(&self) -> PathBuf {
         self.dir.join("root.crt")
@@ -363,6 +389,79 @@ fn sighup_serves_a_replaced_certificate_to_new_connections_and_old_ones_go_on() 
     out.wait_for("second node-b", WAIT);
     out.wait_for("old connection still node-a", WAIT);
     out.wait_for("OK: reload", WAIT);
+}
+
+/// A node's settings with the cluster CA: TLS optional on its port, so the test's plain client
+/// reads its figures, while replication needs the CA's certificate whatever the port allows.
+fn node_args<'a>(node: &'a (PathBuf, PathBuf), ca: &'a Path) -> Vec<&'a str> {
+    vec![
+        "--listen-tls",
+        "optional",
+        "--tls-cert",
+        node.0.to_str().unwrap(),
+        "--tls-key",
+        node.1.to_str().unwrap(),
+        "--tls-ca",
+        ca.to_str().unwrap(),
+    ]
+}
+
+fn stat(c: &mut Client, name: &str) -> u64 {
+    let stats = c.call("queue.stats", &[]).one();
+    field(&stats, name).as_u64().unwrap_or(0)
+}
+
+#[test]
+fn replication_runs_over_mutual_tls_and_a_node_without_the_cluster_ca_cannot_replicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let (a, b, x) = (
+        pki.node("node-a"),
+        pki.node("node-b"),
+        pki.foreign_node("node-x"),
+    );
+    let ca = pki.ca();
+    let mut primary = Tarq::start(&node_args(&a, &ca));
+    let paddr = primary.addr.to_string();
+    let mut p = Client::connect(primary.addr);
+    let put = p.call("queue.put", &["before".into()]).one();
+
+    // A node of the cluster replicates: over TLS, both certificates checked.
+    let mut args = node_args(&b, &ca);
+    args.extend(["--replica-of", &paddr]);
+    let replica = Tarq::start(&args);
+    primary.wait_for_line("replica subscribed");
+    let mut r = Client::connect(replica.addr);
+    p.call("queue.put", &["after".into()]).one();
+    wait_until("the replica has both tasks", || stat(&mut r, "total") == 2);
+    assert_eq!(stat(&mut r, "replication_connected"), 1);
+    assert_eq!(id_of(&put), 1);
+
+    // A node whose certificate another CA signed (it trusts the cluster's): refused in the
+    // handshake, and both sides say why.
+    let mut args = node_args(&x, &ca);
+    args.extend(["--replica-of", &paddr]);
+    let mut stranger = Tarq::start(&args);
+    let line = stranger.wait_for_line("replication stopped");
+    assert!(
+        line.contains("did not accept this end's certificate"),
+        "{line}"
+    );
+    println!("the stranger: {line}");
+    let line = primary.wait_for_line("TLS connection failed");
+    assert!(line.contains("invalid peer certificate"), "{line}");
+    println!("the primary: {line}");
+
+    // A node with no TLS at all: the primary's JOIN refusal names what is missing.
+    let mut plain = Tarq::start(&["--replica-of", &paddr]);
+    let line = plain.wait_for_line("replication stopped");
+    assert!(
+        line.contains("certificate the cluster CA signed (tls-ca); this is a plain connection"),
+        "{line}"
+    );
+    let line = primary.wait_for_line("replica refused");
+    assert!(line.contains("cluster CA"), "{line}");
+    assert_eq!(stat(&mut p, "replicas"), 1, "only the node of the cluster");
 }
 
 #[test]

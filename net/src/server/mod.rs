@@ -1139,6 +1139,12 @@ impl Server {
                 self.begin_close(idx, "closed by peer", true);
             }
             ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
+            ReadOutcome::Error(e) if c.stream.is_tls() => {
+                // A failed handshake says why here: a certificate the CA did not sign, a
+                // client that does not trust this one, no protocol in common.
+                warn!(sid = c.sid, peer = %c.peer, error = %e, "TLS connection failed");
+                self.begin_close(idx, "TLS error", false);
+            }
             ReadOutcome::Error(e) => {
                 debug!(sid = c.sid, error = %e, "read failed");
                 self.begin_close(idx, "read error", false);

@@ -123,6 +123,9 @@ impl Server {
     /// Whether connection `idx` may become a relay: authenticated, not one already, and this
     /// node the primary.
     fn may_relay(&mut self, idx: usize) -> Result<(), Refused> {
+        if let Some(why) = self.node_refusal(idx) {
+            return Err((ER_ACCESS_DENIED, why));
+        }
         let c = self.conn_mut(idx);
         if !c.authenticated {
             return Err((

@@ -66,7 +66,7 @@ enum Phase {
 /// The stream from the primary.
 pub(crate) struct Upstream {
     primary: SocketAddr,
-    stream: Option<TcpStream>,
+    stream: Option<super::tls::Stream>,
     phase: Phase,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
@@ -183,6 +183,7 @@ impl Upstream {
         let Some(s) = &mut self.stream else {
             return Ok(());
         };
+        (s.flush_tls()).map_err(|e| format!("writing to the primary: {e}"))?;
         while !self.wbuf.is_empty() {
             match s.write(&self.wbuf) {
                 Ok(n) => {
@@ -245,12 +246,18 @@ impl Server {
             if now < up.retry_at {
                 return Ok(());
             }
-            let mut s = TcpStream::connect(up.primary)
+            let tcp = TcpStream::connect(up.primary)
                 .map_err(|e| format!("connecting to {}: {e}", up.primary))?;
             // Acknowledgements are small and a synchronous primary waits for each: Nagle's
             // algorithm would hold one back until the previous one's ACK came.
-            s.set_nodelay(true)
+            tcp.set_nodelay(true)
                 .map_err(|e| format!("setting TCP_NODELAY: {e}"))?;
+            // With a cluster CA (`--tls-ca`), over TLS, this node's certificate shown.
+            let mut s = match &self.tls.nodes {
+                Some(cfg) => super::tls::Stream::to_node(tcp, cfg, up.primary)
+                    .map_err(|e| format!("TLS to {}: {e}", up.primary))?,
+                None => super::tls::Stream::plain(tcp),
+            };
             self.poll
                 .registry()
                 .register(&mut s, UPSTREAM, Interest::READABLE | Interest::WRITABLE)

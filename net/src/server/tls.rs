@@ -22,7 +22,10 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ServerConfig, ServerConnection};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{
+    ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection,
+};
 
 /// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1): every
 /// ClientHello starts with it.
@@ -69,36 +72,89 @@ impl std::fmt::Display for TlsMode {
     }
 }
 
-/// Where the server's certificate chain and key are (PEM).
+/// Where the server's certificate chain and key are (PEM), and the cluster's CA.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsFiles {
     /// The certificate chain, the server's own first.
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// The CA that signs the cluster's nodes (`--tls-ca`): when set, replication and shard
+    /// links run over TLS with both ends' certificates checked against it.
+    pub ca: Option<PathBuf>,
+}
+
+/// What the files make: the configuration every new TLS connection on a port starts from, and,
+/// with a cluster CA, the one this node's own connections to other nodes start from.
+pub struct Loaded {
+    pub server: Arc<ServerConfig>,
+    pub nodes: Option<Arc<ClientConfig>>,
 }
 
 impl TlsFiles {
-    /// Reads the chain and the key and makes the configuration every new TLS connection starts
-    /// from. The error names the file and what is wrong with it.
-    pub fn load(&self) -> Result<Arc<ServerConfig>, String> {
+    /// Reads the chain, the key and the CA. The error names the file and what is wrong with it.
+    pub fn load(&self) -> Result<Loaded, String> {
         let chain = read_chain(&self.cert)?;
         let key = PrivateKeyDer::from_pem_file(&self.key)
             .map_err(|e| format!("no private key in {}: {e}", self.key.display()))?;
+        let misfit = |e: rustls::Error| {
+            format!(
+                "the key {} does not fit the certificate {}: {e}",
+                self.key.display(),
+                self.cert.display()
+            )
+        };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = ServerConfig::builder_with_provider(provider)
+        let roots = match &self.ca {
+            Some(ca) => Some(Arc::new(read_roots(ca)?)),
+            None => None,
+        };
+        let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .map_err(|e| {
-                format!(
-                    "the key {} does not fit the certificate {}: {e}",
-                    self.key.display(),
-                    self.cert.display()
+            .map_err(|e| format!("TLS: {e}"))?;
+        let server = match &roots {
+            // A client may show a certificate (a node does) or not (a client of the queue); one
+            // it shows must chain to the cluster's CA, or the handshake fails.
+            Some(roots) => {
+                let verifier = WebPkiClientVerifier::builder_with_provider(
+                    Arc::clone(roots),
+                    Arc::clone(&provider),
                 )
-            })?;
-        Ok(Arc::new(cfg))
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| format!("the cluster CA: {e}"))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        }
+        .with_single_cert(chain.clone(), key.clone_key())
+        .map_err(misfit)?;
+        let nodes = match roots {
+            Some(roots) => Some(Arc::new(
+                ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| format!("TLS: {e}"))?
+                    .with_root_certificates(roots)
+                    .with_client_auth_cert(chain, key)
+                    .map_err(misfit)?,
+            )),
+            None => None,
+        };
+        Ok(Loaded {
+            server: Arc::new(server),
+            nodes,
+        })
     }
+}
+
+/// The certificates of a CA file, as trust anchors.
+fn read_roots(path: &Path) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_chain(path)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("a certificate in {} is no CA: {e}", path.display()))?;
+    }
+    Ok(roots)
 }
 
 /// Every certificate in a PEM file, in order; an empty file is an error.
@@ -128,7 +184,7 @@ enum State {
         cfg: Arc<ServerConfig>,
         required: bool,
     },
-    Tls(Box<ServerConnection>),
+    Tls(Box<Connection>),
     /// A plain client on a `required` port: nothing more is read; what the loop writes (its
     /// refusal) goes out in the clear.
     Refused,
@@ -140,6 +196,32 @@ impl Stream {
         Stream {
             tcp,
             state: State::Plain,
+        }
+    }
+
+    /// This node's connection to another node at `addr`, over TLS with `cfg` (its certificate
+    /// shown, the other's checked against the cluster CA and `addr`'s IP address).
+    pub fn to_node(
+        tcp: TcpStream,
+        cfg: &Arc<ClientConfig>,
+        addr: std::net::SocketAddr,
+    ) -> io::Result<Stream> {
+        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+        let mut conn = ClientConnection::new(Arc::clone(cfg), name).map_err(io::Error::other)?;
+        conn.set_buffer_limit(None);
+        Ok(Stream {
+            tcp,
+            state: State::Tls(Box::new(Connection::Client(conn))),
+        })
+    }
+
+    /// Whether the other end showed a certificate that chains to the cluster CA (a TLS client
+    /// shows one only when asked, and the port asks only with `--tls-ca`; one that does not
+    /// chain fails the handshake).
+    pub fn peer_is_node(&self) -> bool {
+        match &self.state {
+            State::Tls(c) => c.peer_certificates().is_some_and(|c| !c.is_empty()),
+            _ => false,
         }
     }
 
@@ -201,18 +283,10 @@ impl Stream {
 
     /// Writes the TLS records waiting for room, until they are out or the socket is full.
     pub fn flush_tls(&mut self) -> io::Result<()> {
-        let State::Tls(c) = &mut self.state else {
-            return Ok(());
-        };
-        while c.wants_write() {
-            match c.write_tls(&mut self.tcp) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        match &mut self.state {
+            State::Tls(c) => write_records(c, &mut self.tcp),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Queues TLS's close_notify after what was written, so the client tells an orderly close
@@ -249,7 +323,7 @@ impl Stream {
             // Bounded by `write` instead: it hands rustls a chunk only once the socket took
             // the records before it.
             conn.set_buffer_limit(None);
-            State::Tls(Box::new(conn))
+            State::Tls(Box::new(Connection::Server(conn)))
         } else if *required {
             State::Refused
         } else {
@@ -279,19 +353,48 @@ impl Stream {
             if let Err(e) = c.process_new_packets() {
                 // Best effort: the alert rustls queued tells the client why.
                 let _ = c.write_tls(&mut self.tcp);
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, explain(&e)));
             }
             // The handshake's answers go out now; what does not fit waits for `flush_tls`.
-            while c.wants_write() {
-                match c.write_tls(&mut self.tcp) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
+            write_records(c, &mut self.tcp)?;
         }
     }
+}
+
+/// A TLS failure as the log shows it: rustls's words, and for an alert the other end sent about
+/// this end's certificate, which this end cannot see for itself, what it means.
+fn explain(e: &rustls::Error) -> String {
+    use rustls::AlertDescription as A;
+    match e {
+        rustls::Error::AlertReceived(
+            A::UnknownCA | A::BadCertificate | A::CertificateUnknown | A::CertificateRequired,
+        ) => format!(
+            "TLS: {e}: the other end did not accept this end's certificate (one signed by \
+             another CA than the one it trusts, or none)"
+        ),
+        e => format!("TLS: {e}"),
+    }
+}
+
+/// Writes `c`'s records waiting for room, until they are out or `tcp` is full.
+fn write_records(c: &mut Connection, tcp: &mut TcpStream) -> io::Result<()> {
+    while c.wants_write() {
+        match c.write_tls(tcp) {
+            Ok(_) => {}
+            // A connection still being made (this node's, to another) takes no byte yet.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::NotConnected
+                ) =>
+            {
+                return Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl Read for Stream {
@@ -367,6 +470,8 @@ impl mio::event::Source for Stream {
 #[derive(Debug, Default)]
 pub struct TlsPorts {
     pub config: Option<Arc<ServerConfig>>,
+    /// This node's connections to other nodes (replication, shard links), with `--tls-ca`.
+    pub nodes: Option<Arc<ClientConfig>>,
     /// (deadline, slot, generation) in order of deadline: every wait is as long, so the
     /// connections accepted first come due first (a reload that shortens the wait fires the
     /// queued ones late, never early).
@@ -376,12 +481,13 @@ pub struct TlsPorts {
 impl TlsPorts {
     /// The configuration of `cfg`'s certificate, when a port serves TLS.
     pub fn load(cfg: &crate::config::TlsConfig) -> Result<TlsPorts, String> {
-        let config = match &cfg.files {
+        let loaded = match &cfg.files {
             Some(files) if cfg.any() => Some(files.load()?),
             _ => None,
         };
         Ok(TlsPorts {
-            config,
+            config: loaded.as_ref().map(|l| Arc::clone(&l.server)),
+            nodes: loaded.and_then(|l| l.nodes),
             waits: Default::default(),
         })
     }
@@ -450,6 +556,24 @@ impl super::Server {
         self.begin_close(idx, "plain client on a TLS port", flush);
     }
 
+    /// Why connection `idx` may not carry node-to-node traffic (replication, a shard link), or
+    /// `None`: with a cluster CA, only a TLS connection whose certificate the CA signed may.
+    pub(super) fn node_refusal(&self, idx: usize) -> Option<String> {
+        self.tls.nodes.as_ref()?;
+        let c = &self.conns[idx];
+        if c.stream.peer_is_node() {
+            return None;
+        }
+        let how = if c.stream.is_tls() {
+            "a TLS connection without a certificate"
+        } else {
+            "a plain connection"
+        };
+        Some(format!(
+            "nodes talk over TLS with a certificate the cluster CA signed (tls-ca); this is {how}"
+        ))
+    }
+
     /// SIGHUP: the certificate and key are read again; new connections get them, open ones
     /// keep what they started with. A file that does not read keeps the running ones.
     pub(super) fn reload_certificate(&mut self) {
@@ -457,8 +581,9 @@ impl super::Server {
             return;
         };
         match files.load() {
-            Ok(config) => {
-                self.tls.config = Some(config);
+            Ok(loaded) => {
+                self.tls.config = Some(loaded.server);
+                self.tls.nodes = loaded.nodes;
                 tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
             }
             Err(e) => tracing::warn!(

@@ -149,7 +149,8 @@ impl Server {
                         cluster: Arc::clone(&shards.cluster),
                         key,
                     };
-                    OutLink::connect(addr, set, sync, who, self.mono, self.poll.registry())
+                    let tls = self.tls.nodes.as_ref();
+                    OutLink::connect(addr, set, sync, who, tls, self.mono, self.poll.registry())
                 }
                 .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
             };

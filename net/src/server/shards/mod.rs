@@ -744,6 +744,9 @@ impl Server {
             let msg = "this tarq is no sharded cluster's node (--replica-set)";
             return Some((super::ER_UNKNOWN, msg.into()));
         };
+        if let Some(why) = self.node_refusal(idx) {
+            return Some((tarq_iproto::codes::ER_ACCESS_DENIED, why));
+        }
         let (mine, theirs) = (LINK_VERSION, hello.version);
         if theirs != mine {
             let (older, newer) = if theirs < mine {

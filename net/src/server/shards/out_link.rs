@@ -83,7 +83,7 @@ const PING_SYNC: u64 = 3;
 pub(crate) struct OutLink {
     /// Unique per link opened: input taken out is given back only to the link it came from.
     pub id: u64,
-    stream: TcpStream,
+    stream: crate::server::tls::Stream,
     token: Token,
     greeted: bool,
     rbuf: Vec<u8>,
@@ -118,13 +118,20 @@ impl OutLink {
         slot: usize,
         id: u64,
         who: Identity,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
         now: Micros,
         registry: &Registry,
     ) -> io::Result<OutLink> {
-        let mut stream = TcpStream::connect(addr)?;
+        use crate::server::tls::Stream;
+        let tcp = TcpStream::connect(addr)?;
+        let _ = tcp.set_nodelay(true);
+        // With a cluster CA (`--tls-ca`), over TLS, this node's certificate shown.
+        let mut stream = match tls {
+            Some(cfg) => Stream::to_node(tcp, cfg, addr)?,
+            None => Stream::plain(tcp),
+        };
         let token = Token(LINK_TOKEN_BASE + slot);
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
-        let _ = stream.set_nodelay(true);
         Ok(OutLink {
             id,
             stream,
@@ -263,6 +270,7 @@ impl OutLink {
 
     /// Writes what is queued. Err: the link is gone.
     pub fn flush(&mut self, registry: &Registry) -> Result<(), String> {
+        (self.stream.flush_tls()).map_err(|e| format!("writing the link: {e}"))?;
         while !self.wbuf.is_empty() {
             match self.stream.write(&self.wbuf) {
                 Ok(0) => return Err("the link closed while writing".into()),
@@ -275,7 +283,7 @@ impl OutLink {
                 Err(e) => return Err(format!("writing the link: {e}")),
             }
         }
-        let want = !self.wbuf.is_empty() || !self.greeted;
+        let want = !self.wbuf.is_empty() || !self.greeted || self.stream.wants_write();
         if want != self.want_write {
             let interest = if want {
                 Interest::READABLE | Interest::WRITABLE
