@@ -74,6 +74,25 @@ impl MovedTask {
     pub fn payload_bytes(&self) -> usize {
         self.data.len() + self.utube.as_ref().map_or(0, Vec::len)
     }
+
+    /// Its instants (the delay's end, the TTR's deadline, the put time the TTL counts from)
+    /// moved by `by` µs: from the exporting node's wall clock to the importing node's, so each
+    /// keeps what was left of it (nodes' wall clocks differ).
+    pub fn shift_clock(&mut self, by: i64) {
+        if self.runat != 0 {
+            self.runat = self.runat.saturating_add_signed(by);
+        }
+        self.ttr_deadline = self.ttr_deadline.map(|t| t.saturating_add_signed(by));
+        self.created = self.created.saturating_add_signed(by);
+    }
+}
+
+impl MovedDedup {
+    /// Its expiry moved by `by` µs to the importing node's wall clock
+    /// ([`MovedTask::shift_clock`]).
+    pub fn shift_clock(&mut self, by: i64) {
+        self.expires = self.expires.saturating_add_signed(by);
+    }
 }
 
 /// A dedup key as it moves between nodes ([`Queue::export_dedup`], [`Queue::import_dedup`]):

@@ -337,3 +337,102 @@ fn tasks_taken_during_a_move_stay_held_by_their_takers() {
         }
     }
 }
+
+/// libfaketime as Debian's `faketime` package installs it, if it is.
+fn faketime_lib() -> Option<std::path::PathBuf> {
+    std::fs::read_dir("/usr/lib")
+        .ok()?
+        .flatten()
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.is_file())
+}
+
+/// Nodes' wall clocks differ (here set a's runs two minutes behind), and a taken task's TTR
+/// deadline, a delay and a TTL are instants on the wall clock of the node that set them. A
+/// task taken on a with a TTR of 60 s and moved to b stays held there for that minute, one
+/// delayed a minute stays delayed, one that lives 100 s is not expired: a move carries each
+/// time as what is left of it, as a forwarded pause does. (Found by the fault
+/// harness under its clock faults: the task came back ready on the new owner at once, and a
+/// second consumer — once its own holder — took it.)
+#[test]
+fn a_held_task_moved_between_nodes_whose_clocks_differ_keeps_its_ttr() {
+    let Some(lib) = faketime_lib() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "libfaketime is needed: apt-get install faketime"
+        );
+        eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
+        return;
+    };
+    let etcd = Etcd::start();
+    let behind = |set: &str| match set {
+        "a" => vec![
+            ("LD_PRELOAD".to_owned(), lib.display().to_string()),
+            ("FAKETIME".to_owned(), "-120".to_owned()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+        ],
+        _ => Vec::new(),
+    };
+    let nodes = Nodes::start_sets_with(&etcd.url, &[("a", 1), ("b", 1)], &[], behind);
+    let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
+    let (a_addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
+    call(&mut connect(a_addr), "queue.create_tube", &args);
+    for addr in [a_addr, b_addr] {
+        let mut c = connect(addr);
+        wait_for("every node to know the tube", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+                .is_ok()
+        });
+    }
+    let part = owners(a_addr, "jobs")
+        .iter()
+        .position(|s| s == "a")
+        .unwrap() as u64;
+    let ttr = Value::Map(vec![(Value::from("ttr"), Value::from(60))]);
+    let put = call(
+        &mut connect(a_addr),
+        "queue.tube.jobs:put",
+        &[Value::from("x"), ttr],
+    );
+    let id = task_id(&put).unwrap();
+    let mut holder = connect(a_addr);
+    let took = call(&mut holder, "queue.tube.jobs:take", &[Value::from(0)]);
+    assert_eq!(task_id(&took), Some(id));
+    // A task delayed a minute, and one that lives 100 s: neither is ready, or gone, on b.
+    let delay = Value::Map(vec![(Value::from("delay"), Value::from(60))]);
+    let later = call(&mut connect(a_addr), "queue.tube.jobs:put", &[Value::from("d"), delay]);
+    let ttl = Value::Map(vec![(Value::from("ttl"), Value::from(100))]);
+    let lives = call(&mut connect(a_addr), "queue.tube.jobs:put", &[Value::from("l"), ttl]);
+    let (later, lives) = (task_id(&later).unwrap(), task_id(&lives).unwrap());
+    // The one that lives is taken and released again, so the take below could get only it.
+    call(&mut connect(a_addr), "queue.tube.jobs:bury", &[Value::from(lives)]);
+
+    let mut c = connect(a_addr);
+    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("b")]);
+    wait_for("a to move its partition", || {
+        match c.call("tarq.move", &args, None) {
+            Ok(_) => true,
+            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
+            Err(e) => panic!("tarq.move: {e}"),
+        }
+    });
+    // On b the task is still held: another consumer gets nothing.
+    let mut other = connect(b_addr);
+    let took = call(&mut other, "queue.tube.jobs:take", &[Value::from(1)]);
+    assert_eq!(
+        task_id(&took),
+        None,
+        "the held task was handed out again: {took:?}"
+    );
+    let acked = call(&mut holder, "queue.tube.jobs:ack", &[Value::from(id)]);
+    assert_eq!(task_id(&acked), Some(id));
+    let peek = |id: u64| {
+        let r = call(&mut connect(b_addr), "queue.tube.jobs:peek", &[Value::from(id)]);
+        r[0].as_array().and_then(|t| t.get(1)).and_then(|s| s.as_str().map(str::to_owned))
+    };
+    // Delayed still ('~'); the one with a TTL is still there (buried, '!'), not expired.
+    assert_eq!(peek(later).as_deref(), Some("~"));
+    assert_eq!(peek(lives).as_deref(), Some("!"));
+}

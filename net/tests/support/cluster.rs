@@ -133,6 +133,8 @@ pub struct Node {
     dir: Option<tempfile::TempDir>,
     /// Flags of this node's own (its replica set).
     own: Vec<String>,
+    /// Environment of this node's own (a wall clock set off by libfaketime).
+    env: Vec<(String, String)>,
 }
 
 /// A cluster of tarq nodes on one etcd.
@@ -157,6 +159,7 @@ impl Nodes {
                         tarq: None,
                         dir: Some(tempfile::tempdir().unwrap()),
                         own: Vec::new(),
+                        env: Vec::new(),
                     }
                 })
                 .collect(),
@@ -176,6 +179,17 @@ impl Nodes {
 
     /// [`start_sets`](Self::start_sets) with etcd at `etcd_url` (a proxy in front of it).
     pub fn start_sets_at(etcd_url: &str, sets: &[(&str, usize)], extra: &[&str]) -> Nodes {
+        Nodes::start_sets_with(etcd_url, sets, extra, |_| Vec::new())
+    }
+
+    /// [`start_sets_at`](Self::start_sets_at), each node of set `s` with the environment
+    /// `env_of(s)` besides.
+    pub fn start_sets_with(
+        etcd_url: &str,
+        sets: &[(&str, usize)],
+        extra: &[&str],
+        env_of: impl Fn(&str) -> Vec<(String, String)>,
+    ) -> Nodes {
         let mut nodes = Nodes {
             etcd_url: etcd_url.to_owned(),
             nodes: Vec::new(),
@@ -191,6 +205,7 @@ impl Nodes {
                     tarq: None,
                     dir: Some(tempfile::tempdir().unwrap()),
                     own: vec!["--replica-set".into(), set.to_string()],
+                    env: env_of(set),
                 });
             }
         }
@@ -213,6 +228,7 @@ impl Nodes {
             tarq: None,
             dir: Some(tempfile::tempdir().unwrap()),
             own,
+            env: Vec::new(),
         });
         let n = self.nodes.len() - 1;
         self.start_node(n);
@@ -261,7 +277,9 @@ impl Nodes {
         }
         args.extend(self.extra.iter().map(String::as_str));
         args.extend(node.own.iter().map(String::as_str));
-        node.tarq = Some(Tarq::start_with_args(dir, &args));
+        let mut cmd = Command::new(crate::support::BIN);
+        cmd.args(&args).envs(node.env.iter().map(|(k, v)| (k, v)));
+        node.tarq = Some(Tarq::spawn_cmd(dir, cmd));
     }
 
     /// kill -9 node `i`; its data directory stays for a restart.

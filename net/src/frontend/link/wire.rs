@@ -73,6 +73,9 @@ pub enum Ask<'a> {
         again: bool,
         /// The partition's numbering as it ends on the old owner (the last page's).
         numbers: Option<TubeNumbers>,
+        /// The old owner's wall clock when it read the page: the tasks' instants are on that
+        /// clock, and the new owner moves them onto its own (nodes' clocks differ).
+        read_at: tarq_engine::Micros,
     },
     /// The move's end: committed (the new owner serves the partition from now on, before
     /// its own view of the placement — newer than `epoch` — says so), or not (it withdraws
@@ -184,8 +187,9 @@ fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
 /// [`Answer`] changes shape: nodes of two versions cannot understand each other's messages, so
 /// a link between them is refused by name (a rolling upgrade moves a set's partitions off it,
 /// or upgrades the whole cluster set by set while the links between old and new wait). Version
-/// 1 was the handshake of the node's name alone, before links proved the cluster's key.
-pub const LINK_VERSION: u32 = 2;
+/// 1 was the handshake of the node's name alone, before links proved the cluster's key; 2
+/// moved tasks with their instants on the old owner's wall clock.
+pub const LINK_VERSION: u32 = 3;
 
 /// What a node says when it opens a link: its name, the link protocol it speaks, its cluster,
 /// and its proof of the cluster's link key ([`proof`]).

@@ -131,7 +131,14 @@ impl Server {
                 gone,
                 again,
                 numbers,
+                read_at,
             } => {
+                // From the old owner's wall clock to this node's: each instant keeps what
+                // was left of it (plus the page's time in flight).
+                let shift = (self.now as i64).saturating_sub(read_at as i64);
+                let (mut tasks, mut dedup) = (tasks, dedup);
+                tasks.iter_mut().for_each(|t| t.shift_clock(shift));
+                dedup.iter_mut().for_each(|d| d.shift_clock(shift));
                 let page = Page {
                     tasks,
                     dedup,

@@ -426,6 +426,7 @@ impl Server {
             gone: page.gone,
             again: page.again,
             numbers,
+            read_at: self.now,
         };
         self.send_ask(to, asker, &ask, Then::Move { id });
     }
