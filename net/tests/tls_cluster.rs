@@ -1,0 +1,177 @@
+//! Mutual TLS between the nodes of a cluster on a real etcd (`--tls-ca`): a three-node replica
+//! set fails over as it does in the clear, its replicas streaming over TLS from each new
+//! primary; a sharded cluster's links carry forwarded puts and takes over TLS; and a node whose
+//! certificate another CA signed gets no link (a move to it fails), the node that tried saying
+//! why. Every node's port is TLS `optional`, so the test's plain clients read their state while
+//! node-to-node traffic needs the cluster CA's certificate whatever the port allows.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+#[path = "support/pki.rs"]
+mod pki;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use cluster::{field, overview_at, peek_data, str_field, wait_for, Etcd, Nodes};
+use pki::Pki;
+use rmpv::Value;
+use support::{Proc, Refusing, Tarq, BIN};
+use tarq_client::{pack_args, Client};
+
+/// A node's TLS flags: its port optional, its certificate, the cluster CA.
+fn tls_args(node: &(PathBuf, PathBuf), ca: &Path) -> Vec<String> {
+    [
+        "--listen-tls",
+        "optional",
+        "--tls-cert",
+        node.0.to_str().unwrap(),
+        "--tls-key",
+        node.1.to_str().unwrap(),
+        "--tls-ca",
+        ca.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn connect(addr: std::net::SocketAddr) -> Client {
+    Client::connect_addr(addr, Duration::from_secs(10)).expect("connect")
+}
+
+/// Waits until node `i` follows its leader with its stream up.
+fn wait_following(nodes: &Nodes, i: usize) {
+    wait_for(&format!("node {i} to stream from the primary"), || {
+        nodes.overview(i).is_some_and(|o| {
+            str_field(&o, "role") == "replica"
+                && field(&o, "upstream")
+                    .and_then(|u| field(u, "connected"))
+                    .and_then(|c| c.as_u64())
+                    == Some(1)
+        })
+    });
+}
+
+#[test]
+fn a_three_node_cluster_with_mutual_tls_fails_over_as_in_the_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    // One certificate for every node: they are told apart by name in etcd, not by certificate.
+    let node = pki.node("node");
+    let extra = tls_args(&node, &pki.ca());
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let etcd = Etcd::start();
+    let mut nodes = Nodes::start(&etcd, 3, &extra);
+    let leader = nodes.wait_leader();
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    for &i in &others {
+        wait_following(&nodes, i);
+    }
+    let mut c = connect(nodes.nodes[leader].addr);
+    let put = c
+        .call("queue.put", &pack_args(&[Value::from("kept")]), None)
+        .expect("put");
+    let id = field(&put[0], "id")
+        .and_then(Value::as_u64)
+        .expect("the task's id");
+    drop(c);
+    nodes.kill(leader);
+    let new = nodes.wait_leader_among(&others);
+    let last = others.iter().copied().find(|&i| i != new).unwrap();
+    wait_following(&nodes, last);
+    assert_eq!(
+        peek_data(nodes.nodes[new].addr, id).as_deref(),
+        Some("kept")
+    );
+    assert!(
+        !nodes.log(new).contains("TLS connection failed"),
+        "{}",
+        nodes.log(new)
+    );
+}
+
+#[test]
+fn shard_links_run_over_mutual_tls_and_a_node_of_another_ca_gets_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let node = pki.node("node");
+    let extra = tls_args(&node, &pki.ca());
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let etcd = Etcd::start();
+    let mut nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &extra);
+    nodes.wait_leader_among(&[0]);
+    nodes.wait_leader_among(&[1]);
+    let (a, b) = (nodes.nodes[0].addr, nodes.nodes[1].addr);
+
+    // A tube over both sets: puts through a and takes through b cross the links both ways.
+    let mut ca = connect(a);
+    let opts = Value::Map(vec![("partitions".into(), Value::from(2))]);
+    let args = pack_args(&[Value::from("jobs"), Value::from("fifo"), opts]);
+    ca.call("queue.create_tube", &args, None)
+        .expect("create_tube");
+    for i in 0..10 {
+        let args = pack_args(&[Value::from(format!("task {i}"))]);
+        ca.call("queue.tube.jobs:put", &args, None)
+            .unwrap_or_else(|e| panic!("put {i} through a: {e}"));
+    }
+    let mut cb = connect(b);
+    for i in 0..10 {
+        let got = cb
+            .call("queue.tube.jobs:take", &pack_args(&[Value::from(5)]), None)
+            .unwrap_or_else(|e| panic!("take {i} through b: {e}"));
+        assert!(
+            got.first().is_some_and(|t| !t.is_nil()),
+            "take {i} through b found nothing: {got:?}"
+        );
+    }
+
+    // A set whose node shows a certificate another CA signed: it joins etcd, but a partition
+    // moved to it has no link to go over, and its owner says why.
+    let foreign = pki.foreign_node("stranger");
+    let port = Refusing::reserve();
+    let data = dir.path().join("x0");
+    let (addr, ca_path) = (port.addr.to_string(), pki.ca());
+    let mut args = vec![
+        "--listen",
+        &addr,
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--etcd",
+        &nodes.etcd_url,
+        "--cluster",
+        "c",
+        "--node-name",
+        "x0",
+        "--replica-set",
+        "x",
+        "--lease-ttl",
+        "2",
+    ];
+    let tls = tls_args(&foreign, &ca_path);
+    args.extend(tls.iter().map(String::as_str));
+    let _x = Tarq::start_with_args(tempfile::tempdir().unwrap(), &args);
+    wait_for("x0 to lead set x", || {
+        overview_at(port.addr).is_some_and(|o| str_field(&o, "role") == "leader")
+    });
+    let _move = Proc::spawn(
+        Command::new(BIN)
+            .args(["ctl", "--addr"])
+            .arg(a.to_string())
+            .args(["move", "jobs", "0", "--to", "x"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
+    wait_for(
+        "the owner of partition 0 to say why it has no link to x",
+        || {
+            (0..2).any(|i| {
+                let log = nodes.log(i);
+                log.lines().any(|l| {
+                    l.contains("link to a replica set") && l.contains("invalid peer certificate")
+                })
+            })
+        },
+    );
+}
