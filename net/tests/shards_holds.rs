@@ -402,12 +402,24 @@ fn a_held_task_moved_between_nodes_whose_clocks_differ_keeps_its_ttr() {
     assert_eq!(task_id(&took), Some(id));
     // A task delayed a minute, and one that lives 100 s: neither is ready, or gone, on b.
     let delay = Value::Map(vec![(Value::from("delay"), Value::from(60))]);
-    let later = call(&mut connect(a_addr), "queue.tube.jobs:put", &[Value::from("d"), delay]);
+    let later = call(
+        &mut connect(a_addr),
+        "queue.tube.jobs:put",
+        &[Value::from("d"), delay],
+    );
     let ttl = Value::Map(vec![(Value::from("ttl"), Value::from(100))]);
-    let lives = call(&mut connect(a_addr), "queue.tube.jobs:put", &[Value::from("l"), ttl]);
+    let lives = call(
+        &mut connect(a_addr),
+        "queue.tube.jobs:put",
+        &[Value::from("l"), ttl],
+    );
     let (later, lives) = (task_id(&later).unwrap(), task_id(&lives).unwrap());
     // The one that lives is taken and released again, so the take below could get only it.
-    call(&mut connect(a_addr), "queue.tube.jobs:bury", &[Value::from(lives)]);
+    call(
+        &mut connect(a_addr),
+        "queue.tube.jobs:bury",
+        &[Value::from(lives)],
+    );
 
     let mut c = connect(a_addr);
     let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("b")]);
@@ -429,8 +441,14 @@ fn a_held_task_moved_between_nodes_whose_clocks_differ_keeps_its_ttr() {
     let acked = call(&mut holder, "queue.tube.jobs:ack", &[Value::from(id)]);
     assert_eq!(task_id(&acked), Some(id));
     let peek = |id: u64| {
-        let r = call(&mut connect(b_addr), "queue.tube.jobs:peek", &[Value::from(id)]);
-        r[0].as_array().and_then(|t| t.get(1)).and_then(|s| s.as_str().map(str::to_owned))
+        let r = call(
+            &mut connect(b_addr),
+            "queue.tube.jobs:peek",
+            &[Value::from(id)],
+        );
+        r[0].as_array()
+            .and_then(|t| t.get(1))
+            .and_then(|s| s.as_str().map(str::to_owned))
     };
     // Delayed still ('~'); the one with a TTL is still there (buried, '!'), not expired.
     assert_eq!(peek(later).as_deref(), Some("~"));
