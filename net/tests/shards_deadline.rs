@@ -58,7 +58,10 @@ fn serve_silently(mut s: TcpStream, asks: &AtomicU64) {
             };
             let mut out = Vec::new();
             match req.kind {
-                RequestKind::Call { function, .. } if function == "tarq.ask" => {
+                RequestKind::Call {
+                    function: "tarq.ask",
+                    ..
+                } => {
                     asks.fetch_add(1, Ordering::SeqCst);
                 }
                 _ => tarq_iproto::response::ok_empty(&mut out, req.sync),
