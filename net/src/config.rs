@@ -369,9 +369,22 @@ pub struct Settings {
 
     /// Fail over through etcd: every node campaigns for a lease-backed leader key under
     /// /tarq/<cluster>/; the leader is the primary, the others replicate it. Comma-separated
-    /// client URLs, http://host:port [default: off]. Needs --cluster and --node-name.
+    /// client URLs, http://host:port or https://host:port (with --etcd-ca) [default: off].
+    /// Needs --cluster and --node-name.
     #[arg(long, env = "TARQ_ETCD", value_name = "URLS", value_delimiter = ',')]
     pub etcd: Option<Vec<String>>,
+
+    /// The CA that signed etcd's certificate (PEM), for https:// --etcd endpoints.
+    #[arg(long, env = "TARQ_ETCD_CA", value_name = "FILE")]
+    pub etcd_ca: Option<PathBuf>,
+
+    /// This node's client certificate for etcd (PEM), when etcd runs with --client-cert-auth.
+    #[arg(long, env = "TARQ_ETCD_CERT", value_name = "FILE")]
+    pub etcd_cert: Option<PathBuf>,
+
+    /// The private key of --etcd-cert (PEM).
+    #[arg(long, env = "TARQ_ETCD_KEY", value_name = "FILE")]
+    pub etcd_key: Option<PathBuf>,
 
     /// The cluster's name in etcd (with --etcd).
     #[arg(long, env = "TARQ_CLUSTER", value_name = "NAME")]
@@ -1032,6 +1045,20 @@ fn cluster_config(
     let mut election =
         tarq_cluster::Config::new(endpoints, &cluster, &name, &advertise.to_string());
     election.replica_set = s.replica_set.clone();
+    let client = match (s.etcd_cert.clone(), s.etcd_key.clone()) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => return Err(invalid("etcd-cert and etcd-key go together")),
+    };
+    election.tls = match (s.etcd_ca.clone(), client) {
+        (Some(ca), client) => Some(tarq_cluster::EtcdTls { ca, client }),
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err(invalid(
+                "etcd-cert needs etcd-ca, the CA that signed etcd's certificate",
+            ))
+        }
+    };
     if let Some(ttl) = s.lease_ttl {
         // Checked here too (the flag's parser checks it), for the value from the file.
         let (min, max) = lease_ttl_range();

@@ -64,6 +64,17 @@ pub struct Config {
     /// `/tarq/<cluster>/sets/S/`. `Some(_)` also makes the node *sharded*: it reads the cluster
     /// map (every set and the placement) on each poll.
     pub replica_set: Option<String>,
+    /// TLS to etcd, for `https://` endpoints.
+    pub tls: Option<EtcdTls>,
+}
+
+/// How this node speaks TLS to etcd (`https://` endpoints): the CA that signed etcd's
+/// certificate, and the client certificate and key etcd asks for with `--client-cert-auth`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca: std::path::PathBuf,
+    /// (certificate chain, key), PEM.
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// A setting refused, naming the value and the limit.
@@ -71,8 +82,12 @@ pub struct Config {
 pub enum ConfigError {
     #[error("no etcd endpoint given")]
     NoEndpoint,
-    #[error("etcd endpoint {0:?} is not http://host:port (TLS is not supported)")]
+    #[error("etcd endpoint {0:?} is not http://host:port or https://host:port")]
     BadEndpoint(String),
+    #[error("etcd endpoint {0:?} needs etcd-ca, the CA that signed etcd's certificate")]
+    NeedsCa(String),
+    #[error("TLS to etcd: {0}")]
+    Tls(String),
     #[error("{what} {value:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z a-z 0-9 . _ -")]
     BadName { what: &'static str, value: String },
     #[error("address {0:?} must be 1 to {MAX_ADDR_LEN} bytes")]
@@ -126,6 +141,7 @@ impl Config {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             eligible: true,
             replica_set: None,
+            tls: None,
         }
     }
 
@@ -162,6 +178,11 @@ impl Config {
     /// Checks every setting; the endpoints come back as base URLs.
     pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
         let endpoints = self.base_urls()?;
+        if let Some(https) = endpoints.iter().find(|e| e.starts_with("https://")) {
+            if self.tls.is_none() {
+                return Err(ConfigError::NeedsCa(https.clone()));
+            }
+        }
         check_name("cluster name", &self.cluster)?;
         check_name("node name", &self.name)?;
         if let Some(set) = &self.replica_set {
@@ -231,16 +252,16 @@ pub(crate) fn base_urls(endpoints: &[String]) -> Result<Vec<String>, ConfigError
 
 fn base_url(endpoint: &str) -> Result<String, ConfigError> {
     let bad = || ConfigError::BadEndpoint(endpoint.to_owned());
-    let hostport = match endpoint.split_once("://") {
-        Some(("http", rest)) => rest.trim_end_matches('/'),
+    let (scheme, hostport) = match endpoint.split_once("://") {
+        Some((scheme @ ("http" | "https"), rest)) => (scheme, rest.trim_end_matches('/')),
         Some(_) => return Err(bad()),
-        None => endpoint,
+        None => ("http", endpoint),
     };
     let (host, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
     if host.is_empty() || hostport.contains('/') || port.parse::<u16>().is_err() {
         return Err(bad());
     }
-    Ok(format!("http://{hostport}"))
+    Ok(format!("{scheme}://{hostport}"))
 }
 
 /// The election prefix of replica set `set` of `cluster`.

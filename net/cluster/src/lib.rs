@@ -223,7 +223,7 @@ impl Cluster {
         let overview = Arc::new(Mutex::new(Overview::default()));
         let node = node::Node::new(
             config.clone(),
-            etcd::Client::new(endpoints),
+            etcd::Client::with_tls(endpoints, config.tls.as_ref())?,
             node::Outbox {
                 events: event_tx,
                 wake,
