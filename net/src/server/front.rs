@@ -55,6 +55,7 @@ impl frontend::Loop for Server {
         self.core.queue()
     }
 
+    #[inline]
     fn tube_named(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
         Server::tube_named(self, name)
     }

@@ -64,6 +64,7 @@ impl Reads {
 
 impl Server {
     /// The tube named `name`: the engine's, else (sharded) the routes'.
+    #[inline]
     pub(crate) fn tube_named(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
         let q = self.core.queue();
         if let Some(ix) = q.tube_ix(name) {
