@@ -183,6 +183,11 @@ pub trait Loop {
         cmd: Command<'_>,
         may_relay: bool,
     );
+    /// A sharded cluster's tubes as the console shows them (`None` on a single node): each
+    /// summed over its partitions, the same from every node, at most a second old.
+    fn cluster_tubes(
+        &mut self,
+    ) -> Option<std::sync::Arc<std::collections::HashMap<String, http::TubeTotals>>>;
     /// The HTTP front-end's server-wide counts.
     fn http(&mut self) -> &mut http::HttpState;
     /// Connection `idx`'s HTTP state (`None` unless it is an HTTP connection).

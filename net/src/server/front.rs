@@ -257,6 +257,12 @@ impl frontend::Loop for Server {
         Server::start_stream(self, idx)
     }
 
+    fn cluster_tubes(
+        &mut self,
+    ) -> Option<std::sync::Arc<std::collections::HashMap<String, frontend::http::TubeTotals>>> {
+        Server::cluster_tubes(self)
+    }
+
     fn metrics_page(&mut self, page: &mut String) {
         Server::metrics_page(self, page);
     }

@@ -119,18 +119,26 @@ fn is_str_marker(b: u8) -> bool {
 
 /// A task: `id` is its number in its tube (what the tube API shows), `job_id` the whole id
 /// (what beanstalk and the seed API show); its payload whole.
-pub fn task(t: &TaskRef<'_>, first: u64, done: bool) -> Value {
-    task_shown(t, first, done, None)
+pub fn task(t: &TaskRef<'_>, tube: TubeIx, first: u64, done: bool) -> Value {
+    task_shown(t, tube, first, done, None)
 }
 
 /// A task in a listing: its payload up to [`PREVIEW_BYTES`].
-pub fn task_preview(t: &TaskRef<'_>, first: u64) -> Value {
-    task_shown(t, first, false, Some(PREVIEW_BYTES))
+pub fn task_preview(t: &TaskRef<'_>, tube: TubeIx, first: u64) -> Value {
+    task_shown(t, tube, first, false, Some(PREVIEW_BYTES))
 }
 
-fn task_shown(t: &TaskRef<'_>, first: u64, done: bool, preview: Option<usize>) -> Value {
+/// Task `t` of tube `tube` (the tube a route names: a task of its later partitions shows its
+/// whole id, as the tube API shows it, and the per-task routes take it back).
+fn task_shown(
+    t: &TaskRef<'_>,
+    tube: TubeIx,
+    first: u64,
+    done: bool,
+    preview: Option<usize>,
+) -> Value {
     let mut o = Map::new();
-    o.insert("id".into(), json!(number_from(t.tube, first, t.id)));
+    o.insert("id".into(), json!(number_from(tube, first, t.id)));
     o.insert("job_id".into(), json!(t.id));
     let status = if done { "done" } else { status_name(t.status) };
     o.insert("status".into(), json!(status));
@@ -205,6 +213,21 @@ pub fn rates(s: Option<Sample>) -> Value {
 
 /// A tube for the listing: name, type, options, `queue.statistics`' two maps, rates, and
 /// whether its takes are paused (seconds left).
+/// A sharded cluster's tube's partitions: where each is (`set`, its `primary`) and its counts
+/// as its owner last gave them (null when it did not answer).
+pub fn partitions(parts: &[super::PartitionFigures]) -> Value {
+    let one = |p: &super::PartitionFigures| {
+        let mut v = p.stats.as_ref().map_or_else(|| json!({}), statistics);
+        let o = v.as_object_mut().expect("an object");
+        o.insert("partition".into(), json!(p.partition));
+        o.insert("index".into(), json!(p.index));
+        o.insert("set".into(), json!(p.set));
+        o.insert("primary".into(), json!(p.primary));
+        v
+    };
+    Value::Array(parts.iter().map(one).collect())
+}
+
 pub fn tube(
     t: &TubeInfo<'_>,
     stats: &Stats,
@@ -259,8 +282,11 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     let created = matches!(r.answer, Answer::Put | Answer::Created);
     let ok = if created { 201 } else { 200 };
     let (status, body) = match outcome {
-        Outcome::Task(t) => (ok, json!({ "task": task(t, r.first, false) })),
-        Outcome::Done(t) => (ok, json!({ "task": task(&t.as_ref(), r.first, true) })),
+        Outcome::Task(t) => (ok, json!({ "task": task(t, r.tube, r.first, false) })),
+        Outcome::Done(t) => (
+            ok,
+            json!({ "task": task(&t.as_ref(), r.tube, r.first, true) }),
+        ),
         Outcome::DoneId { number, .. } => (
             200,
             json!({ "task": { "id": number, "status": "done" }, "deduplicated": true }),

@@ -22,6 +22,26 @@ use httparse::Status;
 use super::Loop;
 use crate::core::Outcome;
 pub use json::Answer;
+
+/// One partition of a sharded cluster's tube as the console shows it: where it is, and its
+/// figures as its owner last gave them (`None`: the owner did not answer).
+#[derive(Clone, Debug)]
+pub struct PartitionFigures {
+    pub partition: u16,
+    pub index: tarq_engine::TubeIx,
+    pub set: String,
+    /// The owning set's primary's address, while it has one.
+    pub primary: Option<String>,
+    pub stats: Option<tarq_engine::Stats>,
+}
+
+/// A sharded cluster's tube as the console shows it: the whole tube, summed over its
+/// partitions (with what their moves carried), and each partition.
+#[derive(Clone, Debug)]
+pub struct TubeTotals {
+    pub stats: tarq_engine::Stats,
+    pub partitions: Vec<PartitionFigures>,
+}
 use response::{error_response, Head};
 
 /// Largest request head (request line and headers): the common servers' default, enough for

@@ -8,9 +8,12 @@ use tarq_engine::{Micros, Status, TubeIx, TubeOptions, TubePut, TubeType, DEFAUL
 
 use super::json::{self, Answer};
 use super::response::{self, error_response, Head};
-use super::{assets, Reply, DEFAULT_PAGE, MAX_EVENT_STREAMS, MAX_PAGE, PROMETHEUS_TEXT};
+use super::{
+    assets, Reply, TubeTotals, DEFAULT_PAGE, MAX_EVENT_STREAMS, MAX_PAGE, PROMETHEUS_TEXT,
+};
 use crate::core::{Command, Pause};
 use crate::frontend::{Loop, ReplyTo};
+use std::collections::HashMap;
 
 const SECOND: f64 = 1e6;
 
@@ -269,26 +272,36 @@ impl<'r, L: Loop> Request<'r, L> {
 
     /// The tube named `name` (percent-decoded), or 404.
     fn tube(&self, name: &str) -> Result<TubeIx, Refused> {
-        match self.l.queue().tube_ix(name) {
-            Some(t) => Ok(t),
+        match self.l.tube_named(name) {
+            Some((t, _)) => Ok(t),
             None => refused(404, "Tube not found"),
         }
     }
 
-    fn tube_json(&self, t: TubeIx, holders: &[u64]) -> Option<Value> {
+    /// Tube `t` as the API shows it: on a sharded cluster the whole tube (`totals`: summed
+    /// over its partitions by the console's gather) with its `partitions`, else this node's.
+    fn tube_json(
+        &self,
+        t: TubeIx,
+        holders: &[u64],
+        totals: Option<&HashMap<String, TubeTotals>>,
+    ) -> Option<Value> {
         let q = self.l.queue();
         let info = q.tube_info(t)?;
-        let stats = self.l.tube_figures(t, holders)?;
+        let whole = totals.and_then(|all| all.get(info.name));
+        let stats = match whole {
+            Some(w) => w.stats,
+            None => self.l.tube_figures(t, holders)?,
+        };
         let mono = self.l.mono();
         let paused = (self.l.pauses().of(t))
             .filter(|p| p.until > mono)
             .map(|p| (p.until - mono) as f64 / SECOND);
-        Some(json::tube(
-            &info,
-            &stats,
-            self.l.live().tube_now(info.name),
-            paused,
-        ))
+        let mut v = json::tube(&info, &stats, self.l.live().tube_now(info.name), paused);
+        if let Some(w) = whole {
+            v["partitions"] = json::partitions(&w.partitions);
+        }
+        Some(v)
     }
 
     /// `?offset=N&limit=M` over the tubes in the queue's order.
@@ -296,17 +309,15 @@ impl<'r, L: Loop> Request<'r, L> {
         let q = Query::parse(self.head.query)?;
         let offset = q.number("offset")?.unwrap_or(0) as usize;
         let limit = q.limit()?;
+        let totals = self.l.cluster_tubes();
         let queue = self.l.queue();
-        let total = queue.tubes().count();
-        let ixs: Vec<TubeIx> = queue
-            .tubes()
-            .skip(offset)
-            .take(limit)
-            .map(|t| t.ix)
-            .collect();
+        // A tube once, by its first partition: the others this node holds are its parts.
+        let heads = || queue.tubes().filter(|t| t.opts.part == 0);
+        let total = heads().count();
+        let ixs: Vec<TubeIx> = heads().skip(offset).take(limit).map(|t| t.ix).collect();
         let holders = self.l.queue().holders();
         let tubes: Vec<Value> = (ixs.iter())
-            .filter_map(|&t| self.tube_json(t, &holders))
+            .filter_map(|&t| self.tube_json(t, &holders, totals.as_deref()))
             .collect();
         let next = (offset + tubes.len() < total).then_some(offset + tubes.len());
         let v = json!({ "tubes": tubes, "total": total, "offset": offset, "next": next });
@@ -316,9 +327,10 @@ impl<'r, L: Loop> Request<'r, L> {
 
     fn one_tube(&mut self, name: &str) -> Result<(), Refused> {
         let t = self.tube(name)?;
+        let totals = self.l.cluster_tubes();
         let holders = self.l.queue().holders();
         let v = self
-            .tube_json(t, &holders)
+            .tube_json(t, &holders, totals.as_deref())
             .ok_or((404, "Tube not found".to_owned()))?;
         self.send_json(200, &v);
         Ok(())
@@ -346,7 +358,7 @@ impl<'r, L: Loop> Request<'r, L> {
         let shown: Vec<Value> = tasks
             .iter()
             .take(limit)
-            .map(|task| json::task_preview(task, first))
+            .map(|task| json::task_preview(task, t, first))
             .collect();
         let next = more
             .then(|| shown.last().and_then(|v| v["id"].as_u64()))
@@ -361,22 +373,19 @@ impl<'r, L: Loop> Request<'r, L> {
         Ok(())
     }
 
+    /// A task by its id, through the core: on a sharded cluster its partition's owner
+    /// answers, whichever node the console is on.
     fn peek(&mut self, name: &str, id: &str) -> Result<(), Refused> {
-        let t = self.tube(name)?;
+        let (t, numbers) = self
+            .l
+            .tube_named(name)
+            .ok_or((404, "Tube not found".to_owned()))?;
         let number = task_number(id)?;
-        let queue = self.l.queue();
-        let first = queue.tube_numbers(t).first;
-        match queue.peek(t, queue.task_id_in(t, number)) {
-            Ok(task) => {
-                let v = json!({ "task": json::task(&task, first, false) });
-                self.send_json(200, &v);
-                Ok(())
-            }
-            Err(e) => {
-                let e = crate::core::Refusal::Queue(e);
-                refused(json::status_of(&e), json::error_text(&e, t, first))
-            }
-        }
+        let id = numbers.id_of(t, number);
+        let reply = self.reply(Answer::Task, t, numbers.first);
+        self.l
+            .dispatch(self.idx, reply, Command::Peek { tube: t, id });
+        Ok(())
     }
 
     // ---- actions ----
@@ -559,19 +568,32 @@ impl<'r, L: Loop> Request<'r, L> {
             return refused(404, format!("no action {action}: bury, kick, delete"));
         }
         self.check_action()?;
-        let tube = self.tube(name)?;
+        let (tube, numbers) = self
+            .l
+            .tube_named(name)
+            .ok_or((404, "Tube not found".to_owned()))?;
         let number = task_number(id)?;
         let queue = self.l.queue();
-        let first = queue.tube_numbers(tube).first;
-        let id = queue.task_id_in(tube, number);
+        let first = numbers.first;
+        let id = numbers.id_of(tube, number);
+        // A partition this node holds (a sharded cluster's others are asked of their owners
+        // by id, which the router sends where the id's partition is).
+        let held = (tarq_engine::id_tube(id).and_then(|ix| queue.tube_info(ix)))
+            .is_some_and(|i| i.name == name);
         let (answer, cmd) = match action {
             "bury" => (Answer::Task, Command::Bury { tube, id }),
             "delete" => (Answer::Done, Command::Delete { tube, id }),
             _ => {
-                // kick-job finds a task in any tube: this one must be the tube's.
-                if let Err(e) = queue.peek(tube, id) {
-                    let e = crate::core::Refusal::Queue(e);
-                    return refused(json::status_of(&e), json::error_text(&e, tube, first));
+                // kick-job finds a task in any tube: this one must be the tube's. A partition
+                // held elsewhere is its owner's to check (the router sends the kick there).
+                let at = tarq_engine::id_tube(id).filter(|_| held).unwrap_or(tube);
+                match queue.peek(at, id) {
+                    Err(tarq_engine::QueueError::NotFound(_)) if !held => {}
+                    Err(e) => {
+                        let e = crate::core::Refusal::Queue(e);
+                        return refused(json::status_of(&e), json::error_text(&e, tube, first));
+                    }
+                    Ok(_) => {}
                 }
                 (Answer::Task, Command::KickTask { id })
             }

@@ -234,6 +234,9 @@ impl Server {
             return self.drop_checked(key);
         }
         let g = shards.gathers.remove(&key).expect("present above");
+        if g.client.idx == super::console::CONSOLE_CLIENT {
+            return self.console_gathered(g.per);
+        }
         let outcome = match (g.error, g.kind) {
             (Some(e), _) => Outcome::Error(e),
             (None, GatherKind::Stats) => Outcome::TubeStats(g.stats),

@@ -16,6 +16,7 @@
 //! that waits watches every partition (`Command::Watch`, answered by the owner when it has a
 //! task) instead of polling. A whole-tube figure is summed over the partitions.
 
+mod console;
 mod deadlines;
 mod decide;
 mod drop;
@@ -267,6 +268,8 @@ pub(crate) struct Shards {
     awaiting_map: Vec<held::Held>,
     /// Calls naming a tube this node does not know, waiting for a read of the placement.
     reads: unknown::Reads,
+    /// The console's figures of every partition, kept for a second.
+    console: console::Console,
 }
 
 impl Shards {
@@ -348,6 +351,7 @@ impl Shards {
             let_go_at: 0,
             awaiting_map: Vec::new(),
             reads: unknown::Reads::default(),
+            console: console::Console::default(),
         }
     }
 
@@ -707,6 +711,9 @@ impl Server {
     }
 
     fn answer(&mut self, c: Client, outcome: &Outcome<'_>) {
+        if c.idx == console::CONSOLE_CLIENT {
+            return self.console_refused(c);
+        }
         if self.conns.get(c.idx).is_some_and(|x| x.gen == c.gen) {
             self.deliver(c.idx, c.reply, outcome);
         }

@@ -11,6 +11,7 @@ const STATUSES = ["ready", "delayed", "buried", "taken"];
 const state = {
   view: "overview",
   tube: null,
+  found: null,
   readOnly: true,
   readOnlyWhy: "",
   charts: {},
@@ -358,13 +359,24 @@ async function renderTube() {
     figure("ack/s", t.rates.ack, "ack-rate"),
   ];
   $("#tube-figures").replaceChildren(...figs);
+  // A sharded cluster's tube: the row above is the whole tube; here each partition, where
+  // it is and its counts as its owner gave them.
+  $("#tube-partitions").replaceChildren(...(Array.isArray(t.partitions) ? [
+    heading(`Partitions (${t.partitions.length})`),
+    table(t.partitions, [
+      ["partition", "partition"], ["index", "index"], ["replica set", "set"], ["primary", "primary"],
+      ["ready", (p) => p.tasks?.ready], ["taken", (p) => p.tasks?.taken], ["delayed", (p) => p.tasks?.delayed],
+      ["buried", (p) => p.tasks?.buried], ["total", (p) => p.tasks?.total],
+      ["put", (p) => p.calls?.put], ["take", (p) => p.calls?.take],
+    ], "partition"),
+  ] : []));
   const tabs = STATUSES.map((s) => {
     const b = document.createElement("button");
     b.textContent = `${s} (${t.tasks[s]})`;
     b.role = "tab";
     b.dataset.tab = s;
     b.setAttribute("aria-selected", String(s === state.taskStatus));
-    b.addEventListener("click", () => { state.taskStatus = s; state.taskAfter = null; renderTube(); });
+    b.addEventListener("click", () => { state.taskStatus = s; state.taskAfter = null; state.found = null; renderTube(); });
     return b;
   });
   $("#task-tabs").replaceChildren(...tabs);
@@ -378,38 +390,53 @@ function dataText(task) {
   return typeof task.data === "string" ? task.data : JSON.stringify(task.data);
 }
 
+function taskRow(task, path) {
+  const tr = document.createElement("tr");
+  tr.dataset.task = String(task.id);
+  const cells = [task.id, task.status, task.pri, new Date(task.created * 1000).toLocaleString(), task.deliveries, dataText(task)];
+  cells.forEach((v, i) => {
+    const td = document.createElement("td");
+    td.textContent = String(v);
+    if (i === 0 || i === 2 || i === 4) td.className = "n";
+    if (i === 5) { td.className = "data"; td.title = String(v); }
+    tr.append(td);
+  });
+  const actions = document.createElement("td");
+  const span = document.createElement("span");
+  span.className = "actions";
+  if (task.status !== "buried" && task.status !== "taken") {
+    span.append(button("Bury", "set this task aside", () => act(`bury ${task.id}`, `${path}/${task.id}/bury`)));
+  }
+  if (task.status === "buried" || task.status === "delayed") {
+    span.append(button("Kick", "make this task ready", () => act(`kick ${task.id}`, `${path}/${task.id}/kick`)));
+  }
+  span.append(button("Delete", "delete this task", () => {
+    if (confirm(`Delete task ${task.id}?`)) act(`delete ${task.id}`, `${path}/${task.id}/delete`);
+  }, true));
+  actions.append(span);
+  tr.append(actions);
+  return tr;
+}
+
 async function renderTasks(more) {
   const name = state.tube;
+  if (state.found) {
+    const path = `/api/tubes/${encodeURIComponent(name)}/tasks`;
+    const id = state.found;
+    try {
+      const r = await api(`${path}/${encodeURIComponent(id)}`);
+      $("#tasks tbody").replaceChildren(taskRow(r.task, path));
+    } catch (e) {
+      $("#tasks tbody").replaceChildren();
+      say(`task ${id}: ${e.message}`, "error");
+    }
+    $("#more").hidden = true;
+    return;
+  }
   const after = more && state.taskAfter !== null ? `&after=${state.taskAfter}` : "";
   const page = await api(`/api/tubes/${encodeURIComponent(name)}/tasks?status=${state.taskStatus}&limit=50${after}`);
   const path = `/api/tubes/${encodeURIComponent(name)}/tasks`;
-  const rows = page.tasks.map((task) => {
-    const tr = document.createElement("tr");
-    tr.dataset.task = String(task.id);
-    const cells = [task.id, task.status, task.pri, new Date(task.created * 1000).toLocaleString(), task.deliveries, dataText(task)];
-    cells.forEach((v, i) => {
-      const td = document.createElement("td");
-      td.textContent = String(v);
-      if (i === 0 || i === 2 || i === 4) td.className = "n";
-      if (i === 5) { td.className = "data"; td.title = String(v); }
-      tr.append(td);
-    });
-    const actions = document.createElement("td");
-    const span = document.createElement("span");
-    span.className = "actions";
-    if (task.status !== "buried" && task.status !== "taken") {
-      span.append(button("Bury", "set this task aside", () => act(`bury ${task.id}`, `${path}/${task.id}/bury`)));
-    }
-    if (task.status === "buried" || task.status === "delayed") {
-      span.append(button("Kick", "make this task ready", () => act(`kick ${task.id}`, `${path}/${task.id}/kick`)));
-    }
-    span.append(button("Delete", "delete this task", () => {
-      if (confirm(`Delete task ${task.id}?`)) act(`delete ${task.id}`, `${path}/${task.id}/delete`);
-    }, true));
-    actions.append(span);
-    tr.append(actions);
-    return tr;
-  });
+  const rows = page.tasks.map((task) => taskRow(task, path));
   const body = $("#tasks tbody");
   if (more) body.append(...rows); else body.replaceChildren(...rows);
   state.taskAfter = page.next_after;
@@ -476,7 +503,8 @@ async function renderCluster() {
   const parts = [];
   const leader = c.leader ? `${c.leader.name} (${c.leader.addr})` : c.primary || (c.role === "leader" ? "this node" : "none known");
   parts.push(kv({ role: c.role, primary: leader, term: c.term ?? c.position_term, position: c.position, state: c.state, cluster: c.cluster, node: c.node }));
-  if (Array.isArray(c.members)) {
+  // A sharded cluster lists every set's members below.
+  if (Array.isArray(c.members) && !Array.isArray(c.sets)) {
     const top = Math.max(0, ...c.members.map((m) => m.lsn || 0));
     parts.push(heading("Members"), table(c.members, [
       ["member", "name"], ["address", "addr"], ["role", "role"], ["eligible", "eligible"],
@@ -488,6 +516,32 @@ async function renderCluster() {
   ], "replica"));
   if (c.upstream) {
     parts.push(heading("This node's primary"), kv(c.upstream));
+  }
+  if (Array.isArray(c.sets)) {
+    // A sharded cluster: every replica set, its members with their lag behind its primary,
+    // the placement and the moves this node runs.
+    parts.push(heading(`Replica sets (this node's: ${c.replica_set})`), table(c.sets, [
+      ["set", "name"], ["primary", (x) => x.primary ? `${x.primary.name} (${x.primary.addr})` : "none: electing"],
+      ["term", (x) => x.primary?.term], ["members", (x) => (x.members || []).length],
+    ], "set"));
+    const members = c.sets.flatMap((x) => {
+      const top = Math.max(0, ...(x.members || []).map((m) => m.lsn || 0));
+      return (x.members || []).map((m) => ({ ...m, set: x.name, lag: top - (m.lsn || 0) }));
+    });
+    parts.push(heading("Members"), table(members, [
+      ["member", "name"], ["set", "set"], ["address", "addr"], ["role", "role"],
+      ["health", (m) => (m.eligible ? "eligible" : "not eligible")], ["lsn", "lsn"], ["lag (records)", "lag"],
+    ], "member"));
+    const placed = (c.placement?.tubes || []).flatMap((t) => (t.partitions || []).map((p) => ({ ...p, tube: t.name })));
+    parts.push(heading(`Placement (epoch ${c.placement?.epoch})`), table(placed, [
+      ["tube", "tube"], ["partition", "partition"], ["index", "index"], ["replica set", "set"],
+    ], "placed"));
+    if (c.moves) {
+      parts.push(heading("Moves run by this node"), kv({
+        in_progress: c.moves.in_progress ? `${c.moves.in_progress.tube} #${c.moves.in_progress.partition} to ${c.moves.in_progress.to}: ${c.moves.in_progress.tasks} tasks sent` : "none",
+        committed: c.moves.committed, given_up: c.moves.given_up, tasks_moved: c.moves.tasks_moved, last_ms: c.moves.last_ms,
+      }));
+    }
   }
   $("#cluster").replaceChildren(...parts);
   $("#server-info").replaceChildren(kv({ version: s.version, uptime: `${Math.round(s.uptime)} s`, ...s.connections, wal: s.wal.mode, read_only: s.read_only }));
@@ -517,7 +571,7 @@ async function route() {
   state.view = m ? "tube" : hash === "#/cluster" ? "cluster" : "overview";
   if (m) {
     const name = decodeURIComponent(m[1]);
-    if (name !== state.tube) { state.taskStatus = "ready"; state.taskAfter = null; }
+    if (name !== state.tube) { state.taskStatus = "ready"; state.taskAfter = null; state.found = null; }
     state.tube = name;
   }
   for (const v of ["overview", "tube", "cluster"]) $(`#view-${v}`).hidden = v !== state.view;
@@ -554,6 +608,12 @@ async function start() {
     const body = { data: f.get("data") };
     if (f.get("delay")) body.delay = Number(f.get("delay"));
     act("put", `/api/tubes/${encodeURIComponent(state.tube)}/tasks`, body);
+  });
+  $("#find").addEventListener("submit", (ev) => {
+    // A task by id, whichever partition (and node) holds it: shown until a tab is chosen.
+    ev.preventDefault();
+    state.found = new FormData(ev.target).get("id");
+    renderTasks(false);
   });
   $("#filter").addEventListener("input", (ev) => { state.filter = ev.target.value; refreshSoon(); });
   $("#more").addEventListener("click", () => renderTasks(true));

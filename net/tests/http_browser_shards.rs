@@ -1,0 +1,220 @@
+//! The console of a sharded cluster in a real browser (issue 39, item 1): two replica sets of
+//! one `tarq` node each on one etcd, a tube of four partitions spread over them, and Debian's
+//! chromium opening each node's console.
+//! - the tube's row is the whole tube, once, with the counts `queue.statistics` gives, the same
+//!   on both nodes' consoles;
+//! - its page lists the four partitions with their owning sets, whose counts add up to it;
+//! - the cluster page shows both sets with their primaries, the members and the placement;
+//! - a task of the other set's partition is found by id from a node's console and buried
+//!   there with its Bury button, which the other set's primary does.
+//!
+//! Screenshots go to `results/http-console-shards-2026-11-29/`. Every wait has a deadline.
+
+#[path = "support/browser.rs"]
+mod browser;
+#[path = "support/cluster.rs"]
+mod cluster;
+mod support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine as _;
+use browser::{browser_present, Browser};
+use cluster::{field, str_field, wait_for, Etcd, Nodes};
+use rmpv::Value;
+use serde_json::Value as Json;
+use tarq_client::{pack_args, Client};
+
+const USER: &str = "ops";
+const PASSWORD: &str = "s3cret";
+
+fn results() -> PathBuf {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../results/http-console-shards-2026-11-29");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn client(addr: SocketAddr) -> Client {
+    let mut c = Client::connect_addr(addr, Duration::from_secs(10)).expect("connect");
+    c.auth(USER, PASSWORD).expect("auth");
+    c
+}
+
+fn call(c: &mut Client, f: &str, args: &[Value]) -> Vec<Value> {
+    c.call(f, &pack_args(args), None)
+        .unwrap_or_else(|e| panic!("{f}: {e}"))
+}
+
+/// `queue.statistics('jobs')`'s task counts, as the console's table shows them.
+fn counts(c: &mut Client) -> Json {
+    let s = call(c, "queue.statistics", &[Value::from("jobs")]).remove(0);
+    tarq_net::ctl::to_json(&s)["tasks"].clone()
+}
+
+/// The `jobs` row of the tube table the page shows now (null while it is not there).
+const ROW: &str = "const rows = document.querySelectorAll('tr[data-tube=\"jobs\"]'); \
+     if (rows.length !== 1) return null; const v = {}; \
+     for (const s of ['ready','taken','delayed','buried','done','total']) \
+     v[s] = Number(rows[0].querySelector(`td[data-status=\"${s}\"]`).textContent); return v;";
+
+#[test]
+fn the_console_of_either_node_shows_the_whole_sharded_cluster() {
+    if !browser_present("the_console_of_either_node_shows_the_whole_sharded_cluster") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let flags = [
+        "--http-listen",
+        "127.0.0.1:0",
+        "--user",
+        USER,
+        "--password",
+        PASSWORD,
+    ];
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &flags);
+    nodes.wait_leader_among(&[0]);
+    nodes.wait_leader_among(&[1]);
+    for i in 0..2 {
+        wait_for("both sets' primaries known", || {
+            nodes.overview(i).is_some_and(|o| {
+                let sets = field(&o, "sets").and_then(Value::as_array).cloned();
+                let led = sets
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|s| field(s, "primary").is_some_and(|p| !p.is_nil()))
+                    .count();
+                led == 2
+            })
+        });
+    }
+    let addr = |i: usize| nodes.nodes[i].addr;
+    let web = |i: usize| {
+        let t = nodes.nodes[i].tarq.as_ref().unwrap();
+        t.metrics.expect("the HTTP address is logged")
+    };
+    let (mut a, mut b) = (client(addr(0)), client(addr(1)));
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(4))]);
+    call(
+        &mut a,
+        "queue.create_tube",
+        &[Value::from("jobs"), Value::from("fifottl"), opts],
+    );
+    // Puts through each node go to the partitions it leads; some taken, some buried.
+    let mut a_ids = Vec::new();
+    for n in 0..40 {
+        let t = call(
+            &mut a,
+            "queue.tube.jobs:put",
+            &[Value::from(format!("a{n}"))],
+        );
+        a_ids.push(t[0].as_array().unwrap()[0].as_u64().unwrap());
+    }
+    for n in 0..30 {
+        call(
+            &mut b,
+            "queue.tube.jobs:put",
+            &[Value::from(format!("b{n}"))],
+        );
+    }
+    let mut holder = client(addr(1));
+    for _ in 0..3 {
+        call(&mut holder, "queue.tube.jobs:take", &[Value::from(0)]);
+    }
+    let taken = call(&mut b, "queue.tube.jobs:take", &[Value::from(0)]);
+    let id = taken[0].as_array().unwrap()[0].clone();
+    call(&mut b, "queue.tube.jobs:bury", &[id]);
+    let want = counts(&mut a);
+    assert_eq!(want, counts(&mut b), "queue.statistics from either node");
+    assert_eq!(want["total"], 70, "{want}");
+
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let br = Browser::start(&basic);
+    for (i, name) in [(0, "a"), (1, "b")] {
+        br.open(&format!("http://{}/", web(i)));
+        br.until("the page is ready", "return document.body.dataset.ready");
+        br.until(&format!("node {name}'s row of the whole tube"), ROW);
+        // The console's figures are at most a second old: the row settles on the exact ones.
+        let mut row = Json::Null;
+        wait_for(
+            &format!("node {name}'s row to equal queue.statistics"),
+            || {
+                row = br.script(ROW);
+                row == want
+            },
+        );
+        assert_eq!(row, want, "node {name}'s table against queue.statistics");
+        br.screenshot(&results().join(format!("overview-{name}.png")));
+    }
+
+    // The tube's page on node b: its four partitions, their sets, counts adding up.
+    br.open(&format!("http://{}/#/tube/jobs", web(1)));
+    let parts = br.until(
+        "the partitions table",
+        "const rows = document.querySelectorAll('#tube-partitions tr[data-partition]'); \
+         if (rows.length !== 4) return null; \
+         return [...rows].map((r) => [...r.children].map((td) => td.textContent));",
+    );
+    let parts = parts.as_array().unwrap();
+    let sets: Vec<&str> = parts.iter().map(|r| r[2].as_str().unwrap()).collect();
+    assert!(sets.contains(&"a") && sets.contains(&"b"), "{parts:?}");
+    let total: u64 = parts
+        .iter()
+        .map(|r| r[8].as_str().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(
+        total, 70,
+        "the partitions' totals add up to the tube's: {parts:?}"
+    );
+    br.screenshot(&results().join("tube-partitions.png"));
+
+    // A task of set a's partition, found by id from node b's console, and buried from there.
+    let number = a_ids[0];
+    br.script(&format!(
+        "document.querySelector('#find input').value = '{number}'; \
+         document.querySelector('#find').requestSubmit(); return true;"
+    ));
+    br.until(
+        "the task found by id",
+        &format!("return document.querySelector('#tasks tr[data-task=\"{number}\"]') !== null"),
+    );
+    br.click(&format!("#tasks tr[data-task=\"{number}\"] button"));
+    wait_for("the task buried through node b's console", || {
+        let s = call(&mut a, "queue.tube.jobs:peek", &[Value::from(number)]);
+        s[0].as_array().unwrap()[1] == Value::from("!")
+    });
+    br.screenshot(&results().join("tube-found-by-id.png"));
+
+    // The cluster page: both sets with their primaries, the members, the placement.
+    br.open(&format!("http://{}/#/cluster", web(0)));
+    let sets = br.until(
+        "both sets on the cluster page",
+        "const rows = document.querySelectorAll('#cluster tr[data-set]'); \
+         return rows.length === 2 && [...rows].map((r) => [r.dataset.set, r.children[1].textContent]);",
+    );
+    for (i, name) in [(0, "a"), (1, "b")] {
+        let s = sets
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("no set {name}: {sets}"));
+        let primary = s[1].as_str().unwrap();
+        assert!(
+            primary.contains(&addr(i).to_string()),
+            "set {name}'s primary {primary}"
+        );
+        assert_eq!(str_field(&nodes.overview(i).unwrap(), "replica_set"), name);
+    }
+    let placed = br.until(
+        "the placement",
+        "const rows = document.querySelectorAll('#cluster tr[data-placed=\"jobs\"]'); \
+         return rows.length === 4 && rows.length;",
+    );
+    assert_eq!(placed, 4);
+    let members = br.script("return document.querySelectorAll('#cluster tr[data-member]').length");
+    assert_eq!(members, 2);
+    br.screenshot(&results().join("cluster.png"));
+}
