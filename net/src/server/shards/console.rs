@@ -88,16 +88,7 @@ impl Server {
             sid,
             reply: ReplyTo::Router(key),
         };
-        let gather = Gather {
-            client,
-            left: asks.len(),
-            stats: Stats::default(),
-            count: 0,
-            kind: GatherKind::All,
-            error: None,
-            per,
-            floors: Vec::new(),
-        };
+        let gather = Gather::every_tube(client, asks.len(), per);
         if asks.is_empty() {
             return self.console_gathered(gather.per);
         }

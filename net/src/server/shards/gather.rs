@@ -19,6 +19,27 @@ pub(super) struct Gather {
     pub(super) floors: Vec<(TubeIx, u64)>,
 }
 
+impl Gather {
+    /// Every tube's figures for `client` (`GatherKind::All`): `per` holds what this node
+    /// summed itself, and `left` partitions are still to answer.
+    pub(super) fn every_tube(
+        client: Client,
+        left: usize,
+        per: Vec<(String, TubeIx, Stats)>,
+    ) -> Self {
+        Gather {
+            client,
+            left,
+            stats: Stats::default(),
+            count: 0,
+            kind: GatherKind::All,
+            error: None,
+            per,
+            floors: Vec::new(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum GatherKind {
     Stats,
@@ -182,16 +203,7 @@ impl Server {
             }
             per.push((name, head, sum));
         }
-        let gather = Gather {
-            client,
-            left: asks.len(),
-            stats: Stats::default(),
-            count: 0,
-            kind: GatherKind::All,
-            error: None,
-            per,
-            floors: Vec::new(),
-        };
+        let gather = Gather::every_tube(client, asks.len(), per);
         if asks.is_empty() {
             let all = gather.per.into_iter().map(|(n, _, s)| (n, s)).collect();
             return self.answer(client, &Outcome::AllStats(all));
