@@ -75,18 +75,7 @@ pub(super) fn for_client(f: &Facts, k: Kind, set: &str) -> Decision {
     if !(f.mine && f.leads) {
         return Decision::Forward(f.owner);
     }
-    if f.frozen {
-        // Moving: a change waits for the move's end; the rest is served (a take finds
-        // nothing to take until then).
-        return match k.changes {
-            true => Decision::AwaitMove,
-            false => Decision::Local,
-        };
-    }
-    if k.reads_only {
-        return Decision::Local;
-    }
-    change_here(f, set)
+    served_here(f, k, set)
 }
 
 /// A command another node forwarded here, for the partition `f` describes: a partition this
@@ -98,6 +87,13 @@ pub(super) fn for_link(f: &Facts, k: Kind, set: &str) -> Decision {
     if !f.mine {
         return Decision::Forward(f.owner);
     }
+    served_here(f, k, set)
+}
+
+/// A call for a partition this node serves: a change to one moving away waits for the move's
+/// end, the rest is served (a take finds nothing to take until then); a read runs from any
+/// view; a change runs if [`change_here`] says so.
+fn served_here(f: &Facts, k: Kind, set: &str) -> Decision {
     if f.frozen {
         return match k.changes {
             true => Decision::AwaitMove,

@@ -238,7 +238,8 @@ impl MoveMachine {
             (Phase::Bulk | Phase::CatchUp, Input::Changes { count, whole }) => {
                 if whole {
                     let why = "the partition was truncated or dropped meanwhile".to_owned();
-                    return self.end_now(Output::GiveUp(why));
+                    self.end(&mut out, Output::GiveUp(why));
+                    return out;
                 }
                 if count <= FREEZE_AT || self.rounds >= MAX_ROUNDS {
                     // Few changes left: frozen, they are the last.
@@ -357,12 +358,6 @@ impl MoveMachine {
     fn end(&mut self, out: &mut Vec<Output>, last: Output) {
         self.phase = Phase::Ended;
         out.push(last);
-    }
-
-    fn end_now(&mut self, last: Output) -> Vec<Output> {
-        let mut out = Vec::new();
-        self.end(&mut out, last);
-        out
     }
 }
 
