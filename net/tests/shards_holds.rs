@@ -47,6 +47,40 @@ fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
     parts.iter().map(|p| str_field(p, "set")).collect()
 }
 
+/// Tube `jobs`, fifottl of two partitions, made through `addr` and known to every node at
+/// `all`.
+fn make_jobs(addr: SocketAddr, all: impl IntoIterator<Item = SocketAddr>) {
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
+    call(&mut connect(addr), "queue.create_tube", &args);
+    for n in all {
+        let mut c = connect(n);
+        wait_for("every node to know the tube", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
+                .is_ok()
+        });
+    }
+}
+
+/// `tarq.move` of partition `part` of `jobs` to set `to` through `addr`: its report. A refusal
+/// with code 32 did nothing (a node that may not lead this moment) and is asked again.
+fn move_jobs(addr: SocketAddr, part: u64, to: &str) -> serde_json::Value {
+    let mut c = connect(addr);
+    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from(to)]);
+    let mut report = None;
+    wait_for("the partition to move", || {
+        match c.call("tarq.move", &args, None) {
+            Ok(r) => {
+                report = Some(r[0].as_str().expect("a report").to_owned());
+                true
+            }
+            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
+            Err(e) => panic!("tarq.move: {e}"),
+        }
+    });
+    serde_json::from_str(&report.unwrap()).unwrap()
+}
+
 /// Sets a and b of one node each (with `flags`), and a
 /// tube of two partitions, one a set's; a task put through b (so into b's partition) and
 /// taken through a. Returns the nodes, the holding client and the task's id.
@@ -54,16 +88,7 @@ fn held_through_a_link(etcd: &Etcd, flags: &[&str]) -> (Nodes, Client, u64) {
     let nodes = Nodes::start_sets(etcd, &[("a", 1), ("b", 1)], flags);
     let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
     let (a_addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
-    call(&mut connect(a_addr), "queue.create_tube", &args);
-    for addr in [a_addr, b_addr] {
-        let mut c = connect(addr);
-        wait_for("every node to know the tube", || {
-            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
-                .is_ok()
-        });
-    }
+    make_jobs(a_addr, [a_addr, b_addr]);
     let mut placed = owners(a_addr, "jobs");
     placed.sort();
     assert_eq!(placed, ["a", "b"], "one partition a set");
@@ -148,22 +173,8 @@ fn a_hold_orphaned_by_a_broken_link_moves_with_its_partition_and_is_released_aft
         .iter()
         .position(|s| s == "b")
         .unwrap() as u64;
-    let mut c = connect(b_addr);
-    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("a")]);
-    // Stopped for seconds, b may not lead until it has read etcd again: refused until then
-    // (code 32, nothing done).
-    let mut report = None;
-    wait_for("b to move its partition", || {
-        match c.call("tarq.move", &args, None) {
-            Ok(r) => {
-                report = Some(r[0].as_str().expect("a report").to_owned());
-                true
-            }
-            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
-            Err(e) => panic!("tarq.move: {e}"),
-        }
-    });
-    let report: serde_json::Value = serde_json::from_str(&report.unwrap()).unwrap();
+    // Stopped for seconds, b may not lead until it has read etcd again: refused until then.
+    let report = move_jobs(b_addr, part, "a");
     assert_eq!(report["tasks"], 1, "{report}");
     let moved_in = cont.elapsed();
 
@@ -192,16 +203,7 @@ fn a_hold_moved_to_the_holders_own_set_stays_held() {
     let a = nodes.wait_leader_among(&[0]);
     nodes.wait_leader_among(&[1, 2]);
     let a_addr = nodes.nodes[a].addr;
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
-    call(&mut connect(a_addr), "queue.create_tube", &args);
-    for n in &nodes.nodes {
-        let mut c = connect(n.addr);
-        wait_for("every node to know the tube", || {
-            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
-                .is_ok()
-        });
-    }
+    make_jobs(a_addr, nodes.nodes.iter().map(|n| n.addr));
     let part = owners(a_addr, "jobs")
         .iter()
         .position(|s| s == "a")
@@ -224,15 +226,7 @@ fn a_hold_moved_to_the_holders_own_set_stays_held() {
             (c, id)
         })
         .collect();
-    let mut c = connect(a_addr);
-    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("b")]);
-    wait_for("a to move its partition", || {
-        match c.call("tarq.move", &args, None) {
-            Ok(_) => true,
-            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
-            Err(e) => panic!("tarq.move: {e}"),
-        }
-    });
+    move_jobs(a_addr, part, "b");
     for (c, held) in &mut holders {
         for _ in 0..25 {
             let took = c.call("queue.tube.jobs:take", &pack_args(&[Value::from(0)]), None);
@@ -258,16 +252,7 @@ fn tasks_taken_during_a_move_stay_held_by_their_takers() {
     let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &[]);
     let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
     let (a_addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
-    call(&mut connect(a_addr), "queue.create_tube", &args);
-    for addr in [a_addr, b_addr] {
-        let mut c = connect(addr);
-        wait_for("every node to know the tube", || {
-            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
-                .is_ok()
-        });
-    }
+    make_jobs(a_addr, [a_addr, b_addr]);
     let part = owners(a_addr, "jobs")
         .iter()
         .position(|s| s == "a")
@@ -306,15 +291,7 @@ fn tasks_taken_during_a_move_stay_held_by_their_takers() {
             })
         })
         .collect();
-    let mut c = connect(a_addr);
-    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("b")]);
-    wait_for("a to move its partition", || {
-        match c.call("tarq.move", &args, None) {
-            Ok(_) => true,
-            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
-            Err(e) => panic!("tarq.move: {e}"),
-        }
-    });
+    move_jobs(a_addr, part, "b");
     committed.store(true, std::sync::atomic::Ordering::Relaxed);
     let takers: Vec<(Client, Vec<u64>)> = takers.into_iter().map(|t| t.join().unwrap()).collect();
     let held: std::collections::HashSet<u64> =
@@ -376,16 +353,7 @@ fn a_held_task_moved_between_nodes_whose_clocks_differ_keeps_its_ttr() {
     let nodes = Nodes::start_sets_with(&etcd.url, &[("a", 1), ("b", 1)], &[], behind);
     let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
     let (a_addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-    let args = [Value::from("jobs"), Value::from("fifottl"), opts];
-    call(&mut connect(a_addr), "queue.create_tube", &args);
-    for addr in [a_addr, b_addr] {
-        let mut c = connect(addr);
-        wait_for("every node to know the tube", || {
-            c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None)
-                .is_ok()
-        });
-    }
+    make_jobs(a_addr, [a_addr, b_addr]);
     let part = owners(a_addr, "jobs")
         .iter()
         .position(|s| s == "a")
@@ -421,15 +389,7 @@ fn a_held_task_moved_between_nodes_whose_clocks_differ_keeps_its_ttr() {
         &[Value::from(lives)],
     );
 
-    let mut c = connect(a_addr);
-    let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("b")]);
-    wait_for("a to move its partition", || {
-        match c.call("tarq.move", &args, None) {
-            Ok(_) => true,
-            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
-            Err(e) => panic!("tarq.move: {e}"),
-        }
-    });
+    move_jobs(a_addr, part, "b");
     // On b the task is still held: another consumer gets nothing.
     let mut other = connect(b_addr);
     let took = call(&mut other, "queue.tube.jobs:take", &[Value::from(1)]);
