@@ -77,6 +77,13 @@ fn a_three_node_cluster_with_mutual_tls_fails_over_as_in_the_clear() {
         .and_then(Value::as_u64)
         .expect("the task's id");
     drop(c);
+    // Replication is asynchronous here: the put is answered before the replicas have it, so
+    // the kill waits until both hold it (over TLS) or a lost put would be correct behaviour.
+    for &i in &others {
+        wait_for(&format!("node {i} to hold the put"), || {
+            peek_data(nodes.nodes[i].addr, id).as_deref() == Some("kept")
+        });
+    }
     nodes.kill(leader);
     let new = nodes.wait_leader_among(&others);
     let last = others.iter().copied().find(|&i| i != new).unwrap();
