@@ -202,6 +202,14 @@ impl Server {
                 }
             }
         }
+        // Roles change only above: from here to the next turn, a node that does not lead logs
+        // nothing of its own (its WAL refuses such a turn: a path that changes the queue
+        // without asking `leads()` is a bug, and a loud one).
+        if self.cluster.is_some() && !self.leads() {
+            if let Some(wal) = self.core.journal_mut().wal() {
+                wal.stop_leading();
+            }
+        }
         let Some(position) = self.core.journal_mut().wal().map(|wal| Position {
             term: wal.last_term(),
             lsn: wal.durable_seq(),

@@ -402,6 +402,9 @@ pub struct Wal {
     terms: Terms,
     /// The term this node's own turns are written in (its leadership's; 0 without etcd).
     term: u64,
+    /// Whether this node may log turns of its own: false from `stop_leading` until the next
+    /// `set_term` (a cluster node that does not lead; see `refuse_own_turn`).
+    leading: bool,
     /// A replica whose damaged log was set aside at start: it holds nothing of its primary's
     /// until it has copied it again, and must not lead meanwhile.
     started_over: Option<SetAside>,
@@ -520,6 +523,7 @@ impl Wal {
             follow: follow::Follow::new(report.fuzzy_upto),
             terms: report.terms.clone(),
             term: report.terms.last_term(),
+            leading: true,
             _lock: None,
         };
         Ok((wal, queue, report))
@@ -784,6 +788,36 @@ impl Wal {
         });
     }
 
+    /// A turn of this node's own while it does not lead, or after records of a newer term
+    /// than it led: a server path changed the queue where only the primary's records may. Its
+    /// records would sit at sequence numbers the primary gives its own (the replica skips
+    /// those as already held), and a turn closed with an older term after a newer one is a
+    /// log no replica can follow. So nothing of it is written, the turn is never durable (no
+    /// reply claims it), and the WAL refuses every change until a restart recovers the queue
+    /// from what is on disk: the primary's log, whole.
+    #[cold]
+    fn refuse_own_turn(&mut self, start: usize, first_seq: u64) {
+        let records = self.last_seq + 1 - first_seq;
+        self.pending.truncate(start);
+        self.last_seq = first_seq - 1;
+        self.stats.records -= records;
+        let message = format!(
+            "a change of this node's own while it does not lead (it led term {}, its log is at \
+             term {}): not logged; restart tarq",
+            self.term,
+            self.terms.last_term()
+        );
+        tracing::error!(error = %message, records, "WAL refusing all changes");
+        self.unloggable = true;
+        self.room_budget = 0;
+        self.held.push_back(self.submitted);
+        self.open_needs_durability = false;
+        self.failed = Some(Failure {
+            message,
+            retry_at: self.clock.now(),
+        });
+    }
+
     /// Ends the turn: closes the open batch and writes it (one write for the whole turn).
     /// Returns the turn's number, which its replies wait for (see `is_durable`).
     pub fn submit(&mut self) -> BatchId {
@@ -794,6 +828,10 @@ impl Wal {
         let Some((start, first_seq)) = self.open.take() else {
             return self.submitted;
         };
+        if !self.leading || self.term < self.terms.last_term() {
+            self.refuse_own_turn(start, first_seq);
+            return self.submitted;
+        }
         let at = self.record(Kind::Commit);
         format::encode_commit(&mut self.pending.buf, self.term, self.terms.history);
         format::end_small_record(&mut self.pending.buf, at);
@@ -1073,6 +1111,13 @@ impl Wal {
     /// The term this node's turns are written in from now on (it became the leader of it).
     pub fn set_term(&mut self, term: u64) {
         self.term = term;
+        self.leading = true;
+    }
+
+    /// This node no longer leads (a cluster node that is deposed, follows, or has not won an
+    /// election yet): a turn of its own is refused (see `refuse_own_turn`) until `set_term`.
+    pub fn stop_leading(&mut self) {
+        self.leading = false;
     }
 
     /// The term of the last turn logged.

@@ -876,6 +876,50 @@ fn terms_and_the_history_id_survive_restarts_and_snapshots() {
     );
 }
 
+/// A node that led term 3, then followed the primary of term 5, logs no change of its own:
+/// closed with term 3 after the primary's records, such a turn makes a log no replica copying
+/// it from the start can follow, and its records take sequence numbers the primary gives its
+/// own (found by the fault harness: a deposed primary went on letting a moved partition go).
+/// The turn is refused, never durable, nothing of it reaches the disk, and a restart has the
+/// primary's log whole. A node told it does not lead (`stop_leading`) refuses the same way.
+#[test]
+fn a_node_that_follows_a_newer_term_logs_no_change_of_its_own() {
+    let (primary_storage, follower_storage) = (MemStorage::new(), MemStorage::new());
+    let (mut p, mut pq, _) = open(&primary_storage);
+    p.set_tap(true);
+    p.set_term(5);
+    pq.put(START, b"primary's".to_vec(), PutOptions::default());
+    p.flush(&mut pq, WAIT).expect("flushed");
+    let mut stream = Vec::new();
+    p.take_tap(&mut stream);
+
+    for told in [false, true] {
+        let (mut w, mut q, _) = open(&follower_storage);
+        w.set_term(3);
+        if told {
+            w.stop_leading();
+        }
+        w.apply_replicated(&mut q, &stream).expect("applied");
+        let held = w.last_seq();
+        assert_eq!(w.last_term(), 5);
+        q.put(START, b"own".to_vec(), PutOptions::default());
+        w.append_turn(&mut q);
+        let turn = w.submit();
+        assert!(!w.is_durable(turn), "no reply may claim the turn");
+        let refused = w.check_writable().expect_err("changes refused from now on");
+        assert!(refused.to_string().contains("does not lead"), "{refused}");
+        assert_eq!(w.last_seq(), held, "nothing of the turn is logged");
+        drop(w);
+        let (w, q, _) = open(&follower_storage);
+        assert_eq!((w.last_seq(), w.last_term()), (held, 5));
+        assert_eq!(
+            model(&q, START),
+            model(&pq, START),
+            "the primary's log, whole"
+        );
+    }
+}
+
 fn put_in(q: &mut Queue, tube: TubeIx, data: &[u8]) -> TaskId {
     match q.put_in(START, tube, data.to_vec(), TubePut::default()) {
         Ok(PutOutcome::Created(t)) => t.id,
