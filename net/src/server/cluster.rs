@@ -309,6 +309,7 @@ impl Server {
         self.sync.restart();
         let (core, mut wire) = self.split();
         let released = core.release_all_taken(&mut wire);
+        self.shards_start_leading();
         info!(term, released, node = %name, %cluster, "became the primary");
     }
 
@@ -359,6 +360,7 @@ impl Server {
                 NodeRole::Unknown(format!("the leader {leader} published address {addr:?}"));
             return;
         };
+        self.shards_stop_leading();
         let c = self.cluster_mut();
         let led = std::mem::take(&mut c.led);
         // The role first: what closing does below happens on a replica (silently).
@@ -405,6 +407,7 @@ impl Server {
         self.cluster_mut().role = NodeRole::Unknown(format!(
             "this node stopped leading term {term}: {why}; no primary is known"
         ));
+        self.shards_stop_leading();
         self.answer_parked_with_nothing();
     }
 

@@ -98,6 +98,12 @@ impl Server {
         if self.shards.is_none() {
             return Err("this tarq is no sharded cluster's node".into());
         }
+        // Every step changes the queue (a copy made, a page taken in, a copy served): only a
+        // primary's changes may be logged. A node deposed during a move refuses the rest of
+        // it, and the old owner gives the move up.
+        if !self.leads() {
+            return Err("this node does not lead its replica set now".into());
+        }
         match step {
             Ask::MoveIn {
                 id,
@@ -663,10 +669,47 @@ impl Server {
         self.timers_changed();
     }
 
+    /// This node stopped leading its set: what it was doing to the queue for the shards stops
+    /// here, as every change of its own does (its WAL would refuse them). Copies arriving are
+    /// dropped from its books (a claim waiting for etcd is answered with a refusal, so the old
+    /// owner gives its move up), and so is the letting go of partitions. Whoever leads next
+    /// finds the tasks left of either as a partition placed elsewhere (`let_go_strays`),
+    /// withdraws any claim, and lets go of them unless etcd says the set owns them.
+    pub(in crate::server) fn shards_stop_leading(&mut self) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        shards.letting_go.clear();
+        let askers: Vec<Client> = (shards.incoming.drain())
+            .filter_map(|(_, i)| match i.state {
+                CopyState::Claiming { asker, .. } => Some(asker),
+                _ => None,
+            })
+            .collect();
+        for asker in askers {
+            let why = "this node stopped leading its replica set during the move".to_owned();
+            self.answer(asker, &Outcome::Error(Refusal::Shards(why)));
+        }
+    }
+
+    /// This node became its set's primary: copies and partitions left of an earlier
+    /// leadership (see [`shards_stop_leading`](Self::shards_stop_leading)) get their look on
+    /// the next turn.
+    pub(in crate::server) fn shards_start_leading(&mut self) {
+        let mono = self.mono;
+        if let Some(shards) = self.shards.as_mut() {
+            shards.recheck_by(mono);
+        }
+        self.timers_changed();
+    }
+
     /// A batch of tasks let go of, when due (see [`let_go_of`](Self::let_go_of)): kept to
     /// `--move-rate`, as the copy is, so the clients of this node (which forwards them all
-    /// now) keep their pace.
+    /// now) keep their pace. Only a primary lets go: its replicas follow its records.
     pub(in crate::server) fn let_go_gradually(&mut self) {
+        if !self.leads() {
+            return;
+        }
         let mono = self.mono;
         let Some(shards) = self.shards.as_ref() else {
             return;
