@@ -570,6 +570,28 @@ impl Shards {
         decide::for_link(&f, kind, &self.set)
     }
 
+    /// The partition of tube `head` (not a utube, not a capped limfifottl) a put goes to, in
+    /// turn: one this node leads and may serve now (no hop); else one whose set has a primary
+    /// now (a set failing over would refuse every put sent to it); else any (refused there,
+    /// saying why). `None`: the routes lack the tube.
+    fn put_partition(&mut self, head: TubeIx, leads: bool) -> Option<TubeIx> {
+        let parts = &self.tubes.get(&head)?.parts;
+        let v = self.view();
+        let here = |p: &&TubeIx| self.here(**p, leads) && self.hold_in(v, **p).is_none();
+        let led =
+            |p: &&TubeIx| (self.part(**p)).is_some_and(|pt| self.sets[pt.set].primary.is_some());
+        let rr = self.rr;
+        let local = parts.iter().filter(here).count();
+        let healthy = parts.iter().filter(led).count();
+        let ix = match (local, healthy) {
+            (0, 0) => parts[rr % parts.len()],
+            (0, _) => *parts.iter().filter(led).nth(rr % healthy).expect("counted"),
+            _ => *parts.iter().filter(here).nth(rr % local).expect("counted"),
+        };
+        self.rr = rr.wrapping_add(1);
+        Some(ix)
+    }
+
     /// Whether this node serves partition `ix` itself: its set owns it (or a move handed it
     /// over) and it leads the set.
     fn here(&self, ix: TubeIx, leads: bool) -> bool {

@@ -29,6 +29,65 @@ fn whole_tube(cmd: &Command<'_>) -> Option<TubeIx> {
     }
 }
 
+/// A whole-tube command answered by gathering its partitions' answers: the tube, and what
+/// the answers are.
+fn gathered(cmd: &Command<'_>) -> Option<(TubeIx, GatherKind)> {
+    match *cmd {
+        Command::TubeFigures { tube } => Some((tube, GatherKind::Figures)),
+        Command::TubeStats { tube } => Some((tube, GatherKind::Stats)),
+        Command::Kick { tube, .. } | Command::KickAny { tube, .. } => {
+            Some((tube, GatherKind::Count))
+        }
+        Command::Truncate { tube } | Command::Pause { tube, .. } | Command::ReleaseAll { tube } => {
+            Some((tube, GatherKind::Ok))
+        }
+        _ => None,
+    }
+}
+
+/// A [`gathered`] command for partition `t` of its tube.
+fn on_partition(cmd: Command<'_>, t: TubeIx) -> Command<'_> {
+    match cmd {
+        Command::TubeFigures { .. } => Command::TubeFigures { tube: t },
+        Command::TubeStats { .. } => Command::TubeStats { tube: t },
+        Command::Kick { count, .. } => Command::Kick { tube: t, count },
+        Command::KickAny { count, .. } => Command::KickAny { tube: t, count },
+        Command::Truncate { .. } => Command::Truncate { tube: t },
+        Command::Pause { pause, .. } => Command::Pause { tube: t, pause },
+        Command::ReleaseAll { .. } => Command::ReleaseAll { tube: t },
+        other => other,
+    }
+}
+
+/// A command naming a task, for the partition its id names (see [`by_id`]); `None` for a
+/// command that names none.
+fn by_id_of(cmd: Command<'_>) -> Option<(TubeIx, Command<'_>)> {
+    Some(match cmd {
+        Command::Ack { on, id } => by_id(id, cmd, |ix| Command::Ack {
+            on: on_ix(on, ix),
+            id,
+        }),
+        Command::Release { on, id, opts } => by_id(id, cmd, |ix| Command::Release {
+            on: on_ix(on, ix),
+            id,
+            opts,
+        }),
+        Command::Touch { id, delta, .. } => {
+            by_id(id, cmd, |tube| Command::Touch { tube, id, delta })
+        }
+        Command::Peek { id, .. } => by_id(id, cmd, |tube| Command::Peek { tube, id }),
+        Command::Bury { id, .. } => by_id(id, cmd, |tube| Command::Bury { tube, id }),
+        Command::Delete { id, .. } => by_id(id, cmd, |tube| Command::Delete { tube, id }),
+        Command::TakeTask { id }
+        | Command::BuryTaken { id, .. }
+        | Command::TouchTtr { id }
+        | Command::KickTask { id }
+        | Command::DeleteJob { id }
+        | Command::TaskFigures { id } => by_id(id, cmd, |_| cmd),
+        _ => return None,
+    })
+}
+
 impl Server {
     /// A command another node forwarded, run for session `sid` of link `idx`: run here, held
     /// while its partition moves away from here, relayed once to the partition's owner when
@@ -147,23 +206,11 @@ impl Server {
             sid: c.sid,
             reply,
         };
-        // A partition the routes lack: another node may have just placed its tube; the
-        // command runs once this node has read the placement.
-        if self.shards.is_some()
-            && (self.hold_unrouted(client, &cmd) || self.hold_figures_for_view(client, &cmd))
-        {
+        self.shards.as_ref()?;
+        if self.held_before_routing(client, &cmd) {
             return None;
         }
-        let shards = self.shards.as_mut()?;
-        // A change to a whole tube one of whose partitions is moving waits for the move.
-        if shards.moving.is_some() && cmd.changes() {
-            if let Some(head) = whole_tube(&cmd).filter(|&h| shards.tube_frozen(h)) {
-                let _ = head;
-                self.hold_for_move(idx, client.sid, reply, (false, None), &cmd);
-                return None;
-            }
-        }
-        let to = |ix: TubeIx, cmd: Command<'c>| (ix, cmd);
+        let shards = self.shards.as_ref()?;
         let (ix, cmd) = match cmd {
             Command::Move {
                 tube,
@@ -173,105 +220,9 @@ impl Server {
                 self.start_move(client, tube, partition, to);
                 return None;
             }
-            Command::CreateTube {
-                name,
-                kind,
-                opts,
-                if_not_exists,
-                partitions,
-            } => {
-                // A tube placed already, and this call lets it be: the tube as it is (from the
-                // placement when this node does not hold it yet, a replica's case).
-                if if_not_exists {
-                    if let Some(info) = self.placed_tube(name) {
-                        return self.answer_tube(client, info);
-                    }
-                }
-                // Any node places a tube, replica or primary: the placement is etcd's, and
-                // each set's primary holds what it owns of the tube as it reads it.
-                if kind == TubeType::LimFifoTtl
-                    && opts.capacity > 0
-                    && opts.capacity < u64::from(partitions)
-                {
-                    let why = format!(
-                        "a limfifottl tube's capacity ({}) is shared by its partitions: it needs at least one a partition ({partitions})",
-                        opts.capacity
-                    );
-                    self.answer(client, &Outcome::Error(Refusal::Shards(why)));
-                    return None;
-                }
-                let shards = self.shards.as_mut()?;
-                let token = shards.next_token;
-                shards.next_token += 1;
-                shards.creates.insert(token, (client, if_not_exists));
-                let cluster = self
-                    .cluster
-                    .as_ref()
-                    .expect("a sharded node is a cluster node");
-                cluster.handle().create_tube(
-                    token,
-                    name,
-                    kind.as_str(),
-                    options_json(&opts),
-                    partitions,
-                );
-                return None;
-            }
-            Command::Put { .. } => to(0, cmd),
-            Command::PutIn {
-                tube,
-                data,
-                opts,
-                wait,
-            } => {
-                let Some(t) = shards.tubes.get(&tube) else {
-                    return Some(cmd);
-                };
-                let n = t.parts.len();
-                if t.capped && n > 1 {
-                    return self.put_capped(client, tube, data, opts, wait, leads);
-                }
-                let ix = if t.utube {
-                    t.parts[key_partition(opts.utube, n)]
-                } else {
-                    // A partition led here, in turn (no hop); else one whose set has a
-                    // primary now, in turn (a set failing over would refuse every put sent
-                    // to it); else any, in turn (refused there, saying why).
-                    let v = shards.view();
-                    let here =
-                        |p: &&TubeIx| shards.here(**p, leads) && shards.hold_in(v, **p).is_none();
-                    let led = |p: &&TubeIx| {
-                        (shards.part(**p)).is_some_and(|pt| shards.sets[pt.set].primary.is_some())
-                    };
-                    let rr = shards.rr;
-                    let local = t.parts.iter().filter(here).count();
-                    let healthy = t.parts.iter().filter(led).count();
-                    let ix = match (local, healthy) {
-                        (0, 0) => t.parts[rr % n],
-                        (0, _) => *t
-                            .parts
-                            .iter()
-                            .filter(led)
-                            .nth(rr % healthy)
-                            .expect("counted"),
-                        _ => *t
-                            .parts
-                            .iter()
-                            .filter(here)
-                            .nth(rr % local)
-                            .expect("counted"),
-                    };
-                    shards.rr = rr.wrapping_add(1);
-                    ix
-                };
-                let cmd = Command::PutIn {
-                    tube: ix,
-                    data,
-                    opts,
-                    wait,
-                };
-                (ix, cmd)
-            }
+            Command::CreateTube { .. } => return self.create_placed(client, cmd),
+            Command::Put { .. } => (0, cmd),
+            Command::PutIn { .. } => return self.route_put(client, cmd, leads),
             Command::Take { on, timeout } => {
                 return self.take_across(client, on, timeout, leads);
             }
@@ -283,53 +234,6 @@ impl Server {
             Command::PeekFirst { tube, status } => {
                 return self.peek_across(client, tube, status, leads);
             }
-            Command::TubeFigures { tube } => {
-                return self.gather(client, tube, GatherKind::Figures, leads, |t| {
-                    Command::TubeFigures { tube: t }
-                });
-            }
-            Command::Ack { on, id } => by_id(id, cmd, |ix| Command::Ack {
-                on: on_ix(on, ix),
-                id,
-            }),
-            Command::Release { on, id, opts } => by_id(id, cmd, |ix| Command::Release {
-                on: on_ix(on, ix),
-                id,
-                opts,
-            }),
-            Command::Touch { id, delta, .. } => {
-                by_id(id, cmd, |tube| Command::Touch { tube, id, delta })
-            }
-            Command::Peek { id, .. } => by_id(id, cmd, |tube| Command::Peek { tube, id }),
-            Command::Bury { id, .. } => by_id(id, cmd, |tube| Command::Bury { tube, id }),
-            Command::Delete { id, .. } => by_id(id, cmd, |tube| Command::Delete { tube, id }),
-            Command::TakeTask { id }
-            | Command::BuryTaken { id, .. }
-            | Command::TouchTtr { id }
-            | Command::KickTask { id }
-            | Command::DeleteJob { id }
-            | Command::TaskFigures { id } => by_id(id, cmd, |_| cmd),
-            Command::TubeStats { tube } => {
-                return self.gather(client, tube, GatherKind::Stats, leads, |t| {
-                    Command::TubeStats { tube: t }
-                });
-            }
-            Command::Kick { tube, count } => {
-                return self.gather(client, tube, GatherKind::Count, leads, |t| Command::Kick {
-                    tube: t,
-                    count,
-                });
-            }
-            Command::KickAny { tube, count } => {
-                return self.gather(client, tube, GatherKind::Count, leads, |t| {
-                    Command::KickAny { tube: t, count }
-                });
-            }
-            Command::Truncate { tube } => {
-                return self.gather(client, tube, GatherKind::Ok, leads, |t| Command::Truncate {
-                    tube: t,
-                });
-            }
             Command::AllTubeStats => {
                 self.gather_all(client, leads);
                 return None;
@@ -338,18 +242,123 @@ impl Server {
                 self.drop_placed(client, tube, leads);
                 return None;
             }
-            Command::Pause { tube, pause } => {
-                return self.gather(client, tube, GatherKind::Ok, leads, |t| Command::Pause {
-                    tube: t,
-                    pause,
-                });
+            cmd => {
+                if let Some((tube, kind)) = gathered(&cmd) {
+                    return self.gather(client, tube, kind, leads, |t| on_partition(cmd, t));
+                }
+                // A call naming a task goes to the partition its id names; any other runs
+                // here as it is.
+                match by_id_of(cmd) {
+                    Some(routed) => routed,
+                    None => return Some(cmd),
+                }
             }
-            Command::ReleaseAll { tube } => {
-                return self.gather(client, tube, GatherKind::Ok, leads, |t| {
-                    Command::ReleaseAll { tube: t }
-                });
+        };
+        self.run_on_partition(client, ix, cmd, Then::Deliver, leads)
+    }
+
+    /// Whether `cmd` waits before it is routed: a partition the routes lack (another node may
+    /// have just placed its tube: it runs once this node has read the placement), figures
+    /// that need a fresher view, or a change to a whole tube one of whose partitions is
+    /// moving (it runs after the move).
+    fn held_before_routing(&mut self, client: Client, cmd: &Command<'_>) -> bool {
+        if self.hold_unrouted(client, cmd) || self.hold_figures_for_view(client, cmd) {
+            return true;
+        }
+        let Some(shards) = self.shards.as_ref() else {
+            return false;
+        };
+        let frozen = shards.moving.is_some()
+            && cmd.changes()
+            && whole_tube(cmd).is_some_and(|h| shards.tube_frozen(h));
+        if frozen {
+            let (idx, sid, reply) = (client.idx, client.sid, client.reply);
+            self.hold_for_move(idx, sid, reply, (false, None), cmd);
+        }
+        frozen
+    }
+
+    /// `create_tube` on a sharded node: answered from the placement when the tube is there
+    /// and the call lets it be, else placed in etcd (answered when etcd has it). Any node
+    /// places a tube, replica or primary: the placement is etcd's, and each set's primary
+    /// holds what it owns of the tube as it reads it.
+    fn create_placed<'c>(&mut self, client: Client, cmd: Command<'_>) -> Option<Command<'c>> {
+        let Command::CreateTube {
+            name,
+            kind,
+            opts,
+            if_not_exists,
+            partitions,
+        } = cmd
+        else {
+            return None;
+        };
+        // The tube as it is (from the placement when this node does not hold it yet, a
+        // replica's case).
+        if if_not_exists {
+            if let Some(info) = self.placed_tube(name) {
+                return self.answer_tube(client, info);
             }
-            other => return Some(other),
+        }
+        if kind == TubeType::LimFifoTtl
+            && opts.capacity > 0
+            && opts.capacity < u64::from(partitions)
+        {
+            let why = format!(
+                "a limfifottl tube's capacity ({}) is shared by its partitions: it needs at least \
+                 one a partition ({partitions})",
+                opts.capacity
+            );
+            self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+            return None;
+        }
+        let shards = self.shards.as_mut()?;
+        let token = shards.next_token;
+        shards.next_token += 1;
+        shards.creates.insert(token, (client, if_not_exists));
+        let cluster = (self.cluster.as_ref()).expect("a sharded node is a cluster node");
+        cluster
+            .handle()
+            .create_tube(token, name, kind.as_str(), options_json(&opts), partitions);
+        None
+    }
+
+    /// A put into a placed tube: a utube key's partition, a limfifottl tube's plan for room,
+    /// or the partition [`Shards::put_partition`] picks; run there. A tube the routes lack
+    /// runs here as it is (the core answers it as it would anywhere).
+    fn route_put<'c>(
+        &mut self,
+        client: Client,
+        cmd: Command<'c>,
+        leads: bool,
+    ) -> Option<Command<'c>> {
+        let Command::PutIn {
+            tube: head,
+            data,
+            opts,
+            wait,
+        } = cmd
+        else {
+            return Some(cmd);
+        };
+        let shards = self.shards.as_mut()?;
+        let Some(t) = shards.tubes.get(&head) else {
+            return Some(cmd);
+        };
+        let n = t.parts.len();
+        if t.capped && n > 1 {
+            return self.put_capped(client, head, data, opts, wait, leads);
+        }
+        let ix = if t.utube {
+            t.parts[key_partition(opts.utube, n)]
+        } else {
+            shards.put_partition(head, leads)?
+        };
+        let cmd = Command::PutIn {
+            tube: ix,
+            data,
+            opts,
+            wait,
         };
         self.run_on_partition(client, ix, cmd, Then::Deliver, leads)
     }
