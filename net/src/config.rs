@@ -439,6 +439,20 @@ pub struct Settings {
     #[serde(default, deserialize_with = "addr_or_port")]
     pub http_listen: Option<SocketAddr>,
 
+    /// The names clients reach the HTTP port by (comma-separated; a port after a name is
+    /// ignored). A request whose Host header names another is refused: a page of another site
+    /// could otherwise reach the console by pointing its own name at this address (DNS
+    /// rebinding). IP addresses, `localhost` and names without a dot are always served. Without
+    /// names, a port on a loopback address serves only those, one on a network address any
+    /// name (and the start warns) [default: none].
+    #[arg(
+        long,
+        env = "TARQ_HTTP_HOST",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pub http_host: Option<Vec<String>>,
+
     /// The old name of --http-listen (the port served /metrics only, and still does).
     #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR|PORT", value_parser = loopback_or_addr)]
     #[serde(default, deserialize_with = "addr_or_port")]
@@ -578,6 +592,8 @@ pub struct Config {
     pub beanstalk_listen: Option<SocketAddr>,
     /// The HTTP port (web console, JSON API, `/metrics`), if served.
     pub http_listen: Option<SocketAddr>,
+    /// The names the HTTP port answers (`Host`), as given.
+    pub http_hosts: Vec<String>,
     /// The largest beanstalk job body.
     pub beanstalk_max_job_size: u32,
     pub auth: Option<Credentials>,
@@ -658,6 +674,7 @@ impl Default for Config {
             queue_namespace: "queue".into(),
             beanstalk_listen: None,
             http_listen: None,
+            http_hosts: Vec::new(),
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             auth: None,
             replica_of: None,
@@ -756,6 +773,7 @@ impl Config {
             queue_namespace: s.queue_namespace.unwrap_or(d.queue_namespace),
             beanstalk_listen: s.beanstalk_listen,
             http_listen: http_listen(s.http_listen, s.metrics_listen)?,
+            http_hosts: s.http_host.unwrap_or_default(),
             beanstalk_max_job_size: s.beanstalk_max_job_size.unwrap_or(d.beanstalk_max_job_size),
             auth,
             replica_of: s.replica_of,

@@ -808,3 +808,45 @@ fn a_tubes_consumers_and_its_oldest_ready_age_are_shown_everywhere() {
         "{aged} < {age}: the head is the same first task"
     );
 }
+
+/// DNS rebinding: a page of another site that points its own name at this port is, to the
+/// browser, of that site, and may read what it is answered; its requests still carry that
+/// name in `Host`, so they are refused (by `/metrics` too). Addresses, `localhost` and names
+/// without a dot are served; once `--http-host` names the port, those names are too. Every
+/// answer forbids framing by other sites and loading anything from elsewhere.
+#[test]
+fn a_page_of_another_site_reaching_the_port_by_its_own_name_is_refused() {
+    let at = |w: &mut Web, path: &str, name: &str| {
+        w.raw(format!("GET {path} HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes())
+    };
+    let (_srv, http) = start(|_| {});
+    let mut w = Web::new(http);
+    for path in ["/api/server", "/", "/metrics"] {
+        let r = at(&mut w, path, "evil.example:80");
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert!(r.error().contains("http-host"), "{}", r.error());
+    }
+    let port = http.port();
+    for name in [
+        http.to_string(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "tarq-box".into(),
+    ] {
+        assert_eq!(at(&mut w, "/api/server", &name).status, 200, "{name}");
+    }
+    let page = w.get("/");
+    assert_eq!(page.status, 200);
+    for header in [
+        "frame-ancestors 'none'",
+        "default-src 'self'",
+        "X-Frame-Options: DENY",
+    ] {
+        assert!(page.head.contains(header), "{header}: {}", page.head);
+    }
+
+    let (_named, http) = start(|c| c.http_hosts = vec!["Tarq.Example".into()]);
+    let mut w = Web::new(http);
+    assert_eq!(at(&mut w, "/api/server", "tarq.example:9100").status, 200);
+    assert_eq!(at(&mut w, "/api/server", "other.example").status, 403);
+}

@@ -12,7 +12,7 @@ use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
 use tarq_engine::Micros;
 use tarq_ops::live::Live;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::timers::Timer;
 use super::{mark_flush, Server};
@@ -42,8 +42,13 @@ pub(crate) struct HttpPort {
     pub tick_nanos: u64,
 }
 
-/// Binds `--http-listen`, registered with `poll`.
-pub(super) fn bind(addr: Option<SocketAddr>, poll: &Poll) -> io::Result<HttpPort> {
+/// Binds `--http-listen`, registered with `poll`, answering the `Host` names `hosts`
+/// (`--http-host`).
+pub(super) fn bind(
+    addr: Option<SocketAddr>,
+    hosts: &[String],
+    poll: &Poll,
+) -> io::Result<HttpPort> {
     let Some(addr) = addr else {
         return Ok(HttpPort::default());
     };
@@ -53,8 +58,13 @@ pub(super) fn bind(addr: Option<SocketAddr>, poll: &Poll) -> io::Result<HttpPort
     })?;
     poll.registry()
         .register(&mut l, HTTP_LISTENER, Interest::READABLE)?;
+    let state = http::HttpState {
+        hosts: http::Hosts::new(hosts, addr.ip().is_loopback()),
+        ..http::HttpState::default()
+    };
     Ok(HttpPort {
         listener: Some(l),
+        state,
         ..HttpPort::default()
     })
 }
@@ -70,6 +80,14 @@ impl Server {
         if let Some(addr) = self.http_addr() {
             info!(listen = %addr, read_only = self.cfg.auth.is_none(), "serving the web console at /, the JSON API at /api/");
             info!(listen = %addr, "serving Prometheus metrics at /metrics");
+            if self.http.state.hosts.any() {
+                warn!(
+                    listen = %addr,
+                    "the HTTP port is on a network address and answers any Host name: a page \
+                     of another site could reach it by pointing its name here (DNS \
+                     rebinding); set http-host to the names clients use"
+                );
+            }
         }
     }
 

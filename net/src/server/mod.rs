@@ -252,7 +252,7 @@ impl Server {
         })?;
         let poll = Poll::new()?;
         let (listener, beanstalk_listener) = bind_listeners(&cfg, &poll)?;
-        let http = http::bind(cfg.http_listen, &poll)?;
+        let http = http::bind(cfg.http_listen, &cfg.http_hosts, &poll)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         journal.attach_waker(Arc::clone(&waker));
         let queue = recover(&mut journal, &cfg)?;

@@ -98,6 +98,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     restart!(cpu, "cpu");
     restart!(null, "null");
     restart!(http_listen, "http-listen");
+    restart!(http_hosts, "http-host");
     restart!(beanstalk_listen, "beanstalk-listen");
     restart!(beanstalk_max_job_size, "beanstalk-max-job-size");
     restart!(wal, "the WAL settings (wal-mode, snapshots)");
@@ -116,6 +117,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     rest.cpu = current.cpu;
     rest.null = current.null;
     rest.http_listen = current.http_listen;
+    rest.http_hosts = current.http_hosts.clone();
     rest.beanstalk_listen = current.beanstalk_listen;
     rest.beanstalk_max_job_size = current.beanstalk_max_job_size;
     rest.wal = current.wal.clone();

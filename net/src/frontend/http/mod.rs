@@ -13,6 +13,8 @@
 //! [`MAX_PAGE`] items an answer, so no request makes the loop build a huge answer.
 
 mod assets;
+mod host;
+pub use host::Hosts;
 mod json;
 mod response;
 mod routes;
@@ -92,6 +94,8 @@ pub struct HttpState {
     pub requests: u64,
     /// Requests refused (4xx, 5xx) since start.
     pub errors: u64,
+    /// The `Host` names served (`--http-host`).
+    pub hosts: Hosts,
 }
 
 /// One HTTP connection's state.

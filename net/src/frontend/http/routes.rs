@@ -62,6 +62,9 @@ impl<'r, L: Loop> Request<'r, L> {
             .collect::<Result<Vec<String>, Refused>>()?;
         let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
         let method = self.head.method;
+        if let Some(why) = self.l.http().hosts.refusal(self.head.host) {
+            return refused(403, why);
+        }
         if parts == ["metrics"] {
             return self.metrics(method);
         }
