@@ -128,30 +128,8 @@ impl Server {
                 self.move_in(asker, origin, id, index, name, to, setup)?;
                 Ok(None)
             }
-            Ask::MoveTasks {
-                id,
-                index,
-                tasks,
-                holders,
-                dedup,
-                gone,
-                again,
-                numbers,
-                read_at,
-            } => {
-                // From the old owner's wall clock to this node's: each instant keeps what
-                // was left of it (plus the page's time in flight).
-                let shift = (self.now as i64).saturating_sub(read_at as i64);
-                let (mut tasks, mut dedup) = (tasks, dedup);
-                tasks.iter_mut().for_each(|t| t.shift_clock(shift));
-                dedup.iter_mut().for_each(|d| d.shift_clock(shift));
-                let page = Page {
-                    tasks,
-                    dedup,
-                    gone,
-                    again,
-                };
-                let n = self.move_tasks(&origin, id, index, page, holders, numbers)?;
+            step @ Ask::MoveTasks { .. } => {
+                let n = self.move_page(&origin, step)?;
                 // Answered once durable, as any change.
                 self.conns[idx].out.changed = true;
                 Ok(Some(Outcome::Count(n)))
@@ -167,6 +145,36 @@ impl Server {
             }
             _ => Err("not a move step".into()),
         }
+    }
+
+    /// A page of a move (`Ask::MoveTasks`), its times moved from the old owner's wall clock
+    /// to this node's (each instant keeps what was left of it, plus the page's time in
+    /// flight), taken in: how many tasks.
+    fn move_page(&mut self, origin: &Arc<str>, step: Ask<'_>) -> Result<u64, String> {
+        let Ask::MoveTasks {
+            id,
+            index,
+            mut tasks,
+            holders,
+            mut dedup,
+            gone,
+            again,
+            numbers,
+            read_at,
+        } = step
+        else {
+            return Err("not a move's page".into());
+        };
+        let shift = (self.now as i64).saturating_sub(read_at as i64);
+        tasks.iter_mut().for_each(|t| t.shift_clock(shift));
+        dedup.iter_mut().for_each(|d| d.shift_clock(shift));
+        let page = Page {
+            tasks,
+            dedup,
+            gone,
+            again,
+        };
+        self.move_tasks(origin, id, index, page, holders, numbers)
     }
 
     /// A move's first step: the copy is claimed in etcd, and made (and the step answered)

@@ -113,62 +113,20 @@ impl Server {
         };
         let sync = shards.next_sync;
         shards.next_sync += 1;
-        // Bounded: calls in flight, and bytes queued for a link whose other end does not read.
-        let unsent = (shards.sets[set].link.as_ref()).map_or(0, OutLink::unsent_bytes);
-        let busy = match shards.over_bound(shards.pending.len(), "calls forwarded and not answered")
-        {
-            Some(why) => Some(why),
-            None if unsent >= shards.limits.link_buffer => {
-                shards.busy_refused += 1;
-                Some(format!(
-                    "busy: the link to replica set {} holds {unsent} bytes unsent (its other end \
-                     is not reading); nothing was done",
-                    shards.sets[set].name
-                ))
+        let refused = match shards.busy(set) {
+            Some(why) => Some(Refusal::Shards(why)),
+            None if shards.sets[set].link.is_none() => {
+                self.open_link(set, sync).err().map(Refusal::NoPrimary)
             }
             None => None,
         };
-        if let Some(why) = busy {
-            shards.pending.insert(sync, Pending { set, client, then });
-            self.on_answer(sync, Err(Refusal::Shards(why)));
+        let Some(shards) = self.shards.as_mut() else {
             return false;
-        }
-        if shards.sets[set].link.is_none() {
-            let s = &shards.sets[set];
-            let key = self.cluster.as_ref().and_then(|c| c.handle().link_key());
-            let opened = match (s.primary.as_ref().and_then(|a| resolve(a)), key) {
-                (None, _) => Err(format!("replica set {} has no primary now", s.name)),
-                (Some(_), None) => Err(format!(
-                    "no link to replica set {} yet: this node has not read the cluster's link \
-                     key from etcd",
-                    s.name
-                )),
-                (Some(addr), Some(key)) => {
-                    let who = Identity {
-                        me: Arc::clone(&shards.me),
-                        cluster: Arc::clone(&shards.cluster),
-                        key,
-                    };
-                    let tls = self.tls.nodes.as_ref();
-                    OutLink::connect(addr, set, sync, who, tls, self.mono, self.poll.registry())
-                }
-                .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name)),
-            };
-            match opened {
-                Ok(l) => {
-                    let link = shards.sets[set].link.insert(l);
-                    for (origin, session) in shards.holds.owed(set) {
-                        let origin = origin.as_deref();
-                        link.send(shards.next_sync, &Ask::End { session, origin });
-                        shards.next_sync += 1;
-                    }
-                }
-                Err(why) => {
-                    shards.pending.insert(sync, Pending { set, client, then });
-                    self.on_answer(sync, Err(Refusal::NoPrimary(why)));
-                    return false;
-                }
-            }
+        };
+        if let Some(refusal) = refused {
+            shards.pending.insert(sync, Pending { set, client, then });
+            self.on_answer(sync, Err(refusal));
+            return false;
         }
         let link = shards.sets[set].link.as_mut().expect("opened above");
         link.send(sync, ask);
@@ -181,6 +139,39 @@ impl Server {
             (shards.limits.link_timeout).saturating_mul(deadlines::CALL_GRACE_LINK_TIMEOUTS);
         shards.call_deadlines.sent(sync, self.mono, wait, grace);
         true
+    }
+
+    /// Opens the link to `set`, its first call `sync`: the ends of sessions owed to the set
+    /// (told while it had no link) go first. `Err`: why not (no primary, no link key yet, or
+    /// the primary cannot be reached).
+    fn open_link(&mut self, set: usize, sync: u64) -> Result<(), String> {
+        let shards = self.shards.as_mut().ok_or("not a sharded node")?;
+        let s = &shards.sets[set];
+        let key = self.cluster.as_ref().and_then(|c| c.handle().link_key());
+        let addr = (s.primary.as_ref().and_then(|a| resolve(a)))
+            .ok_or_else(|| format!("replica set {} has no primary now", s.name))?;
+        let key = key.ok_or_else(|| {
+            format!(
+                "no link to replica set {} yet: this node has not read the cluster's link key \
+                 from etcd",
+                s.name
+            )
+        })?;
+        let who = Identity {
+            me: Arc::clone(&shards.me),
+            cluster: Arc::clone(&shards.cluster),
+            key,
+        };
+        let tls = self.tls.nodes.as_ref();
+        let l = OutLink::connect(addr, set, sync, who, tls, self.mono, self.poll.registry())
+            .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name))?;
+        let link = shards.sets[set].link.insert(l);
+        for (origin, session) in shards.holds.owed(set) {
+            let origin = origin.as_deref();
+            link.send(shards.next_sync, &Ask::End { session, origin });
+            shards.next_sync += 1;
+        }
+        Ok(())
     }
 
     /// A link's socket is ready.

@@ -483,6 +483,25 @@ impl Shards {
         .min()
     }
 
+    /// Why a call to `set` is refused before it is sent (nothing was done): too many calls
+    /// forwarded and not answered, or a link holding `link_buffer` bytes its other end has
+    /// not read.
+    fn busy(&mut self, set: usize) -> Option<String> {
+        if let Some(why) = self.over_bound(self.pending.len(), "calls forwarded and not answered") {
+            return Some(why);
+        }
+        let unsent = (self.sets[set].link.as_ref()).map_or(0, OutLink::unsent_bytes);
+        if unsent < self.limits.link_buffer {
+            return None;
+        }
+        self.busy_refused += 1;
+        Some(format!(
+            "busy: the link to replica set {} holds {unsent} bytes unsent (its other end is not \
+             reading); nothing was done",
+            self.sets[set].name
+        ))
+    }
+
     /// Looks again at copies and waiting commands by `at` at the latest.
     fn recheck_by(&mut self, at: Micros) {
         self.recheck_at = Some(self.recheck_at.map_or(at, |r| r.min(at)));

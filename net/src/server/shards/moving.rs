@@ -144,65 +144,83 @@ impl Shards {
     }
 }
 
+/// What [`Server::move_plan`] found: the move can start, or the partition is there already.
+enum MovePlan {
+    Go {
+        ix: TubeIx,
+        to_slot: usize,
+    },
+    /// The report `tarq.move` answers.
+    Already(String),
+}
+
 impl Server {
-    /// `tarq.move(tube, partition, to)`: starts moving the partition, if this node is its
-    /// owner's primary; the asker is answered when the move ends.
-    pub(super) fn start_move(&mut self, client: Client, tube: &str, partition: u16, to: &str) {
+    /// Whether partition `partition` of `tube` may move to set `to` from here, now: only one
+    /// move at a time, by its owner's primary, to a set with a primary, of a partition this
+    /// node's view may act on. A partition there already is answered with a report.
+    fn move_plan(&self, tube: &str, partition: u16, to: &str) -> Result<MovePlan, String> {
         let leads = self.leads();
-        let refuse = |s: &mut Server, why: String| {
-            s.answer(client, &Outcome::Error(Refusal::Shards(why)));
-        };
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+        let shards = self.shards.as_ref().ok_or("not a sharded node")?;
         if let Some(m) = &shards.moving {
-            let why = format!(
+            return Err(format!(
                 "this node is moving partition {} of tube {} now: one move at a time",
                 m.partition, m.tube
-            );
-            return refuse(self, why);
+            ));
         }
         let placed = (shards.placement.tubes.get(tube))
             .and_then(|t| t.partitions.get(usize::from(partition)));
         let Some(p) = placed else {
-            return refuse(
-                self,
-                format!("no partition {partition} of tube {tube} is placed"),
-            );
+            return Err(format!("no partition {partition} of tube {tube} is placed"));
         };
-        let (ix, owner) = (p.index, p.set.clone());
+        let (ix, owner) = (p.index, p.set.as_str());
         if owner == to {
             let report = serde_json::json!({
                 "tube": tube, "partition": partition, "from": owner, "to": to,
                 "tasks": 0, "ms": 0, "already": true,
             });
-            return self.answer(client, &Outcome::Text(report.to_string()));
+            return Ok(MovePlan::Already(report.to_string()));
         }
         if owner != shards.set || !leads {
             let primary = (shards.sets.iter())
                 .find(|s| s.name == owner)
                 .and_then(|s| s.primary.clone())
                 .unwrap_or_else(|| "none now".into());
-            let why = format!(
+            return Err(format!(
                 "partition {partition} of tube {tube} is owned by replica set {owner}: ask its \
                  primary ({primary})"
-            );
-            return refuse(self, why);
+            ));
         }
         match shards.hold(ix) {
-            Some(Hold::Refuse(why)) => return refuse(self, why),
-            Some(Hold::AwaitMap) => {
-                // Read and not applied yet: as stale as before it was read (ctl asks again).
-                return refuse(self, STALE_VIEW.into());
-            }
+            Some(Hold::Refuse(why)) => return Err(why),
+            // Read and not applied yet: as stale as before it was read (ctl asks again).
+            Some(Hold::AwaitMap) => return Err(STALE_VIEW.into()),
             None => {}
         }
         let Some(to_slot) = shards.sets.iter().position(|s| s.name == to) else {
-            return refuse(self, format!("no replica set {to} in the cluster"));
+            return Err(format!("no replica set {to} in the cluster"));
         };
         if shards.sets[to_slot].primary.is_none() {
-            return refuse(self, format!("replica set {to} has no primary now"));
+            return Err(format!("replica set {to} has no primary now"));
         }
+        Ok(MovePlan::Go { ix, to_slot })
+    }
+
+    /// `tarq.move(tube, partition, to)`: starts moving the partition, if this node is its
+    /// owner's primary; the asker is answered when the move ends.
+    pub(super) fn start_move(&mut self, client: Client, tube: &str, partition: u16, to: &str) {
+        let refuse = |s: &mut Server, why: String| {
+            s.answer(client, &Outcome::Error(Refusal::Shards(why)));
+        };
+        let (ix, to_slot) = match self.move_plan(tube, partition, to) {
+            Ok(MovePlan::Go { ix, to_slot }) => (ix, to_slot),
+            Ok(MovePlan::Already(report)) => {
+                return self.answer(client, &Outcome::Text(report));
+            }
+            Err(why) => return refuse(self, why),
+        };
+        let Some(shards) = self.shards.as_ref() else {
+            return;
+        };
         let Some(info) = self.core.queue().tube_info(ix) else {
             return refuse(self, format!("partition at index {ix} is not here"));
         };
