@@ -16,3 +16,4 @@ pub mod single;
 pub mod stats;
 pub mod suite;
 pub mod target;
+pub mod tls;

@@ -121,6 +121,7 @@ fn lifetime(a: &RestartArgs, opts: &SpawnOptions, data: &Path, cycle: usize) -> 
         label: format!("restart {cycle}"),
         target_pid: Some(spawned.pid()),
         failover: Vec::new(),
+        tls: None,
     };
     let outcome = runner::run(&cfg, |_| IprotoDriver::with_calls(None, TAKE_TIMEOUT_S))
         .with_context(|| {

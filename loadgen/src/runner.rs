@@ -27,6 +27,7 @@
 use crate::payload::{self, PayloadWriter};
 use crate::proto::{Driver, Kind, Reply, Request, Role};
 use crate::stats::{Latency, Series, Stall};
+use crate::tls::{self, Stream};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mio::net::TcpStream;
@@ -41,6 +42,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Initial read buffer per connection: holds a full pipeline of replies of ordinary size, so the
@@ -132,6 +134,8 @@ pub struct RunConfig {
     /// its requests in flight count as errors — a put whose reply was lost may or may not be
     /// in the queue, and is never sent again.
     pub failover: Vec<String>,
+    /// TLS on every connection, trusting this configuration's CA (`--tls-ca`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl RunConfig {
@@ -459,7 +463,7 @@ impl std::fmt::Display for Trouble {
 }
 
 struct Conn<D> {
-    stream: TcpStream,
+    stream: Stream,
     /// The address it is connected to.
     addr: String,
     /// Set when it must be replaced (failover only); the loop does it between polls.
@@ -667,7 +671,7 @@ fn connect<D: Driver>(cfg: &RunConfig, idx: usize, mut driver: D, poll: &Poll) -
     };
     let blocking = driver.blocking_takes();
     let addr = cfg.addr.to_string();
-    let mut stream = TcpStream::from_std(open_stream(&addr, &mut driver, role, idx)?);
+    let mut stream = open_stream(&addr, cfg.tls.as_ref(), &mut driver, role, idx)?;
     poll.registry()
         .register(
             &mut stream,
@@ -700,14 +704,15 @@ fn connect<D: Driver>(cfg: &RunConfig, idx: usize, mut driver: D, poll: &Poll) -
     })
 }
 
-/// Connects to `addr` and shakes hands (blocking, bounded by `CONNECT_TIMEOUT`), then leaves
-/// the stream non-blocking for the loop.
+/// Connects to `addr` and shakes hands (blocking, bounded by `CONNECT_TIMEOUT`; TLS first with
+/// `tls`), then leaves the stream non-blocking for the loop.
 fn open_stream<D: Driver>(
     addr: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
     driver: &mut D,
     role: Role,
     idx: usize,
-) -> Result<std::net::TcpStream> {
+) -> Result<Stream> {
     let sa = addr
         .to_socket_addrs()
         .with_context(|| format!("resolving {addr}"))?
@@ -718,11 +723,19 @@ fn open_stream<D: Driver>(
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
     s.set_write_timeout(Some(CONNECT_TIMEOUT))?;
+    let Some(tls) = tls else {
+        driver
+            .handshake(&mut s, role)
+            .with_context(|| format!("handshake with {addr} ({role:?} {idx})"))?;
+        s.set_nonblocking(true)?;
+        return Ok(Stream::Plain(TcpStream::from_std(s)));
+    };
+    let mut session = tls::handshake(s, sa, tls)?;
     driver
-        .handshake(&mut s, role)
-        .with_context(|| format!("handshake with {addr} ({role:?} {idx})"))?;
-    s.set_nonblocking(true)?;
-    Ok(s)
+        .handshake(&mut session, role)
+        .with_context(|| format!("handshake with {addr} over TLS ({role:?} {idx})"))?;
+    session.sock.set_nonblocking(true)?;
+    Ok(Stream::tls(session))
 }
 
 /// The loop's state across phases.
@@ -1052,6 +1065,10 @@ impl<'c, D: Driver> Run<'c, D> {
                 let until_eof = ev.is_read_closed() || ev.is_error();
                 read_ready(conn, &mut self.sh, until_eof)?;
             }
+            if ev.is_writable() {
+                // TLS records an earlier write left behind go out now (plain: nothing).
+                (conn.stream.flush()).with_context(|| format!("writing connection {idx}"))?;
+            }
             if ev.is_writable() && !conn.tx.dirty && conn.tx.wpos < conn.tx.wbuf.len() {
                 conn.tx.dirty = true;
                 self.sh.dirty.push(idx);
@@ -1158,9 +1175,9 @@ impl<'c, D: Driver> Run<'c, D> {
         let mut pause = FIRST_BACKOFF;
         loop {
             for addr in &order {
-                match open_stream(addr, &mut conn.tx.driver, role, idx) {
+                match open_stream(addr, self.cfg.tls.as_ref(), &mut conn.tx.driver, role, idx) {
                     Ok(s) => {
-                        conn.stream = TcpStream::from_std(s);
+                        conn.stream = s;
                         conn.addr = addr.clone();
                         return self
                             .poll

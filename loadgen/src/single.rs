@@ -128,6 +128,16 @@ pub struct RunArgs {
     /// Pin neither the target nor the loadgen (tests on a shared machine).
     #[arg(long, conflicts_with_all = ["cpu", "target_cpu"])]
     pub no_pin: bool,
+    /// Every load connection over TLS, trusting the CA certificates in this PEM file (the
+    /// server's certificate is checked against its IP address): what TLS costs the server,
+    /// against the same run without. The set-up (probes, tube) stays plain, so give tarq
+    /// `--listen-tls optional`.
+    #[arg(long = "tls-ca", value_name = "FILE", value_parser = parse_tls_ca)]
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+fn parse_tls_ca(path: &str) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    crate::tls::client_config(std::path::Path::new(path)).map_err(|e| format!("{e:#}"))
 }
 
 impl RunArgs {
@@ -164,6 +174,7 @@ impl RunArgs {
             spin: false,
             quiet: false,
             no_pin: false,
+            tls: None,
         }
     }
 
@@ -498,6 +509,7 @@ fn run_config(args: &RunArgs, addr: SocketAddr, target_pid: Option<u32>) -> RunC
         label: args.label(),
         target_pid,
         failover: Vec::new(),
+        tls: args.tls.clone(),
     }
 }
 

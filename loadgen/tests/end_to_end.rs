@@ -841,3 +841,85 @@ fn restart_loop_recovers_each_lifetime_and_snapshots_across_restarts() {
         r.peak_dir_bytes()
     );
 }
+
+/// A CA and a certificate for 127.0.0.1 it signed, made with the openssl command line under
+/// `dir`: (CA, certificate, key).
+fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("this test needs openssl (Debian package `openssl`)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let f = |ext: &str| format!("{name}-{ext}");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let (ca_key, ca, key, csr, crt) = (f("ca.key"), f("ca.crt"), f("key"), f("csr"), f("crt"));
+    let subj = format!("/CN={name} test CA");
+    let mut args = vec!["req", "-x509"];
+    args.extend(ec);
+    args.extend([
+        "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj", &subj,
+    ]);
+    openssl(&args);
+    let mut args = vec!["req"];
+    args.extend(ec);
+    args.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=127.0.0.1"]);
+    openssl(&args);
+    std::fs::write(dir.join(f("ext")), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let ext = f("ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &crt,
+        "-days",
+        "2",
+        "-extfile",
+        &ext,
+    ]);
+    (dir.join(ca), dir.join(crt), dir.join(key))
+}
+
+/// `--tls-ca`: every load connection goes over TLS (tarq's port `optional`, so the plain
+/// set-up still works), and the run is as whole as a plain one; a loadgen that trusts another
+/// CA is refused by its own check of the server's certificate, so the load did use TLS.
+#[test]
+fn closed_loop_against_tarq_over_tls() {
+    let out = tempfile::tempdir().unwrap();
+    let (ca, crt, key) = certificates(out.path(), "tarq");
+    let mut a = args(Target::Tarq, out.path());
+    a.target_args = Some(format!(
+        "--listen-tls optional --tls-cert {} --tls-key {}",
+        crt.display(),
+        key.display()
+    ));
+    a.tls = Some(tarq_loadgen::tls::client_config(&ca).expect("the CA reads"));
+    run_and_check(&a, out.path());
+
+    let (other_ca, _, _) = certificates(out.path(), "other");
+    a.tls = Some(tarq_loadgen::tls::client_config(&other_ca).expect("the CA reads"));
+    let refused = single::run(&a)
+        .err()
+        .expect("another CA's server is not trusted");
+    let why = format!("{refused:#}");
+    assert!(why.contains("TLS handshake"), "{why}");
+}

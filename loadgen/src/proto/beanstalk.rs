@@ -5,9 +5,8 @@
 //! (`tarq_beanstalk`: `Command::encode`, `Reply::decode`), the one tarq's own front-end
 //! uses, so the loadgen and the server cannot disagree about the protocol.
 
-use super::{excerpt, Driver, Frame, Kind, ProtoError, Reply, Request, Role};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use super::{excerpt, Driver, Duplex, Frame, Kind, ProtoError, Reply, Request, Role};
+use std::io::{BufRead, BufReader};
 use tarq_beanstalk::{Command, Reply as Answer, ReplyError};
 
 /// Largest job body accepted in a reply: beanstalkd's own `-z` maximum job size is 1 GiB, its
@@ -39,11 +38,11 @@ impl BeanstalkDriver {
 }
 
 /// One handshake command whose answer must start with `expect`.
-fn command(stream: &mut TcpStream, cmd: Command<'_>, expect: &str) -> Result<(), ProtoError> {
+fn command(stream: &mut dyn Duplex, cmd: Command<'_>, expect: &str) -> Result<(), ProtoError> {
     let mut line = Vec::new();
     cmd.encode(&mut line);
     stream.write_all(&line)?;
-    let mut reader = BufReader::new(&*stream);
+    let mut reader = BufReader::new(stream);
     let mut reply = String::new();
     reader.read_line(&mut reply)?;
     if reply.starts_with(expect) {
@@ -73,7 +72,7 @@ fn stream_error(e: ReplyError) -> ProtoError {
 }
 
 impl Driver for BeanstalkDriver {
-    fn handshake(&mut self, stream: &mut TcpStream, role: Role) -> Result<(), ProtoError> {
+    fn handshake(&mut self, stream: &mut dyn Duplex, role: Role) -> Result<(), ProtoError> {
         // Each command gets exactly one line back, so the BufReader never reads ahead.
         let tube = self.tube.as_str();
         match role {

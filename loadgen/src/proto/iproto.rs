@@ -11,9 +11,8 @@
 //! overtake it. Task ids are read at any integer width: the reference queue's ids are
 //! nanosecond clock values (~1.8e18, sent as uint64).
 
-use super::{excerpt, Driver, Frame, Kind, ProtoError, Reply, Request, Role};
+use super::{excerpt, Driver, Duplex, Frame, Kind, ProtoError, Reply, Request, Role};
 use serde::{Deserialize, Serialize};
-use std::io::Read;
 use std::net::TcpStream;
 use std::time::Duration;
 use tarq_client::cluster::{Cluster, Effect, Options};
@@ -192,7 +191,7 @@ fn put_args(out: &mut Vec<u8>, data: &[u8], utube: Option<&[u8]>) {
 }
 
 /// Read and check the 128-byte greeting.
-fn greet(stream: &mut TcpStream) -> Result<(), ProtoError> {
+fn greet(stream: &mut dyn Duplex) -> Result<(), ProtoError> {
     let mut g = [0u8; GREETING_LEN];
     stream.read_exact(&mut g)?;
     let greeting = client::parse_greeting(&g).map_err(|e| ProtoError::Handshake(e.to_string()))?;
@@ -281,7 +280,7 @@ fn connected(stream: TcpStream, timeout: Duration) -> anyhow::Result<tarq_client
 }
 
 impl Driver for IprotoDriver {
-    fn handshake(&mut self, stream: &mut TcpStream, _role: Role) -> Result<(), ProtoError> {
+    fn handshake(&mut self, stream: &mut dyn Duplex, _role: Role) -> Result<(), ProtoError> {
         greet(stream)
     }
 

@@ -12,7 +12,6 @@ pub mod iproto;
 pub mod resp;
 
 use std::io;
-use std::net::TcpStream;
 
 /// Which side of the queue a connection plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,11 +94,16 @@ pub enum ProtoError {
     Io(#[from] io::Error),
 }
 
+/// A connection's byte stream during the handshake: a plain socket or a TLS session.
+pub trait Duplex: io::Read + io::Write {}
+
+impl<T: io::Read + io::Write> Duplex for T {}
+
 /// A wire protocol spoken by one connection.
 pub trait Driver {
     /// Run the blocking part of the connection set-up (greeting, tube selection) on a fresh
     /// stream, before it switches to non-blocking pipelined mode.
-    fn handshake(&mut self, stream: &mut TcpStream, role: Role) -> Result<(), ProtoError>;
+    fn handshake(&mut self, stream: &mut dyn Duplex, role: Role) -> Result<(), ProtoError>;
 
     /// Append one request to `out`; returns the sync it carries (a counter for ordered
     /// protocols, so the runner can still tell requests apart).

@@ -5,8 +5,7 @@
 //! Replies come back in request order. The RESP value parser here is a small, bounded one:
 //! only what those three commands can answer.
 
-use super::{excerpt, Driver, Frame, Kind, ProtoError, Reply, Request, Role};
-use std::net::TcpStream;
+use super::{excerpt, Driver, Duplex, Frame, Kind, ProtoError, Reply, Request, Role};
 
 /// Largest bulk string accepted: Redis's own default `proto-max-bulk-len` (512 MiB) is far
 /// beyond any payload the loadgen sends, so 64 MiB flags a desynchronised stream early.
@@ -166,7 +165,7 @@ impl RedisDriver {
 }
 
 impl Driver for RedisDriver {
-    fn handshake(&mut self, _stream: &mut TcpStream, _role: Role) -> Result<(), ProtoError> {
+    fn handshake(&mut self, _stream: &mut dyn Duplex, _role: Role) -> Result<(), ProtoError> {
         Ok(())
     }
 
