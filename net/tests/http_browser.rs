@@ -10,6 +10,8 @@
 
 #[path = "support/browser.rs"]
 mod browser;
+#[path = "support/pki.rs"]
+mod pki;
 mod support;
 
 use std::io::Write as _;
@@ -260,4 +262,51 @@ fn a_page_listing_4096_tubes_renders_in_under_a_second() {
     // The page's own work is what must fit in a second; the fetch is the server's (a debug
     // build here) and the machine's.
     assert!(ms < 1000.0, "4,096 tubes took {ms} ms to render");
+}
+
+/// The console over TLS (`--http-tls required`) in a browser that trusts the test CA as an
+/// operator's would once the CA is in the system's store: the page loads over https with its
+/// certificate checked (an untrusted one would stop at chromium's warning page, with no
+/// console in it), under its Content-Security-Policy, and shows the queue.
+#[test]
+fn the_console_over_tls_opens_in_a_browser_that_trusts_the_ca() {
+    if !browser_present("the_console_over_tls_opens_in_a_browser_that_trusts_the_ca") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki::Pki::new(dir.path());
+    let (crt, key) = pki.node("console");
+    let t = Tarq::start(&[
+        "--http-listen",
+        "127.0.0.1:0",
+        "--http-tls",
+        "required",
+        "--tls-cert",
+        crt.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--user",
+        USER,
+        "--password",
+        PASSWORD,
+    ]);
+    let http = t.metrics.expect("the HTTP address is logged");
+    let mut c = login(t.addr);
+    c.call("queue.create_tube", &[s("secure"), s("fifottl")])
+        .ok();
+    for d in ["a", "b"] {
+        c.call("queue.tube.secure:put", &[s(d)]).one();
+    }
+
+    let b = Browser::start_trusting(&basic(), &pki.ca());
+    b.open(&format!("https://{http}/"));
+    b.until("the page is ready", "return document.body.dataset.ready");
+    let ready = b.until(
+        "the secure tube's row",
+        "const r = document.querySelector('tr[data-tube=\"secure\"]'); \
+         return r && r.querySelector('td[data-status=\"ready\"]').textContent;",
+    );
+    assert_eq!(ready, "2");
+    assert_eq!(b.script("return location.protocol"), "https:");
+    b.screenshot(&results().join("over-tls.png"));
 }

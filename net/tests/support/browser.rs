@@ -2,6 +2,7 @@
 //! `chromedriver` (WebDriver; nothing downloads a browser), with the console's credentials on
 //! every request the page makes. Without the browser a test says what it skipped; under
 //! `CI=true` a missing browser fails it (`.ci/test` installs both).
+#![allow(dead_code)] // each test binary uses a different part
 
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream};
@@ -41,6 +42,8 @@ pub struct Browser {
     session: String,
     _proc: Proc,
     _profile: tempfile::TempDir,
+    /// The home whose NSS database trusts a test CA (`start_trusting`).
+    _home: Option<tempfile::TempDir>,
 }
 
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&Json>) -> Json {
@@ -61,10 +64,43 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&Json>) -> 
 
 impl Browser {
     pub fn start(basic: &str) -> Browser {
+        Browser::launch(basic, None)
+    }
+
+    /// A browser that trusts the CA certificate `ca` (PEM) as an operator's would once it is
+    /// added to the system's store: chromium on Linux reads `$HOME/.pki/nssdb`, so it runs
+    /// with a home of its own whose NSS database holds the CA (made with `certutil`, Debian's
+    /// `libnss3-tools`). Nothing else is trusted or ignored.
+    pub fn start_trusting(basic: &str, ca: &std::path::Path) -> Browser {
+        let home = tempfile::tempdir().unwrap();
+        let db = home.path().join(".pki/nssdb");
+        std::fs::create_dir_all(&db).unwrap();
+        let db = format!("sql:{}", db.display());
+        let certutil = |args: &[&str]| {
+            let out = Command::new("certutil")
+                .args(args)
+                .output()
+                .expect("certutil (Debian package libnss3-tools) runs");
+            assert!(
+                out.status.success(),
+                "certutil {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        certutil(&["-N", "-d", &db, "--empty-password"]);
+        let ca = ca.to_str().unwrap();
+        certutil(&["-A", "-d", &db, "-n", "tarq test CA", "-t", "C,,", "-i", ca]);
+        Browser::launch(basic, Some(home))
+    }
+
+    fn launch(basic: &str, home: Option<tempfile::TempDir>) -> Browser {
         let mut cmd = Command::new(CHROMEDRIVER);
         cmd.arg("--port=0")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
+        if let Some(home) = &home {
+            cmd.env("HOME", home.path());
+        }
         let mut proc = Proc::spawn(&mut cmd);
         let mut lines = Lines::read(proc.0.stdout.take().unwrap());
         let line = lines.wait_for("started successfully on port", WAIT);
@@ -94,6 +130,7 @@ impl Browser {
             session,
             _proc: proc,
             _profile: profile,
+            _home: home,
         };
         // The console's credentials on every request the page makes (HTTP Basic).
         b.cmd(
