@@ -92,7 +92,7 @@ fn order(slots: &Slots, k: u32) -> (i64, TaskId) {
 /// Up to this many tube indexes, `tube_ix` compares names instead of hashing.
 const SCAN_TUBES: usize = 8;
 
-/// The queue. See the crate docs and the "engine" section of `ARCHITECTURE.md`.
+/// The queue. See the crate docs and `docs/design/engine.md`.
 #[derive(Debug)]
 pub struct Queue {
     slots: Slots,

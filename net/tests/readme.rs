@@ -553,12 +553,7 @@ fn the_readme_commands_work_as_written_and_print_what_it_says() {
     );
     // The README, then the pages of docs/, in one set of servers.
     let mut pages = vec![workspace().join("README.md")];
-    let mut docs: Vec<_> = std::fs::read_dir(workspace().join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    docs.sort();
-    pages.extend(docs);
+    pages.extend(doc_pages());
     // The Graphite receiver of the Operating example is this listener; its first line comes
     // back through the channel.
     let graphite = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -627,6 +622,24 @@ fn the_readme_commands_work_as_written_and_print_what_it_says() {
 }
 
 /// A `--config` file with `text`, as the server reads it.
+/// Every page under docs/ (the design notes in docs/design/ too), in name order.
+fn doc_pages() -> Vec<PathBuf> {
+    let mut pages = Vec::new();
+    let mut dirs = vec![workspace().join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
 fn parse_config(text: &str) -> Result<Settings, String> {
     toml::from_str::<Settings>(text).map_err(|e| e.to_string())
 }
@@ -637,8 +650,8 @@ fn parse_config(text: &str) -> Result<Settings, String> {
 #[test]
 fn every_toml_key_the_docs_name_is_one_the_parser_takes() {
     let mut texts = vec![std::fs::read_to_string(workspace().join("README.md")).unwrap()];
-    for e in std::fs::read_dir(workspace().join("docs")).unwrap() {
-        texts.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+    for page in doc_pages() {
+        texts.push(std::fs::read_to_string(page).unwrap());
     }
     let mut named = Vec::new();
     let mut variables = Vec::new();

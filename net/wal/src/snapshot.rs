@@ -12,7 +12,7 @@
 //! the new snapshot makes unnecessary. The image is "fuzzy": each task is captured at the turn
 //! the walk reached it. Recovery replays the WAL from `start` on top of it; WAL records are
 //! absolute (a whole task, a new status, a removal), so replaying the changes a task saw after
-//! the walk captured it converges to its final state (see ARCHITECTURE.md, Durability).
+//! the walk captured it converges to its final state (see docs/design/durability.md).
 //!
 //! Tubes: the tube table is captured whole at the start (a turn boundary), so the WAL after
 //! `start` applies to it exactly. A tube created, dropped or truncated during the walk is
