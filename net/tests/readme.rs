@@ -81,6 +81,10 @@ const BLOCKS: &[(&str, Plan)] = &[
         Plan::Run,
     ),
     (
+        "tarq-loadgen --target tarq --addr 127.0.0.1:3301 --depth 16 --tls-ca",
+        Plan::Skip("a TLS load run: loadgen/tests/end_to_end.rs runs the loadgen over TLS"),
+    ),
+    (
         "etcd --data-dir",
         Plan::Skip("needs etcd: net/tests/failover.rs runs three such nodes on one etcd"),
     ),
