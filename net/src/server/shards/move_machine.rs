@@ -205,8 +205,13 @@ impl MoveMachine {
     pub fn on(&mut self, input: Input, now: Micros) -> Vec<Output> {
         self.now = self.now.max(now);
         let mut out = Vec::new();
-        if self.phase == Phase::Ended {
-            return out;
+        match self.phase {
+            Phase::Ended => return out,
+            Phase::Unknown { release, check_at } => {
+                self.on_unknown(release, check_at, input, &mut out);
+                return out;
+            }
+            _ => {}
         }
         match (self.phase, input) {
             (Phase::Prepare, Input::Accepted) => {
@@ -218,39 +223,17 @@ impl MoveMachine {
                 self.pump(&mut out);
             }
             // Once the commit is asked, only etcd decides the move.
-            (Phase::Commit { .. } | Phase::Unknown { .. }, Input::Failed(_))
-            | (Phase::Commit { .. } | Phase::Unknown { .. }, Input::PageAnswered)
-            | (Phase::Commit { .. } | Phase::Unknown { .. }, Input::Accepted) => {}
+            (Phase::Commit { .. }, Input::Failed(_) | Input::PageAnswered | Input::Accepted) => {}
             (_, Input::Failed(why)) => self.end(&mut out, Output::GiveUp(why)),
             (Phase::Bulk | Phase::CatchUp | Phase::Final, Input::Sent { items, last }) => {
-                self.in_flight += 1;
-                self.exported |= last;
-                if self.rate > 0 && matches!(self.phase, Phase::Bulk | Phase::CatchUp) {
-                    let spent = items.saturating_mul(1_000_000) / self.rate;
-                    self.next_send = self.next_send.max(self.now).saturating_add(spent);
-                }
-                self.pump(&mut out);
+                self.sent(items, last, &mut out);
             }
             (Phase::Bulk | Phase::CatchUp | Phase::Final, Input::Exhausted) => {
                 self.exported = true;
                 self.pump(&mut out);
             }
             (Phase::Bulk | Phase::CatchUp, Input::Changes { count, whole }) => {
-                if whole {
-                    let why = "the partition was truncated or dropped meanwhile".to_owned();
-                    self.end(&mut out, Output::GiveUp(why));
-                    return out;
-                }
-                if count <= FREEZE_AT || self.rounds >= MAX_ROUNDS {
-                    // Few changes left: frozen, they are the last.
-                    self.phase = Phase::Final;
-                    out.push(Output::Freeze);
-                } else {
-                    self.phase = Phase::CatchUp;
-                    self.rounds += 1;
-                }
-                self.exported = false;
-                self.pump(&mut out);
+                self.changes(count, whole, &mut out);
             }
             (Phase::Final, Input::CommitAsked(Ok(token))) => {
                 self.phase = Phase::Commit { token };
@@ -258,53 +241,7 @@ impl MoveMachine {
             (Phase::Final, Input::CommitAsked(Err(why))) => {
                 self.end(&mut out, Output::GiveUp(why));
             }
-            (Phase::Commit { .. }, Input::Committed(fate)) => match fate {
-                Fate::There => self.end(&mut out, Output::HandOver),
-                Fate::Lost(_) => self.find_out(&mut out, 0),
-                Fate::Here => {
-                    let why = "etcd did not take the commit".to_owned();
-                    self.end(&mut out, Output::GiveUp(why));
-                }
-                Fate::Refused(why) => {
-                    let why = format!("etcd refused the change: {why}");
-                    self.end(&mut out, Output::GiveUp(why));
-                }
-            },
-            (Phase::Unknown { release: None, .. }, Input::WithdrawAsked(token)) => {
-                if let Phase::Unknown { check_at, .. } = self.phase {
-                    self.phase = Phase::Unknown {
-                        release: Some(token),
-                        check_at,
-                    };
-                }
-            }
-            (
-                Phase::Unknown {
-                    release: Some(_), ..
-                },
-                Input::Withdrawn(fate),
-            ) => match fate {
-                Fate::There => self.end(&mut out, Output::HandOver),
-                Fate::Here => {
-                    let why = "etcd did not take the commit, and now it never will".to_owned();
-                    self.end(&mut out, Output::GiveUp(why));
-                }
-                Fate::Lost(_) => self.find_out(&mut out, ASK_AGAIN),
-                Fate::Refused(why) => {
-                    self.end(&mut out, Output::GiveUp(format!("etcd: {why}")));
-                }
-            },
-            (
-                Phase::Unknown {
-                    release: None,
-                    check_at,
-                },
-                Input::Tick,
-            ) => {
-                if check_at <= self.now {
-                    out.push(Output::Withdraw);
-                }
-            }
+            (Phase::Commit { .. }, Input::Committed(fate)) => self.committed(fate, &mut out),
             (Phase::Bulk | Phase::CatchUp, Input::Tick) => self.pump(&mut out),
             (_, Input::Tick) => {}
             (phase, input) => {
@@ -313,6 +250,92 @@ impl MoveMachine {
             }
         }
         out
+    }
+
+    /// A page went out: one more in flight, and the rate's pause before the next (while
+    /// serving; the frozen phase hurries).
+    fn sent(&mut self, items: u64, last: bool, out: &mut Vec<Output>) {
+        self.in_flight += 1;
+        self.exported |= last;
+        if self.rate > 0 && matches!(self.phase, Phase::Bulk | Phase::CatchUp) {
+            let spent = items.saturating_mul(1_000_000) / self.rate;
+            self.next_send = self.next_send.max(self.now).saturating_add(spent);
+        }
+        self.pump(out);
+    }
+
+    /// The changes since the last look: another catch-up round, or, with few left (or after
+    /// `MAX_ROUNDS`), the freeze and the last round; a truncated or dropped partition ends
+    /// the move.
+    fn changes(&mut self, count: usize, whole: bool, out: &mut Vec<Output>) {
+        if whole {
+            let why = "the partition was truncated or dropped meanwhile".to_owned();
+            return self.end(out, Output::GiveUp(why));
+        }
+        if count <= FREEZE_AT || self.rounds >= MAX_ROUNDS {
+            // Few changes left: frozen, they are the last.
+            self.phase = Phase::Final;
+            out.push(Output::Freeze);
+        } else {
+            self.phase = Phase::CatchUp;
+            self.rounds += 1;
+        }
+        self.exported = false;
+        self.pump(out);
+    }
+
+    /// etcd answered the commit: handed over, given up, or (answer lost) found out.
+    fn committed(&mut self, fate: Fate, out: &mut Vec<Output>) {
+        match fate {
+            Fate::There => self.end(out, Output::HandOver),
+            Fate::Lost(_) => self.find_out(out, 0),
+            Fate::Here => {
+                let why = "etcd did not take the commit".to_owned();
+                self.end(out, Output::GiveUp(why));
+            }
+            Fate::Refused(why) => {
+                let why = format!("etcd refused the change: {why}");
+                self.end(out, Output::GiveUp(why));
+            }
+        }
+    }
+
+    /// The commit's answer was lost: the withdrawal of the claim is asked (when due), and its
+    /// answer decides the move; nothing else does.
+    fn on_unknown(
+        &mut self,
+        release: Option<u64>,
+        check_at: Micros,
+        input: Input,
+        out: &mut Vec<Output>,
+    ) {
+        match (release, input) {
+            (_, Input::Failed(_) | Input::PageAnswered | Input::Accepted) => {}
+            (None, Input::WithdrawAsked(token)) => {
+                let release = Some(token);
+                self.phase = Phase::Unknown { release, check_at };
+            }
+            (Some(_), Input::Withdrawn(fate)) => self.withdrawn(fate, out),
+            (None, Input::Tick) if check_at <= self.now => out.push(Output::Withdraw),
+            (_, Input::Tick) => {}
+            (_, input) => {
+                let why = format!("a move in {:?} did not expect {input:?}", self.phase);
+                self.end(out, Output::GiveUp(why));
+            }
+        }
+    }
+
+    /// etcd answered the withdrawal that decides a lost commit.
+    fn withdrawn(&mut self, fate: Fate, out: &mut Vec<Output>) {
+        match fate {
+            Fate::There => self.end(out, Output::HandOver),
+            Fate::Here => {
+                let why = "etcd did not take the commit, and now it never will".to_owned();
+                self.end(out, Output::GiveUp(why));
+            }
+            Fate::Lost(_) => self.find_out(out, ASK_AGAIN),
+            Fate::Refused(why) => self.end(out, Output::GiveUp(format!("etcd: {why}"))),
+        }
     }
 
     /// The next steps of a copying phase: another page while the window and the rate allow;
