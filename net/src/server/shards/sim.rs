@@ -475,41 +475,7 @@ impl Sim {
     fn step(&mut self, o: Output) -> Result<Option<Input>, String> {
         let old = &mut self.old;
         Ok(match o {
-            Output::SendPage => {
-                let phase = old.machine.phase();
-                let (items, last): (Vec<Item>, bool) = if phase == Phase::Bulk {
-                    let items: Vec<Item> = (old.tasks.range(old.bulk_after..old.bulk_end))
-                        .take(PAGE)
-                        .map(|(&id, &v)| (id, Some(v)))
-                        .collect();
-                    if items.is_empty() {
-                        return Ok(Some(Input::Exhausted));
-                    }
-                    old.bulk_after = items.last().expect("a page").0 + 1;
-                    (items, false)
-                } else {
-                    let n = old.resend.len().min(PAGE);
-                    let ids: Vec<u64> = old.resend.drain(..n).collect();
-                    let items: Vec<Item> = ids
-                        .iter()
-                        .map(|id| (*id, old.tasks.get(id).copied()))
-                        .collect();
-                    let last = old.resend.is_empty();
-                    if items.is_empty() && phase != Phase::Final {
-                        return Ok(Some(Input::Exhausted));
-                    }
-                    (items, last)
-                };
-                let n = items.len() as u64;
-                let items = if self.lose_a_page && n > 0 {
-                    self.lose_a_page = false;
-                    Vec::new()
-                } else {
-                    items
-                };
-                self.send_new(ToNew::Page(items));
-                Some(Input::Sent { items: n, last })
-            }
+            Output::SendPage => self.send_page(),
             Output::CollectChanges => {
                 self.seen.changes += old.changed.len() as u64;
                 old.resend = std::mem::take(&mut old.changed).into_iter().collect();
@@ -551,6 +517,46 @@ impl Sim {
                 None
             }
         })
+    }
+
+    /// The old owner's next page: the bulk copy's next ids, or the changes to send again
+    /// (the frozen phase sends its last page even when empty); one page's tasks lost on the
+    /// way when the seed asks for that bug.
+    fn send_page(&mut self) -> Option<Input> {
+        let old = &mut self.old;
+        let phase = old.machine.phase();
+        let (items, last): (Vec<Item>, bool) = if phase == Phase::Bulk {
+            let items: Vec<Item> = (old.tasks.range(old.bulk_after..old.bulk_end))
+                .take(PAGE)
+                .map(|(&id, &v)| (id, Some(v)))
+                .collect();
+            if items.is_empty() {
+                return Some(Input::Exhausted);
+            }
+            old.bulk_after = items.last().expect("a page").0 + 1;
+            (items, false)
+        } else {
+            let n = old.resend.len().min(PAGE);
+            let ids: Vec<u64> = old.resend.drain(..n).collect();
+            let items: Vec<Item> = ids
+                .iter()
+                .map(|id| (*id, old.tasks.get(id).copied()))
+                .collect();
+            let last = old.resend.is_empty();
+            if items.is_empty() && phase != Phase::Final {
+                return Some(Input::Exhausted);
+            }
+            (items, last)
+        };
+        let n = items.len() as u64;
+        let items = if self.lose_a_page && n > 0 {
+            self.lose_a_page = false;
+            Vec::new()
+        } else {
+            items
+        };
+        self.send_new(ToNew::Page(items));
+        Some(Input::Sent { items: n, last })
     }
 
     /// etcd applies `ask`: the partition's owner after it, or why it refused.
