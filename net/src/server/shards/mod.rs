@@ -483,6 +483,45 @@ impl Shards {
         .min()
     }
 
+    /// Where a take over the watched `tubes` (their first partitions' indexes) can look: the
+    /// partitions served here now, those other sets own, and whether the take is this node's
+    /// alone (every tube is one partition served here, or a tube of this node's own when it
+    /// leads). A tube not routed yet on a replica, or a partition held (moving, or a stale
+    /// view), makes it not alone: the take waits or goes round.
+    fn watched_partitions(
+        &self,
+        tubes: &[TubeIx],
+        leads: bool,
+    ) -> (Vec<TubeIx>, Vec<TubeIx>, bool) {
+        let (mut here, mut there) = (Vec::new(), Vec::new());
+        let mut own = true;
+        let v = self.view();
+        for &t in tubes {
+            let Some(routed) = self.tubes.get(&t) else {
+                if leads {
+                    here.push(t); // a tube of this node's own
+                } else {
+                    // Replicated here before this node applied the placement that has it:
+                    // the take waits, and watches the tube's owners once the map is applied.
+                    own = false;
+                }
+                continue;
+            };
+            for &p in &routed.parts {
+                if !self.here(p, leads) {
+                    there.push(p);
+                    own = false;
+                } else if self.hold_in(v, p).is_none() {
+                    here.push(p);
+                    own &= p == t;
+                } else {
+                    own = false;
+                }
+            }
+        }
+        (here, there, own)
+    }
+
     /// Why a call to `set` is refused before it is sent (nothing was done): too many calls
     /// forwarded and not answered, or a link holding `link_buffer` bytes its other end has
     /// not read.

@@ -465,32 +465,7 @@ impl Server {
         let Some(&first) = tubes.first() else {
             return Some(cmd);
         };
-        let (mut here, mut there) = (Vec::new(), Vec::new());
-        let mut own = true;
-        let v = shards.view();
-        for &t in tubes {
-            let Some(routed) = shards.tubes.get(&t) else {
-                if leads {
-                    here.push(t); // a tube of this node's own
-                } else {
-                    // Replicated here before this node applied the placement that has it:
-                    // the take waits, and watches the tube's owners once the map is applied.
-                    own = false;
-                }
-                continue;
-            };
-            for &p in &routed.parts {
-                if !shards.here(p, leads) {
-                    there.push(p);
-                    own = false;
-                } else if shards.hold_in(v, p).is_none() {
-                    here.push(p);
-                    own &= p == t;
-                } else {
-                    own = false;
-                }
-            }
-        }
+        let (here, mut there, own) = shards.watched_partitions(tubes, leads);
         if own {
             return Some(cmd);
         }
