@@ -443,9 +443,14 @@ impl<'a> History<'a> {
                 F::Leader => h.leaders.push(e),
                 F::Stats => h.stats.push(e),
                 F::Disconnect => {
-                    // A disconnect without a session ends the one its process used last.
+                    // A disconnect without a session ends the one its process used last; one
+                    // the server made may have ended the session from `since_us` on.
+                    let since = (e.value.as_ref())
+                        .and_then(|v| v.get("since_us"))
+                        .and_then(Value::as_u64);
                     if let Some(s) = e.session.or(last_session.get(&e.process).copied()) {
-                        h.disconnects.entry(s).or_default().push(e.time_us);
+                        let at = since.map_or(e.time_us, |t| t.min(e.time_us));
+                        h.disconnects.entry(s).or_default().push(at);
                     }
                 }
                 _ if e.kind == Kind::Invoke => h.invoke(e, &mut open),
@@ -1480,6 +1485,14 @@ mod tests {
             self.events.push(e);
         }
 
+        /// A connection the server closed at some moment after `since`, seen at `t`.
+        fn closed_by_server(&mut self, p: u64, s: u64, since: u64, t: u64) {
+            let mut e = ev(t, p, Kind::Info, F::Disconnect);
+            e.session = Some(s);
+            e.value = Some(json!({ "since_us": since }));
+            self.events.push(e);
+        }
+
         fn leader(&mut self, t: u64, node: &str, term: u64) {
             let mut e = Event::new(t, HARNESS, Kind::Info, F::Leader);
             e.node = Some(node.into());
@@ -1699,6 +1712,13 @@ mod tests {
                 Box::new(|h| h.op(2, 7, F::Bury, (50, 60), 1, Kind::Info)),
             ),
             ("disconnect", None, Box::new(|h| h.disconnect(2, 7, 50))),
+            // The server closed the holder's connection after its take's answer; the holder
+            // learned it only at 200, when it sent its ack.
+            (
+                "closed by the server",
+                None,
+                Box::new(|h| h.closed_by_server(2, 7, 30, 200)),
+            ),
             ("ttr", Some(0), Box::new(|_| {})), // 0 ms: expired at the take's invoke
             ("leader", None, Box::new(|h| h.leader(50, "n2", 2))),
             (

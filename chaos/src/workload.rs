@@ -152,6 +152,9 @@ struct Conn {
     session: u64,
     /// Tasks this session holds (taken, not yet acked or released), with their payloads.
     held: Vec<(u64, Option<String>)>,
+    /// The invoke of the last operation the server answered on this connection (or the
+    /// connect): a server that closes the connection ends the session after that answer.
+    answered_us: u64,
 }
 
 /// The client loop's state.
@@ -238,6 +241,7 @@ impl Worker {
                     wire,
                     session: self.rec.next_session(),
                     held: Vec::new(),
+                    answered_us: self.rec.now_us(),
                 });
                 true
             }
@@ -250,11 +254,20 @@ impl Worker {
 
     /// Ends the session (its tasks are free from now on, as far as this client knows).
     fn disconnect(&mut self, why: &str) {
+        self.disconnect_since(why, None);
+    }
+
+    /// Ends the session, which may have ended on the server already at `since_us` (a
+    /// server that closed the connection did so after its last answer, at a moment the
+    /// client learns only when it next reads): the checker takes the session's holds as
+    /// ended from then.
+    fn disconnect_since(&mut self, why: &str, since_us: Option<u64>) {
         if let Some(c) = self.conn.take() {
             let mut e = self.rec.event(self.spec.process, Kind::Info, F::Disconnect);
             e.session = Some(c.session);
             e.node = Some(self.spec.targets[c.target].name.clone());
             e.error = Some(why.to_owned());
+            e.value = since_us.map(|t| serde_json::json!({ "since_us": t }));
             self.rec.record(&e);
         }
     }
@@ -283,6 +296,10 @@ impl Worker {
     fn complete(&mut self, invoked: &Event, outcome: Outcome) -> Option<Done> {
         let mut e = invoked.clone();
         e.time_us = self.rec.now_us();
+        let answered = !matches!(outcome, Outcome::Info(_));
+        if let Some(c) = self.conn.as_mut().filter(|_| answered) {
+            c.answered_us = invoked.time_us;
+        }
         match outcome {
             Outcome::Ok(done) => {
                 e.kind = Kind::Ok;
@@ -320,7 +337,13 @@ impl Worker {
                 e.kind = Kind::Info;
                 e.error = Some(why.clone());
                 self.rec.record(&e);
-                self.disconnect(&format!("outcome unknown: {why}"));
+                // A connection the server closed: the session ended there, after its last
+                // answer; any other loss (a timeout) leaves it to the client's own close.
+                let closed = why.contains("closed the connection");
+                let since = (self.conn.as_ref())
+                    .filter(|_| closed)
+                    .map(|c| c.answered_us);
+                self.disconnect_since(&format!("outcome unknown: {why}"), since);
                 self.next_target = self.rng.usize(0..self.spec.targets.len());
                 std::thread::sleep(CONNECT_BACKOFF);
             }
