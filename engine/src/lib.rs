@@ -14,6 +14,7 @@ mod room;
 mod sessions;
 mod slots;
 mod tubes;
+pub mod users;
 
 pub use bytes::Bytes;
 pub use queue::{
@@ -27,6 +28,7 @@ pub use tubes::{
     TubeOptions, TubePut, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES,
     MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES, TUBE_ID_SHIFT,
 };
+pub use users::{Rights, User, UserError, Users};
 
 /// beanstalkd's "urgent" line: a task with a lower pri is urgent (`ready_urgent`,
 /// beanstalk's `current-jobs-urgent`). beanstalkd's own constant (`URGENT_THRESHOLD`), so
@@ -547,6 +549,8 @@ pub enum Event {
     Imported {
         id: TaskId,
     },
+    /// A user was added, changed or dropped: read `users()` to log the whole table.
+    UsersChanged,
 }
 
 impl Event {
@@ -572,7 +576,8 @@ impl Event {
             Event::TubeCreated { .. }
             | Event::TubeDropped { .. }
             | Event::TubeTruncated { .. }
-            | Event::DedupRecorded { .. } => None,
+            | Event::DedupRecorded { .. }
+            | Event::UsersChanged => None,
         }
     }
 }

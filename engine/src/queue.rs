@@ -27,6 +27,7 @@ use crate::tubes::{
     DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES, MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES,
     MAX_UTUBE_KEY_BYTES,
 };
+use crate::users::{self, User, UserError, Users};
 use crate::NIL;
 use crate::{
     Advance, Bytes, Event, Hold, JobCounts, Micros, PutOptions, PutOutcome, PutPayload, QueueError,
@@ -127,6 +128,8 @@ pub struct Queue {
     recent: (TaskId, u32),
     /// Live tasks past which a put is refused; at most [`MAX_TASKS`].
     max_tasks: usize,
+    /// Users and their grants: data the journal keeps, read by the server (`users.rs`).
+    users: Users,
 }
 
 impl Default for Queue {
@@ -169,6 +172,7 @@ impl Queue {
             journal: Vec::new(),
             recent: (0, NIL),
             max_tasks: MAX_TASKS,
+            users: Users::default(),
         }
     }
 
@@ -454,6 +458,39 @@ impl Queue {
             "take_events into a buffer still holding events"
         );
         std::mem::swap(&mut self.journal, into);
+    }
+
+    // ---- users ----
+
+    /// The users and their grants.
+    pub fn users(&self) -> &Users {
+        &self.users
+    }
+
+    /// Adds or replaces `user` (checked against the table's limits), journaled.
+    pub fn put_user(&mut self, user: User) -> Result<(), UserError> {
+        users::check(&self.users, &user)?;
+        self.users.put(user);
+        self.users_changed();
+        Ok(())
+    }
+
+    /// Removes user `name`, journaled; `None` if there is none.
+    pub fn drop_user(&mut self, name: &str) -> Option<User> {
+        let gone = self.users.remove(name)?;
+        self.users_changed();
+        Some(gone)
+    }
+
+    /// Replaces the whole table as a log or a snapshot holds it; journals nothing.
+    pub fn restore_users(&mut self, users: Vec<User>) {
+        self.users.replace(users);
+    }
+
+    fn users_changed(&mut self) {
+        if self.journal_on {
+            self.journal.push(Event::UsersChanged);
+        }
     }
 
     // ---- tubes ----

@@ -113,6 +113,11 @@ impl Restoring {
         self.queue.restore_floor(tube, floor)
     }
 
+    /// [`Queue::restore_users`].
+    pub fn restore_users(&mut self, users: Vec<crate::User>) {
+        self.queue.restore_users(users);
+    }
+
     /// [`Queue::restore_dedup`].
     pub fn restore_dedup(
         &mut self,

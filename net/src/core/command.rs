@@ -190,6 +190,18 @@ pub enum Command<'a> {
     DropCheck {
         tube: TubeIx,
     },
+    /// Add or replace a user (its password hash, admin right and grants, whole), journaled.
+    /// The front-end has checked who asks and worded the change in its protocol's terms.
+    /// Users are this node's and its replicas' (a sharded cluster's other sets keep theirs).
+    #[serde(skip)]
+    PutUser {
+        user: &'a tarq_engine::User,
+    },
+    /// Remove a user, journaled.
+    #[serde(skip)]
+    DropUser {
+        name: &'a str,
+    },
 }
 
 impl Command<'_> {
@@ -333,6 +345,9 @@ pub enum Refusal {
     /// A sharded cluster could not place or reach a tube's partition: why.
     #[error("{0}")]
     Shards(String),
+    /// A user that cannot be stored: why.
+    #[error("{0}")]
+    User(String),
     /// A change may or may not have been made: it was sent to its partition's owner, whose
     /// answer never came (the link failed) or said so itself. Unlike `ReadOnly`/`NoPrimary`,
     /// where nothing was done, a client must not retry it blindly.

@@ -58,8 +58,25 @@ impl<R> Core<R> {
             Command::CreateTube { .. } | Command::DropTube { .. } | Command::Truncate { .. } => {
                 TUBE_RECORD_BYTES
             }
+            // The whole table is logged: as it is, with the new user beside it.
+            Command::PutUser { user } => {
+                users_record_bytes(q.users().iter()) + users_record_bytes(std::iter::once(user))
+            }
+            Command::DropUser { .. } => users_record_bytes(q.users().iter()),
             // One status record (bury, kick-job, reserve-job, release), within the slack.
             _ => 0,
         }
     }
+}
+
+/// The largest a `Users` record of these users can be: per user its name, flags, hash and
+/// grant count, per grant its tube name and rights (as `tarq_wal::format::encode_users`).
+fn users_record_bytes<'u>(users: impl Iterator<Item = &'u tarq_engine::User>) -> u64 {
+    users
+        .map(|u| {
+            let grants: usize = u.tubes.keys().map(|t| 2 + t.len() + 1).sum();
+            (2 + u.name.len() + 1 + 20 + 2 + grants) as u64
+        })
+        .sum::<u64>()
+        + 4
 }

@@ -483,6 +483,14 @@ impl<R: Copy> Core<R> {
                 let why = "moving a partition needs a sharded cluster (--replica-set)".into();
                 (Outcome::Error(Refusal::Shards(why)), None)
             }
+            Command::PutUser { user } => match q.put_user(user.clone()) {
+                Ok(()) => (Outcome::Ok, None),
+                Err(e) => (Outcome::Error(Refusal::User(e.to_string())), None),
+            },
+            Command::DropUser { name } => {
+                q.drop_user(name);
+                (Outcome::Ok, None)
+            }
             Command::Snapshot => match self.journal.snapshot() {
                 None => (Outcome::Error(Refusal::NoSnapshots), None),
                 Some(Ok(text)) => (Outcome::Text(text), None),

@@ -12,6 +12,7 @@
 //! → the host encodes the task into the connection's buffer → the loop commits the turn and
 //! writes the reply once durable. Nothing goes back the way it came.
 
+pub mod access;
 mod command;
 mod disk_room;
 mod execute;

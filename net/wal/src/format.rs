@@ -22,7 +22,11 @@
 //! A task moved in from another node (`tarq_engine::Queue::import_task`) needs no record kind
 //! of its own: a `Put` holds a task whole in any status, and replays as one.
 //!
-//! Versions: 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
+//! Versions: 5 adds the users and their grants (`tarq_engine::users`): a `Users` record holds
+//! the whole table after a turn that changed it, and a snapshot's `SnapUsers` block the table
+//! at its start (right after `SnapFloors`); nothing else changes, so files of version 4 and
+//! older read as before, with no users.
+//! 4 (each tube numbers its own tasks; an id packs the tube's index and the number,
 //! `tarq_engine::task_id`) adds to a tube's entry (snapshot table, `TubeCreate` record) its
 //! next number, its `legacy_below` mark and its `first` number (where the numbers of its
 //! index stood when it was made: a tube at a dropped one's index numbers on from it, so an id
@@ -47,14 +51,14 @@
 //! are. Any other version is refused with `HeaderError::Version`, never guessed.
 
 use tarq_engine::{
-    JobCounts, Micros, RestoredTask, Status, TaskId, TaskRef, TubeInfo, TubeIx, TubeNumbers,
-    TubeOptions, TubeType, DEFAULT_TUBE,
+    users::Users, JobCounts, Micros, RestoredTask, Rights, Status, TaskId, TaskRef, TubeInfo,
+    TubeIx, TubeNumbers, TubeOptions, TubeType, User, DEFAULT_TUBE,
 };
 
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
 pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 /// Bumped on any incompatible change of this file's layout; new files are written in it.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// The version of a replication peer that names none: builds from before the stream carried
@@ -134,6 +138,8 @@ pub enum Kind {
     /// holds it (the id; version 4): replayed, the tube numbers its next tasks above it — or,
     /// its tube dropped in the same turn, the next tube at its index does.
     Spent = 10,
+    /// The whole table of users and grants, after a turn that changed it (version 5).
+    Users = 11,
     SnapTasks = 16,
     SnapEnd = 17,
     /// The tube table at the snapshot's start.
@@ -144,6 +150,8 @@ pub enum Kind {
     /// indexes a dropped tube used (version 4): a u32 count and that many (u16 index, u64
     /// floor) pairs, right after `SnapTubes`.
     SnapFloors = 20,
+    /// The table of users at the snapshot's start (version 5), after `SnapFloors`.
+    SnapUsers = 21,
 }
 
 impl Kind {
@@ -159,11 +167,13 @@ impl Kind {
             8 => Kind::TubeTruncate,
             9 => Kind::Dedup,
             10 => Kind::Spent,
+            11 => Kind::Users,
             16 => Kind::SnapTasks,
             17 => Kind::SnapEnd,
             18 => Kind::SnapTubes,
             19 => Kind::SnapDedup,
             20 => Kind::SnapFloors,
+            21 => Kind::SnapUsers,
             _ => return None,
         })
     }
@@ -675,6 +685,45 @@ pub fn encode_tube_v3(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     buf.truncate(buf.len() - TUBE_NUMBERS_BYTES);
 }
 
+/// User flags: a password hash follows; the user is a cluster administrator.
+const USER_HAS_HASH: u8 = 1;
+const USER_ADMIN: u8 = 2;
+
+/// Appends the whole table of users (a `Users` record's body or a `SnapUsers` block): a u32
+/// count, then per user a u16-long name, a flags byte, the 20-byte hash when flagged, a u16
+/// count of grants and per grant a u16-long tube name and its rights byte. Names are bounded
+/// by the engine (`MAX_USER_NAME_BYTES`, `MAX_TUBE_NAME_BYTES`), grants by
+/// `MAX_GRANTS_PER_USER`.
+pub fn encode_users(buf: &mut Vec<u8>, users: &Users) {
+    buf.extend_from_slice(&(users.len() as u32).to_le_bytes());
+    encode_user_entries(buf, users);
+}
+
+/// The users of [`encode_users`] without their count (a snapshot block counts its entries
+/// itself).
+pub fn encode_user_entries(buf: &mut Vec<u8>, users: &Users) {
+    for u in users.iter() {
+        short_bytes(buf, u.name.as_bytes());
+        let flags = if u.hash2.is_some() { USER_HAS_HASH } else { 0 }
+            | if u.admin { USER_ADMIN } else { 0 };
+        buf.push(flags);
+        if let Some(h) = &u.hash2 {
+            buf.extend_from_slice(h);
+        }
+        buf.extend_from_slice(&(u.tubes.len().min(u16::MAX as usize) as u16).to_le_bytes());
+        for (tube, rights) in u.tubes.iter().take(u16::MAX as usize) {
+            short_bytes(buf, tube.as_bytes());
+            buf.push(rights.0);
+        }
+    }
+}
+
+fn short_bytes(buf: &mut Vec<u8>, b: &[u8]) {
+    let b = &b[..b.len().min(u16::MAX as usize)];
+    buf.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    buf.extend_from_slice(b);
+}
+
 /// Appends a dedup key (a Dedup record's body, or one entry of a snapshot's dedup block).
 /// Keys are bounded by the engine (`MAX_DEDUP_KEY_BYTES`).
 pub fn encode_dedup(buf: &mut Vec<u8>, tube: TubeIx, key: &[u8], id: TaskId, expires: Micros) {
@@ -732,6 +781,39 @@ impl<'a> Body<'a> {
                 self.0.len()
             ))
         }
+    }
+
+    fn short_str(&mut self, what: &str) -> Result<String, String> {
+        let len = self.u16()? as usize;
+        let b = self.take(len)?;
+        String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+    }
+
+    /// The table of users, as `encode_users` wrote it.
+    pub fn users(&mut self) -> Result<Vec<User>, String> {
+        let count = self.u32()?;
+        // Each user takes more than a byte: a damaged count cannot make this allocate much.
+        let mut users = Vec::with_capacity((count as usize).min(self.0.len()));
+        for _ in 0..count {
+            let mut u = User::new(&self.short_str("a user name")?);
+            let flags = self.u8()?;
+            if flags & !(USER_HAS_HASH | USER_ADMIN) != 0 {
+                return Err(format!("user {:?} has unknown flags {flags:#x}", u.name));
+            }
+            u.admin = flags & USER_ADMIN != 0;
+            if flags & USER_HAS_HASH != 0 {
+                u.hash2 = Some(self.take(20)?.try_into().expect("20 bytes"));
+            }
+            for _ in 0..self.u16()? {
+                let tube = self.short_str("a tube name in a grant")?;
+                let bits = self.u8()?;
+                let rights = Rights::from_bits(bits)
+                    .ok_or_else(|| format!("grant of {tube:?} has unknown rights {bits:#x}"))?;
+                u.tubes.insert(tube, rights);
+            }
+            users.push(u);
+        }
+        Ok(users)
     }
 
     /// A task in the layout of format `version`.
@@ -878,6 +960,8 @@ pub enum Change {
     TubeDrop(TubeIx),
     TubeTruncate(TubeIx),
     Dedup(StoredDedup),
+    /// The whole table of users (version 5).
+    Users(Vec<User>),
     /// A number given to a put the log holds no task of: the id.
     Spent {
         id: TaskId,
@@ -971,6 +1055,8 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
         }
         Kind::Spent if version >= 4 => Change::Spent { id: b.u64()? },
         Kind::Spent => return Err(format!("Spent record in a version {version} file")),
+        Kind::Users if version >= 5 => Change::Users(b.users()?),
+        Kind::Users => return Err(format!("Users record in a version {version} file")),
         Kind::Commit if version >= 3 => Change::Commit {
             term: b.u64()?,
             history: b.u64()?,
@@ -979,9 +1065,12 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
             term: 0,
             history: 0,
         },
-        Kind::SnapTasks | Kind::SnapEnd | Kind::SnapTubes | Kind::SnapDedup | Kind::SnapFloors => {
-            return Err(format!("snapshot record {kind:?} inside a WAL segment"))
-        }
+        Kind::SnapTasks
+        | Kind::SnapEnd
+        | Kind::SnapTubes
+        | Kind::SnapDedup
+        | Kind::SnapFloors
+        | Kind::SnapUsers => return Err(format!("snapshot record {kind:?} inside a WAL segment")),
     };
     b.finish()?;
     Ok(change)

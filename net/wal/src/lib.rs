@@ -625,6 +625,14 @@ impl Wal {
                     format::end_small_record(&mut self.pending.buf, at);
                 }
             }
+            Event::UsersChanged => {
+                // The whole table, as it is at the end of the turn: a second change in the
+                // same turn logs it again, which replays to the same table.
+                self.open_needs_durability = true;
+                let at = self.record(Kind::Users);
+                format::encode_users(&mut self.pending.buf, queue.users());
+                format::end_small_record(&mut self.pending.buf, at);
+            }
             _ => self.record_task_event(queue, ev),
         }
     }

@@ -364,6 +364,10 @@ pub fn apply_change(q: &mut Queue, change: Change, fuzzy: bool) -> Option<String
             q.set_last_id(id);
             None
         }
+        Change::Users(users) => {
+            q.restore_users(users);
+            None
+        }
         Change::Commit { .. } => None,
     }
 }

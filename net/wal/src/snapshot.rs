@@ -348,6 +348,11 @@ impl Walk {
             w.block_count += 1;
         }
         table.extend_from_slice(&w.close_block(&[]));
+        // The users as of the same turn (a `Users` record after the start replaces them).
+        w.open_block(Kind::SnapUsers);
+        format::encode_user_entries(&mut w.block, queue.users());
+        w.block_count = queue.users().len() as u32;
+        table.extend_from_slice(&w.close_block(&[]));
         w.stalled = Some(ToWriter::Block {
             bytes: table,
             tail: None,
@@ -693,6 +698,8 @@ enum Loading {
     Tubes(Vec<StoredTube>),
     /// Free tube indexes and where their numbers stand.
     Floors(Vec<(TubeIx, u64)>),
+    /// The table of users (version 5).
+    Users(Vec<tarq_engine::User>),
     /// The tasks of one block and the block's offset (for error messages).
     Tasks(TaskBlock, u64),
     Dedup(Vec<StoredDedup>, u64),
@@ -793,6 +800,7 @@ fn restore_part(
                 restored.map_err(|e| format!("tube {} {:?}: {e}", t.ix, t.name))?;
             }
         }
+        Loading::Users(users) => queue.restore_users(users),
         Loading::Floors(floors) => {
             for (ix, floor) in floors {
                 queue
@@ -1059,6 +1067,11 @@ fn decode(
             Kind::SnapFloors if version >= 4 => {
                 let floor = |b: &mut Body<'_>| Ok((b.u16()?, b.u64()?));
                 Loading::Floors(entries(&mut body, floor).map_err(at)?)
+            }
+            Kind::SnapUsers if version >= 5 => {
+                let users = body.users().map_err(at)?;
+                body.finish().map_err(at)?;
+                Loading::Users(users)
             }
             Kind::SnapTasks => {
                 // Spans count from the body's start; where that is in `buf` is known once

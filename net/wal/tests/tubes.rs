@@ -782,7 +782,8 @@ fn an_unknown_format_version_is_refused_with_an_error_that_says_so() {
     }
     let text = try_open(&storage).err().expect("refused").to_string();
     assert!(
-        text.contains("version 99") && text.contains("reads versions 1..=4"),
+        text.contains("version 99")
+            && text.contains(&format!("reads versions 1..={}", format::FORMAT_VERSION)),
         "{text}"
     );
 

@@ -265,7 +265,7 @@ pub fn status_of(e: &Refusal) -> u16 {
         Refusal::Shards(_) => 503,
         // The gateway's word for "sent on, no answer": the change may have been made.
         Refusal::Unknown(_) => 504,
-        Refusal::TooManyParked | Refusal::NoSnapshots => 400,
+        Refusal::TooManyParked | Refusal::NoSnapshots | Refusal::User(_) => 400,
     }
 }
 

@@ -36,9 +36,11 @@ fn wording(r: Reply, e: &Refusal) -> (u32, String) {
         }
         Refusal::ReadOnly(_) | Refusal::NoPrimary(_) => (ER_READONLY, refusal_text(e)),
         Refusal::Unknown(_) => (ER_OUTCOME_UNKNOWN, refusal_text(e)),
-        Refusal::Journal(_) | Refusal::TooManyParked | Refusal::Consumers | Refusal::Shards(_) => {
-            (ER_PROC_LUA, refusal_text(e))
-        }
+        Refusal::Journal(_)
+        | Refusal::TooManyParked
+        | Refusal::Consumers
+        | Refusal::Shards(_)
+        | Refusal::User(_) => (ER_PROC_LUA, refusal_text(e)),
     }
 }
 
@@ -47,7 +49,7 @@ pub fn refusal_text(e: &Refusal) -> String {
     match e {
         Refusal::ReadOnly(primary) => format!("read-only replica: the primary is {primary}"),
         Refusal::NoPrimary(why) => format!("read-only replica: no primary now: {why}"),
-        Refusal::Journal(why) | Refusal::Shards(why) => why.clone(),
+        Refusal::Journal(why) | Refusal::Shards(why) | Refusal::User(why) => why.clone(),
         Refusal::TooManyParked => {
             format!("Too many waiting takes on this connection: the limit is {MAX_PARKED_PER_CONN}")
         }

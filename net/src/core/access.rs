@@ -1,0 +1,163 @@
+//! Who a connection acts as and what that lets it do: the one place the users and grants the
+//! queue keeps (`tarq_engine::users`) are read against a request. Front-ends ask it before they
+//! dispatch and word its answer in their protocol (IPROTO: Tarantool's `Execute access to
+//! function ... is denied`; beanstalk: a tube that is not there); what a right means is decided
+//! here, once for every protocol.
+//!
+//! With no `--user` configured the server is open, as it always was: every connection acts as
+//! [`Who::Everyone`] and nothing is checked, whatever users the data directory holds. With
+//! `--user`, that user is the bootstrap administrator (its password is the config's, it is
+//! never stored and cannot be dropped), a connection starts as `guest`, and `guest` holds only
+//! what it was granted.
+
+use tarq_engine::users::{Rights, User, Users};
+
+/// The name of the user a connection is before it authenticates.
+pub const GUEST: &str = "guest";
+
+/// Who a connection acts as.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Who {
+    /// No check: an open server (no `--user`), the bootstrap administrator, a node of the
+    /// cluster (links and replicas log in as the bootstrap administrator), or a beanstalk port
+    /// without `--beanstalk-user`.
+    #[default]
+    Everyone,
+    /// `guest` or a stored user, by name: looked up at each check, so a grant, a revoke or a
+    /// drop applies to connections already open.
+    User(Box<str>),
+}
+
+impl Who {
+    pub fn guest() -> Who {
+        Who::User(GUEST.into())
+    }
+
+    /// The name to show in a refusal.
+    pub fn name(&self) -> &str {
+        match self {
+            Who::Everyone => "admin",
+            Who::User(n) => n,
+        }
+    }
+
+    fn user<'u>(&self, users: &'u Users) -> Option<&'u User> {
+        match self {
+            Who::Everyone => None,
+            Who::User(n) => users.get(n),
+        }
+    }
+
+    /// The rights on tube `tube` (all of them for [`Who::Everyone`]).
+    pub fn rights_on(&self, users: &Users, tube: &str) -> Rights {
+        match self {
+            Who::Everyone => Rights::PUT.union(Rights::TAKE).union(Rights::ADMIN),
+            _ => self.user(users).map_or(Rights::NONE, |u| u.rights_on(tube)),
+        }
+    }
+
+    /// Whether `need` is met.
+    pub fn allows(&self, users: &Users, need: Need<'_>) -> bool {
+        if *self == Who::Everyone {
+            return true;
+        }
+        let user = self.user(users);
+        match need {
+            Need::Nothing => true,
+            Need::Tube(tube, rights) => self.rights_on(users, tube).contains(rights),
+            Need::AnyOn(tube) => !self.rights_on(users, tube).is_empty(),
+            Need::Any => user.is_some_and(User::has_any_right),
+            Need::Admin => user.is_some_and(|u| u.admin),
+        }
+    }
+
+    /// Whether the connection may call anything at all (for the connection limits: one that
+    /// may not is closed if it does not authenticate in time).
+    pub fn may_call(&self, users: &Users) -> bool {
+        self.allows(users, Need::Any)
+    }
+}
+
+/// What a request needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need<'a> {
+    /// Any connection may (ping, the protocol's own requests).
+    Nothing,
+    /// These rights on this tube.
+    Tube(&'a str, Rights),
+    /// Some right on this tube (its figures).
+    AnyOn(&'a str),
+    /// Some right somewhere (the server's figures, sessions).
+    Any,
+    /// The cluster-wide `admin` right: users, server settings, placement and moves.
+    Admin,
+}
+
+/// What a call of the tube API's method `method` on a tube needs (`queue.tube.NAME:METHOD`).
+/// `bury` needs `take` here; a caller without `admin` may bury only a task it holds, which the
+/// front-end checks against the task.
+pub fn method_needs<'a>(tube: &'a str, method: &str) -> Need<'a> {
+    let rights = match method {
+        "put" | "put_many" => Rights::PUT,
+        "take" | "take_many" | "ack" | "ack_many" | "release" | "touch" | "peek" | "bury" => {
+            Rights::TAKE
+        }
+        "kick" | "delete" | "drop" | "truncate" | "release_all" | "grant" => Rights::ADMIN,
+        // Not a method: answered as such, to whoever may see the tube.
+        _ => return Need::AnyOn(tube),
+    };
+    Need::Tube(tube, rights)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarq_engine::Queue;
+
+    fn users() -> Users {
+        let mut q = Queue::new();
+        let mut bob = User::new("bob");
+        bob.tubes.insert("jobs".into(), Rights::PUT);
+        q.put_user(bob).unwrap();
+        let mut ops = User::new("ops");
+        ops.admin = true;
+        q.put_user(ops).unwrap();
+        q.users().clone()
+    }
+
+    #[test]
+    fn each_need_against_each_kind_of_user() {
+        let u = users();
+        let bob = Who::User("bob".into());
+        let ops = Who::User("ops".into());
+        let guest = Who::guest();
+        let gone = Who::User("gone".into());
+        let put = Need::Tube("jobs", Rights::PUT);
+        let take = Need::Tube("jobs", Rights::TAKE);
+        for (who, need, want) in [
+            (&bob, put, true),
+            (&bob, take, false),
+            (&bob, Need::Tube("other", Rights::PUT), false),
+            (&bob, Need::AnyOn("jobs"), true),
+            (&bob, Need::AnyOn("other"), false),
+            (&bob, Need::Any, true),
+            (&bob, Need::Admin, false),
+            (&ops, take, true),
+            (&ops, Need::Admin, true),
+            (&guest, Need::Any, false),
+            (&guest, Need::Nothing, true),
+            (&gone, put, false),
+            (&Who::Everyone, Need::Admin, true),
+        ] {
+            assert_eq!(who.allows(&u, need), want, "{who:?} {need:?}");
+        }
+    }
+
+    #[test]
+    fn methods_need_the_right_of_their_kind() {
+        assert_eq!(method_needs("t", "put"), Need::Tube("t", Rights::PUT));
+        assert_eq!(method_needs("t", "bury"), Need::Tube("t", Rights::TAKE));
+        assert_eq!(method_needs("t", "drop"), Need::Tube("t", Rights::ADMIN));
+        assert_eq!(method_needs("t", "nope"), Need::AnyOn("t"));
+    }
+}
