@@ -275,6 +275,12 @@ pub struct Settings {
     #[arg(long, env = "TARQ_BEANSTALK_MAX_JOB_SIZE", value_name = "BYTES", value_parser = whole::<u32>(0, u64::from(u32::MAX)), allow_negative_numbers = true)]
     pub beanstalk_max_job_size: Option<u32>,
 
+    /// With --user: the user the beanstalk port acts as (beanstalkd has no login), checked
+    /// against its grants; a tube it may not touch is answered as a missing one. Without it
+    /// the beanstalk port may do everything, as before users existed.
+    #[arg(long, env = "TARQ_BEANSTALK_USER", value_name = "NAME")]
+    pub beanstalk_user: Option<String>,
+
     /// Namespace of the tarantool/queue API: its calls are `<NS>.create_tube`,
     /// `<NS>.tube.<name>:<method>`, ... (some clients use `box.queue`) [default: queue].
     #[arg(long, env = "TARQ_QUEUE_NAMESPACE", value_name = "NS")]
@@ -596,6 +602,9 @@ pub struct Config {
     pub http_hosts: Vec<String>,
     /// The largest beanstalk job body.
     pub beanstalk_max_job_size: u32,
+    /// The user the beanstalk port acts as (with `auth`); `None`: every right.
+    pub beanstalk_user: Option<String>,
+    /// The bootstrap administrator (`--user`): with it, users and grants are checked.
     pub auth: Option<Credentials>,
     /// The primary this tarq replicates (read-only while set).
     pub replica_of: Option<SocketAddr>,
@@ -676,6 +685,7 @@ impl Default for Config {
             http_listen: None,
             http_hosts: Vec::new(),
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
+            beanstalk_user: None,
             auth: None,
             replica_of: None,
             sync_replicas: 0,
@@ -775,6 +785,7 @@ impl Config {
             http_listen: http_listen(s.http_listen, s.metrics_listen)?,
             http_hosts: s.http_host.unwrap_or_default(),
             beanstalk_max_job_size: s.beanstalk_max_job_size.unwrap_or(d.beanstalk_max_job_size),
+            beanstalk_user: s.beanstalk_user,
             auth,
             replica_of: s.replica_of,
             sync_replicas: s.sync_replicas.unwrap_or(d.sync_replicas),
@@ -980,6 +991,16 @@ impl Config {
                  bytes)",
                 self.beanstalk_max_job_size
             )));
+        }
+        if let Some(u) = &self.beanstalk_user {
+            if self.auth.is_none() {
+                return Err(invalid(format!(
+                    "beanstalk-user {u:?} is set but user is not: without --user nothing is \
+                     checked, so the beanstalk port may do everything anyway"
+                )));
+            }
+            tarq_engine::users::check_name(u)
+                .map_err(|e| invalid(format!("beanstalk-user: {e}")))?;
         }
         if self.max_write_backlog < 2 * self.max_frame_bytes {
             return Err(invalid(format!(

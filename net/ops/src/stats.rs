@@ -30,6 +30,11 @@ pub struct ServerFigures {
     /// beanstalk requests refused by the protocol since start (BAD_FORMAT, UNKNOWN_COMMAND,
     /// EXPECTED_CRLF, JOB_TOO_BIG).
     pub beanstalk_errors: u64,
+    /// beanstalk commands refused by the grants of `--beanstalk-user` since start (answered as
+    /// a missing tube).
+    pub beanstalk_refused: u64,
+    /// IPROTO calls refused for want of a grant since start (ER_ACCESS_DENIED).
+    pub access_denied: u64,
     /// A sharded cluster's moves this node runs as a partition's owner: running now (0 or 1),
     /// committed and given up since start, the tasks they moved, and the last committed
     /// one's length in milliseconds.
@@ -170,7 +175,7 @@ pub struct Metric {
 }
 
 /// Figures before the WAL's; the seed's four counts come first, as `queue.stats()` had them.
-const BASE_METRICS: usize = 32;
+const BASE_METRICS: usize = 34;
 
 impl Snapshot {
     /// Every figure, in a stable order: the counts of now, then the counters since start, then
@@ -279,6 +284,18 @@ impl Snapshot {
                 Counter,
                 "beanstalk requests refused by the protocol since start.",
                 s.beanstalk_errors,
+            ),
+            m(
+                "beanstalk_refused",
+                Counter,
+                "beanstalk commands refused by the grants of the port's user since start.",
+                s.beanstalk_refused,
+            ),
+            m(
+                "access_denied",
+                Counter,
+                "IPROTO calls refused for want of a grant since start.",
+                s.access_denied,
             ),
             m(
                 "moves_running",

@@ -132,6 +132,9 @@ pub trait Loop {
     /// Whether connection `idx` may call functions (authenticated, or no user is required).
     fn authenticated(&self, idx: usize) -> bool;
     fn set_authenticated(&mut self, idx: usize, yes: bool);
+    /// Who connection `idx` acts as (what its requests are checked against).
+    fn who(&self, idx: usize) -> &crate::core::access::Who;
+    fn set_who(&mut self, idx: usize, who: crate::core::access::Who);
     /// Connection `idx`'s greeting salt (for chap-sha1).
     fn salt(&self, idx: usize) -> [u8; tarq_iproto::greeting::SALT_LEN];
     /// `sha1(sha1(password))` of the configured user, if any.

@@ -371,6 +371,8 @@ pub struct Conn {
     /// Allowed to call functions (always, unless the server requires a user; always on the
     /// beanstalk port, which has no authentication).
     pub authenticated: bool,
+    /// Who the connection acts as: what its calls are checked against (`core::access`).
+    pub who: crate::core::access::Who,
     pub rbuf: ReadBuf,
     pub out: OutBuf,
     /// The poll token: slot and generation.

@@ -160,6 +160,14 @@ impl frontend::Loop for Server {
         self.conns[idx].authenticated = yes;
     }
 
+    fn who(&self, idx: usize) -> &crate::core::access::Who {
+        &self.conns[idx].who
+    }
+
+    fn set_who(&mut self, idx: usize, who: crate::core::access::Who) {
+        self.conns[idx].who = who;
+    }
+
     fn salt(&self, idx: usize) -> [u8; SALT_LEN] {
         self.conns[idx].salt()
     }

@@ -47,6 +47,7 @@ use tracing::{debug, info, warn};
 use crate::frontend::iproto::errors::refusal_text;
 
 use crate::config::Config;
+use crate::core::access::Who;
 use crate::core::journal::{Journal, Ticket};
 use crate::core::{Core, Outcome, Unneeded};
 use crate::frontend::beanstalk::{Beanstalk, BsConn};
@@ -423,6 +424,8 @@ impl Server {
                 beanstalk_connections: self.beanstalk.connections,
                 beanstalk_commands: self.beanstalk.commands(),
                 beanstalk_errors: self.beanstalk.errors,
+                beanstalk_refused: self.beanstalk.refused,
+                access_denied: self.iproto.access_denied,
                 moves_running: moves.0,
                 moves_committed: moves.1.committed,
                 moves_given_up: moves.1.given_up,
@@ -860,7 +863,10 @@ impl Server {
             self.http.state.connections += 1;
         }
         // beanstalk has no authentication; HTTP asks for it with each request (Basic).
-        let authenticated = self.cfg.auth.is_none() || proto != Proto::Iproto;
+        let who = Self::who_at_open(&self.cfg, proto);
+        // A `guest` that was granted something may call without AUTH: the auth timeout is for
+        // connections that may do nothing until they authenticate.
+        let authenticated = proto != Proto::Iproto || who.may_call(self.core.queue().users());
         let guard = self
             .limits
             .open(READ_BUF_BYTES, self.mono, authenticated, (idx, gen));
@@ -870,6 +876,7 @@ impl Server {
             gen,
             sid,
             authenticated,
+            who,
             rbuf,
             out,
             token,
@@ -1350,6 +1357,23 @@ impl Server {
     /// `sha1(sha1(password))` of the configured user, if any.
     pub(crate) fn auth_hash(&self) -> Option<[u8; auth::SCRAMBLE_LEN]> {
         self.hash2
+    }
+
+    /// Who a new connection of `proto` acts as: anyone on an open server (no `--user`);
+    /// `guest` on the IPROTO port until it authenticates; `--beanstalk-user` on the beanstalk
+    /// port (anyone without it, as before users existed); HTTP checks each request itself.
+    fn who_at_open(cfg: &Config, proto: Proto) -> Who {
+        let Some(cred) = &cfg.auth else {
+            return Who::Everyone;
+        };
+        match proto {
+            Proto::Iproto => Who::guest(),
+            Proto::Beanstalk => match &cfg.beanstalk_user {
+                Some(u) if *u != cred.user => Who::User(u.as_str().into()),
+                _ => Who::Everyone,
+            },
+            Proto::Http => Who::Everyone,
+        }
     }
 
     /// Ends a session: its parked takes are dropped, its tasks go back to ready at once (waking

@@ -127,10 +127,13 @@ impl Server {
             return Err((ER_ACCESS_DENIED, why));
         }
         let c = self.conn_mut(idx);
-        if !c.authenticated {
+        // A replica receives every task and every user: only a node (which logs in as the
+        // bootstrap administrator) may stream, never a user with grants.
+        if !c.authenticated || c.who != crate::core::access::Who::Everyone {
+            let who = c.who.name().to_owned();
             return Err((
                 ER_ACCESS_DENIED,
-                "Replication access is denied for user 'guest'".into(),
+                format!("Replication access is denied for user '{who}'"),
             ));
         }
         if c.relay().is_some() {

@@ -19,6 +19,7 @@
 //! its string's bytes as the body (its raw MessagePack if it is anything else). A job put on
 //! one protocol can be taken on the other.
 
+mod grants;
 mod state;
 mod stats;
 
@@ -298,6 +299,9 @@ impl<L: Loop> Beanstalk<'_, L> {
     /// The translation table: one beanstalk command.
     fn execute_beanstalk(&mut self, idx: usize, cmd: Bs<'_>) {
         self.state().count(cmd.kind());
+        if !self.permitted(idx, &cmd) {
+            return;
+        }
         match cmd {
             Bs::Put {
                 pri,
@@ -363,10 +367,16 @@ impl<L: Loop> Beanstalk<'_, L> {
             }
             Bs::ListTubes => {
                 self.l.collect_tubes();
+                // The tubes the connection may touch in some way (all, unless it acts as a
+                // user with grants).
+                let who = self.l.who(idx).clone();
                 self.l.reply_with_queue(idx, &mut |out, q| {
-                    tarq_beanstalk::ok_yaml(out, |o| {
-                        tarq_beanstalk::write_list(o, q.named_tubes().map(|t| t.name))
-                    })
+                    let users = q.users();
+                    let names = q
+                        .named_tubes()
+                        .map(|t| t.name)
+                        .filter(|n| who.allows(users, crate::core::access::Need::AnyOn(n)));
+                    tarq_beanstalk::ok_yaml(out, |o| tarq_beanstalk::write_list(o, names))
                 })
             }
             Bs::ListTubeUsed => {
@@ -499,6 +509,12 @@ impl<L: Loop> Beanstalk<'_, L> {
         bs.worker = true;
         tubes.clear();
         tubes.extend_from_slice(&bs.watched);
+        self.takeable(idx, &mut tubes);
+        if tubes.is_empty() {
+            // Watching only tubes it may not take from: as if none of them were there.
+            self.state().tubes_scratch = tubes;
+            return self.refuse(idx);
+        }
         if self.deadline_soon(sid) && !self.ready_in_any(&tubes) {
             self.state().tubes_scratch = tubes;
             self.bs_answer(idx, Out::DeadlineSoon);

@@ -26,6 +26,8 @@ pub struct BeanstalkState {
     /// Requests refused by the protocol (`BAD_FORMAT`, `UNKNOWN_COMMAND`, `EXPECTED_CRLF`,
     /// `JOB_TOO_BIG`).
     pub errors: u64,
+    /// Commands refused by the grants of the user the port acts as (`--beanstalk-user`).
+    pub refused: u64,
     /// Beanstalk connections open now, and accepted since start.
     pub connections: u64,
     pub connections_accepted: u64,
@@ -52,6 +54,7 @@ impl Default for BeanstalkState {
         BeanstalkState {
             cmds: [0; CommandKind::ALL.len()],
             errors: 0,
+            refused: 0,
             connections: 0,
             connections_accepted: 0,
             tubes: Vec::new(),

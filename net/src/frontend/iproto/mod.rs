@@ -10,6 +10,7 @@ pub mod sessions;
 pub mod tostring;
 mod tube_api;
 pub mod tubes;
+pub mod users;
 
 use tarq_engine::{TaskRef, TubeIx};
 use tarq_iproto::codes::*;
@@ -18,6 +19,7 @@ use tarq_iproto::request::{self, RequestKind};
 use tarq_iproto::{auth, response, SYSTEM_SPACES};
 
 use super::{Loop, ReplyTo};
+use crate::core::access::{self, Need, Who, GUEST};
 use crate::core::{Command, On, Outcome};
 use calls::{Call, CallError};
 use errors::error;
@@ -60,6 +62,8 @@ pub struct IprotoState {
     /// `queue.cfg{in_replicaset = true}`: `create_tube` refuses temporary tubes, as the
     /// original does. Not kept across a restart (the original keeps it in memory too).
     pub in_replicaset: bool,
+    /// Calls refused for want of a grant since start (`/metrics`: `access_denied`).
+    pub access_denied: u64,
 }
 
 impl IprotoState {
@@ -67,6 +71,7 @@ impl IprotoState {
         IprotoState {
             sessions,
             in_replicaset: false,
+            access_denied: 0,
         }
     }
 }
@@ -109,11 +114,8 @@ impl<L: Loop> Iproto<'_, L> {
                 args,
                 call16,
             } => {
-                if !self.l.authenticated(idx) {
-                    let msg = format!(
-                        "Execute access to function '{function}' is denied for user 'guest'"
-                    );
-                    response::error(self.l.reply_buf(idx), sync, ER_ACCESS_DENIED, &msg);
+                if !self.may_call(idx, function, args) {
+                    self.deny(idx, sync, function);
                 } else if self.l.config().null {
                     response::empty_data(self.l.reply_buf(idx), sync);
                 } else {
@@ -154,6 +156,32 @@ impl<L: Loop> Iproto<'_, L> {
         }
     }
 
+    /// Whether connection `idx` may call `function` with `args` (`core::access` decides; an
+    /// open server or the bootstrap administrator skips the check, so the hot path reads one
+    /// word).
+    #[inline(always)]
+    fn may_call(&self, idx: usize, function: &str, args: &[u8]) -> bool {
+        let who = self.l.who(idx);
+        if *who == Who::Everyone {
+            return true;
+        }
+        // A link or a management call is checked where it runs.
+        if function == super::link::wire::LINK {
+            return false;
+        }
+        let need = call_needs(&self.l.config().queue_namespace, function, args);
+        who.allows(self.l.queue().users(), need)
+    }
+
+    /// Refuses a call as Tarantool refuses a function the user may not execute.
+    #[cold]
+    fn deny(&mut self, idx: usize, sync: u64, function: &str) {
+        self.l.iproto().access_denied += 1;
+        let who = self.l.who(idx).name().to_owned();
+        let msg = format!("Execute access to function '{function}' is denied for user '{who}'");
+        response::error(self.l.reply_buf(idx), sync, ER_ACCESS_DENIED, &msg);
+    }
+
     fn authenticate(
         &mut self,
         idx: usize,
@@ -167,13 +195,23 @@ impl<L: Loop> Iproto<'_, L> {
         let verdict = match (&cred, &hash2) {
             // An open server accepts every AUTH, as Tarantool's guest-everything setup does.
             (None, _) | (_, None) => Ok(()),
-            (Some(_), _) if user == "guest" && scramble.is_none() => {
-                // Becoming guest is allowed; calling still needs the configured user.
-                self.l.set_authenticated(idx, false);
+            (Some(_), _) if user == GUEST && scramble.is_none() => {
+                // Becoming guest is allowed; it may call what guest was granted.
+                let guest = Who::guest();
+                let may = guest.may_call(self.l.queue().users());
+                self.l.set_who(idx, guest);
+                self.l.set_authenticated(idx, may);
                 Ok(())
             }
             (Some(cred), Some(hash2)) => {
-                if user != cred.user {
+                // The bootstrap administrator's hash is the config's; anyone else's is data.
+                let stored = self.l.queue().users().get(user).and_then(|u| u.hash2);
+                let (hash, who) = if user == cred.user {
+                    (Some(*hash2), Who::Everyone)
+                } else {
+                    (stored, Who::User(user.into()))
+                };
+                if hash.is_none() && self.l.queue().users().get(user).is_none() {
                     Err((ER_NO_SUCH_USER, format!("User '{user}' is not found")))
                 } else if method.is_some_and(|m| m != auth::CHAP_SHA1) {
                     let m = method.unwrap_or_default();
@@ -181,9 +219,17 @@ impl<L: Loop> Iproto<'_, L> {
                         ER_ILLEGAL_PARAMS,
                         format!("Illegal parameters, unknown authentication method '{m}'"),
                     ))
-                } else if scramble.is_some_and(|s| auth::check(&salt, s, hash2)) {
-                    self.l.set_authenticated(idx, true);
-                    Ok(())
+                } else if let (Some(s), Some(h)) = (scramble, hash.as_ref()) {
+                    if auth::check(&salt, s, h) {
+                        self.l.set_who(idx, who);
+                        self.l.set_authenticated(idx, true);
+                        Ok(())
+                    } else {
+                        Err((
+                            ER_PASSWORD_MISMATCH,
+                            format!("Incorrect password supplied for user '{user}'"),
+                        ))
+                    }
                 } else {
                     Err((
                         ER_PASSWORD_MISMATCH,
@@ -223,6 +269,9 @@ impl<L: Loop> Iproto<'_, L> {
                 Err(e) => call_error(self.l.reply_buf(idx), sync, &e),
             }
             return;
+        }
+        if let Some(op) = function.strip_prefix(users::PREFIX) {
+            return self.user_call(idx, sync, function, op, args);
         }
         if function == super::link::wire::LINK {
             // Another node of a sharded cluster, naming itself: its link front-end takes the
@@ -379,4 +428,43 @@ fn one_value(out: &mut Vec<u8>, r: Reply, value: impl FnOnce(&mut Vec<u8>)) {
 /// A task in the seed's shape: a map, so wrapped in a tuple over CALL_16.
 fn seed_task(out: &mut Vec<u8>, r: Reply, t: &TaskRef<'_>) {
     one_value(out, r, |o| calls::write_task(o, t));
+}
+
+/// What a call of `function` with `args` needs, by its name: the seed's calls work on
+/// `default`, a tube method on its tube, the module's calls on what they name. Management
+/// calls check their own needs (a user may change its own password); anything else (a
+/// function that is not there) needs some right, so that a user with none learns nothing of
+/// which functions exist.
+fn call_needs<'a>(ns: &str, function: &'a str, args: &'a [u8]) -> Need<'a> {
+    use tarq_engine::Rights;
+    const DEFAULT: &str = tarq_engine::DEFAULT_TUBE_NAME;
+    if function.starts_with(users::PREFIX) {
+        return Need::Nothing;
+    }
+    match tubes::split(ns, function) {
+        Some(Ok(tubes::Name::Method { tube, method })) => access::method_needs(tube, method),
+        Some(Ok(tubes::Name::Module(call))) => match call {
+            "create_tube" => first_str(args).map_or(Need::Admin, |t| Need::Tube(t, Rights::ADMIN)),
+            "statistics" => first_str(args).map_or(Need::Any, Need::AnyOn),
+            "cfg" => Need::Admin,
+            _ => Need::Any,
+        },
+        Some(Err(_)) => Need::Any,
+        None => match function {
+            calls::PUT => Need::Tube(DEFAULT, Rights::PUT),
+            calls::TAKE | calls::ACK | calls::RELEASE => Need::Tube(DEFAULT, Rights::TAKE),
+            calls::SNAPSHOT | calls::MOVE => Need::Admin,
+            _ => Need::Any,
+        },
+    }
+}
+
+/// The first argument of a call, when it is a string (a tube's name).
+fn first_str(args: &[u8]) -> Option<&str> {
+    let mut r = tarq_iproto::mp::Reader::new(args);
+    let n = r.read_array_len().ok()?;
+    if n == 0 {
+        return None;
+    }
+    r.read_str().ok()
 }

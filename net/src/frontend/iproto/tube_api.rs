@@ -52,14 +52,30 @@ impl<L: Loop> Iproto<'_, L> {
         args: &[u8],
     ) {
         let r = tube_style(r);
+        let name = tube;
         let Some((tube, numbers)) = self.l.tube_named(tube) else {
             return self.no_such_tube(idx, r, function);
         };
+        if method == "grant" {
+            return self.tube_grant(idx, r.sync, name, args);
+        }
         let mut key = NumberText::default();
         match tubes::method(function, method, args, &mut key) {
+            Ok(Method::Bury { id: n }) if !self.may_bury(idx, name, numbers.id_of(tube, n)) => {
+                self.deny(idx, r.sync, function)
+            }
             Ok(method) => self.run_method(idx, r, tube, numbers, method),
             Err(e) => super::call_error(self.l.reply_buf(idx), r.sync, &e),
         }
+    }
+
+    /// A bury with the `take` right alone buries only a task the caller holds; `admin` on the
+    /// tube buries any (the original's bury asks no holder).
+    fn may_bury(&self, idx: usize, tube: &str, id: tarq_engine::TaskId) -> bool {
+        let who = self.l.who(idx);
+        let rights = who.rights_on(self.l.queue().users(), tube);
+        rights.contains(tarq_engine::Rights::ADMIN)
+            || self.l.queue().get(id).and_then(|t| t.owner) == Some(self.l.sid(idx))
     }
 
     /// Runs `method` on `tube`: a batch as a batch, anything else as one command (or the

@@ -1,0 +1,488 @@
+//! Users and grants over IPROTO (issue 38, item 2), end to end: `box.schema.user.*` and
+//! `queue.tube.NAME:grant` as a net.box client calls them, each refusal in Tarantool's words
+//! and code; every call of the seed API and the tube API tried by a user with and a user
+//! without the right it needs (table-driven); `guest` holding only what it was granted; users
+//! surviving kill -9 and reaching a replica; the beanstalk port acting as `--beanstalk-user`,
+//! a refused tube answered as a missing one and counted in `/metrics`; and a server without
+//! `--user` open as before, whatever users its data holds.
+
+#[path = "support/beanstalk.rs"]
+mod beanstalk;
+mod support;
+
+use std::net::SocketAddr;
+
+use rmpv::Value;
+use support::{map, wait_until, Client, Reply, Tarq, TestServer};
+use tarq_iproto::{auth, client};
+use tarq_net::config::Credentials;
+
+const ER_ACCESS_DENIED: u32 = 42;
+const ER_NO_SUCH_PROC: u32 = 33;
+const ER_DROP_USER: u32 = 44;
+const ER_NO_SUCH_USER: u32 = 45;
+const ER_USER_EXISTS: u32 = 46;
+const ER_PASSWORD_MISMATCH: u32 = 47;
+const ER_UNKNOWN_OBJECT_TYPE: u32 = 49;
+const ER_PRIV_GRANTED: u32 = 89;
+const ER_PRIV_NOT_GRANTED: u32 = 91;
+
+fn s(v: &str) -> Value {
+    Value::from(v)
+}
+
+fn login(addr: SocketAddr, user: &str, password: &str) -> Client {
+    let mut c = Client::connect(addr);
+    let r = auth_as(&mut c, user, password);
+    assert_eq!(r.code, 0, "{user} logs in: {r:?}");
+    c
+}
+
+fn auth_as(c: &mut Client, user: &str, password: &str) -> Reply {
+    let salt = c.greeting.salt.clone();
+    c.request(|o, sync| client::auth(o, sync, user, &auth::scramble(&salt, password)))
+}
+
+fn locked() -> TestServer {
+    TestServer::with(|cfg| {
+        cfg.auth = Some(Credentials {
+            user: "admin".into(),
+            password: "boot".into(),
+        })
+    })
+}
+
+fn ok(r: Reply) {
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// What a call needs, in the table below.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Needs {
+    Put,
+    Take,
+    TubeAdmin,
+    AnyRight,
+    ClusterAdmin,
+}
+
+/// Who holds which needs: the users the table is tried with.
+const USERS: [(&str, &[Needs]); 5] = [
+    ("putter", &[Needs::Put, Needs::AnyRight]),
+    ("taker", &[Needs::Take, Needs::AnyRight]),
+    (
+        "keeper",
+        &[Needs::Put, Needs::Take, Needs::TubeAdmin, Needs::AnyRight],
+    ),
+    ("nobody", &[]),
+    (
+        "ops",
+        &[
+            Needs::Put,
+            Needs::Take,
+            Needs::TubeAdmin,
+            Needs::AnyRight,
+            Needs::ClusterAdmin,
+        ],
+    ),
+];
+
+/// Every call of the seed API and the tube API, with its arguments and what it needs.
+fn calls() -> Vec<(&'static str, Vec<Value>, Needs)> {
+    use Needs::*;
+    vec![
+        ("queue.put", vec![s("x")], Put),
+        ("queue.take", vec![Value::from(0)], Take),
+        ("queue.ack", vec![Value::from(999)], Take),
+        ("queue.release", vec![Value::from(999)], Take),
+        ("queue.stats", vec![], AnyRight),
+        ("queue.snapshot", vec![], ClusterAdmin),
+        ("queue.tube.jobs:put", vec![s("x")], Put),
+        (
+            "queue.tube.jobs:put_many",
+            vec![Value::Array(vec![s("x")])],
+            Put,
+        ),
+        ("queue.tube.jobs:take", vec![Value::from(0)], Take),
+        (
+            "queue.tube.jobs:take_many",
+            vec![Value::from(1), Value::from(0)],
+            Take,
+        ),
+        ("queue.tube.jobs:ack", vec![Value::from(999)], Take),
+        (
+            "queue.tube.jobs:ack_many",
+            vec![Value::Array(vec![Value::from(999)])],
+            Take,
+        ),
+        ("queue.tube.jobs:release", vec![Value::from(999)], Take),
+        (
+            "queue.tube.jobs:touch",
+            vec![Value::from(999), Value::from(1)],
+            Take,
+        ),
+        ("queue.tube.jobs:peek", vec![Value::from(0)], Take),
+        ("queue.tube.jobs:kick", vec![Value::from(1)], TubeAdmin),
+        ("queue.tube.jobs:delete", vec![Value::from(999)], TubeAdmin),
+        ("queue.tube.jobs:release_all", vec![], TubeAdmin),
+        ("queue.tube.jobs:truncate", vec![], TubeAdmin),
+        ("queue.statistics", vec![s("jobs")], AnyRight),
+        ("queue.statistics", vec![], AnyRight),
+        ("queue.identify", vec![], AnyRight),
+        ("queue.state", vec![], AnyRight),
+        (
+            "queue.cfg",
+            vec![map(&[("ttr", Value::from(0))])],
+            ClusterAdmin,
+        ),
+        (
+            "queue.create_tube",
+            vec![
+                s("jobs"),
+                s("fifo"),
+                map(&[("if_not_exists", Value::from(true))]),
+            ],
+            TubeAdmin,
+        ),
+        (
+            "queue.create_tube",
+            vec![s("elsewhere"), s("fifo")],
+            ClusterAdmin,
+        ),
+        ("queue.tube.spare:drop", vec![], ClusterAdmin),
+    ]
+}
+
+/// The administrator makes the tubes and users of the table.
+fn set_up(admin: &mut Client) {
+    for t in ["jobs", "spare"] {
+        ok(admin.call("queue.create_tube", &[s(t), s("fifo")]));
+    }
+    for (name, _) in USERS {
+        ok(admin.call(
+            "box.schema.user.create",
+            &[s(name), map(&[("password", s(&format!("pw-{name}")))])],
+        ));
+    }
+    for (name, privs) in [
+        ("putter", "put"),
+        ("taker", "take"),
+        ("keeper", "put,take,admin"),
+    ] {
+        for tube in ["jobs", "default"] {
+            ok(admin.call(
+                "box.schema.user.grant",
+                &[s(name), s(privs), s("tube"), s(tube)],
+            ));
+        }
+    }
+    ok(admin.call(
+        "box.schema.user.grant",
+        &[s("ops"), s("read,write,execute"), s("universe")],
+    ));
+}
+
+#[test]
+fn every_call_is_refused_without_its_right_and_runs_with_it() {
+    let srv = locked();
+    let mut admin = login(srv.addr, "admin", "boot");
+    set_up(&mut admin);
+    for (function, args, needs) in calls() {
+        for (user, holds) in USERS {
+            let mut c = login(srv.addr, user, &format!("pw-{user}"));
+            let r = c.call(function, &args);
+            if holds.contains(&needs) {
+                assert_ne!(
+                    r.code, ER_ACCESS_DENIED,
+                    "{user} may call {function}: {r:?}"
+                );
+            } else {
+                let want =
+                    format!("Execute access to function '{function}' is denied for user '{user}'");
+                assert_eq!(r.err(ER_ACCESS_DENIED), want, "{user} calling {function}");
+            }
+        }
+    }
+    // The drop ran for ops last: the tube is gone.
+    let r = admin.call("queue.tube.spare:put", &[s("x")]);
+    r.err(ER_NO_SUCH_PROC);
+}
+
+#[test]
+fn bury_with_take_alone_buries_only_a_task_one_holds() {
+    let srv = locked();
+    let mut admin = login(srv.addr, "admin", "boot");
+    set_up(&mut admin);
+    let mut taker = login(srv.addr, "taker", "pw-taker");
+    ok(admin.call("queue.tube.jobs:put", &[s("a")]));
+    ok(admin.call("queue.tube.jobs:put", &[s("b")]));
+    let held = taker.call("queue.tube.jobs:take", &[Value::from(0)]).one();
+    let held_id = held[0].clone();
+    let other = if held_id.as_u64() == Some(0) { 1 } else { 0 };
+    let r = taker.call("queue.tube.jobs:bury", &[Value::from(other)]);
+    r.err(ER_ACCESS_DENIED);
+    let buried = taker.call("queue.tube.jobs:bury", &[held_id]).one();
+    assert_eq!(buried[1], s("!"), "{buried}");
+    // An admin of the tube buries any.
+    let mut keeper = login(srv.addr, "keeper", "pw-keeper");
+    let buried = keeper
+        .call("queue.tube.jobs:bury", &[Value::from(other)])
+        .one();
+    assert_eq!(buried[1], s("!"), "{buried}");
+}
+
+#[test]
+fn managing_users_answers_as_tarantool_does() {
+    let srv = locked();
+    let mut admin = login(srv.addr, "admin", "boot");
+    ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
+    let create = |c: &mut Client, name: &str| {
+        c.call(
+            "box.schema.user.create",
+            &[s(name), map(&[("password", s("pw"))])],
+        )
+    };
+    ok(create(&mut admin, "bob"));
+    let r = create(&mut admin, "bob");
+    assert_eq!(r.err(ER_USER_EXISTS), "User 'bob' already exists");
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s("bob"), map(&[("if_not_exists", Value::from(true))])],
+    ));
+    let r = admin.call("box.schema.user.passwd", &[s("nobody"), s("x")]);
+    assert_eq!(r.err(ER_NO_SUCH_USER), "User 'nobody' is not found");
+    for system in ["guest", "admin"] {
+        let r = admin.call("box.schema.user.drop", &[s(system)]);
+        assert_eq!(
+            r.err(ER_DROP_USER),
+            format!("Failed to drop user or role '{system}': the user or the role is a system")
+        );
+    }
+    let grant = ["box.schema.user.grant", "box.schema.user.revoke"];
+    ok(admin.call(grant[0], &[s("bob"), s("put"), s("tube"), s("jobs")]));
+    let r = admin.call(grant[0], &[s("bob"), s("put"), s("tube"), s("jobs")]);
+    assert_eq!(
+        r.err(ER_PRIV_GRANTED),
+        "User 'bob' already has put access on tube 'jobs'"
+    );
+    let r = admin.call(grant[1], &[s("bob"), s("take"), s("tube"), s("jobs")]);
+    assert_eq!(
+        r.err(ER_PRIV_NOT_GRANTED),
+        "User 'bob' does not have take access on tube 'jobs'"
+    );
+    let r = admin.call(grant[0], &[s("bob"), s("read"), s("space"), s("jobs")]);
+    assert_eq!(r.err(ER_UNKNOWN_OBJECT_TYPE), "Unknown object type 'space'");
+    let r = admin.call(grant[0], &[s("bob"), s("fly"), s("tube"), s("jobs")]);
+    assert_eq!(r.err(98), "Unsupported tube privilege 'fly'");
+
+    // bob may not manage users, but may change his own password.
+    let mut bob = login(srv.addr, "bob", "pw");
+    let r = create(&mut bob, "carl");
+    assert_eq!(
+        r.err(ER_ACCESS_DENIED),
+        "Execute access to function 'box.schema.user.create' is denied for user 'bob'"
+    );
+    ok(bob.call("box.schema.user.passwd", &[s("new")]));
+    let mut again = Client::connect(srv.addr);
+    let r = auth_as(&mut again, "bob", "pw");
+    assert_eq!(
+        r.err(ER_PASSWORD_MISMATCH),
+        "Incorrect password supplied for user 'bob'"
+    );
+    ok(auth_as(&mut again, "bob", "new"));
+
+    // A drop applies to connections already open.
+    ok(bob.call("queue.tube.jobs:put", &[s("x")]));
+    ok(admin.call("box.schema.user.drop", &[s("bob")]));
+    bob.call("queue.tube.jobs:put", &[s("x")])
+        .err(ER_ACCESS_DENIED);
+    let r = auth_as(&mut Client::connect(srv.addr), "bob", "new");
+    assert_eq!(r.err(ER_NO_SUCH_USER), "User 'bob' is not found");
+}
+
+#[test]
+fn tube_grant_with_call_gives_put_and_take_and_guest_holds_only_what_it_was_given() {
+    let srv = locked();
+    let mut admin = login(srv.addr, "admin", "boot");
+    ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s("carl"), map(&[("password", s("pw"))])],
+    ));
+    let mut carl = login(srv.addr, "carl", "pw");
+    carl.call("queue.tube.jobs:put", &[s("x")])
+        .err(ER_ACCESS_DENIED);
+    ok(admin.call(
+        "queue.tube.jobs:grant",
+        &[s("carl"), map(&[("call", Value::from(true))])],
+    ));
+    let put = carl.call("queue.tube.jobs:put", &[s("x")]).one();
+    let taken = carl.call("queue.tube.jobs:take", &[Value::from(0)]).one();
+    assert_eq!(put[0], taken[0]);
+    ok(carl.call("queue.tube.jobs:ack", &[taken[0].clone()]));
+    carl.call("queue.tube.jobs:truncate", &[])
+        .err(ER_ACCESS_DENIED);
+
+    // guest: nothing until granted, on a connection that never authenticates.
+    let mut guest = Client::connect(srv.addr);
+    let r = guest.call("queue.tube.jobs:put", &[s("y")]);
+    assert_eq!(
+        r.err(ER_ACCESS_DENIED),
+        "Execute access to function 'queue.tube.jobs:put' is denied for user 'guest'"
+    );
+    ok(admin.call(
+        "box.schema.user.grant",
+        &[s("guest"), s("put"), s("tube"), s("jobs")],
+    ));
+    ok(guest.call("queue.tube.jobs:put", &[s("y")]));
+    guest
+        .call("queue.tube.jobs:take", &[Value::from(0)])
+        .err(ER_ACCESS_DENIED);
+    // A replica's stream is a node's alone.
+    let mut c = login(srv.addr, "carl", "pw");
+    let r = c.request(|o, sync| tarq_iproto::replication::join(o, sync, 5));
+    assert_eq!(
+        r.err(ER_ACCESS_DENIED),
+        "Replication access is denied for user 'carl'"
+    );
+}
+
+#[test]
+fn a_server_without_a_user_stays_open_whatever_users_it_holds() {
+    let srv = TestServer::start();
+    let mut c = Client::connect(srv.addr);
+    ok(c.call(
+        "box.schema.user.create",
+        &[s("bob"), map(&[("password", s("pw"))])],
+    ));
+    // Any AUTH is accepted and every call runs, as before users existed.
+    let mut anyone = Client::connect(srv.addr);
+    ok(auth_as(&mut anyone, "bob", "wrong"));
+    ok(anyone.call("queue.put", &[s("x")]));
+}
+
+/// Users and grants are in the WAL: a kill -9 and a restart keep them; a replica gets them.
+#[test]
+fn users_survive_kill_9_and_reach_a_replica() {
+    let boot = ["--user", "admin", "--password", "boot"];
+    let mut primary = Tarq::start(&boot);
+    let mut admin = login(primary.addr, "admin", "boot");
+    ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s("bob"), map(&[("password", s("pw"))])],
+    ));
+    ok(admin.call(
+        "box.schema.user.grant",
+        &[s("bob"), s("put"), s("tube"), s("jobs")],
+    ));
+    primary.signal("KILL");
+    primary.wait_exit();
+    let dir = primary.take_dir();
+    let primary = Tarq::start_in(dir, &boot);
+    let mut bob = login(primary.addr, "bob", "pw");
+    ok(bob.call("queue.tube.jobs:put", &[s("after")]));
+    bob.call("queue.tube.jobs:take", &[Value::from(0)])
+        .err(ER_ACCESS_DENIED);
+
+    // A replica of it: bob logs in there once the stream brought him, and stays a putter.
+    let upstream = primary.addr.to_string();
+    let mut args = vec!["--replica-of", upstream.as_str()];
+    args.extend_from_slice(&boot);
+    let replica = Tarq::start(&args);
+    wait_until("bob reaches the replica", || {
+        auth_as(&mut Client::connect(replica.addr), "bob", "pw").code == 0
+    });
+    let mut on_replica = login(replica.addr, "bob", "pw");
+    ok(on_replica.call("queue.statistics", &[s("jobs")]));
+    on_replica
+        .call("queue.tube.jobs:truncate", &[])
+        .err(ER_ACCESS_DENIED);
+    // A revoke on the primary reaches it too.
+    ok(admin_of(&primary).call(
+        "box.schema.user.revoke",
+        &[s("bob"), s("put"), s("tube"), s("jobs")],
+    ));
+    wait_until("the revoke reaches the replica", || {
+        login(replica.addr, "bob", "pw")
+            .call("queue.statistics", &[s("jobs")])
+            .code
+            == ER_ACCESS_DENIED
+    });
+}
+
+fn admin_of(t: &Tarq) -> Client {
+    login(t.addr, "admin", "boot")
+}
+
+/// The beanstalk port acts as `--beanstalk-user`: a tube it may not touch is not there, and
+/// each refusal is counted.
+#[test]
+fn the_beanstalk_port_acts_as_its_user() {
+    use tarq_beanstalk::Command as Bs;
+    let (tarq, bs_addr) = beanstalk::start(&[
+        "--user",
+        "admin",
+        "--password",
+        "boot",
+        "--beanstalk-user",
+        "worker",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut admin = admin_of(&tarq);
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s("worker"), map(&[("password", s("pw"))])],
+    ));
+    for (privs, tube) in [("put,take", "jobs"), ("take", "mail")] {
+        ok(admin.call(
+            "box.schema.user.grant",
+            &[s("worker"), s(privs), s("tube"), s(tube)],
+        ));
+    }
+    let mut c = beanstalk::Bs::connect(bs_addr);
+    // `default` is not the worker's: a put there is refused, as is a reserve from it alone.
+    let put = c.call(&Bs::Put {
+        pri: 0,
+        delay: 0,
+        ttr: 10,
+        body: b"x",
+    });
+    assert_eq!(put.line, "NOT_FOUND");
+    assert_eq!(
+        c.call(&Bs::ReserveWithTimeout { seconds: 0 }).line,
+        "NOT_FOUND"
+    );
+    assert_eq!(c.call(&Bs::Use { tube: "secret" }).line, "NOT_FOUND");
+    assert_eq!(c.call(&Bs::Watch { tube: "secret" }).line, "NOT_FOUND");
+    assert_eq!(
+        c.call(&Bs::Use { tube: "mail" }).line,
+        "NOT_FOUND",
+        "take alone"
+    );
+    assert_eq!(c.call(&Bs::Use { tube: "jobs" }).line, "USING jobs");
+    let id = c.put(0, b"job");
+    assert_eq!(c.call(&Bs::Watch { tube: "jobs" }).line, "WATCHING 2");
+    let r = c.call(&Bs::ReserveWithTimeout { seconds: 0 });
+    assert_eq!(r.line, format!("RESERVED {id} 3"));
+    assert_eq!(c.call(&Bs::Delete { id }).line, "DELETED");
+    assert_eq!(
+        c.call(&Bs::Kick { bound: 1 }).line,
+        "NOT_FOUND",
+        "kick is admin"
+    );
+    assert_eq!(c.call(&Bs::StatsTube { tube: "secret" }).line, "NOT_FOUND");
+    let listed = c.call(&Bs::ListTubes).yaml_list();
+    assert_eq!(
+        listed,
+        vec!["jobs".to_owned()],
+        "only what the user may touch"
+    );
+    let (_, page) = support::http_get(tarq.metrics.expect("metrics"), "/metrics");
+    let refused = page
+        .lines()
+        .find(|l| l.starts_with("tarq_beanstalk_refused_total "))
+        .unwrap_or_else(|| panic!("no beanstalk_refused in {page}"));
+    assert_eq!(refused, "tarq_beanstalk_refused_total 7");
+}
