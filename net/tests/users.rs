@@ -4,10 +4,13 @@
 //! without the right it needs (table-driven); `guest` holding only what it was granted; users
 //! surviving kill -9 and reaching a replica; the beanstalk port acting as `--beanstalk-user`,
 //! a refused tube answered as a missing one and counted in `/metrics`; and a server without
-//! `--user` open as before, whatever users its data holds.
+//! `--user` open as before, whatever users its data holds; `tarq ctl user ...`; and users
+//! surviving a failover of a three-node cluster on a real etcd.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
+#[path = "support/cluster.rs"]
+mod cluster;
 mod support;
 
 use std::net::SocketAddr;
@@ -485,4 +488,105 @@ fn the_beanstalk_port_acts_as_its_user() {
         .find(|l| l.starts_with("tarq_beanstalk_refused_total "))
         .unwrap_or_else(|| panic!("no beanstalk_refused in {page}"));
     assert_eq!(refused, "tarq_beanstalk_refused_total 7");
+}
+
+/// `tarq ctl user ...` manages users through the same calls, and refuses as the server does.
+#[test]
+fn ctl_user_adds_grants_lists_revokes_and_drops() {
+    let t = Tarq::start(&["--user", "admin", "--password", "boot"]);
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["--user", "admin", "--password", "boot"];
+        all.extend_from_slice(args);
+        let out = t.ctl(&all);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (done, text) = ctl(&["create-tube", "jobs", "fifo"]);
+    assert!(done, "{text}");
+    for args in [
+        &["user", "add", "bob", "pw"][..],
+        &["--tube", "jobs", "user", "grant", "bob", "put,take"],
+        &["user", "add", "ops", "pw2"],
+        &["user", "grant", "ops", "--cluster"],
+    ] {
+        let (done, text) = ctl(args);
+        assert!(done, "{args:?}: {text}");
+    }
+    let (done, text) = ctl(&["user", "list"]);
+    assert!(done, "{text}");
+    let listed: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+    assert_eq!(
+        listed,
+        serde_json::json!([
+            {"name": "bob", "password": true, "admin": false, "tubes": {"jobs": "put,take"}},
+            {"name": "ops", "password": true, "admin": true, "tubes": {}},
+        ])
+    );
+    let mut bob = login(t.addr, "bob", "pw");
+    ok(bob.call("queue.tube.jobs:put", &[s("x")]));
+    let (done, text) = ctl(&["--tube", "jobs", "user", "revoke", "bob", "put"]);
+    assert!(done, "{text}");
+    bob.call("queue.tube.jobs:put", &[s("x")])
+        .err(ER_ACCESS_DENIED);
+    // A refusal is the server's, in Tarantool's words.
+    let (done, text) = ctl(&["user", "add", "bob", "again"]);
+    assert!(
+        !done && text.contains("User 'bob' already exists"),
+        "{text}"
+    );
+    let (done, text) = ctl(&["user", "grant", "bob", "put"]);
+    assert!(!done && text.contains("--tube"), "{text}");
+    // A user without the cluster's admin may not list.
+    let out = t.ctl(&["--user", "bob", "--password", "pw", "user", "list"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("Execute access to function 'tarq.users' is denied for user 'bob'"),
+        "{err}"
+    );
+    let (done, text) = ctl(&["user", "drop", "bob"]);
+    assert!(done, "{text}");
+    let r = auth_as(&mut Client::connect(t.addr), "bob", "pw");
+    assert_eq!(r.err(ER_NO_SUCH_USER), "User 'bob' is not found");
+}
+
+/// A three-node cluster on etcd: users made on the primary are on the replicas, and the
+/// primary elected after a kill -9 of the first one knows them.
+#[test]
+fn users_survive_a_failover() {
+    let etcd = cluster::Etcd::start();
+    let boot = [
+        "--user",
+        "admin",
+        "--password",
+        "boot",
+        "--sync-replicas",
+        "1",
+    ];
+    let mut nodes = cluster::Nodes::start(&etcd, 3, &boot);
+    let leader = nodes.wait_leader();
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let mut admin = login(nodes.nodes[leader].addr, "admin", "boot");
+    ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s("bob"), map(&[("password", s("pw"))])],
+    ));
+    ok(admin.call(
+        "box.schema.user.grant",
+        &[s("bob"), s("put"), s("tube"), s("jobs")],
+    ));
+    for &i in &others {
+        let addr = nodes.nodes[i].addr;
+        wait_until("bob reaches every replica", || {
+            auth_as(&mut Client::connect(addr), "bob", "pw").code == 0
+        });
+    }
+    nodes.kill(leader);
+    let new = nodes.wait_leader_among(&others);
+    let mut bob = login(nodes.nodes[new].addr, "bob", "pw");
+    ok(bob.call("queue.tube.jobs:put", &[s("after the failover")]));
+    bob.call("queue.tube.jobs:take", &[Value::from(0)])
+        .err(ER_ACCESS_DENIED);
 }

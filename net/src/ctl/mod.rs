@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod console;
 pub mod moves;
 pub mod place;
+pub mod users;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -189,6 +190,12 @@ pub enum CtlCommand {
     Kick {
         #[arg(default_value_t = 1, value_parser = task_count, allow_negative_numbers = true)]
         count: u64,
+    },
+    /// Users and their grants (log in as an administrator with --user/--password): add,
+    /// passwd, grant, revoke, list, drop. See docs/users.md.
+    User {
+        #[command(subcommand)]
+        op: users::UserOp,
     },
     /// The cluster: members, leader, term and each replica's lag (`queue.cluster()`), and
     /// what each member says of itself (NOW: leading, following, not-leading, no-answer; a
@@ -636,6 +643,10 @@ fn call_of(command: CtlCommand, tube: Option<&str>, ns: &str) -> anyhow::Result<
         CtlCommand::Peek { id } => n.call(n.on_tube("peek")?, vec![Value::from(id)]),
         CtlCommand::Bury { id } => n.call(n.on_tube("bury")?, vec![Value::from(id)]),
         CtlCommand::Kick { count } => n.call(n.on_tube("kick")?, vec![Value::from(count)]),
+        CtlCommand::User { op } => {
+            let (function, args) = users::call_of(op, tube)?;
+            n.call(function, args)
+        }
     })
 }
 

@@ -497,9 +497,16 @@ impl Server {
     fn announce(&self) -> io::Result<()> {
         if let Some(addr) = self.beanstalk_addr() {
             info!(listen = %addr, "serving the beanstalk protocol");
-            if self.cfg.auth.is_some() {
-                // The protocol has no authentication: --user guards the IPROTO port only.
-                warn!(listen = %addr, "the beanstalk port has no authentication: serve it on a trusted address only");
+            match (&self.cfg.auth, &self.cfg.beanstalk_user) {
+                (Some(_), Some(user)) => {
+                    info!(listen = %addr, %user, "the beanstalk port acts as its user")
+                }
+                // The protocol has no login: without --beanstalk-user the port may do
+                // everything, as before users existed.
+                (Some(_), None) => {
+                    warn!(listen = %addr, "the beanstalk port has no user (--beanstalk-user): it may do everything; serve it on a trusted address only")
+                }
+                (None, _) => {}
             }
         }
         self.announce_http();

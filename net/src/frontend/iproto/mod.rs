@@ -273,6 +273,9 @@ impl<L: Loop> Iproto<'_, L> {
         if let Some(op) = function.strip_prefix(users::PREFIX) {
             return self.user_call(idx, sync, function, op, args);
         }
+        if function == users::LIST {
+            return self.list_users(idx, sync);
+        }
         if function == super::link::wire::LINK {
             // Another node of a sharded cluster, naming itself: its link front-end takes the
             // connection.
@@ -453,7 +456,7 @@ fn call_needs<'a>(ns: &str, function: &'a str, args: &'a [u8]) -> Need<'a> {
         None => match function {
             calls::PUT => Need::Tube(DEFAULT, Rights::PUT),
             calls::TAKE | calls::ACK | calls::RELEASE => Need::Tube(DEFAULT, Rights::TAKE),
-            calls::SNAPSHOT | calls::MOVE => Need::Admin,
+            calls::SNAPSHOT | calls::MOVE | users::LIST => Need::Admin,
             _ => Need::Any,
         },
     }

@@ -22,6 +22,8 @@ use crate::frontend::{Loop, ReplyTo};
 
 /// The prefix of the management calls.
 pub const PREFIX: &str = "box.schema.user.";
+/// tarq's call listing every user and its grants (`tarq ctl user list`; an administrator's).
+pub const LIST: &str = "tarq.users";
 
 /// Tarantool's codes for what these calls refuse.
 const ER_INVALID_IDENTIFIER: u32 = 70;
@@ -93,6 +95,29 @@ impl<L: Loop> Iproto<'_, L> {
             Ok(Change::Put(user))
         })();
         self.apply_user_change(idx, sync, change);
+    }
+
+    /// `tarq.users()`: every user with its grants, as a list of maps (`name`, `password`:
+    /// whether one is set, `admin`, `tubes`: rights by tube). The bootstrap administrator is
+    /// not data and is not listed.
+    pub(super) fn list_users(&mut self, idx: usize, sync: u64) {
+        let users: Vec<Value> = (self.l.queue().users().iter())
+            .map(|u| {
+                let tubes = (u.tubes.iter())
+                    .map(|(t, r)| (Value::from(t.as_str()), Value::from(r.names().join(","))))
+                    .collect();
+                Value::Map(vec![
+                    (Value::from("name"), Value::from(u.name.as_str())),
+                    (Value::from("password"), Value::from(u.hash2.is_some())),
+                    (Value::from("admin"), Value::from(u.admin)),
+                    (Value::from("tubes"), Value::Map(tubes)),
+                ])
+            })
+            .collect();
+        let out = self.l.reply_buf(idx);
+        let at = response::begin_data(out, sync, 1);
+        rmpv::encode::write_value(out, &Value::Array(users)).expect("a Vec takes every byte");
+        response::finish(out, at);
     }
 
     fn apply_user_change(&mut self, idx: usize, sync: u64, change: Result<Change, Refused>) {
