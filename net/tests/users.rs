@@ -590,3 +590,35 @@ fn users_survive_a_failover() {
     bob.call("queue.tube.jobs:take", &[Value::from(0)])
         .err(ER_ACCESS_DENIED);
 }
+
+/// Real clients: net.box (Tarantool's own) and tarantool-python create a user, grant it a
+/// tube's right, log in as it, and read a refusal as Tarantool words it (code 42).
+#[test]
+fn net_box_and_tarantool_python_manage_users_and_read_refusals() {
+    support::require_command("tarantool (net.box)", &["tarantool", "--version"]);
+    support::require_command(
+        "python3 with the tarantool connector",
+        &["python3", "-c", "import tarantool"],
+    );
+    let scripts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/users");
+    for (program, script) in [
+        ("tarantool", "netbox_users.lua"),
+        ("python3", "python_users.py"),
+    ] {
+        let t = Tarq::start(&["--user", "admin", "--password", "boot"]);
+        let out = std::process::Command::new(program)
+            .arg(scripts.join(script))
+            .arg(t.addr.port().to_string())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("OK: "),
+            "{script}: {}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+            out.status
+        );
+    }
+}
