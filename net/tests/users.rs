@@ -622,3 +622,48 @@ fn net_box_and_tarantool_python_manage_users_and_read_refusals() {
         );
     }
 }
+
+/// `GET /api/users`: the users and grants as JSON, behind the bootstrap administrator's HTTP
+/// Basic; no hash leaves the server.
+#[test]
+fn the_http_api_lists_users_to_the_administrator() {
+    use base64::Engine as _;
+    let (cfg, dir) = TestServer::config(|c| {
+        c.http_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.auth = Some(Credentials {
+            user: "admin".into(),
+            password: "boot".into(),
+        });
+    });
+    let server = tarq_net::server::Server::bind(cfg).expect("server binds");
+    let http = server.http_addr().expect("the HTTP port is bound");
+    let srv = TestServer::spawn(server, dir, || {});
+    let mut admin = login(srv.addr, "admin", "boot");
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s("bob"), map(&[("password", s("pw"))])],
+    ));
+    ok(admin.call(
+        "box.schema.user.grant",
+        &[s("bob"), s("put,take"), s("tube"), s("jobs")],
+    ));
+    let get = |auth: &str| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(auth);
+        let request = format!(
+            "GET /api/users HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {b64}\r\nConnection: close\r\n\r\n"
+        );
+        support::http_raw(http, request.as_bytes())
+    };
+    let (status, body) = get("admin:boot");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        v,
+        serde_json::json!({"users": [
+            {"name": "bob", "password": true, "admin": false, "tubes": {"jobs": ["put", "take"]}}
+        ]})
+    );
+    assert!(!body.contains("hash"), "{body}");
+    let (status, body) = get("bob:pw");
+    assert_eq!(status, 401, "only the bootstrap administrator: {body}");
+}

@@ -88,6 +88,7 @@ impl<'r, L: Loop> Request<'r, L> {
             ("POST", ["api", "tubes", name, action]) => self.tube_action(name, action),
             ("GET", ["api", "server"]) => self.server(),
             ("GET", ["api", "cluster"]) => self.cluster(),
+            ("GET", ["api", "users"]) => self.users(),
             ("GET", ["api", "history"]) => self.history(None),
             ("GET", ["api", "tubes", name, "history"]) => self.history(Some(name)),
             ("GET", ["api", "events"]) => self.events(),
@@ -268,6 +269,27 @@ impl<'r, L: Loop> Request<'r, L> {
     fn cluster(&mut self) -> Result<(), Refused> {
         let v = crate::ctl::to_json(&self.l.cluster_overview());
         self.send_json(200, &v);
+        Ok(())
+    }
+
+    /// Every stored user with its grants (no password hash: whether one is set), as
+    /// `tarq.users()` answers an administrator over IPROTO. Behind the same HTTP Basic as every
+    /// route: with `--user`, the bootstrap administrator's.
+    fn users(&mut self) -> Result<(), Refused> {
+        let users: Vec<Value> = (self.l.queue().users().iter())
+            .map(|u| {
+                let tubes: serde_json::Map<String, Value> = (u.tubes.iter())
+                    .map(|(t, r)| (t.clone(), Value::from(r.names())))
+                    .collect();
+                serde_json::json!({
+                    "name": u.name,
+                    "password": u.hash2.is_some(),
+                    "admin": u.admin,
+                    "tubes": tubes,
+                })
+            })
+            .collect();
+        self.send_json(200, &serde_json::json!({ "users": users }));
         Ok(())
     }
 
@@ -642,7 +664,7 @@ fn known_path(parts: &[&str]) -> bool {
             | ["api", "tubes", _, "tasks", _, _]
             | [
                 "api",
-                "server" | "cluster" | "events" | "history" | "openapi.json"
+                "server" | "cluster" | "users" | "events" | "history" | "openapi.json"
             ]
     )
 }
