@@ -666,4 +666,58 @@ fn the_http_api_lists_users_to_the_administrator() {
     assert!(!body.contains("hash"), "{body}");
     let (status, body) = get("bob:pw");
     assert_eq!(status, 401, "only the bootstrap administrator: {body}");
+
+    // Managing: create, grant, revoke, password, drop, each seen over IPROTO.
+    let post = |path: &str, body: serde_json::Value| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode("admin:boot");
+        let body = body.to_string();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {b64}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        support::http_raw(http, request.as_bytes())
+    };
+    ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
+    let (status, body) = post(
+        "/api/users",
+        serde_json::json!({"name": "carl", "password": "c"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post("/api/users", serde_json::json!({"name": "carl"}));
+    assert_eq!(
+        (status, body.contains("User 'carl' already exists")),
+        (409, true),
+        "{body}"
+    );
+    let grant = serde_json::json!({"tube": "jobs", "rights": ["put"]});
+    let (status, body) = post("/api/users/carl/grant", grant.clone());
+    assert_eq!(status, 200, "{body}");
+    let mut carl = login(srv.addr, "carl", "c");
+    ok(carl.call("queue.tube.jobs:put", &[s("x")]));
+    let (status, body) = post("/api/users/carl/revoke", grant);
+    assert_eq!(status, 200, "{body}");
+    carl.call("queue.tube.jobs:put", &[s("x")])
+        .err(ER_ACCESS_DENIED);
+    let (status, body) = post(
+        "/api/users/carl/grant",
+        serde_json::json!({"cluster": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    ok(carl.call("queue.tube.jobs:truncate", &[]));
+    let (status, body) = post(
+        "/api/users/carl/password",
+        serde_json::json!({"password": "d"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    ok(auth_as(&mut Client::connect(srv.addr), "carl", "d"));
+    let (status, body) = post("/api/users/admin/drop", serde_json::json!({}));
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = post("/api/users/carl/drop", serde_json::json!({}));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post("/api/users/carl/drop", serde_json::json!({}));
+    assert_eq!(
+        (status, body.contains("User 'carl' is not found")),
+        (404, true),
+        "{body}"
+    );
 }

@@ -78,6 +78,37 @@ impl Who {
     }
 }
 
+/// What a grant or revoke names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// The cluster's `admin` right.
+    Admin,
+    /// These rights on this tube (`*`: every tube).
+    Tube(String, Rights),
+}
+
+/// Grants (`grant`) or revokes `what` on `user`; false when that changes nothing (all of it
+/// held already, or none of it). A tube left with no right loses its entry.
+pub fn apply(user: &mut User, what: &Grant, grant: bool) -> bool {
+    match what {
+        Grant::Admin => std::mem::replace(&mut user.admin, grant) != grant,
+        Grant::Tube(tube, rights) => {
+            let had = user.tubes.get(tube).copied().unwrap_or_default();
+            let now = if grant {
+                had.union(*rights)
+            } else {
+                had.without(*rights)
+            };
+            if now.is_empty() {
+                user.tubes.remove(tube);
+            } else {
+                user.tubes.insert(tube.clone(), now);
+            }
+            now != had
+        }
+    }
+}
+
 /// What a request needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need<'a> {

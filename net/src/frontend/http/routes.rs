@@ -4,6 +4,8 @@
 
 use base64::Engine as _;
 use serde_json::{json, Value};
+
+use crate::core::access::{self, GUEST};
 use tarq_engine::{Micros, Status, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE};
 
 use super::json::{self, Answer};
@@ -89,6 +91,8 @@ impl<'r, L: Loop> Request<'r, L> {
             ("GET", ["api", "server"]) => self.server(),
             ("GET", ["api", "cluster"]) => self.cluster(),
             ("GET", ["api", "users"]) => self.users(),
+            ("POST", ["api", "users"]) => self.create_user(),
+            ("POST", ["api", "users", name, action]) => self.user_action(name, action),
             ("GET", ["api", "history"]) => self.history(None),
             ("GET", ["api", "tubes", name, "history"]) => self.history(Some(name)),
             ("GET", ["api", "events"]) => self.events(),
@@ -291,6 +295,105 @@ impl<'r, L: Loop> Request<'r, L> {
             .collect();
         self.send_json(200, &serde_json::json!({ "users": users }));
         Ok(())
+    }
+
+    /// `POST /api/users` `{"name", "password"}`: a new user with no right (201).
+    fn create_user(&mut self) -> Result<(), Refused> {
+        self.check_action()?;
+        let b = self.body()?;
+        only_keys(&b, "a user's creation", &["name", "password"])?;
+        let name = b["name"]
+            .as_str()
+            .ok_or((400, "name: a string is required".to_owned()))?;
+        if self.is_system_user(name) || self.l.queue().users().get(name).is_some() {
+            return refused(409, format!("User '{name}' already exists"));
+        }
+        tarq_engine::users::check_name(name).map_err(|e| (400, e.to_string()))?;
+        let mut user = tarq_engine::User::new(name);
+        if let Some(p) = b.get("password") {
+            let p = p.as_str().ok_or((400, "password: a string".to_owned()))?;
+            user.hash2 = Some(tarq_iproto::auth::hash2(p));
+        }
+        let reply = self.reply(Answer::Created, DEFAULT_TUBE, 0);
+        self.l
+            .dispatch(self.idx, reply, Command::PutUser { user: &user });
+        Ok(())
+    }
+
+    /// `POST /api/users/NAME/ACTION`: `password` `{"password"}`, `grant` and `revoke`
+    /// `{"tube", "rights": [...]}` or `{"cluster": true}`, `drop`.
+    fn user_action(&mut self, name: &str, action: &str) -> Result<(), Refused> {
+        if !matches!(action, "password" | "grant" | "revoke" | "drop") {
+            return refused(
+                404,
+                format!("no action {action}: password, grant, revoke, drop"),
+            );
+        }
+        self.check_action()?;
+        let b = self.body()?;
+        if self.is_system_user(name) && !(name == GUEST && action != "password") {
+            return refused(
+                409,
+                format!("'{name}' is a system user: its {action} is not the API's to change"),
+            );
+        }
+        let mut user = match self.l.queue().users().get(name) {
+            Some(u) => u.clone(),
+            None if name == GUEST => tarq_engine::User::new(GUEST),
+            None => return refused(404, format!("User '{name}' is not found")),
+        };
+        let reply = self.reply(Answer::Ok, DEFAULT_TUBE, 0);
+        match action {
+            "drop" => {
+                only_keys(&b, "a drop", &[])?;
+                let cmd = Command::DropUser { name };
+                self.l.dispatch(self.idx, reply, cmd);
+                return Ok(());
+            }
+            "password" => {
+                only_keys(&b, "a password", &["password"])?;
+                let p = b["password"]
+                    .as_str()
+                    .ok_or((400, "password: a string is required".to_owned()))?;
+                user.hash2 = Some(tarq_iproto::auth::hash2(p));
+            }
+            _ => {
+                only_keys(&b, "a grant", &["tube", "rights", "cluster"])?;
+                let grant = action == "grant";
+                let what = if b["cluster"].as_bool() == Some(true) {
+                    access::Grant::Admin
+                } else {
+                    let tube = b["tube"]
+                        .as_str()
+                        .ok_or((400, "tube: a name (or \"*\"), or cluster: true".to_owned()))?;
+                    let names = b["rights"]
+                        .as_array()
+                        .ok_or((400, "rights: a list of put, take, admin".to_owned()))?;
+                    let mut rights = tarq_engine::Rights::NONE;
+                    for n in names {
+                        let r = n.as_str().and_then(tarq_engine::Rights::named);
+                        let r = r.ok_or((400, format!("rights: {n} is not put, take or admin")))?;
+                        rights = rights.union(r);
+                    }
+                    access::Grant::Tube(tube.to_owned(), rights)
+                };
+                access::apply(&mut user, &what, grant);
+            }
+        }
+        self.l
+            .dispatch(self.idx, reply, Command::PutUser { user: &user });
+        Ok(())
+    }
+
+    /// `guest` and the bootstrap administrator (configuration, not data).
+    fn is_system_user(&self, name: &str) -> bool {
+        name == GUEST
+            || self
+                .l
+                .config()
+                .auth
+                .as_ref()
+                .is_some_and(|c| c.user == name)
     }
 
     // ---- reads ----
