@@ -49,8 +49,19 @@ fn count(stats: &Value, status: &str) -> u64 {
     get(get(stats, "tasks"), status).as_u64().unwrap()
 }
 
-/// The owning set of each partition of `tube`, as node `addr` sees the placement.
+/// The owning set of each partition of `tube`, as node `addr` sees the placement, once it
+/// sees the tube there (a `create_tube` answers once etcd has the tube; the node that asked
+/// may apply the placement that has it a moment later).
 fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
+    let mut found = None;
+    wait_for(&format!("node {addr} to see tube {tube} placed"), || {
+        found = placed_owners(addr, tube);
+        found.is_some()
+    });
+    found.expect("waited for")
+}
+
+fn placed_owners(addr: SocketAddr, tube: &str) -> Option<Vec<String>> {
     let mut c = connect(addr);
     let o = call(&mut c, "queue.cluster", &[])
         .into_iter()
@@ -60,16 +71,14 @@ fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
         .as_array()
         .unwrap()
         .clone();
-    let t = tubes
-        .iter()
-        .find(|t| str_field(t, "name") == tube)
-        .expect("the tube is placed");
-    get(t, "partitions")
+    let t = tubes.iter().find(|t| str_field(t, "name") == tube)?;
+    let sets = get(t, "partitions")
         .as_array()
         .unwrap()
         .iter()
         .map(|p| str_field(p, "set"))
-        .collect()
+        .collect();
+    Some(sets)
 }
 
 /// `tarq.move` on `addr`: the report it answers.

@@ -26,15 +26,23 @@ pub fn task_id(values: &[Value]) -> Option<u64> {
 }
 
 /// The owning set of each partition of `tube`, as node `addr` sees the placement.
+/// Waits until the node sees the tube placed: a `create_tube` answers once etcd has it, and a
+/// node applies the placement that has it a moment later.
 pub fn owners(addr: SocketAddr, tube: &str) -> Vec<String> {
     let mut c = connect(addr);
-    let o = call(&mut c, "queue.cluster", &[]).remove(0);
-    let tubes = field(field(&o, "placement").unwrap(), "tubes").unwrap();
-    let t = (tubes.as_array().unwrap().iter())
-        .find(|t| str_field(t, "name") == tube)
-        .expect("the tube is placed");
-    let parts = field(t, "partitions").unwrap().as_array().unwrap();
-    parts.iter().map(|p| str_field(p, "set")).collect()
+    let mut found = None;
+    wait_for(&format!("node {addr} to see tube {tube} placed"), || {
+        let o = call(&mut c, "queue.cluster", &[]).remove(0);
+        let tubes = field(field(&o, "placement").unwrap(), "tubes").unwrap();
+        found = (tubes.as_array().unwrap().iter())
+            .find(|t| str_field(t, "name") == tube)
+            .map(|t| {
+                let parts = field(t, "partitions").unwrap().as_array().unwrap();
+                parts.iter().map(|p| str_field(p, "set")).collect()
+            });
+        found.is_some()
+    });
+    found.expect("waited for")
 }
 
 /// Tube `jobs`, fifottl of two partitions, made through `addr` and known to every node at
