@@ -16,7 +16,7 @@ use tarq_iproto::codes::*;
 use tarq_iproto::{auth, response};
 
 use super::{Iproto, Reply, Style};
-use crate::core::access::{Need, Who, GUEST};
+use crate::core::access::{self, Grant, Need, Who, GUEST};
 use crate::core::Command;
 use crate::frontend::{Loop, ReplyTo};
 
@@ -43,12 +43,6 @@ enum Change {
     Put(User),
     Drop(String),
     None,
-}
-
-/// What a grant or revoke names.
-enum Object {
-    Admin,
-    Tube(String, Rights),
 }
 
 impl<L: Loop> Iproto<'_, L> {
@@ -242,19 +236,14 @@ impl<L: Loop> Iproto<'_, L> {
                 } else {
                     opt_bool(opts, "if_exists")
                 };
-                let (already, text) = match &object {
-                    Object::Admin => (user.admin == grant, "execute access on universe".to_owned()),
-                    Object::Tube(tube, rights) => {
-                        let had = user.tubes.get(tube).copied().unwrap_or_default();
-                        let all = had.contains(*rights);
-                        let none = had.without(*rights) == had;
-                        (
-                            if grant { all } else { none },
-                            format!("{} access on tube '{tube}'", rights.names().join(",")),
-                        )
+                let text = match &object {
+                    Grant::Admin => "execute access on universe".to_owned(),
+                    Grant::Tube(tube, rights) => {
+                        format!("{} access on tube '{tube}'", rights.names().join(","))
                     }
                 };
-                if already {
+                // Nothing to change: all of it held already (grant), or none of it (revoke).
+                if !access::apply(&mut user, &object, grant) {
                     return match (quiet, grant) {
                         (true, _) => Ok(Change::None),
                         (false, true) => {
@@ -265,22 +254,6 @@ impl<L: Loop> Iproto<'_, L> {
                             format!("User '{name}' does not have {text}"),
                         )),
                     };
-                }
-                match object {
-                    Object::Admin => user.admin = grant,
-                    Object::Tube(tube, rights) => {
-                        let had = user.tubes.get(&tube).copied().unwrap_or_default();
-                        let now = if grant {
-                            had.union(rights)
-                        } else {
-                            had.without(rights)
-                        };
-                        if now.is_empty() {
-                            user.tubes.remove(&tube);
-                        } else {
-                            user.tubes.insert(tube, now);
-                        }
-                    }
                 }
                 Ok(Change::Put(user))
             }
@@ -378,7 +351,7 @@ fn opt_str<'v>(opts: Option<&'v Value>, key: &str) -> Result<Option<&'v str>, Re
 
 /// The object of `grant(user, privileges, type, name, opts)` or `grant(user, role, nil, nil,
 /// opts)`, and the options.
-fn object(a: &[Value]) -> Result<(Object, Option<&Value>), Refused> {
+fn object(a: &[Value]) -> Result<(Grant, Option<&Value>), Refused> {
     let privs = str_arg(a, 1, "privileges")?;
     let kind = a.get(2).and_then(Value::as_str);
     let target = a.get(3).and_then(Value::as_str);
@@ -392,7 +365,7 @@ fn object(a: &[Value]) -> Result<(Object, Option<&Value>), Refused> {
                 privs
             };
             if role == "super" {
-                Ok((Object::Admin, opts))
+                Ok((Grant::Admin, opts))
             } else {
                 Err((ER_NO_SUCH_ROLE, format!("Role '{role}' is not found")))
             }
@@ -410,7 +383,7 @@ fn object(a: &[Value]) -> Result<(Object, Option<&Value>), Refused> {
                     ));
                 }
             }
-            Ok((Object::Admin, opts))
+            Ok((Grant::Admin, opts))
         }
         Some("tube") => {
             let tube = target.ok_or_else(|| bad("a tube grant names the tube (or '*')"))?;
@@ -428,7 +401,7 @@ fn object(a: &[Value]) -> Result<(Object, Option<&Value>), Refused> {
                 rights = rights.union(r);
             }
             let _ = EVERY_TUBE;
-            Ok((Object::Tube(tube.to_owned(), rights), opts))
+            Ok((Grant::Tube(tube.to_owned(), rights), opts))
         }
         Some(other) => Err((
             ER_UNKNOWN_OBJECT_TYPE,
