@@ -635,6 +635,77 @@ pub struct Stats {
     pub takers_holding: u64,
 }
 
+/// How many operation counters a [`Stats`] has ([`Stats::OP_NAMES`]).
+pub const OP_COUNTERS: usize = 14;
+
+impl Stats {
+    /// The operation counters' names, in the order [`op_counts`](Stats::op_counts) gives
+    /// them: the WAL logs them in this order, a move's commit carries them by these names.
+    /// New counters go at the end, so an older log's shorter list still reads.
+    pub const OP_NAMES: [&'static str; OP_COUNTERS] = [
+        "puts",
+        "takes",
+        "acks",
+        "releases",
+        "promoted",
+        "expired",
+        "ttr_returned",
+        "auto_released",
+        "buries",
+        "kicks",
+        "deletes",
+        "touches",
+        "dead_lettered",
+        "deduplicated",
+    ];
+
+    /// The operation counters (what was done, not what is held now), in `OP_NAMES` order.
+    pub fn op_counts(&self) -> [u64; OP_COUNTERS] {
+        [
+            self.puts,
+            self.takes,
+            self.acks,
+            self.releases,
+            self.promoted,
+            self.expired,
+            self.ttr_returned,
+            self.auto_released,
+            self.buries,
+            self.kicks,
+            self.deletes,
+            self.touches,
+            self.dead_lettered,
+            self.deduplicated,
+        ]
+    }
+
+    /// Figures with operation counters `counts` (in `OP_NAMES` order; missing ones 0, extra
+    /// ones ignored) and nothing else.
+    pub fn from_op_counts(counts: &[u64]) -> Stats {
+        let mut s = Stats::default();
+        let fields = [
+            &mut s.puts,
+            &mut s.takes,
+            &mut s.acks,
+            &mut s.releases,
+            &mut s.promoted,
+            &mut s.expired,
+            &mut s.ttr_returned,
+            &mut s.auto_released,
+            &mut s.buries,
+            &mut s.kicks,
+            &mut s.deletes,
+            &mut s.touches,
+            &mut s.dead_lettered,
+            &mut s.deduplicated,
+        ];
+        for (f, &n) in fields.into_iter().zip(counts) {
+            *f = n;
+        }
+        s
+    }
+}
+
 /// Figures of several tubes (or partitions) together: every counter summed.
 impl std::ops::AddAssign<&Stats> for Stats {
     fn add_assign(&mut self, other: &Stats) {

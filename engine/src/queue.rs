@@ -111,6 +111,11 @@ pub struct Queue {
     /// [`Queue::all_stats`] adds them, so the node's counters never go down when a tube goes
     /// (a drop, a beanstalk tube forgotten, a partition let go after a move).
     retired: Stats,
+    /// With the journal on, the tubes whose operation counters changed since the last
+    /// `take_counted` (each marked `Tube::counted`), and whether `retired` did: the WAL logs
+    /// their counters at the end of the turn, so they survive a restart and reach replicas.
+    counted: Vec<TubeIx>,
+    retired_counted: bool,
     /// Tubes with a dedup window, which `advance` prunes.
     dedup_tubes: Vec<TubeIx>,
     towers: Towers,
@@ -163,6 +168,8 @@ impl Queue {
             names: HashMap::from([(DEFAULT_TUBE_NAME.into(), DEFAULT_TUBE)]),
             floors: Vec::new(),
             retired: Stats::default(),
+            counted: Vec::new(),
+            retired_counted: false,
             dedup_tubes: Vec::new(),
             towers: Towers::default(),
             heap: DeadlineHeap::default(),
@@ -306,12 +313,12 @@ impl Queue {
             match e.kind() {
                 Kind::Expire => {
                     self.remove_slot(k);
-                    self.tube_mut(tube).ops.expired += 1;
+                    self.ops_mut(tube).expired += 1;
                     self.log(Event::Expired { id });
                 }
                 Kind::Promote => {
                     self.move_to(k, Status::Ready, 0);
-                    self.tube_mut(tube).ops.promoted += 1;
+                    self.ops_mut(tube).promoted += 1;
                     self.log(Event::Promoted { id });
                 }
                 Kind::Ttr => {
@@ -438,6 +445,7 @@ impl Queue {
         self.journal_on = on;
         if !on {
             self.journal.clear();
+            self.take_counted(&mut Vec::new());
         }
     }
 
@@ -699,7 +707,7 @@ impl Queue {
                 });
             }
             if let Some(id) = t.dedup.as_ref().and_then(|d| d.lookup(key, now)) {
-                self.tube_mut(tube).ops.deduplicated += 1;
+                self.ops_mut(tube).deduplicated += 1;
                 return Ok(match self.find(id) {
                     Some(k) => PutOutcome::Duplicate(self.view(k)),
                     None => PutOutcome::DuplicateDone(id),
@@ -796,7 +804,7 @@ impl Queue {
         let k = self.taken_in(tube, sid, id)?;
         // The original counts a touch by the owner before its driver runs, and a touch that
         // succeeds once more: clients comparing statistics see the same figures.
-        self.tube_mut(tube).ops.touches += 1;
+        self.ops_mut(tube).touches += 1;
         if !kind.has_ttl() {
             return Err(QueueError::TouchUnsupported(kind));
         }
@@ -822,7 +830,7 @@ impl Queue {
             }
         }
         self.reschedule(k);
-        self.tube_mut(tube).ops.touches += 1;
+        self.ops_mut(tube).touches += 1;
         self.log(Event::Updated { id });
         Ok(self.view(k))
     }
@@ -841,7 +849,7 @@ impl Queue {
         if self.slots[k as usize].status != Status::Buried {
             self.move_to(k, Status::Buried, 0);
             self.slots.bump(k, |c| &mut c.buries);
-            self.tube_mut(tube).ops.buries += 1;
+            self.ops_mut(tube).buries += 1;
             self.log(Event::Buried { id });
         }
         Ok(self.view(k))
@@ -867,7 +875,7 @@ impl Queue {
         self.live_tube(tube)?;
         let k = self.in_tube(tube, id)?;
         let task = self.remove_slot(k);
-        self.tube_mut(tube).ops.deletes += 1;
+        self.ops_mut(tube).deletes += 1;
         self.log(Event::Deleted { id });
         Ok(task)
     }
@@ -1012,7 +1020,7 @@ impl Queue {
             self.reschedule(k);
         }
         let tube = self.slots[k as usize].tube;
-        self.tube_mut(tube).ops.touches += 1;
+        self.ops_mut(tube).touches += 1;
         Ok(self.view(k))
     }
 
@@ -1036,7 +1044,7 @@ impl Queue {
         }
         self.move_to(k, Status::Buried, 0);
         self.slots.bump(k, |c| &mut c.buries);
-        self.tube_mut(tube).ops.buries += 1;
+        self.ops_mut(tube).buries += 1;
         self.log(Event::Buried { id });
         Ok(self.view(k))
     }
@@ -1338,7 +1346,10 @@ impl Queue {
         }
         self.live_tube(tube)?;
         self.clear_tube(tube);
+        // Silent: the log's own `Counts` say what `retired` is (a replica logs nothing).
+        let counted = self.retired_counted;
         self.uninstall_tube(tube);
+        self.retired_counted = counted;
         Ok(())
     }
 
@@ -1819,7 +1830,7 @@ impl Queue {
         let (id, tube) = (self.slots[k as usize].id, self.slots[k as usize].tube);
         self.move_to(k, Status::Ready, 0);
         self.slots.bump(k, |c| &mut c.kicks);
-        self.tube_mut(tube).ops.kicks += 1;
+        self.ops_mut(tube).kicks += 1;
         self.log(Event::Kicked { id });
     }
 
@@ -1859,6 +1870,25 @@ impl Queue {
         self.tubes[t as usize].as_ref().expect("live tube")
     }
 
+    /// Tube `tube`'s operation counters, to count an operation in (noted for the log).
+    #[inline]
+    fn ops_mut(&mut self, tube: TubeIx) -> &mut Stats {
+        self.note_counted(tube);
+        &mut self.tube_mut(tube).ops
+    }
+
+    /// With the journal on, notes that tube `tube`'s operation counters changed this turn.
+    #[inline]
+    fn note_counted(&mut self, tube: TubeIx) {
+        if self.journal_on {
+            let t = self.tube_mut(tube);
+            if !t.counted {
+                t.counted = true;
+                self.counted.push(tube);
+            }
+        }
+    }
+
     fn tube_mut(&mut self, t: TubeIx) -> &mut Tube {
         self.tubes[t as usize].as_mut().expect("live tube")
     }
@@ -1890,6 +1920,41 @@ impl Queue {
         }
     }
 
+    /// The tubes whose operation counters changed since the last call (the journal on),
+    /// into `out` (emptied first), and whether the dropped tubes' (`retired`) did: the WAL
+    /// logs what they count now, so counters survive a restart and reach replicas.
+    pub fn take_counted(&mut self, out: &mut Vec<TubeIx>) -> bool {
+        out.clear();
+        std::mem::swap(out, &mut self.counted);
+        out.retain(|&ix| match self.tubes.get_mut(ix as usize) {
+            Some(Some(t)) if t.counted => {
+                t.counted = false;
+                true
+            }
+            // Dropped since (`retired` has its counts), or listed twice.
+            _ => false,
+        });
+        std::mem::take(&mut self.retired_counted)
+    }
+
+    /// The operation counters of every tube dropped so far (a part of `all_stats`).
+    pub fn retired(&self) -> Stats {
+        self.retired
+    }
+
+    /// Sets tube `tube`'s operation counters, as the log last said them (recovery, a
+    /// replica): silent, as every restore call. `counts` are in `Stats::OP_NAMES` order.
+    pub fn restore_ops(&mut self, tube: TubeIx, counts: &[u64]) -> Result<(), QueueError> {
+        self.live_tube(tube)?;
+        self.tube_mut(tube).ops = Stats::from_op_counts(counts);
+        Ok(())
+    }
+
+    /// Sets the dropped tubes' operation counters (`retired`), as the log last said them.
+    pub fn restore_retired(&mut self, counts: &[u64]) {
+        self.retired = Stats::from_op_counts(counts);
+    }
+
     /// Tube `tube`'s operation counters start again from 0, what they held counted on in the
     /// queue's own (`all_stats`): a partition that comes back to a node that served it before
     /// counts only what it does from now, its earlier counts having travelled with it.
@@ -1897,6 +1962,8 @@ impl Queue {
         let ops = self.live_tube(tube)?.ops;
         let t = self.tubes[tube as usize].as_mut().expect("live tube");
         t.ops = Stats::default();
+        self.note_counted(tube);
+        self.retired_counted |= self.journal_on;
         self.retired += &Stats {
             total: 0,
             ready: 0,
@@ -1914,6 +1981,7 @@ impl Queue {
     fn uninstall_tube(&mut self, ix: TubeIx) {
         let t = self.tubes[ix as usize].take().expect("live tube");
         // Its operations stay counted; its tasks are gone.
+        self.retired_counted |= self.journal_on;
         self.retired += &Stats {
             total: 0,
             ready: 0,
@@ -2045,6 +2113,7 @@ impl Queue {
         );
         t.numbers.next = n + 1;
         t.ops.puts += 1;
+        self.note_counted(tube);
         let id = task_id(tube, n);
         if id.is_multiple_of(8) {
             // The next run of 8 ids will share one block of the id index, a random one in a
@@ -2091,6 +2160,7 @@ impl Queue {
             t.utubes.as_mut().expect("utube tube").list[u as usize].busy = true;
         }
         t.ops.takes += 1;
+        self.note_counted(tube);
         self.leave(k);
         let ttr = self.slots.ttr(k);
         let s = &mut self.slots[k as usize];
@@ -2132,7 +2202,7 @@ impl Queue {
         if dead {
             self.slots.bump(k, |c| &mut c.buries);
         }
-        let ops = &mut self.tube_mut(tube).ops;
+        let ops = self.ops_mut(tube);
         match why {
             Return::Release => ops.releases += 1,
             Return::Ttr => ops.ttr_returned += 1,
@@ -2381,7 +2451,7 @@ impl Queue {
         self.index
             .remove_found(found, |j| hash_id(slots[j as usize].id));
         let task = self.remove_unindexed(k);
-        self.tube_mut(tube).ops.acks += 1;
+        self.ops_mut(tube).acks += 1;
         self.log(Event::Acked { id });
         Ok(task)
     }

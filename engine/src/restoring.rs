@@ -108,6 +108,16 @@ impl Restoring {
         self.queue.restore_tube_numbers(tube, numbers)
     }
 
+    /// [`Queue::restore_ops`].
+    pub fn restore_ops(&mut self, tube: TubeIx, counts: &[u64]) -> Result<(), QueueError> {
+        self.queue.restore_ops(tube, counts)
+    }
+
+    /// [`Queue::restore_retired`].
+    pub fn restore_retired(&mut self, counts: &[u64]) {
+        self.queue.restore_retired(counts)
+    }
+
     /// [`Queue::restore_floor`].
     pub fn restore_floor(&mut self, tube: TubeIx, floor: u64) -> Result<(), QueueError> {
         self.queue.restore_floor(tube, floor)

@@ -468,6 +468,8 @@ pub(crate) struct Tube {
     pub taken_n: u64,
     /// Operation counters (the count fields are filled in by `stats`).
     pub ops: Stats,
+    /// In the queue's list of tubes whose counters the turn changed (`Queue::take_counted`).
+    pub counted: bool,
     pub utubes: Option<Box<Utubes>>,
     pub dedup: Option<Box<Dedup>>,
 }
@@ -486,6 +488,7 @@ impl Tube {
             ready_urgent_n: 0,
             taken_n: 0,
             ops: Stats::default(),
+            counted: false,
             utubes: kind.is_utube().then(Box::default),
             dedup: (opts.dedup_window > 0).then(Box::default),
         }

@@ -22,7 +22,12 @@
 //! A task moved in from another node (`tarq_engine::Queue::import_task`) needs no record kind
 //! of its own: a `Put` holds a task whole in any status, and replays as one.
 //!
-//! Versions: 5 adds the users and their grants (`tarq_engine::users`): a `Users` record holds
+//! Versions: 6 adds the operation counters (`Counts`: after a turn that changed them, the
+//! counters of each tube it changed and of the dropped tubes, as they stand; a snapshot's
+//! `SnapCounts` block, right after `SnapUsers`, the same as of its start): a tube's `put`,
+//! `take`, `ack`... go on from where they were after a restart and on a replica made primary.
+//! Nothing else changes, so files of version 5 and older read as before, counting from 0.
+//! 5 adds the users and their grants (`tarq_engine::users`): a `Users` record holds
 //! the whole table after a turn that changed it, and a snapshot's `SnapUsers` block the table
 //! at its start (right after `SnapFloors`); nothing else changes, so files of version 4 and
 //! older read as before, with no users.
@@ -51,14 +56,14 @@
 //! are. Any other version is refused with `HeaderError::Version`, never guessed.
 
 use tarq_engine::{
-    users::Users, JobCounts, Micros, RestoredTask, Rights, Status, TaskId, TaskRef, TubeInfo,
-    TubeIx, TubeNumbers, TubeOptions, TubeType, User, DEFAULT_TUBE,
+    users::Users, JobCounts, Micros, RestoredTask, Rights, Stats, Status, TaskId, TaskRef,
+    TubeInfo, TubeIx, TubeNumbers, TubeOptions, TubeType, User, DEFAULT_TUBE, OP_COUNTERS,
 };
 
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
 pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 /// Bumped on any incompatible change of this file's layout; new files are written in it.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// The version of a replication peer that names none: builds from before the stream carried
@@ -140,6 +145,10 @@ pub enum Kind {
     Spent = 10,
     /// The whole table of users and grants, after a turn that changed it (version 5).
     Users = 11,
+    /// Operation counters as they stand after the turn (version 6): a u16 count of entries,
+    /// each a `CountsEntry`. Absolute, so replaying one twice, or over a snapshot that
+    /// already has it, lands on the same figures.
+    Counts = 12,
     SnapTasks = 16,
     SnapEnd = 17,
     /// The tube table at the snapshot's start.
@@ -152,6 +161,9 @@ pub enum Kind {
     SnapFloors = 20,
     /// The table of users at the snapshot's start (version 5), after `SnapFloors`.
     SnapUsers = 21,
+    /// The operation counters at the snapshot's start (version 6): a u32 count and that many
+    /// `CountsEntry`s, right after `SnapUsers`.
+    SnapCounts = 22,
 }
 
 impl Kind {
@@ -168,12 +180,14 @@ impl Kind {
             9 => Kind::Dedup,
             10 => Kind::Spent,
             11 => Kind::Users,
+            12 => Kind::Counts,
             16 => Kind::SnapTasks,
             17 => Kind::SnapEnd,
             18 => Kind::SnapTubes,
             19 => Kind::SnapDedup,
             20 => Kind::SnapFloors,
             21 => Kind::SnapUsers,
+            22 => Kind::SnapCounts,
             _ => return None,
         })
     }
@@ -735,6 +749,37 @@ pub fn encode_dedup(buf: &mut Vec<u8>, tube: TubeIx, key: &[u8], id: TaskId, exp
     buf.extend_from_slice(key);
 }
 
+/// The tube index a `CountsEntry` names for the dropped tubes' counters (no tube has it:
+/// `tarq_engine::MAX_TUBES` is far below).
+const RETIRED_TUBES: u16 = u16::MAX;
+
+/// One tube's operation counters as they stand (`tube` `None`: those of the dropped tubes,
+/// `Queue::retired`), in `Stats::OP_NAMES` order. Encoded as a u16 tube index (`u16::MAX` for
+/// the dropped tubes), a u8 count of counters, and that many unsigned LEB128 numbers: most
+/// counters are small or 0, so an entry is ~20 bytes, not 114.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountsEntry {
+    pub tube: Option<TubeIx>,
+    pub counts: [u64; OP_COUNTERS],
+}
+
+fn varint(buf: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        buf.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    buf.push(n as u8);
+}
+
+/// Appends one `CountsEntry` of tube `tube` (`None`: the dropped tubes) counting `stats`.
+pub fn encode_counts_entry(buf: &mut Vec<u8>, tube: Option<TubeIx>, stats: &Stats) {
+    buf.extend_from_slice(&tube.unwrap_or(RETIRED_TUBES).to_le_bytes());
+    buf.push(OP_COUNTERS as u8);
+    for n in stats.op_counts() {
+        varint(buf, n);
+    }
+}
+
 /// A cursor over a record body.
 pub struct Body<'a>(pub &'a [u8]);
 
@@ -767,6 +812,33 @@ impl<'a> Body<'a> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
+    }
+    /// An unsigned LEB128 number of at most 10 bytes.
+    pub fn varint(&mut self) -> Result<u64, String> {
+        let mut n = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            n |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(n);
+            }
+        }
+        Err("a number longer than 10 bytes".into())
+    }
+    /// One entry of a `Counts` record or `SnapCounts` block.
+    pub fn counts_entry(&mut self) -> Result<CountsEntry, String> {
+        let tube = self.u16()?;
+        let n = self.u8()?;
+        let mut counts = [0u64; OP_COUNTERS];
+        for i in 0..usize::from(n) {
+            let v = self.varint()?;
+            // A later build's extra counters: read past, not kept.
+            if let Some(c) = counts.get_mut(i) {
+                *c = v;
+            }
+        }
+        let tube = (tube != RETIRED_TUBES).then_some(tube);
+        Ok(CountsEntry { tube, counts })
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -966,6 +1038,8 @@ pub enum Change {
     Spent {
         id: TaskId,
     },
+    /// Operation counters as they stand (version 6).
+    Counts(Vec<CountsEntry>),
     /// The end of a turn: the term of the leader that wrote it and the log's history id
     /// (both 0 before version 3).
     Commit {
@@ -1057,6 +1131,15 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
         Kind::Spent => return Err(format!("Spent record in a version {version} file")),
         Kind::Users if version >= 5 => Change::Users(b.users()?),
         Kind::Users => return Err(format!("Users record in a version {version} file")),
+        Kind::Counts if version >= 6 => {
+            let n = b.u16()?;
+            let mut entries = Vec::with_capacity(usize::from(n).min(b.0.len()));
+            for _ in 0..n {
+                entries.push(b.counts_entry()?);
+            }
+            Change::Counts(entries)
+        }
+        Kind::Counts => return Err(format!("Counts record in a version {version} file")),
         Kind::Commit if version >= 3 => Change::Commit {
             term: b.u64()?,
             history: b.u64()?,
@@ -1070,7 +1153,8 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
         | Kind::SnapTubes
         | Kind::SnapDedup
         | Kind::SnapFloors
-        | Kind::SnapUsers => return Err(format!("snapshot record {kind:?} inside a WAL segment")),
+        | Kind::SnapUsers
+        | Kind::SnapCounts => return Err(format!("snapshot record {kind:?} inside a WAL segment")),
     };
     b.finish()?;
     Ok(change)

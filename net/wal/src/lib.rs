@@ -384,6 +384,8 @@ pub struct Wal {
     /// sets the next step's share (`snapshot::step_budget`).
     last_walk_end: Option<Instant>,
     events: Vec<Event>,
+    /// The tubes whose counters a turn changed (`record_counts`), a buffer kept warm.
+    counted: Vec<TubeIx>,
     vanished: Vec<TaskId>,
     /// Tubes created and dropped within the open turn: nothing of them is logged.
     vanished_tubes: Vec<TubeIx>,
@@ -514,6 +516,7 @@ impl Wal {
             last_snapshot_at: opened_at,
             last_walk_end: None,
             events: Vec::new(),
+            counted: Vec::new(),
             vanished: Vec::new(),
             vanished_tubes: Vec::new(),
             unloggable: false,
@@ -601,6 +604,31 @@ impl Wal {
         }
         events.clear();
         self.events = events;
+        self.record_counts(queue);
+    }
+
+    /// The operation counters the turn changed, as they stand at its end (`Kind::Counts`):
+    /// a restart and a replica go on counting from them. A turn that changed none (a read)
+    /// logs nothing.
+    fn record_counts(&mut self, queue: &mut Queue) {
+        let mut tubes = std::mem::take(&mut self.counted);
+        let retired = queue.take_counted(&mut tubes);
+        if !tubes.is_empty() || retired {
+            let at = self.record(Kind::Counts);
+            let buf = &mut self.pending.buf;
+            let n = tubes.len() + usize::from(retired);
+            buf.extend_from_slice(&(n as u16).to_le_bytes());
+            for &ix in &tubes {
+                let ops = queue.tube_stats(ix).unwrap_or_default();
+                format::encode_counts_entry(buf, Some(ix), &ops);
+            }
+            if retired {
+                format::encode_counts_entry(buf, None, &queue.retired());
+            }
+            // At most `MAX_TUBES` + 1 entries of at most 143 bytes: far below a record's limit.
+            format::end_record(buf, at).expect("a Counts record fits a record");
+        }
+        self.counted = tubes;
     }
 
     /// Encodes one event into the open batch. `queue` is the state after the event's call or

@@ -368,6 +368,20 @@ pub fn apply_change(q: &mut Queue, change: Change, fuzzy: bool) -> Option<String
             q.restore_users(users);
             None
         }
+        Change::Counts(entries) => {
+            let mut why = None;
+            for e in entries {
+                match e.tube {
+                    None => q.restore_retired(&e.counts),
+                    Some(tube) => {
+                        if let Err(err) = q.restore_ops(tube, &e.counts) {
+                            why.get_or_insert(format!("counters of tube {tube}: {err}"));
+                        }
+                    }
+                }
+            }
+            why.filter(|_| !fuzzy)
+        }
         Change::Commit { .. } => None,
     }
 }

@@ -23,7 +23,8 @@
 //! File: header (`SNAP_MAGIC`, start sequence), records numbered from 1: one `SnapTubes` (a u32
 //! count and that many tubes), from version 4 one `SnapFloors` (a u32 count and that many
 //! (u16 index, u64 floor) pairs: where the numbers of each free index a dropped tube used
-//! stand, `Queue::floors`), `SnapTasks` blocks (a u32 count and that many tasks), `SnapDedup`
+//! stand, `Queue::floors`), from version 5 one `SnapUsers` (the users and their grants), from version 6 one `SnapCounts` (a u32 count and that many
+//! `format::CountsEntry`: each tube's operation counters and the dropped tubes'), `SnapTasks` blocks (a u32 count and that many tasks), `SnapDedup`
 //! blocks (a u32 count and that many keys), then one `SnapEnd`: u64 end sequence (the last WAL
 //! record the walk could have seen), u64 last id (`default`'s from version 4, where each tube's
 //! numbering is in its entry), u64 task count, u64 dedup key count. Version 1
@@ -352,6 +353,17 @@ impl Walk {
         w.open_block(Kind::SnapUsers);
         format::encode_user_entries(&mut w.block, queue.users());
         w.block_count = queue.users().len() as u32;
+        table.extend_from_slice(&w.close_block(&[]));
+        // The operation counters as of the same turn (version 6): a `Counts` record after
+        // the start replaces a tube's.
+        w.open_block(Kind::SnapCounts);
+        for t in queue.tubes() {
+            let ops = queue.tube_stats(t.ix).unwrap_or_default();
+            format::encode_counts_entry(&mut w.block, Some(t.ix), &ops);
+            w.block_count += 1;
+        }
+        format::encode_counts_entry(&mut w.block, None, &queue.retired());
+        w.block_count += 1;
         table.extend_from_slice(&w.close_block(&[]));
         w.stalled = Some(ToWriter::Block {
             bytes: table,
@@ -700,6 +712,8 @@ enum Loading {
     Floors(Vec<(TubeIx, u64)>),
     /// The table of users (version 5).
     Users(Vec<tarq_engine::User>),
+    /// Operation counters.
+    Counts(Vec<format::CountsEntry>),
     /// The tasks of one block and the block's offset (for error messages).
     Tasks(TaskBlock, u64),
     Dedup(Vec<StoredDedup>, u64),
@@ -806,6 +820,16 @@ fn restore_part(
                 queue
                     .restore_floor(ix, floor)
                     .map_err(|e| format!("floor of tube index {ix}: {e}"))?;
+            }
+        }
+        Loading::Counts(entries) => {
+            for e in entries {
+                match e.tube {
+                    None => queue.restore_retired(&e.counts),
+                    Some(ix) => queue
+                        .restore_ops(ix, &e.counts)
+                        .map_err(|err| format!("counters of tube {ix}: {err}"))?,
+                }
             }
         }
         Loading::Tasks(block, offset) => {
@@ -1072,6 +1096,9 @@ fn decode(
                 let users = body.users().map_err(at)?;
                 body.finish().map_err(at)?;
                 Loading::Users(users)
+            }
+            Kind::SnapCounts if version >= 6 => {
+                Loading::Counts(entries(&mut body, Body::counts_entry).map_err(at)?)
             }
             Kind::SnapTasks => {
                 // Spans count from the body's start; where that is in `buf` is known once

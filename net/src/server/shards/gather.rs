@@ -56,23 +56,7 @@ pub(super) enum GatherKind {
 
 /// The operation counters of `s` by name, as a move's commit carries them in the placement.
 pub(super) fn counters_of(s: &Stats) -> BTreeMap<String, u64> {
-    let all = [
-        ("puts", s.puts),
-        ("takes", s.takes),
-        ("acks", s.acks),
-        ("releases", s.releases),
-        ("promoted", s.promoted),
-        ("expired", s.expired),
-        ("ttr_returned", s.ttr_returned),
-        ("auto_released", s.auto_released),
-        ("buries", s.buries),
-        ("kicks", s.kicks),
-        ("deletes", s.deletes),
-        ("touches", s.touches),
-        ("dead_lettered", s.dead_lettered),
-        ("deduplicated", s.deduplicated),
-    ];
-    (all.into_iter())
+    (Stats::OP_NAMES.into_iter().zip(s.op_counts()))
         .filter(|&(_, n)| n > 0)
         .map(|(k, n)| (k.to_owned(), n))
         .collect()
@@ -81,28 +65,8 @@ pub(super) fn counters_of(s: &Stats) -> BTreeMap<String, u64> {
 /// `carried` (a partition's earlier owners' counters, by name) as figures to add to its
 /// owner's; a name this node does not know is left out.
 fn carried_stats(carried: &BTreeMap<String, u64>) -> Stats {
-    let mut s = Stats::default();
-    for (k, &n) in carried {
-        let f = match k.as_str() {
-            "puts" => &mut s.puts,
-            "takes" => &mut s.takes,
-            "acks" => &mut s.acks,
-            "releases" => &mut s.releases,
-            "promoted" => &mut s.promoted,
-            "expired" => &mut s.expired,
-            "ttr_returned" => &mut s.ttr_returned,
-            "auto_released" => &mut s.auto_released,
-            "buries" => &mut s.buries,
-            "kicks" => &mut s.kicks,
-            "deletes" => &mut s.deletes,
-            "touches" => &mut s.touches,
-            "dead_lettered" => &mut s.dead_lettered,
-            "deduplicated" => &mut s.deduplicated,
-            _ => continue,
-        };
-        *f += n;
-    }
-    s
+    let counts = Stats::OP_NAMES.map(|name| carried.get(name).copied().unwrap_or(0));
+    Stats::from_op_counts(&counts)
 }
 
 impl Shards {
