@@ -10,7 +10,7 @@ mod support;
 
 use std::net::SocketAddr;
 
-use cluster::{field, str_field, wait_for, Etcd, Nodes};
+use cluster::{field, wait_for, Etcd, Nodes};
 use rmpv::Value;
 use support::*;
 
@@ -137,19 +137,6 @@ fn a_tubes_counters_survive_a_kill_and_a_snapshot_and_go_on_from_there() {
     assert_eq!(line, format!("tarq_puts_total {headline}"), "{page}");
 }
 
-/// Waits until node `i` says it is a replica streaming from its primary.
-fn wait_following(nodes: &Nodes, i: usize) {
-    wait_for(&format!("node {i} to stream from the primary"), || {
-        nodes.overview(i).is_some_and(|o| {
-            str_field(&o, "role") == "replica"
-                && field(&o, "upstream")
-                    .and_then(|u| field(u, "connected"))
-                    .and_then(Value::as_u64)
-                    == Some(1)
-        })
-    });
-}
-
 #[test]
 fn a_replica_made_primary_goes_on_from_the_old_primarys_counters() {
     let etcd = Etcd::start();
@@ -170,7 +157,7 @@ fn a_replica_made_primary_goes_on_from_the_old_primarys_counters() {
     assert_eq!(before, [20, 6, 5, 1, 1, 1, 1]);
     // Replication is asynchronous: the replicas hold the counters once they read the same.
     for i in all.into_iter().filter(|&i| i != primary) {
-        wait_following(&nodes, i);
+        nodes.wait_following(i);
         wait_for(&format!("node {i} to count as its primary does"), || {
             calls(addr(&nodes, i), "jobs") == before
         });
@@ -199,11 +186,11 @@ fn a_replica_made_primary_goes_on_from_the_old_primarys_counters() {
 
     // The old primary, back, follows and counts what its successor did.
     nodes.start_node(primary);
-    wait_following(&nodes, primary);
+    nodes.wait_following(primary);
     wait_for("the old primary to count as the new one does", || {
         calls(addr(&nodes, primary), "jobs") == after
     });
     for i in all.into_iter().filter(|&i| i != next) {
-        wait_following(&nodes, i);
+        nodes.wait_following(i);
     }
 }

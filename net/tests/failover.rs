@@ -91,26 +91,13 @@ fn check_acked(nodes: &Nodes, leader: usize, acked: &[Ack]) {
     );
 }
 
-/// Waits until node `i` follows the leader with its stream up.
-fn wait_following(nodes: &Nodes, i: usize) {
-    wait_for(&format!("n{i} to stream from the primary"), || {
-        nodes.overview(i).is_some_and(|o| {
-            str_field(&o, "role") == "replica"
-                && field(&o, "upstream")
-                    .and_then(|u| field(u, "connected"))
-                    .and_then(|c| c.as_u64())
-                    == Some(1)
-        })
-    });
-}
-
 #[test]
 fn killing_the_primary_under_load_loses_no_acknowledged_task() {
     let etcd = Etcd::start();
     let mut nodes = Nodes::start(&etcd, 3, &["--sync-replicas", "1"]);
     let mut leader = nodes.wait_leader();
     for i in (0..3).filter(|&i| i != leader) {
-        wait_following(&nodes, i);
+        nodes.wait_following(i);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
@@ -154,7 +141,7 @@ fn killing_the_primary_under_load_loses_no_acknowledged_task() {
         let old = leader;
         leader = acked.last().unwrap().node;
         nodes.start_node(old);
-        wait_following(&nodes, old);
+        nodes.wait_following(old);
     }
     stop.store(true, Ordering::Relaxed);
     loader.join().unwrap();
@@ -218,7 +205,7 @@ fn a_primary_stopped_past_its_lease_refuses_changes_and_follows_the_new_one() {
     let nodes = Nodes::start(&etcd, 3, &["--sync-replicas", "1"]);
     let old = nodes.wait_leader();
     for i in (0..3).filter(|&i| i != old) {
-        wait_following(&nodes, i);
+        nodes.wait_following(i);
     }
     let mut w = Writer::new(&nodes);
     let mut acked = put_n(&mut w, "before", 50);
@@ -258,7 +245,7 @@ fn a_primary_stopped_past_its_lease_refuses_changes_and_follows_the_new_one() {
         assert!(msg.starts_with("read-only replica:"), "{msg}");
     }
     // A change sent to it now is refused naming the new primary, once it follows.
-    wait_following(&nodes, old);
+    nodes.wait_following(old);
     let (mut c, _) = send_put(&nodes, old, "to the old primary");
     let r = c.recv().unwrap().expect("a reply");
     assert_eq!(r.code, tarq_iproto::codes::ER_READONLY);
@@ -344,7 +331,7 @@ fn ctl_cluster_shows_the_leader_the_term_and_each_replicas_lag() {
     let nodes = Nodes::start(&etcd, 3, &[]);
     let leader = nodes.wait_leader();
     for i in (0..3).filter(|&i| i != leader) {
-        wait_following(&nodes, i);
+        nodes.wait_following(i);
     }
     let addrs: Vec<String> = nodes.nodes.iter().map(|n| n.addr.to_string()).collect();
     let ctl_cluster = || {
@@ -401,7 +388,7 @@ fn ctl_cluster_marks_a_leader_that_stopped_leading_and_etcd_unavailable() {
     let etcd = Etcd::start();
     let nodes = Nodes::start(&etcd, 2, &[]);
     let leader = nodes.wait_leader();
-    wait_following(&nodes, 1 - leader);
+    nodes.wait_following(1 - leader);
     // Each node's view of etcd (read every poll) names the leader before etcd goes.
     wait_for("both nodes to have read the leader from etcd", || {
         (0..2).all(|i| {

@@ -14,7 +14,7 @@ mod cluster;
 mod jobs;
 mod support;
 
-use cluster::{field, str_field, wait_for, Etcd, Nodes};
+use cluster::{field, wait_for, Etcd, Nodes};
 use jobs::{call, connect, make_jobs, move_jobs, owners};
 use rmpv::Value;
 
@@ -25,17 +25,6 @@ fn position(nodes: &Nodes, i: usize) -> Option<(u64, u64)> {
     Some((at("position")?, at("position_term")?))
 }
 
-/// Whether node `i` streams from its primary.
-fn follows(nodes: &Nodes, i: usize) -> bool {
-    nodes.overview(i).is_some_and(|o| {
-        str_field(&o, "role") == "replica"
-            && field(&o, "upstream")
-                .and_then(|u| field(u, "connected"))
-                .and_then(Value::as_u64)
-                == Some(1)
-    })
-}
-
 #[test]
 fn a_primary_deposed_while_letting_go_of_a_moved_partition_leaves_it_to_the_next() {
     let etcd = Etcd::start();
@@ -44,7 +33,7 @@ fn a_primary_deposed_while_letting_go_of_a_moved_partition_leaves_it_to_the_next
     let first = nodes.wait_leader_among(&[0, 1]);
     let next = 1 - first;
     nodes.wait_leader_among(&[2]);
-    wait_for("a's replica to follow", || follows(&nodes, next));
+    wait_for("a's replica to follow", || nodes.follows(next));
     let addrs: Vec<_> = nodes.nodes.iter().map(|n| n.addr).collect();
     make_jobs(addrs[first], addrs.iter().copied());
     let part = owners(addrs[first], "jobs")
@@ -66,7 +55,7 @@ fn a_primary_deposed_while_letting_go_of_a_moved_partition_leaves_it_to_the_next
     nodes.wait_leader_among(&[next]);
     nodes.signal(first, "CONT");
     wait_for("the deposed primary to follow the new one", || {
-        follows(&nodes, first)
+        nodes.follows(first)
     });
 
     // The new primary finds what is left of the partition and lets it go; its records

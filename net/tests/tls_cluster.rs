@@ -41,19 +41,6 @@ fn connect(addr: std::net::SocketAddr) -> Client {
     Client::connect_addr(addr, Duration::from_secs(10)).expect("connect")
 }
 
-/// Waits until node `i` follows its leader with its stream up.
-fn wait_following(nodes: &Nodes, i: usize) {
-    wait_for(&format!("node {i} to stream from the primary"), || {
-        nodes.overview(i).is_some_and(|o| {
-            str_field(&o, "role") == "replica"
-                && field(&o, "upstream")
-                    .and_then(|u| field(u, "connected"))
-                    .and_then(|c| c.as_u64())
-                    == Some(1)
-        })
-    });
-}
-
 #[test]
 fn a_three_node_cluster_with_mutual_tls_fails_over_as_in_the_clear() {
     let dir = tempfile::tempdir().unwrap();
@@ -67,7 +54,7 @@ fn a_three_node_cluster_with_mutual_tls_fails_over_as_in_the_clear() {
     let leader = nodes.wait_leader();
     let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
     for &i in &others {
-        wait_following(&nodes, i);
+        nodes.wait_following(i);
     }
     let mut c = connect(nodes.nodes[leader].addr);
     let put = c
@@ -87,7 +74,7 @@ fn a_three_node_cluster_with_mutual_tls_fails_over_as_in_the_clear() {
     nodes.kill(leader);
     let new = nodes.wait_leader_among(&others);
     let last = others.iter().copied().find(|&i| i != new).unwrap();
-    wait_following(&nodes, last);
+    nodes.wait_following(last);
     assert_eq!(
         peek_data(nodes.nodes[new].addr, id).as_deref(),
         Some("kept")
@@ -254,7 +241,7 @@ fn nodes_reach_etcd_over_tls_with_their_certificate_and_without_one_are_refused(
     let args: Vec<&str> = extra.iter().map(String::as_str).collect();
     let nodes = Nodes::start_sets_at(&etcd.url, &[("a", 2)], &args);
     let leader = nodes.wait_leader_among(&[0, 1]);
-    wait_following(&nodes, 1 - leader);
+    nodes.wait_following(1 - leader);
 
     // Without a client certificate etcd refuses the node (in TLS 1.3 after the handshake, which
     // the node sees as its connection cut): it says etcd is unavailable and never leads.

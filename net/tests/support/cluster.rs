@@ -309,6 +309,24 @@ impl Nodes {
             .next()
     }
 
+    /// Whether node `i` says it is a replica streaming from its primary.
+    pub fn follows(&self, i: usize) -> bool {
+        self.overview(i).is_some_and(|o| {
+            str_field(&o, "role") == "replica"
+                && field(&o, "upstream")
+                    .and_then(|u| field(u, "connected"))
+                    .and_then(Value::as_u64)
+                    == Some(1)
+        })
+    }
+
+    /// Waits until node `i` follows its primary with its stream up.
+    pub fn wait_following(&self, i: usize) {
+        wait_for(&format!("node {i} to stream from the primary"), || {
+            self.follows(i)
+        });
+    }
+
     /// The node that says it leads, among those running.
     pub fn leader(&self) -> Option<usize> {
         (0..self.nodes.len())
