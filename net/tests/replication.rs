@@ -1,11 +1,12 @@
 //! Replicas (`--replica-of`), end to end with the real binary: a replica holds every task its
 //! primary acknowledged, task by task (id, tube, status, payload), in every WAL mode, for
 //! tasks put before it joined and after; it refuses changes naming the primary, on IPROTO and
-//! on its beanstalk port; killed with SIGKILL it resumes from its own WAL; one whose position
-//! the primary no longer retains joins again from a snapshot; a job's `stats-job` counters
-//! reach it, in the snapshot it joins from and in the stream after; a tube `use` made and left
-//! empty goes from it as from its primary; a primary and a replica of different WAL formats
-//! refuse each other, saying what to do. Every wait has a deadline.
+//! on its beanstalk port (a `use` there is `USING`, or `READ_ONLY` as a put when it would make
+//! the tube); killed with SIGKILL it resumes from its own WAL; one whose position the primary
+//! no longer retains joins again from a snapshot; a job's `stats-job` counters reach it, in the
+//! snapshot it joins from and in the stream after; a tube `use` made and left empty goes from
+//! it as from its primary; a primary and a replica of different WAL formats refuse each other,
+//! saying what to do. Every wait has a deadline.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -477,6 +478,46 @@ fn a_tube_use_made_and_left_empty_goes_from_the_replica_too() {
     wait_until("the tube gone from the replica", || {
         list(rbs) == ["default"]
     });
+}
+
+/// Issue 39: `use` on a replica answered `OUT_OF_MEMORY`. A `use` (or `watch`) of a tube the
+/// replica has changes nothing and is answered `USING`; one of a tube it has not would make
+/// the tube, a change, and is refused as a put is, naming the primary — a put after either
+/// gets the same refusal.
+#[test]
+fn a_use_on_a_replica_is_using_or_read_only_as_a_put() {
+    use tarq_beanstalk::Command;
+    let (primary, pbs) = beanstalk::start(&[]);
+    let paddr = primary.addr.to_string();
+    let (_replica, rbs) = beanstalk::start(&replica_args(&paddr, "write"));
+    let mut p = beanstalk::Bs::connect(pbs);
+    assert_eq!(p.call(&Command::Use { tube: "held" }).line, "USING held");
+    p.put(0, b"job");
+    let mut r = beanstalk::Bs::connect(rbs);
+    wait_until("the tube on the replica", || {
+        (r.call(&Command::ListTubes).yaml_list()).contains(&"held".to_owned())
+    });
+    let read_only = format!("READ_ONLY {paddr}");
+    assert_eq!(r.call(&Command::Use { tube: "held" }).line, "USING held");
+    assert_eq!(r.call(&Command::ListTubeUsed).line, "USING held");
+    assert_eq!(r.call(&Command::Watch { tube: "held" }).line, "WATCHING 2");
+    let put = Command::Put {
+        pri: 0,
+        delay: 0,
+        ttr: 60,
+        body: b"x",
+    };
+    assert_eq!(r.call_line(&put), read_only);
+    assert_eq!(r.call_line(&Command::Use { tube: "absent" }), read_only);
+    assert_eq!(r.call_line(&Command::Watch { tube: "absent" }), read_only);
+    // Refused, the connection is as it was: still using `held`, watching two.
+    assert_eq!(r.call(&Command::ListTubeUsed).line, "USING held");
+    assert_eq!(
+        r.call(&Command::ListTubesWatched).yaml_list(),
+        ["default", "held"]
+    );
+    assert_eq!(r.call_line(&put), read_only);
+    assert!(!(r.call(&Command::ListTubes).yaml_list()).contains(&"absent".to_owned()));
 }
 
 /// `{0x26: {1: lsn}}`, the position as Tarantool writes it.

@@ -177,6 +177,30 @@ impl Bs {
         self.recv()
     }
 
+    /// Sends `cmd` and returns the line it is answered with (no CRLF), whatever it says: tarq's
+    /// own lines (`READ_ONLY <primary>`) are no reply the codec knows.
+    pub fn call_line(&mut self, cmd: &Command<'_>) -> String {
+        self.send(cmd).expect("send");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                self.buf.drain(..end + 2);
+                return line;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "no line in answer to {cmd:?}");
+            self.stream.set_read_timeout(Some(left)).unwrap();
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => panic!("closed before answering {cmd:?}"),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => panic!("reading the answer to {cmd:?}: {e}"),
+            }
+        }
+    }
+
     /// `put` with a TTR of 60 s, returning the id; panics unless `INSERTED`.
     pub fn put(&mut self, pri: u32, body: &[u8]) -> u64 {
         let a = self.call(&Command::Put {

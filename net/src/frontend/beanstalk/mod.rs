@@ -656,8 +656,8 @@ impl<L: Loop> Beanstalk<'_, L> {
 
     /// The tube named `name`, created (`fifottl`, default options) when missing, as beanstalkd
     /// creates a tube on `use` or `watch` (`r`). `None` when it is answered already: it cannot
-    /// be created (the journal refuses changes, or the tube limit is reached: logged, and
-    /// `OUT_OF_MEMORY`), or a node that makes no tube on its own asked the core to place it
+    /// be created (a replica: `READ_ONLY`, as its puts; the journal refuses changes, or the
+    /// tube limit is reached: logged, and `OUT_OF_MEMORY`), or a node that makes no tube on its own asked the core to place it
     /// (the connection waits; [`took_tube`](Self::took_tube) ends the command).
     fn bs_tube(&mut self, idx: usize, name: &str, r: Reply) -> Option<TubeIx> {
         if let Some(t) = self.l.queue().tube_ix(name) {
@@ -676,6 +676,12 @@ impl<L: Loop> Beanstalk<'_, L> {
         }
         match self.l.create_tube_for(idx, name) {
             Ok(t) => Some(t),
+            // On a replica the tube would be a change: refused as a put is there (`READ_ONLY`
+            // naming the primary), not taken for a lack of memory.
+            Err(e @ (Refusal::ReadOnly(_) | Refusal::NoPrimary(_))) => {
+                encode(self.l.reply_buf(idx), r, &Outcome::Error(e));
+                None
+            }
             Err(e) => {
                 tracing::warn!(tube = name, error = %e, "beanstalk: cannot create the tube");
                 self.bs_answer(idx, Out::OutOfMemory);
