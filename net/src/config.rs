@@ -459,6 +459,12 @@ pub struct Settings {
     )]
     pub http_host: Option<Vec<String>>,
 
+    /// Ask for a user at /metrics too (HTTP Basic, as every other page: the --user, or a
+    /// stored user with a right on some tube); Prometheus sends one with `basic_auth`. Without
+    /// it /metrics is open to whoever reaches the port [default: false].
+    #[arg(long, env = "TARQ_METRICS_AUTH", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub metrics_auth: Option<bool>,
+
     /// The old name of --http-listen (the port served /metrics only, and still does).
     #[arg(long, env = "TARQ_METRICS_LISTEN", value_name = "ADDR|PORT", value_parser = loopback_or_addr)]
     #[serde(default, deserialize_with = "addr_or_port")]
@@ -600,6 +606,8 @@ pub struct Config {
     pub http_listen: Option<SocketAddr>,
     /// The names the HTTP port answers (`Host`), as given.
     pub http_hosts: Vec<String>,
+    /// Whether /metrics asks for a user (with `auth`).
+    pub metrics_auth: bool,
     /// The largest beanstalk job body.
     pub beanstalk_max_job_size: u32,
     /// The user the beanstalk port acts as (with `auth`); `None`: every right.
@@ -684,6 +692,7 @@ impl Default for Config {
             beanstalk_listen: None,
             http_listen: None,
             http_hosts: Vec::new(),
+            metrics_auth: false,
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             beanstalk_user: None,
             auth: None,
@@ -784,6 +793,7 @@ impl Config {
             beanstalk_listen: s.beanstalk_listen,
             http_listen: http_listen(s.http_listen, s.metrics_listen)?,
             http_hosts: s.http_host.unwrap_or_default(),
+            metrics_auth: s.metrics_auth.unwrap_or(d.metrics_auth),
             beanstalk_max_job_size: s.beanstalk_max_job_size.unwrap_or(d.beanstalk_max_job_size),
             beanstalk_user: s.beanstalk_user,
             auth,
@@ -991,6 +1001,13 @@ impl Config {
                  bytes)",
                 self.beanstalk_max_job_size
             )));
+        }
+        if self.metrics_auth && self.auth.is_none() {
+            return Err(invalid(
+                "metrics-auth is set but user is not: without --user there is no user to ask \
+                 for, and /metrics would stay open"
+                    .to_owned(),
+            ));
         }
         if let Some(u) = &self.beanstalk_user {
             if self.auth.is_none() {

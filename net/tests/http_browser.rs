@@ -310,3 +310,85 @@ fn the_console_over_tls_opens_in_a_browser_that_trusts_the_ca() {
     assert_eq!(b.script("return location.protocol"), "https:");
     b.screenshot(&results().join("over-tls.png"));
 }
+
+/// A user without `admin` (item 4 of issue 38): logged in with its own password, it sees the
+/// figures of the tubes it has a right on and no others, and not one action button — no
+/// Drop, Truncate, Pause or Kick on its tube's row or page, no Create, no Put without `put`,
+/// no Delete on a task — while the bootstrap administrator sees them all. The server refuses
+/// the same actions (net/tests/http_users.rs); here the page offers none.
+#[test]
+fn a_user_without_admin_sees_figures_and_no_action_buttons() {
+    if !browser_present("a_user_without_admin_sees_figures_and_no_action_buttons") {
+        return;
+    }
+    let (t, http) = start_tarq();
+    let mut c = login(t.addr);
+    for tube in ["work", "private"] {
+        c.call("queue.create_tube", &[s(tube), s("fifottl")]).ok();
+        c.call(&format!("queue.tube.{tube}:put"), &[s("job")]).one();
+    }
+    let pw = support::map(&[("password", s("w4tch"))]);
+    c.call("box.schema.user.create", &[s("watcher"), pw]).ok();
+    let grant = [s("watcher"), s("take"), s("tube"), s("work")];
+    c.call("box.schema.user.grant", &grant).ok();
+    let watcher = base64::engine::general_purpose::STANDARD.encode("watcher:w4tch");
+
+    let b = Browser::start(&watcher);
+    b.open(&format!("http://{http}/"));
+    b.until("the page is ready", "return document.body.dataset.ready");
+    let ready = b.until(
+        "the work tube's figures",
+        "const r = document.querySelector('tr[data-tube=\"work\"]'); \
+         return r && r.querySelector('td[data-status=\"ready\"]').textContent;",
+    );
+    assert_eq!(ready, "1");
+    let seen = b.script(
+        "return { rows: document.querySelectorAll('#tubes tbody tr').length, \
+         private: !!document.querySelector('tr[data-tube=\"private\"]'), \
+         buttons: document.querySelectorAll('#tubes button').length, \
+         create: document.querySelector('#create').hidden, \
+         who: document.querySelector('#server').textContent }",
+    );
+    assert_eq!(seen["rows"], 1, "{seen}");
+    assert_eq!(seen["private"], false, "{seen}");
+    assert_eq!(
+        seen["buttons"], 0,
+        "no Drop, Truncate, Pause or Kick: {seen}"
+    );
+    assert_eq!(seen["create"], true, "no Create: {seen}");
+    assert!(
+        seen["who"].as_str().unwrap().ends_with("· watcher"),
+        "{seen}"
+    );
+    b.screenshot(&results().join("user-without-admin.png"));
+    b.open(&format!("http://{http}/#/tube/work"));
+    b.until(
+        "the task listed, as take allows",
+        "return document.querySelector('#tasks tr[data-task]')",
+    );
+    let page = b.script(
+        "return { actions: document.querySelectorAll('#tube-actions button').length, \
+         task_buttons: document.querySelectorAll('#tasks button').length, \
+         put: document.querySelector('#put').hidden }",
+    );
+    assert_eq!(
+        page,
+        json!({"actions": 0, "task_buttons": 0, "put": true}),
+        "the tube page offers nothing to a taker"
+    );
+    drop(b);
+
+    // The administrator, on the same server, is offered every action.
+    let b = Browser::start(&basic());
+    b.open(&format!("http://{http}/"));
+    b.until("the page is ready", "return document.body.dataset.ready");
+    b.until(
+        "the Drop buttons of both tubes",
+        "return ['work', 'private'].every((t) => \
+         document.querySelector(`tr[data-tube=\"${t}\"] button[data-action=\"drop\"]`))",
+    );
+    assert_eq!(
+        b.script("return document.querySelector('#create').hidden"),
+        false
+    );
+}

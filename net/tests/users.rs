@@ -665,7 +665,7 @@ fn the_http_api_lists_users_to_the_administrator() {
     );
     assert!(!body.contains("hash"), "{body}");
     let (status, body) = get("bob:pw");
-    assert_eq!(status, 401, "only the bootstrap administrator: {body}");
+    assert_eq!(status, 403, "bob logs in but is no administrator: {body}");
 
     // Managing: create, grant, revoke, password, drop, each seen over IPROTO.
     let post = |path: &str, body: serde_json::Value| {

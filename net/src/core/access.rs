@@ -66,6 +66,10 @@ impl Who {
             Need::Nothing => true,
             Need::Tube(tube, rights) => self.rights_on(users, tube).contains(rights),
             Need::AnyOn(tube) => !self.rights_on(users, tube).is_empty(),
+            Need::Tasks(tube) => {
+                let r = self.rights_on(users, tube);
+                r.contains(Rights::TAKE) || r.contains(Rights::ADMIN)
+            }
             Need::Any => user.is_some_and(User::has_any_right),
             Need::Admin => user.is_some_and(|u| u.admin),
         }
@@ -76,6 +80,26 @@ impl Who {
     pub fn may_call(&self, users: &Users) -> bool {
         self.allows(users, Need::Any)
     }
+}
+
+/// Who `user` with `password` is, checked as HTTP Basic sends them (in the clear, inside TLS):
+/// the bootstrap administrator (`bootstrap`, the configured `--user` and `--password`) or a
+/// stored user whose `sha1(sha1(password))` is the one kept. `None`: unknown user, no password
+/// set, or the wrong one. Both comparisons take the same time however much of a guess is right.
+pub fn login(users: &Users, bootstrap: (&str, &str), user: &str, password: &str) -> Option<Who> {
+    if user == bootstrap.0 {
+        return constant_time_eq(password.as_bytes(), bootstrap.1.as_bytes())
+            .then_some(Who::Everyone);
+    }
+    let kept = users.get(user)?.hash2?;
+    let given = tarq_iproto::auth::hash2(password);
+    constant_time_eq(&given, &kept).then(|| Who::User(user.into()))
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess was
+/// right.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// What a grant or revoke names.
@@ -118,6 +142,9 @@ pub enum Need<'a> {
     Tube(&'a str, Rights),
     /// Some right on this tube (its figures).
     AnyOn(&'a str),
+    /// Seeing this tube's tasks and their data (the console's task lists): `take` or `admin`
+    /// on it — a producer with `put` alone sees the figures, not what others put.
+    Tasks(&'a str),
     /// Some right somewhere (the server's figures, sessions).
     Any,
     /// The cluster-wide `admin` right: users, server settings, placement and moves.
@@ -153,6 +180,9 @@ mod tests {
         let mut ops = User::new("ops");
         ops.admin = true;
         q.put_user(ops).unwrap();
+        let mut watcher = User::new("watcher");
+        watcher.tubes.insert("jobs".into(), Rights::ADMIN);
+        q.put_user(watcher).unwrap();
         q.users().clone()
     }
 
@@ -171,17 +201,42 @@ mod tests {
             (&bob, Need::Tube("other", Rights::PUT), false),
             (&bob, Need::AnyOn("jobs"), true),
             (&bob, Need::AnyOn("other"), false),
+            (&bob, Need::Tasks("jobs"), false),
+            (&ops, Need::Tasks("jobs"), true),
             (&bob, Need::Any, true),
             (&bob, Need::Admin, false),
             (&ops, take, true),
             (&ops, Need::Admin, true),
             (&guest, Need::Any, false),
             (&guest, Need::Nothing, true),
+            (&Who::User("watcher".into()), Need::Tasks("jobs"), true),
+            (&Who::User("watcher".into()), Need::Tasks("other"), false),
             (&gone, put, false),
             (&Who::Everyone, Need::Admin, true),
         ] {
             assert_eq!(who.allows(&u, need), want, "{who:?} {need:?}");
         }
+    }
+
+    #[test]
+    fn a_login_is_the_bootstrap_administrator_or_a_stored_user_with_its_password() {
+        let mut q = Queue::new();
+        let mut bob = User::new("bob");
+        bob.hash2 = Some(tarq_iproto::auth::hash2("s3cret"));
+        q.put_user(bob).unwrap();
+        q.put_user(User::new("nopass")).unwrap();
+        let u = q.users().clone();
+        let admin = ("root", "toor");
+        assert_eq!(login(&u, admin, "root", "toor"), Some(Who::Everyone));
+        assert_eq!(login(&u, admin, "root", "s3cret"), None);
+        assert_eq!(
+            login(&u, admin, "bob", "s3cret"),
+            Some(Who::User("bob".into()))
+        );
+        assert_eq!(login(&u, admin, "bob", "s3cre"), None);
+        assert_eq!(login(&u, admin, "nopass", ""), None);
+        assert_eq!(login(&u, admin, "nobody", ""), None);
+        assert_eq!(login(&u, admin, GUEST, ""), None);
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     live_micros!(limits.auth_timeout, "auth-timeout");
     live_micros!(limits.idle_timeout, "idle-timeout");
     live!(limits.max_connections_per_peer, "max-connections-per-peer");
+    live!(metrics_auth, "metrics-auth");
     live_micros!(busy_poll, "busy-poll");
     live_micros!(ops.graphite_interval, "graphite-interval");
     if current.ops.graphite != new.ops.graphite {

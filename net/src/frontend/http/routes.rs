@@ -5,8 +5,8 @@
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::core::access::{self, GUEST};
-use tarq_engine::{Micros, Status, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE};
+use crate::core::access::{self, Need, Who, GUEST};
+use tarq_engine::{Micros, Rights, Status, TubeIx, TubeOptions, TubePut, TubeType, DEFAULT_TUBE};
 
 use super::json::{self, Answer};
 use super::response::{self, error_response, Head};
@@ -29,6 +29,8 @@ pub struct Request<'r, L: Loop> {
     idx: usize,
     head: &'r Head<'r>,
     body: &'r [u8],
+    /// Who the request acts as, once its credentials are checked.
+    who: Who,
 }
 
 /// A refusal: status, reason.
@@ -40,7 +42,13 @@ fn refused<T>(status: u16, why: impl Into<String>) -> Result<T, Refused> {
 
 impl<'r, L: Loop> Request<'r, L> {
     pub fn new(l: &'r mut L, idx: usize, head: &'r Head<'r>, body: &'r [u8]) -> Self {
-        Request { l, idx, head, body }
+        Request {
+            l,
+            idx,
+            head,
+            body,
+            who: Who::Everyone,
+        }
     }
 
     pub fn serve(mut self) {
@@ -68,9 +76,13 @@ impl<'r, L: Loop> Request<'r, L> {
             return refused(403, why);
         }
         if parts == ["metrics"] {
+            if self.l.config().metrics_auth {
+                self.who = self.check_credentials()?;
+                self.allow(Need::Any, "the metrics")?;
+            }
             return self.metrics(method);
         }
-        self.check_credentials()?;
+        self.who = self.check_credentials()?;
         match (method, parts.as_slice()) {
             ("GET", [""]) | ("GET", ["index.html"]) => self.asset("index.html"),
             ("GET", ["assets", name]) => self.asset(name),
@@ -106,10 +118,12 @@ impl<'r, L: Loop> Request<'r, L> {
 
     // ---- checks ----
 
-    /// With `--user`/`--password`, HTTP Basic with them; without, anyone may read.
-    fn check_credentials(&self) -> Result<(), Refused> {
+    /// Who the request acts as. With `--user`/`--password`: HTTP Basic as that bootstrap
+    /// administrator or as a stored user with a password (`access::login`); without, anyone
+    /// may read ([`Who::Everyone`], and [`Self::check_action`] refuses every action).
+    fn check_credentials(&self) -> Result<Who, Refused> {
         let Some(creds) = &self.l.config().auth else {
-            return Ok(());
+            return Ok(Who::Everyone);
         };
         let given = self
             .head
@@ -119,21 +133,51 @@ impl<'r, L: Loop> Request<'r, L> {
                 base64::engine::general_purpose::STANDARD
                     .decode(b.trim_ascii())
                     .ok()
-            });
-        let expected = format!("{}:{}", creds.user, creds.password);
-        match given {
-            Some(g) if constant_time_eq(&g, expected.as_bytes()) => Ok(()),
-            Some(_) => refused(401, "wrong user or password"),
-            None => refused(
+            })
+            .and_then(|b| String::from_utf8(b).ok());
+        let Some(given) = given else {
+            return refused(
                 401,
-                "this tarq asks for its --user and --password (HTTP Basic)",
-            ),
-        }
+                "this tarq asks for a user and password (HTTP Basic): its --user, or a user \
+                 with a password",
+            );
+        };
+        let (user, password) = given.split_once(':').unwrap_or((&given, ""));
+        let bootstrap = (creds.user.as_str(), creds.password.as_str());
+        access::login(self.l.queue().users(), bootstrap, user, password)
+            .ok_or((401, "wrong user or password".to_owned()))
     }
 
-    /// An action: refused without credentials configured (the console is read-only then),
-    /// and from a foreign origin (a page elsewhere posting with the browser's credentials).
-    fn check_action(&self) -> Result<(), Refused> {
+    /// Refuses (403) what the request's user may not do, naming the right it needs.
+    fn allow(&self, need: Need<'_>, what: &str) -> Result<(), Refused> {
+        if self.who.allows(self.l.queue().users(), need) {
+            return Ok(());
+        }
+        let needs = match need {
+            Need::Tube(tube, rights) => {
+                format!(
+                    "the {} right on tube '{tube}'",
+                    rights.names().join(" and ")
+                )
+            }
+            Need::AnyOn(tube) => format!("a right on tube '{tube}'"),
+            Need::Tasks(tube) => format!("the take or admin right on tube '{tube}'"),
+            Need::Any => "a right on some tube".to_owned(),
+            Need::Admin | Need::Nothing => "the cluster's admin right".to_owned(),
+        };
+        refused(
+            403,
+            format!(
+                "access to {what} is denied for user '{}': it needs {needs}",
+                self.who.name()
+            ),
+        )
+    }
+
+    /// An action that needs `need`: refused without credentials configured (the console is
+    /// read-only then), from a foreign origin (a page elsewhere posting with the browser's
+    /// credentials), and to a user without the right.
+    fn check_action(&self, need: Need<'_>, what: &str) -> Result<(), Refused> {
         if self.l.config().auth.is_none() {
             return refused(
                 403,
@@ -154,7 +198,7 @@ impl<'r, L: Loop> Request<'r, L> {
                 );
             }
         }
-        Ok(())
+        self.allow(need, what)
     }
 
     // ---- writing ----
@@ -203,8 +247,9 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     fn history(&mut self, tube: Option<&str>) -> Result<(), Refused> {
-        if let Some(name) = tube {
-            self.tube(name)?;
+        match tube {
+            Some(name) => self.seen_tube(name).map(|_| ())?,
+            None => self.allow(Need::Any, "the server's figures")?,
         }
         let mut out = String::new();
         self.l.live().history_json(&mut out, tube);
@@ -213,6 +258,7 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     fn events(&mut self) -> Result<(), Refused> {
+        self.allow(Need::Any, "the server's figures")?;
         if let Err(open) = self.l.start_stream(self.idx) {
             return refused(
                 503,
@@ -229,6 +275,7 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     fn server(&mut self) -> Result<(), Refused> {
+        self.allow(Need::Any, "the server's figures")?;
         let snap = self.l.snapshot();
         let mut figures = serde_json::Map::new();
         for m in snap.metrics() {
@@ -238,6 +285,18 @@ impl<'r, L: Loop> Request<'r, L> {
         let cfg = self.l.config();
         let addr = |a: Option<std::net::SocketAddr>| a.map(|a| a.to_string());
         let wal_mode = cfg.wal.mode.to_string();
+        // Who the console is logged in as, for it to offer only what that user may do.
+        let users = self.l.queue().users();
+        let every_tube = self.who.rights_on(users, tarq_engine::users::EVERY_TUBE);
+        let name = match (&self.who, &cfg.auth) {
+            (Who::User(name), _) => Some(&**name),
+            (Who::Everyone, auth) => auth.as_ref().map(|c| c.user.as_str()),
+        };
+        let you = json!({
+            "user": name,
+            "admin": self.who.allows(users, Need::Admin),
+            "every_tube": every_tube.names(),
+        });
         let v = json!({
             "version": env!("CARGO_PKG_VERSION"),
             "uptime": snap.uptime as f64 / SECOND,
@@ -263,6 +322,7 @@ impl<'r, L: Loop> Request<'r, L> {
                 "input_budget": cfg.limits.input_budget,
             },
             "auth": cfg.auth.is_some(),
+            "you": you,
             "read_only": cfg.auth.is_none(),
             "figures": figures,
         });
@@ -271,6 +331,7 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     fn cluster(&mut self) -> Result<(), Refused> {
+        self.allow(Need::Any, "the cluster's figures")?;
         let v = crate::ctl::to_json(&self.l.cluster_overview());
         self.send_json(200, &v);
         Ok(())
@@ -280,6 +341,7 @@ impl<'r, L: Loop> Request<'r, L> {
     /// `tarq.users()` answers an administrator over IPROTO. Behind the same HTTP Basic as every
     /// route: with `--user`, the bootstrap administrator's.
     fn users(&mut self) -> Result<(), Refused> {
+        self.allow(Need::Admin, "the users")?;
         let users: Vec<Value> = (self.l.queue().users().iter())
             .map(|u| {
                 let tubes: serde_json::Map<String, Value> = (u.tubes.iter())
@@ -299,7 +361,7 @@ impl<'r, L: Loop> Request<'r, L> {
 
     /// `POST /api/users` `{"name", "password"}`: a new user with no right (201).
     fn create_user(&mut self) -> Result<(), Refused> {
-        self.check_action()?;
+        self.check_action(Need::Admin, "a user's creation")?;
         let b = self.body()?;
         only_keys(&b, "a user's creation", &["name", "password"])?;
         let name = b["name"]
@@ -329,7 +391,7 @@ impl<'r, L: Loop> Request<'r, L> {
                 format!("no action {action}: password, grant, revoke, drop"),
             );
         }
-        self.check_action()?;
+        self.check_action(Need::Admin, &format!("{action} of user '{name}'"))?;
         let b = self.body()?;
         if self.is_system_user(name) && !(name == GUEST && action != "password") {
             return refused(
@@ -406,6 +468,24 @@ impl<'r, L: Loop> Request<'r, L> {
         }
     }
 
+    /// The tube named `name` if the request's user may see it (some right on it), or 404 as
+    /// for a tube that is not there: a user learns nothing of the tubes it may not touch, as
+    /// on the beanstalk port.
+    fn seen_tube(&self, name: &str) -> Result<TubeIx, Refused> {
+        let t = self.tube(name)?;
+        if !self.who.allows(self.l.queue().users(), Need::AnyOn(name)) {
+            return refused(404, "Tube not found");
+        }
+        Ok(t)
+    }
+
+    /// What the request's user may do on tube `name`, for the console to show only the
+    /// actions it may take.
+    fn rights_json(&self, name: &str) -> Value {
+        let users = self.l.queue().users();
+        Value::from(self.who.rights_on(users, name).names())
+    }
+
     /// Tube `t` as the API shows it: on a sharded cluster the whole tube (`totals`: summed
     /// over its partitions by the console's gather) with its `partitions`, else this node's.
     fn tube_json(
@@ -426,6 +506,7 @@ impl<'r, L: Loop> Request<'r, L> {
             .filter(|p| p.until > mono)
             .map(|p| (p.until - mono) as f64 / SECOND);
         let mut v = json::tube(&info, &stats, self.l.live().tube_now(info.name), paused);
+        v["rights"] = self.rights_json(info.name);
         if let Some(w) = whole {
             v["partitions"] = json::partitions(&w.partitions);
         }
@@ -434,13 +515,17 @@ impl<'r, L: Loop> Request<'r, L> {
 
     /// `?offset=N&limit=M` over the tubes in the queue's order.
     fn list_tubes(&mut self) -> Result<(), Refused> {
+        self.allow(Need::Any, "the tubes")?;
         let q = Query::parse(self.head.query)?;
         let offset = q.number("offset")?.unwrap_or(0) as usize;
         let limit = q.limit()?;
         let totals = self.l.cluster_tubes();
         let queue = self.l.queue();
         // A tube once, by its first partition: the others this node holds are its parts.
-        let heads = || queue.tubes().filter(|t| t.opts.part == 0);
+        // Only those the user may see (some right on them).
+        let users = queue.users();
+        let seen = |name: &str| self.who.allows(users, Need::AnyOn(name));
+        let heads = || (queue.tubes()).filter(|t| t.opts.part == 0 && seen(t.name));
         let total = heads().count();
         let ixs: Vec<TubeIx> = heads().skip(offset).take(limit).map(|t| t.ix).collect();
         let holders = self.l.queue().holders();
@@ -454,7 +539,7 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     fn one_tube(&mut self, name: &str) -> Result<(), Refused> {
-        let t = self.tube(name)?;
+        let t = self.seen_tube(name)?;
         let totals = self.l.cluster_tubes();
         let holders = self.l.queue().holders();
         let v = self
@@ -466,7 +551,8 @@ impl<'r, L: Loop> Request<'r, L> {
 
     /// `?status=ready&after=ID&limit=N`: the tasks in the order the tube keeps them.
     fn list_tasks(&mut self, name: &str) -> Result<(), Refused> {
-        let t = self.tube(name)?;
+        let t = self.seen_tube(name)?;
+        self.allow(Need::Tasks(name), &format!("the tasks of tube '{name}'"))?;
         let q = Query::parse(self.head.query)?;
         let status = match q.get("status") {
             None => Status::Ready,
@@ -504,6 +590,8 @@ impl<'r, L: Loop> Request<'r, L> {
     /// A task by its id, through the core: on a sharded cluster its partition's owner
     /// answers, whichever node the console is on.
     fn peek(&mut self, name: &str, id: &str) -> Result<(), Refused> {
+        self.seen_tube(name)?;
+        self.allow(Need::Tasks(name), &format!("the tasks of tube '{name}'"))?;
         let (t, numbers) = self
             .l
             .tube_named(name)
@@ -531,11 +619,12 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     fn create_tube(&mut self) -> Result<(), Refused> {
-        self.check_action()?;
         let b = self.body()?;
         let name = b["name"]
             .as_str()
             .ok_or((400, "name: a string is required".to_owned()))?;
+        let need = Need::Tube(name, Rights::ADMIN);
+        self.check_action(need, &format!("the creation of tube '{name}'"))?;
         if matches!(name, "." | "..") {
             // Browsers read `.` and `..` (also `%2E%2E`) as steps in the path, so the tube
             // could never be reached at /api/tubes/NAME; any other name can, percent-encoded.
@@ -594,7 +683,8 @@ impl<'r, L: Loop> Request<'r, L> {
     /// A put: `data` (text or any JSON value) or `data_base64` (bytes), with the put's
     /// options `delay`, `ttl`, `ttr` (seconds), `pri`, `utube`.
     fn put(&mut self, name: &str) -> Result<(), Refused> {
-        self.check_action()?;
+        let need = Need::Tube(name, Rights::PUT);
+        self.check_action(need, &format!("a put into tube '{name}'"))?;
         let t = self.tube(name)?;
         let b = self.body()?;
         only_keys(&b, "a put", PUT_KEYS)?;
@@ -642,7 +732,8 @@ impl<'r, L: Loop> Request<'r, L> {
                 format!("no action {action}: kick, pause, resume, truncate, drop"),
             );
         }
-        self.check_action()?;
+        let need = Need::Tube(name, Rights::ADMIN);
+        self.check_action(need, &format!("{action} of tube '{name}'"))?;
         let tube = self.tube(name)?;
         let b = self.body()?;
         let keys: &[&str] = match action {
@@ -695,7 +786,8 @@ impl<'r, L: Loop> Request<'r, L> {
         if !matches!(action, "bury" | "kick" | "delete") {
             return refused(404, format!("no action {action}: bury, kick, delete"));
         }
-        self.check_action()?;
+        let need = Need::Tube(name, Rights::ADMIN);
+        self.check_action(need, &format!("{action} of a task of tube '{name}'"))?;
         let (tube, numbers) = self
             .l
             .tube_named(name)
@@ -837,12 +929,6 @@ fn integer(v: &Value, key: &str) -> Result<Option<i64>, Refused> {
             .ok_or((400, format!("{key}: {n} is not an integer"))),
         other => refused(400, format!("{key}: an integer expected, got {other}")),
     }
-}
-
-/// Compares without an early exit, so the time taken does not tell how much of a guess was
-/// right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A query string's pairs.

@@ -14,6 +14,10 @@ const state = {
   found: null,
   readOnly: true,
   readOnlyWhy: "",
+  // Who the console acts as (`/api/server`'s `you`) and its rights on the tube shown: a user
+  // is offered only the actions it may take (the server checks each one again).
+  you: { user: null, admin: false, every_tube: [] },
+  rights: [],
   charts: {},
   history: null,
   tubeHistory: null,
@@ -211,11 +215,17 @@ function button(label, title, onClick, danger = false) {
   return b;
 }
 
+/** Whether the user may use `right` (put, take, admin) on tube `t`. */
+function may(t, right) {
+  return (t.rights || []).includes(right);
+}
+
 function tubeActions(t) {
   const name = t.name;
   const path = `/api/tubes/${encodeURIComponent(name)}`;
   const span = document.createElement("span");
   span.className = "actions";
+  if (!may(t, "admin")) return span;
   span.append(
     button("Kick", "make buried tasks ready", () => {
       const n = prompt(`Kick how many buried tasks of ${name}?`, String(t.tasks.buried || 1));
@@ -292,9 +302,10 @@ function updateRow(tr, t) {
     tr.children[0].title = t.idle ? "idle: tasks are ready and no consumer takes them" : "";
   }
   const paused = t.paused !== null ? "1" : "0";
-  if (tr.dataset.paused !== paused || tr.dataset.ro !== String(state.readOnly)) {
+  const rights = `${state.readOnly} ${t.rights}`;
+  if (tr.dataset.paused !== paused || tr.dataset.rights !== rights) {
     tr.dataset.paused = paused;
-    tr.dataset.ro = String(state.readOnly);
+    tr.dataset.rights = rights;
     tr.lastChild.replaceChildren(tubeActions(t));
   }
 }
@@ -382,7 +393,14 @@ async function renderTube() {
   $("#task-tabs").replaceChildren(...tabs);
   $("#put button").disabled = state.readOnly;
   $("#put button").title = state.readOnly ? state.readOnlyWhy : "put a task";
-  await renderTasks(false);
+  $("#put").hidden = !may(t, "put");
+  // A producer with `put` alone sees the figures, not the tasks (their data is others').
+  state.rights = t.rights || [];
+  const seesTasks = may(t, "take") || may(t, "admin");
+  for (const id of ["#task-tabs", "#find", "#tasks-wrap"]) $(id).hidden = !seesTasks;
+  $("#tasks-denied").hidden = seesTasks;
+  if (seesTasks) await renderTasks(false);
+  else $("#more").hidden = true;
 }
 
 function dataText(task) {
@@ -404,6 +422,9 @@ function taskRow(task, path) {
   const actions = document.createElement("td");
   const span = document.createElement("span");
   span.className = "actions";
+  actions.append(span);
+  tr.append(actions);
+  if (!state.rights.includes("admin")) return tr;
   if (task.status !== "buried" && task.status !== "taken") {
     span.append(button("Bury", "set this task aside", () => act(`bury ${task.id}`, `${path}/${task.id}/bury`)));
   }
@@ -413,8 +434,6 @@ function taskRow(task, path) {
   span.append(button("Delete", "delete this task", () => {
     if (confirm(`Delete task ${task.id}?`)) act(`delete ${task.id}`, `${path}/${task.id}/delete`);
   }, true));
-  actions.append(span);
-  tr.append(actions);
   return tr;
 }
 
@@ -591,7 +610,11 @@ async function start() {
     const s = await api("/api/server");
     state.readOnly = s.read_only;
     state.readOnlyWhy = s.read_only ? "read-only: start tarq with --user and --password to act" : "";
-    $("#server").textContent = `tarq ${s.version}` + (s.read_only ? " · read-only" : "");
+    state.you = s.you || state.you;
+    const who = state.you.user === null ? "" : ` · ${state.you.user}`;
+    $("#server").textContent = `tarq ${s.version}` + (s.read_only ? " · read-only" : who);
+    // Creating a tube needs `admin` on it: the cluster's, or on every tube (`*`).
+    $("#create").hidden = !s.read_only && !(state.you.every_tube || []).includes("admin");
   } catch (e) {
     say(e.message, "error");
   }
