@@ -3,7 +3,8 @@
 //! traffic. The tube table shows what `queue.statistics` gives, a chart has points, the page
 //! follows a dark theme, stops listening to the event stream while hidden behind another tab
 //! (and listens again when shown), pressing a buried task's Kick makes it ready, and a page
-//! listing 4,096 tubes renders in under a second.
+//! listing 4,096 tubes renders in under a second, and a user without `admin` is offered no
+//! action button.
 //! Screenshots go to `results/http-console-2026-11-27/`. Without chromium and chromedriver the
 //! tests say what they skipped; under `CI=true` a missing browser fails them (`.ci/test`
 //! installs both).
