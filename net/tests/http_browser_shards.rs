@@ -3,7 +3,9 @@
 //! chromium opening each node's console.
 //! - the tube's row is the whole tube, once, with the counts `queue.statistics` gives, the same
 //!   on both nodes' consoles;
-//! - its page lists the four partitions with their owning sets, whose counts add up to it;
+//! - its page lists the four partitions with their owning sets, whose counts add up to it, and
+//!   its task list the whole tube's tasks, each once with its partition, of both sets'
+//!   partitions, paged on with "More";
 //! - the cluster page shows both sets with their primaries, the members and the placement;
 //! - a task of the other set's partition is found by id from a node's console and buried
 //!   there with its Bury button, which the other set's primary does.
@@ -169,6 +171,46 @@ fn the_console_of_either_node_shows_the_whole_sharded_cluster() {
         "the partitions' totals add up to the tube's: {parts:?}"
     );
     br.screenshot(&results().join("tube-partitions.png"));
+
+    // Its task list, on node b: the whole tube's ready tasks, each once with its partition,
+    // of both sets' partitions; "More" goes on across the partitions.
+    let set_of = |p: &str| {
+        let row = parts.iter().find(|r| r[0] == p);
+        row.map(|r| r[2].as_str().unwrap().to_owned())
+    };
+    let ready = want["ready"].as_u64().unwrap();
+    assert!(ready > 50, "more than a page: {want}");
+    br.until(
+        "the first page of tasks",
+        "return document.querySelectorAll('#tasks tbody tr[data-partition]').length === 50",
+    );
+    br.click("#more");
+    let listed = br.until(
+        "every ready task listed",
+        &format!(
+            "const rows = document.querySelectorAll('#tasks tbody tr[data-partition]'); \
+             if (rows.length !== {ready}) return null; \
+             return [...rows].map((r) => [r.dataset.task, r.dataset.partition, \
+               r.querySelector('td[data-col=\"partition\"]').textContent]);"
+        ),
+    );
+    let listed = listed.as_array().unwrap();
+    let ids: std::collections::HashSet<&str> =
+        listed.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(ids.len() as u64, ready, "each task once: {listed:?}");
+    let sets: std::collections::HashSet<String> = listed
+        .iter()
+        .map(|r| {
+            assert_eq!(r[1], r[2], "the partition shown is the row's: {r:?}");
+            set_of(r[1].as_str().unwrap()).unwrap_or_else(|| panic!("no partition {r:?}"))
+        })
+        .collect();
+    assert_eq!(sets.len(), 2, "tasks of both sets' partitions: {sets:?}");
+    let shown = br.script(
+        "return getComputedStyle(document.querySelector('#tasks th[data-col=\"partition\"]')).display",
+    );
+    assert_ne!(shown, "none", "the partition column is shown");
+    br.screenshot(&results().join("tube-tasks.png"));
 
     // A task of set a's partition, found by id from node b's console, and buried from there.
     let number = a_ids[0];

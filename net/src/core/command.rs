@@ -202,6 +202,17 @@ pub enum Command<'a> {
     DropUser {
         name: &'a str,
     },
+    /// Up to `limit` tasks of `tube` in `status`, in the order the tube keeps them, after task
+    /// `after` (from the first when `None`, or when `after` is no longer of that status):
+    /// what the console lists. On a sharded cluster the router lists the whole tube, asking
+    /// each partition's owner with this command (`Outcome::Tasks`) and answering with the
+    /// page (`Outcome::TaskPage`).
+    ListTasks {
+        tube: TubeIx,
+        status: Status,
+        after: Option<TaskId>,
+        limit: u32,
+    },
 }
 
 impl Command<'_> {
@@ -222,6 +233,7 @@ impl Command<'_> {
             self,
             Command::Peek { .. }
                 | Command::PeekFirst { .. }
+                | Command::ListTasks { .. }
                 | Command::TaskFigures { .. }
                 | Command::TubeFigures { .. }
                 | Command::TubeStats { .. }
@@ -244,6 +256,7 @@ impl Command<'_> {
             self,
             Command::Peek { .. }
                 | Command::PeekFirst { .. }
+                | Command::ListTasks { .. }
                 | Command::TaskFigures { .. }
                 | Command::TubeFigures { .. }
                 | Command::TubeStats { .. }
@@ -291,6 +304,11 @@ pub enum Outcome<'q> {
     TaskFigures(Box<TaskFigures>),
     /// Every tube's counters by name (`queue.statistics()`).
     AllStats(Vec<(String, Stats)>),
+    /// One partition's tasks of a listing (`Command::ListTasks`), owned: they travel between
+    /// nodes and wait for the other partitions' answers.
+    Tasks(Vec<Listed>),
+    /// A whole tube's listing across its partitions (`Command::ListTasks` on a sharded node).
+    TaskPage(Box<TaskPage>),
     ServerStats(Box<Snapshot>),
     /// The snapshot call's report.
     Text(String),
@@ -315,6 +333,119 @@ pub struct TaskFigures {
     pub ttr_left: Micros,
     pub deliveries: u16,
     pub counts: JobCounts,
+}
+
+/// How much of a task's payload a listing carries: a listing shows a preview, and a page of
+/// [`MAX_PAGE`](crate::frontend::http::MAX_PAGE) tasks from each of a tube's partitions stays
+/// about a megabyte a partition on the links however large the payloads are.
+pub const LIST_PREVIEW_BYTES: usize = 1024;
+
+/// A task as a listing shows it: its fields, and its payload whole or, when longer than
+/// [`LIST_PREVIEW_BYTES`], cut to them (`cut`) — still one MessagePack value: a string or
+/// bytes keep their first bytes (a string at a character's boundary), any other value is left
+/// out. `size` is the payload's size as the console shows it (a string's or bytes' length,
+/// else the MessagePack's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listed {
+    pub id: TaskId,
+    pub status: Status,
+    pub runat: Micros,
+    pub pri: i64,
+    pub ttl: Option<Micros>,
+    pub ttr: Option<Micros>,
+    pub created: Micros,
+    pub deliveries: u16,
+    #[serde(with = "serde_bytes")]
+    pub utube: Option<Vec<u8>>,
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+    pub size: u64,
+    pub cut: bool,
+}
+
+impl Listed {
+    /// Task `t` as a listing carries it.
+    pub fn of(t: &TaskRef<'_>) -> Listed {
+        let (data, size, cut) = preview(t.data, LIST_PREVIEW_BYTES);
+        Listed {
+            id: t.id,
+            status: t.status,
+            runat: t.runat,
+            pri: t.pri,
+            ttl: t.ttl,
+            ttr: t.ttr,
+            created: t.created,
+            deliveries: t.deliveries,
+            utube: t.utube.map(<[u8]>::to_vec),
+            data,
+            size,
+            cut,
+        }
+    }
+
+    /// The task as the front-ends show one (its tube and holder are the listing's business).
+    pub fn task_ref(&self, tube: TubeIx) -> TaskRef<'_> {
+        TaskRef {
+            id: self.id,
+            status: self.status,
+            runat: self.runat,
+            pri: self.pri,
+            ttl: self.ttl,
+            ttr: self.ttr,
+            created: self.created,
+            owner: None,
+            data: &self.data,
+            tube,
+            deliveries: self.deliveries,
+            utube: self.utube.as_deref(),
+            counts: JobCounts::default(),
+        }
+    }
+}
+
+/// `data` (one MessagePack value) cut to `limit` bytes of its string or bytes: the preview,
+/// the size shown, and whether it was cut.
+fn preview(data: &[u8], limit: usize) -> (Vec<u8>, u64, bool) {
+    use tarq_iproto::mp::write;
+    let mut r = tarq_iproto::mp::Reader::new(data);
+    match r.read_str_or_bin() {
+        Ok(body) if r.is_empty() => {
+            if body.len() <= limit {
+                return (data.to_vec(), body.len() as u64, false);
+            }
+            let mut out = Vec::with_capacity(limit + 5);
+            let is_str = (0xa0..=0xbf).contains(&data[0]) || (0xd9..=0xdb).contains(&data[0]);
+            match std::str::from_utf8(body).ok().filter(|_| is_str) {
+                Some(text) => {
+                    let mut end = limit;
+                    while !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    write::str(&mut out, &text[..end]);
+                }
+                None => write::bin(&mut out, &body[..limit]),
+            }
+            (out, body.len() as u64, true)
+        }
+        _ if data.len() > limit => (Vec::new(), data.len() as u64, true),
+        _ => (data.to_vec(), data.len() as u64, false),
+    }
+}
+
+/// A tube's tasks of one status across its partitions, as a sharded node answers a listing:
+/// the partitions in order, each one's tasks in the order it keeps them, cut at the page's
+/// limit; the cursor for the next page; and the partitions whose owners did not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskPage {
+    /// The tube's name and the status listed.
+    pub tube: String,
+    pub status: Status,
+    /// (partition number, its engine index, the task).
+    pub tasks: Vec<(u16, TubeIx, Listed)>,
+    /// The id of the last task shown when there are more: the next page's `after`.
+    pub next_after: Option<TaskId>,
+    /// Partitions not listed: (partition number, owning set, why).
+    pub unanswered: Vec<(u16, String, String)>,
 }
 
 /// Why a command was refused, for the front-end to word and code (its Display is the core's
@@ -353,4 +484,31 @@ pub enum Refusal {
     /// where nothing was done, a client must not retry it blindly.
     #[error("outcome unknown: {0}")]
     Unknown(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_carries_a_preview_that_is_still_one_messagepack_value() {
+        // Short: whole.
+        assert_eq!(
+            preview(&[0xa2, b'h', b'i'], 4),
+            (vec![0xa2, b'h', b'i'], 2, false)
+        );
+        // A string cut at a character's boundary (é is two bytes), its length kept.
+        let (cut, size, was) = preview(&[0xa6, b'a', b'b', b'c', 0xc3, 0xa9, b'z'], 4);
+        assert_eq!((cut, size, was), (vec![0xa3, b'a', b'b', b'c'], 6, true));
+        // Bytes cut as bytes.
+        let (cut, size, was) = preview(&[0xc4, 3, 1, 2, 3], 2);
+        assert_eq!((cut, size, was), (vec![0xc4, 2, 1, 2], 3, true));
+        // Any other value longer than the preview: left out, its size kept.
+        let (cut, size, was) = preview(&[0x93, 1, 2, 3], 2);
+        assert_eq!((cut, size, was), (vec![], 4, true));
+        assert_eq!(
+            preview(&[0x93, 1, 2, 3], 4),
+            (vec![0x93, 1, 2, 3], 4, false)
+        );
+    }
 }

@@ -8,7 +8,7 @@ use tarq_engine::{
     TaskRef, TubeIx, TubePut, DEFAULT_TUBE,
 };
 
-use super::command::TaskFigures;
+use super::command::{Listed, TaskFigures};
 use super::parked::MAX_PARKED_PER_CONN;
 use super::{Caller, Command, Core, Host, On, Outcome, Refusal};
 
@@ -450,6 +450,15 @@ impl<R: Copy> Core<R> {
             Command::PeekFirst { tube, status } => match q.peek_first(tube, status) {
                 Ok(Some(t)) => (Outcome::Task(t), None),
                 Ok(None) => (Outcome::Nothing, None),
+                Err(e) => (Outcome::Error(e.into()), None),
+            },
+            Command::ListTasks {
+                tube,
+                status,
+                after,
+                limit,
+            } => match q.list(tube, status, after, limit as usize) {
+                Ok(tasks) => (Outcome::Tasks(tasks.iter().map(Listed::of).collect()), None),
                 Err(e) => (Outcome::Error(e.into()), None),
             },
             Command::TaskFigures { id } => match task_figures(q, id, now) {

@@ -24,7 +24,9 @@ pub mod waiting_puts;
 
 use tarq_engine::{Bytes, Event, Micros, Queue, SessionId, Stats, TubeIx};
 
-pub use command::{Command, On, Outcome, Refusal, TaskFigures};
+pub use command::{
+    Command, Listed, On, Outcome, Refusal, TaskFigures, TaskPage, LIST_PREVIEW_BYTES,
+};
 pub use execute::Unneeded;
 use journal::{Journal, Ticket};
 pub use moves::Page;

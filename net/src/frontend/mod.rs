@@ -186,6 +186,9 @@ pub trait Loop {
         cmd: Command<'_>,
         may_relay: bool,
     );
+    /// Whether this node is a sharded cluster's (`--replica-set`): a tube's tasks are its
+    /// partitions' owners' to list.
+    fn sharded(&self) -> bool;
     /// A sharded cluster's tubes as the console shows them (`None` on a single node): each
     /// summed over its partitions, the same from every node, at most a second old.
     fn cluster_tubes(

@@ -87,6 +87,10 @@ impl frontend::Loop for Server {
         }
     }
 
+    fn sharded(&self) -> bool {
+        self.shards.is_some()
+    }
+
     fn makes_tubes_on_demand(&self) -> bool {
         self.shards.is_none()
     }

@@ -10,7 +10,7 @@ use tarq_ops::live::Sample;
 
 use super::response;
 use super::Reply;
-use crate::core::{Outcome, Refusal};
+use crate::core::{Listed, Outcome, Refusal, TaskPage};
 use crate::frontend::iproto::errors::{refusal_text, text};
 use crate::frontend::iproto::Style;
 
@@ -63,7 +63,7 @@ fn opt_secs(m: Option<Micros>) -> Value {
 
 /// Bytes of a payload a listing shows (the task's own page, a peek, shows it whole): a page
 /// of [`MAX_PAGE`](super::MAX_PAGE) tasks stays about a megabyte however big the tasks are.
-pub const PREVIEW_BYTES: usize = 1024;
+pub const PREVIEW_BYTES: usize = crate::core::LIST_PREVIEW_BYTES;
 
 /// A task's payload, shown safely: a MessagePack string as `data` (text), bytes as
 /// `data_base64`, any other value as `data` in its JSON form. With `preview`, at most
@@ -155,6 +155,41 @@ fn task_shown(
     }
     payload(&mut o, t.data, preview);
     Value::Object(o)
+}
+
+/// A task of a listing (`Listed`) of partition `ix` of the tube whose first partition is
+/// `head`, as [`task_preview`] shows a task here: its payload's preview, cut by its owner.
+pub fn listed(t: &Listed, ix: TubeIx, head: TubeIx, first: u64) -> Value {
+    let mut v = task_preview(&t.task_ref(ix), head, first);
+    if t.cut {
+        v["truncated"] = json!(true);
+        v["size"] = json!(t.size);
+    }
+    v
+}
+
+/// A sharded cluster's listing of tube `head` (first partition's numbers from `first`):
+/// each task with its `partition`, the cursor of the next page, and the partitions whose
+/// owners did not answer in time (their tasks are not in the page).
+pub fn task_page(page: &TaskPage, head: TubeIx, first: u64) -> Value {
+    let tasks: Vec<Value> = (page.tasks.iter())
+        .map(|(p, ix, t)| {
+            let mut v = listed(t, *ix, head, first);
+            v["partition"] = json!(p);
+            v
+        })
+        .collect();
+    let next = page.next_after.map(|id| number_from(head, first, id));
+    let unanswered: Vec<Value> = (page.unanswered.iter())
+        .map(|(p, set, why)| json!({ "partition": p, "set": set, "error": why }))
+        .collect();
+    json!({
+        "tube": page.tube,
+        "status": status_name(page.status),
+        "tasks": tasks,
+        "next_after": next,
+        "unanswered": unanswered,
+    })
 }
 
 /// `queue.statistics(NAME)`: `{tasks = {...}, calls = {...}}`, the same keys and values.
@@ -308,6 +343,11 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
                 .collect();
             (200, Value::Object(tubes))
         }
+        Outcome::Tasks(tasks) => {
+            let shown = (tasks.iter()).map(|t| listed(t, r.tube, r.tube, r.first));
+            (200, json!({ "tasks": shown.collect::<Vec<_>>() }))
+        }
+        Outcome::TaskPage(page) => (200, task_page(page, r.tube, r.first)),
         Outcome::Full => (409, json!({ "error": "the tube is full", "status": 409 })),
         Outcome::ServerStats(_) | Outcome::Text(_) => (200, json!({ "ok": true })),
         Outcome::Error(e) => {

@@ -549,10 +549,14 @@ impl<'r, L: Loop> Request<'r, L> {
         Ok(())
     }
 
-    /// `?status=ready&after=ID&limit=N`: the tasks in the order the tube keeps them.
+    /// `?status=ready&after=ID&limit=N`: the tasks in the order the tube keeps them. On a
+    /// sharded cluster the whole tube's, partition by partition, each task with its
+    /// `partition`: the router asks the owners and answers once they have (or after a bounded
+    /// wait, naming those that did not in `unanswered`).
     fn list_tasks(&mut self, name: &str) -> Result<(), Refused> {
-        let t = self.seen_tube(name)?;
+        self.seen_tube(name)?;
         self.allow(Need::Tasks(name), &format!("the tasks of tube '{name}'"))?;
+        let (t, numbers) = (self.l.tube_named(name)).ok_or((404, "Tube not found".to_owned()))?;
         let q = Query::parse(self.head.query)?;
         let status = match q.get("status") {
             None => Status::Ready,
@@ -562,6 +566,18 @@ impl<'r, L: Loop> Request<'r, L> {
             ))?,
         };
         let limit = q.limit()?;
+        if self.l.sharded() {
+            let after = q.number("after")?.map(|n| numbers.id_of(t, n));
+            let reply = self.reply(Answer::Ok, t, numbers.first);
+            let cmd = Command::ListTasks {
+                tube: t,
+                status,
+                after,
+                limit: limit as u32,
+            };
+            self.l.dispatch(self.idx, reply, cmd);
+            return Ok(());
+        }
         let queue = self.l.queue();
         let first = queue.tube_numbers(t).first;
         let after = q.number("after")?.map(|n| queue.task_id_in(t, n));

@@ -375,7 +375,9 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         | Outcome::TubeStats(_)
         | Outcome::AllStats(_)
         | Outcome::TubeFigures { .. }
-        | Outcome::TaskFigures(_) => one_value(out, r, write::nil),
+        | Outcome::TaskFigures(_)
+        | Outcome::Tasks(_)
+        | Outcome::TaskPage(_) => one_value(out, r, write::nil),
         Outcome::Error(e) => error(out, r, e),
     }
 }

@@ -16,7 +16,7 @@ use tarq_engine::{
     MovedDedup, MovedTask, Stats, TaskId, TaskRef, TubeNumbers, TubeOptions, TubeType,
 };
 
-use crate::core::{Command, Outcome, Refusal, TaskFigures};
+use crate::core::{Command, Listed, Outcome, Refusal, TaskFigures};
 
 /// The call that turns an IPROTO connection into a link.
 pub const LINK: &str = "tarq.link";
@@ -94,7 +94,10 @@ pub enum Ask<'a> {
 pub enum Answer<'a> {
     Task(#[serde(borrow)] TaskRef<'a>),
     Done(#[serde(borrow)] TaskRef<'a>),
-    DoneId { id: TaskId, number: u64 },
+    DoneId {
+        id: TaskId,
+        number: u64,
+    },
     Nothing,
     Ready(u16),
     Full,
@@ -102,10 +105,15 @@ pub enum Answer<'a> {
     Ok,
     Dropped,
     TubeStats(Stats),
-    TubeFigures { stats: Stats, urgent: u64 },
+    TubeFigures {
+        stats: Stats,
+        urgent: u64,
+    },
     TaskFigures(Box<TaskFigures>),
     Text(String),
     Error(Refusal),
+    /// One partition's tasks of a listing (`Command::ListTasks`).
+    Tasks(Vec<Listed>),
 }
 
 impl<'a> Answer<'a> {
@@ -136,6 +144,8 @@ impl<'a> Answer<'a> {
             Outcome::Tube(t) => Answer::Text(format!("tube {}", t.name)),
             Outcome::ServerStats(_) => Answer::Text("server stats".into()),
             Outcome::AllStats(_) => Answer::Text("every tube's figures".into()),
+            Outcome::Tasks(tasks) => Answer::Tasks(tasks.clone()),
+            Outcome::TaskPage(_) => Answer::Text("a tube's page of tasks".into()),
         }
     }
 
@@ -156,6 +166,7 @@ impl<'a> Answer<'a> {
             Answer::TaskFigures(f) => Outcome::TaskFigures(f),
             Answer::Text(t) => Outcome::Text(t),
             Answer::Error(r) => Outcome::Error(r),
+            Answer::Tasks(tasks) => Outcome::Tasks(tasks),
         }
     }
 }

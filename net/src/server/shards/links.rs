@@ -244,6 +244,7 @@ impl Server {
             self.link_failed(set, &why);
         }
         self.expire_calls();
+        self.expire_listings();
         self.timers_changed();
     }
 
@@ -363,6 +364,7 @@ impl Server {
                 other => self.answer(p.client, &other),
             },
             Then::Move { id } => self.move_answered(id, &outcome),
+            Then::List { key, at } => self.listed(key, at, outcome),
             Then::Ignore => {}
             Then::Peek { status, left } => match outcome {
                 Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {

@@ -25,6 +25,7 @@ mod held;
 mod holds;
 mod incoming;
 mod links;
+mod listing;
 mod move_machine;
 mod moving;
 mod out_link;
@@ -161,6 +162,11 @@ enum Then {
         status: tarq_engine::Status,
         left: Vec<TubeIx>,
     },
+    /// The `at`th partition's tasks of listing `key`.
+    List {
+        key: u64,
+        at: usize,
+    },
     /// A step of move `id` this node runs, answered by the new owner.
     Move {
         id: u64,
@@ -270,6 +276,8 @@ pub(crate) struct Shards {
     reads: unknown::Reads,
     /// The console's figures of every partition, kept for a second.
     console: console::Console,
+    /// Task listings waiting for their partitions' owners, by key (from `next_gather`).
+    listings: HashMap<u64, listing::Listing>,
 }
 
 impl Shards {
@@ -352,6 +360,7 @@ impl Shards {
             awaiting_map: Vec::new(),
             reads: unknown::Reads::default(),
             console: console::Console::default(),
+            listings: HashMap::new(),
         }
     }
 
@@ -469,6 +478,7 @@ impl Shards {
             .filter_map(|s| s.link.as_ref()?.next_check(self.limits.link_timeout))
             .min();
         let orphans = self.holds.next_deadline();
+        let listings = self.listings.values().map(|l| l.deadline).min();
         [
             wait,
             self.move_check_at(),
@@ -476,6 +486,7 @@ impl Shards {
             let_go,
             links,
             orphans,
+            listings,
             self.call_deadlines.next(),
         ]
         .into_iter()
@@ -899,6 +910,7 @@ fn named_partition(cmd: &Command<'_>) -> Option<TubeIx> {
         | Command::KickAny { tube, .. }
         | Command::PeekFirst { tube, .. }
         | Command::TubeFigures { tube }
+        | Command::ListTasks { tube, .. }
         | Command::Watch { tube } => Some(tube),
         Command::Take { on, .. } => Some(on.tube()),
         Command::Ack { on, id } | Command::Release { on, id, .. } => match on {

@@ -238,6 +238,15 @@ impl Server {
                 self.gather_all(client, leads);
                 return None;
             }
+            Command::ListTasks {
+                tube,
+                status,
+                after,
+                limit,
+            } => {
+                self.list_across(client, tube, status, after, limit as usize, leads);
+                return None;
+            }
             Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
                 self.drop_placed(client, tube, leads);
                 return None;

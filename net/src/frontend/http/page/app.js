@@ -372,6 +372,7 @@ async function renderTube() {
   $("#tube-figures").replaceChildren(...figs);
   // A sharded cluster's tube: the row above is the whole tube; here each partition, where
   // it is and its counts as its owner gave them.
+  $("#tasks").toggleAttribute("data-sharded", Array.isArray(t.partitions));
   $("#tube-partitions").replaceChildren(...(Array.isArray(t.partitions) ? [
     heading(`Partitions (${t.partitions.length})`),
     table(t.partitions, [
@@ -411,12 +412,15 @@ function dataText(task) {
 function taskRow(task, path) {
   const tr = document.createElement("tr");
   tr.dataset.task = String(task.id);
-  const cells = [task.id, task.status, task.pri, new Date(task.created * 1000).toLocaleString(), task.deliveries, dataText(task)];
+  // A sharded cluster's listing says which partition each task is in (found by id: unknown).
+  if (task.partition !== undefined) tr.dataset.partition = String(task.partition);
+  const cells = [task.id, task.partition ?? "", task.status, task.pri, new Date(task.created * 1000).toLocaleString(), task.deliveries, dataText(task)];
   cells.forEach((v, i) => {
     const td = document.createElement("td");
     td.textContent = String(v);
-    if (i === 0 || i === 2 || i === 4) td.className = "n";
-    if (i === 5) { td.className = "data"; td.title = String(v); }
+    if (i === 0 || i === 1 || i === 3 || i === 5) td.className = "n";
+    if (i === 1) td.dataset.col = "partition";
+    if (i === 6) { td.className = "data"; td.title = String(v); }
     tr.append(td);
   });
   const actions = document.createElement("td");
@@ -460,6 +464,13 @@ async function renderTasks(more) {
   if (more) body.append(...rows); else body.replaceChildren(...rows);
   state.taskAfter = page.next_after;
   $("#more").hidden = page.next_after === null;
+  // Partitions whose owners did not answer in time: their tasks are not in the list.
+  const missing = page.unanswered || [];
+  const note = $("#tasks-unanswered");
+  note.hidden = missing.length === 0;
+  note.dataset.partitions = missing.map((m) => m.partition).join(",");
+  note.textContent = missing.length === 0 ? "" : "Not listed: " + missing
+    .map((m) => `partition ${m.partition} (replica set ${m.set}): ${m.error}`).join("; ");
 }
 
 // ---- cluster ----
