@@ -721,3 +721,110 @@ fn the_http_api_lists_users_to_the_administrator() {
         "{body}"
     );
 }
+
+/// Users reach every replica set of a sharded cluster (issue 38): a user made through one
+/// set's primary logs in on every node of both sets, its grant made through the other set's
+/// replica applies everywhere, and its drop through the first set shuts it out of all of them.
+/// etcd holds the cluster's table; each set's primary journals it, so its replica has it too.
+#[test]
+fn users_reach_every_replica_set_of_a_sharded_cluster() {
+    let etcd = cluster::Etcd::start();
+    let boot = ["--user", "admin", "--password", "boot"];
+    let nodes = cluster::Nodes::start_sets(&etcd, &[("a", 2), ("b", 2)], &boot);
+    let a = nodes.wait_leader_among(&[0, 1]);
+    let b = nodes.wait_leader_among(&[2, 3]);
+    let b_replica = if b == 2 { 3 } else { 2 };
+    nodes.wait_following(b_replica);
+    let addr = |i: usize| nodes.nodes[i].addr;
+    let mut admin_a = login(addr(a), "admin", "boot");
+    let opts = map(&[("partitions", Value::from(2))]);
+    ok(admin_a.call("queue.create_tube", &[s("jobs"), s("fifo"), opts]));
+    ok(admin_a.call(
+        "box.schema.user.create",
+        &[s("bob"), map(&[("password", s("pw"))])],
+    ));
+    ok(admin_a.call(
+        "box.schema.user.grant",
+        &[s("bob"), s("put"), s("tube"), s("jobs")],
+    ));
+    for i in 0..4 {
+        wait_until(&format!("bob can log in on node {i}"), || {
+            auth_as(&mut Client::connect(addr(i)), "bob", "pw").code == 0
+        });
+    }
+    // Put through the other set: bob's right is there; take is not granted yet.
+    let mut bob_b = login(addr(b), "bob", "pw");
+    for n in 0..4 {
+        ok(bob_b.call("queue.tube.jobs:put", &[Value::from(n)]));
+    }
+    bob_b
+        .call("queue.tube.jobs:take", &[Value::from(0)])
+        .err(ER_ACCESS_DENIED);
+
+    // A grant through set b's replica: made in etcd, so every set's primary applies it.
+    let mut admin_b_replica = login(addr(b_replica), "admin", "boot");
+    ok(admin_b_replica.call(
+        "box.schema.user.grant",
+        &[s("bob"), s("take"), s("tube"), s("jobs")],
+    ));
+    let mut bob_a = login(addr(a), "bob", "pw");
+    wait_until("bob's take right reaches set a", || {
+        bob_a.call("queue.tube.jobs:take", &[Value::from(0)]).code == 0
+    });
+    for i in 0..4 {
+        let listed = |c: &mut Client| {
+            let users = tarq_net::ctl::to_json(&c.call("tarq.users", &[]).one());
+            users.to_string().contains("put,take")
+        };
+        let mut admin = login(addr(i), "admin", "boot");
+        wait_until(&format!("node {i} lists bob's take"), || listed(&mut admin));
+    }
+
+    // A drop through set a shuts bob out of every node.
+    ok(admin_a.call("box.schema.user.drop", &[s("bob")]));
+    for i in 0..4 {
+        wait_until(&format!("bob is refused on node {i}"), || {
+            auth_as(&mut Client::connect(addr(i)), "bob", "pw").code != 0
+        });
+    }
+
+    // etcd's table lost (deleted by hand): the primaries seed it again with the users they
+    // hold, and those stay everywhere.
+    ok(admin_a.call(
+        "box.schema.user.create",
+        &[s("carl"), map(&[("password", s("c"))])],
+    ));
+    for i in 0..4 {
+        wait_until(&format!("carl can log in on node {i}"), || {
+            auth_as(&mut Client::connect(addr(i)), "carl", "c").code == 0
+        });
+    }
+    let mut e = tarq_cluster::etcd::Client::new(vec![etcd.url.clone()]);
+    let key = tarq_cluster::users::key_of("c");
+    let budget = std::time::Duration::from_secs(5);
+    let read = |e: &mut tarq_cluster::etcd::Client| {
+        let got = e.txn(
+            &[],
+            &[tarq_cluster::etcd::Op::Get(key.clone())],
+            &[],
+            budget,
+        );
+        let kv = got
+            .expect("etcd answers")
+            .ranges
+            .into_iter()
+            .flatten()
+            .next();
+        tarq_cluster::users::parse(kv.as_ref()).expect("a table")
+    };
+    assert!(read(&mut e).table.contains_key("carl"));
+    let del = [tarq_cluster::etcd::Op::Delete(key.clone())];
+    e.txn(&[], &del, &[], budget).expect("etcd deletes");
+    wait_until("the primaries seed the table again", || {
+        let t = read(&mut e);
+        t.revision != 0 && t.table.contains_key("carl") && !t.table.contains_key("bob")
+    });
+    for i in 0..4 {
+        ok(auth_as(&mut Client::connect(addr(i)), "carl", "c"));
+    }
+}

@@ -31,6 +31,7 @@ pub mod etcd;
 pub mod link_key;
 pub mod moves;
 pub mod placement;
+pub mod users;
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +47,7 @@ pub use placement::{
     ClusterMap, IndexUse, PartitionPlacement, Placement, PlacementError, PlacementFence, SetView,
     TubePlacement,
 };
+pub use users::{UsersChange, UsersRead, UsersTable};
 
 /// What the election thread last read from etcd, for operators (`queue.cluster()`): the leader
 /// with its term, and every member key. Read under a lock the thread holds only to replace it.
@@ -63,6 +65,9 @@ pub struct Overview {
     pub placement: Arc<Placement>,
     /// The cluster's link key (`link_key`), once a sharded node has read it.
     pub link_key: Option<LinkKey>,
+    /// A sharded node's view of the cluster's users (`users`); empty, revision 0, on an
+    /// unsharded node or before etcd answered.
+    pub users: Arc<UsersRead>,
 }
 
 impl Overview {
@@ -113,6 +118,16 @@ pub enum EventKind {
     /// placement epoch, or some set's leader (name, address or term) changed. Sent once after
     /// the first successful read too. `Cluster::overview` already holds the new map.
     MapChanged { epoch: i64 },
+    /// A sharded node read the cluster's users at another revision than the last announced
+    /// (sent once after the first read too). `Cluster::overview` already holds them.
+    UsersChanged { revision: i64 },
+    /// The answer to `change_users` with the caller's `token`. `Err` does not prove that
+    /// nothing was written when etcd failed (the answer may be what was lost): the next
+    /// `UsersChanged` shows which.
+    UsersDone {
+        token: u64,
+        result: Result<(), String>,
+    },
     /// The answer to `create_tube`, `drop_tube` or `place` with the caller's `token`: the tube
     /// as created, as it was before the drop, or as placed now. `Err(PlacementError::Etcd)`
     /// does not prove that nothing was written: a transaction may commit and its answer be
@@ -164,6 +179,7 @@ pub(crate) enum Command {
     Resign,
     Shutdown,
     Placement { token: u64, change: Change },
+    Users { token: u64, change: UsersChange },
     RecordCommitted(Position),
     ReadPlacement,
 }
@@ -370,6 +386,12 @@ impl Cluster {
                 id,
             },
         );
+    }
+
+    /// Asks to change the cluster's users (a sharded node); answered by `UsersDone`.
+    pub fn change_users(&self, token: u64, change: UsersChange) {
+        // A send fails only while the handle is being dropped: nobody waits for the answer.
+        let _ = self.commands.send(Command::Users { token, change });
     }
 
     fn change(&self, token: u64, change: Change) {

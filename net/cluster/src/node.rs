@@ -22,6 +22,7 @@ use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
 use crate::link_key::{self, LinkKey, LINK_KEY_LEN};
 use crate::moves;
 use crate::placement::{self, ClusterMap, Placement, PlacementError, PlacementFence};
+use crate::users::{self, UsersChange, UsersRead};
 use crate::{Change, Command, Config, DeposeReason, Event, EventKind, Overview};
 
 /// Shortest budget given to a call: below this a call cannot even connect, and failing it
@@ -69,6 +70,8 @@ struct View {
     /// The set's committed position, as its leaders recorded it (`record_committed`).
     committed: Option<Position>,
     map: Option<MapRead>,
+    /// A sharded node's read of the cluster's users (`Err`: the key is damaged).
+    users: Option<Result<UsersRead, String>>,
 }
 
 /// The cluster map with the instants its read was sent and answered.
@@ -111,6 +114,10 @@ pub struct Node {
     map_read: bool,
     /// What the last `MapChanged` announced.
     announced: Option<MapSignature>,
+    /// The cluster's users as last read (sharded nodes), and whether a damaged key was said.
+    users: Arc<UsersRead>,
+    users_announced: Option<i64>,
+    users_refused: bool,
     /// A `MapChanged` to send once the overview is updated.
     pending_map_event: Option<i64>,
     state: State,
@@ -165,6 +172,9 @@ impl Node {
             default_refused: false,
             link_key: None,
             link_key_refused: false,
+            users: Arc::default(),
+            users_announced: None,
+            users_refused: false,
             announced: None,
             pending_map_event: None,
             state: State::Unknown,
@@ -190,6 +200,7 @@ impl Node {
             match commands.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
                 Ok(Command::Resign) => self.resign(),
                 Ok(Command::Placement { token, change }) => self.change(token, change),
+                Ok(Command::Users { token, change }) => self.change_users(token, change),
                 Ok(Command::RecordCommitted(position)) => self.record_committed(position),
                 Ok(Command::ReadPlacement) => {
                     self.read_asked = true;
@@ -316,6 +327,24 @@ impl Node {
             self.next_poll = Instant::now();
         }
         self.emit(EventKind::PlacementDone { token, result });
+    }
+
+    /// Runs a change of the cluster's users the loop asked for and answers it.
+    fn change_users(&mut self, token: u64, change: UsersChange) {
+        let cluster = self.config.cluster.clone();
+        let result = match self.call(|c, b| users::change(c, &cluster, &change, b)) {
+            Ok(result) => result,
+            Err(e) => {
+                let message = format!("etcd: {e}");
+                self.etcd_failed(e);
+                Err(message)
+            }
+        };
+        if result.is_ok() {
+            // Read the users soon: the loop applies what it reads.
+            self.next_poll = Instant::now();
+        }
+        self.emit(EventKind::UsersDone { token, result });
     }
 
     /// Steps down when the claim has run out: the refreshes that would have extended it failed.
@@ -453,6 +482,12 @@ impl Node {
                 reads.extend(placement::map_ops(cluster, true));
             }
         }
+        if sharded {
+            // The users, after the map in both branches: one small key, read every poll.
+            let key = users::key_of(&self.config.cluster);
+            reads.push(Op::Get(key.clone()));
+            otherwise.push(Op::Get(key));
+        }
         let sent = Instant::now();
         let reply = self.call(|c, b| c.txn(&compare, &reads, &otherwise, b))?;
         let answered = Instant::now();
@@ -497,12 +532,14 @@ impl Node {
             sent,
             answered,
         });
+        let users = sharded.then(|| users::parse(ranges.next().unwrap_or_default().first()));
         Ok(View {
             revision: reply.revision,
             leader,
             members,
             committed,
             map,
+            users,
         })
     }
 
@@ -543,6 +580,15 @@ impl Node {
             Some(read) => self.take_map(read),
             None => Vec::new(),
         };
+        match view.users.take() {
+            Some(Ok(read)) => self.users = Arc::new(read),
+            Some(Err(why)) if !self.users_refused => {
+                // Damaged by hand: the nodes keep the users they hold until it is mended.
+                self.users_refused = true;
+                warn!(%why, "the cluster's users cannot be read; each node keeps its own");
+            }
+            _ => {}
+        }
         *self.overview.lock().unwrap_or_else(PoisonError::into_inner) = Overview {
             leader: view
                 .leader
@@ -553,7 +599,13 @@ impl Node {
             sets,
             placement: Arc::clone(&self.placement),
             link_key: self.link_key,
+            users: Arc::clone(&self.users),
         };
+        if self.config.sharded() && self.users_announced != Some(self.users.revision) {
+            self.users_announced = Some(self.users.revision);
+            let revision = self.users.revision;
+            self.emit(EventKind::UsersChanged { revision });
+        }
         // Announced only once the overview holds the map, so the loop reads what it heard of.
         if let Some(epoch) = self.pending_map_event.take() {
             self.emit(EventKind::MapChanged { epoch });

@@ -337,6 +337,21 @@ impl<R: Copy> Core<R> {
         Ok(made)
     }
 
+    /// Stores `user` as the cluster's table has it (a sharded primary), journaled with this
+    /// turn.
+    pub fn put_user(&mut self, user: tarq_engine::User) -> Result<(), tarq_engine::UserError> {
+        let stored = self.queue.put_user(user);
+        self.drain_events();
+        stored
+    }
+
+    /// Drops user `name` as the cluster's table has it (a sharded primary), journaled with
+    /// this turn.
+    pub fn drop_user(&mut self, name: &str) {
+        self.queue.drop_user(name);
+        self.drain_events();
+    }
+
     /// Commits the turn to the journal; returns its ticket.
     pub fn commit(&mut self) -> Ticket {
         self.journal.commit(&mut self.queue, self.now)

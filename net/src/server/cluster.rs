@@ -168,6 +168,8 @@ impl Server {
                     self.shards_placement_done(token, result)
                 }
                 EventKind::PlacementRead => self.shards_placement_read(),
+                EventKind::UsersChanged { .. } => self.shards_users_changed(),
+                EventKind::UsersDone { token, result } => self.shards_users_done(token, result),
                 EventKind::CommitRecorded { position, result } => {
                     self.commit_recorded(position, result)
                 }

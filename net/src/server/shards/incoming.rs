@@ -709,6 +709,8 @@ impl Server {
             shards.recheck_by(mono);
         }
         self.timers_changed();
+        // What the cluster's users became while another node led.
+        self.shards_users_changed();
     }
 
     /// A batch of tasks let go of, when due (see [`let_go_of`](Self::let_go_of)): kept to

@@ -33,6 +33,7 @@ mod route;
 #[cfg(test)]
 mod sim;
 mod unknown;
+mod users;
 mod waits;
 
 use decide::{Decision, Facts, Freshness, Kind};
@@ -237,6 +238,10 @@ pub(crate) struct Shards {
     holds: holds::Holds,
     /// create_tube calls waiting for etcd, by token.
     creates: HashMap<u64, (Client, bool)>,
+    /// User changes waiting for etcd, by token.
+    user_changes: HashMap<u64, users::UserChange>,
+    /// The seeding of the cluster's users this primary asked for, by token.
+    seeding: Option<u64>,
     /// drop calls waiting for etcd, by token: who asked, and the tube's partitions.
     drops: HashMap<u64, (Client, Vec<TubeIx>)>,
     next_token: u64,
@@ -341,6 +346,8 @@ impl Shards {
             forwarded: HashMap::new(),
             holds: holds::Holds::default(),
             creates: HashMap::new(),
+            user_changes: HashMap::new(),
+            seeding: None,
             drops: HashMap::new(),
             next_token: 0,
             rr: 0,

@@ -221,6 +221,9 @@ impl Server {
                 return None;
             }
             Command::CreateTube { .. } => return self.create_placed(client, cmd),
+            Command::PutUser { .. } | Command::DropUser { .. } => {
+                return self.change_user_placed(client, cmd);
+            }
             Command::Put { .. } => (0, cmd),
             Command::PutIn { .. } => return self.route_put(client, cmd, leads),
             Command::Take { on, timeout } => {
