@@ -243,6 +243,25 @@ fn nodes_reach_etcd_over_tls_with_their_certificate_and_without_one_are_refused(
     let leader = nodes.wait_leader_among(&[0, 1]);
     nodes.wait_following(1 - leader);
 
+    // `tarq ctl` reaches the same etcd over TLS with the same flags (the URL from the node),
+    // and without the CA says which flag it needs.
+    let t = nodes.nodes[leader].tarq.as_ref().unwrap();
+    let out = t.ctl(&["rebalance", "--dry-run"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("needs etcd-ca"),
+        "{err}"
+    );
+    let mut ctl_args = vec!["rebalance", "--dry-run"];
+    ctl_args.extend(args.iter().copied());
+    let out = t.ctl(&ctl_args);
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{err}");
+    assert!(stdout.contains("balanced already"), "a plan: {stdout}");
+
     // Without a client certificate etcd refuses the node (in TLS 1.3 after the handshake, which
     // the node sees as its connection cut): it says etcd is unavailable and never leads.
     extra.truncate(2);

@@ -175,14 +175,23 @@ impl Client {
 
     /// A client over endpoints as a user writes them (`http://host:port` or `host:port`),
     /// checked as `Config` checks them: for tools (`tarq ctl`) that talk to etcd without an
-    /// election thread.
+    /// election thread. An `https://` endpoint needs `tls` (its CA), as a node's does.
     pub fn connect(endpoints: &[String]) -> Result<Client, crate::ConfigError> {
+        Client::connect_tls(endpoints, None)
+    }
+
+    /// [`connect`](Self::connect) with etcd's TLS settings.
+    pub fn connect_tls(
+        endpoints: &[String],
+        tls: Option<&crate::config::EtcdTls>,
+    ) -> Result<Client, crate::ConfigError> {
         let urls = crate::config::base_urls(endpoints)?;
-        // The tools have no etcd TLS settings yet: an https:// endpoint is refused by name.
-        if let Some(https) = urls.iter().find(|u| u.starts_with("https://")) {
-            return Err(crate::ConfigError::NeedsCa(https.clone()));
+        if tls.is_none() {
+            if let Some(https) = urls.iter().find(|u| u.starts_with("https://")) {
+                return Err(crate::ConfigError::NeedsCa(https.clone()));
+            }
         }
-        Ok(Client::new(urls))
+        Client::with_tls(urls, tls)
     }
 
     /// The endpoint the next call goes to.

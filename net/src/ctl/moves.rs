@@ -66,6 +66,26 @@ pub struct EtcdArgs {
     /// The cluster's name in etcd, as the nodes' --cluster [default: the --addr node's].
     #[arg(long, env = "TARQ_CLUSTER", value_name = "NAME")]
     pub cluster: Option<String>,
+    /// The CA that signed etcd's certificate (PEM), for https:// etcd endpoints, as the
+    /// nodes' --etcd-ca.
+    #[arg(long, env = "TARQ_ETCD_CA", value_name = "FILE")]
+    pub etcd_ca: Option<std::path::PathBuf>,
+    /// A client certificate for etcd (PEM), when etcd runs with --client-cert-auth.
+    #[arg(
+        long,
+        env = "TARQ_ETCD_CERT",
+        value_name = "FILE",
+        requires = "etcd_ca"
+    )]
+    pub etcd_cert: Option<std::path::PathBuf>,
+    /// The private key of --etcd-cert (PEM).
+    #[arg(
+        long,
+        env = "TARQ_ETCD_KEY",
+        value_name = "FILE",
+        requires = "etcd_cert"
+    )]
+    pub etcd_key: Option<std::path::PathBuf>,
 }
 
 /// The etcd and the cluster name a command works on, once known.
@@ -76,6 +96,19 @@ pub struct Where {
 }
 
 impl EtcdArgs {
+    /// etcd's TLS settings as the flags give them (`--etcd-cert` and `--etcd-key` together).
+    fn tls(&self) -> anyhow::Result<Option<tarq_cluster::EtcdTls>> {
+        let client = match (&self.etcd_cert, &self.etcd_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => anyhow::bail!("--etcd-cert and --etcd-key go together"),
+        };
+        Ok(self
+            .etcd_ca
+            .clone()
+            .map(|ca| tarq_cluster::EtcdTls { ca, client }))
+    }
+
     /// `--etcd` and `--cluster`, the ones not given taken from `queue.cluster()` of the first
     /// of `addrs` that answers (a node shows the `etcd` and `cluster` it was started with).
     pub fn resolve(&self, addrs: &[String], opts: &Options) -> anyhow::Result<Where> {
@@ -363,10 +396,11 @@ struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    fn open(at: &EtcdArgs, addrs: &[String], opts: &'a Options) -> anyhow::Result<Session<'a>> {
-        let at = at.resolve(addrs, opts)?;
-        let etcd =
-            Etcd::connect(&at.etcd).map_err(|e| anyhow!("--etcd {}: {e}", at.etcd.join(",")))?;
+    fn open(args: &EtcdArgs, addrs: &[String], opts: &'a Options) -> anyhow::Result<Session<'a>> {
+        let at = args.resolve(addrs, opts)?;
+        let tls = args.tls()?;
+        let etcd = Etcd::connect_tls(&at.etcd, tls.as_ref())
+            .map_err(|e| anyhow!("--etcd {}: {e}", at.etcd.join(",")))?;
         Ok(Session { etcd, at, opts })
     }
 
