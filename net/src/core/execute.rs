@@ -371,7 +371,8 @@ impl<R: Copy> Core<R> {
         self.has_waiters(tube).then_some(tube)
     }
 
-    /// The calls beyond put / take / ack / release.
+    /// The calls beyond put / take / ack / release: a change of tasks, a read of figures, or
+    /// a call about the node (tubes, users, snapshots).
     fn execute_admin(
         &mut self,
         caller: Caller,
@@ -379,39 +380,51 @@ impl<R: Copy> Core<R> {
         cmd: Command<'_>,
         host: &mut impl Host<R>,
     ) -> Option<TubeIx> {
-        let now = self.now;
-        let sid = caller.sid;
-        let q = &mut self.queue;
         let (outcome, woke) = match cmd {
+            Command::DropTube { tube } => return self.drop_tube(caller, reply, tube, host),
+            Command::Peek { .. }
+            | Command::PeekFirst { .. }
+            | Command::ListTasks { .. }
+            | Command::TaskFigures { .. }
+            | Command::TubeFigures { .. }
+            | Command::TubeStats { .. }
+            | Command::AllTubeStats => (self.read_figures(cmd), None),
+            Command::CreateTube { .. }
+            | Command::Pause { .. }
+            | Command::Move { .. }
+            | Command::PutUser { .. }
+            | Command::DropUser { .. }
+            | Command::Snapshot => (self.node_call(cmd), None),
+            Command::Put { .. }
+            | Command::PutIn { .. }
+            | Command::Take { .. }
+            | Command::TakeAny { .. }
+            | Command::Watch { .. }
+            | Command::DropCheck { .. }
+            | Command::Ack { .. }
+            | Command::Release { .. } => unreachable!("run by `execute`"),
+            cmd => self.change_tasks(caller.sid, cmd),
+        };
+        host.deliver(caller, reply, &outcome);
+        woke
+    }
+
+    /// A change of tasks beyond put / take / ack / release, and the tube whose waiters it may
+    /// wake.
+    fn change_tasks(
+        &mut self,
+        sid: tarq_engine::SessionId,
+        cmd: Command<'_>,
+    ) -> (Outcome<'_>, Option<TubeIx>) {
+        let now = self.now;
+        let q = &mut self.queue;
+        match cmd {
             Command::Touch { tube, id, delta } => (task(q.touch(tube, sid, id, delta)), None),
-            Command::Peek { tube, id } => (task(q.peek(tube, id)), None),
             Command::Bury { tube, id } => (task(q.bury(tube, id)), Some(tube)),
             Command::Kick { tube, count: n } => (count(q.kick(tube, n)), Some(tube)),
             Command::Delete { tube, id } => (done(q.delete(tube, id)), Some(tube)),
             Command::ReleaseAll { tube } => (ok(q.release_all(tube)), Some(tube)),
             Command::Truncate { tube } => (ok(q.truncate(tube)), Some(tube)),
-            Command::DropTube { tube } => return self.drop_tube(caller, reply, tube, host),
-            Command::CreateTube { partitions, .. } if partitions > 1 => {
-                let why = format!(
-                    "a tube of {partitions} partitions needs a sharded cluster (--replica-set)"
-                );
-                (Outcome::Error(Refusal::Shards(why)), None)
-            }
-            Command::CreateTube {
-                name,
-                kind,
-                opts,
-                if_not_exists,
-                ..
-            } => {
-                let found = q.tube_ix(name).filter(|_| if_not_exists);
-                // A tube beanstalk's `use` made is one `create_tube` keeps from now on.
-                let kept = found.map(|t| q.keep_tube(t).map(|_| t));
-                match kept.unwrap_or_else(|| q.create_tube(name, kind, opts)) {
-                    Ok(t) => (Outcome::Tube(q.tube_info(t).expect("live")), None),
-                    Err(e) => (Outcome::Error(e.into()), None),
-                }
-            }
             Command::TakeTask { id } => (task(q.take_task(now, sid, id)), None),
             Command::BuryTaken { id, pri } => {
                 let r = q.bury_taken(sid, id, pri);
@@ -433,13 +446,6 @@ impl<R: Copy> Core<R> {
                 let tube = r.as_ref().ok().map(|t| t.tube);
                 (task(r), tube)
             }
-            Command::TubeStats { tube } => match q.tube_stats(tube) {
-                Ok(s) => {
-                    let s = super::with_takers(s, q, &self.parked, tube, &q.holders());
-                    (Outcome::TubeStats(s), None)
-                }
-                Err(e) => (Outcome::Error(e.into()), None),
-            },
             Command::DeleteJob { id } => match q.get(id) {
                 Some(t) if t.owner.is_none_or(|o| o == sid) => {
                     let tube = t.tube;
@@ -447,10 +453,26 @@ impl<R: Copy> Core<R> {
                 }
                 _ => (Outcome::Error(QueueError::NotFound(id).into()), None),
             },
+            other => unreachable!("{other:?} is not a change of tasks"),
+        }
+    }
+
+    /// A read: a task, a tube's tasks or figures, every tube's.
+    fn read_figures(&self, cmd: Command<'_>) -> Outcome<'_> {
+        let q = &self.queue;
+        let error = |e: QueueError| Outcome::Error(e.into());
+        match cmd {
+            Command::Peek { tube, id } => task(q.peek(tube, id)),
+            Command::TubeStats { tube } => match q.tube_stats(tube) {
+                Ok(s) => {
+                    Outcome::TubeStats(super::with_takers(s, q, &self.parked, tube, &q.holders()))
+                }
+                Err(e) => error(e),
+            },
             Command::PeekFirst { tube, status } => match q.peek_first(tube, status) {
-                Ok(Some(t)) => (Outcome::Task(t), None),
-                Ok(None) => (Outcome::Nothing, None),
-                Err(e) => (Outcome::Error(e.into()), None),
+                Ok(Some(t)) => Outcome::Task(t),
+                Ok(None) => Outcome::Nothing,
+                Err(e) => error(e),
             },
             Command::ListTasks {
                 tube,
@@ -458,19 +480,19 @@ impl<R: Copy> Core<R> {
                 after,
                 limit,
             } => match q.list(tube, status, after, limit as usize) {
-                Ok(tasks) => (Outcome::Tasks(tasks.iter().map(Listed::of).collect()), None),
-                Err(e) => (Outcome::Error(e.into()), None),
+                Ok(tasks) => Outcome::Tasks(tasks.iter().map(Listed::of).collect()),
+                Err(e) => error(e),
             },
-            Command::TaskFigures { id } => match task_figures(q, id, now) {
-                Some(f) => (Outcome::TaskFigures(Box::new(f)), None),
-                None => (Outcome::Error(QueueError::NotFound(id).into()), None),
+            Command::TaskFigures { id } => match task_figures(q, id, self.now) {
+                Some(f) => Outcome::TaskFigures(Box::new(f)),
+                None => error(QueueError::NotFound(id)),
             },
             Command::TubeFigures { tube } => match q.tube_stats(tube) {
                 Ok(stats) => {
                     let urgent = q.ready_urgent(tube).unwrap_or(0);
-                    (Outcome::TubeFigures { stats, urgent }, None)
+                    Outcome::TubeFigures { stats, urgent }
                 }
-                Err(e) => (Outcome::Error(e.into()), None),
+                Err(e) => error(e),
             },
             Command::AllTubeStats => {
                 let holders = q.holders();
@@ -482,40 +504,60 @@ impl<R: Copy> Core<R> {
                         (t.name.to_owned(), s)
                     })
                     .collect();
-                (Outcome::AllStats(all), None)
+                Outcome::AllStats(all)
+            }
+            other => unreachable!("{other:?} is not a read"),
+        }
+    }
+
+    /// A call about the node rather than tasks: a tube made, a pause, a user, a snapshot.
+    fn node_call(&mut self, cmd: Command<'_>) -> Outcome<'_> {
+        let q = &mut self.queue;
+        match cmd {
+            Command::CreateTube { partitions, .. } if partitions > 1 => {
+                let why = format!(
+                    "a tube of {partitions} partitions needs a sharded cluster (--replica-set)"
+                );
+                Outcome::Error(Refusal::Shards(why))
+            }
+            Command::CreateTube {
+                name,
+                kind,
+                opts,
+                if_not_exists,
+                ..
+            } => {
+                let found = q.tube_ix(name).filter(|_| if_not_exists);
+                // A tube beanstalk's `use` made is one `create_tube` keeps from now on.
+                let kept = found.map(|t| q.keep_tube(t).map(|_| t));
+                match kept.unwrap_or_else(|| q.create_tube(name, kind, opts)) {
+                    Ok(t) => Outcome::Tube(q.tube_info(t).expect("live")),
+                    Err(e) => Outcome::Error(e.into()),
+                }
             }
             Command::Pause { tube, pause } => {
                 self.pauses.pause(tube, pause);
-                (Outcome::Ok, None)
+                Outcome::Ok
             }
             Command::Move { .. } => {
                 let why = "moving a partition needs a sharded cluster (--replica-set)".into();
-                (Outcome::Error(Refusal::Shards(why)), None)
+                Outcome::Error(Refusal::Shards(why))
             }
             Command::PutUser { user } => match q.put_user(user.clone()) {
-                Ok(()) => (Outcome::Ok, None),
-                Err(e) => (Outcome::Error(Refusal::User(e.to_string())), None),
+                Ok(()) => Outcome::Ok,
+                Err(e) => Outcome::Error(Refusal::User(e.to_string())),
             },
             Command::DropUser { name } => {
                 q.drop_user(name);
-                (Outcome::Ok, None)
+                Outcome::Ok
             }
             Command::Snapshot => match self.journal.snapshot() {
-                None => (Outcome::Error(Refusal::NoSnapshots), None),
-                Some(Ok(text)) => (Outcome::Text(text), None),
-                Some(Err(msg)) => (Outcome::Error(Refusal::Journal(msg)), None),
+                None => Outcome::Error(Refusal::NoSnapshots),
+                Some(Ok(text)) => Outcome::Text(text),
+                Some(Err(msg)) => Outcome::Error(Refusal::Journal(msg)),
             },
-            Command::Put { .. }
-            | Command::PutIn { .. }
-            | Command::Take { .. }
-            | Command::TakeAny { .. }
-            | Command::Watch { .. }
-            | Command::DropCheck { .. }
-            | Command::Ack { .. }
-            | Command::Release { .. } => unreachable!("run by `execute`"),
-        };
-        host.deliver(caller, reply, &outcome);
-        woke
+            other => unreachable!("{other:?} is not a call about the node"),
+        }
     }
 
     /// drop: refused while a take waits on the tube or a protocol's connections hold it; its

@@ -144,6 +144,34 @@ impl ClusterNode {
     }
 }
 
+impl ClusterNode {
+    /// Takes in an event that only changes what this node says of itself: its role's text
+    /// while an election runs, etcd's state.
+    fn note(&mut self, kind: EventKind) {
+        match kind {
+            EventKind::Electing { .. } if !matches!(self.role, NodeRole::Leading { .. }) => {
+                self.role = NodeRole::Unknown("electing a primary".into());
+            }
+            EventKind::EtcdUnavailable { error } => self.etcd_error = Some(error),
+            EventKind::EtcdRestored => self.etcd_error = None,
+            EventKind::HeldBack { why } => {
+                // Said in the role's text, which queue.cluster() shows as `state`.
+                if let NodeRole::Unknown(_) = self.role {
+                    self.role = NodeRole::Unknown(match why {
+                        Some(why) => format!("electing a primary; this node may not lead: {why}"),
+                        None => "electing a primary".into(),
+                    });
+                }
+            }
+            EventKind::NameInUse { name } => {
+                self.role =
+                    NodeRole::Unknown(format!("another live process holds the node name {name}"))
+            }
+            _ => {}
+        }
+    }
+}
+
 impl Server {
     /// A cluster node that does not lead now (its claim ran out, or it was deposed): replies
     /// to changes it made while it led are not sent as successes.
@@ -173,35 +201,7 @@ impl Server {
                 EventKind::CommitRecorded { position, result } => {
                     self.commit_recorded(position, result)
                 }
-                kind => {
-                    let c = self.cluster_mut();
-                    match kind {
-                        EventKind::Electing { .. }
-                            if !matches!(c.role, NodeRole::Leading { .. }) =>
-                        {
-                            c.role = NodeRole::Unknown("electing a primary".into());
-                        }
-                        EventKind::EtcdUnavailable { error } => c.etcd_error = Some(error),
-                        EventKind::EtcdRestored => c.etcd_error = None,
-                        EventKind::HeldBack { why } => {
-                            // Said in the role's text, which queue.cluster() shows as `state`.
-                            if let NodeRole::Unknown(_) = c.role {
-                                c.role = NodeRole::Unknown(match why {
-                                    Some(why) => {
-                                        format!("electing a primary; this node may not lead: {why}")
-                                    }
-                                    None => "electing a primary".into(),
-                                });
-                            }
-                        }
-                        EventKind::NameInUse { name } => {
-                            c.role = NodeRole::Unknown(format!(
-                                "another live process holds the node name {name}"
-                            ))
-                        }
-                        _ => {}
-                    }
-                }
+                kind => self.cluster_mut().note(kind),
             }
         }
         // Roles change only above: from here to the next turn, a node that does not lead logs

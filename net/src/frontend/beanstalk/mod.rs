@@ -322,18 +322,7 @@ impl<L: Loop> Beanstalk<'_, L> {
                 self.bs_dispatch(idx, Reply::Reserve, Command::TakeTask { id })
             }
             Bs::Delete { id } => self.bs_delete(idx, id),
-            Bs::Release { id, pri, delay } => match self.tube_of(id).or(id_tube(id)) {
-                Some(tube) => {
-                    let opts = ReleaseOptions {
-                        delay: secs(delay),
-                        pri: Some(pri as i64),
-                        ttl: None,
-                    };
-                    let on = crate::core::On::Tube(tube);
-                    self.bs_dispatch(idx, Reply::Release, Command::Release { on, id, opts })
-                }
-                None => self.bs_answer(idx, Out::NotFound),
-            },
+            Bs::Release { id, pri, delay } => self.bs_release(idx, id, pri, delay),
             Bs::Bury { id, pri } => {
                 let pri = pri as i64;
                 self.bs_dispatch(idx, Reply::Bury, Command::BuryTaken { id, pri })
@@ -365,20 +354,7 @@ impl<L: Loop> Beanstalk<'_, L> {
                 self.l.collect_tubes();
                 self.bs_stats(idx)
             }
-            Bs::ListTubes => {
-                self.l.collect_tubes();
-                // The tubes the connection may touch in some way (all, unless it acts as a
-                // user with grants).
-                let who = self.l.who(idx).clone();
-                self.l.reply_with_queue(idx, &mut |out, q| {
-                    let users = q.users();
-                    let names = q
-                        .named_tubes()
-                        .map(|t| t.name)
-                        .filter(|n| who.allows(users, crate::core::access::Need::AnyOn(n)));
-                    tarq_beanstalk::ok_yaml(out, |o| tarq_beanstalk::write_list(o, names))
-                })
-            }
+            Bs::ListTubes => self.bs_list_tubes(idx),
             Bs::ListTubeUsed => {
                 let used = self.bs(idx).used;
                 let name = self.tube_name(used);
@@ -388,6 +364,35 @@ impl<L: Loop> Beanstalk<'_, L> {
             Bs::PauseTube { tube, delay } => self.bs_pause(idx, tube, delay),
             Bs::Quit => self.l.close_quietly(idx, "quit"),
         }
+    }
+
+    /// `release`: back to ready, or delayed, with a new priority.
+    fn bs_release(&mut self, idx: usize, id: u64, pri: u32, delay: u32) {
+        let Some(tube) = self.tube_of(id).or(id_tube(id)) else {
+            return self.bs_answer(idx, Out::NotFound);
+        };
+        let opts = ReleaseOptions {
+            delay: secs(delay),
+            pri: Some(pri as i64),
+            ttl: None,
+        };
+        let on = crate::core::On::Tube(tube);
+        self.bs_dispatch(idx, Reply::Release, Command::Release { on, id, opts })
+    }
+
+    /// `list-tubes`: the tubes the connection may touch in some way (all, unless it acts as a
+    /// user with grants).
+    fn bs_list_tubes(&mut self, idx: usize) {
+        self.l.collect_tubes();
+        let who = self.l.who(idx).clone();
+        self.l.reply_with_queue(idx, &mut |out, q| {
+            let users = q.users();
+            let names = q
+                .named_tubes()
+                .map(|t| t.name)
+                .filter(|n| who.allows(users, crate::core::access::Need::AnyOn(n)));
+            tarq_beanstalk::ok_yaml(out, |o| tarq_beanstalk::write_list(o, names))
+        })
     }
 
     /// `use`: the tube this connection's puts go to, made when missing.

@@ -200,38 +200,40 @@ impl<L: Loop> Iproto<'_, L> {
                 return self.all_statistics(idx, r);
             }
             TubeCall::Identify { uuid } => return self.identify(idx, r, uuid),
-            TubeCall::Cfg { ttr, in_replicaset } => {
-                // Checked before anything is set, as the original checks every option first.
-                if let Some(Err(e)) = ttr.map(|ttr| self.l.iproto().sessions.set_ttr(ttr)) {
-                    let msg = format!(
-                        "Invalid value of ttr: {}: above this server's limit of {} seconds \
-                         (max-session-grace)",
-                        seconds_text(e.asked),
-                        seconds_text(e.max)
-                    );
-                    return response::error(self.l.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
-                }
-                self.l.iproto().in_replicaset = in_replicaset;
-                // As the original: with temporary tubes present the mode stays off, logged.
-                if in_replicaset {
-                    let temporary: Vec<String> = (self.l.queue().named_tubes())
-                        .filter(|t| t.opts.temporary)
-                        .map(|t| t.name.to_string())
-                        .collect();
-                    if !temporary.is_empty() {
-                        self.l.iproto().in_replicaset = false;
-                        tracing::error!(
-                            "queue.cfg: cannot set `in_replicaset = true`: temporary tube(s) \
-                             exist: {}",
-                            temporary.join(", ")
-                        );
-                    }
-                }
-                return response::empty_data(self.l.reply_buf(idx), r.sync);
-            }
+            TubeCall::Cfg { ttr, in_replicaset } => return self.cfg(idx, r, ttr, in_replicaset),
             TubeCall::State => return self.answer(idx, r, Answer::Str("RUNNING")),
         };
         self.l.dispatch(idx, ReplyTo::Iproto(r), command);
+    }
+
+    /// `queue.cfg{ttr = ..., in_replicaset = ...}`.
+    fn cfg(&mut self, idx: usize, r: Reply, ttr: Option<tarq_engine::Micros>, in_replicaset: bool) {
+        // Checked before anything is set, as the original checks every option first.
+        if let Some(Err(e)) = ttr.map(|ttr| self.l.iproto().sessions.set_ttr(ttr)) {
+            let msg = format!(
+                "Invalid value of ttr: {}: above this server's limit of {} seconds \
+                 (max-session-grace)",
+                seconds_text(e.asked),
+                seconds_text(e.max)
+            );
+            return response::error(self.l.reply_buf(idx), r.sync, ER_PROC_LUA, &msg);
+        }
+        self.l.iproto().in_replicaset = in_replicaset;
+        // As the original: with temporary tubes present the mode stays off, logged.
+        if in_replicaset {
+            let temporary: Vec<String> = (self.l.queue().named_tubes())
+                .filter(|t| t.opts.temporary)
+                .map(|t| t.name.to_string())
+                .collect();
+            if !temporary.is_empty() {
+                self.l.iproto().in_replicaset = false;
+                tracing::error!(
+                    "queue.cfg: cannot set `in_replicaset = true`: temporary tube(s) exist: {}",
+                    temporary.join(", ")
+                );
+            }
+        }
+        response::empty_data(self.l.reply_buf(idx), r.sync);
     }
 
     /// Runs a batch method (`put_many`, `take_many`, `ack_many`) as one command per item, all in

@@ -136,6 +136,8 @@ impl<L: Loop> Iproto<'_, L> {
         }
     }
 
+    /// The change `box.schema.user.OP` asks for, checked: who may ask it (an administrator;
+    /// anyone for their own password) and against the users there are.
     fn user_change(
         &self,
         idx: usize,
@@ -146,120 +148,127 @@ impl<L: Loop> Iproto<'_, L> {
         let a = values(args)?;
         let who = self.l.who(idx);
         let admin = who.allows(self.l.queue().users(), Need::Admin);
-        let denied = || {
-            Err((
-                ER_ACCESS_DENIED,
-                format!(
-                    "Execute access to function '{function}' is denied for user '{}'",
-                    who.name()
-                ),
-            ))
-        };
+        let denied = (
+            ER_ACCESS_DENIED,
+            format!(
+                "Execute access to function '{function}' is denied for user '{}'",
+                who.name()
+            ),
+        );
         match op {
-            "create" => {
-                if !admin {
-                    return denied();
-                }
-                let name = str_arg(&a, 0, "user name")?;
-                let opts = a.get(1);
-                if self.is_system(name) || self.l.queue().users().get(name).is_some() {
-                    return if opt_bool(opts, "if_not_exists") {
-                        Ok(Change::None)
-                    } else {
-                        Err((ER_USER_EXISTS, format!("User '{name}' already exists")))
-                    };
-                }
-                users::check_name(name).map_err(|_| {
-                    (
-                        ER_INVALID_IDENTIFIER,
-                        format!("Invalid identifier '{name}' (expected printable symbols only or it is too long)"),
-                    )
-                })?;
-                let mut user = User::new(name);
-                if let Some(p) = opt_str(opts, "password")? {
-                    user.hash2 = Some(auth::hash2(p));
-                }
-                Ok(Change::Put(user))
-            }
-            "passwd" => {
-                // One argument: the caller's own password, as Tarantool allows anyone.
-                let (name, password) = match a.len() {
-                    1 => match who {
-                        Who::User(n) if &**n != GUEST => {
-                            (n.to_string(), str_arg(&a, 0, "password")?)
-                        }
-                        _ => return denied(),
-                    },
-                    _ if admin => (
-                        str_arg(&a, 0, "user name")?.to_owned(),
-                        str_arg(&a, 1, "password")?,
-                    ),
-                    _ => return denied(),
-                };
-                if self.is_system(&name) {
-                    return Err((
-                        ER_ILLEGAL_PARAMS,
-                        format!("Illegal parameters, the password of '{name}' is set in tarq's configuration"),
-                    ));
-                }
-                let mut user = self.stored(&name)?;
-                user.hash2 = Some(auth::hash2(password));
-                Ok(Change::Put(user))
-            }
-            "drop" => {
-                if !admin {
-                    return denied();
-                }
-                let name = str_arg(&a, 0, "user name")?;
-                if self.is_system(name) {
-                    return Err((
-                        ER_DROP_USER,
-                        format!("Failed to drop user or role '{name}': the user or the role is a system"),
-                    ));
-                }
-                match self.l.queue().users().get(name) {
-                    Some(_) => Ok(Change::Drop(name.to_owned())),
-                    None if opt_bool(a.get(1), "if_exists") => Ok(Change::None),
-                    None => Err(no_such_user(name)),
-                }
-            }
-            "grant" | "revoke" => {
-                if !admin {
-                    return denied();
-                }
-                let grant = op == "grant";
-                let name = str_arg(&a, 0, "user name")?;
-                let (object, opts) = object(&a)?;
-                let mut user = self.existing(name)?;
-                let quiet = if grant {
-                    opt_bool(opts, "if_not_exists")
-                } else {
-                    opt_bool(opts, "if_exists")
-                };
-                let text = match &object {
-                    Grant::Admin => "execute access on universe".to_owned(),
-                    Grant::Tube(tube, rights) => {
-                        format!("{} access on tube '{tube}'", rights.names().join(","))
-                    }
-                };
-                // Nothing to change: all of it held already (grant), or none of it (revoke).
-                if !access::apply(&mut user, &object, grant) {
-                    return match (quiet, grant) {
-                        (true, _) => Ok(Change::None),
-                        (false, true) => {
-                            Err((ER_PRIV_GRANTED, format!("User '{name}' already has {text}")))
-                        }
-                        (false, false) => Err((
-                            ER_PRIV_NOT_GRANTED,
-                            format!("User '{name}' does not have {text}"),
-                        )),
-                    };
-                }
-                Ok(Change::Put(user))
-            }
+            "create" | "drop" | "grant" | "revoke" if !admin => Err(denied),
+            "create" => self.create_user(&a),
+            "passwd" => self.passwd(&a, who, admin, denied),
+            "drop" => self.drop_user(&a),
+            "grant" | "revoke" => self.grant_or_revoke(&a, op == "grant"),
             _ => Err((
                 ER_NO_SUCH_PROC,
                 format!("Procedure '{function}' is not defined"),
+            )),
+        }
+    }
+
+    /// `create(name[, {password, if_not_exists}])`.
+    fn create_user(&self, a: &[Value]) -> Result<Change, Refused> {
+        let name = str_arg(a, 0, "user name")?;
+        let opts = a.get(1);
+        if self.is_system(name) || self.l.queue().users().get(name).is_some() {
+            return if opt_bool(opts, "if_not_exists") {
+                Ok(Change::None)
+            } else {
+                Err((ER_USER_EXISTS, format!("User '{name}' already exists")))
+            };
+        }
+        users::check_name(name).map_err(|_| {
+            (
+                ER_INVALID_IDENTIFIER,
+                format!("Invalid identifier '{name}' (expected printable symbols only or it is too long)"),
+            )
+        })?;
+        let mut user = User::new(name);
+        if let Some(p) = opt_str(opts, "password")? {
+            user.hash2 = Some(auth::hash2(p));
+        }
+        Ok(Change::Put(user))
+    }
+
+    /// `passwd(password)` of the caller's own, as Tarantool allows anyone, or an
+    /// administrator's `passwd(name, password)`.
+    fn passwd(
+        &self,
+        a: &[Value],
+        who: &Who,
+        admin: bool,
+        denied: Refused,
+    ) -> Result<Change, Refused> {
+        let (name, password) = match a.len() {
+            1 => match who {
+                Who::User(n) if &**n != GUEST => (n.to_string(), str_arg(a, 0, "password")?),
+                _ => return Err(denied),
+            },
+            _ if admin => (
+                str_arg(a, 0, "user name")?.to_owned(),
+                str_arg(a, 1, "password")?,
+            ),
+            _ => return Err(denied),
+        };
+        if self.is_system(&name) {
+            return Err((
+                ER_ILLEGAL_PARAMS,
+                format!(
+                    "Illegal parameters, the password of '{name}' is set in tarq's configuration"
+                ),
+            ));
+        }
+        let mut user = self.stored(&name)?;
+        user.hash2 = Some(auth::hash2(password));
+        Ok(Change::Put(user))
+    }
+
+    /// `drop(name[, {if_exists}])`.
+    fn drop_user(&self, a: &[Value]) -> Result<Change, Refused> {
+        let name = str_arg(a, 0, "user name")?;
+        if self.is_system(name) {
+            return Err((
+                ER_DROP_USER,
+                format!("Failed to drop user or role '{name}': the user or the role is a system"),
+            ));
+        }
+        match self.l.queue().users().get(name) {
+            Some(_) => Ok(Change::Drop(name.to_owned())),
+            None if opt_bool(a.get(1), "if_exists") => Ok(Change::None),
+            None => Err(no_such_user(name)),
+        }
+    }
+
+    /// `grant(name, privileges, object type, object[, {if_not_exists}])` and `revoke(...,
+    /// {if_exists})`: refused as Tarantool refuses a grant held already or a revoke of what is
+    /// not held, unless the option says to let it be.
+    fn grant_or_revoke(&self, a: &[Value], grant: bool) -> Result<Change, Refused> {
+        let name = str_arg(a, 0, "user name")?;
+        let (object, opts) = object(a)?;
+        let mut user = self.existing(name)?;
+        let quiet = if grant {
+            opt_bool(opts, "if_not_exists")
+        } else {
+            opt_bool(opts, "if_exists")
+        };
+        let text = match &object {
+            Grant::Admin => "execute access on universe".to_owned(),
+            Grant::Tube(tube, rights) => {
+                format!("{} access on tube '{tube}'", rights.names().join(","))
+            }
+        };
+        // Nothing to change: all of it held already (grant), or none of it (revoke).
+        if access::apply(&mut user, &object, grant) {
+            return Ok(Change::Put(user));
+        }
+        match (quiet, grant) {
+            (true, _) => Ok(Change::None),
+            (false, true) => Err((ER_PRIV_GRANTED, format!("User '{name}' already has {text}"))),
+            (false, false) => Err((
+                ER_PRIV_NOT_GRANTED,
+                format!("User '{name}' does not have {text}"),
             )),
         }
     }

@@ -210,6 +210,18 @@ impl Server {
         if self.held_before_routing(client, &cmd) {
             return None;
         }
+        self.route_command(client, cmd, leads)
+    }
+
+    /// Where each kind of command goes: a move, a tube's creation or a user change to etcd,
+    /// a put to the partition its tube's kind picks, a take or a read across partitions, a
+    /// call naming a task to its partition, anything else here as it is.
+    fn route_command<'c>(
+        &mut self,
+        client: Client,
+        cmd: Command<'c>,
+        leads: bool,
+    ) -> Option<Command<'c>> {
         let shards = self.shards.as_ref()?;
         let (ix, cmd) = match cmd {
             Command::Move {
