@@ -6,7 +6,9 @@
 //! - its page lists the four partitions with their owning sets, whose counts add up to it, and
 //!   its task list the whole tube's tasks, each once with its partition, of both sets'
 //!   partitions, paged on with "More";
-//! - the cluster page shows both sets with their primaries, the members and the placement;
+//! - the cluster page shows both sets with their primaries, the members and the placement,
+//!   and on the node that only received a move, its link to the other set (up) and the move
+//!   the other set's primary ran, from its record;
 //! - a task of the other set's partition is found by id from a node's console and buried
 //!   there with its Bury button, which the other set's primary does.
 //!
@@ -259,4 +261,45 @@ fn the_console_of_either_node_shows_the_whole_sharded_cluster() {
     let members = br.script("return document.querySelectorAll('#cluster tr[data-member]').length");
     assert_eq!(members, 2);
     br.screenshot(&results().join("cluster.png"));
+
+    // A partition of set a's moved to b by a's primary: node b's cluster page shows its link
+    // to a, up, and the move's record among set a's.
+    let part = parts
+        .iter()
+        .find(|r| r[2] == "a")
+        .map(|r| r[0].as_str().unwrap().parse::<u64>().unwrap())
+        .expect("a partition of set a");
+    let args = [Value::from("jobs"), Value::from(part), Value::from("b")];
+    wait_for("the move to be taken and done", || {
+        match a.call(
+            "tarq.move",
+            &pack_args(&args),
+            Some(Duration::from_secs(30)),
+        ) {
+            Ok(_) => true,
+            Err(tarq_client::ClientError::Server { message, .. })
+                if message.contains("stale") || message.contains("has just moved") =>
+            {
+                false
+            }
+            Err(e) => panic!("tarq.move: {e}"),
+        }
+    });
+    br.open(&format!("http://{}/#/cluster", web(1)));
+    let link = br.until(
+        "node b's link to set a",
+        "const r = document.querySelector('#cluster tr[data-link=\"a\"]'); \
+         return r && [...r.children].map((td) => td.textContent);",
+    );
+    assert_eq!(link[0], "a", "{link}");
+    assert_eq!(link[1], addr(0).to_string(), "{link}");
+    assert_eq!(link[2], "up", "{link}");
+    let moved = br.until(
+        "set a's move on node b's cluster page",
+        "const r = document.querySelector('#cluster tr[data-move-set=\"a\"]'); \
+         return r && r.children[2].textContent === '1' && [...r.children].map((td) => td.textContent);",
+    );
+    assert_eq!(moved[1], "", "no move in flight any more: {moved}");
+    assert_ne!(moved[4], "0", "tasks moved: {moved}");
+    br.screenshot(&results().join("cluster-links-moves.png"));
 }

@@ -4,7 +4,10 @@
 //!   `next_after` cursor, every task comes once, each with its partition, partition by
 //!   partition, in the same order from both nodes, for each status;
 //! - with one set's node gone, a listing is still answered promptly: the other set's tasks,
-//!   and the gone set's partitions named in `unanswered`.
+//!   and the gone set's partitions named in `unanswered`; the link to it is `failing`;
+//! - `GET /api/cluster` on one node shows its link to the other set (up, nothing in flight)
+//!   and the move the other set's primary runs, in progress with its step and tasks sent, then
+//!   its record (committed, tasks moved) — a node that takes no part in the move shows it.
 //!
 //! Every wait has a deadline.
 
@@ -27,15 +30,13 @@ fn call(c: &mut Client, f: &str, args: &[Value]) -> Vec<Value> {
         .unwrap_or_else(|e| panic!("{f}: {e}"))
 }
 
-/// Two sets of one node each, both led and known to each other, with a tube `jobs` of four
-/// partitions: 30 tasks put through a, 20 through b (each node puts into the partitions it
-/// leads), 3 of them buried.
-fn cluster(etcd: &Etcd) -> Nodes {
-    let nodes = Nodes::start_sets(
-        etcd,
-        &[("a", 1), ("b", 1)],
-        &["--http-listen", "127.0.0.1:0"],
-    );
+/// Two sets of one node each with `extra` flags, both led and known to each other, with a
+/// tube `jobs` of four partitions: `puts.0` tasks put through a, `puts.1` through b (each node
+/// puts into the partitions it leads), 3 of them buried.
+fn cluster(etcd: &Etcd, extra: &[&str], puts: (usize, usize)) -> Nodes {
+    let mut flags = vec!["--http-listen", "127.0.0.1:0"];
+    flags.extend_from_slice(extra);
+    let nodes = Nodes::start_sets(etcd, &[("a", 1), ("b", 1)], &flags);
     nodes.wait_leader_among(&[0]);
     nodes.wait_leader_among(&[1]);
     for i in 0..2 {
@@ -59,7 +60,7 @@ fn cluster(etcd: &Etcd) -> Nodes {
         "queue.create_tube",
         &[Value::from("jobs"), Value::from("fifottl"), opts],
     );
-    for (c, n, who) in [(&mut a, 30, "a"), (&mut b, 20, "b")] {
+    for (c, n, who) in [(&mut a, puts.0, "a"), (&mut b, puts.1, "b")] {
         for k in 0..n {
             let data = format!("{who}{k}");
             call(c, "queue.tube.jobs:put", &[Value::from(data)]);
@@ -119,7 +120,7 @@ fn list_all(addr: SocketAddr, status: &str, limit: usize) -> Vec<(u64, u64, Stri
 #[test]
 fn either_node_lists_the_whole_tube_once_in_one_order_across_pages() {
     let etcd = Etcd::start();
-    let nodes = cluster(&etcd);
+    let nodes = cluster(&etcd, &[], (30, 20));
     let (wa, wb) = (web(&nodes, 0), web(&nodes, 1));
     let ready = list_all(wa, "ready", 7);
     assert_eq!(ready.len(), 47, "{ready:?}");
@@ -154,7 +155,7 @@ fn either_node_lists_the_whole_tube_once_in_one_order_across_pages() {
 #[test]
 fn a_listing_with_a_set_gone_names_its_partitions_and_lists_the_others() {
     let etcd = Etcd::start();
-    let mut nodes = cluster(&etcd);
+    let mut nodes = cluster(&etcd, &[], (30, 20));
     let wa = web(&nodes, 0);
     let whole = list_all(wa, "ready", 1000);
     nodes.kill(1);
@@ -190,4 +191,85 @@ fn a_listing_with_a_set_gone_names_its_partitions_and_lists_the_others() {
         .collect();
     assert!(!want.is_empty());
     assert_eq!(listed, want, "set a's partitions listed as before");
+    // The cluster page says the link to b fails, and counts its drops.
+    let link = get(wa, "/api/cluster")["links"][0].clone();
+    assert_eq!(link["set"], "b", "{link}");
+    assert_eq!(link["state"], "failing", "{link}");
+    assert!(link["drops"].as_u64() >= Some(1), "{link}");
+    assert!(link["failing_drops"].as_u64() >= Some(1), "{link}");
+}
+
+/// `GET /api/cluster` of the node at `addr`.
+fn overview(addr: SocketAddr) -> Json {
+    get(addr, "/api/cluster")
+}
+
+#[test]
+fn the_cluster_api_shows_the_links_and_a_move_another_set_runs() {
+    let etcd = Etcd::start();
+    // Moves copy 10 tasks a second: a partition of 50 takes seconds to move.
+    let nodes = cluster(&etcd, &["--move-rate", "10"], (100, 4));
+    let (wa, wb) = (web(&nodes, 0), web(&nodes, 1));
+    // A listing from b asks a's partitions over b's link to a.
+    list_all(wb, "ready", 1000);
+    let link = &overview(wb)["links"][0];
+    assert_eq!(link["set"], "a", "{link}");
+    assert_eq!(link["state"], "up", "{link}");
+    assert_eq!(link["in_flight"], 0, "{link}");
+    assert_eq!(link["drops"], 0, "{link}");
+    assert_eq!(link["primary"], nodes.nodes[0].addr.to_string(), "{link}");
+    // A partition of set a's, moved to b by a's primary.
+    let placed = overview(wa);
+    let part = (placed["placement"]["tubes"].as_array().unwrap().iter())
+        .find(|t| t["name"] == "jobs")
+        .and_then(|t| (t["partitions"].as_array().unwrap().iter()).find(|p| p["set"] == "a"))
+        .map(|p| p["partition"].as_u64().unwrap())
+        .expect("a partition of set a");
+    let mover = nodes.nodes[0].addr;
+    let moving = std::thread::spawn(move || {
+        let mut c = Client::connect_addr(mover, Duration::from_secs(10)).expect("connect");
+        let args = pack_args(&[Value::from("jobs"), Value::from(part), Value::from("b")]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match c.call("tarq.move", &args, Some(Duration::from_secs(60))) {
+                Ok(r) => return r[0].as_str().unwrap_or_default().to_owned(),
+                // A view of the placement too old to act on yet: asked again.
+                Err(tarq_client::ClientError::Server { code: 32, message })
+                    if (message.contains("stale") || message.contains("has just moved"))
+                        && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("tarq.move: {e}"),
+            }
+        }
+    });
+    // Node b, which only receives it, shows it in flight as a's primary runs it.
+    let mut seen = Json::Null;
+    wait_for("the move in flight on b's cluster page", || {
+        seen = overview(wb)["moves_in_cluster"]["in_progress"][0].clone();
+        !seen.is_null()
+    });
+    assert_eq!(seen["tube"], "jobs", "{seen}");
+    assert_eq!(seen["partition"], part, "{seen}");
+    assert_eq!(seen["from"], "a", "{seen}");
+    assert_eq!(seen["to"], "b", "{seen}");
+    assert!(
+        seen["phase"].is_string() && seen["tasks_here"].as_u64() > Some(0),
+        "{seen}"
+    );
+    let report = moving.join().expect("the move");
+    // Then its record: committed by set a, with its tasks.
+    let mut a = Json::Null;
+    wait_for("the move's record on b's cluster page", || {
+        let sets = overview(wb)["moves_in_cluster"]["sets"].clone();
+        a = (sets.as_array().unwrap().iter())
+            .find(|s| s["set"] == "a")
+            .cloned()
+            .unwrap_or_default();
+        a["committed"] == 1
+    });
+    assert!(a["in_progress"].is_null(), "{a}");
+    assert!(a["tasks_moved"].as_u64() > Some(0), "{a} ({report})");
+    assert!(a["error"].is_null(), "{a}");
 }

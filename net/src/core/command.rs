@@ -309,6 +309,9 @@ pub enum Outcome<'q> {
     Tasks(Vec<Listed>),
     /// A whole tube's listing across its partitions (`Command::ListTasks` on a sharded node).
     TaskPage(Box<TaskPage>),
+    /// A set's primary's moves: the one it runs now and those it ran (a sharded cluster's
+    /// console asks every primary for them).
+    Moves(Box<MoveReport>),
     ServerStats(Box<Snapshot>),
     /// The snapshot call's report.
     Text(String),
@@ -446,6 +449,38 @@ pub struct TaskPage {
     pub next_after: Option<TaskId>,
     /// Partitions not listed: (partition number, owning set, why).
     pub unanswered: Vec<(u16, String, String)>,
+}
+
+/// The moves a replica set's primary runs as a partition's owner: the one in progress, and
+/// its counts of those done since it started. What every node's cluster page shows of every
+/// set, so one look shows each move in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MoveReport {
+    pub in_progress: Option<MoveProgress>,
+    pub committed: u64,
+    pub given_up: u64,
+    pub tasks_moved: u64,
+    /// The last committed move's length.
+    pub last_ms: Option<u64>,
+}
+
+/// A move in progress, as its old owner's primary runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveProgress {
+    pub tube: String,
+    pub partition: u16,
+    pub index: TubeIx,
+    /// The set it goes to.
+    pub to: String,
+    /// Its step: `prepare`, `bulk`, `catch-up`, `final`, `commit`, `unknown` (etcd's answer
+    /// to the commit was lost), `ended`.
+    pub phase: String,
+    /// Tasks sent so far, and left in the partition here (sent or not).
+    pub tasks_sent: u64,
+    pub tasks_here: u64,
+    pub elapsed_ms: u64,
+    /// Whether its partition is frozen (changes to it wait for the end).
+    pub frozen: bool,
 }
 
 /// Why a command was refused, for the front-end to word and code (its Display is the core's

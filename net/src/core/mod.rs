@@ -25,7 +25,8 @@ pub mod waiting_puts;
 use tarq_engine::{Bytes, Event, Micros, Queue, SessionId, Stats, TubeIx};
 
 pub use command::{
-    Command, Listed, On, Outcome, Refusal, TaskFigures, TaskPage, LIST_PREVIEW_BYTES,
+    Command, Listed, MoveProgress, MoveReport, On, Outcome, Refusal, TaskFigures, TaskPage,
+    LIST_PREVIEW_BYTES,
 };
 pub use execute::Unneeded;
 use journal::{Journal, Ticket};

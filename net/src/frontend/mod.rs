@@ -189,6 +189,9 @@ pub trait Loop {
     /// Whether this node is a sharded cluster's (`--replica-set`): a tube's tasks are its
     /// partitions' owners' to list.
     fn sharded(&self) -> bool;
+    /// A sharded cluster's links from this node and every set's moves, as the cluster page
+    /// shows them (`None` on a node that is no sharded cluster's); never waits on other nodes.
+    fn cluster_picture(&mut self) -> Option<serde_json::Value>;
     /// A sharded cluster's tubes as the console shows them (`None` on a single node): each
     /// summed over its partitions, the same from every node, at most a second old.
     fn cluster_tubes(

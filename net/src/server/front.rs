@@ -87,6 +87,10 @@ impl frontend::Loop for Server {
         }
     }
 
+    fn cluster_picture(&mut self) -> Option<serde_json::Value> {
+        Server::cluster_picture(self)
+    }
+
     fn sharded(&self) -> bool {
         self.shards.is_some()
     }

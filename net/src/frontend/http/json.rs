@@ -348,6 +348,7 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
             (200, json!({ "tasks": shown.collect::<Vec<_>>() }))
         }
         Outcome::TaskPage(page) => (200, task_page(page, r.tube, r.first)),
+        Outcome::Moves(m) => (200, serde_json::to_value(m).unwrap_or_default()),
         Outcome::Full => (409, json!({ "error": "the tube is full", "status": 409 })),
         Outcome::ServerStats(_) | Outcome::Text(_) => (200, json!({ "ok": true })),
         Outcome::Error(e) => {

@@ -330,9 +330,15 @@ impl<'r, L: Loop> Request<'r, L> {
         Ok(())
     }
 
+    /// `queue.cluster()`'s picture; on a sharded cluster with this node's `links` to the other
+    /// sets and every set's `moves_in_cluster` (its primary's, at most a second or two old).
     fn cluster(&mut self) -> Result<(), Refused> {
         self.allow(Need::Any, "the cluster's figures")?;
-        let v = crate::ctl::to_json(&self.l.cluster_overview());
+        let mut v = crate::ctl::to_json(&self.l.cluster_overview());
+        if let Some(p) = self.l.cluster_picture() {
+            v["links"] = p["links"].clone();
+            v["moves_in_cluster"] = p["moves"].clone();
+        }
         self.send_json(200, &v);
         Ok(())
     }

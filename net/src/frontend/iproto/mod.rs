@@ -377,7 +377,8 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
         | Outcome::TubeFigures { .. }
         | Outcome::TaskFigures(_)
         | Outcome::Tasks(_)
-        | Outcome::TaskPage(_) => one_value(out, r, write::nil),
+        | Outcome::TaskPage(_)
+        | Outcome::Moves(_) => one_value(out, r, write::nil),
         Outcome::Error(e) => error(out, r, e),
     }
 }

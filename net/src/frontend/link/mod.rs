@@ -171,9 +171,12 @@ impl<L: Loop> Link<'_, L> {
                 }
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
             }
-            Ok(step @ (Ask::MoveIn { .. } | Ask::MoveTasks { .. } | Ask::MoveDone { .. })) => {
-                self.l.move_step(idx, ReplyTo::Link(reply), step)
-            }
+            Ok(
+                step @ (Ask::MoveIn { .. }
+                | Ask::MoveTasks { .. }
+                | Ask::MoveDone { .. }
+                | Ask::Moves),
+            ) => self.l.move_step(idx, ReplyTo::Link(reply), step),
             Err(e) => {
                 let code = tarq_iproto::codes::ER_ILLEGAL_PARAMS;
                 tarq_iproto::response::error(self.l.reply_buf(idx), req.sync, code, &e);

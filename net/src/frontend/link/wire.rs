@@ -16,7 +16,7 @@ use tarq_engine::{
     MovedDedup, MovedTask, Stats, TaskId, TaskRef, TubeNumbers, TubeOptions, TubeType,
 };
 
-use crate::core::{Command, Listed, Outcome, Refusal, TaskFigures};
+use crate::core::{Command, Listed, MoveReport, Outcome, Refusal, TaskFigures};
 
 /// The call that turns an IPROTO connection into a link.
 pub const LINK: &str = "tarq.link";
@@ -86,6 +86,9 @@ pub enum Ask<'a> {
         committed: bool,
         epoch: i64,
     },
+    /// The moves the set's primary runs: answered with a [`MoveReport`] (the console's picture
+    /// of every move in flight).
+    Moves,
 }
 
 /// An owner's answer: an [`Outcome`] of the kinds a forwarded command can have, tasks
@@ -114,6 +117,8 @@ pub enum Answer<'a> {
     Error(Refusal),
     /// One partition's tasks of a listing (`Command::ListTasks`).
     Tasks(Vec<Listed>),
+    /// A primary's moves (`Ask::Moves`).
+    Moves(Box<MoveReport>),
 }
 
 impl<'a> Answer<'a> {
@@ -146,6 +151,7 @@ impl<'a> Answer<'a> {
             Outcome::AllStats(_) => Answer::Text("every tube's figures".into()),
             Outcome::Tasks(tasks) => Answer::Tasks(tasks.clone()),
             Outcome::TaskPage(_) => Answer::Text("a tube's page of tasks".into()),
+            Outcome::Moves(m) => Answer::Moves(m.clone()),
         }
     }
 
@@ -167,6 +173,7 @@ impl<'a> Answer<'a> {
             Answer::Text(t) => Outcome::Text(t),
             Answer::Error(r) => Outcome::Error(r),
             Answer::Tasks(tasks) => Outcome::Tasks(tasks),
+            Answer::Moves(m) => Outcome::Moves(m),
         }
     }
 }

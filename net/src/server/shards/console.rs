@@ -31,6 +31,17 @@ pub(super) struct Console {
     sid: Option<SessionId>,
 }
 
+impl Shards {
+    /// The engine session the console's asks run as on the owners, once made.
+    pub(super) fn console_sid(&self) -> Option<SessionId> {
+        self.console.sid
+    }
+
+    pub(super) fn set_console_sid(&mut self, sid: SessionId) {
+        self.console.sid = Some(sid);
+    }
+}
+
 impl Server {
     /// The console's figures of every placed tube (`None` on a single node), asking for new
     /// ones when they are more than a second old; the first read of a page gets `None` until

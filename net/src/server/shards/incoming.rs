@@ -98,6 +98,10 @@ impl Server {
         if self.shards.is_none() {
             return Err("this tarq is no sharded cluster's node".into());
         }
+        if let Ask::Moves = step {
+            // A question, not a step: what this node runs as an owner's primary.
+            return Ok(Some(Outcome::Moves(Box::new(self.move_report()))));
+        }
         // Every step changes the queue (a copy made, a page taken in, a copy served): only a
         // primary's changes may be logged. A node deposed during a move refuses the rest of
         // it, and the old owner gives the move up.

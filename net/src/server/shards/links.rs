@@ -22,6 +22,8 @@ pub(super) struct Trouble {
     /// Drops in this episode, and since the last warning.
     drops: u64,
     unwarned: u64,
+    /// Drops since start, for the cluster page.
+    total: u64,
 }
 
 /// What the log says of a drop.
@@ -38,6 +40,7 @@ enum Say {
 impl Trouble {
     fn dropped(&mut self, now: Instant) -> Say {
         self.drops += 1;
+        self.total += 1;
         match &mut self.since {
             None => {
                 self.since = Some((now, now));
@@ -57,6 +60,25 @@ impl Trouble {
                 Say::Quiet
             }
         }
+    }
+
+    /// Drops since start.
+    pub(super) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Drops in the episode going on (0 when the link is not failing).
+    pub(super) fn episode_drops(&self) -> u64 {
+        if self.since.is_some() {
+            self.drops
+        } else {
+            0
+        }
+    }
+
+    /// When the episode going on began, while the link fails.
+    pub(super) fn failing_since(&self) -> Option<Instant> {
+        self.since.map(|(start, _)| start)
     }
 
     /// An answer came: the episode, if there was one, ends; its drops and seconds.
@@ -365,6 +387,7 @@ impl Server {
             },
             Then::Move { id } => self.move_answered(id, &outcome),
             Then::List { key, at } => self.listed(key, at, outcome),
+            Then::Moves { key, at } => self.moves_answered(key, Some(at), outcome),
             Then::Ignore => {}
             Then::Peek { status, left } => match outcome {
                 Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {

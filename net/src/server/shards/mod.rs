@@ -16,6 +16,7 @@
 //! that waits watches every partition (`Command::Watch`, answered by the owner when it has a
 //! task) instead of polling. A whole-tube figure is summed over the partitions.
 
+mod cluster_page;
 mod console;
 mod deadlines;
 mod decide;
@@ -163,6 +164,11 @@ enum Then {
         status: tarq_engine::Status,
         left: Vec<TubeIx>,
     },
+    /// The `at`th set's moves, toward the cluster page's ask `key`.
+    Moves {
+        key: u64,
+        at: usize,
+    },
     /// The `at`th partition's tasks of listing `key`.
     List {
         key: u64,
@@ -283,6 +289,8 @@ pub(crate) struct Shards {
     console: console::Console,
     /// Task listings waiting for their partitions' owners, by key (from `next_gather`).
     listings: HashMap<u64, listing::Listing>,
+    /// Every set's primary's moves, for the cluster page, kept for a second.
+    cluster_moves: cluster_page::ClusterMoves,
 }
 
 impl Shards {
@@ -368,6 +376,7 @@ impl Shards {
             reads: unknown::Reads::default(),
             console: console::Console::default(),
             listings: HashMap::new(),
+            cluster_moves: cluster_page::ClusterMoves::default(),
         }
     }
 

@@ -134,6 +134,43 @@ impl Shards {
         self.moving.as_ref()?.machine.next_deadline()
     }
 
+    /// The moves this node runs as a partition's owner, as the cluster page shows them: the
+    /// one in progress with its step and progress (`tasks_here`: the partition's tasks here
+    /// now, `q`'s), and the counts of those done.
+    pub(crate) fn move_report(&self, q: &tarq_engine::Queue) -> crate::core::MoveReport {
+        use move_machine::Phase;
+        let in_progress = self.moving.as_ref().map(|m| {
+            let phase = match m.machine.phase() {
+                Phase::Prepare => "prepare",
+                Phase::Bulk => "bulk",
+                Phase::CatchUp => "catch-up",
+                Phase::Final => "final",
+                Phase::Commit { .. } => "commit",
+                Phase::Unknown { .. } => "unknown",
+                Phase::Ended => "ended",
+            };
+            crate::core::MoveProgress {
+                tube: m.tube.clone(),
+                partition: m.partition,
+                index: m.ix,
+                to: self.sets[m.to].name.clone(),
+                phase: phase.to_owned(),
+                tasks_sent: m.tasks,
+                tasks_here: q.tube_stats(m.ix).map_or(0, |s| s.total),
+                elapsed_ms: m.started.elapsed().as_millis() as u64,
+                frozen: m.frozen(),
+            }
+        });
+        let f = self.move_figures;
+        crate::core::MoveReport {
+            in_progress,
+            committed: f.committed,
+            given_up: f.given_up,
+            tasks_moved: f.tasks_moved,
+            last_ms: f.last_ms,
+        }
+    }
+
     /// The moves: in progress here (`Some` while one runs) and done.
     pub(crate) fn move_figures(&self) -> (Option<(String, u16, String, u64)>, MoveFigures) {
         let now = self.moving.as_ref().map(|m| {

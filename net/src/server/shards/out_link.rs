@@ -99,6 +99,8 @@ pub(crate) struct OutLink {
     last_heard: Micros,
     /// When the last PING was sent, while the link was silent.
     pinged_at: Option<Micros>,
+    /// When the other end's greeting came (monotonic µs).
+    greeted_at: Option<Micros>,
 }
 
 /// What a node says of itself when it opens a link.
@@ -145,6 +147,7 @@ impl OutLink {
             opened_at: now,
             last_heard: now,
             pinged_at: None,
+            greeted_at: None,
         })
     }
 
@@ -158,6 +161,16 @@ impl OutLink {
     pub fn close(&mut self, registry: &Registry) {
         let _ = registry.deregister(&mut self.stream);
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// When it began connecting (monotonic µs).
+    pub fn opened_at(&self) -> Micros {
+        self.opened_at
+    }
+
+    /// When the other end greeted it, once it has (monotonic µs).
+    pub fn greeted_at(&self) -> Option<Micros> {
+        self.greeted_at
     }
 
     /// Bytes queued and not written yet (behind the greeting, or unread by the other end).
@@ -205,6 +218,7 @@ impl OutLink {
             client::call(&mut self.wbuf, LINK_SYNC, wire::LINK, &args);
             self.wbuf.append(&mut self.held);
             self.greeted = true;
+            self.greeted_at = Some(now);
         }
         Ok(())
     }

@@ -566,6 +566,26 @@ async function renderCluster() {
     parts.push(heading(`Placement (epoch ${c.placement?.epoch})`), table(placed, [
       ["tube", "tube"], ["partition", "partition"], ["index", "index"], ["replica set", "set"],
     ], "placed"));
+    // This node's links to the other sets, and every set's primary's moves (asked over
+    // the links, a second or two old): one look shows each move in flight anywhere.
+    parts.push(heading("Links from this node"), table(c.links || [], [
+      ["replica set", "set"], ["primary", "primary"], ["state", "state"],
+      ["for", (l) => (l.for_ms === null || l.for_ms === undefined ? "" : `${(l.for_ms / 1000).toFixed(1)} s`)],
+      ["calls in flight", "in_flight"], ["drops", "drops"], ["drops while failing", "failing_drops"],
+    ], "link"));
+    const mc = c.moves_in_cluster;
+    const flying = (mc?.in_progress || []).map((m) => ({ ...m, move: `${m.tube}#${m.partition}` }));
+    parts.push(heading(`Moves in flight in the cluster (${mc ? flying.length : "asking the primaries"})`), table(flying, [
+      ["move", "move"], ["tube", "tube"], ["partition", "partition"],
+      ["from", "from"], ["to", "to"], ["step", "phase"], ["tasks sent", "tasks_sent"],
+      ["tasks here", "tasks_here"], ["for", (m) => `${(m.elapsed_ms / 1000).toFixed(1)} s`],
+      ["frozen", (m) => (m.frozen ? "frozen" : "")],
+    ], "move"));
+    parts.push(heading("Moves by replica set"), table(mc?.sets || [], [
+      ["replica set", "set"], ["in progress", (x) => (x.in_progress ? `${x.in_progress.tube}#${x.in_progress.partition} to ${x.in_progress.to}` : "")],
+      ["committed", "committed"], ["given up", "given_up"], ["tasks moved", "tasks_moved"],
+      ["last (ms)", "last_ms"], ["error", "error"],
+    ], "moveSet"));
     if (c.moves) {
       parts.push(heading("Moves run by this node"), kv({
         in_progress: c.moves.in_progress ? `${c.moves.in_progress.tube} #${c.moves.in_progress.partition} to ${c.moves.in_progress.to}: ${c.moves.in_progress.tasks} tasks sent` : "none",
