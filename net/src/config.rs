@@ -54,6 +54,10 @@ pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 24;
 /// that never sleeps, which is not what the setting says.
 pub const MAX_BUSY_POLL_MICROS: u64 = 1_000_000;
 
+/// Highest `--user-put-rate`: a million puts a second, above what one node serves, so the
+/// limit is never a rounding of nothing (a put's share of a second stays a whole microsecond).
+pub const MAX_USER_PUT_RATE: u64 = 1_000_000;
+
 /// The command line of `tarq`: a subcommand, or the `--config` file and the [`Settings`].
 #[derive(Debug, Clone, Default, Parser)]
 #[command(
@@ -280,6 +284,20 @@ pub struct Settings {
     /// the beanstalk port may do everything, as before users existed.
     #[arg(long, env = "TARQ_BEANSTALK_USER", value_name = "NAME")]
     pub beanstalk_user: Option<String>,
+
+    /// With --user: most connections one user may hold at once (IPROTO connections
+    /// authenticated as it, and the beanstalk port's when it acts as it); one more is refused
+    /// when it authenticates, with an error naming this limit. The bootstrap administrator
+    /// (and so the cluster's own nodes) is never limited; 0: no limit [default: 0].
+    #[arg(long, env = "TARQ_USER_MAX_CONNECTIONS", value_name = "N", value_parser = whole::<usize>(0, u64::MAX), allow_negative_numbers = true)]
+    pub user_max_connections: Option<usize>,
+
+    /// With --user: most puts a second one user may make over all its connections, after a
+    /// burst of one second's worth. A put over it is not refused: its answer is delayed, and
+    /// its connection not read, until the user is back within the rate. The bootstrap
+    /// administrator is never limited; 0: no limit [default: 0].
+    #[arg(long, env = "TARQ_USER_PUT_RATE", value_name = "PUTS", value_parser = whole::<u64>(0, MAX_USER_PUT_RATE), allow_negative_numbers = true)]
+    pub user_put_rate: Option<u64>,
 
     /// Namespace of the tarantool/queue API: its calls are `<NS>.create_tube`,
     /// `<NS>.tube.<name>:<method>`, ... (some clients use `box.queue`) [default: queue].
@@ -612,6 +630,10 @@ pub struct Config {
     pub beanstalk_max_job_size: u32,
     /// The user the beanstalk port acts as (with `auth`); `None`: every right.
     pub beanstalk_user: Option<String>,
+    /// Connections one user may hold (0: no limit; the bootstrap administrator has none).
+    pub user_max_connections: usize,
+    /// Puts a second one user may make, after a second's worth at once (0: no limit).
+    pub user_put_rate: u64,
     /// The bootstrap administrator (`--user`): with it, users and grants are checked.
     pub auth: Option<Credentials>,
     /// The primary this tarq replicates (read-only while set).
@@ -695,6 +717,8 @@ impl Default for Config {
             metrics_auth: false,
             beanstalk_max_job_size: tarq_beanstalk::DEFAULT_MAX_JOB_SIZE,
             beanstalk_user: None,
+            user_max_connections: 0,
+            user_put_rate: 0,
             auth: None,
             replica_of: None,
             sync_replicas: 0,
@@ -796,6 +820,8 @@ impl Config {
             metrics_auth: s.metrics_auth.unwrap_or(d.metrics_auth),
             beanstalk_max_job_size: s.beanstalk_max_job_size.unwrap_or(d.beanstalk_max_job_size),
             beanstalk_user: s.beanstalk_user,
+            user_max_connections: s.user_max_connections.unwrap_or(d.user_max_connections),
+            user_put_rate: s.user_put_rate.unwrap_or(d.user_put_rate),
             auth,
             replica_of: s.replica_of,
             sync_replicas: s.sync_replicas.unwrap_or(d.sync_replicas),
@@ -1018,6 +1044,18 @@ impl Config {
             }
             tarq_engine::users::check_name(u)
                 .map_err(|e| invalid(format!("beanstalk-user: {e}")))?;
+        }
+        let user_limits = [
+            ("user-max-connections", self.user_max_connections as u64),
+            ("user-put-rate", self.user_put_rate),
+        ];
+        for (name, value) in user_limits {
+            if value > 0 && self.auth.is_none() {
+                return Err(invalid(format!(
+                    "{name} {value} is set but user is not: without --user no connection acts \
+                     as a user, so nothing would be limited"
+                )));
+            }
         }
         if self.max_write_backlog < 2 * self.max_frame_bytes {
             return Err(invalid(format!(
@@ -1362,6 +1400,25 @@ mod tests {
             .expect_err("over the WAL's limit")
             .to_string();
         assert!(err.contains(&over) && err.contains(&at), "{err}");
+    }
+
+    #[test]
+    fn per_user_limits_need_a_user_and_a_rate_in_range() {
+        let locked = ["--user", "admin", "--password", "p"];
+        let cfg = parse(&[&locked[..], &["--user-max-connections", "3"]].concat()).unwrap();
+        assert_eq!((cfg.user_max_connections, cfg.user_put_rate), (3, 0));
+        let cfg = parse(&[&locked[..], &["--user-put-rate", "500"]].concat()).unwrap();
+        assert_eq!(cfg.user_put_rate, 500);
+        for flag in ["--user-max-connections", "--user-put-rate"] {
+            let err = parse(&[flag, "5"]).expect_err("no --user").to_string();
+            assert!(
+                err.contains(&flag[2..]) && err.contains("user is not"),
+                "{err}"
+            );
+        }
+        let over = (MAX_USER_PUT_RATE + 1).to_string();
+        let argv = ["tarq", "--user-put-rate", over.as_str()];
+        assert!(Cli::command().try_get_matches_from(argv).is_err());
     }
 
     #[test]

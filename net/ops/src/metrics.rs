@@ -133,6 +133,7 @@ pub fn render(
         );
     }
     render_tubes(page, stats);
+    render_users(page, stats);
     // In seconds, as Prometheus measures time (the shared list holds whole numbers).
     let _ = writeln!(
         page,
@@ -219,6 +220,50 @@ fn render_tubes(page: &mut String, stats: &Snapshot) {
     }
 }
 
+/// The per-user limits' figures, a family each, `tarq_user_<name>{user="..."}`, a sample per
+/// user that has connected since start (none: no family).
+fn render_users(page: &mut String, stats: &Snapshot) {
+    use crate::stats::UserFigures;
+    use crate::tubes::prometheus_label;
+    if stats.users.is_empty() {
+        return;
+    }
+    type Value = fn(&UserFigures) -> String;
+    let families: [(&str, &str, &str, Value); 4] = [
+        (
+            "tarq_user_connections",
+            "gauge",
+            "Connections acting as the user now.",
+            |u| u.connections.to_string(),
+        ),
+        (
+            "tarq_user_connections_refused_total",
+            "counter",
+            "Connections of the user refused at user-max-connections, since start.",
+            |u| u.refused.to_string(),
+        ),
+        (
+            "tarq_user_puts_delayed_total",
+            "counter",
+            "Puts of the user answered late for user-put-rate, since start.",
+            |u| u.puts_delayed.to_string(),
+        ),
+        (
+            "tarq_user_put_delay_seconds_total",
+            "counter",
+            "Time the user's connections were muted for user-put-rate, since start.",
+            |u| (u.delay as f64 / 1e6).to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        let _ = writeln!(page, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for u in &stats.users {
+            let user = prometheus_label(&u.name);
+            let _ = writeln!(page, "{name}{{user=\"{user}\"}} {}", value(u));
+        }
+    }
+}
+
 fn prometheus_name(name: &str) -> &str {
     match name {
         "total" => "tasks",
@@ -300,6 +345,33 @@ mod tests {
                 .count();
             assert_eq!(n, 1, "{}", m.name);
         }
+    }
+
+    #[test]
+    fn each_user_is_a_series_of_each_user_family() {
+        let snap = Snapshot {
+            users: vec![crate::stats::UserFigures {
+                name: "bob \"b\"".into(),
+                connections: 2,
+                refused: 1,
+                puts_delayed: 7,
+                delay: 1_500_000,
+            }],
+            ..Default::default()
+        };
+        let mut page = String::new();
+        render(&mut page, &snap, &ServiceTimes::default(), None);
+        for line in [
+            "tarq_user_connections{user=\"bob \\\"b\\\"\"} 2\n",
+            "tarq_user_connections_refused_total{user=\"bob \\\"b\\\"\"} 1\n",
+            "tarq_user_puts_delayed_total{user=\"bob \\\"b\\\"\"} 7\n",
+            "tarq_user_put_delay_seconds_total{user=\"bob \\\"b\\\"\"} 1.5\n",
+        ] {
+            assert!(page.contains(line), "{line} in {page}");
+        }
+        let none = Snapshot::default();
+        render(&mut page, &none, &ServiceTimes::default(), None);
+        assert!(!page.contains("tarq_user_"), "no users, no families");
     }
 
     #[test]

@@ -70,6 +70,25 @@ pub struct LimitFigures {
     pub pre_auth_frames_refused: u64,
     pub peer_refusals: u64,
     pub http_timeouts: u64,
+    /// Connections refused at a user's connection limit, and puts answered late for a
+    /// user's put rate, since start (all users; per user in [`Snapshot::users`]).
+    pub user_refusals: u64,
+    pub puts_delayed: u64,
+}
+
+/// One user's figures under the per-user limits (`--user-max-connections`,
+/// `--user-put-rate`): `/metrics` shows each as a series labelled with the user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserFigures {
+    pub name: String,
+    /// Connections acting as this user now.
+    pub connections: u64,
+    /// Connections refused at its connection limit since start.
+    pub refused: u64,
+    /// Puts answered late for being over its put rate since start.
+    pub puts_delayed: u64,
+    /// How long its connections were muted for its put rate, since start (µs).
+    pub delay: Micros,
 }
 
 /// Figures of the write-ahead log, when one is on.
@@ -141,6 +160,8 @@ pub struct Snapshot {
     pub tubes: Vec<TubeFigures>,
     pub server: ServerFigures,
     pub limits: LimitFigures,
+    /// The users under the per-user limits that have connected since start.
+    pub users: Vec<UserFigures>,
     pub wal: Option<WalFigures>,
     pub replication: ReplicationFigures,
     /// `Queue::last_id()`: the seed API's ids (tube `default`'s) are a counter from 1 that
@@ -430,6 +451,18 @@ impl Snapshot {
                 Counter,
                 "HTTP clients closed for not finishing a request in time (frame-timeout), since start.",
                 l.http_timeouts,
+            ),
+            m(
+                "refused_per_user",
+                Counter,
+                "Connections refused at user-max-connections, since start.",
+                l.user_refusals,
+            ),
+            m(
+                "puts_delayed",
+                Counter,
+                "Puts answered late for their user's user-put-rate, since start.",
+                l.puts_delayed,
             ),
         ];
         let wal = self.wal.map(|w| {

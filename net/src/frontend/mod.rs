@@ -64,6 +64,9 @@ pub trait Loop {
     fn close_quietly(&mut self, idx: usize, reason: &'static str);
     /// Connection `idx` may run the requests waiting in its buffer again: read it next turn.
     fn resume_input(&mut self, idx: usize);
+    /// Connection `idx` is held for its user's put rate: nothing more of its input runs now
+    /// (the loop runs it when the mute ends).
+    fn muted(&self, idx: usize) -> bool;
 
     fn queue(&self) -> &Queue;
     /// The tube named `name` (its first partition's index) and its numbering: the engine's,
@@ -134,7 +137,13 @@ pub trait Loop {
     fn set_authenticated(&mut self, idx: usize, yes: bool);
     /// Who connection `idx` acts as (what its requests are checked against).
     fn who(&self, idx: usize) -> &crate::core::access::Who;
-    fn set_who(&mut self, idx: usize, who: crate::core::access::Who);
+    /// Connection `idx` acts as `who` from now on, counted against that user's connections,
+    /// or refused at its limit (`--user-max-connections`; it then stays as it was).
+    fn set_who(
+        &mut self,
+        idx: usize,
+        who: crate::core::access::Who,
+    ) -> Result<(), crate::core::access::UserRefused>;
     /// Connection `idx`'s greeting salt (for chap-sha1).
     fn salt(&self, idx: usize) -> [u8; tarq_iproto::greeting::SALT_LEN];
     /// `sha1(sha1(password))` of the configured user, if any.

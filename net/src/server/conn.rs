@@ -373,6 +373,14 @@ pub struct Conn {
     pub authenticated: bool,
     /// Who the connection acts as: what its calls are checked against (`core::access`).
     pub who: crate::core::access::Who,
+    /// Its user's key in `quotas::Quotas`, while it is counted against that user's limits
+    /// (authenticated as a user other than the bootstrap administrator).
+    pub quota: Option<usize>,
+    /// How long its last put must wait for its user's put rate (0: not at all): set while
+    /// its input runs, turned into a mute at the end of the turn.
+    pub throttle: Micros,
+    /// Muted for its user's put rate until then: neither read nor answered.
+    pub muted_until: Option<Micros>,
     pub rbuf: ReadBuf,
     pub out: OutBuf,
     /// The poll token: slot and generation.
@@ -415,6 +423,12 @@ pub enum Protocol {
 }
 
 impl Conn {
+    /// Held for its user's put rate: a put over it ran (`throttle`), or the mute it earned
+    /// has not ended. Nothing more of its input runs until then.
+    pub fn muted(&self) -> bool {
+        self.throttle > 0 || self.muted_until.is_some()
+    }
+
     /// Its beanstalk state, on the beanstalk port.
     pub fn beanstalk(&self) -> Option<&crate::frontend::beanstalk::BsConn> {
         match &self.proto {

@@ -178,8 +178,8 @@ impl Server {
                 continue;
             };
             // An event stream's client listens and sends nothing: no more idle than a take
-            // that waits.
-            let busy = busy || c.http().is_some_and(|h| h.streaming);
+            // that waits; nor is a connection muted for its user's put rate.
+            let busy = busy || c.http().is_some_and(|h| h.streaming) || c.muted();
             let auth = c.authenticated;
             let Some(why) = self
                 .limits
@@ -227,6 +227,8 @@ impl Server {
             pre_auth_frames_refused: c.pre_auth_frames_refused,
             peer_refusals: c.peer_refusals,
             http_timeouts: c.http_timeouts,
+            user_refusals: self.quotas.refused,
+            puts_delayed: self.quotas.puts_delayed,
         }
     }
 }

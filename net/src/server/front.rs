@@ -172,8 +172,16 @@ impl frontend::Loop for Server {
         &self.conns[idx].who
     }
 
-    fn set_who(&mut self, idx: usize, who: crate::core::access::Who) {
-        self.conns[idx].who = who;
+    fn set_who(
+        &mut self,
+        idx: usize,
+        who: crate::core::access::Who,
+    ) -> Result<(), crate::core::access::UserRefused> {
+        Server::set_who(self, idx, who)
+    }
+
+    fn muted(&self, idx: usize) -> bool {
+        self.conns[idx].muted()
     }
 
     fn salt(&self, idx: usize) -> [u8; SALT_LEN] {

@@ -22,12 +22,14 @@ mod front;
 mod host;
 mod http;
 pub mod limits;
+pub mod quotas;
 mod relay;
 pub mod reload;
 mod replica;
 mod shards;
 mod sync;
 mod systemd;
+mod throttle;
 mod timers;
 pub mod tls;
 mod wait;
@@ -211,6 +213,10 @@ pub struct Server {
     reloader: Option<Reloader>,
     /// The input budget, per-address counts and connection deadlines.
     limits: Limits,
+    /// Per-user connection counts, put rates and mutes.
+    quotas: quotas::Quotas,
+    /// Connections whose puts this turn went over their user's rate: muted at its end.
+    throttled: Vec<usize>,
     connections_accepted: u64,
     /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
     pub(crate) iproto: IprotoState,
@@ -324,6 +330,8 @@ impl Server {
             ops,
             reloader: None,
             limits: Limits::new(cfg.limits),
+            quotas: quotas::Quotas::default(),
+            throttled: Vec::new(),
             connections_accepted: 0,
             iproto: IprotoState::new(TubeSessions::new(
                 cfg.max_session_grace,
@@ -438,6 +446,7 @@ impl Server {
                 routed_refused: routed.refused,
             },
             limits: self.limit_figures(),
+            users: self.quotas.figures(),
             wal: self.core.journal().figures(),
             replication: tarq_ops::stats::ReplicationFigures {
                 replicas: self.replica_count(),
@@ -615,6 +624,8 @@ impl Server {
             let _ = self.poll.registry().deregister(l);
         }
         self.answer_waiters();
+        // A stop does not wait out the put rate: replies held by a mute go with the others.
+        self.unmute_all();
         let deadline = Instant::now() + STOP_GRACE;
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         loop {
@@ -724,6 +735,7 @@ impl Server {
             self.sync.next_deadline(),
             self.limits.next_deadline(),
             self.iproto.sessions.next_deadline(),
+            self.quotas.next_deadline(),
         ];
         // A wall-clock deadline is as far from the turn's wall reading as its monotonic
         // equivalent is from the turn's monotonic one: one clock read serves both lists.
@@ -837,6 +849,12 @@ impl Server {
         } else if !self.admit_peer(&mut tcp, peer, &hello) {
             return;
         }
+        // beanstalk has no authentication; HTTP asks for it with each request (Basic).
+        let who = Self::who_at_open(&self.cfg, proto);
+        // The beanstalk port's user is counted from the accept: there is no login to refuse.
+        let Ok(quota) = self.admit_beanstalk_user(&mut tcp, peer, proto, &who) else {
+            return;
+        };
         // Latency over batching: each turn already coalesces its replies into one write.
         if let Err(e) = tcp.set_nodelay(true) {
             debug!(%peer, error = %e, "TCP_NODELAY not set");
@@ -859,6 +877,9 @@ impl Server {
         {
             warn!(%peer, error = %e, "connection dropped: cannot register");
             self.limits.release(peer.ip());
+            if let Some(key) = quota {
+                self.quotas.release(key);
+            }
             return;
         }
         let sid = self.next_sid;
@@ -869,8 +890,6 @@ impl Server {
         if proto == Proto::Http {
             self.http.state.connections += 1;
         }
-        // beanstalk has no authentication; HTTP asks for it with each request (Basic).
-        let who = Self::who_at_open(&self.cfg, proto);
         // A `guest` that was granted something may call without AUTH: the auth timeout is for
         // connections that may do nothing until they authenticate.
         let authenticated = proto != Proto::Iproto || who.may_call(self.core.queue().users());
@@ -884,6 +903,9 @@ impl Server {
             sid,
             authenticated,
             who,
+            quota,
+            throttle: 0,
+            muted_until: None,
             rbuf,
             out,
             token,
@@ -966,6 +988,9 @@ impl Server {
             core.end_pauses(&mut wire);
         }
 
+        if self.quotas.next_deadline().is_some_and(|t| t <= self.mono) {
+            self.unmute_due();
+        }
         let mut list = std::mem::take(&mut self.read_list);
         list.append(&mut self.read_again);
         for &idx in &list {
@@ -1036,6 +1061,9 @@ impl Server {
         if self.shards.is_some() {
             self.flush_links();
         }
+        if !self.throttled.is_empty() {
+            self.mute_throttled();
+        }
 
         self.commit_and_flush();
     }
@@ -1070,8 +1098,9 @@ impl Server {
 
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
-        if self.input_held(idx) {
-            // Read again once the held request has run (`shards_placement_read`).
+        if self.input_held(idx) || self.conns[idx].muted() {
+            // Read again once the held request has run (`shards_placement_read`), or once its
+            // mute ends (`unmute_due`).
             return;
         }
         let c = &self.conns[idx];
@@ -1136,13 +1165,17 @@ impl Server {
         // A beanstalk connection whose reserve waits holds whole commands, not a partial one:
         // they run when the reserve is answered ([`Server::resume_input`]), which reads again.
         let blocked = c.beanstalk().is_some_and(|b| b.waiting.is_some());
-        let partial = !c.rbuf.data().is_empty() && !blocked;
+        // A muted connection's input waits for the mute, not for its client.
+        let muted = c.muted();
+        let partial = !c.rbuf.data().is_empty() && !blocked && !muted;
         let id = (idx, c.gen);
         self.limits
             .note_input(&mut c.guard, id, self.mono, read, used > 0, partial);
         match outcome {
             ReadOutcome::Drained => {}
-            ReadOutcome::Budget | ReadOutcome::Full if blocked => {}
+            ReadOutcome::Budget | ReadOutcome::Full if blocked || muted => {}
+            // What it sent before its end runs after the mute, which reads to the end again.
+            ReadOutcome::Eof if muted => c.read_closed = true,
             // Only a partial frame is buffered and the budget lets it grow no further.
             ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
             ReadOutcome::Budget | ReadOutcome::Full if read => self.read_again_fed.push(idx),
@@ -1181,7 +1214,8 @@ impl Server {
     /// Executes every complete IPROTO frame at the front of `data`; returns the bytes used.
     fn execute_iproto_input(&mut self, idx: usize, data: &[u8]) -> usize {
         let mut used = 0;
-        while self.conns[idx].closing.is_none() {
+        // A put over its user's rate stops the connection's input until its mute ends.
+        while self.conns[idx].closing.is_none() && self.conns[idx].throttle == 0 {
             let max = self.frame_cap(&self.conns[idx]);
             match split_frame(&data[used..], max) {
                 Ok(Some(f)) => {
@@ -1397,6 +1431,10 @@ impl Server {
             until: self.mono.saturating_add(CLOSE_LINGER),
         });
         let (sid, peer, uuid) = (c.sid, c.peer, c.session_uuid());
+        if let Some(key) = c.quota.take() {
+            // Its user may open another at once.
+            self.quotas.release(key);
+        }
         self.core.unpark(idx);
         if let Some(bs) = c.beanstalk() {
             self.beanstalk.release_tubes(bs.used, &bs.watched);
@@ -1471,6 +1509,9 @@ impl Server {
     fn finish_close(&mut self, idx: usize) {
         let mut c = self.conns.remove(idx);
         self.limits.release(c.peer.ip());
+        if let Some(key) = c.quota.take() {
+            self.quotas.release(key);
+        }
         // Deregistering a socket about to be closed cannot matter if it fails.
         let _ = self.poll.registry().deregister(&mut c.stream);
         if c.relay().is_some() {
@@ -1603,6 +1644,10 @@ impl Server {
         };
         if let Some(closing) = c.closing {
             self.write_closing(idx, closing);
+            return;
+        }
+        if c.muted_until.is_some() {
+            // Its replies go when the mute ends (`unmute_due`).
             return;
         }
         match c

@@ -1,6 +1,7 @@
 //! SIGHUP: the server re-reads its configuration (the `--config` file and the password file, under
 //! the same command line and environment) and applies what can change while it runs — the log
 //! level, the Graphite target and interval, the connection, frame and input limits and timeouts,
+//! the per-user limits,
 //! the credentials, the busy poll — and logs each setting that needs a restart instead (the listen
 //! address, the data dir, the CPU, the metrics address, the WAL settings, and any setting not
 //! listed here as live).
@@ -75,6 +76,8 @@ pub fn merge(current: &mut Config, new: Config) -> Outcome {
     live_micros!(limits.idle_timeout, "idle-timeout");
     live!(limits.max_connections_per_peer, "max-connections-per-peer");
     live!(metrics_auth, "metrics-auth");
+    live!(user_max_connections, "user-max-connections");
+    live!(user_put_rate, "user-put-rate");
     live_micros!(busy_poll, "busy-poll");
     live_micros!(ops.graphite_interval, "graphite-interval");
     if current.ops.graphite != new.ops.graphite {

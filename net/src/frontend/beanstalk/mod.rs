@@ -239,7 +239,7 @@ impl<L: Loop> Beanstalk<'_, L> {
     pub fn execute_input(&mut self, idx: usize, data: &[u8]) -> usize {
         let mut used = 0;
         loop {
-            if self.l.closing(idx) {
+            if self.l.closing(idx) || self.l.muted(idx) {
                 break;
             }
             let Some(bs) = self.l.beanstalk_parts(idx).1 else {

@@ -76,6 +76,13 @@ impl IprotoState {
     }
 }
 
+/// Why an AUTH is refused: its check failed (code and Tarantool's text), or its user holds
+/// as many connections as it may (the connection is then closed).
+enum Denied {
+    Auth(u32, String),
+    Limit(access::UserRefused),
+}
+
 /// The IPROTO front-end at work for the loop `L`: it answers the protocol's own requests and
 /// translates the queue's calls into the core's commands.
 pub struct Iproto<'a, L: Loop> {
@@ -190,16 +197,44 @@ impl<L: Loop> Iproto<'_, L> {
         method: Option<&str>,
         scramble: Option<&[u8]>,
     ) {
+        let verdict = self.check_auth(idx, user, method, scramble);
+        let refused = matches!(verdict, Err(Denied::Limit(_)));
+        let out = self.l.reply_buf(idx);
+        match verdict {
+            Ok(()) => response::ok_empty(out, sync),
+            Err(Denied::Auth(code, msg)) => response::error(out, sync, code, &msg),
+            // Tarantool refuses a session with ER_ACCESS_DENIED; the text names the limit.
+            Err(Denied::Limit(e)) => response::error(out, sync, ER_ACCESS_DENIED, &e.to_string()),
+        }
+        if refused {
+            self.l.close_quietly(idx, "user-max-connections reached");
+        }
+    }
+
+    /// Checks an AUTH and, when it passes, makes the connection act as its user.
+    fn check_auth(
+        &mut self,
+        idx: usize,
+        user: &str,
+        method: Option<&str>,
+        scramble: Option<&[u8]>,
+    ) -> Result<(), Denied> {
         let (cred, hash2) = (self.l.config().auth.clone(), self.l.auth_hash());
         let salt = self.l.salt(idx);
-        let verdict = match (&cred, &hash2) {
+        let mismatch = || {
+            Denied::Auth(
+                ER_PASSWORD_MISMATCH,
+                format!("Incorrect password supplied for user '{user}'"),
+            )
+        };
+        match (&cred, &hash2) {
             // An open server accepts every AUTH, as Tarantool's guest-everything setup does.
             (None, _) | (_, None) => Ok(()),
             (Some(_), _) if user == GUEST && scramble.is_none() => {
                 // Becoming guest is allowed; it may call what guest was granted.
                 let guest = Who::guest();
                 let may = guest.may_call(self.l.queue().users());
-                self.l.set_who(idx, guest);
+                self.l.set_who(idx, guest).map_err(Denied::Limit)?;
                 self.l.set_authenticated(idx, may);
                 Ok(())
             }
@@ -212,36 +247,27 @@ impl<L: Loop> Iproto<'_, L> {
                     (stored, Who::User(user.into()))
                 };
                 if hash.is_none() && self.l.queue().users().get(user).is_none() {
-                    Err((ER_NO_SUCH_USER, format!("User '{user}' is not found")))
+                    Err(Denied::Auth(
+                        ER_NO_SUCH_USER,
+                        format!("User '{user}' is not found"),
+                    ))
                 } else if method.is_some_and(|m| m != auth::CHAP_SHA1) {
                     let m = method.unwrap_or_default();
-                    Err((
+                    Err(Denied::Auth(
                         ER_ILLEGAL_PARAMS,
                         format!("Illegal parameters, unknown authentication method '{m}'"),
                     ))
                 } else if let (Some(s), Some(h)) = (scramble, hash.as_ref()) {
-                    if auth::check(&salt, s, h) {
-                        self.l.set_who(idx, who);
-                        self.l.set_authenticated(idx, true);
-                        Ok(())
-                    } else {
-                        Err((
-                            ER_PASSWORD_MISMATCH,
-                            format!("Incorrect password supplied for user '{user}'"),
-                        ))
+                    if !auth::check(&salt, s, h) {
+                        return Err(mismatch());
                     }
+                    self.l.set_who(idx, who).map_err(Denied::Limit)?;
+                    self.l.set_authenticated(idx, true);
+                    Ok(())
                 } else {
-                    Err((
-                        ER_PASSWORD_MISMATCH,
-                        format!("Incorrect password supplied for user '{user}'"),
-                    ))
+                    Err(mismatch())
                 }
             }
-        };
-        let out = self.l.reply_buf(idx);
-        match verdict {
-            Ok(()) => response::ok_empty(out, sync),
-            Err((code, msg)) => response::error(out, sync, code, &msg),
         }
     }
 
