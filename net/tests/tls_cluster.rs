@@ -261,6 +261,12 @@ fn nodes_reach_etcd_over_tls_with_their_certificate_and_without_one_are_refused(
     );
     assert!(out.status.success(), "{stdout}{err}");
     assert!(stdout.contains("balanced already"), "a plan: {stdout}");
+    // `place` reads the map over TLS too: it gets as far as the tube it is asked for.
+    let mut ctl_args = vec!["place", "nosuch", "0", "--to", "a"];
+    ctl_args.extend(args.iter().copied());
+    let out = t.ctl(&ctl_args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no tube \"nosuch\""), "{err}");
 
     // Without a client certificate etcd refuses the node (in TLS 1.3 after the handshake, which
     // the node sees as its connection cut): it says etcd is unavailable and never leads.

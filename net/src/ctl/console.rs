@@ -396,37 +396,7 @@ impl Parser<'_> {
                 self.i += 1;
                 break;
             }
-            // `[expr] = value`, `name = value`, or a positional value.
-            let save = self.i;
-            let key = if self.peek() == Some(b'[')
-                && self.s.get(self.i + 1) != Some(&b'[')
-                && self.s.get(self.i + 1) != Some(&b'=')
-            {
-                self.i += 1;
-                self.skip_ws();
-                let key_start = self.i;
-                let k = self.value(depth)?;
-                if k.is_nil() {
-                    self.i = key_start;
-                    return Err(self.error("a table key cannot be nil"));
-                }
-                self.skip_ws();
-                if self.peek() != Some(b']') {
-                    return Err(self.error("expected ']' after a table key"));
-                }
-                self.i += 1;
-                Some(k)
-            } else if let Some(id) = self.ident().map(str::to_string) {
-                self.skip_ws();
-                if self.peek() == Some(b'=') && self.s.get(self.i + 1) != Some(&b'=') {
-                    Some(Value::from(id))
-                } else {
-                    self.i = save;
-                    None
-                }
-            } else {
-                None
-            };
+            let key = self.table_key(depth)?;
             match key {
                 Some(k) => {
                     self.skip_ws();
@@ -449,19 +419,58 @@ impl Parser<'_> {
                 _ => return Err(self.error("expected ',' or '}' in a table")),
             }
         }
-        Ok(match (items.is_empty(), pairs.is_empty()) {
-            (false, true) => Value::Array(items),
-            (true, _) => Value::Map(pairs),
-            (false, false) => {
-                let mut map: Vec<(Value, Value)> = items
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, v)| (Value::from(i as u64 + 1), v))
-                    .collect();
-                map.extend(pairs);
-                Value::Map(map)
+        Ok(table_value(items, pairs))
+    }
+
+    /// A table item's key, if it has one: `[expr] =` or `name =` (the `=` left to read), else
+    /// `None` with nothing read (a positional value).
+    fn table_key(&mut self, depth: usize) -> Result<Option<Value>, ParseError> {
+        let save = self.i;
+        let bracket = self.peek() == Some(b'[')
+            && self.s.get(self.i + 1) != Some(&b'[')
+            && self.s.get(self.i + 1) != Some(&b'=');
+        if bracket {
+            self.i += 1;
+            self.skip_ws();
+            let key_start = self.i;
+            let k = self.value(depth)?;
+            if k.is_nil() {
+                self.i = key_start;
+                return Err(self.error("a table key cannot be nil"));
             }
-        })
+            self.skip_ws();
+            if self.peek() != Some(b']') {
+                return Err(self.error("expected ']' after a table key"));
+            }
+            self.i += 1;
+            return Ok(Some(k));
+        }
+        if let Some(id) = self.ident().map(str::to_string) {
+            self.skip_ws();
+            if self.peek() == Some(b'=') && self.s.get(self.i + 1) != Some(&b'=') {
+                return Ok(Some(Value::from(id)));
+            }
+        }
+        self.i = save;
+        Ok(None)
+    }
+}
+
+/// A table's value from its positional items and keyed pairs: an array, a map, or both in one
+/// map with the items under 1, 2, ... as in Lua.
+fn table_value(items: Vec<Value>, pairs: Vec<(Value, Value)>) -> Value {
+    match (items.is_empty(), pairs.is_empty()) {
+        (false, true) => Value::Array(items),
+        (true, _) => Value::Map(pairs),
+        (false, false) => {
+            let mut map: Vec<(Value, Value)> = items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (Value::from(i as u64 + 1), v))
+                .collect();
+            map.extend(pairs);
+            Value::Map(map)
+        }
     }
 }
 

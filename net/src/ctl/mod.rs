@@ -404,6 +404,45 @@ pub fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
+/// Runs a command that changes the placement in etcd (`place`, `move`, `rebalance`, `drain`);
+/// `None` for any other.
+fn run_on_etcd(
+    command: &CtlCommand,
+    addrs: &[String],
+    opts: &Options,
+    out: &mut dyn Write,
+) -> Option<anyhow::Result<()>> {
+    Some(match command {
+        CtlCommand::Place {
+            tube,
+            partition,
+            to,
+            at,
+        } => at.resolve(addrs, opts).and_then(|at| {
+            let place = place::PlaceArgs {
+                tube: tube.clone(),
+                partition: *partition,
+                to: to.clone(),
+                at,
+            };
+            place::run(&place, opts, out)
+        }),
+        CtlCommand::Move {
+            tube,
+            partition,
+            to,
+            at,
+        } => moves::run_move(tube, *partition, to, at, addrs, opts, out),
+        CtlCommand::Rebalance { by, dry_run, at } => {
+            moves::run_rebalance(*by, *dry_run, at, addrs, opts, out)
+        }
+        CtlCommand::Drain { set, dry_run, at } => {
+            moves::run_drain(set, *dry_run, at, addrs, opts, out)
+        }
+        _ => return None,
+    })
+}
+
 /// Runs one `tarq ctl` command, printing its result to `out`.
 pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let addrs = parse_addrs(&args.addr)
@@ -413,35 +452,8 @@ pub fn run(args: CtlArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         credentials: args.user.clone().zip(args.password.clone()),
         failover_wait: seconds("--failover-wait", args.failover_wait)?,
     };
-    match &args.command {
-        CtlCommand::Place {
-            tube,
-            partition,
-            to,
-            at,
-        } => {
-            let at = at.resolve(&addrs, &opts)?;
-            let place = place::PlaceArgs {
-                tube: tube.clone(),
-                partition: *partition,
-                to: to.clone(),
-                at,
-            };
-            return place::run(&place, &opts, out);
-        }
-        CtlCommand::Move {
-            tube,
-            partition,
-            to,
-            at,
-        } => return moves::run_move(tube, *partition, to, at, &addrs, &opts, out),
-        CtlCommand::Rebalance { by, dry_run, at } => {
-            return moves::run_rebalance(*by, *dry_run, at, &addrs, &opts, out)
-        }
-        CtlCommand::Drain { set, dry_run, at } => {
-            return moves::run_drain(set, *dry_run, at, &addrs, &opts, out)
-        }
-        _ => {}
+    if let Some(done) = run_on_etcd(&args.command, &addrs, &opts, out) {
+        return done;
     }
     let mut cluster = Cluster::connect(addrs.clone(), opts.clone()).map_err(|e| match e {
         ClusterError::NoneAnswered { .. } => anyhow::anyhow!(

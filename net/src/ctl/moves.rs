@@ -93,6 +93,16 @@ pub struct EtcdArgs {
 pub struct Where {
     pub etcd: Vec<String>,
     pub cluster: String,
+    /// How to speak TLS to an `https://` etcd (`--etcd-ca`, ...).
+    pub tls: Option<tarq_cluster::EtcdTls>,
+}
+
+impl Where {
+    /// A client of this etcd.
+    pub fn connect(&self) -> anyhow::Result<Etcd> {
+        Etcd::connect_tls(&self.etcd, self.tls.as_ref())
+            .map_err(|e| anyhow!("--etcd {}: {e}", self.etcd.join(",")))
+    }
 }
 
 impl EtcdArgs {
@@ -116,6 +126,7 @@ impl EtcdArgs {
             return Ok(Where {
                 etcd: self.etcd.clone(),
                 cluster: cluster.clone(),
+                tls: self.tls()?,
             });
         }
         let mut tried = Vec::new();
@@ -152,6 +163,7 @@ impl EtcdArgs {
                     self.etcd.clone()
                 },
                 cluster: self.cluster.clone().unwrap_or(cluster),
+                tls: self.tls()?,
             });
         }
         bail!(
@@ -398,9 +410,7 @@ struct Session<'a> {
 impl<'a> Session<'a> {
     fn open(args: &EtcdArgs, addrs: &[String], opts: &'a Options) -> anyhow::Result<Session<'a>> {
         let at = args.resolve(addrs, opts)?;
-        let tls = args.tls()?;
-        let etcd = Etcd::connect_tls(&at.etcd, tls.as_ref())
-            .map_err(|e| anyhow!("--etcd {}: {e}", at.etcd.join(",")))?;
+        let etcd = at.connect()?;
         Ok(Session { etcd, at, opts })
     }
 
@@ -485,6 +495,19 @@ impl<'a> Session<'a> {
         // A primary that took the placement from etcd a moment ago may not have read it yet:
         // it would refuse a partition etcd already gives it, or a new set it has not seen.
         self.wait_view(&mut c, placed.index, to);
+        self.ask_move(&mut c, &who, tube, partition, to)
+    }
+
+    /// Asks the owner's primary on `c` (`who`) for the move and reads its report: the call is
+    /// sent again while the primary says its view is passing (it read etcd a moment late).
+    fn ask_move(
+        &self,
+        c: &mut Client,
+        who: &str,
+        tube: &str,
+        partition: u16,
+        to: &str,
+    ) -> anyhow::Result<(Report, String)> {
         let wait = MOVE_WAIT.saturating_sub(self.opts.timeout);
         let args = pack_args(&[Value::from(tube), Value::from(partition), Value::from(to)]);
         let deadline = Instant::now() + self.opts.timeout;
@@ -662,35 +685,7 @@ pub fn run_rebalance(
             writeln!(out, "partitions per live set: {}", listed(&loads))?;
             plan_by_count(&parts, &live)
         }
-        Balance::Tasks => {
-            if let Some((set, e)) = silent.first() {
-                bail!(
-                    "cannot balance by tasks: replica set {set}'s primary {e}; nothing was changed"
-                );
-            }
-            let uncounted: Vec<String> = (parts.iter())
-                .filter(|p| p.tasks.is_none() && live.contains(&p.set))
-                .map(|p| format!("{}/{}", p.tube, p.partition))
-                .collect();
-            if !uncounted.is_empty() {
-                bail!(
-                    "cannot balance by tasks: no owner counts {} (just moved? try again in a \
-                     moment); nothing was changed",
-                    uncounted.join(", ")
-                );
-            }
-            let loads: Vec<(u64, &str)> = (live.iter())
-                .map(|set| {
-                    let held = parts
-                        .iter()
-                        .filter(|p| p.set == *set)
-                        .filter_map(|p| p.tasks);
-                    (held.sum(), set.as_str())
-                })
-                .collect();
-            writeln!(out, "tasks per live set: {}", listed(&loads))?;
-            plan_by_tasks(&parts, &live)
-        }
+        Balance::Tasks => plan_tasks(&parts, &live, &silent, out)?,
     };
     if steps.is_empty() {
         writeln!(out, "balanced already: nothing to move")?;
@@ -710,6 +705,41 @@ pub fn run_rebalance(
         listed(&counts(&live_sets(&map), &owners))
     )?;
     Ok(())
+}
+
+/// The plan that evens out the tasks each live set holds, refused unless every owner counted
+/// its partitions (`silent`: the primaries that did not answer).
+fn plan_tasks(
+    parts: &[Part],
+    live: &[String],
+    silent: &[(String, String)],
+    out: &mut dyn Write,
+) -> anyhow::Result<Vec<Step>> {
+    if let Some((set, e)) = silent.first() {
+        bail!("cannot balance by tasks: replica set {set}'s primary {e}; nothing was changed");
+    }
+    let uncounted: Vec<String> = (parts.iter())
+        .filter(|p| p.tasks.is_none() && live.contains(&p.set))
+        .map(|p| format!("{}/{}", p.tube, p.partition))
+        .collect();
+    if !uncounted.is_empty() {
+        bail!(
+            "cannot balance by tasks: no owner counts {} (just moved? try again in a moment); \
+             nothing was changed",
+            uncounted.join(", ")
+        );
+    }
+    let loads: Vec<(u64, &str)> = (live.iter())
+        .map(|set| {
+            let held = parts
+                .iter()
+                .filter(|p| p.set == *set)
+                .filter_map(|p| p.tasks);
+            (held.sum(), set.as_str())
+        })
+        .collect();
+    writeln!(out, "tasks per live set: {}", listed(&loads))?;
+    Ok(plan_by_tasks(parts, live))
 }
 
 /// `tarq ctl drain SET`: plans, prints the plan, and (unless `dry_run`) runs it; then checks

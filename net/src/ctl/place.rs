@@ -18,7 +18,6 @@ use std::io::Write;
 use anyhow::{anyhow, bail, Context};
 use rmpv::Value;
 use tarq_client::cluster::{map_get, Options};
-use tarq_cluster::etcd::Client;
 use tarq_cluster::placement;
 
 use super::cluster::call_on;
@@ -42,11 +41,10 @@ pub fn run(args: &PlaceArgs, opts: &Options, out: &mut dyn Write) -> anyhow::Res
         to,
         at,
     } = args;
-    let (etcd, cluster) = (&at.etcd, &at.cluster);
+    let cluster = &at.cluster;
     // Each etcd call's time limit: the same --timeout as a call to a node.
     let budget = opts.timeout;
-    let mut client =
-        Client::connect(etcd).map_err(|e| anyhow!("--etcd {}: {e}", etcd.join(",")))?;
+    let mut client = at.connect()?;
     let map = super::moves::read_map(&mut client, at, budget)?;
     // The same rules as the change itself, for an error before anything is asked of a node.
     placement::plan_place(&map, tube, *partition, to)?;
