@@ -2,7 +2,8 @@
 //! `tarq` node each on one real etcd, a tube of four partitions, tasks in all of them.
 //! - `GET /api/tubes/jobs/tasks` from either node lists the whole tube: paged with its
 //!   `next_after` cursor, every task comes once, each with its partition, partition by
-//!   partition, in the same order from both nodes, for each status;
+//!   partition, in the same order from both nodes, for each status; a request that asks to
+//!   close gets its answer from the other set's owner first;
 //! - with one set's node gone, a listing is still answered promptly: the other set's tasks,
 //!   and the gone set's partitions named in `unanswered`; the link to it is `failing`;
 //! - `GET /api/cluster` on one node shows its link to the other set (up, nothing in flight)
@@ -139,6 +140,13 @@ fn either_node_lists_the_whole_tube_once_in_one_order_across_pages() {
     assert_eq!(list_all(wb, "ready", 7), ready);
     assert_eq!(list_all(wb, "ready", 1000), ready);
     assert_eq!(list_all(wa, "ready", 1), ready);
+    // A client that asks to close after the answer gets it (the answer comes later).
+    let req =
+        "GET /api/tubes/jobs/tasks?limit=1000 HTTP/1.1\r\nHost: tarq\r\nConnection: close\r\n\r\n";
+    let (status, body) = support::http_raw(wa, req.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let page: Json = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["tasks"].as_array().unwrap().len(), 47, "{page}");
     // Buried: the three, from either node.
     let buried = list_all(wb, "buried", 2);
     assert_eq!(buried.len(), 3, "{buried:?}");
@@ -148,6 +156,13 @@ fn either_node_lists_the_whole_tube_once_in_one_order_across_pages() {
         for w in [wa, wb] {
             let t = get(w, &format!("/api/tubes/jobs/tasks/{id}"));
             assert_eq!(t["task"]["data"], Json::from(d.as_str()), "{t}");
+            // Also when the request asks to close after its answer.
+            let req = format!(
+                "GET /api/tubes/jobs/tasks/{id} HTTP/1.1\r\nHost: tarq\r\nConnection: close\r\n\r\n"
+            );
+            let (status, body) = support::http_raw(w, req.as_bytes());
+            assert_eq!(status, 200, "{body}");
+            assert!(body.contains(&format!("\"{d}\"")), "{body}");
         }
     }
 }

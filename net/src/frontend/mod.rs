@@ -195,6 +195,9 @@ pub trait Loop {
         cmd: Command<'_>,
         may_relay: bool,
     );
+    /// HTTP connection `idx` closes once the answer another node gives it is written
+    /// ([`http::HttpConn::close_when_answered`]).
+    fn close_after_answer(&mut self, idx: usize);
     /// Whether this node is a sharded cluster's (`--replica-set`): a tube's tasks are its
     /// partitions' owners' to list.
     fn sharded(&self) -> bool;

@@ -91,6 +91,12 @@ impl frontend::Loop for Server {
         Server::cluster_picture(self)
     }
 
+    fn close_after_answer(&mut self, idx: usize) {
+        if let Some(h) = self.conns.get_mut(idx).and_then(|c| c.http_mut()) {
+            h.close_when_answered = true;
+        }
+    }
+
     fn sharded(&self) -> bool {
         self.shards.is_some()
     }

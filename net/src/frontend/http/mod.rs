@@ -103,6 +103,9 @@ pub struct HttpState {
 pub struct HttpConn {
     /// It carries the event stream: its input is ignored from now on.
     pub streaming: bool,
+    /// Its last request asked to close after its answer, which another node gives (a sharded
+    /// cluster's listing, a task of another set's): the loop closes it once that is written.
+    pub close_when_answered: bool,
 }
 
 /// Encodes `outcome` as the HTTP response `r` asks for.
@@ -189,9 +192,15 @@ impl<'a, L: Loop> Http<'a, L> {
                 break;
             }
             self.l.http().requests += 1;
+            let before = self.l.reply_buf(idx).len();
             routes::Request::new(self.l, idx, &head, &rest[head_len..total]).serve();
             used += total;
             if head.close && !self.l.closing(idx) {
+                if self.l.reply_buf(idx).len() == before {
+                    // Not answered yet: another node answers it, and the close waits for that.
+                    self.l.close_after_answer(idx);
+                    return data.len();
+                }
                 self.l.close_quietly(idx, "HTTP request asked to close");
             }
         }

@@ -823,6 +823,13 @@ impl Server {
         }
         if self.conns.get(c.idx).is_some_and(|x| x.gen == c.gen) {
             self.deliver(c.idx, c.reply, outcome);
+            // An HTTP request that asked to close, answered by another node.
+            if self.conns[c.idx]
+                .http()
+                .is_some_and(|h| h.close_when_answered)
+            {
+                self.close_quietly(c.idx, "HTTP request asked to close");
+            }
         }
     }
 
