@@ -507,84 +507,9 @@ impl Server {
     fn shard_fields(&self, c: &ClusterNode, set: &str) -> Vec<(Value, Value)> {
         let s = |v: &str| Value::from(v);
         let (placement, sets) = c.map();
-        let sets = sets
-            .iter()
-            .map(|v| {
-                let primary = v.leader.as_ref().map_or(Value::Nil, |(l, term)| {
-                    Value::Map(vec![
-                        (s("name"), s(&l.name)),
-                        (s("addr"), s(&l.addr)),
-                        (s("term"), (*term).into()),
-                    ])
-                });
-                let members = v
-                    .members
-                    .iter()
-                    .map(|m| {
-                        // The word for a set's leader; etcd's member key says whether
-                        // the member led when it last wrote it, the set's leader key who does.
-                        let leads = v.leader.as_ref().is_some_and(|(l, _)| l.name == m.name);
-                        Value::Map(vec![
-                            (s("name"), s(&m.name)),
-                            (s("addr"), s(&m.addr)),
-                            (s("role"), s(if leads { "primary" } else { "replica" })),
-                            (s("eligible"), m.eligible.into()),
-                            (s("term"), m.position.term.into()),
-                            (s("lsn"), m.position.lsn.into()),
-                        ])
-                    })
-                    .collect();
-                Value::Map(vec![
-                    (s("name"), s(&v.name)),
-                    (s("primary"), primary),
-                    (s("members"), Value::Array(members)),
-                ])
-            })
-            .collect();
-        let queue = self.core.queue();
-        let tubes = placement
-            .tubes
-            .values()
-            .map(|t| {
-                let partitions = t
-                    .partitions
-                    .iter()
-                    .enumerate()
-                    .map(|(p, part)| {
-                        let here = part.set == set;
-                        let mut f = vec![
-                            (s("partition"), (p as u64).into()),
-                            (s("index"), u64::from(part.index).into()),
-                            (s("set"), s(&part.set)),
-                            (s("owner_here"), here.into()),
-                        ];
-                        // Counts only where this node's set owns the partition and the engine
-                        // holds it under this tube's name (a replica may not have it yet).
-                        let held = queue
-                            .tube_info(part.index)
-                            .is_some_and(|i| i.name == t.name);
-                        if let Some(st) = queue.tube_stats(part.index).ok().filter(|_| here && held)
-                        {
-                            f.extend([
-                                (s("ready"), st.ready.into()),
-                                (s("taken"), st.taken.into()),
-                                (s("delayed"), st.waiting.into()),
-                                (s("buried"), st.buried.into()),
-                                (s("total"), st.total.into()),
-                                // The number its next task gets: a partition placed on
-                                // another set numbers on from it (`tarq ctl place`).
-                                (s("next"), queue.tube_numbers(part.index).next.into()),
-                            ]);
-                        }
-                        Value::Map(f)
-                    })
-                    .collect();
-                Value::Map(vec![
-                    (s("name"), s(&t.name)),
-                    (s("type"), s(&t.kind)),
-                    (s("partitions"), Value::Array(partitions)),
-                ])
-            })
+        let sets = sets.iter().map(set_fields).collect();
+        let tubes = (placement.tubes.values())
+            .map(|t| self.placed_tube_fields(t, set))
             .collect();
         let valid = c
             .handle()
@@ -604,6 +529,43 @@ impl Server {
             ),
             (s("moves"), self.move_fields()),
         ]
+    }
+
+    /// A placed tube with its partitions: where each is, and the counts of those this node's
+    /// set owns (`set`) and its engine holds under the tube's name (a replica may not yet).
+    fn placed_tube_fields(&self, t: &tarq_cluster::TubePlacement, set: &str) -> Value {
+        let s = |v: &str| Value::from(v);
+        let queue = self.core.queue();
+        let partitions = (t.partitions.iter().enumerate())
+            .map(|(p, part)| {
+                let here = part.set == set;
+                let mut f = vec![
+                    (s("partition"), (p as u64).into()),
+                    (s("index"), u64::from(part.index).into()),
+                    (s("set"), s(&part.set)),
+                    (s("owner_here"), here.into()),
+                ];
+                let held = (queue.tube_info(part.index)).is_some_and(|i| i.name == t.name);
+                if let Some(st) = queue.tube_stats(part.index).ok().filter(|_| here && held) {
+                    f.extend([
+                        (s("ready"), st.ready.into()),
+                        (s("taken"), st.taken.into()),
+                        (s("delayed"), st.waiting.into()),
+                        (s("buried"), st.buried.into()),
+                        (s("total"), st.total.into()),
+                        // The number its next task gets: a partition placed on another set
+                        // numbers on from it (`tarq ctl place`).
+                        (s("next"), queue.tube_numbers(part.index).next.into()),
+                    ]);
+                }
+                Value::Map(f)
+            })
+            .collect();
+        Value::Map(vec![
+            (s("name"), s(&t.name)),
+            (s("type"), s(&t.kind)),
+            (s("partitions"), Value::Array(partitions)),
+        ])
     }
 
     /// The moves this node ran as a partition's owner: the one in progress (its tasks sent
@@ -689,4 +651,36 @@ impl ClusterNode {
             ),
         ]
     }
+}
+
+/// A replica set as `queue.cluster()` shows it: its primary and its members.
+fn set_fields(v: &tarq_cluster::SetView) -> Value {
+    let s = |v: &str| Value::from(v);
+    let primary = v.leader.as_ref().map_or(Value::Nil, |(l, term)| {
+        Value::Map(vec![
+            (s("name"), s(&l.name)),
+            (s("addr"), s(&l.addr)),
+            (s("term"), (*term).into()),
+        ])
+    });
+    let members = (v.members.iter())
+        .map(|m| {
+            // The word for a set's leader; etcd's member key says whether the member
+            // led when it last wrote it, the set's leader key who does.
+            let leads = v.leader.as_ref().is_some_and(|(l, _)| l.name == m.name);
+            Value::Map(vec![
+                (s("name"), s(&m.name)),
+                (s("addr"), s(&m.addr)),
+                (s("role"), s(if leads { "primary" } else { "replica" })),
+                (s("eligible"), m.eligible.into()),
+                (s("term"), m.position.term.into()),
+                (s("lsn"), m.position.lsn.into()),
+            ])
+        })
+        .collect();
+    Value::Map(vec![
+        (s("name"), s(&v.name)),
+        (s("primary"), primary),
+        (s("members"), Value::Array(members)),
+    ])
 }

@@ -273,25 +273,7 @@ impl Server {
             )?),
             None => None,
         };
-        let shards = match (&cfg.cluster, &cluster) {
-            (Some(c), Some(node)) if c.election.replica_set.is_some() => {
-                let set = c.election.replica_set.clone().unwrap_or_default();
-                let validity = c.election.placement_validity();
-                Some(shards::Shards::new(
-                    set,
-                    c.election.name.as_str().into(),
-                    c.election.cluster.as_str().into(),
-                    node.handle().placement_fence(),
-                    validity,
-                    shards::RouterLimits {
-                        link_timeout: cfg.link_timeout,
-                        max_calls: cfg.max_routed_calls,
-                        link_buffer: cfg.max_frame_bytes.saturating_mul(4),
-                    },
-                ))
-            }
-            _ => None,
-        };
+        let shards = router_of(&cfg, cluster.as_ref());
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         let tls = tls::TlsPorts::load(&cfg.tls).map_err(io::Error::other)?;
         let mut server = Server {
@@ -342,13 +324,7 @@ impl Server {
             relay_buf: Vec::new(),
             upstream: cfg.replica_of.map(replica::Upstream::new),
             cluster,
-            sync: {
-                let mut gate = sync::SyncGate::new(cfg.sync_replicas, cfg.sync_timeout);
-                if cfg.cluster.is_some() {
-                    gate.require_record();
-                }
-                gate
-            },
+            sync: sync_gate(&cfg),
             acked: Vec::new(),
             cfg,
         };
@@ -859,6 +835,20 @@ impl Server {
         if let Err(e) = tcp.set_nodelay(true) {
             debug!(%peer, error = %e, "TCP_NODELAY not set");
         }
+        self.open_conn(tcp, peer, proto, (salt, hello), who, quota);
+    }
+
+    /// Registers an admitted connection and sends what it is sent first (IPROTO's greeting,
+    /// unless it waits for a ClientHello).
+    fn open_conn(
+        &mut self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        proto: Proto,
+        (salt, hello): ([u8; greeting::SALT_LEN], [u8; greeting::GREETING_LEN]),
+        who: crate::core::access::Who,
+        quota: Option<usize>,
+    ) {
         let mode = match proto {
             Proto::Iproto => self.cfg.tls.iproto,
             Proto::Beanstalk => self.cfg.tls.beanstalk,
@@ -918,6 +908,13 @@ impl Server {
             proto: conn_proto,
         });
         mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        self.opened(idx, gen, peer, proto);
+    }
+
+    /// The bookkeeping of a connection just opened: its wait for a ClientHello, the counts,
+    /// the per-address limits' sweep, the log line.
+    fn opened(&mut self, idx: usize, gen: u32, peer: SocketAddr, proto: Proto) {
+        let sid = self.conns[idx].sid;
         if proto == Proto::Iproto && self.conns[idx].stream.undecided() {
             // The client speaks TLS if its ClientHello comes before the wait ends; its greeting
             // goes out then, inside TLS or in the clear.
@@ -968,6 +965,31 @@ impl Server {
 
     /// Everything after the poll: deadlines, reads and calls, parked timeouts, commit, flush.
     fn turn(&mut self) {
+        self.turn_begin();
+        if self.quotas.next_deadline().is_some_and(|t| t <= self.mono) {
+            self.unmute_due();
+        }
+        self.read_ready();
+        self.expire_deadlines();
+        if self.tls.next_wait().is_some_and(|t| t <= self.mono) {
+            self.end_hello_waits();
+        }
+        self.answer_expired_waits();
+        self.turn_side_work();
+        // Before the commit, so a tube's drop is in this turn's batch.
+        self.collect_tubes();
+        if self.shards.is_some() {
+            self.flush_links();
+        }
+        if !self.throttled.is_empty() {
+            self.mute_throttled();
+        }
+        self.commit_and_flush();
+    }
+
+    /// The turn's start: the clocks, the election's news, the replication stream, the
+    /// engine's due deadlines, expired sessions and ended pauses.
+    fn turn_begin(&mut self) {
         self.core.begin_turn(self.now, self.mono);
         self.limits.turn_start();
         self.cluster_turn();
@@ -987,10 +1009,10 @@ impl Server {
             let (core, mut wire) = self.split();
             core.end_pauses(&mut wire);
         }
+    }
 
-        if self.quotas.next_deadline().is_some_and(|t| t <= self.mono) {
-            self.unmute_due();
-        }
+    /// Reads and runs what every readable connection sent (and those with input left over).
+    fn read_ready(&mut self) {
         let mut list = std::mem::take(&mut self.read_list);
         list.append(&mut self.read_again);
         for &idx in &list {
@@ -1002,11 +1024,11 @@ impl Server {
         list.clear();
         self.read_list = list;
         self.read_again.append(&mut self.read_again_fed);
-        self.expire_deadlines();
-        if self.tls.next_wait().is_some_and(|t| t <= self.mono) {
-            self.end_hello_waits();
-        }
+    }
 
+    /// Answers the takes and puts whose wait ran out, and frees lingering connections past
+    /// their deadline.
+    fn answer_expired_waits(&mut self) {
         while let Some((caller, reply)) = self.core.expired_take() {
             if self.is_live(caller) {
                 match reply {
@@ -1034,7 +1056,11 @@ impl Server {
             });
             self.timers.set(Timer::Linger, self.next_linger());
         }
+    }
 
+    /// The work of the parts beside the queue: the router's, the console's, the cluster
+    /// layout's check, the figures pushed out.
+    fn turn_side_work(&mut self) {
         if self.shards.is_some() {
             // Watches answered while the turn served others' calls, and waits that ran out.
             self.take_routed();
@@ -1056,16 +1082,6 @@ impl Server {
             self.ops.tick(self.now, &snapshot);
             self.timers.set(Timer::Ops, self.ops.next_timer());
         }
-        // Before the commit, so a tube's drop is in this turn's batch.
-        self.collect_tubes();
-        if self.shards.is_some() {
-            self.flush_links();
-        }
-        if !self.throttled.is_empty() {
-            self.mute_throttled();
-        }
-
-        self.commit_and_flush();
     }
 
     /// Answers every parked take with no value (as a timeout would) and every waiting put
@@ -1133,6 +1149,17 @@ impl Server {
         self.limits.spend(&c.guard, got);
         let read = got > 0;
         self.limits.settle(&mut c.guard, c.rbuf.allocated());
+        let used = self.execute_buffered(idx);
+        if self.conns[idx].closing.is_some() {
+            self.drop_input(idx);
+            return;
+        }
+        self.after_read(idx, outcome, cap.by_budget, read, used);
+    }
+
+    /// Runs every complete request in connection `idx`'s input; returns the bytes used.
+    fn execute_buffered(&mut self, idx: usize) -> usize {
+        let c = &mut self.conns[idx];
         // Borrow the input out of the connection while executing: replies go to `self.conns`.
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let beanstalk = c.beanstalk().is_some();
@@ -1155,12 +1182,23 @@ impl Server {
             rbuf.consume(used);
             used
         };
+        self.conns[idx].rbuf = rbuf;
+        used
+    }
+
+    /// What follows a read of connection `idx` that ran `used` bytes of requests: the input
+    /// budget settled, and — as the read ended (`outcome`; `by_budget`: the buffer could grow
+    /// no further for the input budget; `read`: bytes came in) — nothing, another read this
+    /// turn or the next, or the connection's end.
+    fn after_read(
+        &mut self,
+        idx: usize,
+        outcome: ReadOutcome,
+        by_budget: bool,
+        read: bool,
+        used: usize,
+    ) {
         let c = &mut self.conns[idx];
-        c.rbuf = rbuf;
-        if c.closing.is_some() {
-            self.drop_input(idx);
-            return;
-        }
         self.limits.settle(&mut c.guard, c.rbuf.allocated());
         // A beanstalk connection whose reserve waits holds whole commands, not a partial one:
         // they run when the reserve is answered ([`Server::resume_input`]), which reads again.
@@ -1177,7 +1215,7 @@ impl Server {
             // What it sent before its end runs after the mute, which reads to the end again.
             ReadOutcome::Eof if muted => c.read_closed = true,
             // Only a partial frame is buffered and the budget lets it grow no further.
-            ReadOutcome::Full if cap.by_budget && used == 0 => self.input_budget_full(idx),
+            ReadOutcome::Full if by_budget && used == 0 => self.input_budget_full(idx),
             ReadOutcome::Budget | ReadOutcome::Full if read => self.read_again_fed.push(idx),
             ReadOutcome::Budget | ReadOutcome::Full => self.read_again.push(idx),
             ReadOutcome::Eof if blocked => {
@@ -1582,19 +1620,8 @@ impl Server {
             true if fenced => sync::Verdict::TimedOut,
             true => gate.verdict(t),
         };
-        let fence_message;
-        let message = if fenced {
-            fence_message = format!(
-                "outcome unknown: not acknowledged: {}; the change may or may not survive",
-                self.cluster
-                    .as_ref()
-                    .map(|c| refusal_text(&c.not_leading()))
-                    .unwrap_or_default()
-            );
-            fence_message.as_str()
-        } else {
-            gate.message()
-        };
+        let fence_message = fenced.then(|| self.unacknowledged_text());
+        let message = fence_message.as_deref().unwrap_or_else(|| gate.message());
         let mut cut_off = Vec::new();
         for &idx in list.iter() {
             if let Some(c) = self.conns.get_mut(idx) {
@@ -1621,19 +1648,32 @@ impl Server {
             self.holding.dedup();
         }
         if self.sync.has_timed_out() {
-            let conns = &self.conns;
-            let oldest = self
-                .holding
-                .iter()
-                .filter_map(|&(idx, _)| conns.get(idx)?.out.oldest_hold())
-                .min();
-            self.sync.forget_before(oldest);
+            self.forget_timed_out();
         }
         for idx in cut_off {
             // A beanstalk reply cannot be turned into an error in place: its client sees the
             // connection end instead, as it would if the primary had died.
             self.begin_close(idx, "synchronous replication timed out", true);
         }
+    }
+
+    /// What a change is answered with when this node's leadership ran out before it was
+    /// acknowledged.
+    fn unacknowledged_text(&self) -> String {
+        let why = (self.cluster.as_ref())
+            .map(|c| refusal_text(&c.not_leading()))
+            .unwrap_or_default();
+        format!("outcome unknown: not acknowledged: {why}; the change may or may not survive")
+    }
+
+    /// After a timeout of synchronous replication: the gate forgets what no held reply waits
+    /// for any more.
+    fn forget_timed_out(&mut self) {
+        let conns = &self.conns;
+        let oldest = (self.holding.iter())
+            .filter_map(|&(idx, _)| conns.get(idx)?.out.oldest_hold())
+            .min();
+        self.sync.forget_before(oldest);
     }
 
     /// Writes connection `idx`'s released replies with one write; closes it on a write error,
@@ -1789,6 +1829,34 @@ fn open_protocol(
 
 /// Binds the IPROTO listener and, with `--beanstalk-listen`, the beanstalk one, registered
 /// with `poll`.
+/// A sharded node's router (`--replica-set`), or `None`.
+fn router_of(cfg: &Config, cluster: Option<&cluster::ClusterNode>) -> Option<shards::Shards> {
+    let (c, node) = (cfg.cluster.as_ref()?, cluster?);
+    let set = c.election.replica_set.clone()?;
+    Some(shards::Shards::new(
+        set,
+        c.election.name.as_str().into(),
+        c.election.cluster.as_str().into(),
+        node.handle().placement_fence(),
+        c.election.placement_validity(),
+        shards::RouterLimits {
+            link_timeout: cfg.link_timeout,
+            max_calls: cfg.max_routed_calls,
+            link_buffer: cfg.max_frame_bytes.saturating_mul(4),
+        },
+    ))
+}
+
+/// What holds a change's answer until replicas have it (`--sync-replicas`), and until etcd
+/// records it on a cluster node.
+fn sync_gate(cfg: &Config) -> sync::SyncGate {
+    let mut gate = sync::SyncGate::new(cfg.sync_replicas, cfg.sync_timeout);
+    if cfg.cluster.is_some() {
+        gate.require_record();
+    }
+    gate
+}
+
 fn bind_listeners(cfg: &Config, poll: &Poll) -> io::Result<(TcpListener, Option<TcpListener>)> {
     let mut listener = TcpListener::bind(cfg.listen)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;

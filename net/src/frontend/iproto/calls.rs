@@ -80,28 +80,7 @@ pub fn parse<'a>(function: &str, args: &'a [u8]) -> Result<Call<'a>, CallError> 
     let mut r = Reader::new(args);
     let n = r.read_array_len().map_err(|e| mp("arguments", e))?;
     match function {
-        PUT => {
-            // A missing payload is nil, as in the seed (`insert{id, status, runat, nil}`).
-            let data: &'a [u8] = if n == 0 {
-                &[0xc0]
-            } else {
-                r.skip_value().map_err(|e| mp("task data", e))?
-            };
-            let mut opts = PutOptions::default();
-            if n >= 2 {
-                read_options(&mut r, |name, r| {
-                    match name {
-                        "delay" => opts.delay = duration(r, name, true)?,
-                        "ttl" => opts.ttl = Some(duration(r, name, false)?),
-                        "ttr" => opts.ttr = Some(duration(r, name, false)?),
-                        "pri" => opts.pri = priority(r)?,
-                        _ => return Err(bad(format!("unknown option '{name}'"))),
-                    }
-                    Ok(())
-                })?;
-            }
-            Ok(Call::Put { data, opts })
-        }
+        PUT => parse_put(&mut r, n),
         TAKE => {
             let timeout = if n == 0 || r.eat_nil() {
                 0
@@ -129,25 +108,53 @@ pub fn parse<'a>(function: &str, args: &'a [u8]) -> Result<Call<'a>, CallError> 
         }
         STATS => Ok(Call::Stats),
         SNAPSHOT => Ok(Call::Snapshot),
-        MOVE => {
-            if n != 3 {
-                return Err(bad(format!(
-                    "{MOVE} takes (tube, partition, replica_set), got {n} arguments"
-                )));
-            }
-            let tube = r.read_str().map_err(|e| mp("tube name", e))?;
-            let partition = r.read_uint().map_err(|e| mp("partition", e))?;
-            let partition = u16::try_from(partition)
-                .map_err(|_| bad(format!("partition {partition} is out of range")))?;
-            let to = r.read_str().map_err(|e| mp("replica set", e))?;
-            Ok(Call::Move {
-                tube,
-                partition,
-                to,
-            })
-        }
+        MOVE => parse_move(&mut r, n),
         other => Err(CallError::NoSuchProc(other.to_string())),
     }
+}
+
+/// `put(data[, {delay, ttl, ttr, pri}])`, `n` arguments.
+#[inline]
+fn parse_put<'a>(r: &mut Reader<'a>, n: u32) -> Result<Call<'a>, CallError> {
+    // A missing payload is nil, as in the seed (`insert{id, status, runat, nil}`).
+    let data: &'a [u8] = if n == 0 {
+        &[0xc0]
+    } else {
+        r.skip_value().map_err(|e| mp("task data", e))?
+    };
+    let mut opts = PutOptions::default();
+    if n >= 2 {
+        read_options(r, |name, r| {
+            match name {
+                "delay" => opts.delay = duration(r, name, true)?,
+                "ttl" => opts.ttl = Some(duration(r, name, false)?),
+                "ttr" => opts.ttr = Some(duration(r, name, false)?),
+                "pri" => opts.pri = priority(r)?,
+                _ => return Err(bad(format!("unknown option '{name}'"))),
+            }
+            Ok(())
+        })?;
+    }
+    Ok(Call::Put { data, opts })
+}
+
+/// `tarq.move(tube, partition, replica_set)`.
+fn parse_move<'a>(r: &mut Reader<'a>, n: u32) -> Result<Call<'a>, CallError> {
+    if n != 3 {
+        return Err(bad(format!(
+            "{MOVE} takes (tube, partition, replica_set), got {n} arguments"
+        )));
+    }
+    let tube = r.read_str().map_err(|e| mp("tube name", e))?;
+    let partition = r.read_uint().map_err(|e| mp("partition", e))?;
+    let partition = u16::try_from(partition)
+        .map_err(|_| bad(format!("partition {partition} is out of range")))?;
+    let to = r.read_str().map_err(|e| mp("replica set", e))?;
+    Ok(Call::Move {
+        tube,
+        partition,
+        to,
+    })
 }
 
 /// Reads an options argument: nil, an empty array (Lua's `{}`), or a map with string keys.
