@@ -220,55 +220,156 @@ fn optional_str<'a>(r: &mut Reader<'a>, n: u32, what: &str) -> Result<Option<&'a
 
 fn create_tube<'a>(r: &mut Reader<'a>, n: u32) -> Result<TubeCall<'a>, CallError> {
     let name = optional_str(r, n, "tube name")?.ok_or_else(|| bad("tube name required"))?;
+    // An empty Lua table goes as an empty array.
+    if n >= 2 && r.peek_marker().is_ok_and(is_options) {
+        return sharded_queue_create(r, name);
+    }
     let kind = match optional_str(r, n.saturating_sub(1), "tube type")? {
         Some(t) => TubeType::parse(t)
             .map_err(|e| bad(super::errors::text(super::Style::Tube, 0, 0, &e)))?,
         None => return Err(bad("Unknown tube type nil")),
     };
-    let mut opts = TubeOptions::default();
-    let mut if_not_exists = false;
-    let mut partitions = 1;
-    let mut vinyl = false;
+    let mut create = Create::new(name, kind, false);
     if n >= 3 {
-        read_options(r, |name, r| {
-            match name {
-                "ttl" => opts.ttl = forever_is_none(seconds(r, name, false)?),
-                "ttr" => opts.ttr = forever_is_none(seconds(r, name, false)?),
-                "pri" => opts.pri = calls::priority(r)?,
-                "capacity" => opts.capacity = count(r, name)?,
-                "max_deliveries" => {
-                    opts.max_deliveries = u16::try_from(count(r, name)?)
-                        .map_err(|_| bad("option 'max_deliveries' is at most 65535"))?
-                }
-                "dedup_window" => opts.dedup_window = seconds(r, name, true)?,
-                "temporary" => opts.temporary = flag(r, name)?,
-                "if_not_exists" => if_not_exists = flag(r, name)?,
-                "partitions" => {
-                    partitions = u16::try_from(count(r, name)?)
-                        .ok()
-                        .filter(|&n| n >= 1)
-                        .ok_or_else(|| bad("option 'partitions' is 1 to 65535"))?
-                }
-                "engine" => vinyl = r.read_str().is_ok_and(|e| e == "vinyl"),
-                // The original passes the rest to its driver, which ignores what it does not
-                // know.
-                _ => {
-                    r.skip_value().map_err(|e| mp(name, e))?;
+        read_options(r, |option, r| create.option(option, r))?;
+    }
+    create.done()
+}
+
+fn is_options(m: rmp::Marker) -> bool {
+    matches!(
+        m,
+        rmp::Marker::FixMap(_) | rmp::Marker::Map16 | rmp::Marker::Map32 | rmp::Marker::FixArray(0)
+    )
+}
+
+/// tarantool/sharded-queue's `queue.create_tube(name, options)`: the type is the `driver`
+/// option (its two drivers; `sharded_queue.drivers.fifottl` when none is named), and a tube
+/// that exists already is answered as it is, not refused, as that API does (its applications
+/// create their tubes at every start). Its take's polling options (`wait_factor`,
+/// `wait_max`) are checked as it checks them and have nothing to tune here: a waiting take is
+/// woken by the put. `release_limit` and `release_limit_policy` are refused: tarq would
+/// neither delete nor move the task, and a client counting on that must not be told it will.
+fn sharded_queue_create<'a>(r: &mut Reader<'a>, name: &'a str) -> Result<TubeCall<'a>, CallError> {
+    let mut create = Create::new(name, TubeType::FifoTtl, true);
+    let mut pri_given = false;
+    read_options(r, |option, r| {
+        match option {
+            "driver" => {
+                let got = kind(r);
+                let driver = r.read_str().map_err(|_| {
+                    bad(format!(
+                        "Driver name must be a valid module name for tube {name}, got {got}"
+                    ))
+                })?;
+                create.kind = match driver {
+                    "sharded_queue.drivers.fifottl" => TubeType::FifoTtl,
+                    "sharded_queue.drivers.fifo" => TubeType::Fifo,
+                    other => {
+                        return Err(bad(format!(
+                            "Driver {other} could not be loaded for tube {name}"
+                        )))
+                    }
+                };
+            }
+            "wait_factor" => {
+                if !r.read_number().is_ok_and(|f| f >= 1.0) {
+                    return Err(bad("wait_factor must be number greater than or equal to 1"));
                 }
             }
-            Ok(())
-        })?;
+            "wait_max" => {
+                if !r.read_number().is_ok_and(|m| m > 0.0) {
+                    return Err(bad("wait_max must be number greater than 0"));
+                }
+            }
+            "log_request" => {
+                flag(r, option).map_err(|_| bad("log_request must be boolean"))?;
+            }
+            "release_limit" | "release_limit_policy" => {
+                return Err(bad(format!(
+                    "option '{option}' is not supported (tarq's max_deliveries buries a task \
+                     taken that many times)"
+                )))
+            }
+            // Its name for the tube's default priority; `pri` wins when both are given.
+            "priority" if pri_given => {
+                r.skip_value().map_err(|e| mp(option, e))?;
+            }
+            "priority" | "pri" => {
+                pri_given |= option == "pri";
+                create.option("pri", r)?
+            }
+            _ => create.option(option, r)?,
+        }
+        Ok(())
+    })?;
+    create.done()
+}
+
+/// A `create_tube` as its options are read.
+struct Create<'a> {
+    name: &'a str,
+    kind: TubeType,
+    opts: TubeOptions,
+    if_not_exists: bool,
+    partitions: u16,
+    vinyl: bool,
+}
+
+impl<'a> Create<'a> {
+    fn new(name: &'a str, kind: TubeType, if_not_exists: bool) -> Create<'a> {
+        Create {
+            name,
+            kind,
+            opts: TubeOptions::default(),
+            if_not_exists,
+            partitions: 1,
+            vinyl: false,
+        }
     }
-    if vinyl && kind == TubeType::LimFifoTtl {
-        return Err(bad("limfifottl queue does not support vinyl engine"));
+
+    /// Reads option `name`; what the original does not know is skipped, as its driver
+    /// ignores it.
+    fn option(&mut self, name: &str, r: &mut Reader<'_>) -> Result<(), CallError> {
+        let opts = &mut self.opts;
+        match name {
+            "ttl" => opts.ttl = forever_is_none(seconds(r, name, false)?),
+            "ttr" => opts.ttr = forever_is_none(seconds(r, name, false)?),
+            "pri" => opts.pri = calls::priority(r)?,
+            "capacity" => opts.capacity = count(r, name)?,
+            "max_deliveries" => {
+                opts.max_deliveries = u16::try_from(count(r, name)?)
+                    .map_err(|_| bad("option 'max_deliveries' is at most 65535"))?
+            }
+            "dedup_window" => opts.dedup_window = seconds(r, name, true)?,
+            "temporary" => opts.temporary = flag(r, name)?,
+            "if_not_exists" => self.if_not_exists = flag(r, name)?,
+            "partitions" => {
+                self.partitions = u16::try_from(count(r, name)?)
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| bad("option 'partitions' is 1 to 65535"))?
+            }
+            "engine" => self.vinyl = r.read_str().is_ok_and(|e| e == "vinyl"),
+            _ => {
+                r.skip_value().map_err(|e| mp(name, e))?;
+            }
+        }
+        Ok(())
     }
-    Ok(TubeCall::CreateTube {
-        name,
-        kind,
-        opts,
-        if_not_exists,
-        partitions,
-    })
+
+    fn done(self) -> Result<TubeCall<'a>, CallError> {
+        if self.vinyl && self.kind == TubeType::LimFifoTtl {
+            return Err(bad("limfifottl queue does not support vinyl engine"));
+        }
+        Ok(TubeCall::CreateTube {
+            name: self.name,
+            kind: self.kind,
+            opts: self.opts,
+            if_not_exists: self.if_not_exists,
+            partitions: self.partitions,
+        })
+    }
 }
 
 /// The original's "forever" (100 years and more) is no limit at all.
@@ -946,6 +1047,76 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "Unknown option speed"
+        );
+    }
+
+    #[test]
+    fn create_tube_reads_sharded_queues_options_map() {
+        let create = |write_opts: &dyn Fn(&mut Vec<u8>)| {
+            let a = args(|o| {
+                write::array_len(o, 2);
+                write::str(o, "q");
+                write_opts(o);
+            });
+            match parse("queue", "queue.create_tube", &a, key()).unwrap() {
+                Ok(TubeCall::CreateTube {
+                    kind,
+                    opts,
+                    if_not_exists,
+                    ..
+                }) => Ok((kind, opts.pri, opts.temporary, if_not_exists)),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        // No driver: fifottl; a tube there already is answered, not refused.
+        let made = create(&|o| write::array_len(o, 0)).unwrap();
+        assert_eq!(made, (TubeType::FifoTtl, 0, false, true));
+        let fifo = create(&|o| {
+            write::map_len(o, 4);
+            write::str(o, "driver");
+            write::str(o, "sharded_queue.drivers.fifo");
+            write::str(o, "priority");
+            write::uint(o, 17);
+            write::str(o, "wait_factor");
+            write::uint(o, 1);
+            write::str(o, "temporary");
+            write::bool(o, true);
+        })
+        .unwrap();
+        assert_eq!(fifo, (TubeType::Fifo, 17, true, true));
+        let refused = |key: &str, value: &dyn Fn(&mut Vec<u8>)| {
+            create(&|o| {
+                write::map_len(o, 1);
+                write::str(o, key);
+                value(o);
+            })
+            .unwrap_err()
+        };
+        assert_eq!(
+            refused("driver", &|o| write::str(o, "unexistent")),
+            "Driver unexistent could not be loaded for tube q"
+        );
+        assert_eq!(
+            refused("wait_factor", &|o| write::f64(o, 0.5)),
+            "wait_factor must be number greater than or equal to 1"
+        );
+        assert_eq!(
+            refused("wait_max", &|o| write::str(o, "not number")),
+            "wait_max must be number greater than 0"
+        );
+        assert!(refused("release_limit", &|o| write::uint(o, 5)).contains("not supported"));
+        // tarantool/queue's form keeps its words for a missing type.
+        let one = args(|o| {
+            write::array_len(o, 1);
+            write::str(o, "q");
+        });
+        assert_eq!(
+            parse("queue", "queue.create_tube", &one, key())
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
+            "Unknown tube type nil"
         );
     }
 
