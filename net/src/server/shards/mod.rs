@@ -929,6 +929,7 @@ fn named_partition(cmd: &Command<'_>) -> Option<TubeIx> {
         | Command::ReleaseAll { tube }
         | Command::Truncate { tube }
         | Command::DropTube { tube }
+        | Command::DropCheck { tube }
         | Command::TubeStats { tube }
         | Command::KickAny { tube, .. }
         | Command::PeekFirst { tube, .. }
