@@ -474,8 +474,13 @@ fn check_tube(name: &str, kind: &str) -> Result<(), PlacementError> {
 }
 
 /// The tube `create_tube` would write into `map`: indexes the smallest free ones from 1 (the
-/// tube `default` always has index 0 for its partition 0), each starting at its index's
-/// floor; owners by `spread_order`.
+/// tube `default` always has index 0 for its partition 0), those never used before those a
+/// dropped tube left, each starting at its index's floor; owners by `spread_order`.
+///
+/// Why not a dropped tube's first: a node whose view goes from a dropped tube straight to a
+/// new one (both came between two of its polls) still holds the dropped tube's partitions; at
+/// other indexes they vanish from its view and it lets go of them, but at the same indexes
+/// it would take them for the new tube's, tasks and all.
 pub fn plan_create(
     map: &ClusterMap,
     name: &str,
@@ -503,7 +508,10 @@ pub fn plan_create(
         }
         indexes.push(0);
     }
-    let free: Vec<u16> = (1..=MAX_INDEX).filter(|&ix| !p.used(ix)).collect();
+    let free: Vec<u16> = (1..=MAX_INDEX)
+        .filter(|&ix| !p.used(ix) && !p.indexes.contains_key(&ix))
+        .chain((1..=MAX_INDEX).filter(|&ix| !p.used(ix) && p.indexes.contains_key(&ix)))
+        .collect();
     let wanted = usize::from(partitions) - indexes.len();
     if free.len() < wanted {
         return Err(PlacementError::IndexesExhausted {
@@ -968,9 +976,21 @@ mod tests {
         for (ix, floor) in floors {
             m.placement.indexes.insert(ix, IndexUse::Free { floor });
         }
-        // A lower floor given later does not lower the recorded one.
+        // Indexes never used come first: a node that missed the drop still holds 1 and 2.
+        let t = plan_create(&m, "q", "fifo", serde_json::Value::Null, 2).unwrap();
+        assert_eq!(owners(&t), [(3, "a", 0), (4, "a", 0)]);
+        // Once those are taken, a dropped tube's indexes start at their floors.
+        for ix in 3..=MAX_INDEX - 1 {
+            let tube = format!("t{ix}");
+            m.placement
+                .indexes
+                .insert(ix, IndexUse::Used { tube, partition: 0 });
+        }
         let t = plan_create(&m, "r", "fifo", serde_json::Value::Null, 3).unwrap();
-        assert_eq!(owners(&t), [(1, "a", 100), (2, "a", 5), (3, "a", 0)]);
+        assert_eq!(
+            owners(&t),
+            [(MAX_INDEX, "a", 0), (1, "a", 100), (2, "a", 5)]
+        );
     }
 
     fn kv(key: &str, value: &str, mod_revision: i64) -> Kv {
