@@ -317,13 +317,9 @@ impl Server {
         else {
             return None;
         };
-        // The tube as it is (from the placement when this node does not hold it yet, a
-        // replica's case).
-        if if_not_exists {
-            if let Some(info) = self.placed_tube(name) {
-                return self.answer_tube(client, info);
-            }
-        }
+        // A tube that may be there already is asked of etcd too (not answered from this
+        // node's view): another node may have dropped it a moment ago. etcd's answer, made or
+        // there, is the call's.
         if kind == TubeType::LimFifoTtl
             && opts.capacity > 0
             && opts.capacity < u64::from(partitions)

@@ -67,12 +67,28 @@ impl Server {
     #[inline]
     pub(crate) fn tube_named(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
         let q = self.core.queue();
-        if let Some(ix) = q.tube_ix(name) {
+        let held = q.tube_ix(name);
+        let Some(shards) = self.shards.as_ref() else {
+            return held.map(|ix| (ix, q.tube_numbers(ix)));
+        };
+        // On a sharded node the name is a tube's this node routes. An engine's tube it does
+        // not route is a copy of a tube dropped a moment ago (a replica's primary has not let
+        // go of it yet), or one this node's view has not caught up with: the call waits for a
+        // read of the placement (the caller holds it when this answers `None`), and is
+        // resolved again after it, when the name's routed tube, a new one made since the
+        // drop, wins.
+        let routed = |ix: TubeIx| shards.tubes.contains_key(&ix);
+        if let Some(ix) = held.filter(|&ix| routed(ix)) {
             return Some((ix, q.tube_numbers(ix)));
         }
-        let shards = self.shards.as_ref()?;
-        let t = shards.placement.tubes.get(name)?;
-        let first = t.partitions.first()?;
+        let placed = (shards.placement.tubes.get(name)).and_then(|t| t.partitions.first());
+        let again = shards.reads.again;
+        let first = match (held, placed) {
+            (_, Some(first)) if routed(first.index) => first,
+            (Some(ix), _) if again => return Some((ix, q.tube_numbers(ix))),
+            (_, Some(first)) if again => first,
+            _ => return None,
+        };
         // A replica shows the tube's tasks numbered as its primary does: from the partition's
         // `first`, as placed.
         let numbers = tarq_engine::TubeNumbers {
