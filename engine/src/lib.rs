@@ -28,7 +28,7 @@ pub use tubes::{
     TubeOptions, TubePut, TubeType, DEFAULT_TUBE, DEFAULT_TUBE_NAME, MAX_DEDUP_KEY_BYTES,
     MAX_TASK_NUMBER, MAX_TUBES, MAX_TUBE_NAME_BYTES, MAX_UTUBE_KEY_BYTES, TUBE_ID_SHIFT,
 };
-pub use users::{Rights, User, UserError, Users};
+pub use users::{Rights, User, UserError, UserLimits, Users};
 
 /// beanstalkd's "urgent" line: a task with a lower pri is urgent (`ready_urgent`,
 /// beanstalk's `current-jobs-urgent`). beanstalkd's own constant (`URGENT_THRESHOLD`), so

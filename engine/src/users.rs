@@ -76,6 +76,17 @@ impl Rights {
     }
 }
 
+/// One user's own limits, over the server's defaults (`--user-max-connections`,
+/// `--user-put-rate`): `None` takes the default, `Some(0)` lifts the limit for this user. The
+/// server enforces them; the queue only keeps them with the user.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserLimits {
+    /// Connections the user may hold at once.
+    pub max_connections: Option<u32>,
+    /// Puts a second the user may make (after a second's worth at once).
+    pub put_rate: Option<u32>,
+}
+
 /// One user.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct User {
@@ -87,6 +98,8 @@ pub struct User {
     pub admin: bool,
     /// Rights by tube name ([`EVERY_TUBE`] for every tube). No empty entry is kept.
     pub tubes: BTreeMap<String, Rights>,
+    /// Its own connection and put limits, where they differ from the server's.
+    pub limits: UserLimits,
 }
 
 impl User {
@@ -118,6 +131,9 @@ impl User {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Users {
     by_name: BTreeMap<String, User>,
+    /// Users with a put rate of their own: while there are none, the server charges no put to
+    /// a rate unless it has a default one (a function of `by_name`, so equality holds).
+    with_put_rate: usize,
 }
 
 impl Users {
@@ -134,15 +150,27 @@ impl Users {
     pub fn iter(&self) -> impl Iterator<Item = &User> {
         self.by_name.values()
     }
+    /// Whether any user has a put rate of its own.
+    pub fn any_put_rate(&self) -> bool {
+        self.with_put_rate > 0
+    }
     /// Adds or replaces `user`. The caller has checked the limits ([`check`]).
     pub(crate) fn put(&mut self, user: User) {
-        self.by_name.insert(user.name.clone(), user);
+        self.with_put_rate += usize::from(user.limits.put_rate.is_some());
+        if let Some(old) = self.by_name.insert(user.name.clone(), user) {
+            self.with_put_rate -= usize::from(old.limits.put_rate.is_some());
+        }
     }
     pub(crate) fn remove(&mut self, name: &str) -> Option<User> {
-        self.by_name.remove(name)
+        let old = self.by_name.remove(name)?;
+        self.with_put_rate -= usize::from(old.limits.put_rate.is_some());
+        Some(old)
     }
     pub(crate) fn replace(&mut self, users: Vec<User>) {
         self.by_name = users.into_iter().map(|u| (u.name.clone(), u)).collect();
+        self.with_put_rate = (self.by_name.values())
+            .filter(|u| u.limits.put_rate.is_some())
+            .count();
     }
 }
 
@@ -202,6 +230,25 @@ mod tests {
         assert_eq!(u.rights_on("other"), Rights::TAKE);
         u.admin = true;
         assert!(u.rights_on("other").contains(Rights::ADMIN));
+    }
+
+    #[test]
+    fn the_table_knows_whether_anyone_has_a_put_rate() {
+        let mut users = Users::default();
+        let mut bob = User::new("bob");
+        bob.limits.put_rate = Some(5);
+        users.put(bob.clone());
+        users.put(User::new("carl"));
+        assert!(users.any_put_rate());
+        bob.limits.put_rate = None;
+        users.put(bob.clone());
+        assert!(!users.any_put_rate(), "replaced without one");
+        bob.limits.put_rate = Some(0);
+        users.put(bob.clone());
+        users.remove("bob");
+        assert!(!users.any_put_rate(), "dropped");
+        users.replace(vec![bob, User::new("carl")]);
+        assert!(users.any_put_rate());
     }
 
     #[test]

@@ -75,6 +75,14 @@ const BLOCKS: &[(&str, Plan)] = &[
         Plan::Skip("net/tests/users.rs runs tarq ctl user against a server with --user"),
     ),
     (
+        "conn:call('tarq.user_limits'",
+        Plan::Skip("net/tests/user_limits.rs sets a user's own limits on a server with --user"),
+    ),
+    (
+        "tarq ctl --user admin --password ... user limit",
+        Plan::Skip("net/tests/user_limits.rs runs tarq ctl user limit against a server with --user"),
+    ),
+    (
         "cargo install --locked --path net",
         Plan::Skip("a release build of the same binary; package.rs installs the packaged one"),
     ),

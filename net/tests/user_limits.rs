@@ -6,7 +6,8 @@
 //! `--user-put-rate` holds a producer to the rate by answering its puts late, never with an
 //! error (a lower bound on its time that no unthrottled run meets), pipelined or not, while
 //! another user's puts in the same seconds are answered at once; and the figures of both in
-//! `/metrics` and `queue.stats()`.
+//! `/metrics` and `queue.stats()`; and a user's own limits (`tarq ctl user limit`) over the
+//! defaults, kept over a kill -9.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmpv::Value;
-use support::{field, map, wait_until, Client, Reply, TestServer};
+use support::{field, map, wait_until, Client, Reply, Tarq, TestServer};
 use tarq_iproto::{auth, client};
 use tarq_net::config::{Config, Credentials};
 
@@ -280,4 +281,127 @@ fn puts_over_a_users_rate_are_answered_late_and_nobody_else_waits() {
     let took = start.elapsed();
     let floor = Duration::from_millis(N as u64 * 1_000 / RATE - 1_050);
     assert!(took >= floor, "pipelined: {took:?}, under {floor:?}");
+}
+
+/// Runs `tarq ctl` as the bootstrap administrator against `t`; its standard output, asserting
+/// success.
+fn ctl(t: &Tarq, args: &[&str]) -> String {
+    let mut all = vec!["--user", "admin", "--password", "boot"];
+    all.extend_from_slice(args);
+    let out = t.ctl(&all);
+    assert!(
+        out.status.success(),
+        "tarq ctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A user's own limits (`tarq ctl user limit`, `tarq.user_limits`) override the server's:
+/// bob may hold three connections where the default is one, and is held to 10 puts a second
+/// where the default is no limit, while carl keeps the defaults; the limits are journaled, so
+/// a kill -9 and a restart keep them; `default` gives the server's back; a bad value is
+/// refused naming it.
+#[test]
+fn a_users_own_limits_override_the_defaults_and_survive_a_restart() {
+    let args = [
+        "--user",
+        "admin",
+        "--password",
+        "boot",
+        "--user-max-connections",
+        "1",
+    ];
+    let mut t = Tarq::start(&args);
+    for user in ["bob", "carl"] {
+        ctl(&t, &["user", "add", user, "pw"]);
+        ctl(&t, &["--tube", "*", "user", "grant", user, "put,take"]);
+    }
+    let mut admin = login(t.addr, "admin", "boot");
+    ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
+    ctl(
+        &t,
+        &[
+            "user",
+            "limit",
+            "bob",
+            "--max-connections",
+            "3",
+            "--put-rate",
+            "10",
+        ],
+    );
+    let bad = admin.call(
+        "tarq.user_limits",
+        &[s("bob"), map(&[("put_rate", s("fast"))])],
+    );
+    assert_eq!(bad.code, 1, "{bad:?}");
+    assert!(bad.error.unwrap().contains("put_rate \"fast\""));
+    let listed: serde_json::Value = serde_json::from_str(&ctl(&t, &["user", "list"])).unwrap();
+    let bob = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "bob")
+        .unwrap();
+    assert_eq!(
+        (&bob["max_connections"], &bob["put_rate"]),
+        (&3.into(), &10.into())
+    );
+
+    // bob: three connections, and 30 puts at 10 a second take at least (30 - 10) / 10 s.
+    let check = |t: &Tarq| {
+        let mut bobs: Vec<Client> = (0..3).map(|_| login(t.addr, "bob", "pw")).collect();
+        let r = auth_as(&mut Client::connect(t.addr), "bob", "pw");
+        assert_eq!(
+            r.error.as_deref(),
+            Some("Too many connections for user 'bob': the limit is 3 (its max_connections)")
+        );
+        let _carl = login(t.addr, "carl", "pw");
+        let r = auth_as(&mut Client::connect(t.addr), "carl", "pw");
+        assert_eq!(
+            r.error.as_deref(),
+            Some("Too many connections for user 'carl': the limit is 1 (--user-max-connections)")
+        );
+        let (took, _) = put_each(&mut bobs[0], "jobs", 30);
+        assert!(
+            took >= Duration::from_millis(1_950),
+            "bob's 30 puts took {took:?}"
+        );
+        let mut carl_puts = Client::connect(t.addr);
+        drop(_carl);
+        wait_until("carl's connection to be let go", || {
+            let mut c = Client::connect(t.addr);
+            let ok = auth_as(&mut c, "carl", "pw").code == 0;
+            if ok {
+                carl_puts = c;
+            }
+            ok
+        });
+        let (took, _) = put_each(&mut carl_puts, "jobs", 60);
+        assert!(
+            took < Duration::from_millis(1_950),
+            "carl has no rate: {took:?}"
+        );
+    };
+    check(&t);
+
+    t.signal("KILL");
+    t.wait_exit();
+    let mut t = Tarq::start_in(t.take_dir(), &args);
+    check(&t);
+
+    // `default`: bob is back to the server's one connection.
+    ctl(
+        &t,
+        &["user", "limit", "bob", "--max-connections", "default"],
+    );
+    let _bob = login(t.addr, "bob", "pw");
+    let r = auth_as(&mut Client::connect(t.addr), "bob", "pw");
+    assert_eq!(
+        r.error.as_deref(),
+        Some("Too many connections for user 'bob': the limit is 1 (--user-max-connections)")
+    );
+    t.signal("TERM");
+    t.wait_exit();
 }

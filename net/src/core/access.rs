@@ -102,13 +102,18 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A connection refused at its user's connection limit (`--user-max-connections`); the loop
-/// counts, the front-end words it for its client.
+/// A connection refused at its user's connection limit (`--user-max-connections`, or the
+/// user's own `max_connections`, `own`); the loop counts, the front-end words it for its
+/// client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("Too many connections for user '{user}': the limit is {limit} (--user-max-connections)")]
+#[error(
+    "Too many connections for user '{user}': the limit is {limit} ({})",
+    if *own { "its max_connections" } else { "--user-max-connections" }
+)]
 pub struct UserRefused {
     pub user: Box<str>,
     pub limit: usize,
+    pub own: bool,
 }
 
 /// What a grant or revoke names.

@@ -70,12 +70,13 @@ impl<R> Core<R> {
 }
 
 /// The largest a `Users` record of these users can be: per user its name, flags, hash and
-/// grant count, per grant its tube name and rights (as `tarq_wal::format::encode_users`).
+/// grant count and own limits, per grant its tube name and rights (as
+/// `tarq_wal::format::encode_users`).
 fn users_record_bytes<'u>(users: impl Iterator<Item = &'u tarq_engine::User>) -> u64 {
     users
         .map(|u| {
             let grants: usize = u.tubes.keys().map(|t| 2 + t.len() + 1).sum();
-            (2 + u.name.len() + 1 + 20 + 2 + grants) as u64
+            (2 + u.name.len() + 1 + 20 + 8 + 2 + grants) as u64
         })
         .sum::<u64>()
         + 4

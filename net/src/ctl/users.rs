@@ -1,6 +1,6 @@
 //! `tarq ctl user ...`: users and grants through the server's own calls — Tarantool's
 //! `box.schema.user.create` / `passwd` / `grant` / `revoke` / `drop`, and tarq's `tarq.users`
-//! for the list — so ctl says nothing the IPROTO API does not, and a refusal is the server's
+//! for the list and `tarq.user_limits` for a user's own limits — so ctl says nothing the IPROTO API does not, and a refusal is the server's
 //! (Tarantool's words). A password not given on the command line, where other local users can
 //! read it, is read from standard input.
 
@@ -11,6 +11,8 @@ use rmpv::Value;
 
 /// The call that lists users and their grants (an administrator's).
 pub const LIST: &str = "tarq.users";
+/// The call that sets a user's own limits (an administrator's).
+pub const LIMITS: &str = "tarq.user_limits";
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum UserOp {
@@ -39,7 +41,17 @@ pub enum UserOp {
         #[arg(long)]
         cluster: bool,
     },
-    /// Every user with its grants, as JSON.
+    /// Sets NAME's own limits over the server's --user-max-connections and --user-put-rate:
+    /// each a whole number (0: no limit for this user) or `default` (the server's again); one
+    /// not given stays as it is.
+    Limit {
+        name: String,
+        #[arg(long, value_name = "N|default")]
+        max_connections: Option<String>,
+        #[arg(long, value_name = "PUTS|default")]
+        put_rate: Option<String>,
+    },
+    /// Every user with its grants and own limits, as JSON.
     List,
     /// Drops user NAME.
     Drop { name: String },
@@ -71,6 +83,33 @@ pub fn call_of(op: UserOp, tube: Option<&str>) -> anyhow::Result<(String, Vec<Va
             rights,
             cluster,
         } => (call("revoke"), object(name, rights, cluster, tube)?),
+        UserOp::Limit {
+            name,
+            max_connections,
+            put_rate,
+        } => {
+            let mut limits = Vec::new();
+            for (key, given) in [("max_connections", max_connections), ("put_rate", put_rate)] {
+                let Some(given) = given else { continue };
+                let value = match given.parse::<u64>() {
+                    Ok(n) => Value::from(n),
+                    Err(_) if given == "default" => Value::from("default"),
+                    Err(_) => anyhow::bail!(
+                        "--{} {given:?}: a whole number or default",
+                        key.replace('_', "-")
+                    ),
+                };
+                limits.push((Value::from(key), value));
+            }
+            anyhow::ensure!(
+                !limits.is_empty(),
+                "give --max-connections, --put-rate or both"
+            );
+            (
+                LIMITS.to_owned(),
+                vec![Value::from(name), Value::Map(limits)],
+            )
+        }
         UserOp::List => (LIST.to_owned(), vec![]),
         UserOp::Drop { name } => (call("drop"), vec![Value::from(name)]),
     })

@@ -187,7 +187,9 @@ impl Server {
     /// Runs a front-end's command for connection `idx` in the core, answered through `reply`.
     #[inline]
     pub(crate) fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
-        if self.cfg.user_put_rate > 0 && self.conns.get(idx).is_some_and(|c| c.quota.is_some()) {
+        if self.conns.get(idx).is_some_and(|c| c.quota.is_some())
+            && (self.cfg.user_put_rate > 0 || self.core.queue().users().any_put_rate())
+        {
             self.charge_put(idx, &cmd);
         }
         if self.shards.is_some() {

@@ -68,8 +68,9 @@ pub struct Quotas {
 
 impl Quotas {
     /// Counts a connection of user `name` (returning the key to release it by), or refuses it
-    /// when the user holds `limit` already (0: no limit).
-    pub fn admit(&mut self, name: &str, limit: usize) -> Result<usize, UserRefused> {
+    /// when the user holds `limit` already (0: no limit; `own`: the user's own, not the
+    /// server's).
+    pub fn admit(&mut self, name: &str, (limit, own): (usize, bool)) -> Result<usize, UserRefused> {
         let key = self.key_of(name);
         let f = &mut self.users[key].figures;
         if limit > 0 && f.connections as usize >= limit {
@@ -78,6 +79,7 @@ impl Quotas {
             return Err(UserRefused {
                 user: name.into(),
                 limit,
+                own,
             });
         }
         f.connections += 1;
@@ -186,32 +188,37 @@ mod tests {
     #[test]
     fn a_user_at_its_limit_is_refused_until_one_of_its_connections_goes() {
         let mut q = Quotas::default();
-        let a = q.admit("bob", 2).unwrap();
-        q.admit("bob", 2).unwrap();
-        let e = q.admit("bob", 2).unwrap_err();
+        let a = q.admit("bob", (2, false)).unwrap();
+        q.admit("bob", (2, false)).unwrap();
+        let e = q.admit("bob", (2, false)).unwrap_err();
         assert_eq!(
             e.to_string(),
             "Too many connections for user 'bob': the limit is 2 (--user-max-connections)"
         );
-        q.admit("carl", 2).unwrap();
+        q.admit("carl", (2, false)).unwrap();
         q.release(a);
-        q.admit("bob", 2).unwrap();
+        q.admit("bob", (2, false)).unwrap();
         assert_eq!(q.connections_of("bob"), 2);
+        let own = q.admit("bob", (2, true)).unwrap_err();
+        assert_eq!(
+            own.to_string(),
+            "Too many connections for user 'bob': the limit is 2 (its max_connections)"
+        );
         for _ in 0..5 {
-            q.admit("bob", 0).unwrap();
+            q.admit("bob", (0, false)).unwrap();
         }
         let bob = &q.figures()[0];
         assert_eq!(
             (bob.name.as_str(), bob.connections, bob.refused),
-            ("bob", 7, 1)
+            ("bob", 7, 2)
         );
-        assert_eq!(q.refused, 1);
+        assert_eq!(q.refused, 2);
     }
 
     #[test]
     fn a_second_of_puts_goes_at_once_then_the_rate_holds() {
         let mut q = Quotas::default();
-        let k = q.admit("bob", 0).unwrap();
+        let k = q.admit("bob", (0, false)).unwrap();
         let t0 = 50 * SECOND;
         // 10 a second: ten puts at once are on time, the eleventh is 0.1 s late.
         for _ in 0..10 {
@@ -233,9 +240,9 @@ mod tests {
     #[test]
     fn a_delay_is_bounded_and_fast_rates_do_not_round_to_nothing() {
         let mut q = Quotas::default();
-        let k = q.admit("bob", 0).unwrap();
+        let k = q.admit("bob", (0, false)).unwrap();
         assert_eq!(q.charge(k, 1_000, 10, SECOND), MAX_PUT_DELAY);
-        let fast = q.admit("fast", 0).unwrap();
+        let fast = q.admit("fast", (0, false)).unwrap();
         // Three million a second: a third of a microsecond each; 6 million is a second late.
         assert_eq!(q.charge(fast, 3_000_000, 3_000_000, SECOND), 0);
         let late = q.charge(fast, 3_000_000, 3_000_000, SECOND);
@@ -245,7 +252,7 @@ mod tests {
     #[test]
     fn mutes_end_in_order_and_add_up_per_user() {
         let mut q = Quotas::default();
-        let k = q.admit("bob", 0).unwrap();
+        let k = q.admit("bob", (0, false)).unwrap();
         q.mute(k, (4, 1), 100, 300);
         q.mute(k, (5, 1), 100, 200);
         assert_eq!(q.next_deadline(), Some(200));
@@ -259,9 +266,9 @@ mod tests {
     #[test]
     fn a_full_table_forgets_the_users_with_no_connection() {
         let mut q = Quotas::default();
-        let held = q.admit("held", 0).unwrap();
+        let held = q.admit("held", (0, false)).unwrap();
         for i in 0..MAX_TRACKED_USERS {
-            let k = q.admit(&format!("u{i}"), 0).unwrap();
+            let k = q.admit(&format!("u{i}"), (0, false)).unwrap();
             q.release(k);
         }
         assert!(q.users.len() <= MAX_TRACKED_USERS);

@@ -25,7 +25,7 @@ impl Server {
             return Ok(());
         }
         let key = match &who {
-            Who::User(name) => match self.quotas.admit(name, self.cfg.user_max_connections) {
+            Who::User(name) => match self.quotas.admit(name, self.max_connections_of(name)) {
                 Ok(key) => Some(key),
                 Err(e) => {
                     let (sid, peer) = (c.sid, c.peer);
@@ -57,7 +57,7 @@ impl Server {
         let (Proto::Beanstalk, Who::User(name)) = (proto, who) else {
             return Ok(None);
         };
-        match self.quotas.admit(name, self.cfg.user_max_connections) {
+        match self.quotas.admit(name, self.max_connections_of(name)) {
             Ok(key) => Ok(Some(key)),
             Err(e) => {
                 let _ = tcp.flush();
@@ -70,7 +70,17 @@ impl Server {
         }
     }
 
-    /// Charges a put of connection `idx` to its user's rate (`--user-put-rate`); one over it
+    /// The connections user `name` may hold (0: no limit), and whether that is its own limit
+    /// rather than the server's (`--user-max-connections`).
+    fn max_connections_of(&self, name: &str) -> (usize, bool) {
+        let own = self.core.queue().users().get(name);
+        own.and_then(|u| u.limits.max_connections)
+            .map_or((self.cfg.user_max_connections, false), |n| {
+                (n as usize, true)
+            })
+    }
+
+    /// Charges a put of connection `idx` to its user's rate (its own, or `--user-put-rate`); one over it
     /// marks the connection for a mute at the end of the turn. Out of line: only a limited
     /// user's puts come here.
     #[inline(never)]
@@ -79,12 +89,14 @@ impl Server {
             return;
         }
         let c = &mut self.conns[idx];
-        let Some(key) = c.quota else {
+        let (Some(key), Who::User(name)) = (c.quota, &c.who) else {
             return;
         };
-        let delay = self
-            .quotas
-            .charge(key, 1, self.cfg.user_put_rate, self.mono);
+        let own = self.core.queue().users().get(name).map(|u| u.limits);
+        let rate = own
+            .and_then(|l| l.put_rate)
+            .map_or(self.cfg.user_put_rate, u64::from);
+        let delay = self.quotas.charge(key, 1, rate, self.mono);
         if delay > 0 {
             if c.throttle == 0 {
                 self.throttled.push(idx);

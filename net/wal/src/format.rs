@@ -22,7 +22,12 @@
 //! A task moved in from another node (`tarq_engine::Queue::import_task`) needs no record kind
 //! of its own: a `Put` holds a task whole in any status, and replays as one.
 //!
-//! Versions: 6 adds the operation counters (`Counts`: after a turn that changed them, the
+//! Versions: 7 adds a user's own limits (`tarq_engine::UserLimits`: its connections and its put
+//! rate, over the server's defaults) to its entry in a `Users` record or `SnapUsers` block: two
+//! more flag bits, each followed by its u32 (nothing for a user without them, so the table of a
+//! server that sets none is written as in version 6). An older build refuses the flags, never
+//! drops them.
+//! 6 adds the operation counters (`Counts`: after a turn that changed them, the
 //! counters of each tube it changed and of the dropped tubes, as they stand; a snapshot's
 //! `SnapCounts` block, right after `SnapUsers`, the same as of its start): a tube's `put`,
 //! `take`, `ack`... go on from where they were after a restart and on a replica made primary.
@@ -63,7 +68,7 @@ use tarq_engine::{
 pub const WAL_MAGIC: [u8; 8] = *b"TARQWAL\0";
 pub const SNAP_MAGIC: [u8; 8] = *b"TARQSNP\0";
 /// Bumped on any incompatible change of this file's layout; new files are written in it.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest version this build still reads (the format before tubes).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// The version of a replication peer that names none: builds from before the stream carried
@@ -699,12 +704,16 @@ pub fn encode_tube_v3(buf: &mut Vec<u8>, t: &TubeInfo<'_>) {
     buf.truncate(buf.len() - TUBE_NUMBERS_BYTES);
 }
 
-/// User flags: a password hash follows; the user is a cluster administrator.
+/// User flags: a password hash follows; the user is a cluster administrator; (version 7) its
+/// own connection limit follows, its own put rate follows (after the hash, each a u32).
 const USER_HAS_HASH: u8 = 1;
 const USER_ADMIN: u8 = 2;
+const USER_MAX_CONNECTIONS: u8 = 4;
+const USER_PUT_RATE: u8 = 8;
 
 /// Appends the whole table of users (a `Users` record's body or a `SnapUsers` block): a u32
-/// count, then per user a u16-long name, a flags byte, the 20-byte hash when flagged, a u16
+/// count, then per user a u16-long name, a flags byte, the 20-byte hash when flagged, its
+/// connection limit and its put rate (u32 each) when flagged, a u16
 /// count of grants and per grant a u16-long tube name and its rights byte. Names are bounded
 /// by the engine (`MAX_USER_NAME_BYTES`, `MAX_TUBE_NAME_BYTES`), grants by
 /// `MAX_GRANTS_PER_USER`.
@@ -718,11 +727,19 @@ pub fn encode_users(buf: &mut Vec<u8>, users: &Users) {
 pub fn encode_user_entries(buf: &mut Vec<u8>, users: &Users) {
     for u in users.iter() {
         short_bytes(buf, u.name.as_bytes());
-        let flags = if u.hash2.is_some() { USER_HAS_HASH } else { 0 }
-            | if u.admin { USER_ADMIN } else { 0 };
-        buf.push(flags);
+        let flag = |on: bool, bit: u8| if on { bit } else { 0 };
+        let l = u.limits;
+        buf.push(
+            flag(u.hash2.is_some(), USER_HAS_HASH)
+                | flag(u.admin, USER_ADMIN)
+                | flag(l.max_connections.is_some(), USER_MAX_CONNECTIONS)
+                | flag(l.put_rate.is_some(), USER_PUT_RATE),
+        );
         if let Some(h) = &u.hash2 {
             buf.extend_from_slice(h);
+        }
+        for n in [l.max_connections, l.put_rate].into_iter().flatten() {
+            buf.extend_from_slice(&n.to_le_bytes());
         }
         buf.extend_from_slice(&(u.tubes.len().min(u16::MAX as usize) as u16).to_le_bytes());
         for (tube, rights) in u.tubes.iter().take(u16::MAX as usize) {
@@ -861,20 +878,30 @@ impl<'a> Body<'a> {
         String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
     }
 
-    /// The table of users, as `encode_users` wrote it.
-    pub fn users(&mut self) -> Result<Vec<User>, String> {
+    /// The table of users, as `encode_users` wrote it in format `version`.
+    pub fn users(&mut self, version: u32) -> Result<Vec<User>, String> {
+        let known = match version {
+            ..=6 => USER_HAS_HASH | USER_ADMIN,
+            _ => USER_HAS_HASH | USER_ADMIN | USER_MAX_CONNECTIONS | USER_PUT_RATE,
+        };
         let count = self.u32()?;
         // Each user takes more than a byte: a damaged count cannot make this allocate much.
         let mut users = Vec::with_capacity((count as usize).min(self.0.len()));
         for _ in 0..count {
             let mut u = User::new(&self.short_str("a user name")?);
             let flags = self.u8()?;
-            if flags & !(USER_HAS_HASH | USER_ADMIN) != 0 {
+            if flags & !known != 0 {
                 return Err(format!("user {:?} has unknown flags {flags:#x}", u.name));
             }
             u.admin = flags & USER_ADMIN != 0;
             if flags & USER_HAS_HASH != 0 {
                 u.hash2 = Some(self.take(20)?.try_into().expect("20 bytes"));
+            }
+            if flags & USER_MAX_CONNECTIONS != 0 {
+                u.limits.max_connections = Some(self.u32()?);
+            }
+            if flags & USER_PUT_RATE != 0 {
+                u.limits.put_rate = Some(self.u32()?);
             }
             for _ in 0..self.u16()? {
                 let tube = self.short_str("a tube name in a grant")?;
@@ -1129,7 +1156,7 @@ pub fn decode_change(kind: Kind, body: &[u8], version: u32) -> Result<Change, St
         }
         Kind::Spent if version >= 4 => Change::Spent { id: b.u64()? },
         Kind::Spent => return Err(format!("Spent record in a version {version} file")),
-        Kind::Users if version >= 5 => Change::Users(b.users()?),
+        Kind::Users if version >= 5 => Change::Users(b.users(version)?),
         Kind::Users => return Err(format!("Users record in a version {version} file")),
         Kind::Counts if version >= 6 => {
             let n = b.u16()?;

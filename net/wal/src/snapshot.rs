@@ -1093,7 +1093,7 @@ fn decode(
                 Loading::Floors(entries(&mut body, floor).map_err(at)?)
             }
             Kind::SnapUsers if version >= 5 => {
-                let users = body.users().map_err(at)?;
+                let users = body.users(version).map_err(at)?;
                 body.finish().map_err(at)?;
                 Loading::Users(users)
             }

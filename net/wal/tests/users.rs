@@ -1,12 +1,13 @@
-//! Users and grants through the WAL and snapshots (format 5): the table is logged whole after
-//! each change and comes back after a restart from the log alone, from a snapshot alone, and
-//! from a snapshot with changes logged while it was walked; a version-4 data directory (no
-//! users) opens, takes users from then on in version-5 files, and keeps both readable.
+//! Users and grants through the WAL and snapshots (format 5; a user's own limits, format 7):
+//! the table is logged whole after each change and comes back after a restart from the log
+//! alone, from a snapshot alone, and from a snapshot with changes logged while it was walked; a
+//! version-4 data directory (no users) opens, takes users from then on in newer files, and
+//! keeps both readable; a user's limits in a file of version 6 are refused.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tarq_engine::{PutOptions, Queue, Rights, TubeOptions, TubeType, User};
+use tarq_engine::{PutOptions, Queue, Rights, TubeOptions, TubeType, User, UserLimits};
 use tarq_wal::format::{self, WAL_MAGIC};
 use tarq_wal::{MemStorage, RecoveryReport, Storage, Wal, WalConfig, WalMode};
 
@@ -52,16 +53,21 @@ fn users_survive_a_restart_from_the_log_and_from_a_snapshot() {
     q.put_user(user("bob", 1, false, &[("jobs", Rights::PUT)]))
         .unwrap();
     q.put_user(user("ops", 2, true, &[])).unwrap();
-    q.put_user(user("guest", 0, false, &[("*", Rights::TAKE)]))
-        .unwrap();
+    let mut guest = user("guest", 0, false, &[("*", Rights::TAKE)]);
+    guest.limits.put_rate = Some(50);
+    q.put_user(guest).unwrap();
     // Changed and dropped in the same turn as others: the last table wins.
-    q.put_user(user(
+    let mut bob = user(
         "bob",
         3,
         false,
         &[("jobs", Rights::PUT.union(Rights::TAKE))],
-    ))
-    .unwrap();
+    );
+    bob.limits = UserLimits {
+        max_connections: Some(2),
+        put_rate: Some(0),
+    };
+    q.put_user(bob).unwrap();
     q.put_user(user("gone", 4, false, &[])).unwrap();
     assert!(q.drop_user("gone").is_some());
     wal.flush(&mut q, WAIT).expect("flushed");
@@ -197,5 +203,20 @@ fn a_users_record_is_refused_in_a_file_of_an_older_version() {
     match format::decode_change(format::Kind::Users, &body, 5) {
         Ok(format::Change::Users(back)) => assert_eq!(back, table(&q)),
         _ => panic!("decodes in version 5"),
+    }
+    // A user's own limits are version 7's: a file of 6 cannot hold them.
+    let mut limited = user("carl", 1, false, &[]);
+    limited.limits.max_connections = Some(3);
+    q.put_user(limited).unwrap();
+    users.clone_from(q.users());
+    body.clear();
+    format::encode_users(&mut body, &users);
+    let err = format::decode_change(format::Kind::Users, &body, 6)
+        .err()
+        .expect("refused");
+    assert!(err.contains("unknown flags"), "{err}");
+    match format::decode_change(format::Kind::Users, &body, 7) {
+        Ok(format::Change::Users(back)) => assert_eq!(back, table(&q)),
+        _ => panic!("decodes in version 7"),
     }
 }

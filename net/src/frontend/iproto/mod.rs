@@ -302,6 +302,9 @@ impl<L: Loop> Iproto<'_, L> {
         if function == users::LIST {
             return self.list_users(idx, sync);
         }
+        if function == users::LIMITS {
+            return self.user_limits(idx, sync, args);
+        }
         if function == super::link::wire::LINK {
             // Another node of a sharded cluster, naming itself: its link front-end takes the
             // connection.
@@ -485,7 +488,7 @@ fn call_needs<'a>(ns: &str, function: &'a str, args: &'a [u8]) -> Need<'a> {
         None => match function {
             calls::PUT => Need::Tube(DEFAULT, Rights::PUT),
             calls::TAKE | calls::ACK | calls::RELEASE => Need::Tube(DEFAULT, Rights::TAKE),
-            calls::SNAPSHOT | calls::MOVE | users::LIST => Need::Admin,
+            calls::SNAPSHOT | calls::MOVE | users::LIST | users::LIMITS => Need::Admin,
             _ => Need::Any,
         },
     }

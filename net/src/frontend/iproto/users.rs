@@ -24,6 +24,8 @@ use crate::frontend::{Loop, ReplyTo};
 pub const PREFIX: &str = "box.schema.user.";
 /// tarq's call listing every user and its grants (`tarq ctl user list`; an administrator's).
 pub const LIST: &str = "tarq.users";
+/// tarq's call setting a user's own limits (`tarq ctl user limit`; an administrator's).
+pub const LIMITS: &str = "tarq.user_limits";
 
 /// Tarantool's codes for what these calls refuse.
 const ER_INVALID_IDENTIFIER: u32 = 70;
@@ -91,21 +93,76 @@ impl<L: Loop> Iproto<'_, L> {
         self.apply_user_change(idx, sync, change);
     }
 
+    /// `tarq.user_limits(name, {max_connections = N, put_rate = R})`: the user's own limits,
+    /// over the server's `--user-max-connections` and `--user-put-rate`. Each is a whole number
+    /// (0: no limit for this user) or `'default'` (the server's again); a key left out stays
+    /// as it is. The bootstrap administrator has no limits to set.
+    pub(super) fn user_limits(&mut self, idx: usize, sync: u64, args: &[u8]) {
+        let change = (|| {
+            let a = values(args)?;
+            let mut user = self.existing(str_arg(&a, 0, "user name")?)?;
+            let Some(Value::Map(given)) = a.get(1) else {
+                return Err(bad("limits should be a map (argument 2)"));
+            };
+            let before = user.limits;
+            let rate_max = crate::config::MAX_USER_PUT_RATE;
+            for (k, v) in given {
+                let (slot, max) = match k.as_str() {
+                    Some("max_connections") => (&mut user.limits.max_connections, u32::MAX.into()),
+                    Some("put_rate") => (&mut user.limits.put_rate, rate_max),
+                    _ => {
+                        return Err(bad(format!(
+                            "unknown limit {k}: max_connections or put_rate"
+                        )))
+                    }
+                };
+                *slot = match v {
+                    Value::String(s) if s.as_str() == Some("default") => None,
+                    v => match v.as_u64().filter(|&n| n <= max) {
+                        Some(n) => Some(n as u32),
+                        None => {
+                            let key = k.as_str().unwrap_or_default();
+                            return Err(bad(format!(
+                                "{key} {v} should be a whole number from 0 to {max}, or 'default'"
+                            )));
+                        }
+                    },
+                };
+            }
+            Ok(match user.limits == before {
+                true => Change::None,
+                false => Change::Put(user),
+            })
+        })();
+        self.apply_user_change(idx, sync, change);
+    }
+
     /// `tarq.users()`: every user with its grants, as a list of maps (`name`, `password`:
-    /// whether one is set, `admin`, `tubes`: rights by tube). The bootstrap administrator is
-    /// not data and is not listed.
+    /// whether one is set, `admin`, `tubes`: rights by tube, and its own `max_connections` and
+    /// `put_rate` when it has them). The bootstrap administrator is not data and is not
+    /// listed.
     pub(super) fn list_users(&mut self, idx: usize, sync: u64) {
         let users: Vec<Value> = (self.l.queue().users().iter())
             .map(|u| {
                 let tubes = (u.tubes.iter())
                     .map(|(t, r)| (Value::from(t.as_str()), Value::from(r.names().join(","))))
                     .collect();
-                Value::Map(vec![
+                let mut fields = vec![
                     (Value::from("name"), Value::from(u.name.as_str())),
                     (Value::from("password"), Value::from(u.hash2.is_some())),
                     (Value::from("admin"), Value::from(u.admin)),
                     (Value::from("tubes"), Value::Map(tubes)),
-                ])
+                ];
+                let l = u.limits;
+                for (key, own) in [
+                    ("max_connections", l.max_connections),
+                    ("put_rate", l.put_rate),
+                ] {
+                    if let Some(n) = own {
+                        fields.push((Value::from(key), Value::from(n)));
+                    }
+                }
+                Value::Map(fields)
             })
             .collect();
         let out = self.l.reply_buf(idx);

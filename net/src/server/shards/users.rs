@@ -176,11 +176,23 @@ pub(super) fn record_of(user: &User) -> Value {
     let tubes: serde_json::Map<String, Value> = (user.tubes.iter())
         .map(|(t, r)| (t.clone(), Value::from(r.names())))
         .collect();
-    json!({
+    let mut record = json!({
         "hash2": user.hash2.map(|h| hex(&h)),
         "admin": user.admin,
         "tubes": tubes,
-    })
+    });
+    // A user's own limits only when it has them: the records of nodes that know none read
+    // the same.
+    let l = user.limits;
+    for (key, value) in [
+        ("max_connections", l.max_connections),
+        ("put_rate", l.put_rate),
+    ] {
+        if let Some(n) = value {
+            record[key] = Value::from(n);
+        }
+    }
+    record
 }
 
 /// The user `name` of the table's `record`.
@@ -192,6 +204,13 @@ pub(super) fn user_of(name: &str, record: &Value) -> Result<User, String> {
         other => return Err(format!("hash2 {other}: hex or null")),
     };
     user.admin = record["admin"].as_bool().unwrap_or(false);
+    let limit = |key: &str| match &record[key] {
+        Value::Null => Ok(None),
+        v => (v.as_u64().and_then(|n| u32::try_from(n).ok()).map(Some))
+            .ok_or(format!("{key} {v}: a whole number or none")),
+    };
+    user.limits.max_connections = limit("max_connections")?;
+    user.limits.put_rate = limit("put_rate")?;
     if let Some(tubes) = record["tubes"].as_object() {
         for (tube, names) in tubes {
             let mut rights = Rights::NONE;
@@ -238,7 +257,16 @@ mod tests {
         assert_eq!(user_of("bob", &record), Ok(bob));
         let mut ops = User::new("ops");
         ops.admin = true;
-        assert_eq!(user_of("ops", &record_of(&ops)), Ok(ops));
+        ops.limits.put_rate = Some(0);
+        ops.limits.max_connections = Some(4);
+        let record = record_of(&ops);
+        assert_eq!(
+            (&record["put_rate"], &record["max_connections"]),
+            (&json!(0), &json!(4))
+        );
+        assert_eq!(user_of("ops", &record), Ok(ops));
+        let bad = json!({"put_rate": -1});
+        assert!(user_of("x", &bad).unwrap_err().contains("put_rate"));
         let bad = json!({"hash2": "xyz"});
         assert!(user_of("x", &bad).unwrap_err().contains("hash2"));
         let bad = json!({"tubes": {"jobs": ["read"]}});
