@@ -4,7 +4,8 @@
 //! connections go on and admits it again once one closes — the beanstalk port's connections
 //! counting as `--beanstalk-user` — while the bootstrap administrator is never limited;
 //! `--user-put-rate` holds a producer to the rate by answering its puts late, never with an
-//! error (a lower bound on its time that no unthrottled run meets), pipelined or not, while
+//! error (a lower bound on its time that no unthrottled run meets), pipelined or not, on the
+//! IPROTO and the beanstalk port, while
 //! another user's puts in the same seconds are answered at once; and the figures of both in
 //! `/metrics` and `queue.stats()`; and a user's own limits (`tarq ctl user limit`) over the
 //! defaults, kept over a kill -9.
@@ -404,4 +405,43 @@ fn a_users_own_limits_override_the_defaults_and_survive_a_restart() {
     );
     t.signal("TERM");
     t.wait_exit();
+}
+
+/// The beanstalk port acts as `--beanstalk-user`, and its puts are that user's: pipelined
+/// puts over the rate are each answered `INSERTED`, late, the commands behind the late one
+/// waiting unread, and the worker's figures move.
+#[test]
+fn the_beanstalk_ports_puts_are_held_to_its_users_rate() {
+    const RATE: u64 = 10;
+    const N: u64 = 25;
+    let t = Limited::start(|c| c.user_put_rate = RATE);
+    let mut w = beanstalk::Bs::connect(t.beanstalk);
+    assert_eq!(
+        w.call(&tarq_beanstalk::Command::Use { tube: "jobs" }).line,
+        "USING jobs"
+    );
+    let start = Instant::now();
+    for i in 0..N {
+        let body = format!("job {i}");
+        let put = tarq_beanstalk::Command::Put {
+            pri: 0,
+            delay: 0,
+            ttr: 60,
+            body: body.as_bytes(),
+        };
+        w.send(&put).expect("send");
+    }
+    for i in 0..N {
+        let a = w.recv();
+        assert_eq!(a.word(), "INSERTED", "put {i}: {a:?}");
+    }
+    let took = start.elapsed();
+    let floor = Duration::from_millis((N - RATE) * 1_000 / RATE - 50);
+    assert!(
+        took >= floor,
+        "{N} puts at {RATE}/s took {took:?}, under {floor:?}"
+    );
+    let delayed = t.metric("tarq_user_puts_delayed_total{user=\"worker\"}");
+    assert!(delayed >= (N - RATE) as f64 / 2.0, "{delayed}");
+    assert_eq!(t.metric("tarq_user_connections{user=\"worker\"}"), 1.0);
 }
