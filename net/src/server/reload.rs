@@ -194,6 +194,8 @@ mod tests {
             log_level: "debug".into(),
             max_connections: 7,
             busy_poll: 50,
+            user_max_connections: 4,
+            user_put_rate: 100,
             limits: crate::server::limits::LimitsConfig {
                 frame_timeout: 250_000,
                 idle_timeout: 90_000_000,
@@ -229,6 +231,8 @@ mod tests {
             "busy-poll: off -> 50 µs",
             "frame-timeout: 30 s -> 250 ms",
             "idle-timeout: off -> 90 s",
+            "user-max-connections: 0 -> 4",
+            "user-put-rate: 0 -> 100",
             "graphite: off -> tcp://127.0.0.1:2003",
             "user/password: changed",
         ] {
