@@ -230,7 +230,7 @@ fn create_tube_spreads_partitions_over_the_live_sets_and_every_change_raises_the
 }
 
 #[test]
-fn a_dropped_tube_leaves_floors_that_the_next_tube_at_its_indexes_starts_from() {
+fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
     let etcd = etcd();
     let (x1, _y1) = two_sets(&etcd.client_url);
     x1.cluster
@@ -255,21 +255,31 @@ fn a_dropped_tube_leaves_floors_that_the_next_tube_at_its_indexes_starts_from() 
     x1.cluster.drop_tube(3, "q", vec![]);
     assert_eq!(done(&x1, 3), Err(PlacementError::NoTube("q".into())));
 
+    // Indexes never used come first: a node that missed the drop may still hold 1 and 2, and
+    // would take them for the new tube's, tasks and all. The floors stay recorded for when
+    // the fresh indexes run out (`plan_create`'s unit tests reuse them).
     x1.cluster
         .create_tube(4, "r", "fifo", serde_json::Value::Null, 1);
     let r = done(&x1, 4).unwrap();
-    assert_eq!((r.partitions[0].index, r.partitions[0].first), (1, 500));
+    assert_eq!((r.partitions[0].index, r.partitions[0].first), (3, 0));
     x1.cluster
         .create_tube(5, "q", "utubettl", serde_json::Value::Null, 2);
     let q2 = done(&x1, 5).unwrap();
     let firsts: Vec<_> = q2.partitions.iter().map(|p| (p.index, p.first)).collect();
-    assert_eq!(firsts, [(2, 7), (3, 0)]);
-    // A drop with a lower floor than the one recorded keeps the recorded one.
+    assert_eq!(firsts, [(4, 0), (5, 0)]);
+    for (ix, floor) in [(1, 500), (2, 7)] {
+        assert_eq!(
+            etcd.get_json(&format!("/tarq/test/placement/indexes/{ix}"))
+                .unwrap(),
+            serde_json::json!({ "floor": floor })
+        );
+    }
+    // A drop records its own floors at the indexes it leaves.
     x1.cluster.drop_tube(6, "r", vec![(0, 3)]);
     done(&x1, 6).unwrap();
     assert_eq!(
-        etcd.get_json("/tarq/test/placement/indexes/1").unwrap(),
-        serde_json::json!({"floor": 500})
+        etcd.get_json("/tarq/test/placement/indexes/3").unwrap(),
+        serde_json::json!({"floor": 3})
     );
     assert!(u16::try_from(firsts.len()).unwrap() < MAX_INDEX);
 }
