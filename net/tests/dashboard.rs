@@ -78,6 +78,47 @@ fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+/// A locked server (`--user`) with a user held to a put rate of 2 a second: bob's connection
+/// and the puts it had delayed are on its page (the per-user figures appear with users).
+fn users_at_work(scrape: &dyn Fn(&Tarq) -> String) -> String {
+    let locked = Tarq::start(&[
+        "--http-listen",
+        "127.0.0.1:0",
+        "--user",
+        "admin",
+        "--password",
+        "boot",
+        "--user-put-rate",
+        "2",
+    ]);
+    let login = |user: &str, password: &str| {
+        let mut c = Client::connect(locked.addr);
+        let salt = c.greeting.salt.clone();
+        let scramble = tarq_iproto::auth::scramble(&salt, password);
+        let r = c.request(|o, sync| tarq_iproto::client::auth(o, sync, user, &scramble));
+        assert_eq!(r.code, 0, "{user} logs in: {r:?}");
+        c
+    };
+    let mut admin = login("admin", "boot");
+    let opts = support::map(&[("password", Value::from("pw"))]);
+    admin
+        .call("box.schema.user.create", &[Value::from("bob"), opts])
+        .ok();
+    let grant = ["bob", "put", "tube", "default"].map(Value::from);
+    admin.call("box.schema.user.grant", &grant).ok();
+    let mut bob = login("bob", "pw");
+    for n in 0..4 {
+        bob.call("queue.put", &[Value::from(n)]).one();
+    }
+    let mut page = String::new();
+    wait_until("bob's delayed puts on the page", || {
+        page = scrape(&locked);
+        page.contains("tarq_user_connections{user=\"bob\"} 1")
+            && !page.contains("tarq_user_puts_delayed_total{user=\"bob\"} 0")
+    });
+    page
+}
+
 #[test]
 fn every_dashboard_query_returns_data_from_a_live_primary_and_replica() {
     let promtool = prerequisite("promtool (Debian package prometheus)", tool("promtool"));
@@ -125,6 +166,7 @@ fn every_dashboard_query_returns_data_from_a_live_primary_and_replica() {
             && replica_page.contains("tarq_tube_tasks{tube=\"jobs\"} 4")
     });
     let primary_page = scrape(&primary);
+    let users_page = users_at_work(&scrape);
     assert!(
         primary_page.contains("tarq_tube_takers_holding{tube=\"jobs\"} 1"),
         "{primary_page}"
@@ -158,6 +200,7 @@ fn every_dashboard_query_returns_data_from_a_live_primary_and_replica() {
     for (s, values) in series(&primary_page, "primary")
         .into_iter()
         .chain(series(&replica_page, "replica"))
+        .chain(series(&users_page, "users"))
     {
         let _ = writeln!(
             tests,

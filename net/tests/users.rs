@@ -710,6 +710,41 @@ fn the_http_api_lists_users_to_the_administrator() {
     );
     assert_eq!(status, 200, "{body}");
     ok(auth_as(&mut Client::connect(srv.addr), "carl", "d"));
+    // Its own limits: set, listed, one given back to the server's, a bad one refused.
+    let limits = serde_json::json!({"max_connections": 3, "put_rate": 10});
+    let (status, body) = post("/api/users/carl/limits", limits);
+    assert_eq!(status, 200, "{body}");
+    let carl_listed = || {
+        let (status, body) = get("admin:boot");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let users = v["users"].as_array().unwrap().clone();
+        users.into_iter().find(|u| u["name"] == "carl").unwrap()
+    };
+    let carl_now = carl_listed();
+    assert_eq!(
+        (&carl_now["max_connections"], &carl_now["put_rate"]),
+        (&3.into(), &10.into()),
+        "{carl_now}"
+    );
+    let (status, body) = post(
+        "/api/users/carl/limits",
+        serde_json::json!({"put_rate": null}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let carl_now = carl_listed();
+    assert_eq!(carl_now["max_connections"], 3, "{carl_now}");
+    assert!(carl_now.get("put_rate").is_none(), "{carl_now}");
+    let listed = admin.call("tarq.users", &[]).one();
+    assert!(!tarq_net::ctl::to_json(&listed)
+        .to_string()
+        .contains("put_rate"));
+    let (status, body) = post(
+        "/api/users/carl/limits",
+        serde_json::json!({"put_rate": -1}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("put_rate -1: a whole number"), "{body}");
     let (status, body) = post("/api/users/admin/drop", serde_json::json!({}));
     assert_eq!(status, 409, "{body}");
     let (status, body) = post("/api/users/carl/drop", serde_json::json!({}));

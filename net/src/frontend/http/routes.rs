@@ -353,12 +353,20 @@ impl<'r, L: Loop> Request<'r, L> {
                 let tubes: serde_json::Map<String, Value> = (u.tubes.iter())
                     .map(|(t, r)| (t.clone(), Value::from(r.names())))
                     .collect();
-                serde_json::json!({
+                let mut v = serde_json::json!({
                     "name": u.name,
                     "password": u.hash2.is_some(),
                     "admin": u.admin,
                     "tubes": tubes,
-                })
+                });
+                // Its own limits, where it has them (else the server's apply).
+                if let Some(n) = u.limits.max_connections {
+                    v["max_connections"] = n.into();
+                }
+                if let Some(r) = u.limits.put_rate {
+                    v["put_rate"] = r.into();
+                }
+                v
             })
             .collect();
         self.send_json(200, &serde_json::json!({ "users": users }));
@@ -389,12 +397,13 @@ impl<'r, L: Loop> Request<'r, L> {
     }
 
     /// `POST /api/users/NAME/ACTION`: `password` `{"password"}`, `grant` and `revoke`
-    /// `{"tube", "rights": [...]}` or `{"cluster": true}`, `drop`.
+    /// `{"tube", "rights": [...]}` or `{"cluster": true}`, `limits` `{"max_connections",
+    /// "put_rate"}`, `drop`.
     fn user_action(&mut self, name: &str, action: &str) -> Result<(), Refused> {
-        if !matches!(action, "password" | "grant" | "revoke" | "drop") {
+        if !matches!(action, "password" | "grant" | "revoke" | "limits" | "drop") {
             return refused(
                 404,
-                format!("no action {action}: password, grant, revoke, drop"),
+                format!("no action {action}: password, grant, revoke, limits, drop"),
             );
         }
         self.check_action(Need::Admin, &format!("{action} of user '{name}'"))?;
@@ -417,6 +426,17 @@ impl<'r, L: Loop> Request<'r, L> {
                 let cmd = Command::DropUser { name };
                 self.l.dispatch(self.idx, reply, cmd);
                 return Ok(());
+            }
+            "limits" => {
+                only_keys(&b, "limits", &["max_connections", "put_rate"])?;
+                set_limit(
+                    &b,
+                    "max_connections",
+                    u32::MAX.into(),
+                    &mut user.limits.max_connections,
+                )?;
+                let rate = crate::config::MAX_USER_PUT_RATE;
+                set_limit(&b, "put_rate", rate, &mut user.limits.put_rate)?;
             }
             "password" => {
                 only_keys(&b, "a password", &["password"])?;
@@ -923,6 +943,24 @@ fn only_keys(v: &Value, what: &str, known: &[&str]) -> Result<(), Refused> {
             ),
         ),
     }
+}
+
+/// A user's own limit `key` as the body sets it: a number (0: no limit for this user) up to
+/// `max`, `null` (the server's setting again), or absent (left as it is).
+fn set_limit(b: &Value, key: &str, max: u64, slot: &mut Option<u32>) -> Result<(), Refused> {
+    match &b[key] {
+        _ if b.get(key).is_none() => {}
+        Value::Null => *slot = None,
+        v => match v.as_u64().filter(|&n| n <= max) {
+            Some(n) => *slot = Some(n as u32),
+            None => {
+                let why =
+                    format!("{key} {v}: a whole number from 0 to {max}, or null for the server's");
+                return refused(400, why);
+            }
+        },
+    }
+    Ok(())
 }
 
 fn task_number(id: &str) -> Result<u64, Refused> {
