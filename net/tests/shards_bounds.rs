@@ -147,3 +147,41 @@ fn a_call_past_max_routed_calls_is_refused_at_once_and_the_others_complete() {
         stat(addr, "routed_forwarded") == 0
     });
 }
+
+/// A take waiting across a tube's partitions watches set b's partition over the link; served
+/// here, it needs that watch no more: the watch is dropped on both nodes (it held a call
+/// forwarded and not answered, a slot of `--max-routed-calls`, until b's partition had a task).
+#[test]
+fn a_take_served_here_leaves_no_watch_on_the_other_set() {
+    let etcd = Etcd::start();
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &[]);
+    let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
+    let (addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
+    let mut c = connect(addr);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    let args = pack_args(&[Value::from("t"), Value::from("fifo"), opts]);
+    c.call("queue.create_tube", &args, None).unwrap();
+    for n in &nodes.nodes {
+        let mut c = connect(n.addr);
+        wait_for("every node to know the tube", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("t")]), None)
+                .is_ok()
+        });
+    }
+    let mut waiting = connect(addr);
+    let sync = send_all(&mut waiting, "take", &[pack_args(&[Value::from(30)])])[0];
+    wait_for("the take waiting, set b's partition watched", || {
+        stat(addr, "routed_waiting") == 1
+            && stat(addr, "routed_forwarded") == 1
+            && stat(b_addr, "parked_takes") == 1
+    });
+    // A put through node a goes to its own partition: the take is served here.
+    let put = pack_args(&[Value::from("x")]);
+    c.call("queue.tube.t:put", &put, None).unwrap();
+    assert_eq!(next(&mut waiting), (sync, None));
+    wait_for("no watch left on either node", || {
+        stat(addr, "routed_waiting") == 0
+            && stat(addr, "routed_forwarded") == 0
+            && stat(b_addr, "parked_takes") == 0
+    });
+}

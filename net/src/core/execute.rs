@@ -253,6 +253,15 @@ impl<R: Copy> Core<R> {
         self.parked.remove_group(slot, group);
     }
 
+    /// Ends the watches connection `slot` parked to be answered as `reply` (a link's request
+    /// whose node needs it no more), unanswered.
+    pub fn unwatch_reply(&mut self, slot: usize, reply: R)
+    where
+        R: PartialEq,
+    {
+        self.parked.remove_watches(slot, reply);
+    }
+
     fn park_take(
         &mut self,
         caller: Caller,

@@ -185,6 +185,25 @@ impl<R> Parked<R> {
         }
     }
 
+    /// Removes the watches of connection `conn` answered as `reply` (their whole groups).
+    pub fn remove_watches(&mut self, conn: usize, reply: R)
+    where
+        R: PartialEq,
+    {
+        let Some(keys) = self.by_conn.get(conn) else {
+            return;
+        };
+        let takes = &self.takes;
+        let groups: Vec<u64> = (keys.iter())
+            .filter_map(|&k| takes.get(k))
+            .filter(|t| t.wake_only && t.reply == reply)
+            .map(|t| t.group)
+            .collect();
+        for group in groups {
+            self.remove_group(conn, group);
+        }
+    }
+
     /// How many takes connection `conn` has parked.
     pub fn count_of(&self, conn: usize) -> usize {
         self.by_conn.get(conn).map_or(0, Vec::len)
@@ -276,6 +295,22 @@ mod tests {
 
     fn caller(conn: usize, gen: u32) -> Caller {
         Caller::new(conn, gen, 1)
+    }
+
+    #[test]
+    fn a_watch_is_dropped_by_its_reply_and_nothing_else_is() {
+        let mut p = Parked::<u64>::default();
+        p.park_watch(caller(1, 1), &[0, 1], reply(7));
+        p.park_watch(caller(1, 1), &[0], reply(8));
+        let group = p.new_group();
+        p.park(caller(1, 1), 0, reply(7), Micros::MAX, group);
+        p.park_watch(caller(2, 1), &[0], reply(7));
+        p.remove_watches(1, reply(7));
+        assert_eq!(p.count_of(1), 2, "the other watch and the take stay");
+        assert_eq!((p.count_in(0), p.count_in(1)), (3, 0));
+        assert_eq!(p.count_of(2), 1, "another connection's stays");
+        p.remove_watches(1, reply(7));
+        assert_eq!(p.len(), 3);
     }
 
     #[test]

@@ -180,6 +180,9 @@ pub trait Loop {
     /// A step of a partition moving here from link `idx`'s node (`Ask::MoveIn`, `MoveTasks`,
     /// `MoveDone`), answered through `reply`.
     fn move_step(&mut self, idx: usize, reply: ReplyTo, step: link::wire::Ask<'_>);
+    /// Drops the watch link `idx`'s node sent as its request `sync` (`Ask::Unwatch`), if it
+    /// still waits.
+    fn unwatch_link(&mut self, idx: usize, sync: u64);
     /// Link `idx`'s own state (`None` unless it is a link).
     fn link_conn(&mut self, idx: usize) -> Option<&mut link::LinkConn>;
     /// A new engine session (for a forwarding node's session).

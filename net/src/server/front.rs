@@ -256,6 +256,11 @@ impl frontend::Loop for Server {
         Server::move_step(self, idx, reply, step);
     }
 
+    fn unwatch_link(&mut self, idx: usize, sync: u64) {
+        let reply = ReplyTo::Link(crate::frontend::link::Reply { sync });
+        self.core.unwatch_reply(idx, reply);
+    }
+
     fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {
         self.conns.get_mut(idx).and_then(|c| c.link_mut())
     }

@@ -171,6 +171,10 @@ impl<L: Loop> Link<'_, L> {
                 }
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
             }
+            Ok(Ask::Unwatch { sync }) => {
+                self.l.unwatch_link(idx, sync);
+                self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
+            }
             Ok(
                 step @ (Ask::MoveIn { .. }
                 | Ask::MoveTasks { .. }

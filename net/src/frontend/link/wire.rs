@@ -89,6 +89,10 @@ pub enum Ask<'a> {
     /// The moves the set's primary runs: answered with a [`MoveReport`] (the console's picture
     /// of every move in flight).
     Moves,
+    /// The watch (`Command::Watch`) the forwarding node sent on this link as request `sync` is
+    /// needed no more (no take waits on its tube there now): it is dropped, unanswered.
+    /// Answered `Ok`, whether or not it still waited.
+    Unwatch { sync: u64 },
 }
 
 /// An owner's answer: an [`Outcome`] of the kinds a forwarded command can have, tasks
@@ -206,8 +210,8 @@ fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
 /// a link between them is refused by name (a rolling upgrade moves a set's partitions off it,
 /// or upgrades the whole cluster set by set while the links between old and new wait). Version
 /// 1 was the handshake of the node's name alone, before links proved the cluster's key; 2
-/// moved tasks with their instants on the old owner's wall clock.
-pub const LINK_VERSION: u32 = 3;
+/// moved tasks with their instants on the old owner's wall clock; 4 added [`Ask::Unwatch`].
+pub const LINK_VERSION: u32 = 4;
 
 /// What a node says when it opens a link: its name, the link protocol it speaks, its cluster,
 /// and its proof of the cluster's link key ([`proof`]).

@@ -142,7 +142,7 @@ impl Server {
             }
         }
         if let Some(s) = self.shards.as_mut() {
-            s.watching.retain(|ix| !indexes.contains(ix));
+            s.watching.retain(|ix, _| !indexes.contains(ix));
         }
         if !self.leads() {
             return;

@@ -43,7 +43,7 @@ use route::{PutPlan, TakePlan};
 use waits::Waiter;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::Arc;
 use std::time::Instant;
@@ -257,8 +257,8 @@ pub(crate) struct Shards {
     queues: HashMap<TubeIx, VecDeque<u64>>,
     next_waiter: u64,
     deadlines: BinaryHeap<Reverse<(Micros, u64)>>,
-    /// Partitions led elsewhere that this node watches now.
-    watching: HashSet<TubeIx>,
+    /// Partitions led elsewhere that this node watches now, with the watch's sync.
+    watching: HashMap<TubeIx, u64>,
     /// The move this node runs as a partition's owner, if any.
     moving: Option<moving::Move>,
     /// Partitions being copied here, by index, and copies whose claim in etcd is being
@@ -363,7 +363,7 @@ impl Shards {
             queues: HashMap::new(),
             next_waiter: 0,
             deadlines: BinaryHeap::new(),
-            watching: HashSet::new(),
+            watching: HashMap::new(),
             moving: None,
             incoming: HashMap::new(),
             adopted: HashMap::new(),

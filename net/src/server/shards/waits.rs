@@ -109,9 +109,11 @@ impl Server {
             return;
         };
         let Some(part) = shards.part(ix) else { return };
-        if !shards.watching.insert(ix) {
+        if shards.watching.contains_key(&ix) {
             return;
         }
+        // `forward` sends it as this request (kept to drop it should no take need it).
+        shards.watching.insert(ix, shards.next_sync);
         self.forward(
             part.set,
             client,
@@ -170,7 +172,37 @@ impl Server {
                 }
             }
         }
+        self.unwatch_idle(head);
         None
+    }
+
+    /// When no take waits on tube `head` any more, the watches of its partitions led
+    /// elsewhere are dropped: each is a call forwarded and not answered (counted, and held by
+    /// its owner) until a task comes there, which may be never. The owner drops it too
+    /// (`Ask::Unwatch`); an answer already on its way finds nothing and is ignored.
+    pub(super) fn unwatch_idle(&mut self, head: TubeIx) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        if shards.queues.get(&head).is_some_and(|q| !q.is_empty()) {
+            return;
+        }
+        let Some(t) = shards.tubes.get(&head) else {
+            return;
+        };
+        for ix in &t.parts {
+            let Some(sync) = shards.watching.remove(ix) else {
+                continue;
+            };
+            let Some(p) = shards.pending.remove(&sync) else {
+                continue;
+            };
+            // No link: it failed, and its calls with it.
+            if let Some(link) = shards.sets[p.set].link.as_mut() {
+                link.send(shards.next_sync, &Ask::Unwatch { sync });
+                shards.next_sync += 1;
+            }
+        }
     }
 
     /// Waiter `id` is answered (or gone): it stops waiting everywhere.
@@ -182,6 +214,7 @@ impl Server {
             if let Some(q) = self.shards.as_mut().and_then(|s| s.queues.get_mut(head)) {
                 q.retain(|&x| x != id);
             }
+            self.unwatch_idle(*head);
         }
         if let Some(group) = w.local {
             self.core.unwatch(w.client.idx, group);
