@@ -8,7 +8,12 @@
 //!   and the gone set's partitions named in `unanswered`; the link to it is `failing`;
 //! - `GET /api/cluster` on one node shows its link to the other set (up, nothing in flight)
 //!   and the move the other set's primary runs, in progress with its step and tasks sent, then
-//!   its record (committed, tasks moved) — a node that takes no part in the move shows it.
+//!   its record (committed, tasks moved) — a node that takes no part in the move shows it,
+//!   and the tube's per-second puts, on either node, count no put twice for it;
+//! - the console's per-second figures are the whole cluster's: with puts through one node
+//!   only, into a tube of one partition and a utube spread over both sets, the node that
+//!   owns none of the one partition's tube shows its put rate, and both nodes' histories
+//!   add up to about the puts made (node-local figures would be 0 and a quarter).
 //!
 //! Every wait has a deadline.
 
@@ -287,4 +292,100 @@ fn the_cluster_api_shows_the_links_and_a_move_another_set_runs() {
     assert!(a["in_progress"].is_null(), "{a}");
     assert!(a["tasks_moved"].as_u64() > Some(0), "{a} ({report})");
     assert!(a["error"].is_null(), "{a}");
+    // The partition's counts travelled with it: no second of the history counts its puts
+    // again (104 were made, some before the history began).
+    for w in [wa, wb] {
+        let end = tube_history(w, "jobs")["end"].as_u64().unwrap();
+        wait_for("two samples after the move", || {
+            tube_history(w, "jobs")["end"].as_u64() > Some(end + 1)
+        });
+        let (puts, _) = known_puts(&tube_history(w, "jobs"));
+        assert!(puts <= 104, "{puts} puts counted");
+    }
+}
+
+/// `GET /api/tubes/NAME/history` of the node at `addr`.
+fn tube_history(addr: SocketAddr, name: &str) -> Json {
+    get(addr, &format!("/api/tubes/{name}/history"))
+}
+
+/// The sum of a tube history's known per-second puts, and its seconds not known.
+fn known_puts(h: &Json) -> (u64, usize) {
+    let puts = h["tube"][0].as_array().unwrap_or_else(|| panic!("{h}"));
+    let sum = puts.iter().filter_map(Json::as_u64).sum();
+    (sum, puts.iter().filter(|v| v.is_null()).count())
+}
+
+/// `n` puts into `solo` and `n` into `keyed` (each with one of 16 utube keys), through the
+/// node at `addr`, 40 of each a second.
+fn traffic(addr: SocketAddr, n: usize) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut c = Client::connect_addr(addr, Duration::from_secs(10)).expect("connect");
+        let start = Instant::now();
+        for k in 0..n {
+            // Paced, so the figures are a rate: step k is due at k / 40 s.
+            let due = start + Duration::from_millis(25 * k as u64);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            call(&mut c, "queue.tube.solo:put", &[Value::from(k)]);
+            let key = Value::Map(vec![(Value::from("utube"), Value::from(k % 16))]);
+            call(&mut c, "queue.tube.keyed:put", &[Value::from(k), key]);
+        }
+    })
+}
+
+#[test]
+fn the_per_second_figures_are_the_whole_clusters_from_either_node() {
+    let etcd = Etcd::start();
+    let nodes = cluster(&etcd, &[], (1, 2));
+    let web = [web(&nodes, 0), web(&nodes, 1)];
+    let mut a = Client::connect_addr(nodes.nodes[0].addr, Duration::from_secs(10)).unwrap();
+    for (name, kind, parts) in [("solo", "fifottl", 1), ("keyed", "utube", 4)] {
+        let opts = Value::Map(vec![(Value::from("partitions"), Value::from(parts))]);
+        let args = [Value::from(name), Value::from(kind), opts];
+        call(&mut a, "queue.create_tube", &args);
+    }
+    // The node of the set that does not own solo's one partition reads.
+    let owner = get(web[0], "/api/tubes/solo")["partitions"][0]["set"].clone();
+    let reader = web[usize::from(owner == "a")];
+    for (w, name) in [(reader, "solo"), (reader, "keyed"), (web[0], "solo")] {
+        wait_for("the tube in the cluster's history", || {
+            let h = tube_history(w, name);
+            h["scope"] == "cluster" && h["tube"][0].as_array().is_some_and(|p| p.len() >= 2)
+        });
+    }
+    const N: usize = 200;
+    let puts = traffic(nodes.nodes[0].addr, N);
+    let mut rate = Json::Null;
+    wait_for("solo's put rate on the node that owns none of it", || {
+        rate = get(reader, "/api/tubes/solo")["rates"]["put"].clone();
+        rate.as_u64() > Some(0)
+    });
+    assert!(rate.as_u64() <= Some(N as u64), "{rate}");
+    puts.join().expect("the puts");
+    // Once a second after the last put is in the history, it adds up to the puts made.
+    for (w, name) in [(reader, "solo"), (reader, "keyed"), (web[0], "solo")] {
+        let mut h = Json::Null;
+        wait_for("a quiet second after the puts", || {
+            h = tube_history(w, name);
+            let done = get(w, &format!("/api/tubes/{name}"))["calls"]["put"] == N;
+            done && h["tube"][0].as_array().and_then(|p| p.last()) == Some(&Json::from(0))
+        });
+        let (sum, gaps) = known_puts(&h);
+        // Every second's sum is a difference of the owners' counters: none counted twice,
+        // and few lost in seconds an owner was late.
+        assert!(
+            sum <= N as u64 && sum >= (N * 3 / 4) as u64,
+            "{name}: {sum} ({gaps} gaps): {h}"
+        );
+        assert!(h["start"].as_u64() <= h["end"].as_u64(), "{h}");
+    }
+    let overall = get(reader, "/api/history");
+    assert_eq!(overall["scope"], "cluster", "{overall}");
+    let all: u64 = (overall["overall"][0].as_array().unwrap().iter())
+        .filter_map(Json::as_u64)
+        .sum();
+    assert!(
+        all >= (N * 3 / 2) as u64 && all <= 2 * N as u64 + 3,
+        "{all}: {overall}"
+    );
 }

@@ -1,9 +1,13 @@
 //! The console's live figures: a ring of per-second samples, overall and per tube, kept for
 //! [`RING_SECONDS`], so a chart opened now is full at once instead of filling while it is
-//! watched. The server calls [`Live::sample`] once a second with the engine's counters; this
-//! file turns them into rates and levels and writes them as JSON (the history a page loads
-//! first, and the one event a second the event stream sends). It knows figures only: which
-//! connections listen is the server's, and the HTTP framing the front-end's.
+//! watched. The server calls [`Live::sample`] once a second with the engine's counters, or, on
+//! a sharded cluster's node, [`Live::sample_whole`] with each whole tube's counters as the
+//! partitions' owners gave them; this file turns them into rates and levels and writes them as
+//! JSON (the history a page loads first, and the one event a second the event stream sends). A
+//! whole tube's second that is not known (an owner did not answer in time, its counters read
+//! lower than before) is a gap ([`GAP`], `null` in the JSON), never a zero nor, once known
+//! again, a spike. It knows figures only: which connections listen is the server's, who asks
+//! the owners the router's, and the HTTP framing the front-end's.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -18,6 +22,32 @@ pub const RING_SECONDS: usize = 900;
 /// Every tube has its current rates; a ring costs 25 KiB, so 256 of them bound the memory at
 /// about 6.5 MiB whatever the number of tubes (up to 4,096), and bound each event's size.
 pub const MAX_CHARTED_TUBES: usize = 256;
+
+/// A figure not known for its second (`null` in the JSON); a known one is below it.
+pub const GAP: u32 = u32::MAX;
+
+/// Seconds in a row a whole tube's counters may read lower than the last known ones (a
+/// partition read from its old owner after it moved, a turn lost in a failover) before they
+/// are taken as they are: each of them is a gap meanwhile.
+const DIP_SECONDS: u8 = 3;
+
+/// Where a history's figures come from: this node's engine, or the whole sharded cluster's
+/// tubes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Scope {
+    #[default]
+    Node,
+    Cluster,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Node => "node",
+            Scope::Cluster => "cluster",
+        }
+    }
+}
 
 /// One second's figures: the rates of puts, takes and acks over that second, and the levels
 /// by status at its end.
@@ -36,6 +66,35 @@ pub struct Sample {
 pub const SERIES: [&str; 7] = ["put", "take", "ack", "ready", "taken", "delayed", "buried"];
 
 impl Sample {
+    /// A second of which nothing is known.
+    pub const GAP: Sample = Sample {
+        put: GAP,
+        take: GAP,
+        ack: GAP,
+        ready: GAP,
+        taken: GAP,
+        delayed: GAP,
+        buried: GAP,
+    };
+
+    /// Each figure the sum of `self`'s and `other`'s; unknown where either is.
+    fn plus(&self, other: &Sample) -> Sample {
+        let (a, b) = (self.values(), other.values());
+        let v: [u32; 7] = std::array::from_fn(|i| match (a[i], b[i]) {
+            (GAP, _) | (_, GAP) => GAP,
+            (x, y) => x.saturating_add(y).min(GAP - 1),
+        });
+        Sample {
+            put: v[0],
+            take: v[1],
+            ack: v[2],
+            ready: v[3],
+            taken: v[4],
+            delayed: v[5],
+            buried: v[6],
+        }
+    }
+
     fn values(&self) -> [u32; 7] {
         [
             self.put,
@@ -50,8 +109,8 @@ impl Sample {
 
     /// The second since `before` (counters) ending at `now`.
     fn between(before: &Counters, now: &Stats) -> Sample {
-        let rate = |a: u64, b: u64| u32::try_from(a.saturating_sub(b)).unwrap_or(u32::MAX);
-        let level = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        let rate = |a: u64, b: u64| u32::try_from(a.saturating_sub(b)).unwrap_or(GAP - 1);
+        let level = |v: u64| u32::try_from(v).unwrap_or(GAP - 1);
         Sample {
             put: rate(now.puts, before.puts),
             take: rate(now.takes, before.takes),
@@ -70,6 +129,13 @@ struct Counters {
     puts: u64,
     takes: u64,
     acks: u64,
+}
+
+impl Counters {
+    /// Whether any of them reads lower than in `before`.
+    fn below(&self, before: &Counters) -> bool {
+        self.puts < before.puts || self.takes < before.takes || self.acks < before.acks
+    }
 }
 
 impl From<&Stats> for Counters {
@@ -120,6 +186,10 @@ struct TubeLive {
     ring: Option<Ring>,
     /// The sample that last saw it (a tube not seen in a sample is gone).
     seen: u64,
+    /// A whole tube's: the sample its counters `last` are of, once known.
+    since: Option<u64>,
+    /// A whole tube's: samples in a row whose counters read lower than `last`.
+    dips: u8,
 }
 
 /// The figures of the last [`RING_SECONDS`] seconds; see the module doc.
@@ -133,6 +203,7 @@ pub struct Live {
     overall: Ring,
     tubes: HashMap<String, TubeLive>,
     charted: usize,
+    scope: Scope,
 }
 
 impl Live {
@@ -151,17 +222,7 @@ impl Live {
         for (name, stats) in tubes {
             overall += &stats;
             let Some(name) = name else { continue };
-            // Looked up by reference: a tube seen before costs no allocation a second.
-            if !self.tubes.contains_key(name) {
-                let ring = (self.charted < MAX_CHARTED_TUBES).then(Ring::default);
-                self.charted += ring.is_some() as usize;
-                let t = TubeLive {
-                    last: Counters::from(&stats),
-                    ..TubeLive::default()
-                };
-                self.tubes.insert(name.to_owned(), t.with_ring(ring));
-            }
-            let t = self.tubes.get_mut(name).expect("inserted above");
+            let t = self.tube(name, Counters::from(&stats));
             t.now = Sample::between(&t.last, &stats);
             t.last = Counters::from(&stats);
             t.seen = n;
@@ -176,6 +237,56 @@ impl Live {
         }
         self.overall.push(s);
         self.last = Counters::from(&overall);
+        self.forget_gone();
+    }
+
+    /// Takes the sample of the second at `second` (since the epoch) of a sharded cluster's
+    /// whole tubes, each with its counters summed over its partitions, or `None` when not
+    /// every partition's owner answered; the whole cluster's figures are their sum. A tube's
+    /// rates are known when its counters were known the sample before too and read no lower;
+    /// its levels, when its counters are known. From the first call on the history is the
+    /// cluster's. O(tubes).
+    pub fn sample_whole<'a>(
+        &mut self,
+        second: u64,
+        tubes: impl Iterator<Item = (&'a str, Option<Stats>)>,
+    ) {
+        self.scope = Scope::Cluster;
+        self.samples += 1;
+        let n = self.samples;
+        self.second = second;
+        let mut overall = Sample::default();
+        for (name, stats) in tubes {
+            let t = self.tube(name, Counters::default());
+            t.now = t.whole(n, stats.as_ref());
+            t.seen = n;
+            if let Some(r) = &mut t.ring {
+                r.push(t.now);
+            }
+            overall = overall.plus(&t.now);
+        }
+        self.overall.push(overall);
+        self.forget_gone();
+    }
+
+    /// Tube `name`'s figures, made with counters `last` when it is new. Looked up by
+    /// reference: a tube seen before costs no allocation a second.
+    fn tube(&mut self, name: &str, last: Counters) -> &mut TubeLive {
+        if !self.tubes.contains_key(name) {
+            let ring = (self.charted < MAX_CHARTED_TUBES).then(Ring::default);
+            self.charted += ring.is_some() as usize;
+            let t = TubeLive {
+                last,
+                ..TubeLive::default()
+            };
+            self.tubes.insert(name.to_owned(), t.with_ring(ring));
+        }
+        self.tubes.get_mut(name).expect("inserted above")
+    }
+
+    /// Tubes the newest sample did not see are gone, their histories with them.
+    fn forget_gone(&mut self) {
+        let n = self.samples;
         let charted = &mut self.charted;
         self.tubes.retain(|_, t| {
             let live = t.seen == n;
@@ -201,12 +312,28 @@ impl Live {
         self.samples
     }
 
-    /// The history as JSON: `{"end": second, "step": 1, "series": [...names],
-    /// "overall": [[...], ...], "tube": [[...], ...]}`, each inner array one series over
-    /// time, oldest first, ending at the second `end`; `tube` only when `tube` names a charted
-    /// tube (`null` for one without a history).
+    /// Where the figures come from.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// The history as JSON: `{"end": second, "start": second, "step": 1, "scope": "node",
+    /// "series": [...names], "overall": [[...], ...], "tube": [[...], ...]}`, each inner array
+    /// one series over time, oldest first, from the second `start` (the first sample kept:
+    /// `null` before any) to the second `end`, a figure not known `null`; `scope` says whose
+    /// figures they are (`node` or `cluster`); `tube` only when `tube` names a charted tube
+    /// (`null` for one without a history).
     pub fn history_json(&self, out: &mut String, tube: Option<&str>) {
-        let _ = write!(out, "{{\"end\":{},\"step\":1,\"series\":[", self.second);
+        let kept = self.overall.samples.len() as u64;
+        let _ = write!(out, "{{\"end\":{},\"start\":", self.second);
+        match kept {
+            0 => out.push_str("null"),
+            k => {
+                let _ = write!(out, "{}", (self.second + 1).saturating_sub(k));
+            }
+        }
+        let scope = self.scope.as_str();
+        let _ = write!(out, ",\"step\":1,\"scope\":\"{scope}\",\"series\":[");
         for (i, name) in SERIES.iter().enumerate() {
             let _ = write!(out, "{}\"{name}\"", if i > 0 { "," } else { "" });
         }
@@ -222,11 +349,16 @@ impl Live {
         out.push('}');
     }
 
-    /// The newest second as one event's JSON: `{"t": second, "overall": [7 figures],
-    /// "tubes": {"name": [7 figures], ...}}` (the charted tubes; the figures in [`SERIES`]
-    /// order).
+    /// The newest second as one event's JSON: `{"t": second, "scope": "node", "overall": [7
+    /// figures], "tubes": {"name": [7 figures], ...}}` (the charted tubes; the figures in
+    /// [`SERIES`] order, `null` where not known).
     pub fn event_json(&self, out: &mut String) {
-        let _ = write!(out, "{{\"t\":{},\"overall\":", self.second);
+        let scope = self.scope.as_str();
+        let _ = write!(
+            out,
+            "{{\"t\":{},\"scope\":\"{scope}\",\"overall\":",
+            self.second
+        );
         values_json(out, &self.overall_now());
         out.push_str(",\"tubes\":{");
         let mut first = true;
@@ -251,12 +383,46 @@ impl TubeLive {
         self.ring = ring;
         self
     }
+
+    /// Sample `n` of a whole tube whose counters are `now` (`None`: not known). The counters
+    /// are the last known ones' base only when known the sample before: after a gap the
+    /// first second has levels, not rates (they would count the gap's seconds too).
+    fn whole(&mut self, n: u64, now: Option<&Stats>) -> Sample {
+        let Some(now) = now else {
+            return Sample::GAP;
+        };
+        let c = Counters::from(now);
+        let lower = self.since.is_some() && c.below(&self.last);
+        if lower && self.dips < DIP_SECONDS {
+            self.dips += 1;
+            return Sample::GAP;
+        }
+        let mut s = Sample::between(&self.last, now);
+        if lower || self.since.is_none_or(|at| at + 1 != n) {
+            (s.put, s.take, s.ack) = (GAP, GAP, GAP);
+        }
+        (self.last, self.since, self.dips) = (c, Some(n), 0);
+        s
+    }
+}
+
+/// A figure as JSON: `null` when not known.
+fn value_json(out: &mut String, v: u32) {
+    match v {
+        GAP => out.push_str("null"),
+        v => {
+            let _ = write!(out, "{v}");
+        }
+    }
 }
 
 fn values_json(out: &mut String, s: &Sample) {
     out.push('[');
     for (i, v) in s.values().iter().enumerate() {
-        let _ = write!(out, "{}{v}", if i > 0 { "," } else { "" });
+        if i > 0 {
+            out.push(',');
+        }
+        value_json(out, *v);
     }
     out.push(']');
 }
@@ -270,7 +436,10 @@ fn series_json(out: &mut String, ring: &Ring, n: usize) {
         }
         out.push('[');
         for (j, s) in ring.last(n).enumerate() {
-            let _ = write!(out, "{}{}", if j > 0 { "," } else { "" }, s.values()[i]);
+            if j > 0 {
+                out.push(',');
+            }
+            value_json(out, s.values()[i]);
         }
         out.push(']');
     }
@@ -328,7 +497,7 @@ mod tests {
         l.event_json(&mut e);
         assert_eq!(
             e,
-            format!("{{\"t\":1909,\"overall\":[6,0,0,{1},0,0,0],\"tubes\":{{\"a\":[3,0,0,{0},0,0,0]}}}}", RING_SECONDS + 9, 2 * (RING_SECONDS + 9))
+            format!("{{\"t\":1909,\"scope\":\"node\",\"overall\":[6,0,0,{1},0,0,0],\"tubes\":{{\"a\":[3,0,0,{0},0,0,0]}}}}", RING_SECONDS + 9, 2 * (RING_SECONDS + 9))
         );
     }
 
@@ -347,5 +516,87 @@ mod tests {
         let mut out = String::new();
         json_str(&mut out, "a\"b\\\n");
         assert_eq!(out, "\"a\\\"b\\\\\\u000a\"");
+    }
+
+    fn whole(puts: u64, ready: u64) -> Option<Stats> {
+        Some(stats(puts, ready))
+    }
+
+    fn event(l: &Live) -> String {
+        let mut e = String::new();
+        l.event_json(&mut e);
+        e
+    }
+
+    #[test]
+    fn a_whole_tubes_unknown_second_is_a_gap_not_a_zero_nor_a_spike_after() {
+        let mut l = Live::default();
+        let mut second = 100;
+        let mut step = |l: &mut Live, a: Option<Stats>| {
+            second += 1;
+            l.sample_whole(second, [("a", a), ("b", whole(0, 1))].into_iter());
+        };
+        // The first second: levels, no rates (nothing to take them from).
+        step(&mut l, whole(1000, 5));
+        let e = event(&l);
+        assert!(
+            e.starts_with("{\"t\":101,\"scope\":\"cluster\",\"overall\":[null,null,null,6,0,0,0],"),
+            "{e}"
+        );
+        assert!(e.contains("\"a\":[null,null,null,5,0,0,0]"), "{e}");
+        step(&mut l, whole(1010, 5));
+        assert_eq!(l.tube_now("a").unwrap().put, 10);
+        assert_eq!(l.overall_now().put, 10, "b's 0 puts add to a's");
+        // An owner did not answer: a gap, and the first second back has no rates.
+        step(&mut l, None);
+        assert_eq!(l.tube_now("a").unwrap(), Sample::GAP);
+        assert_eq!(l.overall_now().put, GAP);
+        step(&mut l, whole(1030, 5));
+        assert_eq!(
+            l.tube_now("a").unwrap().put,
+            GAP,
+            "not the gap's 20 at once"
+        );
+        assert_eq!(l.tube_now("a").unwrap().ready, 5);
+        step(&mut l, whole(1040, 5));
+        assert_eq!(l.tube_now("a").unwrap().put, 10);
+        // Counters that read lower (an old owner's answer): gaps, the base kept, so no spike
+        // when they read right again.
+        step(&mut l, whole(900, 5));
+        assert_eq!(l.tube_now("a").unwrap(), Sample::GAP);
+        step(&mut l, whole(1050, 5));
+        assert_eq!(l.tube_now("a").unwrap().put, GAP);
+        step(&mut l, whole(1060, 5));
+        assert_eq!(l.tube_now("a").unwrap().put, 10);
+        // Lower for longer than DIP_SECONDS: taken as they are.
+        for _ in 0..DIP_SECONDS {
+            step(&mut l, whole(10, 5));
+            assert_eq!(l.tube_now("a").unwrap(), Sample::GAP);
+        }
+        step(&mut l, whole(10, 5));
+        assert_eq!(l.tube_now("a").unwrap().ready, 5);
+        step(&mut l, whole(13, 5));
+        assert_eq!(l.tube_now("a").unwrap().put, 3);
+        let mut h = String::new();
+        l.history_json(&mut h, Some("a"));
+        let n = l.samples();
+        assert!(
+            h.starts_with(&format!(
+                "{{\"end\":{second},\"start\":{},\"step\":1,\"scope\":\"cluster\",",
+                second + 1 - n
+            )),
+            "{h}"
+        );
+        assert!(h.contains("\"tube\":[[null,10,null,null,10,"), "{h}");
+    }
+
+    #[test]
+    fn an_empty_history_has_no_start() {
+        let mut h = String::new();
+        Live::default().history_json(&mut h, None);
+        assert!(
+            h.starts_with("{\"end\":0,\"start\":null,\"step\":1,\"scope\":\"node\","),
+            "{h}"
+        );
     }
 }

@@ -3,7 +3,9 @@
 //! connection is one of the loop's connections like any other — the same slots, limits, read
 //! budget and write backlog — whose input goes to the HTTP front-end
 //! ([`crate::frontend::http`]); what is left here is what only the loop can do: accept, tick
-//! once a second, and write each tick's event into every open stream.
+//! once a second, and write each tick's event into every open stream. On a sharded node the
+//! tick asks the partitions' owners instead, and the event goes out once they have answered
+//! (`shards::console`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -115,10 +117,14 @@ impl Server {
         self.http.tick_nanos += started.elapsed().as_nanos() as u64;
     }
 
-    /// The tick's work: the sample, and its event into every stream.
+    /// The tick's work: the sample, and its event into every stream. A sharded node's sample
+    /// is the whole cluster's, taken once the owners have answered (`shards::console`).
     fn sample_and_send(&mut self) {
-        let queue = self.core.queue();
         let second = self.now / 1_000_000;
+        if self.shards.is_some() {
+            return self.console_tick(second);
+        }
+        let queue = self.core.queue();
         // A partitioned tube's other partitions share its name: they count in the whole
         // queue's figures, and a tube's own are its first partition's (the one named).
         self.http.live.sample(
@@ -128,6 +134,11 @@ impl Server {
                 (name, queue.tube_stats(t.ix).unwrap_or_default())
             }),
         );
+        self.send_live_event();
+    }
+
+    /// The newest second's event into every open stream.
+    pub(super) fn send_live_event(&mut self) {
         let conns = &self.conns;
         self.http.streams.retain(|&(idx, gen)| {
             conns

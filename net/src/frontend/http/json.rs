@@ -240,10 +240,12 @@ pub fn options(t: &TubeInfo<'_>) -> Value {
     })
 }
 
-/// Per-second rates of the last whole second.
+/// Per-second rates of the last whole second (`null` where that second is not known: on a
+/// sharded cluster, an owner of one of the tube's partitions did not answer).
 pub fn rates(s: Option<Sample>) -> Value {
     let s = s.unwrap_or_default();
-    json!({ "put": s.put, "take": s.take, "ack": s.ack })
+    let known = |v: u32| (v != tarq_ops::live::GAP).then_some(v);
+    json!({ "put": known(s.put), "take": known(s.take), "ack": known(s.ack) })
 }
 
 /// A tube for the listing: name, type, options, `queue.statistics`' two maps, rates, and

@@ -1,11 +1,20 @@
 //! The console's picture of a sharded cluster: every partition's figures, asked of its owner
-//! (the partitions this node leads are read here), kept for a second. The HTTP console reads
-//! it at once (a page never waits on other nodes), so a tube's row is the whole tube, summed
-//! over its partitions with the counts its moves carried, the same from every node, and its
-//! page lists the partitions with their owning sets and counts. A second's staleness is what
+//! (the partitions this node leads are read here) once a second. The HTTP console reads it at
+//! once (a page never waits on other nodes), so a tube's row is the whole tube, summed over
+//! its partitions with the counts its moves carried, the same from every node, and its page
+//! lists the partitions with their owning sets and counts. A second's staleness is what
 //! RabbitMQ's management UI and Sidekiq's web UI show too; `queue.statistics` is the exact
 //! figure.
+//!
+//! The same gather feeds the console's per-second figures ([`tarq_ops::live::Live`]): each
+//! tick of the HTTP port asks every partition's owner for its counters, and once they have
+//! answered (or at the next tick, with what came) the whole tubes' sums become that second's
+//! sample, their rates the differences of successive sums, and the sample's event goes to
+//! every open event stream. A tube with a partition whose owner did not answer is a gap in
+//! that second; the counts moves carried are taken as they stood when the owners were asked,
+//! so a move committed meanwhile is not counted twice.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use super::*;
@@ -14,21 +23,31 @@ use crate::frontend::http::{PartitionFigures, TubeTotals};
 /// The connection index the console's own gathers answer to: no connection has it.
 pub(super) const CONSOLE_CLIENT: usize = usize::MAX;
 
-/// How old the figures may be before a page's read asks for new ones.
-const FRESH: Duration = Duration::from_secs(1);
-
-/// A gather whose answers were lost (a link failed before it answered) is asked again after
-/// this long.
-const GIVE_UP: Duration = Duration::from_secs(5);
+/// How old the figures may be before a page's read asks for new ones: the HTTP port's tick
+/// renews them every second, so a page asks only before the first tick or when ticks are late.
+const STALE: Duration = Duration::from_secs(3);
 
 /// The console's figures and the gather that renews them.
 #[derive(Default)]
 pub(super) struct Console {
     figures: Option<(Instant, Arc<HashMap<String, TubeTotals>>)>,
-    /// The gather in flight: its key, when it began.
-    asking: Option<(u64, Instant)>,
+    /// The gather in flight.
+    asking: Option<Asking>,
     /// The engine session the console's asks run as on the owners.
     sid: Option<SessionId>,
+}
+
+/// The console's gather in flight: what its answers are read against.
+struct Asking {
+    key: u64,
+    /// The second a tick asked it for (it becomes that second's sample), or `None` when a
+    /// page's read did.
+    second: Option<u64>,
+    /// The partitions asked of other nodes.
+    asked: Vec<TubeIx>,
+    /// What each tube's partitions' moves carried when its owners were asked, by first
+    /// partition.
+    carried: HashMap<TubeIx, Stats>,
 }
 
 impl Shards {
@@ -43,31 +62,46 @@ impl Shards {
 }
 
 impl Server {
-    /// The console's figures of every placed tube (`None` on a single node), asking for new
-    /// ones when they are more than a second old; the first read of a page gets `None` until
-    /// the owners have answered.
+    /// The console's figures of every placed tube (`None` on a single node), as the last
+    /// tick's gather left them; the first read of a page, before any tick's, asks for them
+    /// and gets `None` until the owners have answered.
     pub(crate) fn cluster_tubes(&mut self) -> Option<Arc<HashMap<String, TubeTotals>>> {
-        let now = Instant::now();
-        let shards = self.shards.as_ref()?;
-        let c = &shards.console;
-        let stale = c.figures.as_ref().is_none_or(|(at, _)| now - *at > FRESH);
-        let asking = c.asking.is_some_and(|(_, at)| now - at < GIVE_UP);
-        let figures = c.figures.as_ref().map(|(_, f)| Arc::clone(f));
-        if stale && !asking {
-            self.ask_console_figures();
+        let c = &self.shards.as_ref()?.console;
+        let stale = (c.figures.as_ref()).is_none_or(|(at, _)| at.elapsed() > STALE);
+        if stale && c.asking.is_none() {
+            self.ask_console_figures(None);
         }
-        // Answered at once when every partition is led here.
-        let shards = self.shards.as_ref()?;
-        shards
-            .console
-            .figures
-            .as_ref()
-            .map(|(_, f)| Arc::clone(f))
-            .or(figures)
+        let c = &self.shards.as_ref()?.console;
+        c.figures.as_ref().map(|(_, f)| Arc::clone(f))
     }
 
-    /// Asks every partition's figures: the ones led here read now, the others of their owners.
-    fn ask_console_figures(&mut self) {
+    /// The HTTP port's tick on a sharded node, at wall-clock `second`: the gather still in
+    /// flight ends with what came (its second's sample has gaps where owners were late), and
+    /// this second's is asked.
+    pub(crate) fn console_tick(&mut self, second: u64) {
+        self.finish_console_gather();
+        self.ask_console_figures(Some(second));
+        // The asks' deadlines (the tick runs after the router's own work in the turn).
+        self.timers_changed();
+    }
+
+    /// Ends the console's gather in flight, if any, with the answers it has.
+    fn finish_console_gather(&mut self) {
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        let Some(key) = shards.console.asking.as_ref().map(|a| a.key) else {
+            return;
+        };
+        match shards.gathers.remove(&key) {
+            Some(g) => self.console_gathered(g.per, &g.answered),
+            None => shards.console.asking = None,
+        }
+    }
+
+    /// Asks every partition's figures for `second`'s sample (`None`: a page's read): the ones
+    /// led here read now, the others of their owners.
+    fn ask_console_figures(&mut self, second: Option<u64>) {
         let sid = match self.shards.as_ref().and_then(|s| s.console.sid) {
             Some(sid) => sid,
             None => self.new_session(),
@@ -82,7 +116,9 @@ impl Server {
         shards.next_gather += 1;
         let mut per = Vec::new();
         let mut asks = Vec::new();
-        for t in shards.tubes.values() {
+        let mut carried = HashMap::with_capacity(shards.tubes.len());
+        for (&head, t) in &shards.tubes {
+            carried.insert(head, shards.carried(head));
             for &ix in &t.parts {
                 let mut s = Stats::default();
                 if shards.here(ix, leads) {
@@ -99,11 +135,17 @@ impl Server {
             sid,
             reply: ReplyTo::Router(key),
         };
+        let asked = asks.iter().map(|&(_, ix)| ix).collect();
+        shards.console.asking = Some(Asking {
+            key,
+            second,
+            asked,
+            carried,
+        });
         let gather = Gather::every_tube(client, asks.len(), per);
         if asks.is_empty() {
-            return self.console_gathered(gather.per);
+            return self.console_gathered(gather.per, &[]);
         }
-        shards.console.asking = Some((key, Instant::now()));
         shards.gathers.insert(key, gather);
         for (set, ix) in asks {
             let cmd = Command::TubeStats { tube: ix };
@@ -119,24 +161,48 @@ impl Server {
         }
     }
 
-    /// The console's gather is answered: every partition's figures, `per` (tube, index,
-    /// figures), become the tubes' sums and partition lists.
-    pub(super) fn console_gathered(&mut self, per: Vec<(String, TubeIx, Stats)>) {
+    /// The console's gather is answered, or ended: every partition's figures, `per` (tube,
+    /// index, figures), those asked of other nodes counted when `answered`, become the tubes'
+    /// sums and partition lists, and a tick's gather its second's sample.
+    pub(super) fn console_gathered(
+        &mut self,
+        per: Vec<(String, TubeIx, Stats)>,
+        answered: &[TubeIx],
+    ) {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        let Some(asking) = shards.console.asking.take() else {
+            return;
+        };
+        let answered: HashSet<TubeIx> = answered.iter().copied().collect();
+        let missing: HashSet<TubeIx> = (asking.asked.into_iter())
+            .filter(|ix| !answered.contains(ix))
+            .collect();
+        let known: HashMap<TubeIx, Stats> = (per.into_iter())
+            .filter(|(_, ix, _)| !missing.contains(ix))
+            .map(|(_, ix, s)| (ix, s))
+            .collect();
+        let before = shards.console.figures.take().map(|(_, f)| f);
         let mut tubes: HashMap<String, TubeTotals> = HashMap::new();
+        let mut partial: HashSet<String> = HashSet::new();
         for t in shards.placement.tubes.values() {
             let Some(head) = t.partitions.first().map(|p| p.index) else {
                 continue;
             };
-            let mut stats = shards.carried(head);
+            let carried = asking.carried.get(&head).copied();
+            let mut stats = carried.unwrap_or_else(|| shards.carried(head));
+            let earlier = before.as_ref().and_then(|b| b.get(&t.name));
+            let mut whole = carried.is_some();
             let partitions = (t.partitions.iter().enumerate())
                 .map(|(p, part)| {
-                    let s = per
-                        .iter()
-                        .find(|(n, ix, _)| *n == t.name && *ix == part.index)
-                        .map(|(_, _, s)| *s);
+                    // An owner that did not answer: its partition as it last gave it.
+                    let s = known.get(&part.index).copied().or_else(|| {
+                        whole = false;
+                        (earlier?.partitions.iter())
+                            .find(|e| e.index == part.index)
+                            .and_then(|e| e.stats)
+                    });
                     if let Some(s) = &s {
                         stats += s;
                     }
@@ -152,9 +218,19 @@ impl Server {
                     }
                 })
                 .collect();
+            if !whole {
+                partial.insert(t.name.clone());
+            }
             tubes.insert(t.name.clone(), TubeTotals { stats, partitions });
         }
-        shards.console.asking = None;
-        shards.console.figures = Some((Instant::now(), Arc::new(tubes)));
+        let tubes = Arc::new(tubes);
+        shards.console.figures = Some((Instant::now(), Arc::clone(&tubes)));
+        let Some(second) = asking.second else {
+            return;
+        };
+        let sample =
+            (tubes.iter()).map(|(n, t)| (n.as_str(), (!partial.contains(n)).then_some(t.stats)));
+        self.http.live.sample_whole(second, sample);
+        self.send_live_event();
     }
 }

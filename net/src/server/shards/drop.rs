@@ -50,6 +50,7 @@ impl Server {
                 error: None,
                 per: Vec::new(),
                 floors,
+                answered: Vec::new(),
             },
         );
         if asks.is_empty() {

@@ -17,6 +17,9 @@ pub(super) struct Gather {
     pub(super) per: Vec<(String, TubeIx, Stats)>,
     /// A drop's partitions that may go, with the next number each would give.
     pub(super) floors: Vec<(TubeIx, u64)>,
+    /// The partitions whose owners answered with their figures (the console's gather tells
+    /// a whole tube from one with a partition missing).
+    pub(super) answered: Vec<TubeIx>,
 }
 
 impl Gather {
@@ -36,6 +39,7 @@ impl Gather {
             error: None,
             per,
             floors: Vec::new(),
+            answered: Vec::new(),
         }
     }
 }
@@ -125,6 +129,7 @@ impl Server {
                 error: None,
                 per: Vec::new(),
                 floors: Vec::new(),
+                answered: Vec::new(),
             },
         );
         for ix in parts {
@@ -186,6 +191,9 @@ impl Server {
         let Some(g) = shards.gathers.get_mut(&key) else {
             return;
         };
+        if let (Digest::Stats(_), Some(h)) = (&digest, head) {
+            g.answered.push(h);
+        }
         match digest {
             Digest::Stats(s) => match head.and_then(|h| g.per.iter_mut().find(|p| p.1 == h)) {
                 Some(p) => p.2 += &s,
@@ -211,7 +219,7 @@ impl Server {
         }
         let g = shards.gathers.remove(&key).expect("present above");
         if g.client.idx == super::console::CONSOLE_CLIENT {
-            return self.console_gathered(g.per);
+            return self.console_gathered(g.per, &g.answered);
         }
         let outcome = match (g.error, g.kind) {
             (Some(e), _) => Outcome::Error(e),

@@ -171,8 +171,22 @@ document.addEventListener("visibilitychange", () => {
   }
 });
 
+// Whose figures the charts and rates are: this node's, or on a sharded cluster's node the
+// whole cluster's (every partition's owner asked once a second), which the captions say.
+function showScope(scope) {
+  const cluster = scope === "cluster";
+  for (const e of document.querySelectorAll("[data-scope]")) {
+    e.hidden = !cluster;
+    e.dataset.scope = scope;
+  }
+  for (const th of document.querySelectorAll("[data-rate-head]")) {
+    th.title = cluster ? "the whole cluster's, last second (– while an owner did not answer)" : "this node's, last second";
+  }
+}
+
 async function loadHistory() {
   const h = await api("/api/history");
+  showScope(h.scope);
   state.history = { rates: toData(h, "overall", RATES), counts: toData(h, "overall", COUNTS) };
   if (state.view === "overview") {
     draw("chart-rates", state.history.rates, RATES);
@@ -250,10 +264,15 @@ function tubeActions(t) {
 const CELLS = [
   ["ready", (t) => t.tasks.ready], ["taken", (t) => t.tasks.taken], ["delayed", (t) => t.tasks.delayed],
   ["buried", (t) => t.tasks.buried], ["done", (t) => t.tasks.done], ["total", (t) => t.tasks.total],
-  ["put-rate", (t) => t.rates.put], ["take-rate", (t) => t.rates.take], ["ack-rate", (t) => t.rates.ack],
+  ["put-rate", (t) => rate(t.rates.put)], ["take-rate", (t) => rate(t.rates.take)], ["ack-rate", (t) => rate(t.rates.ack)],
   ["takers-waiting", (t) => t.consumers.waiting], ["takers-holding", (t) => t.consumers.holding],
   ["oldest-age", (t) => age(t.oldest_ready_age)],
 ];
+
+/** A rate, or a dash for a second not known (an owner of the tube did not answer). */
+function rate(v) {
+  return v === null || v === undefined ? "–" : v;
+}
 
 /** Seconds as an operator reads an age: 0, 850ms, 12s, 5m, 3h, 2d. */
 function age(s) {
@@ -365,9 +384,9 @@ async function renderTube() {
   $("#tube-actions").replaceChildren(tubeActions(t));
   const figs = [
     ...Object.entries(t.tasks).map(([k, v]) => figure(k, v, k)),
-    figure("put/s", t.rates.put, "put-rate"),
-    figure("take/s", t.rates.take, "take-rate"),
-    figure("ack/s", t.rates.ack, "ack-rate"),
+    figure("put/s", rate(t.rates.put), "put-rate"),
+    figure("take/s", rate(t.rates.take), "take-rate"),
+    figure("ack/s", rate(t.rates.ack), "ack-rate"),
   ];
   $("#tube-figures").replaceChildren(...figs);
   // A sharded cluster's tube: the row above is the whole tube; here each partition, where
