@@ -10,7 +10,10 @@
 //!   and on the node that only received a move, its link to the other set (up) and the move
 //!   the other set's primary ran, from its record;
 //! - a task of the other set's partition is found by id from a node's console and buried
-//!   there with its Bury button, which the other set's primary does.
+//!   there with its Bury button, which the other set's primary does;
+//! - the per-second figures are the whole cluster's: with puts into a tube of one partition
+//!   through its owner, the other node's console (whose engine did none of them) shows its
+//!   put rate in the tube's row and points in its chart, captioned "whole cluster".
 //!
 //! Screenshots go to `results/http-console-shards-2026-11-29/`. Every wait has a deadline.
 
@@ -63,6 +66,101 @@ const ROW: &str = "const rows = document.querySelectorAll('tr[data-tube=\"jobs\"
      if (rows.length !== 1) return null; const v = {}; \
      for (const s of ['ready','taken','delayed','buried','done','total']) \
      v[s] = Number(rows[0].querySelector(`td[data-status=\"${s}\"]`).textContent); return v;";
+
+/// Two sets of one node each, both led and known to each other.
+fn two_sets(etcd: &Etcd) -> Nodes {
+    let flags = [
+        "--http-listen",
+        "127.0.0.1:0",
+        "--user",
+        USER,
+        "--password",
+        PASSWORD,
+    ];
+    let nodes = Nodes::start_sets(etcd, &[("a", 1), ("b", 1)], &flags);
+    nodes.wait_leader_among(&[0]);
+    nodes.wait_leader_among(&[1]);
+    for i in 0..2 {
+        wait_for("both sets' primaries known", || {
+            nodes.overview(i).is_some_and(|o| {
+                let sets = field(&o, "sets").and_then(Value::as_array).cloned();
+                let led = (sets.unwrap_or_default().iter())
+                    .filter(|s| field(s, "primary").is_some_and(|p| !p.is_nil()))
+                    .count();
+                led == 2
+            })
+        });
+    }
+    nodes
+}
+
+fn web_of(nodes: &Nodes, i: usize) -> SocketAddr {
+    let t = nodes.nodes[i].tarq.as_ref().unwrap();
+    t.metrics.expect("the HTTP address is logged")
+}
+
+#[test]
+fn the_charts_of_a_node_that_did_none_of_the_puts_show_them() {
+    if !browser_present("the_charts_of_a_node_that_did_none_of_the_puts_show_them") {
+        return;
+    }
+    let etcd = Etcd::start();
+    let nodes = two_sets(&etcd);
+    let mut a = client(nodes.nodes[0].addr);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(1))]);
+    let args = [Value::from("solo"), Value::from("fifottl"), opts];
+    call(&mut a, "queue.create_tube", &args);
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let br = Browser::start(&basic);
+    // Whose set owns the one partition: the other node reads.
+    br.open(&format!("http://{}/#/tube/solo", web_of(&nodes, 0)));
+    let set = br.until(
+        "solo's partition",
+        "const r = document.querySelector('#tube-partitions tr[data-partition]'); \
+         return r && r.children[2].textContent;",
+    );
+    let owner = usize::from(set == "b");
+    let reader = web_of(&nodes, 1 - owner);
+    // 40 puts a second for ten seconds, through the owner.
+    let to = nodes.nodes[owner].addr;
+    let puts = std::thread::spawn(move || {
+        let mut c = client(to);
+        let start = std::time::Instant::now();
+        for k in 0..400u64 {
+            let due = start + Duration::from_millis(25 * k);
+            std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+            call(&mut c, "queue.tube.solo:put", &[Value::from(k)]);
+        }
+    });
+    br.open(&format!("http://{reader}/"));
+    br.until("the page is ready", "return document.body.dataset.ready");
+    let rate = br.until(
+        "solo's put rate on the node that did none of the puts",
+        "const td = document.querySelector('tr[data-tube=\"solo\"] td[data-status=\"put-rate\"]'); \
+         const v = td && Number(td.textContent); return v > 0 && v;",
+    );
+    assert!(rate.as_u64() <= Some(400), "{rate}");
+    let caption = br.script(
+        "const s = document.querySelector('#view-overview [data-scope]'); \
+         return !s.hidden && s.dataset.scope === 'cluster' && s.textContent;",
+    );
+    assert!(
+        caption
+            .as_str()
+            .is_some_and(|c| c.contains("whole cluster")),
+        "{caption}"
+    );
+    br.screenshot(&results().join("overview-cluster-rates.png"));
+    br.open(&format!("http://{reader}/#/tube/solo"));
+    br.until(
+        "points in solo's chart of puts",
+        "const c = document.querySelector('#chart-tube-rates'); \
+         const puts = state.tubeHistory ? state.tubeHistory.rates[1] : []; \
+         return c.dataset.nonzero === 'true' && puts.filter((v) => v > 0).length >= 5;",
+    );
+    br.screenshot(&results().join("tube-cluster-rates.png"));
+    puts.join().expect("the puts");
+}
 
 #[test]
 fn the_console_of_either_node_shows_the_whole_sharded_cluster() {
