@@ -63,14 +63,23 @@ impl Reads {
 }
 
 impl Server {
-    /// The tube named `name`: the engine's, else (sharded) the routes'.
+    /// The tube named `name`: the engine's, else (sharded) the routes'. Every call of the
+    /// tube API asks it: one node's path stays a lookup, inlined into the caller.
     #[inline]
     pub(crate) fn tube_named(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
+        if self.shards.is_some() {
+            return self.tube_routed(name);
+        }
+        let q = self.core.queue();
+        q.tube_ix(name).map(|ix| (ix, q.tube_numbers(ix)))
+    }
+
+    /// [`Self::tube_named`] on a sharded node.
+    #[inline(never)]
+    fn tube_routed(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
         let q = self.core.queue();
         let held = q.tube_ix(name);
-        let Some(shards) = self.shards.as_ref() else {
-            return held.map(|ix| (ix, q.tube_numbers(ix)));
-        };
+        let shards = self.shards.as_ref()?;
         // On a sharded node the name is a tube's this node routes. An engine's tube it does
         // not route is a copy of a tube dropped a moment ago (a replica's primary has not let
         // go of it yet), or one this node's view has not caught up with: the call waits for a
