@@ -109,6 +109,7 @@ pub struct HttpConn {
 }
 
 /// Encodes `outcome` as the HTTP response `r` asks for.
+#[inline(never)]
 pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     json::encode(out, r, outcome);
 }

@@ -112,6 +112,7 @@ impl LinkSessions {
 }
 
 /// Encodes `outcome` as the answer to a link's request.
+#[inline(never)]
 pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     wire::write_answer(out, r.sync, outcome);
 }
