@@ -992,6 +992,41 @@ impl Config {
 
     /// Connections, frames, jobs, backlogs and the input budget, each within what the others
     /// and the WAL allow.
+    /// The settings about users (`metrics-auth`, `beanstalk-user`, the per-user limits): each
+    /// needs `--user`, without which no connection acts as a user and nothing is checked.
+    fn validate_user_settings(&self) -> Result<(), ConfigError> {
+        if self.metrics_auth && self.auth.is_none() {
+            return Err(invalid(
+                "metrics-auth is set but user is not: without --user there is no user to ask \
+                 for, and /metrics would stay open"
+                    .to_owned(),
+            ));
+        }
+        if let Some(u) = &self.beanstalk_user {
+            if self.auth.is_none() {
+                return Err(invalid(format!(
+                    "beanstalk-user {u:?} is set but user is not: without --user nothing is \
+                     checked, so the beanstalk port may do everything anyway"
+                )));
+            }
+            tarq_engine::users::check_name(u)
+                .map_err(|e| invalid(format!("beanstalk-user: {e}")))?;
+        }
+        let user_limits = [
+            ("user-max-connections", self.user_max_connections as u64),
+            ("user-put-rate", self.user_put_rate),
+        ];
+        for (name, value) in user_limits {
+            if value > 0 && self.auth.is_none() {
+                return Err(invalid(format!(
+                    "{name} {value} is set but user is not: without --user no connection acts \
+                     as a user, so nothing would be limited"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_limits(&self) -> Result<(), ConfigError> {
         if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS_LIMIT {
             return Err(invalid(format!(
@@ -1028,35 +1063,7 @@ impl Config {
                 self.beanstalk_max_job_size
             )));
         }
-        if self.metrics_auth && self.auth.is_none() {
-            return Err(invalid(
-                "metrics-auth is set but user is not: without --user there is no user to ask \
-                 for, and /metrics would stay open"
-                    .to_owned(),
-            ));
-        }
-        if let Some(u) = &self.beanstalk_user {
-            if self.auth.is_none() {
-                return Err(invalid(format!(
-                    "beanstalk-user {u:?} is set but user is not: without --user nothing is \
-                     checked, so the beanstalk port may do everything anyway"
-                )));
-            }
-            tarq_engine::users::check_name(u)
-                .map_err(|e| invalid(format!("beanstalk-user: {e}")))?;
-        }
-        let user_limits = [
-            ("user-max-connections", self.user_max_connections as u64),
-            ("user-put-rate", self.user_put_rate),
-        ];
-        for (name, value) in user_limits {
-            if value > 0 && self.auth.is_none() {
-                return Err(invalid(format!(
-                    "{name} {value} is set but user is not: without --user no connection acts \
-                     as a user, so nothing would be limited"
-                )));
-            }
-        }
+        self.validate_user_settings()?;
         if self.max_write_backlog < 2 * self.max_frame_bytes {
             return Err(invalid(format!(
                 "max-write-backlog {} must be at least twice max-frame-bytes ({})",
