@@ -185,6 +185,22 @@ const COUNT_COLUMNS: [(&str, &str); 5] = [
 /// replace the asked node's in its `placement` (the asked node has counts only for its own
 /// set's, and a replica's lag). A primary that does not answer gets `error` in its set's
 /// entry, and its partitions keep no counts. A map without `sets` is returned as it is.
+/// The counts a primary's `queue.cluster()` (`own`) gives of the partitions its set owns, by
+/// index.
+fn owned_counts(own: &Value) -> impl Iterator<Item = (u64, Vec<(Value, Value)>)> + '_ {
+    partitions(own).filter_map(|p| {
+        let here = map_get(p, "owner_here").and_then(Value::as_bool);
+        let index = map_get(p, "index").and_then(Value::as_u64);
+        let (Some(true), Some(index)) = (here, index) else {
+            return None;
+        };
+        let figures: Vec<(Value, Value)> = (COUNT_COLUMNS.iter())
+            .filter_map(|(k, _)| map_get(p, k).map(|v| (Value::from(*k), v.clone())))
+            .collect();
+        (!figures.is_empty()).then_some((index, figures))
+    })
+}
+
 fn with_partition_counts(mut map: Value, opts: &Options) -> Value {
     let primaries: Vec<(String, String)> = match map_get(&map, "sets") {
         Some(Value::Array(sets)) => sets
@@ -209,20 +225,7 @@ fn with_partition_counts(mut map: Value, opts: &Options) -> Value {
                 if let Some(m) = map_get(&own, "moves").filter(|m| !m.is_nil()) {
                     moves.push((set.clone(), m.clone()));
                 }
-                for p in partitions(&own) {
-                    let here = map_get(p, "owner_here").and_then(Value::as_bool);
-                    let index = map_get(p, "index").and_then(Value::as_u64);
-                    let (Some(true), Some(index)) = (here, index) else {
-                        continue;
-                    };
-                    let figures: Vec<(Value, Value)> = COUNT_COLUMNS
-                        .iter()
-                        .filter_map(|(k, _)| map_get(p, k).map(|v| (Value::from(*k), v.clone())))
-                        .collect();
-                    if !figures.is_empty() {
-                        counts.push(((set.clone(), index), figures));
-                    }
-                }
+                counts.extend(owned_counts(&own).map(|(ix, f)| ((set.clone(), ix), f)));
             }
             Err(e) => errors.push((set, e)),
         }
