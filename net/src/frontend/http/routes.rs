@@ -446,26 +446,7 @@ impl<'r, L: Loop> Request<'r, L> {
                 user.hash2 = Some(tarq_iproto::auth::hash2(p));
             }
             _ => {
-                only_keys(&b, "a grant", &["tube", "rights", "cluster"])?;
-                let grant = action == "grant";
-                let what = if b["cluster"].as_bool() == Some(true) {
-                    access::Grant::Admin
-                } else {
-                    let tube = b["tube"]
-                        .as_str()
-                        .ok_or((400, "tube: a name (or \"*\"), or cluster: true".to_owned()))?;
-                    let names = b["rights"]
-                        .as_array()
-                        .ok_or((400, "rights: a list of put, take, admin".to_owned()))?;
-                    let mut rights = tarq_engine::Rights::NONE;
-                    for n in names {
-                        let r = n.as_str().and_then(tarq_engine::Rights::named);
-                        let r = r.ok_or((400, format!("rights: {n} is not put, take or admin")))?;
-                        rights = rights.union(r);
-                    }
-                    access::Grant::Tube(tube.to_owned(), rights)
-                };
-                access::apply(&mut user, &what, grant);
+                access::apply(&mut user, &grant_of(&b)?, action == "grant");
             }
         }
         self.l
@@ -943,6 +924,27 @@ fn only_keys(v: &Value, what: &str, known: &[&str]) -> Result<(), Refused> {
             ),
         ),
     }
+}
+
+/// What a grant's or a revoke's body names: `{"tube", "rights": [...]}` or `{"cluster": true}`.
+fn grant_of(b: &Value) -> Result<access::Grant, Refused> {
+    only_keys(b, "a grant", &["tube", "rights", "cluster"])?;
+    if b["cluster"].as_bool() == Some(true) {
+        return Ok(access::Grant::Admin);
+    }
+    let tube = b["tube"]
+        .as_str()
+        .ok_or((400, "tube: a name (or \"*\"), or cluster: true".to_owned()))?;
+    let names = b["rights"]
+        .as_array()
+        .ok_or((400, "rights: a list of put, take, admin".to_owned()))?;
+    let mut rights = tarq_engine::Rights::NONE;
+    for n in names {
+        let r = n.as_str().and_then(tarq_engine::Rights::named);
+        let r = r.ok_or((400, format!("rights: {n} is not put, take or admin")))?;
+        rights = rights.union(r);
+    }
+    Ok(access::Grant::Tube(tube.to_owned(), rights))
 }
 
 /// A user's own limit `key` as the body sets it: a number (0: no limit for this user) up to
