@@ -103,31 +103,8 @@ impl Server {
             .and_then(id_tube)
             .and_then(|ix| parts.iter().position(|&p| p == ix))
             .unwrap_or(0);
-        let mut asked = Vec::new();
-        let mut remote = Vec::new();
-        for (p, &ix) in parts.iter().enumerate().skip(from) {
-            let after = after.filter(|_| p == from);
-            let set = shards.part(ix).map(|pt| pt.set);
-            let set_name = set.map_or_else(|| shards.set.clone(), |s| shards.sets[s].name.clone());
-            let got = match set {
-                Some(set) if !shards.here(ix, leads) => {
-                    remote.push((asked.len(), set, ix, after));
-                    None
-                }
-                _ => Some(
-                    (q.list(ix, status, after, limit + 1))
-                        .map(|v| v.iter().map(Listed::of).collect())
-                        .map_err(|e| e.to_string()),
-                ),
-            };
-            let partition = p as u16;
-            asked.push(Asked {
-                partition,
-                index: ix,
-                set: set_name,
-                got,
-            });
-        }
+        let (asked, remote) =
+            shards.list_here(q, &parts[from..], from, (status, after, limit), leads);
         let key = shards.next_gather;
         shards.next_gather += 1;
         let listing = Listing {
@@ -196,6 +173,48 @@ impl Server {
         for key in due {
             self.listing_done(key, true);
         }
+    }
+}
+
+/// A remote partition's ask: its place among the asked, its set, its index, the cursor.
+type RemoteAsk = (usize, usize, TubeIx, Option<TaskId>);
+
+impl Shards {
+    /// The partitions of a listing from the cursor's on (`parts`, the first of them partition
+    /// `from`): those this node holds are read now, the others are left to ask their owners.
+    fn list_here(
+        &self,
+        q: &tarq_engine::Queue,
+        parts: &[TubeIx],
+        from: usize,
+        (status, after, limit): (Status, Option<TaskId>, usize),
+        leads: bool,
+    ) -> (Vec<Asked>, Vec<RemoteAsk>) {
+        let mut asked = Vec::new();
+        let mut remote = Vec::new();
+        for (i, &ix) in parts.iter().enumerate() {
+            let after = after.filter(|_| i == 0);
+            let set = self.part(ix).map(|pt| pt.set);
+            let set_name = set.map_or_else(|| self.set.clone(), |s| self.sets[s].name.clone());
+            let got = match set {
+                Some(set) if !self.here(ix, leads) => {
+                    remote.push((asked.len(), set, ix, after));
+                    None
+                }
+                _ => Some(
+                    (q.list(ix, status, after, limit + 1))
+                        .map(|v| v.iter().map(Listed::of).collect())
+                        .map_err(|e| e.to_string()),
+                ),
+            };
+            asked.push(Asked {
+                partition: (from + i) as u16,
+                index: ix,
+                set: set_name,
+                got,
+            });
+        }
+        (asked, remote)
     }
 }
 
