@@ -28,6 +28,7 @@ mod node;
 
 pub mod election;
 pub mod etcd;
+pub mod hex;
 pub mod link_key;
 pub mod moves;
 pub mod placement;

@@ -46,7 +46,7 @@ pub fn ensure(
         &[
             Op::Put {
                 key: key.clone(),
-                value: hex(&fresh.0).into_bytes(),
+                value: crate::hex::encode(&fresh.0).into_bytes(),
                 lease: 0,
             },
             Op::Get(key.clone()),
@@ -79,20 +79,8 @@ pub fn read(
     Ok(stored.and_then(|kv| parse(&kv.value)))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn parse(text: &[u8]) -> Option<LinkKey> {
-    let text = std::str::from_utf8(text).ok()?.trim();
-    if text.len() != LINK_KEY_LEN * 2 {
-        return None;
-    }
-    let mut key = [0; LINK_KEY_LEN];
-    for (i, b) in key.iter_mut().enumerate() {
-        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(LinkKey(key))
+    crate::hex::decode(std::str::from_utf8(text).ok()?).map(LinkKey)
 }
 
 #[cfg(test)]
@@ -102,7 +90,7 @@ mod tests {
     #[test]
     fn hex_round_trips_and_rejects_what_is_not_a_key() {
         let k = LinkKey(std::array::from_fn(|i| (i * 37) as u8));
-        assert_eq!(parse(hex(&k.0).as_bytes()), Some(k));
+        assert_eq!(parse(crate::hex::encode(&k.0).as_bytes()), Some(k));
         assert_eq!(parse(b"abc"), None);
         assert_eq!(parse(&[b'g'; 64]), None);
         assert_eq!(format!("{k:?}"), "LinkKey(..)");

@@ -177,7 +177,7 @@ pub(super) fn record_of(user: &User) -> Value {
         .map(|(t, r)| (t.clone(), Value::from(r.names())))
         .collect();
     let mut record = json!({
-        "hash2": user.hash2.map(|h| hex(&h)),
+        "hash2": user.hash2.map(|h| tarq_cluster::hex::encode(&h)),
         "admin": user.admin,
         "tubes": tubes,
     });
@@ -200,7 +200,9 @@ pub(super) fn user_of(name: &str, record: &Value) -> Result<User, String> {
     let mut user = User::new(name);
     user.hash2 = match &record["hash2"] {
         Value::Null => None,
-        Value::String(h) => Some(unhex(h).ok_or(format!("hash2 {h:?} is not {HASH_LEN} bytes"))?),
+        Value::String(h) => Some(
+            tarq_cluster::hex::decode(h).ok_or(format!("hash2 {h:?} is not {HASH_LEN} bytes"))?,
+        ),
         other => return Err(format!("hash2 {other}: hex or null")),
     };
     user.admin = record["admin"].as_bool().unwrap_or(false);
@@ -224,21 +226,6 @@ pub(super) fn user_of(name: &str, record: &Value) -> Result<User, String> {
         }
     }
     Ok(user)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<[u8; HASH_LEN]> {
-    if text.len() != HASH_LEN * 2 || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0; HASH_LEN];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
 }
 
 #[cfg(test)]
