@@ -282,6 +282,12 @@ impl Cluster {
             .clone()
     }
 
+    /// The cluster's users as last read (sharded nodes), without a copy of the rest.
+    pub fn users(&self) -> Arc<UsersRead> {
+        let overview = self.overview.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(&overview.users)
+    }
+
     /// The cluster's link key, once read (sharded nodes; `None` before etcd answered).
     pub fn link_key(&self) -> Option<LinkKey> {
         self.overview

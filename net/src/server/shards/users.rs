@@ -113,7 +113,7 @@ impl Server {
         let Some(cluster) = self.cluster.as_ref() else {
             return;
         };
-        let read = cluster.handle().overview().users;
+        let read = cluster.handle().users();
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
