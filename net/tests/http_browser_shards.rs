@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use browser::{browser_present, Browser};
-use cluster::{field, str_field, wait_for, Etcd, Nodes};
+use cluster::{str_field, wait_for, Etcd, Nodes};
 use rmpv::Value;
 use serde_json::Value as Json;
 use tarq_client::{pack_args, Client};
@@ -80,17 +80,7 @@ fn two_sets(etcd: &Etcd) -> Nodes {
     let nodes = Nodes::start_sets(etcd, &[("a", 1), ("b", 1)], &flags);
     nodes.wait_leader_among(&[0]);
     nodes.wait_leader_among(&[1]);
-    for i in 0..2 {
-        wait_for("both sets' primaries known", || {
-            nodes.overview(i).is_some_and(|o| {
-                let sets = field(&o, "sets").and_then(Value::as_array).cloned();
-                let led = (sets.unwrap_or_default().iter())
-                    .filter(|s| field(s, "primary").is_some_and(|p| !p.is_nil()))
-                    .count();
-                led == 2
-            })
-        });
-    }
+    nodes.wait_primaries_known(&[0, 1], 2);
     nodes
 }
 
@@ -179,19 +169,7 @@ fn the_console_of_either_node_shows_the_whole_sharded_cluster() {
     let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &flags);
     nodes.wait_leader_among(&[0]);
     nodes.wait_leader_among(&[1]);
-    for i in 0..2 {
-        wait_for("both sets' primaries known", || {
-            nodes.overview(i).is_some_and(|o| {
-                let sets = field(&o, "sets").and_then(Value::as_array).cloned();
-                let led = sets
-                    .unwrap_or_default()
-                    .iter()
-                    .filter(|s| field(s, "primary").is_some_and(|p| !p.is_nil()))
-                    .count();
-                led == 2
-            })
-        });
-    }
+    nodes.wait_primaries_known(&[0, 1], 2);
     let addr = |i: usize| nodes.nodes[i].addr;
     let web = |i: usize| {
         let t = nodes.nodes[i].tarq.as_ref().unwrap();

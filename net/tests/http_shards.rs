@@ -25,7 +25,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use cluster::{field, wait_for, Etcd, Nodes};
+use cluster::{wait_for, Etcd, Nodes};
 use rmpv::Value;
 use serde_json::Value as Json;
 use support::http_get;
@@ -45,17 +45,7 @@ fn cluster(etcd: &Etcd, extra: &[&str], puts: (usize, usize)) -> Nodes {
     let nodes = Nodes::start_sets(etcd, &[("a", 1), ("b", 1)], &flags);
     nodes.wait_leader_among(&[0]);
     nodes.wait_leader_among(&[1]);
-    for i in 0..2 {
-        wait_for("both sets' primaries known", || {
-            nodes.overview(i).is_some_and(|o| {
-                let sets = field(&o, "sets").and_then(Value::as_array).cloned();
-                let led = (sets.unwrap_or_default().iter())
-                    .filter(|s| field(s, "primary").is_some_and(|p| !p.is_nil()))
-                    .count();
-                led == 2
-            })
-        });
-    }
+    nodes.wait_primaries_known(&[0, 1], 2);
     let connect = |i: usize| {
         Client::connect_addr(nodes.nodes[i].addr, Duration::from_secs(10)).expect("connect")
     };

@@ -320,6 +320,22 @@ impl Nodes {
         })
     }
 
+    /// Waits until nodes `among` each see `sets` replica sets with a primary in their own
+    /// view of the cluster (`queue.cluster()`'s `sets`).
+    pub fn wait_primaries_known(&self, among: &[usize], sets: usize) {
+        for &i in among {
+            wait_for("every set's primary known", || {
+                self.overview(i).is_some_and(|o| {
+                    let known = field(&o, "sets").and_then(Value::as_array).cloned();
+                    let led = (known.unwrap_or_default().iter())
+                        .filter(|s| field(s, "primary").is_some_and(|p| !p.is_nil()))
+                        .count();
+                    led == sets
+                })
+            });
+        }
+    }
+
     /// Waits until node `i` follows its primary with its stream up.
     pub fn wait_following(&self, i: usize) {
         wait_for(&format!("node {i} to stream from the primary"), || {
