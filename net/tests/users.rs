@@ -863,3 +863,27 @@ fn users_reach_every_replica_set_of_a_sharded_cluster() {
         ok(auth_as(&mut Client::connect(addr(i)), "carl", "c"));
     }
 }
+
+/// A user change on a sharded cluster whose etcd does not answer is not called "not done":
+/// etcd may have taken it and lost only the answer, so the reply is Tarantool's-style
+/// "outcome unknown" (code 1003), and once etcd answers again the table says which.
+#[test]
+fn a_user_change_etcd_does_not_answer_is_of_unknown_outcome() {
+    const ER_OUTCOME_UNKNOWN: u32 = 1003;
+    let etcd = cluster::Etcd::start();
+    let boot = ["--user", "admin", "--password", "boot"];
+    let nodes = cluster::Nodes::start_sets(&etcd, &[("a", 1)], &boot);
+    let a = nodes.wait_leader_among(&[0]);
+    let mut admin = login(nodes.nodes[a].addr, "admin", "boot");
+    etcd.pause();
+    let r = admin.call(
+        "box.schema.user.create",
+        &[s("bob"), map(&[("password", s("pw"))])],
+    );
+    etcd.resume();
+    let err = r.err(ER_OUTCOME_UNKNOWN);
+    assert!(
+        err.contains("may or may not have changed") && err.contains("etcd did not answer"),
+        "{err}"
+    );
+}

@@ -48,7 +48,7 @@ pub use placement::{
     ClusterMap, IndexUse, PartitionPlacement, Placement, PlacementError, PlacementFence, SetView,
     TubePlacement,
 };
-pub use users::{UsersChange, UsersRead, UsersTable};
+pub use users::{UsersChange, UsersError, UsersRead, UsersTable};
 
 /// What the election thread last read from etcd, for operators (`queue.cluster()`): the leader
 /// with its term, and every member key. Read under a lock the thread holds only to replace it.
@@ -122,12 +122,12 @@ pub enum EventKind {
     /// A sharded node read the cluster's users at another revision than the last announced
     /// (sent once after the first read too). `Cluster::overview` already holds them.
     UsersChanged { revision: i64 },
-    /// The answer to `change_users` with the caller's `token`. `Err` does not prove that
-    /// nothing was written when etcd failed (the answer may be what was lost): the next
+    /// The answer to `change_users` with the caller's `token`. `UsersError::Etcd` does not
+    /// prove that nothing was written (the answer may be what was lost): the next
     /// `UsersChanged` shows which.
     UsersDone {
         token: u64,
-        result: Result<(), String>,
+        result: Result<(), UsersError>,
     },
     /// The answer to `create_tube`, `drop_tube` or `place` with the caller's `token`: the tube
     /// as created, as it was before the drop, or as placed now. `Err(PlacementError::Etcd)`

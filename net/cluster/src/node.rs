@@ -22,7 +22,7 @@ use crate::etcd::{Client, Compare, EtcdError, Kv, Op};
 use crate::link_key::{self, LinkKey, LINK_KEY_LEN};
 use crate::moves;
 use crate::placement::{self, ClusterMap, Placement, PlacementError, PlacementFence};
-use crate::users::{self, UsersChange, UsersRead};
+use crate::users::{self, UsersChange, UsersError, UsersRead};
 use crate::{Change, Command, Config, DeposeReason, Event, EventKind, Overview};
 
 /// Shortest budget given to a call: below this a call cannot even connect, and failing it
@@ -333,11 +333,11 @@ impl Node {
     fn change_users(&mut self, token: u64, change: UsersChange) {
         let cluster = self.config.cluster.clone();
         let result = match self.call(|c, b| users::change(c, &cluster, &change, b)) {
-            Ok(result) => result,
+            Ok(result) => result.map_err(UsersError::Refused),
             Err(e) => {
-                let message = format!("etcd: {e}");
+                let message = e.to_string();
                 self.etcd_failed(e);
-                Err(message)
+                Err(UsersError::Etcd(message))
             }
         };
         if result.is_ok() {

@@ -40,6 +40,15 @@ pub enum UsersChange {
     Seed(UsersTable),
 }
 
+/// Why a change of the cluster's users was not done, or may not have been.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsersError {
+    /// etcd did not answer: the change may have been made, its answer lost.
+    Etcd(String),
+    /// Refused before anything was written (the table damaged, or changed under every try).
+    Refused(String),
+}
+
 /// Times a change is tried when other nodes keep changing the table under it.
 const ATTEMPTS: usize = 8;
 

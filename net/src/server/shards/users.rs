@@ -10,7 +10,7 @@
 //! cluster that had users before keeps them; after that, etcd's table wins over a set's own.
 
 use serde_json::{json, Value};
-use tarq_cluster::{UsersChange, UsersTable};
+use tarq_cluster::{UsersChange, UsersError, UsersTable};
 use tarq_engine::users::{Rights, User, HASH_LEN};
 use tracing::{info, warn};
 
@@ -74,7 +74,7 @@ impl Server {
 
     /// etcd answered a user change this node asked for: applied here if this node leads
     /// (the others' primaries apply it as they read it), and answered.
-    pub(crate) fn shards_users_done(&mut self, token: u64, result: Result<(), String>) {
+    pub(crate) fn shards_users_done(&mut self, token: u64, result: Result<(), UsersError>) {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
@@ -82,7 +82,10 @@ impl Server {
             shards.seeding = None;
             match result {
                 Ok(()) => info!("the cluster's users are seeded with this replica set's"),
-                Err(why) => warn!(%why, "seeding the cluster's users failed; tried again later"),
+                Err(why) => warn!(
+                    ?why,
+                    "seeding the cluster's users failed; tried again when this node next becomes primary or the table changes"
+                ),
             }
             return;
         }
@@ -96,7 +99,12 @@ impl Server {
                 }
                 Outcome::Ok
             }
-            Err(why) => Outcome::Error(Refusal::Shards(format!(
+            // etcd may have taken the change and lost only its answer: not "not done".
+            Err(UsersError::Etcd(e)) => Outcome::Error(Refusal::Unknown(format!(
+                "the cluster's users may or may not have changed: etcd did not answer ({e}); \
+                 list them to see"
+            ))),
+            Err(UsersError::Refused(why)) => Outcome::Error(Refusal::Shards(format!(
                 "the cluster's users were not changed: {why}"
             ))),
         };
