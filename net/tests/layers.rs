@@ -163,8 +163,8 @@ const MODULE_LAYERS: &[(&str, &[&str])] = &[
         "frontend/http",
         &["crate::server", "mio::", "std::net::Tcp", "std::thread"],
     ),
-    // The shards' decisions, the move machine, its simulation and the forwarded calls'
-    // deadlines are plain state: no loop, no server, no socket, no clock of their own (they
+    // The shards' decisions, the move machine, its simulation, the forwarded calls'
+    // deadlines and the count of waiting takes are plain state: no loop, no server, no socket, no clock of their own (they
     // are handed the time), so they are tested alone.
     (
         "server/shards/decide.rs",
@@ -180,6 +180,10 @@ const MODULE_LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "server/shards/deadlines.rs",
+        &["Server", "mio::", "std::net", "Instant::now", "SystemTime"],
+    ),
+    (
+        "server/shards/waiting.rs",
         &["Server", "mio::", "std::net", "Instant::now", "SystemTime"],
     ),
 ];

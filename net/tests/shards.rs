@@ -4,7 +4,10 @@
 //!   of set b: each task delivered exactly once, and `queue.statistics` agrees from every node;
 //! - a take waiting on the empty partitioned tube is woken by a put through a node of the
 //!   other set (owners push wake-ups; nothing polls);
-//! - a client that disconnects gets the tasks it took through a forwarding node released.
+//! - a client that disconnects gets the tasks it took through a forwarding node released;
+//! - `consumers.waiting` counts each waiting take once, whichever node it came through and
+//!   however many partitions it watches, the same from every node (`queue.statistics`, the
+//!   HTTP API, the primaries' /metrics summed), across a move of the tube's first partition.
 //!
 //! Every wait has a deadline.
 
@@ -53,8 +56,12 @@ struct Cluster {
 }
 
 fn start() -> Cluster {
+    start_with(&[])
+}
+
+fn start_with(extra: &[&str]) -> Cluster {
     let etcd = Etcd::start();
-    let nodes = Nodes::start_sets(&etcd, &[("a", 2), ("b", 2)], &[]);
+    let nodes = Nodes::start_sets(&etcd, &[("a", 2), ("b", 2)], extra);
     let a = nodes.wait_leader_among(&[0, 1]);
     let b = nodes.wait_leader_among(&[2, 3]);
     Cluster {
@@ -266,6 +273,137 @@ fn a_waiting_take_is_woken_by_a_put_on_another_set_and_a_closed_client_releases(
         again.is_some()
     });
     assert_eq!(again.as_deref(), Some("hello"));
+}
+
+/// What node `i` says of the takes waiting on `tube`: `queue.statistics`'
+/// `consumers.waiting`, and the HTTP API's.
+fn waiting_on(cl: &Cluster, i: usize, tube: &str) -> (Option<u64>, Option<u64>) {
+    let stats = get(get(&cl.statistics(i, tube), "consumers"), "waiting").as_u64();
+    let (status, body) = support::http_get(web(cl, i), &format!("/api/tubes/{tube}"));
+    assert_eq!(status, 200, "{body}");
+    let api: serde_json::Value = serde_json::from_str(&body).unwrap();
+    (stats, api["consumers"]["waiting"].as_u64())
+}
+
+/// `tarq_tube_takers_waiting` of `tube` in node `i`'s /metrics, summed over its partitions.
+fn waiting_metric(cl: &Cluster, i: usize, tube: &str) -> u64 {
+    let (_, page) = support::http_get(web(cl, i), "/metrics");
+    let label = format!("tube=\"{tube}\"");
+    (page.lines())
+        .filter(|l| l.starts_with("tarq_tube_takers_waiting{") && l.contains(&label))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+fn web(cl: &Cluster, i: usize) -> SocketAddr {
+    let t = cl.nodes.nodes[i].tarq.as_ref().unwrap();
+    t.metrics.expect("the HTTP address is logged")
+}
+
+/// Waits until every node says `n` takes wait on `tube`, through IPROTO and HTTP, and the
+/// primaries' /metrics add up to `n`.
+fn wait_waiting(cl: &Cluster, tube: &str, n: u64, when: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in 0..cl.nodes.nodes.len() {
+        loop {
+            let said = waiting_on(cl, i, tube);
+            if said == (Some(n), Some(n)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {i} counts {said:?} takes waiting {when} (statistics, API), not {n}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    loop {
+        let metrics = waiting_metric(cl, cl.a, tube) + waiting_metric(cl, cl.b, tube);
+        if metrics == n {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the primaries' /metrics count {metrics} takes waiting {when}, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends a take of `tube` (waiting up to a minute) on a connection of its own to node `i`.
+fn waiting_take(cl: &Cluster, i: usize, tube: &str) -> Client {
+    let mut c = connect(cl.addr(i));
+    let function = format!("queue.tube.{tube}:take");
+    c.send_request(|o, s| {
+        tarq_iproto::client::call(o, s, &function, &pack_args(&[Value::from(60)]))
+    })
+    .unwrap();
+    c
+}
+
+#[test]
+fn waiting_takes_are_counted_once_from_every_node() {
+    let cl = start_with(&["--http-listen", "127.0.0.1:0"]);
+    cl.create(cl.a, "cw", "fifottl", 4);
+    let replica_b = [2, 3].into_iter().find(|&i| i != cl.b).unwrap();
+    // Three takes through set a's primary, two through set b's, one through b's replica:
+    // each watches all four partitions, two of them led by the other set.
+    let mut takes: Vec<Client> = Vec::new();
+    for i in [cl.a, cl.a, cl.a, cl.b, cl.b, replica_b] {
+        takes.push(waiting_take(&cl, i, "cw"));
+    }
+    wait_waiting(&cl, "cw", 6, "at first");
+
+    // The replica's take goes with its connection.
+    drop(takes.pop());
+    wait_waiting(&cl, "cw", 5, "after a client left");
+
+    // The tube's first partition, whose owner counts the whole tube, moves to the other set:
+    // the count follows it.
+    move_head(&cl, "cw");
+    wait_waiting(&cl, "cw", 5, "after the first partition moved");
+
+    // Two puts serve two takes.
+    let mut producer = connect(cl.addr(replica_b));
+    for data in ["x", "y"] {
+        producer
+            .call("queue.tube.cw:put", &pack_args(&[Value::from(data)]), None)
+            .unwrap();
+    }
+    wait_waiting(&cl, "cw", 3, "after two were served");
+    let mut served = 0;
+    wait_for("two takes answered", || {
+        for c in &mut takes {
+            if let Ok(Some(r)) = c.recv_within(Duration::from_millis(5)) {
+                let values = r.into_result().unwrap().values().unwrap();
+                assert!(task_data(&values).is_some(), "{values:?}");
+                served += 1;
+            }
+        }
+        served >= 2
+    });
+    assert_eq!(served, 2, "takes answered for two puts");
+}
+
+/// Moves partition 0 of `tube` to the other set, through its owner's primary.
+fn move_head(cl: &Cluster, tube: &str) {
+    let args = |to: &str| pack_args(&[Value::from(tube), Value::from(0), Value::from(to)]);
+    let (mut on_a, mut on_b) = (connect(cl.addr(cl.a)), connect(cl.addr(cl.b)));
+    wait_for("the move to be taken", || {
+        match on_a.call("tarq.move", &args("b"), None) {
+            Ok(_) => return true,
+            Err(tarq_client::ClientError::Server { code: 32, message })
+                if message.contains("owned by replica set b") => {}
+            // A view of the placement not yet fresh enough to move on.
+            Err(tarq_client::ClientError::Server { code: 32, .. }) => return false,
+            Err(e) => panic!("tarq.move: {e}"),
+        }
+        match on_b.call("tarq.move", &args("a"), None) {
+            Ok(_) => true,
+            Err(tarq_client::ClientError::Server { code: 32, .. }) => false,
+            Err(e) => panic!("tarq.move: {e}"),
+        }
+    });
 }
 
 #[test]

@@ -473,9 +473,14 @@ impl<R: Copy> Core<R> {
         match cmd {
             Command::Peek { tube, id } => task(q.peek(tube, id)),
             Command::TubeStats { tube } => match q.tube_stats(tube) {
-                Ok(s) => {
-                    Outcome::TubeStats(super::with_takers(s, q, &self.parked, tube, &q.holders()))
-                }
+                Ok(s) => Outcome::TubeStats(super::with_takers(
+                    s,
+                    q,
+                    &self.parked,
+                    &self.routed_waiting,
+                    tube,
+                    &q.holders(),
+                )),
                 Err(e) => error(e),
             },
             Command::PeekFirst { tube, status } => match q.peek_first(tube, status) {
@@ -509,7 +514,14 @@ impl<R: Copy> Core<R> {
                     .filter(|t| t.name != tarq_engine::DEFAULT_TUBE_NAME)
                     .map(|t| {
                         let s = q.tube_stats(t.ix).unwrap_or_default();
-                        let s = super::with_takers(s, q, &self.parked, t.ix, &holders);
+                        let s = super::with_takers(
+                            s,
+                            q,
+                            &self.parked,
+                            &self.routed_waiting,
+                            t.ix,
+                            &holders,
+                        );
                         (t.name.to_owned(), s)
                     })
                     .collect();

@@ -22,6 +22,8 @@ pub mod parked;
 mod pauses;
 pub mod waiting_puts;
 
+use std::collections::HashMap;
+
 use tarq_engine::{Bytes, Event, Micros, Queue, SessionId, Stats, TubeIx};
 
 pub use command::{
@@ -108,19 +110,24 @@ pub struct Core<R> {
     takes_parked: u64,
     /// A tube a live copy follows: which of its tasks changed since it began.
     changed: Option<moves::Changed>,
+    /// Takes waiting on a partitioned tube in routers (this node's and others'), by the
+    /// tube's first partition, when this node owns it: counted with its consumers
+    /// (`shards::waiting`).
+    routed_waiting: HashMap<TubeIx, u64>,
 }
 
-/// `s` with the consumers of `tube` (the takes parked on it, the sessions holding its tasks)
-/// and when its next ready task was put.
+/// `s` with the consumers of `tube` (the takes parked on it or waiting in routers, the
+/// sessions holding its tasks) and when its next ready task was put.
 fn with_takers<R>(
     mut s: Stats,
     queue: &Queue,
     parked: &Parked<R>,
+    routed: &HashMap<TubeIx, u64>,
     tube: TubeIx,
     holders: &[u64],
 ) -> Stats {
     s.ready_since = queue.ready_since(tube);
-    s.takers_waiting = parked.count_in(tube) as u64;
+    s.takers_waiting = parked.takers_in(tube) as u64 + routed.get(&tube).copied().unwrap_or(0);
     s.takers_holding = holders.get(usize::from(tube)).copied().unwrap_or(0);
     s
 }
@@ -138,6 +145,7 @@ impl<R: Copy> Core<R> {
             mono,
             events: Vec::new(),
             changed: None,
+            routed_waiting: HashMap::new(),
             big_frame: None,
             takes_parked: 0,
         }
@@ -164,7 +172,24 @@ impl<R: Copy> Core<R> {
     /// several tubes).
     pub fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats> {
         let s = self.queue.tube_stats(tube).ok()?;
-        Some(with_takers(s, &self.queue, &self.parked, tube, holders))
+        let routed = &self.routed_waiting;
+        Some(with_takers(
+            s,
+            &self.queue,
+            &self.parked,
+            routed,
+            tube,
+            holders,
+        ))
+    }
+
+    /// Sets how many takes wait on tube `head` in routers (this node's and other nodes'),
+    /// counted in its figures beside the takes parked here.
+    pub fn set_routed_waiting(&mut self, head: TubeIx, count: u64) {
+        match count {
+            0 => self.routed_waiting.remove(&head),
+            n => self.routed_waiting.insert(head, n),
+        };
     }
 
     /// The queue, to change outside a command: restoring, applying a primary's records.
@@ -205,9 +230,9 @@ impl<R: Copy> Core<R> {
         (self.parked.len(), self.takes_parked)
     }
 
-    /// Takes parked on `tube` now.
+    /// Takes parked on `tube` now, watches left out.
     pub fn parked_in(&self, tube: TubeIx) -> usize {
-        self.parked.count_in(tube)
+        self.parked.takers_in(tube)
     }
 
     /// Takes connection `conn` has parked now.

@@ -48,6 +48,8 @@ pub struct Parked<R> {
     by_conn: Vec<Vec<usize>>,
     /// By tube index: that tube's waiters in arrival order, with their live count.
     fifos: Vec<(VecDeque<(usize, u64)>, usize)>,
+    /// By tube index: its live takes that are not watches (a consumer's figure).
+    takers: Vec<usize>,
     /// Tubes with live waiters, in no order.
     busy: Vec<TubeIx>,
     deadlines: BinaryHeap<Reverse<(Micros, u64, usize)>>,
@@ -60,6 +62,7 @@ impl<R> Default for Parked<R> {
             takes: Slab::new(),
             by_conn: Vec::new(),
             fifos: Vec::new(),
+            takers: Vec::new(),
             busy: Vec::new(),
             deadlines: BinaryHeap::new(),
             next_seq: 0,
@@ -91,6 +94,18 @@ impl<R> Parked<R> {
         deadline: Micros,
         group: u64,
     ) -> usize {
+        self.park_entry(caller, tube, reply, deadline, group, false)
+    }
+
+    fn park_entry(
+        &mut self,
+        caller: Caller,
+        tube: TubeIx,
+        reply: R,
+        deadline: Micros,
+        group: u64,
+        wake_only: bool,
+    ) -> usize {
         self.next_seq += 1;
         let seq = self.next_seq;
         let key = self.takes.insert(ParkedTake {
@@ -99,7 +114,7 @@ impl<R> Parked<R> {
             group,
             reply,
             deadline,
-            wake_only: false,
+            wake_only,
             seq,
         });
         let c = caller.slot();
@@ -117,6 +132,12 @@ impl<R> Parked<R> {
         if *live == 1 {
             self.busy.push(tube);
         }
+        if !wake_only {
+            if self.takers.len() <= t {
+                self.takers.resize(t + 1, 0);
+            }
+            self.takers[t] += 1;
+        }
         if deadline != Micros::MAX {
             self.deadlines.push(Reverse((deadline, seq, key)));
         }
@@ -131,8 +152,7 @@ impl<R> Parked<R> {
     {
         let group = self.new_group();
         for &tube in tubes {
-            let key = self.park(caller, tube, reply, Micros::MAX, group);
-            self.takes[key].wake_only = true;
+            self.park_entry(caller, tube, reply, Micros::MAX, group, true);
         }
         group
     }
@@ -147,6 +167,9 @@ impl<R> Parked<R> {
         let keys = &mut self.by_conn[t.caller.slot()];
         if let Some(pos) = keys.iter().position(|&k| k == key) {
             keys.swap_remove(pos);
+        }
+        if !t.wake_only {
+            self.takers[t.tube as usize] -= 1;
         }
         let live = &mut self.fifos[t.tube as usize].1;
         *live -= 1;
@@ -212,6 +235,12 @@ impl<R> Parked<R> {
     /// How many takes wait on `tube`.
     pub fn count_in(&self, tube: TubeIx) -> usize {
         self.fifos.get(tube as usize).map_or(0, |f| f.1)
+    }
+
+    /// How many takes wait on `tube`, watches left out: a watch stands for takes waiting in a
+    /// router (of this node or another), which counts them itself.
+    pub fn takers_in(&self, tube: TubeIx) -> usize {
+        self.takers.get(tube as usize).copied().unwrap_or(0)
     }
 
     /// Whether a take waits on `tube`.
@@ -308,6 +337,11 @@ mod tests {
         p.remove_watches(1, reply(7));
         assert_eq!(p.count_of(1), 2, "the other watch and the take stay");
         assert_eq!((p.count_in(0), p.count_in(1)), (3, 0));
+        assert_eq!(
+            (p.takers_in(0), p.takers_in(1)),
+            (1, 0),
+            "a watch is no taker"
+        );
         assert_eq!(p.count_of(2), 1, "another connection's stays");
         p.remove_watches(1, reply(7));
         assert_eq!(p.len(), 3);

@@ -77,7 +77,7 @@ impl frontend::Loop for Server {
     }
 
     fn parked_count(&self, tube: TubeIx) -> u64 {
-        self.core.parked_in(tube) as u64
+        self.core.parked_in(tube) as u64 + self.routed_waiting_on(tube)
     }
 
     fn unpark_all(&mut self, idx: usize) {
@@ -259,6 +259,10 @@ impl frontend::Loop for Server {
     fn unwatch_link(&mut self, idx: usize, sync: u64) {
         let reply = ReplyTo::Link(crate::frontend::link::Reply { sync });
         self.core.unwatch_reply(idx, reply);
+    }
+
+    fn heard_waiting(&mut self, idx: usize, tube: TubeIx, count: u64) {
+        Server::heard_waiting(self, idx, tube, count);
     }
 
     fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {

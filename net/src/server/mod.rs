@@ -1489,6 +1489,9 @@ impl Server {
         // A link's sessions are its forwarding node's clients': theirs go back to ready too,
         // after a grace in which that node tells its clients (`shards::holds`).
         let link_origin = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin));
+        if link_origin.is_some() {
+            self.waiting_link_closed(idx);
+        }
         let link_sessions: Vec<SessionId> = match &link_origin {
             Some(origin) => self.link_sessions.closed(origin),
             None => Vec::new(),

@@ -176,6 +176,10 @@ impl<L: Loop> Link<'_, L> {
                 self.l.unwatch_link(idx, sync);
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
             }
+            Ok(Ask::Waiting { tube, count }) => {
+                self.l.heard_waiting(idx, tube, count);
+                self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
+            }
             Ok(
                 step @ (Ask::MoveIn { .. }
                 | Ask::MoveTasks { .. }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use tarq_cluster::LinkKey;
 use tarq_engine::{
-    MovedDedup, MovedTask, Stats, TaskId, TaskRef, TubeNumbers, TubeOptions, TubeType,
+    MovedDedup, MovedTask, Stats, TaskId, TaskRef, TubeIx, TubeNumbers, TubeOptions, TubeType,
 };
 
 use crate::core::{Command, Listed, MoveReport, Outcome, Refusal, TaskFigures};
@@ -93,6 +93,10 @@ pub enum Ask<'a> {
     /// needed no more (no take waits on its tube there now): it is dropped, unanswered.
     /// Answered `Ok`, whether or not it still waited.
     Unwatch { sync: u64 },
+    /// `count` of the forwarding node's takes wait on the tube whose first partition is
+    /// `tube` (this node owns it): counted in its consumers, until the next such ask or the
+    /// link's end. Answered `Ok`.
+    Waiting { tube: TubeIx, count: u64 },
 }
 
 /// An owner's answer: an [`Outcome`] of the kinds a forwarded command can have, tasks
@@ -210,8 +214,9 @@ fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
 /// a link between them is refused by name (a rolling upgrade moves a set's partitions off it,
 /// or upgrades the whole cluster set by set while the links between old and new wait). Version
 /// 1 was the handshake of the node's name alone, before links proved the cluster's key; 2
-/// moved tasks with their instants on the old owner's wall clock; 4 added [`Ask::Unwatch`].
-pub const LINK_VERSION: u32 = 4;
+/// moved tasks with their instants on the old owner's wall clock; 4 added [`Ask::Unwatch`];
+/// 5 [`Ask::Waiting`].
+pub const LINK_VERSION: u32 = 5;
 
 /// What a node says when it opens a link: its name, the link protocol it speaks, its cluster,
 /// and its proof of the cluster's link key ([`proof`]).

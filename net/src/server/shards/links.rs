@@ -188,6 +188,8 @@ impl Server {
         let l = OutLink::connect(addr, set, sync, who, tls, self.mono, self.poll.registry())
             .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name))?;
         let link = shards.sets[set].link.insert(l);
+        // The set's primary lost what this node told it of its waiting takes with the last link.
+        shards.wait_counts.set_linked(set);
         for (origin, session) in shards.holds.owed(set) {
             let origin = origin.as_deref();
             link.send(shards.next_sync, &Ask::End { session, origin });
@@ -231,6 +233,7 @@ impl Server {
 
     /// Writes what the links have queued.
     pub(in crate::server) fn flush_links(&mut self) {
+        self.publish_waiting();
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
@@ -302,6 +305,7 @@ impl Server {
             return;
         };
         let name = shards.sets[set].name.clone();
+        shards.wait_counts.set_lost(set);
         let mut sent = false;
         if let Some(mut link) = shards.sets[set].link.take() {
             sent = link.may_have_sent();

@@ -35,6 +35,7 @@ mod route;
 mod sim;
 mod unknown;
 mod users;
+mod waiting;
 mod waits;
 
 use decide::{Decision, Facts, Freshness, Kind};
@@ -255,6 +256,8 @@ pub(crate) struct Shards {
     /// Takes waiting across partitions, by number, and by tube in arrival order.
     waiters: HashMap<u64, Waiter>,
     queues: HashMap<TubeIx, VecDeque<u64>>,
+    /// How many of them wait on each tube, told to the tubes' owners.
+    wait_counts: waiting::WaitCounts,
     next_waiter: u64,
     deadlines: BinaryHeap<Reverse<(Micros, u64)>>,
     /// Partitions led elsewhere that this node watches now, with the watch's sync.
@@ -361,6 +364,7 @@ impl Shards {
             rr: 0,
             waiters: HashMap::new(),
             queues: HashMap::new(),
+            wait_counts: waiting::WaitCounts::default(),
             next_waiter: 0,
             deadlines: BinaryHeap::new(),
             watching: HashMap::new(),
@@ -685,6 +689,17 @@ impl Shards {
                 .part(ix)
                 .is_some_and(|p| self.sets[p.set].name == self.set)
                 || (!self.adopted.is_empty() && self.adopted.contains_key(&ix)))
+    }
+
+    /// Who counts the takes waiting on tube `head` (`waiting`): the owner of its first
+    /// partition; this node for a tube of its own that is not placed.
+    fn counter_of(&self, head: TubeIx, leads: bool) -> waiting::Owner {
+        match self.part(head) {
+            Some(_) if self.here(head, leads) => waiting::Owner::Here,
+            Some(p) => waiting::Owner::Set(p.set),
+            None if leads => waiting::Owner::Here,
+            None => waiting::Owner::Unknown,
+        }
     }
 }
 

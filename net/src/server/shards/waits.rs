@@ -3,6 +3,7 @@
 //! remote partition; a wake-up lets the oldest waiter try that partition.
 
 use super::*;
+use waiting::Publish;
 
 /// A take waiting for a task of any partition of its tubes (one for a take; a beanstalk
 /// reserve's are the tubes its connection watches).
@@ -20,7 +21,72 @@ pub(super) struct Waiter {
 /// without it, a whole-tube figure's.
 pub(super) const WATCH: u64 = 1 << 63;
 
+impl Shards {
+    /// Waiter `id` no longer waits: out of the books and the counts (its queue entries go
+    /// when they come to the front).
+    fn forget_waiter(&mut self, id: u64) -> Option<Waiter> {
+        let w = self.waiters.remove(&id)?;
+        for &head in &w.heads {
+            self.wait_counts.ended(head);
+        }
+        Some(w)
+    }
+}
+
 impl Server {
+    /// Tells the owners of the tubes whose waiting takes changed how many wait here now (its
+    /// core, when this node owns the tube; else an [`Ask::Waiting`] to the owner's set).
+    pub(in crate::server) fn publish_waiting(&mut self) {
+        let leads = self.leads();
+        let Some(shards) = self.shards.as_mut() else {
+            return;
+        };
+        if !shards.wait_counts.is_dirty() {
+            return;
+        }
+        let mut counts = std::mem::take(&mut shards.wait_counts);
+        let orders = counts.publish(|head| shards.counter_of(head, leads));
+        shards.wait_counts = counts;
+        for order in orders {
+            match order {
+                Publish::Core { head, count } => self.core.set_routed_waiting(head, count),
+                Publish::Tell { set, head, count } => {
+                    let ask = Ask::Waiting { tube: head, count };
+                    let client = Client {
+                        idx: super::console::CONSOLE_CLIENT,
+                        gen: 0,
+                        sid: 0,
+                        reply: ReplyTo::Router(0),
+                    };
+                    if !self.send_ask(set, client, &ask, Then::Ignore) {
+                        if let Some(s) = self.shards.as_mut() {
+                            s.wait_counts.not_told(set, head);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node on link `idx` says `count` of its takes wait on tube `head`.
+    pub(in crate::server) fn heard_waiting(&mut self, idx: usize, head: TubeIx, count: u64) {
+        if let Some(shards) = self.shards.as_mut() {
+            shards.wait_counts.heard(idx, head, count);
+        }
+    }
+
+    /// Link `idx` closed: what its node said of its waiting takes no longer counts.
+    pub(in crate::server) fn waiting_link_closed(&mut self, idx: usize) {
+        if let Some(shards) = self.shards.as_mut() {
+            shards.wait_counts.link_closed(idx);
+        }
+    }
+
+    /// This node's takes waiting on tube `head` in its router now.
+    pub(in crate::server) fn routed_waiting_on(&self, head: TubeIx) -> u64 {
+        self.shards.as_ref().map_or(0, |s| s.wait_counts.own(head))
+    }
+
     /// Takes the outcomes the core answered to the router.
     pub(in crate::server) fn take_routed(&mut self) {
         while !self.routed.is_empty() {
@@ -75,6 +141,7 @@ impl Server {
         shards.next_waiter += 1;
         for &head in &heads {
             shards.queues.entry(head).or_default().push_back(id);
+            shards.wait_counts.started(head);
         }
         shards.waiters.insert(
             id,
@@ -126,9 +193,11 @@ impl Server {
     /// lost with its link, answered while its set had no primary): after each new map.
     pub(super) fn watch_again(&mut self) {
         let leads = self.leads();
-        let Some(shards) = self.shards.as_ref() else {
+        let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        // Owners may have changed: each tube's count goes to its owner now.
+        shards.wait_counts.all_dirty();
         let heads: Vec<TubeIx> = shards.queues.keys().copied().collect();
         for head in heads {
             let Some((_, w)) = self.oldest_waiter(head) else {
@@ -155,8 +224,7 @@ impl Server {
     /// The oldest take still waiting on `head`'s tube (the others gone are dropped).
     pub(super) fn oldest_waiter(&mut self, head: TubeIx) -> Option<(u64, Waiter)> {
         let shards = self.shards.as_mut()?;
-        let queue = shards.queues.get_mut(&head)?;
-        while let Some(&id) = queue.front() {
+        while let Some(&id) = shards.queues.get(&head)?.front() {
             match shards.waiters.get(&id) {
                 Some(w)
                     if self
@@ -167,8 +235,8 @@ impl Server {
                     return Some((id, w.clone()));
                 }
                 _ => {
-                    queue.pop_front();
-                    shards.waiters.remove(&id);
+                    shards.queues.get_mut(&head).map(VecDeque::pop_front);
+                    shards.forget_waiter(id);
                 }
             }
         }
@@ -207,7 +275,7 @@ impl Server {
 
     /// Waiter `id` is answered (or gone): it stops waiting everywhere.
     pub(super) fn end_wait(&mut self, id: u64) {
-        let Some(w) = self.shards.as_mut().and_then(|s| s.waiters.remove(&id)) else {
+        let Some(w) = self.shards.as_mut().and_then(|s| s.forget_waiter(id)) else {
             return;
         };
         for head in &w.heads {
