@@ -36,6 +36,21 @@ const FLAT: &[(&str, &str, &str)] = &[
         "a_sharded_cluster_prints_its_sets_and_placement",
         "a test's expected table",
     ),
+    (
+        "frontend/link/call.rs",
+        "of",
+        "one arm a command: the core's command as the link's call",
+    ),
+    (
+        "frontend/link/call.rs",
+        "command",
+        "one arm a call: the link's call as the core's command",
+    ),
+    (
+        "frontend/link/golden.rs",
+        "asks",
+        "a test's table of one sample a message",
+    ),
 ];
 
 /// Every `.rs` file under `dir`.

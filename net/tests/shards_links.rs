@@ -17,7 +17,7 @@ use cluster::{wait_for, Etcd, Nodes};
 use rmpv::Value;
 use tarq_client::{pack_args, Client, ClientError};
 use tarq_cluster::{etcd, link_key, LinkKey};
-use tarq_net::core::{Command, On};
+use tarq_net::frontend::link::call::{Api, Call};
 use tarq_net::frontend::link::wire::{self, Ask, Hello};
 
 fn connect(addr: SocketAddr) -> Client {
@@ -135,8 +135,8 @@ fn only_members_of_the_cluster_that_prove_its_key_open_links() {
     let take = |origin| Ask::Run {
         session: 1,
         origin,
-        command: Command::Take {
-            on: On::Seed,
+        call: Call::Take {
+            api: Api::Seed,
             timeout: Some(0),
         },
     };

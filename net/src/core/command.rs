@@ -15,7 +15,7 @@ use super::pauses::Pause;
 
 /// Which API a command speaks, when the two differ in wording: the seed calls (`queue.put`,
 /// ... on the tube `default`, with the seed's error texts) or the tube API on any tube.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum On {
     Seed,
     Tube(TubeIx),
@@ -30,23 +30,21 @@ impl On {
     }
 }
 
-/// A front-end-neutral request. Payloads and keys borrow the request frame. It travels
-/// between nodes as it is (serde, on a sharded cluster's links); the few commands that never
-/// leave their node are not encoded.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// A front-end-neutral request. Payloads and keys borrow the request frame. It is the loop's
+/// own and is never encoded: a sharded cluster's links carry the link protocol's `Call`
+/// (`frontend::link::call`), which the commands that may run on another node convert to and
+/// from.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Command<'a> {
     /// The seed's put into `default`.
     Put {
-        #[serde(borrow, with = "serde_bytes")]
         data: &'a [u8],
         opts: PutOptions,
     },
     /// A put into a tube; `wait` is how long a put into a full tube waits for room (0: none).
     PutIn {
         tube: TubeIx,
-        #[serde(borrow, with = "serde_bytes")]
         data: &'a [u8],
-        #[serde(borrow)]
         opts: TubePut<'a>,
         wait: Micros,
     },
@@ -96,7 +94,6 @@ pub enum Command<'a> {
         tube: TubeIx,
     },
     CreateTube {
-        #[serde(borrow)]
         name: &'a str,
         kind: TubeType,
         opts: TubeOptions,
@@ -107,7 +104,6 @@ pub enum Command<'a> {
     /// A take from whichever of `tubes` has the lowest (pri, id) task ready (beanstalk's
     /// reserve over its watched tubes). Parked on all of them while none has one; the parked
     /// entries wake at `wake` (at most the timeout's deadline) for the front-end to decide.
-    #[serde(skip)]
     TakeAny {
         tubes: &'a [TubeIx],
         timeout: Option<Micros>,
@@ -160,7 +156,6 @@ pub enum Command<'a> {
         tube: TubeIx,
     },
     /// Every tube's counters by name, `default` aside (`queue.statistics()`).
-    #[serde(skip)]
     AllTubeStats,
     /// Pause `tube`'s takes (beanstalk's pause-tube): no take of any protocol gets its tasks
     /// until the pause ends.
@@ -178,7 +173,6 @@ pub enum Command<'a> {
     /// Move partition `partition` of tube `tube` to replica set `to` with its tasks (a sharded
     /// cluster's; run by the primary of the set that owns it, answered with a report once the
     /// move committed or was given up).
-    #[serde(skip)]
     Move {
         tube: &'a str,
         partition: u16,
@@ -193,12 +187,10 @@ pub enum Command<'a> {
     /// Add or replace a user (its password hash, admin right and grants, whole), journaled.
     /// The front-end has checked who asks and worded the change in its protocol's terms.
     /// Users are this node's and its replicas' (a sharded cluster's other sets keep theirs).
-    #[serde(skip)]
     PutUser {
         user: &'a tarq_engine::User,
     },
     /// Remove a user, journaled.
-    #[serde(skip)]
     DropUser {
         name: &'a str,
     },

@@ -6,8 +6,8 @@ use tarq_engine::{Micros, TubeIx};
 
 /// A tube's pause: until when, and for how long it was asked (in seconds, as reported).
 /// Between nodes `until` travels as the time left, since each node has its own monotonic
-/// clock (the links convert it both ways).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// clock (`frontend::link::call` converts it both ways).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pause {
     pub until: Micros,
     pub seconds: u32,

@@ -12,6 +12,9 @@
 //! that no longer owns a partition, or a task taken before its partition moved here, belongs
 //! to the same session as the origin's own calls on its own link.
 
+pub mod call;
+#[cfg(test)]
+mod golden;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -20,7 +23,8 @@ use std::sync::Arc;
 use tarq_engine::SessionId;
 
 use super::{Loop, ReplyTo};
-use crate::core::{Command, Outcome, Pause};
+use crate::core::Outcome;
+use call::Call;
 use wire::Ask;
 
 /// How to answer a forwarded command: the request's sync.
@@ -157,12 +161,12 @@ impl<L: Loop> Link<'_, L> {
             Ok(Ask::Run {
                 session,
                 origin,
-                command,
+                call,
             }) => {
                 // A call naming another origin was relayed once already.
                 let may_relay = origin.is_none();
                 let origin = origin.map_or(link_origin, Arc::from);
-                self.run(idx, reply, &origin, session, command, may_relay)
+                self.run(idx, reply, &origin, session, call, may_relay)
             }
             Ok(Ask::End { session, origin }) => {
                 let origin = origin.map_or(link_origin, Arc::from);
@@ -199,20 +203,11 @@ impl<L: Loop> Link<'_, L> {
         reply: Reply,
         origin: &Arc<str>,
         session: u64,
-        command: Command<'_>,
+        call: Call<'_>,
         may_relay: bool,
     ) {
         // A pause travels as the time it has left: from now on, on this node's clock.
-        let command = match command {
-            Command::Pause { tube, pause } => Command::Pause {
-                tube,
-                pause: Pause {
-                    until: self.l.mono().saturating_add(pause.until),
-                    ..pause
-                },
-            },
-            other => other,
-        };
+        let command = call.command(self.l.mono());
         let sessions = self.l.link_sessions();
         let own = sessions.me.as_ref().is_some_and(|me| me == origin);
         let sid = match sessions.get(origin, session) {

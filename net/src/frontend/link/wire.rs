@@ -1,7 +1,8 @@
 //! What travels on a link between two nodes of a sharded cluster, in tarq's own IPROTO: every
 //! request is a CALL of [`ASK`] whose one argument is an [`Ask`] as MessagePack bytes (serde,
-//! `rmp-serde`), every answer an OK whose DATA is one [`Answer`] the same way. The commands are
-//! the core's own ([`Command`]), so a forwarded call runs on the owner exactly as a local one.
+//! `rmp-serde`), every answer an OK whose DATA is one [`Answer`] the same way. A forwarded
+//! call is a [`Call`], the link's own type, which the owner turns into the core's command, so
+//! it runs there exactly as a local one.
 //! A link starts with a CALL of [`LINK`] (after AUTH when the cluster has a password) that
 //! names the calling node, the link protocol's [`LINK_VERSION`] and the cluster, and proves the
 //! cluster's link key ([`proof`]); a node refuses a link without it.
@@ -16,7 +17,8 @@ use tarq_engine::{
     MovedDedup, MovedTask, Stats, TaskId, TaskRef, TubeIx, TubeNumbers, TubeOptions, TubeType,
 };
 
-use crate::core::{Command, Listed, MoveReport, Outcome, Refusal, TaskFigures};
+use super::call::Call;
+use crate::core::{Listed, MoveReport, Outcome, Refusal, TaskFigures};
 
 /// The call that turns an IPROTO connection into a link.
 pub const LINK: &str = "tarq.link";
@@ -34,7 +36,7 @@ pub enum Ask<'a> {
         #[serde(borrow)]
         origin: Option<&'a str>,
         #[serde(borrow)]
-        command: Command<'a>,
+        call: Call<'a>,
     },
     /// Session `session` of node `origin` (`None`: the forwarding node) ended: what it holds
     /// here goes back to ready.
@@ -215,8 +217,9 @@ fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
 /// or upgrades the whole cluster set by set while the links between old and new wait). Version
 /// 1 was the handshake of the node's name alone, before links proved the cluster's key; 2
 /// moved tasks with their instants on the old owner's wall clock; 4 added [`Ask::Unwatch`];
-/// 5 [`Ask::Waiting`].
-pub const LINK_VERSION: u32 = 5;
+/// 5 [`Ask::Waiting`]; 6 carried calls as the link's own [`Call`], not the core's command.
+/// `golden.rs` holds each version to its bytes.
+pub const LINK_VERSION: u32 = 6;
 
 /// What a node says when it opens a link: its name, the link protocol it speaks, its cluster,
 /// and its proof of the cluster's link key ([`proof`]).
@@ -365,7 +368,7 @@ mod tests {
 
     #[test]
     fn an_ask_and_an_answer_decode_to_themselves() {
-        let command = Command::PutIn {
+        let call = Call::PutIn {
             tube: 3,
             data: &[0xa1, b'x'],
             opts: TubePut {
@@ -381,7 +384,7 @@ mod tests {
             &Ask::Run {
                 session: 5,
                 origin: Some("b0"),
-                command,
+                call,
             },
         );
         let frame = &out[5..];
@@ -394,8 +397,8 @@ mod tests {
             Ask::Run {
                 session,
                 origin,
-                command: c,
-            } => assert_eq!((session, origin, c), (5, Some("b0"), command)),
+                call: c,
+            } => assert_eq!((session, origin, c), (5, Some("b0"), call)),
             other => panic!("{other:?}"),
         }
 

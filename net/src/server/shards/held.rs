@@ -77,7 +77,7 @@ impl Server {
             (false, Some(m)) => &mut m.held,
             (false, None) => return,
         };
-        match rmp_serde::to_vec(cmd) {
+        match crate::frontend::link::call::encode_command(cmd) {
             Ok(cmd) => list.push(Held {
                 idx,
                 gen,
@@ -113,7 +113,7 @@ impl Server {
         if self.conns.get(h.idx).is_none_or(|c| c.gen != h.gen) {
             return;
         }
-        let cmd: Command<'_> = match rmp_serde::from_slice(&h.cmd) {
+        let cmd = match crate::frontend::link::call::decode_command(&h.cmd) {
             Ok(c) => c,
             Err(e) => {
                 let why = format!("a held command that does not decode: {e}");

@@ -3,6 +3,7 @@
 //! end of a session told to every set it reached.
 
 use super::*;
+use crate::frontend::link::call::Call;
 use out_link::Identity;
 
 use std::time::Duration;
@@ -95,15 +96,12 @@ impl Server {
     /// says, a failure to send it too (a watch's failure is no answer to its client's take).
     pub(super) fn forward(&mut self, set: usize, client: Client, cmd: Command<'_>, then: Then) {
         // A pause travels as the time it has left: the owner's clock is its own.
-        let cmd = match cmd {
-            Command::Pause { tube, pause } => Command::Pause {
-                tube,
-                pause: Pause {
-                    until: pause.until.saturating_sub(self.mono),
-                    ..pause
-                },
-            },
-            other => other,
+        let call = match Call::of(&cmd, self.mono) {
+            Ok(call) => call,
+            Err(what) => {
+                let why = format!("{what} is not sent to another node");
+                return self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+            }
         };
         // A session this node runs for another node's client is named as that node names it.
         let remote = self.link_sessions.remote_of(client.sid);
@@ -112,7 +110,7 @@ impl Server {
         let ask = Ask::Run {
             session,
             origin: origin.as_deref(),
-            command: cmd,
+            call,
         };
         if self.send_ask(set, client, &ask, then) {
             if let Some(shards) = self.shards.as_mut() {
@@ -154,7 +152,7 @@ impl Server {
         link.send(sync, ask);
         shards.pending.insert(sync, Pending { set, client, then });
         let wait = match ask {
-            Ask::Run { command, .. } => command.waits_at_most(),
+            Ask::Run { call, .. } => call.waits_at_most(),
             _ => Some(0),
         };
         let grace =

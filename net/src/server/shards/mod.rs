@@ -55,7 +55,7 @@ use tracing::{info, warn};
 
 use super::host::Digest;
 use super::Server;
-use crate::core::{Caller, Command, On, Outcome, Pause, Refusal};
+use crate::core::{Caller, Command, On, Outcome, Refusal};
 use crate::frontend::link::wire::{self, Ask, Hello, LINK_VERSION};
 use crate::frontend::ReplyTo;
 pub(crate) use out_link::LINK_TOKEN_BASE;

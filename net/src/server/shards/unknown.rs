@@ -189,7 +189,7 @@ impl Server {
             self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
             return true;
         }
-        let Ok(cmd) = rmp_serde::to_vec(cmd) else {
+        let Ok(cmd) = crate::frontend::link::call::encode_command(cmd) else {
             return false;
         };
         let read = self.ask_read();
@@ -256,7 +256,7 @@ impl Server {
             self.answer(client, &Outcome::Error(Refusal::Shards(why)));
             return true;
         }
-        let cmd = match rmp_serde::to_vec(cmd) {
+        let cmd = match crate::frontend::link::call::encode_command(cmd) {
             Ok(cmd) => cmd,
             Err(_) => return false,
         };
@@ -318,7 +318,7 @@ impl Server {
                     self.resume_input(u.idx);
                 }
                 Kept::Command { reply, cmd } => {
-                    match rmp_serde::from_slice::<Command<'_>>(&cmd) {
+                    match crate::frontend::link::call::decode_command(&cmd) {
                         Ok(cmd) => self.dispatch(u.idx, reply, cmd),
                         Err(e) => {
                             let why = format!("a held command that does not decode: {e}");
@@ -333,7 +333,7 @@ impl Server {
                     cmd,
                     may_relay,
                 } => {
-                    match rmp_serde::from_slice::<Command<'_>>(&cmd) {
+                    match crate::frontend::link::call::decode_command(&cmd) {
                         Ok(cmd) => self.dispatch_forwarded(u.idx, sid, reply, cmd, may_relay),
                         Err(e) => {
                             let why = format!("a held command that does not decode: {e}");
