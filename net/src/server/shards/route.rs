@@ -394,9 +394,11 @@ impl Server {
         leads: bool,
     ) -> Option<Command<'c>> {
         let shards = self.shards.as_mut()?;
-        // Not a placed partition (a tube of this node's own, or no such index): the core
-        // answers as it would anywhere.
-        let f = shards.facts(shards.view(), ix, leads)?;
+        // Not a placed partition (a tube of this node's own, or no such index, or a held
+        // call's tube dropped meanwhile): the core answers as it would anywhere.
+        let Some(f) = shards.facts(shards.view(), ix, leads) else {
+            return Some(cmd);
+        };
         let kind = Kind {
             changes: cmd.changes(),
             reads_only: cmd.reads_only(),
