@@ -10,6 +10,8 @@
 //! - [`Fault::Hold`]: the request is held back, unsent, until [`EtcdProxy::release`]: a request
 //!   still in flight (a slow network, a stalled etcd) that etcd applies late, even after its
 //!   sender is gone.
+//! - [`EtcdProxy::block`]: every request is held until [`EtcdProxy::unblock`] (the nodes behind
+//!   the proxy cannot reach etcd for a while; others, given etcd itself, can).
 //!
 //! Requests are read as HTTP/1.1 with a `content-length` (the etcd client's POSTs); answers are
 //! passed back as bytes. Every thread ends when its sockets close.
@@ -60,6 +62,8 @@ struct State {
     pause: Option<Duration>,
     /// Every request waits until this instant.
     paused_until: Option<Instant>,
+    /// Every request waits while this holds ([`EtcdProxy::block`]).
+    blocked: bool,
 }
 
 impl EtcdProxy {
@@ -122,6 +126,18 @@ impl EtcdProxy {
         }
     }
 
+    /// Holds every request from now on, unsent, until [`unblock`](Self::unblock): etcd out of
+    /// reach of the nodes behind the proxy. Once this returns, no request reaches etcd.
+    pub fn block(&self) {
+        self.shared.lock().blocked = true;
+    }
+
+    /// Lets the requests [`block`](Self::block) held go on, and the next ones.
+    pub fn unblock(&self) {
+        self.shared.lock().blocked = false;
+        self.shared.changed.notify_all();
+    }
+
     /// Lets a held request go on to etcd.
     pub fn release(&self) {
         self.shared.lock().released = true;
@@ -155,9 +171,13 @@ impl Shared {
                 self.wait_released();
             }
             *mark.lock().unwrap_or_else(PoisonError::into_inner) = fault;
+            // Written under the lock, so a request is either sent before `block` returns or
+            // held.
+            let gate = self.wait_unblocked();
             if upstream.write_all(&request).is_err() {
                 break;
             }
+            drop(gate);
         }
         // The node is gone. A request sent on its behalf is still answered: etcd cancels one
         // whose connection it sees close, and a late request must reach it whole.
@@ -195,6 +215,15 @@ impl Shared {
                 .wait(st)
                 .unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// The state's lock once no block holds requests.
+    fn wait_unblocked(&self) -> std::sync::MutexGuard<'_, State> {
+        let mut st = self.lock();
+        while st.blocked {
+            st = (self.changed.wait(st)).unwrap_or_else(PoisonError::into_inner);
+        }
+        st
     }
 
     fn wait_unpaused(&self) {
