@@ -259,8 +259,9 @@ pub struct Settings {
     pub link_timeout: Option<f64>,
 
     /// A sharded cluster's router keeps at most this many of each kind of waiting call: calls
-    /// forwarded to other sets and not answered yet, calls held while their partition moves or
-    /// until a placement read is applied, takes waiting across partitions. One more is refused
+    /// forwarded to other sets and not answered yet, calls held while their partition moves (or
+    /// is held for a drop) or until a placement read is applied, takes waiting across
+    /// partitions. One more is refused
     /// (nothing done) with a message naming the limit [default: 100000].
     #[arg(long, env = "TARQ_MAX_ROUTED_CALLS", value_name = "N", value_parser = whole::<usize>(1, u64::MAX), allow_negative_numbers = true)]
     pub max_routed_calls: Option<usize>,

@@ -196,6 +196,7 @@ pub(crate) enum Change {
     Drop {
         name: String,
         floors: Vec<(u16, u64)>,
+        not_after: Instant,
     },
     Place {
         tube: String,
@@ -343,10 +344,19 @@ impl Cluster {
 
     /// Asks to drop tube `name`; `floors` are `(partition, next task number)`: each index the
     /// tube leaves records the largest of that, the partition's `first` and a floor already
-    /// there. Answered by `PlacementDone` with the tube as it was.
-    pub fn drop_tube(&self, token: u64, name: &str, floors: Vec<(u16, u64)>) {
+    /// there. Answered by `PlacementDone` with the tube as it was. Not begun after
+    /// `not_after`, nor given longer than until then (`Err(TooLate)`): the partitions' owners
+    /// hold the tube's changes for a bounded time after its checks, and let them run after.
+    pub fn drop_tube(&self, token: u64, name: &str, floors: Vec<(u16, u64)>, not_after: Instant) {
         let name = name.into();
-        self.change(token, Change::Drop { name, floors });
+        self.change(
+            token,
+            Change::Drop {
+                name,
+                floors,
+                not_after,
+            },
+        );
     }
 
     /// Asks to give partition `partition` of `tube` to replica set `set` (moving its tasks is

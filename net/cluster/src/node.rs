@@ -299,7 +299,11 @@ impl Node {
                 options,
                 partitions,
             } => placement::create_tube(c, &cluster, name, kind, options, *partitions, b),
-            Change::Drop { name, floors } => placement::drop_tube(c, &cluster, name, floors, b),
+            Change::Drop {
+                name,
+                floors,
+                not_after,
+            } => placement::drop_tube(c, &cluster, name, floors, b, *not_after),
             Change::Place {
                 tube,
                 partition,

@@ -257,6 +257,12 @@ pub enum PlacementError {
          is refused"
     )]
     Deposed { set: String, term: u64 },
+    /// A drop's commit not begun by its deadline: the partitions' owners hold the tube's
+    /// changes only so long after its checks (`Cluster::drop_tube`). Nothing was written.
+    #[error(
+        "the drop of tube {0:?} was not committed in time after its checks; nothing was dropped"
+    )]
+    TooLate(String),
     #[error("etcd: {0}")]
     Etcd(String),
 }
@@ -628,16 +634,43 @@ fn change(
     client: &mut Client,
     cluster: &str,
     budget: Duration,
+    plan: impl FnMut(&ClusterMap) -> Result<Plan, PlacementError>,
+) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
+    change_by(client, cluster, budget, None, plan)
+}
+
+/// [`change`], no request sent after `not_after` (`None`: no end) nor given longer than until
+/// then: past it, `Err(TooLate)` naming `what`.
+fn change_by(
+    client: &mut Client,
+    cluster: &str,
+    budget: Duration,
+    not_after: Option<(Instant, &str)>,
     mut plan: impl FnMut(&ClusterMap) -> Result<Plan, PlacementError>,
 ) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
+    // The budget of the next request, or `None` once the deadline has passed.
+    let left = || match not_after {
+        None => Some(budget),
+        Some((at, _)) => {
+            let left = at.saturating_duration_since(Instant::now());
+            (!left.is_zero()).then(|| budget.min(left))
+        }
+    };
+    let too_late = || PlacementError::TooLate(not_after.map_or("", |(_, w)| w).to_owned());
     for _ in 0..MAX_ATTEMPTS {
-        let map = read(client, cluster, budget)?;
+        let Some(b) = left() else {
+            return Ok(Err(too_late()));
+        };
+        let map = read(client, cluster, b)?;
         let (ops, what, outcome) = match plan(&map) {
             Err(e) => return Ok(Err(e)),
             Ok(Plan::Done(t)) => return Ok(Ok(t)),
             Ok(Plan::Write { ops, what, outcome }) => (ops, what, outcome),
         };
-        if commit(client, cluster, map.placement.epoch, ops, &what, budget)?.succeeded {
+        let Some(b) = left() else {
+            return Ok(Err(too_late()));
+        };
+        if commit(client, cluster, map.placement.epoch, ops, &what, b)?.succeeded {
             return Ok(Ok(outcome));
         }
     }
@@ -724,15 +757,16 @@ pub fn create_tube(
 }
 
 /// Deletes tube `name` and leaves a floor at each of its indexes (see `plan_drop`); answers the
-/// tube as it was.
+/// tube as it was. No request is sent after `not_after` (`Err(TooLate)`, nothing written).
 pub fn drop_tube(
     client: &mut Client,
     cluster: &str,
     name: &str,
     floors: &[(u16, u64)],
     budget: Duration,
+    not_after: Instant,
 ) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
-    change(client, cluster, budget, |map| {
+    change_by(client, cluster, budget, Some((not_after, name)), |map| {
         let (t, written) = plan_drop(&map.placement, name, floors)?;
         let mut ops = vec![Op::Delete(tube_key(cluster, name))];
         for (index, floor) in written {

@@ -229,6 +229,11 @@ fn create_tube_spreads_partitions_over_the_live_sets_and_every_change_raises_the
     );
 }
 
+/// A drop's deadline no test reaches.
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
 #[test]
 fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
     let etcd = etcd();
@@ -241,7 +246,12 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
         [1, 2]
     );
 
-    x1.cluster.drop_tube(2, "q", vec![(0, 500), (1, 7)]);
+    // Past its deadline a drop is not begun: nothing written, the tube stays.
+    x1.cluster.drop_tube(9, "q", vec![(0, 500)], Instant::now());
+    assert_eq!(done(&x1, 9), Err(PlacementError::TooLate("q".into())));
+    assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_some());
+
+    x1.cluster.drop_tube(2, "q", vec![(0, 500), (1, 7)], soon());
     assert_eq!(done(&x1, 2), Ok(q));
     assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_none());
     assert_eq!(
@@ -252,7 +262,7 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
         etcd.get_json("/tarq/test/placement/indexes/2").unwrap(),
         serde_json::json!({"floor": 7})
     );
-    x1.cluster.drop_tube(3, "q", vec![]);
+    x1.cluster.drop_tube(3, "q", vec![], soon());
     assert_eq!(done(&x1, 3), Err(PlacementError::NoTube("q".into())));
 
     // Indexes never used come first: a node that missed the drop may still hold 1 and 2, and
@@ -275,7 +285,7 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
         );
     }
     // A drop records its own floors at the indexes it leaves.
-    x1.cluster.drop_tube(6, "r", vec![(0, 3)]);
+    x1.cluster.drop_tube(6, "r", vec![(0, 3)], soon());
     done(&x1, 6).unwrap();
     assert_eq!(
         etcd.get_json("/tarq/test/placement/indexes/3").unwrap(),

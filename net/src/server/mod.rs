@@ -1069,6 +1069,7 @@ impl Server {
             self.check_orphaned_copies();
             self.let_go_gradually();
             self.check_links();
+            self.expire_drop_holds();
             self.release_orphans();
         }
         if self.http.listener.is_some() {

@@ -162,6 +162,7 @@ fn asks() -> Vec<(&'static str, Ask<'static>)> {
         ("moves", Ask::Moves),
         ("unwatch", Ask::Unwatch { sync: 5 }),
         ("waiting", Ask::Waiting { tube: 3, count: 2 }),
+        ("drop_off", Ask::DropOff { index: 3 }),
     ]
 }
 

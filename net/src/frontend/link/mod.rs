@@ -188,7 +188,8 @@ impl<L: Loop> Link<'_, L> {
                 step @ (Ask::MoveIn { .. }
                 | Ask::MoveTasks { .. }
                 | Ask::MoveDone { .. }
-                | Ask::Moves),
+                | Ask::Moves
+                | Ask::DropOff { .. }),
             ) => self.l.move_step(idx, ReplyTo::Link(reply), step),
             Err(e) => {
                 let code = tarq_iproto::codes::ER_ILLEGAL_PARAMS;

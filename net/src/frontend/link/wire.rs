@@ -99,6 +99,10 @@ pub enum Ask<'a> {
     /// `tube` (this node owns it): counted in its consumers, until the next such ask or the
     /// link's end. Answered `Ok`.
     Waiting { tube: TubeIx, count: u64 },
+    /// The drop whose check (`Call::DropCheck`) of partition `index` the forwarding node
+    /// asked here was given up before its commit (another partition refused, or etcd refused
+    /// the commit): the partition, held since its check, serves again. Answered `Ok`.
+    DropOff { index: u16 },
 }
 
 /// An owner's answer: an [`Outcome`] of the kinds a forwarded command can have, tasks
@@ -217,9 +221,10 @@ fn write_bin_with(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
 /// or upgrades the whole cluster set by set while the links between old and new wait). Version
 /// 1 was the handshake of the node's name alone, before links proved the cluster's key; 2
 /// moved tasks with their instants on the old owner's wall clock; 4 added [`Ask::Unwatch`];
-/// 5 [`Ask::Waiting`]; 6 carried calls as the link's own [`Call`], not the core's command.
+/// 5 [`Ask::Waiting`]; 6 carried calls as the link's own [`Call`], not the core's command;
+/// 7 added [`Ask::DropOff`] (an owner holds a partition's changes from a drop's check on).
 /// `golden.rs` holds each version to its bytes.
-pub const LINK_VERSION: u32 = 6;
+pub const LINK_VERSION: u32 = 7;
 
 /// What a node says when it opens a link: its name, the link protocol it speaks, its cluster,
 /// and its proof of the cluster's link key ([`proof`]).

@@ -1,12 +1,30 @@
 //! Dropping a partitioned tube. Every partition is asked first whether it may go
 //! (`Command::DropCheck`: no task taken, no take waiting) and for the next number it would
-//! give. Then the tube leaves the placement in etcd: that transaction is the commit point,
-//! and it records each index's floor, so a tube placed there later never gives an id twice.
-//! Every node lets go of what it held of the tube when its map no longer has it. Between the
-//! checks and the commit a take can still land; what it took goes with the tube, as a
-//! truncate's tasks do.
+//! give; a partition that passes is held by its owner from then on (`drop_hold.rs`: its
+//! changes wait, its reads run) until the drop's fate is known. Then the tube leaves the
+//! placement in etcd: that transaction is the commit point, and it records each index's
+//! floor, so a tube placed there later never gives an id twice. Every node lets go of what it
+//! held of the tube when its map no longer has it, and answers the calls its hold kept as for
+//! a tube that does not exist: nothing is acknowledged after the drop that goes with it.
+//!
+//! A drop given up before the commit (a partition refused its check, a check went
+//! unanswered, etcd refused the commit, or the commit could not begin within
+//! `DROP_COMMIT_WITHIN` of the checks) tells each owner it asked (`Ask::DropOff`), and the
+//! partitions serve again at once; an owner that does not hear of it reads the placement when
+//! its hold runs out.
 
 use super::*;
+
+/// A drop this node asked etcd for: who asked, the tube's partitions, and the checks it
+/// asked other sets' primaries for (set, partition), told if the drop is given up.
+pub(super) struct Dropping {
+    client: Client,
+    parts: Vec<TubeIx>,
+    asked: Vec<(usize, TubeIx)>,
+}
+
+/// A drop's checks: the partitions led here (their next numbers), the others' owners to ask.
+type Checks = (Vec<(TubeIx, u64)>, Vec<(usize, TubeIx)>);
 
 impl Server {
     /// `drop` of placed tube `head` for `client`.
@@ -14,45 +32,34 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        let Some(parts) = shards.tubes.get(&head).map(|t| t.parts.clone()) else {
+        let Some(t) = shards.tubes.get(&head) else {
+            return;
+        };
+        let (name, parts) = (t.name.clone(), t.parts.clone());
+        let under_way = (shards.gathers.values()).any(|g| g.kind == GatherKind::Drop { head })
+            || shards
+                .drops
+                .values()
+                .any(|d| d.parts.first() == Some(&head));
+        if under_way {
+            let why = format!("a drop of tube {name} through this node is under way already");
+            return self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+        }
+        let (floors, asks) = match self.check_own_parts(&parts, leads) {
+            Ok(checks) => checks,
+            Err(e) => return self.answer(client, &Outcome::Error(e)),
+        };
+        let Some(shards) = self.shards.as_mut() else {
             return;
         };
         let key = shards.next_gather;
         shards.next_gather += 1;
-        let mut asks = Vec::new();
-        let mut floors = Vec::new();
-        for &ix in &parts {
-            let (here, part) = match self.shards.as_ref() {
-                Some(s) => (s.here(ix, leads), s.part(ix)),
-                None => return,
-            };
-            if here {
-                let (core, wire) = self.split();
-                match core.may_drop(ix, &wire) {
-                    Ok(next) => floors.push((ix, next)),
-                    Err(e) => return self.answer(client, &Outcome::Error(e)),
-                }
-            } else if let Some(p) = part {
-                asks.push((p.set, ix));
-            }
-        }
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        shards.gathers.insert(
-            key,
-            Gather {
-                client,
-                left: asks.len(),
-                stats: Stats::default(),
-                count: 0,
-                kind: GatherKind::Drop { head },
-                error: None,
-                per: Vec::new(),
-                floors,
-                answered: Vec::new(),
-            },
-        );
+        let mut gather = Gather::every_tube(client, asks.len(), Vec::new());
+        gather.kind = GatherKind::Drop { head };
+        gather.floors = floors;
+        gather.asked = asks.clone();
+        gather.since = Some(Instant::now());
+        shards.gathers.insert(key, gather);
         if asks.is_empty() {
             return self.drop_checked(key);
         }
@@ -62,7 +69,38 @@ impl Server {
         }
     }
 
-    /// Every partition may go: the tube leaves the placement, with each index's floor.
+    /// The checks of the partitions `parts` this node leads, each held once it passes (all
+    /// let go again if one refuses), and the other partitions' owners to ask.
+    fn check_own_parts(&mut self, parts: &[TubeIx], leads: bool) -> Result<Checks, Refusal> {
+        let Some(me) = self.shards.as_ref().map(|s| Arc::clone(&s.me)) else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let (mut floors, mut asks) = (Vec::new(), Vec::new());
+        for &ix in parts {
+            let (here, part) = match self.shards.as_ref() {
+                Some(s) => (s.here(ix, leads), s.part(ix)),
+                None => break,
+            };
+            if here {
+                let (core, wire) = self.split();
+                match core.may_drop(ix, &wire) {
+                    Ok(next) => floors.push((ix, next)),
+                    Err(e) => {
+                        let held: Vec<TubeIx> = floors.iter().map(|&(ix, _)| ix).collect();
+                        self.end_own_drop_holds(&held);
+                        return Err(e);
+                    }
+                }
+                self.hold_for_drop(ix, &me);
+            } else if let Some(p) = part {
+                asks.push((p.set, ix));
+            }
+        }
+        Ok((floors, asks))
+    }
+
+    /// Every partition was asked: if each may go, the tube leaves the placement, with each
+    /// index's floor; else the drop is given up.
     pub(super) fn drop_checked(&mut self, key: u64) {
         let Some(shards) = self.shards.as_mut() else {
             return;
@@ -73,12 +111,25 @@ impl Server {
         let GatherKind::Drop { head } = g.kind else {
             return;
         };
-        if let Some(e) = g.error {
+        let own: Vec<TubeIx> = g.floors.iter().map(|&(ix, _)| ix).collect();
+        let since = g.since.unwrap_or_else(Instant::now);
+        let late = since.elapsed() >= drop_hold::DROP_COMMIT_WITHIN;
+        let refusal = match (g.error, shards.tubes.get(&head)) {
+            (Some(e), _) => Some(e),
+            (None, None) => Some(tarq_engine::QueueError::TubeNotFound(head).into()),
+            (None, Some(t)) if late => Some(Refusal::Shards(format!(
+                "the checks of tube {}'s partitions took {} ms, longer than a drop may hold                  them: nothing was dropped",
+                t.name,
+                since.elapsed().as_millis()
+            ))),
+            (None, Some(_)) => None,
+        };
+        if let Some(e) = refusal {
+            self.give_up_drop(g.client, &own, &g.asked);
             return self.answer(g.client, &Outcome::Error(e));
         }
         let Some(t) = shards.tubes.get(&head) else {
-            let e = tarq_engine::QueueError::TubeNotFound(head);
-            return self.answer(g.client, &Outcome::Error(e.into()));
+            return;
         };
         // The placement names floors by partition number.
         let floors = (g.floors.iter())
@@ -87,33 +138,60 @@ impl Server {
         let (name, parts) = (t.name.clone(), t.parts.clone());
         let token = shards.next_token;
         shards.next_token += 1;
-        shards.drops.insert(token, (g.client, parts));
+        let dropping = Dropping {
+            client: g.client,
+            parts,
+            asked: g.asked,
+        };
+        shards.drops.insert(token, dropping);
         if let Some(c) = &self.cluster {
-            c.handle().drop_tube(token, &name, floors);
+            let not_after = since + drop_hold::DROP_COMMIT_WITHIN;
+            c.handle().drop_tube(token, &name, floors, not_after);
         }
     }
 
-    /// A drop this node asked etcd for was made (or refused).
+    /// A drop given up before its commit: this node's holds of `own` end, and every owner
+    /// asked is told, so its partition serves again at once (one that does not hear of it
+    /// reads the placement when its hold runs out).
+    fn give_up_drop(&mut self, client: Client, own: &[TubeIx], asked: &[(usize, TubeIx)]) {
+        self.end_own_drop_holds(own);
+        for &(set, ix) in asked {
+            self.send_ask(set, client, &Ask::DropOff { index: ix }, Then::Ignore);
+        }
+    }
+
+    /// A drop this node asked etcd for was made (or refused, or its fate is unknown).
     pub(super) fn drop_done(
         &mut self,
-        client: Client,
-        parts: Vec<TubeIx>,
+        d: Dropping,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
         match result {
             Ok(_) => {
                 if let Some(s) = self.shards.as_mut() {
-                    for ix in &parts {
+                    for ix in &d.parts {
                         if let Some(p) = s.parts.get_mut(*ix as usize) {
                             *p = None;
                         }
                     }
-                    s.tubes.remove(&parts[0]);
+                    s.tubes.remove(&d.parts[0]);
                 }
-                self.let_go(&parts);
-                self.answer(client, &Outcome::Dropped);
+                self.let_go(&d.parts);
+                self.end_own_drop_holds(&d.parts);
+                self.answer(d.client, &Outcome::Dropped);
             }
-            Err(e) => self.answer(client, &Outcome::Error(Refusal::Shards(e.to_string()))),
+            // etcd may have made it and lost only the answer: the holds stay until they run
+            // out and the placement is read.
+            Err(tarq_cluster::PlacementError::Etcd(e)) => {
+                let why = format!(
+                    "etcd did not answer the drop's commit ({e}): it may or may not have been made"
+                );
+                self.answer(d.client, &Outcome::Error(Refusal::Unknown(why)));
+            }
+            Err(e) => {
+                self.give_up_drop(d.client, &d.parts, &d.asked);
+                self.answer(d.client, &Outcome::Error(Refusal::Shards(e.to_string())));
+            }
         }
     }
 

@@ -20,6 +20,10 @@ pub(super) struct Gather {
     /// The partitions whose owners answered with their figures (the console's gather tells
     /// a whole tube from one with a partition missing).
     pub(super) answered: Vec<TubeIx>,
+    /// A drop's checks asked of other sets' primaries (set, partition): told if it is given up.
+    pub(super) asked: Vec<(usize, TubeIx)>,
+    /// When a drop's checks began (its commit may begin only so long after).
+    pub(super) since: Option<Instant>,
 }
 
 impl Gather {
@@ -40,6 +44,8 @@ impl Gather {
             per,
             floors: Vec::new(),
             answered: Vec::new(),
+            asked: Vec::new(),
+            since: None,
         }
     }
 }
@@ -130,6 +136,8 @@ impl Server {
                 per: Vec::new(),
                 floors: Vec::new(),
                 answered: Vec::new(),
+                asked: Vec::new(),
+                since: None,
             },
         );
         for ix in parts {

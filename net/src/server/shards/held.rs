@@ -1,5 +1,5 @@
 //! Commands that wait: those for a partition frozen while it moves away (run where it is once
-//! the move ends), and those that arrive between this node's read of a new placement and its
+//! the move ends) or held for its tube's drop (`drop_hold.rs`), and those that arrive between this node's read of a new placement and its
 //! applying it (run once it is applied, so they never act on a route the placement no longer
 //! has). Each is kept encoded as it came (`rmp-serde`, the links' encoding), with the
 //! partition it was routed to.
@@ -67,15 +67,20 @@ impl Server {
             // Looked at again soon: the view may go stale instead (etcd unreachable).
             shards.recheck_by(mono.saturating_add(RECHECK));
         }
-        let held = shards.awaiting_map.len() + shards.moving.as_ref().map_or(0, |m| m.held_len());
-        if let Some(why) = shards.over_bound(held, "calls waiting for a move or a placement") {
+        let held = shards.awaiting_map.len()
+            + shards.drop_holds.held.len()
+            + shards.moving.as_ref().map_or(0, |m| m.held_len());
+        let what = "calls waiting for a move, a drop or a placement";
+        if let Some(why) = shards.over_bound(held, what) {
             let outcome = Outcome::Error(Refusal::Shards(why));
             return self.deliver(idx, reply, &outcome);
         }
-        let list = match (for_map, shards.moving.as_mut()) {
-            (true, _) => &mut shards.awaiting_map,
-            (false, Some(m)) => &mut m.held,
-            (false, None) => return,
+        let for_drop = !for_map && shards.holds_for_drop(ix.or_else(|| named_partition(cmd)));
+        let list = match (for_map, for_drop, shards.moving.as_mut()) {
+            (true, _, _) => &mut shards.awaiting_map,
+            (false, true, _) => &mut shards.drop_holds.held,
+            (false, false, Some(m)) => &mut m.held,
+            (false, false, None) => return,
         };
         match crate::frontend::link::call::encode_command(cmd) {
             Ok(cmd) => list.push(Held {

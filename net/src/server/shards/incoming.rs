@@ -102,6 +102,11 @@ impl Server {
             // A question, not a step: what this node runs as an owner's primary.
             return Ok(Some(Outcome::Moves(Box::new(self.move_report()))));
         }
+        if let Ask::DropOff { index } = step {
+            // The word of a drop given up by the node whose check froze the partition.
+            self.thaw_for_drop(index, &origin);
+            return Ok(Some(Outcome::Ok));
+        }
         // Every step changes the queue (a copy made, a page taken in, a copy served): only a
         // primary's changes may be logged. A node deposed during a move refuses the rest of
         // it, and the old owner gives the move up.

@@ -21,6 +21,7 @@ mod console;
 mod deadlines;
 mod decide;
 mod drop;
+mod drop_hold;
 mod gather;
 mod held;
 mod holds;
@@ -249,8 +250,8 @@ pub(crate) struct Shards {
     user_changes: HashMap<u64, users::UserChange>,
     /// The seeding of the cluster's users this primary asked for, by token.
     seeding: Option<u64>,
-    /// drop calls waiting for etcd, by token: who asked, and the tube's partitions.
-    drops: HashMap<u64, (Client, Vec<TubeIx>)>,
+    /// drop calls waiting for etcd, by token.
+    drops: HashMap<u64, drop::Dropping>,
     next_token: u64,
     rr: usize,
     /// Takes waiting across partitions, by number, and by tube in arrival order.
@@ -286,6 +287,8 @@ pub(crate) struct Shards {
     let_go_at: Micros,
     /// Commands for a partition that wait until the placement this node has read is applied.
     awaiting_map: Vec<held::Held>,
+    /// Partitions held here for a drop's fate, with the calls waiting for it.
+    drop_holds: drop_hold::DropHolds,
     /// Calls naming a tube this node does not know, waiting for a read of the placement.
     reads: unknown::Reads,
     /// The console's figures of every partition, kept for a second.
@@ -306,6 +309,7 @@ impl Shards {
     pub(crate) fn router_figures(&self) -> RouterFigures {
         let held = self.awaiting_map.len()
             + self.reads.held.len()
+            + self.drop_holds.held.len()
             + self.moving.as_ref().map_or(0, |m| m.held_len());
         RouterFigures {
             forwarded: self.pending.len() as u64,
@@ -377,6 +381,7 @@ impl Shards {
             letting_go: Vec::new(),
             let_go_at: 0,
             awaiting_map: Vec::new(),
+            drop_holds: drop_hold::DropHolds::default(),
             reads: unknown::Reads::default(),
             console: console::Console::default(),
             listings: HashMap::new(),
@@ -508,6 +513,7 @@ impl Shards {
             orphans,
             listings,
             self.call_deadlines.next(),
+            self.drop_holds.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -611,6 +617,10 @@ impl Shards {
     /// [`hold`](Self::hold) in view `v` (read once for a decision over several partitions).
     fn hold_in(&self, v: View, ix: TubeIx) -> Option<Hold> {
         let f = self.facts(v, ix, true)?;
+        if f.frozen && self.drop_holds.holds(ix) {
+            let why = format!("partition at index {ix} is held for its tube's drop");
+            return Some(Hold::Refuse(why));
+        }
         if f.frozen {
             let why = format!("partition at index {ix} is moving to another replica set");
             return Some(Hold::Refuse(why));
@@ -735,6 +745,8 @@ impl Server {
             self.link_failed(set, "its replica set has another primary now");
         }
         self.let_go(&vanished);
+        // A drop committed: the calls its checks held are answered, the tube gone.
+        self.end_drop_holds_of(&vanished);
         info!(
             epoch = placement.epoch,
             tubes = placement.tubes.len(),
@@ -790,8 +802,8 @@ impl Server {
         if self.move_commit_done(token, &result) || self.copy_etcd_done(token, &result) {
             return;
         }
-        if let Some((client, parts)) = self.shards.as_mut().and_then(|s| s.drops.remove(&token)) {
-            return self.drop_done(client, parts, result);
+        if let Some(d) = self.shards.as_mut().and_then(|s| s.drops.remove(&token)) {
+            return self.drop_done(d, result);
         }
         let Some((client, if_not_exists)) =
             self.shards.as_mut().and_then(|s| s.creates.remove(&token))

@@ -114,18 +114,21 @@ impl Move {
 }
 
 impl Shards {
-    /// Whether partition `ix` is frozen here for a move (changes to it are held).
+    /// Whether partition `ix` is frozen here for a move or held for a drop (changes to it
+    /// are held).
     pub(super) fn frozen(&self, ix: TubeIx) -> bool {
         self.moving
             .as_ref()
             .is_some_and(|m| m.ix == ix && m.frozen())
+            || self.drop_holds.holds(ix)
     }
 
-    /// Whether any partition of tube `head` is frozen here.
+    /// Whether any partition of tube `head` is frozen here (a move, a drop).
     pub(super) fn tube_frozen(&self, head: TubeIx) -> bool {
         self.moving
             .as_ref()
             .is_some_and(|m| m.frozen() && self.part(m.ix).is_some_and(|p| p.head == head))
+            || (self.drop_holds.any() && self.tube_held_for_drop(head))
     }
 
     /// When the move should be looked at again: its unanswered commit, or its next page

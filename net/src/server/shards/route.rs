@@ -154,6 +154,10 @@ impl Server {
                 return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
             }
         }
+        if let Command::DropCheck { tube } = cmd {
+            // One that passes holds the partition until the drop's fate is known.
+            return self.drop_check_here(idx, sid, reply, tube);
+        }
         let caller = Caller::new(idx, gen, sid);
         self.execute_as(caller, reply, cmd);
     }
@@ -292,7 +296,7 @@ impl Server {
         let Some(shards) = self.shards.as_ref() else {
             return false;
         };
-        let frozen = shards.moving.is_some()
+        let frozen = (shards.moving.is_some() || shards.drop_holds.any())
             && cmd.changes()
             && whole_tube(cmd).is_some_and(|h| shards.tube_frozen(h));
         if frozen {

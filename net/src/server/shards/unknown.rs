@@ -279,7 +279,7 @@ impl Server {
     /// The read a request held now waits for: the last one asked if its poll cannot have
     /// begun yet (an earlier one is still unanswered, and the election thread takes asks
     /// between polls, in order), else a new one.
-    fn ask_read(&mut self) -> u64 {
+    pub(super) fn ask_read(&mut self) -> u64 {
         let Some(s) = self.shards.as_mut() else {
             return 0;
         };
@@ -306,6 +306,7 @@ impl Server {
             .into_iter()
             .partition(|u| u.read <= answered);
         s.reads.held = wait;
+        self.drop_holds_read(answered);
         for u in due {
             if self.conns.get(u.idx).is_none_or(|c| c.gen != u.gen) {
                 continue;
