@@ -46,8 +46,8 @@ pub struct ServerFigures {
     /// `tarq.link` calls refused since start: not of this cluster, without proof of its link
     /// key, or of another link protocol version.
     pub links_refused: u64,
-    /// A sharded node's router now: calls forwarded and not answered, calls held for a move
-    /// or a placement read, takes waiting across partitions; and calls refused at its bounds
+    /// A sharded node's router now: calls forwarded and not answered, calls held for a move,
+    /// a drop or a placement read, takes waiting across partitions; and calls refused at its bounds
     /// (`--max-routed-calls`, a link's unsent bytes) since start.
     pub routed_forwarded: u64,
     pub routed_held: u64,
@@ -358,7 +358,8 @@ impl Snapshot {
             m(
                 "routed_held",
                 Gauge,
-                "Calls held while their partition moves or until a placement read is applied.",
+                "Calls held while their partition moves or is held for a drop, or until a \
+                 placement read is applied.",
                 s.routed_held,
             ),
             m(
