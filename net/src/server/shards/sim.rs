@@ -1,14 +1,22 @@
 //! A deterministic simulation of partition moves under faults, in the manner of TigerBeetle's
 //! VOPR and FoundationDB's simulator: one seed drives everything — clients changing the
-//! partition, a link between the old and the new owner that delays and breaks, an etcd that
-//! delays, loses requests and loses answers to requests it applied, and time. The old
+//! partition through any node, a link between the old and the new owner that delays and
+//! breaks, an etcd that delays, loses requests and loses answers to requests it applied, and
+//! time. Every node — the two owners and up to three others, whose clients' calls they route
+//! — has its own view of the placement, read from etcd every 250 ms (reads are lost and
+//! arrive late, so views are stale and out of order), and decides where a call runs with the
+//! router's own decision ([`decide`](super::decide): a client's call, then a forwarded one,
+//! relayed at most once), over the facts the node has: its view, its move's freeze, a
+//! partition just moved in. The old
 //! owner's side is the real [`MoveMachine`], executed here as `moving.rs` executes it on the
 //! real core (pages in id order, the changes followed since the move began); the new owner's
 //! side and etcd are models of `incoming.rs` and `tarq_cluster::moves` (a claim per
 //! partition naming the move; a commit that needs the claim, the owning set and its term;
 //! a release that needs the claim and that the partition is not the new owner's).
 //!
-//! After every event: the partition is served (changes taken) by one set at a time. When etcd
+//! After every event: the partition is served (changes taken) by one set at a time, and a
+//! change runs only where the partition is served (a node whose decision runs it elsewhere
+//! would acknowledge a change and lose it). When etcd
 //! applies a commit: the new owner's durable copy is exactly the old owner's partition (else an
 //! acknowledged change would be lost). Once faults stop and the system settles: the move has
 //! ended, etcd's owner serves exactly what clients were told was done, and the other side
@@ -23,6 +31,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use tarq_engine::Micros;
 
+use std::time::Duration;
+
+use super::decide::{self, Decision, Facts, Freshness, Kind};
 use super::move_machine::{Fate, Input, MoveMachine, Output, Phase};
 
 /// Seeds a CI run tries (a few seconds).
@@ -40,6 +51,12 @@ const CALM_AT: Micros = 2_000_000;
 const BUSY: Micros = 300_000;
 /// The simulation gives up on settling here.
 const END_AT: Micros = 60_000_000;
+/// How often each node reads the placement, and how long a view read is trusted for a change
+/// (`--placement` poll; the lease less its margin).
+const POLL: Micros = 250_000;
+const VALID: Micros = 1_000_000;
+/// Nodes stop reading the placement here (the seed has settled long before).
+const POLL_UNTIL: Micros = CALM_AT + 5_000_000;
 
 /// SplitMix64: a seed's whole stream of choices.
 struct Rng(u64);
@@ -67,6 +84,51 @@ impl Rng {
 enum Set {
     Old,
     New,
+}
+
+impl Set {
+    /// Its slot in the decisions' `owner`.
+    fn slot(self) -> usize {
+        match self {
+            Set::Old => 0,
+            Set::New => 1,
+        }
+    }
+}
+
+/// A node a client's call may reach: the primaries of the old and the new set, or another
+/// node (of a third set), which routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Node {
+    Old,
+    New,
+    Router(usize),
+}
+
+impl Node {
+    fn index(self) -> usize {
+        match self {
+            Node::Old => 0,
+            Node::New => 1,
+            Node::Router(r) => 2 + r,
+        }
+    }
+
+    fn of(index: usize) -> Node {
+        match index {
+            0 => Node::Old,
+            1 => Node::New,
+            r => Node::Router(r - 2),
+        }
+    }
+}
+
+/// A node's view of the placement: the partition's owner as of which commit, read when.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    owner: Set,
+    epoch: u64,
+    read_at: Micros,
 }
 
 /// A page's item: a task as it is now (its version), or gone.
@@ -102,8 +164,24 @@ enum EtcdAsk {
 
 #[derive(Clone, Debug)]
 enum Event {
-    /// A client changes the partition through whichever set serves it.
+    /// A client changes the partition through a node it picks.
     Client,
+    /// A call at `node`: from its client (`hop` 0), forwarded (1) or relayed (2).
+    Call {
+        node: Node,
+        hop: u8,
+    },
+    /// Node `node` reads the placement.
+    Poll {
+        node: usize,
+    },
+    /// What etcd answered its read: the owner at `epoch`, asked at `sent`.
+    Read {
+        node: usize,
+        owner: Set,
+        epoch: u64,
+        sent: Micros,
+    },
     ToNew {
         link: u64,
         msg: ToNew,
@@ -136,6 +214,8 @@ struct Etcd {
     owner: Set,
     claimed: bool,
     term: u64,
+    /// Raised by each commit (the placement's epoch).
+    epoch: u64,
 }
 
 struct Old {
@@ -156,6 +236,8 @@ struct Old {
 struct New {
     copy: Option<BTreeMap<u64, u64>>,
     serving: bool,
+    /// It serves changes from here on: every view showing the old owner has expired.
+    held_until: Micros,
     /// Its claim's release is under way.
     releasing: bool,
 }
@@ -168,6 +250,9 @@ struct Sim {
     to_old_at: Micros,
     /// A deliberate bug, to show the checks catch one: the executor drops a page's items.
     lose_a_page: bool,
+    /// Another: the old owner does not take the committed placement in when it hands over,
+    /// and routes by its old view until its next read.
+    forget_hand_over: bool,
     /// What the seed went through, for the run's figures.
     seen: Seen,
     seq: u64,
@@ -177,6 +262,8 @@ struct Sim {
     etcd: Etcd,
     old: Old,
     new: New,
+    /// Each node's view of the placement, by [`Node::index`].
+    views: Vec<View>,
     /// What clients were told was done: the partition as it must be.
     truth: BTreeMap<u64, u64>,
     next_token: u64,
@@ -186,10 +273,10 @@ struct Sim {
 
 impl Sim {
     fn new(seed: u64, tracing: bool) -> Sim {
-        Sim::with_bug(seed, tracing, false)
+        Sim::with_bug(seed, tracing, Bug::None)
     }
 
-    fn with_bug(seed: u64, tracing: bool, lose_a_page: bool) -> Sim {
+    fn with_bug(seed: u64, tracing: bool, bug: Bug) -> Sim {
         let mut rng = Rng(seed);
         let n = rng.below(20);
         let tasks: BTreeMap<u64, u64> = (0..n).map(|id| (id, 0)).collect();
@@ -203,7 +290,8 @@ impl Sim {
             now: 0,
             to_new_at: 0,
             to_old_at: 0,
-            lose_a_page,
+            lose_a_page: bug == Bug::LoseAPage,
+            forget_hand_over: bug == Bug::ForgetHandOver,
             seen: Seen::default(),
             seq: 0,
             queue: BinaryHeap::new(),
@@ -213,6 +301,7 @@ impl Sim {
                 owner: Set::Old,
                 claimed: false,
                 term: 1,
+                epoch: 1,
             },
             old: Old {
                 machine: MoveMachine::new(rate, 0),
@@ -229,28 +318,47 @@ impl Sim {
             new: New {
                 copy: None,
                 serving: false,
+                held_until: 0,
                 releasing: false,
             },
+            views: Vec::new(),
             truth: tasks,
             next_token: 1,
             trace: Vec::new(),
             tracing,
         };
-        sim.send_new(ToNew::MoveIn);
-        // Most changes while the move runs (its first few hundred ms), some after.
-        for _ in 0..sim.rng.below(60) {
-            let at = sim.rng.below(BUSY);
-            sim.at(at, Event::Client);
-        }
-        for _ in 0..sim.rng.below(10) {
-            let at = sim.rng.below(CALM_AT);
-            sim.at(at, Event::Client);
-        }
-        if sim.rng.one_in(3) {
-            let at = sim.rng.below(BUSY);
-            sim.at(at, Event::LinkBreaks);
-        }
+        sim.start();
         sim
+    }
+
+    /// The seed's first events: each node's reads of the placement, the move's first step,
+    /// the clients' changes (most while the move runs, its first few hundred ms, some after)
+    /// and perhaps a broken link.
+    fn start(&mut self) {
+        let routers = self.rng.below(4) as usize;
+        let view = View {
+            owner: Set::Old,
+            epoch: 1,
+            read_at: 0,
+        };
+        self.views = vec![view; 2 + routers];
+        for node in 0..self.views.len() {
+            let at = self.rng.below(POLL);
+            self.at(at, Event::Poll { node });
+        }
+        self.send_new(ToNew::MoveIn);
+        for _ in 0..self.rng.below(60) {
+            let at = self.rng.below(BUSY);
+            self.at(at, Event::Client);
+        }
+        for _ in 0..self.rng.below(10) {
+            let at = self.rng.below(CALM_AT);
+            self.at(at, Event::Client);
+        }
+        if self.rng.one_in(3) {
+            let at = self.rng.below(BUSY);
+            self.at(at, Event::LinkBreaks);
+        }
     }
 
     fn at(&mut self, at: Micros, e: Event) {
@@ -352,7 +460,18 @@ impl Sim {
 
     fn event(&mut self, e: Event) -> Result<(), String> {
         match e {
-            Event::Client => self.client(),
+            Event::Client => {
+                let node = Node::of(self.rng.below(self.views.len() as u64) as usize);
+                self.call(node, 0)?;
+            }
+            Event::Call { node, hop } => self.call(node, hop)?,
+            Event::Poll { node } => self.poll(node),
+            Event::Read {
+                node,
+                owner,
+                epoch,
+                sent,
+            } => self.read(node, owner, epoch, sent),
             Event::LinkBreaks => {
                 self.link += 1;
                 self.seen.link_broke = true;
@@ -377,28 +496,7 @@ impl Sim {
                 token,
                 applied,
                 tell,
-            } => {
-                let owner = if applied {
-                    self.etcd_apply(&ask)?
-                } else {
-                    Err("lost".into())
-                };
-                let owner = (applied && tell).then_some(owner);
-                let wait = if owner.is_some() {
-                    self.delay()
-                } else {
-                    500_000
-                };
-                self.at(
-                    self.now + wait,
-                    Event::EtcdAnswer {
-                        to: from,
-                        ask,
-                        token,
-                        owner,
-                    },
-                );
-            }
+            } => self.at_etcd(from, ask, token, applied, tell)?,
             Event::EtcdAnswer {
                 to: Set::Old,
                 ask,
@@ -416,23 +514,178 @@ impl Sim {
         Ok(())
     }
 
-    /// A client's change, through the set that serves the partition; a frozen partition's
-    /// waits (not modelled: the client tries later).
-    fn client(&mut self) {
-        let serving_old = self.old.serving && !self.old.frozen;
-        let tasks = if serving_old {
-            &mut self.old.tasks
-        } else if self.new.serving {
-            self.new.copy.as_mut().expect("a served copy")
+    /// etcd takes `ask` (or loses it); its answer, if told, comes after a delay, else its
+    /// loss is noticed after a timeout.
+    fn at_etcd(
+        &mut self,
+        from: Set,
+        ask: EtcdAsk,
+        token: u64,
+        applied: bool,
+        tell: bool,
+    ) -> Result<(), String> {
+        let owner = if applied {
+            self.etcd_apply(&ask)?
         } else {
+            Err("lost".into())
+        };
+        let owner = (applied && tell).then_some(owner);
+        let wait = if owner.is_some() {
+            self.delay()
+        } else {
+            500_000
+        };
+        self.at(
+            self.now + wait,
+            Event::EtcdAnswer {
+                to: from,
+                ask,
+                token,
+                owner,
+            },
+        );
+        Ok(())
+    }
+
+    /// Node `node` reads the placement: lost sometimes before calm; the answer, delayed, is
+    /// the owner when etcd served it.
+    fn poll(&mut self, node: usize) {
+        if self.now + POLL < POLL_UNTIL {
+            self.at(self.now + POLL, Event::Poll { node });
+        }
+        if !self.calm() && self.rng.one_in(8) {
             return;
+        }
+        let (owner, epoch, sent) = (self.etcd.owner, self.etcd.epoch, self.now);
+        let at = self.now + self.delay();
+        self.at(
+            at,
+            Event::Read {
+                node,
+                owner,
+                epoch,
+                sent,
+            },
+        );
+    }
+
+    /// A read's answer: a view no older than the node's (reads may arrive out of order). A
+    /// new owner that reads the partition is its own serves its copy, as `hold_tube` does.
+    fn read(&mut self, node: usize, owner: Set, epoch: u64, sent: Micros) {
+        let v = &mut self.views[node];
+        if epoch < v.epoch {
+            return;
+        }
+        *v = View {
+            owner,
+            epoch,
+            read_at: v.read_at.max(sent),
+        };
+        if Node::of(node) == Node::New && owner == Set::New && !self.new.serving {
+            assert!(
+                self.new.copy.is_some(),
+                "etcd gives the new set a partition it never copied"
+            );
+            self.new_serves();
+        }
+    }
+
+    /// The new owner serves its copy: changes only once every view that showed the old owner
+    /// has expired.
+    fn new_serves(&mut self) {
+        self.new.serving = true;
+        self.new.held_until = self.now + VALID;
+    }
+
+    /// What node `node` knows of the partition now, as `Shards::facts` gathers it.
+    fn facts(&self, node: Node) -> Facts {
+        let v = self.views[node.index()];
+        let view = match self.now.saturating_sub(v.read_at) > VALID {
+            true => Freshness::Stale,
+            false => Freshness::Current,
+        };
+        let (mine, frozen, moved_in) = match node {
+            Node::Old => (v.owner == Set::Old, self.old.frozen, None),
+            Node::New => {
+                let left = self.new.held_until.saturating_sub(self.now);
+                let moved_in = (left > 0).then(|| Duration::from_micros(left));
+                (v.owner == Set::New || self.new.serving, false, moved_in)
+            }
+            Node::Router(_) => (false, false, None),
+        };
+        Facts {
+            mine,
+            owner: v.owner.slot(),
+            leads: true,
+            frozen,
+            view,
+            moved_in,
+            index: 1,
+        }
+    }
+
+    /// A client's change at `node`, decided as the router decides: run there, forwarded to
+    /// the owner in the node's view (relayed once more at most), or refused or held (the
+    /// client tries later; neither is acknowledged).
+    fn call(&mut self, node: Node, hop: u8) -> Result<(), String> {
+        let f = self.facts(node);
+        let change = Kind {
+            changes: true,
+            reads_only: false,
+        };
+        let d = match hop {
+            0 => decide::for_client(&f, change, "s"),
+            _ => decide::for_link(&f, change, "s"),
+        };
+        self.log(|| format!("  {node:?} hop {hop}: {d:?}"));
+        match d {
+            Decision::Local => {
+                if hop > 0 {
+                    self.seen.forwarded += 1;
+                }
+                self.change_at(node, &f)
+            }
+            Decision::Forward(slot) if hop < 2 => {
+                let to = if slot == 0 { Node::Old } else { Node::New };
+                let at = self.now + self.delay();
+                self.at(
+                    at,
+                    Event::Call {
+                        node: to,
+                        hop: hop + 1,
+                    },
+                );
+                Ok(())
+            }
+            _ => {
+                self.seen.refused += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// A change runs at `node`: it must serve the partition, or the change is acknowledged and
+    /// lost with a copy nobody serves.
+    fn change_at(&mut self, node: Node, f: &Facts) -> Result<(), String> {
+        let at_old = match node {
+            Node::Old if self.old.serving && !self.old.frozen => true,
+            Node::New if self.new.serving => false,
+            _ => {
+                return Err(format!(
+                    "{node:?} ran a change to a partition it does not serve: {f:?}"
+                ))
+            }
+        };
+        let tasks = match at_old {
+            true => &mut self.old.tasks,
+            false => self.new.copy.as_mut().expect("a served copy"),
         };
         let id = match self.rng.below(3) {
             0 => {
                 self.old.next_id += 1;
                 self.old.next_id + 1000
             }
-            _ if tasks.is_empty() => return,
+            _ if tasks.is_empty() => return Ok(()),
             _ => {
                 let k = self.rng.below(tasks.len() as u64) as usize;
                 *tasks.keys().nth(k).expect("in range")
@@ -451,9 +704,10 @@ impl Sim {
             Some(v) => self.truth.insert(id, v),
             None => self.truth.remove(&id),
         };
-        if serving_old {
+        if at_old {
             self.old.changed.insert(id);
         }
+        Ok(())
     }
 
     /// Feeds the old owner's machine and does what it says, as `moving.rs` does.
@@ -504,7 +758,17 @@ impl Sim {
                 self.seen.committed = true;
                 old.ended = true;
                 old.serving = false;
+                // Thawed as it lets go (`let_go_of`): its calls go by its view from now on.
+                old.frozen = false;
                 old.tasks.clear();
+                // It takes the committed placement in at once (`move_committed`).
+                if !self.forget_hand_over {
+                    self.views[Node::Old.index()] = View {
+                        owner: Set::New,
+                        epoch: self.etcd.epoch,
+                        read_at: self.now,
+                    };
+                }
                 self.send_new(ToNew::Done { committed: true });
                 None
             }
@@ -579,6 +843,7 @@ impl Sim {
                 }
                 e.owner = Set::New;
                 e.claimed = false;
+                e.epoch += 1;
                 Ok(Set::New)
             }
             EtcdAsk::Commit { .. } => Err("the claim is gone".into()),
@@ -635,8 +900,8 @@ impl Sim {
                 self.send_old(ToOld::PageDurable);
             }
             ToNew::Done { committed: true } => {
-                if self.new.copy.is_some() {
-                    self.new.serving = true;
+                if self.new.copy.is_some() && !self.new.serving {
+                    self.new_serves();
                 }
             }
             ToNew::Done { committed: false } => self.new_let_go(),
@@ -669,8 +934,8 @@ impl Sim {
             // The commit happened: the copy is the partition now.
             (EtcdAsk::Release, Some(Ok(Set::New))) => {
                 self.new.releasing = false;
-                if self.new.copy.is_some() {
-                    self.new.serving = true;
+                if self.new.copy.is_some() && !self.new.serving {
+                    self.new_serves();
                 }
             }
             (EtcdAsk::Release, Some(Ok(Set::Old))) => {
@@ -729,6 +994,14 @@ impl Sim {
     }
 }
 
+/// A bug a seed may be run with, to show the checks catch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bug {
+    None,
+    LoseAPage,
+    ForgetHandOver,
+}
+
 /// What a seed went through.
 #[derive(Clone, Copy, Debug, Default)]
 struct Seen {
@@ -738,6 +1011,9 @@ struct Seen {
     link_broke: bool,
     /// Changes resent after the bulk copy.
     changes: u64,
+    /// Client changes run after a forward (or a relay), and refused or held.
+    forwarded: u64,
+    refused: u64,
 }
 
 fn run_seed(seed: u64) -> Result<Seen, String> {
@@ -787,6 +1063,8 @@ fn simulated_moves_keep_their_promises_under_faults() {
             share(|s| s.withdrew),
         ),
         ("link broke", share(|s| s.link_broke)),
+        ("ran a forwarded change", share(|s| s.forwarded > 0)),
+        ("refused or held a change", share(|s| s.refused > 0)),
     ];
     for (what, pct) in figures {
         assert!(pct >= 3, "only {pct}% of seeds {what}: {figures:?}");
@@ -797,7 +1075,24 @@ fn simulated_moves_keep_their_promises_under_faults() {
 #[test]
 fn the_simulation_catches_a_move_that_loses_a_page() {
     let caught = (0..200)
-        .filter(|&seed| Sim::with_bug(seed, false, true).run().is_err())
+        .filter(|&seed| Sim::with_bug(seed, false, Bug::LoseAPage).run().is_err())
         .count();
     assert!(caught > 20, "caught in {caught} of 200 seeds");
+}
+
+/// And an old owner that routes by its old view after handing the partition over runs
+/// changes on what it no longer serves: caught.
+#[test]
+fn the_simulation_catches_an_owner_that_forgets_its_hand_over() {
+    let caught: Vec<String> = (0..400)
+        .filter_map(|seed| {
+            let mut sim = Sim::with_bug(seed, false, Bug::ForgetHandOver);
+            sim.run().err()
+        })
+        .collect();
+    assert!(caught.len() > 20, "caught in {} of 400 seeds", caught.len());
+    assert!(
+        caught.iter().any(|why| why.contains("does not serve")),
+        "{caught:?}"
+    );
 }
