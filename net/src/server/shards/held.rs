@@ -80,7 +80,13 @@ impl Server {
             (true, _, _) => &mut shards.awaiting_map,
             (false, true, _) => &mut shards.drop_holds.held,
             (false, false, Some(m)) => &mut m.held,
-            (false, false, None) => return,
+            (false, false, None) => {
+                // Frozen with no move nor drop in flight here: nothing would ever release it.
+                let why = "the partition is held with no move or drop in flight here: not \
+                           done, try again"
+                    .to_owned();
+                return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+            }
         };
         match crate::frontend::link::call::encode_command(cmd) {
             Ok(cmd) => list.push(Held {
