@@ -8,7 +8,10 @@
 //!   passed theirs serving at once (told by the dropping node), not after their hold runs out;
 //! - a dropping node that dies between its checks and its commit (the commit held back by a
 //!   proxy in front of etcd) leaves the owner holding its partition only until the hold runs
-//!   out: it reads the placement, finds the tube, and serves the held put.
+//!   out: it reads the placement, finds the tube, and serves the held put;
+//! - a set whose primary passed its check fails over before the commit reaches etcd: the new
+//!   primary holds nothing for the drop, so the commit (fenced on the checking primary's
+//!   term) is refused and the tube stays.
 //!
 //! Every wait has a deadline.
 
@@ -266,4 +269,55 @@ fn an_owner_serves_again_once_its_hold_runs_out_when_the_dropping_node_died() {
     // Still placed (its figures as b's node reads the placement), the put in it.
     assert_eq!(own_total(&b, 0, "orphan"), before + 1, "the put is there");
     assert_eq!(stat(b0, "routed_held"), 0, "no call left held");
+}
+
+#[test]
+fn a_drop_checked_by_a_primary_deposed_before_the_commit_is_refused() {
+    let etcd = Etcd::start();
+    let proxy = EtcdProxy::start(&etcd.url);
+    // Set a's node reaches etcd through the proxy, which holds its drop's commit back; set
+    // b's two nodes fail over quickly (the tests' short lease).
+    let a = Nodes::start_sets_at(&proxy.url, &[("a", 1)], LONG_TTL);
+    let mut b = Nodes::start_sets(&etcd, &[("b", 2)], &[]);
+    a.wait_leader_among(&[0]);
+    let b_leader = b.wait_leader_among(&[0, 1]);
+    a.wait_primaries_known(&[0], 2);
+    let a0 = a.nodes[0].addr;
+    create(a0, "fenced", "utube", 2);
+    for addr in [a0, b.nodes[0].addr, b.nodes[1].addr] {
+        wait_for("every node to know the tube", || knows(addr, "fenced"));
+    }
+
+    proxy.arm("drop tube fenced", Fault::Hold);
+    let dropper = std::thread::spawn(move || {
+        connect(a0)
+            .call("queue.tube.fenced:drop", &pack_args(&[]), None)
+            .map_err(|e| e.to_string())
+    });
+    // Every check passed (set b's primary holds its partition); the commit waits at the
+    // proxy while set b's primary dies and the other node takes over, holding nothing.
+    proxy.wait_arrived();
+    b.kill(b_leader);
+    let other = 1 - b_leader;
+    b.wait_leader_among(&[other]);
+    proxy.release();
+    proxy.wait_answered();
+    let answer = dropper.join().unwrap();
+    let e = answer.expect_err("a drop checked by a deposed primary is not made");
+    assert!(
+        e.contains("no longer leads it") || e.contains("may or may not have been made"),
+        "{e}"
+    );
+    // etcd refused it: the tube is placed still.
+    let mut client = tarq_cluster::etcd::Client::new(vec![etcd.url.clone()]);
+    let map = tarq_cluster::placement::read(&mut client, "c", Duration::from_secs(5))
+        .expect("etcd answers");
+    assert!(
+        map.placement.tubes.contains_key("fenced"),
+        "the commit went through against a new primary: {:?}",
+        map.placement.tubes.keys().collect::<Vec<_>>()
+    );
+    // And the new primary serves it.
+    let key = own_key(&b, other, "fenced");
+    put(b.nodes[other].addr, "fenced", "after", Some(&key)).expect("a put on the new primary");
 }

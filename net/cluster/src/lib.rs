@@ -45,8 +45,8 @@ pub use etcd::EtcdError;
 pub use link_key::LinkKey;
 pub use moves::MoveClaim;
 pub use placement::{
-    ClusterMap, IndexUse, PartitionPlacement, Placement, PlacementError, PlacementFence, SetView,
-    TubePlacement,
+    ClusterMap, DropCommit, IndexUse, PartitionPlacement, Placement, PlacementError,
+    PlacementFence, SetView, TubePlacement,
 };
 pub use users::{UsersChange, UsersError, UsersRead, UsersTable};
 
@@ -193,11 +193,7 @@ pub(crate) enum Change {
         options: serde_json::Value,
         partitions: u16,
     },
-    Drop {
-        name: String,
-        floors: Vec<(u16, u64)>,
-        not_after: Instant,
-    },
+    Drop(DropCommit),
     Place {
         tube: String,
         partition: u16,
@@ -342,21 +338,15 @@ impl Cluster {
         );
     }
 
-    /// Asks to drop tube `name`; `floors` are `(partition, next task number)`: each index the
-    /// tube leaves records the largest of that, the partition's `first` and a floor already
-    /// there. Answered by `PlacementDone` with the tube as it was. Not begun after
-    /// `not_after`, nor given longer than until then (`Err(TooLate)`): the partitions' owners
-    /// hold the tube's changes for a bounded time after its checks, and let them run after.
-    pub fn drop_tube(&self, token: u64, name: &str, floors: Vec<(u16, u64)>, not_after: Instant) {
-        let name = name.into();
-        self.change(
-            token,
-            Change::Drop {
-                name,
-                floors,
-                not_after,
-            },
-        );
+    /// Asks to drop a tube ([`DropCommit`]): `floors` are `(partition, next task number)`, and
+    /// each index the tube leaves records the largest of that, the partition's `first` and a
+    /// floor already there. Answered by `PlacementDone` with the tube as it was. Not begun
+    /// after `not_after`, nor given longer than until then (`Err(TooLate)`): the partitions'
+    /// owners hold the tube's changes for a bounded time after its checks, and let them run
+    /// after. Refused (`Err(CheckedByDeposed)`) unless every set in `checked_by` is led still by
+    /// the primary of that term, which passed the check and holds the partition.
+    pub fn drop_tube(&self, token: u64, drop: DropCommit) {
+        self.change(token, Change::Drop(drop));
     }
 
     /// Asks to give partition `partition` of `tube` to replica set `set` (moving its tasks is

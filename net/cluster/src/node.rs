@@ -299,11 +299,7 @@ impl Node {
                 options,
                 partitions,
             } => placement::create_tube(c, &cluster, name, kind, options, *partitions, b),
-            Change::Drop {
-                name,
-                floors,
-                not_after,
-            } => placement::drop_tube(c, &cluster, name, floors, b, *not_after),
+            Change::Drop(drop) => placement::drop_tube(c, &cluster, drop, b),
             Change::Place {
                 tube,
                 partition,

@@ -257,6 +257,13 @@ pub enum PlacementError {
          is refused"
     )]
     Deposed { set: String, term: u64 },
+    /// A drop's check passed on a primary that no longer leads its set: its successor holds
+    /// nothing for the drop and may have taken changes since. Nothing was written.
+    #[error(
+        "the primary of replica set {set:?} that checked the drop (term {term}) no longer \
+         leads it: nothing was dropped"
+    )]
+    CheckedByDeposed { set: String, term: u64 },
     /// A drop's commit not begun by its deadline: the partitions' owners hold the tube's
     /// changes only so long after its checks (`Cluster::drop_tube`). Nothing was written.
     #[error(
@@ -545,6 +552,17 @@ pub fn plan_create(
 
 /// The floors `drop_tube` writes: for each partition, the largest of the given floor (by
 /// partition number), the partition's `first`, and a floor already recorded at its index.
+/// A drop's commit: tube `name` leaves the placement, each partition's next number kept as
+/// its index's floor, if it begins before `not_after` and each set in `checked_by` is still
+/// led by the primary (of that term) that passed its partitions' checks.
+#[derive(Clone, Debug)]
+pub struct DropCommit {
+    pub name: String,
+    pub floors: Vec<(u16, u64)>,
+    pub checked_by: Vec<(String, u64)>,
+    pub not_after: Instant,
+}
+
 pub fn plan_drop(
     placement: &Placement,
     name: &str,
@@ -620,9 +638,11 @@ pub fn plan_place_from(
 enum Plan {
     /// Nothing to write: the outcome as it stands.
     Done(TubePlacement),
-    /// Write `ops` (the epoch key is added) if the epoch is still the one read.
+    /// Write `ops` (the epoch key is added) if the epoch is still the one read and `compare`
+    /// holds.
     Write {
         ops: Vec<Op>,
+        compare: Vec<Compare>,
         what: String,
         outcome: TubePlacement,
     },
@@ -662,15 +682,21 @@ fn change_by(
             return Ok(Err(too_late()));
         };
         let map = read(client, cluster, b)?;
-        let (ops, what, outcome) = match plan(&map) {
+        let (ops, compare, what, outcome) = match plan(&map) {
             Err(e) => return Ok(Err(e)),
             Ok(Plan::Done(t)) => return Ok(Ok(t)),
-            Ok(Plan::Write { ops, what, outcome }) => (ops, what, outcome),
+            Ok(Plan::Write {
+                ops,
+                compare,
+                what,
+                outcome,
+            }) => (ops, compare, what, outcome),
         };
         let Some(b) = left() else {
             return Ok(Err(too_late()));
         };
-        if commit(client, cluster, map.placement.epoch, ops, &what, b)?.succeeded {
+        let epoch = map.placement.epoch;
+        if commit_if(client, cluster, epoch, compare, ops, &what, b)?.succeeded {
             return Ok(Ok(outcome));
         }
     }
@@ -679,19 +705,8 @@ fn change_by(
     }))
 }
 
-/// One change: `ops` and the epoch key's put, if the epoch key is still at `epoch`.
-fn commit(
-    client: &mut Client,
-    cluster: &str,
-    epoch: i64,
-    ops: Vec<Op>,
-    what: &str,
-    budget: Duration,
-) -> Result<TxnReply, EtcdError> {
-    commit_if(client, cluster, epoch, Vec::new(), ops, what, budget)
-}
-
-/// [`commit`] if `compare` holds too.
+/// One change: `ops` and the epoch key's put, if the epoch key is still at `epoch` and
+/// `compare` holds.
 pub(crate) fn commit_if(
     client: &mut Client,
     cluster: &str,
@@ -750,6 +765,7 @@ pub fn create_tube(
         let t = plan_create(map, name, kind, options.clone(), partitions)?;
         Ok(Plan::Write {
             ops: create_ops(cluster, &t),
+            compare: Vec::new(),
             what: format!("create tube {name}"),
             outcome: t,
         })
@@ -761,26 +777,49 @@ pub fn create_tube(
 pub fn drop_tube(
     client: &mut Client,
     cluster: &str,
-    name: &str,
-    floors: &[(u16, u64)],
+    drop: &DropCommit,
     budget: Duration,
-    not_after: Instant,
 ) -> Result<Result<TubePlacement, PlacementError>, EtcdError> {
-    change_by(client, cluster, budget, Some((not_after, name)), |map| {
-        let (t, written) = plan_drop(&map.placement, name, floors)?;
-        let mut ops = vec![Op::Delete(tube_key(cluster, name))];
-        for (index, floor) in written {
-            ops.push(put_json(
-                index_key(cluster, index),
-                &IndexUse::Free { floor },
-            ));
-        }
-        Ok(Plan::Write {
-            ops,
-            what: format!("drop tube {name}"),
-            outcome: t,
-        })
-    })
+    let name = drop.name.as_str();
+    change_by(
+        client,
+        cluster,
+        budget,
+        Some((drop.not_after, name)),
+        |map| {
+            let (t, written) = plan_drop(&map.placement, name, &drop.floors)?;
+            // Each set whose primary passed a check must be led by it still: its successor holds
+            // nothing for the drop.
+            let mut compare = Vec::new();
+            for (set, term) in &drop.checked_by {
+                let leads = (map.sets.iter())
+                    .find(|s| s.name == *set)
+                    .and_then(|s| s.leader.as_ref())
+                    .is_some_and(|(_, t)| t == term);
+                if !leads {
+                    return Err(PlacementError::CheckedByDeposed {
+                        set: set.clone(),
+                        term: *term,
+                    });
+                }
+                let leader = format!("{}leader", crate::set_prefix(cluster, set)).into_bytes();
+                compare.push(Compare::CreateRevision(leader, *term as i64));
+            }
+            let mut ops = vec![Op::Delete(tube_key(cluster, name))];
+            for (index, floor) in written {
+                ops.push(put_json(
+                    index_key(cluster, index),
+                    &IndexUse::Free { floor },
+                ));
+            }
+            Ok(Plan::Write {
+                ops,
+                compare,
+                what: format!("drop tube {name}"),
+                outcome: t,
+            })
+        },
+    )
 }
 
 /// Gives partition `partition` of `tube` to replica set `set`; answers the tube as placed now.
@@ -814,6 +853,7 @@ pub fn place_from(
         }
         Ok(Plan::Write {
             ops: vec![put_json(tube_key(cluster, tube), &t)],
+            compare: Vec::new(),
             what: format!("place {tube} partition {partition} on {set}"),
             outcome: t,
         })
@@ -849,6 +889,7 @@ pub fn ensure_default(
         };
         Ok(Plan::Write {
             ops: create_ops(cluster, &t),
+            compare: Vec::new(),
             what: format!("create tube {DEFAULT_TUBE} on {set}"),
             outcome: t,
         })

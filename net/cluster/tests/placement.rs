@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use support::{config, etcd, wait_until, Node, TTL};
 use tarq_cluster::etcd::{Client, Op};
 use tarq_cluster::placement::{self, MAX_INDEX};
-use tarq_cluster::{moves, Config, EventKind, MoveClaim, Overview, PlacementError, TubePlacement};
+use tarq_cluster::{
+    moves, Config, DropCommit, EventKind, MoveClaim, Overview, PlacementError, TubePlacement,
+};
 
 /// The budget of the test's own etcd calls.
 const CALL: Duration = Duration::from_secs(2);
@@ -247,11 +249,42 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
     );
 
     // Past its deadline a drop is not begun: nothing written, the tube stays.
-    x1.cluster.drop_tube(9, "q", vec![(0, 500)], Instant::now());
+    let drop = |floors: Vec<(u16, u64)>, checked_by: Vec<(String, u64)>, not_after| DropCommit {
+        name: "q".into(),
+        floors,
+        checked_by,
+        not_after,
+    };
+    x1.cluster
+        .drop_tube(9, drop(vec![(0, 500)], Vec::new(), Instant::now()));
     assert_eq!(done(&x1, 9), Err(PlacementError::TooLate("q".into())));
     assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_some());
 
-    x1.cluster.drop_tube(2, "q", vec![(0, 500), (1, 7)], soon());
+    // Checked by a primary that does not lead its set (not in that term): refused.
+    x1.cluster.drop_tube(
+        3,
+        drop(vec![(0, 500)], vec![("s1".into(), 999_999)], soon()),
+    );
+    assert_eq!(
+        done(&x1, 3),
+        Err(PlacementError::CheckedByDeposed {
+            set: "s1".into(),
+            term: 999_999
+        })
+    );
+    assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_some());
+
+    let overview = x1.cluster.overview();
+    let s1 = overview
+        .sets
+        .iter()
+        .find(|s| s.name == "s1")
+        .expect("set s1");
+    let term = s1.leader.as_ref().expect("s1 is led").1;
+    x1.cluster.drop_tube(
+        2,
+        drop(vec![(0, 500), (1, 7)], vec![("s1".into(), term)], soon()),
+    );
     assert_eq!(done(&x1, 2), Ok(q));
     assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_none());
     assert_eq!(
@@ -262,7 +295,15 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
         etcd.get_json("/tarq/test/placement/indexes/2").unwrap(),
         serde_json::json!({"floor": 7})
     );
-    x1.cluster.drop_tube(3, "q", vec![], soon());
+    x1.cluster.drop_tube(
+        3,
+        DropCommit {
+            name: "q".into(),
+            floors: vec![],
+            checked_by: vec![],
+            not_after: soon(),
+        },
+    );
     assert_eq!(done(&x1, 3), Err(PlacementError::NoTube("q".into())));
 
     // Indexes never used come first: a node that missed the drop may still hold 1 and 2, and
@@ -285,7 +326,15 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
         );
     }
     // A drop records its own floors at the indexes it leaves.
-    x1.cluster.drop_tube(6, "r", vec![(0, 3)], soon());
+    x1.cluster.drop_tube(
+        6,
+        DropCommit {
+            name: "r".into(),
+            floors: vec![(0, 3)],
+            checked_by: vec![],
+            not_after: soon(),
+        },
+    );
     done(&x1, 6).unwrap();
     assert_eq!(
         etcd.get_json("/tarq/test/placement/indexes/3").unwrap(),

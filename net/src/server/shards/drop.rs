@@ -26,6 +26,55 @@ pub(super) struct Dropping {
 /// A drop's checks: the partitions led here (their next numbers), the others' owners to ask.
 type Checks = (Vec<(TubeIx, u64)>, Vec<(usize, TubeIx)>);
 
+impl Shards {
+    /// Why drop `g` of tube `head`, its checks begun at `since`, cannot be committed (a check
+    /// refused, the tube gone, too late, or a checked set whose primary's term is not known),
+    /// or `None`; then `g.checked_by` names every set that checked, this node's with `term`
+    /// (the one it leads in now), which the commit requires to lead still.
+    fn drop_refusal(
+        &self,
+        g: &mut Gather,
+        head: TubeIx,
+        since: Instant,
+        term: Option<u64>,
+    ) -> Option<Refusal> {
+        if let Some(e) = g.error.take() {
+            return Some(e);
+        }
+        let Some(t) = self.tubes.get(&head) else {
+            return Some(tarq_engine::QueueError::TubeNotFound(head).into());
+        };
+        let nothing = "nothing was dropped";
+        if since.elapsed() >= drop_hold::DROP_COMMIT_WITHIN {
+            return Some(Refusal::Shards(format!(
+                "the checks of tube {}'s partitions took {} ms, longer than a drop may hold \
+                 them: {nothing}",
+                t.name,
+                since.elapsed().as_millis()
+            )));
+        }
+        if !g.floors.is_empty() {
+            let Some(term) = term else {
+                let why = format!("this node stopped leading its replica set during the checks of tube {}: {nothing}", t.name);
+                return Some(Refusal::Shards(why));
+            };
+            g.checked_by.push((self.set.clone(), term));
+        }
+        for &(set, _) in &g.asked {
+            let name = &self.sets[set].name;
+            if !g.checked_by.iter().any(|(s, _)| s == name) {
+                let why = format!(
+                    "replica set {name} had no known primary when it passed its check of tube \
+                     {}: {nothing}",
+                    t.name
+                );
+                return Some(Refusal::Shards(why));
+            }
+        }
+        None
+    }
+}
+
 impl Server {
     /// `drop` of placed tube `head` for `client`.
     pub(super) fn drop_placed(&mut self, client: Client, head: TubeIx, leads: bool) {
@@ -102,10 +151,11 @@ impl Server {
     /// Every partition was asked: if each may go, the tube leaves the placement, with each
     /// index's floor; else the drop is given up.
     pub(super) fn drop_checked(&mut self, key: u64) {
+        let term = self.cluster.as_ref().and_then(|c| c.leading_term());
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
-        let Some(g) = shards.gathers.remove(&key) else {
+        let Some(mut g) = shards.gathers.remove(&key) else {
             return;
         };
         let GatherKind::Drop { head } = g.kind else {
@@ -113,18 +163,7 @@ impl Server {
         };
         let own: Vec<TubeIx> = g.floors.iter().map(|&(ix, _)| ix).collect();
         let since = g.since.unwrap_or_else(Instant::now);
-        let late = since.elapsed() >= drop_hold::DROP_COMMIT_WITHIN;
-        let refusal = match (g.error, shards.tubes.get(&head)) {
-            (Some(e), _) => Some(e),
-            (None, None) => Some(tarq_engine::QueueError::TubeNotFound(head).into()),
-            (None, Some(t)) if late => Some(Refusal::Shards(format!(
-                "the checks of tube {}'s partitions took {} ms, longer than a drop may hold                  them: nothing was dropped",
-                t.name,
-                since.elapsed().as_millis()
-            ))),
-            (None, Some(_)) => None,
-        };
-        if let Some(e) = refusal {
+        if let Some(e) = shards.drop_refusal(&mut g, head, since, term) {
             self.give_up_drop(g.client, &own, &g.asked);
             return self.answer(g.client, &Outcome::Error(e));
         }
@@ -145,8 +184,13 @@ impl Server {
         };
         shards.drops.insert(token, dropping);
         if let Some(c) = &self.cluster {
-            let not_after = since + drop_hold::DROP_COMMIT_WITHIN;
-            c.handle().drop_tube(token, &name, floors, not_after);
+            let drop = tarq_cluster::DropCommit {
+                name,
+                floors,
+                checked_by: g.checked_by,
+                not_after: since + drop_hold::DROP_COMMIT_WITHIN,
+            };
+            c.handle().drop_tube(token, drop);
         }
     }
 
@@ -177,7 +221,8 @@ impl Server {
                     s.tubes.remove(&d.parts[0]);
                 }
                 self.let_go(&d.parts);
-                self.end_own_drop_holds(&d.parts);
+                // The tube is gone: every hold of its partitions ends, another drop's too.
+                self.end_drop_holds_of(&d.parts);
                 self.answer(d.client, &Outcome::Dropped);
             }
             // etcd may have made it and lost only the answer: the holds stay until they run
@@ -221,6 +266,10 @@ impl Server {
             }
         }
         if let Some(s) = self.shards.as_mut() {
+            // What others said of takes waiting on the tube goes with it (they end theirs).
+            for &ix in indexes {
+                s.wait_counts.forget(ix);
+            }
             s.watching.retain(|ix, _| !indexes.contains(ix));
         }
         if !self.leads() {

@@ -42,11 +42,13 @@ pub(super) struct DropHold {
     ix: TubeIx,
     /// The node whose drop checked it (its word ends the hold).
     origin: Arc<str>,
-    /// When the hold runs out (monotonic µs).
+    /// When the hold runs out (monotonic µs), or asks the placement again.
     until: Micros,
-    /// Once it ran out: the read of the placement asked, and the fence's deadline at that
-    /// instant (a successful read since moves it on).
-    read: Option<(u64, Option<Instant>)>,
+    /// Once it ran out: the read of the placement asked, and when (a read sent since then
+    /// that succeeded lets the calls run).
+    read: Option<(u64, Instant)>,
+    /// It ran out and said so in the log (once).
+    warned: bool,
 }
 
 /// The partitions held for drops here, and the calls waiting for them.
@@ -84,10 +86,11 @@ impl Shards {
     }
 
     /// Whether a call for partition `ix` (or, whole-tube, its tube) waits with the drops'
-    /// held calls rather than the move's: no move runs, or its tube is held for a drop. (A
-    /// call released with the wrong list is decided again and waits again.)
+    /// held calls rather than the move's: its tube is held for a drop, or no move runs and
+    /// some drop holds a partition here. (A call released with the wrong list is decided
+    /// again and waits again.)
     pub(super) fn holds_for_drop(&self, ix: Option<TubeIx>) -> bool {
-        self.moving.is_none()
+        (self.moving.is_none() && self.drop_holds.any())
             || ix.is_some_and(|ix| {
                 self.drop_holds.holds(ix)
                     || self
@@ -110,12 +113,14 @@ impl Server {
             Some(h) => {
                 h.until = until;
                 h.read = None;
+                h.warned = false;
             }
             None => holds.push(DropHold {
                 ix,
                 origin: Arc::clone(origin),
                 until,
                 read: None,
+                warned: false,
             }),
         }
         self.core.freeze(ix);
@@ -220,43 +225,55 @@ impl Server {
         let Some(s) = self.shards.as_mut() else {
             return;
         };
-        let fence = s.fence.view().map(|(_, until)| until);
+        let now = Instant::now();
         for h in s.drop_holds.holds.iter_mut().filter(|h| due(h)) {
-            warn!(
-                index = h.ix, origin = %h.origin,
-                "no word of a drop within its hold: reading the placement before the partition \
-                 serves changes again"
-            );
-            h.read = Some((read, fence));
+            if !h.warned {
+                warn!(
+                    index = h.ix, origin = %h.origin,
+                    "no word of a drop within its hold: reading the placement before the \
+                     partition serves changes again"
+                );
+                h.warned = true;
+            }
+            h.read = Some((read, now));
         }
         self.timers_changed();
     }
 
     /// Read `answered` of the placement is in (after the map it brought, if any, was
     /// applied: a tube gone has ended its holds already). A hold waiting for it ends if a
-    /// read succeeded since its ask (the tube is still placed: the drop was not made) or this
-    /// node's view has gone stale (every change is refused now); else it waits for the next.
+    /// read sent since its ask succeeded (the tube is still placed: the drop was not made) or
+    /// this node's view has gone stale (every change is refused now); else it asks again a
+    /// moment later (etcd refusing at once must not be asked in a loop).
     pub(super) fn drop_holds_read(&mut self, answered: u64) {
-        let Some(s) = self.shards.as_ref() else {
+        let mono = self.mono;
+        let Some(s) = self.shards.as_mut() else {
             return;
         };
         if !s.drop_holds.any() {
             return;
         }
-        let fence = s.fence.view().map(|(_, until)| until);
+        // A read's fence runs to its sending instant plus the validity.
+        let read_since =
+            |asked: Instant| (s.fence.view()).is_some_and(|(_, until)| until >= asked + s.validity);
         let stale = s.fence.valid_at(Instant::now()).is_none();
-        let asked = |h: &DropHold| h.read.is_some_and(|(r, _)| r <= answered);
-        let again = (s.drop_holds.holds.iter())
-            .any(|h| asked(h) && !stale && fence <= h.read.and_then(|r| r.1));
-        self.end_drop_holds(|h| asked(h) && (stale || fence > h.read.and_then(|r| r.1)));
-        if !again {
-            return;
-        }
-        let read = self.ask_read();
-        if let Some(s) = self.shards.as_mut() {
-            for h in s.drop_holds.holds.iter_mut().filter(|h| asked(h)) {
-                h.read = h.read.map(|(_, at)| (read, at));
+        let mut done = Vec::new();
+        for h in s.drop_holds.holds.iter_mut() {
+            let Some((token, asked)) = h.read.filter(|&(t, _)| t <= answered) else {
+                continue;
+            };
+            if stale || read_since(asked) {
+                done.push((h.ix, Arc::clone(&h.origin), token));
+            } else {
+                h.read = None;
+                h.until = mono.saturating_add(RECHECK);
             }
         }
+        self.end_drop_holds(|h| {
+            (done.iter()).any(|(ix, o, t)| {
+                h.ix == *ix && h.origin == *o && h.read.is_some_and(|r| r.0 == *t)
+            })
+        });
+        self.timers_changed();
     }
 }

@@ -24,6 +24,9 @@ pub(super) struct Gather {
     pub(super) asked: Vec<(usize, TubeIx)>,
     /// When a drop's checks began (its commit may begin only so long after).
     pub(super) since: Option<Instant>,
+    /// A drop's checks passed, by set: the term of the primary that passed them (the
+    /// commit requires it to lead still).
+    pub(super) checked_by: Vec<(String, u64)>,
 }
 
 impl Gather {
@@ -46,6 +49,7 @@ impl Gather {
             answered: Vec::new(),
             asked: Vec::new(),
             since: None,
+            checked_by: Vec::new(),
         }
     }
 }
@@ -138,6 +142,7 @@ impl Server {
                 answered: Vec::new(),
                 asked: Vec::new(),
                 since: None,
+                checked_by: Vec::new(),
             },
         );
         for ix in parts {
@@ -196,9 +201,24 @@ impl Server {
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
+        // A drop's check passed over the link to the owner's primary: that primary led in the
+        // term this node's view gives now (a link is closed when the view names another
+        // primary, and a deposed primary keeps its holds if it leads again).
+        let checked_by = match (&digest, head.and_then(|h| shards.part(h))) {
+            (Digest::Count(_), Some(p)) => {
+                let set = &shards.sets[p.set];
+                set.term.map(|t| (set.name.clone(), t))
+            }
+            _ => None,
+        };
         let Some(g) = shards.gathers.get_mut(&key) else {
             return;
         };
+        if let (GatherKind::Drop { .. }, Some(c)) = (g.kind, checked_by) {
+            if !g.checked_by.contains(&c) {
+                g.checked_by.push(c);
+            }
+        }
         if let (Digest::Stats(_), Some(h)) = (&digest, head) {
             g.answered.push(h);
         }

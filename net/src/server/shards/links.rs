@@ -266,6 +266,9 @@ impl Server {
         for (set, why) in dead {
             self.link_failed(set, &why);
         }
+        if let Some(s) = self.shards.as_mut() {
+            s.wait_counts.retry_due(self.mono);
+        }
         self.expire_calls();
         self.expire_listings();
         self.timers_changed();
@@ -303,7 +306,7 @@ impl Server {
             return;
         };
         let name = shards.sets[set].name.clone();
-        shards.wait_counts.set_lost(set);
+        shards.wait_counts.set_lost(set, self.mono);
         let mut sent = false;
         if let Some(mut link) = shards.sets[set].link.take() {
             sent = link.may_have_sent();

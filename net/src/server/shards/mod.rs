@@ -80,8 +80,9 @@ fn set_bit(set: usize) -> u64 {
 /// A replica set as the router knows it.
 struct SetSlot {
     name: String,
-    /// Its primary's address, while it has one.
+    /// Its primary's address, while it has one, and its term.
     primary: Option<String>,
+    term: Option<u64>,
     link: Option<OutLink>,
     /// How its link has been failing, for the log.
     trouble: links::Trouble,
@@ -401,6 +402,7 @@ impl Shards {
         self.sets.push(SetSlot {
             name: name.to_owned(),
             primary: None,
+            term: None,
             link: None,
             trouble: links::Trouble::default(),
         });
@@ -420,6 +422,7 @@ impl Shards {
             listed.resize(self.sets.len(), false);
             listed[slot] = true;
             let primary = s.leader.as_ref().map(|(l, _)| l.addr.clone());
+            self.sets[slot].term = s.leader.as_ref().map(|(_, term)| *term);
             if self.sets[slot].primary != primary {
                 self.sets[slot].primary = primary;
                 if self.sets[slot].link.is_some() {
@@ -428,6 +431,7 @@ impl Shards {
             }
         }
         for (slot, _) in listed.iter().enumerate().filter(|(_, &l)| !l) {
+            self.sets[slot].term = None;
             if self.sets[slot].primary.take().is_some() && self.sets[slot].link.is_some() {
                 moved.push(slot);
             }
@@ -514,6 +518,7 @@ impl Shards {
             listings,
             self.call_deadlines.next(),
             self.drop_holds.next_deadline(),
+            self.wait_counts.next_retry(),
         ]
         .into_iter()
         .flatten()

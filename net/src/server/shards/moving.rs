@@ -697,9 +697,12 @@ impl Server {
         self.send_ask(m.to, m.asker, &done, Then::Ignore);
         warn!(tube = %m.tube, partition = m.partition, why, "move given up");
         self.core.unfollow();
-        let (core, mut wire) = self.split();
-        core.thaw(m.ix, &mut wire);
-        self.take_routed();
+        // A drop's hold of the partition keeps it frozen (its end thaws it).
+        if !(self.shards.as_ref()).is_some_and(|s| s.drop_holds.holds(m.ix)) {
+            let (core, mut wire) = self.split();
+            core.thaw(m.ix, &mut wire);
+            self.take_routed();
+        }
         for h in m.held {
             self.release_held(h);
         }

@@ -13,12 +13,13 @@
 //! [`Publish`] orders that the router carries out (`waits.rs`) (the owner's core, or an
 //! [`Ask::Waiting`](crate::frontend::link::wire::Ask::Waiting) on the link to the owner's set).
 //! A link that closes takes its node's counts with it; a node that opens a link to a set
-//! tells it again, as it does after every new map. An owner that no longer serves a head
+//! tells it again, as it does after every new map, and a node whose link failed opens one to
+//! tell it again a second later (not every turn: the set may have no primary). An owner that no longer serves a head
 //! forgets what it heard of it: the others tell the new owner once their maps say so.
 
 use std::collections::{BTreeSet, HashMap};
 
-use tarq_engine::TubeIx;
+use tarq_engine::{Micros, TubeIx};
 
 /// Where a tube's head partition is served, as this node sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +60,15 @@ pub(super) struct WaitCounts {
     in_core: HashMap<TubeIx, u64>,
     /// Heads whose figure may have changed since the last [`WaitCounts::publish`].
     dirty: BTreeSet<TubeIx>,
+    /// Heads whose owner lost what it was told (its link failed, or the tell could not be
+    /// sent), told again at `retry_at`.
+    lost: BTreeSet<TubeIx>,
+    retry_at: Option<Micros>,
 }
+
+/// How long after a lost tell it is tried again: a set whose primary is down is not asked to
+/// connect every turn.
+pub(super) const RETRY: Micros = 1_000_000;
 
 impl WaitCounts {
     /// One more of this node's takes waits on tube `head`.
@@ -113,9 +122,46 @@ impl WaitCounts {
         self.heard.retain(|_, of| !of.is_empty());
     }
 
-    /// The link to set `set` failed: what was told there is gone with it.
-    pub(super) fn set_lost(&mut self, set: usize) {
-        self.told.retain(|_, (s, _)| *s != set);
+    /// The link to set `set` failed at `now`: what was told there is gone with it, and is
+    /// told again a moment later (the link opens again to carry it).
+    pub(super) fn set_lost(&mut self, set: usize, now: Micros) {
+        let heads: Vec<TubeIx> = (self.told.iter())
+            .filter(|(_, (s, _))| *s == set)
+            .map(|(&h, _)| h)
+            .collect();
+        for head in heads {
+            self.told.remove(&head);
+            self.lose(head, now);
+        }
+    }
+
+    fn lose(&mut self, head: TubeIx, now: Micros) {
+        self.lost.insert(head);
+        self.retry_at.get_or_insert(now.saturating_add(RETRY));
+    }
+
+    /// When lost tells are tried again.
+    pub(super) fn next_retry(&self) -> Option<Micros> {
+        self.retry_at
+    }
+
+    /// At `now`: the lost tells due are looked at again.
+    pub(super) fn retry_due(&mut self, now: Micros) {
+        if self.retry_at.is_some_and(|at| at <= now) {
+            self.retry_at = None;
+            let lost = std::mem::take(&mut self.lost);
+            self.dirty.extend(lost);
+        }
+    }
+
+    /// Tube `head` is gone (dropped): nothing of it is kept, and the core's count goes.
+    pub(super) fn forget(&mut self, head: TubeIx) {
+        self.heard.remove(&head);
+        self.told.remove(&head);
+        self.lost.remove(&head);
+        if self.in_core.contains_key(&head) {
+            self.dirty.insert(head);
+        }
     }
 
     /// A new link to set `set` opened: tell it again (what it had went with the old link).
@@ -144,8 +190,11 @@ impl WaitCounts {
             let own = self.own(head);
             let here = match owner(head) {
                 Owner::Here => {
-                    let heard: u64 = self.heard.get(&head).map_or(0, |of| of.values().sum());
-                    Some(own + heard)
+                    // Counts from the network: summed without overflow whatever they say.
+                    let heard = (self.heard.get(&head).into_iter())
+                        .flat_map(|of| of.values())
+                        .fold(0u64, |a, &n| a.saturating_add(n));
+                    Some(own.saturating_add(heard))
                 }
                 Owner::Set(set) => {
                     self.heard.remove(&head);
@@ -185,11 +234,12 @@ impl WaitCounts {
         out
     }
 
-    /// A `Tell` to `set` for `head` could not be sent (the set has no link and none opens):
-    /// said again when a link to it opens or the map changes.
-    pub(super) fn not_told(&mut self, set: usize, head: TubeIx) {
+    /// A `Tell` to `set` for `head` could not be sent at `now` (the set has no link and none
+    /// opens): said again a moment later, or when a link to it opens or the map changes.
+    pub(super) fn not_told(&mut self, set: usize, head: TubeIx, now: Micros) {
         if self.told.get(&head).is_some_and(|(s, _)| *s == set) {
             self.told.remove(&head);
+            self.lose(head, now);
         }
     }
 }
@@ -282,23 +332,43 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_link_is_told_again_when_a_new_one_opens() {
+    fn a_lost_link_is_told_again_a_moment_later_or_when_a_new_one_opens() {
         let mut w = WaitCounts::default();
         w.started(4);
         assert_eq!(tells(&w.publish(|_| Owner::Set(1))), vec![(1, 4, 1)]);
-        w.set_lost(1);
+        w.set_lost(1, 10);
+        assert!(w.publish(|_| Owner::Set(1)).is_empty(), "not at once");
+        assert_eq!(w.next_retry(), Some(10 + RETRY));
+        w.retry_due(10 + RETRY - 1);
         assert!(
             w.publish(|_| Owner::Set(1)).is_empty(),
-            "not until a link opens"
+            "not before its time"
         );
+        w.retry_due(10 + RETRY);
+        assert_eq!(tells(&w.publish(|_| Owner::Set(1))), vec![(1, 4, 1)]);
+        assert_eq!(w.next_retry(), None);
+        // A new link is told at once.
         w.set_linked(1);
         assert_eq!(tells(&w.publish(|_| Owner::Set(1))), vec![(1, 4, 1)]);
-        // A tell that could not be sent goes at the next chance.
+        // A tell that could not be sent goes again a moment later.
         w.started(4);
         assert_eq!(tells(&w.publish(|_| Owner::Set(1))), vec![(1, 4, 2)]);
-        w.not_told(1, 4);
-        w.all_dirty();
+        w.not_told(1, 4, 50);
+        w.retry_due(50 + RETRY);
         assert_eq!(tells(&w.publish(|_| Owner::Set(1))), vec![(1, 4, 2)]);
+    }
+
+    #[test]
+    fn a_dropped_tube_leaves_nothing_and_counts_from_the_network_do_not_overflow() {
+        let mut w = WaitCounts::default();
+        w.heard(17, 4, u64::MAX);
+        w.heard(18, 4, 5);
+        w.started(4);
+        assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, u64::MAX)]);
+        w.ended(4);
+        w.forget(4);
+        assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 0)]);
+        assert!(w.heard.is_empty() && w.in_core.is_empty());
     }
 
     #[test]

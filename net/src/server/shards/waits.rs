@@ -59,8 +59,9 @@ impl Server {
                         reply: ReplyTo::Router(0),
                     };
                     if !self.send_ask(set, client, &ask, Then::Ignore) {
+                        let now = self.mono;
                         if let Some(s) = self.shards.as_mut() {
-                            s.wait_counts.not_told(set, head);
+                            s.wait_counts.not_told(set, head, now);
                         }
                     }
                 }
