@@ -251,6 +251,7 @@ fn an_owner_serves_again_once_its_hold_runs_out_when_the_dropping_node_died() {
     // Every check passed (set b's partition is held): the commit is on its way. The dropping
     // node dies before it reaches etcd.
     proxy.wait_arrived();
+    let checked = Instant::now();
     a.kill(0);
     assert!(
         dropper.join().unwrap().is_err(),
@@ -266,6 +267,12 @@ fn an_owner_serves_again_once_its_hold_runs_out_when_the_dropping_node_died() {
         .unwrap()
         .expect("the put is served once the hold runs out");
     assert!(held_at.elapsed() < HOLD * 3, "held {:?}", held_at.elapsed());
+    // Nor released early (the dropping node's link closing is no word of the drop's fate).
+    assert!(
+        checked.elapsed() >= HOLD - Duration::from_secs(1),
+        "served {:?} after the checks, before the hold ran out",
+        checked.elapsed()
+    );
     // Still placed (its figures as b's node reads the placement), the put in it.
     assert_eq!(own_total(&b, 0, "orphan"), before + 1, "the put is there");
     assert_eq!(stat(b0, "routed_held"), 0, "no call left held");
