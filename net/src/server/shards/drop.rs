@@ -29,15 +29,9 @@ type Checks = (Vec<(TubeIx, u64)>, Vec<(usize, TubeIx)>);
 impl Shards {
     /// Why drop `g` of tube `head`, its checks begun at `since`, cannot be committed (a check
     /// refused, the tube gone, too late, or a checked set whose primary's term is not known),
-    /// or `None`; then `g.checked_by` names every set that checked, this node's with `term`
-    /// (the one it leads in now), which the commit requires to lead still.
-    fn drop_refusal(
-        &self,
-        g: &mut Gather,
-        head: TubeIx,
-        since: Instant,
-        term: Option<u64>,
-    ) -> Option<Refusal> {
+    /// or `None`; then `g.checked_by` names every set that checked (this node's own, in the
+    /// term it checked in), which the commit requires to lead still.
+    fn drop_refusal(&self, g: &mut Gather, head: TubeIx, since: Instant) -> Option<Refusal> {
         if let Some(e) = g.error.take() {
             return Some(e);
         }
@@ -52,13 +46,6 @@ impl Shards {
                 t.name,
                 since.elapsed().as_millis()
             )));
-        }
-        if !g.floors.is_empty() {
-            let Some(term) = term else {
-                let why = format!("this node stopped leading its replica set during the checks of tube {}: {nothing}", t.name);
-                return Some(Refusal::Shards(why));
-            };
-            g.checked_by.push((self.set.clone(), term));
         }
         for &(set, _) in &g.asked {
             let name = &self.sets[set].name;
@@ -98,8 +85,14 @@ impl Server {
             Ok(checks) => checks,
             Err(e) => return self.answer(client, &Outcome::Error(e)),
         };
+        // Its own partitions were checked in the term it leads in now (they were `here`).
+        let term = self.cluster.as_ref().and_then(|c| c.leading_term());
         let Some(shards) = self.shards.as_mut() else {
             return;
+        };
+        let own_check = match (floors.is_empty(), term) {
+            (false, Some(term)) => Some((shards.set.clone(), term)),
+            _ => None,
         };
         let key = shards.next_gather;
         shards.next_gather += 1;
@@ -108,6 +101,7 @@ impl Server {
         gather.floors = floors;
         gather.asked = asks.clone();
         gather.since = Some(Instant::now());
+        gather.checked_by.extend(own_check);
         shards.gathers.insert(key, gather);
         if asks.is_empty() {
             return self.drop_checked(key);
@@ -151,7 +145,6 @@ impl Server {
     /// Every partition was asked: if each may go, the tube leaves the placement, with each
     /// index's floor; else the drop is given up.
     pub(super) fn drop_checked(&mut self, key: u64) {
-        let term = self.cluster.as_ref().and_then(|c| c.leading_term());
         let Some(shards) = self.shards.as_mut() else {
             return;
         };
@@ -163,7 +156,7 @@ impl Server {
         };
         let own: Vec<TubeIx> = g.floors.iter().map(|&(ix, _)| ix).collect();
         let since = g.since.unwrap_or_else(Instant::now);
-        if let Some(e) = shards.drop_refusal(&mut g, head, since, term) {
+        if let Some(e) = shards.drop_refusal(&mut g, head, since) {
             self.give_up_drop(g.client, &own, &g.asked);
             return self.answer(g.client, &Outcome::Error(e));
         }
