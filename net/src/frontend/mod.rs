@@ -186,9 +186,9 @@ pub trait Loop {
     /// Drops the watch link `idx`'s node sent as its request `sync` (`Ask::Unwatch`), if it
     /// still waits.
     fn unwatch_link(&mut self, idx: usize, sync: u64);
-    /// Link `idx`'s node says `count` of its takes wait on the tube headed by `tube`
+    /// Link `idx`'s node `from` says `count` of its takes wait on the tube headed by `tube`
     /// (`Ask::Waiting`).
-    fn heard_waiting(&mut self, idx: usize, tube: TubeIx, count: u64);
+    fn heard_waiting(&mut self, idx: usize, from: &str, tube: TubeIx, count: u64);
     /// Link `idx`'s own state (`None` unless it is a link).
     fn link_conn(&mut self, idx: usize) -> Option<&mut link::LinkConn>;
     /// A new engine session (for a forwarding node's session).

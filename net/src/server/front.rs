@@ -261,8 +261,8 @@ impl frontend::Loop for Server {
         self.core.unwatch_reply(idx, reply);
     }
 
-    fn heard_waiting(&mut self, idx: usize, tube: TubeIx, count: u64) {
-        Server::heard_waiting(self, idx, tube, count);
+    fn heard_waiting(&mut self, idx: usize, from: &str, tube: TubeIx, count: u64) {
+        Server::heard_waiting(self, idx, from, tube, count);
     }
 
     fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {

@@ -181,7 +181,7 @@ impl<L: Loop> Link<'_, L> {
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
             }
             Ok(Ask::Waiting { tube, count }) => {
-                self.l.heard_waiting(idx, tube, count);
+                self.l.heard_waiting(idx, &link_origin, tube, count);
                 self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
             }
             Ok(

@@ -51,9 +51,9 @@ pub(super) enum Publish {
 pub(super) struct WaitCounts {
     /// This node's routed takes waiting, by tube head.
     own: HashMap<TubeIx, u64>,
-    /// What other nodes said of their takes, by tube head and the link connection they said it
-    /// on.
-    heard: HashMap<TubeIx, HashMap<usize, u64>>,
+    /// What other nodes said of their takes, by tube head and node, with the link connection
+    /// they said it on (a node's newer link replaces its older one's word).
+    heard: HashMap<TubeIx, HashMap<String, (usize, u64)>>,
     /// What this node last told each head's owner: the set, and the count.
     told: HashMap<TubeIx, (usize, u64)>,
     /// What this node's core was last given, by head.
@@ -98,12 +98,12 @@ impl WaitCounts {
         self.own.get(&head).copied().unwrap_or(0)
     }
 
-    /// The node on link connection `conn` says `count` of its takes wait on tube `head`.
-    pub(super) fn heard(&mut self, conn: usize, head: TubeIx, count: u64) {
+    /// Node `from`, on link connection `conn`, says `count` of its takes wait on tube `head`.
+    pub(super) fn heard(&mut self, conn: usize, from: &str, head: TubeIx, count: u64) {
         let of = self.heard.entry(head).or_default();
         match count {
-            0 => of.remove(&conn),
-            n => of.insert(conn, n),
+            0 => of.remove(from),
+            n => of.insert(from.to_owned(), (conn, n)),
         };
         if of.is_empty() {
             self.heard.remove(&head);
@@ -115,7 +115,9 @@ impl WaitCounts {
     /// on its next link).
     pub(super) fn link_closed(&mut self, conn: usize) {
         for (&head, of) in &mut self.heard {
-            if of.remove(&conn).is_some() {
+            let before = of.len();
+            of.retain(|_, (c, _)| *c != conn);
+            if of.len() != before {
                 self.dirty.insert(head);
             }
         }
@@ -193,7 +195,7 @@ impl WaitCounts {
                     // Counts from the network: summed without overflow whatever they say.
                     let heard = (self.heard.get(&head).into_iter())
                         .flat_map(|of| of.values())
-                        .fold(0u64, |a, &n| a.saturating_add(n));
+                        .fold(0u64, |a, &(_, n)| a.saturating_add(n));
                     Some(own.saturating_add(heard))
                 }
                 Owner::Set(set) => {
@@ -271,18 +273,32 @@ mod tests {
         let mut w = WaitCounts::default();
         w.started(4);
         w.started(4);
-        w.heard(17, 4, 3);
-        w.heard(18, 4, 1);
+        w.heard(17, "x", 4, 3);
+        w.heard(18, "y", 4, 1);
         let out = w.publish(|_| Owner::Here);
         assert_eq!(cores(&out), vec![(4, 6)]);
         assert!(tells(&out).is_empty());
-        w.heard(17, 4, 0);
+        w.heard(17, "x", 4, 0);
         w.ended(4);
         assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 2)]);
         w.link_closed(18);
         w.ended(4);
         assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 0)]);
         assert!(w.publish(|_| Owner::Here).is_empty(), "nothing changed");
+    }
+
+    #[test]
+    fn a_nodes_new_link_replaces_its_old_ones_word() {
+        let mut w = WaitCounts::default();
+        w.heard(17, "x", 4, 3);
+        // Node x's old link is half open; it tells again on a new one.
+        w.heard(21, "x", 4, 2);
+        assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 2)]);
+        // The old link's close takes nothing of the new one's word.
+        w.link_closed(17);
+        assert!(w.publish(|_| Owner::Here).is_empty());
+        w.link_closed(21);
+        assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 0)]);
     }
 
     #[test]
@@ -316,7 +332,7 @@ mod tests {
     fn a_head_that_moves_is_told_to_its_new_owner_and_its_old_count_leaves_the_core() {
         let mut w = WaitCounts::default();
         w.started(4);
-        w.heard(17, 4, 2);
+        w.heard(17, "x", 4, 2);
         assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 3)]);
         // The head moved to set 1: the core drops the tube's count, the owner hears ours.
         w.all_dirty();
@@ -327,7 +343,7 @@ mod tests {
         // heard while it owned the tube before was let go with it).
         w.all_dirty();
         assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 1)]);
-        w.heard(17, 4, 2);
+        w.heard(17, "x", 4, 2);
         assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, 3)]);
     }
 
@@ -361,8 +377,8 @@ mod tests {
     #[test]
     fn a_dropped_tube_leaves_nothing_and_counts_from_the_network_do_not_overflow() {
         let mut w = WaitCounts::default();
-        w.heard(17, 4, u64::MAX);
-        w.heard(18, 4, 5);
+        w.heard(17, "x", 4, u64::MAX);
+        w.heard(18, "y", 4, 5);
         w.started(4);
         assert_eq!(cores(&w.publish(|_| Owner::Here)), vec![(4, u64::MAX)]);
         w.ended(4);

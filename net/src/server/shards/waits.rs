@@ -69,10 +69,16 @@ impl Server {
         }
     }
 
-    /// The node on link `idx` says `count` of its takes wait on tube `head`.
-    pub(in crate::server) fn heard_waiting(&mut self, idx: usize, head: TubeIx, count: u64) {
+    /// Node `from`, on link `idx`, says `count` of its takes wait on tube `head`.
+    pub(in crate::server) fn heard_waiting(
+        &mut self,
+        idx: usize,
+        from: &str,
+        head: TubeIx,
+        count: u64,
+    ) {
         if let Some(shards) = self.shards.as_mut() {
-            shards.wait_counts.heard(idx, head, count);
+            shards.wait_counts.heard(idx, from, head, count);
         }
     }
 
