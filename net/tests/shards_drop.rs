@@ -9,6 +9,9 @@
 //! - a dropping node that dies between its checks and its commit (the commit held back by a
 //!   proxy in front of etcd) leaves the owner holding its partition only until the hold runs
 //!   out: it reads the placement, finds the tube, and serves the held put;
+//! - a drop whose commit etcd applies but whose answer is lost is answered "outcome unknown"
+//!   (1003), and the puts after that answer are not acknowledged: both owners hold their
+//!   partitions until they read that the tube is gone;
 //! - a set whose primary passed its check fails over before the commit reaches etcd: the new
 //!   primary holds nothing for the drop, so the commit (fenced on the checking primary's
 //!   term) is refused and the tube stays.
@@ -327,4 +330,49 @@ fn a_drop_checked_by_a_primary_deposed_before_the_commit_is_refused() {
     // And the new primary serves it.
     let key = own_key(&b, other, "fenced");
     put(b.nodes[other].addr, "fenced", "after", Some(&key)).expect("a put on the new primary");
+}
+
+#[test]
+fn a_drop_whose_answer_is_lost_is_of_unknown_outcome_and_nothing_after_it_is_acknowledged() {
+    let etcd = Etcd::start();
+    let proxy = EtcdProxy::start(&etcd.url);
+    // Set a's node (the dropping one) reaches etcd through the proxy, which loses the answer
+    // to its drop's commit and then holds its requests a while; set b's reads etcd itself.
+    let a = Nodes::start_sets_at(&proxy.url, &[("a", 1)], LONG_TTL);
+    let b = Nodes::start_sets(&etcd, &[("b", 1)], LONG_TTL);
+    a.wait_leader_among(&[0]);
+    b.wait_leader_among(&[0]);
+    a.wait_primaries_known(&[0], 2);
+    b.wait_primaries_known(&[0], 2);
+    let (a0, b0) = (a.nodes[0].addr, b.nodes[0].addr);
+    create(a0, "unsure", "utube", 2);
+    for addr in [a0, b0] {
+        wait_for("both nodes to know the tube", || knows(addr, "unsure"));
+    }
+    let keys = [own_key(&a, 0, "unsure"), own_key(&b, 0, "unsure")];
+
+    let pause = Duration::from_secs(2);
+    proxy.arm("drop tube unsure", Fault::LoseAnswer { then_pause: pause });
+    let e = connect(a0)
+        .call("queue.tube.unsure:drop", &pack_args(&[]), None)
+        .expect_err("a drop whose answer was lost is not answered as done")
+        .to_string();
+    assert!(e.contains("may or may not have been made"), "{e}");
+    proxy.wait_answered();
+    // etcd made it. After the drop's answer, a put into each set's partition through its own
+    // node: each owner holds it until it reads that the tube is gone, then refuses it.
+    let racers = [(a0, &keys[0]), (b0, &keys[1])].map(|(addr, key)| {
+        let key = key.clone();
+        std::thread::spawn(move || put(addr, "unsure", "after the drop", Some(&key)))
+    });
+    let acked: Vec<(usize, Value)> = (racers.into_iter().enumerate())
+        .filter_map(|(i, r)| r.join().unwrap().ok().map(|id| (i, id)))
+        .collect();
+    assert!(
+        acked.is_empty(),
+        "puts acknowledged after a drop etcd had made (set, task id): {acked:?}"
+    );
+    for addr in [a0, b0] {
+        wait_for("both nodes to let the tube go", || !knows(addr, "unsure"));
+    }
 }
