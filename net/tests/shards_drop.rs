@@ -112,22 +112,40 @@ fn own_key(nodes: &Nodes, i: usize, tube: &str) -> String {
         .expect("one of 64 keys is this set's")
 }
 
+/// Sets a and b of one node each (the long lease), the one named by `proxied` ('a' or 'b')
+/// reaching etcd through `proxy`, the other directly; both led, each knowing both primaries.
+fn two_sets(etcd: &Etcd, proxy: &EtcdProxy, proxied: char) -> (Nodes, Nodes) {
+    let start = |set: &str| match set.starts_with(proxied) {
+        true => Nodes::start_sets_at(&proxy.url, &[(set, 1)], LONG_TTL),
+        false => Nodes::start_sets(etcd, &[(set, 1)], LONG_TTL),
+    };
+    let (a, b) = (start("a"), start("b"));
+    for n in [&a, &b] {
+        n.wait_leader_among(&[0]);
+    }
+    for n in [&a, &b] {
+        n.wait_primaries_known(&[0], 2);
+    }
+    (a, b)
+}
+
+/// Creates utube `name` of two partitions through `via`, and waits until every node at
+/// `addrs` knows it.
+fn create_known(via: SocketAddr, addrs: &[SocketAddr], name: &str) {
+    create(via, name, "utube", 2);
+    for &addr in addrs {
+        wait_for("every node to know the tube", || knows(addr, name));
+    }
+}
+
 #[test]
 fn a_put_reaching_an_owner_that_has_not_read_the_drop_is_not_acknowledged() {
     let etcd = Etcd::start();
     let proxy = EtcdProxy::start(&etcd.url);
     // Set a's node reads etcd itself; set b's through the proxy.
-    let a = Nodes::start_sets(&etcd, &[("a", 1)], LONG_TTL);
-    let b = Nodes::start_sets_at(&proxy.url, &[("b", 1)], LONG_TTL);
-    a.wait_leader_among(&[0]);
-    b.wait_leader_among(&[0]);
-    a.wait_primaries_known(&[0], 2);
-    b.wait_primaries_known(&[0], 2);
+    let (a, b) = two_sets(&etcd, &proxy, 'b');
     let (a0, b0) = (a.nodes[0].addr, b.nodes[0].addr);
-    create(a0, "doomed", "utube", 2);
-    for addr in [a0, b0] {
-        wait_for("both nodes to know the tube", || knows(addr, "doomed"));
-    }
+    create_known(a0, &[a0, b0], "doomed");
     let b_key = own_key(&b, 0, "doomed");
 
     // From now on set b's node cannot read etcd: it does not learn of the drop by itself.
@@ -231,17 +249,9 @@ fn an_owner_serves_again_once_its_hold_runs_out_when_the_dropping_node_died() {
     let etcd = Etcd::start();
     let proxy = EtcdProxy::start(&etcd.url);
     // Set a's node reaches etcd through the proxy, which holds its drop's commit back.
-    let mut a = Nodes::start_sets_at(&proxy.url, &[("a", 1)], LONG_TTL);
-    let b = Nodes::start_sets(&etcd, &[("b", 1)], LONG_TTL);
-    a.wait_leader_among(&[0]);
-    b.wait_leader_among(&[0]);
-    a.wait_primaries_known(&[0], 2);
-    b.wait_primaries_known(&[0], 2);
+    let (mut a, b) = two_sets(&etcd, &proxy, 'a');
     let (a0, b0) = (a.nodes[0].addr, b.nodes[0].addr);
-    create(b0, "orphan", "utube", 2);
-    for addr in [a0, b0] {
-        wait_for("both nodes to know the tube", || knows(addr, "orphan"));
-    }
+    create_known(b0, &[a0, b0], "orphan");
     let b_key = own_key(&b, 0, "orphan");
     let before = own_total(&b, 0, "orphan");
 
@@ -293,10 +303,7 @@ fn a_drop_checked_by_a_primary_deposed_before_the_commit_is_refused() {
     let b_leader = b.wait_leader_among(&[0, 1]);
     a.wait_primaries_known(&[0], 2);
     let a0 = a.nodes[0].addr;
-    create(a0, "fenced", "utube", 2);
-    for addr in [a0, b.nodes[0].addr, b.nodes[1].addr] {
-        wait_for("every node to know the tube", || knows(addr, "fenced"));
-    }
+    create_known(a0, &[a0, b.nodes[0].addr, b.nodes[1].addr], "fenced");
 
     proxy.arm("drop tube fenced", Fault::Hold);
     let dropper = std::thread::spawn(move || {
@@ -338,17 +345,9 @@ fn a_drop_whose_answer_is_lost_is_of_unknown_outcome_and_nothing_after_it_is_ack
     let proxy = EtcdProxy::start(&etcd.url);
     // Set a's node (the dropping one) reaches etcd through the proxy, which loses the answer
     // to its drop's commit and then holds its requests a while; set b's reads etcd itself.
-    let a = Nodes::start_sets_at(&proxy.url, &[("a", 1)], LONG_TTL);
-    let b = Nodes::start_sets(&etcd, &[("b", 1)], LONG_TTL);
-    a.wait_leader_among(&[0]);
-    b.wait_leader_among(&[0]);
-    a.wait_primaries_known(&[0], 2);
-    b.wait_primaries_known(&[0], 2);
+    let (a, b) = two_sets(&etcd, &proxy, 'a');
     let (a0, b0) = (a.nodes[0].addr, b.nodes[0].addr);
-    create(a0, "unsure", "utube", 2);
-    for addr in [a0, b0] {
-        wait_for("both nodes to know the tube", || knows(addr, "unsure"));
-    }
+    create_known(a0, &[a0, b0], "unsure");
     let keys = [own_key(&a, 0, "unsure"), own_key(&b, 0, "unsure")];
 
     let pause = Duration::from_secs(2);
