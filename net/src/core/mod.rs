@@ -127,7 +127,9 @@ fn with_takers<R>(
     holders: &[u64],
 ) -> Stats {
     s.ready_since = queue.ready_since(tube);
-    s.takers_waiting = parked.takers_in(tube) as u64 + routed.get(&tube).copied().unwrap_or(0);
+    // The routed count comes from other nodes: summed without overflow whatever it says.
+    let routed = routed.get(&tube).copied().unwrap_or(0);
+    s.takers_waiting = (parked.takers_in(tube) as u64).saturating_add(routed);
     s.takers_holding = holders.get(usize::from(tube)).copied().unwrap_or(0);
     s
 }

@@ -103,12 +103,7 @@ impl Server {
             answers.push((s.name.clone(), answer));
         }
         shards.cluster_moves.asking = Some((key, Instant::now(), answers));
-        let client = Client {
-            idx: super::console::CONSOLE_CLIENT,
-            gen: 0,
-            sid,
-            reply: ReplyTo::Router(key),
-        };
+        let client = Client::router(sid, key);
         for (at, set) in asks {
             self.send_ask(set, client, &Ask::Moves, Then::Moves { key, at });
         }

@@ -129,12 +129,7 @@ impl Server {
                 per.push((t.name.clone(), ix, s));
             }
         }
-        let client = Client {
-            idx: CONSOLE_CLIENT,
-            gen: 0,
-            sid,
-            reply: ReplyTo::Router(key),
-        };
+        let client = Client::router(sid, key);
         let asked = asks.iter().map(|&(_, ix)| ix).collect();
         shards.console.asking = Some(Asking {
             key,

@@ -96,8 +96,7 @@ impl Server {
         };
         let key = shards.next_gather;
         shards.next_gather += 1;
-        let mut gather = Gather::every_tube(client, asks.len(), Vec::new());
-        gather.kind = GatherKind::Drop { head };
+        let mut gather = Gather::new(client, asks.len(), GatherKind::Drop { head });
         gather.floors = floors;
         gather.asked = asks.clone();
         gather.since = Some(Instant::now());

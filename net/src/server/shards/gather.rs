@@ -30,6 +30,24 @@ pub(super) struct Gather {
 }
 
 impl Gather {
+    /// A figure of kind `kind` for `client`, `left` partitions still to answer.
+    pub(super) fn new(client: Client, left: usize, kind: GatherKind) -> Self {
+        Gather {
+            client,
+            left,
+            stats: Stats::default(),
+            count: 0,
+            kind,
+            error: None,
+            per: Vec::new(),
+            floors: Vec::new(),
+            answered: Vec::new(),
+            asked: Vec::new(),
+            since: None,
+            checked_by: Vec::new(),
+        }
+    }
+
     /// Every tube's figures for `client` (`GatherKind::All`): `per` holds what this node
     /// summed itself, and `left` partitions are still to answer.
     pub(super) fn every_tube(
@@ -38,18 +56,8 @@ impl Gather {
         per: Vec<(String, TubeIx, Stats)>,
     ) -> Self {
         Gather {
-            client,
-            left,
-            stats: Stats::default(),
-            count: 0,
-            kind: GatherKind::All,
-            error: None,
             per,
-            floors: Vec::new(),
-            answered: Vec::new(),
-            asked: Vec::new(),
-            since: None,
-            checked_by: Vec::new(),
+            ..Gather::new(client, left, GatherKind::All)
         }
     }
 }
@@ -128,23 +136,11 @@ impl Server {
         };
         let key = shards.next_gather;
         shards.next_gather += 1;
-        shards.gathers.insert(
-            key,
-            Gather {
-                client,
-                left: parts.len(),
-                stats: carried,
-                count: 0,
-                kind,
-                error: None,
-                per: Vec::new(),
-                floors: Vec::new(),
-                answered: Vec::new(),
-                asked: Vec::new(),
-                since: None,
-                checked_by: Vec::new(),
-            },
-        );
+        let gather = Gather {
+            stats: carried,
+            ..Gather::new(client, parts.len(), kind)
+        };
+        shards.gathers.insert(key, gather);
         for ix in parts {
             let here = self.shards.as_ref().is_some_and(|s| s.here(ix, leads));
             if here {

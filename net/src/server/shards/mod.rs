@@ -133,6 +133,19 @@ struct Client {
     reply: ReplyTo,
 }
 
+impl Client {
+    /// The router's own asker (the console's figures, the cluster page's moves, the counts of
+    /// waiting takes): no connection; its answers go to the router as `key`.
+    fn router(sid: SessionId, key: u64) -> Client {
+        Client {
+            idx: console::CONSOLE_CLIENT,
+            gen: 0,
+            sid,
+            reply: ReplyTo::Router(key),
+        }
+    }
+}
+
 /// What to do with a forwarded command's answer.
 enum Then {
     Deliver,

@@ -52,12 +52,7 @@ impl Server {
                 Publish::Core { head, count } => self.core.set_routed_waiting(head, count),
                 Publish::Tell { set, head, count } => {
                     let ask = Ask::Waiting { tube: head, count };
-                    let client = Client {
-                        idx: super::console::CONSOLE_CLIENT,
-                        gen: 0,
-                        sid: 0,
-                        reply: ReplyTo::Router(0),
-                    };
+                    let client = Client::router(0, 0);
                     if !self.send_ask(set, client, &ask, Then::Ignore) {
                         let now = self.mono;
                         if let Some(s) = self.shards.as_mut() {
