@@ -19,6 +19,9 @@ pub const MAX_DEPTH: usize = 128;
 /// the full one (see [`Reader::skip_value_within`]).
 const SHALLOW_DEPTH: usize = 16;
 
+/// Most values a flat fixarray holds: itself and 15 elements.
+const FLAT_MAX_ELEMENTS: usize = 16;
+
 /// Most values (scalars and containers, counted together) accepted inside one value. A task
 /// payload is a message, not a database: a million elements is far beyond any real one, and the
 /// cap bounds the decode work a single frame can cost the loop to a few milliseconds.
@@ -38,9 +41,30 @@ pub const REPLY_MAX_DEPTH: usize = MAX_DEPTH + REPLY_WRAP_DEPTH;
 /// Most values a client accepts in one reply value.
 pub const REPLY_MAX_ELEMENTS: usize = MAX_ELEMENTS + REPLY_WRAP_ELEMENTS;
 
-/// Why a MessagePack value could not be read.
+/// Why a MessagePack value could not be read: an [`MpFault`], boxed. Every read returns a
+/// `Result` and almost none fails, so the error is kept to one pointer: a read's `Result`
+/// then comes back in two registers instead of through memory (the fault is 40 bytes).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MpError {
+#[error(transparent)]
+pub struct MpError(Box<MpFault>);
+
+impl MpError {
+    /// What went wrong, and where.
+    pub fn fault(&self) -> &MpFault {
+        &self.0
+    }
+}
+
+impl From<MpFault> for MpError {
+    #[cold]
+    fn from(fault: MpFault) -> MpError {
+        MpError(Box::new(fault))
+    }
+}
+
+/// What went wrong reading a MessagePack value, and at which byte.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MpFault {
     #[error("truncated value at byte {0}")]
     Truncated(usize),
     #[error("expected {expected} at byte {at}, found {found}")]
@@ -115,7 +139,7 @@ impl<'a> Reader<'a> {
         self.buf
             .get(self.pos)
             .map(|&b| Marker::from_u8(b))
-            .ok_or(MpError::Truncated(self.pos))
+            .ok_or_else(|| MpError::from(MpFault::Truncated(self.pos)))
     }
 
     /// Runs one `rmp::decode` read on the rest of the buffer and advances past what it consumed.
@@ -140,7 +164,7 @@ impl<'a> Reader<'a> {
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.buf.len())
-            .ok_or(MpError::Truncated(self.pos))?;
+            .ok_or_else(|| MpError::from(MpFault::Truncated(self.pos)))?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -153,25 +177,68 @@ impl<'a> Reader<'a> {
             .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
     }
 
+    /// The `N` bytes after the marker at `pos`, consumed with it; `None` (nothing consumed)
+    /// when the value is cut short.
+    #[inline]
+    fn be_array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let raw = self.buf.get(self.pos + 1..self.pos + 1 + N)?;
+        self.pos += 1 + N;
+        raw.try_into().ok()
+    }
+
     /// Any non-negative integer, whatever its width.
+    ///
+    /// The reads every request makes (header keys, the sync, a map's or an array's length, a
+    /// short string) are small inlined fast paths; anything else, an error included, goes to
+    /// an out-of-line read, so the fast path costs a compare and a load.
+    #[inline]
     pub fn read_uint(&mut self) -> Result<u64, MpError> {
-        // The unsigned widths (every header key, sync and task id) read here; rmp's generic
-        // integer read, which also takes signed markers, costs ~3x as much. Anything else, a
-        // truncated value included, is rmp's to read or refuse.
         match self.buf.get(self.pos) {
             Some(&b) if b < 0x80 => {
                 self.pos += 1;
-                return Ok(u64::from(b));
+                Ok(u64::from(b))
             }
-            Some(&b @ 0xcc..=0xcf) => {
-                let n = 1usize << (b - 0xcc);
-                if let Some(raw) = self.buf.get(self.pos + 1..self.pos + 1 + n) {
-                    self.pos += 1 + n;
-                    return Ok(raw.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b)));
+            _ => self.read_uint_wide(),
+        }
+    }
+
+    /// [`read_uint`](Self::read_uint) past a positive fixint.
+    #[inline(never)]
+    fn read_uint_wide(&mut self) -> Result<u64, MpError> {
+        // The unsigned widths (sync and task ids) read here; rmp's generic integer read, which
+        // also takes signed markers, costs ~3x as much. Anything else, a truncated value
+        // included, is rmp's to read or refuse.
+        match self.buf.get(self.pos) {
+            // Each width read as one big-endian load (syncs are u32s in a long run).
+            Some(0xcc) => {
+                if let Some(&v) = self.buf.get(self.pos + 1) {
+                    self.pos += 2;
+                    return Ok(u64::from(v));
+                }
+            }
+            Some(0xcd) => {
+                if let Some(v) = self.be_array::<2>() {
+                    return Ok(u64::from(u16::from_be_bytes(v)));
+                }
+            }
+            Some(0xce) => {
+                if let Some(v) = self.be_array::<4>() {
+                    return Ok(u64::from(u32::from_be_bytes(v)));
+                }
+            }
+            Some(0xcf) => {
+                if let Some(v) = self.be_array::<8>() {
+                    return Ok(u64::from_be_bytes(v));
                 }
             }
             _ => {}
         }
+        self.read_uint_rmp()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_uint_rmp(&mut self) -> Result<u64, MpError> {
         self.with_rmp(decode::read_int::<u64, _>, |e, at| {
             num_err(e, at, "unsigned")
         })
@@ -197,11 +264,12 @@ impl<'a> Reader<'a> {
             Marker::FixPos(_) | Marker::U8 | Marker::U16 | Marker::U32 | Marker::U64 => {
                 self.read_uint().map(|v| v as f64)
             }
-            m => Err(MpError::Type {
+            m => Err(MpFault::Type {
                 expected: "number",
                 found: marker_name(m),
                 at: self.pos,
-            }),
+            }
+            .into()),
         }
     }
 
@@ -215,18 +283,30 @@ impl<'a> Reader<'a> {
             // SAFETY: ASCII bytes are valid UTF-8.
             return Ok(unsafe { std::str::from_utf8_unchecked(raw) });
         }
-        std::str::from_utf8(raw).map_err(|_| MpError::Utf8(at))
+        std::str::from_utf8(raw).map_err(|_| MpFault::Utf8(at).into())
     }
 
     /// A string's bytes, borrowed, without checking UTF-8.
+    #[inline]
     pub fn read_str_bytes(&mut self) -> Result<&'a [u8], MpError> {
         // A fixstr (names, keys, status letters) without rmp's generic read.
         if let Some(&b @ 0xa0..=0xbf) = self.buf.get(self.pos) {
-            let at = self.pos;
-            self.pos += 1;
-            return self
-                .take(usize::from(b & 0x1f))
-                .inspect_err(|_| self.pos = at);
+            let end = self.pos + 1 + usize::from(b & 0x1f);
+            if let Some(s) = self.buf.get(self.pos + 1..end) {
+                self.pos = end;
+                return Ok(s);
+            }
+        }
+        self.read_str_bytes_rmp()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_str_bytes_rmp(&mut self) -> Result<&'a [u8], MpError> {
+        if let Some(0xa0..=0xbf) = self.buf.get(self.pos) {
+            // A fixstr longer than what is left: cut short after its marker, and the reader
+            // stays where it was.
+            return Err(MpFault::Truncated(self.pos + 1).into());
         }
         let len = self.with_rmp(decode::read_str_len, |e, at| val_err(e, at, "string"))?;
         self.take(len as usize)
@@ -243,21 +323,35 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     pub fn read_array_len(&mut self) -> Result<u32, MpError> {
         // A fixarray (every call's args, every task tuple) without rmp's generic read.
         if let Some(&b @ 0x90..=0x9f) = self.buf.get(self.pos) {
             self.pos += 1;
             return Ok(u32::from(b & 0x0f));
         }
+        self.read_array_len_rmp()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_array_len_rmp(&mut self) -> Result<u32, MpError> {
         self.with_rmp(decode::read_array_len, |e, at| val_err(e, at, "array"))
     }
 
+    #[inline]
     pub fn read_map_len(&mut self) -> Result<u32, MpError> {
         // A fixmap (every header and body) without rmp's generic read.
         if let Some(&b @ 0x80..=0x8f) = self.buf.get(self.pos) {
             self.pos += 1;
             return Ok(u32::from(b & 0x0f));
         }
+        self.read_map_len_rmp()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_map_len_rmp(&mut self) -> Result<u32, MpError> {
         self.with_rmp(decode::read_map_len, |e, at| val_err(e, at, "map"))
     }
 
@@ -290,6 +384,14 @@ impl<'a> Reader<'a> {
         &mut self,
         max_elements: usize,
     ) -> Result<&'a [u8], MpError> {
+        // Every call's args are a short array of scalars and strings: walked without the
+        // stack. Anything else, a cut-short value included, takes the general walk, which
+        // names what is wrong.
+        if max_elements >= FLAT_MAX_ELEMENTS && DEPTH >= 1 {
+            if let Some(flat) = self.skip_flat_fixarray() {
+                return Ok(flat);
+            }
+        }
         let start = self.pos;
         // Almost every value is shallow: a stack of `SHALLOW_DEPTH` counters costs a few
         // stores to clear where `DEPTH` (128, 1 KiB) cost a memset on every call. A value that
@@ -301,13 +403,51 @@ impl<'a> Reader<'a> {
             start,
             max_elements,
         ) {
-            Err(MpError::TooDeep { .. }) if DEPTH > SHALLOW_DEPTH => {
+            Err(e) if DEPTH > SHALLOW_DEPTH && matches!(e.fault(), MpFault::TooDeep { .. }) => {
                 self.pos = start;
                 let mut pending = [0u64; DEPTH];
                 self.skip_nested(&mut pending, start, max_elements)
             }
             r => r,
         }
+    }
+
+    /// A fixarray whose elements are scalars, strings or binaries, skipped; `None` (nothing
+    /// consumed) for any other value, or one cut short. Where it answers, the general walk
+    /// answers the same (a property test holds it to that).
+    #[inline]
+    fn skip_flat_fixarray(&mut self) -> Option<&'a [u8]> {
+        let start = self.pos;
+        let &head @ 0x90..=0x9f = self.buf.get(start)? else {
+            return None;
+        };
+        let mut at = start + 1;
+        for _ in 0..head & 0x0f {
+            let marker = *self.buf.get(at)?;
+            let len = match marker {
+                // fixint, nil, false, true, negative fixint
+                0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => 1,
+                0xa0..=0xbf => 1 + usize::from(marker & 0x1f),
+                0xcc | 0xd0 => 2,
+                0xcd | 0xd1 => 3,
+                0xca | 0xce | 0xd2 => 5,
+                0xcb | 0xcf | 0xd3 => 9,
+                // bin8, str8
+                0xc4 | 0xd9 => 2 + usize::from(*self.buf.get(at + 1)?),
+                // bin16, str16
+                0xc5 | 0xda => {
+                    let n: [u8; 2] = self.buf.get(at + 1..at + 3)?.try_into().ok()?;
+                    3 + usize::from(u16::from_be_bytes(n))
+                }
+                _ => return None,
+            };
+            at += len;
+            if at > self.buf.len() {
+                return None;
+            }
+        }
+        self.pos = at;
+        Some(&self.buf[start..at])
     }
 
     /// The skip itself, `pending.len()` levels deep at most: a fixed stack of "children still
@@ -325,10 +465,11 @@ impl<'a> Reader<'a> {
             let marker = Marker::from_u8(self.take(1)?[0]);
             elements += 1;
             if elements > max_elements {
-                return Err(MpError::TooManyElements {
+                return Err(MpFault::TooManyElements {
                     at,
                     limit: max_elements,
-                });
+                }
+                .into());
             }
             let children = match marker {
                 Marker::FixPos(_)
@@ -358,18 +499,19 @@ impl<'a> Reader<'a> {
                 Marker::FixMap(n) => 2 * u64::from(n),
                 Marker::Map16 => 2 * self.be(2)?,
                 Marker::Map32 => 2 * self.be(4)?,
-                Marker::Reserved => return Err(MpError::Reserved(at)),
+                Marker::Reserved => return Err(MpFault::Reserved(at).into()),
             };
             if children > 0 {
                 if depth == pending.len() {
-                    return Err(MpError::TooDeep {
+                    return Err(MpFault::TooDeep {
                         at,
                         limit: pending.len(),
-                    });
+                    }
+                    .into());
                 }
                 // Every child takes at least one byte: a count beyond the input is a lie.
                 if children > (self.buf.len() - self.pos) as u64 {
-                    return Err(MpError::Truncated(at));
+                    return Err(MpFault::Truncated(at).into());
                 }
                 pending[depth] = children;
                 depth += 1;
@@ -399,30 +541,32 @@ impl<'a> Reader<'a> {
 }
 
 fn val_err(e: ValueReadError<BytesReadError>, at: usize, expected: &'static str) -> MpError {
-    match e {
-        ValueReadError::TypeMismatch(found) => MpError::Type {
+    let fault = match e {
+        ValueReadError::TypeMismatch(found) => MpFault::Type {
             expected,
             found: marker_name(found),
             at,
         },
         ValueReadError::InvalidMarkerRead(_) | ValueReadError::InvalidDataRead(_) => {
-            MpError::Truncated(at)
+            MpFault::Truncated(at)
         }
-    }
+    };
+    fault.into()
 }
 
 fn num_err(e: NumValueReadError<BytesReadError>, at: usize, expected: &'static str) -> MpError {
-    match e {
-        NumValueReadError::TypeMismatch(found) => MpError::Type {
+    let fault = match e {
+        NumValueReadError::TypeMismatch(found) => MpFault::Type {
             expected,
             found: marker_name(found),
             at,
         },
-        NumValueReadError::OutOfRange => MpError::OutOfRange(at),
+        NumValueReadError::OutOfRange => MpFault::OutOfRange(at),
         NumValueReadError::InvalidMarkerRead(_) | NumValueReadError::InvalidDataRead(_) => {
-            MpError::Truncated(at)
+            MpFault::Truncated(at)
         }
-    }
+    };
+    fault.into()
 }
 
 /// Unwraps the result of an `rmp::encode` write into a `Vec<u8>`, which cannot fail: `Vec`'s
@@ -529,7 +673,123 @@ pub mod write {
 
 #[cfg(test)]
 mod tests {
+    /// A read's result with its error unboxed, to compare against a fault.
+    trait Unboxed<T> {
+        fn unboxed(self) -> Result<T, MpFault>;
+    }
+
+    impl<T> Unboxed<T> for Result<T, MpError> {
+        fn unboxed(self) -> Result<T, MpFault> {
+            self.map_err(|e| *e.0)
+        }
+    }
+
     use super::*;
+    use proptest::prelude::*;
+
+    /// One MessagePack value's bytes, of every kind the flat walk reads and some it does not
+    /// (a map, a nested array, an ext, a str32, the reserved byte).
+    fn any_value() -> impl Strategy<Value = Vec<u8>> {
+        let marker_and_len = prop_oneof![
+            (0x00u8..=0x7f).prop_map(|m| vec![m]),
+            (0xe0u8..=0xff).prop_map(|m| vec![m]),
+            prop::sample::select(vec![0xc0u8, 0xc1, 0xc2, 0xc3]).prop_map(|m| vec![m]),
+            (0u8..32).prop_map(|n| {
+                let mut v = vec![0xa0 | n];
+                v.resize(1 + usize::from(n), b'x');
+                v
+            }),
+            (prop::sample::select(vec![
+                0xcc, 0xd0, 0xcd, 0xd1, 0xca, 0xce, 0xd2, 0xcb, 0xcf, 0xd3
+            ]))
+            .prop_map(|m: u8| {
+                let width = match m {
+                    0xcc | 0xd0 => 1,
+                    0xcd | 0xd1 => 2,
+                    0xca | 0xce | 0xd2 => 4,
+                    _ => 8,
+                };
+                let mut v = vec![m];
+                v.resize(1 + width, 7);
+                v
+            }),
+            (prop::sample::select(vec![0xc4u8, 0xd9]), 0u8..=255).prop_map(|(m, n)| {
+                let mut v = vec![m, n];
+                v.resize(2 + usize::from(n), b'y');
+                v
+            }),
+            (prop::sample::select(vec![0xc5u8, 0xda]), 0u16..600).prop_map(|(m, n)| {
+                let mut v = vec![m];
+                v.extend_from_slice(&n.to_be_bytes());
+                v.resize(3 + usize::from(n), b'z');
+                v
+            }),
+            Just(vec![0x81, 0x01, 0x02]),
+            Just(vec![0x91, 0x91, 0x01]),
+            Just(vec![0xd4, 0x01, 0x02]),
+            Just(vec![0xdb, 0, 0, 0, 1, b'a']),
+        ];
+        marker_and_len
+    }
+
+    proptest! {
+        /// Where the flat walk answers, the general walk gives the same bytes and position,
+        /// over whole arrays, arrays cut short anywhere, and arrays with bytes after them.
+        #[test]
+        fn the_flat_walk_agrees_with_the_general_one(
+            values in prop::collection::vec(any_value(), 0..16),
+            cut in any::<prop::sample::Index>(),
+            cut_it in any::<bool>(),
+            tail in prop::collection::vec(any::<u8>(), 0..4),
+        ) {
+            let mut bytes = vec![0x90 | values.len() as u8];
+            for v in &values {
+                bytes.extend_from_slice(v);
+            }
+            if cut_it {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            bytes.extend_from_slice(&tail);
+            let mut flat = Reader::new(&bytes);
+            let fast = flat.skip_flat_fixarray();
+            let mut general = Reader::new(&bytes);
+            let mut pending = [0u64; MAX_DEPTH];
+            let slow = general.skip_nested(&mut pending, 0, MAX_ELEMENTS);
+            match fast {
+                Some(v) => {
+                    prop_assert_eq!(Ok(v), slow.map_err(|e| *e.0));
+                    prop_assert_eq!(flat.pos, general.pos);
+                }
+                None => prop_assert_eq!(flat.pos, 0, "nothing consumed"),
+            }
+            // Whichever walk runs, skip_value answers as the general walk does.
+            prop_assert_eq!(
+                Reader::new(&bytes).skip_value().map_err(|e| *e.0),
+                Reader::new(&bytes).skip_nested(&mut [0u64; MAX_DEPTH], 0, MAX_ELEMENTS).map_err(|e| *e.0)
+            );
+        }
+    }
+
+    #[test]
+    fn the_flat_walk_takes_the_calls_args() {
+        // [bin 32], [0.5], [987654], ["a", nil, true, -1]
+        for args in [
+            &[&[0x91, 0xc4, 32][..], &[b'x'; 32]].concat()[..],
+            &[0x91, 0xcb, 0x3f, 0xe0, 0, 0, 0, 0, 0, 0],
+            &[0x91, 0xce, 0, 0x0f, 0x12, 0x06],
+            &[0x94, 0xa1, b'a', 0xc0, 0xc3, 0xff],
+        ] {
+            assert_eq!(
+                Reader::new(args).skip_flat_fixarray(),
+                Some(args),
+                "{args:02x?}"
+            );
+        }
+        // Nested, or a map, or cut short: the general walk's.
+        for args in [&[0x91, 0x90][..], &[0x81, 1, 2], &[0x92, 0x01]] {
+            assert_eq!(Reader::new(args).skip_flat_fixarray(), None, "{args:02x?}");
+        }
+    }
 
     fn nested(depth: usize) -> Vec<u8> {
         let mut v = vec![0x91; depth];
@@ -576,11 +836,17 @@ mod tests {
             &[0xdd, 0xff, 0xff, 0xff, 0xff],
         ] {
             assert!(
-                matches!(Reader::new(case).skip_value(), Err(MpError::Truncated(_))),
+                matches!(
+                    Reader::new(case).skip_value().unboxed(),
+                    Err(MpFault::Truncated(_))
+                ),
                 "{case:02x?}"
             );
         }
-        assert_eq!(Reader::new(&[0xc1]).skip_value(), Err(MpError::Reserved(0)));
+        assert_eq!(
+            Reader::new(&[0xc1]).skip_value().unboxed(),
+            Err(MpFault::Reserved(0))
+        );
     }
 
     #[test]
@@ -590,15 +856,15 @@ mod tests {
             MAX_DEPTH + 1
         );
         assert_eq!(
-            Reader::new(&nested(MAX_DEPTH + 1)).skip_value(),
-            Err(MpError::TooDeep {
+            Reader::new(&nested(MAX_DEPTH + 1)).skip_value().unboxed(),
+            Err(MpFault::TooDeep {
                 at: MAX_DEPTH,
                 limit: MAX_DEPTH
             })
         );
         assert!(matches!(
-            Reader::new(&nested(100_000)).skip_value(),
-            Err(MpError::TooDeep { .. })
+            Reader::new(&nested(100_000)).skip_value().unboxed(),
+            Err(MpFault::TooDeep { .. })
         ));
     }
 
@@ -611,8 +877,10 @@ mod tests {
             wrapped.len()
         );
         assert_eq!(
-            Reader::new(&nested(REPLY_MAX_DEPTH + 1)).skip_reply_value(),
-            Err(MpError::TooDeep {
+            Reader::new(&nested(REPLY_MAX_DEPTH + 1))
+                .skip_reply_value()
+                .unboxed(),
+            Err(MpFault::TooDeep {
                 at: REPLY_MAX_DEPTH,
                 limit: REPLY_MAX_DEPTH
             })
@@ -626,8 +894,8 @@ mod tests {
         v.extend_from_slice(&(n as u32).to_be_bytes());
         v.resize(v.len() + n, 0x00);
         assert!(matches!(
-            Reader::new(&v).skip_value(),
-            Err(MpError::TooManyElements { .. })
+            Reader::new(&v).skip_value().unboxed(),
+            Err(MpFault::TooManyElements { .. })
         ));
         let mut ok = vec![0xdd];
         ok.extend_from_slice(&((n - 1) as u32).to_be_bytes());
@@ -643,24 +911,24 @@ mod tests {
         );
         assert_eq!(Reader::new(&[0xd0, 0xff]).read_int(), Ok(-1));
         assert_eq!(
-            Reader::new(&[0xd0, 0xff]).read_uint(),
-            Err(MpError::OutOfRange(0))
+            Reader::new(&[0xd0, 0xff]).read_uint().unboxed(),
+            Err(MpFault::OutOfRange(0))
         );
         assert_eq!(
             Reader::new(&[0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0]).read_number(),
             Ok(1.5)
         );
         assert_eq!(
-            Reader::new(&[0xa1, b'x']).read_uint(),
-            Err(MpError::Type {
+            Reader::new(&[0xa1, b'x']).read_uint().unboxed(),
+            Err(MpFault::Type {
                 expected: "unsigned",
                 found: "string",
                 at: 0
             })
         );
         assert_eq!(
-            Reader::new(&[0xa2, 0xff, 0xfe]).read_str(),
-            Err(MpError::Utf8(0))
+            Reader::new(&[0xa2, 0xff, 0xfe]).read_str().unboxed(),
+            Err(MpFault::Utf8(0))
         );
         assert_eq!(Reader::new(&[0xc4, 1, 7]).read_str_or_bin(), Ok(&[7u8][..]));
     }
@@ -721,7 +989,7 @@ mod tests {
         assert_eq!(out, [0xce, 0, 0, 0, 7]);
         // A fixstr longer than what is left is truncated, and the reader stays where it was.
         let mut r = Reader::new(&[0xa3, b'a']);
-        assert_eq!(r.read_str_bytes(), Err(MpError::Truncated(1)));
+        assert_eq!(r.read_str_bytes().unboxed(), Err(MpFault::Truncated(1)));
         assert_eq!(r.position(), 0);
         // Signed markers holding a non-negative value are still unsigned to rmp's read.
         assert_eq!(Reader::new(&[0xd0, 0x05]).read_uint(), Ok(5));
