@@ -264,6 +264,18 @@ pub enum PlacementError {
          leads it: nothing was dropped"
     )]
     CheckedByDeposed { set: String, term: u64 },
+    /// A drop's partition is owned now by a set that did not pass its check: it moved since,
+    /// or the check was relayed past a stale view to an owner the commit cannot fence. That
+    /// owner's successor could hold nothing for the drop. Nothing was written.
+    #[error(
+        "partition {partition} of tube {tube:?} is owned by replica set {set:?}, which did not \
+         check the drop: nothing was dropped"
+    )]
+    CheckedElsewhere {
+        tube: String,
+        partition: u16,
+        set: String,
+    },
     /// A drop's commit not begun by its deadline: the partitions' owners hold the tube's
     /// changes only so long after its checks (`Cluster::drop_tube`). Nothing was written.
     #[error(
@@ -804,6 +816,18 @@ pub fn drop_tube(
                 }
                 let leader = format!("{}leader", crate::set_prefix(cluster, set)).into_bytes();
                 compare.push(Compare::CreateRevision(leader, *term as i64));
+            }
+            // Every partition is owned where a fenced primary checked it: a partition that
+            // moved since its check, or whose check was relayed to an owner the dropping
+            // node's view did not name, was held by a primary this commit does not fence.
+            for (partition, p) in (0u16..).zip(&t.partitions) {
+                if !drop.checked_by.iter().any(|(set, _)| *set == p.set) {
+                    return Err(PlacementError::CheckedElsewhere {
+                        tube: name.to_owned(),
+                        partition,
+                        set: p.set.clone(),
+                    });
+                }
             }
             let mut ops = vec![Op::Delete(tube_key(cluster, name))];
             for (index, floor) in written {

@@ -275,15 +275,38 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
     assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_some());
 
     let overview = x1.cluster.overview();
-    let s1 = overview
-        .sets
-        .iter()
-        .find(|s| s.name == "s1")
-        .expect("set s1");
-    let term = s1.leader.as_ref().expect("s1 is led").1;
+    let term_of = |name: &str| {
+        let set = overview.sets.iter().find(|s| s.name == name).expect("set");
+        set.leader.as_ref().expect("the set is led").1
+    };
+    let term = term_of("s1");
+    let (owner, other) = match q.partitions[0].set.as_str() {
+        "s1" => ("s1", "s2"),
+        _ => ("s2", "s1"),
+    };
+    assert_eq!(q.partitions[1].set, other, "one partition a set: {q:?}");
+    // Checked by a primary that leads, but not by the one that owns partition 0 (a check
+    // relayed past a stale view, or a partition moved since): refused, nothing written.
+    x1.cluster.drop_tube(
+        4,
+        drop(vec![(0, 500)], vec![(other.into(), term_of(other))], soon()),
+    );
+    assert_eq!(
+        done(&x1, 4),
+        Err(PlacementError::CheckedElsewhere {
+            tube: "q".into(),
+            partition: 0,
+            set: owner.into()
+        })
+    );
+    assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_some());
     x1.cluster.drop_tube(
         2,
-        drop(vec![(0, 500), (1, 7)], vec![("s1".into(), term)], soon()),
+        drop(
+            vec![(0, 500), (1, 7)],
+            vec![("s1".into(), term), ("s2".into(), term_of("s2"))],
+            soon(),
+        ),
     );
     assert_eq!(done(&x1, 2), Ok(q));
     assert!(etcd.get_json("/tarq/test/placement/tubes/q").is_none());
@@ -331,7 +354,7 @@ fn a_dropped_tube_leaves_floors_and_new_tubes_take_indexes_never_used_first() {
         DropCommit {
             name: "r".into(),
             floors: vec![(0, 3)],
-            checked_by: vec![],
+            checked_by: vec![(r.partitions[0].set.clone(), term_of(&r.partitions[0].set))],
             not_after: soon(),
         },
     );

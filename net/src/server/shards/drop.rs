@@ -7,6 +7,11 @@
 //! held of the tube when its map no longer has it, and answers the calls its hold kept as for
 //! a tube that does not exist: nothing is acknowledged after the drop that goes with it.
 //!
+//! The commit is fenced on the checks: each set that checked must be led still by the
+//! primary that checked, and every partition must be owned, in etcd, by one of those sets (a
+//! partition that moved, or a check relayed past this node's stale view to an owner it did not
+//! name, gets the drop refused: that owner's successor is not fenced).
+//!
 //! A drop given up before the commit (a partition refused its check, a check went
 //! unanswered, etcd refused the commit, or the commit could not begin within
 //! `DROP_COMMIT_WITHIN` of the checks) tells each owner it asked (`Ask::DropOff`), and the
