@@ -30,6 +30,7 @@ pub const ONE_HOLDER: &str = "one holder at a time";
 pub const AFTER_ACK: &str = "delivered after ack";
 pub const UTUBE_ORDER: &str = "utube order";
 pub const STATS_AGREE: &str = "statistics agree";
+pub const AFTER_DROP: &str = "acknowledged after its tube's drop";
 
 /// A check's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -148,6 +149,7 @@ pub fn check(events: &[Event]) -> Report {
             check_after_ack(&h, &ix),
             check_utube_order(&h, &ix),
             check_stats(&h),
+            check_after_drop(&h),
         ],
     }
 }
@@ -550,6 +552,27 @@ impl<'a> History<'a> {
         self.ops.push(op);
     }
 
+    /// Tubes a drop removed, with the completion of the first drop seen to answer ok
+    /// (`u64::MAX` for a tube only known gone: a later drop found it so, after one of unknown
+    /// outcome).
+    fn dropped_tubes(&self) -> HashMap<&'a str, u64> {
+        let mut out: HashMap<&'a str, u64> = HashMap::new();
+        for op in self.ops.iter().filter(|o| o.f == F::Drop) {
+            let Some(tube) = op.tube() else { continue };
+            let gone = op.done.and_then(|e| e.error.as_deref()).is_some_and(|e| {
+                op.outcome() == Some(Kind::Fail) && e.contains(crate::drops::GONE)
+            });
+            let at = match op.outcome() {
+                Some(Kind::Ok) => op.done_us().unwrap_or(u64::MAX),
+                _ if gone => u64::MAX,
+                _ => continue,
+            };
+            let first = out.entry(tube).or_insert(at);
+            *first = (*first).min(at);
+        }
+        out
+    }
+
     /// Payloads name tasks: the harness makes each put's unique, and a duplicate would make
     /// every other check ambiguous.
     fn duplicate_payloads(&mut self) {
@@ -688,7 +711,11 @@ fn check_lost(h: &History<'_>, ix: &Index<'_>) -> Check {
         LOST,
         "every put that completed ok is delivered by some take (the final drain included)",
     );
-    let puts_ok: Vec<&Op<'_>> = h.ops.iter().filter(|o| o.is(F::Put, Kind::Ok)).collect();
+    // A dropped tube's tasks go with it: its puts are the drop check's (`check_after_drop`).
+    let dropped = h.dropped_tubes();
+    let (puts_ok, into_dropped): (Vec<&Op<'_>>, Vec<&Op<'_>>) = (h.ops.iter())
+        .filter(|o| o.is(F::Put, Kind::Ok))
+        .partition(|o| o.tube().is_none_or(|t| !dropped.contains_key(t)));
     let mut delivered = 0;
     for put in &puts_ok {
         let payload = put.payload().unwrap_or_default();
@@ -708,6 +735,7 @@ fn check_lost(h: &History<'_>, ix: &Index<'_>) -> Check {
     v.count("puts ok", puts_ok.len());
     v.count("delivered", delivered);
     v.count("lost", puts_ok.len() - delivered);
+    v.count("puts ok into tubes since dropped", into_dropped.len());
     v.finish()
 }
 
@@ -1286,6 +1314,58 @@ fn stats_example(tube: &str, counter: &str, values: &[(&str, Option<&Value>)]) -
 }
 
 // ---------------------------------------------------------------------------------------------
+// 9. nothing acknowledged after a drop answered
+
+fn check_after_drop(h: &History<'_>) -> Check {
+    let mut v = Verdict::new(
+        AFTER_DROP,
+        "no put invoked after its tube's drop answered ok is itself answered ok: a drop takes \
+         with it only what was acknowledged before it answered",
+    );
+    let dropped = h.dropped_tubes();
+    let drops_ok = (dropped.values()).filter(|&&at| at != u64::MAX).count();
+    let (mut racing, mut after) = (0, 0);
+    for put in h.ops.iter().filter(|o| o.f == F::Put) {
+        let Some(&at) = put.tube().and_then(|t| dropped.get(t)) else {
+            continue;
+        };
+        if put.invoke_us <= at {
+            racing += 1;
+            continue;
+        }
+        after += 1;
+        if put.outcome() == Some(Kind::Ok) {
+            let drop = h.ops.iter().find(|o| {
+                o.f == F::Drop && o.tube() == put.tube() && o.outcome() == Some(Kind::Ok)
+            });
+            v.violation(|| Example {
+                payload: put.payload().map(str::to_owned),
+                tube: put.tube().map(str::to_owned),
+                id: put.id(),
+                ops: drop
+                    .map(|d| d.view("drop"))
+                    .into_iter()
+                    .chain([put.view("put")])
+                    .collect(),
+                ..example(format!(
+                    "put invoked at {} into a tube dropped at {}, answered ok",
+                    secs(put.invoke_us),
+                    secs(at)
+                ))
+            });
+        }
+    }
+    v.count("tubes dropped", dropped.len());
+    v.count("drops ok", drops_ok);
+    v.count("puts invoked before or during a drop", racing);
+    v.count("puts invoked after a drop answered", after);
+    if dropped.is_empty() {
+        v.note = Some("no tube was dropped".into());
+    }
+    v.finish()
+}
+
+// ---------------------------------------------------------------------------------------------
 // Printing.
 
 /// µs as seconds since the start, to the µs: the history's own resolution.
@@ -1518,6 +1598,27 @@ mod tests {
         fn check(&self) -> Report {
             check(&self.events)
         }
+
+        /// An operation of process `p` on tube `tube` (a put of `payload`, or a drop), with
+        /// how it came out and the error a fail says.
+        fn on_tube(
+            &mut self,
+            p: u64,
+            f: F,
+            (t0, t1): (u64, u64),
+            tube: &str,
+            payload: Option<&str>,
+            (out, error): (Kind, Option<&str>),
+        ) {
+            let mut i = ev(t0, p, Kind::Invoke, f);
+            i.tube = Some(tube.into());
+            i.payload = payload.map(Into::into);
+            let mut d = i.clone();
+            d.time_us = t1;
+            d.kind = out;
+            d.error = error.map(Into::into);
+            self.events.extend([i, d]);
+        }
     }
 
     fn status(r: &Report, name: &str) -> Status {
@@ -1567,6 +1668,73 @@ mod tests {
         assert!(r.checks.iter().all(|c| c.status == Status::Pass), "{r}");
         assert_eq!(count(&r, LOST, "puts ok"), 1);
         assert!(r.to_string().starts_with("verdict: PASS"), "{r}");
+    }
+
+    #[test]
+    fn a_put_acknowledged_after_its_tube_was_dropped_is_caught() {
+        let mut h = put_take_ack();
+        let ok = (Kind::Ok, None);
+        // Acknowledged before the drop: it goes with the tube, and is not lost.
+        h.on_tube(3, F::Put, (100, 110), "d1", Some("r1"), ok);
+        h.on_tube(4, F::Drop, (120, 200), "d1", None, ok);
+        // Invoked while the drop ran: either outcome is the drop's to order.
+        h.on_tube(3, F::Put, (150, 210), "d1", Some("r2"), ok);
+        // Invoked after the drop answered, and refused: as promised.
+        let refused = (
+            Kind::Fail,
+            Some("Procedure 'queue.tube.d1:put' is not defined"),
+        );
+        h.on_tube(3, F::Put, (220, 230), "d1", Some("r3"), refused);
+        let r = h.check();
+        assert!(r.ok(), "{r}");
+        assert_eq!(count(&r, LOST, "puts ok"), 1);
+        assert_eq!(count(&r, LOST, "puts ok into tubes since dropped"), 2);
+        assert_eq!(
+            count(&r, AFTER_DROP, "puts invoked after a drop answered"),
+            1
+        );
+        assert_eq!(count(&r, AFTER_DROP, "drops ok"), 1);
+
+        // Invoked after the drop answered, and acknowledged: the bug the check is for.
+        h.on_tube(3, F::Put, (240, 250), "d1", Some("r4"), ok);
+        let r = h.check();
+        only_fails(&r, AFTER_DROP, 1);
+        let ex = &r.get(AFTER_DROP).unwrap().examples[0];
+        assert_eq!(ex.payload.as_deref(), Some("r4"));
+        assert_eq!(ex.ops[0].role, "drop");
+    }
+
+    #[test]
+    fn a_tube_found_gone_after_a_drop_of_unknown_outcome_took_its_puts() {
+        let mut h = put_take_ack();
+        h.on_tube(3, F::Put, (100, 110), "d2", Some("r1"), (Kind::Ok, None));
+        h.on_tube(
+            4,
+            F::Drop,
+            (120, 130),
+            "d2",
+            None,
+            (Kind::Info, Some("timed out")),
+        );
+        let r = h.check();
+        // Nothing says the drop was made: the put is owed.
+        only_fails(&r, LOST, 1);
+        let gone = format!(
+            "Procedure 'queue.tube.d2:drop' is not defined; {}",
+            crate::drops::GONE
+        );
+        h.on_tube(
+            4,
+            F::Drop,
+            (140, 150),
+            "d2",
+            None,
+            (Kind::Fail, Some(&gone)),
+        );
+        let r = h.check();
+        assert!(r.ok(), "{r}");
+        assert_eq!(count(&r, AFTER_DROP, "tubes dropped"), 1);
+        assert_eq!(count(&r, AFTER_DROP, "drops ok"), 0);
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum F {
     Release,
     /// `tube:bury(id)` or beanstalk `bury`.
     Bury,
+    /// `tube:drop()` of a tube the harness made to drop (`drops`): ok, the tube is gone with
+    /// what it held.
+    Drop,
     /// A client's connection ended (`session` names it): every task it held is free again.
     /// Recorded as `info` by the client when it sees the connection fail or closes it.
     Disconnect,

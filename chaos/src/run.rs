@@ -1,6 +1,6 @@
 //! One run, start to verdict: the cluster is built in namespaces (three etcd members, a replica
 //! set of tarq nodes, a host for the clients and one for the harness's own questions), the
-//! clients start, the schedule's faults are applied and healed one after another, then every
+//! clients start (with a dropper making and dropping tubes under racing puts: `drops`), the schedule's faults are applied and healed one after another, then every
 //! fault is healed, the clients stop, the queue is drained through a node, each node's
 //! statistics are recorded once replication has caught up, and the history is checked and
 //! drawn. Everything the run made is under its output directory: `history.jsonl`,
@@ -21,6 +21,7 @@ use rmpv::Value;
 use tarq_client::{pack_args, Client};
 
 use crate::checker::{self, Report};
+use crate::drops::{self, DropSpec};
 use crate::history::{self, Kind, Protocol, F, HARNESS};
 use crate::lazyfs::LazyFs;
 use crate::nemesis::{schedule, Fault, Step};
@@ -37,6 +38,8 @@ const KEYED: &str = "keyed";
 const TUBES: [(&str, &str); 2] = [(TUBE, "fifottl"), (KEYED, "utubettl")];
 /// utube keys the keyed clients spread their puts over.
 const KEYS: u32 = 4;
+/// Threads that put into each tube the dropper makes, racing its drop.
+const DROP_RACERS: usize = 2;
 /// Every node's beanstalk port.
 const BEANSTALK_PORT: u16 = 11300;
 /// How long a question to a node may take.
@@ -574,6 +577,16 @@ pub fn run(opts: &Options) -> Result<Report> {
     let steps = schedule(opts.seed, &faults, opts.time);
     let stop = Arc::new(AtomicBool::new(false));
     let clients = start_clients(&world, opts, &stop)?;
+    let dropping = DropSpec {
+        first_process: drops_process(opts),
+        racers: DROP_RACERS,
+        targets: world.targets(),
+        host: world.clients.clone(),
+        seed: opts.seed,
+        partitions: (opts.sets > 1).then(|| partitions(opts)),
+    };
+    let drops::Dropping { dropper, racers } =
+        drops::spawn(dropping, Arc::clone(&rec), Arc::clone(&stop))?;
     let watcher = {
         let (nodes, ctl, rec, stop) = (
             world.targets(),
@@ -595,10 +608,13 @@ pub fn run(opts: &Options) -> Result<Report> {
     });
     let faulted = run_schedule(&mut world, &steps);
     stop.store(true, Ordering::Relaxed);
-    for c in clients {
+    for c in clients.into_iter().chain(racers) {
         c.join()
             .map_err(|_| anyhow::anyhow!("a client thread panicked"))?;
     }
+    let left = dropper
+        .join()
+        .map_err(|_| anyhow::anyhow!("the dropper panicked"))?;
     watcher
         .join()
         .map_err(|_| anyhow::anyhow!("the leader watcher panicked"))?;
@@ -614,6 +630,15 @@ pub fn run(opts: &Options) -> Result<Report> {
     // could not be drained as lost, instead of failing without one.
     match world.wait_primaries(RECOVERY_LIMIT) {
         Ok(p) => {
+            // The tubes the dropper did not see dropped go first: every tube it made is gone
+            // by the verdict, with what was put into it.
+            let (targets, host, rec) = (world.targets(), world.clients.clone(), Arc::clone(&rec));
+            let process = drops_process(opts);
+            std::thread::spawn(move || {
+                drops::drop_left(&targets, &host, rec, process, &left, RECOVERY_LIMIT)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the last drops panicked"))??;
             for (k, (tube, _)) in TUBES.into_iter().enumerate() {
                 // Each call a drain has in flight is its own process (one open operation each).
                 drain(&world, p, (opts.clients + k * DRAIN_WINDOW) as u64, tube)?;
@@ -664,6 +689,11 @@ fn run_schedule(world: &mut World, steps: &[Step]) -> Result<()> {
         std::thread::sleep(step.quiet);
     }
     Ok(())
+}
+
+/// The dropper's process (its racers' follow it): after the clients' and the drains'.
+fn drops_process(opts: &Options) -> u64 {
+    (opts.clients + TUBES.len() * DRAIN_WINDOW) as u64
 }
 
 /// The tube's partitions: two a replica set when sharded.
