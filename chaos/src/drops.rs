@@ -6,14 +6,14 @@
 //! answered ok (`checker::AFTER_DROP`), and the puts a drop took with it are not counted lost.
 //!
 //! A tube whose drop was never seen to answer ok (the dropper stopped, a fault broke the call)
-//! is dropped again once the faults are healed ([`drop_left`]), so every tube this module made
-//! is gone by the verdict, and what was put into it goes with it.
+//! is drained with the run's own tubes once the faults are healed, unless no node has it any
+//! more ([`settle_left`]): what was acknowledged into a tube that stays is delivered.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use rmpv::Value;
@@ -33,6 +33,8 @@ const LIFE_MS: std::ops::Range<u64> = 300..1_500;
 const AFTER_DROP: Duration = Duration::from_millis(400);
 /// The pause after a failed call or connect, so a dead node is not hammered.
 const BACKOFF: Duration = Duration::from_millis(50);
+/// Drops the dropper tries before it leaves a tube to the end of the run.
+const DROP_TRIES: usize = 20;
 /// The pause after a refusal.
 const REFUSED_PAUSE: Duration = Duration::from_millis(5);
 /// A tube's name: the prefix and its number.
@@ -56,7 +58,7 @@ pub struct DropSpec {
 type Current = Arc<Mutex<Option<String>>>;
 
 /// The running threads: the dropper (it returns the tubes it made whose drop it did not see
-/// answer ok, for [`drop_left`]) and the racers.
+/// answer ok, for [`settle_left`]) and the racers.
 pub struct Dropping {
     pub dropper: JoinHandle<Vec<String>>,
     pub racers: Vec<JoinHandle<()>>,
@@ -94,7 +96,7 @@ pub fn spawn(spec: DropSpec, rec: Arc<Recorder>, stop: Arc<AtomicBool>) -> Resul
                     };
                     n += 1;
                     let payload = format!("r{process}-{n}");
-                    caller.call(F::Put, &tube, Some(payload));
+                    let _ = caller.call(F::Put, &tube, Some(payload));
                 }
             })?;
         racers.push(thread);
@@ -119,8 +121,7 @@ pub fn spawn(spec: DropSpec, rec: Arc<Recorder>, stop: Arc<AtomicBool>) -> Resul
                 }
                 *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(tube.clone());
                 std::thread::sleep(Duration::from_millis(rng.u64(LIFE_MS)));
-                let dropped = caller.call(F::Drop, &tube, None) == Some(true);
-                if dropped {
+                if caller.drop_within(&tube, DROP_TRIES, &stop) == Answer::Ok {
                     // The race the check is about: puts that reach the nodes after the drop
                     // answered.
                     std::thread::sleep(AFTER_DROP);
@@ -134,17 +135,17 @@ pub fn spawn(spec: DropSpec, rec: Arc<Recorder>, stop: Arc<AtomicBool>) -> Resul
     Ok(Dropping { dropper, racers })
 }
 
-/// Drops, once the faults are healed, every tube in `left` that still exists, through any
-/// node, recorded as `process`; a tube an earlier drop of unknown outcome did remove is
-/// recorded as a failed drop naming why.
-pub fn drop_left(
+/// Once the faults are healed, sorts the tubes the dropper left: one no node has any more
+/// (an earlier drop of unknown outcome removed it) gets a drop recorded as `process`, which
+/// fails naming it gone; the others are returned, to be drained as the run's own tubes are,
+/// so what was acknowledged into them is checked like any other put.
+pub fn settle_left(
     targets: &[Target],
     host: &Host,
     rec: Arc<Recorder>,
     process: u64,
     left: &[String],
-    limit: Duration,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     host.enter_current_thread()?;
     let spec = DropSpec {
         first_process: process,
@@ -155,16 +156,28 @@ pub fn drop_left(
         partitions: None,
     };
     let mut caller = Caller::new(&spec, process, rec);
-    let deadline = Instant::now() + limit;
+    let mut live = Vec::new();
     for tube in left {
-        while caller.call(F::Drop, tube, None).is_none() {
-            if Instant::now() > deadline {
-                anyhow::bail!("tube {tube} could not be dropped within {limit:?}");
-            }
-            std::thread::sleep(BACKOFF);
+        if caller.gone_everywhere(tube) {
+            let _ = caller.call(F::Drop, tube, None);
+        } else {
+            live.push(tube.clone());
         }
     }
-    Ok(())
+    Ok(live)
+}
+
+/// How a call came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Ok,
+    /// A definite error.
+    Refused,
+    /// A drop refused because no node has the tube any more: an earlier drop of unknown
+    /// outcome removed it.
+    Gone,
+    /// Unknown (the connection is dropped), or no node could be reached.
+    Unknown,
 }
 
 /// One process's connection, moved to another node when one fails or refuses.
@@ -235,12 +248,25 @@ impl Caller {
         false
     }
 
-    /// A put (`payload`) or a drop of `tube`, recorded: `Some(true)` when it answered ok,
-    /// `Some(false)` on a definite error, `None` when its outcome is unknown (the connection
-    /// is dropped) or no node could be reached.
-    fn call(&mut self, f: F, tube: &str, payload: Option<String>) -> Option<bool> {
+    /// Drops `tube`, trying again (through the next node) after a refusal or an unknown
+    /// outcome, up to `tries` calls or `stop`.
+    fn drop_within(&mut self, tube: &str, tries: usize, stop: &AtomicBool) -> Answer {
+        let mut answer = Answer::Unknown;
+        for _ in 0..tries {
+            answer = self.call(F::Drop, tube, None);
+            if matches!(answer, Answer::Ok | Answer::Gone) || stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        answer
+    }
+
+    /// A put (`payload`) or a drop of `tube`, recorded, and how it came out.
+    fn call(&mut self, f: F, tube: &str, payload: Option<String>) -> Answer {
         let node = self.names[self.next].clone();
-        self.connected()?;
+        if self.connected().is_none() {
+            return Answer::Unknown;
+        }
         let mut e = self.rec.event(self.process, Kind::Invoke, f);
         e.node = Some(node);
         e.tube = Some(tube.to_owned());
@@ -258,33 +284,35 @@ impl Caller {
             Ok(values) => {
                 e.kind = Kind::Ok;
                 e.id = crate::workload::task_of(&values).map(|(id, _)| id);
-                Some(true)
+                Answer::Ok
             }
             Err(ClientError::Server { code, message }) if code != ER_OUTCOME_UNKNOWN => {
                 e.kind = Kind::Fail;
                 e.error = Some(format!("{message} (code {code})"));
-                if f == F::Drop && !self.exists(tube) {
+                if f == F::Drop && self.gone_everywhere(tube) {
                     // What an earlier drop of unknown outcome did: the tube is gone.
                     e.error = Some(format!("{message} (code {code}); {GONE}"));
+                    Answer::Gone
+                } else {
+                    Answer::Refused
                 }
-                Some(false)
             }
             Err(err) => {
                 e.kind = Kind::Info;
                 e.error = Some(err.to_string());
-                None
+                Answer::Unknown
             }
         };
         self.rec.record(&e);
         match answer {
-            Some(true) => {}
+            Answer::Ok | Answer::Gone => {}
             // A refusal may name another primary, or a node that lost its view: try the next,
             // after a client's pause (a put into a dropped tube is refused at once).
-            Some(false) => {
+            Answer::Refused => {
                 self.move_on();
                 std::thread::sleep(REFUSED_PAUSE);
             }
-            None => {
+            Answer::Unknown => {
                 self.move_on();
                 std::thread::sleep(BACKOFF);
             }
@@ -292,16 +320,20 @@ impl Caller {
         answer
     }
 
-    /// Whether `tube` exists, as `queue.statistics(tube)` says on the node in use; true when
-    /// it cannot tell.
-    fn exists(&mut self, tube: &str) -> bool {
-        let Some(c) = self.connected() else {
-            return true;
-        };
-        match c.call("queue.statistics", &pack_args(&[Value::from(tube)]), None) {
-            Err(ClientError::Server { message, .. }) => !message.contains("does not exist"),
-            _ => true,
-        }
+    /// Whether every node says `tube` does not exist (`queue.statistics(tube)`): one that
+    /// has it, or does not answer, may still serve it (a replica behind its primary says so
+    /// of a tube just made, so no one node's word is enough).
+    fn gone_everywhere(&mut self, tube: &str) -> bool {
+        let args = pack_args(&[Value::from(tube)]);
+        self.targets.iter().all(|&addr| {
+            let Ok(mut c) = Client::connect_addr(addr, REPLY_TIMEOUT) else {
+                return false;
+            };
+            matches!(
+                c.call("queue.statistics", &args, None),
+                Err(ClientError::Server { message, .. }) if message.contains("does not exist")
+            )
+        })
     }
 }
 

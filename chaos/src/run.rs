@@ -630,18 +630,23 @@ pub fn run(opts: &Options) -> Result<Report> {
     // could not be drained as lost, instead of failing without one.
     match world.wait_primaries(RECOVERY_LIMIT) {
         Ok(p) => {
-            // The tubes the dropper did not see dropped go first: every tube it made is gone
-            // by the verdict, with what was put into it.
+            // The tubes the dropper did not see dropped are drained too, unless they are
+            // gone (an earlier drop of unknown outcome was made).
             let (targets, host, rec) = (world.targets(), world.clients.clone(), Arc::clone(&rec));
             let process = drops_process(opts);
-            std::thread::spawn(move || {
-                drops::drop_left(&targets, &host, rec, process, &left, RECOVERY_LIMIT)
+            let live = std::thread::spawn(move || {
+                drops::settle_left(&targets, &host, rec, process, &left)
             })
             .join()
-            .map_err(|_| anyhow::anyhow!("the last drops panicked"))??;
+            .map_err(|_| anyhow::anyhow!("sorting the dropper's tubes panicked"))??;
             for (k, (tube, _)) in TUBES.into_iter().enumerate() {
                 // Each call a drain has in flight is its own process (one open operation each).
                 drain(&world, p, (opts.clients + k * DRAIN_WINDOW) as u64, tube)?;
+            }
+            // One after another, through one range of processes after the racers'.
+            let first = process + 1 + DROP_RACERS as u64;
+            for tube in &live {
+                drain(&world, p, first, tube)?;
             }
             record_stats(&world)?;
         }
@@ -812,7 +817,7 @@ fn start_clients(
 
 /// Kicks, takes and acks everything left in `tube`, through node `p`, recorded as process
 /// `process`; done when the tube holds no task at all (ready, taken, delayed or buried).
-fn drain(world: &World, p: usize, process: u64, tube: &'static str) -> Result<()> {
+fn drain(world: &World, p: usize, process: u64, tube: &str) -> Result<()> {
     // The limit is on a drain that makes no progress: a long run leaves a long backlog.
     let mut deadline = Instant::now() + DRAIN_LIMIT;
     let mut p = p;

@@ -87,85 +87,106 @@ fn fill(addr: SocketAddr, n: usize, prefix: &str) -> (HashSet<String>, HashSet<S
     (acked, unsure)
 }
 
-/// Takes and acks every task through `addr` (pipelined) until the tube counts none: the
-/// payloads delivered, and those whose ack was refused as not taken (they went back to ready
-/// and may come again).
-fn drain(addr: SocketAddr) -> (Vec<String>, HashSet<String>) {
+/// Takes and acks every task (pipelined) until the tube counts none, through the node
+/// `node()` names: the payloads delivered, and those that may come again (their ack was
+/// refused as not taken, or their session ended before the ack: back to ready). A connection
+/// that closes, or a node that stops leading (a lease not refreshed on a loaded machine), is
+/// replaced by a new one to the node `node()` names then, as a client would.
+fn drain(node: impl Fn() -> SocketAddr) -> (Vec<String>, HashSet<String>) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let (mut out, mut refused) = (Vec::new(), HashSet::new());
-    let mut c = connect(addr).expect("connect");
+    let (mut out, mut again) = (Vec::new(), HashSet::new());
     let take = pack_args(&[Value::from(0)]);
-    loop {
+    'connection: loop {
         assert!(Instant::now() < deadline, "drained {} so far", out.len());
-        let mut tasks = Vec::new();
-        for r in pipelined(&mut c, "queue.tube.jobs:take", vec![take.clone(); WINDOW]) {
-            match r {
-                Ok(r) => {
-                    if let Some(t) = r.first().and_then(Value::as_array) {
-                        tasks.push((t[0].as_u64().unwrap(), t[2].as_str().unwrap().to_owned()));
-                    }
-                }
-                // A refusal while a set elects or a view catches up: asked again.
-                Err(e) => eprintln!("take: {e}"),
-            }
-        }
-        if tasks.is_empty() {
-            // None now: done once the whole tube counts none (a partition may be
-            // unreachable for a moment, its set electing a primary).
-            let stats = c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None);
-            let total = stats.ok().and_then(|s| {
-                let tasks = field(s.first()?, "tasks")?;
-                field(tasks, "total")?.as_u64()
-            });
-            if total == Some(0) {
-                return (out, refused);
-            }
+        let Some(mut c) = connect(node()) else {
             continue;
-        }
-        let mut left = tasks;
-        while !left.is_empty() {
-            assert!(Instant::now() < deadline, "acks of {} tasks", left.len());
-            let acks = left
-                .iter()
+        };
+        loop {
+            assert!(Instant::now() < deadline, "drained {} so far", out.len());
+            let mut tasks = Vec::new();
+            let takes = vec![take.clone(); WINDOW];
+            let Some(answers) = pipelined(&mut c, "queue.tube.jobs:take", takes) else {
+                continue 'connection;
+            };
+            for r in answers {
+                match r {
+                    Ok(r) => {
+                        if let Some(t) = r.first().and_then(Value::as_array) {
+                            let data = t[2].as_str().unwrap().to_owned();
+                            tasks.push((t[0].as_u64().unwrap(), data));
+                        }
+                    }
+                    // A refusal while a set elects or a view catches up: asked again.
+                    Err(e) => eprintln!("take: {e}"),
+                }
+            }
+            if tasks.is_empty() {
+                // None now: done once the whole tube counts none (a partition may be
+                // unreachable for a moment, its set electing a primary).
+                let stats = c.call("queue.statistics", &pack_args(&[Value::from("jobs")]), None);
+                let total = stats.ok().and_then(|s| {
+                    let tasks = field(s.first()?, "tasks")?;
+                    field(tasks, "total")?.as_u64()
+                });
+                if total == Some(0) {
+                    return (out, again);
+                }
+                continue;
+            }
+            let acks = (tasks.iter())
                 .map(|(id, _)| pack_args(&[Value::from(*id)]))
                 .collect();
-            let answers = pipelined(&mut c, "queue.tube.jobs:ack", acks);
-            let mut again = Vec::new();
-            for ((id, data), a) in left.into_iter().zip(answers) {
+            let Some(answers) = pipelined(&mut c, "queue.tube.jobs:ack", acks) else {
+                // Delivered; the session ended with the connection, so they may come again.
+                for (_, data) in tasks {
+                    out.push(data.clone());
+                    again.insert(data);
+                }
+                continue 'connection;
+            };
+            let mut lost_session = false;
+            for ((_, data), a) in tasks.into_iter().zip(answers) {
                 match a {
                     Ok(_) => out.push(data),
                     // Not this session's any more: back to ready, and delivered again.
                     Err(e) if e.contains("was not taken") => {
                         out.push(data.clone());
-                        refused.insert(data);
+                        again.insert(data);
                     }
+                    // Delivered, its ack not known done: this session is given up (a new
+                    // connection ends it), so the task may go back to ready and come again.
                     Err(e) => {
                         eprintln!("ack: {e}");
-                        again.push((id, data));
+                        out.push(data.clone());
+                        again.insert(data);
+                        lost_session = true;
                     }
                 }
             }
-            left = again;
+            if lost_session {
+                continue 'connection;
+            }
         }
     }
 }
 
-/// Calls `function` with each of `args`, pipelined; the answers in order.
+/// Calls `function` with each of `args`, pipelined; the answers in order, or `None` when the
+/// connection failed first.
 fn pipelined(
     c: &mut Client,
     function: &str,
     args: Vec<Vec<u8>>,
-) -> Vec<Result<Vec<Value>, String>> {
+) -> Option<Vec<Result<Vec<Value>, String>>> {
     let mut syncs = Vec::with_capacity(args.len());
     for a in &args {
         let sync = c
             .send_request(|o, s| tarq_iproto::client::call(o, s, function, a))
-            .unwrap();
+            .ok()?;
         syncs.push(sync);
     }
     let mut by_sync = std::collections::HashMap::new();
     while by_sync.len() < syncs.len() {
-        let r = c.recv().unwrap().expect("a reply");
+        let r = c.recv().ok()??;
         let sync = r.sync;
         by_sync.insert(
             sync,
@@ -174,7 +195,7 @@ fn pipelined(
                 .and_then(|r| r.values().map_err(|e| e.to_string())),
         );
     }
-    syncs.iter().map(|s| by_sync.remove(s).unwrap()).collect()
+    Some(syncs.iter().map(|s| by_sync.remove(s).unwrap()).collect())
 }
 
 /// The running primary of each set.
@@ -268,14 +289,13 @@ fn check_every_task_once(etcd: &Etcd, nodes: &Nodes, p: u16, put: &Put) -> Strin
     let owner = placement(&etcd.url).placement.tubes["jobs"].partitions[usize::from(p)]
         .set
         .clone();
-    let (a, b) = primaries(nodes);
-    // Through the other set's node than the owner's, so the takes are forwarded.
-    let via = if owner == "a" { b } else { a };
-    let (got, refused) = drain(nodes.nodes[via].addr);
+    // Through the primary of the other set than the owner's, so the takes are forwarded.
+    let via = if owner == "a" { "b" } else { "a" };
+    let (got, again) = drain(|| nodes.nodes[primary_of(nodes, via, None)].addr);
     let mut seen = HashSet::new();
     for d in &got {
         assert!(
-            seen.insert(d) || refused.contains(d),
+            seen.insert(d) || again.contains(d),
             "{d} delivered twice though its ack was taken"
         );
     }
