@@ -108,10 +108,17 @@ fn killing_the_primary_under_load_loses_no_acknowledged_task() {
         // Load on the current primary first.
         let before = acked.len();
         while acked.len() < before + 20 {
-            acked.push(
-                rx.recv_timeout(Duration::from_secs(20))
-                    .expect("puts are acknowledged"),
-            );
+            let a = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| {
+                    let logs: Vec<String> =
+                        (0..3).map(|i| format!("n{i}:\n{}", nodes.log(i))).collect();
+                    panic!(
+                        "no put acknowledged for 20 s before kill {kill} (n{leader} leads)\n{}",
+                        logs.join("\n")
+                    )
+                });
+            acked.push(a);
         }
         let killed_at = Instant::now();
         nodes.kill(leader);

@@ -336,11 +336,24 @@ impl Nodes {
         }
     }
 
-    /// Waits until node `i` follows its primary with its stream up.
+    /// Waits until node `i` follows its primary with its stream up; on a timeout, says what
+    /// every running node reports of the cluster (`queue.cluster()`), for the post-mortem.
     pub fn wait_following(&self, i: usize) {
-        wait_for(&format!("node {i} to stream from the primary"), || {
-            self.follows(i)
-        });
+        let deadline = Instant::now() + WAIT;
+        while !self.follows(i) {
+            if Instant::now() >= deadline {
+                let seen: Vec<String> = (0..self.nodes.len())
+                    .filter(|&n| self.nodes[n].tarq.is_some())
+                    .map(|n| format!("node {n}: {:?}", self.overview(n)))
+                    .collect();
+                panic!(
+                    "timed out waiting for node {i} to stream from the primary; the nodes \
+                     say:\n{}",
+                    seen.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The node that says it leads, among those running.
