@@ -24,8 +24,11 @@ use cluster::{field, peek_data, str_field, wait_for, Etcd, Nodes, Put, Writer};
 /// kill -9s of the primary in the failover test: enough for a lost acknowledged task, if the
 /// election or the fencing could lose one, to show up.
 const KILLS: usize = 20;
-/// The longest a failover may take, kill to the first acknowledged put.
-const FAILOVER_LIMIT: Duration = Duration::from_secs(5);
+/// The longest a failover may take, kill to the first acknowledged put: a bound that catches
+/// a failover that does not happen in the lease's time, not a figure. The figure is measured
+/// (`results/replication/failover.json`: median 3.0 s, worst 3.1 s over 20 kills with
+/// `--lease-ttl 2`); with every other test running beside it on two cores one took 5.6 s.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(10);
 
 /// An acknowledged put, as the load thread saw it.
 struct Ack {
