@@ -21,10 +21,8 @@ use tarq_client::{pack_args, Client, ClientError};
 
 use crate::history::{Kind, F};
 use crate::net::Host;
-use crate::workload::{Recorder, Target};
+use crate::workload::{outcome_of, Outcome, Recorder, Target};
 
-/// tarq's own code for a change that may or may not have been made.
-const ER_OUTCOME_UNKNOWN: u32 = 1003;
 /// How long a call waits for its reply (a put held by a drop's check waits up to 5 s).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(8);
 /// How long a tube lives before its drop, at most.
@@ -82,7 +80,7 @@ pub fn spawn(spec: DropSpec, rec: Arc<Recorder>, stop: Arc<AtomicBool>) -> Resul
                 spec.host
                     .enter_current_thread()
                     .expect("enter the clients' namespace");
-                let mut caller = Caller::new(&spec, process, rec);
+                let mut caller = Caller::new(&spec.targets, process, rec);
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let tube = current
@@ -108,14 +106,14 @@ pub fn spawn(spec: DropSpec, rec: Arc<Recorder>, stop: Arc<AtomicBool>) -> Resul
                 .enter_current_thread()
                 .expect("enter the clients' namespace");
             let mut rng = fastrand::Rng::with_seed(spec.seed ^ 0x6472_6f70);
-            let mut caller = Caller::new(&spec, spec.first_process, rec);
+            let mut caller = Caller::new(&spec.targets, spec.first_process, rec);
             let mut left = Vec::new();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 let tube = format!("{PREFIX}{n}");
                 if !caller.create(&tube, spec.partitions, &stop) {
-                    // Stopped before the tube was made: it may exist, so it is dropped after.
+                    // Stopped before the tube was made: it may exist, so it is settled after.
                     left.push(tube);
                     break;
                 }
@@ -147,15 +145,7 @@ pub fn settle_left(
     left: &[String],
 ) -> Result<Vec<String>> {
     host.enter_current_thread()?;
-    let spec = DropSpec {
-        first_process: process,
-        racers: 0,
-        targets: targets.to_vec(),
-        host: host.clone(),
-        seed: 0,
-        partitions: None,
-    };
-    let mut caller = Caller::new(&spec, process, rec);
+    let mut caller = Caller::new(targets, process, rec);
     let mut live = Vec::new();
     for tube in left {
         if caller.gone_everywhere(tube) {
@@ -191,12 +181,12 @@ struct Caller {
 }
 
 impl Caller {
-    fn new(spec: &DropSpec, process: u64, rec: Arc<Recorder>) -> Caller {
+    fn new(targets: &[Target], process: u64, rec: Arc<Recorder>) -> Caller {
         Caller {
             process,
-            targets: spec.targets.iter().map(|t| t.addr).collect(),
-            names: spec.targets.iter().map(|t| t.name.clone()).collect(),
-            next: process as usize % spec.targets.len().max(1),
+            targets: targets.iter().map(|t| t.addr).collect(),
+            names: targets.iter().map(|t| t.name.clone()).collect(),
+            next: process as usize % targets.len().max(1),
             conn: None,
             rec,
         }
@@ -278,28 +268,28 @@ impl Caller {
         };
         let name = format!("queue.tube.{tube}:{function}");
         let c = self.conn.as_mut().expect("connected above");
-        let outcome = c.call(&name, &pack_args(&args), None);
+        let outcome = outcome_of(c.call(&name, &pack_args(&args), None));
         e.time_us = self.rec.now_us();
         let answer = match outcome {
-            Ok(values) => {
+            Outcome::Ok(done) => {
                 e.kind = Kind::Ok;
-                e.id = crate::workload::task_of(&values).map(|(id, _)| id);
+                e.id = done.id;
                 Answer::Ok
             }
-            Err(ClientError::Server { code, message }) if code != ER_OUTCOME_UNKNOWN => {
+            Outcome::Fail(why) | Outcome::ReadOnly(why, _) => {
                 e.kind = Kind::Fail;
-                e.error = Some(format!("{message} (code {code})"));
                 if f == F::Drop && self.gone_everywhere(tube) {
                     // What an earlier drop of unknown outcome did: the tube is gone.
-                    e.error = Some(format!("{message} (code {code}); {GONE}"));
+                    e.error = Some(format!("{why}; {GONE}"));
                     Answer::Gone
                 } else {
+                    e.error = Some(why);
                     Answer::Refused
                 }
             }
-            Err(err) => {
+            Outcome::Info(why) => {
                 e.kind = Kind::Info;
-                e.error = Some(err.to_string());
+                e.error = Some(why);
                 Answer::Unknown
             }
         };

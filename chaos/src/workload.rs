@@ -111,13 +111,13 @@ pub struct ClientSpec {
 
 /// What an operation returned when it was done: a task's id, and the payload a take got.
 #[derive(Default)]
-struct Done {
-    id: Option<u64>,
+pub(crate) struct Done {
+    pub(crate) id: Option<u64>,
     payload: Option<String>,
 }
 
 /// How an operation came out.
-enum Outcome {
+pub(crate) enum Outcome {
     Ok(Done),
     /// A definite error.
     Fail(String),
@@ -419,7 +419,13 @@ fn iproto_op(c: &mut Client, tube: &str, ttr_secs: u64, op: Op<'_>) -> Outcome {
         Op::Bury(id) => ("bury", vec![Value::from(id)], None),
     };
     let name = format!("queue.tube.{tube}:{function}");
-    match c.call(&name, &pack_args(&args), wait) {
+    outcome_of(c.call(&name, &pack_args(&args), wait))
+}
+
+/// How a tube-API call's answer came out: ok (with the task it returned), refused as
+/// read-only (naming the primary), of unknown outcome, or refused.
+pub(crate) fn outcome_of(answer: Result<Vec<Value>, ClientError>) -> Outcome {
+    match answer {
         Ok(values) => {
             let (id, payload) = task_of(&values).map_or((None, None), |(i, p)| (Some(i), p));
             Outcome::Ok(Done { id, payload })
