@@ -154,7 +154,7 @@ pub struct Commit {
 /// the term no longer leads, `Err(Moved)` if another set owns the partition.
 pub fn commit(client: &mut Client, cluster: &str, c: &Commit, budget: Duration) -> Answer {
     let ckey = claim_key(cluster, c.index);
-    let leader_key = format!("{}leader", crate::set_prefix(cluster, &c.from)).into_bytes();
+    let leader_key = crate::placement::leader_key(cluster, &c.from);
     for _ in 0..MAX_ATTEMPTS {
         let mut reads = map_ops(cluster, true);
         reads.push(Op::Get(ckey.clone()));
@@ -216,11 +216,7 @@ fn check_commit(
         }
         _ => {}
     }
-    let leads = (map.sets.iter())
-        .find(|s| s.name == c.from)
-        .and_then(|s| s.leader.as_ref())
-        .is_some_and(|(_, term)| *term == c.term);
-    if !leads {
+    if !map.led_in(&c.from, c.term) {
         return Err(PlacementError::Deposed {
             set: c.from.clone(),
             term: c.term,

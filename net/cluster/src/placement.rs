@@ -200,6 +200,20 @@ impl ClusterMap {
     fn live_sets(&self) -> impl Iterator<Item = &SetView> {
         self.sets.iter().filter(|s| s.leader.is_some())
     }
+
+    /// Whether set `set` is led, as read, by its primary of term `term`.
+    pub(crate) fn led_in(&self, set: &str, term: u64) -> bool {
+        (self.sets.iter())
+            .find(|s| s.name == set)
+            .and_then(|s| s.leader.as_ref())
+            .is_some_and(|(_, t)| *t == term)
+    }
+}
+
+/// The key whose create revision is set `set`'s leader's term: a transaction comparing it
+/// holds only while that primary leads.
+pub(crate) fn leader_key(cluster: &str, set: &str) -> Vec<u8> {
+    format!("{}leader", crate::set_prefix(cluster, set)).into_bytes()
 }
 
 /// Why a placement change was refused.
@@ -562,11 +576,10 @@ pub fn plan_create(
     })
 }
 
-/// The floors `drop_tube` writes: for each partition, the largest of the given floor (by
-/// partition number), the partition's `first`, and a floor already recorded at its index.
 /// A drop's commit: tube `name` leaves the placement, each partition's next number kept as
-/// its index's floor, if it begins before `not_after` and each set in `checked_by` is still
-/// led by the primary (of that term) that passed its partitions' checks.
+/// its index's floor, if it begins before `not_after`, each set in `checked_by` is still led
+/// by the primary (of that term) that passed its partitions' checks, and every partition is
+/// owned by one of those sets.
 #[derive(Clone, Debug)]
 pub struct DropCommit {
     pub name: String,
@@ -575,6 +588,8 @@ pub struct DropCommit {
     pub not_after: Instant,
 }
 
+/// The floors `drop_tube` writes: for each partition, the largest of the given floor (by
+/// partition number), the partition's `first`, and a floor already recorded at its index.
 pub fn plan_drop(
     placement: &Placement,
     name: &str,
@@ -804,18 +819,16 @@ pub fn drop_tube(
             // nothing for the drop.
             let mut compare = Vec::new();
             for (set, term) in &drop.checked_by {
-                let leads = (map.sets.iter())
-                    .find(|s| s.name == *set)
-                    .and_then(|s| s.leader.as_ref())
-                    .is_some_and(|(_, t)| t == term);
-                if !leads {
+                if !map.led_in(set, *term) {
                     return Err(PlacementError::CheckedByDeposed {
                         set: set.clone(),
                         term: *term,
                     });
                 }
-                let leader = format!("{}leader", crate::set_prefix(cluster, set)).into_bytes();
-                compare.push(Compare::CreateRevision(leader, *term as i64));
+                compare.push(Compare::CreateRevision(
+                    leader_key(cluster, set),
+                    *term as i64,
+                ));
             }
             // Every partition is owned where a fenced primary checked it: a partition that
             // moved since its check, or whose check was relayed to an owner the dropping
