@@ -114,11 +114,9 @@ fn killing_the_primary_under_load_loses_no_acknowledged_task() {
             let a = rx
                 .recv_timeout(Duration::from_secs(20))
                 .unwrap_or_else(|_| {
-                    let logs: Vec<String> =
-                        (0..3).map(|i| format!("n{i}:\n{}", nodes.log(i))).collect();
                     panic!(
                         "no put acknowledged for 20 s before kill {kill} (n{leader} leads)\n{}",
-                        logs.join("\n")
+                        nodes.logs()
                     )
                 });
             acked.push(a);
@@ -130,11 +128,9 @@ fn killing_the_primary_under_load_loses_no_acknowledged_task() {
             let a = rx
                 .recv_timeout(Duration::from_secs(20))
                 .unwrap_or_else(|_| {
-                    let logs: Vec<String> =
-                        (0..3).map(|i| format!("n{i}:\n{}", nodes.log(i))).collect();
                     panic!(
                         "no put acknowledged after kill {kill} of n{leader}\n{}",
-                        logs.join("\n")
+                        nodes.logs()
                     )
                 });
             let (node, at) = (a.node, a.at);

@@ -114,10 +114,17 @@ impl Drop for Etcd {
 }
 
 /// Waits until `cond` holds, checking every 20 ms, failing after [`WAIT`].
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_for_or(what, cond, String::new);
+}
+
+/// [`wait_for`], failing with what `explain` says then (the nodes' views, for a post-mortem).
+pub fn wait_for_or(what: &str, mut cond: impl FnMut() -> bool, explain: impl FnOnce() -> String) {
     let deadline = Instant::now() + WAIT;
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            panic!("timed out waiting for {what}{}", explain());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -339,21 +346,18 @@ impl Nodes {
     /// Waits until node `i` follows its primary with its stream up; on a timeout, says what
     /// every running node reports of the cluster (`queue.cluster()`), for the post-mortem.
     pub fn wait_following(&self, i: usize) {
-        let deadline = Instant::now() + WAIT;
-        while !self.follows(i) {
-            if Instant::now() >= deadline {
-                let seen: Vec<String> = (0..self.nodes.len())
-                    .filter(|&n| self.nodes[n].tarq.is_some())
-                    .map(|n| format!("node {n}: {:?}", self.overview(n)))
-                    .collect();
-                panic!(
-                    "timed out waiting for node {i} to stream from the primary; the nodes \
-                     say:\n{}",
-                    seen.join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let explain = || {
+            let seen: Vec<String> = (0..self.nodes.len())
+                .filter(|&n| self.nodes[n].tarq.is_some())
+                .map(|n| format!("node {n}: {:?}", self.overview(n)))
+                .collect();
+            format!("; the nodes say:\n{}", seen.join("\n"))
+        };
+        wait_for_or(
+            &format!("node {i} to stream from the primary"),
+            || self.follows(i),
+            explain,
+        );
     }
 
     /// The node that says it leads, among those running.
@@ -373,6 +377,14 @@ impl Nodes {
             found.is_some()
         });
         found.unwrap()
+    }
+
+    /// Every node's log so far, each headed by its name, for a failure message.
+    pub fn logs(&mut self) -> String {
+        let logs: Vec<String> = (0..self.nodes.len())
+            .map(|i| format!("n{i}:\n{}", self.log(i)))
+            .collect();
+        logs.join("\n")
     }
 
     /// Every log line of node `i` so far (those written in the next 100 ms too), for a
