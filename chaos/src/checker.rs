@@ -149,7 +149,7 @@ pub fn check(events: &[Event]) -> Report {
             check_after_ack(&h, &ix),
             check_utube_order(&h, &ix),
             check_stats(&h),
-            check_after_drop(&h),
+            check_after_drop(&h, &ix),
         ],
     }
 }
@@ -559,12 +559,9 @@ impl<'a> History<'a> {
         let mut out: HashMap<&'a str, u64> = HashMap::new();
         for op in self.ops.iter().filter(|o| o.f == F::Drop) {
             let Some(tube) = op.tube() else { continue };
-            let gone = op.done.and_then(|e| e.error.as_deref()).is_some_and(|e| {
-                op.outcome() == Some(Kind::Fail) && e.contains(crate::drops::GONE)
-            });
-            let at = match op.outcome() {
-                Some(Kind::Ok) => op.done_us().unwrap_or(u64::MAX),
-                _ if gone => u64::MAX,
+            let at = match (op.outcome(), op.done.and_then(|e| e.error.as_deref())) {
+                (Some(Kind::Ok), _) => op.done_us().unwrap_or(u64::MAX),
+                (Some(Kind::Fail), Some(e)) if e.contains(crate::drops::GONE) => u64::MAX,
                 _ => continue,
             };
             let first = out.entry(tube).or_insert(at);
@@ -633,6 +630,8 @@ struct Index<'a> {
     by_id: HashMap<u64, Vec<Op<'a>>>,
     /// Payload -> the earliest invoke of a bury naming it.
     buried: HashMap<&'a str, u64>,
+    /// Tubes a drop removed (`History::dropped_tubes`).
+    dropped: HashMap<&'a str, u64>,
 }
 
 impl<'a> Index<'a> {
@@ -643,6 +642,7 @@ impl<'a> Index<'a> {
             put_ids: HashMap::new(),
             by_id: HashMap::new(),
             buried: HashMap::new(),
+            dropped: h.dropped_tubes(),
         };
         for op in &h.ops {
             match op.f {
@@ -712,7 +712,7 @@ fn check_lost(h: &History<'_>, ix: &Index<'_>) -> Check {
         "every put that completed ok is delivered by some take (the final drain included)",
     );
     // A dropped tube's tasks go with it: its puts are the drop check's (`check_after_drop`).
-    let dropped = h.dropped_tubes();
+    let dropped = &ix.dropped;
     let (puts_ok, into_dropped): (Vec<&Op<'_>>, Vec<&Op<'_>>) = (h.ops.iter())
         .filter(|o| o.is(F::Put, Kind::Ok))
         .partition(|o| o.tube().is_none_or(|t| !dropped.contains_key(t)));
@@ -1316,13 +1316,13 @@ fn stats_example(tube: &str, counter: &str, values: &[(&str, Option<&Value>)]) -
 // ---------------------------------------------------------------------------------------------
 // 9. nothing acknowledged after a drop answered
 
-fn check_after_drop(h: &History<'_>) -> Check {
+fn check_after_drop(h: &History<'_>, ix: &Index<'_>) -> Check {
     let mut v = Verdict::new(
         AFTER_DROP,
         "no put invoked after its tube's drop answered ok is itself answered ok: a drop takes \
          with it only what was acknowledged before it answered",
     );
-    let dropped = h.dropped_tubes();
+    let dropped = &ix.dropped;
     let drops_ok = (dropped.values()).filter(|&&at| at != u64::MAX).count();
     let (mut racing, mut after) = (0, 0);
     for put in h.ops.iter().filter(|o| o.f == F::Put) {
@@ -1335,23 +1335,25 @@ fn check_after_drop(h: &History<'_>) -> Check {
         }
         after += 1;
         if put.outcome() == Some(Kind::Ok) {
-            let drop = h.ops.iter().find(|o| {
-                o.f == F::Drop && o.tube() == put.tube() && o.outcome() == Some(Kind::Ok)
-            });
-            v.violation(|| Example {
-                payload: put.payload().map(str::to_owned),
-                tube: put.tube().map(str::to_owned),
-                id: put.id(),
-                ops: drop
-                    .map(|d| d.view("drop"))
-                    .into_iter()
-                    .chain([put.view("put")])
-                    .collect(),
-                ..example(format!(
-                    "put invoked at {} into a tube dropped at {}, answered ok",
-                    secs(put.invoke_us),
-                    secs(at)
-                ))
+            v.violation(|| {
+                let drop = h.ops.iter().find(|o| {
+                    o.f == F::Drop && o.tube() == put.tube() && o.outcome() == Some(Kind::Ok)
+                });
+                Example {
+                    payload: put.payload().map(str::to_owned),
+                    tube: put.tube().map(str::to_owned),
+                    id: put.id(),
+                    ops: drop
+                        .map(|d| d.view("drop"))
+                        .into_iter()
+                        .chain([put.view("put")])
+                        .collect(),
+                    ..example(format!(
+                        "put invoked at {} into a tube dropped at {}, answered ok",
+                        secs(put.invoke_us),
+                        secs(at)
+                    ))
+                }
             });
         }
     }
