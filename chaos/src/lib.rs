@@ -5,9 +5,10 @@
 //! no task held by two consumers at once.
 //!
 //! The parts: `net` (hosts in namespaces, partitions with nftables), `procs` (etcd and tarq in
-//! those hosts), `workload` (the client threads), `drops` (tubes made and dropped under racing puts), `nemesis` (the faults and their schedule),
-//! `run` (one run, start to verdict), `history` (what was done and what came back, as JSON
-//! lines), `checker` (the verdict over a history), `timeline` (the picture of a run).
+//! those hosts), `workload` (the client threads), `drops` (tubes made and dropped under racing
+//! puts), `nemesis` (the faults and their schedule), `run` (one run, start to verdict),
+//! `history` (what was done and what came back, as JSON lines), `checker` (the verdict over a
+//! history), `timeline` (the picture of a run).
 
 pub mod beanstalk;
 pub mod checker;

@@ -1,9 +1,9 @@
 //! One run, start to verdict: the cluster is built in namespaces (three etcd members, a replica
 //! set of tarq nodes, a host for the clients and one for the harness's own questions), the
-//! clients start (with a dropper making and dropping tubes under racing puts: `drops`), the schedule's faults are applied and healed one after another, then every
-//! fault is healed, the clients stop, the queue is drained through a node, each node's
-//! statistics are recorded once replication has caught up, and the history is checked and
-//! drawn. Everything the run made is under its output directory: `history.jsonl`,
+//! clients start (with a dropper making and dropping tubes under racing puts: `drops`), the
+//! schedule's faults are applied and healed one after another, then every fault is healed,
+//! the clients stop, the queue is drained through a node, each node's statistics are recorded
+//! once replication has caught up, and the history is checked and drawn. Everything the run made is under its output directory: `history.jsonl`,
 //! `report.json`, `timeline.svg` and the processes' logs.
 //!
 //! The harness's own host (`ctl`) is never named in a partition, so the harness keeps seeing

@@ -211,8 +211,7 @@ impl<'a> Reader<'a> {
         match self.buf.get(self.pos) {
             // Each width read as one big-endian load (syncs are u32s in a long run).
             Some(0xcc) => {
-                if let Some(&v) = self.buf.get(self.pos + 1) {
-                    self.pos += 2;
+                if let Some([v]) = self.be_array::<1>() {
                     return Ok(u64::from(v));
                 }
             }
