@@ -78,6 +78,14 @@ fn put(addr: SocketAddr, tube: &str, data: &str, key: Option<&str>) -> Result<Va
 }
 
 /// A figure of `queue.stats` of the node at `addr`.
+/// `queue.tube.<tube>:drop()` through `addr`; an error as its text.
+fn drop_tube(addr: SocketAddr, tube: &str) -> Result<Vec<Value>, String> {
+    let function = format!("queue.tube.{tube}:drop");
+    connect(addr)
+        .call(&function, &pack_args(&[]), None)
+        .map_err(|e| e.to_string())
+}
+
 fn stat(addr: SocketAddr, key: &str) -> u64 {
     let r = connect(addr).call("queue.stats", &pack_args(&[]), None);
     let stats = r.unwrap().into_iter().next().unwrap_or(Value::Nil);
@@ -150,9 +158,7 @@ fn a_put_reaching_an_owner_that_has_not_read_the_drop_is_not_acknowledged() {
 
     // From now on set b's node cannot read etcd: it does not learn of the drop by itself.
     proxy.block();
-    connect(a0)
-        .call("queue.tube.doomed:drop", &pack_args(&[]), None)
-        .expect("the drop is answered");
+    drop_tube(a0, "doomed").expect("the drop is answered");
     // After the drop's answer: a put for set b's partition through b's node, and plain puts
     // through each node.
     let racers = [(b0, Some(b_key)), (b0, None), (a0, None)].map(|(addr, key)| {
@@ -208,10 +214,7 @@ fn a_drop_refused_by_one_partition_leaves_the_others_serving_at_once() {
 
     // Dropped through set a's node: its own partition and set b's pass their checks (and are
     // held), set c's refuses.
-    let e = connect(addr(0))
-        .call("queue.tube.kept:drop", &pack_args(&[]), None)
-        .unwrap_err()
-        .to_string();
+    let e = drop_tube(addr(0), "kept").unwrap_err();
     assert!(e.contains("There are taken tasks in the tube"), "{e}");
     // At once, a put into set a's partition and one into set b's, each through its own node
     // (held there until the drop's fate is known): taken, well before the hold runs out.
@@ -236,9 +239,7 @@ fn a_drop_refused_by_one_partition_leaves_the_others_serving_at_once() {
     taker
         .call("queue.tube.kept:ack", &pack_args(&[taken]), None)
         .unwrap();
-    connect(addr(0))
-        .call("queue.tube.kept:drop", &pack_args(&[]), None)
-        .expect("the drop is answered");
+    drop_tube(addr(0), "kept").expect("the drop is answered");
     for i in 0..3 {
         wait_for("every node to let the tube go", || !knows(addr(i), "kept"));
     }
@@ -256,11 +257,7 @@ fn an_owner_serves_again_once_its_hold_runs_out_when_the_dropping_node_died() {
     let before = own_total(&b, 0, "orphan");
 
     proxy.arm("drop tube orphan", Fault::Hold);
-    let dropper = std::thread::spawn(move || {
-        connect(a0)
-            .call("queue.tube.orphan:drop", &pack_args(&[]), None)
-            .map_err(|e| e.to_string())
-    });
+    let dropper = std::thread::spawn(move || drop_tube(a0, "orphan"));
     // Every check passed (set b's partition is held): the commit is on its way. The dropping
     // node dies before it reaches etcd.
     proxy.wait_arrived();
@@ -306,11 +303,7 @@ fn a_drop_checked_by_a_primary_deposed_before_the_commit_is_refused() {
     create_known(a0, &[a0, b.nodes[0].addr, b.nodes[1].addr], "fenced");
 
     proxy.arm("drop tube fenced", Fault::Hold);
-    let dropper = std::thread::spawn(move || {
-        connect(a0)
-            .call("queue.tube.fenced:drop", &pack_args(&[]), None)
-            .map_err(|e| e.to_string())
-    });
+    let dropper = std::thread::spawn(move || drop_tube(a0, "fenced"));
     // Every check passed (set b's primary holds its partition); the commit waits at the
     // proxy while set b's primary dies and the other node takes over, holding nothing.
     proxy.wait_arrived();
@@ -352,10 +345,8 @@ fn a_drop_whose_answer_is_lost_is_of_unknown_outcome_and_nothing_after_it_is_ack
 
     let pause = Duration::from_secs(2);
     proxy.arm("drop tube unsure", Fault::LoseAnswer { then_pause: pause });
-    let e = connect(a0)
-        .call("queue.tube.unsure:drop", &pack_args(&[]), None)
-        .expect_err("a drop whose answer was lost is not answered as done")
-        .to_string();
+    let e =
+        drop_tube(a0, "unsure").expect_err("a drop whose answer was lost is not answered as done");
     assert!(e.contains("may or may not have been made"), "{e}");
     proxy.wait_answered();
     // etcd made it. After the drop's answer, a put into each set's partition through its own
