@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::conn::ReadBuf;
 use super::limits::{Expiry, MAX_PRE_AUTH_FRAME_BYTES};
-use super::{out_of, Server};
+use super::Server;
 use tarq_iproto::codes::ER_ACCESS_DENIED;
 use tarq_iproto::{response, FrameError};
 use tarq_ops::stats::LimitFigures;
@@ -108,12 +108,7 @@ impl Server {
             "Frame of {len} bytes refused before authentication: the limit is \
              {MAX_PRE_AUTH_FRAME_BYTES} bytes until AUTH succeeds"
         );
-        response::error(
-            out_of(&mut self.conns, &mut self.flush_list, idx),
-            0,
-            ER_ACCESS_DENIED,
-            &msg,
-        );
+        response::error(self.conns.out(idx), 0, ER_ACCESS_DENIED, &msg);
         self.begin_close(idx, "frame too big before authentication", true);
         true
     }
@@ -143,16 +138,11 @@ impl Server {
                 "Input memory budget of {budget} bytes is full (--input-budget-bytes): this \
                  connection holds {held} bytes of an unfinished frame, the most of any"
             );
-            response::error(
-                out_of(&mut self.conns, &mut self.flush_list, w),
-                0,
-                ER_MEMORY_ISSUE,
-                &msg,
-            );
+            response::error(self.conns.out(w), 0, ER_MEMORY_ISSUE, &msg);
             self.begin_close(w, "input budget full", true);
         }
         if self.conns[idx].closing.is_none() {
-            self.read_again.push(idx);
+            self.conns.read_again.push(idx);
         }
     }
 
@@ -200,7 +190,7 @@ impl Server {
                 why.reason()
             );
             let web = c.http().is_some();
-            let out = out_of(&mut self.conns, &mut self.flush_list, slot);
+            let out = self.conns.out(slot);
             if web {
                 // An HTTP client is told in HTTP: 408, the reason as the JSON error.
                 crate::frontend::http::refusal(out, 408, &msg);

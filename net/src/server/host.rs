@@ -5,16 +5,14 @@
 
 use std::net::SocketAddr;
 
-use slab::Slab;
 use tarq_engine::{Stats, TubeIx};
 
 use super::cluster::ClusterNode;
-use super::conn::Conn;
-use super::conn::Protocol;
-use super::{mark_flush, Server};
+use super::conns::Conns;
+use super::Server;
 use crate::core::{Caller, Command, Core, Host, Outcome, Refusal};
-use crate::frontend::beanstalk::{self, BeanstalkState};
-use crate::frontend::{self, ReplyTo};
+use crate::frontend::beanstalk::BeanstalkState;
+use crate::frontend::ReplyTo;
 
 /// Who may change the queue here, read when a change comes.
 pub(super) struct Role<'a> {
@@ -48,11 +46,9 @@ impl Role<'_> {
 
 /// The loop's side of a core call: the connections and what the front-ends keep.
 pub(super) struct Wire<'a> {
-    pub conns: &'a mut Slab<Conn>,
-    pub flush: &'a mut Vec<usize>,
-    /// Connections to read again next turn (a beanstalk reserve answered lets the commands
-    /// behind it run).
-    pub read_again: &'a mut Vec<usize>,
+    /// The connections; a beanstalk reserve answered lets the commands behind it run next
+    /// turn (`Conns::read_again`).
+    pub conns: &'a mut Conns,
     pub beanstalk: &'a mut BeanstalkState,
     pub role: Role<'a>,
     /// Outcomes answered to the router (`ReplyTo::Router`), for it to take after the call.
@@ -65,14 +61,7 @@ impl Host<ReplyTo> for Wire<'_> {
         if let ReplyTo::Router(token) = reply {
             return self.route_back(token, outcome);
         }
-        deliver_to(
-            self.conns,
-            self.flush,
-            self.read_again,
-            to.slot(),
-            reply,
-            outcome,
-        );
+        self.conns.deliver(to.slot(), reply, outcome);
     }
 
     #[inline]
@@ -81,7 +70,7 @@ impl Host<ReplyTo> for Wire<'_> {
     }
 
     fn is_live(&self, to: Caller) -> bool {
-        self.conns.get(to.slot()).is_some_and(|c| c.gen == to.gen)
+        self.conns.is_live(to)
     }
 
     #[inline]
@@ -111,52 +100,11 @@ impl Wire<'_> {
     }
 }
 
-/// Writes `outcome` for connection `idx` through its front-end, queued for the turn's flush.
-/// A beanstalk connection whose answer was still to come (a reserve that waited, a command
-/// sent on to another node) runs the commands behind it next turn (`read_again`).
-pub(super) fn deliver_to(
-    conns: &mut Slab<Conn>,
-    flush: &mut Vec<usize>,
-    read_again: &mut Vec<usize>,
-    idx: usize,
-    reply: ReplyTo,
-    outcome: &Outcome<'_>,
-) {
-    mark_flush(conns, flush, idx);
-    if let ReplyTo::Beanstalk(r) = reply {
-        return deliver_beanstalk(conns, read_again, idx, r, outcome);
-    }
-    frontend::encode(&mut conns[idx].out.out, reply, outcome);
-}
-
-/// [`deliver_to`] for a beanstalk connection, out of the IPROTO path's way: the answer may end
-/// the hold on the commands behind it.
-#[inline(never)]
-fn deliver_beanstalk(
-    conns: &mut Slab<Conn>,
-    read_again: &mut Vec<usize>,
-    idx: usize,
-    r: beanstalk::Reply,
-    outcome: &Outcome<'_>,
-) {
-    let c = &mut conns[idx];
-    match &mut c.proto {
-        Protocol::Beanstalk(bs) => {
-            if beanstalk::deliver(&mut c.out.out, bs, r, outcome) && c.closing.is_none() {
-                read_again.push(idx);
-            }
-        }
-        _ => beanstalk::encode(&mut c.out.out, r, outcome),
-    }
-}
-
 impl Server {
     /// The core and the loop's side of a call into it, borrowed apart.
     pub(super) fn split(&mut self) -> (&mut Core<ReplyTo>, Wire<'_>) {
         let wire = Wire {
             conns: &mut self.conns,
-            flush: &mut self.flush_list,
-            read_again: &mut self.read_again,
             beanstalk: &mut self.beanstalk,
             routed: &mut self.routed,
             role: Role {
@@ -180,8 +128,7 @@ impl Server {
     /// Connection `idx` as the core knows it.
     #[inline]
     pub(crate) fn caller(&self, idx: usize) -> Caller {
-        let c = &self.conns[idx];
-        Caller::new(idx, c.gen, c.sid)
+        self.conns.caller(idx)
     }
 
     /// Runs a front-end's command for connection `idx` in the core, answered through `reply`.
@@ -225,14 +172,7 @@ impl Server {
 
     /// Encodes `outcome` into connection `idx`'s replies, queued for this turn's flush.
     pub(crate) fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>) {
-        deliver_to(
-            &mut self.conns,
-            &mut self.flush_list,
-            &mut self.read_again,
-            idx,
-            reply,
-            outcome,
-        );
+        self.conns.deliver(idx, reply, outcome);
     }
 
     /// Why a batch of `commands` (or a take of many, `first`) may not run now: the room for

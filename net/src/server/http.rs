@@ -17,7 +17,7 @@ use tarq_ops::live::Live;
 use tracing::{info, warn};
 
 use super::timers::Timer;
-use super::{mark_flush, Server};
+use super::Server;
 use crate::frontend::http::{self, MAX_EVENT_STREAMS};
 
 /// The HTTP port's listener.
@@ -153,7 +153,7 @@ impl Server {
         self.http.live.event_json(&mut event);
         for i in 0..self.http.streams.len() {
             let (idx, _) = self.http.streams[i];
-            mark_flush(&mut self.conns, &mut self.flush_list, idx);
+            self.conns.mark_flush(idx);
             http::event(&mut self.conns[idx].out.out, &event);
         }
         self.http.event = event;
@@ -188,7 +188,7 @@ impl Server {
     /// Open connections by protocol, and the event streams among the HTTP ones.
     pub(crate) fn connection_counts(&self) -> serde_json::Value {
         let (mut iproto, mut relays, mut beanstalk, mut web, mut links) = (0u64, 0, 0, 0, 0);
-        for (_, c) in &self.conns {
+        for (_, c) in self.conns.iter() {
             match c.proto {
                 super::conn::Protocol::Iproto { .. } => iproto += 1,
                 super::conn::Protocol::Relay(_) => relays += 1,

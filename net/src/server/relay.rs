@@ -28,7 +28,7 @@ use tarq_wal::relay::{self as wal_relay, Cursor, RelayError};
 use tarq_wal::WalMode;
 use tracing::{info, warn};
 
-use super::{mark_flush, Server};
+use super::Server;
 use crate::frontend::iproto::errors::refusal_text;
 
 /// Snapshot and catch-up bytes are read only while a replica has fewer unsent bytes than this:
@@ -272,7 +272,7 @@ impl Server {
         let mut failed = Vec::new();
         for i in 0..self.relays.len() {
             let (idx, _) = self.relays[i];
-            mark_flush(&mut self.conns, &mut self.flush_list, idx);
+            self.conns.mark_flush(idx);
             let (relay, out) = (self.conns[idx].relay_and_out()).expect("the list holds relays");
             let step = if matches!(relay.phase, Phase::Live) {
                 for part in tap.chunks(FRAME_BYTES) {

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use mio::net::TcpStream;
 use tracing::{debug, warn};
 
-use super::{mark_flush, Proto, Server};
+use super::{Proto, Server};
 use crate::core::access::{UserRefused, Who};
 use crate::core::Command;
 
@@ -140,9 +140,9 @@ impl Server {
             }
             c.muted_until = None;
             let closing = c.closing.is_some();
-            mark_flush(&mut self.conns, &mut self.flush_list, idx);
+            self.conns.mark_flush(idx);
             if !closing {
-                self.read_again.push(idx);
+                self.conns.read_again.push(idx);
             }
         }
     }

@@ -516,7 +516,7 @@ impl super::Server {
             if c.stream.settle_without_hello() {
                 self.refuse_plain(idx);
             } else {
-                super::mark_flush(&mut self.conns, &mut self.flush_list, idx);
+                self.conns.mark_flush(idx);
             }
         }
         self.timers

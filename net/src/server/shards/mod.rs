@@ -899,7 +899,7 @@ impl Server {
                 self.conns[idx].proto = super::conn::Protocol::Link(Box::new(link));
             }
         }
-        super::mark_flush(&mut self.conns, &mut self.flush_list, idx);
+        self.conns.mark_flush(idx);
     }
 
     /// Why connection `idx` may not become the link `hello` asks for (an IPROTO error code and
