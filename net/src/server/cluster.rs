@@ -190,14 +190,18 @@ impl Server {
                 EventKind::Deposed { term, reason, .. } => self.deposed(term, reason),
                 EventKind::MapChanged { .. } => {
                     let (placement, sets) = self.cluster_mut().map();
-                    self.shards_map_changed(placement, &sets);
+                    self.with_router(|r, cx| r.shards_map_changed(cx, placement, &sets));
                 }
                 EventKind::PlacementDone { token, result } => {
-                    self.shards_placement_done(token, result)
+                    self.with_router(|r, cx| r.shards_placement_done(cx, token, result));
                 }
                 EventKind::PlacementRead => self.shards_placement_read(),
-                EventKind::UsersChanged { .. } => self.shards_users_changed(),
-                EventKind::UsersDone { token, result } => self.shards_users_done(token, result),
+                EventKind::UsersChanged { .. } => {
+                    self.with_router(|r, cx| r.shards_users_changed(cx));
+                }
+                EventKind::UsersDone { token, result } => {
+                    self.with_router(|r, cx| r.shards_users_done(cx, token, result));
+                }
                 EventKind::CommitRecorded { position, result } => {
                     self.commit_recorded(position, result)
                 }
@@ -311,7 +315,7 @@ impl Server {
         self.sync.restart();
         let (core, mut wire) = self.split();
         let released = core.release_all_taken(&mut wire);
-        self.shards_start_leading();
+        self.with_router(|r, cx| r.shards_start_leading(cx));
         info!(term, released, node = %name, %cluster, "became the primary");
     }
 
@@ -362,7 +366,7 @@ impl Server {
                 NodeRole::Unknown(format!("the leader {leader} published address {addr:?}"));
             return;
         };
-        self.shards_stop_leading();
+        self.with_router(|r, cx| r.shards_stop_leading(cx));
         let c = self.cluster_mut();
         let led = std::mem::take(&mut c.led);
         // The role first: what closing does below happens on a replica (silently).
@@ -409,7 +413,7 @@ impl Server {
         self.cluster_mut().role = NodeRole::Unknown(format!(
             "this node stopped leading term {term}: {why}; no primary is known"
         ));
-        self.shards_stop_leading();
+        self.with_router(|r, cx| r.shards_stop_leading(cx));
         self.answer_parked_with_nothing();
     }
 
@@ -496,7 +500,7 @@ impl Server {
 
     /// This node's replica set, on a sharded node (`--replica-set`).
     fn sharded_set(&self) -> Option<&str> {
-        self.shards.as_ref()?;
+        self.router.as_ref()?;
         self.cfg.cluster.as_ref()?.election.replica_set.as_deref()
     }
 
@@ -572,7 +576,7 @@ impl Server {
     /// so far), and the ones done.
     fn move_fields(&self) -> Value {
         let s = |v: &str| Value::from(v);
-        let Some((now, f)) = self.shards.as_ref().map(|sh| sh.move_figures()) else {
+        let Some((now, f)) = self.router.as_ref().map(|sh| sh.move_figures()) else {
             return Value::Nil;
         };
         let in_progress = now.map_or(Value::Nil, |(tube, partition, to, tasks)| {

@@ -61,7 +61,7 @@ impl frontend::Loop for Server {
     }
 
     fn hold_for_placement(&mut self, idx: usize) -> bool {
-        Server::hold_for_placement(self, idx)
+        (self.router.as_mut()).is_some_and(|r| r.hold_for_placement(idx))
     }
 
     fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats> {
@@ -77,18 +77,17 @@ impl frontend::Loop for Server {
     }
 
     fn parked_count(&self, tube: TubeIx) -> u64 {
-        self.core.parked_in(tube) as u64 + self.routed_waiting_on(tube)
+        let routed = (self.router.as_ref()).map_or(0, |r| r.routed_waiting_on(tube));
+        self.core.parked_in(tube) as u64 + routed
     }
 
     fn unpark_all(&mut self, idx: usize) {
         self.core.unpark(idx);
-        if self.shards.is_some() {
-            self.end_waits_of(idx);
-        }
+        self.with_router(|r, cx| r.end_waits_of(cx, idx));
     }
 
     fn cluster_picture(&mut self) -> Option<serde_json::Value> {
-        Server::cluster_picture(self)
+        self.with_router(|r, cx| r.cluster_picture(cx)).flatten()
     }
 
     fn close_after_answer(&mut self, idx: usize) {
@@ -98,11 +97,11 @@ impl frontend::Loop for Server {
     }
 
     fn sharded(&self) -> bool {
-        self.shards.is_some()
+        self.router.is_some()
     }
 
     fn makes_tubes_on_demand(&self) -> bool {
-        self.shards.is_none()
+        self.router.is_none()
     }
 
     fn create_tube_for(&mut self, idx: usize, name: &str) -> Result<TubeIx, Refusal> {
@@ -253,7 +252,11 @@ impl frontend::Loop for Server {
         reply: ReplyTo,
         step: crate::frontend::link::wire::Ask<'_>,
     ) {
-        Server::move_step(self, idx, reply, step);
+        if self.router.is_none() {
+            let why = "this tarq is no sharded cluster's node".to_owned();
+            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+        }
+        self.with_router(|r, cx| r.move_step(cx, idx, reply, step));
     }
 
     fn unwatch_link(&mut self, idx: usize, sync: u64) {
@@ -262,7 +265,9 @@ impl frontend::Loop for Server {
     }
 
     fn heard_waiting(&mut self, idx: usize, from: &str, tube: TubeIx, count: u64) {
-        Server::heard_waiting(self, idx, from, tube, count);
+        if let Some(r) = self.router.as_mut() {
+            r.heard_waiting(idx, from, tube, count);
+        }
     }
 
     fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {
@@ -281,7 +286,8 @@ impl frontend::Loop for Server {
         cmd: Command<'_>,
         may_relay: bool,
     ) {
-        self.dispatch_forwarded(idx, sid, reply, cmd, may_relay);
+        // A link is opened to a sharded node only (`start_link`).
+        self.with_router(|r, cx| r.dispatch_forwarded(cx, idx, sid, reply, cmd, may_relay));
     }
 
     fn http(&mut self) -> &mut HttpState {
@@ -299,7 +305,7 @@ impl frontend::Loop for Server {
     fn cluster_tubes(
         &mut self,
     ) -> Option<std::sync::Arc<std::collections::HashMap<String, frontend::http::TubeTotals>>> {
-        Server::cluster_tubes(self)
+        self.with_router(|r, cx| r.cluster_tubes(cx)).flatten()
     }
 
     fn metrics_page(&mut self, page: &mut String) {

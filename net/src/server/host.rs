@@ -23,7 +23,20 @@ pub(super) struct Role<'a> {
     pub follows: bool,
 }
 
-impl Role<'_> {
+impl<'a> Role<'a> {
+    /// The role of a node of `cluster` (if any), configured by `cfg`, following `upstream`.
+    pub fn of(
+        cluster: &'a Option<ClusterNode>,
+        cfg: &'a crate::config::Config,
+        upstream: &Option<super::replica::Upstream>,
+    ) -> Role<'a> {
+        Role {
+            cluster: cluster.as_ref(),
+            replica_of: &cfg.replica_of,
+            follows: upstream.is_some(),
+        }
+    }
+
     /// Whether this node takes changes now.
     #[inline]
     pub fn leads(&self) -> bool {
@@ -107,22 +120,14 @@ impl Server {
             conns: &mut self.conns,
             beanstalk: &mut self.beanstalk,
             routed: &mut self.routed,
-            role: Role {
-                cluster: self.cluster.as_ref(),
-                replica_of: &self.cfg.replica_of,
-                follows: self.upstream.is_some(),
-            },
+            role: Role::of(&self.cluster, &self.cfg, &self.upstream),
         };
         (&mut self.core, wire)
     }
 
     /// The role of this node now.
     pub(super) fn role(&self) -> Role<'_> {
-        Role {
-            cluster: self.cluster.as_ref(),
-            replica_of: &self.cfg.replica_of,
-            follows: self.upstream.is_some(),
-        }
+        Role::of(&self.cluster, &self.cfg, &self.upstream)
     }
 
     /// Connection `idx` as the core knows it.
@@ -139,7 +144,7 @@ impl Server {
         {
             self.charge_put(idx, &cmd);
         }
-        if self.shards.is_some() {
+        if self.router.is_some() {
             return self.dispatch_routed(idx, reply, cmd);
         }
         let caller = self.caller(idx);
@@ -151,23 +156,7 @@ impl Server {
     /// single node's dispatch stays the core's call alone.
     #[inline(never)]
     fn dispatch_routed(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
-        let Some(cmd) = self.route(idx, reply, cmd) else {
-            return;
-        };
-        let caller = self.caller(idx);
-        self.execute_as(caller, reply, cmd);
-    }
-
-    /// Runs `cmd` in the core for `caller`, off the single node's hot path (a sharded node's
-    /// commands, forwarded ones, a router's own). The one call of `Core::execute` beside
-    /// [`dispatch`](Self::dispatch)'s, so that one stays inlined.
-    #[inline(never)]
-    pub(crate) fn execute_as(&mut self, caller: Caller, reply: ReplyTo, cmd: Command<'_>) {
-        let (core, mut wire) = self.split();
-        core.execute(caller, reply, cmd, &mut wire);
-        if !self.routed.is_empty() {
-            self.take_routed();
-        }
+        self.with_router(|r, cx| r.dispatch(cx, idx, reply, cmd));
     }
 
     /// Encodes `outcome` into connection `idx`'s replies, queued for this turn's flush.

@@ -121,8 +121,11 @@ impl Server {
     /// is the whole cluster's, taken once the owners have answered (`shards::console`).
     fn sample_and_send(&mut self) {
         let second = self.now / 1_000_000;
-        if self.shards.is_some() {
-            return self.console_tick(second);
+        if self
+            .with_router(|r, cx| r.console_tick(cx, second))
+            .is_some()
+        {
+            return;
         }
         let queue = self.core.queue();
         // A partitioned tube's other partitions share its name: they count in the whole

@@ -27,6 +27,7 @@ pub mod quotas;
 mod relay;
 pub mod reload;
 mod replica;
+mod routing;
 mod shards;
 mod sync;
 mod systemd;
@@ -182,7 +183,7 @@ pub struct Server {
     timers: Timers,
     next_sid: u64,
     /// A sharded cluster's router (`--replica-set`).
-    shards: Option<shards::Shards>,
+    router: Option<shards::Router>,
     /// Other nodes' clients' sessions run here (a sharded cluster's links).
     pub(crate) link_sessions: crate::frontend::link::LinkSessions,
     /// Outcomes the core answered to the router this call (`ReplyTo::Router`).
@@ -258,7 +259,7 @@ impl Server {
             )?),
             None => None,
         };
-        let shards = router_of(&cfg, cluster.as_ref());
+        let router = router_of(&cfg, cluster.as_ref());
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         let tls = tls::TlsPorts::load(&cfg.tls).map_err(io::Error::other)?;
         let mut server = Server {
@@ -277,7 +278,7 @@ impl Server {
             engine_behind: false,
             timers: Timers::default(),
             next_sid: 1,
-            shards,
+            router,
             link_sessions: crate::frontend::link::LinkSessions::new(
                 cfg.cluster
                     .as_ref()
@@ -349,13 +350,11 @@ impl Server {
         let (parked_takes, takes_parked) = self.core.parked_takes();
         // A partitioned tube's partitions share its name: each is told by its number, known
         // from the placement (a tube of one partition keeps its series as before shards).
-        let placement = self
-            .shards
-            .as_ref()
+        let placement = (self.router.as_ref())
             .and(self.cluster.as_ref())
             .map(|c| c.handle().placement());
-        let routed = (self.shards.as_ref()).map_or_else(Default::default, |s| s.router_figures());
-        let moves = (self.shards.as_ref()).map_or((0, Default::default()), |s| {
+        let routed = (self.router.as_ref()).map_or_else(Default::default, |s| s.router_figures());
+        let moves = (self.router.as_ref()).map_or((0, Default::default()), |s| {
             let (now, done) = s.move_figures();
             (u64::from(now.is_some()), done)
         });
@@ -393,7 +392,7 @@ impl Server {
                 moves_given_up: moves.1.given_up,
                 moved_tasks: moves.1.tasks_moved,
                 last_move_ms: moves.1.last_ms.unwrap_or(0),
-                links_refused: self.shards.as_ref().map_or(0, |s| s.refused_links()),
+                links_refused: self.router.as_ref().map_or(0, |s| s.refused_links()),
                 routed_forwarded: routed.forwarded,
                 routed_held: routed.held,
                 routed_waiting: routed.waiting,
@@ -493,7 +492,9 @@ impl Server {
             http::HTTP_LISTENER => self.accept_all(Proto::Http),
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
-            Token(t) if shards::Shards::owns_token(t) => self.link_ready(t),
+            Token(t) if shards::Router::owns_token(t) => {
+                self.with_router(|r, cx| r.link_ready(cx, t));
+            }
             t if Ops::owns(t) => {
                 self.ops.on_event(ev, self.now);
                 self.timers.set(Timer::Ops, self.ops.next_timer());
@@ -735,7 +736,7 @@ impl Server {
             (Timer::Ops, self.ops.next_timer()),
             (
                 Timer::Shards,
-                self.shards.as_ref().and_then(shards::Shards::next_deadline),
+                self.router.as_ref().and_then(shards::Router::next_deadline),
             ),
         ];
         for (timer, at) in truth {
@@ -944,9 +945,7 @@ impl Server {
         self.turn_side_work();
         // Before the commit, so a tube's drop is in this turn's batch.
         self.collect_tubes();
-        if self.shards.is_some() {
-            self.flush_links();
-        }
+        self.with_router(shards::Router::flush_links);
         if !self.throttled.is_empty() {
             self.mute_throttled();
         }
@@ -1018,16 +1017,21 @@ impl Server {
     /// The work of the parts beside the queue: the router's, the console's, the cluster
     /// layout's check, the figures pushed out.
     fn turn_side_work(&mut self) {
-        if self.shards.is_some() {
+        if self.router.is_some() {
             // Watches answered while the turn served others' calls, and waits that ran out.
-            self.take_routed();
-            self.expire_waiters();
-            self.tick_move();
-            self.check_orphaned_copies();
-            self.let_go_gradually();
-            self.check_links();
-            self.expire_drop_holds();
-            self.release_orphans();
+            let steps: [fn(&mut shards::Router, &mut shards::Ctx<'_>); 8] = [
+                shards::Router::take_routed,
+                shards::Router::expire_waiters,
+                shards::Router::tick_move,
+                shards::Router::check_orphaned_copies,
+                shards::Router::let_go_gradually,
+                shards::Router::check_links,
+                shards::Router::expire_drop_holds,
+                shards::Router::release_orphans,
+            ];
+            for step in steps {
+                self.with_router(step);
+            }
         }
         if self.http.listener.is_some() {
             self.live_tick();
@@ -1072,7 +1076,9 @@ impl Server {
 
     /// Reads what the connection has and executes every complete frame in it.
     fn read_and_execute(&mut self, idx: usize) {
-        if self.input_held(idx) || self.conns[idx].muted() {
+        let gen = self.conns[idx].gen;
+        if (self.router.as_ref()).is_some_and(|r| r.input_held(idx, gen)) || self.conns[idx].muted()
+        {
             // Read again once the held request has run (`shards_placement_read`), or once its
             // mute ends (`unmute_due`).
             return;
@@ -1225,7 +1231,9 @@ impl Server {
                     }
                     // A tube this node does not know yet: the frame runs again after a read
                     // of the placement, and what follows it waits for that.
-                    if self.frame_to_hold() && self.hold_frame(idx, frame) {
+                    if (self.router.as_ref()).is_some_and(|r| r.frame_to_hold())
+                        && self.with_router(|r, cx| r.hold_frame(cx, idx, frame)) == Some(true)
+                    {
                         break;
                     }
                 }
@@ -1316,7 +1324,7 @@ impl Server {
         idx: usize,
         name: &str,
     ) -> Result<tarq_engine::TubeIx, crate::core::Refusal> {
-        if self.shards.is_some() {
+        if self.router.is_some() {
             // A sharded cluster's tubes are placed through etcd, each index once: a tube made
             // here alone could take an index the placement gives another.
             return Err(crate::core::Refusal::Shards(format!(
@@ -1440,25 +1448,12 @@ impl Server {
             self.http.state.connections -= 1;
         }
         self.drop_input(idx);
-        if self.shards.is_some() {
-            // Its takes waiting across partitions end too.
-            self.end_waits_of(idx);
-        }
+        // Its takes waiting across partitions end too.
+        self.with_router(|r, cx| r.end_waits_of(cx, idx));
         // A link's sessions are its forwarding node's clients': theirs go back to ready too,
         // after a grace in which that node tells its clients (`shards::holds`).
-        let link_origin = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin));
-        if link_origin.is_some() {
-            self.waiting_link_closed(idx);
-        }
-        let link_sessions: Vec<SessionId> = match &link_origin {
-            Some(origin) => self.link_sessions.closed(origin),
-            None => Vec::new(),
-        };
-        if let Some(origin) = &link_origin {
-            self.link_closed(origin);
-        }
-        if !link_sessions.is_empty() {
-            self.orphan_link_sessions(link_sessions);
+        if let Some(origin) = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin)) {
+            self.link_conn_closed(idx, &origin);
         }
         let released = match self.iproto.sessions.detach(sid, uuid, self.mono) {
             OnClose::Release(sid) => self.release_session(sid),
@@ -1474,7 +1469,9 @@ impl Server {
         if self.cfg.null {
             return 0;
         }
-        self.shards_session_ended(sid);
+        if let Some(released) = self.with_router(|r, cx| r.release_session(cx, sid)) {
+            return released;
+        }
         let leads = self.leads();
         let (core, mut wire) = self.split();
         core.release_session(sid, leads, &mut wire)
@@ -1766,10 +1763,10 @@ fn open_protocol(
 /// Binds the IPROTO listener and, with `--beanstalk-listen`, the beanstalk one, registered
 /// with `poll`.
 /// A sharded node's router (`--replica-set`), or `None`.
-fn router_of(cfg: &Config, cluster: Option<&cluster::ClusterNode>) -> Option<shards::Shards> {
+fn router_of(cfg: &Config, cluster: Option<&cluster::ClusterNode>) -> Option<shards::Router> {
     let (c, node) = (cfg.cluster.as_ref()?, cluster?);
     let set = c.election.replica_set.clone()?;
-    Some(shards::Shards::new(
+    Some(shards::Router::new(
         set,
         c.election.name.as_str().into(),
         c.election.cluster.as_str().into(),

@@ -559,19 +559,7 @@ impl super::Server {
     /// Why connection `idx` may not carry node-to-node traffic (replication, a shard link), or
     /// `None`: with a cluster CA, only a TLS connection whose certificate the CA signed may.
     pub(super) fn node_refusal(&self, idx: usize) -> Option<String> {
-        self.tls.nodes.as_ref()?;
-        let c = &self.conns[idx];
-        if c.stream.peer_is_node() {
-            return None;
-        }
-        let how = if c.stream.is_tls() {
-            "a TLS connection without a certificate"
-        } else {
-            "a plain connection"
-        };
-        Some(format!(
-            "nodes talk over TLS with a certificate the cluster CA signed (tls-ca); this is {how}"
-        ))
+        node_refusal(self.tls.nodes.is_some(), &self.conns[idx])
     }
 
     /// SIGHUP: the certificate and key are read again; new connections get them, open ones
@@ -592,4 +580,20 @@ impl super::Server {
             ),
         }
     }
+}
+
+/// Why connection `c` may not carry node-to-node traffic, or `None`: with a cluster CA
+/// (`nodes_signed`), only a TLS connection whose certificate the CA signed may.
+pub(super) fn node_refusal(nodes_signed: bool, c: &super::conn::Conn) -> Option<String> {
+    if !nodes_signed || c.stream.peer_is_node() {
+        return None;
+    }
+    let how = if c.stream.is_tls() {
+        "a TLS connection without a certificate"
+    } else {
+        "a plain connection"
+    };
+    Some(format!(
+        "nodes talk over TLS with a certificate the cluster CA signed (tls-ca); this is {how}"
+    ))
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::ctx::Ctx;
 use super::*;
 use crate::core::MoveReport;
 
@@ -30,30 +31,22 @@ pub(super) struct ClusterMoves {
     asking: Option<(u64, Instant, Vec<SetMoves>)>,
 }
 
-impl Server {
-    /// This node's moves as an owner's primary (`Ask::Moves`' answer).
-    pub(super) fn move_report(&self) -> MoveReport {
-        (self.shards.as_ref())
-            .map(|s| s.move_report(self.core.queue()))
-            .unwrap_or_default()
-    }
-
+impl Router {
     /// The cluster page's links and moves (`None` on a node that is no sharded cluster's):
     /// `links` now, `moves` as the sets' primaries last told them (asking again when more
     /// than a second old; `null` until the first answers).
-    pub(crate) fn cluster_picture(&mut self) -> Option<Value> {
+    pub(crate) fn cluster_picture(&mut self, cx: &mut Ctx<'_>) -> Option<Value> {
         let now = Instant::now();
         // Read before this read's own ask is in flight.
-        let links = self.links_json();
-        let c = &self.shards.as_ref()?.cluster_moves;
+        let links = self.links_json(cx.mono);
+        let c = &self.cluster_moves;
         let stale = (c.got.as_ref()).is_none_or(|(at, _)| now.duration_since(*at) > FRESH);
         let asking =
             (c.asking.as_ref()).is_some_and(|(_, at, _)| now.duration_since(*at) < GIVE_UP);
         if stale && !asking {
-            self.ask_moves();
+            self.ask_moves(cx);
         }
-        let shards = self.shards.as_ref()?;
-        let moves = shards.cluster_moves.got.as_ref().map(|(at, sets)| {
+        let moves = self.cluster_moves.got.as_ref().map(|(at, sets)| {
             let sets: Vec<Value> = sets.iter().map(set_moves_json).collect();
             let in_progress: Vec<Value> = (sets.iter())
                 .filter(|s| !s["in_progress"].is_null())
@@ -76,23 +69,20 @@ impl Server {
     }
 
     /// Asks every set's primary for its moves: this node's own when it leads its set.
-    fn ask_moves(&mut self) {
-        let sid = match self.shards.as_ref().and_then(|s| s.console_sid()) {
+    fn ask_moves(&mut self, cx: &mut Ctx<'_>) {
+        let sid = match self.console_sid() {
             Some(sid) => sid,
-            None => self.new_session(),
+            None => cx.new_session(),
         };
-        let leads = self.leads();
-        let mine = self.move_report();
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        shards.set_console_sid(sid);
-        let key = shards.next_gather;
-        shards.next_gather += 1;
+        let leads = cx.leads();
+        let mine = self.move_report(cx.core.queue());
+        self.set_console_sid(sid);
+        let key = self.next_gather;
+        self.next_gather += 1;
         let mut answers = Vec::new();
         let mut asks = Vec::new();
-        for (i, s) in shards.sets.iter().enumerate() {
-            let answer = if s.name == shards.set && leads {
+        for (i, s) in self.sets.iter().enumerate() {
+            let answer = if s.name == self.set && leads {
                 Some(Ok(mine.clone()))
             } else if s.primary.is_none() {
                 Some(Err(format!("replica set {} has no primary now", s.name)))
@@ -102,19 +92,17 @@ impl Server {
             };
             answers.push((s.name.clone(), answer));
         }
-        shards.cluster_moves.asking = Some((key, Instant::now(), answers));
+        self.cluster_moves.asking = Some((key, Instant::now(), answers));
         let client = Client::router(sid, key);
         for (at, set) in asks {
-            self.send_ask(set, client, &Ask::Moves, Then::Moves { key, at });
+            self.send_ask(cx, set, client, &Ask::Moves, Then::Moves { key, at });
         }
         self.moves_answered(key, None, Outcome::Ok);
     }
 
     /// Set `at`'s primary answered ask `key` (`None`: look whether every set has).
     pub(super) fn moves_answered(&mut self, key: u64, at: Option<usize>, outcome: Outcome<'_>) {
-        let Some(c) = self.shards.as_mut().map(|s| &mut s.cluster_moves) else {
-            return;
-        };
+        let c = &mut self.cluster_moves;
         let Some((_, _, answers)) = c.asking.as_mut().filter(|(k, _, _)| *k == key) else {
             return;
         };
@@ -133,16 +121,13 @@ impl Server {
 
     /// This node's links to the other sets: to whom, in what state since when, the calls in
     /// flight on it and the drops counted.
-    fn links_json(&self) -> Value {
-        let Some(shards) = self.shards.as_ref() else {
-            return Value::Null;
-        };
+    fn links_json(&self, mono: Micros) -> Value {
         let now = Instant::now();
-        let links: Vec<Value> = (shards.sets.iter().enumerate())
-            .filter(|(_, s)| s.name != shards.set)
+        let links: Vec<Value> = (self.sets.iter().enumerate())
+            .filter(|(_, s)| s.name != self.set)
             .map(|(i, s)| {
-                let in_flight = shards.pending.values().filter(|p| p.set == i).count();
-                let (state, since) = link_state(s, self.mono, now);
+                let in_flight = self.pending.values().filter(|p| p.set == i).count();
+                let (state, since) = link_state(s, mono, now);
                 json!({
                     "set": s.name,
                     "primary": s.primary,

@@ -17,6 +17,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::ctx::{Ctx, Effect};
 use super::*;
 use crate::frontend::http::{PartitionFigures, TubeTotals};
 
@@ -50,7 +51,7 @@ struct Asking {
     carried: HashMap<TubeIx, Stats>,
 }
 
-impl Shards {
+impl Router {
     /// The engine session the console's asks run as on the owners, once made.
     pub(super) fn console_sid(&self) -> Option<SessionId> {
         self.console.sid
@@ -61,69 +62,64 @@ impl Shards {
     }
 }
 
-impl Server {
+impl Router {
     /// The console's figures of every placed tube (`None` on a single node), as the last
     /// tick's gather left them; the first read of a page, before any tick's, asks for them
     /// and gets `None` until the owners have answered.
-    pub(crate) fn cluster_tubes(&mut self) -> Option<Arc<HashMap<String, TubeTotals>>> {
-        let c = &self.shards.as_ref()?.console;
+    pub(crate) fn cluster_tubes(
+        &mut self,
+        cx: &mut Ctx<'_>,
+    ) -> Option<Arc<HashMap<String, TubeTotals>>> {
+        let c = &self.console;
         let stale = (c.figures.as_ref()).is_none_or(|(at, _)| at.elapsed() > STALE);
         if stale && c.asking.is_none() {
-            self.ask_console_figures(None);
+            self.ask_console_figures(cx, None);
         }
-        let c = &self.shards.as_ref()?.console;
-        c.figures.as_ref().map(|(_, f)| Arc::clone(f))
+        self.console.figures.as_ref().map(|(_, f)| Arc::clone(f))
     }
 
     /// The HTTP port's tick on a sharded node, at wall-clock `second`: the gather still in
     /// flight ends with what came (its second's sample has gaps where owners were late), and
     /// this second's is asked.
-    pub(crate) fn console_tick(&mut self, second: u64) {
+    pub(crate) fn console_tick(&mut self, cx: &mut Ctx<'_>, second: u64) {
         self.finish_console_gather();
-        self.ask_console_figures(Some(second));
+        self.ask_console_figures(cx, Some(second));
         // The asks' deadlines (the tick runs after the router's own work in the turn).
-        self.timers_changed();
     }
 
     /// Ends the console's gather in flight, if any, with the answers it has.
     fn finish_console_gather(&mut self) {
-        let Some(shards) = self.shards.as_mut() else {
+        let Some(key) = self.console.asking.as_ref().map(|a| a.key) else {
             return;
         };
-        let Some(key) = shards.console.asking.as_ref().map(|a| a.key) else {
-            return;
-        };
-        match shards.gathers.remove(&key) {
+        match self.gathers.remove(&key) {
             Some(g) => self.console_gathered(g.per, &g.answered),
-            None => shards.console.asking = None,
+            None => self.console.asking = None,
         }
     }
 
     /// Asks every partition's figures for `second`'s sample (`None`: a page's read): the ones
     /// led here read now, the others of their owners.
-    fn ask_console_figures(&mut self, second: Option<u64>) {
-        let sid = match self.shards.as_ref().and_then(|s| s.console.sid) {
+    fn ask_console_figures(&mut self, cx: &mut Ctx<'_>, second: Option<u64>) {
+        let sid = match self.console.sid {
             Some(sid) => sid,
-            None => self.new_session(),
+            None => cx.new_session(),
         };
-        let leads = self.leads();
-        let holders = self.core.queue().holders();
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        shards.console.sid = Some(sid);
-        let key = shards.next_gather;
-        shards.next_gather += 1;
+        let leads = cx.leads();
+        let holders = cx.core.queue().holders();
+        self.console.sid = Some(sid);
+        let key = self.next_gather;
+        self.next_gather += 1;
         let mut per = Vec::new();
         let mut asks = Vec::new();
-        let mut carried = HashMap::with_capacity(shards.tubes.len());
-        for (&head, t) in &shards.tubes {
-            carried.insert(head, shards.carried(head));
+        let mut carried = HashMap::with_capacity(self.tubes.len());
+        for (&head, t) in &self.tubes {
+            carried.insert(head, self.carried(head));
             for &ix in &t.parts {
                 let mut s = Stats::default();
-                if shards.here(ix, leads) {
-                    s = self.core.tube_figures(ix, &holders).unwrap_or_default();
-                } else if let Some(p) = shards.part(ix) {
+                if self.here(ix, leads) {
+                    s = cx.core.tube_figures(ix, &holders).unwrap_or_default();
+                } else if let Some(p) = self.part(ix) {
                     asks.push((p.set, ix));
                 }
                 per.push((t.name.clone(), ix, s));
@@ -131,7 +127,7 @@ impl Server {
         }
         let client = Client::router(sid, key);
         let asked = asks.iter().map(|&(_, ix)| ix).collect();
-        shards.console.asking = Some(Asking {
+        self.console.asking = Some(Asking {
             key,
             second,
             asked,
@@ -141,18 +137,18 @@ impl Server {
         if asks.is_empty() {
             return self.console_gathered(gather.per, &[]);
         }
-        shards.gathers.insert(key, gather);
+        self.gathers.insert(key, gather);
         for (set, ix) in asks {
             let cmd = Command::TubeStats { tube: ix };
-            self.forward(set, client, cmd, Then::GatherTube { key, head: ix });
+            self.forward(cx, set, client, cmd, Then::GatherTube { key, head: ix });
         }
     }
 
     /// An answer meant for the console's gather that did not come from an owner (a forward
     /// refused before it was sent): counted as that partition's, with no figures.
-    pub(super) fn console_refused(&mut self, c: Client) {
+    pub(super) fn console_refused(&mut self, cx: &mut Ctx<'_>, c: Client) {
         if let ReplyTo::Router(key) = c.reply {
-            self.gathered(key, None, Digest::Nothing);
+            self.gathered(cx, key, None, Digest::Nothing);
         }
     }
 
@@ -164,10 +160,7 @@ impl Server {
         per: Vec<(String, TubeIx, Stats)>,
         answered: &[TubeIx],
     ) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let Some(asking) = shards.console.asking.take() else {
+        let Some(asking) = self.console.asking.take() else {
             return;
         };
         let answered: HashSet<TubeIx> = answered.iter().copied().collect();
@@ -178,15 +171,15 @@ impl Server {
             .filter(|(_, ix, _)| !missing.contains(ix))
             .map(|(_, ix, s)| (ix, s))
             .collect();
-        let before = shards.console.figures.take().map(|(_, f)| f);
+        let before = self.console.figures.take().map(|(_, f)| f);
         let mut tubes: HashMap<String, TubeTotals> = HashMap::new();
         let mut partial: HashSet<String> = HashSet::new();
-        for t in shards.placement.tubes.values() {
+        for t in self.placement.tubes.values() {
             let Some(head) = t.partitions.first().map(|p| p.index) else {
                 continue;
             };
             let carried = asking.carried.get(&head).copied();
-            let mut stats = carried.unwrap_or_else(|| shards.carried(head));
+            let mut stats = carried.unwrap_or_else(|| self.carried(head));
             let earlier = before.as_ref().and_then(|b| b.get(&t.name));
             let mut whole = carried.is_some();
             let partitions = (t.partitions.iter().enumerate())
@@ -201,7 +194,7 @@ impl Server {
                     if let Some(s) = &s {
                         stats += s;
                     }
-                    let primary = (shards.sets.iter())
+                    let primary = (self.sets.iter())
                         .find(|x| x.name == part.set)
                         .and_then(|x| x.primary.clone());
                     PartitionFigures {
@@ -219,13 +212,14 @@ impl Server {
             tubes.insert(t.name.clone(), TubeTotals { stats, partitions });
         }
         let tubes = Arc::new(tubes);
-        shards.console.figures = Some((Instant::now(), Arc::clone(&tubes)));
+        self.console.figures = Some((Instant::now(), Arc::clone(&tubes)));
         let Some(second) = asking.second else {
             return;
         };
-        let sample =
-            (tubes.iter()).map(|(n, t)| (n.as_str(), (!partial.contains(n)).then_some(t.stats)));
-        self.http.live.sample_whole(second, sample);
-        self.send_live_event();
+        self.effects.push(Effect::LiveSample {
+            second,
+            tubes,
+            partial,
+        });
     }
 }

@@ -3,8 +3,8 @@
 //! a move, how fresh the view of the placement is, whether it has just moved here) and what
 //! the command does ([`Kind`]) give a [`Decision`] — run here, forward to the owner, wait for
 //! the move or for the map, or refuse with why. No I/O, no state: the server gathers the facts
-//! (`Shards::facts`), decides, and one small function does what was decided
-//! (`Server::run_on_partition` for a client's command, `dispatch_forwarded` for another
+//! (`Router::facts`), decides, and one small function does what was decided
+//! (`Router::run_on_partition` for a client's command, `dispatch_forwarded` for another
 //! node's). Tested here alone, by hand and over every combination of facts.
 //!
 //! Commands over several partitions (a take trying each, a put looking for room, a figure

@@ -18,6 +18,7 @@
 //! partitions serve again at once; an owner that does not hear of it reads the placement when
 //! its hold runs out.
 
+use super::ctx::Ctx;
 use super::*;
 
 /// A drop this node asked etcd for: who asked, the tube's partitions, and the checks it
@@ -31,7 +32,7 @@ pub(super) struct Dropping {
 /// A drop's checks: the partitions led here (their next numbers), the others' owners to ask.
 type Checks = (Vec<(TubeIx, u64)>, Vec<(usize, TubeIx)>);
 
-impl Shards {
+impl Router {
     /// Why drop `g` of tube `head`, its checks begun at `since`, cannot be committed (a check
     /// refused, the tube gone, too late, or a checked set whose primary's term is not known),
     /// or `None`; then `g.checked_by` names every set that checked (this node's own, in the
@@ -67,78 +68,75 @@ impl Shards {
     }
 }
 
-impl Server {
+impl Router {
     /// `drop` of placed tube `head` for `client`.
-    pub(super) fn drop_placed(&mut self, client: Client, head: TubeIx, leads: bool) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let Some(t) = shards.tubes.get(&head) else {
+    pub(super) fn drop_placed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        client: Client,
+        head: TubeIx,
+        leads: bool,
+    ) {
+        let Some(t) = self.tubes.get(&head) else {
             return;
         };
         let (name, parts) = (t.name.clone(), t.parts.clone());
-        let under_way = (shards.gathers.values()).any(|g| g.kind == GatherKind::Drop { head })
-            || shards
-                .drops
-                .values()
-                .any(|d| d.parts.first() == Some(&head));
+        let under_way = (self.gathers.values()).any(|g| g.kind == GatherKind::Drop { head })
+            || self.drops.values().any(|d| d.parts.first() == Some(&head));
         if under_way {
             let why = format!("a drop of tube {name} through this node is under way already");
-            return self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+            return self.answer(cx, client, &Outcome::Error(Refusal::Shards(why)));
         }
-        let (floors, asks) = match self.check_own_parts(&parts, leads) {
+        let (floors, asks) = match self.check_own_parts(cx, &parts, leads) {
             Ok(checks) => checks,
-            Err(e) => return self.answer(client, &Outcome::Error(e)),
+            Err(e) => return self.answer(cx, client, &Outcome::Error(e)),
         };
         // Its own partitions were checked in the term it leads in now (they were `here`).
-        let term = self.cluster.as_ref().and_then(|c| c.leading_term());
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+        let term = cx.cluster().and_then(|c| c.leading_term());
         let own_check = match (floors.is_empty(), term) {
-            (false, Some(term)) => Some((shards.set.clone(), term)),
+            (false, Some(term)) => Some((self.set.clone(), term)),
             _ => None,
         };
-        let key = shards.next_gather;
-        shards.next_gather += 1;
+        let key = self.next_gather;
+        self.next_gather += 1;
         let mut gather = Gather::new(client, asks.len(), GatherKind::Drop { head });
         gather.floors = floors;
         gather.asked = asks.clone();
         gather.since = Some(Instant::now());
         gather.checked_by.extend(own_check);
-        shards.gathers.insert(key, gather);
+        self.gathers.insert(key, gather);
         if asks.is_empty() {
-            return self.drop_checked(key);
+            return self.drop_checked(cx, key);
         }
         for (set, ix) in asks {
             let cmd = Command::DropCheck { tube: ix };
-            self.forward(set, client, cmd, Then::GatherTube { key, head: ix });
+            self.forward(cx, set, client, cmd, Then::GatherTube { key, head: ix });
         }
     }
 
     /// The checks of the partitions `parts` this node leads, each held once it passes (all
     /// let go again if one refuses), and the other partitions' owners to ask.
-    fn check_own_parts(&mut self, parts: &[TubeIx], leads: bool) -> Result<Checks, Refusal> {
-        let Some(me) = self.shards.as_ref().map(|s| Arc::clone(&s.me)) else {
-            return Ok((Vec::new(), Vec::new()));
-        };
+    fn check_own_parts(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        parts: &[TubeIx],
+        leads: bool,
+    ) -> Result<Checks, Refusal> {
+        let me = Arc::clone(&self.me);
         let (mut floors, mut asks) = (Vec::new(), Vec::new());
         for &ix in parts {
-            let (here, part) = match self.shards.as_ref() {
-                Some(s) => (s.here(ix, leads), s.part(ix)),
-                None => break,
-            };
+            let (here, part) = (self.here(ix, leads), self.part(ix));
             if here {
-                let (core, wire) = self.split();
-                match core.may_drop(ix, &wire) {
+                let (core, wire) = cx.split();
+                match core.may_drop(ix, wire) {
                     Ok(next) => floors.push((ix, next)),
                     Err(e) => {
                         let held: Vec<TubeIx> = floors.iter().map(|&(ix, _)| ix).collect();
-                        self.end_own_drop_holds(&held);
+                        self.end_own_drop_holds(cx, &held);
                         return Err(e);
                     }
                 }
-                self.hold_for_drop(ix, &me);
+                self.hold_for_drop(cx, ix, &me);
             } else if let Some(p) = part {
                 asks.push((p.set, ix));
             }
@@ -148,11 +146,8 @@ impl Server {
 
     /// Every partition was asked: if each may go, the tube leaves the placement, with each
     /// index's floor; else the drop is given up.
-    pub(super) fn drop_checked(&mut self, key: u64) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let Some(mut g) = shards.gathers.remove(&key) else {
+    pub(super) fn drop_checked(&mut self, cx: &mut Ctx<'_>, key: u64) {
+        let Some(mut g) = self.gathers.remove(&key) else {
             return;
         };
         let GatherKind::Drop { head } = g.kind else {
@@ -160,11 +155,11 @@ impl Server {
         };
         let own: Vec<TubeIx> = g.floors.iter().map(|&(ix, _)| ix).collect();
         let since = g.since.unwrap_or_else(Instant::now);
-        if let Some(e) = shards.drop_refusal(&mut g, head, since) {
-            self.give_up_drop(g.client, &own, &g.asked);
-            return self.answer(g.client, &Outcome::Error(e));
+        if let Some(e) = self.drop_refusal(&mut g, head, since) {
+            self.give_up_drop(cx, g.client, &own, &g.asked);
+            return self.answer(cx, g.client, &Outcome::Error(e));
         }
-        let Some(t) = shards.tubes.get(&head) else {
+        let Some(t) = self.tubes.get(&head) else {
             return;
         };
         // The placement names floors by partition number.
@@ -172,15 +167,15 @@ impl Server {
             .filter_map(|&(ix, next)| Some((t.parts.iter().position(|&p| p == ix)? as u16, next)))
             .collect();
         let (name, parts) = (t.name.clone(), t.parts.clone());
-        let token = shards.next_token;
-        shards.next_token += 1;
+        let token = self.next_token;
+        self.next_token += 1;
         let dropping = Dropping {
             client: g.client,
             parts,
             asked: g.asked,
         };
-        shards.drops.insert(token, dropping);
-        if let Some(c) = &self.cluster {
+        self.drops.insert(token, dropping);
+        if let Some(c) = cx.cluster() {
             let drop = tarq_cluster::DropCommit {
                 name,
                 floors,
@@ -194,33 +189,38 @@ impl Server {
     /// A drop given up before its commit: this node's holds of `own` end, and every owner
     /// asked is told, so its partition serves again at once (one that does not hear of it
     /// reads the placement when its hold runs out).
-    fn give_up_drop(&mut self, client: Client, own: &[TubeIx], asked: &[(usize, TubeIx)]) {
-        self.end_own_drop_holds(own);
+    fn give_up_drop(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        client: Client,
+        own: &[TubeIx],
+        asked: &[(usize, TubeIx)],
+    ) {
+        self.end_own_drop_holds(cx, own);
         for &(set, ix) in asked {
-            self.send_ask(set, client, &Ask::DropOff { index: ix }, Then::Ignore);
+            self.send_ask(cx, set, client, &Ask::DropOff { index: ix }, Then::Ignore);
         }
     }
 
     /// A drop this node asked etcd for was made (or refused, or its fate is unknown).
     pub(super) fn drop_done(
         &mut self,
+        cx: &mut Ctx<'_>,
         d: Dropping,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
         match result {
             Ok(_) => {
-                if let Some(s) = self.shards.as_mut() {
-                    for ix in &d.parts {
-                        if let Some(p) = s.parts.get_mut(*ix as usize) {
-                            *p = None;
-                        }
+                for ix in &d.parts {
+                    if let Some(p) = self.parts.get_mut(*ix as usize) {
+                        *p = None;
                     }
-                    s.tubes.remove(&d.parts[0]);
                 }
-                self.let_go(&d.parts);
+                self.tubes.remove(&d.parts[0]);
+                self.let_go(cx, &d.parts);
                 // The tube is gone: every hold of its partitions ends, another drop's too.
-                self.end_drop_holds_of(&d.parts);
-                self.answer(d.client, &Outcome::Dropped);
+                self.end_drop_holds_of(cx, &d.parts);
+                self.answer(cx, d.client, &Outcome::Dropped);
             }
             // etcd may have made it and lost only the answer: the holds stay until they run
             // out and the placement is read.
@@ -228,54 +228,47 @@ impl Server {
                 let why = format!(
                     "etcd did not answer the drop's commit ({e}): it may or may not have been made"
                 );
-                self.answer(d.client, &Outcome::Error(Refusal::Unknown(why)));
+                self.answer(cx, d.client, &Outcome::Error(Refusal::Unknown(why)));
             }
             Err(e) => {
-                self.give_up_drop(d.client, &d.parts, &d.asked);
-                self.answer(d.client, &Outcome::Error(Refusal::Shards(e.to_string())));
+                self.give_up_drop(cx, d.client, &d.parts, &d.asked);
+                self.answer(
+                    cx,
+                    d.client,
+                    &Outcome::Error(Refusal::Shards(e.to_string())),
+                );
             }
         }
     }
 
     /// Lets go of the partitions at `indexes`, no longer placed: waiting takes on their tube
     /// are answered with no task, and a primary drops what it held of them.
-    pub(super) fn let_go(&mut self, indexes: &[TubeIx]) {
+    pub(super) fn let_go(&mut self, cx: &mut Ctx<'_>, indexes: &[TubeIx]) {
         if indexes.is_empty() {
             return;
         }
-        let waiting: Vec<u64> = (self.shards.as_ref())
-            .map(|s| {
-                (s.waiters.iter())
-                    .filter(|(_, w)| w.heads.iter().any(|h| indexes.contains(h)))
-                    .map(|(&id, _)| id)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let waiting: Vec<u64> = (self.waiters.iter())
+            .filter(|(_, w)| w.heads.iter().any(|h| indexes.contains(h)))
+            .map(|(&id, _)| id)
+            .collect();
         for id in waiting {
-            if let Some(w) = self
-                .shards
-                .as_ref()
-                .and_then(|s| s.waiters.get(&id))
-                .map(|w| w.client)
-            {
-                self.end_wait(id);
-                self.answer(w, &Outcome::Nothing);
+            if let Some(w) = self.waiters.get(&id).map(|w| w.client) {
+                self.end_wait(cx, id);
+                self.answer(cx, w, &Outcome::Nothing);
             }
         }
-        if let Some(s) = self.shards.as_mut() {
-            // What others said of takes waiting on the tube goes with it (they end theirs).
-            for &ix in indexes {
-                s.wait_counts.forget(ix);
-            }
-            s.watching.retain(|ix, _| !indexes.contains(ix));
+        // What others said of takes waiting on the tube goes with it (they end theirs).
+        for &ix in indexes {
+            self.wait_counts.forget(ix);
         }
-        if !self.leads() {
+        self.watching.retain(|ix, _| !indexes.contains(ix));
+        if !cx.leads() {
             return;
         }
         for &ix in indexes {
-            let (core, mut wire) = self.split();
-            core.drop_placed(ix, &mut wire);
+            let (core, wire) = cx.split();
+            core.drop_placed(ix, wire);
         }
-        self.take_routed();
+        self.take_routed(cx);
     }
 }

@@ -26,6 +26,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::ctx::Ctx;
 use super::held::Held;
 use super::*;
 
@@ -78,7 +79,7 @@ impl DropHolds {
     }
 }
 
-impl Shards {
+impl Router {
     /// Whether any partition of tube `head` is held here for a drop.
     pub(super) fn tube_held_for_drop(&self, head: TubeIx) -> bool {
         (self.drop_holds.holds.iter())
@@ -100,15 +101,12 @@ impl Shards {
     }
 }
 
-impl Server {
+impl Router {
     /// Holds partition `ix`'s changes for a drop node `origin` checks (again: for as long
     /// again).
-    pub(super) fn hold_for_drop(&mut self, ix: TubeIx, origin: &Arc<str>) {
-        let until = self.mono.saturating_add(DROP_HOLD);
-        let Some(s) = self.shards.as_mut() else {
-            return;
-        };
-        let holds = &mut s.drop_holds.holds;
+    pub(super) fn hold_for_drop(&mut self, cx: &mut Ctx<'_>, ix: TubeIx, origin: &Arc<str>) {
+        let until = cx.mono.saturating_add(DROP_HOLD);
+        let holds = &mut self.drop_holds.holds;
         match holds.iter_mut().find(|h| h.ix == ix && h.origin == *origin) {
             Some(h) => {
                 h.until = until;
@@ -123,8 +121,7 @@ impl Server {
                 warned: false,
             }),
         }
-        self.core.freeze(ix);
-        self.timers_changed();
+        cx.core.freeze(ix);
     }
 
     /// A drop's check of partition `ix` another node forwarded (for session `sid` of link
@@ -132,101 +129,91 @@ impl Server {
     /// its set's partitions: a replica refuses, and the drop is refused with it.
     pub(super) fn drop_check_here(
         &mut self,
+        cx: &mut Ctx<'_>,
         idx: usize,
         sid: SessionId,
         reply: ReplyTo,
         ix: TubeIx,
     ) {
-        if !self.leads() {
+        if !cx.leads() {
             let why = "this node does not lead its replica set now: no drop's check here";
-            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why.into())));
+            return cx.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why.into())));
         }
-        let origin = match self.link_sessions.remote_of(sid) {
+        let origin = match cx.link_sessions.remote_of(sid) {
             Some((o, _)) => Arc::clone(o),
-            None => match self.shards.as_ref() {
-                Some(s) => Arc::clone(&s.me),
-                None => return,
-            },
+            None => Arc::clone(&self.me),
         };
-        let (core, wire) = self.split();
-        let outcome = match core.may_drop(ix, &wire) {
+        let (core, wire) = cx.split();
+        let outcome = match core.may_drop(ix, wire) {
             Ok(next) => {
-                self.hold_for_drop(ix, &origin);
+                self.hold_for_drop(cx, ix, &origin);
                 Outcome::Count(next)
             }
             Err(e) => Outcome::Error(e),
         };
-        self.deliver(idx, reply, &outcome);
+        cx.deliver(idx, reply, &outcome);
     }
 
     /// Node `origin` gave its drop up: its hold of partition `ix` ends.
-    pub(super) fn thaw_for_drop(&mut self, ix: TubeIx, origin: &str) {
-        self.end_drop_holds(|h| h.ix == ix && &*h.origin == origin);
+    pub(super) fn thaw_for_drop(&mut self, cx: &mut Ctx<'_>, ix: TubeIx, origin: &str) {
+        self.end_drop_holds(cx, |h| h.ix == ix && &*h.origin == origin);
     }
 
     /// The placement no longer has the partitions at `indexes` (let go of already): their
     /// holds end, and their calls are answered as for a tube that does not exist.
-    pub(super) fn end_drop_holds_of(&mut self, indexes: &[TubeIx]) {
+    pub(super) fn end_drop_holds_of(&mut self, cx: &mut Ctx<'_>, indexes: &[TubeIx]) {
         if !indexes.is_empty() {
-            self.end_drop_holds(|h| indexes.contains(&h.ix));
+            self.end_drop_holds(cx, |h| indexes.contains(&h.ix));
         }
     }
 
     /// This node's own holds of `indexes` (its drop of their tube was given up or made).
-    pub(super) fn end_own_drop_holds(&mut self, indexes: &[TubeIx]) {
-        let Some(me) = self.shards.as_ref().map(|s| Arc::clone(&s.me)) else {
-            return;
-        };
-        self.end_drop_holds(|h| h.origin == me && indexes.contains(&h.ix));
+    pub(super) fn end_own_drop_holds(&mut self, cx: &mut Ctx<'_>, indexes: &[TubeIx]) {
+        let me = Arc::clone(&self.me);
+        self.end_drop_holds(cx, |h| h.origin == me && indexes.contains(&h.ix));
     }
 
     /// Ends the holds `which` picks: a partition no longer held (for a drop or a move) thaws,
     /// and every call held for a drop runs again (one still held waits again).
-    fn end_drop_holds(&mut self, which: impl Fn(&DropHold) -> bool) {
-        let Some(s) = self.shards.as_mut() else {
-            return;
-        };
-        if !s.drop_holds.any() {
+    fn end_drop_holds(&mut self, cx: &mut Ctx<'_>, which: impl Fn(&DropHold) -> bool) {
+        if !self.drop_holds.any() {
             return;
         }
-        let (ended, kept): (Vec<DropHold>, Vec<DropHold>) = std::mem::take(&mut s.drop_holds.holds)
-            .into_iter()
-            .partition(which);
-        s.drop_holds.holds = kept;
+        let (ended, kept): (Vec<DropHold>, Vec<DropHold>) =
+            std::mem::take(&mut self.drop_holds.holds)
+                .into_iter()
+                .partition(which);
+        self.drop_holds.holds = kept;
         if ended.is_empty() {
             return;
         }
         let thaw: Vec<TubeIx> = (ended.iter().map(|h| h.ix))
-            .filter(|&ix| !s.frozen(ix))
+            .filter(|&ix| !self.frozen(ix))
             .collect();
-        let held = std::mem::take(&mut s.drop_holds.held);
+        let held = std::mem::take(&mut self.drop_holds.held);
         for ix in thaw {
-            let (core, mut wire) = self.split();
-            core.thaw(ix, &mut wire);
+            let (core, wire) = cx.split();
+            core.thaw(ix, wire);
         }
-        self.take_routed();
+        self.take_routed(cx);
         for h in held {
-            self.release_held(h);
+            self.release_held(cx, h);
         }
-        self.timers_changed();
     }
 
     /// The holds whose time ran out with no word of their drop: the placement is read at
     /// etcd's current revision before their calls run ([`drop_holds_read`]).
     ///
     /// [`drop_holds_read`]: Self::drop_holds_read
-    pub(in crate::server) fn expire_drop_holds(&mut self) {
-        let mono = self.mono;
+    pub(in crate::server) fn expire_drop_holds(&mut self, cx: &mut Ctx<'_>) {
+        let mono = cx.mono;
         let due = |h: &DropHold| h.read.is_none() && h.until <= mono;
-        if !(self.shards.as_ref()).is_some_and(|s| s.drop_holds.holds.iter().any(due)) {
+        if !self.drop_holds.holds.iter().any(due) {
             return;
         }
-        let read = self.ask_read();
-        let Some(s) = self.shards.as_mut() else {
-            return;
-        };
+        let read = self.ask_read(cx);
         let now = Instant::now();
-        for h in s.drop_holds.holds.iter_mut().filter(|h| due(h)) {
+        for h in self.drop_holds.holds.iter_mut().filter(|h| due(h)) {
             if !h.warned {
                 warn!(
                     index = h.ix, origin = %h.origin,
@@ -237,7 +224,6 @@ impl Server {
             }
             h.read = Some((read, now));
         }
-        self.timers_changed();
     }
 
     /// Read `answered` of the placement is in (after the map it brought, if any, was
@@ -245,20 +231,18 @@ impl Server {
     /// read sent since its ask succeeded (the tube is still placed: the drop was not made) or
     /// this node's view has gone stale (every change is refused now); else it asks again a
     /// moment later (etcd refusing at once must not be asked in a loop).
-    pub(super) fn drop_holds_read(&mut self, answered: u64) {
-        let mono = self.mono;
-        let Some(s) = self.shards.as_mut() else {
-            return;
-        };
-        if !s.drop_holds.any() {
+    pub(super) fn drop_holds_read(&mut self, cx: &mut Ctx<'_>, answered: u64) {
+        let mono = cx.mono;
+        if !self.drop_holds.any() {
             return;
         }
-        // A read's fence runs to its sending instant plus the validity.
-        let read_since =
-            |asked: Instant| (s.fence.view()).is_some_and(|(_, until)| until >= asked + s.validity);
-        let stale = s.fence.valid_at(Instant::now()).is_none();
+        // A read'self fence runs to its sending instant plus the validity.
+        let read_since = |asked: Instant| {
+            (self.fence.view()).is_some_and(|(_, until)| until >= asked + self.validity)
+        };
+        let stale = self.fence.valid_at(Instant::now()).is_none();
         let mut done = Vec::new();
-        for h in s.drop_holds.holds.iter_mut() {
+        for h in self.drop_holds.holds.iter_mut() {
             let Some((token, asked)) = h.read.filter(|&(t, _)| t <= answered) else {
                 continue;
             };
@@ -269,11 +253,10 @@ impl Server {
                 h.until = mono.saturating_add(RECHECK);
             }
         }
-        self.end_drop_holds(|h| {
+        self.end_drop_holds(cx, |h| {
             (done.iter()).any(|(ix, o, t)| {
                 h.ix == *ix && h.origin == *o && h.read.is_some_and(|r| r.0 == *t)
             })
         });
-        self.timers_changed();
     }
 }

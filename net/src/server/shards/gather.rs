@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::ctx::Ctx;
 use super::*;
 
 /// A whole-tube figure being summed.
@@ -60,6 +61,32 @@ impl Gather {
             ..Gather::new(client, left, GatherKind::All)
         }
     }
+
+    /// Adds one partition's answer (partition `head`'s, when known); true once every
+    /// partition has answered.
+    fn add(&mut self, head: Option<TubeIx>, digest: Digest) -> bool {
+        if let (Digest::Stats(_), Some(h)) = (&digest, head) {
+            self.answered.push(h);
+        }
+        match digest {
+            Digest::Stats(s) => match head.and_then(|h| self.per.iter_mut().find(|p| p.1 == h)) {
+                Some(p) => p.2 += &s,
+                None => self.stats += &s,
+            },
+            Digest::Figures(s, urgent) => {
+                self.stats += &s;
+                self.count += urgent;
+            }
+            Digest::Count(n) => match (self.kind, head) {
+                (GatherKind::Drop { .. }, Some(ix)) => self.floors.push((ix, n)),
+                _ => self.count += n,
+            },
+            Digest::Error(e) => self.error = Some(e),
+            _ => {}
+        }
+        self.left -= 1;
+        self.left == 0
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -91,7 +118,7 @@ fn carried_stats(carried: &BTreeMap<String, u64>) -> Stats {
     Stats::from_op_counts(&counts)
 }
 
-impl Shards {
+impl Router {
     /// What tube `head`'s partitions' earlier owners did with them (moves carried it): added
     /// to the owners' own figures, so a tube's counters do not go back when a partition moves.
     pub(super) fn carried(&self, head: TubeIx) -> Stats {
@@ -113,41 +140,41 @@ impl Shards {
     }
 }
 
-impl Server {
+impl Router {
     /// Runs `make(partition)` on every partition of `tube` and answers the sum.
     pub(super) fn gather<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         tube: TubeIx,
         kind: GatherKind,
         leads: bool,
         make: impl Fn(TubeIx) -> Command<'c>,
     ) -> Option<Command<'c>> {
-        let shards = self.shards.as_mut()?;
         // A tube's figures count what its partitions did under earlier owners too.
         let carried = match kind {
-            GatherKind::Stats | GatherKind::Figures => shards.carried(tube),
+            GatherKind::Stats | GatherKind::Figures => self.carried(tube),
             _ => Stats::default(),
         };
         let moved = carried != Stats::default();
-        let parts = match shards.tubes.get(&tube) {
-            Some(t) if t.parts.len() > 1 || !shards.here(tube, leads) || moved => t.parts.clone(),
+        let parts = match self.tubes.get(&tube) {
+            Some(t) if t.parts.len() > 1 || !self.here(tube, leads) || moved => t.parts.clone(),
             _ => return Some(make(tube)),
         };
-        let key = shards.next_gather;
-        shards.next_gather += 1;
+        let key = self.next_gather;
+        self.next_gather += 1;
         let gather = Gather {
             stats: carried,
             ..Gather::new(client, parts.len(), kind)
         };
-        shards.gathers.insert(key, gather);
+        self.gathers.insert(key, gather);
         for ix in parts {
-            let here = self.shards.as_ref().is_some_and(|s| s.here(ix, leads));
+            let here = self.here(ix, leads);
             if here {
                 let caller = Caller::new(client.idx, client.gen, client.sid);
-                self.execute_as(caller, ReplyTo::Router(key), make(ix));
-            } else if let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) {
-                self.forward(set, client, make(ix), Then::Gather { key });
+                self.execute_as(cx, caller, ReplyTo::Router(key), make(ix));
+            } else if let Some(set) = self.part(ix).map(|p| p.set) {
+                self.forward(cx, set, client, make(ix), Then::Gather { key });
             }
         }
         None
@@ -155,27 +182,24 @@ impl Server {
 
     /// `queue.statistics()` on a sharded node: every placed tube's figures summed over its
     /// partitions (the ones led here read at once, the others asked of their owners).
-    pub(super) fn gather_all(&mut self, client: Client, leads: bool) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let mut tubes: Vec<(String, TubeIx, Vec<TubeIx>)> = (shards.tubes.iter())
+    pub(super) fn gather_all(&mut self, cx: &mut Ctx<'_>, client: Client, leads: bool) {
+        let mut tubes: Vec<(String, TubeIx, Vec<TubeIx>)> = (self.tubes.iter())
             .filter(|(_, t)| t.name != tarq_engine::DEFAULT_TUBE_NAME)
             .map(|(&head, t)| (t.name.clone(), head, t.parts.clone()))
             .collect();
         tubes.sort();
-        let key = shards.next_gather;
-        shards.next_gather += 1;
+        let key = self.next_gather;
+        self.next_gather += 1;
         let mut per = Vec::with_capacity(tubes.len());
         let mut asks = Vec::new();
-        let holders = self.core.queue().holders();
+        let holders = cx.core.queue().holders();
         for (name, head, parts) in tubes {
-            let mut sum = shards.carried(head);
+            let mut sum = self.carried(head);
             for ix in parts {
-                if shards.here(ix, leads) {
+                if self.here(ix, leads) {
                     // With its consumers, as an owner's answer for its partition has them.
-                    sum += &self.core.tube_figures(ix, &holders).unwrap_or_default();
-                } else if let Some(p) = shards.part(ix) {
+                    sum += &cx.core.tube_figures(ix, &holders).unwrap_or_default();
+                } else if let Some(p) = self.part(ix) {
                     asks.push((p.set, ix, head));
                 }
             }
@@ -184,30 +208,33 @@ impl Server {
         let gather = Gather::every_tube(client, asks.len(), per);
         if asks.is_empty() {
             let all = gather.per.into_iter().map(|(n, _, s)| (n, s)).collect();
-            return self.answer(client, &Outcome::AllStats(all));
+            return self.answer(cx, client, &Outcome::AllStats(all));
         }
-        shards.gathers.insert(key, gather);
+        self.gathers.insert(key, gather);
         for (set, ix, head) in asks {
             let cmd = Command::TubeStats { tube: ix };
-            self.forward(set, client, cmd, Then::GatherTube { key, head });
+            self.forward(cx, set, client, cmd, Then::GatherTube { key, head });
         }
     }
 
-    pub(super) fn gathered(&mut self, key: u64, head: Option<TubeIx>, digest: Digest) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+    pub(super) fn gathered(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        key: u64,
+        head: Option<TubeIx>,
+        digest: Digest,
+    ) {
         // A drop's check passed over the link to the owner's primary: that primary led in the
         // term this node's view gives now (a link is closed when the view names another
         // primary, and a deposed primary keeps its holds if it leads again).
-        let checked_by = match (&digest, head.and_then(|h| shards.part(h))) {
+        let checked_by = match (&digest, head.and_then(|h| self.part(h))) {
             (Digest::Count(_), Some(p)) => {
-                let set = &shards.sets[p.set];
+                let set = &self.sets[p.set];
                 set.term.map(|t| (set.name.clone(), t))
             }
             _ => None,
         };
-        let Some(g) = shards.gathers.get_mut(&key) else {
+        let Some(g) = self.gathers.get_mut(&key) else {
             return;
         };
         if let (GatherKind::Drop { .. }, Some(c)) = (g.kind, checked_by) {
@@ -215,33 +242,13 @@ impl Server {
                 g.checked_by.push(c);
             }
         }
-        if let (Digest::Stats(_), Some(h)) = (&digest, head) {
-            g.answered.push(h);
-        }
-        match digest {
-            Digest::Stats(s) => match head.and_then(|h| g.per.iter_mut().find(|p| p.1 == h)) {
-                Some(p) => p.2 += &s,
-                None => g.stats += &s,
-            },
-            Digest::Figures(s, urgent) => {
-                g.stats += &s;
-                g.count += urgent;
-            }
-            Digest::Count(n) => match (g.kind, head) {
-                (GatherKind::Drop { .. }, Some(ix)) => g.floors.push((ix, n)),
-                _ => g.count += n,
-            },
-            Digest::Error(e) => g.error = Some(e),
-            _ => {}
-        }
-        g.left -= 1;
-        if g.left > 0 {
+        if !g.add(head, digest) {
             return;
         }
         if let GatherKind::Drop { .. } = g.kind {
-            return self.drop_checked(key);
+            return self.drop_checked(cx, key);
         }
-        let g = shards.gathers.remove(&key).expect("present above");
+        let g = self.gathers.remove(&key).expect("present above");
         if g.client.idx == super::console::CONSOLE_CLIENT {
             return self.console_gathered(g.per, &g.answered);
         }
@@ -259,6 +266,6 @@ impl Server {
             (None, GatherKind::Ok) => Outcome::Ok,
             (None, GatherKind::Drop { .. }) => unreachable!("a drop's checks end in drop_checked"),
         };
-        self.answer(g.client, &outcome);
+        self.answer(cx, g.client, &outcome);
     }
 }

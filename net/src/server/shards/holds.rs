@@ -27,8 +27,8 @@ use std::sync::Arc;
 use tarq_engine::{Micros, SessionId};
 use tracing::{info, warn};
 
-use super::set_bit;
-use crate::server::Server;
+use super::ctx::{Ctx, Effect};
+use super::{set_bit, Router};
 
 /// The grace when links have no timeout (`--link-timeout 0`): the default timeout.
 pub(super) const DEFAULT_GRACE: Micros = 5_000_000;
@@ -118,18 +118,15 @@ impl Holds {
     }
 }
 
-impl Server {
+impl Router {
     /// The link to set `set` failed: this node's sessions given a task there end now, before
     /// the owner's grace lets the tasks go to anyone else.
-    pub(super) fn end_holders(&mut self, set: usize) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let name = shards.sets[set].name.clone();
-        for sid in shards.holds.lost(set_bit(set)) {
+    pub(super) fn end_holders(&mut self, cx: &mut Ctx<'_>, set: usize) {
+        let name = self.sets[set].name.clone();
+        for sid in self.holds.lost(set_bit(set)) {
             // Another node's session, relayed: its owner knows it by that node's name, and
             // this link's end releases nothing of it.
-            if self.link_sessions.remote_of(sid).is_some() {
+            if cx.link_sessions.remote_of(sid).is_some() {
                 continue;
             }
             warn!(
@@ -138,63 +135,40 @@ impl Server {
                 "a session held tasks of a replica set whose link failed: the session ends \
                  (its connections close), as its holds did"
             );
-            self.end_session(sid);
-        }
-    }
-
-    /// Ends session `sid` now: its connections close (after the replies they are owed) and an
-    /// identified session is forgotten; one waiting out its grace is released.
-    fn end_session(&mut self, sid: SessionId) {
-        let conns: Vec<usize> = (self.conns.iter())
-            .filter(|(_, c)| c.sid == sid && !c.is_link())
-            .map(|(idx, _)| idx)
-            .collect();
-        self.iproto.sessions.end(sid);
-        if conns.is_empty() {
-            self.release_session(sid);
-        }
-        for idx in conns {
-            self.begin_close(idx, "its session's held tasks were lost with a link", true);
+            self.effects.push(Effect::EndSession(sid));
         }
     }
 
     /// The last link from another node closed, and with it the sessions it carried (`sids`):
     /// forgotten now, their tasks released after the grace.
-    pub(in crate::server) fn orphan_link_sessions(&mut self, sids: Vec<SessionId>) {
+    pub(in crate::server) fn orphan_link_sessions(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        sids: Vec<SessionId>,
+    ) {
         for &sid in &sids {
-            self.link_sessions.forget(sid);
+            cx.link_sessions.forget(sid);
         }
-        let Some(shards) = self.shards.as_mut() else {
-            for sid in sids {
-                self.release_session(sid);
-            }
-            return;
-        };
-        let grace = match shards.limits.link_timeout {
+        let grace = match self.limits.link_timeout {
             0 => DEFAULT_GRACE,
             t => t,
         };
-        shards.holds.orphan(sids, self.mono, grace);
-        self.timers_changed();
+        self.holds.orphan(sids, cx.mono, grace);
     }
 
     /// Releases the orphaned sessions whose grace ended.
-    pub(in crate::server) fn release_orphans(&mut self) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let due = shards.holds.due(self.mono);
+    pub(in crate::server) fn release_orphans(&mut self, cx: &mut Ctx<'_>) {
+        let due = self.holds.due(cx.mono);
         if due.is_empty() {
             return;
         }
         for sid in due {
-            let released = self.release_session(sid);
+            let released = self.release_session(cx, sid);
             info!(
                 sid,
                 released, "a closed link's session ended after its grace"
             );
         }
-        self.timers_changed();
     }
 }
 

@@ -13,6 +13,7 @@
 //! commit still on its way to etcd, and this side and the old owner's (`moving.rs`, which
 //! releases the claim itself when its commit goes unanswered) end the move the same way.
 
+use super::ctx::Ctx;
 use super::*;
 use crate::core::Page;
 use tarq_cluster::moves::owner_at;
@@ -74,43 +75,49 @@ impl Incoming {
     }
 }
 
-impl Server {
+impl Router {
     /// A step of a move into this node (from link `idx`'s node).
-    pub(crate) fn move_step(&mut self, idx: usize, reply: ReplyTo, step: Ask<'_>) {
-        let outcome = match self.take_move_step(idx, reply, step) {
+    pub(crate) fn move_step(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        idx: usize,
+        reply: ReplyTo,
+        step: Ask<'_>,
+    ) {
+        let outcome = match self.take_move_step(cx, idx, reply, step) {
             Ok(Some(o)) => o,
             // Answered once etcd has the copy's claim.
             Ok(None) => return,
             Err(why) => Outcome::Error(Refusal::Shards(why)),
         };
-        self.deliver(idx, reply, &outcome);
+        cx.deliver(idx, reply, &outcome);
     }
 
     fn take_move_step(
         &mut self,
+        cx: &mut Ctx<'_>,
         idx: usize,
         reply: ReplyTo,
         step: Ask<'_>,
     ) -> Result<Option<Outcome<'static>>, String> {
-        let Some(origin) = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin)) else {
+        let Some(origin) = cx.wire.conns[idx].link_mut().map(|l| Arc::clone(&l.origin)) else {
             return Err("a move step not on a link".into());
         };
-        if self.shards.is_none() {
-            return Err("this tarq is no sharded cluster's node".into());
-        }
         if let Ask::Moves = step {
             // A question, not a step: what this node runs as an owner's primary.
-            return Ok(Some(Outcome::Moves(Box::new(self.move_report()))));
+            return Ok(Some(Outcome::Moves(Box::new(
+                self.move_report(cx.core.queue()),
+            ))));
         }
         if let Ask::DropOff { index } = step {
             // The word of a drop given up by the node whose check froze the partition.
-            self.thaw_for_drop(index, &origin);
+            self.thaw_for_drop(cx, index, &origin);
             return Ok(Some(Outcome::Ok));
         }
         // Every step changes the queue (a copy made, a page taken in, a copy served): only a
         // primary's changes may be logged. A node deposed during a move refuses the rest of
         // it, and the old owner gives the move up.
-        if !self.leads() {
+        if !cx.leads() {
             return Err("this node does not lead its replica set now".into());
         }
         match step {
@@ -130,17 +137,17 @@ impl Server {
                 });
                 let asker = Client {
                     idx,
-                    gen: self.conns[idx].gen,
+                    gen: cx.wire.conns[idx].gen,
                     sid: 0,
                     reply,
                 };
-                self.move_in(asker, origin, id, index, name, to, setup)?;
+                self.move_in(cx, asker, origin, id, index, name, to, setup)?;
                 Ok(None)
             }
             step @ Ask::MoveTasks { .. } => {
-                let n = self.move_page(&origin, step)?;
+                let n = self.move_page(cx, &origin, step)?;
                 // Answered once durable, as any change.
-                self.conns[idx].out.changed = true;
+                cx.wire.conns[idx].out.changed = true;
                 Ok(Some(Outcome::Count(n)))
             }
             Ask::MoveDone {
@@ -149,7 +156,7 @@ impl Server {
                 committed,
                 epoch,
             } => {
-                self.move_done(&origin, id, index, committed, epoch)?;
+                self.move_done(cx, &origin, id, index, committed, epoch)?;
                 Ok(Some(Outcome::Ok))
             }
             _ => Err("not a move step".into()),
@@ -159,7 +166,12 @@ impl Server {
     /// A page of a move (`Ask::MoveTasks`), its times moved from the old owner's wall clock
     /// to this node's (each instant keeps what was left of it, plus the page's time in
     /// flight), taken in: how many tasks.
-    fn move_page(&mut self, origin: &Arc<str>, step: Ask<'_>) -> Result<u64, String> {
+    fn move_page(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        origin: &Arc<str>,
+        step: Ask<'_>,
+    ) -> Result<u64, String> {
         let Ask::MoveTasks {
             id,
             index,
@@ -174,7 +186,7 @@ impl Server {
         else {
             return Err("not a move's page".into());
         };
-        let shift = (self.now as i64).saturating_sub(read_at as i64);
+        let shift = (cx.now as i64).saturating_sub(read_at as i64);
         tasks.iter_mut().for_each(|t| t.shift_clock(shift));
         dedup.iter_mut().for_each(|d| d.shift_clock(shift));
         let page = Page {
@@ -183,7 +195,7 @@ impl Server {
             gone,
             again,
         };
-        self.move_tasks(origin, id, index, page, holders, numbers)
+        self.move_tasks(cx, origin, (id, index), page, holders, numbers)
     }
 
     /// A move's first step: the copy is claimed in etcd, and made (and the step answered)
@@ -192,6 +204,7 @@ impl Server {
     #[allow(clippy::too_many_arguments)]
     fn move_in(
         &mut self,
+        cx: &mut Ctx<'_>,
         asker: Client,
         origin: Arc<str>,
         id: u64,
@@ -200,23 +213,22 @@ impl Server {
         to: &str,
         setup: Box<Setup>,
     ) -> Result<(), String> {
-        let leads = self.leads();
-        let mono = self.mono;
-        let shards = self.shards.as_mut().expect("checked by the caller");
-        if !leads || to != shards.set {
+        let leads = cx.leads();
+        let mono = cx.mono;
+        if !leads || to != self.set {
             return Err(format!(
                 "this node is not replica set {to}'s primary (it is in {}, leading: {leads})",
-                shards.set
+                self.set
             ));
         }
-        if shards
+        if self
             .part(index)
-            .is_some_and(|p| shards.sets[p.set].name == shards.set)
-            || shards.adopted.contains_key(&index)
+            .is_some_and(|p| self.sets[p.set].name == self.set)
+            || self.adopted.contains_key(&index)
         {
             return Err(format!("partition at index {index} is this set's already"));
         }
-        match self.core.queue().tube_info(index) {
+        match cx.core.queue().tube_info(index) {
             Some(t) if t.name != name => {
                 return Err(format!(
                     "index {index} holds tube {} here, not {name}",
@@ -225,8 +237,8 @@ impl Server {
             }
             _ => {}
         }
-        let token = shards.next_token;
-        shards.next_token += 1;
+        let token = self.next_token;
+        self.next_token += 1;
         let incoming = Incoming {
             id: Some(id),
             origin: Some(origin),
@@ -238,17 +250,17 @@ impl Server {
                 setup,
             },
         };
-        let before = shards.incoming.insert(index, incoming);
+        let before = self.incoming.insert(index, incoming);
         if let Some(CopyState::Claiming { asker, .. }) = before.map(|b| b.state) {
             let why = format!("a newer move of partition at index {index} began");
-            self.answer(asker, &Outcome::Error(Refusal::Shards(why)));
+            self.answer(cx, asker, &Outcome::Error(Refusal::Shards(why)));
         }
         let claim = MoveClaim {
             id,
             tube: name.to_owned(),
             to: to.to_owned(),
         };
-        self.cluster_handle().claim_move(token, index, claim);
+        cx.cluster_handle().claim_move(token, index, claim);
         info!(
             tube = name,
             index, "a partition is moving here: claiming it"
@@ -259,16 +271,15 @@ impl Server {
     /// A page of move `id`'s copy: taken in (its holders named as this node knows them).
     fn move_tasks(
         &mut self,
+        cx: &mut Ctx<'_>,
         origin: &Arc<str>,
-        id: u64,
-        index: TubeIx,
+        (id, index): (u64, TubeIx),
         page: Page,
         holders: Vec<Option<(Option<String>, u64)>>,
         numbers: Option<TubeNumbers>,
     ) -> Result<u64, String> {
-        let mono = self.mono;
-        let shards = self.shards.as_mut().expect("checked by the caller");
-        let inc = (shards.incoming.get_mut(&index)).filter(|i| {
+        let mono = cx.mono;
+        let inc = (self.incoming.get_mut(&index)).filter(|i| {
             i.id == Some(id)
                 && i.origin.as_ref() == Some(origin)
                 && matches!(i.state, CopyState::Copying)
@@ -279,7 +290,7 @@ impl Server {
             ));
         };
         inc.touched = mono;
-        let me = Arc::clone(&shards.me);
+        let me = Arc::clone(&self.me);
         let mut sids = Vec::with_capacity(holders.len());
         for h in holders {
             let sid = match h {
@@ -288,11 +299,11 @@ impl Server {
                 Some((Some(o), remote)) if *o == *me => remote,
                 Some((o, remote)) => {
                     let o: Arc<str> = o.map_or_else(|| Arc::clone(origin), Arc::from);
-                    match self.link_sessions.get(&o, remote) {
+                    match cx.link_sessions.get(&o, remote) {
                         Some(sid) => sid,
                         None => {
-                            let sid = self.new_session();
-                            self.link_sessions.insert(&o, remote, sid);
+                            let sid = cx.new_session();
+                            cx.link_sessions.insert(&o, remote, sid);
                             sid
                         }
                     }
@@ -300,12 +311,12 @@ impl Server {
             };
             sids.push(sid);
         }
-        let n = self
+        let n = cx
             .core
             .import_page(index, page, |i| sids.get(i).copied().unwrap_or(0))
             .map_err(|e| format!("taking the partition's tasks in: {e}"))?;
         if let Some(numbers) = numbers {
-            self.core
+            cx.core
                 .import_numbers(index, numbers)
                 .map_err(|e| format!("the partition's numbering: {e}"))?;
         }
@@ -320,17 +331,15 @@ impl Server {
     /// once this node's own read of the placement says so, not on another node's word.
     fn move_done(
         &mut self,
+        cx: &mut Ctx<'_>,
         origin: &Arc<str>,
         id: u64,
         index: TubeIx,
         committed: bool,
         epoch: i64,
     ) -> Result<(), String> {
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return Ok(());
-        };
-        let ours = (shards.incoming.get_mut(&index))
+        let mono = cx.mono;
+        let ours = (self.incoming.get_mut(&index))
             .filter(|i| i.id == Some(id) && i.origin.as_ref() == Some(origin));
         let Some(inc) = ours else {
             return Err(format!(
@@ -338,41 +347,36 @@ impl Server {
             ));
         };
         if committed {
-            shards.incoming.remove(&index);
-            self.adopt(index, epoch);
+            self.incoming.remove(&index);
+            self.adopt(cx, index, epoch);
         } else {
             inc.releasing(mono);
-            self.release_copies();
+            self.release_copies(cx);
         }
         Ok(())
     }
 
     /// Partition `ix` is this set's by a move: served from now on, before this node's view
     /// is newer than `epoch` (a view that is newer already says who owns it).
-    fn adopt(&mut self, ix: TubeIx, epoch: i64) {
+    fn adopt(&mut self, cx: &mut Ctx<'_>, ix: TubeIx, epoch: i64) {
         // What this node counted when it served the partition before travelled with it (the
         // placement's `carried`): from now on its counters say what it does itself.
-        let _ = self.core.queue_mut().restart_counts(ix);
-        if let Some(shards) = self.shards.as_mut() {
-            if shards.placement.epoch <= epoch {
-                shards.adopted.insert(ix, epoch);
-            }
+        let _ = cx.core.queue_mut().restart_counts(ix);
+        if self.placement.epoch <= epoch {
+            self.adopted.insert(ix, epoch);
         }
         info!(index = ix, "a partition moved here: served from now on");
-        let (core, mut wire) = self.split();
-        core.serve_parked(ix, &mut wire);
-        self.take_routed();
+        let (core, wire) = cx.split();
+        core.serve_parked(ix, wire);
+        self.take_routed(cx);
     }
 
     /// The link from `origin` closed: the copies it was sending here are released (their
     /// move may have committed just before: etcd says).
-    pub(in crate::server) fn link_closed(&mut self, origin: &str) {
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+    pub(in crate::server) fn link_closed(&mut self, cx: &mut Ctx<'_>, origin: &str) {
+        let mono = cx.mono;
         let mut any = false;
-        for inc in shards.incoming.values_mut() {
+        for inc in self.incoming.values_mut() {
             let from_it = inc.origin.as_deref() == Some(origin);
             if from_it && matches!(inc.state, CopyState::Copying) {
                 inc.releasing(mono);
@@ -380,32 +384,25 @@ impl Server {
             }
         }
         if any {
-            self.release_copies();
+            self.release_copies(cx);
         }
     }
 
     /// The turn's look at copies due a look (a stall, a release to ask again), and at
     /// commands that wait for a placement read.
-    pub(in crate::server) fn check_orphaned_copies(&mut self) {
-        let due = (self.shards.as_ref())
-            .and_then(|s| s.recheck_at)
-            .is_some_and(|t| t <= self.mono);
-        if due {
-            if let Some(s) = self.shards.as_mut() {
-                s.recheck_at = None;
-            }
-            self.let_go_strays();
+    pub(in crate::server) fn check_orphaned_copies(&mut self, cx: &mut Ctx<'_>) {
+        if self.recheck_at.is_some_and(|t| t <= cx.mono) {
+            self.recheck_at = None;
+            self.let_go_strays(cx);
             // Commands that wait for a placement read: run (or refused) once there is none
             // pending any more, else looked at again.
-            let mono = self.mono;
-            if let Some(s) = self.shards.as_mut().filter(|s| !s.awaiting_map.is_empty()) {
-                if s.map_pending() {
-                    s.recheck_by(mono.saturating_add(RECHECK));
+            if !self.awaiting_map.is_empty() {
+                if self.map_pending() {
+                    self.recheck_by(cx.mono.saturating_add(RECHECK));
                 } else {
-                    self.release_awaiting_map();
+                    self.release_awaiting_map(cx);
                 }
             }
-            self.timers_changed();
         }
     }
 
@@ -414,29 +411,26 @@ impl Server {
     /// across a restart) are released like a move's, then let go unless etcd says this set
     /// owns them; copies whose pages stopped coming are released; releases etcd did not
     /// answer are asked again.
-    pub(super) fn let_go_strays(&mut self) {
-        if !self.leads() {
+    pub(super) fn let_go_strays(&mut self, cx: &mut Ctx<'_>) {
+        if !cx.leads() {
             return;
         }
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_ref() else {
-            return;
-        };
+        let mono = cx.mono;
         let mut strays = Vec::new();
-        for (ix, p) in shards.parts.iter().enumerate() {
+        for (ix, p) in self.parts.iter().enumerate() {
             let Some(p) = p else { continue };
             let ix = ix as TubeIx;
-            let mine = shards.sets[p.set].name == shards.set;
+            let mine = self.sets[p.set].name == self.set;
             if mine
-                || shards.incoming.contains_key(&ix)
-                || shards.adopted.contains_key(&ix)
-                || shards.frozen(ix)
-                || shards.letting_go.iter().any(|&(t, _)| t == ix)
+                || self.incoming.contains_key(&ix)
+                || self.adopted.contains_key(&ix)
+                || self.frozen(ix)
+                || self.letting_go.iter().any(|&(t, _)| t == ix)
             {
                 continue;
             }
-            if self.core.queue().tube_stats(ix).is_ok_and(|s| s.total > 0) {
-                strays.push((ix, shards.tubes.get(&p.head).map(|r| r.name.clone())));
+            if cx.core.queue().tube_stats(ix).is_ok_and(|s| s.total > 0) {
+                strays.push((ix, self.tubes.get(&p.head).map(|r| r.name.clone())));
             }
         }
         for (ix, tube) in strays {
@@ -445,7 +439,7 @@ impl Server {
                 "a copy of a partition placed elsewhere: releasing any claim on it"
             );
             let Some(tube) = tube else {
-                self.let_go_of(ix);
+                self.let_go_of(cx, ix);
                 continue;
             };
             let stray = Incoming {
@@ -458,24 +452,19 @@ impl Server {
                     retry_at: mono,
                 },
             };
-            if let Some(s) = self.shards.as_mut() {
-                s.incoming.insert(ix, stray);
-            }
+            self.incoming.insert(ix, stray);
         }
-        self.release_copies();
+        self.release_copies(cx);
     }
 
     /// Copies whose claim is to be withdrawn, asked of etcd (one request for each at a
     /// time); a copy whose pages stopped coming is one of them.
-    fn release_copies(&mut self) {
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+    fn release_copies(&mut self, cx: &mut Ctx<'_>) {
+        let mono = cx.mono;
         let mut asks = Vec::new();
         let mut next: Option<Micros> = None;
         let mut at = |t: Micros| next = Some(next.map_or(t, |n: Micros| n.min(t)));
-        for (&ix, inc) in shards.incoming.iter_mut() {
+        for (&ix, inc) in self.incoming.iter_mut() {
             if matches!(inc.state, CopyState::Copying) && mono.saturating_sub(inc.touched) >= STALL
             {
                 warn!(
@@ -490,8 +479,8 @@ impl Server {
                     token: None,
                     retry_at,
                 } if retry_at <= mono => {
-                    let token = shards.next_token;
-                    shards.next_token += 1;
+                    let token = self.next_token;
+                    self.next_token += 1;
                     inc.state = CopyState::Releasing {
                         token: Some(token),
                         retry_at,
@@ -506,33 +495,29 @@ impl Server {
             }
         }
         if let Some(t) = next {
-            shards.recheck_by(t);
+            self.recheck_by(t);
         }
-        let me = shards.set.clone();
+        let me = self.set.clone();
         for (token, ix, tube, id) in asks {
-            self.cluster_handle()
-                .release_move(token, ix, &tube, &me, id);
+            cx.cluster_handle().release_move(token, ix, &tube, &me, id);
         }
-        self.timers_changed();
     }
 
     /// Whether `token` is etcd's answer to a copy's claim or release; if so, it is taken in.
     pub(super) fn copy_etcd_done(
         &mut self,
+        cx: &mut Ctx<'_>,
         token: u64,
         result: &Result<TubePlacement, PlacementError>,
     ) -> bool {
-        let Some(shards) = self.shards.as_ref() else {
-            return false;
-        };
-        let found = shards.incoming.iter().find_map(|(&ix, i)| match i.state {
+        let found = self.incoming.iter().find_map(|(&ix, i)| match i.state {
             CopyState::Claiming { token: t, .. } if t == token => Some((ix, true)),
             CopyState::Releasing { token: Some(t), .. } if t == token => Some((ix, false)),
             _ => None,
         });
         match found {
-            Some((ix, true)) => self.copy_claimed(ix, result),
-            Some((ix, false)) => self.copy_released(ix, result),
+            Some((ix, true)) => self.copy_claimed(cx, ix, result),
+            Some((ix, false)) => self.copy_released(cx, ix, result),
             None => return false,
         }
         true
@@ -541,16 +526,18 @@ impl Server {
     /// etcd answered a copy's claim: the copy is made and the old owner told to send it —
     /// unless an earlier move of the partition turns out to have committed (its copy here is
     /// kept and served), or the old owner went away meanwhile (the claim is released).
-    fn copy_claimed(&mut self, ix: TubeIx, result: &Result<TubePlacement, PlacementError>) {
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+    fn copy_claimed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        ix: TubeIx,
+        result: &Result<TubePlacement, PlacementError>,
+    ) {
+        let mono = cx.mono;
         let mine = result
             .as_ref()
-            .is_ok_and(|t| owner_at(t, ix) == Some(shards.set.as_str()));
-        let epoch = shards.placement.epoch;
-        let Some(inc) = shards.incoming.get_mut(&ix) else {
+            .is_ok_and(|t| owner_at(t, ix) == Some(self.set.as_str()));
+        let epoch = self.placement.epoch;
+        let Some(inc) = self.incoming.get_mut(&ix) else {
             return;
         };
         let state = std::mem::replace(&mut inc.state, CopyState::Copying);
@@ -558,112 +545,123 @@ impl Server {
             return;
         };
         let tube = inc.tube.clone();
-        let refuse = |s: &mut Server, why: String| {
-            s.answer(asker, &Outcome::Error(Refusal::Shards(why)));
+        let refuse = |s: &mut Router, cx: &mut Ctx<'_>, why: String| {
+            s.answer(cx, asker, &Outcome::Error(Refusal::Shards(why)));
         };
         if mine {
-            shards.incoming.remove(&ix);
+            self.incoming.remove(&ix);
             warn!(
                 index = ix,
                 "an earlier move of this partition committed: its copy is served"
             );
-            self.adopt(ix, epoch);
+            self.adopt(cx, ix, epoch);
             return refuse(
                 self,
+                cx,
                 format!("partition at index {ix} is this set's already"),
             );
         }
         if let Err(e) = result {
-            shards.incoming.remove(&ix);
-            refuse(self, format!("cannot claim the copy in etcd: {e}"));
+            self.incoming.remove(&ix);
+            refuse(self, cx, format!("cannot claim the copy in etcd: {e}"));
             // A copy an earlier move left here is released as a stray.
-            return self.let_go_strays();
+            return self.let_go_strays(cx);
         }
         // The old owner went away meanwhile: nobody sends the copy.
-        if self.conns.get(asker.idx).is_none_or(|c| c.gen != asker.gen) {
-            return self.release_copy(ix, mono);
+        if cx
+            .wire
+            .conns
+            .get(asker.idx)
+            .is_none_or(|c| c.gen != asker.gen)
+        {
+            return self.release_copy(cx, ix, mono);
         }
-        match self.make_copy(ix, &tube, &setup) {
+        match self.make_copy(cx, ix, &tube, &setup) {
             Ok(()) => {
-                if let Some(inc) = self.shards.as_mut().and_then(|s| s.incoming.get_mut(&ix)) {
+                if let Some(inc) = self.incoming.get_mut(&ix) {
                     inc.touched = mono;
                 }
                 info!(tube, index = ix, "a partition is moving here");
                 // Answered once durable, as any change.
-                self.conns[asker.idx].out.changed = true;
-                self.answer(asker, &Outcome::Ok);
+                cx.wire.conns[asker.idx].out.changed = true;
+                self.answer(cx, asker, &Outcome::Ok);
             }
             Err(why) => {
-                refuse(self, why);
-                self.release_copy(ix, mono);
+                refuse(self, cx, why);
+                self.release_copy(cx, ix, mono);
             }
         }
     }
 
     /// Copy `ix`'s claim is withdrawn now.
-    fn release_copy(&mut self, ix: TubeIx, mono: Micros) {
-        if let Some(inc) = self.shards.as_mut().and_then(|s| s.incoming.get_mut(&ix)) {
+    fn release_copy(&mut self, cx: &mut Ctx<'_>, ix: TubeIx, mono: Micros) {
+        if let Some(inc) = self.incoming.get_mut(&ix) {
             inc.releasing(mono);
         }
-        self.release_copies();
+        self.release_copies(cx);
     }
 
     /// Makes partition `ix` of `tube` here as the old owner has it, empty (a copy an earlier
     /// move left, which etcd says did not commit, is emptied).
-    fn make_copy(&mut self, ix: TubeIx, tube: &str, setup: &Setup) -> Result<(), String> {
-        let q = self.core.queue();
+    fn make_copy(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        ix: TubeIx,
+        tube: &str,
+        setup: &Setup,
+    ) -> Result<(), String> {
+        let q = cx.core.queue();
         match q.tube_info(ix) {
             Some(t) if t.name != tube => {
                 return Err(format!("index {ix} holds tube {} here, not {tube}", t.name))
             }
             Some(_) if q.tube_stats(ix).is_ok_and(|s| s.total > 0) => {
-                self.core.let_go_moved(ix);
+                cx.core.let_go_moved(ix);
             }
             Some(_) => {}
             None => {
-                self.core
+                cx.core
                     .place_tube(ix, tube, setup.kind, setup.opts, setup.numbers.first)
                     .map_err(|e| format!("cannot hold the partition: {e}"))?;
             }
         }
         // Emptied at once: a letting go a batch a turn would take the copy's tasks too.
-        if let Some(s) = self.shards.as_mut() {
-            s.letting_go.retain(|&(t, _)| t != ix);
-        }
-        self.core
+        self.letting_go.retain(|&(t, _)| t != ix);
+        cx.core
             .import_numbers(ix, setup.numbers)
             .map_err(|e| format!("the partition's numbering: {e}"))
     }
 
     /// etcd answered a copy's release: no move can commit the partition here any more, and
     /// the placement says whether one did — kept and served if so, else let go.
-    fn copy_released(&mut self, ix: TubeIx, result: &Result<TubePlacement, PlacementError>) {
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+    fn copy_released(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        ix: TubeIx,
+        result: &Result<TubePlacement, PlacementError>,
+    ) {
+        let mono = cx.mono;
         match result {
             Err(PlacementError::Etcd(_) | PlacementError::Conflict { .. }) => {
-                if let Some(inc) = shards.incoming.get_mut(&ix) {
+                if let Some(inc) = self.incoming.get_mut(&ix) {
                     let retry_at = mono.saturating_add(RECHECK);
                     inc.state = CopyState::Releasing {
                         token: None,
                         retry_at,
                     };
-                    shards.recheck_by(retry_at);
+                    self.recheck_by(retry_at);
                 }
-                self.timers_changed();
             }
-            Ok(t) if owner_at(t, ix) == Some(shards.set.as_str()) => {
-                shards.incoming.remove(&ix);
+            Ok(t) if owner_at(t, ix) == Some(self.set.as_str()) => {
+                self.incoming.remove(&ix);
                 warn!(index = ix, "the move committed after all: its copy is kept");
-                let epoch = shards.placement.epoch;
-                self.adopt(ix, epoch);
+                let epoch = self.placement.epoch;
+                self.adopt(cx, ix, epoch);
             }
             _ => {
-                shards.incoming.remove(&ix);
+                self.incoming.remove(&ix);
                 info!(index = ix, "a copy's claim is released: the copy is let go");
-                self.let_go_of(ix);
+                self.let_go_of(cx, ix);
             }
         }
     }
@@ -671,19 +669,15 @@ impl Server {
     /// Lets go of the tasks this node holds of partition `ix` (it moved away, or a copy did
     /// not commit), a batch a turn ([`let_go_gradually`](Self::let_go_gradually)), so a big
     /// partition does not stop the loop; the tube stays, empty, at its index.
-    pub(super) fn let_go_of(&mut self, ix: TubeIx) {
-        self.core.thaw_only(ix);
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if !shards.letting_go.iter().any(|&(t, _)| t == ix) {
-            shards.letting_go.push((ix, None));
+    pub(super) fn let_go_of(&mut self, cx: &mut Ctx<'_>, ix: TubeIx) {
+        cx.core.thaw_only(ix);
+        if !self.letting_go.iter().any(|&(t, _)| t == ix) {
+            self.letting_go.push((ix, None));
             info!(
                 index = ix,
                 "letting go of a partition's tasks, a batch a turn"
             );
         }
-        self.timers_changed();
     }
 
     /// This node stopped leading its set: what it was doing to the queue for the shards stops
@@ -692,12 +686,9 @@ impl Server {
     /// owner gives its move up), and so is the letting go of partitions. Whoever leads next
     /// finds the tasks left of either as a partition placed elsewhere (`let_go_strays`),
     /// withdraws any claim, and lets go of them unless etcd says the set owns them.
-    pub(in crate::server) fn shards_stop_leading(&mut self) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        shards.letting_go.clear();
-        let askers: Vec<Client> = (shards.incoming.drain())
+    pub(in crate::server) fn shards_stop_leading(&mut self, cx: &mut Ctx<'_>) {
+        self.letting_go.clear();
+        let askers: Vec<Client> = (self.incoming.drain())
             .filter_map(|(_, i)| match i.state {
                 CopyState::Claiming { asker, .. } => Some(asker),
                 _ => None,
@@ -705,55 +696,45 @@ impl Server {
             .collect();
         for asker in askers {
             let why = "this node stopped leading its replica set during the move".to_owned();
-            self.answer(asker, &Outcome::Error(Refusal::Shards(why)));
+            self.answer(cx, asker, &Outcome::Error(Refusal::Shards(why)));
         }
     }
 
     /// This node became its set's primary: copies and partitions left of an earlier
     /// leadership (see [`shards_stop_leading`](Self::shards_stop_leading)) get their look on
     /// the next turn.
-    pub(in crate::server) fn shards_start_leading(&mut self) {
-        let mono = self.mono;
-        if let Some(shards) = self.shards.as_mut() {
-            shards.recheck_by(mono);
-        }
-        self.timers_changed();
+    pub(in crate::server) fn shards_start_leading(&mut self, cx: &mut Ctx<'_>) {
+        let mono = cx.mono;
+        self.recheck_by(mono);
         // What the cluster's users became while another node led.
-        self.shards_users_changed();
+        self.shards_users_changed(cx);
     }
 
     /// A batch of tasks let go of, when due (see [`let_go_of`](Self::let_go_of)): kept to
     /// `--move-rate`, as the copy is, so the clients of this node (which forwards them all
     /// now) keep their pace. Only a primary lets go: its replicas follow its records.
-    pub(in crate::server) fn let_go_gradually(&mut self) {
-        if !self.leads() {
+    pub(in crate::server) fn let_go_gradually(&mut self, cx: &mut Ctx<'_>) {
+        if !cx.leads() {
             return;
         }
-        let mono = self.mono;
-        let Some(shards) = self.shards.as_ref() else {
+        let mono = cx.mono;
+        let Some(&(ix, after)) = self.letting_go.first() else {
             return;
         };
-        let Some(&(ix, after)) = shards.letting_go.first() else {
-            return;
-        };
-        if shards.let_go_at > mono {
+        if self.let_go_at > mono {
             return;
         }
-        let next = self.core.let_go_some(ix, after, LET_GO_BATCH);
-        let rate = self.cfg.move_rate;
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+        let next = cx.core.let_go_some(ix, after, LET_GO_BATCH);
+        let rate = cx.cfg.move_rate;
         if let Some(spent) = (LET_GO_BATCH as u64 * 1_000_000).checked_div(rate) {
-            shards.let_go_at = mono.saturating_add(spent);
+            self.let_go_at = mono.saturating_add(spent);
         }
         match next {
-            Some(last) => shards.letting_go[0].1 = Some(last),
+            Some(last) => self.letting_go[0].1 = Some(last),
             None => {
-                shards.letting_go.remove(0);
+                self.letting_go.remove(0);
                 info!(index = ix, "let go of a partition's tasks");
             }
         }
-        self.timers_changed();
     }
 }

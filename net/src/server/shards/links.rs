@@ -2,6 +2,7 @@
 //! answer, answers read where they arrived, a failed link's calls answered with why, and the
 //! end of a session told to every set it reached.
 
+use super::ctx::Ctx;
 use super::*;
 use crate::frontend::link::call::Call;
 use out_link::Identity;
@@ -91,20 +92,27 @@ impl Trouble {
     }
 }
 
-impl Server {
+impl Router {
     /// Sends `cmd` to the primary of set `set` for `client`; its answer goes where `then`
     /// says, a failure to send it too (a watch's failure is no answer to its client's take).
-    pub(super) fn forward(&mut self, set: usize, client: Client, cmd: Command<'_>, then: Then) {
+    pub(super) fn forward(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        set: usize,
+        client: Client,
+        cmd: Command<'_>,
+        then: Then,
+    ) {
         // A pause travels as the time it has left: the owner's clock is its own.
-        let call = match Call::of(&cmd, self.mono) {
+        let call = match Call::of(&cmd, cx.mono) {
             Ok(call) => call,
             Err(what) => {
                 let why = format!("{what} is not sent to another node");
-                return self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+                return self.answer(cx, client, &Outcome::Error(Refusal::Shards(why)));
             }
         };
         // A session this node runs for another node's client is named as that node names it.
-        let remote = self.link_sessions.remote_of(client.sid);
+        let remote = cx.link_sessions.remote_of(client.sid);
         let origin: Option<Arc<str>> = remote.map(|(o, _)| Arc::clone(o));
         let session = remote.map_or(client.sid, |(_, r)| r);
         let ask = Ask::Run {
@@ -112,10 +120,8 @@ impl Server {
             origin: origin.as_deref(),
             call,
         };
-        if self.send_ask(set, client, &ask, then) {
-            if let Some(shards) = self.shards.as_mut() {
-                *shards.forwarded.entry(client.sid).or_default() |= set_bit(set);
-            }
+        if self.send_ask(cx, set, client, &ask, then) {
+            *self.forwarded.entry(client.sid).or_default() |= set_bit(set);
         }
     }
 
@@ -123,51 +129,44 @@ impl Server {
     /// (a failure to send it too). False when it could not be sent.
     pub(super) fn send_ask(
         &mut self,
+        cx: &mut Ctx<'_>,
         set: usize,
         client: Client,
         ask: &Ask<'_>,
         then: Then,
     ) -> bool {
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
-        let sync = shards.next_sync;
-        shards.next_sync += 1;
-        let refused = match shards.busy(set) {
+        let sync = self.next_sync;
+        self.next_sync += 1;
+        let refused = match self.busy(set) {
             Some(why) => Some(Refusal::Shards(why)),
-            None if shards.sets[set].link.is_none() => {
-                self.open_link(set, sync).err().map(Refusal::NoPrimary)
+            None if self.sets[set].link.is_none() => {
+                self.open_link(cx, set, sync).err().map(Refusal::NoPrimary)
             }
             None => None,
         };
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
         if let Some(refusal) = refused {
-            shards.pending.insert(sync, Pending { set, client, then });
-            self.on_answer(sync, Err(refusal));
+            self.pending.insert(sync, Pending { set, client, then });
+            self.on_answer(cx, sync, Err(refusal));
             return false;
         }
-        let link = shards.sets[set].link.as_mut().expect("opened above");
+        let link = self.sets[set].link.as_mut().expect("opened above");
         link.send(sync, ask);
-        shards.pending.insert(sync, Pending { set, client, then });
+        self.pending.insert(sync, Pending { set, client, then });
         let wait = match ask {
             Ask::Run { call, .. } => call.waits_at_most(),
             _ => Some(0),
         };
-        let grace =
-            (shards.limits.link_timeout).saturating_mul(deadlines::CALL_GRACE_LINK_TIMEOUTS);
-        shards.call_deadlines.sent(sync, self.mono, wait, grace);
+        let grace = (self.limits.link_timeout).saturating_mul(deadlines::CALL_GRACE_LINK_TIMEOUTS);
+        self.call_deadlines.sent(sync, cx.mono, wait, grace);
         true
     }
 
     /// Opens the link to `set`, its first call `sync`: the ends of sessions owed to the set
     /// (told while it had no link) go first. `Err`: why not (no primary, no link key yet, or
     /// the primary cannot be reached).
-    fn open_link(&mut self, set: usize, sync: u64) -> Result<(), String> {
-        let shards = self.shards.as_mut().ok_or("not a sharded node")?;
-        let s = &shards.sets[set];
-        let key = self.cluster.as_ref().and_then(|c| c.handle().link_key());
+    fn open_link(&mut self, cx: &mut Ctx<'_>, set: usize, sync: u64) -> Result<(), String> {
+        let s = &self.sets[set];
+        let key = cx.cluster().and_then(|c| c.handle().link_key());
         let addr = (s.primary.as_ref().and_then(|a| resolve(a)))
             .ok_or_else(|| format!("replica set {} has no primary now", s.name))?;
         let key = key.ok_or_else(|| {
@@ -178,36 +177,33 @@ impl Server {
             )
         })?;
         let who = Identity {
-            me: Arc::clone(&shards.me),
-            cluster: Arc::clone(&shards.cluster),
+            me: Arc::clone(&self.me),
+            cluster: Arc::clone(&self.cluster),
             key,
         };
-        let tls = self.tls.nodes.as_ref();
-        let l = OutLink::connect(addr, set, sync, who, tls, self.mono, self.poll.registry())
+        let tls = cx.tls_nodes;
+        let l = OutLink::connect(addr, set, sync, who, tls, cx.mono, cx.registry)
             .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name))?;
-        let link = shards.sets[set].link.insert(l);
+        let link = self.sets[set].link.insert(l);
         // The set's primary lost what this node told it of its waiting takes with the last link.
-        shards.wait_counts.set_linked(set);
-        for (origin, session) in shards.holds.owed(set) {
+        self.wait_counts.set_linked(set);
+        for (origin, session) in self.holds.owed(set) {
             let origin = origin.as_deref();
-            link.send(shards.next_sync, &Ask::End { session, origin });
-            shards.next_sync += 1;
+            link.send(self.next_sync, &Ask::End { session, origin });
+            self.next_sync += 1;
         }
         Ok(())
     }
 
     /// A link's socket is ready.
-    pub(in crate::server) fn link_ready(&mut self, token: usize) {
+    pub(in crate::server) fn link_ready(&mut self, cx: &mut Ctx<'_>, token: usize) {
         let set = token - LINK_TOKEN_BASE;
-        let cred = self.cfg.auth.as_ref();
-        let Some(link) = (self.shards.as_mut())
-            .and_then(|s| s.sets.get_mut(set))
-            .and_then(|s| s.link.as_mut())
-        else {
+        let cred = cx.cfg.auth.as_ref();
+        let Some(link) = self.sets.get_mut(set).and_then(|s| s.link.as_mut()) else {
             return;
         };
-        if let Err(why) = link.read(cred, self.mono) {
-            return self.link_failed(set, &why);
+        if let Err(why) = link.read(cred, cx.mono) {
+            return self.link_failed(cx, set, &why);
         }
         // Answers are handled where they were read: their tasks borrow the buffer.
         let (id, input) = (link.id, link.take_input());
@@ -216,47 +212,41 @@ impl Server {
             match out_link::next_answer(&input, &mut used) {
                 Ok(Some((sync, answer))) => {
                     self.link_answered(set);
-                    self.on_answer(sync, answer)
+                    self.on_answer(cx, sync, answer)
                 }
                 Ok(None) => break,
-                Err(why) => return self.link_failed(set, &why),
+                Err(why) => return self.link_failed(cx, set, &why),
             }
         }
-        let link = self.shards.as_mut().and_then(|s| s.sets[set].link.as_mut());
+        let link = self.sets[set].link.as_mut();
         if let Some(link) = link.filter(|l| l.id == id) {
             link.give_back(input, used);
         }
-        self.flush_links();
+        self.flush_links(cx);
     }
 
     /// Writes what the links have queued.
-    pub(in crate::server) fn flush_links(&mut self) {
-        self.publish_waiting();
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+    pub(in crate::server) fn flush_links(&mut self, cx: &mut Ctx<'_>) {
+        self.publish_waiting(cx);
         let mut failed = Vec::new();
-        for (i, s) in shards.sets.iter_mut().enumerate() {
+        for (i, s) in self.sets.iter_mut().enumerate() {
             if let Some(link) = &mut s.link {
-                if let Err(why) = link.flush(self.poll.registry()) {
+                if let Err(why) = link.flush(cx.registry) {
                     failed.push((i, why));
                 }
             }
         }
         for (set, why) in failed {
-            self.link_failed(set, &why);
+            self.link_failed(cx, set, &why);
         }
     }
 
     /// Pings the links that fell silent, and drops those silent past `--link-timeout` (their
     /// calls are answered: the other end is gone, or the network between).
-    pub(in crate::server) fn check_links(&mut self) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let (now, timeout) = (self.mono, shards.limits.link_timeout);
+    pub(in crate::server) fn check_links(&mut self, cx: &mut Ctx<'_>) {
+        let (now, timeout) = (cx.mono, self.limits.link_timeout);
         let mut dead = Vec::new();
-        for (i, s) in shards.sets.iter_mut().enumerate() {
+        for (i, s) in self.sets.iter_mut().enumerate() {
             if let Some(link) = &mut s.link {
                 if let Err(why) = link.check(now, timeout) {
                     dead.push((i, why));
@@ -264,55 +254,43 @@ impl Server {
             }
         }
         for (set, why) in dead {
-            self.link_failed(set, &why);
+            self.link_failed(cx, set, &why);
         }
-        if let Some(s) = self.shards.as_mut() {
-            s.wait_counts.retry_due(self.mono);
-        }
-        self.expire_calls();
-        self.expire_listings();
-        self.timers_changed();
+        self.wait_counts.retry_due(cx.mono);
+        self.expire_calls(cx);
+        self.expire_listings(cx);
     }
 
     /// Answers the forwarded calls past their deadline (`deadlines`): the link is alive, the
     /// answer did not come.
-    fn expire_calls(&mut self) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let (calls, pending) = (&mut shards.call_deadlines, &shards.pending);
-        let due = calls.due(self.mono, |sync| pending.contains_key(&sync));
+    fn expire_calls(&mut self, cx: &mut Ctx<'_>) {
+        let (calls, pending) = (&mut self.call_deadlines, &self.pending);
+        let due = calls.due(cx.mono, |sync| pending.contains_key(&sync));
         for sync in due {
-            let Some(shards) = self.shards.as_ref() else {
-                return;
-            };
-            let Some(p) = shards.pending.get(&sync) else {
+            let Some(p) = self.pending.get(&sync) else {
                 continue;
             };
-            let name = shards.sets[p.set].name.clone();
+            let name = self.sets[p.set].name.clone();
             let why = format!(
                 "replica set {name} did not answer a forwarded call within its wait and {} link \
                  timeouts, though the link is alive: it may or may not have run",
                 deadlines::CALL_GRACE_LINK_TIMEOUTS
             );
             warn!(set = %name, sync, "a forwarded call went unanswered past its deadline");
-            self.on_answer(sync, Err(Refusal::Unknown(why)));
+            self.on_answer(cx, sync, Err(Refusal::Unknown(why)));
         }
     }
 
     /// A link is gone: its calls in flight are answered with why.
-    pub(super) fn link_failed(&mut self, set: usize, why: &str) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let name = shards.sets[set].name.clone();
-        shards.wait_counts.set_lost(set, self.mono);
+    pub(super) fn link_failed(&mut self, cx: &mut Ctx<'_>, set: usize, why: &str) {
+        let name = self.sets[set].name.clone();
+        self.wait_counts.set_lost(set, cx.mono);
         let mut sent = false;
-        if let Some(mut link) = shards.sets[set].link.take() {
+        if let Some(mut link) = self.sets[set].link.take() {
             sent = link.may_have_sent();
-            link.close(self.poll.registry());
+            link.close(cx.registry);
         }
-        match shards.sets[set].trouble.dropped(Instant::now()) {
+        match self.sets[set].trouble.dropped(Instant::now()) {
             Say::Started => warn!(
                 set = %name,
                 why,
@@ -327,7 +305,7 @@ impl Server {
             ),
             Say::Quiet => tracing::debug!(set = %name, why, "link to a replica set dropped"),
         }
-        let syncs: Vec<u64> = (shards.pending.iter())
+        let syncs: Vec<u64> = (self.pending.iter())
             .filter(|(_, p)| p.set == set)
             .map(|(s, _)| *s)
             .collect();
@@ -339,14 +317,14 @@ impl Server {
             } else {
                 Refusal::NoPrimary(why)
             };
-            self.on_answer(sync, Err(refusal));
+            self.on_answer(cx, sync, Err(refusal));
         }
-        self.end_holders(set);
+        self.end_holders(cx, set);
     }
 
     /// An answer came on set `set`'s link: a failing episode ends, and the log says so.
     fn link_answered(&mut self, set: usize) {
-        let Some(s) = self.shards.as_mut().and_then(|s| s.sets.get_mut(set)) else {
+        let Some(s) = self.sets.get_mut(set) else {
             return;
         };
         if let Some((drops, secs)) = s.trouble.answered(Instant::now()) {
@@ -355,8 +333,8 @@ impl Server {
     }
 
     /// The answer to forwarded request `sync`.
-    pub(super) fn on_answer(&mut self, sync: u64, answer: Answered<'_>) {
-        let Some(p) = self.shards.as_mut().and_then(|s| s.pending.remove(&sync)) else {
+    pub(super) fn on_answer(&mut self, cx: &mut Ctx<'_>, sync: u64, answer: Answered<'_>) {
+        let Some(p) = self.pending.remove(&sync) else {
             return;
         };
         let outcome = match answer {
@@ -367,67 +345,64 @@ impl Server {
             Err(refusal) => Outcome::Error(refusal),
         };
         if matches!(&outcome, Outcome::Task(t) if t.status == tarq_engine::Status::Taken) {
-            if let Some(shards) = self.shards.as_mut() {
-                shards.holds.took(p.client.sid, set_bit(p.set));
-            }
+            self.holds.took(p.client.sid, set_bit(p.set));
         }
         match p.then {
-            Then::Deliver => self.answer(p.client, &outcome),
+            Then::Deliver => self.answer(cx, p.client, &outcome),
             // A partition without a task, or unreachable now (its set failing over): the next.
             // A take whose answer was lost took nothing this client holds: if the owner ran it,
             // the task is released with the link's session there.
             Then::Take { plan } => match outcome {
                 Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {
-                    self.take_next(p.client, plan)
+                    self.take_next(cx, p.client, plan)
                 }
-                other => self.answer(p.client, &other),
+                other => self.answer(cx, p.client, &other),
             },
-            Then::Gather { key } => self.gathered(key, None, Digest::of(&outcome)),
-            Then::GatherTube { key, head } => self.gathered(key, Some(head), Digest::of(&outcome)),
-            Then::Woke { ix } => self.remote_woke(ix, &outcome),
-            Then::WaitTake { waiter, ix } => self.wait_took(waiter, ix, p.client, &outcome),
+            Then::Gather { key } => self.gathered(cx, key, None, Digest::of(&outcome)),
+            Then::GatherTube { key, head } => {
+                self.gathered(cx, key, Some(head), Digest::of(&outcome))
+            }
+            Then::Woke { ix } => self.remote_woke(cx, ix, &outcome),
+            Then::WaitTake { waiter, ix } => self.wait_took(cx, waiter, ix, p.client, &outcome),
             Then::Put { plan } => match outcome {
-                Outcome::Full if !plan.left.is_empty() => self.put_next(p.client, plan),
-                other => self.answer(p.client, &other),
+                Outcome::Full if !plan.left.is_empty() => self.put_next(cx, p.client, plan),
+                other => self.answer(cx, p.client, &other),
             },
-            Then::Move { id } => self.move_answered(id, &outcome),
-            Then::List { key, at } => self.listed(key, at, outcome),
+            Then::Move { id } => self.move_answered(cx, id, &outcome),
+            Then::List { key, at } => self.listed(cx, key, at, outcome),
             Then::Moves { key, at } => self.moves_answered(key, Some(at), outcome),
             Then::Ignore => {}
             Then::Peek { status, left } => match outcome {
                 Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {
-                    self.peek_next(p.client, status, left)
+                    self.peek_next(cx, p.client, status, left)
                 }
-                other => self.answer(p.client, &other),
+                other => self.answer(cx, p.client, &other),
             },
         }
     }
 
     /// Session `sid` of this node ended: the sets it reached release what it holds there.
-    pub(in crate::server) fn shards_session_ended(&mut self, sid: SessionId) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        shards.holds.ended(sid);
-        let Some(mask) = shards.forwarded.remove(&sid) else {
+    pub(in crate::server) fn shards_session_ended(&mut self, cx: &mut Ctx<'_>, sid: SessionId) {
+        self.holds.ended(sid);
+        let Some(mask) = self.forwarded.remove(&sid) else {
             return;
         };
         // A session run for another node's client is named as that node names it.
-        let (origin, session) = match self.link_sessions.remote_of(sid) {
+        let (origin, session) = match cx.link_sessions.remote_of(sid) {
             Some((origin, remote)) => (Some(&**origin), remote),
             None => (None, sid),
         };
-        for (i, s) in shards.sets.iter_mut().enumerate() {
+        for (i, s) in self.sets.iter_mut().enumerate() {
             if mask & set_bit(i) != 0 {
                 match &mut s.link {
                     Some(link) => {
-                        let sync = shards.next_sync;
-                        shards.next_sync += 1;
+                        let sync = self.next_sync;
+                        self.next_sync += 1;
                         link.send(sync, &Ask::End { session, origin });
                     }
                     // Told on the next link: an owner that never saw this one break holds
                     // the session's tasks until then.
-                    None => shards.holds.owe(i, origin.map(Arc::from), session),
+                    None => self.holds.owe(i, origin.map(Arc::from), session),
                 }
             }
         }

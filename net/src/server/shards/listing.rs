@@ -10,6 +10,7 @@
 //! [`LIST_WAIT`] with the partitions that did not (their tasks are missing from the page,
 //! which says so).
 
+use super::ctx::Ctx;
 use super::*;
 use crate::core::{Listed, TaskPage};
 use tarq_engine::{Status, TaskId};
@@ -71,27 +72,25 @@ pub(super) fn page(tube: String, status: Status, parts: Vec<Asked>, limit: usize
     }
 }
 
-impl Server {
+impl Router {
     /// Lists tube `head`'s tasks in `status` after task `after`, at most `limit`, for
     /// `client`, from every partition from the cursor's on (see the module's notes); a tube
     /// the placement lacks is this node's alone and read here.
     pub(super) fn list_across(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         head: TubeIx,
         status: Status,
         after: Option<TaskId>,
         limit: usize,
-        leads: bool,
     ) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if let Some(why) = shards.over_bound(shards.listings.len(), "task listings waiting") {
-            return self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+        let leads = cx.leads();
+        if let Some(why) = self.over_bound(self.listings.len(), "task listings waiting") {
+            return self.answer(cx, client, &Outcome::Error(Refusal::Shards(why)));
         }
-        let q = self.core.queue();
-        let (name, parts) = match shards.tubes.get(&head) {
+        let q = cx.core.queue();
+        let (name, parts) = match self.tubes.get(&head) {
             Some(t) => (t.name.clone(), t.parts.clone()),
             None => {
                 let name = q.tube_info(head).map(|i| i.name.to_owned());
@@ -104,18 +103,18 @@ impl Server {
             .and_then(|ix| parts.iter().position(|&p| p == ix))
             .unwrap_or(0);
         let (asked, remote) =
-            shards.list_here(q, &parts[from..], from, (status, after, limit), leads);
-        let key = shards.next_gather;
-        shards.next_gather += 1;
+            self.list_here(q, &parts[from..], from, (status, after, limit), leads);
+        let key = self.next_gather;
+        self.next_gather += 1;
         let listing = Listing {
             client,
             tube: name,
             status,
             limit,
             parts: asked,
-            deadline: self.mono + LIST_WAIT,
+            deadline: cx.mono + LIST_WAIT,
         };
-        shards.listings.insert(key, listing);
+        self.listings.insert(key, listing);
         for (at, set, ix, after) in remote {
             let cmd = Command::ListTasks {
                 tube: ix,
@@ -123,14 +122,14 @@ impl Server {
                 after,
                 limit: limit as u32 + 1,
             };
-            self.forward(set, client, cmd, Then::List { key, at });
+            self.forward(cx, set, client, cmd, Then::List { key, at });
         }
-        self.listing_done(key, false);
+        self.listing_done(cx, key, false);
     }
 
     /// The owner of the `at`th partition of listing `key` answered.
-    pub(super) fn listed(&mut self, key: u64, at: usize, outcome: Outcome<'_>) {
-        let Some(l) = self.shards.as_mut().and_then(|s| s.listings.get_mut(&key)) else {
+    pub(super) fn listed(&mut self, cx: &mut Ctx<'_>, key: u64, at: usize, outcome: Outcome<'_>) {
+        let Some(l) = self.listings.get_mut(&key) else {
             return;
         };
         let Some(a) = l.parts.get_mut(at) else {
@@ -141,37 +140,31 @@ impl Server {
             Outcome::Error(e) => Err(e.to_string()),
             other => Err(format!("an answer that is no listing: {other:?}")),
         });
-        self.listing_done(key, false);
+        self.listing_done(cx, key, false);
     }
 
     /// Answers listing `key` when every partition has answered, or, with `now_or_never`, with
     /// what it has.
-    fn listing_done(&mut self, key: u64, now_or_never: bool) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let done = (shards.listings.get(&key))
+    fn listing_done(&mut self, cx: &mut Ctx<'_>, key: u64, now_or_never: bool) {
+        let done = (self.listings.get(&key))
             .is_some_and(|l| now_or_never || l.parts.iter().all(|a| a.got.is_some()));
         if !done {
             return;
         }
-        let l = shards.listings.remove(&key).expect("present above");
+        let l = self.listings.remove(&key).expect("present above");
         let page = page(l.tube, l.status, l.parts, l.limit);
-        self.answer(l.client, &Outcome::TaskPage(Box::new(page)));
+        self.answer(cx, l.client, &Outcome::TaskPage(Box::new(page)));
     }
 
     /// Answers the listings whose owners did not all answer within [`LIST_WAIT`].
-    pub(super) fn expire_listings(&mut self) {
-        let Some(shards) = self.shards.as_ref() else {
-            return;
-        };
-        let now = self.mono;
-        let due: Vec<u64> = (shards.listings.iter())
+    pub(super) fn expire_listings(&mut self, cx: &mut Ctx<'_>) {
+        let now = cx.mono;
+        let due: Vec<u64> = (self.listings.iter())
             .filter(|(_, l)| l.deadline <= now)
             .map(|(&k, _)| k)
             .collect();
         for key in due {
-            self.listing_done(key, true);
+            self.listing_done(cx, key, true);
         }
     }
 }
@@ -179,7 +172,7 @@ impl Server {
 /// A remote partition's ask: its place among the asked, its set, its index, the cursor.
 type RemoteAsk = (usize, usize, TubeIx, Option<TaskId>);
 
-impl Shards {
+impl Router {
     /// The partitions of a listing from the cursor's on (`parts`, the first of them partition
     /// `from`): those this node holds are read now, the others are left to ask their owners.
     fn list_here(

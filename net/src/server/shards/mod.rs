@@ -1,10 +1,16 @@
-//! A sharded cluster's routing, at the loop's one dispatch (`Server::dispatch`): a command for
-//! a partition another replica set owns — or this set owns while another node of it leads — is
-//! forwarded to that set's primary over a link ([`out_link`]) and its answer handed to the
-//! asking connection's front-end as if the core had given it; a command for a partition this
-//! node leads runs here, rewritten to that partition's index. The front-ends know nothing of
-//! this: they name a tube (its first partition's index, which every node holds) and ids, and
-//! an id's high bits name its partition.
+//! A sharded cluster's router ([`Router`]), at the loop's one dispatch (`Server::dispatch`): a
+//! command for a partition another replica set owns — or this set owns while another node of
+//! it leads — is forwarded to that set's primary over a link ([`out_link`]) and its answer
+//! handed to the asking connection's front-end as if the core had given it; a command for a
+//! partition this node leads runs here, rewritten to that partition's index. The front-ends
+//! know nothing of this: they name a tube (its first partition's index, which every node
+//! holds) and ids, and an id's high bits name its partition.
+//!
+//! The router owns its state (the placement as it reads it, the links, the calls in flight,
+//! the waiting takes, the moves) and is handed the core and the wire for each call
+//! ([`Ctx`], lent by `Server::with_router`); what only the loop can do it asks for as an
+//! [`Effect`]. Where a decision is plain it is made apart from its effects ([`decide`],
+//! [`move_machine`]) and tested alone.
 //!
 //! The placement comes from etcd (`tarq_cluster`'s map): each tube's partitions, their
 //! indexes and owning sets, and every set's primary. This node's primary creates every tube's
@@ -18,6 +24,7 @@
 
 mod cluster_page;
 mod console;
+mod ctx;
 mod deadlines;
 mod decide;
 mod drop;
@@ -39,9 +46,11 @@ mod users;
 mod waiting;
 mod waits;
 
+pub(in crate::server) use ctx::{Ctx, Effect};
 use decide::{Decision, Facts, Freshness, Kind};
 use gather::{Gather, GatherKind};
 use route::{PutPlan, TakePlan};
+pub(in crate::server) use unknown::Kept;
 use waits::Waiter;
 
 use std::cmp::Reverse;
@@ -55,7 +64,6 @@ use tarq_engine::{id_tube, Micros, SessionId, Stats, TubeIx, TubeOptions, TubePu
 use tracing::{info, warn};
 
 use super::host::Digest;
-use super::Server;
 use crate::core::{Caller, Command, On, Outcome, Refusal};
 use crate::frontend::link::wire::{self, Ask, Hello, LINK_VERSION};
 use crate::frontend::ReplyTo;
@@ -227,7 +235,7 @@ pub(crate) struct RouterFigures {
 }
 
 /// The router's state.
-pub(crate) struct Shards {
+pub(crate) struct Router {
     /// This node's replica set.
     set: String,
     /// This node's name (it names itself so on its links).
@@ -311,9 +319,11 @@ pub(crate) struct Shards {
     listings: HashMap<u64, listing::Listing>,
     /// Every set's primary's moves, for the cluster page, kept for a second.
     cluster_moves: cluster_page::ClusterMoves,
+    /// What the loop is to do once the router's call returns.
+    pub(in crate::server) effects: Vec<Effect>,
 }
 
-impl Shards {
+impl Router {
     /// `tarq.link` calls refused since start.
     pub(crate) fn refused_links(&self) -> u64 {
         self.refused_links
@@ -353,8 +363,8 @@ impl Shards {
         fence: PlacementFence,
         validity: std::time::Duration,
         limits: RouterLimits,
-    ) -> Shards {
-        Shards {
+    ) -> Router {
+        Router {
             set,
             me,
             cluster,
@@ -400,6 +410,7 @@ impl Shards {
             console: console::Console::default(),
             listings: HashMap::new(),
             cluster_moves: cluster_page::ClusterMoves::default(),
+            effects: Vec::new(),
         }
     }
 
@@ -751,43 +762,43 @@ fn options_from(v: &serde_json::Value, part: u16) -> TubeOptions {
     }
 }
 
-impl Server {
+impl Router {
     /// Takes in a new map (etcd's `MapChanged`): the routes, and — on a primary — the tubes
     /// this node must hold.
-    pub(super) fn shards_map_changed(&mut self, placement: Arc<Placement>, sets: &[SetView]) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let (moved, vanished) = shards.apply(Arc::clone(&placement), sets);
+    pub(super) fn shards_map_changed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        placement: Arc<Placement>,
+        sets: &[SetView],
+    ) {
+        let (moved, vanished) = self.apply(Arc::clone(&placement), sets);
         for set in moved {
-            self.link_failed(set, "its replica set has another primary now");
+            self.link_failed(cx, set, "its replica set has another primary now");
         }
-        self.let_go(&vanished);
+        self.let_go(cx, &vanished);
         // A drop committed: the calls its checks held are answered, the tube gone.
-        self.end_drop_holds_of(&vanished);
+        self.end_drop_holds_of(cx, &vanished);
         info!(
             epoch = placement.epoch,
             tubes = placement.tubes.len(),
             "placement applied"
         );
         for t in placement.tubes.values() {
-            self.hold_tube(t);
+            self.hold_tube(cx, t);
         }
-        self.let_go_strays();
-        self.tick_move();
-        self.watch_again();
-        self.release_awaiting_map();
+        self.let_go_strays(cx);
+        self.tick_move(cx);
+        self.watch_again(cx);
+        self.release_awaiting_map(cx);
     }
 
     /// On a primary, holds what of tube `t` this node must: every tube's first partition (so
     /// its name resolves on every node) and the partitions its set owns.
-    fn hold_tube(&mut self, t: &TubePlacement) {
-        if !self.leads() {
+    fn hold_tube(&mut self, cx: &mut Ctx<'_>, t: &TubePlacement) {
+        if !cx.leads() {
             return;
         }
-        let Some(me) = self.shards.as_ref().map(|s| s.set.clone()) else {
-            return;
-        };
+        let me = self.set.clone();
         let Ok(kind) = TubeType::parse(&t.kind) else {
             warn!(tube = %t.name, kind = %t.kind, "placement names an unknown tube type");
             return;
@@ -802,7 +813,7 @@ impl Server {
                 // A limfifottl tube's capacity is its partitions' together.
                 opts.capacity = opts.capacity / n + u64::from((p as u64) < opts.capacity % n);
             }
-            if let Err(e) = self
+            if let Err(e) = cx
                 .core
                 .place_tube(part.index, &t.name, kind, opts, part.first)
             {
@@ -814,18 +825,17 @@ impl Server {
     /// A placement change this node asked for was made (or refused).
     pub(super) fn shards_placement_done(
         &mut self,
+        cx: &mut Ctx<'_>,
         token: u64,
         result: Result<tarq_cluster::TubePlacement, tarq_cluster::PlacementError>,
     ) {
-        if self.move_commit_done(token, &result) || self.copy_etcd_done(token, &result) {
+        if self.move_commit_done(cx, token, &result) || self.copy_etcd_done(cx, token, &result) {
             return;
         }
-        if let Some(d) = self.shards.as_mut().and_then(|s| s.drops.remove(&token)) {
-            return self.drop_done(d, result);
+        if let Some(d) = self.drops.remove(&token) {
+            return self.drop_done(cx, d, result);
         }
-        let Some((client, if_not_exists)) =
-            self.shards.as_mut().and_then(|s| s.creates.remove(&token))
-        else {
+        let Some((client, if_not_exists)) = self.creates.remove(&token) else {
             return;
         };
         // Made by another node meanwhile, and this call lets it be: the tube as placed.
@@ -834,18 +844,16 @@ impl Server {
             other => other,
         };
         if let Ok(t) = &result {
-            if let Some(s) = self.shards.as_mut() {
-                s.add_tube(t);
-            }
-            self.hold_tube(t);
+            self.add_tube(t);
+            self.hold_tube(cx, t);
         }
         let outcome = match result {
             Ok(t) => match self
-                .placed_tube(&t.name)
+                .placed_tube(cx.core.queue(), &t.name)
                 .or_else(|| unknown::PlacedTube::of(&t))
             {
                 Some(info) => {
-                    self.answer_tube(client, info);
+                    self.answer_tube(cx, client, info);
                     return;
                 }
                 None => Outcome::Error(Refusal::Shards(format!(
@@ -859,21 +867,26 @@ impl Server {
             }
             Err(e) => Outcome::Error(Refusal::Shards(e.to_string())),
         };
-        self.answer(client, &outcome);
+        self.answer(cx, client, &outcome);
     }
 
-    fn answer(&mut self, c: Client, outcome: &Outcome<'_>) {
+    fn answer(&mut self, cx: &mut Ctx<'_>, c: Client, outcome: &Outcome<'_>) {
         if c.idx == console::CONSOLE_CLIENT {
-            return self.console_refused(c);
+            return self.console_refused(cx, c);
         }
-        if self.conns.get(c.idx).is_some_and(|x| x.gen == c.gen) {
-            self.deliver(c.idx, c.reply, outcome);
+        if cx.wire.conns.get(c.idx).is_some_and(|x| x.gen == c.gen) {
+            cx.deliver(c.idx, c.reply, outcome);
             // An HTTP request that asked to close, answered by another node.
-            if self.conns[c.idx]
+            if cx.wire.conns[c.idx]
                 .http()
                 .is_some_and(|h| h.close_when_answered)
             {
-                self.close_quietly(c.idx, "HTTP request asked to close");
+                let reason = "HTTP request asked to close";
+                self.effects.push(Effect::Close {
+                    idx: c.idx,
+                    gen: c.gen,
+                    reason,
+                });
             }
         }
     }
@@ -881,60 +894,65 @@ impl Server {
     /// Connection `idx` asked to become a link (`hello`: the calling node's `tarq.link`).
     /// Only a node of this cluster, speaking this link protocol and proving the cluster's link
     /// key over this connection's greeting salt, gets one; anyone else is refused with why.
-    pub(super) fn start_link(&mut self, idx: usize, sync: u64, hello: &Hello<'_>) {
-        match self.link_refusal(idx, hello) {
+    pub(super) fn start_link(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        idx: usize,
+        sync: u64,
+        hello: &Hello<'_>,
+    ) {
+        match self.link_refusal(cx, idx, hello) {
             Some((code, why)) => {
-                let out = &mut self.conns[idx].out.out;
+                let out = &mut cx.wire.conns[idx].out.out;
                 tarq_iproto::response::error(out, sync, code, &why);
-                if let Some(s) = self.shards.as_mut() {
-                    s.refused_links += 1;
-                }
+                self.refused_links += 1;
                 warn!(origin = hello.origin, %why, "a link was refused");
             }
             None => {
-                tarq_iproto::response::ok_empty(&mut self.conns[idx].out.out, sync);
+                tarq_iproto::response::ok_empty(&mut cx.wire.conns[idx].out.out, sync);
                 let origin: Arc<str> = Arc::from(hello.origin);
-                self.link_sessions.opened(&origin);
+                cx.link_sessions.opened(&origin);
                 let link = crate::frontend::link::LinkConn { origin };
-                self.conns[idx].proto = super::conn::Protocol::Link(Box::new(link));
+                cx.wire.conns[idx].proto = super::conn::Protocol::Link(Box::new(link));
             }
         }
-        self.conns.mark_flush(idx);
+        cx.wire.conns.mark_flush(idx);
     }
 
     /// Why connection `idx` may not become the link `hello` asks for (an IPROTO error code and
     /// the message), or `None`.
-    fn link_refusal(&self, idx: usize, hello: &Hello<'_>) -> Option<(u32, String)> {
+    fn link_refusal(
+        &self,
+        cx: &mut Ctx<'_>,
+        idx: usize,
+        hello: &Hello<'_>,
+    ) -> Option<(u32, String)> {
         use tarq_iproto::codes::ER_ACCESS_DENIED;
-        let Some(shards) = self.shards.as_ref() else {
-            let msg = "this tarq is no sharded cluster's node (--replica-set)";
-            return Some((super::ER_UNKNOWN, msg.into()));
-        };
-        if let Some(why) = self.node_refusal(idx) {
+        if let Some(why) = cx.node_refusal(idx) {
             return Some((tarq_iproto::codes::ER_ACCESS_DENIED, why));
         }
         let (mine, theirs) = (LINK_VERSION, hello.version);
         if theirs != mine {
             let (older, newer) = if theirs < mine {
-                (hello.origin, &*shards.me)
+                (hello.origin, &*self.me)
             } else {
-                (&*shards.me, hello.origin)
+                (&*self.me, hello.origin)
             };
             let why = format!(
                 "link protocol version {theirs} from node {}, this node {} speaks {mine}: \
                  upgrade node {older} to the release node {newer} runs",
-                hello.origin, shards.me
+                hello.origin, self.me
             );
             return Some((super::ER_UNKNOWN, why));
         }
         let denied = |why: String| Some((ER_ACCESS_DENIED, why));
-        if hello.cluster != &*shards.cluster {
+        if hello.cluster != &*self.cluster {
             return denied(format!(
                 "a link of cluster {:?} refused: this node is of cluster {:?}",
-                hello.cluster, shards.cluster
+                hello.cluster, self.cluster
             ));
         }
-        let key = self.cluster.as_ref().and_then(|c| c.handle().link_key());
+        let key = cx.cluster().and_then(|c| c.handle().link_key());
         let Some(key) = key else {
             return denied(
                 "this node has not read the cluster's link key from etcd yet; the link can be \
@@ -942,22 +960,61 @@ impl Server {
                     .into(),
             );
         };
-        let salt = self.conns[idx].salt();
+        let salt = cx.wire.conns[idx].salt();
         if !wire::proof_matches(&key, &salt, hello.cluster, hello) {
             return denied(format!(
                 "tarq.link is for the nodes of cluster {} only: the caller did not prove the \
                  cluster's link key",
-                shards.cluster
+                self.cluster
             ));
         }
         None
     }
 
-    /// A new engine session.
-    pub(super) fn new_session(&mut self) -> SessionId {
-        let sid = self.next_sid;
-        self.next_sid += 1;
-        sid
+    /// Routes a front-end's command of connection `idx` and runs what is left of it here (a
+    /// command held for a move or the map, a take reparked after a move, a call after a read
+    /// of the placement). A put's rate was charged when it first came.
+    pub(in crate::server) fn dispatch(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        idx: usize,
+        reply: ReplyTo,
+        cmd: Command<'_>,
+    ) {
+        let Some(cmd) = self.route(cx, idx, reply, cmd) else {
+            return;
+        };
+        let caller = cx.wire.conns.caller(idx);
+        self.execute_as(cx, caller, reply, cmd);
+    }
+
+    /// Runs `cmd` in the core for `caller` (a sharded node's commands, forwarded ones, the
+    /// router's own), then takes what the core answered to the router. The one call of
+    /// `Core::execute` beside the loop's dispatch, so that one stays inlined.
+    #[inline(never)]
+    pub(super) fn execute_as(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        caller: Caller,
+        reply: ReplyTo,
+        cmd: Command<'_>,
+    ) {
+        let (core, wire) = cx.split();
+        core.execute(caller, reply, cmd, wire);
+        if !cx.wire.routed.is_empty() {
+            self.take_routed(cx);
+        }
+    }
+
+    /// Releases every task session `sid` holds here, and tells the sets it reached.
+    pub(super) fn release_session(&mut self, cx: &mut Ctx<'_>, sid: SessionId) -> usize {
+        if cx.cfg.null {
+            return 0;
+        }
+        self.shards_session_ended(cx, sid);
+        let leads = cx.leads();
+        let (core, wire) = cx.split();
+        core.release_session(sid, leads, wire)
     }
 }
 

@@ -37,11 +37,11 @@
 //! never in none. A view of the placement, however recent, does not decide it: the commit may
 //! still be on its way to etcd when the view is read.
 
+use super::ctx::{Ctx, Effect};
 use super::held::Held;
 use super::move_machine::{Fate, Input, MoveMachine, Output, Phase};
 use super::*;
 use crate::core::Page;
-use crate::frontend::beanstalk::Beanstalk;
 use tarq_engine::TaskId;
 
 /// Tasks a page of the copy carries at most.
@@ -113,7 +113,7 @@ impl Move {
     }
 }
 
-impl Shards {
+impl Router {
     /// Whether partition `ix` is frozen here for a move or held for a drop (changes to it
     /// are held).
     pub(super) fn frozen(&self, ix: TubeIx) -> bool {
@@ -184,7 +184,7 @@ impl Shards {
     }
 }
 
-/// What [`Server::move_plan`] found: the move can start, or the partition is there already.
+/// What [`Router::move_plan`] found: the move can start, or the partition is there already.
 enum MovePlan {
     Go {
         ix: TubeIx,
@@ -194,21 +194,26 @@ enum MovePlan {
     Already(String),
 }
 
-impl Server {
+impl Router {
     /// Whether partition `partition` of `tube` may move to set `to` from here, now: only one
     /// move at a time, by its owner's primary, to a set with a primary, of a partition this
     /// node's view may act on. A partition there already is answered with a report.
-    fn move_plan(&self, tube: &str, partition: u16, to: &str) -> Result<MovePlan, String> {
-        let leads = self.leads();
-        let shards = self.shards.as_ref().ok_or("not a sharded node")?;
-        if let Some(m) = &shards.moving {
+    fn move_plan(
+        &self,
+        cx: &mut Ctx<'_>,
+        tube: &str,
+        partition: u16,
+        to: &str,
+    ) -> Result<MovePlan, String> {
+        let leads = cx.leads();
+        if let Some(m) = &self.moving {
             return Err(format!(
                 "this node is moving partition {} of tube {} now: one move at a time",
                 m.partition, m.tube
             ));
         }
-        let placed = (shards.placement.tubes.get(tube))
-            .and_then(|t| t.partitions.get(usize::from(partition)));
+        let placed =
+            (self.placement.tubes.get(tube)).and_then(|t| t.partitions.get(usize::from(partition)));
         let Some(p) = placed else {
             return Err(format!("no partition {partition} of tube {tube} is placed"));
         };
@@ -220,8 +225,8 @@ impl Server {
             });
             return Ok(MovePlan::Already(report.to_string()));
         }
-        if owner != shards.set || !leads {
-            let primary = (shards.sets.iter())
+        if owner != self.set || !leads {
+            let primary = (self.sets.iter())
                 .find(|s| s.name == owner)
                 .and_then(|s| s.primary.clone())
                 .unwrap_or_else(|| "none now".into());
@@ -230,16 +235,16 @@ impl Server {
                  primary ({primary})"
             ));
         }
-        match shards.hold(ix) {
+        match self.hold(ix) {
             Some(Hold::Refuse(why)) => return Err(why),
             // Read and not applied yet: as stale as before it was read (ctl asks again).
             Some(Hold::AwaitMap) => return Err(STALE_VIEW.into()),
             None => {}
         }
-        let Some(to_slot) = shards.sets.iter().position(|s| s.name == to) else {
+        let Some(to_slot) = self.sets.iter().position(|s| s.name == to) else {
             return Err(format!("no replica set {to} in the cluster"));
         };
-        if shards.sets[to_slot].primary.is_none() {
+        if self.sets[to_slot].primary.is_none() {
             return Err(format!("replica set {to} has no primary now"));
         }
         Ok(MovePlan::Go { ix, to_slot })
@@ -247,35 +252,38 @@ impl Server {
 
     /// `tarq.move(tube, partition, to)`: starts moving the partition, if this node is its
     /// owner's primary; the asker is answered when the move ends.
-    pub(super) fn start_move(&mut self, client: Client, tube: &str, partition: u16, to: &str) {
-        let refuse = |s: &mut Server, why: String| {
-            s.answer(client, &Outcome::Error(Refusal::Shards(why)));
+    pub(super) fn start_move(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        client: Client,
+        tube: &str,
+        partition: u16,
+        to: &str,
+    ) {
+        let refuse = |s: &mut Router, cx: &mut Ctx<'_>, why: String| {
+            s.answer(cx, client, &Outcome::Error(Refusal::Shards(why)));
         };
-        let (ix, to_slot) = match self.move_plan(tube, partition, to) {
+        let (ix, to_slot) = match self.move_plan(cx, tube, partition, to) {
             Ok(MovePlan::Go { ix, to_slot }) => (ix, to_slot),
             Ok(MovePlan::Already(report)) => {
-                return self.answer(client, &Outcome::Text(report));
+                return self.answer(cx, client, &Outcome::Text(report));
             }
-            Err(why) => return refuse(self, why),
+            Err(why) => return refuse(self, cx, why),
         };
-        let Some(shards) = self.shards.as_ref() else {
-            return;
-        };
-        let Some(info) = self.core.queue().tube_info(ix) else {
-            return refuse(self, format!("partition at index {ix} is not here"));
+        let Some(info) = cx.core.queue().tube_info(ix) else {
+            return refuse(self, cx, format!("partition at index {ix} is not here"));
         };
         let (name, kind, opts) = (info.name.to_owned(), info.kind, info.opts);
         let id = match getrandom::u64() {
             Ok(id) => id,
-            Err(e) => return refuse(self, format!("no randomness for the move's id: {e}")),
+            Err(e) => return refuse(self, cx, format!("no randomness for the move's id: {e}")),
         };
-        let numbers = self.core.numbers(ix);
-        let epoch = shards.placement.epoch;
+        let numbers = cx.core.numbers(ix);
+        let epoch = self.placement.epoch;
         // Its changes are followed from now on; the copy runs while it serves.
-        self.core.follow(ix);
+        cx.core.follow(ix);
         info!(tube, partition, to, index = ix, "move started");
-        let shards = self.shards.as_mut().expect("checked above");
-        shards.moving = Some(Move {
+        self.moving = Some(Move {
             asker: client,
             id,
             tube: tube.to_owned(),
@@ -283,7 +291,7 @@ impl Server {
             ix,
             to: to_slot,
             epoch,
-            machine: MoveMachine::new(self.cfg.move_rate, self.mono),
+            machine: MoveMachine::new(cx.cfg.move_rate, cx.mono),
             after: None,
             dedup_after: None,
             bulk_end: tarq_engine::task_id(ix, numbers.next),
@@ -305,20 +313,14 @@ impl Server {
             numbers,
             to,
         };
-        self.send_ask(to_slot, client, &ask, Then::Move { id });
+        self.send_ask(cx, to_slot, client, &ask, Then::Move { id });
     }
 
     /// The new owner answered a step of move `id`: the move's, if it is the one under way (a
     /// late answer of an earlier move is not this one's). Once the commit is sent, nothing
     /// but etcd decides the move (the machine ignores the rest).
-    pub(super) fn move_answered(&mut self, id: u64, outcome: &Outcome<'_>) {
-        if self
-            .shards
-            .as_ref()
-            .and_then(|s| s.moving.as_ref())
-            .map(|m| m.id)
-            != Some(id)
-        {
+    pub(super) fn move_answered(&mut self, cx: &mut Ctx<'_>, id: u64, outcome: &Outcome<'_>) {
+        if self.moving.as_ref().map(|m| m.id) != Some(id) {
             return;
         }
         let input = match outcome {
@@ -327,57 +329,56 @@ impl Server {
             Outcome::Error(e) => Input::Failed(format!("the new owner: {e}")),
             other => Input::Failed(format!("an answer the move did not expect: {other:?}")),
         };
-        self.drive_move(input);
+        self.drive_move(cx, input);
     }
 
     /// Feeds `input` to the move's machine and does what it says, feeding back what came of
     /// each step, until it waits for something outside (an answer, etcd, time).
-    fn drive_move(&mut self, input: Input) {
+    fn drive_move(&mut self, cx: &mut Ctx<'_>, input: Input) {
         let mut next = VecDeque::from([input]);
         while let Some(input) = next.pop_front() {
-            let mono = self.mono;
-            let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+            let mono = cx.mono;
+            let Some(m) = self.moving.as_mut() else {
                 break;
             };
             for step in m.machine.on(input, mono) {
-                next.extend(self.do_move_step(step));
+                next.extend(self.do_move_step(cx, step));
             }
         }
         // When the move is looked at next may have changed (its rate, its phase).
-        self.timers_changed();
     }
 
     /// Does one step of the move; what came of it, when the machine asked.
-    fn do_move_step(&mut self, step: Output) -> Option<Input> {
+    fn do_move_step(&mut self, cx: &mut Ctx<'_>, step: Output) -> Option<Input> {
         match step {
-            Output::SendPage => Some(match self.next_page() {
+            Output::SendPage => Some(match self.next_page(cx) {
                 Ok(Some((page, numbers, last))) => {
                     let items = (page.tasks.len() + page.gone.len()) as u64;
-                    self.send_page((page, numbers));
+                    self.send_page(cx, (page, numbers));
                     Input::Sent { items, last }
                 }
                 Ok(None) => Input::Exhausted,
                 Err(e) => Input::Failed(format!("reading the partition: {e}")),
             }),
-            Output::CollectChanges => Some(self.collect_changes()),
+            Output::CollectChanges => Some(self.collect_changes(cx)),
             Output::Freeze => {
-                let m = self.shards.as_mut()?.moving.as_mut()?;
-                self.core.freeze(m.ix);
+                let m = self.moving.as_mut()?;
+                cx.core.freeze(m.ix);
                 m.frozen_at = Some(Instant::now());
                 None
             }
             Output::Commit => {
-                self.core.unfollow();
-                Some(Input::CommitAsked(self.ask_commit()))
+                cx.core.unfollow();
+                Some(Input::CommitAsked(self.ask_commit(cx)))
             }
-            Output::Withdraw => Some(Input::WithdrawAsked(self.withdraw_claim())),
+            Output::Withdraw => Some(Input::WithdrawAsked(self.withdraw_claim(cx))),
             Output::HandOver => {
-                let t = self.shards.as_mut()?.moving.as_mut()?.settled.take()?;
-                self.move_committed(&t);
+                let t = self.moving.as_mut()?.settled.take()?;
+                self.move_committed(cx, &t);
                 None
             }
             Output::GiveUp(why) => {
-                self.give_up_move(&why);
+                self.give_up_move(cx, &why);
                 None
             }
         }
@@ -386,15 +387,15 @@ impl Server {
     /// The next page of the phase (`None`: the phase has no more, marked exported).
     /// (The page, the numbering with the frozen phase's last page, and whether it is the
     /// phase's last.)
-    fn next_page(&mut self) -> Result<Option<PageOut>, String> {
-        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+    fn next_page(&mut self, cx: &mut Ctx<'_>) -> Result<Option<PageOut>, String> {
+        let Some(m) = self.moving.as_mut() else {
             return Ok(None);
         };
         let ix = m.ix;
         let phase = m.machine.phase();
         match phase {
             Phase::Bulk => {
-                let mut page = (self.core)
+                let mut page = (cx.core)
                     .export_page(ix, m.after, m.dedup_after, PAGE_TASKS, PAGE_BYTES)
                     .map_err(|e| e.to_string())?;
                 m.after = page.tasks.last().map(|t| t.id).or(m.after);
@@ -422,7 +423,7 @@ impl Server {
                         break;
                     }
                     taken += 1;
-                    match self.core.export_task(ix, id) {
+                    match cx.core.export_task(ix, id) {
                         Some(t) => {
                             bytes += t.payload_bytes();
                             page.tasks.push(t);
@@ -434,7 +435,7 @@ impl Server {
                 m.resent += (page.tasks.len() + page.gone.len()) as u64;
                 if phase == Phase::Final {
                     // The dedup keys recorded meanwhile, and the numbering as it ends here.
-                    page.dedup = (self.core)
+                    page.dedup = (cx.core)
                         .export_page(ix, Some(TaskId::MAX), m.dedup_after, PAGE_TASKS, 0)
                         .map_err(|e| e.to_string())?
                         .dedup;
@@ -446,7 +447,7 @@ impl Server {
                 if empty && phase != Phase::Final {
                     return Ok(None);
                 }
-                let numbers = (last && phase == Phase::Final).then(|| self.core.numbers(ix));
+                let numbers = (last && phase == Phase::Final).then(|| cx.core.numbers(ix));
                 Ok(Some((page, numbers, last)))
             }
             _ => Ok(None),
@@ -454,11 +455,12 @@ impl Server {
     }
 
     /// Sends a page of the move to the new owner.
-    fn send_page(&mut self, (page, numbers): (Page, Option<tarq_engine::TubeNumbers>)) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let Some(m) = shards.moving.as_mut() else {
+    fn send_page(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        (page, numbers): (Page, Option<tarq_engine::TubeNumbers>),
+    ) {
+        let Some(m) = self.moving.as_mut() else {
             return;
         };
         let (to, asker, ix, id) = (m.to, m.asker, m.ix, m.id);
@@ -467,9 +469,9 @@ impl Server {
         let mut holders = Vec::with_capacity(page.tasks.len());
         for t in &page.tasks {
             holders.push(t.owner.map(|sid| {
-                *shards.forwarded.entry(sid).or_default() |= set_bit(to);
-                shards.holds.took(sid, set_bit(to));
-                match self.link_sessions.remote_of(sid) {
+                *self.forwarded.entry(sid).or_default() |= set_bit(to);
+                self.holds.took(sid, set_bit(to));
+                match cx.link_sessions.remote_of(sid) {
                     Some((origin, remote)) => (Some(origin.to_string()), remote),
                     None => (None, sid),
                 }
@@ -484,16 +486,16 @@ impl Server {
             gone: page.gone,
             again: page.again,
             numbers,
-            read_at: self.now,
+            read_at: cx.now,
         };
-        self.send_ask(to, asker, &ask, Then::Move { id });
+        self.send_ask(cx, to, asker, &ask, Then::Move { id });
     }
 
     /// A phase's pages are all answered: what changed meanwhile, to send again (kept in id
     /// order), and how much — the machine decides whether to freeze for it.
-    fn collect_changes(&mut self) -> Input {
-        let changed = self.core.take_changed();
-        let Some(m) = self.shards.as_mut().and_then(|s| s.moving.as_mut()) else {
+    fn collect_changes(&mut self, cx: &mut Ctx<'_>) -> Input {
+        let changed = cx.core.take_changed();
+        let Some(m) = self.moving.as_mut() else {
             return Input::Failed("the move is gone".into());
         };
         if changed.whole {
@@ -515,74 +517,61 @@ impl Server {
     /// The copy is whole and durable there: asks etcd to change the placement, if the copy
     /// is still claimed there and this node still leads its set (a successor may have served
     /// the partition past the copy). The request's token, or why it cannot be made.
-    fn ask_commit(&mut self) -> Result<u64, String> {
-        let Some(term) = self.cluster.as_ref().and_then(|c| c.leading_term()) else {
+    fn ask_commit(&mut self, cx: &mut Ctx<'_>) -> Result<u64, String> {
+        let Some(term) = cx.cluster().and_then(|c| c.leading_term()) else {
             return Err("this node no longer leads its replica set".into());
         };
-        let shards = self.shards.as_mut().ok_or("not sharded")?;
-        let token = shards.next_token;
-        shards.next_token += 1;
-        let m = shards.moving.as_ref().ok_or("the move is gone")?;
+        let token = self.next_token;
+        self.next_token += 1;
+        let m = self.moving.as_ref().ok_or("the move is gone")?;
         let commit = tarq_cluster::moves::Commit {
             tube: m.tube.clone(),
             partition: m.partition,
             index: m.ix,
-            from: shards.set.clone(),
-            to: shards.sets[m.to].name.clone(),
+            from: self.set.clone(),
+            to: self.sets[m.to].name.clone(),
             // The new owner numbers on from here, also past tasks put and gone meanwhile.
-            first: self.core.numbers(m.ix).next.max(m.next),
+            first: cx.core.numbers(m.ix).next.max(m.next),
             id: m.id,
             term,
             // Frozen: its counts are final here, and travel with it.
-            carried: gather::counters_of(&self.core.queue().tube_stats(m.ix).unwrap_or_default()),
+            carried: gather::counters_of(&cx.core.queue().tube_stats(m.ix).unwrap_or_default()),
         };
-        self.cluster_handle().move_partition(token, commit);
+        cx.cluster_handle().move_partition(token, commit);
         Ok(token)
     }
 
     /// Asks etcd to withdraw the claim of a move whose commit went unanswered (which decides
     /// it): the request's token.
-    fn withdraw_claim(&mut self) -> u64 {
-        let Some(shards) = self.shards.as_mut() else {
-            return 0;
-        };
-        let token = shards.next_token;
-        shards.next_token += 1;
-        let Some(m) = shards.moving.as_ref() else {
+    fn withdraw_claim(&mut self, cx: &Ctx<'_>) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        let Some(m) = self.moving.as_ref() else {
             return token;
         };
         let (ix, tube, id) = (m.ix, m.tube.clone(), m.id);
-        let to = shards.sets[m.to].name.clone();
-        self.cluster_handle()
+        let to = self.sets[m.to].name.clone();
+        cx.cluster_handle()
             .release_move(token, ix, &tube, &to, Some(id));
         token
-    }
-
-    pub(super) fn cluster_handle(&self) -> &tarq_cluster::Cluster {
-        self.cluster
-            .as_ref()
-            .expect("a sharded node is a cluster node")
-            .handle()
     }
 
     /// Whether `token` is the move's commit, or the withdrawal of its claim after the commit
     /// went unanswered; if so, its result is taken in: what etcd says of the partition.
     pub(super) fn move_commit_done(
         &mut self,
+        cx: &mut Ctx<'_>,
         token: u64,
         result: &Result<TubePlacement, tarq_cluster::PlacementError>,
     ) -> bool {
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
-        let Some(m) = shards.moving.as_mut() else {
+        let Some(m) = self.moving.as_mut() else {
             return false;
         };
         let commit = m.machine.commit_token() == Some(token);
         if !commit && m.machine.withdraw_token() != Some(token) {
             return false;
         }
-        let to = shards.sets[m.to].name.as_str();
+        let to = self.sets[m.to].name.as_str();
         let fate = match result {
             // The commit's answer is the placement it made; the withdrawal's, etcd's placement
             // once the commit can no longer happen.
@@ -605,88 +594,76 @@ impl Server {
         } else {
             Input::Withdrawn(fate)
         };
-        self.drive_move(input);
+        self.drive_move(cx, input);
         true
     }
 
     /// The turn's look at a move: a page its rate held back, or the fate of a lost commit,
     /// when due.
-    pub(in crate::server) fn tick_move(&mut self) {
-        let due = (self.shards.as_ref())
-            .and_then(|s| s.moving.as_ref())
+    pub(in crate::server) fn tick_move(&mut self, cx: &mut Ctx<'_>) {
+        let due = (self.moving.as_ref())
             .and_then(|m| m.machine.next_deadline())
-            .is_some_and(|at| at <= self.mono);
+            .is_some_and(|at| at <= cx.mono);
         if due {
-            self.drive_move(Input::Tick);
+            self.drive_move(cx, Input::Tick);
         }
     }
 
     /// The placement gives the partition to the new owner now: hand over.
-    fn move_committed(&mut self, t: &TubePlacement) {
-        let Some(shards) = self.shards.as_mut() else {
+    fn move_committed(&mut self, cx: &mut Ctx<'_>, t: &TubePlacement) {
+        let Some(m) = self.moving.take() else {
             return;
         };
-        let Some(m) = shards.moving.take() else {
-            return;
-        };
-        shards.add_tube(t);
+        self.add_tube(t);
         let took = m.started.elapsed();
-        shards.move_figures.committed += 1;
-        shards.move_figures.tasks_moved += m.tasks;
-        shards.move_figures.last_ms = Some(took.as_millis() as u64);
-        let to_name = shards.sets[m.to].name.clone();
+        self.move_figures.committed += 1;
+        self.move_figures.tasks_moved += m.tasks;
+        self.move_figures.last_ms = Some(took.as_millis() as u64);
+        let to_name = self.sets[m.to].name.clone();
         let done = Ask::MoveDone {
             id: m.id,
             index: m.ix,
             committed: true,
             epoch: m.epoch,
         };
-        self.send_ask(m.to, m.asker, &done, Then::Ignore);
+        self.send_ask(cx, m.to, m.asker, &done, Then::Ignore);
         info!(
             tube = %m.tube, partition = m.partition, to = %to_name, tasks = m.tasks,
             ms = took.as_millis() as u64, "move committed"
         );
         // The takes that waited here wait for the new owner now.
-        let parked = self.core.take_parked_in(m.ix);
-        self.let_go_of(m.ix);
-        let head = self
-            .shards
-            .as_ref()
-            .and_then(|s| s.part(m.ix))
-            .map_or(m.ix, |p| p.head);
+        let parked = cx.core.take_parked_in(m.ix);
+        self.let_go_of(cx, m.ix);
+        let head = self.part(m.ix).map_or(m.ix, |p| p.head);
         for p in parked {
-            self.repark(p, m.ix, head);
+            self.repark(cx, p, m.ix, head);
         }
         for h in m.held {
-            self.release_held(h);
+            self.release_held(cx, h);
         }
-        self.watch_again();
+        self.watch_again(cx);
         let frozen = m.frozen_at.map_or(0, |t| t.elapsed().as_millis() as u64);
         let report = serde_json::json!({
-            "tube": m.tube, "partition": m.partition, "from": self.shards.as_ref().map(|s| s.set.clone()),
+            "tube": m.tube, "partition": m.partition, "from": self.set,
             "to": to_name, "tasks": m.tasks, "resent": m.resent, "rounds": m.machine.rounds(),
             "ms": took.as_millis() as u64, "frozen_ms": frozen,
         });
-        self.answer(m.asker, &Outcome::Text(report.to_string()));
-        self.timers_changed();
+        self.answer(cx, m.asker, &Outcome::Text(report.to_string()));
     }
 
     /// Gives the move up before its commit: the partition stays and thaws here.
-    pub(super) fn give_up_move(&mut self, why: &str) {
-        let Some(shards) = self.shards.as_mut() else {
+    pub(super) fn give_up_move(&mut self, cx: &mut Ctx<'_>, why: &str) {
+        let Some(m) = self.moving.take() else {
             return;
         };
-        let Some(m) = shards.moving.take() else {
-            return;
-        };
-        shards.move_figures.given_up += 1;
-        let set = shards.set.clone();
-        let to = shards.sets[m.to].name.clone();
+        self.move_figures.given_up += 1;
+        let set = self.set.clone();
+        let to = self.sets[m.to].name.clone();
         // Tidiness, not safety (the commit cannot happen now): the claim goes even if the
         // new owner does not hear of the end; nobody waits for the answer.
-        let token = shards.next_token;
-        shards.next_token += 1;
-        self.cluster_handle()
+        let token = self.next_token;
+        self.next_token += 1;
+        cx.cluster_handle()
             .release_move(token, m.ix, &m.tube, &to, Some(m.id));
         let done = Ask::MoveDone {
             id: m.id,
@@ -694,64 +671,69 @@ impl Server {
             committed: false,
             epoch: m.epoch,
         };
-        self.send_ask(m.to, m.asker, &done, Then::Ignore);
+        self.send_ask(cx, m.to, m.asker, &done, Then::Ignore);
         warn!(tube = %m.tube, partition = m.partition, why, "move given up");
-        self.core.unfollow();
+        cx.core.unfollow();
         // A drop's hold of the partition keeps it frozen (its end thaws it).
-        if !(self.shards.as_ref()).is_some_and(|s| s.drop_holds.holds(m.ix)) {
-            let (core, mut wire) = self.split();
-            core.thaw(m.ix, &mut wire);
-            self.take_routed();
+        if !self.drop_holds.holds(m.ix) {
+            let (core, wire) = cx.split();
+            core.thaw(m.ix, wire);
+            self.take_routed(cx);
         }
         for h in m.held {
-            self.release_held(h);
+            self.release_held(cx, h);
         }
         let why = format!(
             "the move of partition {} of tube {} was given up: {why}; it stays on replica set \
              {set}",
             m.partition, m.tube
         );
-        self.answer(m.asker, &Outcome::Error(Refusal::Shards(why)));
-        self.timers_changed();
+        self.answer(cx, m.asker, &Outcome::Error(Refusal::Shards(why)));
     }
 
     /// A take or watch parked here on partition `ix` that moved away: it waits on (or is
     /// woken) through the router.
-    fn repark(&mut self, p: crate::core::parked::ParkedTake<ReplyTo>, ix: TubeIx, head: TubeIx) {
-        if !self.is_live(p.caller) {
+    fn repark(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        p: crate::core::parked::ParkedTake<ReplyTo>,
+        ix: TubeIx,
+        head: TubeIx,
+    ) {
+        if !cx.is_live(p.caller) {
             return;
         }
         let idx = p.caller.slot();
         if p.wake_only {
             return match p.reply {
-                ReplyTo::Router(token) => self.gathered_or_woke(token, Digest::Ready(ix)),
+                ReplyTo::Router(token) => self.gathered_or_woke(cx, token, Digest::Ready(ix)),
                 // Another node's watch: it tries the partition, and is relayed.
-                reply => self.deliver(idx, reply, &Outcome::Ready(ix)),
+                reply => cx.deliver(idx, reply, &Outcome::Ready(ix)),
             };
         }
-        let timeout = (p.deadline != Micros::MAX).then(|| p.deadline.saturating_sub(self.mono));
+        let timeout = (p.deadline != Micros::MAX).then(|| p.deadline.saturating_sub(cx.mono));
         match p.reply {
-            ReplyTo::Beanstalk(_) => Beanstalk::new(self).reserve_woke(idx),
+            ReplyTo::Beanstalk(_) => self.effects.push(Effect::ReserveWoke(p.caller)),
             ReplyTo::Link(_) => {
                 let cmd = Command::Take {
                     on: On::Tube(ix),
                     timeout,
                 };
-                self.dispatch_forwarded(idx, p.caller.sid, p.reply, cmd, true);
+                self.dispatch_forwarded(cx, idx, p.caller.sid, p.reply, cmd, true);
             }
             reply => {
                 let cmd = Command::Take {
                     on: On::Tube(head),
                     timeout,
                 };
-                self.dispatch(idx, reply, cmd);
+                self.dispatch(cx, idx, reply, cmd);
             }
         }
     }
 
     /// An outcome meant for the router, handed to it directly.
-    fn gathered_or_woke(&mut self, token: u64, digest: Digest) {
-        self.routed.push((token, digest));
-        self.take_routed();
+    fn gathered_or_woke(&mut self, cx: &mut Ctx<'_>, token: u64, digest: Digest) {
+        cx.wire.routed.push((token, digest));
+        self.take_routed(cx);
     }
 }

@@ -2,6 +2,7 @@
 //! or a plan over several partitions (a take trying each in turn, a limfifottl put looking for
 //! room).
 
+use super::ctx::Ctx;
 use super::*;
 
 /// `make(partition)` for the partition `id` names; `cmd` as it is for an id that names none
@@ -88,12 +89,13 @@ fn by_id_of(cmd: Command<'_>) -> Option<(TubeIx, Command<'_>)> {
     })
 }
 
-impl Server {
+impl Router {
     /// A command another node forwarded, run for session `sid` of link `idx`: run here, held
     /// while its partition moves away from here, relayed once to the partition's owner when
     /// this node's set does not own it (`may_relay`: it was not relayed already), or refused.
     pub(crate) fn dispatch_forwarded(
         &mut self,
+        cx: &mut Ctx<'_>,
         idx: usize,
         sid: SessionId,
         reply: ReplyTo,
@@ -102,34 +104,29 @@ impl Server {
     ) {
         // A call relayed back here names one of this node's own sessions: only one that
         // forwarded calls (to the set that relayed it) and has not ended may be acted for.
-        let own = self.link_sessions.remote_of(sid).is_none();
-        if let Some(s) = self
-            .shards
-            .as_ref()
-            .filter(|s| own && !s.forwarded.contains_key(&sid))
-        {
+        let own = cx.link_sessions.remote_of(sid).is_none();
+        if own && !self.forwarded.contains_key(&sid) {
             let why = format!(
                 "a link may act only for its own node's sessions: session {sid} of {} forwarded \
                  nothing, or has ended",
-                s.me
+                self.me
             );
-            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+            return cx.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
         }
         // A partition this node has not heard of: its tube was placed since this node's last
         // read of the placement (the forwarder read it first); it runs after a read.
-        if self.hold_unplaced_forwarded(idx, sid, reply, &cmd, may_relay) {
+        if self.hold_unplaced_forwarded(cx, idx, sid, reply, &cmd, may_relay) {
             return;
         }
-        let decision =
-            (self.shards.as_ref()).map_or(Decision::Local, |s| s.forwarded_decision(&cmd));
-        let gen = self.conns[idx].gen;
+        let decision = self.forwarded_decision(&cmd);
+        let gen = cx.wire.conns[idx].gen;
         match decision {
             Decision::Local => {}
             Decision::AwaitMove => {
-                return self.hold_for_move(idx, sid, reply, (true, None), &cmd);
+                return self.hold_for_move(cx, idx, sid, reply, (true, None), &cmd);
             }
             Decision::AwaitMap => {
-                return self.hold_for_map(idx, sid, reply, (true, None), &cmd);
+                return self.hold_for_map(cx, idx, sid, reply, (true, None), &cmd);
             }
             // Its partition is another set's in this node's view: relayed there, once.
             Decision::Forward(set) if may_relay => {
@@ -139,27 +136,26 @@ impl Server {
                     sid,
                     reply,
                 };
-                return self.forward(set, client, cmd, Then::Deliver);
+                return self.forward(cx, set, client, cmd, Then::Deliver);
             }
             Decision::Forward(set) => {
-                let shards = self.shards.as_ref().expect("a verdict is a sharded node's");
                 let why = format!(
                     "partition named by the call belongs to replica set {}, not {} (placement \
                      epoch {}); relayed once already",
-                    shards.sets[set].name, shards.set, shards.placement.epoch
+                    self.sets[set].name, self.set, self.placement.epoch
                 );
-                return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+                return cx.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
             }
             Decision::Refuse(why) => {
-                return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+                return cx.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
             }
         }
         if let Command::DropCheck { tube } = cmd {
             // One that passes holds the partition until the drop's fate is known.
-            return self.drop_check_here(idx, sid, reply, tube);
+            return self.drop_check_here(cx, idx, sid, reply, tube);
         }
         let caller = Caller::new(idx, gen, sid);
-        self.execute_as(caller, reply, cmd);
+        self.execute_as(cx, caller, reply, cmd);
     }
 }
 
@@ -193,28 +189,28 @@ pub(super) struct PutPlan {
     pub(super) left: Vec<TubeIx>,
 }
 
-impl Server {
+impl Router {
     /// Routes `cmd` of connection `idx`: `Some` to run it here (rewritten to its partition),
     /// `None` when it was forwarded or answered.
     pub(crate) fn route<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         idx: usize,
         reply: ReplyTo,
         cmd: Command<'c>,
     ) -> Option<Command<'c>> {
-        let leads = self.leads();
-        let c = &self.conns[idx];
+        let leads = cx.leads();
+        let c = &cx.wire.conns[idx];
         let client = Client {
             idx,
             gen: c.gen,
             sid: c.sid,
             reply,
         };
-        self.shards.as_ref()?;
-        if self.held_before_routing(client, &cmd) {
+        if self.held_before_routing(cx, client, &cmd) {
             return None;
         }
-        self.route_command(client, cmd, leads)
+        self.route_command(cx, client, cmd, leads)
     }
 
     /// Where each kind of command goes: a move, a tube's creation or a user change to etcd,
@@ -222,39 +218,39 @@ impl Server {
     /// call naming a task to its partition, anything else here as it is.
     fn route_command<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         cmd: Command<'c>,
         leads: bool,
     ) -> Option<Command<'c>> {
-        let shards = self.shards.as_ref()?;
         let (ix, cmd) = match cmd {
             Command::Move {
                 tube,
                 partition,
                 to,
             } => {
-                self.start_move(client, tube, partition, to);
+                self.start_move(cx, client, tube, partition, to);
                 return None;
             }
-            Command::CreateTube { .. } => return self.create_placed(client, cmd),
+            Command::CreateTube { .. } => return self.create_placed(cx, client, cmd),
             Command::PutUser { .. } | Command::DropUser { .. } => {
-                return self.change_user_placed(client, cmd);
+                return self.change_user_placed(cx, client, cmd);
             }
             Command::Put { .. } => (0, cmd),
-            Command::PutIn { .. } => return self.route_put(client, cmd, leads),
+            Command::PutIn { .. } => return self.route_put(cx, client, cmd, leads),
             Command::Take { on, timeout } => {
-                return self.take_across(client, on, timeout, leads);
+                return self.take_across(cx, client, on, timeout, leads);
             }
             Command::TakeAny {
                 tubes,
                 timeout,
                 wake,
-            } => return self.take_any_across(client, tubes, timeout, wake, leads),
+            } => return self.take_any_across(cx, client, tubes, timeout, wake, leads),
             Command::PeekFirst { tube, status } => {
-                return self.peek_across(client, tube, status, leads);
+                return self.peek_across(cx, client, tube, status, leads);
             }
             Command::AllTubeStats => {
-                self.gather_all(client, leads);
+                self.gather_all(cx, client, leads);
                 return None;
             }
             Command::ListTasks {
@@ -263,16 +259,16 @@ impl Server {
                 after,
                 limit,
             } => {
-                self.list_across(client, tube, status, after, limit as usize, leads);
+                self.list_across(cx, client, tube, status, after, limit as usize);
                 return None;
             }
-            Command::DropTube { tube } if shards.tubes.contains_key(&tube) => {
-                self.drop_placed(client, tube, leads);
+            Command::DropTube { tube } if self.tubes.contains_key(&tube) => {
+                self.drop_placed(cx, client, tube, leads);
                 return None;
             }
             cmd => {
                 if let Some((tube, kind)) = gathered(&cmd) {
-                    return self.gather(client, tube, kind, leads, |t| on_partition(cmd, t));
+                    return self.gather(cx, client, tube, kind, leads, |t| on_partition(cmd, t));
                 }
                 // A call naming a task goes to the partition its id names; any other runs
                 // here as it is.
@@ -282,26 +278,23 @@ impl Server {
                 }
             }
         };
-        self.run_on_partition(client, ix, cmd, Then::Deliver, leads)
+        self.run_on_partition(cx, client, ix, cmd, Then::Deliver, leads)
     }
 
     /// Whether `cmd` waits before it is routed: a partition the routes lack (another node may
     /// have just placed its tube: it runs once this node has read the placement), figures
     /// that need a fresher view, or a change to a whole tube one of whose partitions is
     /// moving (it runs after the move).
-    fn held_before_routing(&mut self, client: Client, cmd: &Command<'_>) -> bool {
-        if self.hold_unrouted(client, cmd) || self.hold_figures_for_view(client, cmd) {
+    fn held_before_routing(&mut self, cx: &mut Ctx<'_>, client: Client, cmd: &Command<'_>) -> bool {
+        if self.hold_unrouted(cx, client, cmd) || self.hold_figures_for_view(cx, client, cmd) {
             return true;
         }
-        let Some(shards) = self.shards.as_ref() else {
-            return false;
-        };
-        let frozen = (shards.moving.is_some() || shards.drop_holds.any())
+        let frozen = (self.moving.is_some() || self.drop_holds.any())
             && cmd.changes()
-            && whole_tube(cmd).is_some_and(|h| shards.tube_frozen(h));
+            && whole_tube(cmd).is_some_and(|h| self.tube_frozen(h));
         if frozen {
             let (idx, sid, reply) = (client.idx, client.sid, client.reply);
-            self.hold_for_move(idx, sid, reply, (false, None), cmd);
+            self.hold_for_move(cx, idx, sid, reply, (false, None), cmd);
         }
         frozen
     }
@@ -310,7 +303,12 @@ impl Server {
     /// and the call lets it be, else placed in etcd (answered when etcd has it). Any node
     /// places a tube, replica or primary: the placement is etcd's, and each set's primary
     /// holds what it owns of the tube as it reads it.
-    fn create_placed<'c>(&mut self, client: Client, cmd: Command<'_>) -> Option<Command<'c>> {
+    fn create_placed<'c>(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        client: Client,
+        cmd: Command<'_>,
+    ) -> Option<Command<'c>> {
         let Command::CreateTube {
             name,
             kind,
@@ -333,14 +331,13 @@ impl Server {
                  one a partition ({partitions})",
                 opts.capacity
             );
-            self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+            self.answer(cx, client, &Outcome::Error(Refusal::Shards(why)));
             return None;
         }
-        let shards = self.shards.as_mut()?;
-        let token = shards.next_token;
-        shards.next_token += 1;
-        shards.creates.insert(token, (client, if_not_exists));
-        let cluster = (self.cluster.as_ref()).expect("a sharded node is a cluster node");
+        let token = self.next_token;
+        self.next_token += 1;
+        self.creates.insert(token, (client, if_not_exists));
+        let cluster = (cx.cluster()).expect("a sharded node is a cluster node");
         cluster
             .handle()
             .create_tube(token, name, kind.as_str(), options_json(&opts), partitions);
@@ -348,10 +345,11 @@ impl Server {
     }
 
     /// A put into a placed tube: a utube key's partition, a limfifottl tube's plan for room,
-    /// or the partition [`Shards::put_partition`] picks; run there. A tube the routes lack
+    /// or the partition [`Router::put_partition`] picks; run there. A tube the routes lack
     /// runs here as it is (the core answers it as it would anywhere).
     fn route_put<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         cmd: Command<'c>,
         leads: bool,
@@ -365,18 +363,17 @@ impl Server {
         else {
             return Some(cmd);
         };
-        let shards = self.shards.as_mut()?;
-        let Some(t) = shards.tubes.get(&head) else {
+        let Some(t) = self.tubes.get(&head) else {
             return Some(cmd);
         };
         let n = t.parts.len();
         if t.capped && n > 1 {
-            return self.put_capped(client, head, data, opts, wait, leads);
+            return self.put_capped(cx, client, head, data, opts, wait);
         }
         let ix = if t.utube {
             t.parts[key_partition(opts.utube, n)]
         } else {
-            shards.put_partition(head, leads)?
+            self.put_partition(head, leads)?
         };
         let cmd = Command::PutIn {
             tube: ix,
@@ -384,23 +381,23 @@ impl Server {
             opts,
             wait,
         };
-        self.run_on_partition(client, ix, cmd, Then::Deliver, leads)
+        self.run_on_partition(cx, client, ix, cmd, Then::Deliver, leads)
     }
 
     /// Runs `cmd` on partition `ix`: here (`Some`) or forwarded to its owner, held or
     /// refused, as [`decide::for_client`] says.
     pub(super) fn run_on_partition<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         ix: TubeIx,
         cmd: Command<'c>,
         then: Then,
         leads: bool,
     ) -> Option<Command<'c>> {
-        let shards = self.shards.as_mut()?;
         // Not a placed partition (a tube of this node's own, or no such index, or a held
         // call's tube dropped meanwhile): the core answers as it would anywhere.
-        let Some(f) = shards.facts(shards.view(), ix, leads) else {
+        let Some(f) = self.facts(self.view(), ix, leads) else {
             return Some(cmd);
         };
         let kind = Kind {
@@ -408,12 +405,12 @@ impl Server {
             reads_only: cmd.reads_only(),
         };
         let (idx, sid, reply) = (client.idx, client.sid, client.reply);
-        match decide::for_client(&f, kind, &shards.set) {
+        match decide::for_client(&f, kind, &self.set) {
             Decision::Local => return Some(cmd),
-            Decision::Forward(set) => self.forward(set, client, cmd, then),
-            Decision::AwaitMove => self.hold_for_move(idx, sid, reply, (false, Some(ix)), &cmd),
-            Decision::AwaitMap => self.hold_for_map(idx, sid, reply, (false, Some(ix)), &cmd),
-            Decision::Refuse(why) => self.answer(client, &Outcome::Error(Refusal::Shards(why))),
+            Decision::Forward(set) => self.forward(cx, set, client, cmd, then),
+            Decision::AwaitMove => self.hold_for_move(cx, idx, sid, reply, (false, Some(ix)), &cmd),
+            Decision::AwaitMap => self.hold_for_map(cx, idx, sid, reply, (false, Some(ix)), &cmd),
+            Decision::Refuse(why) => self.answer(cx, client, &Outcome::Error(Refusal::Shards(why))),
         }
         None
     }
@@ -422,23 +419,21 @@ impl Server {
     /// a take to run here; `None`: it was forwarded, or it waits.
     pub(super) fn take_across<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         on: On,
         timeout: Option<Micros>,
         leads: bool,
     ) -> Option<Command<'c>> {
         let head = on.tube();
-        let Some(shards) = self.shards.as_mut() else {
-            return Some(Command::Take { on, timeout });
-        };
-        let Some(t) = shards.tubes.get(&head) else {
+        let Some(t) = self.tubes.get(&head) else {
             return Some(Command::Take { on, timeout });
         };
         let (mut here, mut there): (Vec<TubeIx>, Vec<TubeIx>) =
-            t.parts.iter().partition(|&&p| shards.here(p, leads));
+            t.parts.iter().partition(|&&p| self.here(p, leads));
         // A partition led here that may not be served now (a stale view, a move) is skipped.
-        let v = shards.view();
-        here.retain(|&ix| shards.hold_in(v, ix).is_none());
+        let v = self.view();
+        here.retain(|&ix| self.hold_in(v, ix).is_none());
         if there.is_empty() && here.len() == 1 {
             // One partition, led here: the core's own take, waiting as it does.
             let ix = here[0];
@@ -447,18 +442,19 @@ impl Server {
                 timeout,
             });
         }
-        shards.rr = shards.rr.wrapping_add(1);
-        let rr = shards.rr;
+        self.rr = self.rr.wrapping_add(1);
+        let rr = self.rr;
         let (nh, nt) = (here.len().max(1), there.len().max(1));
         here.rotate_left(rr % nh);
         there.rotate_left(rr % nt);
-        if let Some(&ix) = here.iter().find(|&&ix| self.core.queue().can_take(ix)) {
+        if let Some(&ix) = here.iter().find(|&&ix| cx.core.queue().can_take(ix)) {
             return Some(Command::Take {
                 on: on_ix(on, ix),
                 timeout: Some(0),
             });
         }
         self.take_next(
+            cx,
             client,
             TakePlan {
                 on,
@@ -476,6 +472,7 @@ impl Server {
     /// and woken for `DEADLINE_SOON`, as on a single node).
     pub(super) fn take_any_across<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         tubes: &'c [TubeIx],
         timeout: Option<Micros>,
@@ -487,18 +484,17 @@ impl Server {
             timeout,
             wake,
         };
-        let shards = self.shards.as_mut()?;
         let Some(&first) = tubes.first() else {
             return Some(cmd);
         };
-        let (here, mut there, own) = shards.watched_partitions(tubes, leads);
+        let (here, mut there, own) = self.watched_partitions(tubes, leads);
         if own {
             return Some(cmd);
         }
-        shards.rr = shards.rr.wrapping_add(1);
+        self.rr = self.rr.wrapping_add(1);
         let n = there.len().max(1);
-        there.rotate_left(shards.rr % n);
-        let (q, pauses, mono) = (self.core.queue(), self.core.pauses(), self.mono);
+        there.rotate_left(self.rr % n);
+        let (q, pauses, mono) = (cx.core.queue(), cx.core.pauses(), cx.mono);
         if here
             .iter()
             .any(|&ix| !pauses.paused(ix, mono) && q.can_take(ix))
@@ -509,7 +505,7 @@ impl Server {
                 timeout: Some(0),
                 wake,
             };
-            self.execute_as(caller, client.reply, now);
+            self.execute_as(cx, caller, client.reply, now);
             return None;
         }
         let plan = TakePlan {
@@ -518,7 +514,7 @@ impl Server {
             left: there,
             timeout,
         };
-        self.take_next(client, plan);
+        self.take_next(cx, client, plan);
         None
     }
 
@@ -526,66 +522,67 @@ impl Server {
     /// (led here first, then the others in turn) that has such a task shows it.
     pub(super) fn peek_across<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         tube: TubeIx,
         status: tarq_engine::Status,
         leads: bool,
     ) -> Option<Command<'c>> {
         let cmd = Command::PeekFirst { tube, status };
-        let shards = self.shards.as_ref()?;
-        let Some(t) = shards.tubes.get(&tube) else {
+        let Some(t) = self.tubes.get(&tube) else {
             return Some(cmd);
         };
         if t.parts.len() == 1 {
-            return self.run_on_partition(client, tube, cmd, Then::Deliver, leads);
+            return self.run_on_partition(cx, client, tube, cmd, Then::Deliver, leads);
         }
         let (here, there): (Vec<TubeIx>, Vec<TubeIx>) =
-            t.parts.iter().partition(|&&p| shards.here(p, leads));
-        let q = self.core.queue();
+            t.parts.iter().partition(|&&p| self.here(p, leads));
+        let q = cx.core.queue();
         if let Some(&ix) =
             (here.iter()).find(|&&ix| q.peek_first(ix, status).is_ok_and(|t| t.is_some()))
         {
             return Some(Command::PeekFirst { tube: ix, status });
         }
-        self.peek_next(client, status, there);
+        self.peek_next(cx, client, status, there);
         None
     }
 
     /// Asks the next partition of a peek across partitions, or answers that none has one.
     pub(super) fn peek_next(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         status: tarq_engine::Status,
         mut left: Vec<TubeIx>,
     ) {
         if left.is_empty() {
-            return self.answer(client, &Outcome::Nothing);
+            return self.answer(cx, client, &Outcome::Nothing);
         }
         let ix = left.remove(0);
-        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
-            return self.peek_next(client, status, left);
+        let Some(set) = self.part(ix).map(|p| p.set) else {
+            return self.peek_next(cx, client, status, left);
         };
         let cmd = Command::PeekFirst { tube: ix, status };
-        self.forward(set, client, cmd, Then::Peek { status, left });
+        self.forward(cx, set, client, cmd, Then::Peek { status, left });
     }
 
     /// A put into a partitioned limfifottl tube: a partition led here with room, else the
     /// others in turn until one has room (the last waits for room as the put asks).
     pub(super) fn put_capped<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         head: TubeIx,
         data: &'c [u8],
         opts: TubePut<'c>,
         wait: Micros,
-        leads: bool,
     ) -> Option<Command<'c>> {
-        let shards = self.shards.as_mut()?;
-        let mut order = shards.tubes.get(&head)?.parts.clone();
-        shards.rr = shards.rr.wrapping_add(1);
+        let leads = cx.leads();
+        let mut order = self.tubes.get(&head)?.parts.clone();
+        self.rr = self.rr.wrapping_add(1);
         let n = order.len();
-        order.rotate_left(shards.rr % n);
-        let q = self.core.queue();
+        order.rotate_left(self.rr % n);
+        let q = cx.core.queue();
         let has_room = |ix: TubeIx| {
             q.tube_info(ix).is_some_and(|t| {
                 t.opts.capacity == 0 || q.tube_stats(ix).is_ok_and(|s| s.total < t.opts.capacity)
@@ -599,14 +596,14 @@ impl Server {
         };
         if let Some(&ix) = order
             .iter()
-            .find(|&&ix| shards.here(ix, leads) && has_room(ix))
+            .find(|&&ix| self.here(ix, leads) && has_room(ix))
         {
             return Some(put(ix));
         }
         let left: Vec<TubeIx> = order
             .iter()
             .copied()
-            .filter(|&ix| !shards.here(ix, leads))
+            .filter(|&ix| !self.here(ix, leads))
             .collect();
         if left.is_empty() {
             // Every partition is led here and full: the core answers (or waits) on one.
@@ -624,15 +621,15 @@ impl Server {
             wait,
             left,
         };
-        self.put_next(client, plan);
+        self.put_next(cx, client, plan);
         None
     }
 
     /// Tries the next partition of a limfifottl put.
-    pub(super) fn put_next(&mut self, client: Client, mut plan: PutPlan) {
+    pub(super) fn put_next(&mut self, cx: &mut Ctx<'_>, client: Client, mut plan: PutPlan) {
         let ix = plan.left.remove(0);
-        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
-            return self.answer(client, &Outcome::Full);
+        let Some(set) = self.part(ix).map(|p| p.set) else {
+            return self.answer(cx, client, &Outcome::Full);
         };
         let next = plan.clone();
         let cmd = Command::PutIn {
@@ -645,26 +642,26 @@ impl Server {
             },
             wait: if plan.left.is_empty() { plan.wait } else { 0 },
         };
-        self.forward(set, client, cmd, Then::Put { plan: next });
+        self.forward(cx, set, client, cmd, Then::Put { plan: next });
     }
 
     /// Tries the next remote partition of `plan`, or ends the take.
-    pub(super) fn take_next(&mut self, client: Client, mut plan: TakePlan) {
+    pub(super) fn take_next(&mut self, cx: &mut Ctx<'_>, client: Client, mut plan: TakePlan) {
         if plan.left.is_empty() {
             return match plan.timeout {
-                Some(0) => self.answer(client, &Outcome::Nothing),
-                timeout => self.wait(client, plan.on, plan.heads, timeout),
+                Some(0) => self.answer(cx, client, &Outcome::Nothing),
+                timeout => self.wait(cx, client, plan.on, plan.heads, timeout),
             };
         }
         let ix = plan.left.remove(0);
-        let set = match self.shards.as_ref().and_then(|s| s.part(ix)) {
+        let set = match self.part(ix) {
             Some(p) => p.set,
-            None => return self.take_next(client, plan),
+            None => return self.take_next(cx, client, plan),
         };
         let cmd = Command::Take {
             on: on_ix(plan.on, ix),
             timeout: Some(0),
         };
-        self.forward(set, client, cmd, Then::Take { plan });
+        self.forward(cx, set, client, cmd, Then::Take { plan });
     }
 }

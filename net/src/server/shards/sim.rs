@@ -597,7 +597,7 @@ impl Sim {
         self.new.held_until = self.now + VALID;
     }
 
-    /// What node `node` knows of the partition now, as `Shards::facts` gathers it.
+    /// What node `node` knows of the partition now, as `Router::facts` gathers it.
     fn facts(&self, node: Node) -> Facts {
         let v = self.views[node.index()];
         let view = match self.now.saturating_sub(v.read_at) > VALID {

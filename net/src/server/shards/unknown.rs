@@ -6,26 +6,28 @@
 //! on one node, and sharded-queue's clients need no pause after creating one.
 //!
 //! Two ways in. A front-end that cannot resolve a tube's name asks
-//! [`Server::hold_for_placement`]: the request's frame is kept (with the rest of the
+//! [`Router::hold_for_placement`]: the request's frame is kept (with the rest of the
 //! connection's input, which waits behind it so the replies keep their order) and run again
 //! once the read is in. A command the router gets for a partition its routes do not have (a
 //! replica that holds the tube's first partition from its primary before its own view has the
 //! tube) is kept encoded and dispatched again after the read. Each waits for a read that
-//! began after it was held; the second run is final (a tube still unknown is unknown).
+//! began after it was held; the second run is final (a tube still unknown is unknown). The
+//! loop runs them again (`Server::shards_placement_read`): a frame through its front-end.
 
+use super::ctx::Ctx;
 use super::*;
 
 /// A request kept until the placement is read: a connection's frame (the front-end could not
 /// resolve its tube's name) or a routed command (its partition is not in the routes).
-pub(super) struct Unknown {
-    idx: usize,
-    gen: u32,
-    /// The read (`Shards::reads_asked`) whose answer releases it.
+pub(in crate::server) struct Unknown {
+    pub idx: usize,
+    pub gen: u32,
+    /// The read (`Router::reads_asked`) whose answer releases it.
     read: u64,
-    what: Kept,
+    pub what: Kept,
 }
 
-enum Kept {
+pub(in crate::server) enum Kept {
     Frame(Vec<u8>),
     Command {
         reply: ReplyTo,
@@ -62,36 +64,27 @@ impl Reads {
     }
 }
 
-impl Server {
-    /// The tube named `name`: the engine's, else (sharded) the routes'. Every call of the
-    /// tube API asks it: one node's path stays a lookup, inlined into the caller.
-    #[inline]
-    pub(crate) fn tube_named(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
-        if self.shards.is_some() {
-            return self.tube_routed(name);
-        }
-        let q = self.core.queue();
-        q.tube_ix(name).map(|ix| (ix, q.tube_numbers(ix)))
-    }
-
-    /// [`Self::tube_named`] on a sharded node.
+impl Router {
+    /// The tube named `name` on a sharded node (the loop's `tube_named`), `q` the engine's.
     #[inline(never)]
-    fn tube_routed(&self, name: &str) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
-        let q = self.core.queue();
+    pub(in crate::server) fn tube_routed(
+        &self,
+        q: &tarq_engine::Queue,
+        name: &str,
+    ) -> Option<(TubeIx, tarq_engine::TubeNumbers)> {
         let held = q.tube_ix(name);
-        let shards = self.shards.as_ref()?;
         // On a sharded node the name is a tube's this node routes. An engine's tube it does
         // not route is a copy of a tube dropped a moment ago (a replica's primary has not let
         // go of it yet), or one this node's view has not caught up with: the call waits for a
         // read of the placement (the caller holds it when this answers `None`), and is
         // resolved again after it, when the name's routed tube, a new one made since the
         // drop, wins.
-        let routed = |ix: TubeIx| shards.tubes.contains_key(&ix);
+        let routed = |ix: TubeIx| self.tubes.contains_key(&ix);
         if let Some(ix) = held.filter(|&ix| routed(ix)) {
             return Some((ix, q.tube_numbers(ix)));
         }
-        let placed = (shards.placement.tubes.get(name)).and_then(|t| t.partitions.first());
-        let again = shards.reads.again;
+        let placed = (self.placement.tubes.get(name)).and_then(|t| t.partitions.first());
+        let again = self.reads.again;
         let first = match (held, placed) {
             (_, Some(first)) if routed(first.index) => first,
             (Some(ix), _) if again => return Some((ix, q.tube_numbers(ix))),
@@ -110,13 +103,10 @@ impl Server {
 
     /// The front-end's [`Loop::hold_for_placement`](crate::frontend::Loop::hold_for_placement).
     pub(crate) fn hold_for_placement(&mut self, _idx: usize) -> bool {
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
-        if shards.reads.again {
+        if self.reads.again {
             return false;
         }
-        shards.reads.hold_frame = true;
+        self.reads.hold_frame = true;
         true
     }
 
@@ -124,234 +114,179 @@ impl Server {
     /// [`hold_frame`](Self::hold_frame) and reads no further on the connection).
     #[inline]
     pub(crate) fn frame_to_hold(&self) -> bool {
-        self.shards.as_ref().is_some_and(|s| s.reads.hold_frame)
+        self.reads.hold_frame
     }
 
     /// Keeps `frame` of connection `idx` until the placement is read (`false`: refused at the
     /// router's bound, and answered so).
-    pub(crate) fn hold_frame(&mut self, idx: usize, frame: &[u8]) -> bool {
-        let gen = self.conns[idx].gen;
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
-        shards.reads.hold_frame = false;
-        let len = shards.reads.held.len();
-        if let Some(why) = shards.over_bound(len, "calls waiting for a read of the placement") {
+    pub(crate) fn hold_frame(&mut self, cx: &mut Ctx<'_>, idx: usize, frame: &[u8]) -> bool {
+        let gen = cx.wire.conns[idx].gen;
+        self.reads.hold_frame = false;
+        let len = self.reads.held.len();
+        if let Some(why) = self.over_bound(len, "calls waiting for a read of the placement") {
             let e = tarq_iproto::request::decode(frame).map(|r| r.sync);
-            let out = self.reply_buf(idx);
+            let out = cx.reply_buf(idx);
             tarq_iproto::response::error(out, e.unwrap_or(0), super::super::ER_UNKNOWN, &why);
             return false;
         }
-        let read = self.ask_read();
-        if let Some(s) = self.shards.as_mut() {
-            let what = Kept::Frame(frame.to_vec());
-            s.reads.held.push(Unknown {
-                idx,
-                gen,
-                read,
-                what,
-            });
-        }
+        let read = self.ask_read(cx);
+        let what = Kept::Frame(frame.to_vec());
+        self.reads.held.push(Unknown {
+            idx,
+            gen,
+            read,
+            what,
+        });
         true
     }
 
     /// Whether connection `idx`'s input waits for a read of the placement (it is read again
     /// once the held frame has run).
     #[inline]
-    pub(crate) fn input_held(&self, idx: usize) -> bool {
-        self.shards.as_ref().is_some_and(|s| {
-            !s.reads.held.is_empty() && s.reads.holds_input(idx, self.conns[idx].gen)
-        })
+    pub(in crate::server) fn input_held(&self, idx: usize, gen: u32) -> bool {
+        !self.reads.held.is_empty() && self.reads.holds_input(idx, gen)
     }
 
     /// A command another node forwarded on link `idx` for a partition this node has not
     /// heard of: kept until the placement is read (`true`), then run as forwarded.
     pub(super) fn hold_unplaced_forwarded(
         &mut self,
+        cx: &mut Ctx<'_>,
         idx: usize,
         sid: SessionId,
         reply: ReplyTo,
         cmd: &Command<'_>,
         may_relay: bool,
     ) -> bool {
-        let gen = self.conns[idx].gen;
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
+        let gen = cx.wire.conns[idx].gen;
         let Some(ix) = named_partition(cmd) else {
             return false;
         };
-        if shards.reads.again || shards.part(ix).is_some() {
+        if self.reads.again || self.part(ix).is_some() {
             return false;
         }
-        let len = shards.reads.held.len();
-        if let Some(why) = shards.over_bound(len, "calls waiting for a read of the placement") {
-            self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+        let len = self.reads.held.len();
+        if let Some(why) = self.over_bound(len, "calls waiting for a read of the placement") {
+            cx.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
             return true;
         }
         let Ok(cmd) = crate::frontend::link::call::encode_command(cmd) else {
             return false;
         };
-        let read = self.ask_read();
-        if let Some(s) = self.shards.as_mut() {
-            let what = Kept::Forwarded {
-                sid,
-                reply,
-                cmd,
-                may_relay,
-            };
-            s.reads.held.push(Unknown {
-                idx,
-                gen,
-                read,
-                what,
-            });
-        }
+        let read = self.ask_read(cx);
+        let what = Kept::Forwarded {
+            sid,
+            reply,
+            cmd,
+            may_relay,
+        };
+        self.reads.held.push(Unknown {
+            idx,
+            gen,
+            read,
+            what,
+        });
         true
     }
 
     /// In the router: whether `cmd` names a partition its routes lack and should wait for a
     /// read of the placement (it is then kept; `false`: route it as it is).
-    pub(super) fn hold_unrouted(&mut self, client: Client, cmd: &Command<'_>) -> bool {
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
+    pub(super) fn hold_unrouted(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        client: Client,
+        cmd: &Command<'_>,
+    ) -> bool {
         let Some(ix) = named_partition(cmd) else {
             return false;
         };
-        if shards.reads.again || shards.part(ix).is_some() {
+        if self.reads.again || self.part(ix).is_some() {
             return false;
         }
-        self.keep_for_read(client, cmd)
+        self.keep_for_read(cx, client, cmd)
     }
 
     /// In the router: whether a whole-tube figure should wait for a read of the placement —
     /// a partition of the tube moved here and this node's view does not have that move yet,
     /// so it lacks the counts the move carried (`carried`) — and is kept for it.
-    pub(super) fn hold_figures_for_view(&mut self, client: Client, cmd: &Command<'_>) -> bool {
-        let Some(shards) = self.shards.as_ref() else {
-            return false;
-        };
-        if shards.adopted.is_empty() || shards.reads.again {
+    pub(super) fn hold_figures_for_view(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        client: Client,
+        cmd: &Command<'_>,
+    ) -> bool {
+        if self.adopted.is_empty() || self.reads.again {
             return false;
         }
         let stale = match *cmd {
-            Command::TubeStats { tube } | Command::TubeFigures { tube } => (shards.tubes)
+            Command::TubeStats { tube } | Command::TubeFigures { tube } => (self.tubes)
                 .get(&tube)
-                .is_some_and(|t| t.parts.iter().any(|p| shards.adopted.contains_key(p))),
+                .is_some_and(|t| t.parts.iter().any(|p| self.adopted.contains_key(p))),
             Command::AllTubeStats => true,
             _ => false,
         };
-        stale && self.keep_for_read(client, cmd)
+        stale && self.keep_for_read(cx, client, cmd)
     }
 
     /// Keeps `cmd` of `client` until a read of the placement (`false`: it cannot be kept,
     /// and is routed as it is).
-    fn keep_for_read(&mut self, client: Client, cmd: &Command<'_>) -> bool {
-        let Some(shards) = self.shards.as_mut() else {
-            return false;
-        };
-        let len = shards.reads.held.len();
-        if let Some(why) = shards.over_bound(len, "calls waiting for a read of the placement") {
-            self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+    fn keep_for_read(&mut self, cx: &mut Ctx<'_>, client: Client, cmd: &Command<'_>) -> bool {
+        let len = self.reads.held.len();
+        if let Some(why) = self.over_bound(len, "calls waiting for a read of the placement") {
+            self.answer(cx, client, &Outcome::Error(Refusal::Shards(why)));
             return true;
         }
         let cmd = match crate::frontend::link::call::encode_command(cmd) {
             Ok(cmd) => cmd,
             Err(_) => return false,
         };
-        let read = self.ask_read();
-        if let Some(s) = self.shards.as_mut() {
-            let what = Kept::Command {
-                reply: client.reply,
-                cmd,
-            };
-            s.reads.held.push(Unknown {
-                idx: client.idx,
-                gen: client.gen,
-                read,
-                what,
-            });
-        }
+        let read = self.ask_read(cx);
+        let what = Kept::Command {
+            reply: client.reply,
+            cmd,
+        };
+        self.reads.held.push(Unknown {
+            idx: client.idx,
+            gen: client.gen,
+            read,
+            what,
+        });
         true
     }
 
     /// The read a request held now waits for: the last one asked if its poll cannot have
     /// begun yet (an earlier one is still unanswered, and the election thread takes asks
     /// between polls, in order), else a new one.
-    pub(super) fn ask_read(&mut self) -> u64 {
-        let Some(s) = self.shards.as_mut() else {
-            return 0;
-        };
-        let r = &mut s.reads;
+    pub(super) fn ask_read(&mut self, cx: &mut Ctx<'_>) -> u64 {
+        let r = &mut self.reads;
         if r.asked >= r.answered + 2 {
             return r.asked;
         }
         r.asked += 1;
-        if let Some(c) = self.cluster.as_ref() {
+        if let Some(c) = cx.cluster() {
             c.handle().read_placement();
         }
         r.asked
     }
 
     /// The election thread answered a read of the placement (after the `MapChanged` it
-    /// brought, if any): what waited for it runs again, once.
-    pub(in crate::server) fn shards_placement_read(&mut self) {
-        let Some(s) = self.shards.as_mut() else {
-            return;
-        };
-        s.reads.answered += 1;
-        let answered = s.reads.answered;
-        let (due, wait): (Vec<Unknown>, Vec<Unknown>) = std::mem::take(&mut s.reads.held)
+    /// brought, if any): what waited for it, to run again once (by the loop).
+    pub(in crate::server) fn placement_read(&mut self, cx: &mut Ctx<'_>) -> Vec<Unknown> {
+        self.reads.answered += 1;
+        let answered = self.reads.answered;
+        let (due, wait): (Vec<Unknown>, Vec<Unknown>) = std::mem::take(&mut self.reads.held)
             .into_iter()
             .partition(|u| u.read <= answered);
-        s.reads.held = wait;
-        self.drop_holds_read(answered);
-        for u in due {
-            if self.conns.get(u.idx).is_none_or(|c| c.gen != u.gen) {
-                continue;
-            }
-            self.set_again(true);
-            match u.what {
-                Kept::Frame(frame) => {
-                    crate::frontend::iproto::Iproto::new(self).execute(u.idx, &frame);
-                    self.set_again(false);
-                    self.resume_input(u.idx);
-                }
-                Kept::Command { reply, cmd } => {
-                    match crate::frontend::link::call::decode_command(&cmd) {
-                        Ok(cmd) => self.dispatch(u.idx, reply, cmd),
-                        Err(e) => {
-                            let why = format!("a held command that does not decode: {e}");
-                            self.deliver(u.idx, reply, &Outcome::Error(Refusal::Shards(why)));
-                        }
-                    }
-                    self.set_again(false);
-                }
-                Kept::Forwarded {
-                    sid,
-                    reply,
-                    cmd,
-                    may_relay,
-                } => {
-                    match crate::frontend::link::call::decode_command(&cmd) {
-                        Ok(cmd) => self.dispatch_forwarded(u.idx, sid, reply, cmd, may_relay),
-                        Err(e) => {
-                            let why = format!("a held command that does not decode: {e}");
-                            self.deliver(u.idx, reply, &Outcome::Error(Refusal::Shards(why)));
-                        }
-                    }
-                    self.set_again(false);
-                }
-            }
-        }
+        self.reads.held = wait;
+        self.drop_holds_read(cx, answered);
+        due
     }
 
-    fn set_again(&mut self, again: bool) {
-        if let Some(s) = self.shards.as_mut() {
-            s.reads.again = again;
-            s.reads.hold_frame = false;
-        }
+    /// Whether a request held for a read runs again now (a tube still unknown then is
+    /// unknown).
+    pub(in crate::server) fn set_again(&mut self, again: bool) {
+        self.reads.again = again;
+        self.reads.hold_frame = false;
     }
 }
 
@@ -384,10 +319,9 @@ impl PlacedTube {
     }
 }
 
-impl Server {
+impl Router {
     /// Tube `name` as this node knows it: held here, or placed.
-    pub(super) fn placed_tube(&self, name: &str) -> Option<PlacedTube> {
-        let q = self.core.queue();
+    pub(super) fn placed_tube(&self, q: &tarq_engine::Queue, name: &str) -> Option<PlacedTube> {
         if let Some(info) = q.tube_ix(name).and_then(|ix| q.tube_info(ix)) {
             return Some(PlacedTube {
                 ix: info.ix,
@@ -397,11 +331,16 @@ impl Server {
                 numbers: info.numbers,
             });
         }
-        PlacedTube::of(self.shards.as_ref()?.placement.tubes.get(name)?)
+        PlacedTube::of(self.placement.tubes.get(name)?)
     }
 
     /// Answers `client` with tube `t` (`create_tube`'s answer).
-    pub(super) fn answer_tube<'c>(&mut self, client: Client, t: PlacedTube) -> Option<Command<'c>> {
+    pub(super) fn answer_tube<'c>(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        client: Client,
+        t: PlacedTube,
+    ) -> Option<Command<'c>> {
         let info = tarq_engine::TubeInfo {
             ix: t.ix,
             name: &t.name,
@@ -409,7 +348,7 @@ impl Server {
             opts: t.opts,
             numbers: t.numbers,
         };
-        self.answer(client, &Outcome::Tube(info));
+        self.answer(cx, client, &Outcome::Tube(info));
         None
     }
 }

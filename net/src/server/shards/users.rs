@@ -14,7 +14,8 @@ use tarq_cluster::{UsersChange, UsersError, UsersTable};
 use tarq_engine::users::{Rights, User, HASH_LEN};
 use tracing::{info, warn};
 
-use super::{Client, Server};
+use super::ctx::Ctx;
+use super::{Client, Router};
 use crate::core::{Command, Outcome, Refusal};
 
 /// A user change waiting for etcd: who asked, and what to apply here once etcd has it.
@@ -29,19 +30,20 @@ pub(super) enum Apply {
     Drop(String),
 }
 
-impl Server {
+impl Router {
     /// A user change on a sharded node (`PutUser`, `DropUser`): checked here, made in etcd,
     /// answered by [`Self::shards_users_done`]. Any other command comes back to be routed.
     pub(super) fn change_user_placed<'c>(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         cmd: Command<'c>,
     ) -> Option<Command<'c>> {
         let (change, apply) = match cmd {
             Command::PutUser { user } => {
-                if let Err(e) = tarq_engine::users::check(self.core.queue().users(), user) {
+                if let Err(e) = tarq_engine::users::check(cx.core.queue().users(), user) {
                     let refusal = Refusal::User(e.to_string());
-                    self.answer(client, &Outcome::Error(refusal));
+                    self.answer(cx, client, &Outcome::Error(refusal));
                     return None;
                 }
                 let change = UsersChange::Put {
@@ -58,28 +60,25 @@ impl Server {
             }
             cmd => return Some(cmd),
         };
-        let shards = self.shards.as_mut()?;
-        let token = shards.next_token;
-        shards.next_token += 1;
-        shards
-            .user_changes
+        let token = self.next_token;
+        self.next_token += 1;
+        self.user_changes
             .insert(token, UserChange { client, apply });
-        let cluster = self
-            .cluster
-            .as_ref()
-            .expect("a sharded node is a cluster node");
+        let cluster = cx.cluster().expect("a sharded node is a cluster node");
         cluster.handle().change_users(token, change);
         None
     }
 
     /// etcd answered a user change this node asked for: applied here if this node leads
     /// (the others' primaries apply it as they read it), and answered.
-    pub(crate) fn shards_users_done(&mut self, token: u64, result: Result<(), UsersError>) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if shards.seeding == Some(token) {
-            shards.seeding = None;
+    pub(crate) fn shards_users_done(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        token: u64,
+        result: Result<(), UsersError>,
+    ) {
+        if self.seeding == Some(token) {
+            self.seeding = None;
             match result {
                 Ok(()) => info!("the cluster's users are seeded with this replica set's"),
                 Err(why) => warn!(
@@ -89,13 +88,13 @@ impl Server {
             }
             return;
         }
-        let Some(UserChange { client, apply }) = shards.user_changes.remove(&token) else {
+        let Some(UserChange { client, apply }) = self.user_changes.remove(&token) else {
             return;
         };
         let outcome = match result {
             Ok(()) => {
-                if self.leads() {
-                    self.apply_user(apply);
+                if cx.leads() {
+                    self.apply_user(cx, apply);
                 }
                 Outcome::Ok
             }
@@ -108,34 +107,31 @@ impl Server {
                 "the cluster's users were not changed: {why}"
             ))),
         };
-        self.answer(client, &outcome);
+        self.answer(cx, client, &outcome);
     }
 
     /// The cluster's users as etcd last said, made this set's on its primary: each user that
     /// differs is journaled, each one etcd lacks dropped. A table never written is seeded with
     /// this set's users instead (once, by whichever primary gets there first).
-    pub(crate) fn shards_users_changed(&mut self) {
-        if !self.leads() {
+    pub(crate) fn shards_users_changed(&mut self, cx: &mut Ctx<'_>) {
+        if !cx.leads() {
             return;
         }
-        let Some(cluster) = self.cluster.as_ref() else {
+        let Some(cluster) = cx.cluster() else {
             return;
         };
         let read = cluster.handle().users();
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let local = self.core.queue().users();
+        let local = cx.core.queue().users();
         if read.revision == 0 {
-            if local.is_empty() || shards.seeding.is_some() {
+            if local.is_empty() || self.seeding.is_some() {
                 return;
             }
             let table: UsersTable = (local.iter())
                 .map(|u| (u.name.clone(), record_of(u)))
                 .collect();
-            let token = shards.next_token;
-            shards.next_token += 1;
-            shards.seeding = Some(token);
+            let token = self.next_token;
+            self.next_token += 1;
+            self.seeding = Some(token);
             cluster
                 .handle()
                 .change_users(token, UsersChange::Seed(table));
@@ -160,15 +156,15 @@ impl Server {
             );
         }
         for change in changes {
-            self.apply_user(change);
+            self.apply_user(cx, change);
         }
     }
 
-    fn apply_user(&mut self, apply: Apply) {
+    fn apply_user(&mut self, cx: &mut Ctx<'_>, apply: Apply) {
         let result = match apply {
-            Apply::Put(user) => self.core.put_user(user),
+            Apply::Put(user) => cx.core.put_user(user),
             Apply::Drop(name) => {
-                self.core.drop_user(&name);
+                cx.core.drop_user(&name);
                 Ok(())
             }
         };

@@ -2,6 +2,7 @@
 //! (`Command::Watch`): the ones led here in the core, the others by their owners, one watch a
 //! remote partition; a wake-up lets the oldest waiter try that partition.
 
+use super::ctx::Ctx;
 use super::*;
 use waiting::Publish;
 
@@ -21,7 +22,7 @@ pub(super) struct Waiter {
 /// without it, a whole-tube figure's.
 pub(super) const WATCH: u64 = 1 << 63;
 
-impl Shards {
+impl Router {
     /// Waiter `id` no longer waits: out of the books and the counts (its queue entries go
     /// when they come to the front).
     fn forget_waiter(&mut self, id: u64) -> Option<Waiter> {
@@ -33,31 +34,26 @@ impl Shards {
     }
 }
 
-impl Server {
+impl Router {
     /// Tells the owners of the tubes whose waiting takes changed how many wait here now (its
     /// core, when this node owns the tube; else an [`Ask::Waiting`] to the owner's set).
-    pub(in crate::server) fn publish_waiting(&mut self) {
-        let leads = self.leads();
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if !shards.wait_counts.is_dirty() {
+    pub(in crate::server) fn publish_waiting(&mut self, cx: &mut Ctx<'_>) {
+        let leads = cx.leads();
+        if !self.wait_counts.is_dirty() {
             return;
         }
-        let mut counts = std::mem::take(&mut shards.wait_counts);
-        let orders = counts.publish(|head| shards.counter_of(head, leads));
-        shards.wait_counts = counts;
+        let mut counts = std::mem::take(&mut self.wait_counts);
+        let orders = counts.publish(|head| self.counter_of(head, leads));
+        self.wait_counts = counts;
         for order in orders {
             match order {
-                Publish::Core { head, count } => self.core.set_routed_waiting(head, count),
+                Publish::Core { head, count } => cx.core.set_routed_waiting(head, count),
                 Publish::Tell { set, head, count } => {
                     let ask = Ask::Waiting { tube: head, count };
                     let client = Client::router(0, 0);
-                    if !self.send_ask(set, client, &ask, Then::Ignore) {
-                        let now = self.mono;
-                        if let Some(s) = self.shards.as_mut() {
-                            s.wait_counts.not_told(set, head, now);
-                        }
+                    if !self.send_ask(cx, set, client, &ask, Then::Ignore) {
+                        let now = cx.mono;
+                        self.wait_counts.not_told(set, head, now);
                     }
                 }
             }
@@ -72,31 +68,27 @@ impl Server {
         head: TubeIx,
         count: u64,
     ) {
-        if let Some(shards) = self.shards.as_mut() {
-            shards.wait_counts.heard(idx, from, head, count);
-        }
+        self.wait_counts.heard(idx, from, head, count);
     }
 
     /// Link `idx` closed: what its node said of its waiting takes no longer counts.
     pub(in crate::server) fn waiting_link_closed(&mut self, idx: usize) {
-        if let Some(shards) = self.shards.as_mut() {
-            shards.wait_counts.link_closed(idx);
-        }
+        self.wait_counts.link_closed(idx);
     }
 
     /// This node's takes waiting on tube `head` in its router now.
     pub(in crate::server) fn routed_waiting_on(&self, head: TubeIx) -> u64 {
-        self.shards.as_ref().map_or(0, |s| s.wait_counts.own(head))
+        self.wait_counts.own(head)
     }
 
     /// Takes the outcomes the core answered to the router.
-    pub(in crate::server) fn take_routed(&mut self) {
-        while !self.routed.is_empty() {
-            for (token, digest) in std::mem::take(&mut self.routed) {
+    pub(in crate::server) fn take_routed(&mut self, cx: &mut Ctx<'_>) {
+        while !cx.wire.routed.is_empty() {
+            for (token, digest) in std::mem::take(cx.wire.routed) {
                 if token & WATCH != 0 {
-                    self.local_woke(token & !WATCH, digest);
+                    self.local_woke(cx, token & !WATCH, digest);
                 } else {
-                    self.gathered(token, None, digest);
+                    self.gathered(cx, token, None, digest);
                 }
             }
         }
@@ -107,27 +99,23 @@ impl Server {
     /// by their owners), and the first to have a task serves it.
     pub(super) fn wait(
         &mut self,
+        cx: &mut Ctx<'_>,
         client: Client,
         on: On,
         heads: Vec<TubeIx>,
         timeout: Option<Micros>,
     ) {
-        let leads = self.leads();
-        let deadline = timeout.map_or(Micros::MAX, |t| self.mono.saturating_add(t));
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if let Some(why) =
-            shards.over_bound(shards.waiters.len(), "takes waiting across partitions")
-        {
-            return self.answer(client, &Outcome::Error(Refusal::Shards(why)));
+        let leads = cx.leads();
+        let deadline = timeout.map_or(Micros::MAX, |t| cx.mono.saturating_add(t));
+        if let Some(why) = self.over_bound(self.waiters.len(), "takes waiting across partitions") {
+            return self.answer(cx, client, &Outcome::Error(Refusal::Shards(why)));
         }
         let (mut here, mut there) = (Vec::new(), Vec::new());
         for &head in &heads {
-            match shards.tubes.get(&head) {
+            match self.tubes.get(&head) {
                 Some(t) => {
                     for &p in &t.parts {
-                        match shards.here(p, leads) {
+                        match self.here(p, leads) {
                             true => here.push(p),
                             false => there.push(p),
                         }
@@ -139,13 +127,13 @@ impl Server {
                 None => {}
             }
         }
-        let id = shards.next_waiter;
-        shards.next_waiter += 1;
+        let id = self.next_waiter;
+        self.next_waiter += 1;
         for &head in &heads {
-            shards.queues.entry(head).or_default().push_back(id);
-            shards.wait_counts.started(head);
+            self.queues.entry(head).or_default().push_back(id);
+            self.wait_counts.started(head);
         }
-        shards.waiters.insert(
+        self.waiters.insert(
             id,
             Waiter {
                 client,
@@ -155,35 +143,32 @@ impl Server {
             },
         );
         if deadline != Micros::MAX {
-            shards.deadlines.push(Reverse((deadline, id)));
-            self.timers_changed();
+            self.deadlines.push(Reverse((deadline, id)));
         }
         for ix in there {
-            self.watch_remote(ix, client);
+            self.watch_remote(cx, ix, client);
         }
         if !here.is_empty() {
             let caller = Caller::new(client.idx, client.gen, client.sid);
-            let (core, mut wire) = self.split();
-            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &here, &mut wire);
-            if let Some(w) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+            let (core, wire) = cx.split();
+            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &here, wire);
+            if let Some(w) = self.waiters.get_mut(&id) {
                 w.local = group;
             }
-            self.take_routed();
+            self.take_routed(cx);
         }
     }
 
     /// Asks the owner of partition `ix` to say when it has a task, unless asked already.
-    pub(super) fn watch_remote(&mut self, ix: TubeIx, client: Client) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        let Some(part) = shards.part(ix) else { return };
-        if shards.watching.contains_key(&ix) {
+    pub(super) fn watch_remote(&mut self, cx: &mut Ctx<'_>, ix: TubeIx, client: Client) {
+        let Some(part) = self.part(ix) else { return };
+        if self.watching.contains_key(&ix) {
             return;
         }
         // `forward` sends it as this request (kept to drop it should no take need it).
-        shards.watching.insert(ix, shards.next_sync);
+        self.watching.insert(ix, self.next_sync);
         self.forward(
+            cx,
             part.set,
             client,
             Command::Watch { tube: ix },
@@ -193,43 +178,37 @@ impl Server {
 
     /// Watches again the partitions the waiting takes need that nothing watches now (a watch
     /// lost with its link, answered while its set had no primary): after each new map.
-    pub(super) fn watch_again(&mut self) {
-        let leads = self.leads();
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
+    pub(super) fn watch_again(&mut self, cx: &mut Ctx<'_>) {
+        let leads = cx.leads();
         // Owners may have changed: each tube's count goes to its owner now.
-        shards.wait_counts.all_dirty();
-        let heads: Vec<TubeIx> = shards.queues.keys().copied().collect();
+        self.wait_counts.all_dirty();
+        let heads: Vec<TubeIx> = self.queues.keys().copied().collect();
         for head in heads {
-            let Some((_, w)) = self.oldest_waiter(head) else {
+            let Some((_, w)) = self.oldest_waiter(cx, head) else {
                 continue;
             };
-            let Some(shards) = self.shards.as_ref() else {
-                return;
-            };
-            let parts: Vec<TubeIx> = (shards.tubes.get(&head))
+            let parts: Vec<TubeIx> = (self.tubes.get(&head))
                 .map(|t| {
                     t.parts
                         .iter()
                         .copied()
-                        .filter(|&p| !shards.here(p, leads))
+                        .filter(|&p| !self.here(p, leads))
                         .collect()
                 })
                 .unwrap_or_default();
             for ix in parts {
-                self.watch_remote(ix, w.client);
+                self.watch_remote(cx, ix, w.client);
             }
         }
     }
 
     /// The oldest take still waiting on `head`'s tube (the others gone are dropped).
-    pub(super) fn oldest_waiter(&mut self, head: TubeIx) -> Option<(u64, Waiter)> {
-        let shards = self.shards.as_mut()?;
-        while let Some(&id) = shards.queues.get(&head)?.front() {
-            match shards.waiters.get(&id) {
+    pub(super) fn oldest_waiter(&mut self, cx: &Ctx<'_>, head: TubeIx) -> Option<(u64, Waiter)> {
+        while let Some(&id) = self.queues.get(&head)?.front() {
+            match self.waiters.get(&id) {
                 Some(w)
-                    if self
+                    if cx
+                        .wire
                         .conns
                         .get(w.client.idx)
                         .is_some_and(|c| c.gen == w.client.gen) =>
@@ -237,8 +216,8 @@ impl Server {
                     return Some((id, w.clone()));
                 }
                 _ => {
-                    shards.queues.get_mut(&head).map(VecDeque::pop_front);
-                    shards.forget_waiter(id);
+                    self.queues.get_mut(&head).map(VecDeque::pop_front);
+                    self.forget_waiter(id);
                 }
             }
         }
@@ -251,122 +230,109 @@ impl Server {
     /// its owner) until a task comes there, which may be never. The owner drops it too
     /// (`Ask::Unwatch`); an answer already on its way finds nothing and is ignored.
     pub(super) fn unwatch_idle(&mut self, head: TubeIx) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        if shards.queues.get(&head).is_some_and(|q| !q.is_empty()) {
+        if self.queues.get(&head).is_some_and(|q| !q.is_empty()) {
             return;
         }
-        let Some(t) = shards.tubes.get(&head) else {
+        let Some(t) = self.tubes.get(&head) else {
             return;
         };
         for ix in &t.parts {
-            let Some(sync) = shards.watching.remove(ix) else {
+            let Some(sync) = self.watching.remove(ix) else {
                 continue;
             };
-            let Some(p) = shards.pending.remove(&sync) else {
+            let Some(p) = self.pending.remove(&sync) else {
                 continue;
             };
             // No link: it failed, and its calls with it.
-            if let Some(link) = shards.sets[p.set].link.as_mut() {
-                link.send(shards.next_sync, &Ask::Unwatch { sync });
-                shards.next_sync += 1;
+            if let Some(link) = self.sets[p.set].link.as_mut() {
+                link.send(self.next_sync, &Ask::Unwatch { sync });
+                self.next_sync += 1;
             }
         }
     }
 
     /// Waiter `id` is answered (or gone): it stops waiting everywhere.
-    pub(super) fn end_wait(&mut self, id: u64) {
-        let Some(w) = self.shards.as_mut().and_then(|s| s.forget_waiter(id)) else {
+    pub(super) fn end_wait(&mut self, cx: &mut Ctx<'_>, id: u64) {
+        let Some(w) = self.forget_waiter(id) else {
             return;
         };
         for head in &w.heads {
-            if let Some(q) = self.shards.as_mut().and_then(|s| s.queues.get_mut(head)) {
+            if let Some(q) = self.queues.get_mut(head) {
                 q.retain(|&x| x != id);
             }
             self.unwatch_idle(*head);
         }
         if let Some(group) = w.local {
-            self.core.unwatch(w.client.idx, group);
+            cx.core.unwatch(w.client.idx, group);
         }
     }
 
     /// Connection `idx` stops waiting (a beanstalk reserve its front-end ended): its waiting
     /// takes end without an answer.
-    pub(in crate::server) fn end_waits_of(&mut self, idx: usize) {
-        let Some(shards) = self.shards.as_ref() else {
-            return;
-        };
-        let ids: Vec<u64> = (shards.waiters.iter())
+    pub(in crate::server) fn end_waits_of(&mut self, cx: &mut Ctx<'_>, idx: usize) {
+        let ids: Vec<u64> = (self.waiters.iter())
             .filter(|(_, w)| w.client.idx == idx)
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
-            self.end_wait(id);
+            self.end_wait(cx, id);
         }
     }
 
     /// A local watch of waiter `id` fired: a partition led here has a task.
-    pub(super) fn local_woke(&mut self, id: u64, digest: Digest) {
-        let Some(w) = self
-            .shards
-            .as_ref()
-            .and_then(|s| s.waiters.get(&id))
-            .cloned()
-        else {
+    pub(super) fn local_woke(&mut self, cx: &mut Ctx<'_>, id: u64, digest: Digest) {
+        let Some(w) = self.waiters.get(&id).cloned() else {
             return;
         };
         // Its connection closed since the watch fired (this turn): the wait ends unanswered.
-        if self
+        if cx
+            .wire
             .conns
             .get(w.client.idx)
             .is_none_or(|c| c.gen != w.client.gen || c.closing.is_some())
         {
-            return self.end_wait(id);
+            return self.end_wait(cx, id);
         }
         let Digest::Ready(ix) = digest else {
             // Refused (too many waiting takes on the connection): the take ends so.
-            self.end_wait(id);
+            self.end_wait(cx, id);
             let outcome = match digest {
                 Digest::Error(e) => Outcome::Error(e),
                 _ => Outcome::Nothing,
             };
-            return self.answer(w.client, &outcome);
+            return self.answer(cx, w.client, &outcome);
         };
-        if let Some(x) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+        if let Some(x) = self.waiters.get_mut(&id) {
             x.local = None;
         }
-        let leads = self.leads();
-        if !self.shards.as_ref().is_some_and(|s| s.here(ix, leads)) {
+        let leads = cx.leads();
+        if !(self.here(ix, leads)) {
             // The partition moved away meanwhile: its new owner is watched.
-            return self.watch_remote(ix, w.client);
+            return self.watch_remote(cx, ix, w.client);
         }
-        if self.core.queue().can_take(ix) {
-            self.end_wait(id);
+        if cx.core.queue().can_take(ix) {
+            self.end_wait(cx, id);
             let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
             let cmd = Command::Take {
                 on: on_ix(w.on, ix),
                 timeout: Some(0),
             };
-            self.execute_as(caller, w.client.reply, cmd);
+            self.execute_as(cx, caller, w.client.reply, cmd);
         } else {
             // Taken by another first: watch again.
             let caller = Caller::new(w.client.idx, w.client.gen, w.client.sid);
-            let (core, mut wire) = self.split();
-            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &[ix], &mut wire);
-            if let Some(x) = self.shards.as_mut().and_then(|s| s.waiters.get_mut(&id)) {
+            let (core, wire) = cx.split();
+            let group = core.watch_any(caller, ReplyTo::Router(WATCH | id), &[ix], wire);
+            if let Some(x) = self.waiters.get_mut(&id) {
                 x.local = group;
             }
         }
     }
 
     /// The owner of partition `ix` says it has a task: the oldest waiter tries it.
-    pub(super) fn remote_woke(&mut self, ix: TubeIx, outcome: &Outcome<'_>) {
-        let Some(shards) = self.shards.as_mut() else {
-            return;
-        };
-        shards.watching.remove(&ix);
-        let Some(head) = shards.part(ix).map(|p| p.head) else {
+    pub(super) fn remote_woke(&mut self, cx: &mut Ctx<'_>, ix: TubeIx, outcome: &Outcome<'_>) {
+        self.watching.remove(&ix);
+        let Some(head) = self.part(ix).map(|p| p.head) else {
             return;
         };
         if !matches!(outcome, Outcome::Ready(_)) {
@@ -374,30 +340,30 @@ impl Server {
             // next waiter asks again.
             return;
         }
-        let Some((id, w)) = self.oldest_waiter(head) else {
+        let Some((id, w)) = self.oldest_waiter(cx, head) else {
             return;
         };
-        let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) else {
+        let Some(set) = self.part(ix).map(|p| p.set) else {
             return;
         };
         let cmd = Command::Take {
             on: on_ix(w.on, ix),
             timeout: Some(0),
         };
-        self.forward(set, w.client, cmd, Then::WaitTake { waiter: id, ix });
+        self.forward(cx, set, w.client, cmd, Then::WaitTake { waiter: id, ix });
     }
 
     /// A waiting take's try of partition `ix` was answered.
-    pub(super) fn wait_took(&mut self, id: u64, ix: TubeIx, client: Client, outcome: &Outcome<'_>) {
-        let head = self
-            .shards
-            .as_ref()
-            .and_then(|s| s.part(ix))
-            .map(|p| p.head);
-        let waiting = self
-            .shards
-            .as_ref()
-            .is_some_and(|s| s.waiters.contains_key(&id));
+    pub(super) fn wait_took(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        id: u64,
+        ix: TubeIx,
+        client: Client,
+        outcome: &Outcome<'_>,
+    ) {
+        let head = self.part(ix).map(|p| p.head);
+        let waiting = self.waiters.contains_key(&id);
         match outcome {
             // Taken by another first, or the owner unreachable now: the take waits on.
             Outcome::Nothing | Outcome::Error(_) => {}
@@ -409,47 +375,38 @@ impl Server {
                     id: t.id,
                     opts: tarq_engine::ReleaseOptions::default(),
                 };
-                if let Some(set) = self.shards.as_ref().and_then(|s| s.part(ix)).map(|p| p.set) {
-                    self.forward(set, client, release, Then::Ignore);
+                if let Some(set) = self.part(ix).map(|p| p.set) {
+                    self.forward(cx, set, client, release, Then::Ignore);
                 }
             }
             other => {
-                self.end_wait(id);
-                self.answer(client, other);
+                self.end_wait(cx, id);
+                self.answer(cx, client, other);
             }
         }
         // More waiters, or this one again: watch the partition again (answered at once if it
         // still has tasks).
         if let Some(head) = head {
-            if let Some((_, w)) = self.oldest_waiter(head) {
-                self.watch_remote(ix, w.client);
+            if let Some((_, w)) = self.oldest_waiter(cx, head) {
+                self.watch_remote(cx, ix, w.client);
             }
         }
     }
 
     /// Ends the waiting takes whose deadline passed.
-    pub(in crate::server) fn expire_waiters(&mut self) {
-        let now = self.mono;
+    pub(in crate::server) fn expire_waiters(&mut self, cx: &mut Ctx<'_>) {
+        let now = cx.mono;
         loop {
-            let Some(shards) = self.shards.as_mut() else {
-                return;
-            };
-            match shards.deadlines.peek() {
+            match self.deadlines.peek() {
                 Some(Reverse((t, _))) if *t <= now => {}
                 _ => break,
             }
-            let Reverse((_, id)) = shards.deadlines.pop().expect("peeked");
-            let Some(w) = shards.waiters.get(&id).cloned() else {
+            let Reverse((_, id)) = self.deadlines.pop().expect("peeked");
+            let Some(w) = self.waiters.get(&id).cloned() else {
                 continue;
             };
-            self.end_wait(id);
-            self.answer(w.client, &Outcome::Nothing);
+            self.end_wait(cx, id);
+            self.answer(cx, w.client, &Outcome::Nothing);
         }
-        self.timers_changed();
-    }
-
-    pub(super) fn timers_changed(&mut self) {
-        let next = self.shards.as_ref().and_then(Shards::next_deadline);
-        self.timers.set(crate::server::timers::Timer::Shards, next);
     }
 }
