@@ -194,9 +194,18 @@ impl<R: Copy> Core<R> {
         };
     }
 
-    /// The queue, to change outside a command: restoring, applying a primary's records.
+    /// The queue, changed behind the journal's back: tests only. Every change of the server's
+    /// goes through a command, the replica's apply or a named call here.
+    #[cfg(test)]
     pub fn queue_mut(&mut self) -> &mut Queue {
         &mut self.queue
+    }
+
+    /// Partition `ix`'s operation counters start again from 0 (a partition that moved back
+    /// here: its earlier counts travelled with it). Counters are figures, not state: nothing
+    /// is journaled, as nothing is for the commands they count.
+    pub fn restart_counts(&mut self, ix: TubeIx) {
+        let _ = self.queue.restart_counts(ix);
     }
 
     /// Replaces the queue (a replica took a new copy of its primary's, whose records it

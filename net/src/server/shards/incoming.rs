@@ -361,7 +361,7 @@ impl Router {
     fn adopt(&mut self, cx: &mut Ctx<'_>, ix: TubeIx, epoch: i64) {
         // What this node counted when it served the partition before travelled with it (the
         // placement's `carried`): from now on its counters say what it does itself.
-        let _ = cx.core.queue_mut().restart_counts(ix);
+        cx.core.restart_counts(ix);
         if self.placement.epoch <= epoch {
             self.adopted.insert(ix, epoch);
         }
