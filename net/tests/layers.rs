@@ -164,11 +164,21 @@ const MODULE_LAYERS: &[(&str, &[&str])] = &[
         &["crate::server", "mio::", "std::net::Tcp", "std::thread"],
     ),
     // The router owns the shard state and is handed the core and the wire for a call
-    // (`shards::Ctx`); what only the loop can do (close a connection, run a front-end) it asks
-    // for as an `Effect`. It names no `Server` and runs no front-end.
+    // (`shards::Ctx`, with the links' sockets); what only the loop can do (close a
+    // connection, run a front-end) it asks for as an `Effect`. It names no `Server`, runs no
+    // front-end and holds no socket: its links are protocol state over bytes.
     (
         "server/shards",
-        &["Server", "Beanstalk::new", "Iproto::new", "Http::new"],
+        &[
+            "Server",
+            "Beanstalk::new",
+            "Iproto::new",
+            "Http::new",
+            "mio::",
+            "std::net::Tcp",
+            "TcpStream",
+            "Registry",
+        ],
     ),
     // The shards' decisions, the move machine, its simulation, the forwarded calls'
     // deadlines and the count of waiting takes are plain state: no loop, no server, no socket, no clock of their own (they

@@ -323,18 +323,22 @@ impl<R: Copy> Core<R> {
     }
 
     /// The earliest in-process deadline, on the monotonic clock: a parked take's, a waiting
-    /// put's, a pause's end, the journal's timer.
+    /// put's, a pause's end.
     pub fn next_timer(&mut self) -> Option<Micros> {
-        let journal = (self.journal.next_wakeup()).map(|d| self.mono + d.as_micros() as Micros);
         [
             self.parked.next_deadline(),
             self.waiting_puts.next_deadline(),
-            journal,
             self.pauses.next_end(),
         ]
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// When the journal wants the loop back (a snapshot's next step, a failed write's retry),
+    /// on the monotonic clock from the turn's reading.
+    pub fn next_journal_wakeup(&self) -> Option<Micros> {
+        (self.journal.next_wakeup()).map(|d| self.mono + d.as_micros() as Micros)
     }
 
     /// A parked take whose deadline passed, removed: its front-end answers it.

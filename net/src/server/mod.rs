@@ -23,6 +23,7 @@ mod front;
 mod host;
 mod http;
 pub mod limits;
+mod link_sockets;
 pub mod quotas;
 mod relay;
 pub mod reload;
@@ -64,6 +65,7 @@ use conn::{
 };
 use conns::Conns;
 use limits::Limits;
+use link_sockets::LinkSockets;
 use tarq_iproto::codes::*;
 use tarq_iproto::{auth, greeting, response, split_frame};
 use tarq_ops::signals::{self, Request};
@@ -186,6 +188,8 @@ pub struct Server {
     router: Option<shards::Router>,
     /// Other nodes' clients' sessions run here (a sharded cluster's links).
     pub(crate) link_sessions: crate::frontend::link::LinkSessions,
+    /// The sockets of the router's links to other sets' primaries.
+    link_sockets: LinkSockets,
     /// Outcomes the core answered to the router this call (`ReplyTo::Router`).
     routed: Vec<(u64, host::Digest)>,
     /// The wall and the monotonic clocks.
@@ -262,6 +266,7 @@ impl Server {
         let router = router_of(&cfg, cluster.as_ref());
         let ops = Ops::new(poll.registry(), &cfg.ops, wall_clock())?;
         let tls = tls::TlsPorts::load(&cfg.tls).map_err(io::Error::other)?;
+        let link_sockets = LinkSockets::new(poll.registry().try_clone()?);
         let mut server = Server {
             tls,
             poll,
@@ -279,6 +284,7 @@ impl Server {
             timers: Timers::default(),
             next_sid: 1,
             router,
+            link_sockets,
             link_sessions: crate::frontend::link::LinkSessions::new(
                 cfg.cluster
                     .as_ref()
@@ -492,8 +498,9 @@ impl Server {
             http::HTTP_LISTENER => self.accept_all(Proto::Http),
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
-            Token(t) if shards::Router::owns_token(t) => {
-                self.with_router(|r, cx| r.link_ready(cx, t));
+            Token(t) if LinkSockets::slot_of(t).is_some() => {
+                let set = t - link_sockets::LINK_TOKEN_BASE;
+                self.with_router(|r, cx| r.link_ready(cx, set));
             }
             t if Ops::owns(t) => {
                 self.ops.on_event(ev, self.now);
@@ -668,29 +675,15 @@ impl Server {
         {
             return Some(Duration::ZERO);
         }
-        // A replica's deadlines fire on its primary: its engine never advances by itself.
-        let leads = self.leads();
         #[cfg(debug_assertions)]
         self.check_timers();
-        let (own, own_wall) = self.timers.next();
-        // The engine's deadlines and the operator's reports are on the wall clock.
-        let wall = [self.core.next_engine_deadline().filter(|_| leads), own_wall];
-        // Every in-process timeout is on the monotonic clock: the loop's own, and those the
-        // core, the limits, the sessions and the sync gate keep in order.
-        let mono = [
-            own,
-            self.core.next_timer(),
-            self.sync.next_deadline(),
-            self.limits.next_deadline(),
-            self.iproto.sessions.next_deadline(),
-            self.quotas.next_deadline(),
-        ];
+        // The engine's deadlines and the operator's reports are on the wall clock, every
+        // in-process timeout on the monotonic one.
+        let (mono, wall) = self.timers.next();
         // A wall-clock deadline is as far from the turn's wall reading as its monotonic
-        // equivalent is from the turn's monotonic one: one clock read serves both lists.
+        // equivalent is from the turn's monotonic one: one clock read serves both.
         let wall_as_mono = |t: Micros| self.mono.saturating_add(t).saturating_sub(self.now);
-        let next = (wall.into_iter().flatten().map(wall_as_mono))
-            .chain(mono.into_iter().flatten())
-            .min()?;
+        let next = (wall.map(wall_as_mono).into_iter()).chain(mono).min()?;
         // mio rounds a sub-millisecond timeout up, so a deadline is never slept past.
         Some(Duration::from_micros(
             next.saturating_sub(self.clock.mono()),
@@ -703,6 +696,23 @@ impl Server {
         self.timers.set(Timer::Ops, self.ops.next_timer());
         self.register_upstream();
         self.register_live();
+        self.register_turn_timers();
+    }
+
+    /// The first deadlines of the parts that keep theirs in ordered structures of their own,
+    /// registered at the end of each turn (`timers`).
+    fn register_turn_timers(&mut self) {
+        // A replica's deadlines fire on its primary: its engine never advances by itself.
+        let engine = self.core.next_engine_deadline().filter(|_| self.leads());
+        self.timers.set(Timer::Engine, engine);
+        self.timers.set(Timer::Core, self.core.next_timer());
+        self.timers
+            .set(Timer::Journal, self.core.next_journal_wakeup());
+        self.timers.set(Timer::Sync, self.sync.next_deadline());
+        self.timers.set(Timer::Limits, self.limits.next_deadline());
+        self.timers
+            .set(Timer::Sessions, self.iproto.sessions.next_deadline());
+        self.timers.set(Timer::Quotas, self.quotas.next_deadline());
     }
 
     /// The upstream's deadline, after it changed (or went away, or came).
@@ -724,7 +734,7 @@ impl Server {
     /// A debug build's check that every owner registered its deadline: each slot holds what
     /// the owner says now.
     #[cfg(debug_assertions)]
-    fn check_timers(&self) {
+    fn check_timers(&mut self) {
         let truth = [
             (Timer::Heartbeats, self.next_heartbeat()),
             (
@@ -738,12 +748,35 @@ impl Server {
                 Timer::Shards,
                 self.router.as_ref().and_then(shards::Router::next_deadline),
             ),
+            (Timer::Core, self.core.next_timer()),
+            (Timer::Sync, self.sync.next_deadline()),
+            (Timer::Limits, self.limits.next_deadline()),
+            (Timer::Sessions, self.iproto.sessions.next_deadline()),
+            (Timer::Quotas, self.quotas.next_deadline()),
         ];
         for (timer, at) in truth {
             assert_eq!(
                 self.timers.get(timer),
                 at,
                 "{timer:?} did not register its deadline"
+            );
+        }
+        // The journal's wake-up is read against the clock (a retry at an instant, a snapshot's
+        // step after a pause), so it is not compared; what its writer thread does between a
+        // turn and the poll comes through the waker.
+        // Leadership starts in a turn but may run out between a turn and the poll (a lease
+        // read against the clock): then the engine's deadline registered is merely early.
+        let engine = self.core.next_engine_deadline();
+        let registered = self.timers.get(Timer::Engine);
+        if self.leads() {
+            assert_eq!(
+                registered, engine,
+                "the engine did not register its deadline"
+            );
+        } else {
+            assert!(
+                registered.is_none() || registered == engine,
+                "a stale engine deadline"
             );
         }
     }
@@ -950,6 +983,7 @@ impl Server {
             self.mute_throttled();
         }
         self.commit_and_flush();
+        self.register_turn_timers();
     }
 
     /// The turn's start: the clocks, the election's news, the replication stream, the

@@ -38,7 +38,7 @@ impl Server {
             (self.now, self.mono),
             &mut self.link_sessions,
             &self.cfg,
-            self.poll.registry(),
+            &mut self.link_sockets,
             self.tls.nodes.as_ref(),
             &mut self.next_sid,
         );

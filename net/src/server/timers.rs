@@ -1,11 +1,13 @@
-//! The loop's own deadlines in one structure, each registered by its owner when it changes:
-//! replication's (the relays' next heartbeat, the upstream's retry or silence limit), the
-//! operator's reports (Graphite's push, `/metrics` timeouts: on the wall clock, like the
-//! reports' timestamps), the accept back-off and lingering closes. The loop reads the nearest
-//! before each poll. The core, the limits, the sessions and the sync gate keep their many
-//! deadlines in ordered structures of their own (heaps, an ordered set, a queue) and are asked
-//! for the first. A debug build checks at every poll that each slot holds exactly what its
-//! owner would say, so a change that forgets to register fails the tests.
+//! Every deadline the loop sleeps toward, in one structure: the poll's timeout is the nearest.
+//! The loop's own are registered by their owners when they change: replication's (the relays'
+//! next heartbeat, the upstream's retry or silence limit), the operator's reports (Graphite's
+//! push, `/metrics` timeouts: on the wall clock, like the reports' timestamps), the accept
+//! back-off, lingering closes, the router's. The engine, the core, the limits, the sessions,
+//! the quotas and the sync gate keep their many deadlines in ordered structures of their own
+//! (heaps, an ordered set, a queue) that change with nearly every command: their first is
+//! registered once a turn, at its end, which costs less than telling the loop at each change.
+//! A debug build checks at every poll that each slot holds exactly what its owner would say,
+//! so a change that forgets to register fails the tests.
 
 use tarq_engine::Micros;
 
@@ -28,9 +30,24 @@ pub enum Timer {
     Live,
     /// The soonest an IPROTO connection on a TLS port is taken for plain (no ClientHello).
     TlsHello,
+    /// The engine's next deadline: a delay's end, a TTR, a TTL (wall clock; a node that
+    /// does not lead has none: its primary's records move its tasks).
+    Engine,
+    /// The core's: a parked take's or a waiting put's timeout, a pause's end.
+    Core,
+    /// The journal's: a snapshot's next step, a failed write's retry.
+    Journal,
+    /// The sync gate's: a change waiting for replicas times out.
+    Sync,
+    /// The limits': a connection's authentication or idle deadline.
+    Limits,
+    /// The tube API's sessions: a detached session's grace ends.
+    Sessions,
+    /// The quotas': a muted connection's put rate allows it again.
+    Quotas,
 }
 
-const TIMERS: usize = 8;
+const TIMERS: usize = 15;
 
 impl Timer {
     const ALL: [Timer; TIMERS] = [
@@ -42,11 +59,18 @@ impl Timer {
         Timer::Shards,
         Timer::Live,
         Timer::TlsHello,
+        Timer::Engine,
+        Timer::Core,
+        Timer::Journal,
+        Timer::Sync,
+        Timer::Limits,
+        Timer::Sessions,
+        Timer::Quotas,
     ];
 
     /// Whether its deadlines are on the wall clock (else the monotonic one).
     fn on_wall_clock(self) -> bool {
-        self == Timer::Ops
+        matches!(self, Timer::Ops | Timer::Engine)
     }
 }
 

@@ -11,7 +11,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use mio::Registry;
 use tarq_engine::{Micros, SessionId};
 
 use crate::config::Config;
@@ -21,6 +20,7 @@ use crate::frontend::link::LinkSessions;
 use crate::frontend::ReplyTo;
 use crate::server::cluster::ClusterNode;
 use crate::server::host::Wire;
+use crate::server::link_sockets::LinkSockets;
 
 /// The parts of the server the router acts on during one call.
 pub(in crate::server) struct Ctx<'a> {
@@ -34,8 +34,8 @@ pub(in crate::server) struct Ctx<'a> {
     /// Other nodes' clients' sessions run here.
     pub link_sessions: &'a mut LinkSessions,
     pub cfg: &'a Config,
-    /// Where links' sockets are registered.
-    pub registry: &'a Registry,
+    /// The sockets of the links to other sets' primaries.
+    pub links: &'a mut LinkSockets,
     /// The TLS configuration of connections to other nodes (`--tls-ca`).
     pub tls_nodes: Option<&'a Arc<rustls::ClientConfig>>,
     next_sid: &'a mut u64,
@@ -70,7 +70,7 @@ impl<'a> Ctx<'a> {
         (now, mono): (Micros, Micros),
         link_sessions: &'a mut LinkSessions,
         cfg: &'a Config,
-        registry: &'a Registry,
+        links: &'a mut LinkSockets,
         tls_nodes: Option<&'a Arc<rustls::ClientConfig>>,
         next_sid: &'a mut u64,
     ) -> Ctx<'a> {
@@ -81,7 +81,7 @@ impl<'a> Ctx<'a> {
             mono,
             link_sessions,
             cfg,
-            registry,
+            links,
             tls_nodes,
             next_sid,
         }

@@ -181,10 +181,9 @@ impl Router {
             cluster: Arc::clone(&self.cluster),
             key,
         };
-        let tls = cx.tls_nodes;
-        let l = OutLink::connect(addr, set, sync, who, tls, cx.mono, cx.registry)
+        (cx.links.connect(set, addr, cx.tls_nodes))
             .map_err(|e| format!("cannot reach replica set {} at {addr}: {e}", s.name))?;
-        let link = self.sets[set].link.insert(l);
+        let link = self.sets[set].link.insert(OutLink::new(sync, who, cx.mono));
         // The set's primary lost what this node told it of its waiting takes with the last link.
         self.wait_counts.set_linked(set);
         for (origin, session) in self.holds.owed(set) {
@@ -195,14 +194,14 @@ impl Router {
         Ok(())
     }
 
-    /// A link's socket is ready.
-    pub(in crate::server) fn link_ready(&mut self, cx: &mut Ctx<'_>, token: usize) {
-        let set = token - LINK_TOKEN_BASE;
+    /// The socket of set `set`'s link is ready.
+    pub(in crate::server) fn link_ready(&mut self, cx: &mut Ctx<'_>, set: usize) {
         let cred = cx.cfg.auth.as_ref();
         let Some(link) = self.sets.get_mut(set).and_then(|s| s.link.as_mut()) else {
             return;
         };
-        if let Err(why) = link.read(cred, cx.mono) {
+        let read = cx.links.read(set, link.input());
+        if let Err(why) = read.and_then(|n| link.read_done(n, cred, cx.mono)) {
             return self.link_failed(cx, set, &why);
         }
         // Answers are handled where they were read: their tasks borrow the buffer.
@@ -231,7 +230,8 @@ impl Router {
         let mut failed = Vec::new();
         for (i, s) in self.sets.iter_mut().enumerate() {
             if let Some(link) = &mut s.link {
-                if let Err(why) = link.flush(cx.registry) {
+                let (out, more) = link.output();
+                if let Err(why) = cx.links.write(i, out, more) {
                     failed.push((i, why));
                 }
             }
@@ -286,9 +286,9 @@ impl Router {
         let name = self.sets[set].name.clone();
         self.wait_counts.set_lost(set, cx.mono);
         let mut sent = false;
-        if let Some(mut link) = self.sets[set].link.take() {
+        if let Some(link) = self.sets[set].link.take() {
             sent = link.may_have_sent();
-            link.close(cx.registry);
+            cx.links.close(set);
         }
         match self.sets[set].trouble.dropped(Instant::now()) {
             Say::Started => warn!(

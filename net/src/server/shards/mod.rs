@@ -67,16 +67,12 @@ use super::host::Digest;
 use crate::core::{Caller, Command, On, Outcome, Refusal};
 use crate::frontend::link::wire::{self, Ask, Hello, LINK_VERSION};
 use crate::frontend::ReplyTo;
-pub(crate) use out_link::LINK_TOKEN_BASE;
 use out_link::{Answered, OutLink, FIRST_CALL_SYNC};
 
 /// How often what waits for etcd or a read of the placement looks at it again: a move whose
 /// commit went unanswered, a copy's release etcd did not answer, a command held for a
 /// placement read.
 const RECHECK: Micros = 50_000;
-
-/// Link tokens available: one per replica set the router has known.
-const MAX_LINKS: usize = 1 << 16;
 
 /// Set `set`'s bit in a session's mask of the sets it reached: sets from the 64th on share
 /// the last bit (their session ends are told to all of them; an owner that never saw the
@@ -412,11 +408,6 @@ impl Router {
             cluster_moves: cluster_page::ClusterMoves::default(),
             effects: Vec::new(),
         }
-    }
-
-    /// Whether `token` is one of the links'.
-    pub fn owns_token(token: usize) -> bool {
-        (LINK_TOKEN_BASE..LINK_TOKEN_BASE + MAX_LINKS).contains(&token)
     }
 
     fn slot_of(&mut self, name: &str) -> usize {

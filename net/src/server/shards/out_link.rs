@@ -1,17 +1,14 @@
 //! A link this node opened to another replica set's primary, to forward its clients' calls
-//! for the partitions that set owns: one non-blocking IPROTO connection per set, driven by the
-//! loop like any socket, many calls in flight on it (each its own sync). It reads the
+//! for the partitions that set owns: one non-blocking IPROTO connection per set, many calls in
+//! flight on it (each its own sync). This is the link's protocol, without its socket (the
+//! loop's, `server::link_sockets`, handed to the router for a call): the bytes read are given
+//! to it, the bytes to write taken from it. It reads the
 //! greeting, authenticates with this tarq's own `--user`/`--password` (a cluster shares its
 //! credentials), calls `tarq.link` with its name, the link protocol's version and a proof of the
 //! cluster's link key over the greeting's salt (`wire::proof`), and then carries [`Ask`]s; the frames queued before the
 //! greeting arrived follow it in order. A link that fails is dropped: the calls in flight on it
 //! are answered with the failure, and the next forwarded call opens a new one.
 
-use std::io::{self, Read, Write};
-use std::net::SocketAddr;
-
-use mio::net::TcpStream;
-use mio::{Interest, Registry, Token};
 use tarq_engine::Micros;
 use tarq_iproto::codes::{ER_OUTCOME_UNKNOWN, ER_READONLY};
 use tarq_iproto::greeting::GREETING_LEN;
@@ -68,8 +65,6 @@ pub(crate) fn next_answer<'a>(
     }
 }
 
-/// Links' tokens: this base plus the set's slot. Above the upstream's, below the ops'.
-pub(crate) const LINK_TOKEN_BASE: usize = 0xE100_0000;
 /// The largest answer accepted: a task at the payload limit and its envelope.
 const MAX_ANSWER: usize = 64 << 20;
 
@@ -83,15 +78,12 @@ const PING_SYNC: u64 = 3;
 pub(crate) struct OutLink {
     /// Unique per link opened: input taken out is given back only to the link it came from.
     pub id: u64,
-    stream: crate::server::tls::Stream,
-    token: Token,
     greeted: bool,
     rbuf: Vec<u8>,
     /// Frames to write (after the greeting's answer: the handshake first).
     wbuf: Vec<u8>,
     /// Frames queued before the greeting arrived.
     held: Vec<u8>,
-    want_write: bool,
     /// Who this node is, said in the handshake.
     who: Identity,
     /// When it began connecting, and when a byte last came from the other end (monotonic µs).
@@ -114,41 +106,21 @@ pub(crate) struct Identity {
 }
 
 impl OutLink {
-    /// Starts connecting to `addr`.
-    pub fn connect(
-        addr: SocketAddr,
-        slot: usize,
-        id: u64,
-        who: Identity,
-        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
-        now: Micros,
-        registry: &Registry,
-    ) -> io::Result<OutLink> {
-        use crate::server::tls::Stream;
-        let tcp = TcpStream::connect(addr)?;
-        let _ = tcp.set_nodelay(true);
-        // With a cluster CA (`--tls-ca`), over TLS, this node's certificate shown.
-        let mut stream = match tls {
-            Some(cfg) => Stream::to_node(tcp, cfg, addr)?,
-            None => Stream::plain(tcp),
-        };
-        let token = Token(LINK_TOKEN_BASE + slot);
-        registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
-        Ok(OutLink {
+    /// A link just opened at `now`, `id` unique among this node's links, saying `who` this
+    /// node is once greeted.
+    pub fn new(id: u64, who: Identity, now: Micros) -> OutLink {
+        OutLink {
             id,
-            stream,
-            token,
             greeted: false,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
             held: Vec::new(),
-            want_write: true,
             who,
             opened_at: now,
             last_heard: now,
             pinged_at: None,
             greeted_at: None,
-        })
+        }
     }
 
     /// Whether calls may have reached the other side: once greeted, queued calls are written
@@ -156,11 +128,6 @@ impl OutLink {
     /// later in the same turn.
     pub fn may_have_sent(&self) -> bool {
         self.greeted
-    }
-
-    pub fn close(&mut self, registry: &Registry) {
-        let _ = registry.deregister(&mut self.stream);
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 
     /// When it began connecting (monotonic µs).
@@ -188,22 +155,22 @@ impl OutLink {
         wire::write_ask(buf, sync, ask);
     }
 
-    /// Reads what arrived at `now`; handshakes once the greeting is whole. Err: the link is
-    /// gone.
-    pub fn read(&mut self, cred: Option<&Credentials>, now: Micros) -> Result<(), String> {
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return Err("the primary closed the link".into()),
-                Ok(n) => {
-                    self.rbuf.extend_from_slice(&chunk[..n]);
-                    self.last_heard = now;
-                    self.pinged_at = None;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("reading the link: {e}")),
-            }
+    /// Where the socket reads into.
+    pub fn input(&mut self) -> &mut Vec<u8> {
+        &mut self.rbuf
+    }
+
+    /// `read` bytes came into [`input`](Self::input) at `now`; handshakes once the greeting
+    /// is whole. Err: the greeting does not read.
+    pub fn read_done(
+        &mut self,
+        read: usize,
+        cred: Option<&Credentials>,
+        now: Micros,
+    ) -> Result<(), String> {
+        if read > 0 {
+            self.last_heard = now;
+            self.pinged_at = None;
         }
         if !self.greeted && self.rbuf.len() >= GREETING_LEN {
             let greeting: Vec<u8> = self.rbuf.drain(..GREETING_LEN).collect();
@@ -282,33 +249,116 @@ impl OutLink {
         Some(next_ping.min(self.last_heard + timeout))
     }
 
-    /// Writes what is queued. Err: the link is gone.
-    pub fn flush(&mut self, registry: &Registry) -> Result<(), String> {
-        (self.stream.flush_tls()).map_err(|e| format!("writing the link: {e}"))?;
-        while !self.wbuf.is_empty() {
-            match self.stream.write(&self.wbuf) {
-                Ok(0) => return Err("the link closed while writing".into()),
-                Ok(n) => {
-                    self.wbuf.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => break,
-                Err(e) => return Err(format!("writing the link: {e}")),
-            }
-        }
-        let want = !self.wbuf.is_empty() || !self.greeted || self.stream.wants_write();
-        if want != self.want_write {
-            let interest = if want {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
+    /// What to write, and whether more is to come before anything is answered (the other
+    /// end's greeting, and with it the handshake): the socket watches for writability while
+    /// either holds.
+    pub fn output(&mut self) -> (&mut Vec<u8>, bool) {
+        (&mut self.wbuf, !self.greeted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarq_iproto::request::{self, RequestKind};
+
+    fn link(now: Micros) -> OutLink {
+        let who = Identity {
+            me: "a1".into(),
+            cluster: "c".into(),
+            key: tarq_cluster::LinkKey([7; tarq_cluster::link_key::LINK_KEY_LEN]),
+        };
+        OutLink::new(FIRST_CALL_SYNC, who, now)
+    }
+
+    /// The requests written, as (sync, called function or None).
+    fn written(out: &[u8]) -> Vec<(u64, Option<String>)> {
+        let mut at = 0;
+        let mut seen = Vec::new();
+        while let Some(f) = split_frame(&out[at..], usize::MAX).expect("whole frames") {
+            let r = request::decode(&out[at + f.prefix..at + f.total()]).expect("a request");
+            let function = match r.kind {
+                RequestKind::Call { function, .. } => Some(function.to_owned()),
+                _ => None,
             };
-            registry
-                .reregister(&mut self.stream, self.token, interest)
-                .map_err(|e| format!("the link's interest: {e}"))?;
-            self.want_write = want;
+            seen.push((r.sync, function));
+            at += f.total();
         }
-        Ok(())
+        seen
+    }
+
+    #[test]
+    fn calls_queued_before_the_greeting_follow_the_handshake() {
+        let mut l = link(0);
+        l.send(FIRST_CALL_SYNC, &Ask::Unwatch { sync: 99 });
+        let (out, more) = l.output();
+        assert!(
+            out.is_empty() && more,
+            "nothing is written before the greeting"
+        );
+        assert!(!l.may_have_sent());
+        assert!(l.take_input().is_empty(), "no answers before the greeting");
+
+        let greeting =
+            tarq_iproto::greeting::encode(&[1; 16], &[2; tarq_iproto::greeting::SALT_LEN]);
+        l.input().extend_from_slice(&greeting[..10]);
+        l.read_done(10, None, 5).expect("half a greeting waits");
+        assert!(l.output().0.is_empty());
+        l.input().extend_from_slice(&greeting[10..]);
+        l.read_done(greeting.len() - 10, None, 6)
+            .expect("a greeting");
+
+        let (out, more) = l.output();
+        let seen = written(out);
+        assert_eq!(seen[0], (LINK_SYNC, Some(wire::LINK.to_owned())));
+        assert_eq!(
+            seen[1].0, FIRST_CALL_SYNC,
+            "the held call after the handshake"
+        );
+        assert_eq!(seen.len(), 2);
+        assert!(!more);
+        assert!(l.may_have_sent());
+        assert_eq!(l.greeted_at(), Some(6));
+    }
+
+    #[test]
+    fn a_silent_link_is_pinged_then_taken_for_dead() {
+        let timeout = 4_000;
+        let mut l = link(0);
+        assert_eq!(
+            l.next_check(timeout),
+            Some(timeout),
+            "a greeting is awaited"
+        );
+        assert!(
+            l.check(timeout, timeout).is_err(),
+            "no greeting within the timeout"
+        );
+
+        let mut l = link(0);
+        let greeting =
+            tarq_iproto::greeting::encode(&[1; 16], &[2; tarq_iproto::greeting::SALT_LEN]);
+        l.input().extend_from_slice(&greeting);
+        l.read_done(greeting.len(), None, 0).expect("a greeting");
+        l.output().0.clear();
+        l.check(999, timeout).expect("alive");
+        assert!(
+            l.output().0.is_empty(),
+            "not pinged before a quarter of the timeout"
+        );
+        l.check(1_000, timeout).expect("alive");
+        assert_eq!(written(l.output().0), [(PING_SYNC, None)]);
+        assert_eq!(l.next_check(timeout), Some(2_000), "the next ping's time");
+        l.read_done(1, None, 1_500).expect("an answer heard");
+        assert_eq!(l.next_check(timeout), Some(2_500));
+        let dead = l
+            .check(5_500, timeout)
+            .expect_err("silent for the whole timeout");
+        assert!(dead.contains("nothing heard"), "{dead}");
+        assert_eq!(
+            link(0).next_check(0),
+            None,
+            "a timeout of 0 never takes it for dead"
+        );
     }
 }
