@@ -93,13 +93,18 @@ impl Timers {
 
     /// The nearest deadline on the monotonic clock, and the nearest on the wall clock.
     pub fn next(&self) -> (Option<Micros>, Option<Micros>) {
-        let nearest = |wall: bool| {
-            (Timer::ALL.iter())
-                .filter(|t| t.on_wall_clock() == wall)
-                .filter_map(|&t| self.get(t))
-                .min()
-        };
-        (nearest(false), nearest(true))
+        let (mut mono, mut wall) = (None, None);
+        for t in Timer::ALL {
+            if let Some(at) = self.get(t) {
+                let nearest = if t.on_wall_clock() {
+                    &mut wall
+                } else {
+                    &mut mono
+                };
+                *nearest = Some(nearest.map_or(at, |n: Micros| n.min(at)));
+            }
+        }
+        (mono, wall)
     }
 }
 
