@@ -236,7 +236,7 @@ impl Router {
         if !self.drop_holds.any() {
             return;
         }
-        // A read'self fence runs to its sending instant plus the validity.
+        // A read's fence runs to its sending instant plus the validity.
         let read_since = |asked: Instant| {
             (self.fence.view()).is_some_and(|(_, until)| until >= asked + self.validity)
         };

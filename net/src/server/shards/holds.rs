@@ -135,7 +135,10 @@ impl Router {
                 "a session held tasks of a replica set whose link failed: the session ends \
                  (its connections close), as its holds did"
             );
-            self.effects.push(Effect::EndSession(sid));
+            // Another set's link failing in the same call may name it too: ended once.
+            if !(self.effects.iter()).any(|e| matches!(e, Effect::EndSession(s) if *s == sid)) {
+                self.effects.push(Effect::EndSession(sid));
+            }
         }
     }
 
