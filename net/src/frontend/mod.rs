@@ -178,32 +178,6 @@ pub trait Loop {
     /// (answered on `sync`), or is refused: this node is no sharded cluster's, or the caller is
     /// not a node of its cluster speaking its link protocol.
     fn start_link(&mut self, idx: usize, sync: u64, hello: &link::wire::Hello<'_>);
-    /// Other nodes' clients' sessions run here.
-    fn link_sessions(&mut self) -> &mut link::LinkSessions;
-    /// A step of a partition moving here from link `idx`'s node (`Ask::MoveIn`, `MoveTasks`,
-    /// `MoveDone`), answered through `reply`.
-    fn move_step(&mut self, idx: usize, reply: ReplyTo, step: link::wire::Ask<'_>);
-    /// Drops the watch link `idx`'s node sent as its request `sync` (`Ask::Unwatch`), if it
-    /// still waits.
-    fn unwatch_link(&mut self, idx: usize, sync: u64);
-    /// Link `idx`'s node `from` says `count` of its takes wait on the tube headed by `tube`
-    /// (`Ask::Waiting`).
-    fn heard_waiting(&mut self, idx: usize, from: &str, tube: TubeIx, count: u64);
-    /// Link `idx`'s own state (`None` unless it is a link).
-    fn link_conn(&mut self, idx: usize) -> Option<&mut link::LinkConn>;
-    /// A new engine session (for a forwarding node's session).
-    fn new_session(&mut self) -> SessionId;
-    /// [`dispatch`](Self::dispatch) for session `sid` of connection `idx` (a link's).
-    /// A command another node relayed already (`may_relay` false) is run or refused here,
-    /// never relayed again.
-    fn dispatch_as(
-        &mut self,
-        idx: usize,
-        sid: SessionId,
-        reply: ReplyTo,
-        cmd: Command<'_>,
-        may_relay: bool,
-    );
     /// HTTP connection `idx` closes once the answer another node gives it is written
     /// ([`http::HttpConn::close_when_answered`]).
     fn close_after_answer(&mut self, idx: usize);

@@ -17,7 +17,6 @@ use crate::core::{Command, Outcome, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
 use crate::frontend::http::{HttpConn, HttpState};
 use crate::frontend::iproto::IprotoState;
-use crate::frontend::link::{Link, LinkConn};
 use crate::frontend::{self, ReplyTo};
 use tarq_ops::live::Live;
 
@@ -223,7 +222,7 @@ impl frontend::Loop for Server {
 
     fn taken_over_input(&mut self, idx: usize, frame: &[u8]) {
         if matches!(self.conns[idx].proto, Protocol::Link(_)) {
-            Link::new(self).execute(idx, frame);
+            self.link_request(idx, frame);
         } else {
             Server::relay_input(self, idx, frame);
         }
@@ -240,54 +239,6 @@ impl frontend::Loop for Server {
         hello: &crate::frontend::link::wire::Hello<'_>,
     ) {
         Server::start_link(self, idx, sync, hello);
-    }
-
-    fn link_sessions(&mut self) -> &mut crate::frontend::link::LinkSessions {
-        &mut self.link_sessions
-    }
-
-    fn move_step(
-        &mut self,
-        idx: usize,
-        reply: ReplyTo,
-        step: crate::frontend::link::wire::Ask<'_>,
-    ) {
-        if self.router.is_none() {
-            let why = "this tarq is no sharded cluster's node".to_owned();
-            return self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
-        }
-        self.with_router(|r, cx| r.move_step(cx, idx, reply, step));
-    }
-
-    fn unwatch_link(&mut self, idx: usize, sync: u64) {
-        let reply = ReplyTo::Link(crate::frontend::link::Reply { sync });
-        self.core.unwatch_reply(idx, reply);
-    }
-
-    fn heard_waiting(&mut self, idx: usize, from: &str, tube: TubeIx, count: u64) {
-        if let Some(r) = self.router.as_mut() {
-            r.heard_waiting(idx, from, tube, count);
-        }
-    }
-
-    fn link_conn(&mut self, idx: usize) -> Option<&mut LinkConn> {
-        self.conns.get_mut(idx).and_then(|c| c.link_mut())
-    }
-
-    fn new_session(&mut self) -> SessionId {
-        Server::new_session(self)
-    }
-
-    fn dispatch_as(
-        &mut self,
-        idx: usize,
-        sid: SessionId,
-        reply: ReplyTo,
-        cmd: Command<'_>,
-        may_relay: bool,
-    ) {
-        // A link is opened to a sharded node only (`start_link`).
-        self.with_router(|r, cx| r.dispatch_forwarded(cx, idx, sid, reply, cmd, may_relay));
     }
 
     fn http(&mut self) -> &mut HttpState {

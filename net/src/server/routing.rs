@@ -3,6 +3,8 @@
 //! what the router asked of it ([`Effect`]): closes, session ends, beanstalk reserves woken,
 //! live samples. Those lead back into the router, so they run once it is no longer borrowed.
 
+use std::sync::Arc;
+
 use tarq_engine::{SessionId, TubeIx, TubeNumbers};
 use tracing::warn;
 
@@ -14,7 +16,7 @@ use crate::core::{Outcome, Refusal};
 use crate::frontend::beanstalk::Beanstalk;
 use crate::frontend::iproto::Iproto;
 use crate::frontend::link::call::decode_command;
-use crate::frontend::link::wire::Hello;
+use crate::frontend::link::{self, wire::Hello};
 use crate::frontend::ReplyTo;
 
 impl Server {
@@ -166,11 +168,74 @@ impl Server {
         }
     }
 
-    /// A new engine session.
-    pub(crate) fn new_session(&mut self) -> SessionId {
-        let sid = self.next_sid;
-        self.next_sid += 1;
-        sid
+    /// Applies what a link's request frame asks (`link::Request`): a forwarded call run for
+    /// its session, a session's end, an unwatch, the link node's waiting takes, a move's step.
+    pub(super) fn link_request(&mut self, idx: usize, frame: &[u8]) {
+        let Some(origin) = self.conns[idx].link_mut().map(|l| Arc::clone(&l.origin)) else {
+            return;
+        };
+        let answer_ok = |s: &mut Server, reply| s.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
+        match link::Request::from_frame(frame, &origin) {
+            link::Request::Refuse {
+                sync,
+                code,
+                message,
+            } => tarq_iproto::response::error(self.conns.out(idx), sync, code, &message),
+            link::Request::Ping { sync } => {
+                tarq_iproto::response::ok_empty(self.conns.out(idx), sync)
+            }
+            link::Request::Run {
+                reply,
+                origin,
+                session,
+                call,
+                may_relay,
+            } => {
+                // A pause travels as the time it has left: from now on, on this node's clock.
+                let cmd = call.command(self.mono);
+                let next_sid = &mut self.next_sid;
+                let sid = link::session_of(&mut self.link_sessions, &origin, session, || {
+                    let sid = *next_sid;
+                    *next_sid += 1;
+                    sid
+                });
+                // A link is opened to a sharded node only (`start_link`).
+                let reply = ReplyTo::Link(reply);
+                self.with_router(|r, cx| r.dispatch_forwarded(cx, idx, sid, reply, cmd, may_relay));
+            }
+            link::Request::End {
+                reply,
+                origin,
+                session,
+            } => {
+                if let Some(sid) = self.link_sessions.get(&origin, session) {
+                    self.release_session(sid);
+                    self.link_sessions.forget(sid);
+                }
+                answer_ok(self, reply);
+            }
+            link::Request::Unwatch { reply, sync } => {
+                let watch = ReplyTo::Link(link::Reply { sync });
+                self.core.unwatch_reply(idx, watch);
+                answer_ok(self, reply);
+            }
+            link::Request::Waiting { reply, tube, count } => {
+                if let Some(r) = self.router.as_mut() {
+                    r.heard_waiting(idx, &origin, tube, count);
+                }
+                answer_ok(self, reply);
+            }
+            link::Request::Move { reply, step } => {
+                let reply = ReplyTo::Link(reply);
+                if self
+                    .with_router(|r, cx| r.move_step(cx, idx, reply, step))
+                    .is_none()
+                {
+                    let why = "this tarq is no sharded cluster's node".to_owned();
+                    self.deliver(idx, reply, &Outcome::Error(Refusal::Shards(why)));
+                }
+            }
+        }
     }
 
     fn set_again(&mut self, again: bool) {

@@ -22,7 +22,6 @@ use std::sync::Arc;
 
 use tarq_engine::SessionId;
 
-use super::{Loop, ReplyTo};
 use crate::core::Outcome;
 use call::Call;
 use wire::Ask;
@@ -121,26 +120,59 @@ pub fn encode(out: &mut Vec<u8>, r: Reply, outcome: &Outcome<'_>) {
     wire::write_answer(out, r.sync, outcome);
 }
 
-/// The link front-end at work for the loop `L`.
-pub struct Link<'a, L: Loop> {
-    l: &'a mut L,
+/// What a link's request asks of this node, decided from its frame alone (the mini-redis
+/// way: a frame becomes a request, the loop applies it). The front-end holds no state and
+/// calls nothing: the sessions, the core and the router are the loop's.
+#[derive(Debug)]
+pub enum Request<'f> {
+    /// A frame that does not decode, or a call other than `tarq.ask`: answered with the
+    /// error.
+    Refuse {
+        sync: u64,
+        code: u32,
+        message: String,
+    },
+    /// A PING (the link's silence check): answered at once.
+    Ping { sync: u64 },
+    /// Run `call` for session `session` of node `origin`; `may_relay`: this node may relay it
+    /// on (a call relayed once already names its origin and is not relayed again).
+    Run {
+        reply: Reply,
+        origin: Arc<str>,
+        session: u64,
+        call: Call<'f>,
+        may_relay: bool,
+    },
+    /// Session `session` of node `origin` ended: its tasks go back.
+    End {
+        reply: Reply,
+        origin: Arc<str>,
+        session: u64,
+    },
+    /// The forwarding node no longer waits on the watch it sent as `sync`.
+    Unwatch { reply: Reply, sync: u64 },
+    /// The link's node has `count` takes waiting on tube `tube`.
+    Waiting {
+        reply: Reply,
+        tube: tarq_engine::TubeIx,
+        count: u64,
+    },
+    /// A step of a partition's move (or a question about moves): the router's.
+    Move { reply: Reply, step: Ask<'f> },
 }
 
-impl<'a, L: Loop> Link<'a, L> {
-    pub fn new(l: &'a mut L) -> Self {
-        Link { l }
-    }
-}
-
-impl<L: Loop> Link<'_, L> {
-    /// Executes one request frame of link `idx`.
-    pub fn execute(&mut self, idx: usize, frame: &[u8]) {
+impl Request<'_> {
+    /// How a request of `link_origin`'s link reads from `frame`.
+    pub fn from_frame<'f>(frame: &'f [u8], link_origin: &Arc<str>) -> Request<'f> {
         use tarq_iproto::request::{self, RequestKind};
         let req = match request::decode(frame) {
             Ok(r) => r,
             Err(e) => {
-                tarq_iproto::response::error(self.l.reply_buf(idx), e.sync, e.code, &e.message);
-                return;
+                return Request::Refuse {
+                    sync: e.sync,
+                    code: e.code,
+                    message: e.message,
+                }
             }
         };
         let reply = Reply { sync: req.sync };
@@ -148,80 +180,149 @@ impl<L: Loop> Link<'_, L> {
             RequestKind::Call { function, args, .. } if function == wire::ASK => {
                 wire::read_ask(args)
             }
-            RequestKind::Ping => {
-                tarq_iproto::response::ok_empty(self.l.reply_buf(idx), req.sync);
-                return;
-            }
+            RequestKind::Ping => return Request::Ping { sync: req.sync },
             _ => Err("a link carries only tarq.ask calls".to_owned()),
         };
-        let Some(link_origin) = self.l.link_conn(idx).map(|l| Arc::clone(&l.origin)) else {
-            return;
-        };
+        let origin_or_link = |o: Option<&str>| o.map_or_else(|| Arc::clone(link_origin), Arc::from);
         match ask {
             Ok(Ask::Run {
                 session,
                 origin,
                 call,
-            }) => {
+            }) => Request::Run {
+                reply,
                 // A call naming another origin was relayed once already.
-                let may_relay = origin.is_none();
-                let origin = origin.map_or(link_origin, Arc::from);
-                self.run(idx, reply, &origin, session, call, may_relay)
-            }
-            Ok(Ask::End { session, origin }) => {
-                let origin = origin.map_or(link_origin, Arc::from);
-                if let Some(sid) = self.l.link_sessions().get(&origin, session) {
-                    self.l.release_session(sid);
-                    self.l.link_sessions().forget(sid);
-                }
-                self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
-            }
-            Ok(Ask::Unwatch { sync }) => {
-                self.l.unwatch_link(idx, sync);
-                self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
-            }
-            Ok(Ask::Waiting { tube, count }) => {
-                self.l.heard_waiting(idx, &link_origin, tube, count);
-                self.l.deliver(idx, ReplyTo::Link(reply), &Outcome::Ok);
-            }
+                may_relay: origin.is_none(),
+                origin: origin_or_link(origin),
+                session,
+                call,
+            },
+            Ok(Ask::End { session, origin }) => Request::End {
+                reply,
+                origin: origin_or_link(origin),
+                session,
+            },
+            Ok(Ask::Unwatch { sync }) => Request::Unwatch { reply, sync },
+            Ok(Ask::Waiting { tube, count }) => Request::Waiting { reply, tube, count },
             Ok(
                 step @ (Ask::MoveIn { .. }
                 | Ask::MoveTasks { .. }
                 | Ask::MoveDone { .. }
                 | Ask::Moves
                 | Ask::DropOff { .. }),
-            ) => self.l.move_step(idx, ReplyTo::Link(reply), step),
-            Err(e) => {
-                let code = tarq_iproto::codes::ER_ILLEGAL_PARAMS;
-                tarq_iproto::response::error(self.l.reply_buf(idx), req.sync, code, &e);
+            ) => Request::Move { reply, step },
+            Err(message) => Request::Refuse {
+                sync: req.sync,
+                code: tarq_iproto::codes::ER_ILLEGAL_PARAMS,
+                message,
+            },
+        }
+    }
+}
+
+/// This node's session for session `session` of node `origin`: one of this node's own
+/// clients when a call was relayed back here, else the one `sessions` keeps, made with
+/// `new_session` the first time.
+pub fn session_of(
+    sessions: &mut LinkSessions,
+    origin: &Arc<str>,
+    session: u64,
+    new_session: impl FnOnce() -> SessionId,
+) -> SessionId {
+    if sessions.me.as_ref().is_some_and(|me| me == origin) {
+        return session;
+    }
+    if let Some(sid) = sessions.get(origin, session) {
+        return sid;
+    }
+    let sid = new_session();
+    sessions.insert(origin, session, sid);
+    sid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link() -> Arc<str> {
+        Arc::from("b1")
+    }
+
+    /// A request's frame without its size prefix.
+    fn body(out: &[u8]) -> &[u8] {
+        let f = tarq_iproto::split_frame(out, usize::MAX).unwrap().unwrap();
+        &out[f.prefix..f.total()]
+    }
+
+    #[test]
+    fn a_ping_is_answered_and_anything_but_an_ask_refused() {
+        let mut out = Vec::new();
+        tarq_iproto::client::ping(&mut out, 9);
+        assert!(matches!(
+            Request::from_frame(body(&out), &link()),
+            Request::Ping { sync: 9 }
+        ));
+        out.clear();
+        tarq_iproto::client::call(&mut out, 10, "box.info", &[0x90]);
+        match Request::from_frame(body(&out), &link()) {
+            Request::Refuse { sync, message, .. } => {
+                assert_eq!(sync, 10);
+                assert!(message.contains("only tarq.ask"), "{message}");
             }
+            other => panic!("{other:?}"),
+        }
+        match Request::from_frame(&[0x81, 0xc1], &link()) {
+            Request::Refuse { .. } => {}
+            other => panic!("a frame that does not decode: {other:?}"),
         }
     }
 
-    fn run(
-        &mut self,
-        idx: usize,
-        reply: Reply,
-        origin: &Arc<str>,
-        session: u64,
-        call: Call<'_>,
-        may_relay: bool,
-    ) {
-        // A pause travels as the time it has left: from now on, on this node's clock.
-        let command = call.command(self.l.mono());
-        let sessions = self.l.link_sessions();
-        let own = sessions.me.as_ref().is_some_and(|me| me == origin);
-        let sid = match sessions.get(origin, session) {
-            // One of this node's own clients, whose call another node relayed back.
-            _ if own => session,
-            Some(sid) => sid,
-            None => {
-                let sid = self.l.new_session();
-                self.l.link_sessions().insert(origin, session, sid);
-                sid
-            }
+    #[test]
+    fn an_end_names_the_links_node_unless_it_was_relayed() {
+        let ask = |a: &Ask<'_>| {
+            let mut out = Vec::new();
+            wire::write_ask(&mut out, 20, a);
+            out
         };
-        self.l
-            .dispatch_as(idx, sid, ReplyTo::Link(reply), command, may_relay);
+        let own = ask(&Ask::End {
+            session: 4,
+            origin: None,
+        });
+        match Request::from_frame(body(&own), &link()) {
+            Request::End {
+                reply,
+                origin,
+                session,
+            } => assert_eq!((reply.sync, &*origin, session), (20, "b1", 4)),
+            other => panic!("{other:?}"),
+        }
+        let relayed = ask(&Ask::End {
+            session: 4,
+            origin: Some("c2"),
+        });
+        match Request::from_frame(body(&relayed), &link()) {
+            Request::End { origin, .. } => assert_eq!(&*origin, "c2"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_is_made_once_and_a_relayed_own_session_is_its_own() {
+        let mut s = LinkSessions::new(Some(Arc::from("a1")));
+        let b1: Arc<str> = Arc::from("b1");
+        let mut next = 100;
+        let mut make = || {
+            next += 1;
+            next
+        };
+        let first = session_of(&mut s, &b1, 7, &mut make);
+        assert_eq!(first, 101);
+        assert_eq!(session_of(&mut s, &b1, 7, &mut make), 101, "kept");
+        assert_eq!(session_of(&mut s, &b1, 8, &mut make), 102);
+        assert_eq!(
+            session_of(&mut s, &Arc::from("a1"), 55, &mut make),
+            55,
+            "own"
+        );
     }
 }
