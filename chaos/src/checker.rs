@@ -882,8 +882,9 @@ impl HoldEnd {
 
 /// What frees every hold, whoever has it: new primaries and faults marked `frees_holds`.
 struct Freers {
-    /// (time, description) of each leader event that raised its set's term, by time.
-    new_terms: Vec<(u64, String)>,
+    /// (seen, since, description) of each leader event that raised its set's term, by the
+    /// time it was seen: the term began between `since` and then.
+    new_terms: Vec<(u64, u64, String)>,
     /// (from, to, label): a marked fault may have struck anywhere in its interval.
     faults: Vec<(u64, u64, String)>,
 }
@@ -913,7 +914,13 @@ impl Freers {
             } else {
                 format!(" of set {set}")
             };
-            new_terms.push((e.time_us, format!("leader {node}{set} in term {term}")));
+            // Histories before the watcher said since when take the time seen.
+            let since = (value
+                .and_then(|v| v.get("since_us"))
+                .and_then(Value::as_u64))
+            .map_or(e.time_us, |s| s.min(e.time_us));
+            let what = format!("leader {node}{set} in term {term}");
+            new_terms.push((e.time_us, since, what));
         }
         new_terms.sort_by_key(|t| t.0);
         let faults = h
@@ -932,8 +939,12 @@ impl Freers {
     /// `invoked_us`.
     fn end(&self, invoked_us: u64, mut end: HoldEnd) -> HoldEnd {
         let i = self.new_terms.partition_point(|t| t.0 < invoked_us);
-        if let Some((at, what)) = self.new_terms.get(i) {
-            end = end.earlier(*at, || format!("a new primary: {what}"));
+        // The first term seen after the invoke began earliest (each began after the round
+        // before the one that saw it), as late as the invoke: a term seen earlier began
+        // before the take.
+        if let Some((_, since, what)) = self.new_terms.get(i) {
+            let at = (*since).max(invoked_us);
+            end = end.earlier(at, || format!("a new primary: {what}"));
         }
         for (from, to, label) in &self.faults {
             if *to >= invoked_us {
@@ -1582,6 +1593,14 @@ mod tests {
             self.events.push(e);
         }
 
+        /// A leader seen at `t` whose term may have begun from `since` on.
+        fn leader_since(&mut self, (since, t): (u64, u64), node: &str, term: u64) {
+            let mut e = Event::new(t, HARNESS, Kind::Info, F::Leader);
+            e.node = Some(node.into());
+            e.value = Some(json!({ "term": term, "since_us": since }));
+            self.events.push(e);
+        }
+
         fn nemesis(&mut self, (t0, t1): (u64, u64), value: Value) {
             let mut i = Event::new(t0, HARNESS, Kind::Invoke, F::Nemesis);
             i.value = Some(value.clone());
@@ -1942,6 +1961,20 @@ mod tests {
         assert!(r.ok(), "{r}");
         // A leader change before the take was invoked does not.
         let r = taken_twice(None, |h| h.leader(25, "n2", 3), (100, 110));
+        assert_eq!(status(&r, ONE_HOLDER), Status::Fail, "{r}");
+    }
+
+    #[test]
+    fn a_new_primary_seen_late_frees_holds_from_when_it_may_have_begun() {
+        // Seen after the second take, but it may have begun before it (the watcher asks
+        // every node in rounds): the hold may have ended then.
+        let r = taken_twice(None, |h| h.leader_since((95, 120), "n2", 3), (100, 110));
+        assert!(r.ok(), "{r}");
+        // Seen as late, but it began after the second take was answered: still two holders.
+        let r = taken_twice(None, |h| h.leader_since((115, 120), "n2", 3), (100, 110));
+        assert_eq!(status(&r, ONE_HOLDER), Status::Fail, "{r}");
+        // A history without `since_us` takes the time seen.
+        let r = taken_twice(None, |h| h.leader(120, "n2", 3), (100, 110));
         assert_eq!(status(&r, ONE_HOLDER), Status::Fail, "{r}");
     }
 

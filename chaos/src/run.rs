@@ -522,12 +522,16 @@ impl World {
 }
 
 /// Records every new leadership term of each replica set the harness sees among `nodes`,
-/// until `stop`.
+/// until `stop`. A term is seen up to a round of asking late: each event says since when it
+/// may have begun (`since_us`, the start of the round before the one that saw it: a term
+/// already leading then would have been seen then).
 fn watch_leaders(nodes: &[Target], ctl: &Host, rec: &Recorder, stop: &AtomicBool) {
     ctl.enter_current_thread()
         .expect("enter the harness's namespace");
     let mut last_term: std::collections::HashMap<&str, u64> = Default::default();
+    let mut since = 0;
     while !stop.load(Ordering::Relaxed) {
+        let round = rec.now_us();
         for node in nodes {
             let Some((role, term)) = ask_role(node.addr) else {
                 continue;
@@ -537,10 +541,12 @@ fn watch_leaders(nodes: &[Target], ctl: &Host, rec: &Recorder, stop: &AtomicBool
                 *last = term;
                 let mut e = rec.event(HARNESS, Kind::Ok, F::Leader);
                 e.node = Some(node.name.clone());
-                e.value = Some(serde_json::json!({ "term": term, "set": node.set }));
+                let seen = serde_json::json!({ "term": term, "set": node.set, "since_us": since });
+                e.value = Some(seen);
                 rec.record(&e);
             }
         }
+        since = round;
         std::thread::sleep(WATCH_EVERY);
     }
 }
