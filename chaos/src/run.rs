@@ -647,12 +647,18 @@ pub fn run(opts: &Options) -> Result<Report> {
             .map_err(|_| anyhow::anyhow!("sorting the dropper's tubes panicked"))??;
             for (k, (tube, _)) in TUBES.into_iter().enumerate() {
                 // Each call a drain has in flight is its own process (one open operation each).
-                drain(&world, p, (opts.clients + k * DRAIN_WINDOW) as u64, tube)?;
+                drain(
+                    &world,
+                    p,
+                    (opts.clients + k * DRAIN_WINDOW) as u64,
+                    tube,
+                    None,
+                )?;
             }
             // One after another, through one range of processes after the racers'.
             let first = process + 1 + DROP_RACERS as u64;
             for tube in &live {
-                drain(&world, p, first, tube)?;
+                drain(&world, p, first, tube, Some(process))?;
             }
             record_stats(&world)?;
         }
@@ -822,8 +828,11 @@ fn start_clients(
 }
 
 /// Kicks, takes and acks everything left in `tube`, through node `p`, recorded as process
-/// `process`; done when the tube holds no task at all (ready, taken, delayed or buried).
-fn drain(world: &World, p: usize, process: u64, tube: &str) -> Result<()> {
+/// `process`; done when the tube holds no task at all (ready, taken, delayed or buried). A
+/// tube the dropper left (`dropper`: its process) may turn out gone once the drain's calls
+/// name no tube (a drop of unknown outcome removed it, and a node's answer to the look before
+/// the drain was lost): then that is recorded as the dropper's, and the drain is done.
+fn drain(world: &World, p: usize, process: u64, tube: &str, dropper: Option<u64>) -> Result<()> {
     // The limit is on a drain that makes no progress: a long run leaves a long backlog.
     let mut deadline = Instant::now() + DRAIN_LIMIT;
     let mut p = p;
@@ -835,6 +844,11 @@ fn drain(world: &World, p: usize, process: u64, tube: &str) -> Result<()> {
         if emptied {
             return Ok(());
         }
+        if let Some(dropper) = dropper {
+            if gone(world, dropper, tube)? {
+                return Ok(());
+            }
+        }
         if Instant::now() > deadline {
             bail!("the drain of tube {tube} took nothing for {DRAIN_LIMIT:?}");
         }
@@ -842,6 +856,21 @@ fn drain(world: &World, p: usize, process: u64, tube: &str) -> Result<()> {
         // drain goes on through whichever node leads now, as a client would.
         p = world.wait_primaries(RECOVERY_LIMIT)?;
     }
+}
+
+/// Whether `tube` is gone from every node; if so the dropper (process `dropper`) records it
+/// so, as for the tubes found gone before the drain (`drops::settle_left`).
+fn gone(world: &World, dropper: u64, tube: &str) -> Result<bool> {
+    let (targets, host, rec) = (
+        world.targets(),
+        world.clients.clone(),
+        Arc::clone(&world.rec),
+    );
+    let left = vec![tube.to_owned()];
+    let live = std::thread::spawn(move || drops::settle_left(&targets, &host, rec, dropper, &left))
+        .join()
+        .map_err(|_| anyhow::anyhow!("asking whether a tube is gone panicked"))??;
+    Ok(live.is_empty())
 }
 
 /// Calls a drain keeps in flight: one at a time, each waits for the sync quorum and etcd's
