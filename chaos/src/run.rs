@@ -638,13 +638,8 @@ pub fn run(opts: &Options) -> Result<Report> {
         Ok(p) => {
             // The tubes the dropper did not see dropped are drained too, unless they are
             // gone (an earlier drop of unknown outcome was made).
-            let (targets, host, rec) = (world.targets(), world.clients.clone(), Arc::clone(&rec));
             let process = drops_process(opts);
-            let live = std::thread::spawn(move || {
-                drops::settle_left(&targets, &host, rec, process, &left)
-            })
-            .join()
-            .map_err(|_| anyhow::anyhow!("sorting the dropper's tubes panicked"))??;
+            let live = settle_left(&world, process, left)?;
             for (k, (tube, _)) in TUBES.into_iter().enumerate() {
                 // Each call a drain has in flight is its own process (one open operation each).
                 drain(
@@ -845,7 +840,7 @@ fn drain(world: &World, p: usize, process: u64, tube: &str, dropper: Option<u64>
             return Ok(());
         }
         if let Some(dropper) = dropper {
-            if gone(world, dropper, tube)? {
+            if settle_left(world, dropper, vec![tube.to_owned()])?.is_empty() {
                 return Ok(());
             }
         }
@@ -858,19 +853,17 @@ fn drain(world: &World, p: usize, process: u64, tube: &str, dropper: Option<u64>
     }
 }
 
-/// Whether `tube` is gone from every node; if so the dropper (process `dropper`) records it
-/// so, as for the tubes found gone before the drain (`drops::settle_left`).
-fn gone(world: &World, dropper: u64, tube: &str) -> Result<bool> {
+/// The tubes of `left` still on some node; those gone from every node the dropper (process
+/// `dropper`) records so (`drops::settle_left`, run from the clients' namespace).
+fn settle_left(world: &World, dropper: u64, left: Vec<String>) -> Result<Vec<String>> {
     let (targets, host, rec) = (
         world.targets(),
         world.clients.clone(),
         Arc::clone(&world.rec),
     );
-    let left = vec![tube.to_owned()];
-    let live = std::thread::spawn(move || drops::settle_left(&targets, &host, rec, dropper, &left))
+    std::thread::spawn(move || drops::settle_left(&targets, &host, rec, dropper, &left))
         .join()
-        .map_err(|_| anyhow::anyhow!("asking whether a tube is gone panicked"))??;
-    Ok(live.is_empty())
+        .map_err(|_| anyhow::anyhow!("sorting the dropper's tubes panicked"))?
 }
 
 /// Calls a drain keeps in flight: one at a time, each waits for the sync quorum and etcd's

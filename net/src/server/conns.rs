@@ -117,11 +117,7 @@ impl Conns {
     /// Queues connection `idx` for this turn's flush.
     #[inline]
     pub fn mark_flush(&mut self, idx: usize) {
-        let c = &mut self.slab[idx];
-        if !c.to_flush {
-            c.to_flush = true;
-            self.flush.push(idx);
-        }
+        queue_flush(&mut self.slab[idx], idx, &mut self.flush);
     }
 
     /// Connection `idx`'s reply buffer, queued for this turn's flush.
@@ -167,10 +163,7 @@ impl Conns {
                 return false;
             };
             if until <= now {
-                if !c.to_flush {
-                    c.to_flush = true;
-                    flush.push(idx);
-                }
+                queue_flush(c, idx, flush);
                 return false;
             }
             true
@@ -181,9 +174,8 @@ impl Conns {
     /// (a stop's turns, which dispatch no events).
     pub fn flush_released(&mut self) {
         for (idx, c) in self.slab.iter_mut() {
-            if c.out.has_released() && !c.to_flush {
-                c.to_flush = true;
-                self.flush.push(idx);
+            if c.out.has_released() {
+                queue_flush(c, idx, &mut self.flush);
             }
         }
     }
@@ -205,9 +197,8 @@ impl Conns {
                 return false;
             };
             release(idx, c);
-            if c.out.has_released() && !c.to_flush {
-                c.to_flush = true;
-                list.push(idx);
+            if c.out.has_released() {
+                queue_flush(c, idx, list);
             }
             c.out.has_holds()
         });
@@ -225,6 +216,15 @@ impl Conns {
     /// When the next lingering connection is freed regardless.
     pub fn next_linger(&self) -> Option<Micros> {
         self.lingering.iter().map(|&(_, _, until)| until).min()
+    }
+}
+
+/// Puts connection `c` (slot `idx`) on `list`, the turn's flush, once.
+#[inline]
+fn queue_flush(c: &mut Conn, idx: usize, list: &mut Vec<usize>) {
+    if !c.to_flush {
+        c.to_flush = true;
+        list.push(idx);
     }
 }
 

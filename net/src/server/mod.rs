@@ -507,7 +507,9 @@ impl Server {
                 self.timers.set(Timer::Ops, self.ops.next_timer());
             }
             Token(t) => {
-                let Some(idx) = self.slot_of(t) else { return };
+                let Some(idx) = self.conns.slot_of(t) else {
+                    return;
+                };
                 let c = &mut self.conns[idx];
                 if c.closing.is_some() {
                     // Only the replies it is owed matter now.
@@ -660,12 +662,6 @@ impl Server {
         }
     }
 
-    /// The live slot a token names (closing or not), or None for a stale token (the slot was
-    /// freed or reused).
-    fn slot_of(&self, token: usize) -> Option<usize> {
-        self.conns.slot_of(token)
-    }
-
     fn poll_timeout(&mut self) -> Option<Duration> {
         if self.engine_behind
             || !self.conns.read_again.is_empty()
@@ -729,11 +725,6 @@ impl Server {
         self.timers.set(Timer::Heartbeats, self.next_heartbeat());
     }
 
-    /// The soonest a lingering close is freed regardless.
-    fn next_linger(&self) -> Option<Micros> {
-        self.conns.next_linger()
-    }
-
     /// A debug build's check that every owner registered its deadline: each slot holds what
     /// the owner says now.
     #[cfg(debug_assertions)]
@@ -744,7 +735,7 @@ impl Server {
                 Timer::Upstream,
                 self.upstream.as_ref().and_then(|u| u.next_timer()),
             ),
-            (Timer::Linger, self.next_linger()),
+            (Timer::Linger, self.conns.next_linger()),
             (Timer::TlsHello, self.tls.next_wait()),
             (Timer::Ops, self.ops.next_timer()),
             (
@@ -1042,7 +1033,7 @@ impl Server {
 
         if !self.conns.lingering.is_empty() {
             self.conns.end_lingering(self.mono);
-            self.timers.set(Timer::Linger, self.next_linger());
+            self.timers.set(Timer::Linger, self.conns.next_linger());
         }
     }
 
@@ -1723,7 +1714,7 @@ impl Server {
                 .any(|&(i, g, _)| (i, g) == (idx, gen))
             {
                 self.conns.lingering.push((idx, gen, closing.until));
-                self.timers.set(Timer::Linger, self.next_linger());
+                self.timers.set(Timer::Linger, self.conns.next_linger());
             }
         } else {
             self.finish_close(idx);

@@ -193,15 +193,12 @@ impl Server {
             } => {
                 // A pause travels as the time it has left: from now on, on this node's clock.
                 let cmd = call.command(self.mono);
-                let next_sid = &mut self.next_sid;
-                let sid = link::session_of(&mut self.link_sessions, &origin, session, || {
-                    let sid = *next_sid;
-                    *next_sid += 1;
-                    sid
-                });
                 // A link is opened to a sharded node only (`start_link`).
                 let reply = ReplyTo::Link(reply);
-                self.with_router(|r, cx| r.dispatch_forwarded(cx, idx, sid, reply, cmd, may_relay));
+                self.with_router(|r, cx| {
+                    let sid = cx.link_session(&origin, session);
+                    r.dispatch_forwarded(cx, idx, sid, reply, cmd, may_relay)
+                });
             }
             link::Request::End {
                 reply,

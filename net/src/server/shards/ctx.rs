@@ -16,11 +16,18 @@ use tarq_engine::{Micros, SessionId};
 use crate::config::Config;
 use crate::core::{Caller, Core, Outcome};
 use crate::frontend::http::TubeTotals;
-use crate::frontend::link::LinkSessions;
+use crate::frontend::link::{self, LinkSessions};
 use crate::frontend::ReplyTo;
 use crate::server::cluster::ClusterNode;
 use crate::server::host::Wire;
 use crate::server::link_sockets::LinkSockets;
+
+/// The next session number, taken.
+fn take_sid(next: &mut u64) -> SessionId {
+    let sid = *next;
+    *next += 1;
+    sid
+}
 
 /// The parts of the server the router acts on during one call.
 pub(in crate::server) struct Ctx<'a> {
@@ -126,9 +133,13 @@ impl<'a> Ctx<'a> {
 
     /// A new engine session.
     pub fn new_session(&mut self) -> SessionId {
-        let sid = *self.next_sid;
-        *self.next_sid += 1;
-        sid
+        take_sid(self.next_sid)
+    }
+
+    /// This node's session for session `session` of node `origin` (made the first time).
+    pub fn link_session(&mut self, origin: &Arc<str>, session: u64) -> SessionId {
+        let next_sid = &mut *self.next_sid;
+        link::session_of(self.link_sessions, origin, session, || take_sid(next_sid))
     }
 
     /// Why connection `idx` may not carry node-to-node traffic, or `None`.

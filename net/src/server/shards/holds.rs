@@ -135,10 +135,10 @@ impl Router {
                 "a session held tasks of a replica set whose link failed: the session ends \
                  (its connections close), as its holds did"
             );
-            // Another set's link failing in the same call may name it too: ended once.
-            if !(self.effects.iter()).any(|e| matches!(e, Effect::EndSession(s) if *s == sid)) {
-                self.effects.push(Effect::EndSession(sid));
-            }
+            // It holds nothing from now (another link failing in this call does not name it
+            // again); the loop ends it once the call is over.
+            self.holds.ended(sid);
+            self.effects.push(Effect::EndSession(sid));
         }
     }
 
