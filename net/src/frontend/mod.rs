@@ -1,8 +1,10 @@
 //! Front-ends: one per wire protocol. A front-end turns its frames into the core's
 //! front-end-neutral [`Command`](crate::core::Command)s and the
-//! [`Outcome`](crate::core::Outcome)s back into its replies. It reaches the loop it runs in
-//! only through [`Loop`] (the loop implements it), so the loop calls front-ends and never the
-//! other way; the queue, parked takes and the journal are the core's, shared by all. Adding a
+//! [`Outcome`](crate::core::Outcome)s back into its replies. It returns what the loop should do
+//! with a request ([`Then`]: the core's command, a close, a change of hands) and asks the loop
+//! what it must know only through [`Loop`] (the loop implements it), so the loop calls
+//! front-ends and never the other way; the queue, parked takes and the journal are the core's,
+//! shared by all. Adding a
 //! protocol is a codec crate (bytes only, like `tarq-iproto`), a translator here over `Loop`,
 //! and a [`ReplyTo`] variant carrying what its replies need (the IPROTO sync, say).
 
@@ -10,8 +12,6 @@ pub mod beanstalk;
 pub mod http;
 pub mod iproto;
 pub mod link;
-
-use std::time::Instant;
 
 use tarq_engine::{Micros, Queue, SessionId, Stats, TubeIx};
 use tarq_ops::stats::Snapshot;
@@ -31,6 +31,35 @@ pub enum ReplyTo {
     /// figures, or a watch), never to a connection: the token says which of its questions.
     Router(u64),
     Http(http::Reply),
+}
+
+/// What the loop does about a request a front-end read: mini-redis's `Command::from_frame`
+/// then `apply`, with the loop applying. The front-end answers what it can itself (then
+/// [`Then::Done`]) and returns the rest, so the hot path runs loop → front-end → loop →
+/// core, and the front-end never holds the loop while the core works.
+#[must_use]
+#[derive(Debug)]
+pub enum Then<'f> {
+    /// Answered (or held) by the front-end: nothing more to do.
+    Done,
+    /// The core runs the command, answered through `ReplyTo`.
+    Run(ReplyTo, Command<'f>),
+    /// The connection closes once the replies it is owed are written (its client asked, or
+    /// its user holds as many connections as it may).
+    Close(&'static str),
+    /// JOIN (`subscribe` `None`) or SUBSCRIBE after `(position, term, history)`: the
+    /// connection becomes a relay streaming this node's WAL, or is refused.
+    Relay {
+        sync: u64,
+        format: Option<u32>,
+        subscribe: Option<(u64, u64, u64)>,
+    },
+    /// `tarq.link`: the connection becomes a link another node of a sharded cluster forwards
+    /// its clients' calls on (answered on `sync`), or is refused.
+    Link {
+        sync: u64,
+        hello: link::wire::Hello<'f>,
+    },
 }
 
 /// Encodes `outcome` as the reply `to` asks for, appended to `out`. Inlined into the loop's
@@ -65,11 +94,6 @@ pub trait Loop {
     fn sid(&self, idx: usize) -> SessionId;
     /// Closes connection `idx` at its client's request, after the replies it is owed.
     fn close_quietly(&mut self, idx: usize, reason: &'static str);
-    /// Connection `idx` may run the requests waiting in its buffer again: read it next turn.
-    fn resume_input(&mut self, idx: usize);
-    /// Connection `idx` is held for its user's put rate: nothing more of its input runs now
-    /// (the loop runs it when the mute ends).
-    fn muted(&self, idx: usize) -> bool;
 
     fn queue(&self) -> &Queue;
     /// The tube named `name` (its first partition's index) and its numbering: the engine's,
@@ -89,8 +113,6 @@ pub trait Loop {
     fn parked_of(&self, idx: usize) -> usize;
     /// Takes parked on `tube` now.
     fn parked_count(&self, tube: TubeIx) -> u64;
-    /// Drops every take connection `idx` has parked.
-    fn unpark_all(&mut self, idx: usize);
     /// Creates tube `name` on first use (`fifottl`, made on demand: dropped once unused).
     fn create_tube_for(&mut self, idx: usize, name: &str) -> Result<TubeIx, Refusal>;
     /// Whether this node makes a tube on first use at once ([`create_tube_for`]); a sharded
@@ -106,9 +128,6 @@ pub trait Loop {
     fn now(&self) -> Micros;
     /// The turn's monotonic time (in-process timeouts).
     fn mono(&self) -> Micros;
-    /// Counts a request for the service-time figures; `Some` when this one is timed.
-    fn count_request(&mut self) -> Option<Instant>;
-    fn record_request(&mut self, started: Option<Instant>);
     /// Every figure of `queue.stats()`.
     fn snapshot(&self) -> Snapshot;
     /// This process's random id.
@@ -155,29 +174,9 @@ pub trait Loop {
     fn session_uuid(&self, idx: usize) -> Option<[u8; 16]>;
     /// Connection `idx` acts as engine session `sid`, named `uuid` in the tube API.
     fn set_session(&mut self, idx: usize, sid: SessionId, uuid: [u8; 16]);
-    /// Whether connection `idx` was taken over by a protocol of the loop's own: a relay (it
-    /// streams this tarq's WAL to a replica) or a link (another node of a sharded cluster
-    /// forwards on it). Its frames then go to [`taken_over_input`](Self::taken_over_input).
-    fn taken_over(&self, idx: usize) -> bool;
-    /// JOIN (`subscribe` `None`) or SUBSCRIBE after `(position, term, history)`: connection
-    /// `idx` becomes a relay, or is refused.
-    fn start_relay(
-        &mut self,
-        idx: usize,
-        sync: u64,
-        format: Option<u32>,
-        subscribe: Option<(u64, u64, u64)>,
-    );
-    /// A frame on a connection taken over: a replica's acknowledgement on a relay, a
-    /// forwarded call on a link.
-    fn taken_over_input(&mut self, idx: usize, frame: &[u8]);
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
 
-    /// Connection `idx` becomes a link the node `hello` names forwards its clients' calls on
-    /// (answered on `sync`), or is refused: this node is no sharded cluster's, or the caller is
-    /// not a node of its cluster speaking its link protocol.
-    fn start_link(&mut self, idx: usize, sync: u64, hello: &link::wire::Hello<'_>);
     /// HTTP connection `idx` closes once the answer another node gives it is written
     /// ([`http::HttpConn::close_when_answered`]).
     fn close_after_answer(&mut self, idx: usize);

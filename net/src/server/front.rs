@@ -2,12 +2,9 @@
 //! the core's entry point and what it reads, the clocks and the figures. Each method is the
 //! loop's own, named once here.
 
-use std::time::Instant;
-
 use tarq_engine::{Micros, Queue, SessionId, Stats, TubeIx};
 use tarq_ops::stats::Snapshot;
 
-use super::conn::Protocol;
 use super::Server;
 use crate::config::Config;
 use tarq_iproto::auth::SCRAMBLE_LEN;
@@ -23,7 +20,7 @@ use tarq_ops::live::Live;
 impl frontend::Loop for Server {
     #[inline]
     fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
-        Server::dispatch(self, idx, reply, cmd);
+        Server::dispatch(self, idx, reply, &cmd);
     }
 
     fn reply_buf(&mut self, idx: usize) -> &mut Vec<u8> {
@@ -44,10 +41,6 @@ impl frontend::Loop for Server {
 
     fn close_quietly(&mut self, idx: usize, reason: &'static str) {
         Server::close_quietly(self, idx, reason);
-    }
-
-    fn resume_input(&mut self, idx: usize) {
-        Server::resume_input(self, idx);
     }
 
     fn queue(&self) -> &Queue {
@@ -78,11 +71,6 @@ impl frontend::Loop for Server {
     fn parked_count(&self, tube: TubeIx) -> u64 {
         let routed = (self.router.as_ref()).map_or(0, |r| r.routed_waiting_on(tube));
         self.core.parked_in(tube) as u64 + routed
-    }
-
-    fn unpark_all(&mut self, idx: usize) {
-        self.core.unpark(idx);
-        self.with_router(|r, cx| r.end_waits_of(cx, idx));
     }
 
     fn cluster_picture(&mut self) -> Option<serde_json::Value> {
@@ -117,14 +105,6 @@ impl frontend::Loop for Server {
 
     fn mono(&self) -> Micros {
         self.mono
-    }
-
-    fn count_request(&mut self) -> Option<Instant> {
-        Server::count_request(self)
-    }
-
-    fn record_request(&mut self, started: Option<Instant>) {
-        Server::record_request(self, started);
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -184,10 +164,6 @@ impl frontend::Loop for Server {
         Server::set_who(self, idx, who)
     }
 
-    fn muted(&self, idx: usize) -> bool {
-        self.conns[idx].muted()
-    }
-
     fn salt(&self, idx: usize) -> [u8; SALT_LEN] {
         self.conns[idx].salt()
     }
@@ -206,39 +182,8 @@ impl frontend::Loop for Server {
         c.set_session_uuid(uuid);
     }
 
-    fn taken_over(&self, idx: usize) -> bool {
-        !matches!(self.conns[idx].proto, Protocol::Iproto { .. })
-    }
-
-    fn start_relay(
-        &mut self,
-        idx: usize,
-        sync: u64,
-        format: Option<u32>,
-        subscribe: Option<(u64, u64, u64)>,
-    ) {
-        Server::start_relay(self, idx, sync, format, subscribe);
-    }
-
-    fn taken_over_input(&mut self, idx: usize, frame: &[u8]) {
-        if matches!(self.conns[idx].proto, Protocol::Link(_)) {
-            self.link_request(idx, frame);
-        } else {
-            Server::relay_input(self, idx, frame);
-        }
-    }
-
     fn cluster_overview(&mut self) -> rmpv::Value {
         Server::cluster_overview(self)
-    }
-
-    fn start_link(
-        &mut self,
-        idx: usize,
-        sync: u64,
-        hello: &crate::frontend::link::wire::Hello<'_>,
-    ) {
-        Server::start_link(self, idx, sync, hello);
     }
 
     fn http(&mut self) -> &mut HttpState {

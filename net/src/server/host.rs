@@ -1,7 +1,8 @@
 //! The loop as the core's [`Host`]: outcomes are encoded by the asking connection's front-end
 //! into its reply buffer, queued for the turn's flush; the node's role (a replica, a cluster
 //! node that does not lead) refuses changes; beanstalk's connections hold the tubes they use.
-//! [`Server::dispatch`] is the one way a front-end's command reaches the core.
+//! [`Server::dispatch`] is the one way a front-end's command reaches the core;
+//! [`Server::apply`] does what a front-end returned.
 
 use std::net::SocketAddr;
 
@@ -12,7 +13,7 @@ use super::conns::Conns;
 use super::Server;
 use crate::core::{Caller, Command, Core, Host, Outcome, Refusal};
 use crate::frontend::beanstalk::BeanstalkState;
-use crate::frontend::ReplyTo;
+use crate::frontend::{ReplyTo, Then};
 
 /// Who may change the queue here, read when a change comes.
 pub(super) struct Role<'a> {
@@ -138,18 +139,45 @@ impl Server {
 
     /// Runs a front-end's command for connection `idx` in the core, answered through `reply`.
     #[inline]
-    pub(crate) fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>) {
+    pub(crate) fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: &Command<'_>) {
         if self.conns.get(idx).is_some_and(|c| c.quota.is_some())
             && (self.cfg.user_put_rate > 0 || self.core.queue().users().any_put_rate())
         {
-            self.charge_put(idx, &cmd);
+            self.charge_put(idx, cmd);
         }
         if self.router.is_some() {
-            return self.dispatch_routed(idx, reply, cmd);
+            return self.dispatch_routed(idx, reply, *cmd);
         }
         let caller = self.caller(idx);
         let (core, mut wire) = self.split();
         core.execute(caller, reply, cmd, &mut wire);
+    }
+
+    /// Does what a front-end returned for connection `idx`'s request: runs its command (the
+    /// hot path, inlined), or hands the connection over, or closes it.
+    #[inline(always)]
+    pub(crate) fn apply(&mut self, idx: usize, then: Then<'_>) {
+        match then {
+            Then::Done => {}
+            Then::Run(reply, ref cmd) => self.dispatch(idx, reply, cmd),
+            other => self.apply_rare(idx, other),
+        }
+    }
+
+    /// What a front-end returned that is not a command: out of line, off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn apply_rare(&mut self, idx: usize, then: Then<'_>) {
+        match then {
+            Then::Done | Then::Run(..) => self.apply(idx, then),
+            Then::Close(reason) => self.close_quietly(idx, reason),
+            Then::Relay {
+                sync,
+                format,
+                subscribe,
+            } => self.start_relay(idx, sync, format, subscribe),
+            Then::Link { sync, hello } => self.start_link(idx, sync, &hello),
+        }
     }
 
     /// [`dispatch`](Self::dispatch) on a sharded node: the router first. Out of line, so a

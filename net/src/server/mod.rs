@@ -14,6 +14,7 @@
 //! loop: its tokens and timers are polled here, it gets a [`Snapshot`] when a report is due, and
 //! a stop (signal or [`ServerHandle::shutdown`]) ends with [`Server::stop_gracefully`].
 
+mod beanstalk_port;
 mod clock;
 mod cluster;
 pub mod conn;
@@ -54,10 +55,10 @@ use crate::config::Config;
 use crate::core::access::Who;
 use crate::core::journal::{Journal, Ticket};
 use crate::core::{Core, Outcome, Unneeded};
-use crate::frontend::beanstalk::{Beanstalk, BsConn};
+use crate::frontend::beanstalk::BsConn;
 use crate::frontend::http::Http;
 use crate::frontend::iproto::sessions::{OnClose, TubeSessions};
-use crate::frontend::iproto::{Iproto, IprotoState};
+use crate::frontend::iproto::{Iproto, IprotoState, NumberText};
 use crate::frontend::ReplyTo;
 pub use conn::{set_mmap_threshold, MMAP_THRESHOLD_BYTES};
 use conn::{
@@ -1021,7 +1022,7 @@ impl Server {
             if self.is_live(caller) {
                 match reply {
                     // The front-end decides: TIMED_OUT, DEADLINE_SOON, or wait on.
-                    ReplyTo::Beanstalk(_) => Beanstalk::new(self).reserve_woke(caller.slot()),
+                    ReplyTo::Beanstalk(_) => self.beanstalk_reserve_woke(caller.slot()),
                     _ => self.deliver(caller.slot(), reply, &Outcome::Nothing),
                 }
             }
@@ -1160,7 +1161,7 @@ impl Server {
         } else {
             let data = rbuf.data();
             let used = if beanstalk {
-                Beanstalk::new(self).execute_input(idx, data)
+                self.execute_beanstalk_input(idx, data)
             } else if web {
                 Http::new(self).execute_input(idx, data)
             } else {
@@ -1207,7 +1208,7 @@ impl Server {
             ReadOutcome::Budget | ReadOutcome::Full => self.conns.read_again.push(idx),
             ReadOutcome::Eof if blocked => {
                 // beanstalkd answers a reserve waiting on a half-closed connection at once.
-                Beanstalk::new(self).half_closed(idx);
+                self.beanstalk_half_closed(idx);
                 self.begin_close(idx, "closed by peer", true);
             }
             ReadOutcome::Eof => self.begin_close(idx, "closed by peer", true),
@@ -1236,9 +1237,28 @@ impl Server {
         used
     }
 
+    /// Executes one IPROTO frame of connection `idx`: through its front-end, or, on a
+    /// connection a protocol of the loop's own took over, as a replica's acknowledgement (a
+    /// relay) or a forwarded call (a link).
+    /// `key` is room for a numeric utube key the frame's command may borrow.
+    #[inline(always)]
+    fn execute_iproto_frame(&mut self, idx: usize, frame: &[u8], key: &mut NumberText) {
+        match self.conns[idx].proto {
+            Protocol::Iproto { .. } => {
+                let then = Iproto::new(self).execute(idx, frame, key);
+                self.apply(idx, then);
+            }
+            Protocol::Link(_) => self.link_request(idx, frame),
+            // A relay; beanstalk's and HTTP's ports split no IPROTO frames.
+            _ => self.relay_input(idx, frame),
+        }
+    }
+
     /// Executes every complete IPROTO frame at the front of `data`; returns the bytes used.
     fn execute_iproto_input(&mut self, idx: usize, data: &[u8]) -> usize {
         let mut used = 0;
+        // Made once for all the frames read: the zeroing is not free.
+        let mut key = NumberText::default();
         // A put over its user's rate stops the connection's input until its mute ends.
         while self.conns[idx].closing.is_none() && self.conns[idx].throttle == 0 {
             let max = self.frame_cap(&self.conns[idx]);
@@ -1247,7 +1267,7 @@ impl Server {
                     // Every request counted, one in `TIME_ONE_IN` timed (a clock read is not free).
                     let started = self.ops.service.count_request().then(Instant::now);
                     let frame = &data[used + f.prefix..used + f.total()];
-                    Iproto::new(self).execute(idx, frame);
+                    self.execute_iproto_frame(idx, frame, &mut key);
                     used += f.total();
                     if let Some(t0) = started {
                         self.ops.service.record(t0.elapsed());
@@ -1329,14 +1349,6 @@ impl Server {
     pub(crate) fn resume_input(&mut self, idx: usize) {
         if self.conns.get(idx).is_some_and(|c| c.closing.is_none()) {
             self.conns.read_again.push(idx);
-        }
-    }
-
-    /// A parked take was answered: a beanstalk reserve drops its other entries and lets the
-    /// commands behind it run.
-    pub(crate) fn parked_answered(&mut self, idx: usize, reply: ReplyTo) {
-        if matches!(reply, ReplyTo::Beanstalk(_)) {
-            Beanstalk::new(self).reserve_answered(idx);
         }
     }
 
@@ -1852,6 +1864,8 @@ fn pin_to(cpu: usize) -> io::Result<()> {
 }
 
 #[cfg(test)]
+mod front_returns;
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::frontend::iproto::calls;
@@ -1862,7 +1876,7 @@ mod tests {
     /// Every wait here ends by then.
     const WAIT: Duration = Duration::from_secs(10);
 
-    fn server() -> (Server, tempfile::TempDir) {
+    pub(super) fn server() -> (Server, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let cfg = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -1873,7 +1887,7 @@ mod tests {
     }
 
     /// Connects a client and has the server accept it; returns its slot and the client side.
-    fn connect(s: &mut Server) -> (usize, StdStream) {
+    pub(super) fn connect(s: &mut Server) -> (usize, StdStream) {
         let client = StdStream::connect(s.local_addr().unwrap()).unwrap();
         let known: Vec<usize> = s.conns.iter().map(|(i, _)| i).collect();
         let deadline = Instant::now() + WAIT;
@@ -1924,6 +1938,13 @@ mod tests {
         syncs
     }
 
+    /// Connection `idx` calls `function` with `args` (answered on `sync`), as its frame would.
+    fn call(s: &mut Server, idx: usize, sync: u64, function: &str, args: &[u8]) {
+        let mut key = NumberText::default();
+        let then = Iproto::new(s).call(idx, sync, function, args, false, &mut key);
+        s.apply(idx, then);
+    }
+
     /// Regression: a connection closed while the turn's replies were being written (over its
     /// write backlog) handed its task to the parked take of a connection further down the same
     /// flush list. That reply was appended after the turn's hold and the connection stayed
@@ -1938,15 +1959,16 @@ mod tests {
         let now = s.now;
         (s.core.queue_mut()).put(now, Box::new([0xa1, b'x']), PutOptions::default());
         // The hog takes the task; the waiter's take(10) parks.
-        Iproto::new(&mut s).call(hog, 1, calls::TAKE, &[0x90], false);
-        Iproto::new(&mut s).call(waiter, 7, calls::TAKE, &[0x91, 0x0a], false);
+        call(&mut s, hog, 1, calls::TAKE, &[0x90]);
+        call(&mut s, waiter, 7, calls::TAKE, &[0x91, 0x0a]);
         assert_eq!(s.core.parked_takes().0, 1);
         // The hog is flushed first, with far more than its socket takes: over its backlog
         // limit once that write returns. The waiter is flushed after it (a ping reply).
         s.cfg.max_write_backlog = 1 << 20;
         let junk = vec![0u8; 32 << 20];
         s.conns.out(hog).extend_from_slice(&junk);
-        Iproto::new(&mut s).execute(waiter, &[0x82, 0x00, 0x40, 0x01, 0x08]);
+        let ping = [0x82, 0x00, 0x40, 0x01, 0x08];
+        s.execute_iproto_frame(waiter, &ping, &mut NumberText::default());
         assert_eq!(s.conns.flush, [hog, waiter]);
         s.commit_and_flush();
         assert!(s.conns.get(hog).is_none(), "the hog was cut off");

@@ -13,8 +13,7 @@ use super::shards::{self, Ctx, Effect, Kept};
 use super::timers::Timer;
 use super::{Server, ER_UNKNOWN};
 use crate::core::{Outcome, Refusal};
-use crate::frontend::beanstalk::Beanstalk;
-use crate::frontend::iproto::Iproto;
+use crate::frontend::iproto::NumberText;
 use crate::frontend::link::call::decode_command;
 use crate::frontend::link::{self, wire::Hello};
 use crate::frontend::ReplyTo;
@@ -65,7 +64,7 @@ impl Server {
             Effect::EndSession(sid) => self.end_session(sid),
             Effect::ReserveWoke(caller) => {
                 if self.conns.is_live(caller) {
-                    Beanstalk::new(self).reserve_woke(caller.slot());
+                    self.beanstalk_reserve_woke(caller.slot());
                 }
             }
             Effect::LiveSample {
@@ -112,7 +111,7 @@ impl Server {
             self.set_again(true);
             match u.what {
                 Kept::Frame(frame) => {
-                    Iproto::new(self).execute(u.idx, &frame);
+                    self.execute_iproto_frame(u.idx, &frame, &mut NumberText::default());
                     self.resume_input(u.idx);
                 }
                 // Its put was charged to the user's rate when it first came.

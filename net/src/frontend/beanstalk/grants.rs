@@ -85,7 +85,7 @@ impl<L: Loop> Beanstalk<'_, L> {
             sid = self.l.sid(idx),
             "beanstalk command refused by the grants"
         );
-        self.bs_answer(idx, Out::NotFound);
+        let _answered = self.bs_answer(idx, Out::NotFound);
     }
 
     /// Of `tubes` (a reserve's watched ones), keeps those the connection may take from.

@@ -5,8 +5,8 @@
 //! when the connection closes.
 //!
 //! Commands about tasks and tubes (put, reserve, delete, release, bury, touch, kick, kick-job,
-//! reserve-job, the peeks, stats-job, stats-tube, pause-tube) go through the core
-//! ([`Loop::dispatch`]) like the IPROTO calls, so the journal's refusals, durability holds,
+//! reserve-job, the peeks, stats-job, stats-tube, pause-tube) are returned to the loop as the
+//! core's commands ([`Then::Run`], through [`Beanstalk::next`]) like the IPROTO calls, so the journal's refusals, durability holds,
 //! parked-take wake-ups — and on a sharded cluster, the routing to a partition's owner — are
 //! the same; the rest (use / watch / ignore, lists, stats, quit) read the connection's own
 //! state or the node's and are answered here. As in beanstalkd, a connection runs its commands
@@ -33,7 +33,7 @@ use tarq_engine::{
 
 use crate::core::{Command, Outcome, Pause, Refusal};
 
-use super::{Loop, ReplyTo};
+use super::{Loop, ReplyTo, Then};
 
 /// One second, in the engine's microseconds.
 const SECOND: Micros = 1_000_000;
@@ -221,6 +221,24 @@ fn secs(s: u32) -> Micros {
     s as Micros * SECOND
 }
 
+/// Room a command may borrow past the front-end's call, lent by the loop while a
+/// connection's input runs: a put's wrapped body and a reserve's watched tubes. Reused.
+#[derive(Debug, Default)]
+pub struct Room {
+    body: Vec<u8>,
+    tubes: Vec<TubeIx>,
+}
+
+/// One step through a connection's input: what the loop does next, the input bytes it used
+/// (0 for a tube placed for an earlier `use` or `watch`), and whether it was a command
+/// (counted and timed as a request).
+#[derive(Debug)]
+pub struct Step<'f> {
+    pub then: Then<'f>,
+    pub used: usize,
+    pub command: bool,
+}
+
 /// The beanstalk front-end at work for the loop `L`: it translates a connection's commands
 /// into the core's and answers what needs no core call.
 pub struct Beanstalk<'a, L: Loop> {
@@ -234,39 +252,50 @@ impl<'a, L: Loop> Beanstalk<'a, L> {
 }
 
 impl<L: Loop> Beanstalk<'_, L> {
-    /// Executes what connection `idx` has sent, command by command, until a reserve waits or
-    /// the input holds no whole command; returns the bytes used.
-    pub fn execute_input(&mut self, idx: usize, data: &[u8]) -> usize {
-        let mut used = 0;
-        loop {
-            if self.l.closing(idx) || self.l.muted(idx) {
-                break;
+    /// The next step of connection `idx`'s input `data`: its next command, translated (the
+    /// core's command it becomes is returned for the loop to run, in `room` if it must
+    /// borrow), or the end of a tube's placement for an earlier command. `None` while the
+    /// answer to a command is still to come (the commands behind it wait), or when `data`
+    /// holds no whole command.
+    pub fn next<'f>(&mut self, idx: usize, data: &'f [u8], room: &'f mut Room) -> Option<Step<'f>> {
+        let bs = self.l.beanstalk_parts(idx).1?;
+        if let Some((r, t)) = bs.made.take() {
+            self.took_tube(idx, r, t);
+            return Some(Step {
+                then: Then::Done,
+                used: 0,
+                command: false,
+            });
+        }
+        if bs.held() {
+            return None;
+        }
+        let (step, used) = bs.decoder.decode(data)?;
+        let (then, command) = match step {
+            Decoded::Command(cmd) => (self.execute_beanstalk(idx, cmd, room), true),
+            Decoded::Error(e) => {
+                self.protocol_error(idx, e);
+                (Then::Done, false)
             }
-            let Some(bs) = self.l.beanstalk_parts(idx).1 else {
-                break;
-            };
-            if let Some((r, t)) = bs.made.take() {
-                self.took_tube(idx, r, t);
-                continue;
-            }
-            if bs.held() {
-                break;
-            }
-            let Some((step, n)) = bs.decoder.decode(&data[used..]) else {
-                break;
-            };
-            used += n;
-            match step {
-                Decoded::Command(cmd) => {
-                    let started = self.l.count_request();
-                    self.execute_beanstalk(idx, cmd);
-                    self.l.record_request(started);
-                }
-                Decoded::Error(e) => self.protocol_error(idx, e),
-                Decoded::Discarded => {}
+            Decoded::Discarded => (Then::Done, false),
+        };
+        Some(Step {
+            then,
+            used,
+            command,
+        })
+    }
+
+    /// The loop ran the step [`next`](Self::next) (or a reserve's wake-up) returned: an answer
+    /// the core did not give at once holds the commands behind it; a reserve answered at once
+    /// waits no more.
+    pub fn ran(&mut self, idx: usize) {
+        if let Some(bs) = self.l.beanstalk_parts(idx).1 {
+            bs.outstanding = bs.owed > 0;
+            if !bs.outstanding {
+                bs.waiting = None;
             }
         }
-        used
     }
 
     fn protocol_error(&mut self, idx: usize, e: ProtocolError) {
@@ -283,8 +312,9 @@ impl<L: Loop> Beanstalk<'_, L> {
     }
 
     /// Writes a reply that needs no engine call.
-    fn bs_answer(&mut self, idx: usize, reply: Out<'_>) {
+    fn bs_answer(&mut self, idx: usize, reply: Out<'_>) -> Then<'static> {
         reply.encode(self.l.reply_buf(idx));
+        Then::Done
     }
 
     fn bs(&mut self, idx: usize) -> &mut BsConn {
@@ -296,11 +326,11 @@ impl<L: Loop> Beanstalk<'_, L> {
         self.l.beanstalk_parts(usize::MAX).0
     }
 
-    /// The translation table: one beanstalk command.
-    fn execute_beanstalk(&mut self, idx: usize, cmd: Bs<'_>) {
+    /// The translation table: one beanstalk command, answered here or returned as the core's.
+    fn execute_beanstalk<'f>(&mut self, idx: usize, cmd: Bs<'f>, room: &'f mut Room) -> Then<'f> {
         self.state().count(cmd.kind());
         if !self.permitted(idx, &cmd) {
-            return;
+            return Then::Done;
         }
         match cmd {
             Bs::Put {
@@ -308,13 +338,13 @@ impl<L: Loop> Beanstalk<'_, L> {
                 delay,
                 ttr,
                 body,
-            } => self.bs_put(idx, pri, delay, ttr, body),
+            } => self.bs_put(idx, (pri, delay, ttr), body, room),
             Bs::Use { tube } => self.bs_use(idx, tube),
-            Bs::Reserve => self.bs_reserve(idx, None),
+            Bs::Reserve => self.bs_reserve(idx, None, room),
             Bs::ReserveWithTimeout { seconds } => {
                 // Negative waits forever, as beanstalkd reads it.
                 let timeout = u32::try_from(seconds).ok().map(secs);
-                self.bs_reserve(idx, timeout)
+                self.bs_reserve(idx, timeout, room)
             }
             Bs::ReserveJob { id } => {
                 // beanstalkd counts the connection a worker for a reserve-job too.
@@ -352,22 +382,23 @@ impl<L: Loop> Beanstalk<'_, L> {
             }
             Bs::Stats => {
                 self.l.collect_tubes();
-                self.bs_stats(idx)
+                self.bs_stats(idx);
+                Then::Done
             }
             Bs::ListTubes => self.bs_list_tubes(idx),
             Bs::ListTubeUsed => {
                 let used = self.bs(idx).used;
                 let name = self.tube_name(used);
-                self.bs_answer(idx, Out::Using { tube: &name });
+                self.bs_answer(idx, Out::Using { tube: &name })
             }
             Bs::ListTubesWatched => self.bs_list_watched(idx),
             Bs::PauseTube { tube, delay } => self.bs_pause(idx, tube, delay),
-            Bs::Quit => self.l.close_quietly(idx, "quit"),
+            Bs::Quit => Then::Close("quit"),
         }
     }
 
     /// `release`: back to ready, or delayed, with a new priority.
-    fn bs_release(&mut self, idx: usize, id: u64, pri: u32, delay: u32) {
+    fn bs_release(&mut self, idx: usize, id: u64, pri: u32, delay: u32) -> Then<'static> {
         let Some(tube) = self.tube_of(id).or(id_tube(id)) else {
             return self.bs_answer(idx, Out::NotFound);
         };
@@ -382,7 +413,7 @@ impl<L: Loop> Beanstalk<'_, L> {
 
     /// `list-tubes`: the tubes the connection may touch in some way (all, unless it acts as a
     /// user with grants).
-    fn bs_list_tubes(&mut self, idx: usize) {
+    fn bs_list_tubes(&mut self, idx: usize) -> Then<'static> {
         self.l.collect_tubes();
         let who = self.l.who(idx).clone();
         self.l.reply_with_queue(idx, &mut |out, q| {
@@ -392,42 +423,45 @@ impl<L: Loop> Beanstalk<'_, L> {
                 .map(|t| t.name)
                 .filter(|n| who.allows(users, crate::core::access::Need::AnyOn(n)));
             tarq_beanstalk::ok_yaml(out, |o| tarq_beanstalk::write_list(o, names))
-        })
+        });
+        Then::Done
     }
 
     /// `use`: the tube this connection's puts go to, made when missing.
-    fn bs_use(&mut self, idx: usize, tube: &str) {
-        if let Some(t) = self.bs_tube(idx, tube, Reply::Use) {
-            self.use_tube(idx, t, tube);
+    fn bs_use<'f>(&mut self, idx: usize, tube: &'f str) -> Then<'f> {
+        match self.bs_tube(idx, tube, Reply::Use) {
+            Ok(t) => self.use_tube(idx, t, tube),
+            Err(then) => then,
         }
     }
 
-    fn use_tube(&mut self, idx: usize, t: TubeIx, name: &str) {
+    fn use_tube(&mut self, idx: usize, t: TubeIx, name: &str) -> Then<'static> {
         let bs = self.bs(idx);
         let old = std::mem::replace(&mut bs.used, t);
         self.state().tube_mut(t).using += 1;
         self.state().stop_using(old);
-        self.bs_answer(idx, Out::Using { tube: name });
+        self.bs_answer(idx, Out::Using { tube: name })
     }
 
     /// A tube placed for this connection's `use` or `watch` (`r`) is here: the command ends
     /// as it would have had the tube been found.
     fn took_tube(&mut self, idx: usize, r: Reply, t: TubeIx) {
         let name = self.tube_name(t);
-        match r {
+        let _answered = match r {
             Reply::Watch => self.watch_tube(idx, t),
             _ => self.use_tube(idx, t, &name),
-        }
+        };
     }
 
     /// `watch`: a tube this connection's reserves take from, made when missing.
-    fn bs_watch(&mut self, idx: usize, tube: &str) {
-        if let Some(t) = self.bs_tube(idx, tube, Reply::Watch) {
-            self.watch_tube(idx, t);
+    fn bs_watch<'f>(&mut self, idx: usize, tube: &'f str) -> Then<'f> {
+        match self.bs_tube(idx, tube, Reply::Watch) {
+            Ok(t) => self.watch_tube(idx, t),
+            Err(then) => then,
         }
     }
 
-    fn watch_tube(&mut self, idx: usize, t: TubeIx) {
+    fn watch_tube(&mut self, idx: usize, t: TubeIx) -> Then<'static> {
         let bs = self.bs(idx);
         let added = !bs.watched.contains(&t);
         if added {
@@ -437,20 +471,21 @@ impl<L: Loop> Beanstalk<'_, L> {
         if added {
             self.state().tube_mut(t).watching += 1;
         }
-        self.bs_answer(idx, Out::Watching { count });
+        self.bs_answer(idx, Out::Watching { count })
     }
 
     /// `list-tubes-watched`.
-    fn bs_list_watched(&mut self, idx: usize) {
+    fn bs_list_watched(&mut self, idx: usize) -> Then<'static> {
         let watched = self.bs(idx).watched.clone();
         let names: Vec<String> = watched.iter().map(|&t| self.tube_name(t)).collect();
         tarq_beanstalk::ok_yaml(self.l.reply_buf(idx), |o| {
             tarq_beanstalk::write_list(o, names.iter().map(String::as_str))
         });
+        Then::Done
     }
 
     /// `pause-tube`: the core holds the tube's tasks from every take for `delay` seconds.
-    fn bs_pause(&mut self, idx: usize, tube: &str, delay: u32) {
+    fn bs_pause(&mut self, idx: usize, tube: &str, delay: u32) -> Then<'static> {
         // A tube forgotten once empty and unused is not found, as in beanstalkd.
         self.l.collect_tubes();
         let Some(t) = self.l.queue().tube_ix(tube) else {
@@ -464,21 +499,25 @@ impl<L: Loop> Beanstalk<'_, L> {
             until,
             seconds: delay,
         };
-        self.bs_dispatch(idx, Reply::Pause, Command::Pause { tube: t, pause });
+        self.bs_dispatch(idx, Reply::Pause, Command::Pause { tube: t, pause })
     }
 
-    /// Runs a command through the one dispatch, answered as `reply`. An answer that does not
-    /// come at once (a reserve that waits, a command another node answers) holds the commands
-    /// behind it until it does.
-    fn bs_dispatch(&mut self, idx: usize, reply: Reply, cmd: Command<'_>) {
+    /// Returns `cmd` for the loop to run, answered as `reply`, its answer owed. An answer that
+    /// does not come at once (a reserve that waits, a command another node answers) holds the
+    /// commands behind it until it does ([`ran`](Self::ran)).
+    fn bs_dispatch<'f>(&mut self, idx: usize, reply: Reply, cmd: Command<'f>) -> Then<'f> {
         self.bs(idx).owed = 1;
-        self.l.dispatch(idx, ReplyTo::Beanstalk(reply), cmd);
-        if let Some(bs) = self.l.beanstalk_parts(idx).1 {
-            bs.outstanding = bs.owed > 0;
-        }
+        Then::Run(ReplyTo::Beanstalk(reply), cmd)
     }
 
-    fn bs_put(&mut self, idx: usize, pri: u32, delay: u32, ttr: u32, body: &[u8]) {
+    /// `put` into the used tube, with `(pri, delay, ttr)`; the body is wrapped in `room`.
+    fn bs_put<'f>(
+        &mut self,
+        idx: usize,
+        (pri, delay, ttr): (u32, u32, u32),
+        body: &[u8],
+        room: &'f mut Room,
+    ) -> Then<'f> {
         let bs = self.bs(idx);
         bs.producer = true;
         let tube = bs.used;
@@ -489,57 +528,53 @@ impl<L: Loop> Beanstalk<'_, L> {
             pri: Some(pri as i64),
             ..Default::default()
         };
-        let mut data = std::mem::take(&mut self.state().scratch);
-        wrap_body(&mut data, body);
+        wrap_body(&mut room.body, body);
         let cmd = Command::PutIn {
             tube,
-            data: &data,
+            data: &room.body,
             opts,
             wait: 0,
         };
-        self.bs_dispatch(idx, Reply::Put, cmd);
-        self.state().scratch = data;
+        self.bs_dispatch(idx, Reply::Put, cmd)
     }
 
     /// `reserve`: `DEADLINE_SOON` when a job this connection holds is about to time out and
     /// none is ready for it; else a take from its watched tubes, parked while none is ready.
-    fn bs_reserve(&mut self, idx: usize, timeout: Option<Micros>) {
+    /// The take is returned with the connection `waiting` until `timeout`: once it has run,
+    /// [`ran`](Self::ran) ends the wait if it was answered at once.
+    fn bs_reserve<'f>(
+        &mut self,
+        idx: usize,
+        timeout: Option<Micros>,
+        room: &'f mut Room,
+    ) -> Then<'f> {
         // A reserve's wait is an in-process timeout: on the monotonic clock.
         let now = self.l.mono();
         let sid = self.l.sid(idx);
-        // The watched tubes, copied into a reused buffer (the command borrows them while the
-        // dispatch borrows the server).
-        let mut tubes = std::mem::take(&mut self.state().tubes_scratch);
+        // The watched tubes, copied into the room the command borrows.
+        let tubes = &mut room.tubes;
         let bs = self.bs(idx);
         bs.worker = true;
         tubes.clear();
         tubes.extend_from_slice(&bs.watched);
-        self.takeable(idx, &mut tubes);
+        self.takeable(idx, tubes);
         if tubes.is_empty() {
             // Watching only tubes it may not take from: as if none of them were there.
-            self.state().tubes_scratch = tubes;
-            return self.refuse(idx);
+            self.refuse(idx);
+            return Then::Done;
         }
-        if self.deadline_soon(sid) && !self.ready_in_any(&tubes) {
-            self.state().tubes_scratch = tubes;
-            self.bs_answer(idx, Out::DeadlineSoon);
-            return;
+        if self.deadline_soon(sid) && !self.ready_in_any(tubes) {
+            return self.bs_answer(idx, Out::DeadlineSoon);
         }
         let until = timeout.map_or(Micros::MAX, |t| now.saturating_add(t));
         self.bs(idx).waiting = Some(until);
         let wake = self.reserve_wake(sid, until);
         let cmd = Command::TakeAny {
-            tubes: &tubes,
+            tubes: &room.tubes,
             timeout,
             wake,
         };
-        self.bs_dispatch(idx, Reply::Reserve, cmd);
-        self.state().tubes_scratch = tubes;
-        // Answered at once: nothing waits. (A take that waits leaves `waiting` set.)
-        let bs = self.bs(idx);
-        if !bs.outstanding {
-            bs.waiting = None;
-        }
+        self.bs_dispatch(idx, Reply::Reserve, cmd)
     }
 
     /// When a waiting reserve must look again (monotonic): its deadline `until`, or earlier,
@@ -555,37 +590,36 @@ impl<L: Loop> Beanstalk<'_, L> {
         until.min(soon)
     }
 
-    /// A waiting reserve's parked entries woke (at its deadline, or for `DEADLINE_SOON`).
-    pub fn reserve_woke(&mut self, idx: usize) {
+    /// A waiting reserve's parked entries woke (at its deadline, or for `DEADLINE_SOON`); the
+    /// loop has dropped them. Answered here, or the take to wait on is returned.
+    pub fn reserve_woke<'f>(&mut self, idx: usize, room: &'f mut Room) -> Then<'f> {
         let now = self.l.mono();
         let sid = self.l.sid(idx);
         let Some(until) = self.end_wait(idx) else {
-            return;
+            return Then::Done;
         };
         if self.deadline_soon(sid) {
-            self.bs_answer(idx, Out::DeadlineSoon);
+            self.bs_answer(idx, Out::DeadlineSoon)
         } else if until <= now {
-            self.bs_answer(idx, Out::TimedOut);
+            self.bs_answer(idx, Out::TimedOut)
         } else {
             // Woken for a job that is no longer held (released or acked elsewhere): wait on.
             let left = (until != Micros::MAX).then(|| until - now);
-            self.bs_reserve_again(idx, left);
-            return;
+            self.bs_reserve(idx, left, room)
         }
-        self.l.resume_input(idx);
     }
 
-    /// The client shut its side while its reserve waited: `TIMED_OUT`, as beanstalkd answers.
+    /// The client shut its side while its reserve waited (the loop has dropped its parked
+    /// entries): `TIMED_OUT`, as beanstalkd answers.
     pub fn half_closed(&mut self, idx: usize) {
         self.end_wait(idx);
-        self.bs_answer(idx, Out::TimedOut);
+        let _answered = self.bs_answer(idx, Out::TimedOut);
     }
 
-    /// Ends connection `idx`'s wait: its parked entries go (here and on other nodes), its
-    /// answer is no longer owed, and the deadline it had is returned (`None` when it was not
-    /// waiting).
+    /// Ends connection `idx`'s wait (its parked entries, here and on other nodes, are the
+    /// loop's to drop): its answer is no longer owed, and the deadline it had is returned
+    /// (`None` when it was not waiting).
     fn end_wait(&mut self, idx: usize) -> Option<Micros> {
-        self.l.unpark_all(idx);
         let bs = self.l.beanstalk_parts(idx).1?;
         bs.owed = 0;
         bs.outstanding = false;
@@ -601,18 +635,10 @@ impl<L: Loop> Beanstalk<'_, L> {
             .is_some_and(|d| d <= now.saturating_add(DEADLINE_MARGIN))
     }
 
-    fn bs_reserve_again(&mut self, idx: usize, timeout: Option<Micros>) {
-        self.bs_reserve(idx, timeout);
-        if self.bs(idx).waiting.is_none() {
-            self.l.resume_input(idx);
-        }
-    }
-
-    /// A parked reserve was answered (served, or timed out): drop its other entries and run
-    /// the commands that waited behind it.
+    /// A parked reserve was answered (served, or timed out; the loop drops its other entries
+    /// and runs the commands that waited behind it).
     pub fn reserve_answered(&mut self, idx: usize) {
         self.end_wait(idx);
-        self.l.resume_input(idx);
     }
 
     /// Whether any of `tubes` (not paused) has a task a take would get now.
@@ -623,7 +649,7 @@ impl<L: Loop> Beanstalk<'_, L> {
             .any(|&t| !self.l.pauses().paused(t, now) && self.l.queue().can_take(t))
     }
 
-    fn bs_delete(&mut self, idx: usize, id: TaskId) {
+    fn bs_delete(&mut self, idx: usize, id: TaskId) -> Then<'static> {
         let sid = self.l.sid(idx);
         // A job reserved by another connection is not this one's to delete (the core checks
         // too: the job may be held on another node).
@@ -632,10 +658,10 @@ impl<L: Loop> Beanstalk<'_, L> {
             Some((tube, _)) => self.state().tube_mut(tube).cmd_delete += 1,
             None => {}
         }
-        self.bs_dispatch(idx, Reply::Delete, Command::DeleteJob { id });
+        self.bs_dispatch(idx, Reply::Delete, Command::DeleteJob { id })
     }
 
-    fn bs_ignore(&mut self, idx: usize, name: &str) {
+    fn bs_ignore(&mut self, idx: usize, name: &str) -> Then<'static> {
         let t = self.l.queue().tube_ix(name);
         let bs = self.bs(idx);
         let pos = t.and_then(|t| bs.watched.iter().position(|&w| w == t));
@@ -645,28 +671,31 @@ impl<L: Loop> Beanstalk<'_, L> {
                 let t = bs.watched.swap_remove(p);
                 let count = bs.watched.len() as u64;
                 self.state().stop_watching(t);
-                self.bs_answer(idx, Out::Watching { count });
+                self.bs_answer(idx, Out::Watching { count })
             }
             None => {
                 let count = bs.watched.len() as u64;
-                self.bs_answer(idx, Out::Watching { count });
+                self.bs_answer(idx, Out::Watching { count })
             }
         }
     }
 
-    fn bs_peek_first(&mut self, idx: usize, status: Status) {
+    fn bs_peek_first(&mut self, idx: usize, status: Status) -> Then<'static> {
         let tube = self.bs(idx).used;
-        self.bs_dispatch(idx, Reply::Peek, Command::PeekFirst { tube, status });
+        self.bs_dispatch(idx, Reply::Peek, Command::PeekFirst { tube, status })
     }
 
     /// The tube named `name`, created (`fifottl`, default options) when missing, as beanstalkd
     /// creates a tube on `use` or `watch` (`r`). `None` when it is answered already: it cannot
     /// be created (a replica: `READ_ONLY`, as its puts; the journal refuses changes, or the
-    /// tube limit is reached: logged, and `OUT_OF_MEMORY`), or a node that makes no tube on its own asked the core to place it
-    /// (the connection waits; [`took_tube`](Self::took_tube) ends the command).
-    fn bs_tube(&mut self, idx: usize, name: &str, r: Reply) -> Option<TubeIx> {
+    /// tube limit is reached: logged, and `OUT_OF_MEMORY`), or a node that makes no tube on
+    /// its own returns the core's command to place it (the connection waits;
+    /// [`took_tube`](Self::took_tube) ends the command). `Err` carries what the loop does.
+    // `Err` is no failure but what the loop does instead, returned once a command.
+    #[allow(clippy::result_large_err)]
+    fn bs_tube<'f>(&mut self, idx: usize, name: &'f str, r: Reply) -> Result<TubeIx, Then<'f>> {
         if let Some(t) = self.l.queue().tube_ix(name) {
-            return Some(t);
+            return Ok(t);
         }
         if !self.l.makes_tubes_on_demand() {
             let cmd = Command::CreateTube {
@@ -676,21 +705,19 @@ impl<L: Loop> Beanstalk<'_, L> {
                 if_not_exists: true,
                 partitions: 1,
             };
-            self.bs_dispatch(idx, r, cmd);
-            return None;
+            return Err(self.bs_dispatch(idx, r, cmd));
         }
         match self.l.create_tube_for(idx, name) {
-            Ok(t) => Some(t),
+            Ok(t) => Ok(t),
             // On a replica the tube would be a change: refused as a put is there (`READ_ONLY`
             // naming the primary), not taken for a lack of memory.
             Err(e @ (Refusal::ReadOnly(_) | Refusal::NoPrimary(_))) => {
                 encode(self.l.reply_buf(idx), r, &Outcome::Error(e));
-                None
+                Err(Then::Done)
             }
             Err(e) => {
                 tracing::warn!(tube = name, error = %e, "beanstalk: cannot create the tube");
-                self.bs_answer(idx, Out::OutOfMemory);
-                None
+                Err(self.bs_answer(idx, Out::OutOfMemory))
             }
         }
     }

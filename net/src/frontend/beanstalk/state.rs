@@ -33,8 +33,9 @@ pub struct BeanstalkState {
     pub connections_accepted: u64,
     /// By tube index; a dropped tube's entry is reset ([`BeanstalkState::forget_tube`]).
     tubes: Vec<TubeState>,
-    /// A put's wrapped body, reused.
-    pub scratch: Vec<u8>,
+    /// Room the commands borrow (a put's wrapped body, a reserve's watched tubes), lent to
+    /// the front-end by the loop while a connection's input runs. Reused.
+    pub room: super::Room,
     /// Tubes the last connection using or watching them let go of, to drop once empty if
     /// `use` / `watch` made them (a tube with tasks waits here until its last one goes).
     pub orphans: Vec<TubeIx>,
@@ -45,8 +46,6 @@ pub struct BeanstalkState {
     /// and `job-timeouts` count them, as beanstalkd's do.
     pub dropped_puts: u64,
     pub dropped_timeouts: u64,
-    /// A reserve's watched tubes, reused.
-    pub tubes_scratch: Vec<TubeIx>,
 }
 
 impl Default for BeanstalkState {
@@ -58,8 +57,7 @@ impl Default for BeanstalkState {
             connections: 0,
             connections_accepted: 0,
             tubes: Vec::new(),
-            scratch: Vec::new(),
-            tubes_scratch: Vec::new(),
+            room: super::Room::default(),
             orphans: Vec::new(),
             rescan: true,
             dropped_puts: 0,

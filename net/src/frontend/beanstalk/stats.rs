@@ -15,6 +15,7 @@ use tarq_engine::{Micros, Status};
 
 use super::{Beanstalk, Loop, Reply, SECOND};
 use crate::core::{Command, Outcome, TaskFigures};
+use crate::frontend::Then;
 
 /// What this node keeps of a tube, read when its `stats-tube` is asked.
 #[derive(Debug)]
@@ -102,9 +103,10 @@ impl<L: Loop> Beanstalk<'_, L> {
     /// `stats-tube`: the tube's task counts come from the core (summed over its partitions on
     /// a sharded cluster); its connections, waiting reserves, commands and pause are this
     /// node's, kept with the request until the counts come ([`tube_answer`]).
-    pub(super) fn bs_stats_tube(&mut self, idx: usize, name: &str) {
+    pub(super) fn bs_stats_tube(&mut self, idx: usize, name: &str) -> Then<'static> {
         let Some(t) = self.l.queue().tube_ix(name) else {
-            return Out::NotFound.encode(self.l.reply_buf(idx));
+            Out::NotFound.encode(self.l.reply_buf(idx));
+            return Then::Done;
         };
         let now = self.l.mono();
         let bs = self.state().tube(t);
@@ -123,7 +125,7 @@ impl<L: Loop> Beanstalk<'_, L> {
             pause_left,
         };
         self.bs(idx).asked = Some(Box::new(asked));
-        self.bs_dispatch(idx, Reply::StatsTube, Command::TubeFigures { tube: t });
+        self.bs_dispatch(idx, Reply::StatsTube, Command::TubeFigures { tube: t })
     }
 
     pub(super) fn bs_stats(&mut self, idx: usize) {

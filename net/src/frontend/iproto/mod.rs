@@ -18,12 +18,13 @@ use tarq_iproto::mp::write;
 use tarq_iproto::request::{self, RequestKind};
 use tarq_iproto::{auth, response, SYSTEM_SPACES};
 
-use super::{Loop, ReplyTo};
+use super::{Loop, ReplyTo, Then};
 use crate::core::access::{self, Need, Who, GUEST};
 use crate::core::{Command, On, Outcome};
 use calls::{Call, CallError};
 use errors::error;
 use sessions::TubeSessions;
+pub use tostring::NumberText;
 
 /// What an IPROTO reply needs: the request's sync, whether it came as CALL_16 (results
 /// wrapped as tuples), which API's shapes to use, and, for the tube API, the tube the call
@@ -96,21 +97,23 @@ impl<'a, L: Loop> Iproto<'a, L> {
 }
 
 impl<L: Loop> Iproto<'_, L> {
-    /// Executes one IPROTO request frame: answers it, or dispatches the queue call it carries.
-    /// Inlined into the loop's read (`Server::execute_iproto_input`): out of line it cost
-    /// about 1% more instructions a message (callgrind, depth 16).
+    /// Reads one IPROTO request frame: answers it, or returns the queue call it carries as the
+    /// command the loop runs (or the connection's change of hands). `key` is room for a numeric
+    /// utube key the command may borrow. Inlined into the loop's read
+    /// (`Server::execute_iproto_input`): out of line it cost about 1% more instructions a
+    /// message (callgrind, depth 16).
     #[inline(always)]
-    pub fn execute(&mut self, idx: usize, frame: &[u8]) {
-        if self.l.taken_over(idx) {
-            // A replica's stream carries only its acknowledgements; a link, forwarded calls.
-            self.l.taken_over_input(idx, frame);
-            return;
-        }
+    pub fn execute<'f>(
+        &mut self,
+        idx: usize,
+        frame: &'f [u8],
+        key: &'f mut NumberText,
+    ) -> Then<'f> {
         let req = match request::decode(frame) {
             Ok(r) => r,
             Err(e) => {
                 response::error(self.l.reply_buf(idx), e.sync, e.code, &e.message);
-                return;
+                return Then::Done;
             }
         };
         let sync = req.sync;
@@ -126,41 +129,49 @@ impl<L: Loop> Iproto<'_, L> {
                 } else if self.l.config().null {
                     response::empty_data(self.l.reply_buf(idx), sync);
                 } else {
-                    self.call(idx, sync, function, args, call16);
+                    return self.call(idx, sync, function, args, call16, key);
                 }
             }
             RequestKind::Auth {
                 user,
                 method,
                 scramble,
-            } => self.authenticate(idx, sync, user, method, scramble),
+            } => return self.authenticate(idx, sync, user, method, scramble),
             RequestKind::Id { .. } => {
                 response::id(self.l.reply_buf(idx), sync, response::ID_VERSION)
             }
-            RequestKind::Select { space } => {
-                let out = self.l.reply_buf(idx);
-                if SYSTEM_SPACES.contains(&space) {
-                    response::empty_data(out, sync);
-                } else {
-                    let msg = format!("Space '{space}' does not exist");
-                    response::error(out, sync, ER_NO_SUCH_SPACE, &msg);
-                }
-            }
-            RequestKind::Eval { expr, args } => self.eval(idx, sync, expr, args),
-            RequestKind::Join { format } => self.l.start_relay(idx, sync, format, None),
+            RequestKind::Select { space } => return self.select(idx, sync, space),
+            RequestKind::Eval { expr, args } => return self.eval(idx, sync, expr, args, key),
+            RequestKind::Join { format } => return relay(sync, format, None),
             RequestKind::Subscribe {
                 after,
                 term,
                 history,
                 format,
-            } => self
-                .l
-                .start_relay(idx, sync, format, Some((after, term, history))),
+            } => return relay(sync, format, Some((after, term, history))),
             RequestKind::Other(t) => {
                 let msg = format!("Unknown request type {t}");
-                response::error(self.l.reply_buf(idx), sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
+                return self.refuse(idx, sync, ER_UNKNOWN_REQUEST_TYPE, &msg);
             }
         }
+        Then::Done
+    }
+
+    /// A SELECT: of the system spaces a client's connector reads, empty; of any other, Tarantool's
+    /// missing space.
+    fn select(&mut self, idx: usize, sync: u64, space: u64) -> Then<'static> {
+        if !SYSTEM_SPACES.contains(&space) {
+            let msg = format!("Space '{space}' does not exist");
+            return self.refuse(idx, sync, ER_NO_SUCH_SPACE, &msg);
+        }
+        response::empty_data(self.l.reply_buf(idx), sync);
+        Then::Done
+    }
+
+    /// Answers the request `sync` with error `code` and `msg`: nothing more is done about it.
+    pub(super) fn refuse(&mut self, idx: usize, sync: u64, code: u32, msg: &str) -> Then<'static> {
+        response::error(self.l.reply_buf(idx), sync, code, msg);
+        Then::Done
     }
 
     /// Whether connection `idx` may call `function` with `args` (`core::access` decides; an
@@ -196,7 +207,7 @@ impl<L: Loop> Iproto<'_, L> {
         user: &str,
         method: Option<&str>,
         scramble: Option<&[u8]>,
-    ) {
+    ) -> Then<'static> {
         let verdict = self.check_auth(idx, user, method, scramble);
         let refused = matches!(verdict, Err(Denied::Limit(_)));
         let out = self.l.reply_buf(idx);
@@ -206,8 +217,9 @@ impl<L: Loop> Iproto<'_, L> {
             // Tarantool refuses a session with ER_ACCESS_DENIED; the text names the limit.
             Err(Denied::Limit(e)) => response::error(out, sync, ER_ACCESS_DENIED, &e.to_string()),
         }
-        if refused {
-            self.l.close_quietly(idx, "user-max-connections reached");
+        match refused {
+            true => Then::Close("user-max-connections reached"),
+            false => Then::Done,
         }
     }
 
@@ -281,7 +293,15 @@ impl<L: Loop> Iproto<'_, L> {
     /// A CALL: decoded by the API its name belongs to, then dispatched. Always inlined, as
     /// `execute` is: the request path's hottest frame.
     #[inline(always)]
-    pub fn call(&mut self, idx: usize, sync: u64, function: &str, args: &[u8], call16: bool) {
+    pub fn call<'f>(
+        &mut self,
+        idx: usize,
+        sync: u64,
+        function: &'f str,
+        args: &'f [u8],
+        call16: bool,
+        key: &'f mut NumberText,
+    ) -> Then<'f> {
         let reply = Reply {
             sync,
             call16,
@@ -290,26 +310,28 @@ impl<L: Loop> Iproto<'_, L> {
             first: 0,
         };
         if let Some(name) = tubes::split(&self.l.config().queue_namespace, function) {
-            match name {
-                Ok(name) => self.tube_api(idx, function, reply, name, args),
+            return match name {
+                Ok(name) => self.tube_api(idx, function, reply, name, args, key),
                 Err(e) => call_error(self.l.reply_buf(idx), sync, &e),
-            }
-            return;
+            };
         }
         if let Some(op) = function.strip_prefix(users::PREFIX) {
-            return self.user_call(idx, sync, function, op, args);
+            self.user_call(idx, sync, function, op, args);
+            return Then::Done;
         }
         if function == users::LIST {
-            return self.list_users(idx, sync);
+            self.list_users(idx, sync);
+            return Then::Done;
         }
         if function == users::LIMITS {
-            return self.user_limits(idx, sync, args);
+            self.user_limits(idx, sync, args);
+            return Then::Done;
         }
         if function == super::link::wire::LINK {
-            // Another node of a sharded cluster, naming itself: its link front-end takes the
-            // connection.
+            // Another node of a sharded cluster, naming itself: the loop hands it the
+            // connection, or refuses it.
             return match super::link::wire::read_link_hello(args) {
-                Ok(hello) => self.l.start_link(idx, sync, &hello),
+                Ok(hello) => Then::Link { sync, hello },
                 Err(e) => call_error(self.l.reply_buf(idx), sync, &CallError::BadArgs(e)),
             };
         }
@@ -323,7 +345,7 @@ impl<L: Loop> Iproto<'_, L> {
             }
             rmpv::encode::write_value(out, &overview).expect("a Vec takes every byte");
             response::finish(out, at);
-            return;
+            return Then::Done;
         }
         match calls::parse(function, args) {
             Ok(call) => self.seed_call(idx, reply, call),
@@ -332,47 +354,76 @@ impl<L: Loop> Iproto<'_, L> {
     }
 
     /// The seed API's translation table: a call becomes the core's command, or, for
-    /// `queue.stats()`, the server's own figures.
-    #[inline]
-    fn seed_call(&mut self, idx: usize, reply: Reply, call: Call<'_>) {
-        let cmd = match call {
-            Call::Put { data, opts } => Command::Put { data, opts },
-            Call::Take { timeout } => Command::Take {
-                on: On::Seed,
-                timeout: Some(timeout),
-            },
-            Call::Ack { id } => Command::Ack { on: On::Seed, id },
-            Call::Release { id, delay } => Command::Release {
-                on: On::Seed,
-                id,
-                opts: tarq_engine::ReleaseOptions {
+    /// `queue.stats()`, the server's own figures. Always inlined: the command is built where
+    /// the loop runs it, not copied out of a call.
+    #[inline(always)]
+    fn seed_call<'f>(&mut self, idx: usize, reply: Reply, call: Call<'f>) -> Then<'f> {
+        // Each arm builds its command in the returned value: one built first and moved in is
+        // a copy of its 120 bytes a call (callgrind).
+        let r = ReplyTo::Iproto(reply);
+        match call {
+            Call::Put { data, opts } => Then::Run(r, Command::Put { data, opts }),
+            Call::Take { timeout } => Then::Run(
+                r,
+                Command::Take {
+                    on: On::Seed,
+                    timeout: Some(timeout),
+                },
+            ),
+            Call::Ack { id } => Then::Run(r, Command::Ack { on: On::Seed, id }),
+            Call::Release { id, delay } => {
+                let opts = tarq_engine::ReleaseOptions {
                     delay,
                     ..Default::default()
-                },
-            },
-            Call::Snapshot => Command::Snapshot,
+                };
+                Then::Run(
+                    r,
+                    Command::Release {
+                        on: On::Seed,
+                        id,
+                        opts,
+                    },
+                )
+            }
+            Call::Snapshot => Then::Run(r, Command::Snapshot),
             Call::Move {
                 tube,
                 partition,
                 to,
-            } => Command::Move {
-                tube,
-                partition,
-                to,
-            },
-            Call::Stats => return self.answer_stats(idx, reply),
-        };
-        self.l.dispatch(idx, ReplyTo::Iproto(reply), cmd);
+            } => Then::Run(
+                r,
+                Command::Move {
+                    tube,
+                    partition,
+                    to,
+                },
+            ),
+            Call::Stats => {
+                self.answer_stats(idx, reply);
+                Then::Done
+            }
+        }
     }
 }
 
-/// A call refused before reaching the queue: ER_NO_SUCH_PROC or ER_PROC_LUA.
-fn call_error(out: &mut Vec<u8>, sync: u64, e: &CallError) {
+/// JOIN (`subscribe` `None`) or SUBSCRIBE: the loop makes the connection a relay, or refuses.
+fn relay(sync: u64, format: Option<u32>, subscribe: Option<(u64, u64, u64)>) -> Then<'static> {
+    Then::Relay {
+        sync,
+        format,
+        subscribe,
+    }
+}
+
+/// A call refused before reaching the queue: ER_NO_SUCH_PROC or ER_PROC_LUA. Nothing more is
+/// done about it.
+fn call_error(out: &mut Vec<u8>, sync: u64, e: &CallError) -> Then<'static> {
     let code = match e {
         CallError::NoSuchProc(_) => ER_NO_SUCH_PROC,
         CallError::BadArgs(_) => ER_PROC_LUA,
     };
     response::error(out, sync, code, &e.to_string());
+    Then::Done
 }
 
 /// Encodes `outcome` as the IPROTO reply `r` asks for.

@@ -991,7 +991,7 @@ impl Router {
         cmd: Command<'_>,
     ) {
         let (core, wire) = cx.split();
-        core.execute(caller, reply, cmd, wire);
+        core.execute(caller, reply, &cmd, wire);
         if !cx.wire.routed.is_empty() {
             self.take_routed(cx);
         }
