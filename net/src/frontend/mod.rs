@@ -92,8 +92,6 @@ pub trait Loop {
     fn closing(&self, idx: usize) -> bool;
     /// Connection `idx`'s engine session.
     fn sid(&self, idx: usize) -> SessionId;
-    /// Closes connection `idx` at its client's request, after the replies it is owed.
-    fn close_quietly(&mut self, idx: usize, reason: &'static str);
 
     fn queue(&self) -> &Queue;
     /// The tube named `name` (its first partition's index) and its numbering: the engine's,
@@ -146,8 +144,6 @@ pub trait Loop {
     /// beanstalk connections that have put, that have reserved, and that wait in a reserve.
     fn beanstalk_roles(&self) -> (u64, u64, u64);
 
-    /// Encodes `outcome` for connection `idx` as `reply` says (an answer the core did not give).
-    fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>);
     /// Why a batch of `commands` (or a take of many, `first`) may not run now.
     fn batch_refusal(&mut self, first: &Command<'_>, commands: &[Command<'_>]) -> Option<Refusal>;
     /// Releases every task session `sid` holds and serves the takes that wait for them.
@@ -177,9 +173,6 @@ pub trait Loop {
     /// `queue.cluster()`.
     fn cluster_overview(&mut self) -> rmpv::Value;
 
-    /// HTTP connection `idx` closes once the answer another node gives it is written
-    /// ([`http::HttpConn::close_when_answered`]).
-    fn close_after_answer(&mut self, idx: usize);
     /// Whether this node is a sharded cluster's (`--replica-set`): a tube's tasks are its
     /// partitions' owners' to list.
     fn sharded(&self) -> bool;
@@ -194,7 +187,7 @@ pub trait Loop {
     /// The HTTP front-end's server-wide counts.
     fn http(&mut self) -> &mut http::HttpState;
     /// Connection `idx`'s HTTP state (`None` unless it is an HTTP connection).
-    fn http_conn(&self, idx: usize) -> Option<&http::HttpConn>;
+    fn http_conn(&mut self, idx: usize) -> Option<&mut http::HttpConn>;
     /// Connection `idx` carries the event stream from now on, or the streams open at the
     /// limit refuse it.
     fn start_stream(&mut self, idx: usize) -> Result<(), usize>;

@@ -10,7 +10,7 @@ use crate::config::Config;
 use tarq_iproto::auth::SCRAMBLE_LEN;
 use tarq_iproto::greeting::SALT_LEN;
 
-use crate::core::{Command, Outcome, Pauses, Refusal};
+use crate::core::{Command, Pauses, Refusal};
 use crate::frontend::beanstalk::{BeanstalkState, BsConn};
 use crate::frontend::http::{HttpConn, HttpState};
 use crate::frontend::iproto::IprotoState;
@@ -37,10 +37,6 @@ impl frontend::Loop for Server {
 
     fn sid(&self, idx: usize) -> SessionId {
         self.conns[idx].sid
-    }
-
-    fn close_quietly(&mut self, idx: usize, reason: &'static str) {
-        Server::close_quietly(self, idx, reason);
     }
 
     fn queue(&self) -> &Queue {
@@ -75,12 +71,6 @@ impl frontend::Loop for Server {
 
     fn cluster_picture(&mut self) -> Option<serde_json::Value> {
         self.with_router(|r, cx| r.cluster_picture(cx)).flatten()
-    }
-
-    fn close_after_answer(&mut self, idx: usize) {
-        if let Some(h) = self.conns.get_mut(idx).and_then(|c| c.http_mut()) {
-            h.close_when_answered = true;
-        }
     }
 
     fn sharded(&self) -> bool {
@@ -126,10 +116,6 @@ impl frontend::Loop for Server {
 
     fn beanstalk_roles(&self) -> (u64, u64, u64) {
         Server::beanstalk_roles(self)
-    }
-
-    fn deliver(&mut self, idx: usize, reply: ReplyTo, outcome: &Outcome<'_>) {
-        Server::deliver(self, idx, reply, outcome);
     }
 
     fn batch_refusal(&mut self, first: &Command<'_>, commands: &[Command<'_>]) -> Option<Refusal> {
@@ -190,8 +176,8 @@ impl frontend::Loop for Server {
         &mut self.http.state
     }
 
-    fn http_conn(&self, idx: usize) -> Option<&HttpConn> {
-        self.conns.get(idx).and_then(|c| c.http())
+    fn http_conn(&mut self, idx: usize) -> Option<&mut HttpConn> {
+        self.conns.get_mut(idx).and_then(|c| c.http_mut())
     }
 
     fn start_stream(&mut self, idx: usize) -> Result<(), usize> {

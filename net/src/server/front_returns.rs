@@ -105,6 +105,7 @@ fn a_beanstalk_put_comes_back_as_the_cores_command_and_quit_as_a_close() {
     s.read_clocks();
     // The connection speaks beanstalk from here (as one accepted on its port would).
     s.conns[idx].proto = Protocol::Beanstalk(Box::new(BsConn::new(1 << 16)));
+    s.beanstalk.connections += 1;
     let greeting = s.conns[idx].out.out.len();
     let mut room = Room::default();
     let input = b"put 5 0 60 2\r\nhi\r\nquit\r\n";
@@ -130,4 +131,27 @@ fn a_beanstalk_put_comes_back_as_the_cores_command_and_quit_as_a_close() {
         .next(idx, &input[used..], &mut room)
         .unwrap();
     assert!(matches!(step.then, Then::Close("quit")), "{:?}", step.then);
+}
+
+#[test]
+fn an_http_request_asking_to_close_and_a_bad_one_come_back_as_closes() {
+    use crate::frontend::http::{Http, HttpConn};
+    let (mut s, _dir) = server();
+    let (idx, _client) = connect(&mut s);
+    s.read_clocks();
+    // The connection speaks HTTP from here (as one accepted on its port would).
+    s.conns[idx].proto = Protocol::Http(Box::<HttpConn>::default());
+    s.http.state.connections += 1;
+    let asks = b"GET /api/server HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let (used, then) = Http::new(&mut s).execute_input(idx, asks);
+    assert_eq!(used, asks.len());
+    assert!(matches!(then, Then::Close(_)), "{then:?}");
+    assert!(
+        s.conns[idx].closing.is_none(),
+        "the loop closes, not the front-end"
+    );
+    let (_, then) = Http::new(&mut s).execute_input(idx, b"NOT HTTP\x00\r\n\r\n");
+    assert!(matches!(then, Then::Close("bad HTTP request")), "{then:?}");
+    s.apply(idx, then);
+    assert!(s.conns[idx].closing.is_some(), "closed once applied");
 }

@@ -1163,7 +1163,9 @@ impl Server {
             let used = if beanstalk {
                 self.execute_beanstalk_input(idx, data)
             } else if web {
-                Http::new(self).execute_input(idx, data)
+                let (used, then) = Http::new(self).execute_input(idx, data);
+                self.apply(idx, then);
+                used
             } else {
                 self.execute_iproto_input(idx, data)
             };

@@ -21,7 +21,7 @@ mod routes;
 
 use httparse::Status;
 
-use super::Loop;
+use super::{Loop, Then};
 use crate::core::Outcome;
 pub use json::Answer;
 
@@ -137,83 +137,95 @@ impl<'a, L: Loop> Http<'a, L> {
         Http { l }
     }
 
-    /// Answers every complete request at the front of `data`; returns the bytes used. A
-    /// head over [`MAX_HEAD_BYTES`], a body over [`MAX_BODY_BYTES`] or bytes that are no HTTP
-    /// get their error and the connection closes.
-    pub fn execute_input(&mut self, idx: usize, data: &[u8]) -> usize {
+    /// Answers every complete request at the front of `data`; returns the bytes used and what
+    /// the loop does then: close the connection once its answers are written (a request asked
+    /// to; a head over [`MAX_HEAD_BYTES`], a body over [`MAX_BODY_BYTES`] or bytes that are no
+    /// HTTP got their error), or nothing.
+    pub fn execute_input(&mut self, idx: usize, data: &[u8]) -> (usize, Then<'static>) {
         let mut used = 0;
         while !self.l.closing(idx) && used < data.len() {
             if self.l.http_conn(idx).is_some_and(|c| c.streaming) {
                 // An event stream's client has nothing more to say: what it sends is dropped.
-                return data.len();
+                return (data.len(), Then::Done);
             }
             let rest = &data[used..];
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut req = httparse::Request::new(&mut headers);
-            let head_len = match req.parse(rest) {
-                Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
-                Ok(Status::Complete(_)) => {
-                    let why = format!("the request head is over {MAX_HEAD_BYTES} bytes");
-                    self.refuse(idx, 431, &why);
-                    return data.len();
-                }
-                Ok(Status::Partial) if rest.len() >= MAX_HEAD_BYTES => {
-                    let why = format!("the request head is over {MAX_HEAD_BYTES} bytes");
-                    self.refuse(idx, 431, &why);
-                    return data.len();
-                }
-                Ok(Status::Partial) => break,
-                Err(httparse::Error::TooManyHeaders) => {
-                    let why = format!("more than {MAX_HEADERS} headers");
-                    self.refuse(idx, 431, &why);
-                    return data.len();
-                }
-                Err(e) => {
-                    self.refuse(idx, 400, &format!("not an HTTP request: {e}"));
-                    return data.len();
-                }
+            let (head_len, head) = match read_head(&mut req, rest) {
+                Ok(Some(read)) => read,
+                Ok(None) => break,
+                Err((status, why)) => return (data.len(), self.refuse(idx, status, &why)),
             };
-            let head = match Head::of(&req) {
-                Ok(h) => h,
-                Err((status, why)) => {
-                    self.refuse(idx, status, &why);
-                    return data.len();
-                }
-            };
-            if head.content_length > MAX_BODY_BYTES {
-                let why = format!(
-                    "a body of {} bytes: at most {MAX_BODY_BYTES} are accepted",
-                    head.content_length
-                );
-                self.refuse(idx, 413, &why);
-                return data.len();
-            }
             let total = head_len + head.content_length;
             if rest.len() < total {
                 break;
             }
             self.l.http().requests += 1;
             let before = self.l.reply_buf(idx).len();
-            routes::Request::new(self.l, idx, &head, &rest[head_len..total]).serve();
+            let then = routes::Request::new(self.l, idx, &head, &rest[head_len..total]).serve();
             used += total;
+            if let Then::Close(_) = then {
+                return (data.len(), then);
+            }
             if head.close && !self.l.closing(idx) {
                 if self.l.reply_buf(idx).len() == before {
                     // Not answered yet: another node answers it, and the close waits for that.
-                    self.l.close_after_answer(idx);
-                    return data.len();
+                    if let Some(c) = self.l.http_conn(idx) {
+                        c.close_when_answered = true;
+                    }
+                    return (data.len(), Then::Done);
                 }
-                self.l.close_quietly(idx, "HTTP request asked to close");
+                return (used, Then::Close("HTTP request asked to close"));
             }
         }
-        used
+        (used, Then::Done)
     }
 
-    /// Answers with `status` and the reason, then closes: the stream cannot be read on.
-    fn refuse(&mut self, idx: usize, status: u16, why: &str) {
+    /// Answers with `status` and the reason; the loop then closes: the stream cannot be read
+    /// on.
+    fn refuse(&mut self, idx: usize, status: u16, why: &str) -> Then<'static> {
         self.l.http().errors += 1;
         error_response(self.l.reply_buf(idx), status, why, true, &[]);
-        self.l.close_quietly(idx, "bad HTTP request");
+        Then::Close("bad HTTP request")
     }
+}
+
+/// The head at the front of `rest`, parsed into `req`, and its length: `None` while it is not
+/// whole, or the status and reason it is refused with (too long, too many headers, a body
+/// over the limit, no HTTP).
+fn read_head<'h>(
+    req: &mut httparse::Request<'_, 'h>,
+    rest: &'h [u8],
+) -> Result<Option<(usize, Head<'h>)>, (u16, String)> {
+    let head_len = match req.parse(rest) {
+        Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
+        Ok(Status::Complete(_)) => {
+            return Err((
+                431,
+                format!("the request head is over {MAX_HEAD_BYTES} bytes"),
+            ))
+        }
+        Ok(Status::Partial) if rest.len() >= MAX_HEAD_BYTES => {
+            return Err((
+                431,
+                format!("the request head is over {MAX_HEAD_BYTES} bytes"),
+            ))
+        }
+        Ok(Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err((431, format!("more than {MAX_HEADERS} headers")))
+        }
+        Err(e) => return Err((400, format!("not an HTTP request: {e}"))),
+    };
+    let head = Head::of(req)?;
+    if head.content_length > MAX_BODY_BYTES {
+        let why = format!(
+            "a body of {} bytes: at most {MAX_BODY_BYTES} are accepted",
+            head.content_length
+        );
+        return Err((413, why));
+    }
+    Ok(Some((head_len, head)))
 }
 
 /// The content type of a reply made by [`Loop`]'s figures (`/metrics`).

@@ -14,7 +14,7 @@ use super::{
     assets, Reply, TubeTotals, DEFAULT_PAGE, MAX_EVENT_STREAMS, MAX_PAGE, PROMETHEUS_TEXT,
 };
 use crate::core::{Command, Pause};
-use crate::frontend::{Loop, ReplyTo};
+use crate::frontend::{Loop, ReplyTo, Then};
 use std::collections::HashMap;
 
 const SECOND: f64 = 1e6;
@@ -31,6 +31,8 @@ pub struct Request<'r, L: Loop> {
     body: &'r [u8],
     /// Who the request acts as, once its credentials are checked.
     who: Who,
+    /// The connection closes once this request is answered, for this reason.
+    close: Option<&'static str>,
 }
 
 /// A refusal: status, reason.
@@ -48,10 +50,11 @@ impl<'r, L: Loop> Request<'r, L> {
             head,
             body,
             who: Who::Everyone,
+            close: None,
         }
     }
 
-    pub fn serve(mut self) {
+    pub fn serve(mut self) -> Then<'static> {
         if let Err((status, why)) = self.route() {
             self.l.http().errors += 1;
             let auth = [(
@@ -61,6 +64,10 @@ impl<'r, L: Loop> Request<'r, L> {
             let headers: &[(&str, &str)] = if status == 401 { &auth } else { &[] };
             let out = self.l.reply_buf(self.idx);
             error_response(out, status, &why, self.head.close, headers);
+        }
+        match self.close {
+            Some(reason) => Then::Close(reason),
+            None => Then::Done,
         }
     }
 
@@ -234,7 +241,7 @@ impl<'r, L: Loop> Request<'r, L> {
         // to the close (and every one that reads the length) is served alike.
         let out = self.l.reply_buf(self.idx);
         response::write(out, 200, PROMETHEUS_TEXT, page.as_bytes(), true, &[]);
-        self.l.close_quietly(self.idx, "metrics scraped");
+        self.close = Some("metrics scraped");
         Ok(())
     }
 

@@ -287,7 +287,7 @@ impl<L: Loop> Iproto<'_, L> {
     #[inline(never)]
     fn answer_stats(&mut self, idx: usize, reply: Reply) {
         let figures = Outcome::ServerStats(Box::new(self.l.snapshot()));
-        self.l.deliver(idx, ReplyTo::Iproto(reply), &figures);
+        encode(self.l.reply_buf(idx), reply, &figures);
     }
 
     /// A CALL: decoded by the API its name belongs to, then dispatched. Always inlined, as
