@@ -431,11 +431,7 @@ impl Server {
     }
 
     fn close_relays(&mut self, reason: &'static str) {
-        let relays: Vec<usize> = std::mem::take(&mut self.relays)
-            .into_iter()
-            .filter(|&(idx, gen)| self.conns.get(idx).is_some_and(|c| c.gen == gen))
-            .map(|(idx, _)| idx)
-            .collect();
+        let relays = self.relays.take_all(&self.conns);
         self.register_heartbeats();
         for idx in relays {
             self.close_quietly(idx, reason);
@@ -454,11 +450,7 @@ impl Server {
             .wal()
             .map_or((0, 0, 0), |w| (w.written_seq(), w.last_term(), w.history()));
         let mut replicas = Vec::new();
-        for &(idx, gen) in &self.relays {
-            let Some(c) = self.conns.get(idx).filter(|c| c.gen == gen) else {
-                continue;
-            };
-            let Some(r) = c.relay() else { continue };
+        for (c, r) in self.relays.streams(&self.conns) {
             replicas.push(Value::Map(vec![
                 (s("peer"), s(&c.peer.to_string())),
                 (s("acked"), r.acked.into()),

@@ -211,20 +211,14 @@ pub struct Server {
     connections_accepted: u64,
     /// Sessions of the tube API (`queue.identify`, `queue.cfg{ttr}`).
     pub(crate) iproto: IprotoState,
-    /// Connections streaming this tarq's WAL to replicas: (slot, generation).
-    relays: Vec<(usize, u32)>,
-    /// The WAL's bytes of the turn, for the live relays (reused).
-    tap: Vec<u8>,
-    /// Snapshot and catch-up bytes on their way to a relay (reused).
-    relay_buf: Vec<u8>,
+    /// Connections streaming this tarq's WAL to replicas, and their feed's buffers.
+    relays: relay::Relays,
     /// With `--replica-of`: the stream from the primary.
     upstream: Option<replica::Upstream>,
     /// With `--etcd`: the election and this node's role in the cluster.
     cluster: Option<cluster::ClusterNode>,
     /// `--sync-replicas`: which turns wait for the replicas' acknowledgements.
     sync: sync::SyncGate,
-    /// Replicas' acknowledgements, gathered each turn (reused).
-    acked: Vec<u64>,
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -305,13 +299,10 @@ impl Server {
                 cfg.max_session_grace,
                 cfg.max_detached_sessions,
             )),
-            relays: Vec::new(),
-            tap: Vec::new(),
-            relay_buf: Vec::new(),
+            relays: relay::Relays::default(),
             upstream: cfg.replica_of.map(replica::Upstream::new),
             cluster,
             sync: sync_gate(&cfg),
-            acked: Vec::new(),
             cfg,
         };
         server.register_timers();
@@ -1562,10 +1553,8 @@ impl Server {
         }
         self.relay_turn();
         if self.sync.enabled() {
-            let mut acked = std::mem::take(&mut self.acked);
-            self.relay_acks(&mut acked);
-            self.sync.advance(&mut acked, self.mono);
-            self.acked = acked;
+            let acked = self.relays.acks(&self.conns);
+            self.sync.advance(acked, self.mono);
             self.record_committed();
         }
         let mut list = std::mem::take(&mut self.conns.flush);

@@ -28,6 +28,8 @@ use tarq_wal::relay::{self as wal_relay, Cursor, RelayError};
 use tarq_wal::WalMode;
 use tracing::{info, warn};
 
+use super::conn::Conn;
+use super::conns::Conns;
 use super::Server;
 use crate::frontend::iproto::errors::refusal_text;
 
@@ -109,7 +111,7 @@ impl Server {
                 let c = self.conn_mut(idx);
                 c.become_relay(relay);
                 let (peer, gen) = (c.peer, c.gen);
-                self.relays.push((idx, gen));
+                self.relays.add(idx, gen);
                 self.register_heartbeats();
                 info!(%peer, ?after, "replica subscribed");
             }
@@ -202,27 +204,88 @@ impl Server {
         }
     }
 
-    /// What each streaming replica acknowledged as durable, one entry per relay.
-    pub(super) fn relay_acks(&self, out: &mut Vec<u64>) {
-        out.clear();
-        out.extend(self.relays.iter().filter_map(|&(idx, gen)| {
-            let c = self
-                .conns
-                .get(idx)
-                .filter(|c| c.gen == gen && c.closing.is_none())?;
-            Some(c.relay()?.acked)
-        }));
-    }
-
     /// Replicas streaming from this tarq now.
     pub(crate) fn replica_count(&self) -> u64 {
-        self.relays.len() as u64
+        self.relays.count()
     }
 
     /// Whether a relay has files to read this turn (the loop does not sleep then).
     pub(super) fn relays_busy(&self) -> bool {
-        self.relays.iter().any(|&(idx, gen)| {
-            self.conns.get(idx).is_some_and(|c| {
+        self.relays.busy(&self.conns)
+    }
+
+    /// The next heartbeat due.
+    pub(super) fn next_heartbeat(&self) -> Option<Micros> {
+        self.relays.next_heartbeat(&self.conns)
+    }
+
+    /// After the turn's commit: queues each relay's share of what the WAL wrote (live), of the
+    /// files (catching up), and its heartbeat. Runs before the turn's replies are held, so all
+    /// of it waits for the turn's durability with them.
+    pub(super) fn relay_turn(&mut self) {
+        if self.relays.list.is_empty() {
+            return;
+        }
+        if let Some(wal) = self.core.journal_mut().wal() {
+            let ended = self.relays.feed(&mut self.conns, wal, self.now, self.mono);
+            for (idx, msg) in ended {
+                warn!(peer = %self.conns[idx].peer, error = %msg, "replication stream ended");
+                self.close_quietly(idx, "replication stream ended");
+            }
+        }
+        self.register_heartbeats();
+    }
+}
+
+/// This primary's relays: the connections streaming its WAL, and the buffers their feed
+/// reuses. The connections themselves are the loop's ([`Conns`]), lent to each call.
+#[derive(Default)]
+pub(super) struct Relays {
+    /// Each relay's connection, by slot and generation.
+    list: Vec<(usize, u32)>,
+    /// What the WAL wrote in the turn (its tap), for the live relays.
+    tap: Vec<u8>,
+    /// A chunk of the files read for a relay catching up.
+    chunk: Vec<u8>,
+    /// What each relay acknowledged, gathered for the sync gate.
+    acked: Vec<u64>,
+}
+
+impl Relays {
+    /// Connection `idx` (of generation `gen`) streams from now on.
+    pub fn add(&mut self, idx: usize, gen: u32) {
+        self.list.push((idx, gen));
+    }
+
+    pub fn count(&self) -> u64 {
+        self.list.len() as u64
+    }
+
+    /// Each relay's connection and stream, while it is open.
+    pub fn streams<'a>(&'a self, conns: &'a Conns) -> impl Iterator<Item = (&'a Conn, &'a Relay)> {
+        self.list.iter().filter_map(|&(idx, gen)| {
+            let c = conns.get(idx).filter(|c| c.gen == gen)?;
+            Some((c, c.relay()?))
+        })
+    }
+
+    /// What each streaming replica acknowledged as durable, one entry per open relay.
+    pub fn acks(&mut self, conns: &Conns) -> &mut Vec<u64> {
+        self.acked.clear();
+        self.acked
+            .extend(self.list.iter().filter_map(|&(idx, gen)| {
+                let c = conns
+                    .get(idx)
+                    .filter(|c| c.gen == gen && c.closing.is_none())?;
+                Some(c.relay()?.acked)
+            }));
+        &mut self.acked
+    }
+
+    /// Whether a relay has files to read this turn.
+    pub fn busy(&self, conns: &Conns) -> bool {
+        self.list.iter().any(|&(idx, gen)| {
+            conns.get(idx).is_some_and(|c| {
                 c.gen == gen
                     && c.closing.is_none()
                     && c.relay().is_some_and(|r| r.has_work(c.out.backlog()))
@@ -231,58 +294,50 @@ impl Server {
     }
 
     /// The next heartbeat due.
-    pub(super) fn next_heartbeat(&self) -> Option<Micros> {
-        self.relays
-            .iter()
-            .filter_map(|&(idx, gen)| {
-                let c = self.conns.get(idx).filter(|c| c.gen == gen)?;
-                Some(c.relay()?.next_heartbeat)
-            })
-            .min()
+    pub fn next_heartbeat(&self, conns: &Conns) -> Option<Micros> {
+        self.streams(conns).map(|(_, r)| r.next_heartbeat).min()
     }
 
-    /// After the turn's commit: queues each relay's share of what the WAL wrote (live), of the
-    /// files (catching up), and its heartbeat. Runs before the turn's replies are held, so all
-    /// of it waits for the turn's durability with them.
-    pub(super) fn relay_turn(&mut self) {
-        if self.relays.is_empty() {
-            return;
-        }
-        self.feed_relays();
-        self.register_heartbeats();
+    /// Every relay goes from the list; their connections (those still open) are returned.
+    pub fn take_all(&mut self, conns: &Conns) -> Vec<usize> {
+        std::mem::take(&mut self.list)
+            .into_iter()
+            .filter(|&(idx, gen)| conns.get(idx).is_some_and(|c| c.gen == gen))
+            .map(|(idx, _)| idx)
+            .collect()
     }
 
-    /// Sends each relay what is due: the turn's records to live ones, the next part of the
-    /// snapshot or the log to the others, a heartbeat when one is owed.
-    fn feed_relays(&mut self) {
-        let conns = &self.conns;
-        self.relays.retain(|&(idx, gen)| {
+    /// Sends each relay what is due: the turn's records (from `wal`'s tap) to live ones, the
+    /// next part of the snapshot or the log to the others, a heartbeat when one is owed.
+    /// Returns the relays whose stream failed, with why: the loop closes them.
+    fn feed(
+        &mut self,
+        conns: &mut Conns,
+        wal: &mut tarq_wal::Wal,
+        now: Micros,
+        mono: Micros,
+    ) -> Vec<(usize, String)> {
+        self.list.retain(|&(idx, gen)| {
             conns
                 .get(idx)
                 .is_some_and(|c| c.gen == gen && c.closing.is_none() && c.relay().is_some())
         });
-        let Some(wal) = self.core.journal_mut().wal() else {
-            return;
-        };
-        let mut tap = std::mem::take(&mut self.tap);
-        wal.take_tap(&mut tap);
+        wal.take_tap(&mut self.tap);
         let (written, storage) = (wal.written_seq(), wal.storage());
-        let mut chunk = std::mem::take(&mut self.relay_buf);
         let mut live = 0;
         let mut failed = Vec::new();
-        for i in 0..self.relays.len() {
-            let (idx, _) = self.relays[i];
-            self.conns.mark_flush(idx);
-            let (relay, out) = (self.conns[idx].relay_and_out()).expect("the list holds relays");
+        for &(idx, _) in &self.list {
+            conns.mark_flush(idx);
+            let (relay, out) = (conns[idx].relay_and_out()).expect("the list holds relays");
             let step = if matches!(relay.phase, Phase::Live) {
-                for part in tap.chunks(FRAME_BYTES) {
+                for part in self.tap.chunks(FRAME_BYTES) {
                     replication::data(&mut out.out, replication::XLOG, part);
                 }
                 Ok(())
             } else if out.backlog() >= LOW_WATER {
                 Ok(())
             } else {
-                relay.feed(&mut out.out, &mut chunk, &storage, written)
+                relay.feed(&mut out.out, &mut self.chunk, &storage, written)
             };
             if let Err((code, msg)) = step {
                 response::error(&mut out.out, 0, code, &msg);
@@ -290,26 +345,19 @@ impl Server {
                 continue;
             }
             live += matches!(relay.phase, Phase::Live) as usize;
-            if self.mono >= relay.next_heartbeat {
+            if mono >= relay.next_heartbeat {
                 let behind = match &relay.phase {
                     Phase::CatchUp(c) => c.buffered(),
                     _ => 0,
                 };
                 let backlog = (out.backlog() + behind) as u64;
-                replication::heartbeat(&mut out.out, written, self.now, backlog);
-                relay.next_heartbeat = self.mono + HEARTBEAT_INTERVAL;
+                replication::heartbeat(&mut out.out, written, now, backlog);
+                relay.next_heartbeat = mono + HEARTBEAT_INTERVAL;
             }
         }
-        if let Some(wal) = self.core.journal_mut().wal() {
-            // Copy what the log writes only while some replica streams it live.
-            wal.set_tap(live > 0);
-        }
-        self.tap = tap;
-        self.relay_buf = chunk;
-        for (idx, msg) in failed {
-            warn!(peer = %self.conns[idx].peer, error = %msg, "replication stream ended");
-            self.close_quietly(idx, "replication stream ended");
-        }
+        // Copy what the log writes only while some replica streams it live.
+        wal.set_tap(live > 0);
+        failed
     }
 }
 
