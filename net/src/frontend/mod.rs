@@ -77,12 +77,16 @@ pub fn encode(out: &mut Vec<u8>, to: ReplyTo, outcome: &Outcome<'_>) {
     }
 }
 
-/// What a front-end may ask of the loop it runs in: its connection's replies and state, the
-/// core's entry point and what it reads, and the loop's clocks and figures. The loop
-/// (`server::Server`) implements it; a front-end knows nothing else of it, so the arrows go
-/// one way — the loop calls a front-end, the front-end calls the core through this.
+/// What a front-end may ask of the loop it runs in: its connection's replies and state, what
+/// the core and the node read, the loop's clocks and figures, and the few changes whose
+/// answer the front-end needs at once (a tube made on `use`, a user at its connection limit,
+/// an event stream under the limit, a request held for the placement). What a request comes
+/// to, the front-end returns ([`Then`]). The loop (`server::Server`) implements it; a
+/// front-end knows nothing else of it, so the arrows go one way.
 pub trait Loop {
-    /// Runs `cmd` for connection `idx` in the core, answered through `reply`.
+    /// Runs `cmd` for connection `idx` in the core, answered through `reply`: for a command
+    /// that borrows what the front-end built in the call (a batch's items, framed around their
+    /// answers; an HTTP route's decoded body), which it cannot return.
     fn dispatch(&mut self, idx: usize, reply: ReplyTo, cmd: Command<'_>);
     /// Connection `idx`'s reply buffer, queued for the turn's flush.
     fn reply_buf(&mut self, idx: usize) -> &mut Vec<u8>;
@@ -107,8 +111,6 @@ pub trait Loop {
     /// tasks); `holders` as `Queue::holders` gives them, read once for several tubes.
     fn tube_figures(&self, tube: TubeIx, holders: &[u64]) -> Option<Stats>;
     fn pauses(&self) -> &Pauses;
-    /// Takes connection `idx` has parked now.
-    fn parked_of(&self, idx: usize) -> usize;
     /// Takes parked on `tube` now.
     fn parked_count(&self, tube: TubeIx) -> u64;
     /// Creates tube `name` on first use (`fifottl`, made on demand: dropped once unused).
@@ -150,8 +152,6 @@ pub trait Loop {
     fn release_session(&mut self, sid: SessionId) -> usize;
     /// The IPROTO front-end's server-wide state.
     fn iproto(&mut self) -> &mut iproto::IprotoState;
-    /// Whether connection `idx` may call functions (authenticated, or no user is required).
-    fn authenticated(&self, idx: usize) -> bool;
     fn set_authenticated(&mut self, idx: usize, yes: bool);
     /// Who connection `idx` acts as (what its requests are checked against).
     fn who(&self, idx: usize) -> &crate::core::access::Who;

@@ -60,10 +60,6 @@ impl frontend::Loop for Server {
         self.core.pauses()
     }
 
-    fn parked_of(&self, idx: usize) -> usize {
-        self.core.parked_of(idx)
-    }
-
     fn parked_count(&self, tube: TubeIx) -> u64 {
         let routed = (self.router.as_ref()).map_or(0, |r| r.routed_waiting_on(tube));
         self.core.parked_in(tube) as u64 + routed
@@ -128,10 +124,6 @@ impl frontend::Loop for Server {
 
     fn iproto(&mut self) -> &mut IprotoState {
         &mut self.iproto
-    }
-
-    fn authenticated(&self, idx: usize) -> bool {
-        self.conns[idx].authenticated
     }
 
     fn set_authenticated(&mut self, idx: usize, yes: bool) {
