@@ -55,6 +55,15 @@ impl ServiceTimes {
         self.requests & (TIME_ONE_IN - 1) == 0
     }
 
+    /// Whether the next request counted will be timed ([`count_request`] answers the same):
+    /// a front-end that learns a request's kind only by reading it starts the clock first.
+    ///
+    /// [`count_request`]: Self::count_request
+    #[inline]
+    pub fn next_is_timed(&self) -> bool {
+        self.requests.wrapping_add(1) & (TIME_ONE_IN - 1) == 0
+    }
+
     /// Requests executed since start.
     pub fn requests(&self) -> u64 {
         self.requests
@@ -274,6 +283,18 @@ fn prometheus_name(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn next_is_timed_says_what_count_request_will() {
+        let mut s = ServiceTimes::default();
+        let mut timed = 0;
+        for _ in 0..3 * TIME_ONE_IN {
+            let said = s.next_is_timed();
+            assert_eq!(said, s.count_request());
+            timed += u64::from(said);
+        }
+        assert_eq!(timed, 3, "one request in TIME_ONE_IN is timed");
+    }
 
     #[test]
     fn service_times_land_in_power_of_two_buckets() {

@@ -4,6 +4,8 @@
 //! the parked entries and the read of the commands that waited are the loop's to handle, the
 //! reply the front-end's.
 
+use std::time::Instant;
+
 use super::Server;
 use crate::frontend::beanstalk::Beanstalk;
 use crate::frontend::ReplyTo;
@@ -17,17 +19,18 @@ impl Server {
         let mut room = std::mem::take(&mut self.beanstalk.room);
         let mut used = 0;
         while self.conns[idx].closing.is_none() && !self.conns[idx].muted() {
+            // Timed from before its translation, as an IPROTO frame is; counted once read.
+            let started = self.ops.service.next_is_timed().then(Instant::now);
             let Some(step) = Beanstalk::new(self).next(idx, &data[used..], &mut room) else {
                 break;
             };
             used += step.used;
-            let started = match step.command {
-                true => self.count_request(),
-                false => None,
-            };
+            let timed = step.command && self.ops.service.count_request();
             self.apply(idx, step.then);
             Beanstalk::new(self).ran(idx);
-            self.record_request(started);
+            if let Some(t0) = started.filter(|_| timed) {
+                self.ops.service.record(t0.elapsed());
+            }
         }
         self.beanstalk.room = room;
         used

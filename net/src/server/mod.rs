@@ -1303,18 +1303,6 @@ impl Server {
         write(out, self.core.queue());
     }
 
-    /// Counts one request for the service-time figures; `Some` when this one is to be timed
-    /// (one in `TIME_ONE_IN`: a clock read is not free).
-    pub(crate) fn count_request(&mut self) -> Option<Instant> {
-        self.ops.service.count_request().then(Instant::now)
-    }
-
-    pub(crate) fn record_request(&mut self, started: Option<Instant>) {
-        if let Some(t0) = started {
-            self.ops.service.record(t0.elapsed());
-        }
-    }
-
     /// beanstalk connections that have put, that have reserved, and that wait in a reserve now.
     pub(crate) fn beanstalk_roles(&self) -> (u64, u64, u64) {
         let mut roles = (0, 0, 0);
@@ -1966,6 +1954,41 @@ mod tests {
         let mut got = replies(&mut s, &mut waiter_client, 2);
         got.sort_unstable();
         assert_eq!(got, [7, 8], "the ping's reply and the woken take's");
+    }
+
+    /// Regression: a primary demoted while a replica streamed live from it left its WAL's tap
+    /// on, so as a replica it kept a copy of every record it applied, for no relay, without
+    /// bound.
+    #[test]
+    fn relays_closed_at_a_demotion_leave_the_wal_no_tap() {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("data");
+        let wal_cfg = tarq_wal::WalConfig {
+            mode: tarq_wal::WalMode::Write,
+            ..tarq_wal::WalConfig::default()
+        };
+        let (wal, queue, _) = tarq_wal::Wal::open_dir(&data_dir, wal_cfg.clone()).unwrap();
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir,
+            wal: wal_cfg,
+            ..Config::default()
+        };
+        let mut s = Server::with_journal(cfg, Journal::wal_with(wal, queue)).unwrap();
+        let (idx, _replica) = connect(&mut s);
+        s.read_clocks();
+        let wal = s.core.journal_mut().wal().unwrap();
+        let at = (wal.written_seq(), wal.last_term(), wal.history());
+        let format = Some(tarq_wal::format::FORMAT_VERSION);
+        s.start_relay(idx, 1, format, Some(at));
+        s.commit_and_flush(); // the relay is live: the tap is on for it
+        assert!(s.core.journal_mut().wal().unwrap().tapping());
+        s.close_relays("this node is a replica now");
+        assert!(
+            !s.core.journal_mut().wal().unwrap().tapping(),
+            "no relay is left to read the tap"
+        );
+        s.commit_and_flush();
     }
 
     #[test]

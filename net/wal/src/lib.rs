@@ -1209,6 +1209,11 @@ impl Wal {
         }
     }
 
+    /// Whether what is written is copied into the tap now.
+    pub fn tapping(&self) -> bool {
+        self.tap.is_some()
+    }
+
     /// Moves the bytes written since the last call into `out` (cleared first): whole turns,
     /// in sequence order. A turn rewritten after a failed write comes again.
     pub fn take_tap(&mut self, out: &mut Vec<u8>) {
