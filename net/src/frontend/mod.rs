@@ -152,15 +152,16 @@ pub trait Loop {
     fn release_session(&mut self, sid: SessionId) -> usize;
     /// The IPROTO front-end's server-wide state.
     fn iproto(&mut self) -> &mut iproto::IprotoState;
-    fn set_authenticated(&mut self, idx: usize, yes: bool);
     /// Who connection `idx` acts as (what its requests are checked against).
     fn who(&self, idx: usize) -> &crate::core::access::Who;
-    /// Connection `idx` acts as `who` from now on, counted against that user's connections,
-    /// or refused at its limit (`--user-max-connections`; it then stays as it was).
-    fn set_who(
+    /// Connection `idx` acts as `who` from now on (an AUTH passed), and may call functions if
+    /// `may_call`; counted against that user's connections, or refused at its limit
+    /// (`--user-max-connections`; it then stays as it was).
+    fn act_as(
         &mut self,
         idx: usize,
         who: crate::core::access::Who,
+        may_call: bool,
     ) -> Result<(), crate::core::access::UserRefused>;
     /// Connection `idx`'s greeting salt (for chap-sha1).
     fn salt(&self, idx: usize) -> [u8; tarq_iproto::greeting::SALT_LEN];

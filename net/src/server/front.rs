@@ -126,20 +126,19 @@ impl frontend::Loop for Server {
         &mut self.iproto
     }
 
-    fn set_authenticated(&mut self, idx: usize, yes: bool) {
-        self.conns[idx].authenticated = yes;
-    }
-
     fn who(&self, idx: usize) -> &crate::core::access::Who {
         &self.conns[idx].who
     }
 
-    fn set_who(
+    fn act_as(
         &mut self,
         idx: usize,
         who: crate::core::access::Who,
+        may_call: bool,
     ) -> Result<(), crate::core::access::UserRefused> {
-        Server::set_who(self, idx, who)
+        Server::set_who(self, idx, who)?;
+        self.conns[idx].authenticated = may_call;
+        Ok(())
     }
 
     fn salt(&self, idx: usize) -> [u8; SALT_LEN] {

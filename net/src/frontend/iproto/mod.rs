@@ -246,8 +246,7 @@ impl<L: Loop> Iproto<'_, L> {
                 // Becoming guest is allowed; it may call what guest was granted.
                 let guest = Who::guest();
                 let may = guest.may_call(self.l.queue().users());
-                self.l.set_who(idx, guest).map_err(Denied::Limit)?;
-                self.l.set_authenticated(idx, may);
+                self.l.act_as(idx, guest, may).map_err(Denied::Limit)?;
                 Ok(())
             }
             (Some(cred), Some(hash2)) => {
@@ -273,8 +272,7 @@ impl<L: Loop> Iproto<'_, L> {
                     if !auth::check(&salt, s, h) {
                         return Err(mismatch());
                     }
-                    self.l.set_who(idx, who).map_err(Denied::Limit)?;
-                    self.l.set_authenticated(idx, true);
+                    self.l.act_as(idx, who, true).map_err(Denied::Limit)?;
                     Ok(())
                 } else {
                     Err(mismatch())
