@@ -16,10 +16,10 @@ impl<R: Copy> Core<R> {
     /// Runs `cmd` for `caller` and answers it through `host` with `reply` (now, or when a
     /// parked take is served or times out, or a waiting put finds room). Inlined into its two
     /// callers, the loop's dispatch and its out-of-line twin for a sharded node's commands.
-    #[inline(always)]
     ///
     /// `cmd` is lent, not moved: the front-end's request it sits in is read in place, with no
     /// copy of its 120 bytes on the hot path.
+    #[inline(always)]
     pub fn execute(
         &mut self,
         caller: Caller,

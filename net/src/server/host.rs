@@ -169,7 +169,7 @@ impl Server {
     #[inline(never)]
     fn apply_rare(&mut self, idx: usize, then: Then<'_>) {
         match then {
-            Then::Done | Then::Run(..) => self.apply(idx, then),
+            Then::Done | Then::Run(..) => unreachable!("`apply` runs these itself"),
             Then::Close(reason) => self.close_quietly(idx, reason),
             Then::Relay {
                 sync,

@@ -491,8 +491,9 @@ impl Server {
             WAKER => {}
             replica::UPSTREAM => self.upstream_ready(),
             Token(t) if LinkSockets::slot_of(t).is_some() => {
-                let set = t - link_sockets::LINK_TOKEN_BASE;
-                self.with_router(|r, cx| r.link_ready(cx, set));
+                if let Some(set) = LinkSockets::slot_of(t) {
+                    self.with_router(|r, cx| r.link_ready(cx, set));
+                }
             }
             t if Ops::owns(t) => {
                 self.ops.on_event(ev, self.now);

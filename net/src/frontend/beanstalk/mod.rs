@@ -6,8 +6,8 @@
 //!
 //! Commands about tasks and tubes (put, reserve, delete, release, bury, touch, kick, kick-job,
 //! reserve-job, the peeks, stats-job, stats-tube, pause-tube) are returned to the loop as the
-//! core's commands ([`Then::Run`], through [`Beanstalk::next`]) like the IPROTO calls, so the journal's refusals, durability holds,
-//! parked-take wake-ups — and on a sharded cluster, the routing to a partition's owner — are
+//! core's commands ([`Then::Run`], through [`Beanstalk::next`]) like the IPROTO calls, so the
+//! journal's refusals, durability holds, parked-take wake-ups — and on a sharded cluster, the routing to a partition's owner — are
 //! the same; the rest (use / watch / ignore, lists, stats, quit) read the connection's own
 //! state or the node's and are answered here. As in beanstalkd, a connection runs its commands
 //! one after another: while an answer is still to come (a reserve that waits, a command sent
@@ -260,9 +260,8 @@ impl<L: Loop> Beanstalk<'_, L> {
     pub fn next<'f>(&mut self, idx: usize, data: &'f [u8], room: &'f mut Room) -> Option<Step<'f>> {
         let bs = self.l.beanstalk_parts(idx).1?;
         if let Some((r, t)) = bs.made.take() {
-            self.took_tube(idx, r, t);
             return Some(Step {
-                then: Then::Done,
+                then: self.took_tube(idx, r, t),
                 used: 0,
                 command: false,
             });
@@ -445,12 +444,12 @@ impl<L: Loop> Beanstalk<'_, L> {
 
     /// A tube placed for this connection's `use` or `watch` (`r`) is here: the command ends
     /// as it would have had the tube been found.
-    fn took_tube(&mut self, idx: usize, r: Reply, t: TubeIx) {
+    fn took_tube(&mut self, idx: usize, r: Reply, t: TubeIx) -> Then<'static> {
         let name = self.tube_name(t);
-        let _answered = match r {
+        match r {
             Reply::Watch => self.watch_tube(idx, t),
             _ => self.use_tube(idx, t, &name),
-        };
+        }
     }
 
     /// `watch`: a tube this connection's reserves take from, made when missing.
@@ -686,12 +685,13 @@ impl<L: Loop> Beanstalk<'_, L> {
     }
 
     /// The tube named `name`, created (`fifottl`, default options) when missing, as beanstalkd
-    /// creates a tube on `use` or `watch` (`r`). `None` when it is answered already: it cannot
+    /// creates a tube on `use` or `watch` (`r`). `Err` when it is answered already: it cannot
     /// be created (a replica: `READ_ONLY`, as its puts; the journal refuses changes, or the
     /// tube limit is reached: logged, and `OUT_OF_MEMORY`), or a node that makes no tube on
     /// its own returns the core's command to place it (the connection waits;
     /// [`took_tube`](Self::took_tube) ends the command). `Err` carries what the loop does.
-    // `Err` is no failure but what the loop does instead, returned once a command.
+    // `Err` is no failure but what the loop does instead: built once a command, never moved
+    // far.
     #[allow(clippy::result_large_err)]
     fn bs_tube<'f>(&mut self, idx: usize, name: &'f str, r: Reply) -> Result<TubeIx, Then<'f>> {
         if let Some(t) = self.l.queue().tube_ix(name) {

@@ -197,20 +197,16 @@ fn read_head<'h>(
     req: &mut httparse::Request<'_, 'h>,
     rest: &'h [u8],
 ) -> Result<Option<(usize, Head<'h>)>, (u16, String)> {
+    let too_long = || {
+        Err((
+            431,
+            format!("the request head is over {MAX_HEAD_BYTES} bytes"),
+        ))
+    };
     let head_len = match req.parse(rest) {
         Ok(Status::Complete(n)) if n <= MAX_HEAD_BYTES => n,
-        Ok(Status::Complete(_)) => {
-            return Err((
-                431,
-                format!("the request head is over {MAX_HEAD_BYTES} bytes"),
-            ))
-        }
-        Ok(Status::Partial) if rest.len() >= MAX_HEAD_BYTES => {
-            return Err((
-                431,
-                format!("the request head is over {MAX_HEAD_BYTES} bytes"),
-            ))
-        }
+        Ok(Status::Complete(_)) => return too_long(),
+        Ok(Status::Partial) if rest.len() >= MAX_HEAD_BYTES => return too_long(),
         Ok(Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => {
             return Err((431, format!("more than {MAX_HEADERS} headers")))

@@ -136,11 +136,11 @@ impl<L: Loop> Iproto<'_, L> {
     /// A method of a tube this node does not know: held for a read of the placement on a
     /// sharded node (a tube another node has just created), else Tarantool's missing function.
     fn no_such_tube(&mut self, idx: usize, r: Reply, function: &str) -> Then<'static> {
-        if !self.l.hold_for_placement(idx) {
-            let msg = format!("Procedure '{function}' is not defined");
-            response::error(self.l.reply_buf(idx), r.sync, ER_NO_SUCH_PROC, &msg);
+        if self.l.hold_for_placement(idx) {
+            return Then::Done;
         }
-        Then::Done
+        let msg = format!("Procedure '{function}' is not defined");
+        self.refuse(idx, r.sync, ER_NO_SUCH_PROC, &msg)
     }
 
     /// Runs a method that is not a batch as its command, or answers it when it needs none.
@@ -209,7 +209,8 @@ impl<L: Loop> Iproto<'_, L> {
                     return self.refuse(idx, r.sync, ER_PROC_LUA, &msg);
                 }
             },
-            // `queue.statistics()`: every tube but the seed's `default`, by name. Tubes
+            // `queue.statistics()`: every tube but the seed's `default`, by name (an empty Lua
+            // table, an array, when there is none, as the original sends it). Tubes
             // beanstalk's `use` made and left empty are gone first, as in its list.
             TubeCall::Statistics { tube: None } => {
                 self.l.collect_tubes();
