@@ -16,7 +16,7 @@ const FLAT: &[(&str, &str, &str)] = &[
         "one line a setting: which take effect live and which need a restart",
     ),
     (
-        "config.rs",
+        "config/mod.rs",
         "resolve",
         "the struct literal of every setting, from flag, TARQ_* or TOML",
     ),

@@ -196,7 +196,7 @@ mod tests {
             busy_poll: 50,
             user_max_connections: 4,
             user_put_rate: 100,
-            limits: crate::server::limits::LimitsConfig {
+            limits: crate::config::LimitsConfig {
                 frame_timeout: 250_000,
                 idle_timeout: 90_000_000,
                 ..Config::default().limits

@@ -16,7 +16,7 @@
 //! `--tls-hello-wait` is plain. Deciding the mode, the waits and the refusals is the loop's.
 
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use mio::net::TcpStream;
@@ -27,6 +27,8 @@ use rustls::{
     ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection,
 };
 
+use crate::config::{TlsFiles, TlsMode};
+
 /// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1): every
 /// ClientHello starts with it.
 pub const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -35,53 +37,6 @@ pub const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// move unsent bytes from the connection's reply buffer, which the write backlog limit counts,
 /// into rustls, which it does not.
 const WRITE_CHUNK_BYTES: usize = 64 * 1024;
-
-/// What a port does with TLS.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum TlsMode {
-    /// Plain TCP only.
-    #[default]
-    Off,
-    /// TLS for clients that start it, plain for the others.
-    Optional,
-    /// TLS only: a plain client is refused.
-    Required,
-}
-
-impl std::str::FromStr for TlsMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "off" => Ok(TlsMode::Off),
-            "optional" => Ok(TlsMode::Optional),
-            "required" => Ok(TlsMode::Required),
-            _ => Err(format!(
-                "{s:?} is not a TLS mode: off, optional or required"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for TlsMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            TlsMode::Off => "off",
-            TlsMode::Optional => "optional",
-            TlsMode::Required => "required",
-        })
-    }
-}
-
-/// Where the server's certificate chain and key are (PEM), and the cluster's CA.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain, the server's own first.
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// The CA that signs the cluster's nodes (`--tls-ca`): when set, replication and shard
-    /// links run over TLS with both ends' certificates checked against it.
-    pub ca: Option<PathBuf>,
-}
 
 /// What the files make: the configuration every new TLS connection on a port starts from, and,
 /// with a cluster CA, the one this node's own connections to other nodes start from.

@@ -18,13 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use tarq_engine::{Micros, SessionId};
 
-/// Default `--max-session-grace`: a day. tarantool/queue takes any `ttr`; a day covers a
-/// redeploy or a network outage, and a client asking more gets an error naming the limit.
-pub const DEFAULT_MAX_SESSION_GRACE: Micros = 86_400_000_000;
-
-/// Default `--max-detached-sessions`: each costs under 200 bytes here and in the engine's
-/// session table, so the table stays under 20 MB, far above what reconnecting clients need.
-pub const DEFAULT_MAX_DETACHED_SESSIONS: usize = 100_000;
+use crate::config::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_MAX_SESSION_GRACE};
 
 /// An identified session.
 #[derive(Debug)]

@@ -19,14 +19,18 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use serde::Deserialize;
 
 use crate::ctl::CtlArgs;
-use crate::frontend::iproto::sessions::{DEFAULT_MAX_DETACHED_SESSIONS, DEFAULT_MAX_SESSION_GRACE};
-use crate::server::limits::{default_input_budget, LimitsConfig};
-use crate::server::tls::{TlsFiles, TlsMode};
 use tarq_engine::{Micros, MAX_TASKS};
 use tarq_iproto::DEFAULT_MAX_FRAME_BYTES;
 use tarq_ops::graphite::{self, Target};
 use tarq_ops::OpsConfig;
 use tarq_wal::{WalConfig, WalMode};
+
+pub mod limits;
+pub mod tls;
+
+use limits::default_input_budget;
+pub use limits::LimitsConfig;
+pub use tls::{TlsConfig, TlsFiles, TlsMode, DEFAULT_TLS_HELLO_WAIT};
 
 /// Default `--listen`: Tarantool's port, on loopback only until the operator opens it.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3301";
@@ -652,45 +656,6 @@ pub struct Config {
     pub wal: WalConfig,
     /// TLS on the client ports.
     pub tls: TlsConfig,
-}
-
-/// Default `--tls-hello-wait`: a TLS client sends its ClientHello as soon as its connect
-/// returns, microseconds after the server accepts; a fifth of a second covers a client
-/// scheduled late on a loaded machine, and is what a plain IPROTO client on an `optional`
-/// port waits for its greeting.
-pub const DEFAULT_TLS_HELLO_WAIT: Micros = 200_000;
-
-/// TLS on the client ports: each port's mode, and the certificate and key they serve.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsConfig {
-    pub iproto: TlsMode,
-    pub beanstalk: TlsMode,
-    pub http: TlsMode,
-    /// The certificate chain and key, when TLS is on anywhere.
-    pub files: Option<TlsFiles>,
-    /// How long an IPROTO connection on a TLS port may take to send its ClientHello (µs).
-    pub hello_wait: Micros,
-}
-
-impl Default for TlsConfig {
-    fn default() -> Self {
-        TlsConfig {
-            iproto: TlsMode::Off,
-            beanstalk: TlsMode::Off,
-            http: TlsMode::Off,
-            files: None,
-            hello_wait: DEFAULT_TLS_HELLO_WAIT,
-        }
-    }
-}
-
-impl TlsConfig {
-    /// Whether any port serves TLS.
-    pub fn any(&self) -> bool {
-        [self.iproto, self.beanstalk, self.http]
-            .iter()
-            .any(|&m| m != TlsMode::Off)
-    }
 }
 
 impl Default for Config {
@@ -1340,6 +1305,14 @@ fn timeout(name: &str, secs: Option<f64>, default: u64) -> Result<u64, ConfigErr
     }
     Ok((secs * 1e6).round() as u64)
 }
+
+/// Default `--max-session-grace`: a day. tarantool/queue takes any `ttr`; a day covers a
+/// redeploy or a network outage, and a client asking more gets an error naming the limit.
+pub const DEFAULT_MAX_SESSION_GRACE: Micros = 86_400_000_000;
+
+/// Default `--max-detached-sessions`: each costs under 200 bytes here and in the engine's
+/// session table, so the table stays under 20 MB, far above what reconnecting clients need.
+pub const DEFAULT_MAX_DETACHED_SESSIONS: usize = 100_000;
 
 /// Longest `--max-session-grace`: a year; the grace keeps a gone client's tasks from every
 /// other consumer, and longer is a typo.
