@@ -155,9 +155,10 @@ fn metadata() -> serde_json::Value {
 /// (it talks to the loop through its `Host` trait); a front-end knows the core and the loop
 /// only through `frontend::Loop`, so the loop calls the front-ends and never the other way.
 const MODULE_LAYERS: &[(&str, &[&str])] = &[
-    // The configuration is what the operator said, read and checked: plain data the server,
-    // the front-ends and the core read, so it reads none of them (their defaults live here,
-    // beside the setting). `tarq ctl`'s flags are the one module it names, as a subcommand.
+    // The configuration is what the operator said, read and checked: plain data the server
+    // and the front-ends read, so it reads none of them, nor the core (their defaults live
+    // here, beside the setting). `tarq ctl`'s flags are the one module it names, as a
+    // subcommand.
     (
         "config",
         &["crate::server", "crate::frontend", "crate::core"],

@@ -1,9 +1,10 @@
-//! TLS on the client ports: the per-port mode ([`TlsMode`]), the server's certificate and key
-//! read from PEM files into a rustls `ServerConfig` ([`TlsFiles::load`], again on every SIGHUP),
-//! and [`Stream`], the connection's socket as the loop sees it — plain TCP, or a rustls
-//! `ServerConnection` driven over it. rustls is sans-IO: `Stream` moves ciphertext between the
-//! socket and rustls and hands the loop plaintext through the same `Read`/`Write` a plain socket
-//! has, so the front-ends, the buffers and the loop's read and flush phases stay as they are.
+//! TLS on the client ports: the per-port mode ([`TlsMode`], set in `crate::config::tls`), the
+//! server's certificate and key read from PEM files into a rustls `ServerConfig`
+//! ([`TlsFiles::load`], again on every SIGHUP), and [`Stream`], the connection's socket as the
+//! loop sees it — plain TCP, or a rustls `ServerConnection` driven over it. rustls is sans-IO:
+//! `Stream` moves ciphertext between the socket and rustls and hands the loop plaintext through
+//! the same `Read`/`Write` a plain socket has, so the front-ends, the buffers and the loop's
+//! read and flush phases stay as they are.
 //!
 //! The loop keeps two rules for a TLS stream that a plain one does not need: a short read does
 //! not mean the socket is drained (rustls may hold more records), so it reads until `WouldBlock`
