@@ -431,12 +431,8 @@ impl Server {
     }
 
     pub(super) fn close_relays(&mut self, reason: &'static str) {
+        // The turn's relay step turns the WAL's tap off once no relay is left.
         let relays = self.relays.take_all(&self.conns);
-        // No relay reads the tap now: as a replica, this node would keep a copy of every
-        // record it applies.
-        if let Some(wal) = self.core.journal_mut().wal() {
-            wal.set_tap(false);
-        }
         self.register_heartbeats();
         for idx in relays {
             self.close_quietly(idx, reason);

@@ -1985,11 +1985,11 @@ mod tests {
         s.commit_and_flush(); // the relay is live: the tap is on for it
         assert!(s.core.journal_mut().wal().unwrap().tapping());
         s.close_relays("this node is a replica now");
+        s.commit_and_flush(); // the next turn, as a replica's
         assert!(
             !s.core.journal_mut().wal().unwrap().tapping(),
             "no relay is left to read the tap"
         );
-        s.commit_and_flush();
     }
 
     #[test]
