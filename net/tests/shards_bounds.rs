@@ -2,7 +2,8 @@
 //! take waiting across a sharded tube's partitions and a third call forwarded to a set that
 //! does not answer are each refused at once with a message naming the limit (nothing done),
 //! the calls within the bound complete, and `queue.stats()` counts what waits and what was
-//! refused.
+//! refused; the router's own words (a count of waiting takes told to a tube's owner) are not
+//! held to that bound.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -11,7 +12,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use cluster::{wait_for, Etcd, Nodes};
+use cluster::{wait_for, wait_for_or, Etcd, Nodes};
 use rmpv::Value;
 use tarq_client::{pack_args, Client};
 
@@ -183,5 +184,82 @@ fn a_take_served_here_leaves_no_watch_on_the_other_set() {
         stat(addr, "routed_waiting") == 0
             && stat(addr, "routed_forwarded") == 0
             && stat(b_addr, "parked_takes") == 0
+    });
+}
+
+/// What a router says on its own — how many of its takes wait on a tube, told to the owner of
+/// the tube's first partition — is no client's call: with `--max-routed-calls 1` and each
+/// node's one slot taken by its waiting take's watch of the other set's partition, the count
+/// still reaches the owner (it was refused at the bound, counted as a refusal no client saw,
+/// and a client's call forwarded beside it could be refused for it).
+#[test]
+fn the_routers_own_words_are_not_held_to_the_call_bound() {
+    let etcd = Etcd::start();
+    let web = ["--http-listen", "127.0.0.1:0", "--max-routed-calls", "1"];
+    let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &web);
+    let primaries = [nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1])];
+    let mut c = connect(nodes.nodes[primaries[0]].addr);
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
+    let args = pack_args(&[Value::from("t"), Value::from("fifo"), opts]);
+    c.call("queue.create_tube", &args, None).unwrap();
+    for n in &nodes.nodes {
+        let mut c = connect(n.addr);
+        wait_for("every node to know the tube", || {
+            c.call("queue.statistics", &pack_args(&[Value::from("t")]), None)
+                .is_ok()
+        });
+    }
+    // A take through each set's primary: each watches the other set's partition (its one
+    // slot), and the one not owning the tube's first partition tells the owner it waits.
+    let mut takes: Vec<(Client, u64)> = (primaries.iter())
+        .map(|&i| {
+            let mut c = connect(nodes.nodes[i].addr);
+            let sync = send_all(&mut c, "take", &[pack_args(&[Value::from(30)])])[0];
+            (c, sync)
+        })
+        .collect();
+    let metric = |i: usize| -> u64 {
+        let web = nodes.nodes[i].tarq.as_ref().unwrap().metrics.unwrap();
+        let (_, page) = support::http_get(web, "/metrics");
+        (page.lines())
+            .filter(|l| l.starts_with("tarq_tube_takers_waiting{") && l.contains("tube=\"t\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    wait_for_or(
+        "both takes waiting, each watching the other set's partition",
+        || {
+            primaries.iter().all(|&i| {
+                let addr = nodes.nodes[i].addr;
+                stat(addr, "routed_waiting") == 1 && stat(addr, "routed_forwarded") == 1
+            })
+        },
+        || "; a node's take does not wait, or watches nothing".to_owned(),
+    );
+    wait_for_or(
+        "the owner of the first partition to count both takes",
+        || primaries.iter().map(|&i| metric(i)).sum::<u64>() == 2,
+        || {
+            let counts: Vec<u64> = primaries.iter().map(|&i| metric(i)).collect();
+            format!("; the primaries' /metrics count {counts:?} takes waiting, not 2 in all")
+        },
+    );
+    for &i in &primaries {
+        let addr = nodes.nodes[i].addr;
+        assert_eq!(stat(addr, "routed_refused"), 0, "node {i} refused nothing");
+    }
+    // Two puts serve both takes, whichever partition each lands in.
+    for _ in 0..2 {
+        let put = pack_args(&[Value::from("x")]);
+        c.call("queue.tube.t:put", &put, None).unwrap();
+    }
+    for (c, sync) in &mut takes {
+        assert_eq!(next(c), (*sync, None), "a waiting take is served");
+    }
+    wait_for("nothing waiting or forwarded, no count left", || {
+        primaries.iter().all(|&i| {
+            let addr = nodes.nodes[i].addr;
+            stat(addr, "routed_waiting") == 0 && stat(addr, "routed_forwarded") == 0
+        }) && primaries.iter().map(|&i| metric(i)).sum::<u64>() == 0
     });
 }

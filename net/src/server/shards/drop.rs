@@ -156,7 +156,7 @@ impl Router {
         let own: Vec<TubeIx> = g.floors.iter().map(|&(ix, _)| ix).collect();
         let since = g.since.unwrap_or_else(Instant::now);
         if let Some(e) = self.drop_refusal(&mut g, head, since) {
-            self.give_up_drop(cx, g.client, &own, &g.asked);
+            self.give_up_drop(cx, &own, &g.asked);
             return self.answer(cx, g.client, &Outcome::Error(e));
         }
         let Some(t) = self.tubes.get(&head) else {
@@ -189,16 +189,10 @@ impl Router {
     /// A drop given up before its commit: this node's holds of `own` end, and every owner
     /// asked is told, so its partition serves again at once (one that does not hear of it
     /// reads the placement when its hold runs out).
-    fn give_up_drop(
-        &mut self,
-        cx: &mut Ctx<'_>,
-        client: Client,
-        own: &[TubeIx],
-        asked: &[(usize, TubeIx)],
-    ) {
+    fn give_up_drop(&mut self, cx: &mut Ctx<'_>, own: &[TubeIx], asked: &[(usize, TubeIx)]) {
         self.end_own_drop_holds(cx, own);
         for &(set, ix) in asked {
-            self.send_ask(cx, set, client, &Ask::DropOff { index: ix }, Then::Ignore);
+            self.send_own(cx, set, &Ask::DropOff { index: ix });
         }
     }
 
@@ -231,7 +225,7 @@ impl Router {
                 self.answer(cx, d.client, &Outcome::Error(Refusal::Unknown(why)));
             }
             Err(e) => {
-                self.give_up_drop(cx, d.client, &d.parts, &d.asked);
+                self.give_up_drop(cx, &d.parts, &d.asked);
                 self.answer(
                     cx,
                     d.client,

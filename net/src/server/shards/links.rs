@@ -103,8 +103,34 @@ impl Router {
         cmd: Command<'_>,
         then: Then,
     ) {
+        self.forward_as(cx, set, client, &cmd, Some(then));
+    }
+
+    /// Sends `cmd` to the primary of set `set` for `client` as the router's own word
+    /// ([`Router::send_own`]): what a call already answered owes, such as a task taken for a
+    /// wait that ended meanwhile, released. Not held to the call bound; its answer is not
+    /// waited for.
+    pub(super) fn forward_owed(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        set: usize,
+        client: Client,
+        cmd: Command<'_>,
+    ) {
+        self.forward_as(cx, set, client, &cmd, None);
+    }
+
+    /// [`Router::forward`] with `Some(then)`, [`Router::forward_owed`] with `None`.
+    fn forward_as(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        set: usize,
+        client: Client,
+        cmd: &Command<'_>,
+        then: Option<Then>,
+    ) {
         // A pause travels as the time it has left: the owner's clock is its own.
-        let call = match Call::of(&cmd, cx.mono) {
+        let call = match Call::of(cmd, cx.mono) {
             Ok(call) => call,
             Err(what) => {
                 let why = format!("{what} is not sent to another node");
@@ -120,9 +146,35 @@ impl Router {
             origin: origin.as_deref(),
             call,
         };
-        if self.send_ask(cx, set, client, &ask, then) {
+        let sent = match then {
+            Some(then) => self.send_ask(cx, set, client, &ask, then),
+            None => self.send_own(cx, set, &ask),
+        };
+        if sent {
             *self.forwarded.entry(client.sid).or_default() |= set_bit(set);
         }
+    }
+
+    /// Sends the router's own word to the primary of set `set`: how many of this node's takes
+    /// wait on a tube, a move's or a drop's end, a release a call owes. It is no client's
+    /// call, so it is neither held to `--max-routed-calls` nor counted with the calls
+    /// forwarded (a full bound would refuse it with no client to tell, and a client's call
+    /// could be refused for it), and its answer is not waited for: a link that fails says so
+    /// to whoever needs to know (`link_failed`). There are few of them, each bounded by what
+    /// it reports (a tube's count, a move, a drop's partition). False when no link could be
+    /// opened.
+    pub(super) fn send_own(&mut self, cx: &mut Ctx<'_>, set: usize, ask: &Ask<'_>) -> bool {
+        let sync = self.next_sync;
+        self.next_sync += 1;
+        if self.sets[set].link.is_none() {
+            if let Err(why) = self.open_link(cx, set, sync) {
+                tracing::debug!(set = %self.sets[set].name, why, "a word of the router's own not sent");
+                return false;
+            }
+        }
+        let link = self.sets[set].link.as_mut().expect("opened above");
+        link.send(sync, ask);
+        true
     }
 
     /// Sends `ask` to the primary of set `set` for `client`; its answer goes where `then` says
@@ -371,7 +423,6 @@ impl Router {
             Then::Move { id } => self.move_answered(cx, id, &outcome),
             Then::List { key, at } => self.listed(cx, key, at, outcome),
             Then::Moves { key, at } => self.moves_answered(key, Some(at), outcome),
-            Then::Ignore => {}
             Then::Peek { status, left } => match outcome {
                 Outcome::Nothing | Outcome::Error(Refusal::NoPrimary(_) | Refusal::Unknown(_)) => {
                     self.peek_next(cx, p.client, status, left)

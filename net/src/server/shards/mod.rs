@@ -198,8 +198,6 @@ enum Then {
     Move {
         id: u64,
     },
-    /// Nothing waits for the answer (a move's last word).
-    Ignore,
 }
 
 struct Pending {

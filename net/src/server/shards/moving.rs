@@ -626,7 +626,7 @@ impl Router {
             committed: true,
             epoch: m.epoch,
         };
-        self.send_ask(cx, m.to, m.asker, &done, Then::Ignore);
+        self.send_own(cx, m.to, &done);
         info!(
             tube = %m.tube, partition = m.partition, to = %to_name, tasks = m.tasks,
             ms = took.as_millis() as u64, "move committed"
@@ -671,7 +671,7 @@ impl Router {
             committed: false,
             epoch: m.epoch,
         };
-        self.send_ask(cx, m.to, m.asker, &done, Then::Ignore);
+        self.send_own(cx, m.to, &done);
         warn!(tube = %m.tube, partition = m.partition, why, "move given up");
         cx.core.unfollow();
         // A drop's hold of the partition keeps it frozen (its end thaws it).

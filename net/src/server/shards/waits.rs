@@ -50,8 +50,7 @@ impl Router {
                 Publish::Core { head, count } => cx.core.set_routed_waiting(head, count),
                 Publish::Tell { set, head, count } => {
                     let ask = Ask::Waiting { tube: head, count };
-                    let client = Client::router(0, 0);
-                    if !self.send_ask(cx, set, client, &ask, Then::Ignore) {
+                    if !self.send_own(cx, set, &ask) {
                         let now = cx.mono;
                         self.wait_counts.not_told(set, head, now);
                     }
@@ -376,7 +375,7 @@ impl Router {
                     opts: tarq_engine::ReleaseOptions::default(),
                 };
                 if let Some(set) = self.part(ix).map(|p| p.set) {
-                    self.forward(cx, set, client, release, Then::Ignore);
+                    self.forward_owed(cx, set, client, release);
                 }
             }
             other => {
