@@ -98,6 +98,11 @@ pub trait Loop {
     fn sid(&self, idx: usize) -> SessionId;
 
     fn queue(&self) -> &Queue;
+    /// Task `id` as this node's core serves it: `None` when it is not here, or when the copy
+    /// here is not the one that counts — a replica's (its holders are the primary's sessions,
+    /// numbered there) or a partition another set serves. A front-end's early answer about a
+    /// task's holder reads this, never [`Loop::queue`]'s copy.
+    fn served(&self, id: tarq_engine::TaskId) -> Option<tarq_engine::TaskRef<'_>>;
     /// The tube named `name` (its first partition's index) and its numbering: the engine's,
     /// or on a sharded node one the placement has whose first partition this node does not
     /// hold yet (a replica before its primary's copy of it came).

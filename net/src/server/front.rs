@@ -73,6 +73,15 @@ impl frontend::Loop for Server {
         self.router.is_some()
     }
 
+    fn served(&self, id: tarq_engine::TaskId) -> Option<tarq_engine::TaskRef<'_>> {
+        if !self.leads() {
+            return None;
+        }
+        let task = self.core.queue().get(id)?;
+        let here = (self.router.as_ref()).is_none_or(|r| r.serves_here(task.tube));
+        here.then_some(task)
+    }
+
     fn makes_tubes_on_demand(&self) -> bool {
         self.router.is_none()
     }

@@ -98,6 +98,6 @@ impl<L: Loop> Beanstalk<'_, L> {
 
     fn holds(&self, idx: usize, id: TaskId) -> bool {
         let sid = self.l.sid(idx);
-        self.l.queue().get(id).and_then(|t| t.owner) == Some(sid)
+        self.l.served(id).and_then(|t| t.owner) == Some(sid)
     }
 }

@@ -652,7 +652,7 @@ impl<L: Loop> Beanstalk<'_, L> {
         let sid = self.l.sid(idx);
         // A job reserved by another connection is not this one's to delete (the core checks
         // too: the job may be held on another node).
-        match self.l.queue().get(id).map(|t| (t.tube, t.owner)) {
+        match self.l.served(id).map(|t| (t.tube, t.owner)) {
             Some((_, Some(o))) if o != sid => return self.bs_answer(idx, Out::NotFound),
             Some((tube, _)) => self.state().tube_mut(tube).cmd_delete += 1,
             None => {}

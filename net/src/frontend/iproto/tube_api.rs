@@ -82,7 +82,7 @@ impl<L: Loop> Iproto<'_, L> {
         let who = self.l.who(idx);
         let rights = who.rights_on(self.l.queue().users(), tube);
         rights.contains(tarq_engine::Rights::ADMIN)
-            || self.l.queue().get(id).and_then(|t| t.owner) == Some(self.l.sid(idx))
+            || self.l.served(id).and_then(|t| t.owner) == Some(self.l.sid(idx))
     }
 
     /// Runs `method` on `tube`: a batch as a batch, anything else as one command (or the

@@ -709,6 +709,12 @@ impl Router {
         Some(ix)
     }
 
+    /// Whether partition `ix`, held in this node's core, is served by it (a node that leads
+    /// its set): a tube of this node's own (not placed), or a partition this set owns.
+    pub(in crate::server) fn serves_here(&self, ix: TubeIx) -> bool {
+        self.part(ix).is_none() || self.here(ix, true)
+    }
+
     /// Whether this node serves partition `ix` itself: its set owns it (or a move handed it
     /// over) and it leads the set.
     fn here(&self, ix: TubeIx, leads: bool) -> bool {
