@@ -709,6 +709,12 @@ impl Router {
         Some(ix)
     }
 
+    /// Whether task `id` may be of tube `head` (its first partition's index): its id names
+    /// one of the tube's partitions.
+    fn of_tube(&self, id: tarq_engine::TaskId, head: TubeIx) -> bool {
+        id_tube(id).is_some_and(|ix| ix == head || self.part(ix).is_some_and(|p| p.head == head))
+    }
+
     /// Whether partition `ix`, held in this node's core, is served by it (a node that leads
     /// its set): a tube of this node's own (not placed), or a partition this set owns.
     pub(in crate::server) fn serves_here(&self, ix: TubeIx) -> bool {

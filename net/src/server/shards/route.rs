@@ -60,6 +60,28 @@ fn on_partition(cmd: Command<'_>, t: TubeIx) -> Command<'_> {
     }
 }
 
+/// The tube a tube API call naming a task names too, and the task's id: a tube's calls act
+/// on its own tasks only, whatever partition holds them. `None` for any other command
+/// (beanstalk's and the seed API's ids are the whole queue's).
+fn named_tube_and_id(cmd: &Command<'_>) -> Option<(TubeIx, u64)> {
+    match *cmd {
+        Command::Ack {
+            on: On::Tube(tube),
+            id,
+        }
+        | Command::Release {
+            on: On::Tube(tube),
+            id,
+            ..
+        }
+        | Command::Touch { tube, id, .. }
+        | Command::Peek { tube, id }
+        | Command::Bury { tube, id }
+        | Command::Delete { tube, id } => Some((tube, id)),
+        _ => None,
+    }
+}
+
 /// A command naming a task, for the partition its id names (see [`by_id`]); `None` for a
 /// command that names none.
 fn by_id_of(cmd: Command<'_>) -> Option<(TubeIx, Command<'_>)> {
@@ -269,6 +291,11 @@ impl Router {
             cmd => {
                 if let Some((tube, kind)) = gathered(&cmd) {
                     return self.gather(cx, client, tube, kind, leads, |t| on_partition(cmd, t));
+                }
+                // A tube's call naming another tube's task (by its whole id) runs here as it
+                // is: the core answers it as one node does (no such task in this tube).
+                if named_tube_and_id(&cmd).is_some_and(|(t, id)| !self.of_tube(id, t)) {
+                    return Some(cmd);
                 }
                 // A call naming a task goes to the partition its id names; any other runs
                 // here as it is.
