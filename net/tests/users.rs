@@ -5,7 +5,8 @@
 //! surviving kill -9 and reaching a replica; the beanstalk port acting as `--beanstalk-user`,
 //! a refused tube answered as a missing one and counted in `/metrics`; and a server without
 //! `--user` open as before, whatever users its data holds; `tarq ctl user ...`; and users
-//! surviving a failover of a three-node cluster on a real etcd.
+//! surviving a failover of a three-node cluster on a real etcd; and, on a sharded cluster,
+//! the beanstalk port checking the rights on a job another set holds.
 
 #[path = "support/beanstalk.rs"]
 mod beanstalk;
@@ -886,4 +887,89 @@ fn a_user_change_etcd_does_not_answer_is_of_unknown_outcome() {
         err.contains("may or may not have changed") && err.contains("etcd did not answer"),
         "{err}"
     );
+}
+
+/// On a sharded cluster the beanstalk port checks a job's tube wherever the job is: a job of
+/// another set's partition is answered as one of this node's. The port looked for the job's
+/// tube in this node's queue alone, and let a call naming a job it did not hold through
+/// unchecked: `--beanstalk-user` peeked at a tube it has no right on and deleted, without
+/// `admin`, a job of a tube it may only take from, when the job was another set's.
+#[test]
+fn the_beanstalk_port_checks_the_rights_on_jobs_another_set_holds() {
+    use tarq_beanstalk::Command as Bs;
+    let etcd = cluster::Etcd::start();
+    let boot = [
+        "--user",
+        "admin",
+        "--password",
+        "boot",
+        "--beanstalk-listen",
+        "127.0.0.1:0",
+        "--beanstalk-user",
+        "worker",
+    ];
+    let mut nodes = cluster::Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &boot);
+    let primaries = [nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1])];
+    let addr = |i: usize| nodes.nodes[i].addr;
+    let mut admin = login(addr(primaries[0]), "admin", "boot");
+    for t in ["jobs", "secret"] {
+        let opts = map(&[("partitions", Value::from(2))]);
+        ok(admin.call("queue.create_tube", &[s(t), s("fifo"), opts]));
+    }
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s("worker"), map(&[("password", s("pw"))])],
+    ));
+    ok(admin.call(
+        "box.schema.user.grant",
+        &[s("worker"), s("take"), s("tube"), s("jobs")],
+    ));
+    // A task of each tube in each set's partition: a put through a primary lands in the
+    // partition it leads.
+    for &p in &primaries {
+        let mut c = login(addr(p), "admin", "boot");
+        for t in ["jobs", "secret"] {
+            let put = format!("queue.tube.{t}:put");
+            wait_until(&format!("node {p} to take puts into {t}"), || {
+                c.call(&put, &[s("x")]).code == 0
+            });
+        }
+    }
+    // Their whole ids, as beanstalk names them: the indexes and numbers each tube finds.
+    let ids_of = |admin: &mut Client, t: &str| -> Vec<u64> {
+        (1..8u64)
+            .flat_map(|ix| (0..2u64).map(move |n| (ix << 41) | n))
+            .filter(|&id| {
+                let peek = format!("queue.tube.{t}:peek");
+                admin.call(&peek, &[Value::from(id)]).code == 0
+            })
+            .collect()
+    };
+    let (jobs, secret) = (ids_of(&mut admin, "jobs"), ids_of(&mut admin, "secret"));
+    assert_eq!((jobs.len(), secret.len()), (2, 2), "{jobs:?} {secret:?}");
+    let bs = {
+        let t = nodes.nodes[primaries[0]].tarq.as_mut().expect("running");
+        let line = t.wait_for_line("serving the beanstalk protocol");
+        support::addr_in(&line, "listen=").expect("the line names the address")
+    };
+    let mut worker = beanstalk::Bs::connect(bs);
+    wait_until("the worker's right to reach set a", || {
+        worker.call(&Bs::Watch { tube: "jobs" }).word() == "WATCHING"
+    });
+    for &id in &secret {
+        assert_eq!(worker.call(&Bs::Peek { id }).line, "NOT_FOUND", "peek {id}");
+        assert_eq!(worker.call(&Bs::StatsJob { id }).line, "NOT_FOUND");
+    }
+    for &id in &jobs {
+        assert_eq!(worker.call(&Bs::Peek { id }).word(), "FOUND", "peek {id}");
+        assert_eq!(worker.call(&Bs::Delete { id }).line, "NOT_FOUND", "admin");
+        assert_eq!(worker.call(&Bs::KickJob { id }).line, "NOT_FOUND", "admin");
+    }
+    // Nothing was deleted.
+    for (t, ids) in [("jobs", &jobs), ("secret", &secret)] {
+        for &id in ids {
+            let peek = format!("queue.tube.{t}:peek");
+            ok(admin.call(&peek, &[Value::from(id)]));
+        }
+    }
 }

@@ -103,6 +103,10 @@ pub trait Loop {
     /// numbered there) or a partition another set serves. A front-end's early answer about a
     /// task's holder reads this, never [`Loop::queue`]'s copy.
     fn served(&self, id: tarq_engine::TaskId) -> Option<tarq_engine::TaskRef<'_>>;
+    /// The name of the tube task `id` is of, wherever it is: this node's queue's (a replica's
+    /// copy has the same tube), or on a sharded node the placement's tube of the partition
+    /// the id names. `None` when no tube could hold it.
+    fn task_tube_name(&self, id: tarq_engine::TaskId) -> Option<String>;
     /// The tube named `name` (its first partition's index) and its numbering: the engine's,
     /// or on a sharded node one the placement has whose first partition this node does not
     /// hold yet (a replica before its primary's copy of it came).

@@ -73,6 +73,15 @@ impl frontend::Loop for Server {
         self.router.is_some()
     }
 
+    fn task_tube_name(&self, id: tarq_engine::TaskId) -> Option<String> {
+        let q = self.core.queue();
+        if let Some(t) = q.get(id) {
+            return q.tube_info(t.tube).map(|i| i.name.to_owned());
+        }
+        let ix = tarq_engine::id_tube(id)?;
+        (self.router.as_ref()?.tube_name_of(ix)).map(str::to_owned)
+    }
+
     fn served(&self, id: tarq_engine::TaskId) -> Option<tarq_engine::TaskRef<'_>> {
         if !self.leads() {
             return None;

@@ -56,9 +56,10 @@ impl<L: Loop> Beanstalk<'_, L> {
         let (name, rights) = match wants {
             Wants::Named(n, r) => (n.to_owned(), r),
             Wants::Ix(t, r) => (self.tube_name(t), r),
-            // A job that is not there is answered NOT_FOUND by the command itself.
-            Wants::Task(id, r) => match self.tube_of(id) {
-                Some(t) => (self.tube_name(t), r),
+            // Wherever the job is (another set's, on a sharded node); one that no tube could
+            // hold is answered NOT_FOUND by the command itself.
+            Wants::Task(id, r) => match self.l.task_tube_name(id) {
+                Some(name) => (name, r),
                 None => return true,
             },
         };

@@ -709,6 +709,12 @@ impl Router {
         Some(ix)
     }
 
+    /// The name of the placed tube partition `ix` is of.
+    pub(in crate::server) fn tube_name_of(&self, ix: TubeIx) -> Option<&str> {
+        let head = self.part(ix)?.head;
+        self.tubes.get(&head).map(|t| t.name.as_str())
+    }
+
     /// Whether task `id` may be of tube `head` (its first partition's index): its id names
     /// one of the tube's partitions.
     fn of_tube(&self, id: tarq_engine::TaskId, head: TubeIx) -> bool {
