@@ -43,6 +43,33 @@ fn beanstalk_addrs(nodes: &mut Nodes) -> Vec<SocketAddr> {
         .collect()
 }
 
+/// Sets a (two nodes) and b (one) on `etcd`, every node serving beanstalk, with tube `jobs`
+/// of `partitions` made through set a's primary and listed by every node: the nodes, the
+/// indexes of a's primary, a's replica and b's primary, and each node's beanstalk address.
+fn start_with_jobs(etcd: &Etcd, partitions: u64) -> (Nodes, [usize; 3], Vec<SocketAddr>) {
+    let mut nodes = Nodes::start_sets(
+        etcd,
+        &[("a", 2), ("b", 1)],
+        &["--beanstalk-listen", "127.0.0.1:0"],
+    );
+    let a = nodes.wait_leader_among(&[0, 1]);
+    let b = nodes.wait_leader_among(&[2]);
+    let bs = beanstalk_addrs(&mut nodes);
+    let mut admin = Client::connect_addr(nodes.nodes[a].addr, Duration::from_secs(10)).unwrap();
+    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(partitions))]);
+    let args = pack_args(&[Value::from("jobs"), Value::from("fifottl"), opts]);
+    admin.call("queue.create_tube", &args, None).unwrap();
+    for (i, &addr) in bs.iter().enumerate() {
+        wait_for(&format!("node {i} to list the tube"), || {
+            Bs::connect(addr)
+                .call(&Command::ListTubes)
+                .yaml_list()
+                .contains(&"jobs".to_owned())
+        });
+    }
+    (nodes, [a, 1 - a, b], bs)
+}
+
 fn use_tube(c: &mut Bs, tube: &str) {
     let a = c.call(&Command::Use { tube });
     assert_eq!(a.line, format!("USING {tube}"));
@@ -69,28 +96,9 @@ fn stats_tube(addr: SocketAddr, tube: &str, key: &str) -> u64 {
 #[test]
 fn beanstalk_clients_reach_every_partition_through_any_node() {
     let etcd = Etcd::start();
-    let mut nodes = Nodes::start_sets(
-        &etcd,
-        &[("a", 2), ("b", 1)],
-        &["--beanstalk-listen", "127.0.0.1:0"],
-    );
-    let a = nodes.wait_leader_among(&[0, 1]);
-    let a_replica = 1 - a;
-    let b = nodes.wait_leader_among(&[2]);
-    let bs = beanstalk_addrs(&mut nodes);
-
     // The tube, placed over both sets through IPROTO.
-    let mut admin = Client::connect_addr(nodes.nodes[a].addr, Duration::from_secs(10)).unwrap();
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(4))]);
-    let args = pack_args(&[Value::from("jobs"), Value::from("fifottl"), opts]);
-    admin.call("queue.create_tube", &args, None).unwrap();
+    let (_nodes, [a, a_replica, b], bs) = start_with_jobs(&etcd, 4);
     for (i, &addr) in bs.iter().enumerate() {
-        wait_for(&format!("node {i} to list the tube"), || {
-            Bs::connect(addr)
-                .call(&Command::ListTubes)
-                .yaml_list()
-                .contains(&"jobs".to_owned())
-        });
         // Once, whatever partitions the node holds.
         let listed = Bs::connect(addr).call(&Command::ListTubes).yaml_list();
         assert_eq!(listed, ["default", "jobs"], "node {i}");
@@ -265,27 +273,7 @@ fn beanstalk_clients_reach_every_partition_through_any_node() {
 #[test]
 fn a_job_reserved_through_a_replica_of_its_owner_is_deleted_there() {
     let etcd = Etcd::start();
-    let mut nodes = Nodes::start_sets(
-        &etcd,
-        &[("a", 2), ("b", 1)],
-        &["--beanstalk-listen", "127.0.0.1:0"],
-    );
-    let a = nodes.wait_leader_among(&[0, 1]);
-    let a_replica = 1 - a;
-    let b = nodes.wait_leader_among(&[2]);
-    let bs = beanstalk_addrs(&mut nodes);
-    let mut admin = Client::connect_addr(nodes.nodes[a].addr, Duration::from_secs(10)).unwrap();
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-    let args = pack_args(&[Value::from("jobs"), Value::from("fifottl"), opts]);
-    admin.call("queue.create_tube", &args, None).unwrap();
-    for (i, &addr) in bs.iter().enumerate() {
-        wait_for(&format!("node {i} to list the tube"), || {
-            Bs::connect(addr)
-                .call(&Command::ListTubes)
-                .yaml_list()
-                .contains(&"jobs".to_owned())
-        });
-    }
+    let (nodes, [a, a_replica, b], bs) = start_with_jobs(&etcd, 2);
     // Put through set a's primary: into the partition it leads.
     let mut producer = Bs::connect(bs[a]);
     use_tube(&mut producer, "jobs");
