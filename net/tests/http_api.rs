@@ -850,3 +850,38 @@ fn a_page_of_another_site_reaching_the_port_by_its_own_name_is_refused() {
     assert_eq!(at(&mut w, "/api/server", "tarq.example:9100").status, 200);
     assert_eq!(at(&mut w, "/api/server", "other.example").status, 403);
 }
+
+/// A tube's kick acts on its own tasks only (kick-job itself takes a task of any tube): a
+/// whole id of another tube's buried task (the API takes ids past a tube's numbers) is not
+/// found, and that task stays buried.
+#[test]
+fn a_tubes_kick_of_another_tubes_task_finds_none() {
+    let (srv, http) = start(with_user);
+    let mut w = Web::user(http);
+    for name in ["mine", "theirs"] {
+        w.ok(
+            "POST",
+            "/api/tubes",
+            Some(json!({"name": name, "type": "fifo"})),
+        );
+    }
+    w.ok(
+        "POST",
+        "/api/tubes/theirs/tasks",
+        Some(json!({"data": "x"})),
+    );
+    w.ok("POST", "/api/tubes/theirs/tasks/0/bury", None);
+    // Its whole id: the tube index (from 1) whose first number `theirs` finds.
+    let id = (1..16u64)
+        .map(|ix| ix << 41)
+        .find(|id| w.get(&format!("/api/tubes/theirs/tasks/{id}")).status == 200)
+        .expect("the task by its whole id");
+    let kick = w.post(&format!("/api/tubes/mine/tasks/{id}/kick"), json!({}));
+    assert_eq!(
+        (kick.status, kick.error()),
+        (404, format!("Task {id} not found"))
+    );
+    let t = w.ok("GET", "/api/tubes/theirs/tasks/0", None);
+    assert_eq!(t["task"]["status"], "buried");
+    drop(srv);
+}

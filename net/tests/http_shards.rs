@@ -15,6 +15,8 @@
 //!   owns none of the one partition's tube shows its put rate, and both nodes' histories
 //!   add up to about the puts made (node-local figures would be 0 and a quarter).
 //!
+//! - a tube's kick of another tube's task (by its whole id) finds none through either node.
+//!
 //! Every wait has a deadline.
 
 #[path = "support/cluster.rs"]
@@ -47,7 +49,14 @@ fn cluster(etcd: &Etcd, extra: &[&str], puts: (usize, usize)) -> Nodes {
     nodes.wait_leader_among(&[1]);
     nodes.wait_primaries_known(&[0, 1], 2);
     let connect = |i: usize| {
-        Client::connect_addr(nodes.nodes[i].addr, Duration::from_secs(10)).expect("connect")
+        let addr = nodes.nodes[i].addr;
+        let mut c = Client::connect_addr(addr, Duration::from_secs(10)).expect("connect");
+        // Started with `--user` and `--password`: as that user.
+        let flag = |name: &str| (extra.iter().position(|&f| f == name)).map(|at| extra[at + 1]);
+        if let (Some(user), Some(password)) = (flag("--user"), flag("--password")) {
+            c.auth(user, password).expect("auth");
+        }
+        c
     };
     let (mut a, mut b) = (connect(0), connect(1));
     let opts = Value::Map(vec![(Value::from("partitions"), Value::from(4))]);
@@ -377,5 +386,60 @@ fn the_per_second_figures_are_the_whole_clusters_from_either_node() {
     assert!(
         all >= (N * 3 / 2) as u64 && all <= 2 * N as u64 + 3,
         "{all}: {overall}"
+    );
+}
+
+/// `method path` on the HTTP port at `w`, as user `ops` (password `s3cret`), with no body.
+fn as_ops(w: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {w}\r\nAuthorization: Basic b3BzOnMzY3JldA==\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    support::http_raw(w, req.as_bytes())
+}
+
+/// A tube's kick acts on its own tasks only, on a sharded cluster too (kick-job itself takes
+/// a task of any tube): `POST /api/tubes/mine/tasks/ID/kick` with the whole id of a buried
+/// task of `jobs`, held by either set, is not found through either node, and the task stays
+/// buried.
+#[test]
+fn a_tubes_kick_of_another_tubes_task_on_another_set_finds_none() {
+    let etcd = Etcd::start();
+    let nodes = cluster(&etcd, &["--user", "ops", "--password", "s3cret"], (2, 2));
+    let mut a = Client::connect_addr(nodes.nodes[0].addr, Duration::from_secs(10)).unwrap();
+    a.auth("ops", "s3cret").unwrap();
+    call(
+        &mut a,
+        "queue.create_tube",
+        &[Value::from("mine"), Value::from("fifo")],
+    );
+    let webs = [web(&nodes, 0), web(&nodes, 1)];
+    for &w in &webs {
+        wait_for("every node to know the tube", || {
+            as_ops(w, "GET", "/api/tubes/mine").0 == 200
+        });
+    }
+    // The buried tasks' whole ids: the indexes (from 1) and numbers each is found by.
+    let buried: Vec<u64> = (1..16u64)
+        .flat_map(|ix| (0..4u64).map(move |n| (ix << 41) | n))
+        .filter(|id| {
+            let (status, body) = as_ops(webs[0], "GET", &format!("/api/tubes/jobs/tasks/{id}"));
+            status == 200 && body.contains("\"buried\"")
+        })
+        .collect();
+    assert_eq!(buried.len(), 3, "{buried:?}");
+    for &w in &webs {
+        for &id in &buried {
+            let (status, body) = as_ops(w, "POST", &format!("/api/tubes/mine/tasks/{id}/kick"));
+            eprintln!("KICK {w} {id}: {status} {body}");
+            assert_eq!(status, 404, "kick of jobs' task {id} through {w}: {body}");
+            assert!(body.contains(&format!("Task {id} not found")), "{body}");
+        }
+    }
+    let (_, jobs) = as_ops(webs[1], "GET", "/api/tubes/jobs");
+    let jobs: Json = serde_json::from_str(&jobs).unwrap();
+    assert_eq!(
+        jobs["tasks"]["buried"], 3,
+        "every task still buried: {jobs}"
     );
 }
