@@ -13,8 +13,7 @@
 //! - the console's per-second figures are the whole cluster's: with puts through one node
 //!   only, into a tube of one partition and a utube spread over both sets, the node that
 //!   owns none of the one partition's tube shows its put rate, and both nodes' histories
-//!   add up to about the puts made (node-local figures would be 0 and a quarter).
-//!
+//!   add up to about the puts made (node-local figures would be 0 and a quarter);
 //! - a tube's kick of another tube's task (by its whole id) finds none through either node.
 //!
 //! Every wait has a deadline.
