@@ -28,20 +28,6 @@ fn stat(addr: SocketAddr, key: &str) -> u64 {
     support::field(&stats, key).as_u64().expect(key)
 }
 
-/// Creates tube `t` of `kind` in two partitions through `c`, and waits until every node knows it.
-fn create_tube(c: &mut Client, nodes: &Nodes, kind: &str) {
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-    let args = pack_args(&[Value::from("t"), Value::from(kind), opts]);
-    c.call("queue.create_tube", &args, None).unwrap();
-    for n in &nodes.nodes {
-        let mut c = connect(n.addr);
-        wait_for("every node to know the tube", || {
-            c.call("queue.statistics", &pack_args(&[Value::from("t")]), None)
-                .is_ok()
-        });
-    }
-}
-
 /// Sends `queue.tube.t:<op>` with each of `args` on `c` at once; their syncs in order.
 fn send_all(c: &mut Client, op: &str, args: &[Vec<u8>]) -> Vec<u64> {
     let f = format!("queue.tube.t:{op}");
@@ -67,7 +53,7 @@ fn a_call_past_max_routed_calls_is_refused_at_once_and_the_others_complete() {
     let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
     let addr = nodes.nodes[a].addr;
     let mut c = connect(addr);
-    create_tube(&mut c, &nodes, "utube");
+    nodes.create_tube(&mut c, "t", "utube", 2);
 
     // Takes waiting on the empty tube: two wait, the third is refused at once.
     let take = pack_args(&[Value::from(30)]);
@@ -164,7 +150,7 @@ fn a_take_served_here_leaves_no_watch_on_the_other_set() {
     let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
     let (addr, b_addr) = (nodes.nodes[a].addr, nodes.nodes[b].addr);
     let mut c = connect(addr);
-    create_tube(&mut c, &nodes, "fifo");
+    nodes.create_tube(&mut c, "t", "fifo", 2);
     let mut waiting = connect(addr);
     let sync = send_all(&mut waiting, "take", &[pack_args(&[Value::from(30)])])[0];
     wait_for("the take waiting, set b's partition watched", || {
@@ -195,7 +181,7 @@ fn the_routers_own_words_are_not_held_to_the_call_bound() {
     let nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &web);
     let primaries = [nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1])];
     let mut c = connect(nodes.nodes[primaries[0]].addr);
-    create_tube(&mut c, &nodes, "fifo");
+    nodes.create_tube(&mut c, "t", "fifo", 2);
     // A take through each set's primary: each watches the other set's partition (its one
     // slot), and the one not owning the tube's first partition tells the owner it waits.
     let mut takes: Vec<(Client, u64)> = (primaries.iter())

@@ -12,7 +12,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use cluster::{wait_for, Etcd, Nodes};
+use cluster::{Etcd, Nodes};
 use rmpv::Value;
 use tarq_client::{pack_args, Client};
 
@@ -34,16 +34,7 @@ fn a_tubes_call_naming_another_tubes_task_finds_none() {
     let addrs = primaries.map(|i| nodes.nodes[i].addr);
     let mut c = connect(addrs[0]);
     for t in ["ta", "tb"] {
-        let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-        let args = pack_args(&[Value::from(t), Value::from("fifo"), opts]);
-        c.call("queue.create_tube", &args, None).unwrap();
-        for &addr in &addrs {
-            let mut c = connect(addr);
-            wait_for("every node to know the tube", || {
-                c.call("queue.statistics", &pack_args(&[Value::from(t)]), None)
-                    .is_ok()
-            });
-        }
+        nodes.create_tube(&mut c, t, "fifo", 2);
     }
     // A put through each primary goes to the partition it leads: a task of `ta` in each set.
     for &addr in &addrs {

@@ -174,16 +174,7 @@ fn a_silent_link_is_taken_for_dead_after_the_link_timeout() {
     let mut nodes = Nodes::start_sets(&etcd, &[("a", 1), ("b", 1)], &["--link-timeout", "0.5"]);
     let (a, b) = (nodes.wait_leader_among(&[0]), nodes.wait_leader_among(&[1]));
     let mut c = connect(nodes.nodes[a].addr);
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(2))]);
-    let args = pack_args(&[Value::from("t"), Value::from("utube"), opts]);
-    c.call("queue.create_tube", &args, None).unwrap();
-    for n in &nodes.nodes {
-        let mut c = connect(n.addr);
-        wait_for("every node to know the tube", || {
-            c.call("queue.statistics", &pack_args(&[Value::from("t")]), None)
-                .is_ok()
-        });
-    }
+    nodes.create_tube(&mut c, "t", "utube", 2);
     // A primary puts a plain put into its own set's partitions; a utube key has its own
     // partition, wherever it is. Of 16 keys, some hash to set b's partition (all 16 to a's:
     // one chance in 65536): their puts open the link to b.

@@ -39,18 +39,7 @@ fn a_forwarded_change_whose_outcome_is_unknown_is_not_answered_read_only() {
     // puts into its own partitions first).
     let addr = nodes.nodes[if a == 0 { 1 } else { 0 }].addr;
     let primary_a = nodes.nodes[a].addr;
-    let opts = Value::Map(vec![(Value::from("partitions"), Value::from(4))]);
-    let args = pack_args(&[Value::from("f"), Value::from("fifo"), opts]);
-    connect(primary_a)
-        .call("queue.create_tube", &args, None)
-        .expect("create_tube");
-    for n in &nodes.nodes {
-        wait_for("every node to know the tube", || {
-            let stats = pack_args(&[Value::from("f")]);
-            Client::connect_addr(n.addr, Duration::from_secs(3))
-                .is_ok_and(|mut c| c.call("queue.statistics", &stats, None).is_ok())
-        });
-    }
+    nodes.create_tube(&mut connect(primary_a), "f", "fifo", 4);
 
     nodes.signal(replica_b, "STOP");
     let mut c = connect(addr);

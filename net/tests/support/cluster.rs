@@ -327,6 +327,22 @@ impl Nodes {
         })
     }
 
+    /// Creates tube `name` of `kind` in `partitions` partitions through `c` (a client of a node
+    /// that may), and waits until every running node knows it (`queue.statistics` answers).
+    pub fn create_tube(&self, c: &mut Blocking, name: &str, kind: &str, partitions: u64) {
+        let opts = Value::Map(vec![(Value::from("partitions"), Value::from(partitions))]);
+        let args = pack_args(&[Value::from(name), Value::from(kind), opts]);
+        (c.call("queue.create_tube", &args, None))
+            .unwrap_or_else(|e| panic!("create_tube {name}: {e}"));
+        let stats = pack_args(&[Value::from(name)]);
+        for n in self.nodes.iter().filter(|n| n.tarq.is_some()) {
+            wait_for(&format!("node {} to know tube {name}", n.name), || {
+                Blocking::connect_addr(n.addr, Duration::from_secs(3))
+                    .is_ok_and(|mut c| c.call("queue.statistics", &stats, None).is_ok())
+            });
+        }
+    }
+
     /// Waits until nodes `among` each see `sets` replica sets with a primary in their own
     /// view of the cluster (`queue.cluster()`'s `sets`).
     pub fn wait_primaries_known(&self, among: &[usize], sets: usize) {
