@@ -60,6 +60,21 @@ fn ok(r: Reply) {
     assert_eq!(r.code, 0, "{r:?}");
 }
 
+/// Creates user `name` (password `pw`) through `admin`, and grants it each `(privileges,
+/// tube)` of `grants`.
+fn add_user(admin: &mut Client, name: &str, grants: &[(&str, &str)]) {
+    ok(admin.call(
+        "box.schema.user.create",
+        &[s(name), map(&[("password", s("pw"))])],
+    ));
+    for &(privs, tube) in grants {
+        ok(admin.call(
+            "box.schema.user.grant",
+            &[s(name), s(privs), s("tube"), s(tube)],
+        ));
+    }
+}
+
 /// What a call needs, in the table below.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Needs {
@@ -372,14 +387,7 @@ fn users_survive_kill_9_and_reach_a_replica() {
     let mut primary = Tarq::start(&boot);
     let mut admin = login(primary.addr, "admin", "boot");
     ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
-    ok(admin.call(
-        "box.schema.user.create",
-        &[s("bob"), map(&[("password", s("pw"))])],
-    ));
-    ok(admin.call(
-        "box.schema.user.grant",
-        &[s("bob"), s("put"), s("tube"), s("jobs")],
-    ));
+    add_user(&mut admin, "bob", &[("put", "jobs")]);
     primary.signal("KILL");
     primary.wait_exit();
     let dir = primary.take_dir();
@@ -435,16 +443,11 @@ fn the_beanstalk_port_acts_as_its_user() {
         "127.0.0.1:0",
     ]);
     let mut admin = admin_of(&tarq);
-    ok(admin.call(
-        "box.schema.user.create",
-        &[s("worker"), map(&[("password", s("pw"))])],
-    ));
-    for (privs, tube) in [("put,take", "jobs"), ("take", "mail")] {
-        ok(admin.call(
-            "box.schema.user.grant",
-            &[s("worker"), s(privs), s("tube"), s(tube)],
-        ));
-    }
+    add_user(
+        &mut admin,
+        "worker",
+        &[("put,take", "jobs"), ("take", "mail")],
+    );
     let mut c = beanstalk::Bs::connect(bs_addr);
     // `default` is not the worker's: a put there is refused, as is a reserve from it alone.
     let put = c.call(&Bs::Put {
@@ -570,14 +573,7 @@ fn users_survive_a_failover() {
     let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
     let mut admin = login(nodes.nodes[leader].addr, "admin", "boot");
     ok(admin.call("queue.create_tube", &[s("jobs"), s("fifo")]));
-    ok(admin.call(
-        "box.schema.user.create",
-        &[s("bob"), map(&[("password", s("pw"))])],
-    ));
-    ok(admin.call(
-        "box.schema.user.grant",
-        &[s("bob"), s("put"), s("tube"), s("jobs")],
-    ));
+    add_user(&mut admin, "bob", &[("put", "jobs")]);
     for &i in &others {
         let addr = nodes.nodes[i].addr;
         wait_until("bob reaches every replica", || {
@@ -640,14 +636,7 @@ fn the_http_api_lists_users_to_the_administrator() {
     let http = server.http_addr().expect("the HTTP port is bound");
     let srv = TestServer::spawn(server, dir, || {});
     let mut admin = login(srv.addr, "admin", "boot");
-    ok(admin.call(
-        "box.schema.user.create",
-        &[s("bob"), map(&[("password", s("pw"))])],
-    ));
-    ok(admin.call(
-        "box.schema.user.grant",
-        &[s("bob"), s("put,take"), s("tube"), s("jobs")],
-    ));
+    add_user(&mut admin, "bob", &[("put,take", "jobs")]);
     let get = |auth: &str| {
         let b64 = base64::engine::general_purpose::STANDARD.encode(auth);
         let request = format!(
@@ -775,14 +764,7 @@ fn users_reach_every_replica_set_of_a_sharded_cluster() {
     let mut admin_a = login(addr(a), "admin", "boot");
     let opts = map(&[("partitions", Value::from(2))]);
     ok(admin_a.call("queue.create_tube", &[s("jobs"), s("fifo"), opts]));
-    ok(admin_a.call(
-        "box.schema.user.create",
-        &[s("bob"), map(&[("password", s("pw"))])],
-    ));
-    ok(admin_a.call(
-        "box.schema.user.grant",
-        &[s("bob"), s("put"), s("tube"), s("jobs")],
-    ));
+    add_user(&mut admin_a, "bob", &[("put", "jobs")]);
     for i in 0..4 {
         wait_until(&format!("bob can log in on node {i}"), || {
             auth_as(&mut Client::connect(addr(i)), "bob", "pw").code == 0
@@ -916,14 +898,7 @@ fn the_beanstalk_port_checks_the_rights_on_jobs_another_set_holds() {
         let opts = map(&[("partitions", Value::from(2))]);
         ok(admin.call("queue.create_tube", &[s(t), s("fifo"), opts]));
     }
-    ok(admin.call(
-        "box.schema.user.create",
-        &[s("worker"), map(&[("password", s("pw"))])],
-    ));
-    ok(admin.call(
-        "box.schema.user.grant",
-        &[s("worker"), s("take"), s("tube"), s("jobs")],
-    ));
+    add_user(&mut admin, "worker", &[("take", "jobs")]);
     // A task of each tube in each set's partition: a put through a primary lands in the
     // partition it leads.
     for &p in &primaries {
